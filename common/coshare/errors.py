@@ -1,0 +1,151 @@
+"""Exceptions raised by coshare.
+
+Every error coshare raises on purpose derives from :class:`CoshareError`, so the command
+line can turn it into one readable message and a meaningful exit status, never a traceback.
+Foreign exceptions (``json.JSONDecodeError``, ``yaml.YAMLError``, ``OSError``, errors of the
+scheduler bindings) are translated at the boundary with ``raise ... from exc``.
+
+The tree::
+
+    CoshareError
+    ├── InputError              bad input from a person: exit status 2
+    │   ├── SnapshotError       a snapshot or plan JSON that breaks the contract
+    │   ├── ConfigError         a YAML config with unknown keys or bad values
+    │   ├── AnnotationError     a job whose declared keys are unusable (names job and keys)
+    │   └── PolicyError         an unknown policy name or bad policy option
+    ├── PlanInvariantError      a plan that would oversubscribe something (a bug: never applied)
+    └── SchedulerError          the scheduler could not be read or written: exit status 1
+        ├── SchedulerUnavailable  daemon down or unreachable
+        └── CommandFailed         one external command failed (argv, returncode, output)
+
+Adapters and node helpers add their own subclasses under these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Exit status of the command line for each family of errors.
+EXIT_INPUT = 2
+EXIT_RUNTIME = 1
+
+
+class CoshareError(Exception):
+    """Root of every error coshare raises on purpose."""
+
+    exit_status: int = EXIT_RUNTIME
+
+
+class InputError(CoshareError):
+    """Something a person gave us (file, flag, annotation) is unusable."""
+
+    exit_status = EXIT_INPUT
+
+
+class SnapshotError(InputError):
+    """A snapshot or plan document breaks the JSON contract of DESIGN.md.
+
+    Attributes:
+        problems: one line per problem, each naming the job or node and the field.
+        source: where the document came from (a path, ``<stdin>``), for the message.
+    """
+
+    def __init__(self, problems: Sequence[str], source: str = "") -> None:
+        self.problems = tuple(problems)
+        self.source = source
+        where = f"{source}: " if source else ""
+        shown = list(self.problems[:20])
+        if len(self.problems) > 20:
+            shown.append(f"... and {len(self.problems) - 20} more problems")
+        if len(shown) == 1:
+            super().__init__(f"{where}{shown[0]}")
+        else:
+            super().__init__(f"{where}{len(self.problems)} problems:\n  " + "\n  ".join(shown))
+
+
+class ConfigError(InputError):
+    """A configuration file or override is unusable (unknown key, wrong type, bad range)."""
+
+
+class PolicyError(InputError):
+    """An unknown policy name or an option the policy does not accept."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One unusable annotation of one job.
+
+    Attributes:
+        key: the annotation key as the user wrote it (``CoshareDeviceMemory``).
+        value: the raw value, as text.
+        allowed: the allowed range or form, for the message (``integer MiB in 1..16384``).
+        why: what is wrong (``not a number``, ``negative``, ``exceeds every device``).
+    """
+
+    key: str
+    value: str
+    allowed: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value!r} {self.why} (allowed: {self.allowed})"
+
+
+class AnnotationError(InputError):
+    """A job's declared coshare keys are unusable; the job is left out of the plan.
+
+    Attributes:
+        job: the job id.
+        problems: every unusable key of that job.
+    """
+
+    def __init__(self, job: str, problems: Sequence[FieldProblem]) -> None:
+        self.job = job
+        self.problems = tuple(problems)
+        super().__init__(f"job {job}: " + "; ".join(str(p) for p in self.problems))
+
+
+class PlanInvariantError(CoshareError):
+    """A policy produced a plan that oversubscribes a resource or loses a job.
+
+    This is a bug in coshare, never the user's fault; the plan is not applied.
+    """
+
+    def __init__(self, policy: str, violations: Sequence[str]) -> None:
+        self.policy = policy
+        self.violations = tuple(violations)
+        super().__init__(
+            f"policy {policy!r} produced an invalid plan (not applied): "
+            + "; ".join(violations[:5])
+        )
+
+
+class SchedulerError(CoshareError):
+    """The scheduler could not be read or written."""
+
+
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler's daemon is down or unreachable."""
+
+
+class CommandFailed(SchedulerError):
+    """An external command exited with a failure status or timed out.
+
+    Attributes:
+        argv: the argument list that was run.
+        returncode: its exit status (``None`` when it timed out).
+        stdout: what it printed on standard output.
+        stderr: what it printed on standard error.
+    """
+
+    def __init__(
+        self, argv: Sequence[str], returncode: int | None, stdout: str = "", stderr: str = ""
+    ) -> None:
+        self.argv = tuple(argv)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        status = "timed out" if returncode is None else f"exited with status {returncode}"
+        detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        super().__init__(f"{' '.join(self.argv)} {status}" + (f": {detail}" if detail else ""))

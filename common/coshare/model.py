@@ -1,0 +1,300 @@
+"""The scheduler-agnostic model: nodes, devices, jobs, placements, snapshots and plans.
+
+Every resource of the five papers in ``shared/papers`` has a field here, even where the
+policies of today do not use it yet, so later policies extend the model instead of rewriting it:
+
+=====================  =========================================================
+resource               paper that needs it
+=====================  =========================================================
+device memory, threads coprocessor sharing (knapsack capacity and job value)
+cores, host memory     all: a node is never oversubscribed
+memory bandwidth       membw co-scheduling (Poncos), Spread-n-Share
+LLC ways               Spread-n-Share (cache way allocation)
+copy bandwidth         collocating CPU jobs with GPU jobs (cudaMemcpy threshold)
+gang size (processes)  Spread-n-Share, distributed job allocation
+program, alpha         Spread-n-Share (profile key, slowdown threshold)
+domain                 distributed job allocation (scheduling domains)
+=====================  =========================================================
+
+Units are in the names. CPU is counted in thousandths of a core (``cpu_milli``) so that
+fractional requests (Kubernetes pods, the Alibaba trace) are exact integers; the JSON
+contract speaks of ``cores`` and the parser converts, rounding requests *up*.
+
+The classes trust their inputs: validation lives in :mod:`coshare.schema` (JSON files) and
+:mod:`coshare.annotations` (job annotations), so building 100,000 jobs stays cheap.
+This module is pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: One core in ``cpu_milli`` units.
+MILLI = 1000
+
+JobKind = Literal["device", "cpu"]
+"""``device``: the job offloads to a device; ``cpu``: host cores only (collocation paper)."""
+
+ThreadMode = Literal["strict", "soft"]
+"""``strict``: the declared threads of the jobs sharing a device never exceed its hardware
+threads. ``soft``: they may, where the node's offload gate serializes offloads (the paper's
+COSMIC); a single job never declares more than the device has in either mode."""
+
+PlacementState = Literal["running", "planned"]
+"""``planned``: placed by coshare but not started yet; it holds its resources all the same."""
+
+UnplacedCode = Literal["invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported"]
+"""Why a pending job is not placed, for tools (the ``reason`` text is for people).
+
+- ``invalid``: its declared values are unusable (bad annotation); fix the job.
+- ``never_fits``: no device or node of the cluster could hold it even when empty; fix the job
+  or the cluster.
+- ``no_room``: it fits the cluster, but not the free resources of this cycle; it waits.
+- ``reserved``: it waits for a device that the policy holds back for it (aging).
+- ``not_chosen``: it fits somewhere now, but the policy preferred other jobs this cycle.
+- ``unsupported``: the policy cannot place this kind of job (e.g. multi-node gangs).
+"""
+
+
+def cores_to_milli(cores: float) -> int:
+    """Convert a core count to ``cpu_milli``, rounding up (never under-reserve)."""
+    scaled = round(cores * MILLI, 6)
+    whole = int(scaled)
+    return whole if whole == scaled else whole + 1
+
+
+def milli_to_cores(cpu_milli: int) -> int | float:
+    """Convert ``cpu_milli`` back to cores: an int when whole, else a float."""
+    if cpu_milli % MILLI == 0:
+        return cpu_milli // MILLI
+    return cpu_milli / MILLI
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """An accelerator (GPU, Xeon Phi-style coprocessor) of a node.
+
+    Attributes:
+        id: identifier unique within its node (``"0"``); never contains a comma.
+        memory_mib: physical device memory.
+        threads: hardware threads (the paper's T; 240 on a Xeon Phi 5110P).
+        model: device model or kind name (``"V100M16"``); empty when unknown.
+    """
+
+    id: str
+    memory_mib: int
+    threads: int
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A compute node ("server") with its host resources and devices.
+
+    Optional resources are ``None`` when not managed on this cluster.
+
+    Attributes:
+        name: node name as the scheduler knows it.
+        cpu_milli: host cores, in thousandths of a core.
+        memory_mib: host memory.
+        devices: the node's devices, in the scheduler's order.
+        membw_gbps: peak main-memory bandwidth (Poncos, Spread-n-Share).
+        llc_ways: last-level cache ways that can be allocated (Intel CAT; Spread-n-Share).
+        domain: scheduling domain for distributed allocation; ``None`` means the only one.
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[Device, ...] = ()
+    membw_gbps: float | None = None
+    llc_ways: int | None = None
+    domain: str | None = None
+
+    @property
+    def cores(self) -> int | float:
+        """Host cores as a number (int when whole)."""
+        return milli_to_cores(self.cpu_milli)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A pending job and everything it declared.
+
+    Device demands are per device and ``device_count`` devices are needed on one node.
+    Host demands (``cpu_milli``, ``memory_mib``) are per process; a single-node policy puts all
+    ``processes`` on one node.
+
+    Attributes:
+        id: the scheduler's job id (``"8.0"`` for HTCondor, ``"4711"`` for Slurm).
+        device_memory_mib: maximum device memory the job will use on each device (paper's m).
+        device_threads: maximum device threads of one offload (paper's t).
+        device_count: devices needed on one node (0 for CPU jobs).
+        cpu_milli: host cores per process, in thousandths of a core.
+        memory_mib: host memory per process.
+        priority: larger runs first among otherwise equal jobs.
+        submit_time_s: submission time, on the same clock as :attr:`Snapshot.now_s`.
+        kind: ``device`` or ``cpu``.
+        processes: gang size (all processes must start together).
+        program: profile key (Spread-n-Share).
+        alpha: tolerated slowdown factor (Spread-n-Share; 0.9 means 10% slower is fine).
+        membw_gbps: main-memory bandwidth the job uses (Poncos, Spread-n-Share).
+        copy_bw_mbps: host-device copy bandwidth (collocation paper's cudaMemcpy threshold).
+        walltime_s: requested run time, when the user gave one.
+    """
+
+    id: str
+    device_memory_mib: int = 0
+    device_threads: int = 0
+    device_count: int = 1
+    cpu_milli: int = MILLI
+    memory_mib: int = 0
+    priority: int = 0
+    submit_time_s: float = 0.0
+    kind: JobKind = "device"
+    processes: int = 1
+    program: str | None = None
+    alpha: float | None = None
+    membw_gbps: float | None = None
+    copy_bw_mbps: float | None = None
+    walltime_s: float | None = None
+
+    @property
+    def cores(self) -> int | float:
+        """Host cores per process as a number (int when whole)."""
+        return milli_to_cores(self.cpu_milli)
+
+    @property
+    def total_cpu_milli(self) -> int:
+        """Host cores of all processes, in thousandths of a core."""
+        return self.cpu_milli * self.processes
+
+    @property
+    def total_memory_mib(self) -> int:
+        """Host memory of all processes."""
+        return self.memory_mib * self.processes
+
+    @property
+    def needs_device(self) -> bool:
+        """Whether the job must be placed on devices."""
+        return self.kind == "device" and self.device_count > 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """What a started or already-planned job holds on one node.
+
+    A job spread over several nodes has one entry per node. Host values are what the job
+    holds on this node (all its processes there); device values are per device.
+
+    Attributes:
+        id: the scheduler's job id.
+        node: the node's name.
+        devices: ids of the devices it uses on that node (empty for CPU jobs).
+        device_memory_mib: declared device memory per device.
+        device_threads: declared device threads per device.
+        cpu_milli: host cores held on this node, in thousandths of a core.
+        memory_mib: host memory held on this node.
+        state: ``running`` or ``planned`` (placed by coshare, not started yet).
+        membw_gbps: memory bandwidth it uses on this node, when known.
+        llc_ways: cache ways allocated to it on this node, when managed.
+        start_time_s: when it started (or was planned), on the snapshot's clock.
+        program: profile key, when known.
+    """
+
+    id: str
+    node: str
+    devices: tuple[str, ...] = ()
+    device_memory_mib: int = 0
+    device_threads: int = 0
+    cpu_milli: int = MILLI
+    memory_mib: int = 0
+    state: PlacementState = "running"
+    membw_gbps: float | None = None
+    llc_ways: int | None = None
+    start_time_s: float | None = None
+    program: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a policy sees: the cluster, what holds resources, and what waits.
+
+    Attributes:
+        nodes: the cluster's nodes.
+        running: placements that hold resources (running or planned-not-started).
+        pending: annotated jobs waiting to be placed.
+        now_s: the current time on the jobs' clock; ``None`` disables age-based decisions.
+    """
+
+    nodes: tuple[Node, ...]
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[Job, ...] = ()
+    now_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Where one job (or the part of a gang on one node) is planned to run.
+
+    Attributes:
+        job: the job id.
+        node: the node's name.
+        devices: the device ids on that node (empty for CPU jobs).
+        processes: processes of a multi-node job on this node; ``None`` for single-node jobs.
+    """
+
+    job: str
+    node: str
+    devices: tuple[str, ...] = ()
+    processes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A pending job left out of this plan, with a reason a person can act on.
+
+    Attributes:
+        job: the job id.
+        reason: one sentence for people.
+        code: the reason's family, for tools (see :data:`UnplacedCode`).
+    """
+
+    job: str
+    reason: str
+    code: UnplacedCode = "no_room"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A policy's decision for one cycle.
+
+    Every pending job of the snapshot appears exactly once: in ``assignments`` (several times
+    only when it spans nodes) or in ``unplaced``.
+
+    Attributes:
+        policy: the policy's name.
+        assignments: planned placements.
+        unplaced: jobs left waiting, with reasons.
+        seconds: time the policy took; filled in by the caller (policies read no clock).
+    """
+
+    policy: str
+    assignments: tuple[Assignment, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+    seconds: float = 0.0
+    placed_jobs: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "placed_jobs", frozenset(a.job for a in self.assignments))
+
+    @property
+    def placed(self) -> int:
+        """Number of distinct jobs placed."""
+        return len(self.placed_jobs)
+
+    @property
+    def pending(self) -> int:
+        """Number of distinct pending jobs the plan accounts for."""
+        return self.placed + len(self.unplaced)
