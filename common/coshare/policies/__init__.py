@@ -1,0 +1,82 @@
+"""Placement policies, one module each, behind the :class:`~coshare.policies.base.Policy`
+protocol; the live cycle and the simulator build them the same way, with :func:`make_policy`.
+
+==========  =====================================================================
+name        what it does
+==========  =====================================================================
+exclusive   one job per device (paper's MC, Spread-n-Share's CE): today's clusters
+random      seeded random order, first fit, sharing allowed (paper's MCC)
+knapsack    per-device 0-1 knapsack, greedy over the cluster (paper's MCCK)
+==========  =====================================================================
+
+Later policies register here too (``bestfit``, ``fgd``, ``collocate``, ``membw``, ``sns``,
+``cs``): add a module and one entry in :data:`FACTORIES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coshare.errors import PolicyError
+from coshare.model import ThreadMode
+from coshare.policies.base import Policy
+from coshare.policies.exclusive import ExclusivePolicy
+from coshare.policies.knapsack import KnapsackPolicy
+from coshare.policies.random_fit import RandomPolicy
+
+__all__ = ["FACTORIES", "Policy", "PolicyOptions", "make_policy", "policy_names"]
+
+
+class PolicyOptions:
+    """The options a policy may take, gathered from the configuration.
+
+    Attributes mirror ``policy`` and ``knapsack`` config sections; a factory reads what it
+    needs and ignores the rest.
+    """
+
+    def __init__(
+        self,
+        *,
+        threads: ThreadMode = "strict",
+        seed: int = 0,
+        age_limit_s: float | None = 3600.0,
+        max_reserved_devices: int = 8,
+        memory_grid_mib: int = 64,
+        max_thread_cells: int = 64,
+    ) -> None:
+        self.threads: ThreadMode = threads
+        self.seed = seed
+        self.age_limit_s = age_limit_s
+        self.max_reserved_devices = max_reserved_devices
+        self.memory_grid_mib = memory_grid_mib
+        self.max_thread_cells = max_thread_cells
+
+
+FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
+    "exclusive": lambda o: ExclusivePolicy(),
+    "random": lambda o: RandomPolicy(seed=o.seed, threads=o.threads),
+    "knapsack": lambda o: KnapsackPolicy(
+        threads=o.threads,
+        memory_grid_mib=o.memory_grid_mib,
+        max_thread_cells=o.max_thread_cells,
+        age_limit_s=o.age_limit_s,
+        max_reserved_devices=o.max_reserved_devices,
+    ),
+}
+
+
+def policy_names() -> list[str]:
+    """The names :func:`make_policy` accepts."""
+    return sorted(FACTORIES)
+
+
+def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
+    """Build a policy by name.
+
+    Raises:
+        PolicyError: for an unknown name, listing the known ones.
+    """
+    factory = FACTORIES.get(name)
+    if factory is None:
+        raise PolicyError(f"unknown policy {name!r} (known: {', '.join(policy_names())})")
+    return factory(options or PolicyOptions())

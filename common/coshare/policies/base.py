@@ -1,0 +1,468 @@
+"""What every policy shares: the protocol, free-resource accounting, and the reasons.
+
+A policy is a small object with a name and ``plan(snapshot) -> Plan``. It is pure and
+deterministic: the same snapshot (and seed) gives the same plan, it reads no clock and does no
+I/O, and it never raises for a job that cannot be placed: that job goes into
+``Plan.unplaced`` with a reason a person can act on.
+
+:class:`ClusterState` is the mutable ledger a policy fills while it plans: free device memory
+and threads, free host cores and memory, jobs per device and node, as numpy arrays so that
+"which devices can take this job" is one vectorized expression even on 10,000 devices.
+Running and already-planned jobs are subtracted first, so nothing is double-booked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from coshare.model import Assignment, Job, Node, Plan, Snapshot, Unplaced, milli_to_cores
+
+Mask = npt.NDArray[np.bool_]
+Ints = npt.NDArray[np.int64]
+
+
+class Policy(Protocol):
+    """A placement policy.
+
+    Contract: ``plan`` is pure and deterministic for a given snapshot and the policy's own
+    options (seed included); every pending job of the snapshot appears exactly once in the
+    result (in ``assignments``, or in ``unplaced`` with a reason); running and planned jobs of
+    the snapshot are never moved; no device memory, host core or host memory is oversubscribed,
+    nor device threads in ``strict`` mode.
+    """
+
+    @property
+    def name(self) -> str:
+        """The policy's name as the command line knows it."""
+        ...
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        """Decide where pending jobs go this cycle."""
+        ...
+
+
+def priority_key(job: Job) -> tuple[int, float, str]:
+    """Scheduler order: higher priority first, then older, then by id (deterministic)."""
+    return (-job.priority, job.submit_time_s, job.id)
+
+
+def shape_of(job: Job) -> tuple[int, int, int, int, int, str]:
+    """What placement depends on: jobs of equal shape fit exactly the same places."""
+    return (
+        job.device_memory_mib,
+        job.device_threads,
+        job.device_count if job.needs_device else 0,
+        job.total_cpu_milli,
+        job.total_memory_mib,
+        job.kind,
+    )
+
+
+def _cores(cpu_milli: int | np.integer) -> str:
+    return f"{milli_to_cores(int(cpu_milli))}"
+
+
+class ClusterState:
+    """Free resources of the cluster while a policy plans, and the assignments made so far.
+
+    Device arrays are indexed by a global device index (nodes in snapshot order, devices in
+    node order); node arrays by node index.
+
+    Args:
+        snapshot: the cluster, its running and planned jobs.
+        strict_threads: whether the sum of declared threads on a device must stay within its
+            hardware threads (``strict``); a single job never exceeds them in either mode.
+    """
+
+    def __init__(self, snapshot: Snapshot, strict_threads: bool = True) -> None:
+        self.strict = strict_threads
+        nodes = snapshot.nodes
+        self.nodes: tuple[Node, ...] = nodes
+        self.node_names = [n.name for n in nodes]
+        self.node_index = {n.name: i for i, n in enumerate(nodes)}
+        self.node_total_cpu = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
+        self.node_total_mem = np.array([n.memory_mib for n in nodes], dtype=np.int64)
+        self.node_free_cpu = self.node_total_cpu.copy()
+        self.node_free_mem = self.node_total_mem.copy()
+        self.node_jobs = np.zeros(len(nodes), dtype=np.int64)
+        self.node_host_jobs = np.zeros(len(nodes), dtype=np.int64)  # jobs without devices
+
+        dev_node: list[int] = []
+        self.dev_ids: list[str] = []
+        self.node_devs: list[list[int]] = []
+        total_mem: list[int] = []
+        threads: list[int] = []
+        self.dev_index: dict[tuple[str, str], int] = {}
+        for i, node in enumerate(nodes):
+            mine = []
+            for dev in node.devices:
+                self.dev_index[(node.name, dev.id)] = len(dev_node)
+                mine.append(len(dev_node))
+                dev_node.append(i)
+                self.dev_ids.append(dev.id)
+                total_mem.append(dev.memory_mib)
+                threads.append(dev.threads)
+            self.node_devs.append(mine)
+        self.dev_node = np.array(dev_node, dtype=np.int64)
+        self.dev_total_mem = np.array(total_mem, dtype=np.int64)
+        self.dev_threads = np.array(threads, dtype=np.int64)
+        self.dev_free_mem = self.dev_total_mem.copy()
+        self.dev_free_thr = self.dev_threads.copy()
+        self.dev_jobs = np.zeros(len(dev_node), dtype=np.int64)
+
+        for r in snapshot.running:
+            n = self.node_index[r.node]
+            self.node_free_cpu[n] -= r.cpu_milli
+            self.node_free_mem[n] -= r.memory_mib
+            self.node_jobs[n] += 1
+            self.node_host_jobs[n] += not r.devices
+            for dev_id in r.devices:
+                d = self.dev_index[(r.node, dev_id)]
+                self.dev_free_mem[d] -= r.device_memory_mib
+                self.dev_free_thr[d] -= r.device_threads
+                self.dev_jobs[d] += 1
+        self.assignments: list[Assignment] = []
+
+    @property
+    def device_count(self) -> int:
+        """Number of devices in the cluster."""
+        return len(self.dev_ids)
+
+    def dev_label(self, d: int) -> str:
+        """``node/device`` for messages."""
+        return f"{self.node_names[int(self.dev_node[d])]}/{self.dev_ids[d]}"
+
+    # -- placing -----------------------------------------------------------------------------
+
+    def place(self, job: Job, node: int, devices: Sequence[int] = ()) -> None:
+        """Record that ``job`` goes to ``node`` (and ``devices`` there) and take its resources."""
+        self.node_free_cpu[node] -= job.total_cpu_milli
+        self.node_free_mem[node] -= job.total_memory_mib
+        self.node_jobs[node] += 1
+        self.node_host_jobs[node] += not devices
+        for d in devices:
+            self.dev_free_mem[d] -= job.device_memory_mib
+            self.dev_free_thr[d] -= job.device_threads
+            self.dev_jobs[d] += 1
+        self.assignments.append(
+            Assignment(job.id, self.node_names[node], tuple(self.dev_ids[d] for d in devices))
+        )
+
+    # -- where could a job go now -----------------------------------------------------------
+
+    def host_ok(self, job: Job) -> Mask:
+        """Nodes with enough free host cores and memory for all of the job's processes."""
+        ok: Mask = (self.node_free_cpu >= job.total_cpu_milli) & (
+            self.node_free_mem >= job.total_memory_mib
+        )
+        return ok
+
+    def device_ok(self, job: Job, start: int = 0, idle_only: bool = False) -> Mask:
+        """Devices (from index ``start`` on) that can take one share of ``job`` now.
+
+        A device qualifies when its free memory holds the job, its hardware threads cover the
+        job's threads (and, in strict mode, its free threads do), and its node has the host
+        cores and memory. ``idle_only`` also requires that nothing else uses the device and
+        that no CPU-only job holds its node (such a job has the node to itself).
+        """
+        sl = slice(start, None)
+        m, t = job.device_memory_mib, job.device_threads
+        mask: Mask = (self.dev_free_mem[sl] >= m) & (self.dev_threads[sl] >= t)
+        if self.strict:
+            mask &= self.dev_free_thr[sl] >= t
+        host = self.host_ok(job)
+        if idle_only:
+            mask &= self.dev_jobs[sl] == 0
+            host &= self.node_host_jobs == 0
+        mask &= host[self.dev_node[sl]]
+        return mask
+
+    def nodes_with_devices(self, job: Job, mask: Mask) -> Ints:
+        """Node indices with at least ``job.device_count`` devices set in ``mask``."""
+        if not mask.any():
+            return np.zeros(0, dtype=np.int64)
+        counts = np.bincount(self.dev_node[mask], minlength=len(self.nodes))
+        return np.flatnonzero(counts >= job.device_count).astype(np.int64)
+
+    def first_devices_on(self, node: int, mask: Mask, count: int) -> list[int]:
+        """The first ``count`` devices of ``node`` set in ``mask`` (indexed from 0)."""
+        return [d for d in self.node_devs[node] if mask[d]][:count]
+
+    def place_host_job(self, job: Job, idle_only: bool = False) -> bool:
+        """Place a CPU job on the first node with room (``idle_only``: an otherwise empty node)."""
+        ok = self.host_ok(job)
+        if idle_only:
+            ok &= self.node_jobs == 0
+        hits = np.flatnonzero(ok)
+        if len(hits) == 0:
+            return False
+        self.place(job, int(hits[0]))
+        return True
+
+    def place_first_fit(
+        self, job: Job, idle_only: bool = False, hints: dict[object, int] | None = None
+    ) -> bool:
+        """Place a job on the first node (and its first devices) in snapshot order with room.
+
+        Args:
+            job: the job.
+            idle_only: only devices (or, for CPU jobs, nodes) that nothing else uses.
+            hints: per job shape, the index before which no device fits any more. Free
+                resources only shrink while a plan is made, so the first fitting device of a
+                shape never moves left; remembering it keeps first fit linear overall.
+
+        Returns:
+            Whether the job was placed.
+        """
+        if not job.needs_device:
+            return self.place_host_job(job, idle_only)
+        if job.device_count == 1:
+            shape = shape_of(job)
+            start = hints.get(shape, 0) if hints is not None else 0
+            ok = self.device_ok(job, start, idle_only)
+            if len(ok) == 0:
+                return False
+            first = int(ok.argmax())
+            if not ok[first]:
+                if hints is not None:
+                    hints[shape] = self.device_count
+                return False
+            d = start + first
+            if hints is not None:
+                hints[shape] = d
+            self.place(job, int(self.dev_node[d]), [d])
+            return True
+        ok = self.device_ok(job, 0, idle_only)
+        nodes = self.nodes_with_devices(job, ok)
+        if len(nodes) == 0:
+            return False
+        node = int(nodes[0])
+        self.place(job, node, self.first_devices_on(node, ok, job.device_count))
+        return True
+
+    def place_best_fit(self, job: Job, mask: Mask | None = None) -> bool:
+        """Place a job on the node and devices that leave the least free device memory.
+
+        Used for multi-device jobs and aged jobs. Ties go to fewer free threads, then
+        to snapshot order.
+        """
+        if not job.needs_device:
+            return self.place_host_job(job)
+        ok = self.device_ok(job) if mask is None else mask
+        nodes = self.nodes_with_devices(job, ok)
+        if len(nodes) == 0:
+            return False
+        best: tuple[int, int, int] | None = None
+        chosen: list[int] = []
+        for n in nodes.tolist():
+            devs = sorted(
+                (d for d in self.node_devs[n] if ok[d]),
+                key=lambda d: (int(self.dev_free_mem[d]), int(self.dev_free_thr[d]), d),
+            )[: job.device_count]
+            score = (
+                sum(int(self.dev_free_mem[d]) for d in devs),
+                sum(int(self.dev_free_thr[d]) for d in devs),
+                devs[0],
+            )
+            if best is None or score < best:
+                best, chosen = score, devs
+        self.place(job, int(self.dev_node[chosen[0]]), sorted(chosen))
+        return True
+
+
+def place_in_order(state: ClusterState, jobs: list[Job], idle_only: bool) -> list[Job]:
+    """First fit of each job in the given order; returns the jobs that did not fit.
+
+    Once a job shape finds no room, later jobs of the same shape are not tried again: free
+    resources only shrink while a plan is made.
+    """
+    hints: dict[object, int] = {}
+    failed: set[object] = set()
+    waiting: list[Job] = []
+    for job in jobs:
+        shape = shape_of(job)
+        if shape in failed or not state.place_first_fit(job, idle_only, hints):
+            failed.add(shape)
+            waiting.append(job)
+    return waiting
+
+
+@dataclass(frozen=True)
+class _NodeClass:
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[tuple[int, int], ...]  # (memory_mib, threads), largest first
+
+
+def never_fits(snapshot: Snapshot, jobs: Iterable[Job]) -> dict[str, Unplaced]:
+    """Jobs that no node could hold even if it were empty, with the limit they exceed.
+
+    Checked once per job shape against the few distinct kinds of node of the cluster.
+    """
+    classes = {
+        _NodeClass(
+            n.cpu_milli,
+            n.memory_mib,
+            tuple(sorted(((d.memory_mib, d.threads) for d in n.devices), reverse=True)),
+        )
+        for n in snapshot.nodes
+    }
+    max_dev_mem = max((d[0] for c in classes for d in c.devices), default=0)
+    max_threads = max((d[1] for c in classes for d in c.devices), default=0)
+    max_devs = max((len(c.devices) for c in classes), default=0)
+    max_cpu = max((c.cpu_milli for c in classes), default=0)
+    max_mem = max((c.memory_mib for c in classes), default=0)
+    verdict: dict[tuple[int, int, int, int, int, str], str | None] = {}
+    out: dict[str, Unplaced] = {}
+    for job in jobs:
+        shape = shape_of(job)
+        if shape not in verdict:
+            verdict[shape] = _never_fits_reason(
+                job, classes, max_dev_mem, max_threads, max_devs, max_cpu, max_mem
+            )
+        reason = verdict[shape]
+        if reason is not None:
+            out[job.id] = Unplaced(job.id, reason, "never_fits")
+    return out
+
+
+def _never_fits_reason(
+    job: Job, classes: Iterable[_NodeClass], max_dev_mem: int, max_threads: int, max_devs: int,
+    max_cpu: int, max_mem: int,
+) -> str | None:  # fmt: skip
+    count = job.device_count if job.needs_device else 0
+    for c in classes:
+        if c.cpu_milli < job.total_cpu_milli or c.memory_mib < job.total_memory_mib:
+            continue
+        fitting = sum(
+            1
+            for mem, thr in c.devices
+            if mem >= job.device_memory_mib and thr >= job.device_threads
+        )
+        if fitting >= count:
+            return None
+    per = f" x {job.processes} processes" if job.processes > 1 else ""
+    if count and job.device_memory_mib > max_dev_mem:
+        return f"device_memory_mib {job.device_memory_mib} exceeds every device (max {max_dev_mem})"
+    if count and job.device_threads > max_threads:
+        return f"device_threads {job.device_threads} exceeds every device (max {max_threads})"
+    if count > max_devs:
+        return f"device_count {count} exceeds the devices of every node (max {max_devs})"
+    if job.total_cpu_milli > max_cpu:
+        return f"cores {_cores(job.cpu_milli)}{per} exceeds every node (max {_cores(max_cpu)})"
+    if job.total_memory_mib > max_mem:
+        return f"memory_mib {job.memory_mib}{per} exceeds every node (max {max_mem})"
+    want = (
+        f"{count} device(s) with {job.device_memory_mib} MiB and {job.device_threads} threads, "
+        if count
+        else ""
+    )
+    return (
+        f"no node has {want}{_cores(job.total_cpu_milli)} cores and "
+        f"{job.total_memory_mib} MiB host memory together"
+    )
+
+
+def explain_waiting(
+    state: ClusterState, jobs: Iterable[Job], idle_only: bool = False, exclude: Mask | None = None
+) -> dict[str, Unplaced]:
+    """Why each job (that fits the cluster) could not be placed on the free resources left.
+
+    The first missing resource is named, with the best that is free, so an admin can see what
+    the job waits for. Jobs that would fit now get ``not_chosen``: the policy preferred others.
+    Devices in ``exclude`` (held back for aged jobs) count as full. Computed once per job shape.
+    """
+    cache: dict[tuple[int, int, int, int, int, str], Unplaced] = {}
+    out: dict[str, Unplaced] = {}
+    for job in jobs:
+        shape = shape_of(job)
+        if shape not in cache:
+            cache[shape] = _explain(state, job, idle_only, exclude)
+        u = cache[shape]
+        out[job.id] = Unplaced(job.id, u.reason, u.code)
+    return out
+
+
+def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | None) -> Unplaced:
+    later = "; it waits for running jobs to finish"
+    if not job.needs_device:
+        ok = state.host_ok(job)
+        if idle_only:
+            ok &= state.node_jobs == 0
+            if not (state.node_jobs == 0).any():
+                return Unplaced(job.id, "no idle node (exclusive policy: one job per node)" + later)
+        if ok.any():
+            return Unplaced(job.id, "fits now but was not chosen this cycle", "not_chosen")
+        best = int(np.argmax(state.node_free_cpu)) if len(state.nodes) else 0
+        free_cpu = max(int(state.node_free_cpu.max(initial=0)), 0)
+        return Unplaced(
+            job.id,
+            f"no node has {_cores(job.total_cpu_milli)} cores and {job.total_memory_mib} MiB "
+            f"host memory free (most cores free: {_cores(free_cpu)} on "
+            f"{state.node_names[best] if state.nodes else '-'})" + later,
+        )
+    m, t, k = job.device_memory_mib, job.device_threads, job.device_count
+    need = f"{k} devices" if k > 1 else "a device"
+    mem_ok = (state.dev_free_mem >= m) & (state.dev_threads >= t)
+    if exclude is not None:
+        mem_ok &= ~exclude
+    if idle_only:
+        mem_ok &= state.dev_jobs == 0
+        if not mem_ok.any():
+            return Unplaced(
+                job.id,
+                f"no idle device with {m} MiB (exclusive policy: one job per device)" + later,
+            )
+    if not mem_ok.any():
+        d = int(np.argmax(state.dev_free_mem)) if state.device_count else -1
+        most = (
+            f"{max(int(state.dev_free_mem[d]), 0)} MiB on {state.dev_label(d)}" if d >= 0 else "-"
+        )
+        return Unplaced(
+            job.id, f"needs {need} with {m} MiB free memory; most free now: {most}" + later
+        )
+    thr_ok = mem_ok & (state.dev_free_thr >= t) if state.strict else mem_ok
+    if not thr_ok.any():
+        best = max(int(state.dev_free_thr[mem_ok].max()), 0)
+        return Unplaced(
+            job.id,
+            f"needs {t} free device threads; devices with room for its memory have at most "
+            f"{best} free (strict thread limit)" + later,
+        )
+    cpu_ok = thr_ok & (state.node_free_cpu >= job.total_cpu_milli)[state.dev_node]
+    if not cpu_ok.any():
+        best_cpu = max(int(state.node_free_cpu[state.dev_node[thr_ok]].max()), 0)
+        return Unplaced(
+            job.id,
+            f"needs {_cores(job.total_cpu_milli)} free cores beside its device; nodes with room "
+            f"on a device have at most {_cores(best_cpu)}" + later,
+        )
+    host_ok = cpu_ok & (state.node_free_mem >= job.total_memory_mib)[state.dev_node]
+    if not host_ok.any():
+        best_mem = max(int(state.node_free_mem[state.dev_node[cpu_ok]].max()), 0)
+        return Unplaced(
+            job.id,
+            f"needs {job.total_memory_mib} MiB free host memory beside its device; nodes with "
+            f"room on a device have at most {best_mem} MiB" + later,
+        )
+    if k > 1 and len(state.nodes_with_devices(job, host_ok)) == 0:
+        return Unplaced(job.id, f"no node has {k} devices with {m} MiB free at once" + later)
+    d = int(np.flatnonzero(host_ok)[0])
+    return Unplaced(
+        job.id,
+        f"fits {state.dev_label(d)} now but was not chosen this cycle; reconsidered next cycle",
+        "not_chosen",
+    )
+
+
+def finish(
+    name: str, snapshot: Snapshot, state: ClusterState, unplaced: dict[str, Unplaced]
+) -> Plan:
+    """Assemble the plan; unplaced jobs are listed in the snapshot's pending order."""
+    ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
+    return Plan(name, tuple(state.assignments), ordered)

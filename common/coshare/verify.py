@@ -1,0 +1,119 @@
+"""Independent check of a plan against its snapshot.
+
+The cycle runs this before it writes anything to a scheduler: a plan that loses a job or
+oversubscribes a device or node is a bug and is never applied. The tests use it as the
+oracle for every policy. It re-does the accounting with plain loops, sharing no code with the
+policies, so a bug in their bookkeeping cannot hide itself. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from coshare.model import Plan, Snapshot
+
+
+def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> list[str]:
+    """Every way ``plan`` breaks the planning contract for ``snapshot``.
+
+    Checks that each pending job appears exactly once (assigned or unplaced), that each
+    assignment names a real node and the right number of its devices, and that running plus
+    planned jobs exceed no device memory, host cores or host memory, nor device threads when
+    ``strict_threads``; no single job may declare more threads than its device has. A
+    resource that was already over its limit before the plan is only reported if the plan
+    adds to it.
+
+    Returns:
+        One line per violation; empty when the plan is sound.
+    """
+    problems: list[str] = []
+    pending = {j.id: j for j in snapshot.pending}
+    nodes = {n.name: n for n in snapshot.nodes}
+
+    seen = Counter(u.job for u in plan.unplaced)
+    assigned_nodes: dict[str, list[str]] = defaultdict(list)
+    for a in plan.assignments:
+        assigned_nodes[a.job].append(a.node)
+    for job_id, count in seen.items():
+        if count > 1:
+            problems.append(f"job {job_id} is unplaced {count} times")
+        if job_id in assigned_nodes:
+            problems.append(f"job {job_id} is both assigned and unplaced")
+    for job_id, on in assigned_nodes.items():
+        if len(on) != len(set(on)):
+            problems.append(f"job {job_id} is assigned twice to the same node")
+    for job_id in list(seen) + list(assigned_nodes):
+        if job_id not in pending:
+            problems.append(f"job {job_id} is in the plan but not pending")
+    for job_id in pending:
+        if job_id not in seen and job_id not in assigned_nodes:
+            problems.append(f"pending job {job_id} is missing from the plan")
+
+    dev_mem: dict[tuple[str, str], int] = defaultdict(int)
+    dev_thr: dict[tuple[str, str], int] = defaultdict(int)
+    node_cpu: dict[str, int] = defaultdict(int)
+    node_mem: dict[str, int] = defaultdict(int)
+    for r in snapshot.running:
+        node_cpu[r.node] += r.cpu_milli
+        node_mem[r.node] += r.memory_mib
+        for d in r.devices:
+            dev_mem[(r.node, d)] += r.device_memory_mib
+            dev_thr[(r.node, d)] += r.device_threads
+    before_mem, before_thr = dict(dev_mem), dict(dev_thr)
+    before_cpu, before_node_mem = dict(node_cpu), dict(node_mem)
+
+    touched_devices: set[tuple[str, str]] = set()
+    touched_nodes: set[str] = set()
+    for a in plan.assignments:
+        job = pending.get(a.job)
+        node = nodes.get(a.node)
+        if job is None:
+            continue
+        if node is None:
+            problems.append(f"job {a.job} is assigned to unknown node {a.node}")
+            continue
+        spread = len(assigned_nodes[a.job]) > 1
+        processes = a.processes if a.processes is not None else job.processes
+        if spread and a.processes is None:
+            problems.append(f"job {a.job} spans nodes but {a.node} has no process count")
+        wanted = job.device_count if job.needs_device else 0
+        if len(a.devices) != wanted:
+            problems.append(f"job {a.job} needs {wanted} devices, got {len(a.devices)} on {a.node}")
+        if len(set(a.devices)) != len(a.devices):
+            problems.append(f"job {a.job} is given the same device twice on {a.node}")
+        ids = {d.id: d for d in node.devices}
+        for dev in a.devices:
+            device = ids.get(dev)
+            if device is None:
+                problems.append(f"job {a.job} is assigned to unknown device {a.node}/{dev}")
+                continue
+            if job.device_threads > device.threads:
+                problems.append(
+                    f"job {a.job} declares {job.device_threads} threads, "
+                    f"more than {a.node}/{dev} has ({device.threads})"
+                )
+            dev_mem[(a.node, dev)] += job.device_memory_mib
+            dev_thr[(a.node, dev)] += job.device_threads
+            touched_devices.add((a.node, dev))
+        node_cpu[a.node] += job.cpu_milli * processes
+        node_mem[a.node] += job.memory_mib * processes
+        touched_nodes.add(a.node)
+
+    for key in sorted(touched_devices):
+        device = next(d for d in nodes[key[0]].devices if d.id == key[1])
+        label = f"{key[0]}/{key[1]}"
+        if dev_mem[key] > device.memory_mib and dev_mem[key] > before_mem.get(key, 0):
+            problems.append(f"device {label} memory {dev_mem[key]} > {device.memory_mib} MiB")
+        if (
+            strict_threads
+            and dev_thr[key] > device.threads
+            and dev_thr[key] > before_thr.get(key, 0)
+        ):
+            problems.append(f"device {label} threads {dev_thr[key]} > {device.threads}")
+    for name in sorted(touched_nodes):
+        node = nodes[name]
+        if node_cpu[name] > node.cpu_milli and node_cpu[name] > before_cpu.get(name, 0):
+            problems.append(f"node {name} cores {node_cpu[name] / 1000:g} > {node.cores}")
+        if node_mem[name] > node.memory_mib and node_mem[name] > before_node_mem.get(name, 0):
+            problems.append(f"node {name} memory {node_mem[name]} > {node.memory_mib} MiB")
+    return problems
