@@ -1,0 +1,230 @@
+"""The ``coshare`` command line.
+
+::
+
+    coshare plan SNAPSHOT|- [--policy NAME] [--output table|json] [--threads strict|soft]
+    coshare demo
+    coshare config show | coshare config check FILE
+
+Subcommands of the adapters, the node helpers and the simulator are loaded only when used
+(:data:`LAZY_COMMANDS`), so ``coshare plan`` does not import scheduler bindings.
+
+Exit statuses: 0 success; 1 the scheduler or a command failed; 2 bad input (snapshot,
+config, flags); 3 a cycle ran but some edits failed. Errors print one message, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from coshare.config import Config, load_config, to_dict, with_overrides
+from coshare.errors import CoshareError, InputError, SnapshotError
+from coshare.model import Snapshot
+from coshare.planner import timed_plan
+from coshare.policies import PolicyOptions, make_policy, policy_names
+from coshare.render import plan_table, policy_summary
+from coshare.schema import decode_json, parse_snapshot, plan_to_dict
+
+#: Subcommands that live in other modules: name -> "module:attribute".
+LAZY_COMMANDS: dict[str, str] = {}
+
+EXAMPLE_SNAPSHOT = "paper-cluster.json"
+
+
+class CoshareGroup(click.Group):
+    """A click group that loads some subcommands lazily and turns coshare errors into one
+    message and the error's exit status."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS:
+            module, _, attribute = LAZY_COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CoshareError as exc:
+            click.echo(f"coshare: error: {exc}", err=True)
+            ctx.exit(exc.exit_status)
+
+
+@dataclass
+class AppContext:
+    """What subcommands share: the config file named on the command line, loaded on demand."""
+
+    config_path: Path | None = None
+    _config: Config | None = field(default=None, repr=False)
+
+    @property
+    def config(self) -> Config:
+        """The configuration (defaults < file < environment), loaded once."""
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+
+pass_app = click.make_pass_decorator(AppContext, ensure=True)
+
+
+@click.group(cls=CoshareGroup)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="YAML config (default: $COSHARE_CONFIG, else /etc/coshare/config.yaml if present).",
+)
+@click.version_option(package_name="coshare")
+@click.pass_context
+def cli(ctx: click.Context, config_path: Path | None) -> None:
+    """coshare: sharing-aware co-scheduling for HTCondor and Slurm."""
+    ctx.obj = AppContext(config_path)
+
+
+def policy_options(config: Config) -> PolicyOptions:
+    """The policy options of a configuration."""
+    return PolicyOptions(
+        threads=config.policy.threads,
+        seed=config.policy.seed,
+        age_limit_s=config.policy.age_limit_s,
+        max_reserved_devices=config.policy.max_reserved_devices,
+        memory_grid_mib=config.knapsack.memory_grid_mib,
+        max_thread_cells=config.knapsack.max_thread_cells,
+    )
+
+
+def read_snapshot(path: str) -> Snapshot:
+    """Read a snapshot from a file, or from standard input for ``-``.
+
+    Raises:
+        SnapshotError: unreadable file, bad JSON, or a broken contract.
+    """
+    source = "<stdin>" if path == "-" else path
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise SnapshotError([f"cannot read: {exc.strerror}"], source) from exc
+    except UnicodeDecodeError as exc:
+        raise SnapshotError(["not UTF-8 text"], source) from exc
+    return decode_json(text, source, parse_snapshot)
+
+
+def _policy_flags(func: Any) -> Any:
+    func = click.option(
+        "--seed", type=int, default=None, help="Seed of the random policy (config: policy.seed)."
+    )(func)
+    func = click.option(
+        "--threads",
+        type=click.Choice(["strict", "soft"]),
+        default=None,
+        help="strict: declared threads per device never exceed its hardware threads; "
+        "soft: they may, where the offload gate serializes (config: policy.threads).",
+    )(func)
+    func = click.option(
+        "--policy",
+        "policy_name",
+        type=str,
+        default=None,
+        help=f"Policy: {', '.join(policy_names())} (config: policy.name, default knapsack).",
+    )(func)
+    return func
+
+
+def configured(app: AppContext, policy_name: str | None, threads: str | None,
+               seed: int | None) -> Config:  # fmt: skip
+    """The config with the command line's policy flags applied (flags win)."""
+    return with_overrides(app.config, "policy", name=policy_name, threads=threads, seed=seed)
+
+
+@cli.command()
+@click.argument("snapshot", metavar="SNAPSHOT|-")
+@_policy_flags
+@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="Table: also list devices that get nothing.")
+@pass_app
+def plan(
+    app: AppContext, snapshot: str, policy_name: str | None, threads: str | None,
+    seed: int | None, output: str, show_all: bool,
+) -> None:  # fmt: skip
+    """Plan the pending jobs of a snapshot (JSON file, or - for stdin) and print the plan."""
+    config = configured(app, policy_name, threads, seed)
+    policy = make_policy(config.policy.name, policy_options(config))
+    snap = read_snapshot(snapshot)
+    result = timed_plan(policy, snap)
+    if output == "json":
+        click.echo(json.dumps(plan_to_dict(result), indent=1))
+    else:
+        click.echo(plan_table(snap, result, show_all=show_all), nl=False)
+
+
+def example_snapshot() -> Snapshot:
+    """The bundled example: four Xeon Phi nodes of three models, Table I jobs."""
+    text = resources.files("coshare.examples").joinpath(EXAMPLE_SNAPSHOT).read_text()
+    return decode_json(text, EXAMPLE_SNAPSHOT, parse_snapshot)
+
+
+@cli.command()
+@pass_app
+def demo(app: AppContext) -> None:
+    """Plan the bundled example snapshot with every policy and show the knapsack plan."""
+    config = app.config
+    snap = example_snapshot()
+    click.echo(
+        f"Example cluster: {len(snap.nodes)} nodes, "
+        f"{sum(len(n.devices) for n in snap.nodes)} Xeon Phi devices of 3 models, "
+        f"{len(snap.running)} jobs holding devices, {len(snap.pending)} pending "
+        "(Table I applications of the coprocessor-sharing paper).\n"
+    )
+    rows = []
+    plans = {}
+    for name in ("exclusive", "random", "knapsack"):
+        plans[name] = timed_plan(make_policy(name, policy_options(config)), snap)
+        rows.append((name, plans[name]))
+    click.echo(plan_table(snap, plans["knapsack"]), nl=False)
+    click.echo(policy_summary(rows), nl=False)
+
+
+@cli.group()
+def config() -> None:
+    """Show or check the configuration."""
+
+
+@config.command("show")
+@pass_app
+def config_show(app: AppContext) -> None:
+    """Print the effective configuration (defaults < file < environment) as YAML."""
+    click.echo(yaml.safe_dump(to_dict(app.config), sort_keys=False), nl=False)
+
+
+@config.command("check")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+def config_check(path: Path) -> None:
+    """Check a config file; exit 2 with the problem if it is unusable."""
+    loaded = load_config(path, environ={})
+    click.echo(f"{path}: ok (policy {loaded.policy.name}, {len(loaded.device_kinds)} device kinds)")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``coshare`` console script."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="coshare")
+    except InputError as exc:  # raised outside a group invocation (should not happen)
+        click.echo(f"coshare: error: {exc}", err=True)
+        sys.exit(exc.exit_status)
