@@ -1,0 +1,123 @@
+"""The command line, through click's CliRunner: exit codes and what people read."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from coshare.cli import cli, example_snapshot
+from coshare.schema import snapshot_to_dict
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "common/coshare/examples/paper-cluster.json"
+
+
+@pytest.fixture(autouse=True)
+def no_system_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("coshare.config.DEFAULT_CONFIG_PATH", tmp_path / "absent.yaml")
+    for var in [v for v in os.environ if v.startswith("COSHARE_")]:
+        monkeypatch.delenv(var)
+
+
+def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_plan_json_follows_the_contract() -> None:
+    code, out, _ = run("plan", str(EXAMPLE), "--output", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["policy"] == "knapsack"
+    assert set(data) == {"policy", "assignments", "unplaced", "stats"}
+    jobs = [a["job"] for a in data["assignments"]] + [u["job"] for u in data["unplaced"]]
+    assert sorted(jobs) == sorted(j.id for j in example_snapshot().pending)
+    assert data["stats"]["placed"] == len(data["assignments"])
+
+
+def test_plan_table_shows_devices_and_reasons() -> None:
+    code, out, _ = run("plan", str(EXAMPLE), "--policy", "exclusive")
+    assert code == 0
+    assert "Plan by policy exclusive" in out
+    assert "phi02" in out and "never_fits" in out
+    assert "device_memory_mib 20000 exceeds every device" in " ".join(out.split())
+
+
+def test_plan_reads_stdin_and_flags_override_config(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("policy: {name: exclusive}\n")
+    text = EXAMPLE.read_text()
+    code, out, _ = run("--config", str(config), "plan", "-", "--output", "json", stdin=text)
+    assert code == 0 and json.loads(out)["policy"] == "exclusive"
+    code, out, _ = run("--config", str(config), "plan", "-", "--policy", "random", "--output",
+                       "json", stdin=text)  # fmt: skip
+    assert code == 0 and json.loads(out)["policy"] == "random"
+
+
+def test_soft_threads_flag() -> None:
+    snap = snapshot_to_dict(example_snapshot())
+    code, strict, _ = run("plan", "-", "--output", "json", stdin=json.dumps(snap))
+    code2, soft, _ = run(
+        "plan", "-", "--output", "json", "--threads", "soft", stdin=json.dumps(snap)
+    )
+    assert code == code2 == 0
+    assert json.loads(soft)["stats"]["placed"] >= json.loads(strict)["stats"]["placed"]
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "expected"),
+    [
+        (["plan", "/no/such/file.json"], None, "/no/such/file.json: cannot read: No such file"),
+        (["plan", "-"], "{", "<stdin>: not valid JSON"),
+        (
+            ["plan", "-"],
+            '{"nodes": [], "pending": [{"id": "1", "device_memory_mib": "x"}]}',
+            'pending job "1": field \'device_memory_mib\' is "x"',
+        ),
+        (
+            ["plan", "-", "--policy", "best"],
+            "{}",
+            "unknown policy 'best' (known: exclusive, knapsack, random)",
+        ),
+    ],
+)
+def test_bad_input_gives_one_message_and_exit_2(
+    args: list[str], stdin: str | None, expected: str
+) -> None:
+    code, out, err = run(*args, stdin=stdin)
+    assert code == 2
+    assert expected in err
+    assert "Traceback" not in err + out
+
+
+def test_bad_config_is_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy: {name: knapsack, colour: blue}\n")
+    code, _, err = run("--config", str(bad), "plan", str(EXAMPLE))
+    assert code == 2 and "unknown key 'colour'" in err
+    code, _, err = run("config", "check", str(bad))
+    assert code == 2 and "unknown key 'colour'" in err
+
+
+def test_config_show_and_check(tmp_path: Path) -> None:
+    code, out, _ = run("config", "show")
+    assert code == 0 and "memory_grid_mib: 64" in out and "phi-5110p" in out
+    good = tmp_path / "good.yaml"
+    good.write_text(out)
+    code, out, _ = run("config", "check", str(good))
+    assert code == 0 and "ok" in out
+
+
+def test_demo_compares_policies_on_the_bundled_snapshot() -> None:
+    code, out, _ = run("demo")
+    assert code == 0
+    assert "Plan by policy knapsack" in out
+    for name in ("exclusive", "random", "knapsack"):
+        assert name in out.split("Policies on this snapshot")[1]
+
+
+def test_help_lists_commands() -> None:
+    code, out, _ = run("--help")
+    assert code == 0 and "plan" in out and "demo" in out

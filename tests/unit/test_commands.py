@@ -1,0 +1,48 @@
+"""The subprocess choke point: argument lists, timeouts, structured failures."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from coshare.commands import run
+from coshare.errors import CommandFailed
+
+
+def test_success_returns_output() -> None:
+    result = run([sys.executable, "-c", "print('hi; rm -rf /')"], timeout_s=30)
+    assert result.returncode == 0 and result.stdout == "hi; rm -rf /\n"
+
+
+def test_arguments_are_never_interpreted_by_a_shell() -> None:
+    result = run(
+        [sys.executable, "-c", "import sys; print(sys.argv[1])", "$(echo x); `id`"], timeout_s=30
+    )
+    assert result.stdout.strip() == "$(echo x); `id`"
+
+
+def test_failure_raises_with_status_and_output() -> None:
+    with pytest.raises(CommandFailed) as info:
+        run(
+            [sys.executable, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(4)"],
+            timeout_s=30,
+        )
+    assert info.value.returncode == 4 and "boom" in info.value.stderr and "boom" in str(info.value)
+    assert (
+        run([sys.executable, "-c", "raise SystemExit(4)"], timeout_s=30, check=False).returncode
+        == 4
+    )
+
+
+def test_timeout_and_missing_program() -> None:
+    with pytest.raises(CommandFailed, match="timed out") as info:
+        run([sys.executable, "-c", "import time; time.sleep(5)"], timeout_s=0.2)
+    assert info.value.returncode is None
+    with pytest.raises(CommandFailed, match="cannot run /no/such/program"):
+        run(["/no/such/program"], timeout_s=1)
+
+
+def test_input_text_is_passed_on_stdin() -> None:
+    result = run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"],
+                 timeout_s=30, input_text="abc")  # fmt: skip
+    assert result.stdout.strip() == "ABC"

@@ -1,0 +1,217 @@
+"""Policy behaviour on hand-built snapshots: what each policy decides and why."""
+
+from __future__ import annotations
+
+import pytest
+from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
+from coshare.policies import PolicyOptions, make_policy
+from coshare.verify import check_plan
+
+
+def phi(
+    name: str, memory: int = 8192, threads: int = 240, devices: int = 1, cores: int = 16
+) -> Node:
+    return Node(name, cores * MILLI, 65536,
+                tuple(Device(str(i), memory, threads) for i in range(devices)))  # fmt: skip
+
+
+def job(ident: str, memory: int, threads: int, **kw: object) -> Job:
+    return Job(ident, device_memory_mib=memory, device_threads=threads, memory_mib=1024, **kw)  # type: ignore[arg-type]
+
+
+def where(plan: object) -> dict[str, tuple[str, tuple[str, ...]]]:
+    return {a.job: (a.node, a.devices) for a in plan.assignments}  # type: ignore[attr-defined]
+
+
+def reasons(plan: object) -> dict[str, tuple[str, str]]:
+    return {u.job: (u.code, u.reason) for u in plan.unplaced}  # type: ignore[attr-defined]
+
+
+def test_exclusive_gives_each_job_its_own_device_in_priority_order() -> None:
+    snap = Snapshot(
+        (phi("a"), phi("b")),
+        (),
+        (job("1", 100, 60), job("2", 100, 60, priority=5), job("3", 100, 60, submit_time_s=-1)),
+    )
+    plan = make_policy("exclusive").plan(snap)
+    assert where(plan) == {"2": ("a", ("0",)), "3": ("b", ("0",))}
+    code, reason = reasons(plan)["1"]
+    assert code == "no_room" and "no idle device" in reason
+
+
+def test_exclusive_does_not_use_a_device_that_runs_a_job() -> None:
+    snap = Snapshot((phi("a"),), (RunningJob("r", "a", ("0",), 10, 1),), (job("1", 10, 1),))
+    assert make_policy("exclusive").plan(snap).placed == 0
+
+
+def test_random_shares_devices_and_respects_strict_threads() -> None:
+    snap = Snapshot((phi("a"),), (), tuple(job(str(i), 1000, 120) for i in range(4)))
+    plan = make_policy("random", PolicyOptions(seed=1)).plan(snap)
+    assert plan.placed == 2  # 2 x 120 threads = 240
+    soft = make_policy("random", PolicyOptions(seed=1, threads="soft")).plan(snap)
+    assert soft.placed == 4  # memory alone bounds sharing in soft mode
+    assert check_plan(snap, soft, strict_threads=False) == []
+
+
+def test_random_order_depends_on_seed_only() -> None:
+    snap = Snapshot((phi("a", memory=3000),), (), tuple(job(str(i), 1000, 1) for i in range(9)))
+    picks = {frozenset(make_policy("random", PolicyOptions(seed=s)).plan(snap).placed_jobs)
+             for s in range(8)}  # fmt: skip
+    assert len(picks) > 1
+    again = make_policy("random", PolicyOptions(seed=3)).plan(snap)
+    assert again == make_policy("random", PolicyOptions(seed=3)).plan(snap)
+
+
+def test_knapsack_prefers_many_jobs_with_few_threads() -> None:
+    # One 240-thread job (value 0) or four 60-thread jobs (value 4 x 0.9375): the paper's point.
+    snap = Snapshot(
+        (phi("a"),),
+        (),
+        (job("big", 1000, 240, priority=10), *(job(f"s{i}", 1000, 60) for i in range(4))),
+    )
+    plan = make_policy("knapsack", PolicyOptions(age_limit_s=None)).plan(snap)
+    assert plan.placed_jobs == {"s0", "s1", "s2", "s3"}
+    assert reasons(plan)["big"][0] == "no_room"
+
+
+def test_knapsack_refills_a_device_that_runs_jobs_with_what_is_left() -> None:
+    snap = Snapshot(
+        (phi("a"),),
+        (RunningJob("r", "a", ("0",), 7000, 180),),
+        (job("fits", 1000, 60), job("too-big", 1300, 60), job("too-many-threads", 100, 120)),
+    )
+    plan = make_policy("knapsack").plan(snap)
+    assert plan.placed_jobs == {"fits"}
+    assert (
+        "room" in reasons(plan)["too-many-threads"][1]
+        or "threads" in reasons(plan)["too-many-threads"][1]
+    )
+
+
+def test_knapsack_counts_planned_but_not_started_jobs() -> None:
+    snap = Snapshot((phi("a"),), (RunningJob("p", "a", ("0",), 8000, 60, state="planned"),),
+                    (job("1", 500, 60),))  # fmt: skip
+    assert make_policy("knapsack").plan(snap).placed == 0
+
+
+def test_knapsack_fills_small_devices_first_so_big_jobs_find_big_devices() -> None:
+    snap = Snapshot(
+        (phi("big", memory=16384), phi("small", memory=6144)),
+        (),
+        (job("large", 12000, 60), job("s1", 3000, 60), job("s2", 3000, 60)),
+    )
+    plan = make_policy("knapsack").plan(snap)
+    assert where(plan)["s1"][0] == "small" and where(plan)["s2"][0] == "small"
+    assert where(plan)["large"][0] == "big"
+
+
+def test_knapsack_soft_mode_lets_threads_exceed_the_device() -> None:
+    snap = Snapshot((phi("a"),), (), tuple(job(str(i), 1000, 240) for i in range(3)))
+    strict = make_policy("knapsack", PolicyOptions(threads="strict")).plan(snap)
+    soft = make_policy("knapsack", PolicyOptions(threads="soft")).plan(snap)
+    assert strict.placed == 1 and soft.placed == 3
+
+
+def test_aged_job_goes_first_and_otherwise_reserves_a_device() -> None:
+    running = (RunningJob("r", "a", ("0",), 6000, 60),)
+    old_big = job("old", 4000, 240, submit_time_s=0.0)
+    young = tuple(job(f"y{i}", 500, 60, submit_time_s=9000.0) for i in range(8))
+    snap = Snapshot((phi("a"), phi("b")), running, (old_big, *young), now_s=10_000.0)
+    plan = make_policy("knapsack", PolicyOptions(age_limit_s=3600)).plan(snap)
+    assert where(plan)["old"] == ("b", ("0",))  # placed before the small ones take device b
+    # Without aging the knapsack prefers the small jobs and the big one waits.
+    plain = make_policy("knapsack", PolicyOptions(age_limit_s=None)).plan(snap)
+    assert "old" not in plain.placed_jobs
+
+    # When it fits nowhere now, a device is held back for it: no new job lands there.
+    busy = (*running, RunningJob("r2", "b", ("0",), 5000, 60))
+    held = make_policy("knapsack", PolicyOptions(age_limit_s=3600)).plan(
+        Snapshot(snap.nodes, busy, snap.pending, now_s=10_000.0)
+    )
+    code, reason = reasons(held)["old"]
+    assert (code == "reserved" and "a/0" in reason) or "b/0" in reason
+    reserved_node = "b" if "b/0" in reason else "a"
+    assert all(node != reserved_node for node, _ in where(held).values())
+
+
+def test_reservations_are_capped() -> None:
+    running = (RunningJob("r", "a", ("0",), 6000, 60),)
+    aged = tuple(job(f"o{i}", 4000, 240, submit_time_s=0.0) for i in range(3))
+    snap = Snapshot((phi("a"),), running, aged, now_s=10_000.0)
+    plan = make_policy("knapsack", PolicyOptions(max_reserved_devices=1)).plan(snap)
+    codes = sorted(code for code, _ in reasons(plan).values())
+    assert codes == ["no_room", "no_room", "reserved"]
+
+
+def test_multi_device_jobs_take_devices_of_one_node() -> None:
+    snap = Snapshot(
+        (phi("one"), phi("two", devices=2)),
+        (),
+        (job("pair", 5000, 120, device_count=2), job("s", 100, 60)),
+    )
+    for name in ("exclusive", "random", "knapsack"):
+        plan = make_policy(name).plan(snap)
+        assert where(plan)["pair"] == ("two", ("0", "1")), name
+        assert check_plan(snap, plan) == []
+
+
+def test_cpu_jobs_use_cores_only() -> None:
+    snap = Snapshot(
+        (phi("a", cores=4),),
+        (),
+        (Job("c", kind="cpu", device_count=0, cpu_milli=3 * MILLI), job("d", 100, 60)),
+    )
+    plan = make_policy("knapsack").plan(snap)
+    assert where(plan) == {"c": ("a", ()), "d": ("a", ("0",))}
+    exclusive = make_policy("exclusive").plan(snap)
+    assert exclusive.placed == 1  # an exclusive CPU job needs a node nobody else uses
+
+
+def test_host_cores_are_shared_out_among_a_nodes_devices() -> None:
+    # 4 cores, 2 devices, 2-core jobs: each device gets jobs, neither hogs the host.
+    snap = Snapshot((phi("a", devices=2, cores=4),), (),
+                    tuple(Job(str(i), 100, 10, cpu_milli=2 * MILLI) for i in range(6)))  # fmt: skip
+    plan = make_policy("knapsack").plan(snap)
+    assert plan.placed == 2
+    assert sorted(d for _, devs in where(plan).values() for d in devs) == ["0", "1"]
+
+
+@pytest.mark.parametrize(
+    ("pending", "reason"),
+    [
+        (job("m", 9000, 60), "device_memory_mib 9000 exceeds every device (max 8192)"),
+        (job("t", 100, 300), "device_threads 300 exceeds every device (max 240)"),
+        (
+            job("k", 100, 60, device_count=3),
+            "device_count 3 exceeds the devices of every node (max 1)",
+        ),
+        (Job("c", 100, 60, cpu_milli=32 * MILLI), "cores 32 exceeds every node (max 16)"),
+        (Job("h", 100, 60, memory_mib=10**6), "memory_mib 1000000 exceeds every node (max 65536)"),
+    ],
+)
+def test_jobs_that_fit_nowhere_say_which_limit(pending: Job, reason: str) -> None:
+    for name in ("exclusive", "random", "knapsack"):
+        plan = make_policy(name).plan(Snapshot((phi("a"),), (), (pending,)))
+        assert reasons(plan)[pending.id] == ("never_fits", reason)
+
+
+def test_memory_is_rounded_up_to_the_grid_never_down() -> None:
+    # Two 4000 MiB jobs on an 8000 MiB device: with a 64 MiB grid each is 63 cells (4032 MiB)
+    # and the device 125 cells, so only one fits; the plan never relies on rounding down.
+    snap = Snapshot((phi("a", memory=8000),), (), (job("1", 4000, 1), job("2", 4000, 1)))
+    assert make_policy("knapsack", PolicyOptions(memory_grid_mib=64)).plan(snap).placed == 1
+    assert make_policy("knapsack", PolicyOptions(memory_grid_mib=1)).plan(snap).placed == 2
+
+
+def test_identical_devices_get_identical_mixes_and_ties_follow_priority() -> None:
+    nodes = tuple(phi(f"n{i}") for i in range(3))
+    pending = tuple(job(f"{i}", 1000, 60, priority=i) for i in range(12))
+    plan = make_policy("knapsack").plan(Snapshot(nodes, (), pending))
+    per_node: dict[str, int] = {}
+    for node, _ in where(plan).values():
+        per_node[node] = per_node.get(node, 0) + 1
+    assert per_node == {"n0": 4, "n1": 4, "n2": 4}
+    # Now more jobs than room: the highest priorities win the ties.
+    more = tuple(job(f"x{i}", 1000, 60, priority=i) for i in range(20))
+    chosen = make_policy("knapsack").plan(Snapshot(nodes, (), more)).placed_jobs
+    assert chosen == {f"x{i}" for i in range(8, 20)}

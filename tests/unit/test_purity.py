@@ -1,0 +1,98 @@
+"""The pure parts of coshare import no I/O (DESIGN.md): model, schema, annotations, verify,
+workloads, policies, and later sim and alloc's protocol logic.
+
+Each module's imports are read from its source (not executed), and the check follows imports
+of other coshare modules, so a pure module cannot reach I/O through a helper either.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "common" / "coshare"
+
+#: Modules and packages that must stay pure. Packages cover every module inside them.
+PURE = ["model", "schema", "annotations", "verify", "workloads", "policies", "sim", "alloc"]
+
+#: What a pure module may not import (top-level names).
+FORBIDDEN = {
+    "os", "subprocess", "time", "socket", "shutil", "pathlib", "io", "threading", "asyncio",
+    "multiprocessing", "signal", "select", "selectors", "tempfile", "urllib", "http",
+    "htcondor", "htcondor2", "classad", "classad2", "pyslurm", "pynvml", "datetime", "uuid",
+    "secrets", "sys", "builtins", "ctypes", "mmap", "fcntl", "glob", "sqlite3", "logging",
+}  # fmt: skip
+
+
+def module_file(name: str) -> Path | None:
+    parts = name.split(".")[1:]
+    base = PACKAGE.joinpath(*parts)
+    if (base / "__init__.py").exists():
+        return base / "__init__.py"
+    if base.with_suffix(".py").exists():
+        return base.with_suffix(".py")
+    return None
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def pure_modules() -> list[str]:
+    names = []
+    for entry in PURE:
+        path = PACKAGE / entry
+        if path.is_dir():
+            names += [f"coshare.{entry}.{p.stem}" if p.stem != "__init__" else f"coshare.{entry}"
+                      for p in sorted(path.rglob("*.py"))
+                      if len(p.relative_to(path).parts) == 1]  # fmt: skip
+            names += [
+                "coshare." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
+                for p in sorted(path.rglob("*.py"))
+                if len(p.relative_to(path).parts) > 1 and p.stem != "__init__"
+            ]
+        elif path.with_suffix(".py").exists():
+            names.append(f"coshare.{entry}")
+    return names
+
+
+def reachable_violations(start: str) -> list[str]:
+    seen: set[str] = set()
+    stack = [start]
+    bad: list[str] = []
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = module_file(name)
+        if path is None:
+            continue
+        for imported in sorted(imports_of(path)):
+            top = imported.split(".")[0]
+            if top in FORBIDDEN:
+                bad.append(f"{name} imports {imported}")
+            elif top == "coshare":
+                stack.append(imported)
+    return bad
+
+
+@pytest.mark.parametrize("module", pure_modules())
+def test_pure_module_imports_no_io(module: str) -> None:
+    assert reachable_violations(module) == []
+
+
+def test_the_check_itself_catches_io() -> None:
+    # coshare.config reads files and the environment: the walker must notice.
+    assert any("imports os" in v for v in reachable_violations("coshare.config"))
+    assert any("imports subprocess" in v for v in reachable_violations("coshare.commands"))
