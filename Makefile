@@ -1,0 +1,41 @@
+# coshare: the two set-up commands of the README, and the pieces they are made of.
+#   make demo   set up .venv and run the main job on the bundled example (no cluster needed)
+#   make test   install the test dependencies, run ruff, mypy and the whole suite
+# Integration tests start a real Slurm cluster and HTCondor pool with deploy/ (root, apt).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(VENV)/.base: pyproject.toml
+	@scripts/ensure-venv $(PYTHON) $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
+	@touch $@
+
+$(VENV)/.test: pyproject.toml
+	@scripts/ensure-venv $(PYTHON) $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,condor,slurm]'
+	@touch $@ $(VENV)/.base
+
+demo: $(VENV)/.base
+	$(BIN)/coshare demo
+
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+
+typecheck: $(VENV)/.test
+	$(BIN)/mypy
+
+unit: $(VENV)/.test
+	$(BIN)/pytest tests/unit tests/contract
+
+test: lint typecheck
+	$(BIN)/pytest
+
+bench: $(VENV)/.base
+	$(BIN)/python bench/plan_scale.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
