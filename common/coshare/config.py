@@ -108,12 +108,27 @@ class KnapsackConfig:
 
 
 @dataclass(frozen=True)
+class CycleConfig:
+    """Options of the live planning cycle (both adapters).
+
+    Attributes:
+        replan_after_s: a job planned this long ago that has not started is planned again
+            (its device may have been taken by something coshare does not manage).
+        interval_s: how often the deploy files run a cycle (systemd timer, cron).
+    """
+
+    replan_after_s: float = field(default=300.0, metadata={"min": 0})
+    interval_s: float = field(default=30.0, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
     device_kinds: Mapping[str, DeviceKind] = field(default_factory=_default_device_kinds)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     knapsack: KnapsackConfig = field(default_factory=KnapsackConfig)
+    cycle: CycleConfig = field(default_factory=CycleConfig)
 
 
 def build(cls: type[C], data: object, where: str = "") -> C:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coshare.model import Plan, Snapshot, milli_to_cores
+from coshare.planner import CycleReport
 
 #: Job ids listed per cell before "+N more".
 SHOWN_IDS = 6
@@ -123,3 +124,25 @@ def policy_summary(rows: Sequence[tuple[str, Plan]], width: int = 120) -> str:
         table.add_row(name, str(plan.placed), str(len(plan.unplaced)), str(len(devices)),
                       f"{plan.seconds:.4f}")  # fmt: skip
     return _render(table, width=width)
+
+
+def cycle_summary(report: CycleReport) -> str:
+    """What one cycle did, for cron mail and the admin: counts, timings, and every job that
+    was refused, skipped or failed with its reason."""
+    apply = report.apply
+    verb = "would write" if apply.dry_run else "wrote"
+    lines = [
+        f"cycle ({report.plan.policy}{', dry run' if apply.dry_run else ''}): "
+        f"{report.plan.pending} pending, {report.plan.placed} placed, {verb} "
+        f"{len(apply.applied)}, unchanged {len(apply.unchanged)}, skipped {len(apply.skipped)}, "
+        f"failed {len(apply.failed)}, refused {len(report.rejected)} "
+        f"(read {report.read_s:.3f} s, plan {report.plan.seconds:.3f} s, "
+        f"apply {report.apply_s:.3f} s)"
+    ]
+    for r in report.rejected:
+        lines.append(f"  refused {r.job}: {r.reason}")
+    for outcome in apply.skipped:
+        lines.append(f"  skipped {outcome.job}: {outcome.detail}")
+    for outcome in apply.failed:
+        lines.append(f"  FAILED {outcome.job}: {outcome.detail}")
+    return "\n".join(lines) + "\n"

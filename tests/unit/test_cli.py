@@ -121,3 +121,24 @@ def test_demo_compares_policies_on_the_bundled_snapshot() -> None:
 def test_help_lists_commands() -> None:
     code, out, _ = run("--help")
     assert code == 0 and "plan" in out and "demo" in out
+
+
+def test_cycle_summary_lists_every_refused_skipped_and_failed_job() -> None:
+    from coshare.model import Plan, Unplaced
+    from coshare.planner import ApplyReport, CycleReport, JobOutcome, Rejected
+    from coshare.render import cycle_summary
+
+    report = CycleReport(
+        plan=Plan("knapsack", (), (Unplaced("3", "waits"),)),
+        apply=ApplyReport(
+            applied=("1",), skipped=(JobOutcome("2", "ended before the edit"),),
+            failed=(JobOutcome("4", "scontrol: Invalid job id"),), dry_run=True,
+        ),
+        rejected=(Rejected("5", "CoshareDeviceMemory='x' is not a number"),),
+    )  # fmt: skip
+    text = cycle_summary(report)
+    assert "dry run" in text and "would write 1" in text
+    assert "skipped 2: ended before the edit" in text
+    assert "FAILED 4: scontrol: Invalid job id" in text
+    assert "refused 5: CoshareDeviceMemory='x' is not a number" in text
+    assert report.exit_status == 3
