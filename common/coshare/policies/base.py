@@ -52,13 +52,17 @@ def priority_key(job: Job) -> tuple[int, float, str]:
 
 
 def shape_of(job: Job) -> tuple[int, int, int, int, int, str]:
-    """What placement depends on: jobs of equal shape fit exactly the same places."""
+    """What placement depends on: jobs of equal shape fit exactly the same places.
+
+    Called for every job of a plan, so it reads fields directly rather than properties.
+    """
+    device = job.kind == "device"
     return (
         job.device_memory_mib,
         job.device_threads,
-        job.device_count if job.needs_device else 0,
-        job.total_cpu_milli,
-        job.total_memory_mib,
+        job.device_count if device else 0,
+        job.cpu_milli * job.processes,
+        job.memory_mib * job.processes,
         job.kind,
     )
 
