@@ -166,7 +166,7 @@ def write_text(path: Path, value: str) -> None:
     """
     data = value.encode()
     try:
-        fd = os.open(path, os.O_WRONLY)
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # O_TRUNC: cgroupfs ignores it
     except OSError as exc:
         raise CgroupError(str(path), f"write {value!r} to", exc.strerror or str(exc)) from exc
     try:
