@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from coshare.config import NodeConfig
 from coshare.errors import CgroupUnavailable, JobSpecError, JobStateError
 from coshare.node.cgroups import V2Cgroups, detect_version
 from coshare.node.lifecycle import job_attach, job_end, job_start, node_store, spawn_in_group
 from coshare.node.spec import parse_cpu_list
+
 from tests.node.helpers import (
     CGROUP_ROOT,
     COSHARE,

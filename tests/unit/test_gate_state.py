@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from coshare.node.gate_state import Client, GateState, Reply
 from coshare.node.protocol import Request
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def acquire(threads: int, device: str | None = "0") -> Request:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from coshare.errors import CgroupUnavailable, JobSpecError
 from coshare.node.cgroups import V1Cgroups, V2Cgroups, detect_version, open_cgroups
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from coshare.node.protocol import MAX_LINE, ProtocolError, Request, parse_reply, parse_request
 from hypothesis import given
 from hypothesis import strategies as st
-
-from coshare.node.protocol import MAX_LINE, ProtocolError, Request, parse_reply, parse_request
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from coshare.errors import JobSpecError
 from coshare.node.spec import (
     JobSpec,
@@ -18,6 +15,8 @@ from coshare.node.spec import (
     job_of_group,
     parse_cpu_list,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize("job", ["12.0", "1234", "1234_5", "1234+0", "a-b.c"])

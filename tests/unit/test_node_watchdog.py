@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import JobSpec
 from coshare.node.watchdog import Violation, device_memory_violations
