@@ -67,3 +67,16 @@ def test_replies_split_into_fields() -> None:
     )
     with pytest.raises(ProtocolError):
         parse_reply("what")
+
+
+@given(
+    st.sampled_from(["ACQUIRE", "TRY", "acquire"]),
+    st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,10}", fullmatch=True)),
+    st.integers(1, 2**31 - 1),
+    st.sampled_from(["", "\n", "\r\n"]),
+)
+def test_fast_and_slow_paths_agree(verb: str, device: str | None, threads: int, end: str) -> None:
+    words = [verb, *([device] if device else []), str(threads)]
+    expected = Request(verb.upper(), device=device or None, threads=threads)  # type: ignore[arg-type]
+    assert parse_request((" ".join(words) + end).encode()) == expected
+    assert parse_request(f"RELEASE {threads}{end}".encode()) == Request("RELEASE", grant=threads)

@@ -62,17 +62,22 @@ async def serve(
         GateError: the socket cannot be served.
         NodeError: the device memory backend cannot start.
     """
-    cgroups = node_cgroups(config)
     store = node_store(config)
     store.ensure()
-    server = GateServer(GateState(dict(budgets)), identify or make_identify(cgroups, store))
+    cgroups = node_cgroups(config) if identify is None or watch else None
+    if identify is None:
+        assert cgroups is not None
+        identify = make_identify(cgroups, store)
+    server = GateServer(GateState(dict(budgets)), identify)
     await server.start(Path(config.gate_socket))
     watcher = None
     if watch:
+        assert cgroups is not None
+        found = cgroups
         watchdog = Watchdog(
             store,
             device_memory_backend(config),
-            lambda pid: job_of_pid(pid, cgroups),
+            lambda pid: job_of_pid(pid, found),
             config.kill_timeout_s,
         )
         watcher = asyncio.create_task(_watch(watchdog, config.watch_interval_s, stop))

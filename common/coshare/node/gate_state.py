@@ -223,7 +223,10 @@ class GateState:
                     )
                 ]
             return [self._grant(waiter)]
-        self._queue(device).append(waiter)
+        queue = self._queue(device)
+        if not queue and self._fits(waiter):
+            return [self._grant(waiter)]  # nobody waits and it fits: no queueing at all
+        queue.append(waiter)
         self._waiting[conn] = waiter
         return self._drain(device)
 

@@ -64,6 +64,12 @@ ErrorCode = Literal[
 
 _DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 _NUMBER = re.compile(r"[0-9]{1,10}")
+#: The well-formed ACQUIRE / TRY / RELEASE lines, matched in one go (the gate's hot path);
+#: anything else takes the slow path that explains what is wrong.
+_FAST = re.compile(
+    rb"(ACQUIRE|TRY) (?:([A-Za-z0-9][A-Za-z0-9._:-]{0,63}) )?([1-9][0-9]{0,8})\r?\n?"
+    rb"|RELEASE ([1-9][0-9]{0,8})\r?\n?"
+)
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,16 @@ def parse_request(line: bytes) -> Request:
     """
     if len(line) > MAX_LINE:
         raise ProtocolError("too_long", f"request lines are at most {MAX_LINE} bytes")
+    fast = _FAST.fullmatch(line)
+    if fast is not None:
+        verb, device, threads, grant = fast.groups()
+        if grant is not None:
+            return Request("RELEASE", grant=int(grant))
+        return Request(
+            "ACQUIRE" if verb == b"ACQUIRE" else "TRY",
+            device=device.decode() if device is not None else None,
+            threads=int(threads),
+        )
     if line.endswith(b"\n"):
         line = line[:-1]
     if line.endswith(b"\r"):
