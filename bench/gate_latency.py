@@ -15,7 +15,7 @@ not contention. Two loads:
 Target (issue 5): p50 < 200 us, p99 < 1 ms. Needs root (cgroups); ``--no-cgroups`` runs the
 same server with every client treated as one job, for machines without them.
 
-    python bench/gate_latency.py [--clients 32] [--ops 2000] [--pace-ms 2]
+    python bench/gate_latency.py [--clients 32] [--ops 2000] [--pace-ms 2] [--client python|c]
 """
 
 from __future__ import annotations
@@ -63,6 +63,53 @@ with open(out, "w") as f:
     json.dump(samples, f)
 """
 
+C_CLIENT = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+static int fd;
+static char buf[256];
+static void call(const char *req) {
+    size_t got = 0;
+    if (write(fd, req, strlen(req)) < 0) exit(2);
+    do { ssize_t n = read(fd, buf + got, sizeof buf - 1 - got); if (n <= 0) exit(3); got += n; }
+    while (buf[got - 1] != '\n');
+    buf[got] = 0;
+    if (strncmp(buf, "OK", 2)) exit(4);
+}
+static long long now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+int main(int argc, char **argv) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int ops = atoi(argv[2]); double pace_s = atof(argv[3]); char go, req[64];
+    long long *s = malloc(sizeof *s * ops);
+    strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) return 1;
+    call("HELLO\n");
+    if (read(0, &go, 1) < 0) return 5;
+    for (int i = 0; i < ops + 200; i++) {
+        long long t0 = now();
+        call("ACQUIRE 0 1\n");
+        snprintf(req, sizeof req, "RELEASE %ld\n", strtol(buf + 3, NULL, 10));
+        call(req);
+        if (i >= 200) s[i - 200] = now() - t0;
+        if (pace_s > 0) usleep((useconds_t)(pace_s * 1e6));
+    }
+    FILE *out = fopen(argv[4], "w");
+    fputc('[', out);
+    for (int i = 0; i < ops; i++) fprintf(out, i ? ",%lld" : "%lld", s[i]);
+    fputs("]\n", out);
+    return fclose(out);
+}
+"""
+
 SERVER_NO_CGROUPS = r"""
 import asyncio, signal, sys
 from coshare.config import NodeConfig
@@ -103,8 +150,9 @@ def run_load(config: NodeConfig, args: argparse.Namespace, pace_ms: float, spawn
     """Start the clients, release them together, return all samples and the elapsed time."""
     assert callable(spawn)
     outs = [workdir / f"client-{pace_ms}-{i}.json" for i in range(args.clients)]
-    procs = [spawn(i, [sys.executable, "-c", CLIENT, config.gate_socket, str(args.ops),
-                       str(pace_ms / 1000.0), str(out)]) for i, out in enumerate(outs)]  # fmt: skip
+    client = [str(args.c_binary)] if args.c_binary else [sys.executable, "-c", CLIENT]
+    procs = [spawn(i, [*client, config.gate_socket, str(args.ops), str(pace_ms / 1000.0),
+                       str(out)]) for i, out in enumerate(outs)]  # fmt: skip
     time.sleep(1.0)  # let every client connect and say HELLO
     start = time.perf_counter()
     for proc in procs:
@@ -125,6 +173,8 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=2000, help="round trips per client")
     parser.add_argument("--pace-ms", type=float, default=2.0)
     parser.add_argument("--no-cgroups", action="store_true")
+    parser.add_argument("--client", choices=["python", "c"], default="python",
+                        help="client processes in Python (GateClient-like) or C (cc)")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="cs-bench-"))
@@ -135,6 +185,12 @@ def main() -> None:
                COSHARE_NODE_CGROUP_PARENT=parent, COSHARE_NODE_STATE_DIR=str(workdir),
                COSHARE_NODE_GATE_SOCKET=config.gate_socket)  # fmt: skip
     (workdir / "none.yaml").write_text("")
+    args.c_binary = None
+    if args.client == "c":
+        source = workdir / "client.c"
+        source.write_text(C_CLIENT)
+        args.c_binary = workdir / "client"
+        subprocess.run(["cc", "-O2", "-o", str(args.c_binary), str(source)], check=True)
     records = []
     if args.no_cgroups:
         server = subprocess.Popen([sys.executable, "-c", SERVER_NO_CGROUPS, config.gate_socket,
@@ -168,7 +224,7 @@ def main() -> None:
 
     try:
         wait_listening(config.gate_socket, server)
-        print(f"gate_latency: {args.clients} concurrent clients (processes"
+        print(f"gate_latency: {args.clients} concurrent {args.client} clients (processes"
               f"{', in 4 job cgroups' if records else ', no cgroups'}), {args.ops} "
               f"ACQUIRE+RELEASE round trips each, {os.cpu_count()} CPUs")  # fmt: skip
         print(f"{'load':<22} {'p50 (us)':>9} {'p99 (us)':>9} {'ops/s':>9}")
