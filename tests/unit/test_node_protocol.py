@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from coshare.node.protocol import MAX_LINE, ProtocolError, Request, parse_reply, parse_request
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
@@ -69,6 +69,7 @@ def test_replies_split_into_fields() -> None:
         parse_reply("what")
 
 
+@settings(max_examples=300)
 @given(
     st.sampled_from(["ACQUIRE", "TRY", "acquire"]),
     st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,10}", fullmatch=True)),

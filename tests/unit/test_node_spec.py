@@ -15,7 +15,7 @@ from coshare.node.spec import (
     job_of_group,
     parse_cpu_list,
 )
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
@@ -35,6 +35,7 @@ def test_group_names_that_are_not_jobs_are_ignored() -> None:
     assert job_of_group("job-") is None
 
 
+@settings(max_examples=300)
 @given(st.sets(st.integers(0, 300)))
 def test_cpu_lists_round_trip(cpus: set[int]) -> None:
     assert parse_cpu_list(format_cpu_list(cpus)) == tuple(sorted(cpus))
@@ -52,6 +53,7 @@ def test_bad_cpu_lists_are_refused(text: str) -> None:
         parse_cpu_list(text)
 
 
+@settings(max_examples=300)
 @given(
     st.lists(st.integers(1, 4), min_size=1, max_size=6),
     st.integers(1, 16),

@@ -212,19 +212,3 @@ def job_of_pid(pid: int, cgroups: Cgroups, proc: Path = Path("/proc")) -> str | 
     """The job whose group holds process ``pid`` (``None``: not in any job's group)."""
     text = read_proc_cgroup(pid, proc)
     return None if text is None else cgroups.job_of_proc(text)
-
-
-def started_record(store: JobStore, job: str) -> JobRecord:
-    """The record of a job that must have been started (alias of :meth:`JobStore.require`)."""
-    return store.require(job)
-
-
-def check_not_started(store: JobStore, job: str) -> None:
-    """Refuse to start a job twice.
-
-    Raises:
-        JobStateError: when a record exists and its group still holds processes.
-    """
-    record = store.read(job)
-    if record is not None and record.group().exists() and record.group().pids():
-        raise JobStateError(f"job {job} is already running on this node (its group has processes)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coshare.config import NodeConfig
-from coshare.errors import CgroupError, JobStateError
+from coshare.errors import CgroupError, JobSpecError, JobStateError
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
 from coshare.node.cgroups.base import signal_all
 from coshare.node.gate_client import SOCKET_ENV
@@ -83,8 +83,6 @@ def job_start(
     """
     check_job_id(job)
     if cores is not None and cpus is not None:
-        from coshare.errors import JobSpecError
-
         raise JobSpecError("give either cores or an explicit cpu list, not both")
     cgroups = node_cgroups(config)
     store = node_store(config)
