@@ -86,7 +86,10 @@ def call(sock: socket.socket, line: str) -> str:
 def read_line(sock: socket.socket) -> str:
     data = b""
     while not data.endswith(b"\n"):
-        chunk = sock.recv(1)
+        try:
+            chunk = sock.recv(1)
+        except ConnectionResetError:  # hung up on while more input was on its way
+            return "<closed>"
         if not chunk:
             return "<closed>"
         data += chunk
@@ -225,6 +228,7 @@ def test_hostile_input_gets_errors_and_the_daemon_keeps_serving(gate_daemon: Nod
     @settings(max_examples=len(pool) - 10, deadline=None, database=None)
     @given(chunks)
     @example([b"A" * 5000])  # one endless line: too_long, then the gate hangs up
+    @example([b"A" * 300, b"\nSTATUS\n" * 50])
     @example([b"\x00\xff" * 200 + b"\n"])
     @example([b"ACQUIRE 0 3\n", b"ACQUIRE 0 3\n"])  # holds 3 of 4: would deadlock
     @example([b"ACQ", b"UIRE 0 1\nRELE", b"ASE 1\n"])  # split across writes
@@ -235,7 +239,7 @@ def test_hostile_input_gets_errors_and_the_daemon_keeps_serving(gate_daemon: Nod
                 for chunk in data:
                     sock.sendall(chunk)
                 sock.sendall(b"\nSTATUS\n")
-            except BrokenPipeError:
+            except (BrokenPipeError, ConnectionResetError):
                 pass  # hung up on a too-long line, as documented
             while True:
                 line = read_line(sock)
@@ -294,3 +298,17 @@ def test_a_c_program_speaks_the_protocol(gate_daemon: NodeConfig, tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"granted: OK \d+ 0 5\nreleased\n", done.stdout)
     assert os.path.exists(gate_daemon.gate_socket)
+
+
+def test_a_too_long_line_gets_its_error_before_the_gate_hangs_up(
+    gate_daemon: NodeConfig,
+) -> None:
+    record = job_start(gate_daemon, "long", devices=["0"], device_threads=4)
+    (sock,) = job_connections(gate_daemon, record, 1)
+    with sock:
+        assert re.fullmatch(r"OK \d+ 0 4", call(sock, "ACQUIRE 4"))
+        sock.sendall(b"B" * 300 + b"\n" + b"STATUS\n" * 20)
+        assert read_line(sock).startswith("ERR too_long")
+        assert read_line(sock) == "<closed>"
+        # Its grant came back at once, though the client has not closed yet.
+        assert free_threads(gate_daemon) == 8

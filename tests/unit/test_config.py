@@ -42,7 +42,10 @@ def test_file_values_are_loaded_into_frozen_dataclasses(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("polcy: {}\n", "unknown key 'polcy' (valid keys: cycle, device_kinds, knapsack, node, policy)"),
+        (
+            "polcy: {}\n",
+            "unknown key 'polcy' (valid keys: cycle, device_kinds, knapsack, node, policy)",
+        ),
         (
             "policy: {nmae: x}\n",
             "policy: unknown key 'nmae' (valid keys: age_limit_s, "
@@ -97,5 +100,5 @@ def test_node_section_takes_files_and_environment(tmp_path: Path) -> None:
     assert config.node.cgroup_version == "v1"
     assert config.node.state_dir == "/tmp/x"
     assert config.node.gate_socket == "/run/coshare/gate.sock"
-    with pytest.raises(ConfigError, match="node.device_memory: 'cuda' is not one of"):
+    with pytest.raises(ConfigError, match=r"node\.device_memory: 'cuda' is not one of"):
         load_config(write(tmp_path, "node: {device_memory: cuda}\n"), environ={})

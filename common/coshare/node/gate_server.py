@@ -31,6 +31,8 @@ log = logging.getLogger("coshare.node.gate")
 
 #: Bytes a waiting connection may send ahead before the gate drops it.
 BUFFER_LIMIT = 16 * MAX_LINE
+#: How long a connection hung up on for a too-long line may still send before it is closed.
+DRAIN_S = 2.0
 _UCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
 
 Identify = Callable[[int, int], Client]
@@ -51,6 +53,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.closing = False
+        self.draining = False
+        self.drained = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -67,6 +71,11 @@ class _Connection(asyncio.Protocol):
         self.server.state.connect(self.conn, client)
 
     def data_received(self, data: bytes) -> None:
+        if self.draining:
+            self.drained += len(data)
+            if self.drained > BUFFER_LIMIT and self.transport is not None:
+                self.transport.close()
+            return
         self.buffer += data
         self.process()
 
@@ -97,8 +106,23 @@ class _Connection(asyncio.Protocol):
             self.fail_too_long()
 
     def fail_too_long(self) -> None:
+        """Answer ``too_long`` and hang up.
+
+        Closing a unix socket that still holds unread input resets it, and the client would
+        lose the error line; so the gate shuts its sending side (the client reads the error,
+        then end of file), discards what still arrives, and closes soon after.
+        """
         self.write(format_error("too_long", f"request lines are at most {MAX_LINE} bytes"))
-        self.close()
+        self.closing = True
+        self.buffer.clear()
+        self.server.send(self.server.state.disconnect(self.conn))  # its grants come back now
+        transport = self.transport
+        if transport is None or not transport.can_write_eof():
+            self.close()
+            return
+        transport.write_eof()
+        self.draining = True
+        asyncio.get_running_loop().call_later(DRAIN_S, transport.close)
 
     def write(self, line: str) -> None:
         if self.transport is not None and not self.closing:
