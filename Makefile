@@ -16,7 +16,7 @@ $(VENV)/.base: pyproject.toml
 
 $(VENV)/.test: pyproject.toml
 	@scripts/ensure-venv $(PYTHON) $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,condor,slurm]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,condor,slurm,nvml]'
 	@touch $@ $(VENV)/.base
 
 demo: $(VENV)/.base

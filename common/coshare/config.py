@@ -20,6 +20,8 @@ Example (also ``coshare config show``)::
       age_limit_s: 3600     # jobs older than this are placed first (null: never)
     knapsack:
       memory_grid_mib: 64
+    node:
+      devices: {"0": 240}   # offload gate: hardware threads per device
 """
 
 from __future__ import annotations
@@ -121,6 +123,41 @@ class CycleConfig:
     interval_s: float = field(default=30.0, metadata={"min": 1})
 
 
+def _default_node_devices() -> Mapping[str, int]:
+    return {}
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Options of the node helpers (``coshare node ...``, :mod:`coshare.node`).
+
+    Attributes:
+        cgroup_root: where the cgroup file systems are mounted (v2: the cgroup2 mount; v1: the
+            directory holding one mount per controller).
+        cgroup_version: ``auto`` uses v2 when ``cgroup_root`` is a cgroup2 mount, else v1.
+        cgroup_parent: the coshare-owned group under which each job gets its own group.
+        state_dir: job records, kill reasons and the allocation lock live here.
+        gate_socket: the offload gate's unix socket.
+        devices: the hardware threads of each device the gate manages (device id -> threads).
+        watch_interval_s: how often the watchdog checks memory use.
+        device_memory: ``nvml`` enforces declared device memory with NVML (GPUs; needs the
+            ``nvml`` extra); ``none`` does not watch device memory.
+        device_env: variables set to the job's device ids (comma-separated) by ``job-exec``.
+        kill_timeout_s: how long freezing, killing and removing a job's group may take.
+    """
+
+    cgroup_root: str = "/sys/fs/cgroup"
+    cgroup_version: Literal["auto", "v1", "v2"] = "auto"
+    cgroup_parent: str = "coshare"
+    state_dir: str = "/run/coshare"
+    gate_socket: str = "/run/coshare/gate.sock"
+    devices: Mapping[str, int] = field(default_factory=_default_node_devices)
+    watch_interval_s: float = field(default=1.0, metadata={"min": 0.01})
+    device_memory: Literal["none", "nvml"] = "none"
+    device_env: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
+    kill_timeout_s: float = field(default=10.0, metadata={"min": 0.1})
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration."""
@@ -129,6 +166,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     knapsack: KnapsackConfig = field(default_factory=KnapsackConfig)
     cycle: CycleConfig = field(default_factory=CycleConfig)
+    node: NodeConfig = field(default_factory=NodeConfig)
 
 
 def build(cls: type[C], data: object, where: str = "") -> C:

@@ -14,9 +14,15 @@ The tree::
     │   ├── AnnotationError     a job whose declared keys are unusable (names job and keys)
     │   └── PolicyError         an unknown policy name or bad policy option
     ├── PlanInvariantError      a plan that would oversubscribe something (a bug: never applied)
-    └── SchedulerError          the scheduler could not be read or written: exit status 1
-        ├── SchedulerUnavailable  daemon down or unreachable
-        └── CommandFailed         one external command failed (argv, returncode, output)
+    ├── SchedulerError          the scheduler could not be read or written: exit status 1
+    │   ├── SchedulerUnavailable  daemon down or unreachable
+    │   └── CommandFailed         one external command failed (argv, returncode, output)
+    └── NodeError               a node helper (coshare.node) failed: exit status 1
+        ├── JobSpecError        bad job inputs (id, cpu list, limits): exit status 2
+        ├── CgroupUnavailable   the kernel lacks what a limit needs (names what is missing)
+        ├── CgroupError         a cgroup file could not be read or written (path, errno text)
+        ├── JobStateError       unknown job, job already started, leftover processes
+        └── GateError           the offload gate refused a request (code) or is unreachable
 
 Adapters and node helpers add their own subclasses under these.
 """
@@ -149,3 +155,58 @@ class CommandFailed(SchedulerError):
         status = "timed out" if returncode is None else f"exited with status {returncode}"
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
         super().__init__(f"{' '.join(self.argv)} {status}" + (f": {detail}" if detail else ""))
+
+
+class NodeError(CoshareError):
+    """A node helper (cgroups, offload gate, watchdog, job lifecycle) failed."""
+
+
+class JobSpecError(NodeError, InputError):
+    """The inputs of a job (id, cpu list, limits) are unusable; names the field."""
+
+    exit_status = EXIT_INPUT
+
+
+class CgroupUnavailable(NodeError):
+    """The kernel does not offer what a requested limit needs.
+
+    Attributes:
+        feature: the feature asked for (``cpuset``, ``memory``, ``freeze``, ``cgroups``).
+        problem: one sentence saying precisely what is missing and where it was looked for.
+    """
+
+    def __init__(self, feature: str, problem: str) -> None:
+        self.feature = feature
+        self.problem = problem
+        super().__init__(problem)
+
+
+class CgroupError(NodeError):
+    """Reading or writing a cgroup file failed.
+
+    Attributes:
+        path: the file or directory.
+        action: what was attempted (``write '1'``, ``rmdir``).
+    """
+
+    def __init__(self, path: str, action: str, detail: str) -> None:
+        self.path = path
+        self.action = action
+        super().__init__(f"cannot {action} {path}: {detail}")
+
+
+class JobStateError(NodeError):
+    """The job is unknown, already started, or its group still holds processes."""
+
+
+class GateError(NodeError):
+    """The offload gate refused a request or could not be reached.
+
+    Attributes:
+        code: the protocol's error code (``over_declared``, ``not_a_job``, ...), or
+            ``unreachable`` when no gate answered.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(f"offload gate: {code}: {message}")

@@ -42,7 +42,10 @@ def test_file_values_are_loaded_into_frozen_dataclasses(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("polcy: {}\n", "unknown key 'polcy' (valid keys: cycle, device_kinds, knapsack, policy)"),
+        (
+            "polcy: {}\n",
+            "unknown key 'polcy' (valid keys: cycle, device_kinds, knapsack, node, policy)",
+        ),
         (
             "policy: {nmae: x}\n",
             "policy: unknown key 'nmae' (valid keys: age_limit_s, "
@@ -88,3 +91,14 @@ def test_config_file_from_the_environment_and_bad_variables(tmp_path: Path) -> N
         load_config(None, environ={"COSHARE_POLCY_NAME": "x"})
     with pytest.raises(ConfigError, match="policy: unknown key 'nam'"):
         load_config(None, environ={"COSHARE_POLICY_NAM": "x"})
+
+
+def test_node_section_takes_files_and_environment(tmp_path: Path) -> None:
+    text = "node: {devices: {'0': 240, phi1: 244}, cgroup_version: v1}\n"
+    config = load_config(write(tmp_path, text), environ={"COSHARE_NODE_STATE_DIR": "/tmp/x"})
+    assert dict(config.node.devices) == {"0": 240, "phi1": 244}
+    assert config.node.cgroup_version == "v1"
+    assert config.node.state_dir == "/tmp/x"
+    assert config.node.gate_socket == "/run/coshare/gate.sock"
+    with pytest.raises(ConfigError, match=r"node\.device_memory: 'cuda' is not one of"):
+        load_config(write(tmp_path, "node: {device_memory: cuda}\n"), environ={})

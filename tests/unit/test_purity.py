@@ -1,5 +1,6 @@
 """The pure parts of coshare import no I/O (DESIGN.md): model, schema, annotations, verify,
-workloads, policies, and later sim and alloc's protocol logic.
+workloads, policies, the node helpers' spec, gate protocol and gate state machine, and later
+sim and alloc's protocol logic.
 
 Each module's imports are read from its source (not executed), and the check follows imports
 of other coshare modules, so a pure module cannot reach I/O through a helper either.
@@ -15,7 +16,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "common" / "coshare"
 
 #: Modules and packages that must stay pure. Packages cover every module inside them.
-PURE = ["model", "schema", "annotations", "verify", "workloads", "policies", "sim", "alloc"]
+PURE = ["model", "schema", "annotations", "verify", "workloads", "policies", "sim", "alloc",
+        "node.spec", "node.protocol", "node.gate_state"]  # fmt: skip
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN = {
@@ -51,7 +53,7 @@ def imports_of(path: Path) -> set[str]:
 def pure_modules() -> list[str]:
     names = []
     for entry in PURE:
-        path = PACKAGE / entry
+        path = PACKAGE.joinpath(*entry.split("."))
         if path.is_dir():
             names += [f"coshare.{entry}.{p.stem}" if p.stem != "__init__" else f"coshare.{entry}"
                       for p in sorted(path.rglob("*.py"))

@@ -1,0 +1,120 @@
+"""The node daemon (``coshare node gate``): the offload gate plus the memory watchdog.
+
+:func:`serve` runs until ``stop`` is set; :func:`main` is the only place that touches
+process-wide state (signal handlers, the event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from coshare.config import NodeConfig
+from coshare.errors import CoshareError
+from coshare.node.cgroups import Cgroups
+from coshare.node.gate_server import GateServer, Identify
+from coshare.node.gate_state import Client, GateState
+from coshare.node.jobs import JobStore, job_of_pid
+from coshare.node.lifecycle import node_cgroups, node_store
+from coshare.node.watchdog import DeviceMemory, Watchdog
+
+log = logging.getLogger("coshare.node.daemon")
+
+
+def make_identify(cgroups: Cgroups, store: JobStore) -> Identify:
+    """Identify a peer by the job whose cgroup holds it, and that job's record."""
+
+    def identify(pid: int, uid: int) -> Client:
+        job = job_of_pid(pid, cgroups)
+        record = store.read(job) if job is not None else None
+        if record is None:
+            return Client(job=None)
+        return Client(record.job, record.spec.devices, record.spec.device_threads)
+
+    return identify
+
+
+def device_memory_backend(config: NodeConfig) -> DeviceMemory | None:
+    """The configured device memory backend (NVML is imported only here, only if named)."""
+    if config.device_memory == "nvml":
+        from coshare.node.nvml import NvmlMemory
+
+        return NvmlMemory()
+    return None
+
+
+async def serve(
+    config: NodeConfig,
+    budgets: Mapping[str, int],
+    stop: asyncio.Event,
+    *,
+    watch: bool = True,
+    identify: Identify | None = None,
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Serve the gate on ``config.gate_socket`` (and watch memory) until ``stop`` is set.
+
+    Raises:
+        GateError: the socket cannot be served.
+        NodeError: the device memory backend cannot start.
+    """
+    store = node_store(config)
+    store.ensure()
+    cgroups = node_cgroups(config) if identify is None or watch else None
+    if identify is None:
+        assert cgroups is not None
+        identify = make_identify(cgroups, store)
+    server = GateServer(GateState(dict(budgets)), identify)
+    await server.start(Path(config.gate_socket))
+    watcher = None
+    if watch:
+        assert cgroups is not None
+        found = cgroups
+        watchdog = Watchdog(
+            store,
+            device_memory_backend(config),
+            lambda pid: job_of_pid(pid, found),
+            config.kill_timeout_s,
+        )
+        watcher = asyncio.create_task(_watch(watchdog, config.watch_interval_s, stop))
+    log.info("offload gate on %s, devices %s", config.gate_socket, dict(budgets))
+    if ready is not None:
+        ready()
+    try:
+        await stop.wait()
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        await server.close()
+        with contextlib.suppress(FileNotFoundError):
+            Path(config.gate_socket).unlink()
+
+
+async def _watch(watchdog: Watchdog, interval_s: float, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        try:
+            # Off the event loop: cgroup reads and NVML calls must not delay gate replies.
+            await asyncio.to_thread(watchdog.check)
+        except CoshareError as exc:
+            log.error("watchdog: %s", exc)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
+
+
+def main(config: NodeConfig, budgets: Mapping[str, int], *, watch: bool = True) -> None:
+    """Run the node daemon until SIGTERM or SIGINT."""
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(config, budgets, stop, watch=watch)
+
+    asyncio.run(run())

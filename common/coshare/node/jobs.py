@@ -1,0 +1,214 @@
+"""Job records on the node: what ``job-start`` decided, read by the gate and the watchdog.
+
+Layout under ``state_dir`` (``/run/coshare`` by default, a tmpfs that a reboot clears)::
+
+    jobs/job-<id>.json     the job's spec and where its cgroup lives (written atomically)
+    jobs/job-<id>.reason   why coshare killed the job, one line (first writer wins)
+    lock                   flock(2) held while cores are handed out
+
+The gate maps a client to its job through the kernel, never through what the client says:
+``SO_PEERCRED`` gives the peer's pid, ``/proc/<pid>/cgroup`` its group, the group its job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from coshare.errors import JobSpecError, JobStateError
+from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
+from coshare.node.spec import JobSpec, group_name, job_of_group
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A started job: its spec and where its cgroup is.
+
+    Attributes:
+        spec: what the planner decided for it.
+        cgroup_version: ``v1`` or ``v2``.
+        cgroup_root: the cgroup mount (v2) or the directory of v1 mounts.
+        cgroup_parent: coshare's group holding the job's group.
+    """
+
+    spec: JobSpec
+    cgroup_version: Literal["v1", "v2"]
+    cgroup_root: str
+    cgroup_parent: str
+
+    @property
+    def job(self) -> str:
+        return self.spec.job
+
+    def cgroups(self, timeout_s: float = 10.0) -> Cgroups:
+        """The cgroup driver the job was started with."""
+        return open_cgroups(
+            Path(self.cgroup_root), self.cgroup_version, self.cgroup_parent, timeout_s
+        )
+
+    def group(self, timeout_s: float = 10.0) -> JobGroup:
+        """The job's group."""
+        return self.cgroups(timeout_s).open(self.job)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "spec": self.spec.to_dict(),
+            "cgroup": {
+                "version": self.cgroup_version,
+                "root": self.cgroup_root,
+                "parent": self.cgroup_parent,
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> JobRecord:
+        """Read a record back.
+
+        Raises:
+            JobSpecError: for a record of the wrong shape.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("cgroup"), dict):
+            raise JobSpecError(f"job record {data!r} is malformed")
+        cgroup = data["cgroup"]
+        version, root, parent = cgroup.get("version"), cgroup.get("root"), cgroup.get("parent")
+        spec = data.get("spec")
+        if (
+            version not in ("v1", "v2")
+            or not isinstance(root, str)
+            or not isinstance(parent, str)
+            or not isinstance(spec, dict)
+        ):
+            raise JobSpecError(f"job record {data!r} is malformed")
+        return cls(JobSpec.from_dict(spec), version, root, parent)
+
+
+class JobStore:
+    """The job records of one node, in ``state_dir``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.jobs_dir = state_dir / "jobs"
+
+    def _path(self, job: str, suffix: str) -> Path:
+        return self.jobs_dir / f"{group_name(job)}{suffix}"
+
+    def ensure(self) -> None:
+        """Create the state directories (readable by all: jobs read their own record)."""
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (self.state_dir, self.jobs_dir):
+            with contextlib.suppress(PermissionError):
+                directory.chmod(0o755)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the node's allocation lock (``flock`` on ``state_dir/lock``)."""
+        self.ensure()
+        fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def write(self, record: JobRecord) -> None:
+        """Write a record atomically (a reader sees the old one or the new one)."""
+        self.ensure()
+        path = self._path(record.job, ".json")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(record.to_dict(), sort_keys=True) + "\n")
+        tmp.chmod(0o644)
+        tmp.replace(path)
+
+    def read(self, job: str) -> JobRecord | None:
+        """The job's record, ``None`` when it has none.
+
+        Raises:
+            JobSpecError: for a record file that is not a record.
+        """
+        try:
+            text = self._path(job, ".json").read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise JobSpecError(f"job record of {job} is not JSON: {exc}") from exc
+        return JobRecord.from_dict(data)
+
+    def require(self, job: str) -> JobRecord:
+        """The job's record.
+
+        Raises:
+            JobStateError: when the job was not started on this node.
+        """
+        record = self.read(job)
+        if record is None:
+            raise JobStateError(
+                f"job {job} was not started on this node (no record in {self.jobs_dir}); "
+                "run 'coshare node job-start' first"
+            )
+        return record
+
+    def jobs(self) -> list[str]:
+        """Jobs that have a record."""
+        if not self.jobs_dir.is_dir():
+            return []
+        names = (job_of_group(p.name[: -len(".json")]) for p in self.jobs_dir.glob("job-*.json"))
+        return sorted(n for n in names if n is not None)
+
+    def records(self) -> list[JobRecord]:
+        """Every readable record (a record removed meanwhile is skipped)."""
+        out = []
+        for job in self.jobs():
+            record = self.read(job)
+            if record is not None:
+                out.append(record)
+        return out
+
+    def remove(self, job: str) -> None:
+        """Remove the job's record and kill reason."""
+        for suffix in (".json", ".reason"):
+            with contextlib.suppress(FileNotFoundError):
+                self._path(job, suffix).unlink()
+
+    def record_reason(self, job: str, reason: str) -> bool:
+        """Record why coshare killed the job; only the first reason is kept.
+
+        Returns:
+            whether this call recorded it.
+        """
+        self.ensure()
+        try:
+            fd = os.open(self._path(job, ".reason"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as out:
+            out.write(reason.replace("\n", " ") + "\n")
+        return True
+
+    def reason(self, job: str) -> str | None:
+        """Why coshare killed the job, if it did."""
+        try:
+            return self._path(job, ".reason").read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+
+def read_proc_cgroup(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """The ``/proc/<pid>/cgroup`` text of a process, ``None`` when it is gone."""
+    try:
+        return (proc / str(pid) / "cgroup").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def job_of_pid(pid: int, cgroups: Cgroups, proc: Path = Path("/proc")) -> str | None:
+    """The job whose group holds process ``pid`` (``None``: not in any job's group)."""
+    text = read_proc_cgroup(pid, proc)
+    return None if text is None else cgroups.job_of_proc(text)

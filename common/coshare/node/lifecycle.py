@@ -1,0 +1,279 @@
+"""A job's life on its node: start (group, cores, limits, record), exec, end.
+
+The scheduler adapters call these through the command line (``coshare node job-start``,
+``job-exec``, ``job-end``, or ``job-run`` for all three); see the README's "Node helpers".
+Everything the planner decided arrives as arguments, so nothing here knows HTCondor or
+Slurm.
+
+The job's command is the one subprocess here that does not go through
+:func:`coshare.commands.run`: it is the payload, not a tool coshare talks to, so it runs with
+inherited standard streams and no timeout, and joins the job's group before it ``exec``\\ s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from coshare.config import NodeConfig
+from coshare.errors import CgroupError, JobSpecError, JobStateError
+from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
+from coshare.node.cgroups.base import signal_all
+from coshare.node.gate_client import SOCKET_ENV
+from coshare.node.jobs import JobRecord, JobStore
+from coshare.node.spec import (
+    JobSpec,
+    check_cpus,
+    check_job_id,
+    choose_cpus,
+    cores_needed,
+    format_cpu_list,
+)
+from coshare.node.watchdog import enforce, host_memory_violation
+
+#: Exit status of ``job-exec`` when coshare killed the job (as a shell reports SIGKILL).
+KILLED_STATUS = 128 + signal.SIGKILL
+
+
+def node_cgroups(config: NodeConfig) -> Cgroups:
+    """The cgroup driver the configuration names."""
+    return open_cgroups(
+        Path(config.cgroup_root), config.cgroup_version, config.cgroup_parent, config.kill_timeout_s
+    )
+
+
+def node_store(config: NodeConfig) -> JobStore:
+    """The node's job records."""
+    return JobStore(Path(config.state_dir))
+
+
+def job_start(
+    config: NodeConfig,
+    job: str,
+    *,
+    cores: float | None = None,
+    cpus: Sequence[int] | None = None,
+    memory_mib: int | None = None,
+    devices: Sequence[str] = (),
+    device_memory_mib: int | None = None,
+    device_threads: int | None = None,
+) -> JobRecord:
+    """Create the job's group with its own cores and memory limit, and record the job.
+
+    Args:
+        config: the node section of the configuration.
+        job: the scheduler's job id.
+        cores: how many cores (fractions round up); coshare picks cores no other job on this
+            node holds. Mutually exclusive with ``cpus``.
+        cpus: exactly these CPUs (they must be free).
+        memory_mib: host memory limit.
+        devices: device ids the job may offload to.
+        device_memory_mib: declared device memory per device (the watchdog enforces it).
+        device_threads: declared device threads (the gate enforces it).
+
+    Raises:
+        JobSpecError: bad inputs, or not enough free cores.
+        CgroupUnavailable: the kernel lacks what a requested limit needs.
+        JobStateError: the job already runs here.
+    """
+    check_job_id(job)
+    if cores is not None and cpus is not None:
+        raise JobSpecError("give either cores or an explicit cpu list, not both")
+    cgroups = node_cgroups(config)
+    store = node_store(config)
+    with store.lock():
+        old = store.read(job)
+        if old is not None and old.group().exists() and old.group().pids():
+            raise JobStateError(
+                f"job {job} already runs on this node ({len(old.group().pids())} "
+                "processes in its group)"
+            )
+        taken = {r.job: r.spec.cpus for r in store.records() if r.job != job}
+        allowed = cgroups.allowed_cpus()
+        chosen: tuple[int, ...] = ()
+        if cpus is not None:
+            chosen = check_cpus(cpus, allowed, taken)
+        elif cores is not None:
+            chosen = choose_cpus(allowed, taken, cores_needed(cores))
+        spec = JobSpec(job, chosen, memory_mib, tuple(devices), device_memory_mib, device_threads)
+        cgroups.create(job, chosen, memory_mib)
+        record = JobRecord(spec, cgroups.version, str(cgroups.root), cgroups.parent)
+        store.remove(job)  # an old record and kill reason of a finished run
+        store.write(record)
+    return record
+
+
+def job_env(config: NodeConfig, record: JobRecord, base: Mapping[str, str]) -> dict[str, str]:
+    """The job's environment: ``base`` plus its id, devices, cores and the gate's socket."""
+    env = dict(base)
+    env["COSHARE_JOB_ID"] = record.job
+    env[SOCKET_ENV] = config.gate_socket
+    devices = ",".join(record.spec.devices)
+    env["COSHARE_DEVICES"] = devices
+    if record.spec.cpus:
+        env["COSHARE_CPUS"] = format_cpu_list(record.spec.cpus)
+    if record.spec.device_threads is not None:
+        env["COSHARE_DEVICE_THREADS"] = str(record.spec.device_threads)
+    if devices:
+        for name in config.device_env:
+            env[name] = devices
+    return env
+
+
+def spawn_in_group(
+    argv: Sequence[str], group: JobGroup, env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` inside ``group``: the child joins before it ``exec``\\ s, so nothing it
+    does runs outside its limits.
+
+    Raises:
+        CgroupError: when the group cannot be opened.
+        JobStateError: when the command cannot be started.
+    """
+    fds = []
+    try:
+        for procs in group.procs_files():
+            try:
+                fds.append(os.open(procs, os.O_WRONLY))
+            except OSError as exc:
+                raise CgroupError(str(procs), "open", exc.strerror or str(exc)) from exc
+
+        def join() -> None:  # runs in the child between fork and exec: writes only
+            pid = str(os.getpid()).encode()
+            for fd in fds:
+                os.write(fd, pid)
+
+        try:
+            return subprocess.Popen(list(argv), env=dict(env), preexec_fn=join)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise JobStateError(f"cannot start {argv[0]!r} in job {group.job}: {exc}") from exc
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """How the job's command ended.
+
+    Attributes:
+        status: the exit status to pass on (``KILLED_STATUS`` when coshare killed the job;
+            128 + N when a signal N ended it).
+        returncode: the child's own status (negative: killed by that signal).
+        reason: why coshare killed the job, if it did.
+    """
+
+    status: int
+    returncode: int
+    reason: str | None
+
+
+def job_exec(
+    config: NodeConfig,
+    job: str,
+    argv: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    on_spawn: Callable[[subprocess.Popen[bytes], JobGroup], None] | None = None,
+) -> ExecResult:
+    """Run ``argv`` inside the job's group and watch its host memory until it exits.
+
+    Args:
+        config: the node section of the configuration.
+        job: a job started with :func:`job_start`.
+        argv: the command.
+        environ: the environment to start from (default: this process's).
+        on_spawn: called with the child and the group once it runs (the CLI forwards
+            signals from there).
+
+    Raises:
+        JobStateError: the job was not started, or the command cannot be run.
+    """
+    store = node_store(config)
+    record = store.require(job)
+    group = record.group(config.kill_timeout_s)
+    env = job_env(config, record, os.environ if environ is None else environ)
+    child = spawn_in_group(argv, group, env)
+    if on_spawn is not None:
+        on_spawn(child, group)
+    while True:
+        try:
+            returncode = child.wait(timeout=config.watch_interval_s)
+            break
+        except subprocess.TimeoutExpired:
+            violation = host_memory_violation(record, group)
+            if violation is not None:
+                enforce(store, group, violation)
+    # The OOM killer may have taken the main process itself: the rest must go too.
+    violation = host_memory_violation(record, group)
+    if violation is not None and store.reason(job) is None:
+        enforce(store, group, violation)
+    reason = store.reason(job)
+    if reason is not None:
+        return ExecResult(KILLED_STATUS, returncode, reason)
+    status = returncode if returncode >= 0 else 128 - returncode
+    return ExecResult(status, returncode, None)
+
+
+def forward_signal(group: JobGroup, signum: int) -> None:
+    """Pass a signal the wrapper received on to every process of the job."""
+    try:
+        signal_all(group.pids(), signum)
+    except CgroupError as exc:  # the group may be gone already
+        print(f"coshare: cannot forward signal {signum}: {exc}", file=sys.stderr)
+
+
+def job_attach(config: NodeConfig, job: str, pids: Sequence[int]) -> None:
+    """Move running processes (with their threads) into a started job's group.
+
+    Raises:
+        JobStateError: the job was not started.
+        CgroupError: a pid cannot be moved (gone, or not permitted).
+    """
+    record = node_store(config).require(job)
+    group = record.group(config.kill_timeout_s)
+    for pid in pids:
+        group.add(pid)
+
+
+@dataclass(frozen=True)
+class EndResult:
+    """What ``job-end`` found.
+
+    Attributes:
+        job: the job.
+        started: whether the job had a record on this node.
+        leftover: processes still in its group that were killed.
+        reason: why coshare killed the job, if it did.
+    """
+
+    job: str
+    started: bool
+    leftover: int
+    reason: str | None
+
+
+def job_end(config: NodeConfig, job: str) -> EndResult:
+    """Kill what is left of the job, remove its group and record; idempotent.
+
+    Raises:
+        CgroupError: when the group cannot be emptied or removed in ``kill_timeout_s``.
+    """
+    check_job_id(job)
+    store = node_store(config)
+    record = store.read(job)
+    group = (
+        record.group(config.kill_timeout_s)
+        if record is not None
+        else node_cgroups(config).open(job)
+    )
+    leftover = len(group.pids()) if group.exists() else 0
+    group.remove()
+    reason = store.reason(job)
+    store.remove(job)
+    return EndResult(job, record is not None, leftover, reason)

@@ -1,0 +1,70 @@
+"""Device memory per process from NVML (``nvidia-ml-py``, the ``nvml`` extra).
+
+Imported only when ``node.device_memory: nvml`` is configured. Device ids are matched by
+index (``0``) and by UUID (``GPU-...``), as the scheduler may name either. NVML reports pids
+in the host's pid namespace, which is where the watchdog runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from coshare.errors import NodeError
+
+
+class NvmlMemory:
+    """Per-process device memory of every NVIDIA GPU of the node.
+
+    Raises:
+        NodeError: when ``nvidia-ml-py`` is not installed or NVML cannot start (no driver).
+    """
+
+    def __init__(self) -> None:
+        try:
+            self._nvml: Any = importlib.import_module("pynvml")
+        except ImportError as exc:
+            raise NodeError(
+                "device memory watching needs NVML bindings: pip install 'coshare[nvml]' "
+                "(nvidia-ml-py)"
+            ) from exc
+        try:
+            self._nvml.nvmlInit()
+        except self._nvml.NVMLError as exc:
+            raise NodeError(f"NVML cannot start (is the NVIDIA driver loaded?): {exc}") from exc
+        self._handles: list[tuple[tuple[str, ...], Any]] = []
+        for index in range(self._nvml.nvmlDeviceGetCount()):
+            handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = self._nvml.nvmlDeviceGetUUID(handle)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            self._handles.append(((str(index), uuid), handle))
+
+    def devices(self) -> list[tuple[str, ...]]:
+        """The ids of each GPU: (index, UUID)."""
+        return [ids for ids, _ in self._handles]
+
+    def canonical(self, device: str) -> str:
+        """The index of a GPU named by index or UUID (unknown ids are returned as they are)."""
+        for ids, _ in self._handles:
+            if device in ids:
+                return ids[0]
+        return device
+
+    def usage(self) -> Mapping[tuple[str, int], int]:
+        """Bytes used per (GPU index, pid)."""
+        out: dict[tuple[str, int], int] = {}
+        for ids, handle in self._handles:
+            procs = list(self._nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+            procs += list(self._nvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+            for proc in procs:
+                used = getattr(proc, "usedGpuMemory", None)
+                if used is None:  # not readable (e.g. MIG without privileges): cannot judge
+                    continue
+                key = (ids[0], int(proc.pid))
+                out[key] = out.get(key, 0) + int(used)
+        return out
+
+    def close(self) -> None:
+        """Shut NVML down."""
+        self._nvml.nvmlShutdown()

@@ -1,0 +1,230 @@
+"""What a job asks of its node, checked: the job id, its cores, memory and device share.
+
+Pure (no I/O): the lifecycle (:mod:`coshare.node.lifecycle`) reads the machine and the
+command line, this module decides. CPU lists use the kernel's format (``0-3,8``, see
+cpuset(7) "FORMATS").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from coshare.errors import JobSpecError
+
+#: Job ids of both schedulers: HTCondor ``12.0``, Slurm ``1234``, ``1234_5`` (array task),
+#: ``1234+0`` (heterogeneous component). Nothing that could climb out of a directory.
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+#: Device ids as the planner writes them (``0``, ``phi1``, ``GPU-8f3c...``, ``0:1`` for MIG).
+_DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+#: A job's group is named ``job-<id>`` so that no id can be ``.``, ``..`` or a control file.
+GROUP_PREFIX = "job-"
+
+
+def check_job_id(job: str) -> str:
+    """Return ``job`` if it is a usable job id.
+
+    Raises:
+        JobSpecError: naming the id and the allowed form.
+    """
+    if not _JOB_ID.fullmatch(job):
+        raise JobSpecError(
+            f"job id {job!r} is not usable (allowed: letters, digits and . _ + -, "
+            "starting with a letter or digit, at most 128 characters)"
+        )
+    return job
+
+
+def check_device_id(device: str) -> str:
+    """Return ``device`` if it is a usable device id.
+
+    Raises:
+        JobSpecError: naming the id and the allowed form.
+    """
+    if not _DEVICE_ID.fullmatch(device):
+        raise JobSpecError(
+            f"device id {device!r} is not usable (allowed: letters, digits and . _ : -, "
+            "at most 64 characters)"
+        )
+    return device
+
+
+def group_name(job: str) -> str:
+    """The name of a job's group (and record file): ``job-<id>``."""
+    return GROUP_PREFIX + check_job_id(job)
+
+
+def job_of_group(name: str) -> str | None:
+    """The job id of a group name made by :func:`group_name`, else ``None``."""
+    if not name.startswith(GROUP_PREFIX):
+        return None
+    job = name[len(GROUP_PREFIX) :]
+    return job if _JOB_ID.fullmatch(job) else None
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Parse the kernel's CPU list format (``0-3,8``; empty means none), sorted, no repeats.
+
+    Raises:
+        JobSpecError: for anything else, quoting the text.
+    """
+    cpus: set[int] = set()
+    body = text.strip()
+    if not body:
+        return ()
+    for part in body.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()) or len(part) > 32:
+            raise JobSpecError(f"cpu list {text!r} is not usable (allowed: e.g. 0-3,8)")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first or last - first > 65536:
+            raise JobSpecError(f"cpu list {text!r}: range {part.strip()!r} is empty or too large")
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
+def format_cpu_list(cpus: Iterable[int]) -> str:
+    """Format CPUs in the kernel's list format, ranges collapsed (``0-3,8``)."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def cores_needed(cores: float) -> int:
+    """Whole cores for a (possibly fractional) core request, rounded up; at least one."""
+    if not math.isfinite(cores) or cores <= 0:
+        raise JobSpecError(f"cores {cores!r} is not usable (allowed: a number > 0)")
+    return max(1, math.ceil(cores - 1e-9))
+
+
+def choose_cpus(
+    allowed: Sequence[int], taken: Mapping[str, Sequence[int]], count: int
+) -> tuple[int, ...]:
+    """Pick ``count`` CPUs of ``allowed`` that no other job holds, lowest first.
+
+    Args:
+        allowed: the CPUs coshare's parent group may use.
+        taken: CPUs of the jobs already on this node, by job id.
+        count: how many to pick.
+
+    Raises:
+        JobSpecError: when fewer are free, listing who holds the rest.
+    """
+    busy = {c for cpus in taken.values() for c in cpus}
+    free = [c for c in sorted(set(allowed)) if c not in busy]
+    if count > len(free):
+        holders = ", ".join(f"{j}: {format_cpu_list(c)}" for j, c in sorted(taken.items()))
+        raise JobSpecError(
+            f"{count} cores requested but only {len(free)} of cpus "
+            f"{format_cpu_list(allowed)} are free (held by {holders or 'nobody'})"
+        )
+    return tuple(free[:count])
+
+
+def check_cpus(
+    cpus: Sequence[int], allowed: Sequence[int], taken: Mapping[str, Sequence[int]]
+) -> tuple[int, ...]:
+    """Check an explicit CPU list: inside ``allowed`` and disjoint from other jobs.
+
+    Raises:
+        JobSpecError: naming the CPUs outside, or the job that holds a CPU already.
+    """
+    outside = sorted(set(cpus) - set(allowed))
+    if outside:
+        raise JobSpecError(
+            f"cpus {format_cpu_list(outside)} are outside the node's usable cpus "
+            f"{format_cpu_list(allowed)}"
+        )
+    for other, held in sorted(taken.items()):
+        shared = sorted(set(cpus) & set(held))
+        if shared:
+            raise JobSpecError(f"cpus {format_cpu_list(shared)} are held by job {other}")
+    return tuple(sorted(set(cpus)))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the planner decided for one job on this node.
+
+    Attributes:
+        job: the scheduler's job id.
+        cpus: the job's own CPUs (disjoint from its neighbours'); empty: not pinned.
+        memory_mib: host memory limit; ``None``: not limited.
+        devices: the device ids the job may offload to.
+        device_memory_mib: most device memory per device; ``None``: not watched.
+        device_threads: most device threads the job's offloads hold at once, per device;
+            ``None``: the job may not use the offload gate.
+    """
+
+    job: str
+    cpus: tuple[int, ...] = ()
+    memory_mib: int | None = None
+    devices: tuple[str, ...] = ()
+    device_memory_mib: int | None = None
+    device_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        check_job_id(self.job)
+        for device in self.devices:
+            check_device_id(device)
+        for name in ("memory_mib", "device_memory_mib", "device_threads"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise JobSpecError(
+                    f"job {self.job}: {name} {value!r} is not usable (allowed: >= 1)"
+                )
+        if len(set(self.devices)) != len(self.devices):
+            raise JobSpecError(f"job {self.job}: device listed twice in {list(self.devices)}")
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data for the job record."""
+        return {
+            "job": self.job,
+            "cpus": list(self.cpus),
+            "memory_mib": self.memory_mib,
+            "devices": list(self.devices),
+            "device_memory_mib": self.device_memory_mib,
+            "device_threads": self.device_threads,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> JobSpec:
+        """Read a job record's spec back (see :meth:`to_dict`).
+
+        Raises:
+            JobSpecError: for a record that does not have the expected shape.
+        """
+        job = data.get("job")
+        cpus = data.get("cpus", [])
+        devices = data.get("devices", [])
+        ints: dict[str, int | None] = {}
+        for name in ("memory_mib", "device_memory_mib", "device_threads"):
+            value = data.get(name)
+            ints[name] = value if type(value) is int else None
+            if value is not None and type(value) is not int:
+                job = None
+        if (
+            not isinstance(job, str)
+            or not isinstance(cpus, list)
+            or not all(type(c) is int for c in cpus)
+            or not isinstance(devices, list)
+            or not all(isinstance(d, str) for d in devices)
+        ):
+            raise JobSpecError(f"job record {dict(data)!r} is malformed")
+        return cls(
+            job=job,
+            cpus=tuple(cpus),
+            devices=tuple(devices),
+            memory_mib=ints["memory_mib"],
+            device_memory_mib=ints["device_memory_mib"],
+            device_threads=ints["device_threads"],
+        )

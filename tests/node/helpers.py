@@ -1,0 +1,85 @@
+"""Helpers of the real node tests: the test's cgroup parent, polling, process CPU time."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from coshare.config import NodeConfig
+from coshare.errors import CgroupUnavailable
+from coshare.node.cgroups import V1Cgroups, V2Cgroups, open_cgroups
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+COSHARE = str(Path(sys.executable).parent / "coshare")
+_numbers = itertools.count()
+
+
+def skip_reason() -> str | None:
+    """Why real cgroup tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "real cgroup tests need root"
+    try:
+        open_cgroups(CGROUP_ROOT)
+    except CgroupUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def unique_parent() -> str:
+    return f"coshare-test-{os.getpid()}-{next(_numbers)}"
+
+
+def remove_parent(cgroups: V1Cgroups | V2Cgroups) -> None:
+    """Kill and remove every job group under the test's parent, then the parent itself."""
+    for job in cgroups.jobs():
+        cgroups.open(job).remove()
+    if isinstance(cgroups, V2Cgroups):
+        tops = [cgroups.root / cgroups.parent]
+    else:
+        tops = [cgroups.root / c / cgroups.parent for c in cgroups.hierarchies()]
+    for top in tops:
+        if top.is_dir():
+            top.rmdir()
+
+
+def node_env(config: NodeConfig) -> dict[str, str]:
+    """The environment that points the ``coshare`` command at the test's node config."""
+    empty = Path(config.state_dir) / "empty-config.yaml"
+    empty.write_text("")
+    env = dict(os.environ)
+    env.update(
+        COSHARE_CONFIG=str(empty), COSHARE_NODE_CGROUP_ROOT=config.cgroup_root,
+        COSHARE_NODE_CGROUP_PARENT=config.cgroup_parent, COSHARE_NODE_STATE_DIR=config.state_dir,
+        COSHARE_NODE_GATE_SOCKET=config.gate_socket,
+        COSHARE_NODE_WATCH_INTERVAL_S=str(config.watch_interval_s),
+    )  # fmt: skip
+    return env
+
+
+def wait_for(check: object, timeout_s: float = 20.0, what: str = "condition") -> None:
+    """Poll ``check()`` until true; fail after ``timeout_s`` (a deadline, not a timing)."""
+    assert callable(check)
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def cpu_ticks(pid: int) -> int:
+    """User + system CPU ticks a process has used (proc(5), fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a process this test started, by its pid."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
