@@ -23,8 +23,11 @@ UNDEFINED = "undefined"
 
 
 def literal(text: str) -> str:
-    """``text`` as a ClassAd string literal (quoted and escaped)."""
-    return str(classad2.quote(text))
+    """``text`` as a ClassAd string literal (quoted and escaped).
+
+    NUL characters are dropped: ClassAd strings are C strings (no ad can hold one).
+    """
+    return str(classad2.quote(text.replace("\x00", "")))
 
 
 def node_value(node: str) -> str:
