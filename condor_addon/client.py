@@ -99,8 +99,15 @@ class CondorClient:
             sleep=self._sleep,
             reraise=True,
         )
+        def attempt() -> Any:
+            try:
+                return call()
+            except (self._error, classad2.ClassAdException):
+                self.forget_schedd()  # it may have restarted on another port: locate it again
+                raise
+
         try:
-            return retrying(call)
+            return retrying(attempt)
         except (self._error, classad2.ClassAdException) as exc:
             raise SchedulerUnavailable(
                 f"cannot {what} after {self.config.retries} attempts: {exc}"
@@ -117,6 +124,10 @@ class CondorClient:
         if self.config.collector:
             return self._htcondor.Collector(self.config.collector)
         return self._htcondor.Collector()
+
+    def forget_schedd(self) -> None:
+        """Locate the schedd again on the next call (after a failure or a restart)."""
+        self._schedd = None
 
     def schedd(self) -> Any:
         """The schedd whose jobs are planned (located once, then reused)."""
@@ -178,6 +189,7 @@ class CondorClient:
         try:
             return int(self.schedd().edit(list(job_ids), attribute, value))
         except self._error as exc:
+            self.forget_schedd()
             raise EditFailed(attribute, f"{len(job_ids)} jobs", str(exc)) from exc
 
     def edit_where(self, constraint: str, attribute: str, value: str) -> int:
@@ -204,4 +216,5 @@ class CondorClient:
             # A (text, subcode) pair: htcondor2 25.x drops a reason given as a plain string.
             self.schedd().act(self._htcondor.JobAction.Hold, constraint, reason=(reason, 0))
         except self._error as exc:
+            self.forget_schedd()
             raise EditFailed("hold", "the jobs of a constraint", str(exc)) from exc

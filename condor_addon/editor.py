@@ -3,8 +3,9 @@
 A placement is three job attributes, written in this order, each as one schedd transaction
 per group of jobs that get the same value (``Schedd.edit`` with a list of job ids)::
 
-    0. CosharePlacedNode = undefined      only for jobs moved from an earlier placement:
-                                          closes their gate first (guarded: idle jobs only)
+    0. CosharePlacedNode = undefined      jobs the plan moves, leaves unplaced or skips
+                                          while their gate is open on an expired placement:
+                                          closes the gates first (guarded: idle jobs only)
     1. CosharePlacedAt = <now>            all jobs of the plan, one transaction
     2. CosharePlacedDevices = "0,1"       one transaction per device set
     3. CosharePlacedNode = "node2"        one transaction per node: opens the gate
@@ -19,6 +20,12 @@ or whose annotations or placement changed since the Source read them is ``skippe
 reason; one already placed exactly so is ``unchanged`` (re-running a cycle writes nothing).
 A transaction that fails (a job vanished in between) is retried once without the jobs that
 are gone; what still fails is ``failed`` and planned again next cycle.
+
+Step 0 matters because the planner counted every pending job's old placement as free: a job
+whose placement expired must not keep an open gate there unless the plan put it back exactly
+there. If one of those jobs *started* at its old placement before its gate closed, the plan
+is no longer sound for that device, so nothing more is written this cycle (the next cycle
+reads the truth from the collector).
 """
 
 from __future__ import annotations
@@ -148,7 +155,19 @@ class CondorEditor:
                                for j in ids),
             )  # fmt: skip
         run = _Batch(self.client, current)
-        run.close_gates([w.job for w in writes if w.moving])
+        stay = set(unchanged) | {w.job for w in writes if not w.moving}
+        pending = {a.job for a in plan.assignments} | {u.job for u in plan.unplaced}
+        gates = [j for j in sorted(pending - stay)
+                 if j in current and current[j].status == A.IDLE and current[j].placed_node]
+        if not run.close_gates(gates):
+            started = ", ".join(sorted(run.started))
+            reason = (f"not written: {started} started at an expired placement while this "
+                      "cycle planned; planning again next cycle")
+            return ApplyReport(unchanged=tuple(unchanged),
+                               skipped=tuple(skipped) + tuple(run.skipped)
+                               + tuple(JobOutcome(w.job, reason) for w in writes
+                                       if w.job in run.alive),
+                               failed=tuple(run.failed))  # fmt: skip
         run.edit_all([w.job for w in writes], A.PLACED_AT, X.time_value(self.clock()))
         by_devices: dict[tuple[str, ...], list[str]] = defaultdict(list)
         by_node: dict[str, list[str]] = defaultdict(list)
@@ -196,6 +215,7 @@ class _Batch:
         self.alive: set[str] = set(current)
         self.skipped: list[JobOutcome] = []
         self.failed: list[JobOutcome] = []
+        self.started: set[str] = set()
 
     def _drop_gone(self, ids: Sequence[str]) -> list[str]:
         """Re-read the queue; mark jobs no longer idle as skipped; return those still idle."""
@@ -210,21 +230,29 @@ class _Batch:
             state = "left the queue" if now is None else f"is {A.job_status_name(now.status)}"
             self.skipped.append(JobOutcome(job_id, f"{state} while being placed; not written"))
             self.alive.discard(job_id)
+            if now is not None and now.status != A.HELD:
+                self.started.add(job_id)
         return keep
 
-    def close_gates(self, ids: Sequence[str]) -> None:
-        """Step 0: ``CosharePlacedNode = undefined`` on idle jobs only (guarded edit)."""
+    def close_gates(self, ids: Sequence[str]) -> bool:
+        """Step 0: ``CosharePlacedNode = undefined`` on idle jobs only (guarded edit).
+
+        Returns:
+            ``False`` when the cycle must stop: a gate could not be closed, or a job started
+            at its expired placement.
+        """
         if not ids:
-            return
+            return True
         try:
             edited = self.client.edit_where(X.idle_managed(ids), A.PLACED_NODE, X.UNDEFINED)
         except EditFailed as exc:
             for job_id in ids:
                 self.failed.append(JobOutcome(job_id, str(exc)))
                 self.alive.discard(job_id)
-            return
+            return False
         if edited < len(ids):
             self._drop_gone(ids)
+        return not self.started
 
     def edit_all(self, ids: Sequence[str], attribute: str, value: str) -> None:
         """One transaction for ``ids``; on failure, retry once without the jobs that left."""

@@ -79,7 +79,13 @@ ACTIVE_MANAGED_JOBS = (
 
 def hold_reason(message: str, job_id: str) -> str:
     """The hold reason for a job refused for its annotations: the parser's message without the
-    leading ``job ID:`` (HTCondor shows the job next to it), prefixed ``coshare:``."""
+    leading ``job ID:`` (HTCondor shows the job next to it), prefixed ``coshare:``.
+
+    The reason travels as text, not as an expression, yet the schedd (23.9) stores one that
+    holds a double quote as an unparsable HoldReason (seen on the test pool: the reason was
+    lost), so double quotes become single ones and backslashes are dropped: a user's value
+    cannot blank out or break the hold reason.
+    """
     prefix = f"job {job_id}: "
     text = message[len(prefix) :] if message.startswith(prefix) else message
-    return f"coshare: {text}"
+    return "coshare: " + text.replace("\\", "").replace('"', "'")

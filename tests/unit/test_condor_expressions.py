@@ -76,9 +76,11 @@ def test_job_clauses_accept_only_job_ids() -> None:
     assert X.idle_managed([]).endswith("(false)")
 
 
-def test_hold_reason_drops_the_job_prefix() -> None:
+def test_hold_reason_drops_the_job_prefix_and_double_quotes() -> None:
     assert X.hold_reason("job 3.0: CoshareDeviceMemory='x' is bad", "3.0") == (
         "coshare: CoshareDeviceMemory='x' is bad")
+    assert X.hold_reason('job 3.0: CoshareDeviceMemory=\'1\\" || true\' bad', "3.0") == (
+        "coshare: CoshareDeviceMemory='1' || true' bad")
 
 
 def test_transform_recognizes_exactly_the_annotation_keys() -> None:
