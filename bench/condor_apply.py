@@ -36,11 +36,11 @@ from condor_addon.editor import CondorEditor
 from condor_addon.source import CondorSource
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROOT = Path(os.environ.get("COSHARE_CONDOR_CHROOT", "/var/lib/coshare/condor-chroot"))
+CHROOT = Path(os.environ.get("CONDOR_POOL_CHROOT", "/var/lib/coshare/condor-chroot"))
 
 
 def restart_pool() -> None:
-    env = {**os.environ, "COSHARE_CONDOR_CPUS": "300", "COSHARE_CONDOR_MEMORY_MIB": "1000000"}
+    env = {**os.environ, "CONDOR_POOL_CPUS": "300", "CONDOR_POOL_MEMORY_MIB": "1000000"}
     subprocess.run([str(ROOT / "deploy/condor/pool"), "restart"], env=env, check=True)
 
 

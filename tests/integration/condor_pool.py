@@ -14,7 +14,7 @@ from coshare.config import CondorConfig, Config, load_config
 from coshare.planner import CycleReport, run_cycle
 from coshare.policies import make_policy
 
-from condor_addon.ads import machine_of, parse_slots, read_job
+from condor_addon.ads import parse_slots, read_job
 from condor_addon.attributes import JOB_PROJECTION
 from condor_addon.client import CondorClient
 from condor_addon.editor import CondorEditor
@@ -22,7 +22,7 @@ from condor_addon.source import CondorSource
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL_SCRIPT = ROOT / "deploy" / "condor" / "pool"
-CHROOT = Path(os.environ.get("COSHARE_CONDOR_CHROOT", "/var/lib/coshare/condor-chroot"))
+CHROOT = Path(os.environ.get("CONDOR_POOL_CHROOT", "/var/lib/coshare/condor-chroot"))
 CLIENT_CONFIG = CHROOT / "pool" / "client_config"
 WORK = "/tmp/coshare-itest"  # inside the chroot: jobs run there
 
@@ -99,8 +99,8 @@ class Pool:
 
     def remove_all(self) -> None:
         self.schedd.act(self.htcondor.JobAction.Remove, "true")
-        wait_for(lambda: not self.schedd.query("JobStatus =!= 3", projection=["ClusterId"]),
-                 60, "jobs to leave the queue")
+        wait_for(lambda: not self.client.job_ads("true", ("ClusterId",)), 60,
+                 "jobs to leave the queue")
 
     def output(self, job_id: str) -> str:
         cluster, proc = job_id.split(".")
@@ -139,6 +139,3 @@ def start_pool() -> Iterator[Pool]:
     finally:
         pool("stop")
 
-
-def node_of(pool_: Pool, slot: str) -> str:
-    return pool_.node_of_machine().get(machine_of(slot), "?")
