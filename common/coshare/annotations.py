@@ -148,7 +148,7 @@ def _number(value: object) -> float | None:
 def _memory_mib(value: object) -> float | None:
     if not isinstance(value, str):
         return _number(value)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", _text(value))
+    match = re.fullmatch(r"\s*(-?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", _text(value))
     if not match or match.group(2).lower() not in _UNIT_MIB:
         return None
     return float(match.group(1)) * _UNIT_MIB[match.group(2).lower()]

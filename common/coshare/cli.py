@@ -37,7 +37,10 @@ from coshare.render import plan_table, policy_summary
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 
 #: Subcommands that live in other modules: name -> "module:attribute".
-LAZY_COMMANDS: dict[str, str] = {"node": "coshare.node.cli:node"}
+LAZY_COMMANDS: dict[str, str] = {
+    "condor": "condor_addon.cli:condor",
+    "node": "coshare.node.cli:node",
+}
 
 EXAMPLE_SNAPSHOT = "paper-cluster.json"
 

@@ -159,6 +159,30 @@ class NodeConfig:
 
 
 @dataclass(frozen=True)
+class CondorConfig:
+    """Options of the HTCondor adapter (``coshare condor ...``).
+
+    Attributes:
+        condor_config: HTCondor configuration file the bindings read (sets ``CONDOR_CONFIG``);
+            ``null``: the bindings' usual lookup (``$CONDOR_CONFIG``, ``/etc/condor``).
+        collector: ``host:port`` of the collector; ``null``: ``COLLECTOR_HOST`` of that config.
+        schedd: name of the schedd whose jobs are planned; ``null``: the local schedd, or the
+            only one the collector knows.
+        hold_invalid: hold an annotated job whose annotations are unusable, with the message
+            as its hold reason; ``false``: leave it idle and only report it.
+        retries: attempts of a read (and of a write that failed to connect) before giving up.
+        retry_wait_s: seconds between attempts.
+    """
+
+    condor_config: str | None = None
+    collector: str | None = None
+    schedd: str | None = None
+    hold_invalid: bool = True
+    retries: int = field(default=3, metadata={"min": 1})
+    retry_wait_s: float = field(default=1.0, metadata={"min": 0})
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -167,6 +191,7 @@ class Config:
     knapsack: KnapsackConfig = field(default_factory=KnapsackConfig)
     cycle: CycleConfig = field(default_factory=CycleConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
+    condor: CondorConfig = field(default_factory=CondorConfig)
 
 
 def build(cls: type[C], data: object, where: str = "") -> C:

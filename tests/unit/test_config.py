@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 import pytest
@@ -44,7 +46,9 @@ def test_file_values_are_loaded_into_frozen_dataclasses(tmp_path: Path) -> None:
     [
         (
             "polcy: {}\n",
-            "unknown key 'polcy' (valid keys: cycle, device_kinds, knapsack, node, policy)",
+            "unknown key 'polcy' (valid keys: "
+            + ", ".join(sorted(f.name for f in dataclasses.fields(Config)))
+            + ")",
         ),
         (
             "policy: {nmae: x}\n",

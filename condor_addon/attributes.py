@@ -1,0 +1,84 @@
+"""The ClassAd attributes coshare reads and writes, in one place.
+
+Job attributes (the schedd's queue is the planner's ledger)::
+
+    CoshareDeviceMemory, CoshareDeviceThreads, ...  the user's annotations (coshare.annotations)
+    CoshareManaged           true: set by the schedd's transform on annotated jobs
+    CoshareUserRequirements  the user's Requirements, kept by the transform
+    CosharePlacedAt          when the planner placed the job (epoch seconds); written first
+    CosharePlacedDevices     the planned device ids, comma-separated ("0,1"); written second
+    CosharePlacedNode        the planned node; written last: it opens the gate
+                             Requirements = (TARGET.CoshareNodeName =?= MY.CosharePlacedNode)
+                                            && (MY.CoshareUserRequirements)
+
+Machine (slot) attributes, advertised by every execute node::
+
+    CoshareNodeName            the node's name as coshare knows it (the gate compares it)
+    CoshareNodeDeviceIds       {"0", "1"}       from coshare-devices (startd cron)
+    CoshareNodeDeviceMemory    {8192, 8192}     MiB
+    CoshareNodeDeviceThreads   {240, 240}       hardware threads (0: look up the model)
+    CoshareNodeDeviceModels    {"phi-5110p", ...}
+
+Claimed slots also carry the job's CoshareManaged, CosharePlacedNode, CosharePlacedDevices,
+CoshareDeviceMemory and CoshareDeviceThreads (``STARTD_JOB_ATTRS``): what the job really
+started with, the truth of what runs where.
+"""
+
+from __future__ import annotations
+
+from coshare.annotations import KEYS
+
+MANAGED = "CoshareManaged"
+USER_REQUIREMENTS = "CoshareUserRequirements"
+PLACED_AT = "CosharePlacedAt"
+PLACED_DEVICES = "CosharePlacedDevices"
+PLACED_NODE = "CosharePlacedNode"
+
+#: Attributes coshare itself writes or the transform sets: never user annotations.
+RESERVED = frozenset(
+    name.lower() for name in (MANAGED, USER_REQUIREMENTS, PLACED_AT, PLACED_DEVICES, PLACED_NODE)
+)
+
+#: The annotation keys users write, as HTCondor attribute names.
+ANNOTATIONS: tuple[str, ...] = tuple(spec.attribute for spec in KEYS)
+
+NODE_NAME = "CoshareNodeName"
+DEVICE_IDS = "CoshareNodeDeviceIds"
+DEVICE_MEMORY = "CoshareNodeDeviceMemory"
+DEVICE_THREADS = "CoshareNodeDeviceThreads"
+DEVICE_MODELS = "CoshareNodeDeviceModels"
+
+#: What the Source asks the schedd for (a projection keeps the query small).
+JOB_PROJECTION: tuple[str, ...] = (
+    "ClusterId", "ProcId", "GlobalJobId", "JobStatus", "QDate", "JobPrio", "RequestCpus",
+    "RequestMemory", "RemoteHost", MANAGED, PLACED_AT, PLACED_DEVICES, PLACED_NODE, *ANNOTATIONS,
+)  # fmt: skip
+
+#: What the Source asks the collector for, per slot.
+SLOT_PROJECTION: tuple[str, ...] = (
+    "Name", "Machine", "SlotType", "State", "Activity", "Cpus", "Memory", "TotalSlotCpus",
+    "TotalSlotMemory", "GlobalJobId", "JobId", NODE_NAME, DEVICE_IDS, DEVICE_MEMORY,
+    DEVICE_THREADS, DEVICE_MODELS, MANAGED, PLACED_NODE, PLACED_DEVICES,
+    "CoshareDeviceMemory", "CoshareDeviceThreads",
+)  # fmt: skip
+
+#: HTCondor's JobStatus codes (condor_q's letters) for the states coshare cares about.
+IDLE = 1
+RUNNING = 2
+REMOVED = 3
+COMPLETED = 4
+HELD = 5
+TRANSFERRING_OUTPUT = 6
+SUSPENDED = 7
+
+JOB_STATUS_NAMES: dict[int, str] = {
+    IDLE: "idle", RUNNING: "running", REMOVED: "removed", COMPLETED: "completed", HELD: "held",
+    TRANSFERRING_OUTPUT: "transferring output", SUSPENDED: "suspended",
+}  # fmt: skip
+
+
+def job_status_name(status: object) -> str:
+    """A JobStatus code as a word, for messages (``unknown status X`` for anything else)."""
+    if isinstance(status, int) and status in JOB_STATUS_NAMES:
+        return JOB_STATUS_NAMES[status]
+    return f"unknown status {status!r}"

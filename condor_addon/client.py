@@ -1,0 +1,220 @@
+"""The edge to HTCondor: the few calls coshare makes through the ``htcondor2`` bindings.
+
+This is the only module that imports the untyped bindings (``classad2`` is also used by
+:mod:`condor_addon.expressions` to quote values). Every answer is turned into plain Python
+values here, so the parsers in :mod:`condor_addon.ads` stay pure. Retries live here and only
+here (tenacity, with an injectable ``sleep`` so tests are instant): reads are retried,
+then raise :class:`~coshare.errors.SchedulerUnavailable`; a write that fails raises
+:class:`EditFailed` at once, and the Editor decides what to do with the jobs it named.
+
+The bindings read ``CONDOR_CONFIG`` when first imported; :class:`CondorClient` sets it from
+``condor.condor_config`` before importing them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import classad2
+from coshare.config import CondorConfig
+from coshare.errors import SchedulerError, SchedulerUnavailable
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+
+from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
+
+
+class EditFailed(SchedulerError):
+    """A queue edit was refused or did not reach the schedd; nothing of it was written.
+
+    Attributes:
+        attribute: the attribute being written.
+        jobs: how the jobs were named (ids or a constraint), for the message.
+    """
+
+    def __init__(self, attribute: str, jobs: str, detail: str) -> None:
+        self.attribute = attribute
+        self.jobs = jobs
+        super().__init__(f"writing {attribute} of {jobs} failed: {detail}")
+
+
+def plain(value: object) -> object:
+    """A ClassAd value as plain Python: ``None`` for undefined and error, lists recursively."""
+    if isinstance(value, classad2.Value):  # Undefined / Error (an int enum: check it first)
+        return None
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, classad2.ClassAd):
+        return {k: plain(value.eval(k)) for k in value}
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return None
+
+
+def values_of(ad: Any, projection: Iterable[str]) -> dict[str, object]:
+    """Evaluate the projected attributes of one ad (names as in ``projection``).
+
+    Attributes the ad lacks are left out; an expression that does not evaluate is ``None``.
+    """
+    out: dict[str, object] = {}
+    for name in projection:
+        if name not in ad:
+            continue
+        try:
+            out[name] = plain(ad.eval(name))
+        except classad2.ClassAdException:
+            out[name] = None
+    return out
+
+
+class CondorClient:
+    """Collector and schedd queries and queue edits.
+
+    Args:
+        config: the ``condor`` section (collector, schedd, retries).
+        sleep: how to wait between attempts (tests pass a no-op).
+    """
+
+    def __init__(self, config: CondorConfig, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config
+        self._sleep = sleep
+        if config.condor_config:
+            os.environ["CONDOR_CONFIG"] = config.condor_config
+        self._htcondor: Any = importlib.import_module("htcondor2")
+        if config.condor_config:
+            self._htcondor.reload_config()
+        self._error: type[Exception] = self._htcondor.HTCondorException
+        self._schedd: Any = None
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _read(self, what: str, call: Callable[[], Any]) -> Any:
+        retrying = Retrying(
+            stop=stop_after_attempt(self.config.retries),
+            wait=wait_fixed(self.config.retry_wait_s),
+            retry=retry_if_exception_type((self._error, classad2.ClassAdException)),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        def attempt() -> Any:
+            try:
+                return call()
+            except (self._error, classad2.ClassAdException):
+                self.forget_schedd()  # it may have restarted on another port: locate it again
+                raise
+
+        try:
+            return retrying(attempt)
+        except (self._error, classad2.ClassAdException) as exc:
+            raise SchedulerUnavailable(
+                f"cannot {what} after {self.config.retries} attempts: {exc}"
+            ) from exc
+
+    @property
+    def collector_name(self) -> str:
+        """The collector as configured, for messages."""
+        if self.config.collector:
+            return self.config.collector
+        return str(self._htcondor.param.get("COLLECTOR_HOST", "the configured collector"))
+
+    def _collector(self) -> Any:
+        if self.config.collector:
+            return self._htcondor.Collector(self.config.collector)
+        return self._htcondor.Collector()
+
+    def forget_schedd(self) -> None:
+        """Locate the schedd again on the next call (after a failure or a restart)."""
+        self._schedd = None
+
+    def schedd(self) -> Any:
+        """The schedd whose jobs are planned (located once, then reused)."""
+        if self._schedd is None:
+            self._schedd = self._read(f"locate the schedd via {self.collector_name}",
+                                      self._locate_schedd)  # fmt: skip
+        return self._schedd
+
+    def _locate_schedd(self) -> Any:
+        htc = self._htcondor
+        collector = self._collector()
+        if self.config.schedd:
+            return htc.Schedd(collector.locate(htc.DaemonType.Schedd, self.config.schedd))
+        ads = collector.query(htc.AdTypes.Schedd, projection=["Name"])
+        if len(ads) == 1:
+            return htc.Schedd(collector.locate(htc.DaemonType.Schedd, ads[0]["Name"]))
+        if not ads:
+            raise SchedulerUnavailable(f"the collector {self.collector_name} knows no schedd")
+        names = ", ".join(sorted(str(ad.get("Name")) for ad in ads))
+        raise SchedulerUnavailable(
+            f"the collector knows several schedds ({names}); set condor.schedd to one of them"
+        )
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def slot_ads(self) -> list[dict[str, object]]:
+        """Every slot ad of the pool, projected to what coshare reads."""
+        def query() -> list[Any]:
+            collector = self._collector()
+            return list(collector.query(self._htcondor.AdTypes.Startd,
+                                        projection=list(SLOT_PROJECTION)))  # fmt: skip
+
+        ads = self._read(f"query the collector {self.collector_name}", query)
+        return [values_of(ad, SLOT_PROJECTION) for ad in ads]
+
+    def job_ads(
+        self, constraint: str, projection: Sequence[str] = JOB_PROJECTION
+    ) -> list[dict[str, object]]:
+        """The schedd's jobs matching ``constraint``, projected."""
+        def query() -> list[Any]:
+            return list(self.schedd().query(constraint=constraint, projection=list(projection)))
+
+        ads = self._read("query the schedd", query)
+        return [values_of(ad, projection) for ad in ads]
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def edit_ids(self, job_ids: Sequence[str], attribute: str, value: str) -> int:
+        """Set ``attribute`` to the ClassAd expression ``value`` in every listed job.
+
+        One schedd transaction: either every job is edited or none (a job that left the queue
+        aborts it).
+
+        Raises:
+            EditFailed: nothing was written.
+        """
+        if not job_ids:
+            return 0
+        try:
+            return int(self.schedd().edit(list(job_ids), attribute, value))
+        except self._error as exc:
+            self.forget_schedd()
+            raise EditFailed(attribute, f"{len(job_ids)} jobs", str(exc)) from exc
+
+    def edit_where(self, constraint: str, attribute: str, value: str) -> int:
+        """Set ``attribute`` in the jobs matching ``constraint``; the number edited (0 when none
+        matches: the schedd then reports an error, which is told apart by a query).
+
+        Raises:
+            EditFailed: jobs matched but the edit was refused or did not arrive.
+        """
+        try:
+            return int(self.schedd().edit(constraint, attribute, value))
+        except self._error as exc:
+            if not self.job_ads(constraint, ("ClusterId", "ProcId")):
+                return 0
+            raise EditFailed(attribute, "the jobs of a constraint", str(exc)) from exc
+
+    def hold_where(self, constraint: str, reason: str) -> None:
+        """Hold the jobs matching ``constraint`` with ``reason`` (shown by ``condor_q -hold``).
+
+        Raises:
+            EditFailed: the schedd refused or could not be reached.
+        """
+        try:
+            # A (text, subcode) pair: htcondor2 25.x drops a reason given as a plain string.
+            self.schedd().act(self._htcondor.JobAction.Hold, constraint, reason=(reason, 0))
+        except self._error as exc:
+            self.forget_schedd()
+            raise EditFailed("hold", "the jobs of a constraint", str(exc)) from exc

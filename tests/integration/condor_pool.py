@@ -1,0 +1,141 @@
+"""Helpers of the HTCondor integration tests: the real pool started by deploy/condor/pool."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coshare.commands import run
+from coshare.config import CondorConfig, Config, load_config
+from coshare.planner import CycleReport, run_cycle
+from coshare.policies import make_policy
+
+from condor_addon.ads import parse_slots, read_job
+from condor_addon.attributes import JOB_PROJECTION
+from condor_addon.client import CondorClient
+from condor_addon.editor import CondorEditor
+from condor_addon.source import CondorSource
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL_SCRIPT = ROOT / "deploy" / "condor" / "pool"
+CHROOT = Path(os.environ.get("CONDOR_POOL_CHROOT", "/var/lib/coshare/condor-chroot"))
+CLIENT_CONFIG = CHROOT / "pool" / "client_config"
+WORK = "/tmp/coshare-itest"  # inside the chroot: jobs run there
+
+JOB_SCRIPT = """#!/bin/sh
+# coshare integration test job: record when it ran and what it was given.
+start=$(date +%s.%N)
+sleep "$1"
+end=$(date +%s.%N)
+printf '%s %s %s\\n' "$start" "$end" "${COSHARE_DEVICES:--}"
+printf '%s\\n' "${COSHARE_NODE:--}"
+"""
+
+
+def pool(*args: str, timeout_s: float = 600) -> str:
+    """Run deploy/condor/pool with ``args``; its output."""
+    return run([str(POOL_SCRIPT), *args], timeout_s=timeout_s).stdout
+
+
+@dataclass
+class Pool:
+    """The running pool, seen from the host."""
+
+    client: CondorClient
+    htcondor: Any
+
+    @property
+    def schedd(self) -> Any:
+        return self.client.schedd()
+
+    def config(self, **cycle: float) -> Config:
+        base = load_config(environ={})
+        return base.__class__(
+            device_kinds=base.device_kinds, policy=base.policy, knapsack=base.knapsack,
+            cycle=base.cycle.__class__(**{"replan_after_s": 300.0, "interval_s": 30.0, **cycle}),
+            condor=CondorConfig(condor_config=str(CLIENT_CONFIG), retry_wait_s=0.1),
+        )
+
+    def cycle(self, *, replan_after_s: float = 300.0, client: CondorClient | None = None,
+              hold_invalid: bool = True, dry_run: bool = False) -> CycleReport:
+        """One real planning cycle (knapsack), as `coshare condor cycle` runs it."""
+        client = client or self.client
+        config = self.config(replan_after_s=replan_after_s)
+        source = CondorSource(client, device_kinds=config.device_kinds,
+                              replan_after_s=replan_after_s)
+        editor = CondorEditor(client, hold_invalid=hold_invalid, read=lambda: source.jobs)
+        return run_cycle(source, make_policy("knapsack"), editor, dry_run=dry_run)
+
+    def submit(self, count: int = 1, sleep_s: float = 2, **extra: str) -> str:
+        """Submit ``count`` test jobs; their cluster id."""
+        desc = {"executable": f"{WORK}/job.sh", "arguments": str(sleep_s), "initialdir": WORK,
+                "transfer_executable": "false", "request_memory": "64",
+                "output": f"{WORK}/out.$(Cluster).$(Process)",
+                "error": f"{WORK}/err.$(Cluster).$(Process)", **extra}
+        return str(self.schedd.submit(self.htcondor.Submit(desc), count=count).cluster())
+
+    def jobs(self, constraint: str = "true") -> dict[str, dict[str, object]]:
+        """The queue's jobs (projected like the Source reads them), by id."""
+        out = {}
+        for values in self.client.job_ads(constraint, (*JOB_PROJECTION, "HoldReason",
+                                                       "Requirements", "CoshareUserRequirements")):
+            job = read_job(values)
+            if job is not None:
+                out[job.id] = values
+        return out
+
+    def history(self, cluster: str) -> list[Any]:
+        return list(self.schedd.history(f"ClusterId == {cluster}", projection=[
+            "ClusterId", "ProcId", "LastRemoteHost", "CosharePlacedNode", "CosharePlacedDevices",
+            "CoshareManaged", "CoshareUserRequirements", "Requirements", "ExitCode",
+            "CoshareDeviceMemory", "CoshareDeviceThreads"]))
+
+    def node_of_machine(self) -> Mapping[str, str]:
+        return parse_slots(self.client.slot_ads(), {}).node_of_machine
+
+    def remove_all(self) -> None:
+        self.schedd.act(self.htcondor.JobAction.Remove, "true")
+        wait_for(lambda: not self.client.job_ads("true", ("ClusterId",)), 60,
+                 "jobs to leave the queue")
+
+    def output(self, job_id: str) -> str:
+        cluster, proc = job_id.split(".")
+        return (CHROOT / WORK.lstrip("/") / f"out.{cluster}.{proc}").read_text()
+
+
+def wait_for(check: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Poll ``check`` until it is true (deadline on the monotonic clock)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def start_pool() -> Iterator[Pool]:
+    """Start the pool (building the chroot the first time), yield it, stop it."""
+    if os.geteuid() != 0:
+        raise AssertionError("the HTCondor integration tests need root: deploy/condor/pool "
+                             "builds a chroot and mounts into it (run make test as root)")
+    pool("start")
+    work = CHROOT / WORK.lstrip("/")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "job.sh").write_text(JOB_SCRIPT)
+    (work / "job.sh").chmod(0o755)
+    os.chown(work, 4242, 4242)
+    # The bindings check on the host that the job's initial directory exists (the jobs run in
+    # the chroot's copy), so make the same path here.
+    Path(WORK).mkdir(parents=True, exist_ok=True)
+    client = CondorClient(CondorConfig(condor_config=str(CLIENT_CONFIG), retry_wait_s=0.1))
+    import htcondor2  # after CondorClient set CONDOR_CONFIG
+
+    try:
+        yield Pool(client, htcondor2)
+    finally:
+        pool("stop")
+
