@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -32,6 +33,9 @@ from tests.integration.condor_pool import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.condor]
+
+# The coshare command of the interpreter that runs the tests (the project's venv under make).
+COSHARE = str(Path(sys.executable).with_name("coshare"))
 
 DEVICES = {  # the pool's devices (deploy/condor/pool): memory MiB, hardware threads
     ("node1", "0"): (8192, 240), ("node1", "1"): (8192, 240),
@@ -231,7 +235,7 @@ def test_sigkill_of_the_cycle_command_at_random_moments_converges(
     live.submit(300, requirements="CoshareNeverStart =?= true", **annotated(700, 30))
     config = tmp_path / "coshare.yaml"
     config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}}}\ncycle: {{replan_after_s: 0}}\n")
-    command = [str(ROOT / ".venv" / "bin" / "coshare"), "--config", str(config), "condor", "cycle"]
+    command = [COSHARE, "--config", str(config), "condor", "cycle"]
     rng = random.Random(4)
     for _ in range(4):
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -246,7 +250,7 @@ def test_sigkill_of_the_cycle_command_at_random_moments_converges(
 
 def test_schedd_or_collector_down_is_a_clear_error_and_exit_1(live: Pool, tmp_path: Path) -> None:
     config = tmp_path / "coshare.yaml"
-    coshare = [str(ROOT / ".venv" / "bin" / "coshare"), "--config", str(config)]
+    coshare = [COSHARE, "--config", str(config)]
     # 29619: in coshare's port range, used by no daemon of the pool (collector 29618, others
     # 29620-29699), so nothing answers there.
     config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}, collector: '127.0.0.1:29619',"
@@ -284,7 +288,7 @@ def test_show_prints_the_pool_and_the_next_plan(live: Pool, tmp_path: Path) -> N
     live.submit(2, requirements="CoshareNeverStart =?= true", **annotated(2048, 60))
     config = tmp_path / "coshare.yaml"
     config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}}}\n")
-    shown = subprocess.run([str(ROOT / ".venv/bin/coshare"), "--config", str(config), "condor",
+    shown = subprocess.run([COSHARE, "--config", str(config), "condor",
                             "show"], capture_output=True, text=True, check=True).stdout
     assert "4 nodes, 7 devices" in shown and "2 pending" in shown
     assert os.path.exists(CHROOT / "pool" / "client_config")
