@@ -37,7 +37,7 @@ from coshare.render import plan_table, policy_summary
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 
 #: Subcommands that live in other modules: name -> "module:attribute".
-LAZY_COMMANDS: dict[str, str] = {}
+LAZY_COMMANDS: dict[str, str] = {"slurm": "slurm_addon.cli:slurm"}
 
 EXAMPLE_SNAPSHOT = "paper-cluster.json"
 

@@ -42,7 +42,10 @@ def test_file_values_are_loaded_into_frozen_dataclasses(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("polcy: {}\n", "unknown key 'polcy' (valid keys: cycle, device_kinds, knapsack, policy)"),
+        (
+            "polcy: {}\n",
+            "unknown key 'polcy' (valid keys: cycle, device_kinds, knapsack, policy, slurm)",
+        ),
         (
             "policy: {nmae: x}\n",
             "policy: unknown key 'nmae' (valid keys: age_limit_s, "
