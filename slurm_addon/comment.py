@@ -52,9 +52,6 @@ def read_annotations(job_id: str, comment: str) -> dict[str, str]:
     inside = False
     for token in _SPLIT.split(comment.strip()):
         lower = token.lower()
-        if lower in (MARKER, MARKER + ":"):
-            inside = True
-            continue
         if lower.startswith(MARKER + ":"):
             inside, token = True, token[len(MARKER) + 1 :]
         if not token:
