@@ -109,7 +109,7 @@ class SlurmAdapter:
         if dry_run:
             self.held = holds
             return ApplyReport(
-                applied=tuple(w.job for w in edits.writes) + edits.release_only,
+                applied=tuple(w.job for w in edits.writes),
                 unchanged=edits.unchanged,
                 skipped=edits.skipped,
                 failed=edits.failed,
@@ -124,12 +124,11 @@ class SlurmAdapter:
                 log.warning("job %s: could not write its refusal: %s", job_id, error)
         write_errors = self._write(edits.writes, failed)
         confirmed, skipped = self._confirm(edits.writes, write_errors, failed)
-        to_release = [w.job for w in confirmed if w.release] + list(edits.release_only)
+        to_release = [w.job for w in confirmed if w.release]
         released_failed = self._release(to_release)
         for job_id, error in released_failed.items():
             failed.append(JobOutcome(job_id, f"placed but not released ({error}); planned again"))
         applied = [w.job for w in confirmed if w.job not in released_failed]
-        applied += [j for j in edits.release_only if j not in released_failed]
         return ApplyReport(
             applied=tuple(applied),
             unchanged=edits.unchanged,

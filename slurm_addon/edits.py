@@ -6,9 +6,12 @@ writing) and as they were when the snapshot was taken:
 - a job that ended, started, or whose comment or AdminComment changed since the read is
   skipped with the reason (it is planned again next cycle);
 - a job already placed exactly so and released is ``unchanged`` (applying twice writes
-  nothing); placed so but still held (a cycle stopped before releasing) is only released;
+  nothing);
 - otherwise its placement is written (ReqNodeList and AdminComment in one update, so Slurm
-  never sees one without the other) and, if it is held, it is released afterwards;
+  never sees one without the other) with the time of this cycle, and if it is held it is
+  released afterwards. A held job that already carries the same placement is written again
+  too (a cycle stopped before releasing it, or its placement expired): the replanning
+  clock starts anew;
 - planned jobs that did not start in time, and unplaced jobs that are not held, are held;
 - refused jobs get the reason in their AdminComment and are held.
 """
@@ -55,7 +58,6 @@ class Edits:
     """Everything one apply writes, and what it decided not to write."""
 
     writes: tuple[PlacementWrite, ...] = ()
-    release_only: tuple[str, ...] = ()
     holds: tuple[str, ...] = ()
     refusals: tuple[tuple[str, str], ...] = ()
     unchanged: tuple[str, ...] = ()
@@ -98,7 +100,6 @@ def plan_edits(
     seen = view.jobs or {}
     pending = {j.id: j for j in view.snapshot.pending}
     writes: list[PlacementWrite] = []
-    release_only: list[str] = []
     holds: list[str] = []
     unchanged: list[str] = []
     skipped: list[JobOutcome] = []
@@ -129,11 +130,12 @@ def plan_edits(
         if (
             now is not None
             and now.phase == "pending"
+            and not now.held
             and existing is not None
             and existing.same_spot(target)
             and now.required_nodes == node
         ):
-            (release_only if now.held else unchanged).append(job_id)
+            unchanged.append(job_id)
             continue
         why = change_since_read(seen.get(job_id), now)
         if why is not None:
@@ -170,7 +172,6 @@ def plan_edits(
 
     return Edits(
         writes=tuple(writes),
-        release_only=tuple(release_only),
         holds=tuple(dict.fromkeys(holds)),
         refusals=tuple(refusals),
         unchanged=tuple(unchanged),

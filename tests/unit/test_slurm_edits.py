@@ -55,10 +55,12 @@ def test_applying_twice_is_unchanged() -> None:
     assert e.writes == () and e.unchanged == ("1",)
 
 
-def test_written_but_not_released_is_only_released() -> None:
+def test_held_with_the_same_placement_is_written_again_with_a_fresh_time() -> None:
+    # A cycle stopped before releasing it, or its placement expired and it was held.
     seen = job("1", admin_comment=TARGET.replace("at=1800000000", "at=5"), required_nodes="n1")
     e = edits_for([seen], place("1"))
-    assert e.writes == () and e.release_only == ("1",)
+    assert e.unchanged == () and [w.release for w in e.writes] == [True]
+    assert f"at={int(NOW)}" in e.writes[0].admin_comment
 
 
 def test_moved_placement_is_rewritten() -> None:
