@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ..slurm.conftest import write_config
-from .cluster import Cluster
+from .cluster import BIN, Cluster
+from .conftest import write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
@@ -67,6 +67,7 @@ def test_owner_cannot_start_an_annotated_job_unplaced(cluster: Cluster) -> None:
 def test_placement_that_does_not_start_is_planned_again(cluster: Cluster) -> None:
     config = write_config(cluster, "")
     config.write_text(config.read_text().replace("replan_after_s: 120", "replan_after_s: 2"))
+
     def cycle() -> None:
         result = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm", "cycle")
         assert result.returncode == 0, result.stderr
