@@ -3,13 +3,13 @@
 ::
 
     read():  sinfo --json, squeue --json --> build_view() --> snapshot + refused jobs
-    apply(): squeue --json (again: what changed since the read?) --> plan_edits()
+    apply(): squeue --Format (what changed since the read?) --> plan_edits()
              --> scontrol hold      (expired placements, unplaced jobs that are not held)
              --> scontrol update    (refusal messages, one job per call)
-             --> scontrol < lines   (placements: ReqNodeList + AdminComment, batched,
-                                     several scontrol processes at once)
-             --> squeue --json      (which placements are really written?)
-             --> scontrol release   (only those, many jobs per call)
+             --> per batch of placements, in several threads at once:
+                   scontrol < lines      (ReqNodeList + AdminComment, one update per job)
+                   squeue --Format       (which of them are really written?)
+                   scontrol release      (only those, one call for the batch)
 
 One object is both Source and Editor because the Editor compares each job with the state the
 Source read. The order of the writes is what makes a crash at any point harmless: a job is
@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from coshare.config import Config
 from coshare.errors import SchedulerError
@@ -32,7 +32,6 @@ from coshare.planner import ApplyReport, JobOutcome, Rejected, SourceResult
 
 from slurm_addon.client import SlurmClient
 from slurm_addon.edits import Edits, PlacementWrite, plan_edits
-from slurm_addon.jobs import SlurmJob
 from slurm_addon.scontrol import UnsafeValue, chunks, update_argv, update_line
 from slurm_addon.view import ClusterView, build_view
 
@@ -101,10 +100,13 @@ class SlurmAdapter:
             SlurmControllerDown: slurmctld stopped answering; what was written is consistent
                 and the next cycle completes it.
         """
-        if self.view is None:
+        view = self.view
+        if view is None:
             raise SchedulerError("apply() needs a read() first")
-        current = {j.id: j for j in self.client.read_jobs()}
-        edits = plan_edits(self.view, plan, rejected, current, now_s=self.clock())
+        involved = {a.job for a in plan.assignments} | {u.job for u in plan.unplaced}
+        involved |= {r.job for r in rejected} | set(view.expired)
+        current = self.client.read_job_fields(sorted(involved, key=_numeric))
+        edits = plan_edits(view, plan, rejected, current, now_s=self.clock())
         holds = self._hold_reasons(edits)
         if dry_run:
             self.held = holds
@@ -117,26 +119,83 @@ class SlurmAdapter:
                 dry_run=True,
             )
         self.held = self._hold([h.job for h in holds], holds)
-        failed = list(edits.failed)
         for job_id, text in edits.refusals:
             error = self.client.update(update_argv(job_id, text))
             if error is not None:
                 log.warning("job %s: could not write its refusal: %s", job_id, error)
-        write_errors = self._write(edits.writes, failed)
-        confirmed, skipped = self._confirm(edits.writes, write_errors, failed)
-        to_release = [w.job for w in confirmed if w.release]
-        released_failed = self._release(to_release)
-        for job_id, error in released_failed.items():
-            failed.append(JobOutcome(job_id, f"placed but not released ({error}); planned again"))
-        applied = [w.job for w in confirmed if w.job not in released_failed]
+        outcome = self._place(edits.writes)
         return ApplyReport(
-            applied=tuple(applied),
+            applied=tuple(outcome.applied),
             unchanged=edits.unchanged,
-            skipped=edits.skipped + tuple(skipped),
-            failed=tuple(failed),
+            skipped=edits.skipped + tuple(outcome.skipped),
+            failed=edits.failed + tuple(outcome.failed),
             rejected=edits.rejected,
             dry_run=False,
         )
+
+    def _place(self, writes: Sequence[PlacementWrite]) -> _Outcome:
+        """Write, confirm and release placements, batch by batch, several batches at once."""
+        outcome = _Outcome()
+        batches: list[list[tuple[PlacementWrite, str]]] = [[]]
+        for w in writes:
+            try:
+                line = update_line(w.job, w.node, w.admin_comment)
+            except UnsafeValue as exc:
+                outcome.failed.append(JobOutcome(w.job, f"cannot be written safely: {exc}"))
+                continue
+            if len(batches[-1]) == self.config.slurm.update_batch:
+                batches.append([])
+            batches[-1].append((w, line))
+        batches = [b for b in batches if b]
+        if not batches:
+            return outcome
+        self.client.ping()  # a stopped controller would cost ~9 s per line, not one error
+        with ThreadPoolExecutor(max_workers=self.config.slurm.workers) as pool:
+            for part in pool.map(self._place_batch, batches):
+                outcome.applied += part.applied
+                outcome.skipped += part.skipped
+                outcome.failed += part.failed
+        return outcome
+
+    def _place_batch(self, batch: Sequence[tuple[PlacementWrite, str]]) -> _Outcome:
+        """One batch: its updates on scontrol's stdin, a re-read of just these jobs, and one
+        release of those whose placement is there and whose comment did not change."""
+        assert self.view is not None and self.view.jobs is not None
+        seen = self.view.jobs
+        errors = self.client.run_script([line for _, line in batch])
+        now = self.client.read_job_fields([w.job for w, _ in batch])
+        outcome = _Outcome()
+        release: list[str] = []
+        for w, _ in batch:
+            job = now.get(w.job)
+            if job is None or job.phase == "ended":
+                outcome.skipped.append(JobOutcome(w.job, "ended while it was being placed"))
+            elif job.admin_comment != w.admin_comment:
+                detail = errors.get(w.job, "placement not written (no error given)")
+                if job.phase != "pending":
+                    detail = f"started before its placement was written ({detail})"
+                outcome.failed.append(JobOutcome(w.job, detail))
+            elif job.phase == "pending" and job.required_nodes != w.node:
+                outcome.failed.append(JobOutcome(w.job, f"ReqNodeList is {job.required_nodes!r}"))
+            elif w.job in seen and job.comment != seen[w.job].comment:
+                # Placed for annotations it no longer has: left held, planned again.
+                outcome.skipped.append(
+                    JobOutcome(w.job, "its comment changed while it was placed; planned again")
+                )
+            elif w.release and job.held:
+                release.append(w.job)
+            else:
+                outcome.applied.append(w.job)  # was not held: Slurm may start it at once
+        for chunk in chunks(release, JOBS_PER_CALL):
+            refused = self.client.release(chunk)
+            for job_id in chunk:
+                if job_id in refused:
+                    outcome.failed.append(
+                        JobOutcome(job_id, f"placed but not released ({refused[job_id]})")
+                    )
+                else:
+                    outcome.applied.append(job_id)
+        return outcome
 
     def _hold_reasons(self, edits: Edits) -> tuple[Held, ...]:
         view = self.view
@@ -161,65 +220,15 @@ class SlurmAdapter:
             log.info("job %s could not be held: %s", job_id, error)
         return tuple(h for h in reasons if h.job not in errors)
 
-    def _write(self, writes: Sequence[PlacementWrite], failed: list[JobOutcome]) -> dict[str, str]:
-        """Write placements in batches, several scontrol processes at once; returns the error
-        line of each job that reported one."""
-        lines: list[tuple[str, str]] = []
-        for w in writes:
-            try:
-                lines.append((w.job, update_line(w.job, w.node, w.admin_comment)))
-            except UnsafeValue as exc:
-                failed.append(JobOutcome(w.job, f"cannot be written safely: {exc}"))
-        batches = [
-            [line for _, line in chunk]
-            for chunk in _chunked(lines, self.config.slurm.update_batch)
-        ]
-        errors: dict[str, str] = {}
-        if not batches:
-            return errors
-        with ThreadPoolExecutor(max_workers=self.config.slurm.workers) as pool:
-            for result in pool.map(self.client.run_script, batches):
-                errors.update(result)
-        return errors
 
-    def _confirm(
-        self,
-        writes: Sequence[PlacementWrite],
-        errors: dict[str, str],
-        failed: list[JobOutcome],
-    ) -> tuple[list[PlacementWrite], list[JobOutcome]]:
-        """Re-read the queue: which placements are really there. Only those are released."""
-        if not writes:
-            return [], []
-        now = {j.id: j for j in self.client.read_jobs()}
-        confirmed: list[PlacementWrite] = []
-        skipped: list[JobOutcome] = []
-        already_failed = {o.job for o in failed}
-        for w in writes:
-            if w.job in already_failed:
-                continue
-            job: SlurmJob | None = now.get(w.job)
-            if job is not None and job.admin_comment == w.admin_comment:
-                if job.phase == "pending" and job.required_nodes == w.node:
-                    confirmed.append(w)
-                elif job.phase != "pending":  # it was not held and Slurm started it at once
-                    confirmed.append(replace(w, release=False))
-                else:
-                    failed.append(JobOutcome(w.job, f"ReqNodeList is {job.required_nodes!r}"))
-            elif job is None or job.phase != "pending":
-                skipped.append(JobOutcome(w.job, "ended or started while it was being placed"))
-            else:
-                failed.append(
-                    JobOutcome(w.job, errors.get(w.job, "placement not written (no error given)"))
-                )
-        return confirmed, skipped
+@dataclass
+class _Outcome:
+    """What happened to the placements of one batch."""
 
-    def _release(self, job_ids: Sequence[str]) -> dict[str, str]:
-        errors: dict[str, str] = {}
-        for chunk in chunks(job_ids, JOBS_PER_CALL):
-            errors.update(self.client.release(chunk))
-        return errors
+    applied: list[str] = field(default_factory=list)
+    skipped: list[JobOutcome] = field(default_factory=list)
+    failed: list[JobOutcome] = field(default_factory=list)
 
 
-def _chunked(items: Sequence[tuple[str, str]], size: int) -> list[list[tuple[str, str]]]:
-    return [list(items[i : i + size]) for i in range(0, len(items), size)]
+def _numeric(job_id: str) -> tuple[int, str]:
+    return (int(job_id), "") if job_id.isdigit() else (0, job_id)

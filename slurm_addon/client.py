@@ -19,11 +19,13 @@ from coshare.config import SlurmConfig
 from coshare.errors import CommandFailed
 
 from slurm_addon.errors import SlurmControllerDown
-from slurm_addon.jobs import SlurmJob, parse_squeue_json
+from slurm_addon.jobs import FIELDS_FORMAT, SlurmJob, parse_squeue_fields, parse_squeue_json
 from slurm_addon.nodes import SlurmNode, parse_sinfo_json
-from slurm_addon.scontrol import controller_down, errors_by_job, job_list
+from slurm_addon.scontrol import chunks, controller_down, errors_by_job, job_list
 
 T = TypeVar("T")
+#: Job ids per ``squeue --jobs`` query (an argument of ~10 kB).
+JOBS_PER_QUERY = 1000
 Sleep = Callable[[float], None]
 
 
@@ -95,31 +97,26 @@ class SlurmClient:
     ) -> CommandResult:
         return self.retrying(lambda: self._once(argv, input_text=input_text, check=check))
 
-    def squeue_json(self) -> str:
-        """The raw ``squeue --json`` output (every job the controller remembers)."""
-        def call() -> str:
-            out = self._once([self._program("squeue"), "--json"]).stdout
-            parse_squeue_json(out)  # an error object in it means the controller is down
-            return out
-
-        return self.retrying(call)
-
     def read_jobs(self) -> list[SlurmJob]:
-        """Every job, parsed."""
-        return parse_squeue_json(self.squeue_json())
-
-    def sinfo_json(self) -> str:
-        """The raw ``sinfo --json`` output."""
-        def call() -> str:
-            out = self._once([self._program("sinfo"), "--json"]).stdout
-            parse_sinfo_json(out)
-            return out
-
-        return self.retrying(call)
+        """Every job the controller remembers (``squeue --json``), parsed."""
+        argv = [self._program("squeue"), "--json"]
+        # An error object in the output means the controller is down: parsing raises it.
+        return self.retrying(lambda: parse_squeue_json(self._once(argv).stdout))
 
     def read_nodes(self) -> list[SlurmNode]:
-        """Every node, parsed."""
-        return parse_sinfo_json(self.sinfo_json())
+        """Every node (``sinfo --json``), parsed."""
+        argv = [self._program("sinfo"), "--json"]
+        return self.retrying(lambda: parse_sinfo_json(self._once(argv).stdout))
+
+    def read_job_fields(self, job_ids: Sequence[str]) -> dict[str, SlurmJob]:
+        """The few fields the Editor compares, of these jobs only (``squeue --Format``: a
+        fraction of the cost of ``--json``, which cannot filter in 22.05)."""
+        found: dict[str, SlurmJob] = {}
+        for chunk in chunks(list(job_ids), JOBS_PER_QUERY):
+            argv = [self._program("squeue"), "--noheader", "--states=all",
+                    f"--jobs={job_list(chunk)}", f"--Format={FIELDS_FORMAT}"]  # fmt: skip
+            found.update(parse_squeue_fields(self._call(argv).stdout, chunk))
+        return found
 
     def ping(self) -> None:
         """Make sure slurmctld answers (``scontrol ping`` is instant, where a write to a
@@ -134,8 +131,8 @@ class SlurmClient:
     def run_script(self, lines: Sequence[str]) -> dict[str, str]:
         """Run scontrol commands given on its standard input (built by
         :func:`slurm_addon.scontrol.update_line`); returns the error line of each job that
-        reported one."""
-        self.ping()
+        reported one. Call :meth:`ping` first: against a stopped controller each line would
+        wait ~9 s before failing."""
         result = self._call([self._program("scontrol")], input_text="".join(lines), check=False)
         return errors_by_job(result.stderr)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -231,4 +231,56 @@ def parse_squeue_json(output: str) -> list[SlurmJob]:
             jobs.append(parse_job(record))
         except ValueError as exc:
             log.warning("squeue --json: job record %d skipped: %s", index, exc)
+    return jobs
+
+
+#: ``squeue --Format`` of the quick re-reads around a write: fields that users cannot fill
+#: with ``|`` first, the user's comment last (it may hold anything, so it ends each line).
+FIELDS_FORMAT = (
+    "JobID:0|,State:0|,Reason:0|,PriorityLong:0|,ReqNodes:0|,admin_comment:0|,Comment:0"
+)
+_NULL = "(null)"
+
+
+def parse_squeue_fields(output: str, job_ids: Collection[str]) -> dict[str, SlurmJob]:
+    """The quick re-read (``squeue --noheader --states=all --jobs=... --Format=FIELDS_FORMAT``,
+    ~80 ms for 1,000 jobs where ``--json`` takes ~450 ms) of the jobs being written.
+
+    Only the fields the Editor compares are filled. A comment spanning lines continues on
+    the following lines; a job that appears twice (a comment forging a line) is left out,
+    which makes the Editor treat it as changed and write or release nothing for it.
+
+    Returns:
+        The jobs of ``job_ids`` that squeue still knows.
+    """
+    wanted = set(job_ids)
+    seen: dict[str, list[str]] = {}
+    twice: set[str] = set()
+    last: list[str] | None = None
+    for line in output.splitlines():
+        parts = line.split("|", 6)
+        if len(parts) == 7 and parts[0] in wanted:
+            if parts[0] in seen:
+                twice.add(parts[0])
+            seen[parts[0]] = parts
+            last = parts
+        elif last is not None:
+            last[6] += "\n" + line
+    jobs = {}
+    for job_id, (_, state, reason, priority, required, admin, comment) in seen.items():
+        if job_id in twice:
+            continue
+        phase = JOB_STATES.get(state, "unknown")
+        prio = int(priority) if priority.isdigit() else 0
+        jobs[job_id] = SlurmJob(
+            id=job_id,
+            phase=phase,
+            state=state,
+            reason=reason,
+            held=phase == "pending" and (prio == 0 or reason in HELD_REASONS),
+            comment="" if comment == _NULL else comment,
+            admin_comment="" if admin == _NULL else admin,
+            required_nodes="" if required == _NULL else required,
+            priority=prio,
+        )
     return jobs

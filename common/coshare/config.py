@@ -151,7 +151,7 @@ class SlurmConfig:
     retry_attempts: int = field(default=3, metadata={"min": 1})
     retry_wait_s: float = field(default=1.0, metadata={"min": 0})
     update_batch: int = field(default=250, metadata={"min": 1})
-    workers: int = field(default=2, metadata={"min": 1})
+    workers: int = field(default=4, metadata={"min": 1})
     lock_file: str | None = "/run/lock/coshare-slurm-cycle.lock"
 
 

@@ -28,8 +28,17 @@ class FakeQueue:
         name = argv[0].rsplit("/", 1)[-1]
         if name == "sinfo":
             return ok(argv, recorded("sinfo-drain-down.json"))
-        if name == "squeue":
+        if name == "squeue" and "--json" in argv:
             return ok(argv, squeue_output(*self.jobs.values()))
+        if name == "squeue":  # the quick re-read: squeue --jobs=... --Format=...
+            wanted = next(a for a in argv if a.startswith("--jobs=")).split("=")[1].split(",")
+            lines = [
+                "|".join([str(j["job_id"]), j["job_state"], j["state_reason"],
+                          str(j["priority"]), j["required_nodes"],
+                          j["admin_comment"] or "(null)", j["comment"] or "(null)"])
+                for job_id, j in self.jobs.items() if job_id in wanted
+            ]  # fmt: skip
+            return ok(argv, "\n".join(lines) + "\n")
         if argv[1:] == ["ping"]:
             return ok(argv, PING)
         if stdin is not None:
@@ -62,15 +71,14 @@ def adapter(queue: FakeQueue, **slurm: object) -> tuple[SlurmAdapter, Recorder]:
 
 def test_cycle_writes_confirms_then_releases() -> None:
     queue = FakeQueue(job_record(1, submit_time=NOW - 5), job_record(2, submit_time=NOW - 4))
-    a, runner = adapter(queue, update_batch=1)
+    a, runner = adapter(queue, update_batch=1, workers=1)
     report = run_cycle(a, make_policy("knapsack"), a)
     assert sorted(report.apply.applied) == ["1", "2"]
     verbs = runner.verbs()
-    # read (sinfo, squeue), re-read, ping + batch per job, confirm, one release for both
-    assert verbs[:3] == ["sinfo", "squeue", "squeue"]
-    assert verbs[-2:] == ["squeue", "scontrol release"]
-    assert verbs.count("scontrol <stdin>") == 2
-    assert runner.calls[-1][0][2] == "1,2"
+    # read (sinfo, squeue), re-read, ping, then per batch: write, confirm, release
+    assert verbs == ["sinfo", "squeue", "squeue", "scontrol ping",
+                     "scontrol <stdin>", "squeue", "scontrol release",
+                     "scontrol <stdin>", "squeue", "scontrol release"]  # fmt: skip
     assert all(j["admin_comment"].startswith("coshare-placement") for j in queue.jobs.values())
 
     # The next cycle sees them as planned: nothing more to write.
@@ -101,3 +109,22 @@ def test_dry_run_reads_but_writes_nothing() -> None:
     assert report.dry_run and report.applied == ("1",)
     assert [h.job for h in a.held] == ["2"]  # it would be held: not held and not placed
     assert set(runner.verbs()) == {"sinfo", "squeue"}
+
+
+def test_comment_changed_while_placing_is_not_released() -> None:
+    queue = FakeQueue(job_record(1, submit_time=NOW))
+    a, runner = adapter(queue)
+    a.read()
+    plan = Plan("knapsack", assignments=(Assignment("1", "csl-n1", ("0",)),))
+    real = queue.__call__
+
+    def owner_edits_during_write(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
+        result = real(argv, stdin)
+        if stdin is not None:
+            queue.jobs["1"]["comment"] = "coshare: device-memory=7G device-threads=60"
+        return result
+
+    runner.answer = owner_edits_during_write
+    report = a.apply(plan, [], dry_run=False)
+    assert report.applied == () and "comment changed" in report.skipped[0].detail
+    assert queue.jobs["1"]["priority"] == 0  # still held, with its placement: planned again

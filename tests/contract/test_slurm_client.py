@@ -72,7 +72,7 @@ def test_release_returns_per_job_errors_from_recorded_output() -> None:
     assert runner.calls[0][0] == ["scontrol", "release", "1,99998,5"]
 
 
-def test_script_goes_on_stdin_after_a_ping() -> None:
+def test_script_goes_on_stdin() -> None:
     def answer(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
         if argv[1:] == ["ping"]:
             return ok(argv, "Slurmctld(primary) at vm is UP\n")
@@ -81,4 +81,4 @@ def test_script_goes_on_stdin_after_a_ping() -> None:
     c, runner = client(answer)
     errors = c.run_script(["update JobId=3 ReqNodeList=n1 AdminComment=x\n"])
     assert "3" in errors
-    assert runner.calls[1] == (["scontrol"], "update JobId=3 ReqNodeList=n1 AdminComment=x\n")
+    assert runner.calls == [(["scontrol"], "update JobId=3 ReqNodeList=n1 AdminComment=x\n")]

@@ -129,3 +129,37 @@ def test_hostlists() -> None:
     assert expand_nodes("") == ()
     with pytest.raises(ValueError):
         expand_nodes("n[1-")
+
+
+def test_quick_reread_fields_on_recorded_output() -> None:
+    from slurm_addon.jobs import parse_squeue_fields
+
+    ids = recorded_ids()
+    odd = (FIXTURES / "squeue-fields.ids").read_text().split("=")[1].strip()
+    wanted = [ids["done"], ids["good"], ids["placed"], ids["running"], ids["plain"], odd, "99999"]
+    jobs = parse_squeue_fields((FIXTURES / "squeue-fields.txt").read_text(), wanted)
+    assert set(jobs) == set(wanted) - {"99999"}  # unknown ids are simply absent
+    assert jobs[ids["done"]].phase == "ended"
+    assert jobs[ids["good"]].held and jobs[ids["good"]].admin_comment == ""
+    assert jobs[ids["good"]].comment == "coshare: device-memory=2G device-threads=120"
+    placed = jobs[ids["placed"]]
+    assert placed.required_nodes == "csl-n2" and placed.admin_comment.startswith("coshare-pl")
+    assert jobs[ids["running"]].phase == "active" and not jobs[ids["running"]].held
+    assert jobs[ids["plain"]].comment == "" and jobs[ids["plain"]].required_nodes == ""
+    # A comment with the separator and a line break is read whole.
+    assert jobs[odd].comment == "coshare: device-memory=1G\nnext line|z"
+
+
+def test_quick_reread_drops_a_job_whose_line_is_forged() -> None:
+    from slurm_addon.jobs import parse_squeue_fields
+
+    text = "5|PENDING|JobHeldUser|0||(null)|x\n6|PENDING|None|9|n1|(null)|hi\n5|PENDING|None|9||y|z\n"
+    jobs = parse_squeue_fields(text, ["5", "6"])
+    assert set(jobs) == {"6"}
+
+
+def test_record_script_uses_the_clients_format() -> None:
+    from slurm_addon.jobs import FIELDS_FORMAT
+
+    script = (FIXTURES.parent / "record").read_text()
+    assert f'--Format="{FIELDS_FORMAT}"' in script

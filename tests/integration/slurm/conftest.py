@@ -51,7 +51,7 @@ def slurm_cluster() -> Iterator[Cluster]:
 def cluster(slurm_cluster: Cluster) -> Iterator[Cluster]:
     """The session's cluster, with every job of the test cancelled afterwards."""
     yield slurm_cluster
-    slurm_cluster.run("scancel", "--quiet", "--full", check=False)
+    slurm_cluster.run("scancel", "--quiet", "--partition=main", check=False)
     slurm_cluster.run("scontrol", "update", "PartitionName=main", "State=UP", check=False)
 
 
