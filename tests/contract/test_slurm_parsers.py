@@ -153,7 +153,11 @@ def test_quick_reread_fields_on_recorded_output() -> None:
 def test_quick_reread_drops_a_job_whose_line_is_forged() -> None:
     from slurm_addon.jobs import parse_squeue_fields
 
-    text = "5|PENDING|JobHeldUser|0||(null)|x\n6|PENDING|None|9|n1|(null)|hi\n5|PENDING|None|9||y|z\n"
+    text = (
+        "5|PENDING|JobHeldUser|0||(null)|x\n"
+        "6|PENDING|None|9|n1|(null)|hi\n"
+        "5|PENDING|None|9||y|z\n"
+    )
     jobs = parse_squeue_fields(text, ["5", "6"])
     assert set(jobs) == {"6"}
 

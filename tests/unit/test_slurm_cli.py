@@ -60,3 +60,9 @@ def test_missing_slurm_commands_give_one_message_and_status_1(tmp_path: Path) ->
     result = CliRunner().invoke(cli, ["--config", str(path), "slurm", "cycle"])
     assert result.exit_code == 1
     assert "cannot run" in result.stderr and "Traceback" not in result.output
+
+
+def test_deploy_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy/slurm/coshare.yaml.example"
+    config = load_config(example, environ={})
+    assert config.slurm.partition == "gpu" and "v100" in config.device_kinds
