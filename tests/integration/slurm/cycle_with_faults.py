@@ -6,7 +6,8 @@
 The real command line runs against the real cluster; only the one choke point for commands
 (:func:`coshare.commands.run`) is wrapped, before the Slurm adapter imports it, so that this
 process SIGKILLs itself right after its N-th batch of placements was written, or right
-before it releases jobs; or stops slurmctld (by its pid file) just before its N-th squeue.
+before it releases jobs; or stops slurmctld (by its pid file) just before its N-th squeue
+(the first is the read, the second the Editor's re-read before writing).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def main() -> None:
                input_text: str | None = None, env: Mapping[str, str] | None = None,
                ) -> CommandResult:  # fmt: skip
         name = Path(str(argv[0])).name
-        if name == "squeue" and "--json" in argv:
+        if name == "squeue":
             counts["squeue"] += 1
             if counts["squeue"] == args.stop_ctld_before_squeue:
                 subprocess.run([str(SCRIPT), "stop-ctld", args.cluster], check=True)
