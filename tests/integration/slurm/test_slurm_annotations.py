@@ -60,8 +60,13 @@ def test_owner_cannot_start_an_annotated_job_unplaced(cluster: Cluster) -> None:
     assert cluster.jobs()[job_id].held
     held = cluster.run(*submit[:2], "--hold", *submit[2:], user=NOBODY, check=False)
     assert held.returncode != 0 and "--hold is refused" in held.stderr
+    # Owners may still change what a waiting job declares; it stays held.
+    cluster.run("scontrol", "update", f"JobId={job_id}",
+                "Comment=coshare: device-memory=2G device-threads=60", user=NOBODY)  # fmt: skip
+    assert cluster.jobs()[job_id].held
     cluster.run_cycles_until_done([job_id], deadline_s=120)
-    assert cluster.jobs()[job_id].admin_comment.startswith("coshare-placement")
+    placed = cluster.jobs()[job_id].admin_comment
+    assert placed.startswith("coshare-placement") and "mem_mib=2048" in placed
 
 
 def test_placement_that_does_not_start_is_planned_again(cluster: Cluster) -> None:
