@@ -40,6 +40,7 @@ from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 LAZY_COMMANDS: dict[str, str] = {
     "condor": "condor_addon.cli:condor",
     "node": "coshare.node.cli:node",
+    "slurm": "slurm_addon.cli:slurm",
 }
 
 EXAMPLE_SNAPSHOT = "paper-cluster.json"

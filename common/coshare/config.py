@@ -183,6 +183,40 @@ class CondorConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    """Options of the Slurm adapter (``coshare slurm ...``).
+
+    Attributes:
+        conf: slurm.conf the Slurm commands use (exported as ``SLURM_CONF``); ``null`` keeps
+            the environment's (normally /etc/slurm/slurm.conf).
+        bin_dir: directory of squeue, sinfo and scontrol; ``null`` searches ``PATH``.
+        partition: plan only the nodes and jobs of this partition; annotated jobs of other
+            partitions are refused with a message. ``null``: every node and job.
+        gres_name: the GRES whose devices coshare shares (``gpu``); each device's memory and
+            threads come from ``device_kinds`` by its GRES type (``gpu:phi5110p:2``).
+        command_timeout_s: limit of each Slurm command.
+        retry_attempts: tries of a command that failed because the controller was
+            unreachable (tenacity, exponential wait).
+        retry_wait_s: first wait between tries; it doubles up to 8 times this.
+        update_batch: placements written per scontrol process (commands on its stdin).
+        workers: scontrol processes writing at the same time.
+        lock_file: a cycle takes this lock so overlapping cycles (cron) never interleave;
+            ``null``: no lock.
+    """
+
+    conf: str | None = None
+    bin_dir: str | None = None
+    partition: str | None = None
+    gres_name: str = "gpu"
+    command_timeout_s: float = field(default=30.0, metadata={"min": 0.1})
+    retry_attempts: int = field(default=3, metadata={"min": 1})
+    retry_wait_s: float = field(default=1.0, metadata={"min": 0})
+    update_batch: int = field(default=250, metadata={"min": 1})
+    workers: int = field(default=4, metadata={"min": 1})
+    lock_file: str | None = "/run/lock/coshare-slurm-cycle.lock"
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -192,6 +226,7 @@ class Config:
     cycle: CycleConfig = field(default_factory=CycleConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
     condor: CondorConfig = field(default_factory=CondorConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
 def build(cls: type[C], data: object, where: str = "") -> C:

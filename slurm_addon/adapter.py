@@ -1,0 +1,234 @@
+"""The Slurm adapter: the cycle's Source and Editor over the Slurm command line.
+
+::
+
+    read():  sinfo --json, squeue --json --> build_view() --> snapshot + refused jobs
+    apply(): squeue --Format (what changed since the read?) --> plan_edits()
+             --> scontrol hold      (expired placements, unplaced jobs that are not held)
+             --> scontrol update    (refusal messages, one job per call)
+             --> per batch of placements, in several threads at once:
+                   scontrol < lines      (ReqNodeList + AdminComment, one update per job)
+                   squeue --Format       (which of them are really written?)
+                   scontrol release      (only those, one call for the batch)
+
+One object is both Source and Editor because the Editor compares each job with the state the
+Source read. The order of the writes is what makes a crash at any point harmless: a job is
+released only after its placement is confirmed, so a cycle killed in between leaves it held
+with its placement, and the next cycle simply plans it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from coshare.config import Config
+from coshare.errors import SchedulerError
+from coshare.model import Plan
+from coshare.planner import ApplyReport, JobOutcome, Rejected, SourceResult
+
+from slurm_addon.client import SlurmClient
+from slurm_addon.edits import Edits, PlacementWrite, plan_edits
+from slurm_addon.scontrol import UnsafeValue, chunks, update_argv, update_line
+from slurm_addon.view import ClusterView, build_view
+
+log = logging.getLogger(__name__)
+
+#: Jobs per ``scontrol release``/``hold`` call (one argument of a few kB).
+JOBS_PER_CALL = 500
+
+
+@dataclass(frozen=True)
+class Held:
+    """A job this apply held, and why."""
+
+    job: str
+    reason: str
+
+
+class SlurmAdapter:
+    """Reads Slurm into snapshots and writes plans back (Source and Editor protocols).
+
+    Args:
+        client: runs the Slurm commands.
+        config: the whole configuration (``slurm``, ``cycle`` and ``device_kinds``).
+        clock: seconds since the epoch (placement times, replanning, aging).
+    """
+
+    def __init__(
+        self, client: SlurmClient, config: Config, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.clock = clock
+        self.view: ClusterView | None = None
+        self.held: tuple[Held, ...] = ()
+
+    # -- Source ---------------------------------------------------------------------------
+
+    def read(self) -> SourceResult:
+        """Take a snapshot (see :mod:`slurm_addon.view` for how each job is read).
+
+        Raises:
+            SlurmControllerDown: slurmctld did not answer, after the retries.
+            SlurmOutputError: squeue or sinfo printed something unreadable.
+        """
+        nodes = self.client.read_nodes()
+        jobs = self.client.read_jobs()
+        self.view = build_view(
+            nodes,
+            jobs,
+            device_kinds=self.config.device_kinds,
+            gres_name=self.config.slurm.gres_name,
+            partition=self.config.slurm.partition,
+            replan_after_s=self.config.cycle.replan_after_s,
+            now_s=self.clock(),
+        )
+        for note in self.view.notes:
+            log.warning("%s", note)
+        return SourceResult(self.view.snapshot, self.view.rejected)
+
+    # -- Editor ---------------------------------------------------------------------------
+
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
+        """Write a plan (see the module docstring for the order of the writes).
+
+        Raises:
+            SlurmControllerDown: slurmctld stopped answering; what was written is consistent
+                and the next cycle completes it.
+        """
+        view = self.view
+        if view is None:
+            raise SchedulerError("apply() needs a read() first")
+        involved = {a.job for a in plan.assignments} | {u.job for u in plan.unplaced}
+        involved |= {r.job for r in rejected} | set(view.expired)
+        current = self.client.read_job_fields(sorted(involved, key=_numeric))
+        edits = plan_edits(view, plan, rejected, current, now_s=self.clock())
+        holds = self._hold_reasons(edits)
+        if dry_run:
+            self.held = holds
+            return ApplyReport(
+                applied=tuple(w.job for w in edits.writes),
+                unchanged=edits.unchanged,
+                skipped=edits.skipped,
+                failed=edits.failed,
+                rejected=edits.rejected,
+                dry_run=True,
+            )
+        self.held = self._hold([h.job for h in holds], holds)
+        for job_id, text in edits.refusals:
+            error = self.client.update(update_argv(job_id, text))
+            if error is not None:
+                log.warning("job %s: could not write its refusal: %s", job_id, error)
+        outcome = self._place(edits.writes)
+        return ApplyReport(
+            applied=tuple(outcome.applied),
+            unchanged=edits.unchanged,
+            skipped=edits.skipped + tuple(outcome.skipped),
+            failed=edits.failed + tuple(outcome.failed),
+            rejected=edits.rejected,
+            dry_run=False,
+        )
+
+    def _place(self, writes: Sequence[PlacementWrite]) -> _Outcome:
+        """Write, confirm and release placements, batch by batch, several batches at once."""
+        outcome = _Outcome()
+        batches: list[list[tuple[PlacementWrite, str]]] = [[]]
+        for w in writes:
+            try:
+                line = update_line(w.job, w.node, w.admin_comment)
+            except UnsafeValue as exc:
+                outcome.failed.append(JobOutcome(w.job, f"cannot be written safely: {exc}"))
+                continue
+            if len(batches[-1]) == self.config.slurm.update_batch:
+                batches.append([])
+            batches[-1].append((w, line))
+        batches = [b for b in batches if b]
+        if not batches:
+            return outcome
+        self.client.ping()  # a stopped controller would cost ~9 s per line, not one error
+        with ThreadPoolExecutor(max_workers=self.config.slurm.workers) as pool:
+            for part in pool.map(self._place_batch, batches):
+                outcome.applied += part.applied
+                outcome.skipped += part.skipped
+                outcome.failed += part.failed
+        return outcome
+
+    def _place_batch(self, batch: Sequence[tuple[PlacementWrite, str]]) -> _Outcome:
+        """One batch: its updates on scontrol's stdin, a re-read of just these jobs, and one
+        release of those whose placement is there and whose comment did not change."""
+        assert self.view is not None and self.view.jobs is not None
+        seen = self.view.jobs
+        errors = self.client.run_script([line for _, line in batch])
+        now = self.client.read_job_fields([w.job for w, _ in batch])
+        outcome = _Outcome()
+        release: list[str] = []
+        for w, _ in batch:
+            job = now.get(w.job)
+            if job is None or job.phase == "ended":
+                outcome.skipped.append(JobOutcome(w.job, "ended while it was being placed"))
+            elif job.admin_comment != w.admin_comment:
+                detail = errors.get(w.job, "placement not written (no error given)")
+                if job.phase != "pending":
+                    detail = f"started before its placement was written ({detail})"
+                outcome.failed.append(JobOutcome(w.job, detail))
+            elif job.phase == "pending" and job.required_nodes != w.node:
+                outcome.failed.append(JobOutcome(w.job, f"ReqNodeList is {job.required_nodes!r}"))
+            elif w.job in seen and job.comment != seen[w.job].comment:
+                # Placed for annotations it no longer has: left held, planned again.
+                outcome.skipped.append(
+                    JobOutcome(w.job, "its comment changed while it was placed; planned again")
+                )
+            elif w.release and job.held:
+                release.append(w.job)
+            else:
+                outcome.applied.append(w.job)  # was not held: Slurm may start it at once
+        for chunk in chunks(release, JOBS_PER_CALL):
+            refused = self.client.release(chunk)
+            for job_id in chunk:
+                if job_id in refused:
+                    outcome.failed.append(
+                        JobOutcome(job_id, f"placed but not released ({refused[job_id]})")
+                    )
+                else:
+                    outcome.applied.append(job_id)
+        return outcome
+
+    def _hold_reasons(self, edits: Edits) -> tuple[Held, ...]:
+        view = self.view
+        assert view is not None
+        refused = {o.job for o in edits.rejected}
+        reasons = []
+        for job_id in edits.holds:
+            if job_id in view.expired:
+                why = "placed but not started in time (or its node cannot take it): planned again"
+            elif job_id in refused:
+                why = "refused for its annotations"
+            else:
+                why = "not held and not placed this cycle"
+            reasons.append(Held(job_id, why))
+        return tuple(reasons)
+
+    def _hold(self, job_ids: Sequence[str], reasons: Sequence[Held]) -> tuple[Held, ...]:
+        errors: dict[str, str] = {}
+        for chunk in chunks(job_ids, JOBS_PER_CALL):
+            errors.update(self.client.hold(chunk))
+        for job_id, error in errors.items():
+            log.info("job %s could not be held: %s", job_id, error)
+        return tuple(h for h in reasons if h.job not in errors)
+
+
+@dataclass
+class _Outcome:
+    """What happened to the placements of one batch."""
+
+    applied: list[str] = field(default_factory=list)
+    skipped: list[JobOutcome] = field(default_factory=list)
+    failed: list[JobOutcome] = field(default_factory=list)
+
+
+def _numeric(job_id: str) -> tuple[int, str]:
+    return (int(job_id), "") if job_id.isdigit() else (0, job_id)

@@ -1,0 +1,168 @@
+"""The Slurm commands coshare runs, behind one small client.
+
+Every command goes through :func:`coshare.commands.run` (argument lists, a timeout each).
+A command that finds slurmctld unreachable is retried here, at the adapter's edge, with
+tenacity (exponential wait; the sleep is injected so tests are instant), then raises
+:class:`~slurm_addon.errors.SlurmControllerDown`. Other failures raise at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import tenacity
+from coshare.commands import CommandResult, CommandRunner, run
+from coshare.config import SlurmConfig
+from coshare.errors import CommandFailed
+
+from slurm_addon.errors import SlurmControllerDown
+from slurm_addon.jobs import FIELDS_FORMAT, SlurmJob, parse_squeue_fields, parse_squeue_json
+from slurm_addon.nodes import SlurmNode, parse_sinfo_json
+from slurm_addon.scontrol import chunks, controller_down, errors_by_job, job_list
+
+T = TypeVar("T")
+#: Job ids per ``squeue --jobs`` query (an argument of ~10 kB).
+JOBS_PER_QUERY = 1000
+Sleep = Callable[[float], None]
+
+
+class SlurmClient:
+    """Runs squeue, sinfo and scontrol for the adapter and the prolog.
+
+    Args:
+        config: the ``slurm`` section (slurm.conf, binaries, timeouts, retries).
+        runner: runs one command (the real one, or a recorder in tests).
+        sleep: how to wait between retries.
+        environ: the environment commands inherit (``os.environ`` when ``None``).
+    """
+
+    def __init__(
+        self,
+        config: SlurmConfig,
+        runner: CommandRunner = run,
+        sleep: Sleep = time.sleep,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self._runner = runner
+        self._sleep = sleep
+        base = dict(os.environ if environ is None else environ)
+        if config.conf is not None:
+            base["SLURM_CONF"] = config.conf
+        self._env = base
+
+    def _program(self, name: str) -> str:
+        return os.path.join(self.config.bin_dir, name) if self.config.bin_dir else name
+
+    def _once(
+        self, argv: Sequence[str], *, input_text: str | None = None, check: bool = True
+    ) -> CommandResult:
+        """Run one command; an unreachable controller raises SlurmControllerDown."""
+        try:
+            result = self._runner(
+                argv,
+                timeout_s=self.config.command_timeout_s,
+                check=False,
+                input_text=input_text,
+                env=self._env,
+            )
+        except CommandFailed as exc:
+            if exc.returncode is None and "timed out" in exc.stderr:
+                raise SlurmControllerDown(argv[0], "timed out") from exc
+            raise
+        if controller_down(result.stderr):
+            raise SlurmControllerDown(os.path.basename(argv[0]), result.stderr.strip()[-300:])
+        if check and result.returncode != 0:
+            raise CommandFailed(argv, result.returncode, result.stdout, result.stderr)
+        return result
+
+    def retrying(self, call: Callable[[], T]) -> T:
+        """``call()``, retried while the controller is unreachable."""
+        retryer = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(SlurmControllerDown),
+            stop=tenacity.stop_after_attempt(self.config.retry_attempts),
+            wait=tenacity.wait_exponential(
+                multiplier=self.config.retry_wait_s, max=8 * self.config.retry_wait_s
+            ),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        return retryer(call)
+
+    def _call(
+        self, argv: Sequence[str], *, input_text: str | None = None, check: bool = True
+    ) -> CommandResult:
+        return self.retrying(lambda: self._once(argv, input_text=input_text, check=check))
+
+    def read_jobs(self) -> list[SlurmJob]:
+        """Every job the controller remembers (``squeue --json``), parsed."""
+        argv = [self._program("squeue"), "--json"]
+        # An error object in the output means the controller is down: parsing raises it.
+        return self.retrying(lambda: parse_squeue_json(self._once(argv).stdout))
+
+    def read_nodes(self) -> list[SlurmNode]:
+        """Every node (``sinfo --json``), parsed."""
+        argv = [self._program("sinfo"), "--json"]
+        return self.retrying(lambda: parse_sinfo_json(self._once(argv).stdout))
+
+    def read_job_fields(self, job_ids: Sequence[str]) -> dict[str, SlurmJob]:
+        """The few fields the Editor compares, of these jobs only (``squeue --Format``: a
+        fraction of the cost of ``--json``, which cannot filter in 22.05)."""
+        found: dict[str, SlurmJob] = {}
+        for chunk in chunks(list(job_ids), JOBS_PER_QUERY):
+            argv = [self._program("squeue"), "--noheader", "--states=all",
+                    f"--jobs={job_list(chunk)}", f"--Format={FIELDS_FORMAT}"]  # fmt: skip
+            found.update(parse_squeue_fields(self._call(argv).stdout, chunk))
+        return found
+
+    def ping(self) -> None:
+        """Make sure slurmctld answers (``scontrol ping`` is instant, where a write to a
+        stopped controller waits ~9 s per job before failing)."""
+        def call() -> None:
+            result = self._once([self._program("scontrol"), "ping"], check=False)
+            if result.returncode != 0 or "is UP" not in result.stdout:
+                raise SlurmControllerDown("scontrol ping", result.stdout.strip() or "no answer")
+
+        self.retrying(call)
+
+    def run_script(self, lines: Sequence[str]) -> dict[str, str]:
+        """Run scontrol commands given on its standard input (built by
+        :func:`slurm_addon.scontrol.update_line`); returns the error line of each job that
+        reported one. Call :meth:`ping` first: against a stopped controller each line would
+        wait ~9 s before failing."""
+        result = self._call([self._program("scontrol")], input_text="".join(lines), check=False)
+        return errors_by_job(result.stderr)
+
+    def update(self, argv: Sequence[str]) -> str | None:
+        """One ``scontrol update``; returns its error text, or ``None`` on success."""
+        result = self._call([self._program("scontrol"), *argv], check=False)
+        if result.returncode == 0:
+            return None
+        return result.stderr.strip() or f"scontrol exited with status {result.returncode}"
+
+    def _jobs_verb(self, verb: str, job_ids: Sequence[str]) -> dict[str, str]:
+        result = self._call([self._program("scontrol"), verb, job_list(job_ids)], check=False)
+        errors = errors_by_job(result.stderr)
+        if result.returncode != 0 and not errors:
+            raise CommandFailed(result.argv, result.returncode, result.stdout, result.stderr)
+        return errors
+
+    def release(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Release held jobs; returns the error of each job that could not be released."""
+        return self._jobs_verb("release", job_ids)
+
+    def hold(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Hold pending jobs; returns the error of each job that could not be held."""
+        return self._jobs_verb("hold", job_ids)
+
+    def admin_comment(self, job_id: str) -> str:
+        """One job's AdminComment (``squeue -O admin_comment``: one small RPC, where
+        ``squeue --json`` would print every job)."""
+        result = self._call(
+            [self._program("squeue"), "--noheader", "--jobs", job_id, "--Format",
+             "admin_comment:0"]
+        )  # fmt: skip
+        return result.stdout.strip()

@@ -1,0 +1,141 @@
+"""The placement coshare writes into a Slurm job, and the refusal message.
+
+A placed job carries its placement in two fields of its own (the queue is the ledger):
+
+- ``ReqNodeList=<node>``: Slurm itself then starts it only there;
+- ``AdminComment=coshare-placement;v=1;node=n1;devices=0;at=1732233445;mem_mib=2048;threads=120``:
+  the device(s) chosen, when (controller clock, s), and the device memory and threads it was
+  placed for. Only operators can set AdminComment, so users cannot forge a placement; the
+  node side (TaskProlog) reads the devices from here, and the cycle counts a placed job
+  against its device with these values until it ends.
+
+A job refused for bad annotations stays held with ``AdminComment=coshare-refused: <why>``.
+
+The text is built only from validated tokens (no spaces, no quotes), because it is also
+written through scontrol's command language in batches (see :mod:`slurm_addon.scontrol`).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PLACEMENT_PREFIX = "coshare-placement"
+REFUSAL_PREFIX = "coshare-refused"
+VERSION = "1"
+#: AdminComment is free text in Slurm; keep refusals short enough for squeue and sacct.
+MAX_REFUSAL_CHARS = 900
+
+#: Node names and device ids coshare writes: what Slurm node names and GRES indexes use.
+SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+class PlacementError(ValueError):
+    """An AdminComment that starts like a placement but cannot be read."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and for what coshare placed one job.
+
+    Attributes:
+        node: the node's name.
+        devices: device ids on that node (empty for CPU-only jobs).
+        at_s: when it was placed, seconds since the epoch on the controller.
+        device_memory_mib: device memory per device it was placed for.
+        device_threads: device threads per device it was placed for.
+    """
+
+    node: str
+    devices: tuple[str, ...]
+    at_s: int
+    device_memory_mib: int
+    device_threads: int
+
+    def same_spot(self, other: Placement) -> bool:
+        """Same node, devices and demands (the time may differ)."""
+        return (self.node, self.devices, self.device_memory_mib, self.device_threads) == (
+            other.node,
+            other.devices,
+            other.device_memory_mib,
+            other.device_threads,
+        )
+
+
+def is_safe_token(text: str) -> bool:
+    """Whether a node name or device id can be written into a placement."""
+    return bool(SAFE_TOKEN.match(text))
+
+
+def format_placement(placement: Placement) -> str:
+    """The AdminComment text of a placement.
+
+    Raises:
+        PlacementError: a node name or device id outside :data:`SAFE_TOKEN`.
+    """
+    for token in (placement.node, *placement.devices):
+        if not is_safe_token(token):
+            raise PlacementError(f"cannot write {token!r} into a placement")
+    return (
+        f"{PLACEMENT_PREFIX};v={VERSION};node={placement.node};"
+        f"devices={','.join(placement.devices)};at={placement.at_s};"
+        f"mem_mib={placement.device_memory_mib};threads={placement.device_threads}"
+    )
+
+
+def is_placement(admin_comment: str) -> bool:
+    """Whether an AdminComment is (or claims to be) a coshare placement."""
+    return admin_comment.startswith(PLACEMENT_PREFIX)
+
+
+def parse_placement(admin_comment: str) -> Placement | None:
+    """Read a placement back.
+
+    Returns:
+        The placement, or ``None`` when the AdminComment is not one.
+
+    Raises:
+        PlacementError: it starts like a placement but a field is missing or unreadable.
+    """
+    if not is_placement(admin_comment):
+        return None
+    fields: dict[str, str] = {}
+    for part in admin_comment.strip().split(";")[1:]:
+        key, equals, value = part.partition("=")
+        if not equals:
+            raise PlacementError(f"placement field {part!r} is not key=value")
+        fields[key] = value
+    if fields.get("v") != VERSION:
+        raise PlacementError(f"placement version {fields.get('v')!r} is not {VERSION}")
+    try:
+        node = fields["node"]
+        devices = tuple(d for d in fields["devices"].split(",") if d)
+        placement = Placement(
+            node=node,
+            devices=devices,
+            at_s=int(fields["at"]),
+            device_memory_mib=int(fields["mem_mib"]),
+            device_threads=int(fields["threads"]),
+        )
+    except KeyError as exc:
+        raise PlacementError(f"placement lacks field {exc.args[0]!r}") from exc
+    except ValueError as exc:
+        raise PlacementError(f"placement has a non-numeric field: {exc}") from exc
+    if not all(is_safe_token(t) for t in (node, *devices)):
+        raise PlacementError("placement names an invalid node or device")
+    return placement
+
+
+def format_refusal(message: str) -> str:
+    """The AdminComment of a job refused for its annotations (one line, bounded)."""
+    text = f"{REFUSAL_PREFIX}: " + " ".join(message.split())
+    if len(text) > MAX_REFUSAL_CHARS:
+        text = text[: MAX_REFUSAL_CHARS - 3] + "..."
+    return text
+
+
+def is_refusal(admin_comment: str) -> bool:
+    """Whether an AdminComment is a coshare refusal."""
+    return admin_comment.startswith(REFUSAL_PREFIX)

@@ -1,0 +1,130 @@
+"""The order of the Slurm Editor's writes, against recorded-shape outputs: placements are
+released only once a re-read confirms them, and a failed write is reported, not released."""
+
+from __future__ import annotations
+
+from coshare.config import Config, DeviceKind, SlurmConfig
+from coshare.model import Assignment, Plan, Unplaced
+from coshare.planner import run_cycle
+from coshare.policies import make_policy
+
+from slurm_addon.adapter import SlurmAdapter
+from slurm_addon.client import SlurmClient
+
+from .slurm_recorder import Recorder, job_record, ok, recorded, squeue_output
+
+NOW = 1_800_000_000
+PING = "Slurmctld(primary) at vm is UP\n"
+
+
+class FakeQueue:
+    """Answers squeue from a dict of job records that the scontrol lines really change."""
+
+    def __init__(self, *records: dict, fail_node: str | None = None) -> None:
+        self.jobs = {str(r["job_id"]): r for r in records}
+        self.fail_node = fail_node
+
+    def __call__(self, argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
+        name = argv[0].rsplit("/", 1)[-1]
+        if name == "sinfo":
+            return ok(argv, recorded("sinfo-drain-down.json"))
+        if name == "squeue" and "--json" in argv:
+            return ok(argv, squeue_output(*self.jobs.values()))
+        if name == "squeue":  # the quick re-read: squeue --jobs=... --Format=...
+            wanted = next(a for a in argv if a.startswith("--jobs=")).split("=")[1].split(",")
+            lines = [
+                "|".join([str(j["job_id"]), j["job_state"], j["state_reason"],
+                          str(j["priority"]), j["required_nodes"],
+                          j["admin_comment"] or "(null)", j["comment"] or "(null)"])
+                for job_id, j in self.jobs.items() if job_id in wanted
+            ]  # fmt: skip
+            return ok(argv, "\n".join(lines) + "\n")
+        if argv[1:] == ["ping"]:
+            return ok(argv, PING)
+        if stdin is not None:
+            errors = []
+            for line in stdin.splitlines():
+                fields = dict(part.split("=", 1) for part in line.split()[1:])
+                if fields["ReqNodeList"] == self.fail_node:
+                    errors.append(f"Invalid node name specified for job {fields['JobId']}")
+                    continue
+                job = self.jobs[fields["JobId"]]
+                job["required_nodes"] = fields["ReqNodeList"]
+                job["admin_comment"] = fields["AdminComment"]
+            return ok(argv, "", "\n".join(errors), code=1 if errors else 0)
+        if argv[1] in ("release", "hold"):
+            for job_id in argv[2].split(","):
+                held = argv[1] == "hold"
+                self.jobs[job_id]["priority"] = 0 if held else 1000
+                self.jobs[job_id]["state_reason"] = "JobHeldAdmin" if held else "None"
+            return ok(argv)
+        return ok(argv)
+
+
+def adapter(queue: FakeQueue, **slurm: object) -> tuple[SlurmAdapter, Recorder]:
+    runner = Recorder(queue)
+    config = Config(device_kinds={"fakephi": DeviceKind(8192, 240)},
+                    slurm=SlurmConfig(**slurm))  # type: ignore[arg-type]  # fmt: skip
+    client = SlurmClient(config.slurm, runner=runner, sleep=lambda s: None, environ={})
+    return SlurmAdapter(client, config, clock=lambda: NOW), runner
+
+
+def test_cycle_writes_confirms_then_releases() -> None:
+    queue = FakeQueue(job_record(1, submit_time=NOW - 5), job_record(2, submit_time=NOW - 4))
+    a, runner = adapter(queue, update_batch=1, workers=1)
+    report = run_cycle(a, make_policy("knapsack"), a)
+    assert sorted(report.apply.applied) == ["1", "2"]
+    verbs = runner.verbs()
+    # read (sinfo, squeue), re-read, ping, then per batch: write, confirm, release
+    assert verbs == ["sinfo", "squeue", "squeue", "scontrol ping",
+                     "scontrol <stdin>", "squeue", "scontrol release",
+                     "scontrol <stdin>", "squeue", "scontrol release"]  # fmt: skip
+    assert all(j["admin_comment"].startswith("coshare-placement") for j in queue.jobs.values())
+
+    # The next cycle sees them as planned: nothing more to write.
+    again = run_cycle(a, make_policy("knapsack"), a)
+    assert again.plan.pending == 0 and again.apply.applied == ()
+
+
+def test_failed_write_is_reported_and_never_released() -> None:
+    queue = FakeQueue(job_record(1, submit_time=NOW), fail_node="csl-n1")
+    a, runner = adapter(queue)
+    a.read()
+    plan = Plan("knapsack", assignments=(Assignment("1", "csl-n1", ("0",)),))
+    report = a.apply(plan, [], dry_run=False)
+    assert report.applied == ()
+    assert report.failed[0].job == "1" and "Invalid node name" in report.failed[0].detail
+    assert "scontrol release" not in runner.verbs()
+    assert queue.jobs["1"]["priority"] == 0
+
+
+def test_dry_run_reads_but_writes_nothing() -> None:
+    queue = FakeQueue(job_record(1, submit_time=NOW), job_record(2, priority=5,
+                                                                 state_reason="None"))  # fmt: skip
+    a, runner = adapter(queue)
+    a.read()
+    plan = Plan("knapsack", assignments=(Assignment("1", "csl-n1", ("0",)),),
+                unplaced=(Unplaced("2", "no room"),))  # fmt: skip
+    report = a.apply(plan, [], dry_run=True)
+    assert report.dry_run and report.applied == ("1",)
+    assert [h.job for h in a.held] == ["2"]  # it would be held: not held and not placed
+    assert set(runner.verbs()) == {"sinfo", "squeue"}
+
+
+def test_comment_changed_while_placing_is_not_released() -> None:
+    queue = FakeQueue(job_record(1, submit_time=NOW))
+    a, runner = adapter(queue)
+    a.read()
+    plan = Plan("knapsack", assignments=(Assignment("1", "csl-n1", ("0",)),))
+    real = queue.__call__
+
+    def owner_edits_during_write(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
+        result = real(argv, stdin)
+        if stdin is not None:
+            queue.jobs["1"]["comment"] = "coshare: device-memory=7G device-threads=60"
+        return result
+
+    runner.answer = owner_edits_during_write
+    report = a.apply(plan, [], dry_run=False)
+    assert report.applied == () and "comment changed" in report.skipped[0].detail
+    assert queue.jobs["1"]["priority"] == 0  # still held, with its placement: planned again

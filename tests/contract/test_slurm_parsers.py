@@ -1,0 +1,169 @@
+"""squeue/sinfo JSON parsers on outputs recorded from a real Slurm 22.05 cluster
+(tests/fixtures/slurm/record). Job ids of the mixed recording: squeue-mixed.ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurm_addon.errors import SlurmControllerDown, SlurmOutputError
+from slurm_addon.jobs import JOB_STATES, expand_nodes, number, parse_job, parse_squeue_json
+from slurm_addon.nodes import parse_gres, parse_gres_indexes, parse_sinfo_json
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures/slurm/22.05"
+
+
+def recorded_ids() -> dict[str, str]:
+    text = (FIXTURES / "squeue-mixed.ids").read_text()
+    return dict(pair.split("=") for pair in text.split())
+
+
+@pytest.fixture(scope="module")
+def jobs() -> dict[str, object]:
+    by_id = {j.id: j for j in parse_squeue_json((FIXTURES / "squeue-mixed.json").read_text())}
+    return {name: by_id[job_id] for name, job_id in recorded_ids().items()}
+
+
+def test_every_recorded_job_is_read(jobs: dict[str, object]) -> None:
+    assert len(jobs) == 11
+
+
+def test_phases_and_holds(jobs: dict) -> None:
+    assert jobs["done"].phase == "ended"
+    assert jobs["good"].phase == "pending" and jobs["good"].held
+    assert jobs["good"].reason == "JobHeldUser"  # what the job_submit plugin's hold looks like
+    assert jobs["running"].phase == "active" and not jobs["running"].held
+    assert jobs["running"].nodes == ("csl-n1",)
+
+
+def test_comments_and_placements(jobs: dict) -> None:
+    assert jobs["good"].comment == "coshare: device-memory=2G device-threads=120"
+    assert jobs["placed"].admin_comment.startswith("coshare-placement;v=1;node=csl-n2")
+    assert jobs["placed"].required_nodes == "csl-n2"
+    assert jobs["plain"].comment == "" and jobs["plain"].admin_comment == ""
+
+
+def test_host_resources(jobs: dict) -> None:
+    assert (jobs["placed"].cpus, jobs["placed"].memory_mib) == (2, 1024)  # --mem=1G
+    assert (jobs["good"].cpus, jobs["good"].memory_mib) == (1, 256)  # DefMemPerCPU
+    assert jobs["plain"].memory_mib == 100
+    assert jobs["multi"].node_count == 2
+
+
+def test_gres_allocation_of_an_unannotated_job(jobs: dict) -> None:
+    assert jobs["gpu"].gres_detail == ("gpu:fakephi:1(IDX:0)",)
+    assert parse_gres_indexes(jobs["gpu"].gres_detail[0], "gpu") == ("0",)
+
+
+def test_waiting_reasons(jobs: dict) -> None:
+    assert jobs["array"].array
+    assert jobs["dep"].dependency == f"afterok:{recorded_ids()['good']}(unfulfilled)"
+    assert jobs["begin"].eligible_time_s > jobs["begin"].submit_time_s + 3000
+
+
+def test_nodes_with_drain_and_down() -> None:
+    nodes = {n.name: n for n in parse_sinfo_json((FIXTURES / "sinfo-drain-down.json").read_text())}
+    assert sorted(nodes) == ["csl-n1", "csl-n2", "csl-n3", "csl-n4"]
+    assert nodes["csl-n1"].usable and nodes["csl-n2"].usable
+    assert not nodes["csl-n3"].usable and nodes["csl-n3"].flags == ("DRAIN",)
+    assert not nodes["csl-n4"].usable and nodes["csl-n4"].reason == "broken"
+    assert nodes["csl-n1"].devices("gpu") == [("0", "fakephi"), ("1", "fakephi")]
+    assert (nodes["csl-n1"].cpus, nodes["csl-n1"].memory_mib) == (8, 16384)
+
+
+def test_controller_down_output_is_an_unavailable_controller() -> None:
+    # 22.05 prints this with exit status 0 when slurmctld is stopped.
+    with pytest.raises(SlurmControllerDown, match="slurm_load_jobs"):
+        parse_squeue_json((FIXTURES / "squeue-controller-down.json").read_text())
+
+
+def test_unreadable_output_is_an_output_error() -> None:
+    with pytest.raises(SlurmOutputError, match="not JSON"):
+        parse_squeue_json("squeue: error: something\n")
+    with pytest.raises(SlurmOutputError, match="no 'nodes'"):
+        parse_sinfo_json("{}")
+
+
+def test_one_bad_record_does_not_hide_the_others() -> None:
+    data = json.loads((FIXTURES / "squeue-mixed.json").read_text())
+    data["jobs"].append({"job_state": "PENDING"})  # no job id
+    data["jobs"].append("garbage")
+    assert len(parse_squeue_json(json.dumps(data))) == 11
+
+
+def test_unknown_state_is_kept_as_holding() -> None:
+    job = parse_job({"job_id": 9, "job_state": "WARPING", "nodes": "n1"})
+    assert job.phase == "unknown" and job.nodes == ("n1",)
+    assert "RUNNING" in JOB_STATES
+
+
+def test_numbers_of_later_releases_are_read() -> None:
+    assert number({"set": True, "infinite": False, "number": 7}) == 7
+    assert number({"set": False, "number": 7}, 3) == 3
+    assert number(None, 5) == 5 and number(True, 5) == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gpu:phi:2(S:0-1),gpumem:16G", [("gpu", "phi", 2), ("gpumem", "", 16)]),
+        ("gpu:a:2(S:0,1),gpu:b:1", [("gpu", "a", 2), ("gpu", "b", 1)]),
+        ("gpu:4", [("gpu", "", 4)]),
+        ("(null)", []),
+    ],
+)
+def test_gres_strings(text: str, expected: list[tuple[str, str, int]]) -> None:
+    assert [(g.name, g.type, g.count) for g in parse_gres(text)] == expected
+
+
+def test_gres_indexes_ranges_and_other_names() -> None:
+    assert parse_gres_indexes("gpu:a:3(IDX:0-1,3)", "gpu") == ("0", "1", "3")
+    assert parse_gres_indexes("gpu(IDX:N/A)", "gpu") == ()
+    assert parse_gres_indexes("mps:100(IDX:0)", "gpu") == ()
+
+
+def test_hostlists() -> None:
+    assert expand_nodes("csl-n[1-2],gpu07") == ("csl-n1", "csl-n2", "gpu07")
+    assert expand_nodes("") == ()
+    with pytest.raises(ValueError):
+        expand_nodes("n[1-")
+
+
+def test_quick_reread_fields_on_recorded_output() -> None:
+    from slurm_addon.jobs import parse_squeue_fields
+
+    ids = recorded_ids()
+    odd = (FIXTURES / "squeue-fields.ids").read_text().split("=")[1].strip()
+    wanted = [ids["done"], ids["good"], ids["placed"], ids["running"], ids["plain"], odd, "99999"]
+    jobs = parse_squeue_fields((FIXTURES / "squeue-fields.txt").read_text(), wanted)
+    assert set(jobs) == set(wanted) - {"99999"}  # unknown ids are simply absent
+    assert jobs[ids["done"]].phase == "ended"
+    assert jobs[ids["good"]].held and jobs[ids["good"]].admin_comment == ""
+    assert jobs[ids["good"]].comment == "coshare: device-memory=2G device-threads=120"
+    placed = jobs[ids["placed"]]
+    assert placed.required_nodes == "csl-n2" and placed.admin_comment.startswith("coshare-pl")
+    assert jobs[ids["running"]].phase == "active" and not jobs[ids["running"]].held
+    assert jobs[ids["plain"]].comment == "" and jobs[ids["plain"]].required_nodes == ""
+    # A comment with the separator and a line break is read whole.
+    assert jobs[odd].comment == "coshare: device-memory=1G\nnext line|z"
+
+
+def test_quick_reread_drops_a_job_whose_line_is_forged() -> None:
+    from slurm_addon.jobs import parse_squeue_fields
+
+    text = (
+        "5|PENDING|JobHeldUser|0||(null)|x\n"
+        "6|PENDING|None|9|n1|(null)|hi\n"
+        "5|PENDING|None|9||y|z\n"
+    )
+    jobs = parse_squeue_fields(text, ["5", "6"])
+    assert set(jobs) == {"6"}
+
+
+def test_record_script_uses_the_clients_format() -> None:
+    from slurm_addon.jobs import FIELDS_FORMAT
+
+    script = (FIXTURES.parent / "record").read_text()
+    assert f'--Format="{FIELDS_FORMAT}"' in script

@@ -1,0 +1,62 @@
+"""The real Slurm cluster for the integration tests: started once per session with
+deploy/slurm/local-cluster (4 nodes x 2 fake devices, MariaDB + slurmdbd for sacct, coshare's
+prolog programs from this virtual environment), stopped by pid files at the end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .cluster import BIN, SCRIPT, Cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[Cluster]:
+    if os.geteuid() != 0:
+        pytest.fail("the Slurm integration tests start real daemons and need root "
+                    "(they install Slurm with apt-get); run them as root")  # fmt: skip
+    # Not under pytest's private tmp (mode 700): jobs of other users must reach the munge
+    # socket and slurm.conf inside.
+    directory = Path(tempfile.mkdtemp(prefix="coshare-slurm-", dir="/var/tmp"))
+    directory.chmod(0o755)
+    start = subprocess.run(
+        [str(SCRIPT), "start", str(directory), "--nodes", "4", "--devices", "2",
+         "--accounting", "--coshare-bin", str(BIN)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if start.returncode != 0:
+        subprocess.run([str(SCRIPT), "stop", str(directory)], timeout=120)
+        pytest.fail(f"local Slurm cluster did not start:\n{start.stderr}")
+    base = (directory / "coshare.yaml").read_text()
+    (directory / "test-coshare.yaml").write_text(
+        base.replace("slurm:\n", "slurm:\n  retry_attempts: 2\n  retry_wait_s: 0.2\n"
+                     "  update_batch: 4\n", 1)
+        + "cycle: {replan_after_s: 120}\n"
+    )  # fmt: skip
+    cluster = Cluster(directory)
+    try:
+        yield cluster
+    finally:
+        subprocess.run([str(SCRIPT), "stop", str(directory)], timeout=180)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(slurm_cluster: Cluster) -> Iterator[Cluster]:
+    """The session's cluster, with every job of the test cancelled afterwards."""
+    yield slurm_cluster
+    slurm_cluster.run("scancel", "--quiet", "--partition=main", check=False)
+    slurm_cluster.run("scontrol", "update", "PartitionName=main", "State=UP", check=False)
+
+
+def write_config(cluster: Cluster, extra: str) -> Path:
+    """A config of the test cluster with more settings (a YAML mapping's text)."""
+    path = cluster.dir / "extra-coshare.yaml"
+    path.write_text(cluster.config.read_text() + extra)
+    return path

@@ -1,0 +1,94 @@
+"""Users' side on the real cluster: bad annotations get a per-job message and do not stop the
+cycle; owners cannot start an annotated job before coshare placed it; a placement that does
+not start in time is planned again."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .cluster import BIN, Cluster
+from .conftest import write_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+NOBODY = 65534
+
+
+def test_malformed_annotations_are_refused_per_job(cluster: Cluster) -> None:
+    bad = {
+        cluster.submit("bad-nan", comment="coshare: device-memory=abc device-threads=60"):
+            "device-memory='abc' is not a number (allowed: integer MiB >= 1",
+        cluster.submit("bad-big", comment="coshare: device-memory=20G device-threads=60"):
+            "exceeds every device (largest: 8192 MiB)",
+        cluster.submit("bad-key", comment="coshare: device-memory=1G device-threads=60 colour=red"):
+            "colour='red' is not a coshare key",
+        cluster.submit("bad-novalue", comment="coshare: device-memory device-threads=60"):
+            "device-memory='' has no value",
+    }  # fmt: skip
+    good = [cluster.submit(f"good-{i}", comment="coshare: device-memory=1G device-threads=60",
+                           sleep_s=1) for i in range(2)]  # fmt: skip
+    result = cluster.cycle()
+    assert result.returncode == 0, result.stderr
+    for job_id, message in bad.items():
+        line = next(x for x in result.stdout.splitlines() if x.startswith(f"  refused {job_id}:"))
+        assert f"job {job_id}: " in line and message in line
+    jobs = cluster.jobs()
+    for job_id, message in bad.items():
+        assert jobs[job_id].held
+        assert jobs[job_id].admin_comment.startswith("coshare-refused: ")
+        assert message in jobs[job_id].admin_comment
+    assert all(jobs[j].admin_comment.startswith("coshare-placement") for j in good)
+
+    # The owner fixes one job; the next cycle places it.
+    fixed = next(iter(bad))
+    cluster.run("scontrol", "update", f"JobId={fixed}",
+                "Comment=coshare: device-memory=1G device-threads=60")  # fmt: skip
+    cluster.run_cycles_until_done([fixed, *good], deadline_s=120)
+    assert cluster.jobs()[fixed].state == "COMPLETED"
+
+
+def test_owner_cannot_start_an_annotated_job_unplaced(cluster: Cluster) -> None:
+    submit = ["sbatch", "--parsable", "-D", "/tmp", "-o", "/dev/null", "--wrap", "sleep 1",
+              "--comment", "coshare: device-memory=1G device-threads=60"]  # fmt: skip
+    job_id = cluster.run(*submit, user=NOBODY).stdout.strip()
+    assert cluster.jobs()[job_id].held
+    refused = cluster.run("scontrol", "release", job_id, user=NOBODY, check=False)
+    assert refused.returncode != 0
+    time.sleep(1)
+    assert cluster.jobs()[job_id].held
+    held = cluster.run(*submit[:2], "--hold", *submit[2:], user=NOBODY, check=False)
+    assert held.returncode != 0 and "--hold is refused" in held.stderr
+    # Owners may still change what a waiting job declares; it stays held.
+    cluster.run("scontrol", "update", f"JobId={job_id}",
+                "Comment=coshare: device-memory=2G device-threads=60", user=NOBODY)  # fmt: skip
+    assert cluster.jobs()[job_id].held
+    cluster.run_cycles_until_done([job_id], deadline_s=120)
+    placed = cluster.jobs()[job_id].admin_comment
+    assert placed.startswith("coshare-placement") and "mem_mib=2048" in placed
+
+
+def test_placement_that_does_not_start_is_planned_again(cluster: Cluster) -> None:
+    config = write_config(cluster, "")
+    config.write_text(config.read_text().replace("replan_after_s: 120", "replan_after_s: 2"))
+
+    def cycle() -> None:
+        result = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm", "cycle")
+        assert result.returncode == 0, result.stderr
+
+    cluster.run("scontrol", "update", "PartitionName=main", "State=DOWN")  # nothing starts
+    job_id = cluster.submit("replan", comment="coshare: device-memory=1G device-threads=60",
+                            sleep_s=1)  # fmt: skip
+    cycle()
+    first = cluster.jobs()[job_id]
+    assert not first.held and first.admin_comment.startswith("coshare-placement")
+    time.sleep(3)
+    cycle()  # expired: held, so it cannot start behind the plan's back
+    assert cluster.jobs()[job_id].held
+    cycle()  # planned afresh
+    again = cluster.jobs()[job_id]
+    assert not again.held and again.admin_comment != first.admin_comment
+    cluster.run("scontrol", "update", "PartitionName=main", "State=UP")
+    cluster.run_cycles_until_done([job_id], deadline_s=120)
+    assert cluster.jobs()[job_id].state == "COMPLETED"

@@ -1,0 +1,119 @@
+"""What the Slurm Editor writes for a plan (slurm_addon.edits.plan_edits), without Slurm."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coshare.config import DeviceKind
+from coshare.model import Assignment, Plan, Unplaced
+from coshare.planner import Rejected
+
+from slurm_addon.jobs import SlurmJob
+from slurm_addon.nodes import GresEntry, SlurmNode
+from slurm_addon.placement import format_refusal
+from slurm_addon.view import build_view
+
+NOW = 1_800_000_000.0
+KINDS = {"k": DeviceKind(memory_mib=8192, threads=240)}
+NODES = [SlurmNode("n1", "idle", cpus=8, memory_mib=16384, gres=(GresEntry("gpu", "k", 2),))]
+TARGET = "coshare-placement;v=1;node=n1;devices=1;at=1800000000;mem_mib=1024;threads=60"
+
+
+def job(job_id: str, **kw: object) -> SlurmJob:
+    base: dict[str, object] = dict(
+        phase="pending", state="PENDING", held=True,
+        comment="coshare: device-memory=1G device-threads=60",
+    )  # fmt: skip
+    base.update(kw)
+    return SlurmJob(job_id, **base)  # type: ignore[arg-type]
+
+
+def edits_for(jobs: list[SlurmJob], plan: Plan, current: list[SlurmJob] | None = None,
+              rejected: tuple[Rejected, ...] = ()):  # type: ignore[no-untyped-def]  # fmt: skip
+    from slurm_addon.edits import plan_edits
+
+    v = build_view(NODES, jobs, device_kinds=KINDS, now_s=NOW)
+    now = {j.id: j for j in (jobs if current is None else current)}
+    return plan_edits(v, plan, rejected or v.rejected, now, now_s=NOW)
+
+
+def place(job_id: str, device: str = "1") -> Plan:
+    return Plan("knapsack", assignments=(Assignment(job_id, "n1", (device,)),))
+
+
+def test_held_job_is_written_then_released() -> None:
+    e = edits_for([job("1")], place("1"))
+    assert [(w.job, w.node, w.admin_comment, w.release) for w in e.writes] == [
+        ("1", "n1", TARGET.replace("1800000000", str(int(NOW))), True)
+    ]
+    assert e.unchanged == () and e.skipped == () and e.holds == ()
+
+
+def test_applying_twice_is_unchanged() -> None:
+    after = job("1", held=False, admin_comment=TARGET, required_nodes="n1")
+    e = edits_for([job("1")], place("1"), current=[after])
+    assert e.writes == () and e.unchanged == ("1",)
+
+
+def test_held_with_the_same_placement_is_written_again_with_a_fresh_time() -> None:
+    # A cycle stopped before releasing it, or its placement expired and it was held.
+    seen = job("1", admin_comment=TARGET.replace("at=1800000000", "at=5"), required_nodes="n1")
+    e = edits_for([seen], place("1"))
+    assert e.unchanged == () and [w.release for w in e.writes] == [True]
+    assert f"at={int(NOW)}" in e.writes[0].admin_comment
+
+
+def test_moved_placement_is_rewritten() -> None:
+    seen = job("1", admin_comment=TARGET, required_nodes="n1")
+    e = edits_for([seen], place("1", device="0"))
+    assert len(e.writes) == 1 and "devices=0" in e.writes[0].admin_comment
+
+
+def test_jobs_that_changed_since_the_read_are_skipped_with_the_reason() -> None:
+    jobs = [job("1"), job("2"), job("3"), job("4")]
+    plan = Plan("knapsack", assignments=tuple(Assignment(i, "n1", ("0",)) for i in "1234"))
+    current = [
+        replace(jobs[0], phase="ended", state="CANCELLED"),
+        replace(jobs[1], comment="coshare: device-memory=7G device-threads=60"),
+        replace(jobs[2], admin_comment="coshare-placement;v=1;node=n1;devices=1;at=1;"
+                "mem_mib=1024;threads=60"),
+    ]  # fmt: skip  (job 4 left the queue)
+    e = edits_for(jobs, plan, current=current)
+    reasons = {o.job: o.detail for o in e.skipped}
+    assert e.writes == ()
+    assert "cancelled now" in reasons["1"]
+    assert "comment changed" in reasons["2"]
+    assert "AdminComment changed" in reasons["3"]
+    assert "left the queue" in reasons["4"]
+
+
+def test_unplaced_unheld_jobs_and_expired_placements_are_held() -> None:
+    expired = job("2", held=False, admin_comment=TARGET.replace("1800000000", "5"))
+    jobs = [job("1", held=False), expired, job("3")]
+    plan = Plan("knapsack", unplaced=(Unplaced("1", "no room"), Unplaced("3", "no room")))
+    e = edits_for(jobs, plan)
+    assert set(e.holds) == {"1", "2"}  # 3 is held already
+
+
+def test_refused_jobs_get_the_reason_once_and_stay_held() -> None:
+    bad = job("1", held=False, comment="coshare: device-memory=abc device-threads=1")
+    e = edits_for([bad], Plan("knapsack"))
+    assert e.refusals[0][0] == "1" and "is not a number" in e.refusals[0][1]
+    assert e.holds == ("1",) and e.rejected[0].job == "1"
+    marked = replace(bad, held=True, admin_comment=e.refusals[0][1])
+    again = edits_for([marked], Plan("knapsack"))
+    assert again.refusals == () and again.holds == () and again.rejected[0].job == "1"
+
+
+def test_multi_node_assignments_and_unsafe_names_fail_cleanly() -> None:
+    spread = Plan("knapsack", assignments=(Assignment("1", "n1", ("0",)),
+                                           Assignment("1", "n2", ("0",))))  # fmt: skip
+    assert "spans several nodes" in edits_for([job("1")], spread).failed[0].detail
+    weird = Plan("knapsack", assignments=(Assignment("1", "n 1", ("0",)),))
+    assert "cannot write" in edits_for([job("1")], weird).failed[0].detail
+
+
+def test_refusal_text_is_bounded() -> None:
+    long = Rejected("1", "x" * 5000)
+    e = edits_for([job("1")], Plan("knapsack"), rejected=(long,))
+    assert e.refusals[0][1] == format_refusal("x" * 5000)

@@ -1,0 +1,159 @@
+"""How one read of Slurm becomes the cycle's snapshot (slurm_addon.view.build_view)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from coshare.config import DeviceKind
+from coshare.policies import make_policy
+from coshare.verify import check_plan
+
+from slurm_addon.jobs import SlurmJob, parse_squeue_json
+from slurm_addon.nodes import GresEntry, SlurmNode, parse_sinfo_json
+from slurm_addon.view import build_view
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures/slurm/22.05"
+KINDS = {"fakephi": DeviceKind(memory_mib=8192, threads=240)}
+NOW = 1_800_000_000.0
+PLACED = "coshare-placement;v=1;node=n1;devices=1;at={at};mem_mib=1024;threads=60"
+
+
+def node(name: str = "n1", devices: int = 2, kind: str = "fakephi", **kw: object) -> SlurmNode:
+    return SlurmNode(name, "idle", cpus=8, memory_mib=16384,
+                     gres=(GresEntry("gpu", kind, devices),), partitions=("main",), **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def job(job_id: str, **kw: object) -> SlurmJob:
+    base: dict[str, object] = dict(
+        phase="pending", state="PENDING", held=True, partition="main",
+        comment="coshare: device-memory=1G device-threads=60", submit_time_s=NOW - 10,
+    )  # fmt: skip
+    base.update(kw)
+    return SlurmJob(job_id, **base)  # type: ignore[arg-type]
+
+
+def view(nodes: list[SlurmNode], jobs: list[SlurmJob], **kw: object):  # type: ignore[no-untyped-def]
+    return build_view(nodes, jobs, device_kinds=KINDS, now_s=NOW, **kw)  # type: ignore[arg-type]
+
+
+def recorded():  # type: ignore[no-untyped-def]
+    nodes = parse_sinfo_json((FIXTURES / "sinfo-drain-down.json").read_text())
+    jobs = parse_squeue_json((FIXTURES / "squeue-mixed.json").read_text())
+    ids = dict(p.split("=") for p in (FIXTURES / "squeue-mixed.ids").read_text().split())
+    return nodes, jobs, ids
+
+
+def test_recorded_cluster() -> None:
+    nodes, jobs, ids = recorded()
+    v = build_view(nodes, jobs, device_kinds=KINDS, now_s=float(jobs[0].submit_time_s) + 60)
+    snap = v.snapshot
+    # csl-n3 is drained and csl-n4 down: only two nodes take jobs.
+    assert [n.name for n in snap.nodes] == ["csl-n1", "csl-n2"]
+    assert [n.name for n in v.unusable_nodes] == ["csl-n3", "csl-n4"]
+    assert [d.id for d in snap.nodes[0].devices] == ["0", "1"]
+    pending = {j.id for j in snap.pending}
+    # held with or without a placement: planned (again)
+    assert pending == {ids["good"], ids["placed"]}
+    refused = {r.job: r.reason for r in v.rejected}
+    assert "device-memory='abc' is not a number" in refused[ids["bad"]]
+    assert "job arrays are not supported" in refused[ids["array"]]
+    assert "asks for 2 nodes" in refused[ids["multi"]]
+    waiting = {w.job: w.reason for w in v.waiting}
+    assert waiting == {
+        ids["dep"]: f"waits for its dependency on job {ids['good']}",
+        ids["begin"]: "waits for its begin time",
+    }
+    running = {(r.id, r.node): r for r in snap.running}
+    placed_run = running[(ids["running"], "csl-n1")]
+    assert (placed_run.devices, placed_run.device_memory_mib, placed_run.device_threads) == (
+        ("0",), 512, 30,
+    )  # fmt: skip
+    gres_run = running[(ids["gpu"], "csl-n1")]  # Slurm gave it device 0: all of it
+    assert (gres_run.devices, gres_run.device_memory_mib, gres_run.device_threads) == (
+        ("0",), 8192, 240,
+    )  # fmt: skip
+    plain = running[(ids["plain"], "csl-n1")]
+    assert (plain.devices, plain.cpu_milli, plain.memory_mib) == ((), 1000, 100)
+    assert ids["done"] not in {r.id for r in snap.running}
+    assert not v.unheld and not v.expired
+
+
+def test_jobs_without_coshare_in_their_comment_are_never_planned() -> None:
+    v = view([node()], [job("1", comment="my own notes"), job("2", comment="", held=False)])
+    assert v.snapshot.pending == () and v.rejected == () and not v.unheld
+
+
+def test_released_placement_holds_its_device_until_it_expires() -> None:
+    fresh = job("1", held=False, admin_comment=PLACED.format(at=int(NOW) - 10), cpus=2)
+    old = job("2", held=False, admin_comment=PLACED.format(at=int(NOW) - 1000))
+    v = view([node()], [fresh, old], replan_after_s=300)
+    planned = {r.id: r for r in v.snapshot.running}
+    assert planned["1"].state == "planned" and planned["1"].devices == ("1",)
+    assert (planned["1"].device_memory_mib, planned["1"].cpu_milli) == (1024, 2000)
+    # Expired: still counted this cycle (it could start any moment), held for the next.
+    assert "2" in planned and v.expired == ("2",)
+    assert v.snapshot.pending == ()
+
+
+def test_placement_on_a_node_that_takes_no_jobs_is_held_and_not_counted() -> None:
+    drained = node("n1", flags=("DRAIN",))
+    placed = job("1", held=False, admin_comment=PLACED.format(at=int(NOW)))
+    v = view([drained, node("n2")], [placed])
+    assert v.expired == ("1",) and v.snapshot.running == ()
+    assert any("cannot take jobs now" in n for n in v.notes)
+
+
+def test_unheld_unplaced_job_is_planned_and_marked_for_holding() -> None:
+    v = view([node()], [job("1", held=False)])
+    assert [j.id for j in v.snapshot.pending] == ["1"] and v.unheld == {"1"}
+
+
+def test_unreadable_placement_is_planned_again_with_a_note() -> None:
+    v = view([node()], [job("1", admin_comment="coshare-placement;v=1;junk")])
+    assert [j.id for j in v.snapshot.pending] == ["1"]
+    assert any("unreadable placement" in n for n in v.notes)
+
+
+def test_unknown_device_kind_is_reported_and_not_shared() -> None:
+    v = view([node(kind="mystery")], [])
+    assert v.snapshot.nodes[0].devices == ()
+    assert any("type mystery" in n and "device_kinds" in n for n in v.notes)
+
+
+def test_partition_filter_refuses_jobs_of_other_partitions() -> None:
+    other = replace(node("n2"), partitions=("cpu",))
+    v = view([node(), other], [job("1", partition="cpu")], partition="main")
+    assert [n.name for n in v.snapshot.nodes] == ["n1"]
+    assert "partition cpu is not managed" in v.rejected[0].reason
+
+
+def test_device_job_too_big_for_every_device_is_refused_with_the_range() -> None:
+    v = view([node()], [job("1", comment="coshare: device-memory=9G device-threads=60")])
+    assert "exceeds every device (largest: 8192 MiB)" in v.rejected[0].reason
+
+
+def test_running_annotated_job_without_placement_is_noted() -> None:
+    v = view([node()], [job("1", phase="active", state="RUNNING", held=False, nodes=("n1",))])
+    assert v.snapshot.running[0].devices == ()
+    assert any("without a coshare placement" in n for n in v.notes)
+
+
+def test_planned_and_running_jobs_are_respected_by_the_plan() -> None:
+    jobs = [
+        job("1", phase="active", state="RUNNING", held=False, nodes=("n1",),
+            admin_comment="coshare-placement;v=1;node=n1;devices=0;at=1;mem_mib=8000;threads=60"),
+        job("2", held=False, admin_comment=PLACED.format(at=int(NOW)).replace("1024", "8000")),
+        job("3", comment="coshare: device-memory=1000 device-threads=10"),
+    ]  # fmt: skip
+    v = view([node()], jobs)
+    plan = make_policy("knapsack").plan(v.snapshot)
+    assert check_plan(v.snapshot, plan) == []
+    assert plan.unplaced and plan.unplaced[0].job == "3"  # both devices are nearly full
+
+
+def test_processes_share_the_jobs_slurm_request() -> None:
+    comment = "coshare: device-memory=1G device-threads=60 processes=4"
+    v = view([node()], [job("1", cpus=4, memory_mib=1024, comment=comment)])
+    j = v.snapshot.pending[0]
+    assert (j.processes, j.cpu_milli, j.memory_mib) == (4, 1000, 256)
