@@ -144,6 +144,15 @@ class NodeConfig:
             ``nvml`` extra); ``none`` does not watch device memory.
         device_env: variables set to the job's device ids (comma-separated) by ``job-exec``.
         kill_timeout_s: how long freezing, killing and removing a job's group may take.
+        control_socket: the node daemon's job-control socket (START, JOIN, END), where job
+            wrappers that run as the job's user ask the root daemon to set up and end the
+            job's group (:mod:`coshare.node.control`).
+        trusted_launchers: programs whose children may START a job (HTCondor's
+            ``condor_starter``, Slurm's ``slurmstepd``): a bare name matches the basename of the
+            program's executable, a path (with ``/``) the whole executable path.
+        trusted_launcher_uids: accounts a trusted launcher must run as (its real uid): 0 where
+            the scheduler's daemons run as root; add the condor account of a pool whose
+            daemons run unprivileged.
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
@@ -156,6 +165,9 @@ class NodeConfig:
     device_memory: Literal["none", "nvml"] = "none"
     device_env: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
     kill_timeout_s: float = field(default=10.0, metadata={"min": 0.1})
+    control_socket: str = "/run/coshare/control.sock"
+    trusted_launchers: tuple[str, ...] = ("condor_starter", "slurmstepd")
+    trusted_launcher_uids: tuple[int, ...] = (0,)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from coshare.node.lifecycle import node_cgroups
 
 from tests.node.helpers import (
     CGROUP_ROOT,
+    LAUNCHER_NAME,
     COSHARE,
     node_env,
     remove_parent,
@@ -40,7 +41,8 @@ def node_config() -> Iterator[NodeConfig]:
     state = Path(tempfile.mkdtemp(prefix="cs-node-"))  # short: unix socket paths are short
     config = NodeConfig(
         cgroup_root=str(CGROUP_ROOT), cgroup_parent=unique_parent(), state_dir=str(state),
-        gate_socket=str(state / "gate.sock"), watch_interval_s=0.05, kill_timeout_s=10.0,
+        gate_socket=str(state / "gate.sock"), control_socket=str(state / "control.sock"),
+        watch_interval_s=0.05, kill_timeout_s=10.0, trusted_launchers=(LAUNCHER_NAME,),
     )  # fmt: skip
     try:
         yield config

@@ -121,6 +121,10 @@ class Cgroups(Protocol):
         """Jobs that have a group under the parent."""
         ...
 
+    def parent_directories(self) -> tuple[Path, ...]:
+        """coshare's parent group: one directory per v1 hierarchy, one for v2."""
+        ...
+
     def allowed_cpus(self) -> tuple[int, ...]:
         """The CPUs coshare's parent group may hand out."""
         ...

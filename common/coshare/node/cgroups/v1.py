@@ -239,6 +239,9 @@ class V1Cgroups:
                 )
         return sorted(found)
 
+    def parent_directories(self) -> tuple[Path, ...]:
+        return tuple(self.root / c / self.parent for c in self.hierarchies())
+
     def allowed_cpus(self) -> tuple[int, ...]:
         if "cpuset" not in self.hierarchies():
             return tuple(sorted(os.sched_getaffinity(0)))

@@ -243,6 +243,9 @@ class V2Cgroups:
         names = [job_of_group(p.name) for p in self.parent_dir.iterdir() if p.is_dir()]
         return sorted(n for n in names if n is not None)
 
+    def parent_directories(self) -> tuple[Path, ...]:
+        return (self.parent_dir,)
+
     def allowed_cpus(self) -> tuple[int, ...]:
         for group in (self.parent_dir, self.root):
             path = group / "cpuset.cpus.effective"
