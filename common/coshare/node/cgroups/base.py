@@ -80,6 +80,10 @@ class JobGroup(Protocol):
         """How many processes of the group the kernel killed for its memory limit."""
         ...
 
+    def is_under_oom(self) -> bool:
+        """Whether the group's tasks wait at its memory limit (v1 with the OOM killer off)."""
+        ...
+
     def memory_usage_bytes(self) -> int | None:
         """Host memory the group uses now (``None`` without the memory controller)."""
         ...

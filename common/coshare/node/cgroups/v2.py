@@ -123,6 +123,10 @@ class V2Group:
     def oom_kills(self) -> int:
         return read_keyed(self.directory / "memory.events").get("oom_kill", 0)
 
+    def is_under_oom(self) -> bool:
+        # v2 has no OOM wait queue for coshare's groups: memory.oom.group kills the whole group.
+        return False
+
     def memory_usage_bytes(self) -> int | None:
         path = self.directory / "memory.current"
         return int(read_text(path)) if path.exists() else None
