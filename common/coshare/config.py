@@ -148,8 +148,9 @@ class NodeConfig:
             wrappers that run as the job's user ask the root daemon to set up and end the
             job's group (:mod:`coshare.node.control`).
         trusted_launchers: programs whose children may START a job (HTCondor's
-            ``condor_starter``, Slurm's ``slurmstepd``): a bare name matches the basename of the
-            program's executable, a path (with ``/``) the whole executable path.
+            ``condor_starter``, Slurm's ``slurmstepd``, installed as ``slurmstepd-wlm`` by
+            Debian and Ubuntu): a bare name matches the basename of the program's executable,
+            an absolute path the whole executable path.
         trusted_launcher_uids: accounts a trusted launcher must run as (its real uid): 0 where
             the scheduler's daemons run as root; add the condor account of a pool whose
             daemons run unprivileged.
@@ -166,7 +167,7 @@ class NodeConfig:
     device_env: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
     kill_timeout_s: float = field(default=10.0, metadata={"min": 0.1})
     control_socket: str = "/run/coshare/control.sock"
-    trusted_launchers: tuple[str, ...] = ("condor_starter", "slurmstepd")
+    trusted_launchers: tuple[str, ...] = ("condor_starter", "slurmstepd", "slurmstepd-wlm")
     trusted_launcher_uids: tuple[int, ...] = (0,)
 
 

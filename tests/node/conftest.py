@@ -22,8 +22,8 @@ from coshare.node.lifecycle import node_cgroups
 
 from tests.node.helpers import (
     CGROUP_ROOT,
-    LAUNCHER_NAME,
     COSHARE,
+    LAUNCHER_NAME,
     node_env,
     remove_parent,
     skip_reason,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import itertools
-import shutil
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys

@@ -11,14 +11,17 @@ or killing a group may take a while; job records are written under the store's `
 which Slurm's Prolog (calling :func:`~coshare.node.lifecycle.job_start` as root) takes too.
 
 :meth:`JobControl.reap` removes the group and record of a job whose launcher is gone and whose
-processes are all gone too (a SIGKILLed launcher leaks nothing); the daemon calls it with
-every watchdog round.
+processes are all gone too (a SIGKILLed launcher leaks nothing); :meth:`JobControl.adopt`
+moves into a root-started job's group what the scheduler started for that job but did not
+join (a TaskProlog that was skipped or subverted): the daemon calls both with every watchdog
+round.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import defaultdict
 from pathlib import Path
 
 from coshare.config import NodeConfig
@@ -38,9 +41,16 @@ from coshare.node.control_protocol import (
 )
 from coshare.node.jobs import JobRecord, Launcher, job_of_pid
 from coshare.node.process import ProcessInfo
-from coshare.node.procfs import PROC, is_alive, read_process
+from coshare.node.procfs import PROC, is_alive, list_pids, read_cmdline, read_process
 from coshare.node.spec import format_cpu_list
-from coshare.node.trust import Refused, TrustPolicy, check_end, check_join, check_start
+from coshare.node.trust import (
+    Refused,
+    TrustPolicy,
+    check_end,
+    check_join,
+    check_start,
+    job_of_launcher,
+)
 
 log = logging.getLogger("coshare.node.control")
 
@@ -167,7 +177,7 @@ class JobControl:
         if move:
             record.group(self.config.kill_timeout_s).add(target.pid)
             log.info("job %s: process %d joined", request.job, target.pid)
-        return f"OK job={request.job} pid={target.pid}"
+        return join_reply(record, target.pid)
 
     def _end(self, request: ControlRequest, caller: ProcessInfo | None, uid: int) -> str:
         record = self.store.read(request.job)
@@ -203,6 +213,55 @@ class JobControl:
                 reaped.append(record.job)
         return reaped
 
+    def adopt(self) -> list[tuple[str, int]]:
+        """Move into its group every process of a root-started job (Slurm's Prolog) that is
+        not in one yet: processes of the job's account below a trusted launcher that names
+        the job in its title (``slurmstepd: [1234.batch]``). The TaskProlog's JOIN does this
+        before the user's program runs; this catches a task whose TaskProlog did not.
+
+        Returns:
+            the (job, pid) moved.
+        """
+        with self._lock:
+            records = {
+                r.job: r for r in self.store.records() if r.launcher is None and r.uid is not None
+            }
+        if not records:
+            return []
+        infos = {}
+        for pid in list_pids(self.proc):
+            info = read_process(pid, self.proc)
+            if info is not None:
+                infos[pid] = info
+        children: dict[int, list[int]] = defaultdict(list)
+        for info in infos.values():
+            children[info.ppid].append(info.pid)
+        moved = []
+        for info in infos.values():
+            if not self.policy.is_launcher(info):
+                continue
+            job = job_of_launcher(" ".join(read_cmdline(info.pid, self.proc)))
+            record = records.get(job) if job is not None else None
+            if record is None:
+                continue
+            stack = list(children[info.pid])
+            while stack:
+                pid = stack.pop()
+                stack.extend(children[pid])
+                process = infos[pid]
+                if process.uid != record.uid or self._job_of(pid) is not None:
+                    continue
+                try:
+                    with self._lock:
+                        record.group(self.config.kill_timeout_s).add(pid)
+                except CoshareError as exc:  # gone meanwhile, or the group was removed
+                    log.debug("job %s: cannot adopt process %d: %s", record.job, pid, exc)
+                    continue
+                log.warning("job %s: process %d had not joined its group; moved in",
+                            record.job, pid)  # fmt: skip
+                moved.append((record.job, pid))
+        return moved
+
     def _abandoned(self, record: JobRecord) -> bool:
         if record.launcher is None or is_alive(*record.launcher, proc=self.proc):
             return False
@@ -217,4 +276,20 @@ def start_reply(record: JobRecord) -> str:
         f"OK job={spec.job} cpus={format_cpu_list(spec.cpus) or '-'} "
         f"memory_mib={spec.memory_mib if spec.memory_mib is not None else '-'} "
         f"devices={','.join(spec.devices) or '-'}"
+    )
+
+
+def join_reply(record: JobRecord, pid: int) -> str:
+    """The JOIN reply: the moved process, and what the job's processes need to know (its
+    cpus, devices and declared device memory and threads; ``-`` for none)."""
+    spec = record.spec
+
+    def text(value: int | None) -> str:
+        return str(value) if value is not None else "-"
+
+    return (
+        f"OK job={spec.job} pid={pid} cpus={format_cpu_list(spec.cpus) or '-'} "
+        f"devices={','.join(spec.devices) or '-'} "
+        f"device_memory_mib={text(spec.device_memory_mib)} "
+        f"device_threads={text(spec.device_threads)}"
     )

@@ -11,7 +11,8 @@ applies the rules of :mod:`coshare.node.trust`::
           [device_memory_mib=<m>] [device_threads=<t>] [uid=<n>]
         -> OK job=<id> cpus=<list|-> memory_mib=<m|-> devices=<d1,d2|->
     JOIN job=<id> [target=self|parent]
-        -> OK job=<id> pid=<moved pid>
+        -> OK job=<id> pid=<moved pid> cpus=<list|-> devices=<d1,d2|->
+              device_memory_mib=<m|-> device_threads=<t|->
     END job=<id>
         -> OK job=<id> started=<0|1> leftover=<n> [reason=<text to the end of the line>]
 

@@ -124,6 +124,7 @@ async def _watch(
             await asyncio.to_thread(watchdog.check)
             if jobs is not None:
                 await asyncio.to_thread(jobs.reap)
+                await asyncio.to_thread(jobs.adopt)
         except CoshareError as exc:
             log.error("watchdog: %s", exc)
         with contextlib.suppress(asyncio.TimeoutError):

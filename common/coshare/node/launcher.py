@@ -16,9 +16,16 @@ on standard error, and, with ``--chirp``, as the job attribute ``CoshareKillReas
 reason when it exits (``OnExitHold``). It exits 137 then; otherwise with the command's status
 (a command killed by signal N kills the launcher with N too, as HTCondor expects).
 
-**Standard library only**, one file: it runs where coshare's dependencies are not installed
-(inside the execute node's HTCondor chroot, say), as ``python3 -I coshare-launch run ...``;
-``coshare node launch`` is the same program.
+``coshare-launch task-prolog`` is the other user-side step, for Slurm's TaskProlog (run as
+the user before each task, whose parent is the task about to ``exec`` the user's program):
+the Prolog (root) made the job's group already, so it JOINs that parent and prints the
+``export`` lines of the job's cores, devices and gate socket; a job whose group could not be
+made is refused with a ``print`` line saying why and exit status 1 (Slurm then fails that job,
+not the node). A job coshare does not manage prints nothing.
+
+**Standard library only**, one file: it runs where coshare's dependencies are not installed or
+not readable by users (inside the execute node's HTCondor chroot, say), as
+``python3 -I coshare-launch run ...``; ``coshare node launch`` is the same program.
 """
 
 from __future__ import annotations
@@ -43,6 +50,11 @@ TIMEOUT_S = 120.0
 _UNIT_MIB = {"": 1, "m": 1, "mb": 1, "mib": 1, "g": 1024, "gb": 1024, "gib": 1024,
              "t": 1024**2, "tb": 1024**2, "tib": 1024**2}  # fmt: skip
 _FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+#: Device selection variables of the common accelerator runtimes (NVIDIA, AMD, Intel offload).
+DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "OFFLOAD_DEVICES")
+DEFAULT_CONTROL_SOCKET = "/run/coshare/control.sock"
+DEFAULT_GATE_SOCKET = "/run/coshare/gate.sock"
+DEFAULT_STATE_DIR = "/run/coshare"
 
 
 class ControlError(Exception):
@@ -277,6 +289,51 @@ def _end(args: argparse.Namespace, label: str) -> str | None:
     return reason
 
 
+def task_prolog(
+    socket_path: str, gate_socket: str, state_dir: str, environ: dict[str, str]
+) -> tuple[list[str], int] | None:
+    """What Slurm's TaskProlog prints, and its exit status; ``None`` for a job coshare does
+    not manage on this node (no record, no set-up error).
+
+    The job's record and set-up error are files the Prolog (root) wrote in ``state_dir``;
+    the task process (this program's parent) is moved into the group by the daemon.
+    """
+    job = environ.get("SLURM_JOB_ID", "")
+    node = environ.get("SLURMD_NODENAME", "")
+    if not job.isdigit():
+        return None
+    base = os.path.join(state_dir, "jobs", f"job-{job}")
+    with contextlib.suppress(OSError), open(base + ".error") as error_file:
+        error = " ".join(error_file.read().split())
+        if error:
+            return [f"print coshare: job {job} cannot run on {node or 'this node'}: {error}"], 1
+    if not os.path.exists(base + ".json"):
+        return None
+    try:
+        joined = request(socket_path, f"JOIN job={job} target=parent")
+    except ControlError as exc:
+        return [
+            f"print coshare: job {job} cannot run inside its limits on {node or 'this node'} "
+            f"({exc.code}): {' '.join(exc.text.split())}"
+        ], 1
+
+    def field(name: str) -> str:
+        value = joined.get(name, "-")
+        return "" if value == "-" else value
+
+    devices = field("devices")
+    lines = [f"export COSHARE_JOB_ID={job}", f"export COSHARE_GATE_SOCKET={gate_socket}"]
+    lines += [f"export {name}={devices}" for name in (*DEVICE_VARIABLES, "COSHARE_DEVICES")]
+    if node:
+        lines.append(f"export COSHARE_NODE={node}")
+    for name, variable in (("cpus", "COSHARE_CPUS"),
+                           ("device_memory_mib", "COSHARE_DEVICE_MEMORY_MIB"),
+                           ("device_threads", "COSHARE_DEVICE_THREADS")):  # fmt: skip
+        if field(name):
+            lines.append(f"export {variable}={field(name)}")
+    return lines, 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line."""
     top = argparse.ArgumentParser(prog="coshare-launch", description=__doc__.split("\n")[0])
@@ -293,6 +350,10 @@ def parser() -> argparse.ArgumentParser:
     cmd.add_argument("--device-threads", help="declared device threads")
     cmd.add_argument("--chirp", help="condor_chirp, to put the kill reason into the job's ad")
     cmd.add_argument("command", nargs="+", help="the job's command (after --)")
+    task = sub.add_parser("task-prolog", help="Slurm's TaskProlog: join the job's group")
+    task.add_argument("--socket", default=DEFAULT_CONTROL_SOCKET, help="control socket")
+    task.add_argument("--gate-socket", default=DEFAULT_GATE_SOCKET, help="offload gate socket")
+    task.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="the daemon's state dir")
     return top
 
 
@@ -301,6 +362,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.action == "run":
         run(args)
+    elif args.action == "task-prolog":
+        result = task_prolog(args.socket, args.gate_socket, args.state_dir, dict(os.environ))
+        if result is not None:
+            print("\n".join(result[0]))
+            sys.exit(result[1])
 
 
 if __name__ == "__main__":

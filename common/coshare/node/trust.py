@@ -21,9 +21,13 @@ A refusal is a :class:`Refused` with a code for the protocol and a text naming t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from coshare.node.process import ProcessInfo
+
+#: How slurmstepd retitles itself: ``slurmstepd: [<job>.<step>]`` (``batch``, ``extern``, 0..).
+_STEPD_TITLE = re.compile(r"slurmstepd: \[([0-9]+)(?:\.[A-Za-z0-9_+]+)?\]")
 
 
 class Refused(Exception):
@@ -194,3 +198,10 @@ def check_end(job: str, launcher: tuple[int, int] | None, caller: ProcessInfo | 
         return
     raise Refused("not_allowed", f"job {job}: only its launcher or root may end it")
 
+
+
+def job_of_launcher(cmdline: str) -> str | None:
+    """The job a trusted launcher serves, from the title it gives itself (Slurm's
+    ``slurmstepd: [1234.batch]``); ``None`` when it names none (HTCondor's starter)."""
+    match = _STEPD_TITLE.match(cmdline)
+    return match.group(1) if match else None
