@@ -39,6 +39,7 @@ def node_config() -> Iterator[NodeConfig]:
     if reason is not None:
         pytest.skip(reason)
     state = Path(tempfile.mkdtemp(prefix="cs-node-"))  # short: unix socket paths are short
+    state.chmod(0o755)  # jobs of other users reach the sockets and their records here
     config = NodeConfig(
         cgroup_root=str(CGROUP_ROOT), cgroup_parent=unique_parent(), state_dir=str(state),
         gate_socket=str(state / "gate.sock"), control_socket=str(state / "control.sock"),

@@ -95,6 +95,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def make_starter(directory: Path) -> Path:
     """A program named :data:`LAUNCHER_NAME` (a copy of /bin/sh) in ``directory``."""
     path = directory / LAUNCHER_NAME
-    shutil.copy(os.path.realpath("/bin/sh"), path)
-    path.chmod(0o755)
+    if not path.exists():  # made once per directory (a running copy cannot be rewritten)
+        shutil.copy(os.path.realpath("/bin/sh"), path)
+        path.chmod(0o755)
     return path
