@@ -10,7 +10,8 @@
   job, :func:`report_kill` tells the user: a ``coshare: <why>`` line at the end of the job's
   error file, written as the job's user (never as root into a path the user chose), and
   ``;killed=<why>`` in the job's AdminComment (in slurmctld while it still takes changes,
-  else in the accounting record: ``sacct -o AdminComment``).
+  else in the accounting record: ``sacct -o AdminComment``, where sacctmgr stores it folded
+  to lower case).
 
 Called from :mod:`slurm_addon.prolog`, which never lets an exception out.
 """

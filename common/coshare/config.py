@@ -154,6 +154,10 @@ class NodeConfig:
         trusted_launcher_uids: accounts a trusted launcher must run as (its real uid): 0 where
             the scheduler's daemons run as root; add the condor account of a pool whose
             daemons run unprivileged.
+        cpu_overcommit: how many jobs may hold one CPU. 1 (the default): every job gets CPUs
+            of its own, and a job is refused when too few are free. More is for test rigs
+            that run several fake nodes, each advertising more cores than the host has, on
+            one host: jobs then get the least-held CPUs, still their own while enough are free.
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
@@ -169,6 +173,7 @@ class NodeConfig:
     control_socket: str = "/run/coshare/control.sock"
     trusted_launchers: tuple[str, ...] = ("condor_starter", "slurmstepd", "slurmstepd-wlm")
     trusted_launcher_uids: tuple[int, ...] = (0,)
+    cpu_overcommit: int = field(default=1, metadata={"min": 1})
 
 
 @dataclass(frozen=True)

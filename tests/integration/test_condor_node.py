@@ -12,40 +12,16 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from pathlib import Path
 
 import pytest
 from coshare.node.spec import parse_cpu_list
 
 from tests.integration.condor_pool import CHROOT, NODE_SOCKETS, WORK, Pool, wait_for
+from tests.integration.node_job import NODE_JOB, check_gate_replies
 
 pytestmark = [pytest.mark.integration, pytest.mark.condor]
 
-NODE_JOB = '''#!/usr/bin/python3
-# coshare node-helper test job: report cores and gate answers, meet the peer, allocate.
-import os, socket, sys, time
-mem_mib, me, peer = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-cpus = open("/proc/self/status").read().split("Cpus_allowed_list:")[1].split()[0]
-print("cpus", cpus, os.environ.get("COSHARE_CPUS", "-"), flush=True)
-threads = int(os.environ["COSHARE_DEVICE_THREADS"])
-with socket.socket(socket.AF_UNIX) as s:
-    s.connect(os.environ["COSHARE_GATE_SOCKET"])
-    f = s.makefile("rw")
-    for line in ("HELLO", f"ACQUIRE {threads + 1}", f"ACQUIRE {threads}", "TRY 1"):
-        f.write(line + "\\n")
-        f.flush()
-        print("gate", line, "->", f.readline().strip(), flush=True)
-open(me, "w").close()
-deadline = time.monotonic() + 120
-while not os.path.exists(peer) and time.monotonic() < deadline:  # run side by side
-    time.sleep(0.1)
-if mem_mib:
-    block = bytearray(mem_mib << 20)
-    print("survived", flush=True)
-time.sleep(2)
-print("done", flush=True)
-'''
 _tags = itertools.count()
 
 
@@ -95,10 +71,6 @@ def test_colocated_jobs_are_confined_and_a_hog_is_held_with_the_reason(live: Poo
         _, seen, exported = out.splitlines()[0].split()
         assert seen == exported  # the kernel's list is the one the job was told
         cpus.append(set(parse_cpu_list(seen)))
-        gate = [line.split(" -> ")[1] for line in out.splitlines() if line.startswith("gate ")]
-        assert re.fullmatch(r"OK job=\S+ devices=[01] threads=60", gate[0]), gate
-        assert gate[1].startswith("ERR over_declared 61 threads asked")
-        assert gate[2].startswith("OK ") and gate[2].endswith(" 60")
-        assert gate[3].startswith("ERR would_deadlock this connection holds 60")
+        check_gate_replies(out)
     assert cpus[0] and cpus[1] and cpus[0].isdisjoint(cpus[1]), cpus
     wait_for(lambda: job_groups() == [] and job_records() == [], 30, "no job group left")

@@ -110,7 +110,7 @@ def job_start(
         if cpus is not None:
             chosen = check_cpus(cpus, allowed, taken)
         elif cores is not None:
-            chosen = choose_cpus(allowed, taken, cores_needed(cores))
+            chosen = choose_cpus(allowed, taken, cores_needed(cores), config.cpu_overcommit)
         spec = JobSpec(job, chosen, memory_mib, tuple(devices), device_memory_mib, device_threads)
         cgroups.create(job, chosen, memory_mib)
         record = JobRecord(

@@ -65,7 +65,7 @@ class Violation:
         if self.resource == "host_memory":
             return (
                 f"coshare killed job {self.job}: its host memory went over the declared "
-                f"{self.declared_mib} MiB (the kernel stopped it at its cgroup's limit)"
+                f"{self.declared_mib} MiB (the kernel stopped it at the limit of its cgroup)"
             )
         if self.declared_mib == 0:
             return (
