@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
-from coshare.commands import CommandResult
+from coshare.commands import CommandResult, run
 from coshare.config import SlurmConfig
 from coshare.errors import CoshareError
+from coshare.node import launcher
 from coshare.node.jobs import JobRecord
 from coshare.node.launcher import task_prolog
 from coshare.node.spec import JobSpec
@@ -175,3 +177,16 @@ def test_programs_never_fail_the_job(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(prolog.node_hooks, "on_job_end", hook_fails)
     prolog.epilog_main()
     assert "epilog of job 9: cgroup gone" in capsys.readouterr().err
+
+
+def test_the_deployed_task_prolog_runs_coshare_launch_with_the_system_python(
+    tmp_path: Path,
+) -> None:
+    # Installed as an admin would: the script with coshare-launch next to it. A job with no
+    # coshare record on this node (no /run/coshare/jobs/job-<id>.json) prints nothing.
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "node" / "coshare-task-prolog"
+    shutil.copy(deploy, tmp_path / "coshare-task-prolog")
+    shutil.copy(launcher.__file__, tmp_path / "coshare-launch")
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "999999999", "SLURMD_NODENAME": "n1"}
+    done = run([str(tmp_path / "coshare-task-prolog")], timeout_s=30, env=env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
