@@ -52,6 +52,9 @@ def test_v2_is_detected_and_a_job_gets_its_limits(v2_root: Path) -> None:
     assert cgroups.jobs() == ["7.0"]
     assert group.procs_files() == (job / "cgroup.procs",)
     assert cgroups.allowed_cpus() == (0, 1, 2, 3)
+    # v2 has no OOM wait queue to watch: memory.oom.group ends the whole job in the kernel.
+    assert not group.is_under_oom()
+    assert cgroups.parent_directories() == (v2_root / "coshare",)
 
 
 def test_v2_missing_controllers_are_named(tmp_path: Path) -> None:
@@ -115,6 +118,8 @@ def test_v1_cpuset_parents_inherit_cpus_and_mems(v1_root: Path) -> None:
     assert group.oom_kills() == 2 and not group.is_under_oom()
     oom_control.write_text("oom_kill_disable 1\nunder_oom 1\noom_kill 0\n")
     assert group.is_under_oom()
+    assert cgroups.parent_directories() == tuple(
+        v1_root / c / "coshare" for c in ("freezer", "cpuset", "memory"))
     assert cgroups.jobs() == ["3"]
     assert cgroups.allowed_cpus() == tuple(range(8))
 
