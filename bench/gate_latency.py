@@ -120,7 +120,7 @@ config = NodeConfig(gate_socket=path, state_dir=sys.argv[3], cgroup_root=sys.arg
 async def main():
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await serve(config, {"0": clients}, stop, watch=False,
+    await serve(config, {"0": clients}, stop, watch=False, control=False,
                 identify=lambda pid, uid: Client("bench", ("0",), clients))
 asyncio.run(main())
 """

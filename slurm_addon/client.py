@@ -18,6 +18,7 @@ from coshare.commands import CommandResult, CommandRunner, run
 from coshare.config import SlurmConfig
 from coshare.errors import CommandFailed
 
+from slurm_addon.allocation import ALLOCATION_FORMAT, Allocation, parse_allocation_line
 from slurm_addon.errors import SlurmControllerDown
 from slurm_addon.jobs import FIELDS_FORMAT, SlurmJob, parse_squeue_fields, parse_squeue_json
 from slurm_addon.nodes import SlurmNode, parse_sinfo_json
@@ -166,3 +167,26 @@ class SlurmClient:
              "admin_comment:0"]
         )  # fmt: skip
         return result.stdout.strip()
+
+    def job_allocation(self, job_id: str) -> tuple[Allocation, str]:
+        """One job's allocated cores and memory, and its AdminComment (one ``squeue``)."""
+        result = self._call(
+            [self._program("squeue"), "--noheader", "--jobs", job_id,
+             f"--Format={ALLOCATION_FORMAT}"]
+        )  # fmt: skip
+        return parse_allocation_line(result.stdout)
+
+    def update_accounting(self, job_id: str, assignment: str) -> str | None:
+        """Set a field of a finished job in the accounting database (``sacctmgr modify
+        job``, e.g. ``AdminComment=...``); its error text, or ``None`` on success."""
+        result = self._call(
+            [self._program("sacctmgr"), "-i", "modify", "job", "where", f"jobid={job_id}",
+             "set", assignment], check=False,
+        )  # fmt: skip
+        if result.returncode == 0 and "Modified" in result.stdout + result.stderr:
+            return None
+        return (result.stderr or result.stdout).strip() or f"sacctmgr exited {result.returncode}"
+
+    def show_job(self, job_id: str) -> str:
+        """``scontrol show job <id>`` (the Epilog reads the job's error file from it)."""
+        return self._call([self._program("scontrol"), "show", "job", job_id]).stdout

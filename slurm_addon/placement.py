@@ -11,6 +11,9 @@ A placed job carries its placement in two fields of its own (the queue is the le
 
 A job refused for bad annotations stays held with ``AdminComment=coshare-refused: <why>``.
 
+When the node helpers killed a placed job (over its declared memory), the Epilog appends
+``;killed=<why>`` to its placement; readers of the placement ignore that field.
+
 The text is built only from validated tokens (no spaces, no quotes), because it is also
 written through scontrol's command language in batches (see :mod:`slurm_addon.scontrol`).
 
@@ -23,6 +26,10 @@ import re
 from dataclasses import dataclass
 
 PLACEMENT_PREFIX = "coshare-placement"
+KILLED_KEY = "killed"
+KILLED_PREFIX = "coshare-killed"
+#: The kill reason is cut to this many characters in AdminComment.
+MAX_KILL_REASON_CHARS = 400
 REFUSAL_PREFIX = "coshare-refused"
 VERSION = "1"
 #: AdminComment is free text in Slurm; keep refusals short enough for squeue and sacct.
@@ -126,6 +133,32 @@ def parse_placement(admin_comment: str) -> Placement | None:
     if not all(is_safe_token(t) for t in (node, *devices)):
         raise PlacementError("placement names an invalid node or device")
     return placement
+
+
+def with_kill_reason(admin_comment: str, reason: str) -> str:
+    """The AdminComment of a placed job that coshare's node helpers killed: the placement
+    with ``;killed=<reason>`` (one line, no ``;``, bounded)."""
+    text = " ".join(reason.replace(";", ",").split())
+    if len(text) > MAX_KILL_REASON_CHARS:
+        text = text[: MAX_KILL_REASON_CHARS - 3] + "..."
+    base = admin_comment.strip()
+    if not is_placement(base):  # no placement to keep (an operator changed it)
+        return f"{KILLED_PREFIX}: {text}"
+    marker = f";{KILLED_KEY}="
+    if marker in base:
+        base = base[: base.index(marker)]
+    return f"{base}{marker}{text}"
+
+
+def kill_reason(admin_comment: str) -> str | None:
+    """Why coshare killed the job, from its AdminComment, if it did."""
+    text = admin_comment.strip()
+    if text.startswith(f"{KILLED_PREFIX}: "):
+        return text[len(KILLED_PREFIX) + 2 :] or None
+    marker = f";{KILLED_KEY}="
+    if not is_placement(text) or marker not in text:
+        return None
+    return text.split(marker, 1)[1].strip() or None
 
 
 def format_refusal(message: str) -> str:

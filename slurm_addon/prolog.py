@@ -1,17 +1,24 @@
 """The node side in Slurm: TaskProlog, Prolog and Epilog programs.
 
-``coshare-slurm-task-prolog`` (slurm.conf ``TaskProlog=``) runs as the job's user before each
-task and prints ``export NAME=value`` lines that slurmstepd puts into the task's environment:
-the devices of the job's placement as ``CUDA_VISIBLE_DEVICES`` (NVIDIA), ``GPU_DEVICE_ORDINAL``
-(AMD), ``OFFLOAD_DEVICES`` (Intel Xeon Phi offload) and ``COSHARE_*``. A CPU-only job sees
-no device. Jobs without a placement are left as they are.
+``coshare-slurm-prolog`` (``Prolog=``, root, before the job starts on the node) reads the
+job's placement and allocation with one small ``squeue`` call and makes its group through
+:mod:`slurm_addon.node_hooks` (own cores, memory limit, devices, declared device threads).
 
-``coshare-slurm-prolog`` / ``-epilog`` (``Prolog=``, ``Epilog=``, run as root by slurmd) call
-the node helpers' hooks in :mod:`slurm_addon.node_hooks`.
+``coshare-slurm-task-prolog`` (``TaskProlog=``) runs as the job's user before each task; its
+parent is the task about to ``exec`` the user's program. For a job the Prolog set up it asks
+the node daemon to move that task into the job's group (JOIN, see
+:func:`coshare.node.launcher.task_prolog`) and prints ``export NAME=value`` lines that
+slurmstepd puts into the task's environment: the devices as ``CUDA_VISIBLE_DEVICES``
+(NVIDIA), ``GPU_DEVICE_ORDINAL`` (AMD), ``OFFLOAD_DEVICES`` (Intel Xeon Phi offload), and
+``COSHARE_*`` (cores, gate socket, declared limits). When the job's group could not be made,
+or the task cannot join it, it prints why and exits 1: Slurm fails that job, not the node.
+On a node without coshare's node daemon it exports the placement's devices only (read from
+the AdminComment). ``coshare-launch task-prolog`` is the same without coshare's dependencies.
 
-All three read the placement from the job's AdminComment with one small ``squeue`` call,
-always exit 0 (a failing Prolog drains the node) and import nothing heavy, since they run
-at every job start.
+``coshare-slurm-epilog`` (``Epilog=``, root) removes the group and, when coshare killed the
+job, tells the user why (AdminComment and the job's error file).
+
+The Prolog and Epilog always exit 0 (a failing Prolog drains the node).
 """
 
 from __future__ import annotations
@@ -20,15 +27,15 @@ import os
 import sys
 from collections.abc import Mapping
 
-from coshare.config import SlurmConfig
+from coshare.config import NodeConfig, SlurmConfig, load_config
 from coshare.errors import CoshareError
+from coshare.node.launcher import DEVICE_VARIABLES, task_prolog
 
 from slurm_addon import node_hooks
 from slurm_addon.client import SlurmClient
 from slurm_addon.placement import Placement, PlacementError, parse_placement
 
-#: Device selection variables of the common accelerator runtimes.
-DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "OFFLOAD_DEVICES")
+__all__ = ["DEVICE_VARIABLES", "epilog_main", "prolog_main", "task_prolog_main"]
 
 
 def task_environment(placement: Placement, node: str) -> list[str]:
@@ -61,12 +68,27 @@ def read_placement(
     job_id = environ.get("SLURM_JOB_ID", "")
     if not job_id.isdigit():
         return None
-    if client is None:
-        client = SlurmClient(
-            SlurmConfig(command_timeout_s=10.0, retry_attempts=3, retry_wait_s=0.5),
-            environ=environ,
-        )
-    return parse_placement(client.admin_comment(job_id))
+    return parse_placement((client or prolog_client(environ)).admin_comment(job_id))
+
+
+def prolog_client(environ: Mapping[str, str]) -> SlurmClient:
+    """The Slurm client of the node programs: short timeouts, a few retries."""
+    return SlurmClient(
+        SlurmConfig(command_timeout_s=10.0, retry_attempts=3, retry_wait_s=0.5), environ=environ
+    )
+
+
+def node_config(environ: Mapping[str, str], *, user: bool = False) -> NodeConfig:
+    """The node section of coshare's configuration.
+
+    Args:
+        environ: the program's environment.
+        user: it is the user's environment (the TaskProlog): only ``COSHARE_CONFIG`` is
+            taken from it, not ``COSHARE_NODE_*`` overrides.
+    """
+    if user:
+        environ = {k: v for k, v in environ.items() if k == "COSHARE_CONFIG"}
+    return load_config(environ=environ).node
 
 
 def _say(message: str) -> None:
@@ -74,35 +96,65 @@ def _say(message: str) -> None:
 
 
 def task_prolog_main() -> None:
-    """Entry point of ``coshare-slurm-task-prolog``."""
+    """Entry point of ``coshare-slurm-task-prolog`` (the job's user, before each task)."""
+    environ = dict(os.environ)
     try:
-        placement = read_placement(os.environ)
+        config = node_config(environ, user=True)
+    except CoshareError as exc:
+        print(f"print coshare: cannot read coshare's configuration: {exc}")
+        sys.exit(1)
+    joined = task_prolog(config.control_socket, config.gate_socket, config.state_dir, environ)
+    if joined is not None:
+        print("\n".join(joined[0]))
+        sys.exit(joined[1])
+    # Not set up by coshare's Prolog here (no node daemon on this node): the devices only.
+    try:
+        placement = read_placement(environ)
     except (CoshareError, PlacementError) as exc:
         # Better a job without COSHARE_* than a failed task; the cause goes to the job's log.
         print(f"print coshare: warning: cannot read this job's placement: {exc}")
         return
     if placement is not None:
-        print("\n".join(task_environment(placement, os.environ.get("SLURMD_NODENAME", ""))))
+        print("\n".join(task_environment(placement, environ.get("SLURMD_NODENAME", ""))))
 
 
 def prolog_main() -> None:
     """Entry point of ``coshare-slurm-prolog`` (root, before the job starts on this node)."""
+    environ = dict(os.environ)
+    job_id = environ.get("SLURM_JOB_ID", "")
     try:
-        placement = read_placement(os.environ)
-        if placement is not None:
-            node_hooks.on_job_start(
-                os.environ.get("SLURM_JOB_ID", ""), os.environ.get("SLURMD_NODENAME", ""),
-                placement,
-            )  # fmt: skip
+        if not job_id.isdigit():
+            return
+        allocation, admin = prolog_client(environ).job_allocation(job_id)
+        placement = parse_placement(admin)
+        if placement is None:
+            return  # not coshare's job
+        node = environ.get("SLURMD_NODENAME", "")
+        if node and node != placement.node:
+            _say(f"job {job_id} was placed on {placement.node} but starts on {node}")
+        uid = int(environ["SLURM_JOB_UID"])
+        record = node_hooks.on_job_start(node_config(environ), job_id, placement, allocation,
+                                         uid)  # fmt: skip
+        _say(f"job {job_id}: group with cpus {','.join(map(str, record.spec.cpus)) or '-'}, "
+             f"memory {record.spec.memory_mib} MiB")  # fmt: skip
     except Exception as exc:  # never drain a node for one job's problem
-        _say(f"prolog of job {os.environ.get('SLURM_JOB_ID')}: {exc}")
+        _say(f"prolog of job {job_id}: {exc}")
 
 
 def epilog_main() -> None:
     """Entry point of ``coshare-slurm-epilog`` (root, after the job ended on this node)."""
+    environ = dict(os.environ)
+    job_id = environ.get("SLURM_JOB_ID", "")
     try:
-        node_hooks.on_job_end(
-            os.environ.get("SLURM_JOB_ID", ""), os.environ.get("SLURMD_NODENAME", "")
-        )
+        if not job_id.isdigit():
+            return
+        result = node_hooks.on_job_end(node_config(environ), job_id)
+        if result.reason is not None:
+            problems = node_hooks.report_kill(
+                prolog_client(environ), job_id, result.reason,
+                int(environ["SLURM_JOB_UID"]), int(environ["SLURM_JOB_GID"]),
+            )  # fmt: skip
+            for problem in problems:
+                _say(problem)
     except Exception as exc:  # never drain a node for one job's problem
-        _say(f"epilog of job {os.environ.get('SLURM_JOB_ID')}: {exc}")
+        _say(f"epilog of job {job_id}: {exc}")

@@ -144,6 +144,20 @@ class NodeConfig:
             ``nvml`` extra); ``none`` does not watch device memory.
         device_env: variables set to the job's device ids (comma-separated) by ``job-exec``.
         kill_timeout_s: how long freezing, killing and removing a job's group may take.
+        control_socket: the node daemon's job-control socket (START, JOIN, END), where job
+            wrappers that run as the job's user ask the root daemon to set up and end the
+            job's group (:mod:`coshare.node.control`).
+        trusted_launchers: programs whose children may START a job (HTCondor's
+            ``condor_starter``, Slurm's ``slurmstepd``, installed as ``slurmstepd-wlm`` by
+            Debian and Ubuntu): a bare name matches the basename of the program's executable,
+            an absolute path the whole executable path.
+        trusted_launcher_uids: accounts a trusted launcher must run as (its real uid): 0 where
+            the scheduler's daemons run as root; add the condor account of a pool whose
+            daemons run unprivileged.
+        cpu_overcommit: how many jobs may hold one CPU. 1 (the default): every job gets CPUs
+            of its own, and a job is refused when too few are free. More is for test rigs
+            that run several fake nodes, each advertising more cores than the host has, on
+            one host: jobs then get the least-held CPUs, still their own while enough are free.
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
@@ -156,6 +170,10 @@ class NodeConfig:
     device_memory: Literal["none", "nvml"] = "none"
     device_env: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
     kill_timeout_s: float = field(default=10.0, metadata={"min": 0.1})
+    control_socket: str = "/run/coshare/control.sock"
+    trusted_launchers: tuple[str, ...] = ("condor_starter", "slurmstepd", "slurmstepd-wlm")
+    trusted_launcher_uids: tuple[int, ...] = (0,)
+    cpu_overcommit: int = field(default=1, metadata={"min": 1})
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
-"""Helpers of the HTCondor integration tests: the real pool started by deploy/condor/pool."""
+"""Helpers of the HTCondor integration tests: the real pool started by deploy/condor/pool,
+with coshare's node helpers (a root node daemon per node, coshare-launch in the job wrapper)
+from the interpreter that runs the tests."""
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +28,9 @@ POOL_SCRIPT = ROOT / "deploy" / "condor" / "pool"
 CHROOT = Path(os.environ.get("CONDOR_POOL_CHROOT", "/var/lib/coshare/condor-chroot"))
 CLIENT_CONFIG = CHROOT / "pool" / "client_config"
 WORK = "/tmp/coshare-itest"  # inside the chroot: jobs run there
+#: The pool's node daemons run this environment's coshare (deploy/condor/pool).
+COSHARE_BIN = str(Path(sys.executable).parent)
+NODE_SOCKETS = CHROOT / "run" / "coshare"  # node<N>/ holds each node's sockets and records
 
 JOB_SCRIPT = """#!/bin/sh
 # coshare integration test job: record when it ran and what it was given.
@@ -38,7 +44,8 @@ printf '%s\\n' "${COSHARE_NODE:--}"
 
 def pool(*args: str, timeout_s: float = 600) -> str:
     """Run deploy/condor/pool with ``args``; its output."""
-    return run([str(POOL_SCRIPT), *args], timeout_s=timeout_s).stdout
+    env = {**os.environ, "CONDOR_POOL_COSHARE_BIN": COSHARE_BIN}
+    return run([str(POOL_SCRIPT), *args], timeout_s=timeout_s, env=env).stdout
 
 
 @dataclass

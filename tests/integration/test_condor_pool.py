@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,6 @@ from tests.integration.condor_pool import (
     CLIENT_CONFIG,
     ROOT,
     Pool,
-    start_pool,
     wait_for,
 )
 
@@ -44,19 +42,6 @@ DEVICES = {  # the pool's devices (deploy/condor/pool): memory MiB, hardware thr
     ('node4 " || true || "', "0"): (8192, 240), ('node4 " || true || "', "1"): (8192, 240),
 }  # fmt: skip
 QUOTED = 'node4 " || true || "'
-
-
-@pytest.fixture(scope="module")
-def condor_pool() -> Iterator[Pool]:
-    yield from start_pool()
-
-
-@pytest.fixture
-def live(condor_pool: Pool) -> Iterator[Pool]:
-    """The pool with an empty queue before and after the test."""
-    condor_pool.remove_all()
-    yield condor_pool
-    condor_pool.remove_all()
 
 
 def annotated(memory: int | str, threads: int | str) -> dict[str, str]:

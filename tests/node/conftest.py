@@ -23,6 +23,7 @@ from coshare.node.lifecycle import node_cgroups
 from tests.node.helpers import (
     CGROUP_ROOT,
     COSHARE,
+    LAUNCHER_NAME,
     node_env,
     remove_parent,
     skip_reason,
@@ -38,9 +39,11 @@ def node_config() -> Iterator[NodeConfig]:
     if reason is not None:
         pytest.skip(reason)
     state = Path(tempfile.mkdtemp(prefix="cs-node-"))  # short: unix socket paths are short
+    state.chmod(0o755)  # jobs of other users reach the sockets and their records here
     config = NodeConfig(
         cgroup_root=str(CGROUP_ROOT), cgroup_parent=unique_parent(), state_dir=str(state),
-        gate_socket=str(state / "gate.sock"), watch_interval_s=0.05, kill_timeout_s=10.0,
+        gate_socket=str(state / "gate.sock"), control_socket=str(state / "control.sock"),
+        watch_interval_s=0.05, kill_timeout_s=10.0, trusted_launchers=(LAUNCHER_NAME,),
     )  # fmt: skip
     try:
         yield config

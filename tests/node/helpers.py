@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +19,9 @@ from coshare.node.cgroups import V1Cgroups, V2Cgroups, open_cgroups
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 COSHARE = str(Path(sys.executable).parent / "coshare")
+#: The scheduler daemon the control tests trust: a copy of the shell under this name, so that
+#: its children are "launchers" (as condor_starter's are on a real node).
+LAUNCHER_NAME = "coshare-test-starter"
 _numbers = itertools.count()
 
 
@@ -57,6 +62,8 @@ def node_env(config: NodeConfig) -> dict[str, str]:
         COSHARE_CONFIG=str(empty), COSHARE_NODE_CGROUP_ROOT=config.cgroup_root,
         COSHARE_NODE_CGROUP_PARENT=config.cgroup_parent, COSHARE_NODE_STATE_DIR=config.state_dir,
         COSHARE_NODE_GATE_SOCKET=config.gate_socket,
+        COSHARE_NODE_CONTROL_SOCKET=config.control_socket,
+        COSHARE_NODE_TRUSTED_LAUNCHERS=json.dumps(list(config.trusted_launchers)),
         COSHARE_NODE_WATCH_INTERVAL_S=str(config.watch_interval_s),
     )  # fmt: skip
     return env
@@ -83,3 +90,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+
+
+def make_starter(directory: Path) -> Path:
+    """A program named :data:`LAUNCHER_NAME` (a copy of /bin/sh) in ``directory``."""
+    path = directory / LAUNCHER_NAME
+    if not path.exists():  # made once per directory (a running copy cannot be rewritten)
+        shutil.copy(os.path.realpath("/bin/sh"), path)
+        path.chmod(0o755)
+    return path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import classad2
@@ -47,8 +49,7 @@ def write_ads(tmp: Path, job: str, machine: str) -> dict[str, str]:
     (tmp / "job.ad").write_text(job)
     (tmp / "machine.ad").write_text(machine)
     return {"_CONDOR_JOB_AD": str(tmp / "job.ad"), "_CONDOR_MACHINE_AD": str(tmp / "machine.ad"),
-            "_CONDOR_WRAPPER_ERROR_FILE": str(tmp / "error"), "PATH": "/usr/bin:/bin",
-            "COSHARE_NODE_HOOK": str(tmp / "no-hook")}
+            "_CONDOR_WRAPPER_ERROR_FILE": str(tmp / "error"), "PATH": "/usr/bin:/bin"}
 
 
 SHOW = ["/bin/sh", "-c", 'echo "$COSHARE_NODE;$COSHARE_DEVICES;$CUDA_VISIBLE_DEVICES;'
@@ -87,15 +88,52 @@ def test_wrapper_leaves_unmanaged_jobs_alone(tmp_path: Path) -> None:
     assert out == ";;;;;"
 
 
-def test_wrapper_runs_the_node_hook_when_installed(tmp_path: Path) -> None:
-    env = write_ads(tmp_path, 'CoshareManaged = true\nCosharePlacedNode = "n"\n'
-                    'CosharePlacedDevices = "0"\n', 'CoshareNodeName = "n"\n')
-    hook = tmp_path / "hook"
-    hook.write_text('#!/bin/sh\necho "hook saw $COSHARE_DEVICES"\nexec "$@"\n')
-    hook.chmod(0o755)
-    env["COSHARE_NODE_HOOK"] = str(hook)
-    out = run([WRAPPER, "/bin/echo", "job"], timeout_s=10, env=env).stdout.split("\n")
-    assert out[:2] == ["hook saw 0", "job"]
+ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))\n"
+
+
+def wrapper_with_launcher(tmp: Path) -> str:
+    """The wrapper installed next to a stand-in coshare-launch that prints its arguments."""
+    shutil.copy(WRAPPER, tmp / "coshare-job-wrapper")
+    (tmp / "coshare-launch").write_text(ARGV)
+    return str(tmp / "coshare-job-wrapper")
+
+
+MANAGED = ('CoshareManaged = true\nCosharePlacedNode = "n"\nCosharePlacedDevices = "0,1"\n'
+           'ClusterId = 12\nProcId = 3\nGlobalJobId = "sub@host#12.3#1700000000"\n'
+           'CoshareDeviceMemory = "2G"\nCoshareDeviceThreads = 60\n')
+
+
+def test_wrapper_runs_a_managed_job_through_coshare_launch(tmp_path: Path) -> None:
+    env = write_ads(tmp_path, MANAGED + "RequestMemory = 300\n",
+                    'CoshareNodeName = "n"\nCpus = 2\nMemory = 384\n'
+                    'CoshareSocketDir = "/run/coshare/node2"\n')
+    out = run([wrapper_with_launcher(tmp_path), "/bin/echo", "a b"], timeout_s=10, env=env)
+    assert json.loads(out.stdout) == [
+        "run", "--socket", "/run/coshare/node2/control.sock",
+        "--gate-socket", "/run/coshare/node2/gate.sock",
+        "--job", "sub_host_12.3_1700000000", "--label", "12.3", "--cores", "2",
+        "--memory-mib", "300", "--devices", "0,1", "--device-memory", "2G",
+        "--device-threads", "60", "--chirp", "/usr/libexec/condor/condor_chirp",
+        "--", "/bin/echo", "a b",
+    ]  # fmt: skip
+
+
+def test_wrapper_falls_back_to_the_slots_memory_and_the_default_sockets(tmp_path: Path) -> None:
+    # HTCondor's default RequestMemory is an expression; the slot's Memory is a number. A
+    # socket directory that is not a plain absolute path is not used.
+    env = write_ads(tmp_path, MANAGED + "RequestMemory = ifThenElse(MemoryUsage > 0, 1, 2)\n",
+                    'CoshareNodeName = "n"\nCpus = 1\nMemory = 128\n'
+                    'CoshareSocketDir = "/tmp/$(x)"\n')
+    argv = json.loads(run([wrapper_with_launcher(tmp_path), "true"], timeout_s=10,
+                          env=env).stdout)  # fmt: skip
+    assert argv[argv.index("--memory-mib") + 1] == "128"
+    assert argv[argv.index("--socket") + 1] == "/run/coshare/control.sock"
+
+
+def test_wrapper_runs_unmanaged_jobs_without_coshare_launch(tmp_path: Path) -> None:
+    env = write_ads(tmp_path, "Owner = \"u\"\n", 'CoshareNodeName = "n"\n')
+    out = run([wrapper_with_launcher(tmp_path), "/bin/echo", "plain"], timeout_s=10, env=env)
+    assert out.stdout == "plain\n"
 
 
 def test_wrapper_refuses_device_ids_that_are_not_plain(tmp_path: Path) -> None:

@@ -52,6 +52,9 @@ def test_v2_is_detected_and_a_job_gets_its_limits(v2_root: Path) -> None:
     assert cgroups.jobs() == ["7.0"]
     assert group.procs_files() == (job / "cgroup.procs",)
     assert cgroups.allowed_cpus() == (0, 1, 2, 3)
+    # v2 has no OOM wait queue to watch: memory.oom.group ends the whole job in the kernel.
+    assert not group.is_under_oom()
+    assert cgroups.parent_directories() == (v2_root / "coshare",)
 
 
 def test_v2_missing_controllers_are_named(tmp_path: Path) -> None:
@@ -108,7 +111,15 @@ def test_v1_cpuset_parents_inherit_cpus_and_mems(v1_root: Path) -> None:
     assert (v1_root / "cpuset/coshare/job-3/cpuset.mems").read_text() == ""
     assert (v1_root / "cpuset/coshare/job-3/cpuset.cpus").read_text() == "4-5"
     assert (v1_root / "memory/coshare/job-3/memory.limit_in_bytes").read_text() == str(100 << 20)
-    assert group.oom_kills() == 2
+    # The OOM killer is off in the group: the whole job waits at its limit for the watchdog.
+    oom_control = v1_root / "memory/coshare/job-3/memory.oom_control"
+    assert oom_control.read_text() == "1"
+    oom_control.write_text("oom_kill_disable 1\nunder_oom 0\noom_kill 2\n")
+    assert group.oom_kills() == 2 and not group.is_under_oom()
+    oom_control.write_text("oom_kill_disable 1\nunder_oom 1\noom_kill 0\n")
+    assert group.is_under_oom()
+    assert cgroups.parent_directories() == tuple(
+        v1_root / c / "coshare" for c in ("freezer", "cpuset", "memory"))
     assert cgroups.jobs() == ["3"]
     assert cgroups.allowed_cpus() == tuple(range(8))
 

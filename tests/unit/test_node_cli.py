@@ -49,3 +49,24 @@ def test_offload_without_a_gate_says_where_it_looked(runner: CliRunner, tmp_path
     result = runner.invoke(cli, ["node", "offload", "--socket", str(sock), "--", "true"])
     assert result.exit_code == 1
     assert f"unreachable: no gate at {sock}" in result.output
+
+
+def test_launch_without_a_node_daemon_says_so_and_runs_nothing(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    result = runner.invoke(cli, ["node", "launch", "run", "--socket", str(tmp_path / "no.sock"),
+                                 "--job", "5.0", "--cores", "1", "--", "touch", str(marker)])
+    assert result.exit_code == 1
+    assert "coshare could not set up job 5.0 on this node (unreachable): no coshare node " \
+           "daemon at" in result.output  # fmt: skip
+    assert not marker.exists()
+    bad = runner.invoke(cli, ["node", "launch", "run", "--socket", "s", "--job", "5",
+                              "--device-memory", "lots", "--", "true"])  # fmt: skip
+    assert bad.exit_code == 1 and "device memory: 'lots' is not a size" in bad.output
+
+
+def test_cleanup_without_cgroups_says_what_is_missing(runner: CliRunner) -> None:
+    env = {"COSHARE_NODE_CGROUP_ROOT": "/nonexistent"}
+    result = runner.invoke(cli, ["node", "cleanup"], env=env)
+    assert result.exit_code == 1 and "no cgroups at /nonexistent" in result.output

@@ -71,6 +71,31 @@ def test_chosen_cpus_never_overlap(requests: list[int], ncpus: int) -> None:
     assert len(all_cpus) == len(set(all_cpus))
 
 
+@settings(max_examples=300)
+@given(
+    st.lists(st.integers(1, 4), min_size=1, max_size=8),
+    st.integers(1, 8),
+    st.integers(1, 3),
+)
+def test_overcommitted_cpus_are_held_by_at_most_that_many_jobs_least_held_first(
+    requests: list[int], ncpus: int, per_cpu: int
+) -> None:
+    taken: dict[str, tuple[int, ...]] = {}
+    for i, count in enumerate(requests):
+        held = sum(len(c) for c in taken.values())
+        try:
+            chosen = choose_cpus(range(ncpus), taken, count, per_cpu)
+        except JobSpecError:
+            assert held + count > ncpus * per_cpu or count > ncpus
+            continue
+        assert len(set(chosen)) == count
+        if held + count <= ncpus:  # while enough are free, a job's CPUs are its own
+            assert not set(chosen) & {c for cpus in taken.values() for c in cpus}
+        taken[str(i)] = chosen
+    loads = [sum(c in cpus for cpus in taken.values()) for c in range(ncpus)]
+    assert max(loads) <= per_cpu
+
+
 def test_not_enough_cores_names_who_holds_them() -> None:
     with pytest.raises(JobSpecError, match=r"only 1 of cpus 0-1 are free \(held by 7.0: 0\)"):
         choose_cpus([0, 1], {"7.0": (0,)}, 2)

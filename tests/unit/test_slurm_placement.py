@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_addon.allocation import (
+    Allocation,
+    parse_allocation_line,
+    parse_stderr_path,
+    parse_tres,
+)
 from slurm_addon.placement import (
     MAX_REFUSAL_CHARS,
     Placement,
@@ -11,7 +17,9 @@ from slurm_addon.placement import (
     format_placement,
     format_refusal,
     is_refusal,
+    kill_reason,
     parse_placement,
+    with_kill_reason,
 )
 
 P = Placement("csl-n1", ("0", "1"), 1700000000, 2048, 120)
@@ -67,3 +75,31 @@ def test_same_spot_ignores_time() -> None:
 def test_refusal_is_one_bounded_line() -> None:
     text = format_refusal("job 3: key='a\nb'  is bad " + "x" * 2000)
     assert is_refusal(text) and "\n" not in text and len(text) == MAX_REFUSAL_CHARS
+
+
+def test_a_kill_reason_rides_on_the_placement_and_readers_ignore_it() -> None:
+    placed = format_placement(Placement("csl-n1", ("0",), 5, 2048, 60))
+    killed = with_kill_reason(placed, "coshare killed job 12: over; 100 MiB\n(x)")
+    assert killed == placed + ";killed=coshare killed job 12: over, 100 MiB (x)"
+    assert parse_placement(killed) == parse_placement(placed)
+    assert kill_reason(killed) == "coshare killed job 12: over, 100 MiB (x)"
+    assert with_kill_reason(killed, "again") == placed + ";killed=again"  # one reason
+    assert kill_reason(placed) is None and kill_reason("") is None
+    assert with_kill_reason("", "why") == "coshare-killed: why"  # no placement left to keep
+    assert kill_reason("coshare-killed: why") == "why"
+    assert len(with_kill_reason(placed, "x" * 2000)) < len(placed) + 420
+
+
+def test_allocations_and_error_files_are_read_from_slurms_output() -> None:
+    assert parse_tres("cpu=2,mem=100M,node=1,billing=2") == Allocation(2, 100)
+    assert parse_tres("cpu=1,mem=1.5G,node=1") == Allocation(1, 1536)
+    assert parse_tres("cpu=4,mem=512K") == Allocation(4, 1)
+    assert parse_tres("node=1,billing=1") == Allocation(None, None)
+    assert parse_tres("cpu=x,mem=lots") == Allocation(None, None)
+    line = "cpu=2,mem=100M,node=1,billing=2|coshare-placement;v=1;node=n1\n"
+    assert parse_allocation_line(line) == (Allocation(2, 100), "coshare-placement;v=1;node=n1")
+    assert parse_allocation_line("cpu=1|(null)") == (Allocation(1, None), "")
+    show = "JobId=3 JobName=j.sh\n   StdErr=/var/tmp/out dir/3.err\n   StdIn=/dev/null\n"
+    assert parse_stderr_path(show) == "/var/tmp/out dir/3.err"
+    assert parse_stderr_path("JobId=3\n   StdErr=relative\n") is None
+    assert parse_stderr_path("JobId=3\n") is None

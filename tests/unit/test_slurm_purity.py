@@ -13,7 +13,8 @@ import pytest
 from .test_purity import FORBIDDEN, imports_of
 
 ADDON = Path(__file__).resolve().parents[2] / "slurm_addon"
-PURE = ["comment", "placement", "jobs", "nodes", "view", "edits", "scontrol", "errors"]
+PURE = ["comment", "placement", "jobs", "nodes", "view", "edits", "scontrol", "errors",
+        "allocation"]
 IMPURE_ADDON = {"client", "adapter", "cli", "lock", "prolog", "show", "node_hooks"}
 
 

@@ -12,6 +12,8 @@
     coshare node job-attach --job ID PID...
     coshare node job-end --job ID [--output text|json]
     coshare node job-run --job ID [job-start options] -- CMD [ARG...]
+    coshare node launch run --socket PATH --job ID [...] -- CMD [ARG...]
+    coshare node cleanup
 
 Paths and the cgroup layout come from the ``node:`` section of the configuration (or
 ``COSHARE_NODE_*`` variables, e.g. ``COSHARE_NODE_STATE_DIR``).
@@ -89,6 +91,11 @@ def _budgets(config: NodeConfig, devices: Sequence[str]) -> dict[str, int]:
     help="A device and its hardware threads (adds to node.devices).",
 )
 @click.option("--socket", "socket_path", default=None, help="Socket (default: node.gate_socket).")
+@click.option(
+    "--control-socket",
+    default=None,
+    help="Job-control socket (default: node.control_socket).",
+)
 @click.option("--no-watch", is_flag=True, help="Do not run the memory watchdog.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every connection.")
 @pass_app
@@ -96,10 +103,11 @@ def gate(
     app: AppContext,
     devices: tuple[str, ...],
     socket_path: str | None,
+    control_socket: str | None,
     no_watch: bool,
     verbose: bool,
 ) -> None:
-    """Run the node daemon: the offload gate and the memory watchdog."""
+    """Run the node daemon: the offload gate, job control and the memory watchdog."""
     from dataclasses import replace
 
     from coshare.node import daemon
@@ -107,6 +115,8 @@ def gate(
     config = _config(app)
     if socket_path is not None:
         config = replace(config, gate_socket=socket_path)
+    if control_socket is not None:
+        config = replace(config, control_socket=control_socket)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -371,3 +381,27 @@ def job_run(
     finally:
         lifecycle.job_end(config, job)
     sys.exit(status)
+
+
+@node.command(
+    "launch",
+    context_settings={"ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def launch(args: tuple[str, ...]) -> None:
+    """Run a job inside its group as its user, through the node daemon (coshare-launch)."""
+    from coshare.node import launcher
+
+    launcher.main(list(args))
+
+
+@node.command()
+@pass_app
+def cleanup(app: AppContext) -> None:
+    """End every job of this node and remove coshare's parent group (node shut-down)."""
+    for result in lifecycle.node_cleanup(_config(app)):
+        click.echo(
+            f"job {result.job}: removed"
+            + (f" ({result.leftover} processes killed)" if result.leftover else "")
+        )

@@ -1,4 +1,5 @@
-"""The node daemon (``coshare node gate``): the offload gate plus the memory watchdog.
+"""The node daemon (``coshare node gate``): the offload gate, the memory watchdog, and the
+job-control socket through which job wrappers running as the user start, join and end jobs.
 
 :func:`serve` runs until ``stop`` is set; :func:`main` is the only place that touches
 process-wide state (signal handlers, the event loop).
@@ -16,6 +17,8 @@ from pathlib import Path
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError
 from coshare.node.cgroups import Cgroups
+from coshare.node.control import JobControl
+from coshare.node.control_server import ControlServer
 from coshare.node.gate_server import GateServer, Identify
 from coshare.node.gate_state import Client, GateState
 from coshare.node.jobs import JobStore, job_of_pid
@@ -55,11 +58,13 @@ async def serve(
     watch: bool = True,
     identify: Identify | None = None,
     ready: Callable[[], None] | None = None,
+    control: bool = True,
 ) -> None:
-    """Serve the gate on ``config.gate_socket`` (and watch memory) until ``stop`` is set.
+    """Serve the gate on ``config.gate_socket`` and job control on ``config.control_socket``
+    (and watch memory, reaping abandoned jobs) until ``stop`` is set.
 
     Raises:
-        GateError: the socket cannot be served.
+        GateError: a socket cannot be served.
         NodeError: the device memory backend cannot start.
     """
     store = node_store(config)
@@ -70,6 +75,14 @@ async def serve(
         identify = make_identify(cgroups, store)
     server = GateServer(GateState(dict(budgets)), identify)
     await server.start(Path(config.gate_socket))
+    jobs = JobControl(config) if control else None
+    controller = ControlServer(jobs) if jobs is not None else None
+    try:
+        if controller is not None:
+            await controller.start(Path(config.control_socket))
+    except BaseException:
+        await server.close()
+        raise
     watcher = None
     if watch:
         assert cgroups is not None
@@ -80,8 +93,9 @@ async def serve(
             lambda pid: job_of_pid(pid, found),
             config.kill_timeout_s,
         )
-        watcher = asyncio.create_task(_watch(watchdog, config.watch_interval_s, stop))
-    log.info("offload gate on %s, devices %s", config.gate_socket, dict(budgets))
+        watcher = asyncio.create_task(_watch(watchdog, jobs, config.watch_interval_s, stop))
+    log.info("offload gate on %s, devices %s; job control on %s", config.gate_socket,
+             dict(budgets), config.control_socket if control else "off")  # fmt: skip
     if ready is not None:
         ready()
     try:
@@ -92,15 +106,25 @@ async def serve(
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         await server.close()
+        if controller is not None:
+            await controller.close()
         with contextlib.suppress(FileNotFoundError):
             Path(config.gate_socket).unlink()
+        if controller is not None:
+            with contextlib.suppress(FileNotFoundError):
+                Path(config.control_socket).unlink()
 
 
-async def _watch(watchdog: Watchdog, interval_s: float, stop: asyncio.Event) -> None:
+async def _watch(
+    watchdog: Watchdog, jobs: JobControl | None, interval_s: float, stop: asyncio.Event
+) -> None:
     while not stop.is_set():
         try:
             # Off the event loop: cgroup reads and NVML calls must not delay gate replies.
             await asyncio.to_thread(watchdog.check)
+            if jobs is not None:
+                await asyncio.to_thread(jobs.reap)
+                await asyncio.to_thread(jobs.adopt)
         except CoshareError as exc:
             log.error("watchdog: %s", exc)
         with contextlib.suppress(asyncio.TimeoutError):

@@ -4,6 +4,8 @@ Layout under ``state_dir`` (``/run/coshare`` by default, a tmpfs that a reboot c
 
     jobs/job-<id>.json     the job's spec and where its cgroup lives (written atomically)
     jobs/job-<id>.reason   why coshare killed the job, one line (first writer wins)
+    jobs/job-<id>.error    why the job's group could not be set up (read by the JOIN that
+                           then refuses, so the job's own output says why)
     lock                   flock(2) held while cores are handed out
 
 The gate maps a client to its job through the kernel, never through what the client says:
@@ -19,11 +21,20 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from coshare.errors import JobSpecError, JobStateError
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
 from coshare.node.spec import JobSpec, group_name, job_of_group
+
+
+class Launcher(NamedTuple):
+    """The process that started a job and waits for it, named so that a reused pid is not
+    taken for it: its pid and its start time (``/proc/<pid>/stat`` field 22, clock ticks
+    after boot)."""
+
+    pid: int
+    start_ticks: int
 
 
 @dataclass(frozen=True)
@@ -35,12 +46,18 @@ class JobRecord:
         cgroup_version: ``v1`` or ``v2``.
         cgroup_root: the cgroup mount (v2) or the directory of v1 mounts.
         cgroup_parent: coshare's group holding the job's group.
+        uid: the account the job runs as; only its processes may join the group. ``None``:
+            not known (a job started by root with ``job-start`` for itself).
+        launcher: the process that STARTed the job over the control socket (HTCondor's job
+            wrapper); ``None`` when root started it (Slurm's Prolog, ``job-start``).
     """
 
     spec: JobSpec
     cgroup_version: Literal["v1", "v2"]
     cgroup_root: str
     cgroup_parent: str
+    uid: int | None = None
+    launcher: Launcher | None = None
 
     @property
     def job(self) -> str:
@@ -64,6 +81,8 @@ class JobRecord:
                 "root": self.cgroup_root,
                 "parent": self.cgroup_parent,
             },
+            "uid": self.uid,
+            "launcher": list(self.launcher) if self.launcher is not None else None,
         }
 
     @classmethod
@@ -85,7 +104,23 @@ class JobRecord:
             or not isinstance(spec, dict)
         ):
             raise JobSpecError(f"job record {data!r} is malformed")
-        return cls(JobSpec.from_dict(spec), version, root, parent)
+        uid, launcher = data.get("uid"), data.get("launcher")
+        if uid is not None and type(uid) is not int:
+            raise JobSpecError(f"job record {data!r} is malformed: uid {uid!r}")
+        if launcher is not None and not (
+            isinstance(launcher, list)
+            and len(launcher) == 2
+            and all(type(v) is int for v in launcher)
+        ):
+            raise JobSpecError(f"job record {data!r} is malformed: launcher {launcher!r}")
+        return cls(
+            JobSpec.from_dict(spec),
+            version,
+            root,
+            parent,
+            uid,
+            Launcher(*launcher) if launcher is not None else None,
+        )
 
 
 class JobStore:
@@ -172,8 +207,8 @@ class JobStore:
         return out
 
     def remove(self, job: str) -> None:
-        """Remove the job's record and kill reason."""
-        for suffix in (".json", ".reason"):
+        """Remove the job's record, kill reason and set-up error."""
+        for suffix in (".json", ".reason", ".error"):
             with contextlib.suppress(FileNotFoundError):
                 self._path(job, suffix).unlink()
 
@@ -196,6 +231,22 @@ class JobStore:
         """Why coshare killed the job, if it did."""
         try:
             return self._path(job, ".reason").read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def record_error(self, job: str, error: str) -> None:
+        """Record why the job's group could not be set up (a JOIN then says so)."""
+        self.ensure()
+        path = self._path(job, ".error")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(error.replace("\n", " ") + "\n")
+        tmp.chmod(0o644)
+        tmp.replace(path)
+
+    def error(self, job: str) -> str | None:
+        """Why the job's group could not be set up, if that failed."""
+        try:
+            return self._path(job, ".error").read_text().strip() or None
         except FileNotFoundError:
             return None
 

@@ -23,9 +23,10 @@ from pathlib import Path
 from coshare.config import NodeConfig
 from coshare.errors import CgroupError, JobSpecError, JobStateError
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
-from coshare.node.cgroups.base import signal_all
+from coshare.node.cgroups.base import remove_dirs, signal_all
 from coshare.node.gate_client import SOCKET_ENV
-from coshare.node.jobs import JobRecord, JobStore
+from coshare.node.jobs import JobRecord, JobStore, Launcher
+from coshare.node.procfs import is_alive
 from coshare.node.spec import (
     JobSpec,
     check_cpus,
@@ -62,6 +63,8 @@ def job_start(
     devices: Sequence[str] = (),
     device_memory_mib: int | None = None,
     device_threads: int | None = None,
+    uid: int | None = None,
+    launcher: Launcher | None = None,
 ) -> JobRecord:
     """Create the job's group with its own cores and memory limit, and record the job.
 
@@ -75,6 +78,9 @@ def job_start(
         devices: device ids the job may offload to.
         device_memory_mib: declared device memory per device (the watchdog enforces it).
         device_threads: declared device threads (the gate enforces it).
+        uid: the account the job runs as (only its processes may join the group).
+        launcher: the process that waits for the job (the control socket's START); the
+            daemon reaps the group once it is gone and the group is empty.
 
     Raises:
         JobSpecError: bad inputs, or not enough free cores.
@@ -93,16 +99,23 @@ def job_start(
                 f"job {job} already runs on this node ({len(old.group().pids())} "
                 "processes in its group)"
             )
+        if old is not None and old.launcher is not None and is_alive(*old.launcher):
+            raise JobStateError(
+                f"job {job} already runs on this node (its launcher, process "
+                f"{old.launcher.pid}, is alive)"
+            )
         taken = {r.job: r.spec.cpus for r in store.records() if r.job != job}
         allowed = cgroups.allowed_cpus()
         chosen: tuple[int, ...] = ()
         if cpus is not None:
             chosen = check_cpus(cpus, allowed, taken)
         elif cores is not None:
-            chosen = choose_cpus(allowed, taken, cores_needed(cores))
+            chosen = choose_cpus(allowed, taken, cores_needed(cores), config.cpu_overcommit)
         spec = JobSpec(job, chosen, memory_mib, tuple(devices), device_memory_mib, device_threads)
         cgroups.create(job, chosen, memory_mib)
-        record = JobRecord(spec, cgroups.version, str(cgroups.root), cgroups.parent)
+        record = JobRecord(
+            spec, cgroups.version, str(cgroups.root), cgroups.parent, uid, launcher
+        )
         store.remove(job)  # an old record and kill reason of a finished run
         store.write(record)
     return record
@@ -273,7 +286,29 @@ def job_end(config: NodeConfig, job: str) -> EndResult:
         else node_cgroups(config).open(job)
     )
     leftover = len(group.pids()) if group.exists() else 0
+    if record is not None and store.reason(job) is None:
+        # The kernel's OOM killer may have ended the job's last process before the watchdog
+        # looked: the job was still killed for its memory, and its user must learn why.
+        violation = host_memory_violation(record, group)
+        if violation is not None:
+            store.record_reason(job, violation.reason())
     group.remove()
     reason = store.reason(job)
     store.remove(job)
     return EndResult(job, record is not None, leftover, reason)
+
+
+def node_cleanup(config: NodeConfig) -> list[EndResult]:
+    """End every job of the node (records and groups) and remove coshare's parent group.
+
+    Only coshare's parent group and what is under it is touched.
+
+    Raises:
+        CgroupError: when a group cannot be emptied or removed.
+    """
+    cgroups = node_cgroups(config)
+    jobs = sorted(set(node_store(config).jobs()) | set(cgroups.jobs()))
+    results = [job_end(config, job) for job in jobs]
+    for directory in cgroups.parent_directories():
+        remove_dirs(directory, config.kill_timeout_s)
+    return results

@@ -107,7 +107,10 @@ def cores_needed(cores: float) -> int:
 
 
 def choose_cpus(
-    allowed: Sequence[int], taken: Mapping[str, Sequence[int]], count: int
+    allowed: Sequence[int],
+    taken: Mapping[str, Sequence[int]],
+    count: int,
+    per_cpu: int = 1,
 ) -> tuple[int, ...]:
     """Pick ``count`` CPUs of ``allowed`` that no other job holds, lowest first.
 
@@ -115,19 +118,26 @@ def choose_cpus(
         allowed: the CPUs coshare's parent group may use.
         taken: CPUs of the jobs already on this node, by job id.
         count: how many to pick.
+        per_cpu: how many jobs may hold one CPU (``node.cpu_overcommit``; 1: every job has
+            CPUs of its own). With more, the least-held CPUs are picked first, so jobs still
+            get CPUs of their own while there are enough.
 
     Raises:
         JobSpecError: when fewer are free, listing who holds the rest.
     """
-    busy = {c for cpus in taken.values() for c in cpus}
-    free = [c for c in sorted(set(allowed)) if c not in busy]
+    held: dict[int, int] = {}
+    for cpus in taken.values():
+        for c in cpus:
+            held[c] = held.get(c, 0) + 1
+    free = sorted((c for c in set(allowed) if held.get(c, 0) < per_cpu),
+                  key=lambda c: (held.get(c, 0), c))  # fmt: skip
     if count > len(free):
         holders = ", ".join(f"{j}: {format_cpu_list(c)}" for j, c in sorted(taken.items()))
         raise JobSpecError(
             f"{count} cores requested but only {len(free)} of cpus "
             f"{format_cpu_list(allowed)} are free (held by {holders or 'nobody'})"
         )
-    return tuple(free[:count])
+    return tuple(sorted(free[:count]))
 
 
 def check_cpus(

@@ -65,7 +65,7 @@ class Violation:
         if self.resource == "host_memory":
             return (
                 f"coshare killed job {self.job}: its host memory went over the declared "
-                f"{self.declared_mib} MiB (the kernel's OOM killer fired in its cgroup)"
+                f"{self.declared_mib} MiB (the kernel stopped it at the limit of its cgroup)"
             )
         if self.declared_mib == 0:
             return (
@@ -79,10 +79,11 @@ class Violation:
 
 
 def host_memory_violation(record: JobRecord, group: JobGroup) -> Violation | None:
-    """The job's violation of its host memory limit, if the kernel had to OOM-kill in it."""
+    """The job's violation of its host memory limit: the kernel OOM-killed in its group, or
+    (cgroup v1, OOM killer off) its tasks wait at the limit."""
     if record.spec.memory_mib is None or not group.exists():
         return None
-    if group.oom_kills() > 0:
+    if group.oom_kills() > 0 or group.is_under_oom():
         return Violation(record.job, "host_memory", record.spec.memory_mib)
     return None
 

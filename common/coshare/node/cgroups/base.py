@@ -80,6 +80,10 @@ class JobGroup(Protocol):
         """How many processes of the group the kernel killed for its memory limit."""
         ...
 
+    def is_under_oom(self) -> bool:
+        """Whether the group's tasks wait at its memory limit (v1 with the OOM killer off)."""
+        ...
+
     def memory_usage_bytes(self) -> int | None:
         """Host memory the group uses now (``None`` without the memory controller)."""
         ...
@@ -119,6 +123,10 @@ class Cgroups(Protocol):
 
     def jobs(self) -> list[str]:
         """Jobs that have a group under the parent."""
+        ...
+
+    def parent_directories(self) -> tuple[Path, ...]:
+        """coshare's parent group: one directory per v1 hierarchy, one for v2."""
         ...
 
     def allowed_cpus(self) -> tuple[int, ...]:

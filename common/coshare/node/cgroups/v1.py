@@ -6,11 +6,18 @@ Kernel facts this relies on (Documentation/admin-guide/cgroup-v1/):
   tasks until both are set (cpusets.rst 1.4), so every group coshare makes, its parent
   included, gets them written, copied from the group above when the job is not pinned.
 - memory: ``memory.limit_in_bytes``; ``memory.memsw.limit_in_bytes`` (only with swap
-  accounting) must be written after it and never below it. On overrun the OOM killer takes
-  *one* process (v1 has no ``memory.oom.group``): ``memory.oom_control`` counts it as
-  ``oom_kill`` (4.13+), and the watchdog then kills the rest of the job.
+  accounting) must be written after it and never below it. v1 has no ``memory.oom.group``:
+  on overrun the OOM killer would take *one* process, and the rest of the job (a batch
+  script waiting for it, say) would carry on, even end "successfully", before the watchdog
+  kills it. So coshare turns the OOM killer off in a job's group (``memory.oom_control``
+  = 1, memory.rst section 10): a task at the limit then sleeps in the group's OOM wait queue,
+  ``under_oom`` says 1, and the watchdog kills the whole group at once. ``oom_kill`` (4.13+)
+  still counts kills where the kernel's killer did run.
 - freezer: ``freezer.state`` goes FREEZING then FROZEN (freezer-subsystem.rst). A frozen
-  task cannot die, so a kill is freeze, SIGKILL each task, thaw (as BenchExec does).
+  task cannot die, so a kill is freeze, SIGKILL each task, thaw (as BenchExec does). A task
+  asleep in the OOM wait queue never reaches FROZEN (seen on Linux 6.18: the group stays
+  FREEZING), so a group under OOM is killed by signalling until it is empty; SIGKILL wakes
+  those tasks.
 """
 
 from __future__ import annotations
@@ -102,7 +109,7 @@ class V1Group:
     def kill(self) -> None:
         if not self.exists():
             return
-        if "freezer" in self.dirs and self.dirs["freezer"].is_dir():
+        if "freezer" in self.dirs and self.dirs["freezer"].is_dir() and not self.is_under_oom():
             # Frozen, nothing can fork between reading the pids and signalling them.
             self.freeze()
             signal_all(self.pids())
@@ -127,6 +134,11 @@ class V1Group:
         if "memory" not in self.dirs:
             return 0
         return read_keyed(self.dirs["memory"] / "memory.oom_control").get("oom_kill", 0)
+
+    def is_under_oom(self) -> bool:
+        if "memory" not in self.dirs:
+            return False
+        return read_keyed(self.dirs["memory"] / "memory.oom_control").get("under_oom", 0) == 1
 
     def memory_usage_bytes(self) -> int | None:
         if "memory" not in self.dirs:
@@ -222,6 +234,9 @@ class V1Cgroups:
             write_text(memory / "memory.limit_in_bytes", str(memory_mib * MIB))
             if (memory / "memory.memsw.limit_in_bytes").exists():
                 write_text(memory / "memory.memsw.limit_in_bytes", str(memory_mib * MIB))
+            if (memory / "memory.oom_control").exists():
+                # The whole job stops at its limit; the watchdog kills it as a whole.
+                write_text(memory / "memory.oom_control", "1")
         return group
 
     def open(self, job: str) -> V1Group:
@@ -238,6 +253,9 @@ class V1Cgroups:
                     j for p in parent.iterdir() if p.is_dir() and (j := job_of_group(p.name))
                 )
         return sorted(found)
+
+    def parent_directories(self) -> tuple[Path, ...]:
+        return tuple(self.root / c / self.parent for c in self.hierarchies())
 
     def allowed_cpus(self) -> tuple[int, ...]:
         if "cpuset" not in self.hierarchies():

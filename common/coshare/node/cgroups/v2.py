@@ -123,6 +123,10 @@ class V2Group:
     def oom_kills(self) -> int:
         return read_keyed(self.directory / "memory.events").get("oom_kill", 0)
 
+    def is_under_oom(self) -> bool:
+        # v2 has no OOM wait queue for coshare's groups: memory.oom.group kills the whole group.
+        return False
+
     def memory_usage_bytes(self) -> int | None:
         path = self.directory / "memory.current"
         return int(read_text(path)) if path.exists() else None
@@ -242,6 +246,9 @@ class V2Cgroups:
             return []
         names = [job_of_group(p.name) for p in self.parent_dir.iterdir() if p.is_dir()]
         return sorted(n for n in names if n is not None)
+
+    def parent_directories(self) -> tuple[Path, ...]:
+        return (self.parent_dir,)
 
     def allowed_cpus(self) -> tuple[int, ...]:
         for group in (self.parent_dir, self.root):

@@ -1,0 +1,295 @@
+"""Job control in the root node daemon: START, JOIN and END for wrappers that run as the user.
+
+HTCondor's job wrapper and Slurm's TaskProlog run as the job's user, yet a job's group, its
+cpuset and memory limit can only be made by root. The daemon does it for them, after the
+checks of :mod:`coshare.node.trust` on what the kernel says about the caller; the protocol is
+in :mod:`coshare.node.control_protocol`, the socket server in
+:mod:`coshare.node.control_server`.
+
+Requests are handled one at a time (a lock), in a worker thread of the daemon, since making
+or killing a group may take a while; job records are written under the store's ``flock``,
+which Slurm's Prolog (calling :func:`~coshare.node.lifecycle.job_start` as root) takes too.
+
+:meth:`JobControl.reap` removes the group and record of a job whose launcher is gone and whose
+processes are all gone too (a SIGKILLed launcher leaks nothing); :meth:`JobControl.adopt`
+moves into a root-started job's group what the scheduler started for that job but did not
+join (a TaskProlog that was skipped or subverted): the daemon calls both with every watchdog
+round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+from coshare.config import NodeConfig
+from coshare.errors import (
+    CgroupError,
+    CgroupUnavailable,
+    CoshareError,
+    JobSpecError,
+    JobStateError,
+)
+from coshare.node import lifecycle
+from coshare.node.control_protocol import (
+    ControlProtocolError,
+    ControlRequest,
+    format_control_error,
+    parse_control,
+)
+from coshare.node.jobs import JobRecord, Launcher, job_of_pid
+from coshare.node.process import ProcessInfo
+from coshare.node.procfs import PROC, is_alive, list_pids, read_cmdline, read_process
+from coshare.node.spec import format_cpu_list
+from coshare.node.trust import (
+    Refused,
+    TrustPolicy,
+    check_end,
+    check_join,
+    check_start,
+    job_of_launcher,
+)
+
+log = logging.getLogger("coshare.node.control")
+
+
+class JobControl:
+    """Answers control requests for one node.
+
+    Args:
+        config: the node section of the configuration.
+        proc: where /proc is (tests keep the real one).
+    """
+
+    def __init__(self, config: NodeConfig, proc: Path = PROC) -> None:
+        self.config = config
+        self.policy = TrustPolicy(config.trusted_launchers, config.trusted_launcher_uids)
+        self.store = lifecycle.node_store(config)
+        self.cgroups = lifecycle.node_cgroups(config)
+        self.proc = proc
+        self._lock = threading.Lock()
+
+    def handle(self, line: bytes, peer_pid: int, peer_uid: int, peer_start: int | None) -> str:
+        """Answer one request line of the peer the kernel named.
+
+        Args:
+            line: the request.
+            peer_pid: ``SO_PEERCRED`` pid of the connection.
+            peer_uid: its uid.
+            peer_start: the peer's start time when it connected (``None``: unknown), so that
+                a reused pid is not taken for it.
+
+        Returns:
+            the reply line, without its newline. Never raises.
+        """
+        try:
+            request = parse_control(line)
+        except ControlProtocolError as exc:
+            return format_control_error(exc.code, exc.text)
+        try:
+            caller = read_process(peer_pid, self.proc)
+            if caller is not None and peer_start is not None and caller.start_ticks != peer_start:
+                caller = None
+            with self._lock:
+                if request.verb == "START":
+                    return self._start(request, caller, peer_uid)
+                if request.verb == "JOIN":
+                    return self._join(request, caller, peer_uid)
+                return self._end(request, caller, peer_uid)
+        except Refused as exc:
+            log.warning("refused %s from pid %d (uid %d): %s", request.verb, peer_pid,
+                        peer_uid, exc.text)  # fmt: skip
+            return format_control_error(exc.code, exc.text)
+        except JobSpecError as exc:
+            return format_control_error("bad_spec", f"job {request.job}: {exc}")
+        except (CgroupUnavailable, CgroupError) as exc:
+            log.error("job %s: %s", request.job, exc)
+            return format_control_error("cgroup", f"job {request.job}: {exc}")
+        except JobStateError as exc:
+            return format_control_error("running", str(exc))
+        except CoshareError as exc:
+            log.error("job %s: %s", request.job, exc)
+            return format_control_error("internal", f"job {request.job}: {exc}")
+        except Exception as exc:  # one bad request must not take the daemon down
+            log.exception("job %s: %s failed", request.job, request.verb)
+            return format_control_error("internal", f"job {request.job}: {exc}")
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _job_of(self, pid: int) -> str | None:
+        return job_of_pid(pid, self.cgroups, self.proc)
+
+    def _start(self, request: ControlRequest, caller: ProcessInfo | None, uid: int) -> str:
+        parent = read_process(caller.ppid, self.proc) if caller is not None else None
+        check_start(
+            self.policy,
+            request.job,
+            caller,
+            uid,
+            parent,
+            self._job_of(caller.pid) if caller is not None else None,
+        )
+        assert caller is not None
+        if request.uid is not None and uid != 0:
+            raise Refused("not_allowed", f"job {request.job}: only root may give uid=")
+        record = lifecycle.job_start(
+            self.config,
+            request.job,
+            cores=request.cores,
+            memory_mib=request.memory_mib,
+            devices=request.devices,
+            device_memory_mib=request.device_memory_mib,
+            device_threads=request.device_threads,
+            uid=request.uid if request.uid is not None else uid,
+            launcher=Launcher(caller.pid, caller.start_ticks),
+        )
+        log.info("job %s started by process %d (uid %s): cpus %s, memory %s MiB",
+                 record.job, caller.pid, record.uid, format_cpu_list(record.spec.cpus) or "-",
+                 record.spec.memory_mib)  # fmt: skip
+        return start_reply(record)
+
+    def _join(self, request: ControlRequest, caller: ProcessInfo | None, uid: int) -> str:
+        if caller is None:
+            raise Refused("gone", f"job {request.job}: the requesting process is gone")
+        record = self.store.read(request.job)
+        if record is None:
+            error = self.store.error(request.job)
+            raise Refused(
+                "unknown_job",
+                f"job {request.job} was not started on this node"
+                + (f": {error}" if error else ""),
+            )
+        target = caller if request.target == "self" else read_process(caller.ppid, self.proc)
+        parent = read_process(target.ppid, self.proc) if target is not None else None
+        move = check_join(
+            self.policy,
+            request.job,
+            record.uid,
+            record.launcher,
+            uid,
+            target,
+            parent,
+            self._job_of(target.pid) if target is not None else None,
+        )
+        assert target is not None
+        if move:
+            record.group(self.config.kill_timeout_s).add(target.pid)
+            log.info("job %s: process %d joined", request.job, target.pid)
+        return join_reply(record, target.pid)
+
+    def _end(self, request: ControlRequest, caller: ProcessInfo | None, uid: int) -> str:
+        record = self.store.read(request.job)
+        if record is None and uid != 0:
+            raise Refused("unknown_job", f"job {request.job} was not started on this node")
+        check_end(request.job, record.launcher if record else None, caller, uid)
+        result = lifecycle.job_end(self.config, request.job)
+        if result.reason is not None:
+            log.info("job %s ended: %s", request.job, result.reason)
+        reply = (
+            f"OK job={result.job} started={int(result.started)} leftover={result.leftover}"
+        )
+        if result.reason is not None:
+            reply += f" reason={' '.join(result.reason.split())}"
+        return reply
+
+    # -- housekeeping -----------------------------------------------------------------------
+
+    def reap(self) -> list[str]:
+        """Remove jobs whose launcher and processes are all gone; the jobs removed."""
+        reaped = []
+        with self._lock:
+            for record in self.store.records():
+                if not self._abandoned(record):
+                    continue
+                try:
+                    lifecycle.job_end(self.config, record.job)
+                except CoshareError as exc:
+                    log.error("cannot reap job %s: %s", record.job, exc)
+                    continue
+                log.warning("job %s: its launcher (process %d) died; group removed",
+                            record.job, record.launcher.pid if record.launcher else -1)  # fmt: skip
+                reaped.append(record.job)
+        return reaped
+
+    def adopt(self) -> list[tuple[str, int]]:
+        """Move into its group every process of a root-started job (Slurm's Prolog) that is
+        not in one yet: processes of the job's account below a trusted launcher that names
+        the job in its title (``slurmstepd: [1234.batch]``). The TaskProlog's JOIN does this
+        before the user's program runs; this catches a task whose TaskProlog did not.
+
+        Returns:
+            the (job, pid) moved.
+        """
+        with self._lock:
+            records = {
+                r.job: r for r in self.store.records() if r.launcher is None and r.uid is not None
+            }
+        if not records:
+            return []
+        infos = {}
+        for pid in list_pids(self.proc):
+            info = read_process(pid, self.proc)
+            if info is not None:
+                infos[pid] = info
+        children: dict[int, list[int]] = defaultdict(list)
+        for info in infos.values():
+            children[info.ppid].append(info.pid)
+        moved = []
+        for info in infos.values():
+            if not self.policy.is_launcher(info):
+                continue
+            job = job_of_launcher(" ".join(read_cmdline(info.pid, self.proc)))
+            record = records.get(job) if job is not None else None
+            if record is None:
+                continue
+            stack = list(children[info.pid])
+            while stack:
+                pid = stack.pop()
+                stack.extend(children[pid])
+                process = infos[pid]
+                if process.uid != record.uid or self._job_of(pid) is not None:
+                    continue
+                try:
+                    with self._lock:
+                        record.group(self.config.kill_timeout_s).add(pid)
+                except CoshareError as exc:  # gone meanwhile, or the group was removed
+                    log.debug("job %s: cannot adopt process %d: %s", record.job, pid, exc)
+                    continue
+                log.warning("job %s: process %d had not joined its group; moved in",
+                            record.job, pid)  # fmt: skip
+                moved.append((record.job, pid))
+        return moved
+
+    def _abandoned(self, record: JobRecord) -> bool:
+        if record.launcher is None or is_alive(*record.launcher, proc=self.proc):
+            return False
+        group = record.group(self.config.kill_timeout_s)
+        return not group.exists() or not group.pids()
+
+
+def start_reply(record: JobRecord) -> str:
+    """The START reply for a started job."""
+    spec = record.spec
+    return (
+        f"OK job={spec.job} cpus={format_cpu_list(spec.cpus) or '-'} "
+        f"memory_mib={spec.memory_mib if spec.memory_mib is not None else '-'} "
+        f"devices={','.join(spec.devices) or '-'}"
+    )
+
+
+def join_reply(record: JobRecord, pid: int) -> str:
+    """The JOIN reply: the moved process, and what the job's processes need to know (its
+    cpus, devices and declared device memory and threads; ``-`` for none)."""
+    spec = record.spec
+
+    def text(value: int | None) -> str:
+        return str(value) if value is not None else "-"
+
+    return (
+        f"OK job={spec.job} pid={pid} cpus={format_cpu_list(spec.cpus) or '-'} "
+        f"devices={','.join(spec.devices) or '-'} "
+        f"device_memory_mib={text(spec.device_memory_mib)} "
+        f"device_threads={text(spec.device_threads)}"
+    )

@@ -1,0 +1,232 @@
+"""The node daemon's job-control protocol: how a job wrapper that runs as the job's user asks
+the root daemon to set up, join and end the job's group.
+
+A client connects to the control socket (``node.control_socket``, ``/run/coshare/control.sock``)
+and sends one request per line; every request gets exactly one reply line, in order. Lines
+are ASCII, requests at most :data:`MAX_LINE` bytes; fields are ``key=value`` words. The
+daemon knows who asks from the kernel (``SO_PEERCRED``, /proc), never from the request, and
+applies the rules of :mod:`coshare.node.trust`::
+
+    START job=<id> [cores=<n>] [memory_mib=<m>] [devices=<d1,d2>]
+          [device_memory_mib=<m>] [device_threads=<t>] [uid=<n>]
+        -> OK job=<id> cpus=<list|-> memory_mib=<m|-> devices=<d1,d2|->
+    JOIN job=<id> [target=self|parent]
+        -> OK job=<id> pid=<moved pid> cpus=<list|-> devices=<d1,d2|->
+              device_memory_mib=<m|-> device_threads=<t|->
+    END job=<id>
+        -> OK job=<id> started=<0|1> leftover=<n> [reason=<text to the end of the line>]
+
+``uid`` is for root only (the account of a job root starts). ``target=parent`` moves the
+caller's parent (Slurm's TaskProlog: its parent is the task that will ``exec`` the user's
+program). ``reason`` is why coshare killed the job, if it did.
+
+Errors are ``ERR <code> <text>``; codes: ``bad_request``, ``too_long``, ``gone``,
+``not_launcher``, ``in_group``, ``wrong_user``, ``not_allowed``, ``running`` (the job runs
+already), ``unknown_job``, ``bad_spec`` (e.g. not enough free cores), ``cgroup`` (the kernel
+refused), ``internal``.
+
+This module is pure: parsing and formatting only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from coshare.errors import JobSpecError
+from coshare.node.spec import check_device_id, check_job_id
+
+#: Longest request line, newline included.
+MAX_LINE = 1024
+#: Largest integer a field may carry.
+MAX_NUMBER = 2**31 - 1
+
+ControlVerb = Literal["START", "JOIN", "END"]
+
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "START": (
+        "job",
+        "cores",
+        "memory_mib",
+        "devices",
+        "device_memory_mib",
+        "device_threads",
+        "uid",
+    ),
+    "JOIN": ("job", "target"),
+    "END": ("job",),
+}
+
+
+class ControlProtocolError(Exception):
+    """A line that is not a control request; becomes ``ERR <code> <text>``."""
+
+    def __init__(self, code: str, text: str) -> None:
+        self.code = code
+        self.text = text
+        super().__init__(f"{code}: {text}")
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    """One parsed request.
+
+    Attributes:
+        verb: START, JOIN or END.
+        job: the job id.
+        cores: cores the job needs (START).
+        memory_mib: host memory limit (START).
+        devices: device ids (START).
+        device_memory_mib: declared device memory per device (START).
+        device_threads: declared device threads (START).
+        uid: the job's account, when root STARTs it for another user.
+        target: ``self`` or ``parent`` (JOIN).
+    """
+
+    verb: ControlVerb
+    job: str
+    cores: float | None = None
+    memory_mib: int | None = None
+    devices: tuple[str, ...] = ()
+    device_memory_mib: int | None = None
+    device_threads: int | None = None
+    uid: int | None = None
+    target: Literal["self", "parent"] = "self"
+
+
+def _integer(job: str, key: str, value: str, minimum: int = 1) -> int:
+    if not value.isdigit() or len(value) > 10 or not minimum <= int(value) <= MAX_NUMBER:
+        raise ControlProtocolError(
+            "bad_request",
+            f"job {job}: {key}={value[:32]!r} is not an integer in {minimum}..{MAX_NUMBER}",
+        )
+    return int(value)
+
+
+def parse_control(line: bytes) -> ControlRequest:
+    """Parse one request line (with or without its newline).
+
+    Raises:
+        ControlProtocolError: for anything else, naming the job and field when it can.
+    """
+    if len(line) > MAX_LINE:
+        raise ControlProtocolError("too_long", f"request lines are at most {MAX_LINE} bytes")
+    try:
+        text = line.decode("ascii").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise ControlProtocolError("bad_request", "requests are ASCII") from None
+    if not text.isprintable():
+        raise ControlProtocolError("bad_request", "requests hold no control characters")
+    words = text.split()
+    if not words:
+        raise ControlProtocolError("bad_request", "empty request")
+    verb = words[0].upper()
+    if verb not in _FIELDS:
+        raise ControlProtocolError(
+            "bad_request", f"unknown request {words[0][:32]!r} (known: START, JOIN, END)"
+        )
+    fields: dict[str, str] = {}
+    for word in words[1:]:
+        key, equals, value = word.partition("=")
+        if not equals:
+            raise ControlProtocolError("bad_request", f"{word[:32]!r} is not key=value")
+        if key not in _FIELDS[verb]:
+            raise ControlProtocolError(
+                "bad_request",
+                f"{verb} takes no field {key[:32]!r} (fields: {', '.join(_FIELDS[verb])})",
+            )
+        if key in fields:
+            raise ControlProtocolError("bad_request", f"field {key!r} given twice")
+        fields[key] = value
+    if "job" not in fields:
+        raise ControlProtocolError("bad_request", f"{verb} needs job=<id>")
+    try:
+        job = check_job_id(fields["job"])
+    except JobSpecError as exc:
+        raise ControlProtocolError("bad_request", str(exc)) from None
+    if verb == "JOIN":
+        target = fields.get("target", "self")
+        if target not in ("self", "parent"):
+            raise ControlProtocolError(
+                "bad_request", f"job {job}: target={target[:32]!r} (allowed: self, parent)"
+            )
+        return ControlRequest("JOIN", job, target=target)  # type: ignore[arg-type]
+    if verb == "END":
+        return ControlRequest("END", job)
+    return _start(job, fields)
+
+
+def _start(job: str, fields: dict[str, str]) -> ControlRequest:
+    cores = None
+    if "cores" in fields:
+        try:
+            cores = float(fields["cores"])
+        except ValueError:
+            cores = math.nan
+        if not math.isfinite(cores) or not 0 < cores <= 65536:
+            raise ControlProtocolError(
+                "bad_request", f"job {job}: cores={fields['cores']!r} (allowed: a number > 0)"
+            )
+    devices: tuple[str, ...] = ()
+    if fields.get("devices", "") not in ("", "-"):
+        try:
+            devices = tuple(check_device_id(d) for d in fields["devices"].split(","))
+        except JobSpecError as exc:
+            raise ControlProtocolError("bad_request", f"job {job}: devices: {exc}") from None
+    ints = {
+        key: _integer(job, key, fields[key], 0 if key == "uid" else 1)
+        for key in ("memory_mib", "device_memory_mib", "device_threads", "uid")
+        if key in fields
+    }
+    return ControlRequest(
+        "START",
+        job,
+        cores=cores,
+        memory_mib=ints.get("memory_mib"),
+        devices=devices,
+        device_memory_mib=ints.get("device_memory_mib"),
+        device_threads=ints.get("device_threads"),
+        uid=ints.get("uid"),
+    )
+
+
+def format_start(request: ControlRequest) -> str:
+    """The START line for a request (what clients send)."""
+    words = ["START", f"job={request.job}"]
+    if request.cores is not None:
+        words.append(f"cores={request.cores:g}")
+    for key in ("memory_mib", "device_memory_mib", "device_threads", "uid"):
+        value = getattr(request, key)
+        if value is not None:
+            words.append(f"{key}={value}")
+    if request.devices:
+        words.append(f"devices={','.join(request.devices)}")
+    return " ".join(words)
+
+
+def format_control_error(code: str, text: str) -> str:
+    """An error reply line (no newline; the text on one line)."""
+    return f"ERR {code} {' '.join(text.split())}"
+
+
+def parse_control_reply(line: str) -> tuple[bool, dict[str, str], str]:
+    """Split a reply into (ok, fields, rest).
+
+    For ``OK`` the fields are its ``key=value`` words; a ``reason=`` field takes the rest of the
+    line. For ``ERR`` the fields are ``{"code": ...}`` and ``rest`` is the text.
+
+    Raises:
+        ControlProtocolError: for a line that is neither.
+    """
+    line = line.rstrip("\r\n")
+    if line.startswith("ERR "):
+        code, _, text = line[4:].partition(" ")
+        return False, {"code": code}, text
+    if line != "OK" and not line.startswith("OK "):
+        raise ControlProtocolError("bad_request", f"not a control reply: {line[:80]!r}")
+    body, _, reason = line[3:].partition("reason=")
+    fields = dict(w.partition("=")[::2] for w in body.split())
+    if reason:
+        fields["reason"] = reason
+    return True, fields, ""

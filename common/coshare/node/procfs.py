@@ -1,0 +1,60 @@
+"""Reading processes from ``/proc`` (proc(5)) into :class:`~coshare.node.process.ProcessInfo`.
+
+A process that is gone, or vanishes while it is read, reads as ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from coshare.node.process import ProcessInfo, parse_stat, parse_uids
+
+PROC = Path("/proc")
+#: readlink(2) of /proc/PID/exe appends this when the file was replaced (a package upgrade).
+_DELETED = " (deleted)"
+
+
+def read_process(pid: int, proc: Path = PROC) -> ProcessInfo | None:
+    """The facts of process ``pid``, or ``None`` when it does not exist (any more) or is a
+    zombie (it runs nothing more)."""
+    if pid <= 0:
+        return None
+    base = proc / str(pid)
+    try:
+        state, ppid, start = parse_stat((base / "stat").read_text())
+        uid, euid = parse_uids((base / "status").read_text())
+    except (OSError, ValueError):
+        return None
+    if state in ("Z", "X"):
+        return None
+    try:
+        exe: str | None = os.readlink(base / "exe")
+    except OSError:
+        exe = None
+    if exe is not None and exe.endswith(_DELETED):
+        exe = exe[: -len(_DELETED)]
+    return ProcessInfo(pid, ppid, uid, euid, start, exe)
+
+
+def read_cmdline(pid: int, proc: Path = PROC) -> list[str]:
+    """The process's command line (what it set, for daemons that retitle themselves)."""
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def is_alive(pid: int, start_ticks: int, proc: Path = PROC) -> bool:
+    """Whether the process that started at ``start_ticks`` with this pid still runs."""
+    info = read_process(pid, proc)
+    return info is not None and info.start_ticks == start_ticks
+
+
+def list_pids(proc: Path = PROC) -> list[int]:
+    """Every process id now."""
+    try:
+        return [int(n) for n in os.listdir(proc) if n.isdigit()]
+    except OSError:
+        return []
