@@ -23,6 +23,10 @@ CASES = [
     ("random", "soft"),
     ("knapsack", "strict"),
     ("knapsack", "soft"),
+    ("bestfit", "strict"),
+    ("bestfit", "soft"),
+    ("fgd", "strict"),
+    ("fgd", "soft"),
 ]
 
 
@@ -43,7 +47,7 @@ def test_plans_never_oversubscribe_and_account_for_every_job(
 
 @given(snapshot=snapshots())
 def test_policies_are_deterministic(snapshot: Snapshot) -> None:
-    for name in ("exclusive", "random", "knapsack"):
+    for name in ("exclusive", "random", "knapsack", "bestfit", "fgd"):
         options = PolicyOptions(seed=11)
         assert make_policy(name, options).plan(snapshot) == make_policy(name, options).plan(
             snapshot
