@@ -6,7 +6,8 @@
                      [--footprint] [--seed N] [--seeds K] [--output table|json]
                      [--plot FILE.png] [--sizes 1-8] [--threads soft|strict]
                      [--cycle-delay S] [--age-limit S] [--offload-share F]
-                     [--protocol online|batch|both] [--batch N] [--data DIR] [--verify]
+                     [--protocol online|batch|both] [--batch N] [--workers N] [--data DIR]
+                     [--verify]
 
 Workloads: ``table1`` (Table II: 1000 jobs, 8 nodes), ``uniform``, ``normal``, ``low-skew``,
 ``high-skew`` (Fig. 7, 400 jobs), ``synthetic`` (all four: Fig. 8 and Table III),
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -187,14 +189,16 @@ def _shares(comps: Sequence[Comparison]) -> str:
               show_default=True, help="alibaba-2023: one pod per cycle, many, or both.")
 @click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
               help="alibaba-2023, batch protocol: pods per cycle.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="alibaba-2023: runs in parallel processes (one per core is plenty).")
 @click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder of the traces (default: $COSHARE_TRACE_DIR, else ../shared/data).")
 @click.option("--verify", is_flag=True, help="Check every plan with coshare.verify (slower).")
 def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: str | None,
              footprint: bool, seed: int, seeds: int, output: str, plot: Path | None,
              sizes: str | None, threads: str, cycle_delay: float, age_limit: float | None,
-             offload_share: float | None, protocol: str, batch: int, data: Path | None,
-             verify: bool) -> None:  # fmt: skip
+             offload_share: float | None, protocol: str, batch: int, workers: int,
+             data: Path | None, verify: bool) -> None:  # fmt: skip
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
     if plot is not None:
@@ -208,7 +212,7 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
     header: dict[str, Any] = {"workload": workload, "seeds": seed_list, "setup": asdict(setup)}
     if workload == "alibaba-2023":
         policies = parse_policies(policies_text, ALL_POLICIES)
-        runs = _alibaba(policies, seed_list, protocol, batch, data)
+        runs = _alibaba(policies, seed_list, protocol, batch, data, workers)
         protocols = PROTOCOLS if protocol == "both" else (protocol,)
         text = render(*[frag_table(runs, p) for p in protocols])
         payload = {**header, "protocols": list(protocols), "batch": batch, **frag_json(runs)}
@@ -298,25 +302,30 @@ def _paper_text(comparisons: dict[str, list[Comparison]], sweeps: dict[str, list
 
 
 def _alibaba(policies: Sequence[str], seeds: Sequence[int], protocol: str, batch: int,
-             data: Path | None) -> list[FragRun]:  # fmt: skip
+             data: Path | None, workers: int = 1) -> list[FragRun]:  # fmt: skip
     trace = read_alibaba(data_dir(data) / ALIBABA_DIR)
     pods = tuple(p.job for p in trace.pods)
     protocols = PROTOCOLS if protocol == "both" else (protocol,)
+    tasks = [(proto, name, s) for proto in protocols for name in policies for s in seeds]
     per_run = len(arrivals(pods, gpu_capacity(trace.nodes), seeds[0]))
-    runs: list[FragRun] = []
-    total = per_run * len(seeds) * len(policies) * len(protocols)
-    with progress_bar(total, "alibaba-2023 pods") as advance:
-        for proto in protocols:
-            for name in policies:
-                for s in seeds:
-                    done = [0]
+    with progress_bar(per_run * len(tasks), "alibaba-2023 pods") as advance:
+        if workers > 1:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(run_benchmark, trace.nodes, pods, name, proto, s, batch)
+                           for proto, name, s in tasks]  # fmt: skip
+                for _ in as_completed(futures):
+                    advance(per_run)
+                return [f.result() for f in futures]
+        runs: list[FragRun] = []
+        for proto, name, s in tasks:
+            done = [0]
 
-                    def step(n: int, done: list[int] = done) -> None:
-                        advance(n - done[0])
-                        done[0] = n
+            def step(n: int, done: list[int] = done) -> None:
+                advance(n - done[0])
+                done[0] = n
 
-                    runs.append(run_benchmark(trace.nodes, pods, name, proto, s, batch, step))
-    return runs
+            runs.append(run_benchmark(trace.nodes, pods, name, proto, s, batch, step))
+        return runs
 
 
 def _replay(path: Path, policies: Sequence[str], setup: Setup,

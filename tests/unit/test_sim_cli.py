@@ -125,7 +125,7 @@ def alibaba_folder(root: Path) -> Path:
 def test_alibaba_benchmark_reports_both_protocols_labelled(tmp_path: Path) -> None:
     data = alibaba_folder(tmp_path)
     code, out, err = run("simulate", "--workload", "alibaba-2023", "--data", str(data),
-                         "--seeds", "2", "--batch", "5")  # fmt: skip
+                         "--seeds", "2", "--batch", "5", "--workers", "2")  # fmt: skip
     assert code == 0, err
     text = " ".join(out.split())  # titles wrap
     assert "online protocol: one pod per cycle" in text
