@@ -220,19 +220,28 @@ def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
     table = _table(
         f"Alibaba GPU-sharing fragmentation, {label.get(protocol, protocol)}; unallocated GPU %, "
         f"median of seeds {seeds}",
-        ["policy", *[f"{level}%" for level in ARRIVAL_LEVELS], "range at 100%", "published"],
+        ["policy", *[f"{level}%" for level in ARRIVAL_LEVELS], "range at 100%", "published",
+         "idle GPUs", "no cores", "partial"],
     )
     by_policy: dict[str, list[FragRun]] = defaultdict(list)
     for run in mine:
         by_policy[run.policy].append(run)
     for name, group in by_policy.items():
         at100 = [r.unallocated_at(100) for r in group]
-        published = PUBLISHED_AT_100.get(name)
+        # the published "random" picks a random node; coshare's random is MCC (random job
+        # order, first fit), a different policy: only the peers implemented alike are shown
+        published = PUBLISHED_AT_100.get(name) if name in ("bestfit", "fgd") else None
+
+        def where(key: str, group: list[FragRun] = group) -> str:
+            values = [r.at_100[key] for r in group if key in r.at_100]
+            return f"{statistics.median(values):.2f}" if values else "-"
+
         table.add_row(
             name,
             *[f"{median_unallocated(group, level):.2f}" for level in ARRIVAL_LEVELS],
             f"{min(at100):.2f}-{max(at100):.2f}",
             f"{published:.2f}" if published is not None and protocol == "online" else "-",
+            where("idle_gpus"), where("idle_gpus_no_cores"), where("partial"),
         )
     return table
 
@@ -252,7 +261,8 @@ def frag_json(runs: Sequence[FragRun]) -> dict[str, Any]:
             },
             "per_seed": [{"seed": r.seed, "placed": r.placed, "dropped": r.dropped,
                           "unallocated_gpu_pct": {str(lv): r.unallocated_at(lv)
-                                                  for lv in ARRIVAL_LEVELS}}
+                                                  for lv in ARRIVAL_LEVELS},
+                          "unallocated_at_100_pct": r.at_100}
                          for r in group],
         })  # fmt: skip
     return {"levels": list(ARRIVAL_LEVELS), "results": results,

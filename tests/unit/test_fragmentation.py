@@ -91,6 +91,10 @@ def test_benchmark_records_arrivals_and_allocations(name: str, protocol: str) ->
     assert run.unallocated_at(50) == pytest.approx(100 - float(
         __import__("numpy").interp(50, run.arrived, run.allocated)))  # fmt: skip
     assert 0 <= run.unallocated_at(130) <= 100
+    crossing = next(i for i, a in enumerate(run.arrived) if a >= 100.0)
+    parts = run.at_100
+    assert parts["idle_gpus"] + parts["partial"] == pytest.approx(100 - run.allocated[crossing])
+    assert 0 <= parts["idle_gpus_no_cores"] <= parts["idle_gpus"]
 
 
 def test_parsers_read_the_alibaba_and_swf_formats() -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -115,6 +115,10 @@ class FragRun:
         allocated: after each record, GPU milli held, % of capacity.
         placed: pods placed.
         dropped: pods that did not fit.
+        at_100: where the unallocated GPU capacity sits when arrivals first reach 100%, in %
+            of capacity: ``idle_gpus`` (GPUs nothing uses), ``idle_gpus_no_cores`` (those of
+            them on nodes with fewer free cores than any GPU pod asks for), ``partial``
+            (the free part of GPUs in use).
     """
 
     policy: str
@@ -124,6 +128,7 @@ class FragRun:
     allocated: tuple[float, ...]
     placed: int
     dropped: int
+    at_100: dict[str, float] = field(default_factory=dict)
 
     def unallocated_at(self, level: float) -> float:
         """Unallocated GPU % when arrivals reach ``level`` % (linear between records)."""
@@ -174,6 +179,8 @@ def run_benchmark(
     allocated: list[float] = []
     placed = 0
     waiting: list[Job] = []
+    min_cores = min((p.total_cpu_milli for p in pods if p.needs_device), default=0)
+    at_100: dict[str, float] = {}
     for start in range(0, len(sequence), size):
         chunk = sequence[start : start + size]
         arrived_milli += sum(gpu_request(p) for p in chunk)
@@ -187,10 +194,12 @@ def run_benchmark(
         waiting = [p for p in pending if p.id in kept]
         arrived.append(100.0 * arrived_milli / capacity)
         allocated.append(100.0 * ledger.allocated / capacity)
+        if not at_100 and arrived[-1] >= 100.0:
+            at_100 = ledger.breakdown(capacity, min_cores)
         if step is not None:
             step(start + len(chunk))
     return FragRun(impl.name, protocol, seed, tuple(arrived), tuple(allocated), placed,
-                   len(sequence) - placed)  # fmt: skip
+                   len(sequence) - placed, at_100)  # fmt: skip
 
 
 def median_unallocated(runs: Sequence[FragRun], level: float) -> float:
@@ -226,6 +235,18 @@ class _Ledger:
         self.allocated = 0
         for i in range(len(self.nodes)):
             self._changed(i)
+
+    def breakdown(self, capacity: int, min_cores: int) -> dict[str, float]:
+        """Where the free GPU capacity sits, in % of ``capacity`` (see :class:`FragRun`)."""
+        valid = self.free >= 0
+        idle = (self.free == GPU_MILLI) & valid
+        no_cores = (self.cpu < min_cores)[:, None] & idle
+        partial = valid & (self.free < GPU_MILLI)
+        return {
+            "idle_gpus": 100.0 * int(idle.sum()) * GPU_MILLI / capacity,
+            "idle_gpus_no_cores": 100.0 * int(no_cores.sum()) * GPU_MILLI / capacity,
+            "partial": 100.0 * int(self.free[partial].sum()) / capacity,
+        }
 
     def _changed(self, i: int) -> None:
         key = (self.kind[i], int(self.cpu[i]), int(self.mem[i]), tuple(self.free[i].tolist()),
