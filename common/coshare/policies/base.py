@@ -463,7 +463,8 @@ def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | Non
     if exclude is not None:
         mem_ok &= ~exclude
     if idle_only:
-        mem_ok &= state.dev_jobs == 0
+        # idle: nothing on the device, and no CPU-only job holding its node (device_ok's rule)
+        mem_ok &= (state.dev_jobs == 0) & (state.node_host_jobs == 0)[state.dev_node]
         if not mem_ok.any():
             return Unplaced(
                 job.id,
