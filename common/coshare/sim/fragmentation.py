@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from coshare.model import Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
+from coshare.policies.base import Policy
 from coshare.policies.fgd import Shape, job_shape, target_workload
 from coshare.sim.traces import GPU_MILLI
 
@@ -150,7 +151,7 @@ Step = Callable[[int], None]
 def run_benchmark(
     nodes: Sequence[Node],
     pods: Sequence[Job],
-    policy: str,
+    policy: str | Policy,
     protocol: str,
     seed: int,
     batch: int = BATCH_PODS,
@@ -161,7 +162,7 @@ def run_benchmark(
     Args:
         nodes: the GPU nodes.
         pods: the original pod list (clones are drawn from it).
-        policy: a policy name.
+        policy: a policy name (built with :func:`fragmentation_options`), or a policy.
         protocol: ``online`` or ``batch``.
         seed: shuffles pods, clones, the node order and seeds the random policy.
         batch: pods per cycle (batch protocol).
@@ -171,7 +172,8 @@ def run_benchmark(
         raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     capacity = gpu_capacity(nodes)
     sequence = arrivals(pods, capacity, seed)
-    impl = make_policy(policy, fragmentation_options(nodes, pods, seed))
+    impl = (make_policy(policy, fragmentation_options(nodes, pods, seed))
+            if isinstance(policy, str) else policy)  # fmt: skip
     ledger = _Ledger(node_order(nodes, seed))
     size = 1 if protocol == "online" else max(1, batch)
     arrived_milli = 0
@@ -188,10 +190,12 @@ def run_benchmark(
         snapshot = ledger.snapshot(pending, reduced=len(pending) == 1)
         plan = impl.plan(snapshot)
         placed += ledger.apply(plan, pending)
-        # Nothing ever leaves, so a pod with no room now never gets any: drop it, as the
-        # benchmark does. A pod that fits but was not chosen waits for the next cycle.
-        kept = {u.job for u in plan.unplaced if u.code == "not_chosen"}
-        waiting = [p for p in pending if p.id in kept]
+        # Online, a pod that is not placed is dropped, as the benchmark does. In a batch,
+        # one that fits but was not chosen waits for the next cycle, as it would live; one
+        # with no room is dropped (nothing ever leaves, so it would never get any).
+        if size > 1:
+            kept = {u.job for u in plan.unplaced if u.code == "not_chosen"}
+            waiting = [p for p in pending if p.id in kept]
         arrived.append(100.0 * arrived_milli / capacity)
         allocated.append(100.0 * ledger.allocated / capacity)
         if not at_100 and arrived[-1] >= 100.0:
