@@ -36,6 +36,7 @@ test: lint typecheck
 
 bench: $(VENV)/.base
 	$(BIN)/python bench/plan_scale.py
+	$(BIN)/python bench/sim_scale.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -3,7 +3,8 @@
 ::
 
     coshare plan SNAPSHOT|- [--policy NAME] [--output table|json] [--threads strict|soft]
-    coshare demo
+    coshare simulate [--workload NAME|trace:PATH] [--policies a,b] [--footprint] ...
+    coshare demo [--jobs N] [--nodes N] [--seeds K]
     coshare config show | coshare config check FILE
 
 Subcommands of the adapters, the node helpers and the simulator are loaded only when used
@@ -40,6 +41,7 @@ from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 LAZY_COMMANDS: dict[str, str] = {
     "condor": "condor_addon.cli:condor",
     "node": "coshare.node.cli:node",
+    "simulate": "coshare.sim_cli:simulate",
     "slurm": "slurm_addon.cli:slurm",
 }
 
@@ -185,13 +187,23 @@ def example_snapshot() -> Snapshot:
 
 
 @cli.command()
+@click.option("--jobs", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Table I jobs in the reproduction.")
+@click.option("--nodes", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Cluster size of the reproduction.")
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Seeds 0..K-1 (mean and range).")
 @pass_app
-def demo(app: AppContext) -> None:
-    """Plan the bundled example snapshot with every policy and show the knapsack plan."""
+def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
+    """Reproduce the paper's Table II in simulation, then plan the bundled example snapshot."""
+    from coshare.sim_cli import table2_report  # the simulator loads only when needed
+
+    text, _ = table2_report(jobs, nodes, tuple(range(seeds)))
+    click.echo(text)
     config = app.config
     snap = example_snapshot()
     click.echo(
-        f"Example cluster: {len(snap.nodes)} nodes, "
+        f"Live planning on the bundled example cluster: {len(snap.nodes)} nodes, "
         f"{sum(len(n.devices) for n in snap.nodes)} Xeon Phi devices of 3 models, "
         f"{len(snap.running)} jobs holding devices, {len(snap.pending)} pending "
         "(Table I applications of the coprocessor-sharing paper).\n"

@@ -79,7 +79,7 @@ def test_soft_threads_flag() -> None:
         (
             ["plan", "-", "--policy", "best"],
             "{}",
-            "unknown policy 'best' (known: exclusive, knapsack, random)",
+            "unknown policy 'best' (known: bestfit, exclusive, fgd, knapsack, random)",
         ),
     ],
 )
@@ -110,17 +110,24 @@ def test_config_show_and_check(tmp_path: Path) -> None:
     assert code == 0 and "ok" in out
 
 
-def test_demo_compares_policies_on_the_bundled_snapshot() -> None:
-    code, out, _ = run("demo")
+def test_demo_reproduces_table2_then_plans_the_example() -> None:
+    code, out, _ = run("demo", "--jobs", "150", "--nodes", "3")
     assert code == 0
-    assert "Plan by policy knapsack" in out
-    for name in ("exclusive", "random", "knapsack"):
-        assert name in out.split("Policies on this snapshot")[1]
+    assert "Table II reproduction: 150 Table I jobs on 3 nodes" in " ".join(out.split())
+    reproduction, _, example = out.partition("Live planning on the bundled example")
+    rows = {line.split()[0]: line.split() for line in reproduction.splitlines()
+            if line.strip().split(" ")[0] in ("exclusive", "random", "knapsack")}  # fmt: skip
+    assert set(rows) == {"exclusive", "random", "knapsack"}
+    makespans = {name: float(cells[1]) for name, cells in rows.items()}
+    assert makespans["random"] < makespans["exclusive"]
+    assert makespans["knapsack"] < makespans["exclusive"]
+    assert "Plan by policy knapsack" in example
+    assert "Policies on this snapshot" in example
 
 
 def test_help_lists_commands() -> None:
     code, out, _ = run("--help")
-    assert code == 0 and "plan" in out and "demo" in out
+    assert code == 0 and "plan" in out and "demo" in out and "simulate" in out
 
 
 def test_cycle_summary_lists_every_refused_skipped_and_failed_job() -> None:

@@ -7,10 +7,12 @@ name        what it does
 exclusive   one job per device (paper's MC, Spread-n-Share's CE): today's clusters
 random      seeded random order, first fit, sharing allowed (paper's MCC)
 knapsack    per-device 0-1 knapsack, greedy over the cluster (paper's MCCK)
+bestfit     least leftover cores and device share per node (fragmentation benchmark)
+fgd         least growth of expected fragmentation (FGD, the benchmark's best peer)
 ==========  =====================================================================
 
-Later policies register here too (``bestfit``, ``fgd``, ``collocate``, ``membw``, ``sns``,
-``cs``): add a module and one entry in :data:`FACTORIES`.
+Later policies register here too (``collocate``, ``membw``, ``sns``, ``cs``): add a module
+and one entry in :data:`FACTORIES`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from collections.abc import Callable
 from coshare.errors import PolicyError
 from coshare.model import ThreadMode
 from coshare.policies.base import Policy
+from coshare.policies.bestfit import BestFitPolicy
 from coshare.policies.exclusive import ExclusivePolicy
+from coshare.policies.fgd import FgdPolicy, Shape
 from coshare.policies.knapsack import KnapsackPolicy
 from coshare.policies.random_fit import RandomPolicy
 
@@ -31,7 +35,10 @@ class PolicyOptions:
     """The options a policy may take, gathered from the configuration.
 
     Attributes mirror ``policy`` and ``knapsack`` config sections; a factory reads what it
-    needs and ignores the rest.
+    needs and ignores the rest. ``fgd_workload`` is FGD's target workload (shapes with
+    counts) when the caller knows it, as the fragmentation benchmark does; ``None`` takes it
+    from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
+    ``None`` takes the largest node of each snapshot.
     """
 
     def __init__(
@@ -43,6 +50,8 @@ class PolicyOptions:
         max_reserved_devices: int = 8,
         memory_grid_mib: int = 64,
         max_thread_cells: int = 64,
+        fgd_workload: tuple[tuple[Shape, int], ...] | None = None,
+        bestfit_scale: tuple[int, int] | None = None,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -50,6 +59,8 @@ class PolicyOptions:
         self.max_reserved_devices = max_reserved_devices
         self.memory_grid_mib = memory_grid_mib
         self.max_thread_cells = max_thread_cells
+        self.fgd_workload = fgd_workload
+        self.bestfit_scale = bestfit_scale
 
 
 FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
@@ -62,6 +73,8 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
         age_limit_s=o.age_limit_s,
         max_reserved_devices=o.max_reserved_devices,
     ),
+    "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
+    "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
 }
 
 

@@ -52,18 +52,18 @@ def priority_key(job: Job) -> tuple[int, float, str]:
 
 
 def shape_of(job: Job) -> tuple[int, int, int, int, int, str]:
-    """What placement depends on: jobs of equal shape fit exactly the same places.
-
-    Called for every job of a plan, so it reads fields directly rather than properties.
-    """
-    device = job.kind == "device"
+    """What placement depends on: jobs of equal shape fit exactly the same places."""
+    # Fields read directly, not through the properties: this runs for every pending job
+    # several times per plan, and the simulator plans hundreds of times per run.
+    kind = job.kind
+    processes = job.processes
     return (
         job.device_memory_mib,
         job.device_threads,
-        job.device_count if device else 0,
-        job.cpu_milli * job.processes,
-        job.memory_mib * job.processes,
-        job.kind,
+        job.device_count if kind == "device" else 0,
+        job.cpu_milli * processes,
+        job.memory_mib * processes,
+        kind,
     )
 
 
@@ -89,12 +89,6 @@ class ClusterState:
         self.nodes: tuple[Node, ...] = nodes
         self.node_names = [n.name for n in nodes]
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
-        self.node_total_cpu = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
-        self.node_total_mem = np.array([n.memory_mib for n in nodes], dtype=np.int64)
-        self.node_free_cpu = self.node_total_cpu.copy()
-        self.node_free_mem = self.node_total_mem.copy()
-        self.node_jobs = np.zeros(len(nodes), dtype=np.int64)
-        self.node_host_jobs = np.zeros(len(nodes), dtype=np.int64)  # jobs without devices
 
         dev_node: list[int] = []
         self.dev_ids: list[str] = []
@@ -103,34 +97,56 @@ class ClusterState:
         threads: list[int] = []
         self.dev_index: dict[tuple[str, str], int] = {}
         for i, node in enumerate(nodes):
-            mine = []
-            for dev in node.devices:
-                self.dev_index[(node.name, dev.id)] = len(dev_node)
-                mine.append(len(dev_node))
-                dev_node.append(i)
+            first = len(dev_node)
+            self.node_devs.append(list(range(first, first + len(node.devices))))
+            for k, dev in enumerate(node.devices):
+                self.dev_index[(node.name, dev.id)] = first + k
                 self.dev_ids.append(dev.id)
                 total_mem.append(dev.memory_mib)
                 threads.append(dev.threads)
-            self.node_devs.append(mine)
-        self.dev_node = np.array(dev_node, dtype=np.int64)
-        self.dev_total_mem = np.array(total_mem, dtype=np.int64)
-        self.dev_threads = np.array(threads, dtype=np.int64)
-        self.dev_free_mem = self.dev_total_mem.copy()
-        self.dev_free_thr = self.dev_threads.copy()
-        self.dev_jobs = np.zeros(len(dev_node), dtype=np.int64)
+            dev_node += [i] * len(node.devices)
 
+        # Running and planned jobs are summed in plain lists and turned into arrays once:
+        # item-by-item numpy updates cost a microsecond each, and a snapshot can hold
+        # thousands of placements (the simulator builds one every cycle).
+        free_cpu = [n.cpu_milli for n in nodes]
+        free_mem = [n.memory_mib for n in nodes]
+        node_jobs = [0] * len(nodes)
+        host_jobs = [0] * len(nodes)
+        dev_free_mem = list(total_mem)
+        dev_free_thr = list(threads)
+        dev_jobs = [0] * len(dev_node)
+        node_index, dev_index = self.node_index, self.dev_index
         for r in snapshot.running:
-            n = self.node_index[r.node]
-            self.node_free_cpu[n] -= r.cpu_milli
-            self.node_free_mem[n] -= r.memory_mib
-            self.node_jobs[n] += 1
-            self.node_host_jobs[n] += not r.devices
+            n = node_index[r.node]
+            free_cpu[n] -= r.cpu_milli
+            free_mem[n] -= r.memory_mib
+            node_jobs[n] += 1
+            if not r.devices:
+                host_jobs[n] += 1
             for dev_id in r.devices:
-                d = self.dev_index[(r.node, dev_id)]
-                self.dev_free_mem[d] -= r.device_memory_mib
-                self.dev_free_thr[d] -= r.device_threads
-                self.dev_jobs[d] += 1
+                d = dev_index[(r.node, dev_id)]
+                dev_free_mem[d] -= r.device_memory_mib
+                dev_free_thr[d] -= r.device_threads
+                dev_jobs[d] += 1
+
+        def ints(values: list[int]) -> Ints:
+            return np.array(values, dtype=np.int64)
+
+        self.node_total_cpu = ints([n.cpu_milli for n in nodes])
+        self.node_total_mem = ints([n.memory_mib for n in nodes])
+        self.node_free_cpu = ints(free_cpu)
+        self.node_free_mem = ints(free_mem)
+        self.node_jobs = ints(node_jobs)
+        self.node_host_jobs = ints(host_jobs)  # jobs without devices
+        self.dev_node = ints(dev_node)
+        self.dev_total_mem = ints(total_mem)
+        self.dev_threads = ints(threads)
+        self.dev_free_mem = ints(dev_free_mem)
+        self.dev_free_thr = ints(dev_free_thr)
+        self.dev_jobs = ints(dev_jobs)
         self.assignments: list[Assignment] = []
+        self._most_free: dict[bool, tuple[int, int, int]] = {}
 
     @property
     def device_count(self) -> int:
@@ -156,6 +172,25 @@ class ClusterState:
         self.assignments.append(
             Assignment(job.id, self.node_names[node], tuple(self.dev_ids[d] for d in devices))
         )
+        self._most_free.clear()
+
+    def most_free(self, idle_only: bool = False) -> tuple[int, int, int]:
+        """Upper bounds for a quick "fits nowhere": the most free device memory (on idle
+        devices, with ``idle_only``), host cores and host memory of any node; -1 when none.
+
+        Cached until the next :meth:`place`, so rejecting the many job shapes that no longer
+        fit costs no array work (the simulator plans hundreds of times per run).
+        """
+        bounds = self._most_free.get(idle_only)
+        if bounds is None:
+            mem = self.dev_free_mem[self.dev_jobs == 0] if idle_only else self.dev_free_mem
+            bounds = (
+                int(mem.max(initial=-1)),
+                int(self.node_free_cpu.max(initial=-1)),
+                int(self.node_free_mem.max(initial=-1)),
+            )
+            self._most_free[idle_only] = bounds
+        return bounds
 
     # -- where could a job go now -----------------------------------------------------------
 
@@ -197,6 +232,12 @@ class ClusterState:
         """The first ``count`` devices of ``node`` set in ``mask`` (indexed from 0)."""
         return [d for d in self.node_devs[node] if mask[d]][:count]
 
+    def least_free_on(self, node: int, mask: Mask, count: int) -> list[int]:
+        """The ``count`` devices of ``node`` set in ``mask`` with the least free memory (ties:
+        device order), for policies that fill devices tightly."""
+        devs = [d for d in self.node_devs[node] if mask[d]]
+        return sorted(devs, key=lambda d: (int(self.dev_free_mem[d]), d))[:count]
+
     def place_host_job(self, job: Job, idle_only: bool = False) -> bool:
         """Place a CPU job on the first node with room (``idle_only``: an otherwise empty node)."""
         ok = self.host_ok(job)
@@ -227,6 +268,15 @@ class ClusterState:
             return self.place_host_job(job, idle_only)
         if job.device_count == 1:
             shape = shape_of(job)
+            most_mem, most_cpu, most_host = self.most_free(idle_only)
+            if (
+                job.device_memory_mib > most_mem
+                or job.total_cpu_milli > most_cpu
+                or job.total_memory_mib > most_host
+            ):
+                if hints is not None:
+                    hints[shape] = self.device_count
+                return False
             start = hints.get(shape, 0) if hints is not None else 0
             ok = self.device_ok(job, start, idle_only)
             if len(ok) == 0:
@@ -308,14 +358,11 @@ def never_fits(snapshot: Snapshot, jobs: Iterable[Job]) -> dict[str, Unplaced]:
 
     Checked once per job shape against the few distinct kinds of node of the cluster.
     """
-    classes = {
-        _NodeClass(
-            n.cpu_milli,
-            n.memory_mib,
-            tuple(sorted(((d.memory_mib, d.threads) for d in n.devices), reverse=True)),
-        )
+    kinds = {
+        (n.cpu_milli, n.memory_mib, tuple([(d.memory_mib, d.threads) for d in n.devices]))
         for n in snapshot.nodes
     }
+    classes = {_NodeClass(cpu, mem, tuple(sorted(devs, reverse=True))) for cpu, mem, devs in kinds}
     max_dev_mem = max((d[0] for c in classes for d in c.devices), default=0)
     max_threads = max((d[1] for c in classes for d in c.devices), default=0)
     max_devs = max((len(c.devices) for c in classes), default=0)
@@ -416,7 +463,8 @@ def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | Non
     if exclude is not None:
         mem_ok &= ~exclude
     if idle_only:
-        mem_ok &= state.dev_jobs == 0
+        # idle: nothing on the device, and no CPU-only job holding its node (device_ok's rule)
+        mem_ok &= (state.dev_jobs == 0) & (state.node_host_jobs == 0)[state.dev_node]
         if not mem_ok.any():
             return Unplaced(
                 job.id,

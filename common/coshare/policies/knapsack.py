@@ -229,13 +229,43 @@ class _Filler:
         self.key_of: dict[int, DeviceKey] = {}
         self.groups: dict[DeviceKey, set[int]] = {}
         self.heap: list[DeviceKey] = []
-        self.open_on_node = np.zeros(len(state.nodes), dtype=np.int64)
-        for d in range(state.device_count):
-            if not reserved[d] and state.dev_free_mem[d] >= self.grid:
-                self.open_on_node[state.dev_node[d]] += 1
-                self.key_of[d] = (-1, 0, 0, 0, 0)
-        for d in list(self.key_of):
-            self._rekey(d)
+        # A device whose free memory is below the smallest job's would be popped first (its
+        # key's memory cells are smaller than any other's), find nothing and be closed; not
+        # opening it at all gives the same plan and saves the work on large clusters.
+        smallest = min((key[0] for key in self.pool.types), default=None)
+        opened = ~reserved & (state.dev_free_mem >= self.grid)
+        if smallest is not None:
+            opened &= state.dev_free_mem // self.grid >= smallest
+        self.open_on_node = np.bincount(
+            state.dev_node[opened], minlength=len(state.nodes)
+        ).astype(np.int64)
+        self._open_all(np.flatnonzero(opened))
+
+    def _open_all(self, devices: np.ndarray) -> None:
+        """Key and group the open devices at once (:meth:`_device_key`, vectorized)."""
+        s = self.state
+        nodes = s.dev_node[devices]
+        share = np.maximum(self.open_on_node[nodes], 1)
+        threads = s.dev_threads[devices]
+        if s.strict:
+            grids = np.where(threads // self.thread_grid <= self.max_cells, self.thread_grid,
+                             -(-threads // self.max_cells))  # fmt: skip
+            units = np.maximum(s.dev_free_thr[devices], 0) // grids
+        else:
+            units = np.full(len(devices), -1, dtype=np.int64)
+        keys = zip(
+            (np.maximum(s.dev_free_mem[devices], 0) // self.grid).tolist(),
+            units.tolist(),
+            threads.tolist(),
+            (np.maximum(s.node_free_cpu[nodes], 0) // share).tolist(),
+            (np.maximum(s.node_free_mem[nodes], 0) // share).tolist(),
+            strict=True,
+        )
+        for d, key in zip(devices.tolist(), keys, strict=True):
+            self.key_of[d] = key
+            self.groups.setdefault(key, set()).add(d)
+        self.heap = list(self.groups)
+        heapq.heapify(self.heap)
 
     def _grid_of(self, d: int) -> int:
         threads = int(self.state.dev_threads[d])

@@ -1,0 +1,325 @@
+"""The discrete-event engine: jobs arrive, a policy plans them every cycle, they run and end.
+
+::
+
+    arrival / job end at t ──> no cycle due? schedule one at t + cycle_delay_s
+                                   │
+    cycle at t' ──> Snapshot(nodes, running, pending, now=t') ──> policy.plan() ──> Plan
+                                   │                                             │
+                                   └──── every assignment starts at t' <─────────┘
+    execution model: host phases and offloads; tells the engine when each job ends
+
+Cycles are event-driven: the planner runs only after something arrived or ended, once per
+``cycle_delay_s`` at most (the scheduler's negotiation cycle, which the paper blames for part
+of its overhead), never on idle ticks. A planned job starts at the cycle's time, on the node
+and devices of its assignment, and holds its declared resources until it ends. The policy is
+the same object the live cycle uses; the engine gives it the snapshot a live Source would.
+
+Events at the same instant run in this order: job events, then arrivals, then the cycle, so
+a cycle sees everything that happened at its time. The engine keeps its own ledger of device
+memory and host resources and stops with :class:`SimulationError` if a plan would exceed
+them (or, with ``verify``, if :func:`coshare.verify.check_plan` finds anything). When no
+event is left but jobs still wait (they fit no node, or the policy holds them back), the run
+ends and reports them as not run. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from coshare.errors import CoshareError
+from coshare.model import Node, RunningJob, Snapshot
+from coshare.policies.base import Policy
+from coshare.sim.device import ExecutionModel, OffloadModel, Token
+from coshare.sim.jobs import SimJob
+from coshare.verify import check_plan
+
+#: Order of simultaneous events.
+_JOB_EVENT, _ARRIVAL, _CYCLE = 0, 1, 2
+
+Progress = Callable[[int], None]
+"""Called with the number of jobs ended so far, after each job ends."""
+
+
+class SimulationError(CoshareError):
+    """A policy produced a plan the simulated cluster cannot hold (a bug, never expected)."""
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How the engine runs.
+
+    Attributes:
+        cycle_delay_s: seconds from the event that triggers a cycle to the cycle itself.
+        verify: check every plan with :func:`coshare.verify.check_plan` (slower).
+        strict_threads: whether ``verify`` also holds declared threads within each device.
+    """
+
+    cycle_delay_s: float = 1.0
+    verify: bool = False
+    strict_threads: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What happened to one job.
+
+    Attributes:
+        id: the job id.
+        submit_s: arrival time.
+        duration_s: run time alone.
+        start_s: when it started (``None``: it never ran).
+        end_s: when it ended.
+        node: where it ran.
+        devices: device ids there.
+        gate_wait_s: seconds its offloads waited for device threads.
+    """
+
+    id: str
+    submit_s: float
+    duration_s: float
+    start_s: float | None = None
+    end_s: float | None = None
+    node: str = ""
+    devices: tuple[str, ...] = ()
+    gate_wait_s: float = 0.0
+
+    @property
+    def slowdown(self) -> float | None:
+        """Run time over run time alone (1.0: it never waited for its device)."""
+        if self.start_s is None or self.end_s is None or self.duration_s <= 0:
+            return None
+        return (self.end_s - self.start_s) / self.duration_s
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One simulated run.
+
+    Attributes:
+        policy: the policy's name.
+        nodes: nodes in the cluster.
+        devices: devices in the cluster.
+        makespan_s: from time 0 to the last job's end.
+        jobs: one record per job, in input order.
+        cycles: planning cycles run.
+        busy_thread_s: per device, thread-seconds of offloads run.
+        thread_capacity: per device, hardware threads.
+        peak_threads: per device, the most offload threads in use at once.
+        peak_memory_mib: per device, the most declared memory held at once.
+        memory_capacity_mib: per device, its memory.
+    """
+
+    policy: str
+    nodes: int
+    devices: int
+    makespan_s: float
+    jobs: tuple[JobRecord, ...]
+    cycles: int
+    busy_thread_s: tuple[float, ...] = ()
+    thread_capacity: tuple[int, ...] = ()
+    peak_threads: tuple[int, ...] = ()
+    peak_memory_mib: tuple[int, ...] = ()
+    memory_capacity_mib: tuple[int, ...] = field(default=())
+
+    @property
+    def not_run(self) -> tuple[str, ...]:
+        """Jobs that never started."""
+        return tuple(r.id for r in self.jobs if r.start_s is None)
+
+    @property
+    def utilization(self) -> float:
+        """Average device core utilization: offload thread-seconds over threads x makespan."""
+        capacity = sum(self.thread_capacity) * self.makespan_s
+        return sum(self.busy_thread_s) / capacity if capacity > 0 else 0.0
+
+
+def simulate(
+    nodes: Sequence[Node],
+    jobs: Sequence[SimJob],
+    policy: Policy,
+    *,
+    options: SimOptions | None = None,
+    model: ExecutionModel | None = None,
+    progress: Progress | None = None,
+) -> SimResult:
+    """Run ``jobs`` on ``nodes`` under ``policy`` until every job that can run has ended.
+
+    Args:
+        nodes: the cluster.
+        jobs: the jobs; each arrives at its ``job.submit_time_s``. Ids must be unique.
+        policy: plans every cycle.
+        options: cycle delay and checks.
+        model: how jobs run (default: :class:`OffloadModel`).
+        progress: called after each job ends.
+
+    Raises:
+        SimulationError: a plan exceeds the cluster (or breaks the contract, with verify).
+    """
+    return _Engine(nodes, jobs, policy, options or SimOptions(), model or OffloadModel(),
+                   progress).run()  # fmt: skip
+
+
+class _Engine:
+    def __init__(self, nodes: Sequence[Node], jobs: Sequence[SimJob], policy: Policy,
+                 options: SimOptions, model: ExecutionModel,
+                 progress: Progress | None) -> None:  # fmt: skip
+        self.nodes = tuple(nodes)
+        self.jobs = jobs
+        self.policy = policy
+        self.options = options
+        self.model = model
+        self.progress = progress
+        self.index = {s.job.id: i for i, s in enumerate(jobs)}
+        if len(self.index) != len(jobs):
+            raise SimulationError("job ids must be unique")
+        self.dev_index: dict[tuple[str, str], int] = {}
+        threads: list[int] = []
+        memory: list[int] = []
+        for node in self.nodes:
+            for dev in node.devices:
+                self.dev_index[(node.name, dev.id)] = len(threads)
+                threads.append(dev.threads)
+                memory.append(dev.memory_mib)
+        self.threads = threads
+        self.dev_mem = memory
+        self.used_mem = [0] * len(memory)
+        self.peak_mem = [0] * len(memory)
+        self.node_cpu = {n.name: n.cpu_milli for n in self.nodes}
+        self.node_mem = {n.name: n.memory_mib for n in self.nodes}
+        self.heap: list[tuple[float, int, int, Token]] = []
+        self.seq = 0
+        self.pending: dict[str, int] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.placed: dict[int, tuple[str, tuple[str, ...], tuple[int, ...]]] = {}
+        self.start: dict[int, float] = {}
+        self.end: dict[int, float] = {}
+        self.cycle_due: float | None = None
+        self.cycles = 0
+
+    def push(self, time: float, kind: int, token: Token) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (time, kind, self.seq, token))
+
+    def trigger(self, now: float) -> None:
+        if self.cycle_due is None:
+            self.cycle_due = now + self.options.cycle_delay_s
+            self.push(self.cycle_due, _CYCLE, (-1, -1))
+
+    def run(self) -> SimResult:
+        self.model.bind(self.jobs, self.threads, lambda t, tok: self.push(t, _JOB_EVENT, tok))
+        for i, sim in enumerate(self.jobs):
+            self.push(sim.job.submit_time_s, _ARRIVAL, (i, -1))
+        while self.heap:
+            now, kind, _, token = heapq.heappop(self.heap)
+            if kind == _JOB_EVENT:
+                ended = self.model.handle(token, now)
+                if ended is not None:
+                    self.finish(ended, now)
+            elif kind == _ARRIVAL:
+                self.pending[self.jobs[token[0]].job.id] = token[0]
+                self.trigger(now)
+            else:
+                self.cycle_due = None
+                self.cycle(now)
+        return self.result()
+
+    def cycle(self, now: float) -> None:
+        if not self.pending:
+            return
+        self.cycles += 1
+        snapshot = Snapshot(
+            self.nodes,
+            tuple(self.running.values()),
+            tuple(self.jobs[i].job for i in self.pending.values()),
+            now_s=now,
+        )
+        plan = self.policy.plan(snapshot)
+        if self.options.verify:
+            problems = check_plan(snapshot, plan, strict_threads=self.options.strict_threads)
+            if problems:
+                raise SimulationError(
+                    f"policy {plan.policy} at t={now:g}: " + "; ".join(problems[:5])
+                )
+        for a in plan.assignments:
+            self.begin(self.index[a.job], a.node, a.devices, now)
+
+    def begin(self, j: int, node: str, device_ids: tuple[str, ...], now: float) -> None:
+        job = self.jobs[j].job
+        if j in self.placed or job.id not in self.pending:
+            raise SimulationError(f"job {job.id} placed twice (multi-node plans are not simulated)")
+        devices = tuple(self.dev_index[(node, d)] for d in device_ids)
+        for d in devices:
+            self.used_mem[d] += job.device_memory_mib
+            if self.used_mem[d] > self.dev_mem[d]:
+                raise SimulationError(
+                    f"{self.policy.name} oversubscribes the memory of {node}/"
+                    f"{device_ids[devices.index(d)]} at t={now:g}"
+                )
+            self.peak_mem[d] = max(self.peak_mem[d], self.used_mem[d])
+        self.node_cpu[node] -= job.total_cpu_milli
+        self.node_mem[node] -= job.total_memory_mib
+        if self.node_cpu[node] < 0 or self.node_mem[node] < 0:
+            raise SimulationError(f"{self.policy.name} oversubscribes host of {node} at t={now:g}")
+        del self.pending[job.id]
+        self.placed[j] = (node, device_ids, devices)
+        self.running[job.id] = RunningJob(
+            id=job.id,
+            node=node,
+            devices=device_ids,
+            device_memory_mib=job.device_memory_mib,
+            device_threads=job.device_threads,
+            cpu_milli=job.total_cpu_milli,
+            memory_mib=job.total_memory_mib,
+            start_time_s=now,
+            program=job.program,
+        )
+        self.start[j] = now
+        self.model.start(j, devices, now)
+
+    def finish(self, j: int, now: float) -> None:
+        if j in self.end:
+            raise SimulationError(f"job {self.jobs[j].job.id} ended twice")
+        job = self.jobs[j].job
+        node, _, devices = self.placed[j]
+        for d in devices:
+            self.used_mem[d] -= job.device_memory_mib
+        self.node_cpu[node] += job.total_cpu_milli
+        self.node_mem[node] += job.total_memory_mib
+        del self.running[job.id]
+        self.end[j] = now
+        if self.progress is not None:
+            self.progress(len(self.end))
+        self.trigger(now)
+
+    def result(self) -> SimResult:
+        records = []
+        for j, sim in enumerate(self.jobs):
+            node, device_ids, _ = self.placed.get(j, ("", (), ()))
+            records.append(
+                JobRecord(
+                    id=sim.job.id,
+                    submit_s=sim.job.submit_time_s,
+                    duration_s=sim.duration_s,
+                    start_s=self.start.get(j),
+                    end_s=self.end.get(j),
+                    node=node,
+                    devices=device_ids,
+                    gate_wait_s=self.model.gate_wait_s(j) if j in self.start else 0.0,
+                )
+            )
+        return SimResult(
+            policy=self.policy.name,
+            nodes=len(self.nodes),
+            devices=len(self.threads),
+            makespan_s=max(self.end.values(), default=0.0),
+            jobs=tuple(records),
+            cycles=self.cycles,
+            busy_thread_s=tuple(self.model.busy_thread_s),
+            thread_capacity=tuple(self.threads),
+            peak_threads=tuple(self.model.peak_threads),
+            peak_memory_mib=tuple(self.peak_mem),
+            memory_capacity_mib=tuple(self.dev_mem),
+        )

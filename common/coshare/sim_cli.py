@@ -1,0 +1,352 @@
+"""``coshare simulate``: what sharing buys, on the paper's workloads or a real trace.
+
+::
+
+    coshare simulate [--workload NAME|trace:PATH] [--jobs N] [--nodes N] [--policies a,b,...]
+                     [--footprint] [--seed N] [--seeds K] [--output table|json]
+                     [--plot FILE.png] [--sizes 1-8] [--threads soft|strict]
+                     [--cycle-delay S] [--age-limit S] [--offload-share F]
+                     [--protocol online|batch|both] [--batch N] [--workers N] [--data DIR]
+                     [--verify]
+
+Workloads: ``table1`` (Table II: 1000 jobs, 8 nodes), ``uniform``, ``normal``, ``low-skew``,
+``high-skew`` (Fig. 7, 400 jobs), ``synthetic`` (all four: Fig. 8 and Table III),
+``pressure`` (Fig. 10: ``--jobs`` per node, 200 by default, on 2 to 8 nodes),
+``alibaba-2023`` (the fragmentation benchmark on the Alibaba trace) and ``trace:FILE.swf``
+(replay an SWF log). This module does the I/O (trace files, the plot, the progress bar) and
+hands everything else to the pure ``coshare.sim``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from coshare.errors import InputError
+from coshare.policies import policy_names
+from coshare.sim.device import FixedModel
+from coshare.sim.engine import simulate as run_sim
+from coshare.sim.experiments import (
+    PAPER_NODES,
+    PRESSURE_JOBS_PER_NODE,
+    SYNTHETIC_JOBS,
+    TABLE1_JOBS,
+    Comparison,
+    Setup,
+    Sweep,
+    compare,
+    paper_calibration,
+    sweep,
+)
+from coshare.sim.fragmentation import PROTOCOLS, FragRun, arrivals, gpu_capacity, run_benchmark
+from coshare.sim.jobs import host_only
+from coshare.sim.metrics import summarize
+from coshare.sim.paper import (
+    TABLE_II_FOOTPRINT,
+    TABLE_II_MAKESPAN_S,
+    TABLE_II_REDUCTION,
+    TABLE_III_FOOTPRINT,
+)
+from coshare.sim.workloads import DISTRIBUTIONS
+from coshare.sim_report import (
+    comparison_json,
+    comparison_table,
+    frag_json,
+    frag_table,
+    render,
+    replay_table,
+    summary_dict,
+    sweep_json,
+    sweep_table,
+)
+from coshare.traces import ALIBABA_DIR, data_dir, read_alibaba, read_swf
+
+PAPER_POLICIES = ("exclusive", "random", "knapsack")
+ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd")
+WORKLOADS = ("table1", *DISTRIBUTIONS, "synthetic", "pressure", "alibaba-2023", "trace:PATH")
+
+Advance = Callable[[int], None]
+
+
+@contextmanager
+def progress_bar(total: int | None, label: str) -> Iterator[Advance]:
+    """A progress bar on standard error while a long run works (only on a terminal)."""
+    console = Console(stderr=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console, transient=True,
+                  disable=not console.is_terminal) as bar:  # fmt: skip
+        task = bar.add_task(label, total=total)
+
+        def advance(n: int = 1) -> None:
+            bar.advance(task, n)
+
+        yield advance
+
+
+def parse_policies(text: str | None, default: Sequence[str]) -> list[str]:
+    """Policy names from ``a,b,c``; unknown ones are an input error listing the known."""
+    names = [p.strip() for p in text.split(",") if p.strip()] if text else list(default)
+    unknown = [n for n in names if n not in policy_names()]
+    if unknown or not names:
+        raise InputError(f"unknown policy {', '.join(map(repr, unknown)) or '(none)'} "
+                         f"(known: {', '.join(policy_names())})")  # fmt: skip
+    return list(dict.fromkeys(names))
+
+
+def parse_sizes(text: str | None) -> list[int] | None:
+    """Cluster sizes from ``1-8`` or ``2,4,8``."""
+    if not text:
+        return None
+    sizes: list[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            sizes += list(range(int(low), int(high or low) + 1))
+    except ValueError as exc:
+        raise InputError(f"--sizes {text!r}: want sizes like 1-8 or 2,4,8") from exc
+    if not sizes or min(sizes) < 1:
+        raise InputError(f"--sizes {text!r}: sizes are node counts >= 1")
+    return sorted(set(sizes))
+
+
+def table2_report(
+    jobs: int = TABLE1_JOBS,
+    nodes: int = PAPER_NODES,
+    seeds: Sequence[int] = (0,),
+    setup: Setup | None = None,
+    footprint: bool = True,
+) -> tuple[str, list[Comparison]]:
+    """The Table II reproduction as text (MC, MCC, MCCK with footprint), and its results."""
+    setup = setup or Setup()
+    per_seed = len(PAPER_POLICIES) + (4 if footprint else 0)
+    with progress_bar(len(seeds) * per_seed, "Table II") as advance:
+        comps = [compare("table1", jobs, nodes, PAPER_POLICIES, s, setup, footprint,
+                         step=lambda _: advance(1)) for s in seeds]  # fmt: skip
+    title = (
+        f"Table II reproduction: {jobs} Table I jobs on {nodes} nodes x 1 Xeon Phi 5110P, "
+        f"seeds {', '.join(map(str, seeds))} (threads {setup.threads}, cycle delay "
+        f"{setup.cycle_delay_s:g} s, offload share {_shares(comps)} calibrated to MC 50%)"
+    )
+    paper = jobs == TABLE1_JOBS and nodes == PAPER_NODES
+    table = comparison_table(
+        comps, title,
+        TABLE_II_MAKESPAN_S if paper else None, TABLE_II_REDUCTION if paper else None,
+        TABLE_II_FOOTPRINT if paper else None,
+    )  # fmt: skip
+    note = ("footprint: the fewest nodes that finish within exclusive's makespan on "
+            f"{nodes} nodes; paper = Coviello et al., Table II (MC/MCC/MCCK).")
+    return render(table, note), comps
+
+
+def _shares(comps: Sequence[Comparison]) -> str:
+    values = sorted({round(c.offload_share, 3) for c in comps})
+    return ", ".join(f"{v:.3f}" for v in values)
+
+
+@click.command("simulate")
+@click.option("--workload", default="table1", show_default=True, metavar="NAME|trace:PATH",
+              help=f"One of {', '.join(WORKLOADS)}.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Jobs (table1: 1000, synthetic: 400; pressure: jobs per node, 200).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help=f"Cluster size in nodes (default {PAPER_NODES}).")
+@click.option("--policies", "policies_text", default=None,
+              help="Comma-separated policies (paper workloads: exclusive,random,knapsack; "
+              "alibaba-2023 and traces: all five).")
+@click.option("--footprint", is_flag=True,
+              help="Also find each policy's footprint: the fewest nodes matching exclusive's "
+              "makespan.")
+@click.option("--seed", type=int, default=0, show_default=True, help="First seed.")
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Number of seeds (SEED, SEED+1, ...).")
+@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write figures to this PNG (needs matplotlib: the 'plot' extra).")
+@click.option("--sizes", default=None,
+              help="Also sweep the cluster size, e.g. 1-8 (Fig. 9); pressure: default 2-8.")
+@click.option("--threads", type=click.Choice(["soft", "strict"]), default="soft",
+              show_default=True,
+              help="soft: the node's offload gate serializes offloads (COSMIC, as in the "
+              "paper's MCC and MCCK); strict: declared threads per device stay within it.")
+@click.option("--cycle-delay", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds from an arrival or job end to the planning cycle.")
+@click.option("--age-limit", type=click.FloatRange(min=0), default=None,
+              help="Knapsack aging in seconds (default: none, as in the paper).")
+@click.option("--offload-share", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="Part of a job's run time spent offloading (default: calibrated so "
+              "exclusive reaches the paper's 50% utilization).")
+@click.option("--protocol", type=click.Choice(["online", "batch", "both"]), default="both",
+              show_default=True, help="alibaba-2023: one pod per cycle, many, or both.")
+@click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
+              help="alibaba-2023, batch protocol: pods per cycle.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="alibaba-2023: runs in parallel processes (one per core is plenty).")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder of the traces (default: $COSHARE_TRACE_DIR, else ../shared/data).")
+@click.option("--verify", is_flag=True, help="Check every plan with coshare.verify (slower).")
+def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: str | None,
+             footprint: bool, seed: int, seeds: int, output: str, plot: Path | None,
+             sizes: str | None, threads: str, cycle_delay: float, age_limit: float | None,
+             offload_share: float | None, protocol: str, batch: int, workers: int,
+             data: Path | None, verify: bool) -> None:  # fmt: skip
+    """Simulate policies on a workload and compare makespan, utilization, footprint
+    (or, on the Alibaba trace, unallocated GPU capacity)."""
+    if plot is not None:
+        from coshare.sim_plot import require_matplotlib
+
+        require_matplotlib()  # fail before hours of simulation, not after
+    setup = Setup(threads=threads, age_limit_s=age_limit, cycle_delay_s=cycle_delay,  # type: ignore[arg-type]
+                  verify=verify, offload_share=offload_share)  # fmt: skip
+    seed_list = list(range(seed, seed + seeds))
+    size_list = parse_sizes(sizes)
+    header: dict[str, Any] = {"workload": workload, "seeds": seed_list, "setup": asdict(setup)}
+    if workload == "alibaba-2023":
+        policies = parse_policies(policies_text, ALL_POLICIES)
+        runs = _alibaba(policies, seed_list, protocol, batch, data, workers)
+        protocols = PROTOCOLS if protocol == "both" else (protocol,)
+        text = render(*[frag_table(runs, p) for p in protocols])
+        payload = {**header, "protocols": list(protocols), "batch": batch, **frag_json(runs)}
+        _emit(output, text, payload)
+        if plot is not None:
+            from coshare.sim_plot import save_figure
+
+            save_figure(plot, fragmentation=runs)
+        return
+    if workload.startswith("trace:"):
+        policies = parse_policies(policies_text, ALL_POLICIES)
+        text, payload = _replay(Path(workload[len("trace:"):]), policies, setup, nodes)
+        _emit(output, text, {**header, **payload})
+        return
+    policies = parse_policies(policies_text, PAPER_POLICIES)
+    comparisons: dict[str, list[Comparison]] = {}
+    sweeps: dict[str, list[Sweep]] = {}
+    if workload == "pressure":
+        per_node = jobs or PRESSURE_JOBS_PER_NODE
+        grid = size_list or list(range(2, PAPER_NODES + 1))
+        with progress_bar(len(seed_list) * len(grid) * len(policies), "pressure") as advance:
+            sweeps["pressure (normal)"] = [
+                sweep("normal", grid, policies, s, setup, jobs_per_node=per_node,
+                      step=lambda _: advance(1)) for s in seed_list
+            ]  # fmt: skip
+    elif workload in ("table1", "synthetic", *DISTRIBUTIONS):
+        names = list(DISTRIBUTIONS) if workload == "synthetic" else [workload]
+        count = jobs or (TABLE1_JOBS if workload == "table1" else SYNTHETIC_JOBS)
+        size = nodes or PAPER_NODES
+        runs_each = len(policies) + (2 * (len(policies) - 1) + 1 if footprint else 0)
+        total = len(seed_list) * len(names) * (runs_each + len(size_list or []) * len(policies))
+        with progress_bar(total, workload) as advance:
+            for s in seed_list:
+                calibration = (
+                    None if setup.offload_share is not None else paper_calibration(s, setup)
+                )
+                for name in names:
+                    comparisons.setdefault(name, []).append(
+                        compare(name, count, size, policies, s, setup, footprint,
+                                step=lambda _: advance(1), calibration=calibration))  # fmt: skip
+                    if size_list:
+                        sweeps.setdefault(name, []).append(
+                            sweep(name, size_list, policies, s, setup, jobs=count,
+                                  step=lambda _: advance(1), calibration=calibration))  # fmt: skip
+    else:
+        raise InputError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
+    text = _paper_text(comparisons, sweeps, setup)
+    payload = {**header, "comparisons": {k: comparison_json(v) for k, v in comparisons.items()},
+               "sweeps": {k: sweep_json(v) for k, v in sweeps.items()}}  # fmt: skip
+    _emit(output, text, payload)
+    if plot is not None:
+        from coshare.sim_plot import save_figure
+
+        save_figure(plot, comparisons=comparisons, sweeps=sweeps)
+
+
+def _emit(output: str, text: str, payload: dict[str, Any]) -> None:
+    if output == "json":
+        click.echo(json.dumps(payload, indent=1))
+    else:
+        click.echo(text, nl=False)
+
+
+def _paper_text(comparisons: dict[str, list[Comparison]], sweeps: dict[str, list[Sweep]],
+                setup: Setup) -> str:  # fmt: skip
+    items = []
+    for name, comps in comparisons.items():
+        first = comps[0]
+        seeds = ", ".join(str(c.seed) for c in comps)
+        paper_fp = TABLE_II_FOOTPRINT if name == "table1" else TABLE_III_FOOTPRINT.get(name)
+        paper_set = (name == "table1" and first.jobs == TABLE1_JOBS) or (
+            name in DISTRIBUTIONS and first.jobs == SYNTHETIC_JOBS)
+        paper_set = paper_set and first.nodes == PAPER_NODES
+        table2 = name == "table1" and paper_set
+        title = (f"{name}: {first.jobs} jobs on {first.nodes} nodes, seeds {seeds} (threads "
+                 f"{setup.threads}, cycle delay {setup.cycle_delay_s:g} s, offload share "
+                 f"{_shares(comps)})")  # fmt: skip
+        items.append(comparison_table(
+            comps, title,
+            TABLE_II_MAKESPAN_S if table2 else None, TABLE_II_REDUCTION if table2 else None,
+            paper_fp if paper_set and any(c.footprints for c in comps) else None,
+        ))  # fmt: skip
+    for name, group in sweeps.items():
+        items.append(sweep_table(group, f"{name}: makespan against cluster size, seeds "
+                                        f"{', '.join(str(s.seed) for s in group)}"))  # fmt: skip
+    return render(*items)
+
+
+def _alibaba(policies: Sequence[str], seeds: Sequence[int], protocol: str, batch: int,
+             data: Path | None, workers: int = 1) -> list[FragRun]:  # fmt: skip
+    trace = read_alibaba(data_dir(data) / ALIBABA_DIR)
+    pods = tuple(p.job for p in trace.pods)
+    protocols = PROTOCOLS if protocol == "both" else (protocol,)
+    tasks = [(proto, name, s) for proto in protocols for name in policies for s in seeds]
+    per_run = len(arrivals(pods, gpu_capacity(trace.nodes), seeds[0]))
+    with progress_bar(per_run * len(tasks), "alibaba-2023 pods") as advance:
+        if workers > 1:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(run_benchmark, trace.nodes, pods, name, proto, s, batch)
+                           for proto, name, s in tasks]  # fmt: skip
+                for _ in as_completed(futures):
+                    advance(per_run)
+                return [f.result() for f in futures]
+        runs: list[FragRun] = []
+        for proto, name, s in tasks:
+            done = [0]
+
+            def step(n: int, done: list[int] = done) -> None:
+                advance(n - done[0])
+                done[0] = n
+
+            runs.append(run_benchmark(trace.nodes, pods, name, proto, s, batch, step))
+        return runs
+
+
+def _replay(path: Path, policies: Sequence[str], setup: Setup,
+            nodes: int | None) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    if path.suffix != ".swf":
+        raise InputError(f"trace:{path}: only SWF logs (.swf) are replayed; the Alibaba pod "
+                         "list is the alibaba-2023 workload")  # fmt: skip
+    trace, machines = read_swf(path)
+    if machines is None:
+        raise InputError(f"trace:{path}: needs {path.name}.machines beside it (the nodes)")
+    cluster = machines[:nodes] if nodes else machines
+    jobs = [host_only(j.job, j.run_s) for j in trace.jobs]
+    summaries = []
+    with progress_bar(len(policies), f"replay {path.name}") as advance:
+        for name in policies:
+            result = run_sim(cluster, jobs, setup.policy(name, 0), options=setup.options(),
+                             model=FixedModel())  # fmt: skip
+            summaries.append(summarize(result))
+            advance(1)
+    title = (f"SWF replay of {path.name}: {len(jobs)} jobs ({trace.skipped} records skipped), "
+             f"{len(cluster)} nodes; jobs wider than one node never run (single-node policies)")
+    payload = {"trace": str(path), "nodes": len(cluster), "skipped_records": trace.skipped,
+               "runs": [summary_dict(s) for s in summaries]}  # fmt: skip
+    return render(replay_table(summaries, title)), payload

@@ -1,0 +1,288 @@
+"""What ``coshare simulate`` prints: tables a person reads and JSON for tools.
+
+Every figure of the simulator sits next to the paper's where the paper has one, labelled
+as such; aggregates over seeds give the mean and the range. Tables are rendered with rich as
+plain text (as coshare.render does).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from coshare.sim.experiments import BASELINE, Comparison, Sweep
+from coshare.sim.fragmentation import ARRIVAL_LEVELS, PUBLISHED_AT_100, FragRun, median_unallocated
+from coshare.sim.metrics import RunSummary, reduction
+from coshare.sim.paper import PAPER_NAMES
+
+
+def render(*items: Table | str, width: int = 110) -> str:
+    """Tables and lines as plain text."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
+    for item in items:
+        console.print(item)
+    return buffer.getvalue()
+
+
+def _table(title: str, columns: Sequence[str]) -> Table:
+    table = Table(title=title, box=box.SIMPLE, title_justify="left")
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    return table
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+def _spread(values: Sequence[float], fmt: str = "{:.0f}") -> str:
+    if not values:
+        return "-"
+    mean = fmt.format(statistics.fmean(values))
+    if len(values) == 1 or min(values) == max(values):
+        return mean
+    return f"{mean} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def _seeds(seeds: Iterable[int]) -> str:
+    ordered = sorted(set(seeds))
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ", ".join(map(str, ordered))
+
+
+# -- policy comparisons (Table II, Fig. 8, Table III) ------------------------------------------
+
+
+def policy_stats(comps: Sequence[Comparison]) -> dict[str, dict[str, Any]]:
+    """Per policy, over the seeds: makespans, reductions against the baseline, utilizations,
+    footprints, slowdowns."""
+    out: dict[str, dict[str, Any]] = defaultdict(lambda: defaultdict(list))
+    for comp in comps:
+        base = comp.runs.get(BASELINE)
+        for name, run in comp.runs.items():
+            stats = out[name]
+            stats["makespan_s"].append(run.makespan_s)
+            stats["utilization"].append(run.utilization)
+            stats["slowdown_mean"].append(run.slowdown_mean)
+            if base is not None:
+                stats["reduction"].append(reduction(run.makespan_s, base.makespan_s))
+            if name in comp.footprints:
+                stats["footprint"].append(comp.footprints[name].nodes)
+            elif name == BASELINE and comp.footprints:
+                stats["footprint"].append(comp.nodes)
+    return {name: dict(stats) for name, stats in out.items()}
+
+
+def _footprints(values: Sequence[int | None]) -> str:
+    if not values:
+        return "-"
+    shown = ["none" if v is None else str(v) for v in values]
+    return shown[0] if len(set(shown)) == 1 else ", ".join(shown)
+
+
+def comparison_table(comps: Sequence[Comparison], title: str,
+                     paper_makespan: dict[str, float] | None = None,
+                     paper_reduction: dict[str, float] | None = None,
+                     paper_footprint: dict[str, int] | None = None) -> Table:  # fmt: skip
+    """One row per policy: makespan, reduction against the baseline, utilization, footprint,
+    mean slowdown; the paper's figures beside them when given."""
+    stats = policy_stats(comps)
+    paper = paper_makespan is not None or paper_footprint is not None
+    columns = ["policy", "makespan s", "vs exclusive", "util", "footprint", "slowdown"]
+    if paper:
+        columns = ["policy", "makespan s", "paper", "vs exclusive", "paper", "util",
+                   "footprint", "paper", "slowdown"]  # fmt: skip
+    table = _table(title, columns)
+    for name, s in stats.items():
+        label = f"{name} ({PAPER_NAMES[name]})" if paper and name in PAPER_NAMES else name
+        makespan = _spread(s["makespan_s"])
+        versus = (_spread([-r for r in s.get("reduction", [])], "{:+.1%}")
+                  if name != BASELINE else "-")  # fmt: skip
+        util = _spread(s["utilization"], "{:.0%}")
+        fp = _footprints(s.get("footprint", []))
+        slow = _spread(s["slowdown_mean"], "{:.2f}")
+        if paper:
+            pm = (paper_makespan or {}).get(name)
+            pr = (paper_reduction or {}).get(name)
+            pf = (paper_footprint or {}).get(name)
+            table.add_row(
+                label, makespan, f"{pm:.0f}" if pm else "-", versus, f"{-pr:+.0%}" if pr else "-",
+                util, fp, str(pf) if pf else "-", slow,
+            )  # fmt: skip
+        else:
+            table.add_row(label, makespan, versus, util, fp, slow)
+    return table
+
+
+def comparison_json(comps: Sequence[Comparison]) -> dict[str, Any]:
+    """Every run, every footprint search, and the per-policy summary."""
+    runs = []
+    footprints = []
+    for comp in comps:
+        base = comp.runs.get(BASELINE)
+        for run in comp.runs.values():
+            row = summary_dict(run)
+            row.update(seed=comp.seed, workload=comp.workload, offload_share=comp.offload_share)
+            if base is not None:
+                row["reduction"] = reduction(run.makespan_s, base.makespan_s)
+            runs.append(row)
+        for name, fp in comp.footprints.items():
+            footprints.append({
+                "workload": comp.workload, "seed": comp.seed, "policy": name, "nodes": fp.nodes,
+                "target_makespan_s": fp.target_s,
+                "makespans_s": {str(k): v for k, v in fp.makespans.items()},
+            })  # fmt: skip
+    summary = []
+    for name, s in policy_stats(comps).items():
+        entry: dict[str, Any] = {
+            "policy": name,
+            "makespan_s": statistics.fmean(s["makespan_s"]),
+            "utilization": statistics.fmean(s["utilization"]),
+        }
+        if s.get("reduction"):
+            entry["reduction"] = statistics.fmean(s["reduction"])
+        if s.get("footprint"):
+            entry["footprint"] = s["footprint"]
+        summary.append(entry)
+    return {"runs": runs, "footprints": footprints, "summary": summary}
+
+
+def summary_dict(run: RunSummary) -> dict[str, Any]:
+    """A run's figures for JSON (NaN, which JSON lacks, becomes null)."""
+
+    def clean(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    return {
+        "policy": run.policy, "nodes": run.nodes, "jobs": run.jobs,
+        "makespan_s": run.makespan_s, "utilization": run.utilization,
+        "slowdown_mean": clean(run.slowdown_mean), "slowdown_p95": clean(run.slowdown_p95),
+        "slowdown_max": clean(run.slowdown_max), "wait_mean_s": clean(run.wait_mean_s),
+        "cycles": run.cycles, "not_run": run.not_run,
+    }  # fmt: skip
+
+
+# -- sweeps (Figs. 9 and 10) -----------------------------------------------------------------
+
+
+def sweep_table(sweeps: Sequence[Sweep], title: str) -> Table:
+    """Makespan per cluster size (rows) and policy (columns), mean over seeds."""
+    first = sweeps[0]
+    policies = list(dict.fromkeys(name for name, _ in first.runs))
+    sizes = sorted({n for _, n in first.runs})
+    columns = ["nodes", "jobs", *[f"{p} s" for p in policies]]
+    if BASELINE in policies:
+        columns += [f"{p} vs exclusive" for p in policies if p != BASELINE]
+    table = _table(title, columns)
+    for n in sizes:
+        means = {p: statistics.fmean(s.runs[(p, n)].makespan_s for s in sweeps) for p in policies}
+        row = [str(n), str(first.jobs[n]), *[f"{means[p]:.0f}" for p in policies]]
+        if BASELINE in policies:
+            row += [_pct(-reduction(means[p], means[BASELINE]), True)
+                    for p in policies if p != BASELINE]  # fmt: skip
+        table.add_row(*row)
+    return table
+
+
+def sweep_json(sweeps: Sequence[Sweep]) -> list[dict[str, Any]]:
+    """Every run of every sweep."""
+    out = []
+    for sweep in sweeps:
+        for (_, n), run in sweep.runs.items():
+            row = summary_dict(run)
+            row.update(workload=sweep.workload, seed=sweep.seed, size=n,
+                       offload_share=sweep.offload_share)  # fmt: skip
+            out.append(row)
+    return out
+
+
+# -- fragmentation benchmark --------------------------------------------------------------------
+
+
+def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
+    """Median unallocated GPU % per policy and arrival level, for one protocol."""
+    mine = [r for r in runs if r.protocol == protocol]
+    seeds = _seeds(r.seed for r in mine)
+    label = {"online": "online protocol: one pod per cycle (comparable to the published table)",
+             "batch": "batch protocol: a cycle plans many pending pods (as coshare runs live)"}
+    table = _table(
+        f"Alibaba GPU-sharing fragmentation, {label.get(protocol, protocol)}; unallocated GPU %, "
+        f"median of seeds {seeds}",
+        ["policy", *[f"{level}%" for level in ARRIVAL_LEVELS], "range at 100%", "published",
+         "idle GPUs", "no cores", "partial"],
+    )
+    by_policy: dict[str, list[FragRun]] = defaultdict(list)
+    for run in mine:
+        by_policy[run.policy].append(run)
+    for name, group in by_policy.items():
+        at100 = [r.unallocated_at(100) for r in group]
+        # the published "random" picks a random node; coshare's random is MCC (random job
+        # order, first fit), a different policy: only the peers implemented alike are shown
+        published = PUBLISHED_AT_100.get(name) if name in ("bestfit", "fgd") else None
+
+        def where(key: str, group: list[FragRun] = group) -> str:
+            values = [r.at_100[key] for r in group if key in r.at_100]
+            return f"{statistics.median(values):.2f}" if values else "-"
+
+        table.add_row(
+            name,
+            *[f"{median_unallocated(group, level):.2f}" for level in ARRIVAL_LEVELS],
+            f"{min(at100):.2f}-{max(at100):.2f}",
+            f"{published:.2f}" if published is not None and protocol == "online" else "-",
+            where("idle_gpus"), where("idle_gpus_no_cores"), where("partial"),
+        )
+    return table
+
+
+def frag_json(runs: Sequence[FragRun]) -> dict[str, Any]:
+    """Medians per protocol and policy, and every seed's readings."""
+    results = []
+    groups: dict[tuple[str, str], list[FragRun]] = defaultdict(list)
+    for run in runs:
+        groups[(run.protocol, run.policy)].append(run)
+    for (protocol, name), group in groups.items():
+        results.append({
+            "protocol": protocol,
+            "policy": name,
+            "unallocated_gpu_pct": {
+                str(lv): median_unallocated(group, lv) for lv in ARRIVAL_LEVELS
+            },
+            "per_seed": [{"seed": r.seed, "placed": r.placed, "dropped": r.dropped,
+                          "unallocated_gpu_pct": {str(lv): r.unallocated_at(lv)
+                                                  for lv in ARRIVAL_LEVELS},
+                          "unallocated_at_100_pct": r.at_100}
+                         for r in group],
+        })  # fmt: skip
+    return {"levels": list(ARRIVAL_LEVELS), "results": results,
+            "published_online_at_100": PUBLISHED_AT_100}  # fmt: skip
+
+
+# -- trace replay ----------------------------------------------------------------------------
+
+
+def replay_table(runs: Sequence[RunSummary], title: str) -> Table:
+    """One row per policy of a trace replay."""
+    base = next((r for r in runs if r.policy == BASELINE), None)
+    table = _table(title, ["policy", "makespan s", "vs exclusive", "mean wait s", "jobs run",
+                           "not run", "cycles"])  # fmt: skip
+    for run in runs:
+        table.add_row(
+            run.policy, f"{run.makespan_s:.0f}",
+            _pct(-reduction(run.makespan_s, base.makespan_s), True) if base and run is not base
+            else "-",
+            f"{run.wait_mean_s:.0f}", str(run.jobs - run.not_run), str(run.not_run),
+            str(run.cycles),
+        )  # fmt: skip
+    return table

@@ -1,0 +1,85 @@
+"""Reading trace files (the I/O half; the parsers are pure, in coshare.sim.traces).
+
+The project's traces live in the shared folder next to the project, ``../shared/data``
+relative to the project root (``data/README.md`` there describes them); they are read in
+place, never copied into the repository. ``COSHARE_TRACE_DIR`` or ``--data`` point elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from coshare.errors import InputError
+from coshare.model import Node
+from coshare.sim.traces import (
+    SwfTrace,
+    TracePod,
+    parse_alibaba_nodes,
+    parse_alibaba_pods,
+    parse_swf,
+    parse_swf_machines,
+)
+
+#: The Alibaba GPU-sharing trace's folder and files, under the data folder.
+ALIBABA_DIR = "alibaba-gpu-v2023"
+ALIBABA_NODES = "openb_node_list_gpu_node.csv"
+ALIBABA_PODS = "openb_pod_list_default.csv"
+
+
+def data_dir(explicit: Path | None = None) -> Path:
+    """Where the traces are: ``explicit``, else ``$COSHARE_TRACE_DIR``, else
+    ``../shared/data`` from the project root (this file is ``common/coshare/traces.py``)."""
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("COSHARE_TRACE_DIR")
+    if env:
+        return Path(env)
+    beside_checkout = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    if beside_checkout.is_dir():
+        return beside_checkout
+    return Path.cwd().parent / "shared" / "data"  # an installed copy, run from the project
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read trace {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"trace {path} is not UTF-8 text") from exc
+
+
+@dataclass(frozen=True)
+class AlibabaTrace:
+    """The Alibaba GPU nodes and pods."""
+
+    nodes: tuple[Node, ...]
+    pods: tuple[TracePod, ...]
+
+
+def read_alibaba(folder: Path, nodes_file: str = ALIBABA_NODES,
+                 pods_file: str = ALIBABA_PODS) -> AlibabaTrace:  # fmt: skip
+    """The node and pod lists of an Alibaba ``openb`` trace folder.
+
+    Raises:
+        InputError: a file is missing, unreadable or malformed.
+    """
+    nodes_path, pods_path = folder / nodes_file, folder / pods_file
+    return AlibabaTrace(
+        parse_alibaba_nodes(_read(nodes_path), str(nodes_path)),
+        parse_alibaba_pods(_read(pods_path), str(pods_path)),
+    )
+
+
+def read_swf(path: Path) -> tuple[SwfTrace, tuple[Node, ...] | None]:
+    """An SWF file and, when a ``.machines`` file sits beside it, its nodes.
+
+    Raises:
+        InputError: the file is missing, unreadable or malformed.
+    """
+    trace = parse_swf(_read(path).splitlines(), str(path))
+    machines = path.with_name(path.name + ".machines")
+    nodes = parse_swf_machines(_read(machines), str(machines)) if machines.exists() else None
+    return trace, nodes
