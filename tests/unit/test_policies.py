@@ -196,11 +196,31 @@ def test_jobs_that_fit_nowhere_say_which_limit(pending: Job, reason: str) -> Non
 
 
 def test_memory_is_rounded_up_to_the_grid_never_down() -> None:
-    # Two 4000 MiB jobs on an 8000 MiB device: with a 64 MiB grid each is 63 cells (4032 MiB)
-    # and the device 125 cells, so only one fits; the plan never relies on rounding down.
-    snap = Snapshot((phi("a", memory=8000),), (), (job("1", 4000, 1), job("2", 4000, 1)))
-    assert make_policy("knapsack", PolicyOptions(memory_grid_mib=64)).plan(snap).placed == 1
-    assert make_policy("knapsack", PolicyOptions(memory_grid_mib=1)).plan(snap).placed == 2
+    # 4000 + 4001 MiB on an 8000 MiB device: rounded down to a 64 MiB grid they would be
+    # 62 + 62 of the device's 125 cells and both would go; rounded up (63 + 63) only one fits,
+    # as it must, since together they exceed the device.
+    over = Snapshot((phi("a", memory=8000),), (), (job("1", 4000, 1), job("2", 4001, 1)))
+    for grid in (64, 1):
+        assert make_policy("knapsack", PolicyOptions(memory_grid_mib=grid)).plan(over).placed == 1
+
+
+def test_a_job_the_grid_rounding_left_out_goes_where_it_fits_exactly() -> None:
+    # 3990 + 4001 MiB fit 8000 MiB, though rounded up to the grid (63 + 63 cells) they do
+    # not: the knapsack takes one, the sweep after it places the other on its exact size.
+    snap = Snapshot((phi("a", memory=8000),), (), (job("1", 3990, 1), job("2", 4001, 1)))
+    plan = make_policy("knapsack", PolicyOptions(memory_grid_mib=64)).plan(snap)
+    assert plan.placed == 2
+
+
+def test_a_device_that_finds_nothing_gives_its_host_share_to_its_neighbours() -> None:
+    # A node with two idle devices and 3 free cores, and one job that needs all 3: while both
+    # devices are open each gets half the cores, so neither knapsack takes it; the node can.
+    node = phi("a", devices=2, cores=4)
+    holder = RunningJob("r", "a", (), device_memory_mib=0, device_threads=0, cpu_milli=1000,
+                        memory_mib=0)  # fmt: skip
+    wide = job("1", 1000, 60, cpu_milli=3000)
+    plan = make_policy("knapsack").plan(Snapshot((node,), (holder,), (wide,)))
+    assert [a.job for a in plan.assignments] == ["1"]
 
 
 def test_identical_devices_get_identical_mixes_and_ties_follow_priority() -> None:

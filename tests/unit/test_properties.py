@@ -87,3 +87,14 @@ def test_a_job_said_not_chosen_really_fits_what_the_plan_leaves(
         else:
             devices = after.device_ok(job, idle_only=idle)
             assert len(after.nodes_with_devices(job, devices)) > 0, (u.job, u.reason)
+
+
+@pytest.mark.parametrize("threads", ["strict", "soft"])
+@given(snapshot=snapshots())
+def test_the_knapsack_keeps_no_job_waiting_that_fits_what_its_plan_leaves(
+    threads: str, snapshot: Snapshot
+) -> None:
+    # Its per-device host shares arbitrate between jobs; they never leave room idle that a
+    # waiting job fits (the test above checks that not_chosen means exactly that).
+    plan = make_policy("knapsack", PolicyOptions(threads=threads)).plan(snapshot)  # type: ignore[arg-type]
+    assert [u for u in plan.unplaced if u.code == "not_chosen"] == []

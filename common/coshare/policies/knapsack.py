@@ -23,7 +23,9 @@ What the paper leaves open, decided the way an admin would want (README, "Knapsa
 - **Host resources.** Jobs also need host cores and memory on the device's node. A node's free
   cores and memory are shared out evenly among its devices being filled, so one device's jobs
   cannot starve its neighbours; a chosen set that exceeds that share is trimmed (fewest-value
-  jobs first) and the leftover refilled.
+  jobs first) and the leftover refilled. A device that finds nothing gives its share back to
+  its node's open devices, and the jobs left over at the end are placed best fit where they
+  still fit, so no job that fits what the plan leaves is kept waiting.
 - **Multi-device jobs** (``device_count > 1``) are placed before the knapsack, best fit on one
   node, in scheduler order; **CPU-only jobs** after it, first fit.
 - **Jobs that fit nowhere** are reported with the limit they exceed; jobs that fit the cluster
@@ -53,6 +55,7 @@ from coshare.policies.base import (
     finish,
     never_fits,
     priority_key,
+    shape_of,
 )
 from coshare.policies.knapsack_dp import ItemType, solve
 
@@ -101,7 +104,8 @@ class KnapsackPolicy:
                 waiting.append(job)
 
         singles = [j for j in rest if j.needs_device and j.device_count == 1]
-        waiting.extend(_Filler(self, state, reserved, singles).run())
+        left = sorted(_Filler(self, state, reserved, singles).run(), key=priority_key)
+        waiting.extend(_sweep(state, left, reserved))
 
         waiting.extend(j for j in rest if not j.needs_device and not state.place_host_job(j))
         unplaced.update(explain_waiting(state, waiting, exclude=reserved))
@@ -140,6 +144,31 @@ class KnapsackPolicy:
             f"{state.dev_label(d)} takes no new jobs until this one fits there",
             "reserved",
         )
+
+
+def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[Job]:
+    """Best fit, in scheduler order, of the single-device jobs the knapsacks left over.
+
+    A knapsack solved alone never leaves out a job that still fits (every job has a positive
+    value), but the host share a device gets while its node's other devices are open can
+    trim one that the node, once the others are filled, still holds. No job that fits what
+    the plan leaves waits. Returns the jobs that still do not fit.
+    """
+    failed: set[object] = set()
+    waiting: list[Job] = []
+    for job in jobs:
+        shape = shape_of(job)
+        if shape in failed:
+            waiting.append(job)
+            continue
+        candidates = np.flatnonzero(state.device_ok(job) & ~reserved)
+        if len(candidates) == 0:
+            failed.add(shape)
+            waiting.append(job)
+            continue
+        d = int(candidates[np.argmin(state.dev_free_mem[candidates])])
+        state.place(job, int(state.dev_node[d]), [d])
+    return waiting
 
 
 def _thread_grid(state: ClusterState, jobs: Iterable[Job]) -> int:
@@ -322,11 +351,7 @@ class _Filler:
             while devices:
                 choice = self._choose(key, devices[0])
                 if not choice:
-                    # Nothing left fits this state; the pool only shrinks, so it never will.
-                    nodes = {int(self.state.dev_node[d]) for d in devices}
-                    for d in devices:
-                        self._close(d)
-                    self._rekey_nodes(nodes)  # their host share grows
+                    self._close_group(key, devices)
                     break
                 k = min(len(devices), *(len(self.pool.types[t]) // c for t, c in choice.items()))
                 batch, devices = devices[:k], devices[k:]
@@ -342,6 +367,25 @@ class _Filler:
                 self._rekey_nodes(touched)
                 devices = [d for d in devices if self.key_of.get(d) == key]
         return [job for queue in self.pool.types.values() for job in queue]
+
+    def _close_group(self, key: DeviceKey, devices: list[int]) -> None:
+        """Nothing in the pool fits state ``key``; the pool only shrinks, so it never will.
+
+        A device's host budget is its node's free resources over the node's open devices, so
+        closing a device raises its open neighbours' budgets. Of a node's devices in the
+        group, all but one are closed; the last is closed only if its budget stays the same
+        (it was alone), otherwise it is rekeyed and tried again with the larger budget.
+        """
+        by_node: dict[int, list[int]] = {}
+        for d in devices:
+            by_node.setdefault(int(self.state.dev_node[d]), []).append(d)
+        for node_devices in by_node.values():
+            for d in node_devices[:-1]:
+                self._close(d)
+            last = node_devices[-1]
+            if self._device_key(last) == key:
+                self._close(last)
+        self._rekey_nodes(by_node)  # their host share grows
 
     def _choose(self, key: DeviceKey, device: int) -> dict[TypeKey, int]:
         """The job mix for a device in state ``key``: the knapsack optimum, trimmed to the
