@@ -107,7 +107,7 @@ def _sweep(ax: Any, workload: str, sweeps: Sequence[Sweep]) -> None:
                         for n in sizes], marker="o", label=policy)  # fmt: skip
     jobs = sorted(set(first.jobs.values()))
     what = f"{jobs[0]} jobs" if len(jobs) == 1 else f"{jobs[0]}-{jobs[-1]} jobs"
-    ax.set_title(f"{workload}: makespan against cluster size ({what})")
+    ax.set_title(f"{workload}: makespan against cluster size\n({what})", fontsize="medium")
     ax.set_xlabel("nodes (one device each)")
     ax.set_ylabel("makespan (s)")
     ax.legend()
