@@ -26,7 +26,8 @@ def _ids(ids: Sequence[str]) -> str:
     return ", ".join(ids[:SHOWN_IDS]) + f" (+{len(ids) - SHOWN_IDS} more)"
 
 
-def _render(*tables: Table | str, width: int = 120) -> str:
+def render_text(*tables: Table | str, width: int = 120) -> str:
+    """Rich tables and lines as plain text, ``width`` columns wide."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
     for table in tables:
@@ -111,7 +112,7 @@ def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: in
         for (code, reason), ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             waits.add_row(_ids(ids), str(len(ids)), code, reason)
         parts.append(waits)
-    return _render(*parts, width=width)
+    return render_text(*parts, width=width)
 
 
 def policy_summary(rows: Sequence[tuple[str, Plan]], width: int = 120) -> str:
@@ -123,7 +124,7 @@ def policy_summary(rows: Sequence[tuple[str, Plan]], width: int = 120) -> str:
         devices = {(a.node, d) for a in plan.assignments for d in a.devices}
         table.add_row(name, str(plan.placed), str(len(plan.unplaced)), str(len(devices)),
                       f"{plan.seconds:.4f}")  # fmt: skip
-    return _render(table, width=width)
+    return render_text(table, width=width)
 
 
 def cycle_summary(report: CycleReport) -> str:

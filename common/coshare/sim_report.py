@@ -7,7 +7,6 @@ plain text (as coshare.render does).
 
 from __future__ import annotations
 
-import io
 import math
 import statistics
 from collections import defaultdict
@@ -15,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
+from coshare.render import render_text
 from coshare.sim.experiments import BASELINE, Comparison, Sweep
 from coshare.sim.fragmentation import ARRIVAL_LEVELS, PUBLISHED_AT_100, FragRun, median_unallocated
 from coshare.sim.metrics import RunSummary, reduction
@@ -26,11 +25,7 @@ from coshare.sim.paper import PAPER_NAMES
 
 def render(*items: Table | str, width: int = 110) -> str:
     """Tables and lines as plain text."""
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
-    for item in items:
-        console.print(item)
-    return buffer.getvalue()
+    return render_text(*items, width=width)
 
 
 def _table(title: str, columns: Sequence[str]) -> Table:
