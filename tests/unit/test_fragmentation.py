@@ -18,13 +18,12 @@ from coshare.sim.traces import (
     parse_swf,
     parse_swf_machines,
 )
+from coshare.traces import ALIBABA_DIR, data_dir, read_alibaba
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SHARED
-
 POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd")
-ALIBABA = SHARED / "data" / "alibaba-gpu-v2023"
+ALIBABA = data_dir() / ALIBABA_DIR
 
 
 def gpu_nodes(kinds: list[tuple[int, int]], copies: int) -> list[Node]:
@@ -136,8 +135,6 @@ def test_parsers_read_the_alibaba_and_swf_formats() -> None:
 
 @pytest.mark.skipif(not ALIBABA.is_dir(), reason="no shared traces")
 def test_the_real_alibaba_trace_is_read_as_published() -> None:
-    from coshare.traces import read_alibaba
-
     trace = read_alibaba(Path(ALIBABA))
     pods = [p.job for p in trace.pods]
     assert len(trace.nodes) == 1213 and len(pods) == 8152

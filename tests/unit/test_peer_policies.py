@@ -6,15 +6,12 @@ threads each, a pod's GPU share as its memory and threads.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.fgd import FgdPolicy, job_shape, target_workload
+from coshare.traces import ALIBABA_DIR, data_dir
 from coshare.verify import check_plan
-
-from tests.conftest import SHARED
 
 
 def gpu_node(name: str, gpus: int = 2, cores: int = 32) -> Node:
@@ -106,9 +103,9 @@ def test_target_workload_keeps_the_frequent_shapes_up_to_the_coverage() -> None:
     assert target_workload(shapes, coverage=0.5) == (((1, 1, 1), 60),)
 
 
-@pytest.mark.skipif(not (SHARED / "data/alibaba-gpu-v2023").is_dir(), reason="no shared traces")
+@pytest.mark.skipif(not (data_dir() / ALIBABA_DIR).is_dir(), reason="no shared traces")
 def test_alibaba_target_workload_has_35_shapes_as_published() -> None:
     from coshare.traces import read_alibaba
 
-    trace = read_alibaba(Path(SHARED / "data/alibaba-gpu-v2023"))
+    trace = read_alibaba(data_dir() / ALIBABA_DIR)
     assert len(target_workload(job_shape(p.job) for p in trace.pods)) == 35
