@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import hostlist
 
 from slurm_addon.errors import SlurmControllerDown, SlurmOutputError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 JobPhase = Literal["pending", "active", "ended", "unknown"]
 """``active``: started and still holding its node's resources."""
@@ -212,26 +214,38 @@ def parse_job(record: Mapping[str, object]) -> SlurmJob:
     )
 
 
+def parse_records(
+    output: str, command: str, key: str, kind: str, parse: Callable[[Mapping[str, object]], T]
+) -> list[T]:
+    """``parse`` of every record in the ``key`` list of a ``--json`` output; a record that is
+    not an object, or that ``parse`` rejects with ValueError, is skipped with a warning.
+
+    Raises:
+        SlurmOutputError: the output as a whole is unreadable.
+    """
+    data = decode(output, command)
+    records = data.get(key)
+    if not isinstance(records, list):
+        raise SlurmOutputError(command, f"no '{key}' list")
+    parsed = []
+    for index, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            log.warning("%s: %s record %d is not an object; skipped", command, kind, index)
+            continue
+        try:
+            parsed.append(parse(record))
+        except ValueError as exc:
+            log.warning("%s: %s record %d skipped: %s", command, kind, index, exc)
+    return parsed
+
+
 def parse_squeue_json(output: str) -> list[SlurmJob]:
     """Every job of ``squeue --json``; unreadable records are skipped with a warning.
 
     Raises:
         SlurmOutputError: the output as a whole is unreadable.
     """
-    data = decode(output, "squeue --json")
-    records = data.get("jobs")
-    if not isinstance(records, list):
-        raise SlurmOutputError("squeue --json", "no 'jobs' list")
-    jobs = []
-    for index, record in enumerate(records):
-        if not isinstance(record, Mapping):
-            log.warning("squeue --json: job record %d is not an object; skipped", index)
-            continue
-        try:
-            jobs.append(parse_job(record))
-        except ValueError as exc:
-            log.warning("squeue --json: job record %d skipped: %s", index, exc)
-    return jobs
+    return parse_records(output, "squeue --json", "jobs", "job", parse_job)
 
 
 #: ``squeue --Format`` of the quick re-reads around a write: fields that users cannot fill

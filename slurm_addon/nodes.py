@@ -14,8 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from slurm_addon.errors import SlurmOutputError
-from slurm_addon.jobs import decode, number, text
+from slurm_addon.jobs import number, parse_records, text
 
 log = logging.getLogger(__name__)
 
@@ -160,19 +159,7 @@ def parse_sinfo_json(output: str) -> list[SlurmNode]:
     Raises:
         SlurmOutputError: the output as a whole is unreadable.
     """
-    data = decode(output, "sinfo --json")
-    records = data.get("nodes")
-    if not isinstance(records, list):
-        raise SlurmOutputError("sinfo --json", "no 'nodes' list")
     nodes: dict[str, SlurmNode] = {}
-    for index, record in enumerate(records):
-        if not isinstance(record, Mapping):
-            log.warning("sinfo --json: node record %d is not an object; skipped", index)
-            continue
-        try:
-            node = parse_node(record)
-        except ValueError as exc:
-            log.warning("sinfo --json: node record %d skipped: %s", index, exc)
-            continue
+    for node in parse_records(output, "sinfo --json", "nodes", "node", parse_node):
         nodes.setdefault(node.name, node)
     return list(nodes.values())
