@@ -157,6 +157,20 @@ class CommandFailed(SchedulerError):
         super().__init__(f"{' '.join(self.argv)} {status}" + (f": {detail}" if detail else ""))
 
 
+class ReplyError(Exception):
+    """What a node socket answers with ``ERR <code> <text>``: a bad request or a refusal.
+
+    Attributes:
+        code: the protocol's error code.
+        text: the reason, for a person.
+    """
+
+    def __init__(self, code: str, text: str) -> None:
+        self.code = code
+        self.text = text
+        super().__init__(f"{code}: {text}")
+
+
 class NodeError(CoshareError):
     """A node helper (cgroups, offload gate, watchdog, job lifecycle) failed."""
 

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from coshare.errors import JobSpecError
+from coshare.errors import JobSpecError, ReplyError
 from coshare.node.spec import check_device_id, check_job_id
 
 #: Longest request line, newline included.
@@ -59,13 +59,8 @@ _FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class ControlProtocolError(Exception):
+class ControlProtocolError(ReplyError):
     """A line that is not a control request; becomes ``ERR <code> <text>``."""
-
-    def __init__(self, code: str, text: str) -> None:
-        self.code = code
-        self.text = text
-        super().__init__(f"{code}: {text}")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from coshare.errors import ReplyError
+
 #: Longest request line, newline included.
 MAX_LINE = 256
 #: Largest thread count or grant id a request may carry.
@@ -89,13 +91,13 @@ class Request:
     grant: int | None = None
 
 
-class ProtocolError(Exception):
+class ProtocolError(ReplyError):
     """A line that is not a request; becomes ``ERR <code> <text>``."""
 
+    code: ErrorCode
+
     def __init__(self, code: ErrorCode, text: str) -> None:
-        self.code = code
-        self.text = text
-        super().__init__(f"{code}: {text}")
+        super().__init__(code, text)
 
 
 def _number(token: str, what: str) -> int:

@@ -24,13 +24,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from coshare.errors import ReplyError
 from coshare.node.process import ProcessInfo
 
 #: How slurmstepd retitles itself: ``slurmstepd: [<job>.<step>]`` (``batch``, ``extern``, 0..).
 _STEPD_TITLE = re.compile(r"slurmstepd: \[([0-9]+)(?:\.[A-Za-z0-9_+]+)?\]")
 
 
-class Refused(Exception):
+class Refused(ReplyError):
     """A request the rules do not allow.
 
     Attributes:
@@ -38,11 +39,6 @@ class Refused(Exception):
             ``not_allowed``, ``gone``).
         text: the reason, naming the job and the process.
     """
-
-    def __init__(self, code: str, text: str) -> None:
-        self.code = code
-        self.text = text
-        super().__init__(f"{code}: {text}")
 
 
 @dataclass(frozen=True)
