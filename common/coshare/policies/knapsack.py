@@ -158,16 +158,9 @@ def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[J
     waiting: list[Job] = []
     for job in jobs:
         shape = shape_of(job)
-        if shape in failed:
-            waiting.append(job)
-            continue
-        candidates = np.flatnonzero(state.device_ok(job) & ~reserved)
-        if len(candidates) == 0:
+        if shape in failed or not state.place_best_fit(job, state.device_ok(job) & ~reserved):
             failed.add(shape)
             waiting.append(job)
-            continue
-        d = int(candidates[np.argmin(state.dev_free_mem[candidates])])
-        state.place(job, int(state.dev_node[d]), [d])
     return waiting
 
 
