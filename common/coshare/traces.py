@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from coshare.bounds import MAX_TRACE_BYTES
 from coshare.errors import InputError
 from coshare.model import Node
 from coshare.sim.traces import (
@@ -44,6 +45,10 @@ def data_dir(explicit: Path | None = None) -> Path:
 
 def _read(path: Path) -> str:
     try:
+        size = path.stat().st_size
+        if size > MAX_TRACE_BYTES:
+            raise InputError(f"trace {path} holds {size >> 20} MiB; at most "
+                             f"{MAX_TRACE_BYTES >> 20} MiB are read")  # fmt: skip
         return path.read_text()
     except OSError as exc:
         raise InputError(f"cannot read trace {path}: {exc.strerror}") from exc
