@@ -222,7 +222,8 @@ def test_coshare_variables_that_are_not_settings_are_left_alone() -> None:
     # With COSHARE_TRACE_DIR set (as the suite is run), every node command refused to start;
     # a coshare tool run inside a job sees the variables the node helpers export to it.
     environ = {"COSHARE_TRACE_DIR": "/x", "COSHARE_NODE": "n1", "COSHARE_DEVICES": "0",
-               "COSHARE_CPUS": "0-1", "COSHARE_JOB_ID": "7", "COSHARE_CONFIG": "/dev/null"}  # fmt: skip
+               "COSHARE_CPUS": "0-1", "COSHARE_JOB_ID": "7",
+               "COSHARE_CONFIG": "/dev/null"}  # fmt: skip
     assert load_config(None, environ=environ) == Config()
     with pytest.raises(ConfigError, match="COSHARE_POLCY_NAME names no setting"):
         load_config(None, environ={**environ, "COSHARE_POLCY_NAME": "x"})

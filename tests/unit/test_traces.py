@@ -46,8 +46,8 @@ def test_swf_demands_round_up() -> None:
 
 
 def test_a_duplicate_swf_job_number_names_both_lines() -> None:
-    lines = [RECORD.format(id=7, procs=1, req_kb=1), "; comment", RECORD.format(id=7, procs=1,
-                                                                                req_kb=1)]  # fmt: skip
+    record = RECORD.format(id=7, procs=1, req_kb=1)
+    lines = [record, "; comment", record]
     with pytest.raises(TraceError, match=r"t line 3: job 7 appears again \(first on line 1\)"):
         parse_swf(lines, "t")
 
