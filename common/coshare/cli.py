@@ -234,6 +234,7 @@ def config_show(app: AppContext) -> None:
 def config_check(path: Path) -> None:
     """Check a config file; exit 2 with the problem if it is unusable."""
     loaded = load_config(path, environ={})
+    make_policy(loaded.policy.name, policy_options(loaded))  # an unknown policy fails every cycle
     click.echo(f"{path}: ok (policy {loaded.policy.name}, {len(loaded.device_kinds)} device kinds)")
 
 

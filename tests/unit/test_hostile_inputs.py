@@ -294,3 +294,12 @@ def test_hostile_json_values_give_exit_2_or_a_sound_plan(doc: dict[str, Any], po
     assert problems == []
     code, _, err = plan_text(text, "--policy", policy)
     assert code == 0, err
+
+
+def test_config_check_refuses_a_policy_that_does_not_exist(tmp_path: Path) -> None:
+    # It said "ok"; every cycle then failed on the unknown policy.
+    path = tmp_path / "c.yaml"
+    path.write_text("policy: {name: knapsak}\n")
+    code, _, err = run("config", "check", str(path))
+    assert code == 2
+    assert "unknown policy 'knapsak'" in one_error(err)
