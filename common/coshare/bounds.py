@@ -59,8 +59,7 @@ MAX_PRIORITY = 2**53
 #: every run of the command. A run holds about :data:`SIM_KIB_PER_JOB` KiB per job (measured:
 #: table1 with 2,000 and 8,000 jobs, peak RSS 60 and 100 MB) and its time grows faster than
 #: its job count (8 nodes: 2,000 jobs 11 s, 8,000 jobs 146 s), so ``--jobs 1000000`` is
-#: refused with the estimate instead of running out of memory hours later (issue 11). A
-#: trace file is read whole, so it may hold at most :data:`MAX_TRACE_BYTES`.
+#: refused with the estimate instead of running out of memory hours later (issue 11).
 MAX_SIM_JOBS = 100_000
 MAX_SIM_NODES = 10_000
 MAX_SIM_SEEDS = 1_000
@@ -68,7 +67,6 @@ MAX_SIM_SIZES = 64
 MAX_SIM_WORKERS = 64
 MAX_SIM_TOTAL_JOBS = 2_000_000
 SIM_KIB_PER_JOB = 7
-MAX_TRACE_BYTES = 1 << 30
 
 #: Longest number written as text; longer ones are refused before they are converted.
 MAX_NUMBER_CHARS = 40

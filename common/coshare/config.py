@@ -40,6 +40,7 @@ import yaml
 
 from coshare.bounds import MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_THREADS, MAX_MEMORY_MIB, shorten
 from coshare.errors import ConfigError
+from coshare.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
 from coshare.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, text_problem
 from coshare.model import ThreadMode
 
@@ -494,7 +495,9 @@ def load_config(path: Path | None = None, environ: Mapping[str, str] | None = No
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            text = path.read_text()
+            text = read_bounded(path, MAX_CONFIG_CHARS)
+        except TooLarge as exc:
+            raise ConfigError(f"{path}: not read: {exc}") from exc
         except OSError as exc:
             if explicit:
                 raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc

@@ -303,3 +303,17 @@ def test_config_check_refuses_a_policy_that_does_not_exist(tmp_path: Path) -> No
     code, _, err = run("config", "check", str(path))
     assert code == 2
     assert "unknown policy 'knapsak'" in one_error(err)
+
+
+def test_input_larger_than_its_bound_is_refused_not_read_to_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # coshare plan /dev/zero read until memory ran out; so did a config or a trace.
+    monkeypatch.setattr("coshare.cli.MAX_SNAPSHOT_CHARS", 2 << 20)
+    monkeypatch.setattr("coshare.config.MAX_CONFIG_CHARS", 1 << 20)
+    code, _, err = plan_text(" " * (3 << 20))
+    assert code == 2 and "<stdin>: not read: larger than 2 MiB" in one_error(err)
+    code, _, err = run("plan", "/dev/zero")
+    assert code == 2 and "larger than 2 MiB" in one_error(err)
+    code, _, err = run("--config", "/dev/zero", "config", "show")
+    assert code == 2 and "/dev/zero: not read: larger than 1 MiB" in one_error(err)
