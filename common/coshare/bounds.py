@@ -79,6 +79,11 @@ NUMBER_PATTERN = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _NUMBER = re.compile(NUMBER_PATTERN)
 
 
+def plain(bound: float) -> str:
+    """A bound as people write it in a message: ``1048576``, not ``1.04858e+06``."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
 def parse_number(text: str) -> float | None:
     """A number written as text, by the one rule above; ``None`` when it is not one.
 

@@ -38,7 +38,13 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
-from coshare.bounds import MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_THREADS, MAX_MEMORY_MIB, shorten
+from coshare.bounds import (
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_MEMORY_MIB,
+    plain,
+    shorten,
+)
 from coshare.errors import ConfigError
 from coshare.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
 from coshare.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, text_problem
@@ -368,7 +374,7 @@ def _number(hint: type, value: object, path: str, limits: Range) -> int | float:
     """An integer or a finite number within ``limits`` (YAML's ``.nan`` and ``.inf`` are not)."""
     low, high = limits
     what = "an integer" if hint is int else "a number"
-    allowed = f"(allowed: {what} {_plain(low)}..{_plain(high)})"
+    allowed = f"(allowed: {what} {plain(low)}..{plain(high)})"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{path}: expected {what}, got {shorten(value)} {allowed}")
     if hint is int and not isinstance(value, int):
@@ -376,10 +382,6 @@ def _number(hint: type, value: object, path: str, limits: Range) -> int | float:
     if not math.isfinite(value) or not low <= value <= high:
         raise ConfigError(f"{path}: {shorten(value)} is out of range {allowed}")
     return value if hint is int else float(value)
-
-
-def _plain(bound: float) -> str:
-    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 def to_dict(obj: object) -> Any:

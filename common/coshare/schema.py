@@ -31,6 +31,7 @@ from coshare.bounds import (
     MAX_WALLTIME_S,
     SHOWN_CHARS,
     as_float,
+    plain,
     shorten,
 )
 from coshare.errors import SnapshotError
@@ -165,9 +166,9 @@ class _Fields:
         value = self._get(key, default)
         if value is default:
             return value
-        low = f"> {_plain(minimum)}" if exclusive_min else f">= {_plain(minimum)}"
+        low = f"> {plain(minimum)}" if exclusive_min else f">= {plain(minimum)}"
         allowed = f"a number {low}" + (
-            f" and <= {_plain(maximum)}" if maximum < _NO_MAXIMUM else "")
+            f" and <= {plain(maximum)}" if maximum < _NO_MAXIMUM else "")
         number = as_float(value)
         if number is None or not math.isfinite(number):
             self._bad(key, value, allowed)
@@ -217,11 +218,6 @@ class _Fields:
             self._bad(key, value, "an array")
             return []
         return value
-
-
-def _plain(bound: float) -> str:
-    """A bound as people write it: ``1048576``, not ``1.04858e+06``."""
-    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 def _show(value: object) -> str:

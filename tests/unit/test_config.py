@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from coshare.bounds import plain
 from coshare.config import (
     Config,
     DeviceKind,
-    _plain,
     _range,
     build,
     load_config,
@@ -163,7 +163,7 @@ def test_every_numeric_setting_refuses_nan_infinity_and_out_of_range_naming_key_
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text), environ={})
     message = str(info.value)
-    assert f"{path}: " in message and f"..{_plain(high)})" in message, message
+    assert f"{path}: " in message and f"..{plain(high)})" in message, message
 
 
 @pytest.mark.parametrize("section", ["policy", "cycle", "slurm", "node"])
