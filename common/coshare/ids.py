@@ -39,6 +39,8 @@ def text_problem(text: str, max_chars: int) -> str | None:
     or invisible character, or too long); ``None`` when it can."""
     if len(text) > max_chars:
         return f"is longer than {max_chars} characters"
+    if text.isascii() and text.isprintable():  # the usual case, without a loop in Python
+        return None
     for char in text:
         if unicodedata.category(char) in _REFUSED_CATEGORIES:
             return f"holds the character {char!a}"

@@ -147,14 +147,16 @@ class _Fields:
         value = self._get(key, default)
         if value is default:
             return value
-        allowed = f"an integer >= {minimum}" if maximum == MAX_INT else \
-            f"an integer {minimum}..{maximum}"  # fmt: skip
+        if type(value) is int and minimum <= value <= maximum:  # the usual case, quickly
+            return value
         number = as_float(value)
         if (
             number is None
             or (isinstance(value, float) and not value.is_integer())
             or not minimum <= number <= maximum
         ):
+            allowed = f"an integer >= {minimum}" if maximum == MAX_INT else \
+                f"an integer {minimum}..{maximum}"  # fmt: skip
             self._bad(key, value, allowed)
             return minimum
         return int(value)
@@ -166,16 +168,16 @@ class _Fields:
         value = self._get(key, default)
         if value is default:
             return value
-        low = f"> {plain(minimum)}" if exclusive_min else f">= {plain(minimum)}"
-        allowed = f"a number {low}" + (
-            f" and <= {plain(maximum)}" if maximum < _NO_MAXIMUM else "")
         number = as_float(value)
-        if number is None or not math.isfinite(number):
-            self._bad(key, value, allowed)
-            return minimum
-        too_low = number <= minimum if exclusive_min else number < minimum
-        if too_low or number > maximum:
-            self._bad(key, value, allowed)
+        if (
+            number is None
+            or not math.isfinite(number)
+            or (number <= minimum if exclusive_min else number < minimum)
+            or number > maximum
+        ):
+            low = f"> {plain(minimum)}" if exclusive_min else f">= {plain(minimum)}"
+            high = f" and <= {plain(maximum)}" if maximum < _NO_MAXIMUM else ""
+            self._bad(key, value, f"a number {low}{high}")
             return minimum
         return number
 
