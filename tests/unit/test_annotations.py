@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from coshare.annotations import KEYS, ClusterLimits, extract, is_annotated, parse_job
+from coshare.bounds import MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_THREADS, MAX_DEVICES, MAX_PROCESSES
 from coshare.errors import AnnotationError
 from coshare.model import Device, Node
+from hypothesis import given
+from hypothesis import strategies as st
 
 LIMITS = ClusterLimits.of_nodes(
     [Node("a", 16000, 65536, (Device("0", 8192, 240), Device("1", 16384, 244)))]
@@ -226,3 +231,30 @@ def test_program_names_are_checked_whole() -> None:
     for name in ("KM\nX", "KM\n\n;x", "K" * 65):
         assert "is not a valid program name" in message("1", {**NUMERIC, "CoshareProgram": name},
                                                         limits=None)  # fmt: skip
+
+
+ANY_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=50),
+    st.sampled_from(HOSTILE_NUMBERS), st.lists(st.integers(), max_size=3),
+    st.builds(lambda n: f"{n}{'G' if n % 2 else 'k'}", st.integers(-(10**20), 10**20)),
+)  # fmt: skip
+ANY_KEY = st.one_of(st.sampled_from([s.attribute for s in KEYS] + ["device-memory-mib",
+                                                                   "DEVICE_THREADS"]),
+                    st.text(max_size=20))  # fmt: skip
+
+
+@given(keys=st.dictionaries(ANY_KEY, ANY_VALUE, max_size=6),
+       limits=st.sampled_from([None, LIMITS]))  # fmt: skip
+def test_any_annotations_give_a_job_within_the_bounds_or_one_bounded_error(
+    keys: dict[str, object], limits: ClusterLimits | None
+) -> None:
+    try:
+        job = parse_job("1", keys, limits=limits)
+    except AnnotationError as exc:
+        assert len(str(exc)) < 600 * max(len(keys), 1) + 200
+        return
+    assert 0 <= job.device_memory_mib <= MAX_DEVICE_MEMORY_MIB
+    assert 0 <= job.device_threads <= MAX_DEVICE_THREADS
+    assert 0 <= job.device_count <= MAX_DEVICES and 1 <= job.processes <= MAX_PROCESSES
+    for value in (job.alpha, job.membw_gbps, job.copy_bw_mbps, job.walltime_s):
+        assert value is None or math.isfinite(value)
