@@ -97,3 +97,13 @@ def test_fgd_with_the_largest_gang_plans_and_1e19_is_refused() -> None:
     with pytest.raises(AnnotationError, match="CoshareProcesses='1e19' is larger than coshare"):
         parse_job("x", {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1,
                         "CoshareProcesses": "1e19"})  # fmt: skip
+
+
+def test_fgd_scores_devices_of_very_different_sizes_without_overflow() -> None:
+    # Found by the test above: exp() overflowed in FGD's score (a RuntimeWarning, an error
+    # under -W error) when a node held a 1 MiB and a 512 GiB device.
+    node = Node("n1", 1000, 1, (Device("0", 1, 1), Device("1", 8, 1), Device("2", 2**19, 1)))
+    snapshot = Snapshot((Node("n0", 1000, 1), node), (), (Job("p0", kind="cpu", device_count=0,
+                        cpu_milli=0), Job("p1", 8, 1, device_count=2, cpu_milli=0)))  # fmt: skip
+    plan = make_policy("fgd").plan(snapshot)
+    assert check_plan(snapshot, plan) == [] and plan.placed == 2
