@@ -51,7 +51,7 @@ def job_clause(job_id: str) -> str:
     Raises:
         ValueError: for anything but ``digits.digits`` (never let text into a constraint).
     """
-    match = _JOB_ID.match(job_id)
+    match = _JOB_ID.fullmatch(job_id)
     if match is None:
         raise ValueError(f"not an HTCondor job id: {job_id!r}")
     return f"(ClusterId == {int(match.group(1))} && ProcId == {int(match.group(2))})"

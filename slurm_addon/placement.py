@@ -73,7 +73,7 @@ class Placement:
 
 def is_safe_token(text: str) -> bool:
     """Whether a node name or device id can be written into a placement."""
-    return bool(SAFE_TOKEN.match(text))
+    return bool(SAFE_TOKEN.fullmatch(text))
 
 
 def format_placement(placement: Placement) -> str:

@@ -35,6 +35,22 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from coshare.bounds import (
+    MAX_COPY_BW_MBPS,
+    MAX_CPU_MILLI,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_DEVICES,
+    MAX_MEMBW_GBPS,
+    MAX_MEMORY_MIB,
+    MAX_NUMBER_CHARS,
+    MAX_PROCESSES,
+    MAX_WALLTIME_S,
+    NUMBER_PATTERN,
+    as_float,
+    parse_number,
+    shorten,
+)
 from coshare.errors import AnnotationError, FieldProblem
 from coshare.model import MILLI, Job, JobKind, Node
 
@@ -75,25 +91,38 @@ class ClusterLimits:
 
 @dataclass(frozen=True)
 class KeySpec:
-    """One annotation key: its HTCondor spelling, the Job field it fills, how to read it."""
+    """One annotation key: its HTCondor spelling, the Job field it fills, how to read it.
+
+    Attributes:
+        attribute: the HTCondor spelling (``CoshareDeviceMemory``).
+        field: the :class:`~coshare.model.Job` field it fills.
+        allowed: the allowed form and range, for messages.
+        maximum: the largest value coshare accepts on any cluster (see :mod:`coshare.bounds`);
+            ``None`` for keys that are not numbers.
+    """
 
     attribute: str
     field: str
     allowed: str
+    maximum: float | None = None
 
 
 KEYS: tuple[KeySpec, ...] = (
-    KeySpec("CoshareDeviceMemory", "device_memory_mib", "integer MiB >= 1, or with a unit (2G)"),
-    KeySpec("CoshareDeviceThreads", "device_threads", "integer >= 1"),
-    KeySpec("CoshareDeviceCount", "device_count", "integer >= 1"),
+    KeySpec("CoshareDeviceMemory", "device_memory_mib", "integer MiB >= 1, or with a unit (2G)",
+            MAX_DEVICE_MEMORY_MIB),
+    KeySpec("CoshareDeviceThreads", "device_threads", "integer >= 1", MAX_DEVICE_THREADS),
+    KeySpec("CoshareDeviceCount", "device_count", "integer >= 1", MAX_DEVICES),
     KeySpec("CoshareKind", "kind", "device or cpu"),
-    KeySpec("CoshareProcesses", "processes", "integer >= 1"),
+    KeySpec("CoshareProcesses", "processes", "integer >= 1", MAX_PROCESSES),
     KeySpec("CoshareProgram", "program", "a name of letters, digits, '.', '_', '-'"),
-    KeySpec("CoshareAlpha", "alpha", "a number in (0, 1]"),
-    KeySpec("CoshareMembw", "membw_gbps", "a number of GB/s >= 0"),
-    KeySpec("CoshareCopyBandwidth", "copy_bw_mbps", "a number of MB/s >= 0"),
-    KeySpec("CoshareWalltime", "walltime_s", "a number of seconds > 0"),
-)
+    KeySpec("CoshareAlpha", "alpha", "a number in (0, 1]", 1.0),
+    KeySpec("CoshareMembw", "membw_gbps", f"a number of GB/s in [0, {MAX_MEMBW_GBPS}]",
+            MAX_MEMBW_GBPS),
+    KeySpec("CoshareCopyBandwidth", "copy_bw_mbps", f"a number of MB/s in [0, {MAX_COPY_BW_MBPS}]",
+            MAX_COPY_BW_MBPS),
+    KeySpec("CoshareWalltime", "walltime_s", f"a number of seconds in (0, {MAX_WALLTIME_S}]",
+            MAX_WALLTIME_S),
+)  # fmt: skip
 
 
 def squash(key: str) -> str:
@@ -111,7 +140,8 @@ for _spec in KEYS:
 _UNIT_MIB = {"": 1, "m": 1, "mb": 1, "mib": 1, "g": 1024, "gb": 1024, "gib": 1024,
              "t": 1024**2, "tb": 1024**2, "tib": 1024**2, "k": 1 / 1024, "kb": 1 / 1024,
              "kib": 1 / 1024}  # fmt: skip
-_PROGRAM = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_MEMORY = re.compile(rf"({NUMBER_PATTERN})\s*([a-zA-Z]{{0,3}})")
+_PROGRAM = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def is_annotation_key(key: str) -> bool:
@@ -130,28 +160,28 @@ def is_annotated(attributes: Mapping[str, object]) -> bool:
 
 
 def _text(value: object) -> str:
-    return value.strip().strip('"').strip() if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        return value.strip().strip('"').strip()
+    return shorten(value)  # str() of a 5,000-digit integer raises
 
 
 def _number(value: object) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
-    try:
-        parsed = float(_text(value))
-    except ValueError:
-        return None
-    return parsed if math.isfinite(parsed) else None
+    """A number by the one rule of :mod:`coshare.bounds` (text: ASCII digits only); an
+    infinity for one too large, ``None`` for anything else."""
+    if isinstance(value, str):
+        return parse_number(_text(value))
+    return as_float(value)
 
 
 def _memory_mib(value: object) -> float | None:
     if not isinstance(value, str):
         return _number(value)
-    match = re.fullmatch(r"\s*(-?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", _text(value))
+    text = _text(value)
+    match = _MEMORY.fullmatch(text) if len(text) <= MAX_NUMBER_CHARS else None
     if not match or match.group(2).lower() not in _UNIT_MIB:
         return None
-    return float(match.group(1)) * _UNIT_MIB[match.group(2).lower()]
+    number = parse_number(match.group(1))
+    return None if number is None else number * _UNIT_MIB[match.group(2).lower()]
 
 
 class _Checker:
@@ -165,33 +195,42 @@ class _Checker:
         self.problems.append(FieldProblem(key, _text(self.raw[key]), allowed or spec.allowed, why))
 
     def integer(
-        self, spec: KeySpec, key: str, maximum: int | None, too_big: str,
+        self, spec: KeySpec, key: str, cap: int | None, too_big: str,
         read: Callable[[object], float | None] = _number,
     ) -> int | None:  # fmt: skip
+        """A whole number in ``1..maximum``: the key's own maximum, or the cluster's ``cap``
+        when smaller (then ``too_big`` says why)."""
         number = read(self.raw[key])
-        allowed = spec.allowed if maximum is None else f"{spec.allowed}, at most {maximum}"
+        limit = int(spec.maximum or 0)
+        maximum = limit if cap is None else min(cap, limit)
+        allowed = f"{spec.allowed}, at most {maximum}"
         if number is None:
             self.bad(spec, key, "is not a number", allowed)
             return None
-        if read is _number and not float(number).is_integer():
+        if number > maximum:
+            why = too_big if cap is not None and cap <= limit else "is larger than coshare accepts"
+            self.bad(spec, key, why, allowed)
+            return None
+        if number < 0:
+            self.bad(spec, key, "is negative", allowed)
+            return None
+        if read is _number and not number.is_integer():
             self.bad(spec, key, "is not a whole number", allowed)
             return None
         whole = math.ceil(number)  # memory with a unit rounds up: never under-reserve
         if whole < 1:
-            self.bad(spec, key, "is negative" if number < 0 else "is zero", allowed)
-            return None
-        if maximum is not None and whole > maximum:
-            self.bad(spec, key, too_big, allowed)
+            self.bad(spec, key, "is zero", allowed)
             return None
         return whole
 
-    def real(self, spec: KeySpec, key: str, low: float, high: float | None, open_low: bool
-             ) -> float | None:  # fmt: skip
+    def real(self, spec: KeySpec, key: str, low: float, open_low: bool) -> float | None:
+        """A number in ``[low, maximum]`` (``(low, maximum]`` when ``open_low``)."""
         number = _number(self.raw[key])
         if number is None:
             self.bad(spec, key, "is not a number")
             return None
-        if number < low or (open_low and number == low) or (high is not None and number > high):
+        high = spec.maximum if spec.maximum is not None else math.inf
+        if number < low or (open_low and number == low) or number > high:
             self.bad(spec, key, "is out of range")
             return None
         return number
@@ -240,11 +279,20 @@ def parse_job(
                 )
             )
             continue
+        if spec.field in keys:  # device-memory and device-memory-mib: which one was meant?
+            check.problems.append(
+                FieldProblem(
+                    key, _text(annotations[key]), f"{spec.attribute} once, in one spelling",
+                    f"names the same key as {keys[spec.field]} (given twice)",
+                )
+            )  # fmt: skip
+            continue
         keys[spec.field] = key
         value = _read(check, spec, key, limits)
         if value is not None:
             values[spec.field] = value
 
+    _check_request(check, cpu_milli, memory_mib, processes)
     kind: JobKind = "device"
     if "kind" in values:
         kind = "cpu" if values["kind"] == "cpu" else "device"
@@ -302,6 +350,21 @@ def parse_job(
     )
 
 
+def _check_request(check: _Checker, cpu_milli: int, memory_mib: int, processes: int) -> None:
+    """The scheduler's own request (cores, memory, gang size) is the user's too (HTCondor's
+    ``request_cpus``, Slurm's ``--mem``): bounded like an annotation."""
+    for name, value, low, high, scale in (
+        ("cores per process", cpu_milli, 0, MAX_CPU_MILLI, MILLI),
+        ("memory MiB per process", memory_mib, 0, MAX_MEMORY_MIB, 1),
+        ("processes", processes, 1, MAX_PROCESSES, 1),
+    ):
+        if not low <= value <= high:
+            shown, allowed = shorten(value // scale), f"{low}..{high // scale}"
+            check.problems.append(
+                FieldProblem(f"requested {name}", shown, allowed, "is outside what coshare accepts")
+            )
+
+
 def _read(
     check: _Checker, spec: KeySpec, key: str, limits: ClusterLimits | None
 ) -> int | float | str | None:
@@ -321,7 +384,7 @@ def _read(
         cap = limits.devices_per_node if has_cluster and limits else None
         return check.integer(spec, key, cap, f"is more devices than any node has (most: {cap})")
     if spec.field == "processes":
-        return check.integer(spec, key, None, "")
+        return check.integer(spec, key, None, "is larger than coshare accepts")
     if spec.field == "kind":
         text = _text(raw).lower()
         if text not in ("device", "cpu"):
@@ -330,12 +393,10 @@ def _read(
         return text
     if spec.field == "program":
         text = _text(raw)
-        if not _PROGRAM.match(text):
+        if not _PROGRAM.fullmatch(text):
             check.bad(spec, key, "is not a valid program name")
             return None
         return text
-    if spec.field == "alpha":
-        return check.real(spec, key, 0.0, 1.0, open_low=True)
-    if spec.field == "walltime_s":
-        return check.real(spec, key, 0.0, None, open_low=True)
-    return check.real(spec, key, 0.0, None, open_low=False)  # bandwidths
+    if spec.field in ("alpha", "walltime_s"):
+        return check.real(spec, key, 0.0, open_low=True)
+    return check.real(spec, key, 0.0, open_low=False)  # bandwidths

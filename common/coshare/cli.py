@@ -31,6 +31,7 @@ import yaml
 
 from coshare.config import Config, load_config, to_dict, with_overrides
 from coshare.errors import CoshareError, InputError, SnapshotError
+from coshare.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
 from coshare.model import Snapshot
 from coshare.planner import timed_plan
 from coshare.policies import PolicyOptions, make_policy, policy_names
@@ -124,11 +125,16 @@ def read_snapshot(path: str) -> Snapshot:
     """
     source = "<stdin>" if path == "-" else path
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        if path == "-":
+            text = read_stream(sys.stdin, MAX_SNAPSHOT_CHARS)
+        else:
+            text = read_bounded(Path(path), MAX_SNAPSHOT_CHARS)
     except OSError as exc:
         raise SnapshotError([f"cannot read: {exc.strerror}"], source) from exc
     except UnicodeDecodeError as exc:
         raise SnapshotError(["not UTF-8 text"], source) from exc
+    except TooLarge as exc:
+        raise SnapshotError([f"not read: {exc}"], source) from exc
     return decode_json(text, source, parse_snapshot)
 
 
@@ -234,6 +240,7 @@ def config_show(app: AppContext) -> None:
 def config_check(path: Path) -> None:
     """Check a config file; exit 2 with the problem if it is unusable."""
     loaded = load_config(path, environ={})
+    make_policy(loaded.policy.name, policy_options(loaded))  # an unknown policy fails every cycle
     click.echo(f"{path}: ok (policy {loaded.policy.name}, {len(loaded.device_kinds)} device kinds)")
 
 

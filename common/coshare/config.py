@@ -27,6 +27,7 @@ Example (also ``coshare config show``)::
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -37,13 +38,31 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
+from coshare.bounds import (
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_MEMORY_MIB,
+    plain,
+    shorten,
+)
 from coshare.errors import ConfigError
+from coshare.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
+from coshare.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, text_problem
 from coshare.model import ThreadMode
 
 C = TypeVar("C")
 
 DEFAULT_CONFIG_PATH = Path("/etc/coshare/config.yaml")
 ENV_PREFIX = "COSHARE_"
+
+#: ``COSHARE_`` variables that are not settings: where the config, the traces and the node
+#: scripts are, and what the node helpers export to a job; a coshare command run with them
+#: (the test suite with ``COSHARE_TRACE_DIR``, a tool inside a job) must not refuse them.
+NOT_SETTINGS = frozenset({
+    "COSHARE_CONFIG", "COSHARE_TRACE_DIR", "COSHARE_LIBEXEC", "COSHARE_JOB_ID", "COSHARE_NODE",
+    "COSHARE_DEVICES", "COSHARE_CPUS", "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY",
+    "COSHARE_DEVICE_MEMORY_MIB", "COSHARE_DEVICE_THREADS",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,8 +74,8 @@ class DeviceKind:
         threads: hardware threads.
     """
 
-    memory_mib: int = field(metadata={"min": 1})
-    threads: int = field(metadata={"min": 1})
+    memory_mib: int = field(metadata={"min": 1, "max": MAX_DEVICE_MEMORY_MIB})
+    threads: int = field(metadata={"min": 1, "max": MAX_DEVICE_THREADS})
 
 
 def _default_device_kinds() -> Mapping[str, DeviceKind]:
@@ -87,7 +106,7 @@ class PolicyConfig:
 
     name: str = "knapsack"
     threads: ThreadMode = "strict"
-    seed: int = 0
+    seed: int = field(default=0, metadata={"max": 2**63 - 1})
     age_limit_s: float | None = field(default=3600.0, metadata={"min": 0})
     max_reserved_devices: int = field(default=8, metadata={"min": 0})
 
@@ -105,7 +124,7 @@ class KnapsackConfig:
             rounded up to ``threads / max_thread_cells``.
     """
 
-    memory_grid_mib: int = field(default=64, metadata={"min": 1})
+    memory_grid_mib: int = field(default=64, metadata={"min": 1, "max": MAX_DEVICE_MEMORY_MIB})
     max_thread_cells: int = field(default=64, metadata={"min": 1})
 
 
@@ -165,14 +184,16 @@ class NodeConfig:
     cgroup_parent: str = "coshare"
     state_dir: str = "/run/coshare"
     gate_socket: str = "/run/coshare/gate.sock"
-    devices: Mapping[str, int] = field(default_factory=_default_node_devices)
+    devices: Mapping[str, int] = field(
+        default_factory=_default_node_devices, metadata={"min": 1, "max": MAX_DEVICE_THREADS}
+    )
     watch_interval_s: float = field(default=1.0, metadata={"min": 0.01})
     device_memory: Literal["none", "nvml"] = "none"
     device_env: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
     kill_timeout_s: float = field(default=10.0, metadata={"min": 0.1})
     control_socket: str = "/run/coshare/control.sock"
     trusted_launchers: tuple[str, ...] = ("condor_starter", "slurmstepd", "slurmstepd-wlm")
-    trusted_launcher_uids: tuple[int, ...] = (0,)
+    trusted_launcher_uids: tuple[int, ...] = field(default=(0,), metadata={"max": 2**32 - 2})
     cpu_overcommit: int = field(default=1, metadata={"min": 1})
 
 
@@ -247,31 +268,47 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
+#: The largest value of a numeric setting that names no ``max`` of its own, by the unit its
+#: name ends in: a duration (``_s``) of a year, a memory size (``_mib``), or a count.
+MAX_SETTING_S = 365 * 24 * 3600.0
+MAX_SETTING_COUNT = 1000
+
+Range = tuple[float, float]
+
+
+def _range(name: str, metadata: Mapping[str, Any]) -> Range:
+    """The allowed range of a numeric setting (of each item, for a list or mapping)."""
+    low = metadata.get("min", 0)
+    high = metadata.get("max")
+    if high is None:
+        unit = name.rsplit("_", 1)[-1]
+        high = {"s": MAX_SETTING_S, "mib": MAX_MEMORY_MIB}.get(unit, MAX_SETTING_COUNT)
+    return low, high
+
+
 def build(cls: type[C], data: object, where: str = "") -> C:
     """Build dataclass ``cls`` from a mapping, checking keys, types and ranges.
 
-    Missing keys take the field's default.
+    Missing keys take the field's default. Every number must be finite and within its range:
+    the field's ``min`` and ``max`` metadata, else 0 and a maximum by unit (:func:`_range`).
 
     Raises:
         ConfigError: naming the key path, the bad value and what is allowed.
     """
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {shorten(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = [k for k in data if k not in fields]
     if unknown:
         raise ConfigError(
-            f"{where or 'config'}: unknown key {unknown[0]!r} "
+            f"{where or 'config'}: unknown key {shorten(unknown[0])} "
             f"(valid keys: {', '.join(sorted(fields))})"
         )
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for name, value in data.items():
         path = f"{where}.{name}" if where else name
-        values[name] = _convert(hints[name], value, path)
-        minimum = fields[name].metadata.get("min")
-        if minimum is not None and values[name] is not None and values[name] < minimum:
-            raise ConfigError(f"{path}: {value!r} is below the minimum {minimum}")
+        values[name] = _convert(hints[name], value, path, _range(name, fields[name].metadata))
     missing = [
         n
         for n, f in fields.items()
@@ -284,46 +321,67 @@ def build(cls: type[C], data: object, where: str = "") -> C:
     return cls(**values)
 
 
-def _convert(hint: Any, value: object, path: str) -> Any:
+def _convert(hint: Any, value: object, path: str, limits: Range) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, path)
+        return _convert(inner[0], value, path, limits)
     if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{path}: {value!r} is not one of {', '.join(map(repr, args))}")
+        if not isinstance(value, str) or value not in args:
+            raise ConfigError(f"{path}: {shorten(value)} is not one of "
+                              f"{', '.join(map(repr, args))}")  # fmt: skip
         return value
     if origin in (Mapping, dict, typing.Mapping) or hint is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{path}: expected a mapping, got {shorten(value)}")
         value_type = args[1]
-        return {str(k): _convert(value_type, v, f"{path}.{k}") for k, v in value.items()}
+        out = {}
+        for key, item in value.items():
+            name = str(key)
+            problem = id_problem(name)
+            if problem is not None:
+                raise ConfigError(f"{path}: the name {shorten(name)} {problem} "
+                                  f"(allowed: {ALLOWED_ID})")  # fmt: skip
+            out[name] = _convert(value_type, item, f"{path}.{name}", limits)
+        return out
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
-        return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+            raise ConfigError(f"{path}: expected a list, got {shorten(value)}")
+        return tuple(_convert(args[0], v, f"{path}[{i}]", limits) for i, v in enumerate(value))
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return build(hint, value, path)
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+            raise ConfigError(f"{path}: expected true or false, got {shorten(value)}")
         return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
-        return float(value)
+    if hint is int or hint is float:
+        return _number(hint, value, path, limits)
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r}")
+            raise ConfigError(f"{path}: expected a string, got {shorten(value)}")
+        problem = text_problem(value, MAX_TEXT_CHARS)
+        if problem is not None:
+            raise ConfigError(f"{path}: {shorten(value)} {problem} (allowed: text of at most "
+                              f"{MAX_TEXT_CHARS} characters, no control characters)")  # fmt: skip
         return value
     raise ConfigError(f"{path}: unsupported setting type {hint!r}")  # pragma: no cover
+
+
+def _number(hint: type, value: object, path: str, limits: Range) -> int | float:
+    """An integer or a finite number within ``limits`` (YAML's ``.nan`` and ``.inf`` are not)."""
+    low, high = limits
+    what = "an integer" if hint is int else "a number"
+    allowed = f"(allowed: {what} {plain(low)}..{plain(high)})"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{path}: expected {what}, got {shorten(value)} {allowed}")
+    if hint is int and not isinstance(value, int):
+        raise ConfigError(f"{path}: expected {what}, got {shorten(value)} {allowed}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ConfigError(f"{path}: {shorten(value)} is out of range {allowed}")
+    return value if hint is int else float(value)
 
 
 def to_dict(obj: object) -> Any:
@@ -347,6 +405,48 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it keeps the last,
+    silently: ``policy: {name: knapsack, name: random}`` would plan with ``random``)."""
+
+
+def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+            key = loader.construct_object(key_node)
+            if key in seen:
+                first = seen[key].start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {shorten(key)} appears twice (first on line {first})",
+                    key_node.start_mark,
+                )  # fmt: skip
+            seen[key] = key_node
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:map", _mapping)
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """YAML text as data (safe types only), with one :class:`ConfigError` for anything
+    unreadable: bad syntax, a key given twice, nesting deeper than PyYAML's recursion goes, or
+    an integer longer than Python converts from text.
+
+    Args:
+        text: the YAML.
+        where: what it is, for the message (a path, ``environment variable COSHARE_...``).
+    """
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{where}: not readable: nested too deeply") from exc
+    except ValueError as exc:  # Python's int-string conversion limit
+        raise ConfigError(f"{where}: not readable: a number has too many digits") from exc
+
+
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """Read ``COSHARE_<SECTION>_<KEY>`` variables into a nested mapping.
 
@@ -354,7 +454,7 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     mappings of their own (``device_kinds``) are set in the file only.
 
     Raises:
-        ConfigError: for a ``COSHARE_`` variable that names no setting.
+        ConfigError: for a ``COSHARE_`` variable that names no setting or is not valid YAML.
     """
     sections = {
         f.name: f
@@ -363,13 +463,13 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     }
     out: dict[str, dict[str, Any]] = {}
     for var, text in environ.items():
-        if not var.startswith(ENV_PREFIX) or var == "COSHARE_CONFIG":
+        if not var.startswith(ENV_PREFIX) or var in NOT_SETTINGS:
             continue
         rest = var[len(ENV_PREFIX) :].lower()
         for section in sorted(sections, key=len, reverse=True):
             if rest.startswith(section + "_"):
                 key = rest[len(section) + 1 :]
-                out.setdefault(section, {})[key] = yaml.safe_load(text)
+                out.setdefault(section, {})[key] = load_yaml(text, f"environment variable {var}")
                 break
         else:
             valid = ", ".join(f"COSHARE_{s.upper()}_<KEY>" for s in sorted(sections))
@@ -397,17 +497,18 @@ def load_config(path: Path | None = None, environ: Mapping[str, str] | None = No
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            text = path.read_text()
+            text = read_bounded(path, MAX_CONFIG_CHARS)
+        except TooLarge as exc:
+            raise ConfigError(f"{path}: not read: {exc}") from exc
         except OSError as exc:
             if explicit:
                 raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
             text = ""
-        try:
-            loaded = yaml.safe_load(text) if text.strip() else {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text") from exc
+        loaded = load_yaml(text, str(path)) if text.strip() else {}
         if not isinstance(loaded, Mapping):
-            raise ConfigError(f"{path}: expected a mapping of sections, got {loaded!r}")
+            raise ConfigError(f"{path}: expected a mapping of sections, got {shorten(loaded)}")
         data = dict(loaded)
     data = _merge(data, env_overrides(environ))
     where = str(path) if path is not None else "config"

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from coshare.bounds import shorten, shorten_text
+
 #: Exit status of the command line for each family of errors.
 EXIT_INPUT = 2
 EXIT_RUNTIME = 1
@@ -95,7 +97,9 @@ class FieldProblem:
     why: str
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value!r} {self.why} (allowed: {self.allowed})"
+        # The key and value are the user's: bounded, whatever their size (issue 11).
+        key, value = shorten_text(self.key), shorten(self.value)
+        return f"{key}={value} {self.why} (allowed: {self.allowed})"
 
 
 class AnnotationError(InputError):

@@ -18,7 +18,8 @@ domain                 distributed job allocation (scheduling domains)
 
 Units are in the names. CPU is counted in thousandths of a core (``cpu_milli``) so that
 fractional requests (Kubernetes pods, the Alibaba trace) are exact integers; the JSON
-contract speaks of ``cores`` and the parser converts, rounding requests *up*.
+contract speaks of ``cores`` and the parser converts, rounding requests *up* and capacities
+*down* (:func:`cores_to_milli`, :func:`capacity_cores_to_milli`).
 
 The classes trust their inputs: validation lives in :mod:`coshare.schema` (JSON files) and
 :mod:`coshare.annotations` (job annotations), so building 100,000 jobs stays cheap.
@@ -62,6 +63,13 @@ def cores_to_milli(cores: float) -> int:
     scaled = round(cores * MILLI, 6)
     whole = int(scaled)
     return whole if whole == scaled else whole + 1
+
+
+def capacity_cores_to_milli(cores: float) -> int:
+    """Convert a node's core count to ``cpu_milli``, rounding down: a capacity is never
+    over-promised (a 3.9995-core node offers 3999 milli, and a 4-core job does not fit)."""
+    scaled = round(cores * MILLI, 6)
+    return int(scaled)
 
 
 def milli_to_cores(cpu_milli: int) -> int | float:

@@ -27,12 +27,34 @@ def _ids(ids: Sequence[str]) -> str:
 
 
 def render_text(*tables: Table | str, width: int = 120) -> str:
-    """Rich tables and lines as plain text, ``width`` columns wide."""
+    """Rich tables and lines as plain text, ``width`` columns wide.
+
+    Names and ids come from users and schedulers, so nothing in them is interpreted: no rich
+    markup (``[/x]`` in a node name raised ``MarkupError``), no ``:emoji:`` codes, and control
+    characters or lone surrogates that got this far are written as escapes, never sent to
+    the admin's terminal (issue 11).
+    """
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None,
+                      markup=False, emoji=False, highlight=False)  # fmt: skip
     for table in tables:
         console.print(table)
-    return buffer.getvalue()
+    return printable(buffer.getvalue())
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character (but the line break) and lone surrogate escaped."""
+    if text.replace("\n", "").isprintable():
+        return text
+    return "".join(_escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    if char.isprintable() or char == "\n":
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 \
+        else f"\\U{code:08x}"  # fmt: skip
 
 
 def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: int = 120) -> str:

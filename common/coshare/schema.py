@@ -12,10 +12,30 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
+from coshare.bounds import (
+    MAX_COPY_BW_MBPS,
+    MAX_CORES,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_DEVICES,
+    MAX_LLC_WAYS,
+    MAX_MEMBW_GBPS,
+    MAX_MEMORY_MIB,
+    MAX_PRIORITY,
+    MAX_PROCESSES,
+    MAX_TIME_S,
+    MAX_WALLTIME_S,
+    SHOWN_CHARS,
+    as_float,
+    plain,
+    shorten,
+)
 from coshare.errors import SnapshotError
+from coshare.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, split_ids, text_problem
 from coshare.model import (
     MILLI,
     Assignment,
@@ -29,6 +49,7 @@ from coshare.model import (
     Snapshot,
     Unplaced,
     UnplacedCode,
+    capacity_cores_to_milli,
     cores_to_milli,
     milli_to_cores,
 )
@@ -56,8 +77,11 @@ UNPLACED_CODES: tuple[UnplacedCode, ...] = (
     "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported",
 )  # fmt: skip
 
-#: Largest integer accepted for sizes and counts (keeps arithmetic exact and sane).
-MAX_INT = 2**53
+#: Largest integer accepted where no field-specific maximum applies (sizes: see coshare.bounds).
+MAX_INT = MAX_PRIORITY
+
+#: The "no maximum" of :meth:`_Fields.number` (a float bound, shown only when smaller).
+_NO_MAXIMUM = 1e18
 
 
 class _Fields:
@@ -75,8 +99,9 @@ class _Fields:
         allowed = tuple(allowed)
         for key in self.obj:
             if key not in allowed:
+                valid = ", ".join(allowed)
                 self.problems.append(
-                    f"{self.what}: unknown field {key!r} (valid fields: {', '.join(allowed)})"
+                    f"{self.what}: unknown field {shorten(key)} (valid fields: {valid})"
                 )
 
     def _get(self, key: str, default: Any) -> Any:
@@ -86,78 +111,109 @@ class _Fields:
             self.problems.append(f"{self.what}: missing field {key!r}")
         return default
 
-    def _bad(self, key: str, value: object, allowed: str) -> None:
-        self.problems.append(f"{self.what}: field {key!r} is {_show(value)} (allowed: {allowed})")
+    def _bad(self, key: str, value: object, allowed: str, why: str = "") -> None:
+        because = f": it {why}" if why else ""
+        self.problems.append(
+            f"{self.what}: field {key!r} is {_show(value)}{because} (allowed: {allowed})"
+        )
 
-    def string(self, key: str, default: Any = _MISSING, *, no_comma: bool = False) -> Any:
+    def string(self, key: str, default: Any = _MISSING) -> Any:
+        """Free text (a model, a program, a reason): printable, at most MAX_TEXT_CHARS."""
         value = self._get(key, default)
         if value is default:
             return value
-        if not isinstance(value, str) or not value.strip():
-            self._bad(key, value, "a non-empty string")
+        problem = text_problem(value, MAX_TEXT_CHARS) if isinstance(value, str) else None
+        if not isinstance(value, str) or not value.strip() or problem:
+            self._bad(key, value, f"a string of 1..{MAX_TEXT_CHARS} characters, no control "
+                                  "characters", problem or "")  # fmt: skip
             return default if default is not _MISSING else ""
-        if no_comma and "," in value:
-            self._bad(key, value, "a string without commas")
-            return ""
         return value
 
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 0) -> Any:
+    def ident(self, key: str, default: Any = _MISSING) -> Any:
+        """A node name, device or job id, checked by :func:`coshare.ids.id_problem`."""
         value = self._get(key, default)
         if value is default:
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self._bad(key, value, f"an integer >= {minimum}")
-            return minimum
-        if isinstance(value, float) and not value.is_integer():
-            self._bad(key, value, f"an integer >= {minimum}")
-            return minimum
-        if value < minimum:
-            self._bad(key, value, f"an integer >= {minimum}")
-            return minimum
-        if value > MAX_INT:
-            self._bad(key, value, f"an integer <= {MAX_INT}")
+        problem = id_problem(value)
+        if problem is None and "," in value:
+            problem = "holds a comma"
+        if problem is not None:
+            self._bad(key, value, f"an id of {ALLOWED_ID}, no commas", problem)
+            return default if default is not _MISSING else ""
+        return value
+
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 0,
+                maximum: int = MAX_INT) -> Any:  # fmt: skip
+        value = self._get(key, default)
+        if value is default:
+            return value
+        if type(value) is int and minimum <= value <= maximum:  # the usual case, quickly
+            return value
+        number = as_float(value)
+        if (
+            number is None
+            or (isinstance(value, float) and not value.is_integer())
+            or not minimum <= number <= maximum
+        ):
+            allowed = f"an integer >= {minimum}" if maximum == MAX_INT else \
+                f"an integer {minimum}..{maximum}"  # fmt: skip
+            self._bad(key, value, allowed)
             return minimum
         return int(value)
 
     def number(
-        self, key: str, default: Any = _MISSING, *, minimum: float = 0.0, maximum: float = 1e18,
-        exclusive_min: bool = False,
+        self, key: str, default: Any = _MISSING, *, minimum: float = 0.0,
+        maximum: float = _NO_MAXIMUM, exclusive_min: bool = False,
     ) -> Any:  # fmt: skip
         value = self._get(key, default)
         if value is default:
             return value
-        low = f"> {minimum:g}" if exclusive_min else f">= {minimum:g}"
-        allowed = f"a number {low}" + (f" and <= {maximum:g}" if maximum < 1e18 else "")
+        number = as_float(value)
         if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
+            number is None
+            or not math.isfinite(number)
+            or (number <= minimum if exclusive_min else number < minimum)
+            or number > maximum
         ):
-            self._bad(key, value, allowed)
+            low = f"> {plain(minimum)}" if exclusive_min else f">= {plain(minimum)}"
+            high = f" and <= {plain(maximum)}" if maximum < _NO_MAXIMUM else ""
+            self._bad(key, value, f"a number {low}{high}")
             return minimum
-        too_low = value <= minimum if exclusive_min else value < minimum
-        if too_low or value > maximum:
-            self._bad(key, value, allowed)
-            return minimum
-        return float(value)
+        return number
 
     def choice(self, key: str, choices: tuple[str, ...], default: Any = _MISSING) -> Any:
         value = self._get(key, default)
         if value is default:
             return value
-        if value not in choices:
+        if not isinstance(value, str) or value not in choices:
             self._bad(key, value, " or ".join(repr(c) for c in choices))
             return choices[0]
         return value
 
-    def cores(self, key: str, default: Any = _MISSING, *, positive: bool = False) -> Any:
-        value = self.number(key, default, minimum=0.0, exclusive_min=positive)
+    def cores(self, key: str, default: Any = _MISSING, *, capacity: bool = False) -> Any:
+        """Cores in ``cpu_milli``: a node's capacity rounds down, a job's demand up (issue 11:
+        a 3.9995-core node must not take a 4-core job)."""
+        value = self.number(key, default, minimum=0.0, maximum=MAX_CORES, exclusive_min=capacity)
         if value is default:
             return value
-        return cores_to_milli(float(value))
+        return capacity_cores_to_milli(value) if capacity else cores_to_milli(value)
+
+    def device_list(self, key: str) -> tuple[str, ...]:
+        """Device ids joined by commas (``"0,1"``), or absent: none."""
+        value = self._get(key, None)
+        if value is None:
+            return ()
+        ids = split_ids(value) if isinstance(value, str) else ()
+        if not ids or any(id_problem(i) is not None for i in ids):
+            self._bad(key, value, f'device ids joined by commas ("0,1"), each of {ALLOWED_ID}; '
+                                  "or null")  # fmt: skip
+            return ()
+        return ids
 
     def array(self, key: str, default: Any = _MISSING) -> list[Any]:
         value = self._get(key, default)
+        if value is _MISSING:
+            return []
         if value is default:
             return cast(list[Any], value)
         if not isinstance(value, list):
@@ -167,31 +223,22 @@ class _Fields:
 
 
 def _show(value: object) -> str:
-    text = json.dumps(value) if _jsonable(value) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _jsonable(value: object) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
+    """An input value for a message, as JSON writes it where it can, bounded in length."""
+    if isinstance(value, str):
+        text = json.dumps(value[: SHOWN_CHARS - 3])
+        return text if len(value) <= SHOWN_CHARS - 3 else text[:-1] + '..."'
+    if value is None or isinstance(value, (bool, float)):
+        return json.dumps(value)
+    return shorten(value)
 
 
 def _label(kind: str, obj: object, index: int, key: str) -> str:
-    """``pending job "8.0"`` when the id is readable, else ``pending[3]``."""
+    """``pending job "8.0"`` when the id is a valid id, else ``pending[3]``."""
     if isinstance(obj, Mapping):
         ident = obj.get(key)
-        if isinstance(ident, str) and ident:
+        if id_problem(ident) is None:
             return f'{kind} "{ident}"'
     return f"{kind.split()[0]}[{index}]"
-
-
-def _device_ids(text: str | None) -> tuple[str, ...]:
-    if not text:
-        return ()
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def parse_snapshot(data: object, source: str = "") -> Snapshot:
@@ -215,7 +262,7 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
     nodes = [_parse_node(obj, i, problems) for i, obj in enumerate(top.array("nodes"))]
     running = [_parse_running(obj, i, problems) for i, obj in enumerate(top.array("running", []))]
     pending = [_parse_pending(obj, i, problems) for i, obj in enumerate(top.array("pending", []))]
-    now = top.number("now", None, minimum=-1e18)
+    now = top.number("now", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S)
     _cross_check(nodes, running, pending, problems)
     if problems:
         raise SnapshotError(problems, source)
@@ -225,26 +272,26 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
 def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
     f = _Fields(obj, _label("node", obj, index, "name"), problems)
     f.unknown(NODE_FIELDS)
-    name = f.string("name", no_comma=True)
+    name = f.ident("name")
     devices = []
     for j, dev in enumerate(f.array("devices", [])):
         d = _Fields(dev, f"{f.what}: {_label('device', dev, j, 'id')}", problems)
         d.unknown(DEVICE_FIELDS)
         devices.append(
             Device(
-                id=d.string("id", no_comma=True),
-                memory_mib=d.integer("memory_mib", minimum=1),
-                threads=d.integer("threads", minimum=1),
+                id=d.ident("id"),
+                memory_mib=d.integer("memory_mib", minimum=1, maximum=MAX_DEVICE_MEMORY_MIB),
+                threads=d.integer("threads", minimum=1, maximum=MAX_DEVICE_THREADS),
                 model=d.string("model", ""),
             )
         )
     return Node(
         name=name,
-        cpu_milli=f.cores("cores", positive=True),
-        memory_mib=f.integer("memory_mib", minimum=1),
+        cpu_milli=f.cores("cores", capacity=True),
+        memory_mib=f.integer("memory_mib", minimum=1, maximum=MAX_MEMORY_MIB),
         devices=tuple(devices),
-        membw_gbps=f.number("membw_gbps", None, exclusive_min=True),
-        llc_ways=f.integer("llc_ways", None, minimum=1),
+        membw_gbps=f.number("membw_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS),
+        llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
         domain=f.string("domain", None),
     )
 
@@ -252,23 +299,20 @@ def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
 def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
     f = _Fields(obj, _label("running job", obj, index, "id"), problems)
     f.unknown(RUNNING_FIELDS)
-    device = f.obj.get("device")
-    if device is not None and (not isinstance(device, str) or not _device_ids(device)):
-        f._bad("device", device, 'a device id, or ids joined by commas ("0,1"), or null')
-        device = None
+    device = f.device_list("device")
     state: PlacementState = f.choice("state", ("running", "planned"), "running")
     return RunningJob(
-        id=f.string("id"),
-        node=f.string("node"),
-        devices=_device_ids(device),
-        device_memory_mib=f.integer("device_memory_mib", 0),
-        device_threads=f.integer("device_threads", 0),
+        id=f.ident("id"),
+        node=f.ident("node"),
+        devices=device,
+        device_memory_mib=f.integer("device_memory_mib", 0, maximum=MAX_DEVICE_MEMORY_MIB),
+        device_threads=f.integer("device_threads", 0, maximum=MAX_DEVICE_THREADS),
         cpu_milli=f.cores("cores", MILLI),
-        memory_mib=f.integer("memory_mib", 0),
+        memory_mib=f.integer("memory_mib", 0, maximum=MAX_MEMORY_MIB),
         state=state,
-        membw_gbps=f.number("membw_gbps", None),
-        llc_ways=f.integer("llc_ways", None),
-        start_time_s=f.number("start_time", None, minimum=-1e18),
+        membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
+        llc_ways=f.integer("llc_ways", None, maximum=MAX_LLC_WAYS),
+        start_time_s=f.number("start_time", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
         program=f.string("program", None),
     )
 
@@ -276,11 +320,11 @@ def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
 def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
     f = _Fields(obj, _label("pending job", obj, index, "id"), problems)
     f.unknown(PENDING_FIELDS)
-    device_memory = f.integer("device_memory_mib", 0)
-    device_threads = f.integer("device_threads", 0)
+    device_memory = f.integer("device_memory_mib", 0, maximum=MAX_DEVICE_MEMORY_MIB)
+    device_threads = f.integer("device_threads", 0, maximum=MAX_DEVICE_THREADS)
     inferred: JobKind = "device" if (device_memory or device_threads) else "cpu"
     kind: JobKind = f.choice("kind", ("device", "cpu"), inferred)
-    device_count = f.integer("device_count", 1 if kind == "device" else 0)
+    device_count = f.integer("device_count", 1 if kind == "device" else 0, maximum=MAX_DEVICES)
     if kind == "cpu" and (device_memory or device_threads or device_count):
         problems.append(
             f"{f.what}: a job of kind 'cpu' cannot declare device_memory_mib, "
@@ -289,21 +333,21 @@ def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
     if kind == "device" and device_count < 1:
         f._bad("device_count", device_count, "an integer >= 1 for a job of kind 'device'")
     return Job(
-        id=f.string("id"),
+        id=f.ident("id"),
         device_memory_mib=device_memory,
         device_threads=device_threads,
         device_count=device_count,
         cpu_milli=f.cores("cores", MILLI),
-        memory_mib=f.integer("memory_mib", 0),
-        priority=f.integer("priority", 0, minimum=-MAX_INT),
-        submit_time_s=f.number("submit_time", 0.0, minimum=-1e18),
+        memory_mib=f.integer("memory_mib", 0, maximum=MAX_MEMORY_MIB),
+        priority=f.integer("priority", 0, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY),
+        submit_time_s=f.number("submit_time", 0.0, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
         kind=kind,
-        processes=f.integer("processes", 1, minimum=1),
+        processes=f.integer("processes", 1, minimum=1, maximum=MAX_PROCESSES),
         program=f.string("program", None),
         alpha=f.number("alpha", None, maximum=1.0, exclusive_min=True),
-        membw_gbps=f.number("membw_gbps", None),
-        copy_bw_mbps=f.number("copy_bw_mbps", None),
-        walltime_s=f.number("walltime_s", None, exclusive_min=True),
+        membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
+        copy_bw_mbps=f.number("copy_bw_mbps", None, maximum=MAX_COPY_BW_MBPS),
+        walltime_s=f.number("walltime_s", None, exclusive_min=True, maximum=MAX_WALLTIME_S),
     )
 
 
@@ -312,7 +356,7 @@ def _cross_check(
 ) -> None:
     devices_of: dict[str, set[str]] = {}
     for node in nodes:
-        if node.name in devices_of:
+        if node.name and node.name in devices_of:
             problems.append(f'node "{node.name}": name appears more than once')
         ids = [d.id for d in node.devices]
         for dup in sorted({i for i in ids if ids.count(i) > 1}):
@@ -466,13 +510,12 @@ def parse_plan(data: object, source: str = "") -> Plan:
     for i, obj in enumerate(top.array("assignments", [])):
         f = _Fields(obj, _label("assignment of job", obj, i, "job"), problems)
         f.unknown(ASSIGNMENT_FIELDS)
-        device = f.string("device", None)
         assignments.append(
             Assignment(
-                job=f.string("job"),
-                node=f.string("node"),
-                devices=_device_ids(device),
-                processes=f.integer("processes", None, minimum=1),
+                job=f.ident("job"),
+                node=f.ident("node"),
+                devices=f.device_list("device"),
+                processes=f.integer("processes", None, minimum=1, maximum=MAX_PROCESSES),
             )
         )
     unplaced = []
@@ -480,7 +523,7 @@ def parse_plan(data: object, source: str = "") -> Plan:
         f = _Fields(obj, _label("unplaced job", obj, i, "job"), problems)
         f.unknown(UNPLACED_FIELDS)
         code: UnplacedCode = f.choice("code", UNPLACED_CODES, "no_room")
-        unplaced.append(Unplaced(job=f.string("job"), reason=f.string("reason"), code=code))
+        unplaced.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
     stats = top.obj.get("stats")
     seconds = 0.0
     if isinstance(stats, Mapping):
@@ -490,11 +533,40 @@ def parse_plan(data: object, source: str = "") -> Plan:
     return Plan(policy, tuple(assignments), tuple(unplaced), seconds)
 
 
+class _Refused(ValueError):
+    """A JSON document the standard decoder accepts but the contract does not."""
+
+
+def _constant(name: str) -> object:
+    # Python's json reads NaN, Infinity and -Infinity, which JSON (RFC 8259) does not have.
+    raise _Refused(f"not valid JSON: {name} is not a JSON number")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # a key given twice: the decoder would silently keep the last
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _Refused(f"key {shorten(twice)} appears twice in one object")
+    return obj
+
+
 def decode_json(text: str, source: str, parse: Callable[[object, str], T]) -> T:
-    """Decode JSON text and parse it, turning a syntax error into a :class:`SnapshotError`."""
+    """Decode JSON text and parse it, turning anything unreadable into a :class:`SnapshotError`:
+    a syntax error, ``NaN``, a key given twice, nesting deeper than Python can decode, or an
+    integer longer than Python converts from text."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_constant, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise SnapshotError([f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"],
                             source) from exc  # fmt: skip
+    except _Refused as exc:
+        raise SnapshotError([str(exc)], source) from exc
+    except RecursionError as exc:
+        deep = "not readable: arrays or objects nested more deeply than Python's JSON decoder goes"
+        raise SnapshotError([f"{deep} (about 1,000 levels)"], source) from exc
+    except ValueError as exc:  # Python's int-string conversion limit (CVE-2020-10735)
+        limit = re.search(r"\((\d+) digits\)", str(exc))
+        most = f"more than {limit.group(1)} digits" if limit else "too many digits"
+        raise SnapshotError([f"not readable: a number has {most}"], source) from exc
     return parse(data, source)

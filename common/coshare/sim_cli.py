@@ -20,6 +20,7 @@ hands everything else to the pure ``coshare.sim``.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -29,8 +30,21 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from coshare.bounds import (
+    MAX_SIM_JOBS,
+    MAX_SIM_NODES,
+    MAX_SIM_SEEDS,
+    MAX_SIM_SIZES,
+    MAX_SIM_TOTAL_JOBS,
+    MAX_SIM_WORKERS,
+    SIM_KIB_PER_JOB,
+    shorten,
+    shorten_text,
+)
+from coshare.config import MAX_SETTING_S
 from coshare.errors import InputError
 from coshare.policies import policy_names
 from coshare.sim.device import FixedModel
@@ -98,25 +112,69 @@ def parse_policies(text: str | None, default: Sequence[str]) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()] if text else list(default)
     unknown = [n for n in names if n not in policy_names()]
     if unknown or not names:
-        raise InputError(f"unknown policy {', '.join(map(repr, unknown)) or '(none)'} "
+        shown = ", ".join(map(shorten, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+        raise InputError(f"unknown policy {shown or '(none)'} "
                          f"(known: {', '.join(policy_names())})")  # fmt: skip
     return list(dict.fromkeys(names))
 
 
 def parse_sizes(text: str | None) -> list[int] | None:
-    """Cluster sizes from ``1-8`` or ``2,4,8``."""
+    """Cluster sizes from ``1-8`` or ``2,4,8``: at most :data:`MAX_SIM_SIZES` sizes of
+    1..:data:`MAX_SIM_NODES` nodes (checked before any list is built: ``1-1000000000``)."""
     if not text:
         return None
-    sizes: list[int] = []
+    shown = shorten(text)
+    ranges: list[tuple[int, int]] = []
     try:
-        for part in text.split(","):
+        for part in text.split(",")[: MAX_SIM_SIZES + 1]:
             low, _, high = part.partition("-")
-            sizes += list(range(int(low), int(high or low) + 1))
+            ranges.append((int(low), int(high or low)))
     except ValueError as exc:
-        raise InputError(f"--sizes {text!r}: want sizes like 1-8 or 2,4,8") from exc
-    if not sizes or min(sizes) < 1:
-        raise InputError(f"--sizes {text!r}: sizes are node counts >= 1")
-    return sorted(set(sizes))
+        raise InputError(f"--sizes {shown}: want sizes like 1-8 or 2,4,8") from exc
+    if not ranges or any(not 1 <= low <= high <= MAX_SIM_NODES for low, high in ranges):
+        raise InputError(f"--sizes {shown}: sizes are node counts 1..{MAX_SIM_NODES}, "
+                         "low before high")  # fmt: skip
+    count = sum(high - low + 1 for low, high in ranges)
+    if count > MAX_SIM_SIZES:
+        raise InputError(f"--sizes {shown}: {count} sizes; at most {MAX_SIM_SIZES}")
+    return sorted({n for low, high in ranges for n in range(low, high + 1)})
+
+
+class FiniteRange(click.FloatRange):
+    """A float option within a range that also refuses ``nan`` and ``inf`` (click's own
+    FloatRange lets ``nan`` through: every comparison with it is false)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:  # fmt: skip
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number in the range {self._describe_range()}",
+                      param, ctx)  # fmt: skip
+        return number
+
+
+def check_work(runs: int, jobs: int, what: str) -> None:
+    """Refuse a simulation bigger than coshare lets one command ask for, with the estimate.
+
+    Args:
+        runs: simulated runs the command would make (at least).
+        jobs: jobs of its largest run.
+        what: the options that size it, for the message.
+
+    Raises:
+        InputError: a run of more than :data:`MAX_SIM_JOBS` jobs, or more than
+            :data:`MAX_SIM_TOTAL_JOBS` jobs over all runs.
+    """
+    memory_mib = jobs * SIM_KIB_PER_JOB // 1024
+    if jobs > MAX_SIM_JOBS:
+        raise InputError(f"{what}: one run would simulate {jobs} jobs (about {memory_mib} MiB, "
+                         f"and hours); at most {MAX_SIM_JOBS} jobs per run")  # fmt: skip
+    if runs * jobs > MAX_SIM_TOTAL_JOBS:
+        raise InputError(f"{what}: {runs} runs of up to {jobs} jobs would simulate "
+                         f"{runs * jobs} jobs; at most {MAX_SIM_TOTAL_JOBS} in all (use fewer "
+                         "seeds, sizes or policies)")  # fmt: skip
 
 
 def table2_report(
@@ -129,6 +187,9 @@ def table2_report(
     """The Table II reproduction as text (MC, MCC, MCCK with footprint), and its results."""
     setup = setup or Setup()
     per_seed = len(PAPER_POLICIES) + (4 if footprint else 0)
+    if nodes > MAX_SIM_NODES:
+        raise InputError(f"--nodes {nodes}: at most {MAX_SIM_NODES} nodes")
+    check_work(len(seeds) * per_seed, jobs, f"--jobs {jobs} --seeds {len(seeds)}")
     with progress_bar(len(seeds) * per_seed, "Table II") as advance:
         comps = [compare("table1", jobs, nodes, PAPER_POLICIES, s, setup, footprint,
                          step=lambda _: advance(1)) for s in seeds]  # fmt: skip
@@ -158,7 +219,7 @@ def _shares(comps: Sequence[Comparison]) -> str:
               help=f"One of {', '.join(WORKLOADS)}.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Jobs (table1: 1000, synthetic: 400; pressure: jobs per node, 200).")
-@click.option("--nodes", type=click.IntRange(min=1), default=None,
+@click.option("--nodes", type=click.IntRange(1, MAX_SIM_NODES), default=None,
               help=f"Cluster size in nodes (default {PAPER_NODES}).")
 @click.option("--policies", "policies_text", default=None,
               help="Comma-separated policies (paper workloads: exclusive,random,knapsack; "
@@ -167,7 +228,7 @@ def _shares(comps: Sequence[Comparison]) -> str:
               help="Also find each policy's footprint: the fewest nodes matching exclusive's "
               "makespan.")
 @click.option("--seed", type=int, default=0, show_default=True, help="First seed.")
-@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--seeds", type=click.IntRange(1, MAX_SIM_SEEDS), default=1, show_default=True,
               help="Number of seeds (SEED, SEED+1, ...).")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -178,18 +239,18 @@ def _shares(comps: Sequence[Comparison]) -> str:
               show_default=True,
               help="soft: the node's offload gate serializes offloads (COSMIC, as in the "
               "paper's MCC and MCCK); strict: declared threads per device stay within it.")
-@click.option("--cycle-delay", type=click.FloatRange(min=0), default=1.0, show_default=True,
+@click.option("--cycle-delay", type=FiniteRange(0, MAX_SETTING_S), default=1.0, show_default=True,
               help="Seconds from an arrival or job end to the planning cycle.")
-@click.option("--age-limit", type=click.FloatRange(min=0), default=None,
+@click.option("--age-limit", type=FiniteRange(0, MAX_SETTING_S), default=None,
               help="Knapsack aging in seconds (default: none, as in the paper).")
-@click.option("--offload-share", type=click.FloatRange(0, 1, min_open=True), default=None,
+@click.option("--offload-share", type=FiniteRange(0, 1, min_open=True), default=None,
               help="Part of a job's run time spent offloading (default: calibrated so "
               "exclusive reaches the paper's 50% utilization).")
 @click.option("--protocol", type=click.Choice(["online", "batch", "both"]), default="both",
               show_default=True, help="alibaba-2023: one pod per cycle, many, or both.")
 @click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
               help="alibaba-2023, batch protocol: pods per cycle.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", type=click.IntRange(1, MAX_SIM_WORKERS), default=1, show_default=True,
               help="alibaba-2023: runs in parallel processes (one per core is plenty).")
 @click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder of the traces (default: $COSHARE_TRACE_DIR, else ../shared/data).")
@@ -233,6 +294,8 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
     if workload == "pressure":
         per_node = jobs or PRESSURE_JOBS_PER_NODE
         grid = size_list or list(range(2, PAPER_NODES + 1))
+        check_work(len(seed_list) * len(grid) * len(policies), per_node * max(grid),
+                   f"--workload pressure --jobs {per_node} (per node)")  # fmt: skip
         with progress_bar(len(seed_list) * len(grid) * len(policies), "pressure") as advance:
             sweeps["pressure (normal)"] = [
                 sweep("normal", grid, policies, s, setup, jobs_per_node=per_node,
@@ -244,6 +307,7 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
         size = nodes or PAPER_NODES
         runs_each = len(policies) + (2 * (len(policies) - 1) + 1 if footprint else 0)
         total = len(seed_list) * len(names) * (runs_each + len(size_list or []) * len(policies))
+        check_work(total, count, f"--jobs {count}")
         with progress_bar(total, workload) as advance:
             for s in seed_list:
                 calibration = (
@@ -258,7 +322,7 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
                             sweep(name, size_list, policies, s, setup, jobs=count,
                                   step=lambda _: advance(1), calibration=calibration))  # fmt: skip
     else:
-        raise InputError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
+        raise InputError(f"unknown workload {shorten(workload)} (known: {', '.join(WORKLOADS)})")
     text = _paper_text(comparisons, sweeps, setup)
     payload = {**header, "comparisons": {k: comparison_json(v) for k, v in comparisons.items()},
                "sweeps": {k: sweep_json(v) for k, v in sweeps.items()}}  # fmt: skip
@@ -330,16 +394,18 @@ def _alibaba(policies: Sequence[str], seeds: Sequence[int], protocol: str, batch
 
 def _replay(path: Path, policies: Sequence[str], setup: Setup,
             nodes: int | None) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    where = f"trace:{shorten_text(str(path))}"
     if path.suffix != ".swf":
-        raise InputError(f"trace:{path}: only SWF logs (.swf) are replayed; the Alibaba pod "
-                         "list is the alibaba-2023 workload")  # fmt: skip
+        raise InputError(f"{where}: only SWF logs (.swf) are replayed; the Alibaba pod list is "
+                         "the alibaba-2023 workload")  # fmt: skip
     trace, machines = read_swf(path)
     if machines is None:
-        raise InputError(f"trace:{path}: needs {path.name}.machines beside it (the nodes)")
+        raise InputError(f"{where}: needs {shorten_text(path.name)}.machines beside it (the nodes)")
     cluster = machines[:nodes] if nodes else machines
+    check_work(len(policies), len(trace.jobs), where)
     jobs = [host_only(j.job, j.run_s) for j in trace.jobs]
     summaries = []
-    with progress_bar(len(policies), f"replay {path.name}") as advance:
+    with progress_bar(len(policies), f"replay {escape(path.name)}") as advance:
         for name in policies:
             result = run_sim(cluster, jobs, setup.policy(name, 0), options=setup.options(),
                              model=FixedModel())  # fmt: skip

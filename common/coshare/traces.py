@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coshare.errors import InputError
+from coshare.files import MAX_TRACE_CHARS, TooLarge, read_bounded
 from coshare.model import Node
 from coshare.sim.traces import (
     SwfTrace,
@@ -44,7 +45,9 @@ def data_dir(explicit: Path | None = None) -> Path:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text()
+        return read_bounded(path, MAX_TRACE_CHARS)
+    except TooLarge as exc:
+        raise InputError(f"trace {path}: not read: {exc}") from exc
     except OSError as exc:
         raise InputError(f"cannot read trace {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

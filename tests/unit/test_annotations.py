@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from coshare.annotations import ClusterLimits, extract, is_annotated, parse_job
+from coshare.annotations import KEYS, ClusterLimits, extract, is_annotated, parse_job
+from coshare.bounds import MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_THREADS, MAX_DEVICES, MAX_PROCESSES
 from coshare.errors import AnnotationError
 from coshare.model import Device, Node
+from hypothesis import given
+from hypothesis import strategies as st
 
 LIMITS = ClusterLimits.of_nodes(
     [Node("a", 16000, 65536, (Device("0", 8192, 240), Device("1", 16384, 244)))]
@@ -63,9 +68,10 @@ def test_cpu_jobs() -> None:
     assert parse_job("2", {"CoshareProgram": "EP"}).kind == "cpu"
 
 
-def message(job_id: str, keys: dict[str, object]) -> str:
+def message(job_id: str, keys: dict[str, object],
+            limits: ClusterLimits | None = LIMITS) -> str:  # fmt: skip
     with pytest.raises(AnnotationError) as info:
-        parse_job(job_id, keys, limits=LIMITS)
+        parse_job(job_id, keys, limits=limits)
     assert info.value.job == job_id
     return str(info.value)
 
@@ -149,3 +155,106 @@ def test_extract_and_is_annotated() -> None:
     ad = {"Owner": "alice", "RequestCpus": 1, "CoshareDeviceMemory": 1, "coshare_device_threads": 2}
     assert extract(ad) == {"CoshareDeviceMemory": 1, "coshare_device_threads": 2}
     assert is_annotated(ad) and not is_annotated({"Owner": "bob"})
+
+
+# -- issue 11: every numeric key bounded, one rule for numbers, bounded messages ---------------
+
+#: Every numeric key, with a value that is fine for it.
+NUMERIC = {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1, "CoshareDeviceCount": 1,
+           "CoshareProcesses": 1, "CoshareAlpha": 0.5, "CoshareMembw": 1,
+           "CoshareCopyBandwidth": 1, "CoshareWalltime": 1}  # fmt: skip
+
+HOSTILE_NUMBERS = [
+    "9" * 400, "1" + "0" * 50, "1e400", "-1e400", "inf", "-inf", "nan", "Infinity", "1_000",
+    "0x10", "١٢٠", "１２", 10**400, -(10**400), float("inf"), float("-inf"), float("nan"),
+    True, [1], "1e19",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", sorted(NUMERIC))
+@pytest.mark.parametrize("value", HOSTILE_NUMBERS, ids=lambda v: repr(v)[:20])
+def test_hostile_numbers_are_refused_for_every_numeric_key(key: str, value: object) -> None:
+    keys = {**NUMERIC, key: value}
+    with pytest.raises(AnnotationError) as info:
+        parse_job("5.0", keys)  # no cluster known: only coshare's own bounds apply
+    text = str(info.value)
+    assert text.startswith(f"job 5.0: {key}=") and "(allowed: " in text
+    assert len(text) < 300
+
+
+@pytest.mark.parametrize("key", ["CoshareDeviceMemory", "CoshareDeviceThreads",
+                                 "CoshareDeviceCount", "CoshareProcesses"])  # fmt: skip
+def test_the_largest_allowed_value_parses_and_one_more_is_refused_saying_the_bound(
+    key: str,
+) -> None:
+    spec = next(s for s in KEYS if s.attribute == key)
+    assert spec.maximum is not None
+    top = int(spec.maximum)
+    parse_job("1", {**NUMERIC, key: top})
+    parse_job("1", {**NUMERIC, key: str(top)})
+    text = message("1", {**NUMERIC, key: top + 1}, limits=None)
+    assert f"at most {top})" in text and "is larger than coshare accepts" in text
+
+
+def test_numbers_follow_one_rule_for_every_key() -> None:
+    job = parse_job("1", {"CoshareDeviceMemory": " 1.5e3 ", "CoshareDeviceThreads": "+120",
+                          "CoshareWalltime": ".5", "CoshareAlpha": "1"})  # fmt: skip
+    assert (job.device_memory_mib, job.device_threads, job.walltime_s) == (1500, 120, 0.5)
+    for key in ("CoshareDeviceMemory", "CoshareDeviceThreads"):  # Arabic-Indic 120
+        assert "is not a number" in message("1", {**NUMERIC, key: "١٢٠"}, limits=None)
+
+
+def test_a_key_given_twice_under_two_spellings_is_refused_naming_both() -> None:
+    text = message("5.0", {"device-memory": "1G", "device-memory-mib": "2G",
+                           "device-threads": 1})  # fmt: skip
+    assert "device-memory-mib='2G' names the same key as device-memory (given twice)" in text
+
+
+def test_the_schedulers_own_request_is_bounded_too() -> None:
+    with pytest.raises(AnnotationError) as info:
+        parse_job("1", NUMERIC, cpu_milli=10**303, memory_mib=-1, processes=10**19)
+    text = str(info.value)
+    assert "requested cores per process=" in text and "(allowed: 0..1048576)" in text
+    assert "requested memory MiB per process='-1'" in text
+    assert "requested processes='10000000000000000000'" in text
+
+
+def test_values_and_keys_in_messages_are_bounded_and_printable() -> None:
+    text = message("1", {**NUMERIC, "CoshareProgram": "x" * 10**6 + "\x1b[2J"}, limits=None)
+    assert len(text) < 300 and "\x1b" not in text
+    text = message("1", {**NUMERIC, "Coshare" + "y" * 10**6: 1}, limits=None)
+    assert len(text) < 1000
+
+
+def test_program_names_are_checked_whole() -> None:
+    assert parse_job("1", {**NUMERIC, "CoshareProgram": " KM\n"}).program == "KM"
+    for name in ("KM\nX", "KM\n\n;x", "K" * 65):
+        assert "is not a valid program name" in message("1", {**NUMERIC, "CoshareProgram": name},
+                                                        limits=None)  # fmt: skip
+
+
+ANY_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=50),
+    st.sampled_from(HOSTILE_NUMBERS), st.lists(st.integers(), max_size=3),
+    st.builds(lambda n: f"{n}{'G' if n % 2 else 'k'}", st.integers(-(10**20), 10**20)),
+)  # fmt: skip
+ANY_KEY = st.one_of(st.sampled_from([s.attribute for s in KEYS] + ["device-memory-mib",
+                                                                   "DEVICE_THREADS"]),
+                    st.text(max_size=20))  # fmt: skip
+
+
+@given(keys=st.dictionaries(ANY_KEY, ANY_VALUE, max_size=6),
+       limits=st.sampled_from([None, LIMITS]))  # fmt: skip
+def test_any_annotations_give_a_job_within_the_bounds_or_one_bounded_error(
+    keys: dict[str, object], limits: ClusterLimits | None
+) -> None:
+    try:
+        job = parse_job("1", keys, limits=limits)
+    except AnnotationError as exc:
+        assert len(str(exc)) < 600 * max(len(keys), 1) + 200
+        return
+    assert 0 <= job.device_memory_mib <= MAX_DEVICE_MEMORY_MIB
+    assert 0 <= job.device_threads <= MAX_DEVICE_THREADS
+    assert 0 <= job.device_count <= MAX_DEVICES and 1 <= job.processes <= MAX_PROCESSES
+    for value in (job.alpha, job.membw_gbps, job.copy_bw_mbps, job.walltime_s):
+        assert value is None or math.isfinite(value)

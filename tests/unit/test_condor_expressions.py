@@ -89,3 +89,9 @@ def test_transform_recognizes_exactly_the_annotation_keys() -> None:
     requirement = next(line for line in lines if line.strip().startswith("REQUIREMENTS"))
     named = re.findall(r"(Coshare\w+) isnt undefined", requirement)
     assert sorted(named) == sorted(spec.attribute for spec in KEYS)
+
+
+def test_a_job_id_ending_in_a_newline_is_refused() -> None:
+    # "$" matches before a trailing newline; the check is a whole-string match (issue 11).
+    with pytest.raises(ValueError):
+        X.job_clause("1.0\n")

@@ -142,3 +142,10 @@ def test_wrapper_refuses_device_ids_that_are_not_plain(tmp_path: Path) -> None:
     with pytest.raises(CommandFailed):
         run([WRAPPER, *SHOW], timeout_s=10, env=env)
     assert "not a plain id list" in (tmp_path / "error").read_text()
+
+
+def test_a_device_spec_with_a_second_line_is_refused() -> None:
+    # grep checks each line on its own: "8192:240<newline>1:1" passed as two devices (issue 11).
+    with pytest.raises(CommandFailed) as info:
+        run([DEVICES, "--device", "8192:240\n1:1"], timeout_s=10)
+    assert info.value.returncode == 2

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
-from coshare.config import Config, load_config, with_overrides
+from coshare.bounds import plain
+from coshare.config import (
+    Config,
+    DeviceKind,
+    _range,
+    build,
+    load_config,
+    to_dict,
+    with_overrides,
+)
 from coshare.errors import ConfigError
 
 
@@ -56,7 +67,10 @@ def test_file_values_are_loaded_into_frozen_dataclasses(tmp_path: Path) -> None:
         ),
         ("policy: {threads: lax}\n", "policy.threads: 'lax' is not one of 'strict', 'soft'"),
         ("policy: {seed: one}\n", "policy.seed: expected an integer, got 'one'"),
-        ("knapsack: {memory_grid_mib: 0}\n", "knapsack.memory_grid_mib: 0 is below the minimum 1"),
+        (
+            "knapsack: {memory_grid_mib: 0}\n",
+            "knapsack.memory_grid_mib: 0 is out of range (allowed: an integer 1..1048576)",
+        ),
         ("device_kinds: {mic: {memory_mib: 1}}\n", "device_kinds.mic: missing key 'threads'"),
         ("- a\n", "expected a mapping of sections"),
         ("policy: [\n", "not valid YAML"),
@@ -105,3 +119,111 @@ def test_node_section_takes_files_and_environment(tmp_path: Path) -> None:
     assert config.node.gate_socket == "/run/coshare/gate.sock"
     with pytest.raises(ConfigError, match=r"node\.device_memory: 'cuda' is not one of"):
         load_config(write(tmp_path, "node: {device_memory: cuda}\n"), environ={})
+
+
+# -- issue 11: every number finite and in range, keys once, YAML errors as one message -------
+
+
+def numeric_settings() -> list[tuple[str, str, dataclasses.Field[Any]]]:
+    """Every numeric setting of every section: (section, key, field)."""
+    out = []
+    hints = typing.get_type_hints(Config)
+    for section in dataclasses.fields(Config):
+        cls = hints[section.name]
+        if not dataclasses.is_dataclass(cls):
+            cls = DeviceKind
+        for f in dataclasses.fields(cls):
+            hint = str(typing.get_type_hints(cls)[f.name])
+            if "int" in hint or "float" in hint:
+                out.append((section.name, f.name, f))
+    return out
+
+
+@pytest.mark.parametrize(("section", "key", "spec"), numeric_settings(),
+                         ids=lambda v: v if isinstance(v, str) else "")  # fmt: skip
+@pytest.mark.parametrize("bad", [".nan", ".inf", "-.inf", "1e400", "-1", "above"])
+def test_every_numeric_setting_refuses_nan_infinity_and_out_of_range_naming_key_and_range(
+    tmp_path: Path, section: str, key: str, spec: dataclasses.Field[Any], bad: str
+) -> None:
+    low, high = _range(key, spec.metadata)
+    if bad == "-1" and low < 0:
+        return
+    if bad == "above":
+        bad = str(int(high) * 10 + 1)
+    if section == "device_kinds":
+        other = "threads" if key == "memory_mib" else "memory_mib"
+        text = f"device_kinds: {{mic: {{{other}: 1, {key}: {bad}}}}}\n"
+        path = "device_kinds.mic." + key
+    elif key == "devices":
+        text, path = f"node: {{devices: {{'0': {bad}}}}}\n", "node.devices.0"
+    elif key == "trusted_launcher_uids":
+        text, path = f"node: {{trusted_launcher_uids: [{bad}]}}\n", "node.trusted_launcher_uids[0]"
+    else:
+        text, path = f"{section}: {{{key}: {bad}}}\n", f"{section}.{key}"
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ={})
+    message = str(info.value)
+    assert f"{path}: " in message and f"..{plain(high)})" in message, message
+
+
+@pytest.mark.parametrize("section", ["policy", "cycle", "slurm", "node"])
+def test_every_default_is_within_its_own_range(section: str) -> None:
+    # build() checks the defaults too when they are written out and read back.
+    defaults = {section: to_dict(getattr(Config(), section))}
+    assert build(Config, defaults) == Config()
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "policy:\n  name: knapsack\n  seed: 1\n  name: random\n"),
+                    environ={})  # fmt: skip
+    assert "key 'name' appears twice (first on line 2)" in str(info.value)
+    assert "line 4" in str(info.value)
+
+
+def test_merge_keys_still_override_what_they_merge(tmp_path: Path) -> None:
+    text = "device_kinds:\n  a: &a {memory_mib: 1, threads: 2}\n  b: {<<: *a, threads: 3}\n"
+    config = load_config(write(tmp_path, text), environ={})
+    assert config.device_kinds["b"] == DeviceKind(memory_mib=1, threads=3)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("[unclosed", "not valid YAML"), ("{a: 1, a: 2}", "appears twice"),
+     ("9" * 5000, "too many digits"), ("[" * 5000 + "]" * 5000, "nested too deeply")],
+)  # fmt: skip
+def test_bad_yaml_in_an_environment_variable_names_the_variable(value: str, says: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, environ={"COSHARE_POLICY_SEED": value, "COSHARE_CONFIG": "/dev/null"})
+    assert "environment variable COSHARE_POLICY_SEED" in str(info.value)
+    assert says in str(info.value)
+
+
+def test_text_settings_refuse_control_characters_and_huge_values(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, 'slurm: {lock_file: "/run/x\\n/etc/passwd"}\n'), environ={})
+    assert "slurm.lock_file: " in str(info.value) and "\\n" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "policy: {name: " + "x" * 100_000 + "}\n"), environ={})
+    assert "longer than 1024 characters" in str(info.value) and len(str(info.value)) < 400
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "node: {devices: {' 0': 240}}\n"), environ={})
+    assert "node.devices: the name ' 0' has white space at its start or end" in str(info.value)
+
+
+def test_a_file_that_is_not_utf8_is_one_message(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"policy: {name: \xff}\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(path, environ={})
+
+
+def test_coshare_variables_that_are_not_settings_are_left_alone() -> None:
+    # With COSHARE_TRACE_DIR set (as the suite is run), every node command refused to start;
+    # a coshare tool run inside a job sees the variables the node helpers export to it.
+    environ = {"COSHARE_TRACE_DIR": "/x", "COSHARE_NODE": "n1", "COSHARE_DEVICES": "0",
+               "COSHARE_CPUS": "0-1", "COSHARE_JOB_ID": "7",
+               "COSHARE_CONFIG": "/dev/null"}  # fmt: skip
+    assert load_config(None, environ=environ) == Config()
+    with pytest.raises(ConfigError, match="COSHARE_POLCY_NAME names no setting"):
+        load_config(None, environ={**environ, "COSHARE_POLCY_NAME": "x"})

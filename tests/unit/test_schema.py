@@ -78,17 +78,18 @@ def mutate(path: list[Any], value: Any) -> dict[str, Any]:
         (
             ["pending", 0, "device_memory_mib"],
             "abc",
-            'pending job "8.0": field \'device_memory_mib\' is "abc" (allowed: an integer >= 0)',
+            'pending job "8.0": field \'device_memory_mib\' is "abc" '
+            "(allowed: an integer 0..1048576)",
         ),
         (
             ["pending", 0, "device_threads"],
             -1,
-            "pending job \"8.0\": field 'device_threads' is -1 (allowed: an integer >= 0)",
+            "pending job \"8.0\": field 'device_threads' is -1 (allowed: an integer 0..16777216)",
         ),
         (
             ["pending", 0, "cores"],
             -1,
-            "pending job \"8.0\": field 'cores' is -1 (allowed: a number >= 0)",
+            "pending job \"8.0\": field 'cores' is -1 (allowed: a number >= 0 and <= 1048576)",
         ),
         (
             ["pending", 0, "device_mem_mib"],
@@ -98,11 +99,15 @@ def mutate(path: list[Any], value: Any) -> dict[str, Any]:
         (["pending", 0, "id"], KeyError, "pending[0]: missing field 'id'"),
         (["pending", 0, "kind"], "gpu", 'pending job "8.0": field \'kind\' is "gpu"'),
         (["pending", 0, "alpha"], 1.5, "pending job \"8.0\": field 'alpha' is 1.5"),
-        (["nodes", 0, "cores"], True, "node \"n1\": field 'cores' is true (allowed: a number > 0)"),
+        (
+            ["nodes", 0, "cores"],
+            True,
+            "node \"n1\": field 'cores' is true (allowed: a number > 0 and <= 1048576)",
+        ),
         (
             ["nodes", 0, "devices", 0, "threads"],
             2.5,
-            'node "n1": device "0": field \'threads\' is 2.5 (allowed: an integer >= 1)',
+            'node "n1": device "0": field \'threads\' is 2.5 (allowed: an integer 1..16777216)',
         ),
         (["running", 0, "node"], "n9", 'running job "7.0": field "node" names unknown node "n9"'),
         (

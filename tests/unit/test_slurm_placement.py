@@ -17,6 +17,7 @@ from slurm_addon.placement import (
     format_placement,
     format_refusal,
     is_refusal,
+    is_safe_token,
     kill_reason,
     parse_placement,
     with_kill_reason,
@@ -103,3 +104,8 @@ def test_allocations_and_error_files_are_read_from_slurms_output() -> None:
     assert parse_stderr_path(show) == "/var/tmp/out dir/3.err"
     assert parse_stderr_path("JobId=3\n   StdErr=relative\n") is None
     assert parse_stderr_path("JobId=3\n") is None
+
+
+def test_a_token_ending_in_a_newline_is_not_safe() -> None:
+    # "$" matches before a trailing newline; the check is a whole-string match (issue 11).
+    assert is_safe_token("csl-n1") and not is_safe_token("csl-n1\n")

@@ -74,3 +74,20 @@ def test_controller_down_phrases() -> None:
     assert controller_down("Unexpected message received for job 210")
     assert controller_down("slurm_load_jobs error: Unable to contact slurm controller")
     assert not controller_down((FIXTURES / "scontrol-release-errors.txt").read_text())
+
+
+@pytest.mark.parametrize(
+    ("job", "node", "text"),
+    [("42\n", "n1", "x"), ("42", "n1\n", "x"), ("42", "n1", "x\n"), ("42", "n1", "x\r")],
+)
+def test_a_value_ending_in_a_newline_never_splits_a_line(job: str, node: str, text: str) -> None:
+    # "$" matches before a trailing newline; the checks are whole-string matches (issue 11).
+    with pytest.raises(UnsafeValue):
+        update_line(job, node, text)
+
+
+def test_job_ids_ending_in_a_newline_are_refused_everywhere() -> None:
+    with pytest.raises(UnsafeValue):
+        update_argv("5\n", "x")
+    with pytest.raises(UnsafeValue):
+        job_list(["1", "2\n"])

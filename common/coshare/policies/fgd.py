@@ -54,6 +54,9 @@ Shape = tuple[int, int, int]
 #: The share of jobs the kept shapes cover (the benchmark's 95%).
 COVERAGE = 0.95
 
+#: Where the sigmoid of the score is clipped: its integer value is 0 or 100 beyond +-50.
+_SIGMOID_CLIP = 50.0
+
 
 def job_shape(job: Job) -> Shape:
     """The shape FGD counts a job by."""
@@ -223,6 +226,9 @@ class _Fragmentation:
     def _score(self, decrease: Ints, scale: npt.NDArray[np.float64]) -> Ints:
         """The reference's integer score: ``int(100 * sigmoid(decrease / one device))``."""
         x = decrease / self.total / np.maximum(scale, 1.0)
+        # exp overflows past |x| ~ 709 (a node's devices of very different sizes: issue 11);
+        # the integer score is already 0 or 100 from |x| = 50, so clipping changes no score.
+        x = np.clip(x, -_SIGMOID_CLIP, _SIGMOID_CLIP)
         out: Ints = (100.0 / (1.0 + np.exp(-x))).astype(np.int64)
         return out
 

@@ -17,10 +17,24 @@ The ``.machines`` companion (``id name nodes cpus_per_node speed ram_kb``) gives
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from coshare.bounds import (
+    MAX_CORES,
+    MAX_CPU_MILLI,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICES,
+    MAX_MEMORY_MIB,
+    MAX_PROCESSES,
+    MAX_SIM_NODES,
+    MAX_TIME_S,
+    parse_number,
+    shorten,
+)
 from coshare.errors import InputError
+from coshare.ids import id_problem
 from coshare.model import MILLI, Device, Job, Node
 
 #: One GPU, in the units of a pod's ``gpu_milli``.
@@ -51,11 +65,20 @@ class TracePod:
         return self.job.device_memory_mib * self.job.device_count if self.job.needs_device else 0
 
 
-def _int(row: dict[str, str], key: str, where: str) -> int:
-    try:
-        return int(float(row[key]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(f"{where}: field {key!r} is {row.get(key)!r} (want a number)") from exc
+def _number(text: object, key: str, where: str, low: float, high: float) -> float:
+    """A field by the one number rule of :mod:`coshare.bounds`, finite and in ``low..high``."""
+    number = parse_number(text) if isinstance(text, str) else None
+    if number is None or not low <= number <= high:
+        raise TraceError(f"{where}: field {key!r} is {shorten(text)} (allowed: a number "
+                         f"{low:g}..{high:g})")  # fmt: skip
+    return number
+
+
+def _int(row: dict[str | None, str | None], key: str, where: str, high: float, *,
+         demand: bool = False) -> int:  # fmt: skip
+    """A whole amount of a CSV row: a demand rounds up, a capacity down (never over-promise)."""
+    number = _number(row.get(key), key, where, 0, high)
+    return math.ceil(number) if demand else math.floor(number)
 
 
 def parse_alibaba_nodes(text: str, source: str = "node list") -> tuple[Node, ...]:
@@ -63,13 +86,13 @@ def parse_alibaba_nodes(text: str, source: str = "node list") -> tuple[Node, ...
     nodes = []
     for i, row in enumerate(csv.DictReader(text.splitlines()), start=2):
         where = f"{source} line {i}"
-        gpus = _int(row, "gpu", where)
+        gpus = _int(row, "gpu", where, MAX_DEVICES)
         model = row.get("model") or ""
         nodes.append(
             Node(
-                name=row.get("sn") or f"node{i}",
-                cpu_milli=_int(row, "cpu_milli", where),
-                memory_mib=_int(row, "memory_mib", where),
+                name=_name(row.get("sn"), f"node{i}", where),
+                cpu_milli=_int(row, "cpu_milli", where, MAX_CPU_MILLI),
+                memory_mib=_int(row, "memory_mib", where, MAX_MEMORY_MIB),
                 devices=tuple(Device(str(g), GPU_MILLI, GPU_MILLI, model) for g in range(gpus)),
             )
         )
@@ -83,26 +106,28 @@ def parse_alibaba_pods(text: str, source: str = "pod list") -> tuple[TracePod, .
     pods = []
     for i, row in enumerate(csv.DictReader(text.splitlines()), start=2):
         where = f"{source} line {i}"
-        count = _int(row, "num_gpu", where)
-        share = _int(row, "gpu_milli", where) if count else 0
+        count = _int(row, "num_gpu", where, MAX_DEVICES, demand=True)
+        share = _int(row, "gpu_milli", where, MAX_DEVICE_MEMORY_MIB, demand=True) if count else 0
         if count and not 0 < share <= GPU_MILLI:
             raise TraceError(f"{where}: gpu_milli {share} outside 1..{GPU_MILLI}")
         deleted = row.get("deletion_time") or ""
         pods.append(
             TracePod(
                 job=Job(
-                    id=row.get("name") or f"pod{i}",
+                    id=_name(row.get("name"), f"pod{i}", where),
                     device_memory_mib=share,
                     device_threads=share,
                     device_count=count,
-                    cpu_milli=_int(row, "cpu_milli", where),
-                    memory_mib=_int(row, "memory_mib", where),
+                    cpu_milli=_int(row, "cpu_milli", where, MAX_CPU_MILLI, demand=True),
+                    memory_mib=_int(row, "memory_mib", where, MAX_MEMORY_MIB, demand=True),
                     kind="device" if count else "cpu",
                 ),
-                created_s=float(row.get("creation_time") or 0.0),
-                deleted_s=float(deleted) if deleted else None,
+                created_s=_number(row.get("creation_time") or "0", "creation_time", where,
+                                  -MAX_TIME_S, MAX_TIME_S),
+                deleted_s=_number(deleted, "deletion_time", where, -MAX_TIME_S, MAX_TIME_S)
+                if deleted else None,
             )
-        )
+        )  # fmt: skip
     if not pods:
         raise TraceError(f"{source}: no pods")
     return tuple(pods)
@@ -129,23 +154,59 @@ class SwfTrace:
     skipped: int
 
 
+#: The SWF fields coshare reads (1-based numbers of the format), with their largest values:
+#: a job id, times in seconds, processors, and memory in KB per processor.
+_SWF_FIELDS = {1: ("job number", 2**53), 2: ("submit time", MAX_TIME_S),
+               4: ("run time", MAX_TIME_S), 5: ("allocated processors", MAX_PROCESSES),
+               7: ("used memory", MAX_MEMORY_MIB * 1024.0), 8: ("requested processors",
+               MAX_PROCESSES), 9: ("requested time", MAX_TIME_S),
+               10: ("requested memory", MAX_MEMORY_MIB * 1024.0)}  # fmt: skip
+
+
+def _swf_values(fields: list[str], where: str) -> list[float]:
+    """The 18 fields of a record as numbers (``-1``: unknown); the ones coshare reads must be
+    finite and within their bounds, by the one number rule (``nan``, ``inf``, ``1e400`` and
+    digits of other scripts are refused, naming the line and the field)."""
+    values = []
+    for number, text in enumerate(fields[:18], start=1):
+        value = parse_number(text)
+        name, high = _SWF_FIELDS.get(number, (f"field {number}", math.inf))
+        if value is None or math.isinf(value) or (value > high and number in _SWF_FIELDS):
+            raise TraceError(f"{where}: {name} (field {number}) is {shorten(text)} (allowed: a "
+                             f"number -1..{high:g})")  # fmt: skip
+        values.append(value)
+    return values
+
+
 def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
-    """Jobs of a Standard Workload Format file (comment lines start with ``;``)."""
+    """Jobs of a Standard Workload Format file (comment lines start with ``;``).
+
+    Raises:
+        TraceError: naming the line (and the field): a record of fewer than 18 fields, a field
+            that is not a finite number within its bound, a job number given twice (both
+            lines named).
+    """
     jobs = []
     skipped = 0
+    first_line: dict[int, int] = {}
     for number, line in enumerate(lines, start=1):
         text = line.strip()
         if not text or text.startswith(";"):
             continue
         fields = text.split()
+        where = f"{source} line {number}"
         if len(fields) < 18:
-            raise TraceError(f"{source} line {number}: {len(fields)} fields, SWF has 18")
-        try:
-            values = [float(f) for f in fields[:18]]
-        except ValueError as exc:
-            raise TraceError(f"{source} line {number}: a field is not a number") from exc
+            raise TraceError(f"{where}: {len(fields)} fields, SWF has 18")
+        values = _swf_values(fields, where)
         job_id, submit, _, run, alloc, _, used_kb, req, _, req_kb = values[:10]
-        procs = int(alloc if alloc > 0 else req)
+        if not job_id.is_integer():
+            raise TraceError(f"{where}: job number {shorten(fields[0])} is not a whole number")
+        ident = int(job_id)
+        if ident in first_line:
+            raise TraceError(f"{where}: job {ident} appears again (first on line "
+                             f"{first_line[ident]}); SWF job numbers are unique")  # fmt: skip
+        first_line[ident] = number
+        procs = math.ceil(alloc if alloc > 0 else req)
         if run <= 0 or procs <= 0:
             skipped += 1
             continue
@@ -153,11 +214,11 @@ def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
         jobs.append(
             SwfJob(
                 Job(
-                    id=str(int(job_id)),
+                    id=str(ident),
                     device_count=0,
                     kind="cpu",
                     cpu_milli=MILLI,
-                    memory_mib=int(-(-memory_kb // 1024)),
+                    memory_mib=math.ceil(memory_kb / 1024),
                     processes=procs,
                     submit_time_s=submit,
                     walltime_s=values[8] if values[8] > 0 else None,
@@ -177,14 +238,30 @@ def parse_swf_machines(text: str, source: str = "machines") -> tuple[Node, ...]:
             continue
         if len(fields) < 6:
             raise TraceError(f"{source} line {number}: want 'id name nodes cpus speed ram_kb'")
-        try:
-            count, cpus, ram_kb = int(fields[2]), int(fields[3]), int(fields[5])
-        except ValueError as exc:
-            raise TraceError(
-                f"{source} line {number}: nodes, cpus and ram_kb are integers"
-            ) from exc
-        nodes += [Node(f"{fields[1]}{len(nodes) + i + 1:03d}", cpus * MILLI, ram_kb // 1024)
+        where = f"{source} line {number}"
+        count = _whole(fields[2], "nodes", where, MAX_SIM_NODES - len(nodes))
+        cpus = _whole(fields[3], "cpus", where, MAX_CORES)
+        ram_kb = _whole(fields[5], "ram_kb", where, MAX_MEMORY_MIB * 1024)
+        name = _name(fields[1], "m", where)
+        nodes += [Node(f"{name}{len(nodes) + i + 1:03d}", cpus * MILLI, ram_kb // 1024)
                   for i in range(count)]  # fmt: skip
     if not nodes:
         raise TraceError(f"{source}: no machines")
     return tuple(nodes)
+
+
+def _whole(text: str, key: str, where: str, high: int) -> int:
+    """A non-negative integer field of a ``.machines`` line, at most ``high``."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 20) or int(text) > high:
+        raise TraceError(f"{where}: {key} is {shorten(text)} (allowed: an integer 0..{high})")
+    return int(text)
+
+
+def _name(text: str | None, default: str, where: str) -> str:
+    """A node or pod name of a trace: its default when empty, refused when not a valid id."""
+    if not text:
+        return default
+    problem = id_problem(text)
+    if problem is not None:
+        raise TraceError(f"{where}: the name {shorten(text)} {problem}")
+    return text

@@ -1,0 +1,109 @@
+"""The largest values coshare accepts never crash a policy (issue 11: ``CoshareProcesses =
+"1e19"`` crashed ``fgd`` with an int64 overflow). Every policy plans snapshots whose values sit
+at the bounds of :mod:`coshare.bounds`, soundly; values past the bounds never get in."""
+
+from __future__ import annotations
+
+import pytest
+from coshare.annotations import parse_job
+from coshare.bounds import (
+    MAX_CPU_MILLI,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_DEVICES,
+    MAX_MEMORY_MIB,
+    MAX_PRIORITY,
+    MAX_PROCESSES,
+    MAX_TIME_S,
+    MAX_WALLTIME_S,
+)
+from coshare.errors import AnnotationError
+from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
+from coshare.policies import make_policy, policy_names
+from coshare.schema import parse_snapshot, snapshot_to_dict
+from coshare.verify import check_plan
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def edge(top: int, low: int = 1) -> st.SearchStrategy[int]:
+    """The smallest, a small, and the largest values of a field."""
+    return st.sampled_from(sorted({low, min(low + 7, top), top // 2, top - 1, top}))
+
+
+@st.composite
+def snapshots_at_bounds(draw: st.DrawFn) -> Snapshot:
+    nodes = []
+    for i in range(draw(st.integers(1, 3))):
+        devices = tuple(
+            Device(str(d), draw(edge(MAX_DEVICE_MEMORY_MIB)), draw(edge(MAX_DEVICE_THREADS)))
+            for d in range(draw(st.integers(0, 3)))
+        )
+        nodes.append(Node(f"n{i}", draw(edge(MAX_CPU_MILLI, MILLI)), draw(edge(MAX_MEMORY_MIB)),
+                          devices))  # fmt: skip
+    running = []
+    for node in nodes:
+        for dev in node.devices[: draw(st.integers(0, len(node.devices)))]:
+            running.append(
+                RunningJob(f"r-{node.name}-{dev.id}", node.name, (dev.id,),
+                           draw(edge(dev.memory_mib, 0)), draw(edge(dev.threads, 0)),
+                           draw(edge(node.cpu_milli, 0)), draw(edge(node.memory_mib, 0)),
+                           draw(st.sampled_from(("running", "planned"))))
+            )  # fmt: skip
+    pending = []
+    for j in range(draw(st.integers(1, 8))):
+        device = draw(st.booleans())
+        pending.append(
+            Job(
+                id=f"p{j}",
+                device_memory_mib=draw(edge(MAX_DEVICE_MEMORY_MIB)) if device else 0,
+                device_threads=draw(edge(MAX_DEVICE_THREADS)) if device else 0,
+                device_count=draw(st.sampled_from((1, 2, MAX_DEVICES))) if device else 0,
+                cpu_milli=draw(edge(MAX_CPU_MILLI, 0)),
+                memory_mib=draw(edge(MAX_MEMORY_MIB, 0)),
+                priority=draw(st.sampled_from((-MAX_PRIORITY, 0, MAX_PRIORITY))),
+                submit_time_s=float(draw(st.sampled_from((-MAX_TIME_S, 0, MAX_TIME_S)))),
+                kind="device" if device else "cpu",
+                processes=draw(st.sampled_from((1, 2, MAX_PROCESSES))),
+                walltime_s=draw(st.sampled_from((None, float(MAX_WALLTIME_S)))),
+            )
+        )
+    now = draw(st.sampled_from((None, float(-MAX_TIME_S), float(MAX_TIME_S))))
+    return Snapshot(tuple(nodes), tuple(running), tuple(pending), now)
+
+
+@pytest.mark.slow
+@given(snapshot=snapshots_at_bounds(), threads=st.sampled_from(("strict", "soft")))
+def test_every_policy_plans_values_at_the_bounds_soundly(snapshot: Snapshot, threads: str) -> None:
+    from coshare.policies import PolicyOptions
+
+    # The schema accepts every value at its bound: a snapshot round-trips unchanged.
+    assert parse_snapshot(snapshot_to_dict(snapshot)) == snapshot
+    for name in policy_names():
+        policy = make_policy(name, PolicyOptions(threads=threads, age_limit_s=1.0))  # type: ignore[arg-type]
+        plan = policy.plan(snapshot)
+        assert check_plan(snapshot, plan, strict_threads=threads == "strict") == [], name
+
+
+def test_fgd_with_the_largest_gang_plans_and_1e19_is_refused() -> None:
+    node = Node("n", MAX_CPU_MILLI, MAX_MEMORY_MIB, (Device("0", 8192, 240),))
+    job = parse_job("big", {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1,
+                            "CoshareProcesses": str(MAX_PROCESSES)})  # fmt: skip
+    small = Job("small", 1, 1)
+    snapshot = Snapshot((node,), (), (job, small))
+    for name in policy_names():
+        plan = make_policy(name).plan(snapshot)
+        assert check_plan(snapshot, plan) == [], name
+    with pytest.raises(AnnotationError, match="CoshareProcesses='1e19' is larger than coshare"):
+        parse_job("x", {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1,
+                        "CoshareProcesses": "1e19"})  # fmt: skip
+
+
+def test_fgd_scores_devices_of_very_different_sizes_without_overflow() -> None:
+    # Found by the test above: exp() overflowed in FGD's score (a RuntimeWarning, an error
+    # under -W error) when a node held a 1 MiB and a 512 GiB device.
+    node = Node("n1", 1000, 1, (Device("0", 1, 1), Device("1", 8, 1), Device("2", 2**19, 1)))
+    snapshot = Snapshot((Node("n0", 1000, 1), node), (), (Job("p0", kind="cpu", device_count=0,
+                        cpu_milli=0), Job("p1", 8, 1, device_count=2, cpu_milli=0)))  # fmt: skip
+    plan = make_policy("fgd").plan(snapshot)
+    assert check_plan(snapshot, plan) == [] and plan.placed == 2
