@@ -114,7 +114,7 @@ SERVER_NO_CGROUPS = r"""
 import asyncio, signal, sys
 from coshare.config import NodeConfig
 from coshare.node.daemon import serve
-from coshare.node.gate_state import Client
+from coshare.node.gate.state import Client
 path, clients = sys.argv[1], int(sys.argv[2])
 config = NodeConfig(gate_socket=path, state_dir=sys.argv[3], cgroup_root=sys.argv[3])
 async def main():

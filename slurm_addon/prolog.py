@@ -7,7 +7,7 @@ job's placement and allocation with one small ``squeue`` call and makes its grou
 ``coshare-slurm-task-prolog`` (``TaskProlog=``) runs as the job's user before each task; its
 parent is the task about to ``exec`` the user's program. For a job the Prolog set up it asks
 the node daemon to move that task into the job's group (JOIN, see
-:func:`coshare.node.launcher.task_prolog`) and prints ``export NAME=value`` lines that
+:func:`coshare.node.control.launcher.task_prolog`) and prints ``export NAME=value`` lines that
 slurmstepd puts into the task's environment: the devices as ``CUDA_VISIBLE_DEVICES``
 (NVIDIA), ``GPU_DEVICE_ORDINAL`` (AMD), ``OFFLOAD_DEVICES`` (Intel Xeon Phi offload), and
 ``COSHARE_*`` (cores, gate socket, declared limits). When the job's group could not be made,
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 from coshare.config import NodeConfig, SlurmConfig, load_config
 from coshare.errors import CoshareError
-from coshare.node.launcher import DEVICE_VARIABLES, task_prolog
+from coshare.node.control.launcher import DEVICE_VARIABLES, task_prolog
 
 from slurm_addon import node_hooks
 from slurm_addon.client import SlurmClient

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from coshare.config import NodeConfig
-from coshare.node import launcher
+from coshare.node.control import launcher
 from coshare.node.lifecycle import job_start, node_cgroups, node_store, spawn_in_group
 from coshare.node.spec import parse_cpu_list
 from hypothesis import example, given, settings

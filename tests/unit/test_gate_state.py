@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coshare.node.gate_state import Client, GateState, Reply
-from coshare.node.protocol import Request
+from coshare.node.gate.protocol import Request
+from coshare.node.gate.state import Client, GateState, Reply
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -6,16 +6,15 @@ import argparse
 
 import pytest
 from coshare.annotations import parse_job
-from coshare.node import launcher
-from coshare.node.control_protocol import (
+from coshare.node.control import launcher
+from coshare.node.control.protocol import (
     ControlProtocolError,
     ControlRequest,
     format_start,
     parse_control,
     parse_control_reply,
 )
-from coshare.node.process import ProcessInfo, parse_stat, parse_uids
-from coshare.node.trust import (
+from coshare.node.control.trust import (
     Refused,
     TrustPolicy,
     check_end,
@@ -23,6 +22,7 @@ from coshare.node.trust import (
     check_start,
     job_of_launcher,
 )
+from coshare.node.process import ProcessInfo, parse_stat, parse_uids
 from hypothesis import given
 from hypothesis import strategies as st
 

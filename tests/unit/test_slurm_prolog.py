@@ -10,9 +10,9 @@ import pytest
 from coshare.commands import CommandResult, run
 from coshare.config import SlurmConfig
 from coshare.errors import CoshareError
-from coshare.node import launcher
+from coshare.node.control import launcher
+from coshare.node.control.launcher import task_prolog
 from coshare.node.jobs import JobRecord
-from coshare.node.launcher import task_prolog
 from coshare.node.spec import JobSpec
 
 from slurm_addon import node_hooks, prolog

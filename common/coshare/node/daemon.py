@@ -17,10 +17,10 @@ from pathlib import Path
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError
 from coshare.node.cgroups import Cgroups
-from coshare.node.control import JobControl
-from coshare.node.control_server import ControlServer
-from coshare.node.gate_server import GateServer, Identify
-from coshare.node.gate_state import Client, GateState
+from coshare.node.control.server import ControlServer
+from coshare.node.control.service import JobControl
+from coshare.node.gate.server import GateServer, Identify
+from coshare.node.gate.state import Client, GateState
 from coshare.node.jobs import JobStore, job_of_pid
 from coshare.node.lifecycle import node_cgroups, node_store
 from coshare.node.watchdog import DeviceMemory, Watchdog

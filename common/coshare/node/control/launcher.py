@@ -3,7 +3,7 @@
 
 HTCondor runs its job wrapper as the job's user, so the wrapper cannot make the job's cgroup;
 it ``exec``\\ s this launcher, which asks the root node daemon over the control socket
-(:mod:`coshare.node.control_protocol`)::
+(:mod:`coshare.node.control.protocol`)::
 
     launcher (outside the group) --START--> daemon: group, own cores, memory limit, record
       `- child --JOIN--> daemon moves the child into the group, then the child execs CMD

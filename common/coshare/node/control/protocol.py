@@ -5,7 +5,7 @@ A client connects to the control socket (``node.control_socket``, ``/run/coshare
 and sends one request per line; every request gets exactly one reply line, in order. Lines
 are ASCII, requests at most :data:`MAX_LINE` bytes; fields are ``key=value`` words. The
 daemon knows who asks from the kernel (``SO_PEERCRED``, /proc), never from the request, and
-applies the rules of :mod:`coshare.node.trust`::
+applies the rules of :mod:`coshare.node.control.trust`::
 
     START job=<id> [cores=<n>] [memory_mib=<m>] [devices=<d1,d2>]
           [device_memory_mib=<m>] [device_threads=<t>] [uid=<n>]

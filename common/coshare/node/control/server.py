@@ -14,9 +14,9 @@ import logging
 from pathlib import Path
 
 from coshare.errors import GateError
-from coshare.node.control import JobControl
-from coshare.node.control_protocol import MAX_LINE, format_control_error
-from coshare.node.gate_server import peer_credentials, prepare_socket_path
+from coshare.node.control.protocol import MAX_LINE, format_control_error
+from coshare.node.control.service import JobControl
+from coshare.node.gate.server import peer_credentials, prepare_socket_path
 from coshare.node.procfs import read_process
 
 log = logging.getLogger("coshare.node.control")

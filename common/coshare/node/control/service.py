@@ -2,9 +2,8 @@
 
 HTCondor's job wrapper and Slurm's TaskProlog run as the job's user, yet a job's group, its
 cpuset and memory limit can only be made by root. The daemon does it for them, after the
-checks of :mod:`coshare.node.trust` on what the kernel says about the caller; the protocol is
-in :mod:`coshare.node.control_protocol`, the socket server in
-:mod:`coshare.node.control_server`.
+checks of :mod:`.trust` on what the kernel says about the caller; the protocol is in
+:mod:`.protocol`, the socket server in :mod:`.server`.
 
 Requests are handled one at a time (a lock), in a worker thread of the daemon, since making
 or killing a group may take a while; job records are written under the store's ``flock``,
@@ -33,17 +32,13 @@ from coshare.errors import (
     JobStateError,
 )
 from coshare.node import lifecycle
-from coshare.node.control_protocol import (
+from coshare.node.control.protocol import (
     ControlProtocolError,
     ControlRequest,
     format_control_error,
     parse_control,
 )
-from coshare.node.jobs import JobRecord, Launcher, job_of_pid
-from coshare.node.process import ProcessInfo
-from coshare.node.procfs import PROC, is_alive, list_pids, read_cmdline, read_process
-from coshare.node.spec import format_cpu_list
-from coshare.node.trust import (
+from coshare.node.control.trust import (
     Refused,
     TrustPolicy,
     check_end,
@@ -51,6 +46,10 @@ from coshare.node.trust import (
     check_start,
     job_of_launcher,
 )
+from coshare.node.jobs import JobRecord, Launcher, job_of_pid
+from coshare.node.process import ProcessInfo
+from coshare.node.procfs import PROC, is_alive, list_pids, read_cmdline, read_process
+from coshare.node.spec import format_cpu_list
 
 log = logging.getLogger("coshare.node.control")
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from coshare.node.gate_client import offload
+    from coshare.node.gate.client import offload
 
     with offload(120):            # the job's only device; waits while it would oversubscribe
         run_kernel()              # threads come back when the block ends, however it ends
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coshare.errors import GateError
-from coshare.node.protocol import MAX_LINE, ProtocolError, parse_reply
+from coshare.node.gate.protocol import MAX_LINE, ProtocolError, parse_reply
 
 DEFAULT_SOCKET = "/run/coshare/gate.sock"
 SOCKET_ENV = "COSHARE_GATE_SOCKET"

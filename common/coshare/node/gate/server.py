@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coshare.errors import GateError
-from coshare.node.gate_state import Client, GateState, Reply
-from coshare.node.protocol import MAX_LINE, ProtocolError, format_error, parse_request
+from coshare.node.gate.protocol import MAX_LINE, ProtocolError, format_error, parse_request
+from coshare.node.gate.state import Client, GateState, Reply
 
 log = logging.getLogger("coshare.node.gate")
 
