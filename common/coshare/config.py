@@ -158,6 +158,16 @@ class NodeConfig:
             of its own, and a job is refused when too few are free. More is for test rigs
             that run several fake nodes, each advertising more cores than the host has, on
             one host: jobs then get the least-held CPUs, still their own while enough are free.
+        max_connections_per_uid: connections one uid may hold open to each of the daemon's
+            sockets; the next is refused (``ERR too_many``), so one user's flood leaves the
+            others served.
+        line_timeout_s: how long a request line may take to arrive whole once begun (and a
+            client may leave its replies unread) before the daemon hangs up.
+        idle_timeout_s: how long a gate connection that holds no grant and waits for none may
+            stay silent before the daemon closes it (control connections: ``line_timeout_s``).
+        watch_failure_limit: watchdog rounds in a row that may fail (or one round may take
+            this many intervals, at least 60 s) before the daemon exits non-zero, for its
+            service manager to restart it.
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
@@ -174,6 +184,10 @@ class NodeConfig:
     trusted_launchers: tuple[str, ...] = ("condor_starter", "slurmstepd", "slurmstepd-wlm")
     trusted_launcher_uids: tuple[int, ...] = (0,)
     cpu_overcommit: int = field(default=1, metadata={"min": 1})
+    max_connections_per_uid: int = field(default=256, metadata={"min": 1})
+    line_timeout_s: float = field(default=10.0, metadata={"min": 0.01})
+    idle_timeout_s: float = field(default=300.0, metadata={"min": 0.01})
+    watch_failure_limit: int = field(default=10, metadata={"min": 1})
 
 
 @dataclass(frozen=True)

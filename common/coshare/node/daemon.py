@@ -2,7 +2,7 @@
 job-control socket through which job wrappers running as the user start, join and end jobs.
 
 :func:`serve` runs until ``stop`` is set; :func:`main` is the only place that touches
-process-wide state (signal handlers, the event loop).
+process-wide state (signal handlers, the descriptor limit, the event loop).
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from pathlib import Path
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError
 from coshare.node.cgroups import Cgroups
+from coshare.node.control.protocol import MAX_LINE as CONTROL_MAX_LINE
 from coshare.node.control.server import ControlServer
 from coshare.node.control.service import JobControl
+from coshare.node.gate.protocol import MAX_LINE as GATE_MAX_LINE
 from coshare.node.gate.server import GateServer, Identify
 from coshare.node.gate.state import Client, GateState
 from coshare.node.jobs import JobStore, job_of_pid
 from coshare.node.lifecycle import node_cgroups, node_store
+from coshare.node.sockets import Limits, raise_descriptor_limit
 from coshare.node.watchdog import DeviceMemory, Watchdog
 
 log = logging.getLogger("coshare.node.daemon")
@@ -73,10 +76,15 @@ async def serve(
     if identify is None:
         assert cgroups is not None
         identify = make_identify(cgroups, store)
-    server = GateServer(GateState(dict(budgets)), identify)
+    gate_limits = Limits.of(config, GATE_MAX_LINE)
+    server = GateServer(GateState(dict(budgets)), identify, gate_limits)
     await server.start(Path(config.gate_socket))
     jobs = JobControl(config) if control else None
-    controller = ControlServer(jobs) if jobs is not None else None
+    controller = None
+    if jobs is not None:
+        # A control client sends its one request at once: no reason to stay silent longer.
+        limits = Limits.of(config, CONTROL_MAX_LINE, idle_timeout_s=config.line_timeout_s)
+        controller = ControlServer(jobs, limits)
     try:
         if controller is not None:
             await controller.start(Path(config.control_socket))
@@ -94,8 +102,9 @@ async def serve(
             config.kill_timeout_s,
         )
         watcher = asyncio.create_task(_watch(watchdog, jobs, config.watch_interval_s, stop))
-    log.info("offload gate on %s, devices %s; job control on %s", config.gate_socket,
-             dict(budgets), config.control_socket if control else "off")  # fmt: skip
+    log.info("offload gate on %s, devices %s; job control on %s; at most %d connections "
+             "per uid", config.gate_socket, dict(budgets),
+             config.control_socket if control else "off", gate_limits.per_uid)  # fmt: skip
     if ready is not None:
         ready()
     try:
@@ -133,6 +142,11 @@ async def _watch(
 
 def main(config: NodeConfig, budgets: Mapping[str, int], *, watch: bool = True) -> None:
     """Run the node daemon until SIGTERM or SIGINT."""
+    descriptors = raise_descriptor_limit()
+    if descriptors < 4 * config.max_connections_per_uid:
+        log.warning("only %d open files allowed (RLIMIT_NOFILE): raise the hard limit "
+                    "(LimitNOFILE=) for %d connections per uid to mean much", descriptors,
+                    config.max_connections_per_uid)  # fmt: skip
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -66,16 +66,41 @@ class ControlError(Exception):
         super().__init__(f"{code}: {text}")
 
 
+def connect(path: str, timeout_s: float) -> socket.socket:
+    """A connection to the unix socket ``path``, waiting up to ``timeout_s`` while its listen
+    backlog is full (a flood of other connections, which the daemon drains).
+
+    The connect blocks, bounded by ``SO_SNDTIMEO`` (unix(7): a stream connect waits for
+    room in the listener's backlog up to the send timeout), so the kernel wakes it as soon as
+    there is room, rather than a timed socket's connect failing at once with EAGAIN.
+
+    Raises:
+        OSError: no daemon listens there, or no room came in time.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        seconds = int(timeout_s)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6)))  # fmt: skip
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    sock.settimeout(timeout_s)
+    return sock
+
+
 def request(path: str, line: str, timeout_s: float = TIMEOUT_S) -> dict[str, str]:
     """Send one control request on a new connection; the fields of its ``OK`` reply.
 
     Raises:
         ControlError: the daemon's ``ERR`` (code and text), or ``unreachable``.
     """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
     try:
-        sock.connect(path)
+        sock = connect(path, timeout_s)
+    except OSError as exc:
+        raise ControlError("unreachable", f"no coshare node daemon at {path}: {exc}") from exc
+    try:
         sock.sendall(line.encode("ascii") + b"\n")
         data = b""
         while not data.endswith(b"\n"):

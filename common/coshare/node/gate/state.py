@@ -110,6 +110,10 @@ class GateState:
         """Whether the connection waits for an ACQUIRE (the server reads no more from it)."""
         return conn in self._waiting
 
+    def holds(self, conn: int) -> bool:
+        """Whether the connection holds a grant (its silence is legitimate: an offload runs)."""
+        return bool(self._by_conn.get(conn))
+
     # -- requests --------------------------------------------------------------------------
 
     def handle(self, conn: int, request: Request) -> list[Reply]:
