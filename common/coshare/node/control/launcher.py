@@ -26,17 +26,26 @@ not the node). A job coshare does not manage prints nothing.
 **Standard library only**, one file: it runs where coshare's dependencies are not installed or
 not readable by users (inside the execute node's HTCondor chroot, say), as
 ``python3 -I coshare-launch run ...``; ``coshare node launch`` is the same program.
+
+It runs as the job's user, outside the job's group, and the job is its child: first thing, it
+makes itself not dumpable (``prctl(PR_SET_DUMPABLE, 0)``, prctl(2)), so that no process of
+that user, the job included, can ptrace it or read or write its memory through /proc,
+whatever ``kernel.yama.ptrace_scope`` allows (ptrace(2), "Ptrace access mode checking"). The
+flag is inherited across fork and reset by execve, so the child that joins the group is
+protected too, and the job it becomes is an ordinary process of its user.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import math
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -382,8 +391,26 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+#: prctl(2) option: whether the process may be ptraced and dumped (<linux/prctl.h>).
+PR_SET_DUMPABLE = 4
+
+
+def protect() -> str | None:
+    """Make this process not dumpable (see the module's docstring); why not, if it failed."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:  # no prctl: not Linux, or no libc to call it
+        return str(exc)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``coshare-launch`` and ``coshare node launch``."""
+    problem = protect()
+    if problem is not None:
+        say(f"warning: cannot keep the job from tracing coshare-launch: {problem}")
     args = parser().parse_args(argv)
     if args.action == "run":
         run(args)
