@@ -44,6 +44,13 @@ C = TypeVar("C")
 
 DEFAULT_CONFIG_PATH = Path("/etc/coshare/config.yaml")
 ENV_PREFIX = "COSHARE_"
+#: ``COSHARE_*`` variables that are not settings: the config file, the traces, and what the
+#: node helpers put into a job's environment (a coshare command run inside a job reads them).
+NOT_SETTINGS = frozenset({
+    "COSHARE_CONFIG", "COSHARE_TRACE_DIR", "COSHARE_JOB_ID", "COSHARE_NODE", "COSHARE_DEVICES",
+    "COSHARE_CPUS", "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY", "COSHARE_DEVICE_MEMORY_MIB",
+    "COSHARE_DEVICE_THREADS",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -377,7 +384,7 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     }
     out: dict[str, dict[str, Any]] = {}
     for var, text in environ.items():
-        if not var.startswith(ENV_PREFIX) or var == "COSHARE_CONFIG":
+        if not var.startswith(ENV_PREFIX) or var in NOT_SETTINGS:
             continue
         rest = var[len(ENV_PREFIX) :].lower()
         for section in sorted(sections, key=len, reverse=True):
