@@ -183,7 +183,8 @@ def main() -> None:
                         gate_socket=str(workdir / "gate.sock"))  # fmt: skip
     env = dict(os.environ, COSHARE_CONFIG=str(workdir / "none.yaml"),
                COSHARE_NODE_CGROUP_PARENT=parent, COSHARE_NODE_STATE_DIR=str(workdir),
-               COSHARE_NODE_GATE_SOCKET=config.gate_socket)  # fmt: skip
+               COSHARE_NODE_GATE_SOCKET=config.gate_socket,
+               COSHARE_NODE_CONTROL_SOCKET=str(workdir / "control.sock"))  # fmt: skip
     (workdir / "none.yaml").write_text("")
     args.c_binary = None
     if args.client == "c":

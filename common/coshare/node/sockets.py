@@ -181,8 +181,6 @@ class LineConnection(asyncio.Protocol):
         self.write_paused_at: float | None = None
         self.partial_at: float | None = None
         self.active_at = 0.0
-        #: When the sweep closes this connection, or ``None``: never by itself.
-        self.deadline: float | None = None
         self._lost = False
 
     # -- what a service says ------------------------------------------------------------------
@@ -212,7 +210,7 @@ class LineConnection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
-        self.active_at = self.server.now()
+        self.active_at = self.server.clock
         if self.uid is None:  # the server closed meanwhile
             self.abort()
             return
@@ -223,7 +221,6 @@ class LineConnection(asyncio.Protocol):
                           self.pid)  # fmt: skip
             self.abort()
             return
-        self.rearm()
 
     def data_received(self, data: bytes) -> None:
         if self.draining:
@@ -238,7 +235,6 @@ class LineConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.write_paused_at = self.server.now()
-        self.rearm()
 
     def resume_writing(self) -> None:
         self.write_paused_at = None
@@ -246,7 +242,6 @@ class LineConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.deadline = None
         self._lose()
         if self.uid is not None:  # counted until its descriptor is closed, draining included
             self.server.release(self.uid)
@@ -258,8 +253,12 @@ class LineConnection(asyncio.Protocol):
     def process(self) -> None:
         """Answer the buffered lines while the connection is not busy and its replies are read."""
         limits = self.limits
+        # The gate's hot path: the sweep's clock (its tick is the deadlines' precision anyway)
+        # rather than a clock read per line.
+        now = self.server.clock
         consumed = False
-        while self.open() and self.write_paused_at is None and not self.busy():
+        blocked = self.closing or self.write_paused_at is not None or self.busy()
+        while not blocked:
             end = self.buffer.find(b"\n")
             if end < 0:
                 if len(self.buffer) >= limits.max_line:
@@ -272,14 +271,17 @@ class LineConnection(asyncio.Protocol):
             line = bytes(self.buffer[: end + 1])
             del self.buffer[: end + 1]
             consumed = True
-            self.active_at = self.server.now()
+            self.active_at = now
             try:
                 self.handle_line(line)
             except Exception:  # one peer must never take the daemon down
                 log.exception("%s: request of pid %d failed", self.server.name, self.pid)
                 self.fail("internal", "the request failed; see the daemon's log")
                 return
-        if not self.open():
+            # (busy() only matters when another line waits: one call fewer per request.)
+            blocked = (self.closing or self.write_paused_at is not None
+                       or (bool(self.buffer) and self.busy()))  # fmt: skip
+        if self.closing:
             return
         if len(self.buffer) > limits.buffer_limit:
             # Read ahead too far while busy or unread: it cannot be a client of the protocol.
@@ -288,32 +290,26 @@ class LineConnection(asyncio.Protocol):
         if not self.buffer:
             self.partial_at = None
         elif consumed or self.partial_at is None:
-            self.partial_at = self.server.now()
-        self.rearm()
-
-    def open(self) -> bool:
-        """Whether requests are still answered (not closing, the socket not broken)."""
-        return (not self.closing and self.transport is not None
-                and not self.transport.is_closing())  # fmt: skip
+            self.partial_at = now
 
     def resume(self) -> None:
         """The daemon finished what the connection waited for: answer its next lines."""
-        self.active_at = self.server.now()
+        self.active_at = self.server.clock
         self.process()
 
-    def rearm(self) -> None:
-        """Set the deadline for the connection's state now (see the module's bounds)."""
+    def deadline(self) -> float | None:
+        """When the sweep closes the connection, for its state now (see the module's
+        bounds); ``None``: not by itself. Worked out by the sweep, not on every line."""
         limits = self.limits
         if self.closing or self.busy():
-            self.deadline = None
-        elif self.write_paused_at is not None:
-            self.deadline = self.write_paused_at + limits.line_timeout_s
-        elif self.partial_at is not None:
-            self.deadline = self.partial_at + limits.line_timeout_s
-        elif self.holding():
-            self.deadline = None
-        else:
-            self.deadline = self.active_at + limits.idle_timeout_s
+            return None
+        if self.write_paused_at is not None:
+            return self.write_paused_at + limits.line_timeout_s
+        if self.partial_at is not None:
+            return self.partial_at + limits.line_timeout_s
+        if self.holding():
+            return None
+        return self.active_at + limits.idle_timeout_s
 
     def expire(self) -> None:
         """The deadline passed: close the connection, saying why when the peer is mid-request."""
@@ -346,7 +342,6 @@ class LineConnection(asyncio.Protocol):
         """
         self.write(error_line(code, text))
         self.closing = True
-        self.deadline = None
         self.buffer.clear()
         self._lose()  # what it holds comes back now, not when the client closes
         transport = self.transport
@@ -360,14 +355,12 @@ class LineConnection(asyncio.Protocol):
     def close(self) -> None:
         """Close the connection (replies already written are sent first)."""
         self.closing = True
-        self.deadline = None
         if self.transport is not None:
             self.transport.close()
 
     def abort(self) -> None:
         """Close at once, dropping unsent replies."""
         self.closing = True
-        self.deadline = None
         if self.transport is not None:
             self.transport.abort()
 
@@ -393,6 +386,8 @@ class LineServer:
         self._open = 0
         self._connections: set[LineConnection] = set()
         self._listener: socket.socket | None = None
+        #: The event loop's clock at the last sweep (or start): coarse, cheap to read.
+        self.clock = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -466,6 +461,7 @@ class LineServer:
         listener.setblocking(False)
         path.chmod(0o666)
         self._listener = listener
+        self.clock = self.now()
         asyncio.get_running_loop().add_reader(listener.fileno(), self._accept)
         self._sweeper = asyncio.create_task(self._sweep())
 
@@ -522,10 +518,11 @@ class LineServer:
         """Close connections whose deadline passed, every ``limits.tick_s``."""
         while True:
             await asyncio.sleep(self.limits.tick_s)
-            now = self.now()
-            for connection in [c for c in self._connections
-                               if c.deadline is not None and c.deadline <= now]:  # fmt: skip
-                connection.expire()
+            now = self.clock = self.now()
+            for connection in list(self._connections):
+                deadline = connection.deadline()
+                if deadline is not None and deadline <= now:
+                    connection.expire()
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""

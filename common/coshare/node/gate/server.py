@@ -107,7 +107,8 @@ class GateServer(LineServer):
                 connection.write(reply.line)
                 if reply.conn != origin:
                     resumed.append(connection)
-        loop = asyncio.get_running_loop()
-        for connection in resumed:
-            loop.call_soon(connection.resume)
+        if resumed:
+            loop = asyncio.get_running_loop()
+            for connection in resumed:
+                loop.call_soon(connection.resume)
 
