@@ -268,3 +268,16 @@ def test_control_requests_are_answered_round_robin_across_uids() -> None:
     asyncio.run(main())
     assert order[:3] == [(65534, b"END job=f0"), (1, b"END job=mine"), (65534, b"END job=f1")]
     assert len(order) == 51
+
+
+def test_a_connection_being_made_is_not_swept_and_every_request_is_answered(
+    gate: Running,
+) -> None:
+    # Between the accept and connection_made (a task of its own) the sweep may run: a
+    # connection without a transport yet has no deadline (it once read as long idle and was
+    # closed before it was made, so its request went unanswered).
+    fresh = gate.server.connection()
+    assert fresh.deadline() is None
+    for _ in range(300):
+        with connect(gate) as sock:
+            assert call(sock, "STATUS").startswith("OK 0:free=8")

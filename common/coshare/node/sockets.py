@@ -301,8 +301,8 @@ class LineConnection(asyncio.Protocol):
         """When the sweep closes the connection, for its state now (see the module's
         bounds); ``None``: not by itself. Worked out by the sweep, not on every line."""
         limits = self.limits
-        if self.closing or self.busy():
-            return None
+        if self.transport is None or self.closing or self.busy():
+            return None  # not made yet (its transport is on its way), or closing
         if self.write_paused_at is not None:
             return self.write_paused_at + limits.line_timeout_s
         if self.partial_at is not None:
@@ -496,6 +496,7 @@ class LineServer:
             sock.setblocking(False)
             connection = self.connection()
             connection.pid, connection.uid = pid, uid
+            connection.active_at = self.clock
             self._connections.add(connection)
             task = loop.create_task(self._serve(connection, sock))
             self._tasks.add(task)
