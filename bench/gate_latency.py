@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 from coshare.config import NodeConfig
+from node_daemon import percentile, wait_listening
 
 CLIENT = r"""
 import json, socket, sys, time
@@ -126,25 +126,6 @@ asyncio.run(main())
 """
 
 
-def percentile(sorted_ns: list[int], q: float) -> float:
-    index = min(len(sorted_ns) - 1, max(0, round(q * (len(sorted_ns) - 1))))
-    return sorted_ns[index] / 1000.0
-
-
-def wait_listening(path: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the gate exited with status {proc.returncode}")
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(path)
-                return
-            except OSError:
-                time.sleep(0.05)
-    raise SystemExit("the gate did not start listening")
-
-
 def run_load(config: NodeConfig, args: argparse.Namespace, pace_ms: float, spawn: object,
              workdir: Path) -> tuple[list[int], float]:  # fmt: skip
     """Start the clients, release them together, return all samples and the elapsed time."""
@@ -232,8 +213,8 @@ def main() -> None:
         for label, pace in (("closed loop", 0.0), (f"paced {args.pace_ms:g} ms", args.pace_ms)):
             samples, elapsed = run_load(config, args, pace, spawn, workdir)
             ops = len(samples) / elapsed
-            print(f"{label:<22} {percentile(samples, 0.5):>9.0f} "
-                  f"{percentile(samples, 0.99):>9.0f} {ops:>9.0f}")  # fmt: skip
+            print(f"{label:<22} {percentile(samples, 0.5) / 1000:>9.0f} "
+                  f"{percentile(samples, 0.99) / 1000:>9.0f} {ops:>9.0f}")  # fmt: skip
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
