@@ -8,7 +8,9 @@
         run_kernel()              # threads come back when the block ends, however it ends
 
 The socket is ``$COSHARE_GATE_SOCKET`` (``job-exec`` sets it), else
-``/run/coshare/gate.sock``. A process keeps one connection; a forked child opens its own.
+``/run/coshare/gate.sock``. A process keeps one connection; a forked child opens its own. The
+gate closes a connection that stays silent while it holds nothing (``node.idle_timeout_s``);
+the next request then reconnects by itself.
 """
 
 from __future__ import annotations
