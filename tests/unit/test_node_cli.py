@@ -83,3 +83,14 @@ def test_a_coshare_command_inside_a_job_reads_its_config(runner: CliRunner,
     result = runner.invoke(cli, ["config", "show"], env=job_env)
     assert result.exit_code == 0, result.output
     assert f"state_dir: {tmp_path / 'state'}" in result.output
+
+
+def test_the_node_daemons_unit_restarts_it_for_good() -> None:
+    # The daemon exits 1 when its watchdog cannot run (issue 11): systemd must start a fresh
+    # one, however often, and give it the open files its connection limits count on.
+    unit = (Path(__file__).parents[2] / "deploy" / "node" / "coshare-node.service").read_text()
+    settings = dict(line.split("=", 1) for line in unit.splitlines()
+                    if "=" in line and not line.startswith("#"))  # fmt: skip
+    assert settings["Restart"] == "on-failure"
+    assert settings["StartLimitIntervalSec"] == "0"
+    assert int(settings["LimitNOFILE"]) >= 4 * 2 * 256
