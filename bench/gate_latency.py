@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 from coshare.config import NodeConfig
+from node_daemon import percentile, wait_listening
 
 CLIENT = r"""
 import json, socket, sys, time
@@ -114,7 +114,7 @@ SERVER_NO_CGROUPS = r"""
 import asyncio, signal, sys
 from coshare.config import NodeConfig
 from coshare.node.daemon import serve
-from coshare.node.gate_state import Client
+from coshare.node.gate.state import Client
 path, clients = sys.argv[1], int(sys.argv[2])
 config = NodeConfig(gate_socket=path, state_dir=sys.argv[3], cgroup_root=sys.argv[3])
 async def main():
@@ -124,25 +124,6 @@ async def main():
                 identify=lambda pid, uid: Client("bench", ("0",), clients))
 asyncio.run(main())
 """
-
-
-def percentile(sorted_ns: list[int], q: float) -> float:
-    index = min(len(sorted_ns) - 1, max(0, round(q * (len(sorted_ns) - 1))))
-    return sorted_ns[index] / 1000.0
-
-
-def wait_listening(path: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the gate exited with status {proc.returncode}")
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(path)
-                return
-            except OSError:
-                time.sleep(0.05)
-    raise SystemExit("the gate did not start listening")
 
 
 def run_load(config: NodeConfig, args: argparse.Namespace, pace_ms: float, spawn: object,
@@ -183,7 +164,8 @@ def main() -> None:
                         gate_socket=str(workdir / "gate.sock"))  # fmt: skip
     env = dict(os.environ, COSHARE_CONFIG=str(workdir / "none.yaml"),
                COSHARE_NODE_CGROUP_PARENT=parent, COSHARE_NODE_STATE_DIR=str(workdir),
-               COSHARE_NODE_GATE_SOCKET=config.gate_socket)  # fmt: skip
+               COSHARE_NODE_GATE_SOCKET=config.gate_socket,
+               COSHARE_NODE_CONTROL_SOCKET=str(workdir / "control.sock"))  # fmt: skip
     (workdir / "none.yaml").write_text("")
     args.c_binary = None
     if args.client == "c":
@@ -231,8 +213,8 @@ def main() -> None:
         for label, pace in (("closed loop", 0.0), (f"paced {args.pace_ms:g} ms", args.pace_ms)):
             samples, elapsed = run_load(config, args, pace, spawn, workdir)
             ops = len(samples) / elapsed
-            print(f"{label:<22} {percentile(samples, 0.5):>9.0f} "
-                  f"{percentile(samples, 0.99):>9.0f} {ops:>9.0f}")  # fmt: skip
+            print(f"{label:<22} {percentile(samples, 0.5) / 1000:>9.0f} "
+                  f"{percentile(samples, 0.99) / 1000:>9.0f} {ops:>9.0f}")  # fmt: skip
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)

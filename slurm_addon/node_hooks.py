@@ -5,7 +5,8 @@
   and threads, and the job's account; the TaskProlog (as the user) then moves each task into
   it through the node daemon (``coshare-launch task-prolog``). When the group cannot be made,
   the reason is recorded, and the TaskProlog fails that job with it (a failing Prolog would
-  drain the whole node).
+  drain the whole node). A placed job that starts on another node than its placement is
+  refused the same way (:func:`refuse`): its devices and limits were planned for that node.
 - Epilog: :func:`on_job_end` kills what is left and removes the group; when coshare killed the
   job, :func:`report_kill` tells the user: a ``coshare: <why>`` line at the end of the job's
   error file, written as the job's user (never as root into a path the user chose), and
@@ -59,6 +60,11 @@ def on_job_start(
     except CoshareError as exc:
         lifecycle.node_store(config).record_error(job_id, str(exc))
         raise
+
+
+def refuse(config: NodeConfig, job_id: str, reason: str) -> None:
+    """Refuse to run a job on this node: the TaskProlog fails it with ``reason``."""
+    lifecycle.node_store(config).record_error(job_id, reason)
 
 
 def on_job_end(config: NodeConfig, job_id: str) -> lifecycle.EndResult:

@@ -2,18 +2,21 @@
 
 ``coshare-slurm-prolog`` (``Prolog=``, root, before the job starts on the node) reads the
 job's placement and allocation with one small ``squeue`` call and makes its group through
-:mod:`slurm_addon.node_hooks` (own cores, memory limit, devices, declared device threads).
+:mod:`slurm_addon.node_hooks` (own cores, memory limit, devices, declared device threads). A
+placed job that starts on another node than its placement (its node list was changed behind
+coshare's back) is refused: no group is made, and its TaskProlog fails it with the reason.
 
 ``coshare-slurm-task-prolog`` (``TaskProlog=``) runs as the job's user before each task; its
 parent is the task about to ``exec`` the user's program. For a job the Prolog set up it asks
 the node daemon to move that task into the job's group (JOIN, see
-:func:`coshare.node.launcher.task_prolog`) and prints ``export NAME=value`` lines that
+:func:`coshare.node.control.launcher.task_prolog`) and prints ``export NAME=value`` lines that
 slurmstepd puts into the task's environment: the devices as ``CUDA_VISIBLE_DEVICES``
 (NVIDIA), ``GPU_DEVICE_ORDINAL`` (AMD), ``OFFLOAD_DEVICES`` (Intel Xeon Phi offload), and
 ``COSHARE_*`` (cores, gate socket, declared limits). When the job's group could not be made,
 or the task cannot join it, it prints why and exits 1: Slurm fails that job, not the node.
 On a node without coshare's node daemon it exports the placement's devices only (read from
-the AdminComment). ``coshare-launch task-prolog`` is the same without coshare's dependencies.
+the AdminComment), and refuses a job placed on another node. ``coshare-launch task-prolog``
+is the same without coshare's dependencies.
 
 ``coshare-slurm-epilog`` (``Epilog=``, root) removes the group and, when coshare killed the
 job, tells the user why (AdminComment and the job's error file).
@@ -29,7 +32,7 @@ from collections.abc import Mapping
 
 from coshare.config import NodeConfig, SlurmConfig, load_config
 from coshare.errors import CoshareError
-from coshare.node.launcher import DEVICE_VARIABLES, task_prolog
+from coshare.node.control.launcher import DEVICE_VARIABLES, task_prolog
 
 from slurm_addon import node_hooks
 from slurm_addon.client import SlurmClient
@@ -38,8 +41,20 @@ from slurm_addon.placement import Placement, PlacementError, parse_placement
 __all__ = ["DEVICE_VARIABLES", "epilog_main", "prolog_main", "task_prolog_main"]
 
 
-def task_environment(placement: Placement, node: str) -> list[str]:
-    """The TaskProlog's output for a placed job running on ``node``."""
+def moved_job(job_id: str, placement: Placement, node: str) -> str:
+    """Why a placed job that starts on another node than its placement is refused."""
+    return (
+        f"job {job_id} was placed on {placement.node} but starts on {node}; coshare planned "
+        f"its devices and limits for {placement.node} only, so it does not run here (cancel "
+        "and resubmit it, or have an operator release it to be placed again)"
+    )
+
+
+def task_environment(placement: Placement, node: str, job_id: str) -> tuple[list[str], int]:
+    """The TaskProlog's output for placed job ``job_id`` running on ``node``, and its exit
+    status (1, with the reason, when the job starts on another node than its placement)."""
+    if node and node != placement.node:
+        return [f"print coshare: {moved_job(job_id, placement, node)}"], 1
     devices = ",".join(placement.devices)
     lines = [f"export {name}={devices}" for name in DEVICE_VARIABLES]
     lines += [
@@ -48,12 +63,7 @@ def task_environment(placement: Placement, node: str) -> list[str]:
         f"export COSHARE_DEVICE_MEMORY_MIB={placement.device_memory_mib}",
         f"export COSHARE_DEVICE_THREADS={placement.device_threads}",
     ]
-    if node and node != placement.node:
-        lines.append(
-            f"print coshare: warning: this job was placed on {placement.node} but runs on "
-            f"{node}; it uses the devices of its placement ({devices or 'none'})"
-        )
-    return lines
+    return lines, 0
 
 
 def read_placement(
@@ -115,7 +125,11 @@ def task_prolog_main() -> None:
         print(f"print coshare: warning: cannot read this job's placement: {exc}")
         return
     if placement is not None:
-        print("\n".join(task_environment(placement, environ.get("SLURMD_NODENAME", ""))))
+        lines, status = task_environment(placement, environ.get("SLURMD_NODENAME", ""),
+                                         environ["SLURM_JOB_ID"])  # fmt: skip
+        print("\n".join(lines))
+        if status:
+            sys.exit(status)
 
 
 def prolog_main() -> None:
@@ -131,7 +145,12 @@ def prolog_main() -> None:
             return  # not coshare's job
         node = environ.get("SLURMD_NODENAME", "")
         if node and node != placement.node:
-            _say(f"job {job_id} was placed on {placement.node} but starts on {node}")
+            # Its devices and limits were planned for another node: it must not run here. The
+            # TaskProlog fails it with this reason (a failing Prolog would drain the node).
+            refusal = moved_job(job_id, placement, node)
+            node_hooks.refuse(node_config(environ), job_id, refusal)
+            _say(refusal)
+            return
         uid = int(environ["SLURM_JOB_UID"])
         record = node_hooks.on_job_start(node_config(environ), job_id, placement, allocation,
                                          uid)  # fmt: skip

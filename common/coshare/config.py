@@ -54,6 +54,13 @@ C = TypeVar("C")
 
 DEFAULT_CONFIG_PATH = Path("/etc/coshare/config.yaml")
 ENV_PREFIX = "COSHARE_"
+#: ``COSHARE_*`` variables that are not settings: the config file, the traces, and what the
+#: node helpers put into a job's environment (a coshare command run inside a job reads them).
+NOT_SETTINGS = frozenset({
+    "COSHARE_CONFIG", "COSHARE_TRACE_DIR", "COSHARE_JOB_ID", "COSHARE_NODE", "COSHARE_DEVICES",
+    "COSHARE_CPUS", "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY", "COSHARE_DEVICE_MEMORY_MIB",
+    "COSHARE_DEVICE_THREADS",
+})  # fmt: skip
 
 #: ``COSHARE_`` variables that are not settings: where the config, the traces and the node
 #: scripts are, and what the node helpers export to a job; a coshare command run with them
@@ -177,6 +184,16 @@ class NodeConfig:
             of its own, and a job is refused when too few are free. More is for test rigs
             that run several fake nodes, each advertising more cores than the host has, on
             one host: jobs then get the least-held CPUs, still their own while enough are free.
+        max_connections_per_uid: connections one uid may hold open to each of the daemon's
+            sockets; the next is refused (``ERR too_many``), so one user's flood leaves the
+            others served.
+        line_timeout_s: how long a request line may take to arrive whole once begun (and a
+            client may leave its replies unread) before the daemon hangs up.
+        idle_timeout_s: how long a gate connection that holds no grant and waits for none may
+            stay silent before the daemon closes it (control connections: ``line_timeout_s``).
+        watch_failure_limit: watchdog rounds in a row that may fail (or one round may take
+            this many intervals, at least 60 s) before the daemon exits non-zero, for its
+            service manager to restart it.
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
@@ -195,6 +212,10 @@ class NodeConfig:
     trusted_launchers: tuple[str, ...] = ("condor_starter", "slurmstepd", "slurmstepd-wlm")
     trusted_launcher_uids: tuple[int, ...] = field(default=(0,), metadata={"max": 2**32 - 2})
     cpu_overcommit: int = field(default=1, metadata={"min": 1})
+    max_connections_per_uid: int = field(default=256, metadata={"min": 1})
+    line_timeout_s: float = field(default=10.0, metadata={"min": 0.01})
+    idle_timeout_s: float = field(default=300.0, metadata={"min": 0.01})
+    watch_failure_limit: int = field(default=10, metadata={"min": 1})
 
 
 @dataclass(frozen=True)

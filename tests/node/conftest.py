@@ -8,9 +8,6 @@ fixtures kill and remove what a test made even when it fails.
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,14 +19,11 @@ from coshare.node.lifecycle import node_cgroups
 
 from tests.node.helpers import (
     CGROUP_ROOT,
-    COSHARE,
     LAUNCHER_NAME,
-    node_env,
     remove_parent,
+    running_daemon,
     skip_reason,
-    stop,
     unique_parent,
-    wait_for,
 )
 
 
@@ -59,29 +53,5 @@ def node_config() -> Iterator[NodeConfig]:
 @pytest.fixture
 def gate_daemon(node_config: NodeConfig) -> Iterator[NodeConfig]:
     """``coshare node gate`` with devices 0 (8 threads) and 1 (4 threads), watchdog on."""
-    proc = subprocess.Popen(
-        [COSHARE, "node", "gate", "--device", "0=8", "--device", "1=4"],
-        env=node_env(node_config), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-
-    def answers() -> bool:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(node_config.gate_socket)
-            except OSError:
-                return False
-            return True
-
-    try:
-        wait_for(answers, what="the gate to listen")
+    with running_daemon(node_config):
         yield node_config
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                stop(proc)
-        if proc.stderr is not None:
-            proc.stderr.close()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -65,6 +68,11 @@ def node_env(config: NodeConfig) -> dict[str, str]:
         COSHARE_NODE_CONTROL_SOCKET=config.control_socket,
         COSHARE_NODE_TRUSTED_LAUNCHERS=json.dumps(list(config.trusted_launchers)),
         COSHARE_NODE_WATCH_INTERVAL_S=str(config.watch_interval_s),
+        COSHARE_NODE_KILL_TIMEOUT_S=str(config.kill_timeout_s),
+        COSHARE_NODE_MAX_CONNECTIONS_PER_UID=str(config.max_connections_per_uid),
+        COSHARE_NODE_LINE_TIMEOUT_S=str(config.line_timeout_s),
+        COSHARE_NODE_IDLE_TIMEOUT_S=str(config.idle_timeout_s),
+        COSHARE_NODE_WATCH_FAILURE_LIMIT=str(config.watch_failure_limit),
     )  # fmt: skip
     return env
 
@@ -99,3 +107,48 @@ def make_starter(directory: Path) -> Path:
         shutil.copy(os.path.realpath("/bin/sh"), path)
         path.chmod(0o755)
     return path
+
+
+@contextlib.contextmanager
+def running_daemon(
+    config: NodeConfig,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    devices: tuple[str, ...] = ("0=8", "1=4"),
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``coshare node gate`` on ``config`` (plus ``env``), up until the block ends; stopped
+    with SIGTERM (SIGKILL if it does not end), by its pid."""
+    argv = [COSHARE, "node", "gate"]
+    for device in devices:
+        argv += ["--device", device]
+    # The daemon logs to a file (a pipe nobody reads would stop it once full).
+    log = daemon_log(config).open("ab")
+    proc = subprocess.Popen(argv, env={**node_env(config), **(env or {})},
+                            stdout=subprocess.DEVNULL, stderr=log,
+                            preexec_fn=preexec_fn)  # fmt: skip
+    log.close()
+
+    def answers() -> bool:
+        assert proc.poll() is None, daemon_log(config).read_text()
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(config.gate_socket)
+            except OSError:
+                return False
+            return True
+
+    try:
+        wait_for(answers, what="the gate to listen")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                stop(proc)
+
+
+def daemon_log(config: NodeConfig) -> Path:
+    """Where :func:`running_daemon` writes the daemon's log."""
+    return Path(config.state_dir) / "daemon.log"

@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 from coshare.config import NodeConfig
-from coshare.node import launcher
+from coshare.node.control import launcher
+from coshare.node.control.service import JobControl
+from coshare.node.jobs import job_of_pid
 from coshare.node.lifecycle import job_start, node_cgroups, node_store, spawn_in_group
+from coshare.node.procfs import read_process
 from coshare.node.spec import parse_cpu_list
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -250,3 +253,84 @@ def test_hostile_control_input_gets_an_error_and_the_daemon_keeps_serving(
 
     fuzz()
     assert groups_left(gate_daemon) == []
+
+
+# Run by a job as its user: what the kernel says about its launcher (the job's parent).
+TRACE_PARENT = r"""
+import ctypes, os
+launcher = os.getppid()
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_ATTACH, PTRACE_DETACH = 16, 17
+attached = libc.ptrace(PTRACE_ATTACH, launcher, None, None) == 0
+errno = ctypes.get_errno()
+if attached:
+    os.waitpid(launcher, 0)
+    libc.ptrace(PTRACE_DETACH, launcher, None, None)
+print(os.stat(f"/proc/{launcher}/status").st_uid, "attached" if attached else os.strerror(errno))
+"""
+
+
+def test_the_job_cannot_trace_its_launcher(gate_daemon: NodeConfig) -> None:
+    # coshare-launch runs as the job's user outside the job's group; the job is its child and
+    # same-uid ptrace is allowed here (no Yama). The launcher made itself not dumpable: its
+    # /proc/PID files are root's (proc(5)), and the job's PTRACE_ATTACH is refused (issue 11).
+    proc = launch(gate_daemon, "tracer", [PYTHON, "-c", TRACE_PARENT], "--cores", "1")
+    status, out, err = finish(proc)
+    assert status == 0, err
+    assert out.split() == ["0", "Operation", "not", "permitted"], out
+
+
+def test_a_pid_reused_while_joining_is_never_moved_into_the_group(
+    node_config: NodeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task of root-started job 77 asks to JOIN; between the daemon's checks and its write of
+    # the pid to cgroup.procs the task dies and a root process takes its pid (forced through
+    # ns_last_pid). The daemon must notice, refuse, and put that process back (issue 11).
+    config = node_config
+    record = job_start(config, "77", uid=USER)
+    task = subprocess.Popen(under_starter(config, [*AS_USER, "sleep", "60"],
+                                          title="slurmstepd: [77.batch]"))  # fmt: skip
+    victim: list[subprocess.Popen[bytes]] = []
+    try:
+        children = Path(f"/proc/{task.pid}/task/{task.pid}/children")
+        wait_for(lambda: children.read_text().split() != [], what="the task to start")
+        (target,) = map(int, children.read_text().split())
+        # setpriv, then (same pid) the sleep it execs as the user.
+        wait_for(lambda: (info := read_process(target)) is not None and info.uid == USER,
+                 what="the task to run as the user")  # fmt: skip
+        start = read_process(target)
+        assert start is not None
+        group_type = type(record.group())
+        original = group_type.add
+
+        def racing_add(group: object, pid: int) -> None:
+            if pid == target and not victim:
+                os.kill(pid, signal.SIGKILL)
+                wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="the task reaped")
+                victim.append(spawn_with_pid(pid, ["sleep", "60"]))
+            original(group, pid)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(group_type, "add", racing_add)
+        reply = JobControl(config).handle(b"JOIN job=77", target, USER, start.start_ticks)
+        assert reply == f"ERR gone job 77: process {target} ended while it joined"
+        (taken,) = victim
+        assert taken.pid == target
+        assert job_of_pid(taken.pid, node_cgroups(config)) is None  # put back where it was
+        assert (Path(f"/proc/{taken.pid}/cgroup").read_text()
+                == Path("/proc/self/cgroup").read_text())  # fmt: skip
+        assert record.group().pids() == ()
+    finally:
+        for proc in (*victim, task):
+            stop(proc)
+
+
+def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with process id ``pid`` (root: /proc/sys/kernel/ns_last_pid)."""
+    last = Path("/proc/sys/kernel/ns_last_pid")
+    for _ in range(500):  # other processes on the machine may take the pid first
+        last.write_text(str(pid - 1))
+        proc = subprocess.Popen(argv)
+        if proc.pid == pid:
+            return proc
+        stop(proc)
+    pytest.fail(f"could not start a process with pid {pid}")

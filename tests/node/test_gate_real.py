@@ -114,7 +114,7 @@ def free_threads(config: NodeConfig, device: str = "0") -> int:
 
 CLIENT = r"""
 import os, random, sys, time
-from coshare.node.gate_client import GateClient
+from coshare.node.gate.client import GateClient
 log, rounds, declared = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 fd = os.open(log, os.O_WRONLY | os.O_APPEND)
 job = os.environ["COSHARE_JOB_ID"]
@@ -164,7 +164,7 @@ def test_concurrent_clients_never_hold_more_than_the_budget(gate_daemon: NodeCon
 
 HOLDER = r"""
 import sys, time
-from coshare.node.gate_client import GateClient
+from coshare.node.gate.client import GateClient
 client = GateClient()
 client.acquire(8)
 print("held", flush=True)
@@ -263,7 +263,7 @@ def test_hostile_input_gets_errors_and_the_daemon_keeps_serving(gate_daemon: Nod
 def test_context_manager_and_offload_command_inside_a_job(gate_daemon: NodeConfig) -> None:
     job_start(gate_daemon, "ctx", devices=["0"], device_threads=3)
     script = (
-        "from coshare.node.gate_client import GateClient, offload\n"
+        "from coshare.node.gate.client import GateClient, offload\n"
         "with offload(2) as grant:\n"
         "    print('grant', grant.device, grant.threads)\n"
         "    print('free', GateClient().status()['0']['free'])\n"
@@ -286,7 +286,7 @@ def test_context_manager_and_offload_command_inside_a_job(gate_daemon: NodeConfi
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on this machine")
 def test_a_c_program_speaks_the_protocol(gate_daemon: NodeConfig, tmp_path: Path) -> None:
-    source = Path(__file__).resolve().parents[2] / "common/coshare/node/examples/offload.c"
+    source = Path(__file__).resolve().parents[2] / "common/coshare/node/gate/examples/offload.c"
     binary = tmp_path / "offload"
     subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(binary), str(source)],
                    check=True, timeout=120)  # fmt: skip

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coshare.node.gate_state import Client, GateState, Reply
-from coshare.node.protocol import Request
+from coshare.node.gate.protocol import Request
+from coshare.node.gate.state import Client, GateState, Reply
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,10 +30,12 @@ def test_grants_within_budget_and_queue_the_rest() -> None:
     assert granted(g.handle(1, acquire(6)), 1) == 1
     assert g.handle(2, acquire(4)) == []  # 2 free: waits
     assert g.is_waiting(2) and g.queued("0") == 1
+    assert g.holds(1) and not g.holds(2)  # what keeps a silent connection open
     replies = g.handle(1, Request("RELEASE", grant=1))
     assert replies[0] == Reply(1, "OK")
     assert granted(replies, 2) == 2
     assert g.free("0") == 4
+    assert not g.holds(1) and g.holds(2)
 
 
 def test_large_request_is_not_overtaken_by_small_ones() -> None:

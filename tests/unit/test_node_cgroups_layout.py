@@ -77,6 +77,9 @@ def test_v2_finds_the_job_of_a_process() -> None:
     assert cgroups.job_of_proc("0::/batch/coshare/other\n") is None
     assert cgroups.job_of_proc("0::/user.slice\n") is None
     assert cgroups.job_of_proc("4:memory:/batch/coshare/job-1\n") is None  # a v1 line
+    assert cgroups.procs_files_of("0::/user.slice/a\n") == (
+        Path("/nonexistent/user.slice/a/cgroup.procs"),)
+    assert cgroups.procs_files_of("0::/\n") == (Path("/nonexistent/cgroup.procs"),)
 
 
 @pytest.fixture
@@ -137,6 +140,12 @@ def test_v1_finds_the_job_of_a_process(v1_root: Path) -> None:
     text = "9:name=systemd:/\n6:freezer:/coshare/job-3\n4:memory:/other\n0::/\n"
     assert cgroups.job_of_proc(text) == "3"
     assert cgroups.job_of_proc("6:freezer:/\n4:memory:/coshare/job-3\n") is None
+
+    # Where to put a process back: the groups another process is in, per hierarchy.
+    assert cgroups.procs_files_of(
+        "9:name=systemd:/\n7:cpuset:/\n6:freezer:/user/1\n4:memory,memsw:/slurm/uid_5\n"
+    ) == (v1_root / "freezer/user/1/cgroup.procs", v1_root / "cpuset/cgroup.procs",
+          v1_root / "memory/slurm/uid_5/cgroup.procs")  # fmt: skip
 
 
 def test_no_cgroups_at_all_is_reported(tmp_path: Path) -> None:

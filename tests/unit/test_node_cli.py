@@ -70,3 +70,27 @@ def test_cleanup_without_cgroups_says_what_is_missing(runner: CliRunner) -> None
     env = {"COSHARE_NODE_CGROUP_ROOT": "/nonexistent"}
     result = runner.invoke(cli, ["node", "cleanup"], env=env)
     assert result.exit_code == 1 and "no cgroups at /nonexistent" in result.output
+
+
+def test_a_coshare_command_inside_a_job_reads_its_config(runner: CliRunner,
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    # What job-exec, coshare-launch and the TaskProlog export into a job's environment, and
+    # COSHARE_TRACE_DIR, are not settings: they must not make the configuration unreadable.
+    job_env = {"COSHARE_JOB_ID": "7", "COSHARE_NODE": "n1", "COSHARE_DEVICES": "0",
+               "COSHARE_CPUS": "0-1", "COSHARE_GATE_SOCKET": "/run/coshare/gate.sock",
+               "COSHARE_DEVICE_MEMORY": "2G", "COSHARE_DEVICE_MEMORY_MIB": "2048",
+               "COSHARE_DEVICE_THREADS": "60", "COSHARE_TRACE_DIR": str(tmp_path)}  # fmt: skip
+    result = runner.invoke(cli, ["config", "show"], env=job_env)
+    assert result.exit_code == 0, result.output
+    assert f"state_dir: {tmp_path / 'state'}" in result.output
+
+
+def test_the_node_daemons_unit_restarts_it_for_good() -> None:
+    # The daemon exits 1 when its watchdog cannot run (issue 11): systemd must start a fresh
+    # one, however often, and give it the open files its connection limits count on.
+    unit = (Path(__file__).parents[2] / "deploy" / "node" / "coshare-node.service").read_text()
+    settings = dict(line.split("=", 1) for line in unit.splitlines()
+                    if "=" in line and not line.startswith("#"))  # fmt: skip
+    assert settings["Restart"] == "on-failure"
+    assert settings["StartLimitIntervalSec"] == "0"
+    assert int(settings["LimitNOFILE"]) >= 4 * 2 * 256

@@ -6,16 +6,15 @@ import argparse
 
 import pytest
 from coshare.annotations import parse_job
-from coshare.node import launcher
-from coshare.node.control_protocol import (
+from coshare.node.control import launcher
+from coshare.node.control.protocol import (
     ControlProtocolError,
     ControlRequest,
     format_start,
     parse_control,
     parse_control_reply,
 )
-from coshare.node.process import ProcessInfo, parse_stat, parse_uids
-from coshare.node.trust import (
+from coshare.node.control.trust import (
     Refused,
     TrustPolicy,
     check_end,
@@ -23,6 +22,7 @@ from coshare.node.trust import (
     check_start,
     job_of_launcher,
 )
+from coshare.node.process import ProcessInfo, parse_stat, parse_uids
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -150,12 +150,29 @@ def test_join_of_a_launchers_child_of_the_jobs_account() -> None:
 
 
 def test_join_of_a_task_of_a_job_root_started() -> None:
-    # Slurm: the Prolog (root) started the job; the task's parent is slurmstepd.
-    assert check_join(POLICY, "77", 1000, None, 1000, TASK, STEPD, None)
+    # Slurm: the Prolog (root) started the job; the task's parent is slurmstepd, titled with it.
+    assert check_join(POLICY, "77", 1000, None, 1000, TASK, STEPD, None, "77")
     assert refused(check_join, POLICY, "77", 1000, None, 1000, CHILD, LAUNCHER,
-                   None).code == "not_allowed"  # fmt: skip
+                   None, None).code == "not_allowed"  # fmt: skip
     assert refused(check_join, POLICY, "77", None, None, 1000, TASK, STEPD,
-                   None).code == "not_allowed"  # fmt: skip
+                   None, "77").code == "not_allowed"  # fmt: skip
+
+
+def test_a_task_of_another_job_of_the_same_user_cannot_join() -> None:
+    # The same user's task under the slurmstepd of job 78 asks to join job 77 (issue 11).
+    other = refused(check_join, POLICY, "77", 1000, None, 1000, TASK, STEPD, None, "78")
+    assert other.code == "not_allowed"
+    assert "started by process 400 (slurmstepd, uid 0), which serves job 78" in other.text
+    untitled = refused(check_join, POLICY, "77", 1000, None, 1000, TASK, STEPD, None, None)
+    assert "which names no job in its title" in untitled.text
+    assert check_join(POLICY, "77", 1000, None, 0, TASK, STEPD, None, "78")  # root may
+
+
+def test_a_task_of_a_slurm_job_never_starts_a_job() -> None:
+    task = refused(check_start, POLICY, "99", TASK, 1000, STEPD, None, "77")
+    assert task.code == "not_launcher" and "is a task of Slurm job 77" in task.text
+    check_start(POLICY, "99", TASK, 0, STEPD, None, "77")  # root may
+    check_start(POLICY, "j", LAUNCHER, 1000, STARTER, None, None)  # HTCondor's starter: untitled
 
 
 def test_end_by_the_launcher_or_root() -> None:

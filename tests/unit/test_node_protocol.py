@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from coshare.node.protocol import MAX_LINE, ProtocolError, Request, parse_reply, parse_request
+from coshare.node.gate.protocol import MAX_LINE, ProtocolError, Request, parse_reply, parse_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -17,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "common" / "coshare"
 
 #: Modules and packages that must stay pure. Packages cover every module inside them.
 PURE = ["model", "schema", "annotations", "verify", "workloads", "policies", "sim", "alloc",
-        "node.spec", "node.protocol", "node.gate_state", "node.process", "node.trust",
-        "node.control_protocol"]  # fmt: skip
+        "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
+        "node.control.trust", "node.control.protocol"]  # fmt: skip
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN = {

@@ -10,9 +10,9 @@ import pytest
 from coshare.commands import CommandResult, run
 from coshare.config import SlurmConfig
 from coshare.errors import CoshareError
-from coshare.node import launcher
+from coshare.node.control import launcher
+from coshare.node.control.launcher import task_prolog
 from coshare.node.jobs import JobRecord
-from coshare.node.launcher import task_prolog
 from coshare.node.spec import JobSpec
 
 from slurm_addon import node_hooks, prolog
@@ -27,17 +27,21 @@ RECORD = JobRecord(JobSpec("42", (0,)), "v1", "/sys/fs/cgroup", "coshare")
 
 
 def test_task_environment_selects_the_placed_devices() -> None:
-    lines = prolog.task_environment(P, "csl-n1")
+    lines, status = prolog.task_environment(P, "csl-n1", "42")
+    assert status == 0
     assert "export CUDA_VISIBLE_DEVICES=0,1" in lines
     assert "export OFFLOAD_DEVICES=0,1" in lines and "export GPU_DEVICE_ORDINAL=0,1" in lines
     assert "export COSHARE_DEVICE_MEMORY_MIB=2048" in lines
     assert not any(line.startswith("print") for line in lines)
 
 
-def test_cpu_job_sees_no_device_and_a_moved_job_is_warned() -> None:
-    lines = prolog.task_environment(Placement("n2", (), 5, 0, 0), "n3")
-    assert "export CUDA_VISIBLE_DEVICES=" in lines
-    assert lines[-1].startswith("print coshare: warning: this job was placed on n2 but runs on n3")
+def test_cpu_job_sees_no_device_and_a_moved_job_is_refused() -> None:
+    lines, status = prolog.task_environment(Placement("n2", (), 5, 0, 0), "n2", "7")
+    assert status == 0 and "export CUDA_VISIBLE_DEVICES=" in lines
+    lines, status = prolog.task_environment(Placement("n2", (), 5, 0, 0), "n3", "7")
+    assert status == 1
+    assert lines == [f"print coshare: {prolog.moved_job('7', Placement('n2', (), 5, 0, 0), 'n3')}"]
+    assert lines[0].startswith("print coshare: job 7 was placed on n2 but starts on n3; ")
 
 
 def client_answering(text: str) -> tuple[SlurmClient, Recorder]:
@@ -107,6 +111,29 @@ def test_prolog_sets_up_a_placed_job_with_its_allocation(
     (config, job, placement, allocation, uid), = calls
     assert (job, placement, allocation, uid) == ("42", P, Allocation(2, 1500), 1000)
     assert config.state_dir == str(tmp_path / "state")
+
+
+def test_prolog_refuses_a_placed_job_that_starts_on_another_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The placement names csl-n1; Slurm starts the job on csl-n2 (its ReqNodeList was changed):
+    # no group is made, and the TaskProlog fails the job with the reason (issue 11).
+    monkeypatch.setattr(prolog, "prolog_client", lambda environ: allocation_client(
+        f"cpu=2,mem=1500M,node=1,billing=2|{format_placement(P)}"))
+    monkeypatch.setattr(prolog.node_hooks, "on_job_start", lambda *a: pytest.fail("set up"))
+    monkeypatch.setenv("COSHARE_CONFIG", str(node_config_file(tmp_path)))
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_JOB_UID", "1000")
+    monkeypatch.setenv("SLURMD_NODENAME", "csl-n2")
+    prolog.prolog_main()
+    config = prolog.node_config({"COSHARE_CONFIG": str(node_config_file(tmp_path))})
+    lines, status = task_prolog(config.control_socket, config.gate_socket, config.state_dir,
+                                {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "csl-n2"})  # fmt: skip
+    assert status == 1
+    assert lines == ["print coshare: job 42 cannot run on csl-n2: job 42 was placed on csl-n1 "
+                     "but starts on csl-n2; coshare planned its devices and limits for csl-n1 "
+                     "only, so it does not run here (cancel and resubmit it, or have an "
+                     "operator release it to be placed again)"]  # fmt: skip
 
 
 def test_prolog_leaves_jobs_without_a_placement_alone(

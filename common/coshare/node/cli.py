@@ -38,7 +38,7 @@ from coshare.config import NodeConfig
 from coshare.errors import JobSpecError
 from coshare.node import lifecycle
 from coshare.node.cgroups import FEATURES, JobGroup
-from coshare.node.gate_client import SOCKET_ENV, GateClient
+from coshare.node.gate.client import SOCKET_ENV, GateClient
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import check_device_id, format_cpu_list, parse_cpu_list
 
@@ -391,7 +391,7 @@ def job_run(
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def launch(args: tuple[str, ...]) -> None:
     """Run a job inside its group as its user, through the node daemon (coshare-launch)."""
-    from coshare.node import launcher
+    from coshare.node.control import launcher
 
     launcher.main(list(args))
 

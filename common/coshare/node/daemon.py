@@ -1,8 +1,16 @@
 """The node daemon (``coshare node gate``): the offload gate, the memory watchdog, and the
 job-control socket through which job wrappers running as the user start, join and end jobs.
 
-:func:`serve` runs until ``stop`` is set; :func:`main` is the only place that touches
-process-wide state (signal handlers, the event loop).
+:func:`serve` runs until ``stop`` is set, or raises when the watchdog cannot run; :func:`main`
+is the only place that touches process-wide state (signal handlers, the descriptor limit,
+the event loop).
+
+The watchdog is what ends a job stopped at its cgroup v1 memory limit (the kernel's OOM
+killer is off in job groups, so such a job waits for it): a round that fails is logged and
+retried, and when ``node.watch_failure_limit`` rounds in a row fail, or one round does not
+finish in that many intervals, the daemon stops and exits non-zero, so that its service
+manager (``Restart=`` in deploy/node/coshare-node.service) starts a fresh one (issue 11,
+item 5). It never just carries on without a watchdog.
 """
 
 from __future__ import annotations
@@ -11,21 +19,27 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from coshare.config import NodeConfig
-from coshare.errors import CoshareError
+from coshare.errors import CoshareError, NodeError
 from coshare.node.cgroups import Cgroups
-from coshare.node.control import JobControl
-from coshare.node.control_server import ControlServer
-from coshare.node.gate_server import GateServer, Identify
-from coshare.node.gate_state import Client, GateState
+from coshare.node.control.protocol import MAX_LINE as CONTROL_MAX_LINE
+from coshare.node.control.server import ControlServer
+from coshare.node.control.service import JobControl
+from coshare.node.gate.protocol import MAX_LINE as GATE_MAX_LINE
+from coshare.node.gate.server import GateServer, Identify
+from coshare.node.gate.state import Client, GateState
 from coshare.node.jobs import JobStore, job_of_pid
 from coshare.node.lifecycle import node_cgroups, node_store
+from coshare.node.sockets import Limits, raise_descriptor_limit
 from coshare.node.watchdog import DeviceMemory, Watchdog
 
 log = logging.getLogger("coshare.node.daemon")
+T = TypeVar("T")
 
 
 def make_identify(cgroups: Cgroups, store: JobStore) -> Identify:
@@ -59,49 +73,66 @@ async def serve(
     identify: Identify | None = None,
     ready: Callable[[], None] | None = None,
     control: bool = True,
+    watchdog: Watchdog | None = None,
 ) -> None:
     """Serve the gate on ``config.gate_socket`` and job control on ``config.control_socket``
     (and watch memory, reaping abandoned jobs) until ``stop`` is set.
 
+    Args:
+        watchdog: the watchdog to run (default: one over the node's jobs and the configured
+            device memory backend).
+
     Raises:
         GateError: a socket cannot be served.
-        NodeError: the device memory backend cannot start.
+        NodeError: the device memory backend cannot start, or the watchdog cannot run.
     """
     store = node_store(config)
     store.ensure()
-    cgroups = node_cgroups(config) if identify is None or watch else None
+    cgroups = node_cgroups(config) if identify is None or (watch and watchdog is None) else None
     if identify is None:
         assert cgroups is not None
         identify = make_identify(cgroups, store)
-    server = GateServer(GateState(dict(budgets)), identify)
+    if watch and watchdog is None:
+        found = cgroups
+        assert found is not None
+        # Before any socket: a backend that cannot start leaves nothing behind.
+        backend = device_memory_backend(config)
+        watchdog = Watchdog(store, backend, lambda pid: job_of_pid(pid, found),
+                            config.kill_timeout_s)  # fmt: skip
+    gate_limits = Limits.of(config, GATE_MAX_LINE)
+    server = GateServer(GateState(dict(budgets)), identify, gate_limits)
     await server.start(Path(config.gate_socket))
     jobs = JobControl(config) if control else None
-    controller = ControlServer(jobs) if jobs is not None else None
+    controller = None
+    if jobs is not None:
+        # A control client sends its one request at once: no reason to stay silent longer.
+        limits = Limits.of(config, CONTROL_MAX_LINE, idle_timeout_s=config.line_timeout_s)
+        controller = ControlServer(jobs, limits)
     try:
         if controller is not None:
             await controller.start(Path(config.control_socket))
     except BaseException:
         await server.close()
         raise
-    watcher = None
-    if watch:
-        assert cgroups is not None
-        found = cgroups
-        watchdog = Watchdog(
-            store,
-            device_memory_backend(config),
-            lambda pid: job_of_pid(pid, found),
-            config.kill_timeout_s,
-        )
-        watcher = asyncio.create_task(_watch(watchdog, jobs, config.watch_interval_s, stop))
-    log.info("offload gate on %s, devices %s; job control on %s", config.gate_socket,
-             dict(budgets), config.control_socket if control else "off")  # fmt: skip
+    watcher: asyncio.Task[None] | None = None
+    if watchdog is not None and watch:
+        watcher = asyncio.ensure_future(_watch(watchdog, jobs, config, stop))
+    log.info("offload gate on %s, devices %s; job control on %s; at most %d connections "
+             "per uid", config.gate_socket, dict(budgets),
+             config.control_socket if control else "off", gate_limits.per_uid)  # fmt: skip
     if ready is not None:
         ready()
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        await stop.wait()
-    finally:
+        waiting: set[asyncio.Future[Any]] = {stopped}
         if watcher is not None:
+            waiting.add(watcher)
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if watcher is not None and watcher in done:
+            watcher.result()  # raises why the watchdog cannot run
+    finally:
+        stopped.cancel()
+        if watcher is not None and not watcher.done():
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
@@ -116,23 +147,100 @@ async def serve(
 
 
 async def _watch(
-    watchdog: Watchdog, jobs: JobControl | None, interval_s: float, stop: asyncio.Event
+    watchdog: Watchdog, jobs: JobControl | None, config: NodeConfig, stop: asyncio.Event
 ) -> None:
+    """Watchdog rounds every ``watch_interval_s`` until ``stop``.
+
+    Raises:
+        NodeError: ``watch_failure_limit`` rounds in a row failed, or one did not finish.
+    """
+    limit = config.watch_failure_limit
+    round_timeout_s = limit * max(config.watch_interval_s, config.kill_timeout_s)
+    failures = 0
     while not stop.is_set():
         try:
-            # Off the event loop: cgroup reads and NVML calls must not delay gate replies.
-            await asyncio.to_thread(watchdog.check)
-            if jobs is not None:
-                await asyncio.to_thread(jobs.reap)
-                await asyncio.to_thread(jobs.adopt)
-        except CoshareError as exc:
-            log.error("watchdog: %s", exc)
+            await in_thread(lambda: _round(watchdog, jobs), round_timeout_s)
+        except asyncio.TimeoutError:
+            raise NodeError(
+                f"a memory watchdog round did not finish in {round_timeout_s:g} s "
+                "(node.watch_failure_limit x max(watch_interval_s, kill_timeout_s)); the "
+                "daemon stops so that a fresh one is started"
+            ) from None
+        except Exception as exc:
+            failures += 1
+            log.error("watchdog round failed (%d in a row; the daemon stops after %d): %s",
+                      failures, limit, exc, exc_info=not isinstance(exc, CoshareError))  # fmt: skip
+            if failures >= limit:
+                raise NodeError(
+                    f"the memory watchdog failed {failures} rounds in a row, the last with: "
+                    f"{exc}; the daemon stops so that a fresh one is started"
+                ) from exc
+        else:
+            if failures:
+                log.warning("watchdog round succeeded again after %d failures", failures)
+            failures = 0
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+            await asyncio.wait_for(stop.wait(), config.watch_interval_s)
+
+
+def _round(watchdog: Watchdog, jobs: JobControl | None) -> None:
+    """One watchdog round: memory first (what frees frozen jobs); then reaping and adopting,
+    whose failures are logged but do not count against the watchdog."""
+    watchdog.check()
+    if jobs is None:
+        return
+    for task in (jobs.reap, jobs.adopt):
+        try:
+            task()
+        except Exception:
+            log.exception("watchdog: %s failed", task.__name__)
+
+
+async def in_thread(func: Callable[[], T], timeout_s: float) -> T:
+    """``func()`` in a thread of its own, waited for at most ``timeout_s``.
+
+    A daemon thread, not the event loop's executor: a call that hangs (a GPU that stops
+    answering NVML) is abandoned, and does not keep the process from exiting.
+
+    Raises:
+        asyncio.TimeoutError: ``func`` did not return in time.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result = func()
+        except BaseException as exc:  # handed to the awaiting coroutine
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle, None, exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name="coshare-watchdog", daemon=True).start()
+    return await asyncio.wait_for(asyncio.shield(future), timeout_s)
 
 
 def main(config: NodeConfig, budgets: Mapping[str, int], *, watch: bool = True) -> None:
-    """Run the node daemon until SIGTERM or SIGINT."""
+    """Run the node daemon until SIGTERM or SIGINT.
+
+    Raises:
+        NodeError: the watchdog could not run (the caller exits non-zero).
+    """
+    descriptors = raise_descriptor_limit()
+    if descriptors < 4 * config.max_connections_per_uid:
+        log.warning("only %d open files allowed (RLIMIT_NOFILE): raise the hard limit "
+                    "(LimitNOFILE=) for %d connections per uid to mean much", descriptors,
+                    config.max_connections_per_uid)  # fmt: skip
 
     async def run() -> None:
         stop = asyncio.Event()

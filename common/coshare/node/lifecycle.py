@@ -24,7 +24,7 @@ from coshare.config import NodeConfig
 from coshare.errors import CgroupError, JobSpecError, JobStateError
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
 from coshare.node.cgroups.base import remove_dirs, signal_all
-from coshare.node.gate_client import SOCKET_ENV
+from coshare.node.gate.client import SOCKET_ENV
 from coshare.node.jobs import JobRecord, JobStore, Launcher
 from coshare.node.procfs import is_alive
 from coshare.node.spec import (

@@ -52,11 +52,19 @@ class NvmlMemory:
         return device
 
     def usage(self) -> Mapping[tuple[str, int], int]:
-        """Bytes used per (GPU index, pid)."""
+        """Bytes used per (GPU index, pid).
+
+        Raises:
+            NodeError: NVML failed for a GPU (lost, reset, driver gone), naming the GPU.
+        """
         out: dict[tuple[str, int], int] = {}
         for ids, handle in self._handles:
-            procs = list(self._nvml.nvmlDeviceGetComputeRunningProcesses(handle))
-            procs += list(self._nvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+            try:
+                procs = list(self._nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+                procs += list(self._nvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+            except self._nvml.NVMLError as exc:
+                raise NodeError(f"NVML cannot list the processes of GPU {ids[0]} "
+                                f"({ids[1]}): {exc}") from exc  # fmt: skip
             for proc in procs:
                 used = getattr(proc, "usedGpuMemory", None)
                 if used is None:  # not readable (e.g. MIG without privileges): cannot judge

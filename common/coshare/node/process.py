@@ -1,7 +1,7 @@
 """A process as the kernel describes it in /proc, and the parsers of those files (pure).
 
 The node daemon decides who may start and join jobs from these facts, never from what a
-client writes (:mod:`coshare.node.trust`); :mod:`coshare.node.procfs` reads them.
+client writes (:mod:`coshare.node.control.trust`); :mod:`coshare.node.procfs` reads them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ A process that is gone, or vanishes while it is read, reads as ``None``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+from collections.abc import Iterator
 from pathlib import Path
 
 from coshare.node.process import ProcessInfo, parse_stat, parse_uids
@@ -58,3 +61,30 @@ def list_pids(proc: Path = PROC) -> list[int]:
         return [int(n) for n in os.listdir(proc) if n.isdigit()]
     except OSError:
         return []
+
+
+@contextlib.contextmanager
+def pinned(pid: int) -> Iterator[int | None]:
+    """A pidfd of process ``pid`` (pidfd_open(2)) for the ``with`` block; ``None`` when it
+    is gone. Unlike the pid, the pidfd never comes to name another process: see
+    :func:`has_exited`."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def has_exited(pidfd: int) -> bool:
+    """Whether the process of ``pidfd`` has exited (the pidfd polls readable, pidfd_open(2)).
+
+    While it has not, its pid cannot have been freed, so the pid still names it: a check by
+    pid made after the pidfd was opened, and found true after the check, held for it.
+    """
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))

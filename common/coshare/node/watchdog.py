@@ -18,12 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from coshare.errors import CoshareError
+from coshare.errors import CoshareError, NodeError
 from coshare.node.cgroups import JobGroup
 from coshare.node.jobs import JobRecord, JobStore
 
 log = logging.getLogger("coshare.node.watchdog")
 MIB = 1024 * 1024
+#: While the device memory backend keeps failing, it is logged once every this many rounds.
+DEVICE_LOG_EVERY = 60
 
 
 class DeviceMemory(Protocol):
@@ -139,6 +141,10 @@ def enforce(store: JobStore, group: JobGroup, violation: Violation) -> bool:
 class Watchdog:
     """Checks every job of a node once per :meth:`check`.
 
+    One job, or the device memory backend, that cannot be checked is logged and skipped: the
+    other jobs are still checked (a lost GPU must not leave a cgroup v1 job frozen at its host
+    memory limit). Only a round that cannot check host memory at all raises.
+
     Args:
         store: the node's job records.
         device_memory: the device memory backend, or ``None`` (host memory only).
@@ -157,25 +163,29 @@ class Watchdog:
         self.device_memory = device_memory
         self.job_of_pid = job_of_pid
         self.timeout_s = timeout_s
+        #: Rounds in a row whose device memory could not be read (0: it was read last time).
+        self.device_failures = 0
 
     def check(self) -> list[Violation]:
-        """Find and enforce violations; a job that cannot be checked is logged and skipped."""
-        records = self.store.records()
+        """Find and enforce violations.
+
+        Raises:
+            NodeError: the job records cannot be read (no job could be checked).
+        """
+        records = self._records()
         found: list[Violation] = []
         for record in records:
-            if self.store.reason(record.job) is not None:
-                continue  # already killed
             try:
+                if self.store.reason(record.job) is not None:
+                    continue  # already killed
                 violation = host_memory_violation(record, record.group(self.timeout_s))
-            except CoshareError as exc:
-                log.warning("cannot check job %s: %s", record.job, exc)
+            except Exception as exc:  # one job's failure must not stop the others' checks
+                log.warning("cannot check job %s: %s", record.job, exc,
+                            exc_info=not isinstance(exc, CoshareError))  # fmt: skip
                 continue
             if violation is not None:
                 found.append(violation)
-        if self.device_memory is not None:
-            found += device_memory_violations(
-                records, self.device_memory.usage(), self.job_of_pid, self.device_memory.canonical
-            )
+        found += self._device_violations(records)
         by_job = {r.job: r for r in records}
         done: set[str] = set()
         for violation in found:
@@ -184,6 +194,44 @@ class Watchdog:
             done.add(violation.job)
             try:
                 enforce(self.store, by_job[violation.job].group(self.timeout_s), violation)
-            except CoshareError as exc:
-                log.error("cannot kill job %s: %s", violation.job, exc)
+            except Exception as exc:
+                log.error("cannot kill job %s: %s", violation.job, exc,
+                          exc_info=not isinstance(exc, CoshareError))  # fmt: skip
+        return found
+
+    def _records(self) -> list[JobRecord]:
+        try:
+            jobs = self.store.jobs()
+        except OSError as exc:
+            raise NodeError(f"cannot list the job records in {self.store.jobs_dir}: {exc}") from exc
+        records = []
+        for job in jobs:
+            try:
+                record = self.store.read(job)
+            except (OSError, CoshareError) as exc:  # one bad record does not hide the others
+                log.error("cannot read the record of job %s: %s", job, exc)
+                continue
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _device_violations(self, records: Sequence[JobRecord]) -> list[Violation]:
+        """Device memory violations; none (logged) when the backend fails this round."""
+        backend = self.device_memory
+        if backend is None:
+            return []
+        try:
+            found = device_memory_violations(records, backend.usage(), self.job_of_pid,
+                                             backend.canonical)  # fmt: skip
+        except Exception as exc:
+            self.device_failures += 1
+            first = self.device_failures == 1
+            if first or self.device_failures % DEVICE_LOG_EVERY == 0:
+                log.error("device memory cannot be read (%d rounds in a row); host memory is "
+                          "still watched: %s", self.device_failures, exc,
+                          exc_info=first and not isinstance(exc, CoshareError))  # fmt: skip
+            return []
+        if self.device_failures:
+            log.warning("device memory can be read again after %d rounds", self.device_failures)
+            self.device_failures = 0
         return found

@@ -137,6 +137,12 @@ class Cgroups(Protocol):
         """The job whose group holds a process, from its ``/proc/PID/cgroup`` text."""
         ...
 
+    def procs_files_of(self, proc_cgroup: str) -> tuple[Path, ...]:
+        """The ``cgroup.procs`` files of the groups, in coshare's hierarchies, that a
+        ``/proc/PID/cgroup`` text names: writing a pid into them puts that process where the
+        other one is."""
+        ...
+
     def describe(self) -> list[str]:
         """Lines for ``coshare node check``: what this version offers here."""
         ...

@@ -280,6 +280,16 @@ class V1Cgroups:
                 return job_of_group(path[len(prefix) :].split("/")[0])
         return None
 
+    def procs_files_of(self, proc_cgroup: str) -> tuple[Path, ...]:
+        out = []
+        for controller in self.hierarchies():
+            for line in proc_cgroup.splitlines():
+                _, controllers, path = ([*line.split(":", 2), "", ""])[:3]
+                if controller in controllers.split(",") and path.startswith("/"):
+                    out.append(self.root / controller / path.lstrip("/") / "cgroup.procs")
+                    break
+        return tuple(out)
+
     def describe(self) -> list[str]:
         lines = [f"cgroup v1 at {self.root}: hierarchies {', '.join(self.hierarchies()) or 'none'}"]
         lines += [f"missing: {m}" for m in self.missing(FEATURES)]

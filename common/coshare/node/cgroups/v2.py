@@ -264,6 +264,12 @@ class V2Cgroups:
                 return job_of_group(line[3 + len(prefix) :].split("/")[0])
         return None
 
+    def procs_files_of(self, proc_cgroup: str) -> tuple[Path, ...]:
+        for line in proc_cgroup.splitlines():
+            if line.startswith("0::/"):
+                return (self.root / line[4:] / "cgroup.procs",)
+        return ()
+
     def describe(self) -> list[str]:
         lines = [f"cgroup v2 at {self.root}: controllers {', '.join(sorted(self.controllers()))}"]
         lines += [f"missing: {m}" for m in self.missing(FEATURES)]

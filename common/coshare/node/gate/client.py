@@ -2,13 +2,15 @@
 
 ::
 
-    from coshare.node.gate_client import offload
+    from coshare.node.gate.client import offload
 
     with offload(120):            # the job's only device; waits while it would oversubscribe
         run_kernel()              # threads come back when the block ends, however it ends
 
 The socket is ``$COSHARE_GATE_SOCKET`` (``job-exec`` sets it), else
-``/run/coshare/gate.sock``. A process keeps one connection; a forked child opens its own.
+``/run/coshare/gate.sock``. A process keeps one connection; a forked child opens its own. The
+gate closes a connection that stays silent while it holds nothing (``node.idle_timeout_s``);
+the next request then reconnects by itself.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from coshare.errors import GateError
-from coshare.node.protocol import MAX_LINE, ProtocolError, parse_reply
+from coshare.node.gate.protocol import MAX_LINE, ProtocolError, parse_reply
 
 DEFAULT_SOCKET = "/run/coshare/gate.sock"
 SOCKET_ENV = "COSHARE_GATE_SOCKET"
@@ -50,6 +53,10 @@ class Grant:
     threads: int
 
 
+class _Closed(Exception):
+    """The gate closed the connection before it replied."""
+
+
 class GateClient:
     """One connection to the gate (blocking).
 
@@ -63,6 +70,7 @@ class GateClient:
         self.timeout_s = timeout_s
         self._sock: socket.socket | None = None
         self._buffer = b""
+        self._held: set[int] = set()
 
     def __enter__(self) -> GateClient:
         return self
@@ -79,12 +87,19 @@ class GateClient:
         if self._sock is not None:
             return
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout_s)
         try:
+            if self.timeout_s is not None:
+                # A blocking connect waits in the kernel for room in a full listen backlog,
+                # bounded by the send timeout (unix(7)); a timed socket would fail at once.
+                seconds = int(self.timeout_s)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                                struct.pack("ll", seconds,
+                                            int((self.timeout_s - seconds) * 1e6)))  # fmt: skip
             sock.connect(str(self.path))
         except OSError as exc:
             sock.close()
             raise GateError("unreachable", f"no gate at {self.path}: {exc.strerror}") from exc
+        sock.settimeout(self.timeout_s)
         self._sock = sock
 
     def close(self) -> None:
@@ -93,13 +108,32 @@ class GateClient:
             self._sock.close()
             self._sock = None
             self._buffer = b""
+            self._held.clear()
 
     def request(self, line: str) -> list[str]:
         """Send one request line and return the fields of its ``OK`` reply.
 
+        A connection that holds no grant may have been closed by the gate for its silence
+        (``node.idle_timeout_s``; the gate then read nothing of the request): the request is
+        sent once more on a new connection.
+
         Raises:
             GateError: the gate's error code and text, or ``unreachable``.
         """
+        idle = self._sock is not None and not self._held
+        try:
+            return self._request(line)
+        except _Closed as exc:
+            self.close()
+            if not idle:
+                raise GateError("unreachable", str(exc)) from None
+        try:
+            return self._request(line)
+        except _Closed as exc:
+            self.close()
+            raise GateError("unreachable", str(exc)) from None
+
+    def _request(self, line: str) -> list[str]:
         self.connect()
         assert self._sock is not None
         try:
@@ -107,10 +141,12 @@ class GateClient:
             while b"\n" not in self._buffer:
                 chunk = self._sock.recv(4096)
                 if not chunk:
-                    raise GateError("unreachable", f"the gate at {self.path} closed the connection")
+                    raise _Closed(f"the gate at {self.path} closed the connection")
                 self._buffer += chunk
                 if len(self._buffer) > 64 * MAX_LINE:
                     raise GateError("bad_reply", "reply line too long")
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _Closed(f"the gate at {self.path} closed the connection: {exc}") from exc
         except OSError as exc:
             self.close()
             raise GateError("unreachable", f"gate at {self.path}: {exc}") from exc
@@ -155,11 +191,14 @@ class GateClient:
             threads = self.hello().threads
         words = [verb, *([device] if device is not None else []), str(threads)]
         fields = self.request(" ".join(words))
-        return Grant(int(fields[0]), fields[1], int(fields[2]))
+        grant = Grant(int(fields[0]), fields[1], int(fields[2]))
+        self._held.add(grant.grant)
+        return grant
 
     def release(self, grant: Grant) -> None:
         """Give threads back."""
         self.request(f"RELEASE {grant.grant}")
+        self._held.discard(grant.grant)
 
     def status(self) -> dict[str, dict[str, int]]:
         """Per device: ``free``, ``total``, ``queued``."""

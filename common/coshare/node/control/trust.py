@@ -7,13 +7,18 @@ The root daemon cannot believe what a client writes, only what the kernel says a
   a trusted scheduler daemon (its executable named in ``node.trusted_launchers``, running as
   an account of ``node.trusted_launcher_uids``: HTCondor's ``condor_starter``, Slurm's
   ``slurmstepd``) and that is in no job's group yet. A job's own processes are in its group,
-  so a job can never START itself a second, larger, job. Root may START anything.
+  so a job can never START itself a second, larger, job. A task of a Slurm job (its parent's
+  title names the job) never STARTs: Slurm's jobs are set up by coshare's Prolog, as root, so
+  an ordinary Slurm job cannot take cores, or another job's id, on a node coshare manages.
+  Root may START anything.
 - **JOIN** (move a process into a job's group): the process moved (the caller, or its parent
   for Slurm's TaskProlog, whose parent is the task about to ``exec`` the user's program)
   must run as the job's account, be in no job's group, and be a child of the job's
-  launcher (a job started by a launcher) or of a trusted daemon (a job started by root:
-  Slurm's Prolog). So a process can only ever be moved *into* a group, by the path the
-  scheduler starts jobs, never out of one or from one job into another.
+  launcher (a job started by a launcher) or of a trusted daemon that serves that very job (a
+  job started by root, Slurm's Prolog: the ``slurmstepd`` whose title names the job, as
+  ``slurmstepd: [1234.batch]``; a user's task of another job of theirs cannot join it). So a
+  process can only ever be moved *into* a group, by the path the scheduler starts jobs,
+  never out of one or from one job into another.
 - **END** (kill what is left, remove the group): the job's launcher, or root.
 
 A refusal is a :class:`Refused` with a code for the protocol and a text naming the job.
@@ -81,6 +86,7 @@ def check_start(
     caller_uid: int,
     parent: ProcessInfo | None,
     caller_job: str | None,
+    parent_job: str | None = None,
 ) -> None:
     """May ``caller`` START ``job``?
 
@@ -91,6 +97,7 @@ def check_start(
         caller_uid: the peer's uid as the socket says.
         parent: the caller's parent, ``None`` when gone.
         caller_job: the job whose group holds the caller, if any.
+        parent_job: the job the parent's title names (:func:`job_of_launcher`), if any.
 
     Raises:
         Refused: naming the job and why.
@@ -112,6 +119,12 @@ def check_start(
             f"job {job}: {_who(caller)} was not started by a trusted launcher (its parent is "
             f"{named}; trusted: {policy.describe()})",
         )
+    if parent_job is not None:
+        raise Refused(
+            "not_launcher",
+            f"job {job}: {_who(caller)} is a task of Slurm job {parent_job}; Slurm jobs are "
+            "set up by coshare's Prolog (root), never by a task",
+        )
 
 
 def check_join(
@@ -123,6 +136,7 @@ def check_join(
     target: ProcessInfo | None,
     target_parent: ProcessInfo | None,
     target_job: str | None,
+    parent_job: str | None = None,
 ) -> bool:
     """May ``target`` be moved into ``job``'s group at the request of a ``caller_uid`` peer?
 
@@ -136,6 +150,7 @@ def check_join(
         target: the process to move.
         target_parent: its parent.
         target_job: the job whose group holds ``target`` now, if any.
+        parent_job: the job ``target_parent``'s title names (:func:`job_of_launcher`), if any.
 
     Returns:
         ``False`` when ``target`` is in ``job``'s group already (nothing to do), else ``True``.
@@ -175,6 +190,13 @@ def check_join(
             f"job {job}: {_who(target)} was not started by a trusted launcher "
             f"({policy.describe()})",
         )
+    if parent_job != job:
+        assert target_parent is not None
+        serves = f"serves job {parent_job}" if parent_job else "names no job in its title"
+        raise Refused(
+            "not_allowed",
+            f"job {job}: {_who(target)} was started by {_who(target_parent)}, which {serves}",
+        )
     return True
 
 
@@ -193,7 +215,6 @@ def check_end(job: str, launcher: tuple[int, int] | None, caller: ProcessInfo | 
     ) == launcher:
         return
     raise Refused("not_allowed", f"job {job}: only its launcher or root may end it")
-
 
 
 def job_of_launcher(cmdline: str) -> str | None:

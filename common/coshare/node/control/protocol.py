@@ -5,7 +5,7 @@ A client connects to the control socket (``node.control_socket``, ``/run/coshare
 and sends one request per line; every request gets exactly one reply line, in order. Lines
 are ASCII, requests at most :data:`MAX_LINE` bytes; fields are ``key=value`` words. The
 daemon knows who asks from the kernel (``SO_PEERCRED``, /proc), never from the request, and
-applies the rules of :mod:`coshare.node.trust`::
+applies the rules of :mod:`coshare.node.control.trust`::
 
     START job=<id> [cores=<n>] [memory_mib=<m>] [devices=<d1,d2>]
           [device_memory_mib=<m>] [device_threads=<t>] [uid=<n>]
@@ -23,7 +23,9 @@ program). ``reason`` is why coshare killed the job, if it did.
 Errors are ``ERR <code> <text>``; codes: ``bad_request``, ``too_long``, ``gone``,
 ``not_launcher``, ``in_group``, ``wrong_user``, ``not_allowed``, ``running`` (the job runs
 already), ``unknown_job``, ``bad_spec`` (e.g. not enough free cores), ``cgroup`` (the kernel
-refused), ``internal``.
+refused), ``internal``; and for the connection itself ``too_many`` (its uid holds
+``node.max_connections_per_uid`` connections already) and ``timeout`` (the request did not
+arrive whole within ``node.line_timeout_s``), after which the daemon hangs up.
 
 This module is pure: parsing and formatting only.
 """

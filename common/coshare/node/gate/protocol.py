@@ -29,8 +29,12 @@ declared no device threads), ``no_device`` (the job has several devices and name
 manage it), ``over_declared`` (more than the job declared), ``over_device`` (more than the
 device has), ``would_deadlock`` (the connection already holds so much of its job's
 declaration that the request could never be granted), ``unknown_grant``, ``busy`` (TRY
-only). After ``too_long`` the gate closes the connection; after any other error the
-connection stays usable.
+only), and for the connection itself ``too_many`` (its uid holds
+``node.max_connections_per_uid`` connections already), ``timeout`` (a line begun was not
+finished within ``node.line_timeout_s``) and ``internal``. After ``too_long``, ``too_many``,
+``timeout`` and ``internal`` the gate closes the connection; after any other error the
+connection stays usable. A connection that holds no grant and waits for none is closed
+without a reply after ``node.idle_timeout_s`` of silence (the Python client reconnects).
 
 This module is pure: parsing and formatting only.
 """
@@ -62,6 +66,9 @@ ErrorCode = Literal[
     "would_deadlock",
     "unknown_grant",
     "busy",
+    "too_many",
+    "timeout",
+    "internal",
 ]
 
 _DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")

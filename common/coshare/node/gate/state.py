@@ -1,7 +1,7 @@
 """The offload gate's state machine: each device's thread budget and its fair queue.
 
 Pure: requests in, reply lines out, no I/O and no clock. The server
-(:mod:`coshare.node.gate_server`) feeds it parsed requests and connection events and writes
+(:mod:`coshare.node.gate.server`) feeds it parsed requests and connection events and writes
 the replies; the tests drive it directly.
 
 Two budgets bound every grant, as the paper's COSMIC bounds offloads (section IV-D2):
@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coshare.node.protocol import ErrorCode, Request, format_error
+from coshare.node.gate.protocol import ErrorCode, Request, format_error
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,10 @@ class GateState:
     def is_waiting(self, conn: int) -> bool:
         """Whether the connection waits for an ACQUIRE (the server reads no more from it)."""
         return conn in self._waiting
+
+    def holds(self, conn: int) -> bool:
+        """Whether the connection holds a grant (its silence is legitimate: an offload runs)."""
+        return bool(self._by_conn.get(conn))
 
     # -- requests --------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
  *
  *   cc -O2 -o offload offload.c && ./offload 60
  *
- * Speaks the line protocol of coshare.node.protocol over the unix socket named by
+ * Speaks the line protocol of coshare.node.gate.protocol over the unix socket named by
  * $COSHARE_GATE_SOCKET (job-exec sets it; default /run/coshare/gate.sock). The gate knows
  * the caller's job from the kernel, so the requests carry no identity. Fortran codes can
  * bind these two functions with ISO_C_BINDING.

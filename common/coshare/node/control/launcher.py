@@ -3,7 +3,7 @@
 
 HTCondor runs its job wrapper as the job's user, so the wrapper cannot make the job's cgroup;
 it ``exec``\\ s this launcher, which asks the root node daemon over the control socket
-(:mod:`coshare.node.control_protocol`)::
+(:mod:`coshare.node.control.protocol`)::
 
     launcher (outside the group) --START--> daemon: group, own cores, memory limit, record
       `- child --JOIN--> daemon moves the child into the group, then the child execs CMD
@@ -26,17 +26,26 @@ not the node). A job coshare does not manage prints nothing.
 **Standard library only**, one file: it runs where coshare's dependencies are not installed or
 not readable by users (inside the execute node's HTCondor chroot, say), as
 ``python3 -I coshare-launch run ...``; ``coshare node launch`` is the same program.
+
+It runs as the job's user, outside the job's group, and the job is its child: first thing, it
+makes itself not dumpable (``prctl(PR_SET_DUMPABLE, 0)``, prctl(2)), so that no process of
+that user, the job included, can ptrace it or read or write its memory through /proc,
+whatever ``kernel.yama.ptrace_scope`` allows (ptrace(2), "Ptrace access mode checking"). The
+flag is inherited across fork and reset by execve, so the child that joins the group is
+protected too, and the job it becomes is an ordinary process of its user.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import math
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -66,16 +75,41 @@ class ControlError(Exception):
         super().__init__(f"{code}: {text}")
 
 
+def connect(path: str, timeout_s: float) -> socket.socket:
+    """A connection to the unix socket ``path``, waiting up to ``timeout_s`` while its listen
+    backlog is full (a flood of other connections, which the daemon drains).
+
+    The connect blocks, bounded by ``SO_SNDTIMEO`` (unix(7): a stream connect waits for
+    room in the listener's backlog up to the send timeout), so the kernel wakes it as soon as
+    there is room, rather than a timed socket's connect failing at once with EAGAIN.
+
+    Raises:
+        OSError: no daemon listens there, or no room came in time.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        seconds = int(timeout_s)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6)))  # fmt: skip
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    sock.settimeout(timeout_s)
+    return sock
+
+
 def request(path: str, line: str, timeout_s: float = TIMEOUT_S) -> dict[str, str]:
     """Send one control request on a new connection; the fields of its ``OK`` reply.
 
     Raises:
         ControlError: the daemon's ``ERR`` (code and text), or ``unreachable``.
     """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
     try:
-        sock.connect(path)
+        sock = connect(path, timeout_s)
+    except OSError as exc:
+        raise ControlError("unreachable", f"no coshare node daemon at {path}: {exc}") from exc
+    try:
         sock.sendall(line.encode("ascii") + b"\n")
         data = b""
         while not data.endswith(b"\n"):
@@ -357,8 +391,26 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+#: prctl(2) option: whether the process may be ptraced and dumped (<linux/prctl.h>).
+PR_SET_DUMPABLE = 4
+
+
+def protect() -> str | None:
+    """Make this process not dumpable (see the module's docstring); why not, if it failed."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:  # no prctl: not Linux, or no libc to call it
+        return str(exc)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``coshare-launch`` and ``coshare node launch``."""
+    problem = protect()
+    if problem is not None:
+        say(f"warning: cannot keep the job from tracing coshare-launch: {problem}")
     args = parser().parse_args(argv)
     if args.action == "run":
         run(args)

@@ -2,9 +2,8 @@
 
 HTCondor's job wrapper and Slurm's TaskProlog run as the job's user, yet a job's group, its
 cpuset and memory limit can only be made by root. The daemon does it for them, after the
-checks of :mod:`coshare.node.trust` on what the kernel says about the caller; the protocol is
-in :mod:`coshare.node.control_protocol`, the socket server in
-:mod:`coshare.node.control_server`.
+checks of :mod:`.trust` on what the kernel says about the caller; the protocol is in
+:mod:`.protocol`, the socket server in :mod:`.server`.
 
 Requests are handled one at a time (a lock), in a worker thread of the daemon, since making
 or killing a group may take a while; job records are written under the store's ``flock``,
@@ -33,17 +32,14 @@ from coshare.errors import (
     JobStateError,
 )
 from coshare.node import lifecycle
-from coshare.node.control_protocol import (
+from coshare.node.cgroups.base import write_text
+from coshare.node.control.protocol import (
     ControlProtocolError,
     ControlRequest,
     format_control_error,
     parse_control,
 )
-from coshare.node.jobs import JobRecord, Launcher, job_of_pid
-from coshare.node.process import ProcessInfo
-from coshare.node.procfs import PROC, is_alive, list_pids, read_cmdline, read_process
-from coshare.node.spec import format_cpu_list
-from coshare.node.trust import (
+from coshare.node.control.trust import (
     Refused,
     TrustPolicy,
     check_end,
@@ -51,6 +47,18 @@ from coshare.node.trust import (
     check_start,
     job_of_launcher,
 )
+from coshare.node.jobs import JobRecord, Launcher, job_of_pid, read_proc_cgroup
+from coshare.node.process import ProcessInfo
+from coshare.node.procfs import (
+    PROC,
+    has_exited,
+    is_alive,
+    list_pids,
+    pinned,
+    read_cmdline,
+    read_process,
+)
+from coshare.node.spec import format_cpu_list
 
 log = logging.getLogger("coshare.node.control")
 
@@ -130,10 +138,22 @@ class JobControl:
             uid,
             parent,
             self._job_of(caller.pid) if caller is not None else None,
+            self._title_job(parent),
         )
         assert caller is not None
         if request.uid is not None and uid != 0:
             raise Refused("not_allowed", f"job {request.job}: only root may give uid=")
+        launcher = Launcher(caller.pid, caller.start_ticks)
+        if uid != 0:
+            # One launcher, one job: what a launcher can make the daemon hold (groups,
+            # records, cores) is one job's, however often it asks.
+            for other in self.store.records():
+                if other.launcher == launcher and other.job != request.job:
+                    raise Refused(
+                        "not_allowed",
+                        f"job {request.job}: process {caller.pid} already started job "
+                        f"{other.job}; a launcher starts one job",
+                    )
         record = lifecycle.job_start(
             self.config,
             request.job,
@@ -143,7 +163,7 @@ class JobControl:
             device_memory_mib=request.device_memory_mib,
             device_threads=request.device_threads,
             uid=request.uid if request.uid is not None else uid,
-            launcher=Launcher(caller.pid, caller.start_ticks),
+            launcher=launcher,
         )
         log.info("job %s started by process %d (uid %s): cpus %s, memory %s MiB",
                  record.job, caller.pid, record.uid, format_cpu_list(record.spec.cpus) or "-",
@@ -162,22 +182,86 @@ class JobControl:
                 + (f": {error}" if error else ""),
             )
         target = caller if request.target == "self" else read_process(caller.ppid, self.proc)
-        parent = read_process(target.ppid, self.proc) if target is not None else None
-        move = check_join(
-            self.policy,
-            request.job,
-            record.uid,
-            record.launcher,
-            uid,
-            target,
-            parent,
-            self._job_of(target.pid) if target is not None else None,
-        )
-        assert target is not None
-        if move:
-            record.group(self.config.kill_timeout_s).add(target.pid)
-            log.info("job %s: process %d joined", request.job, target.pid)
+        with pinned(target.pid if target is not None else 0) as pidfd:
+            # Read after the pidfd was opened: while that process lives these facts are its.
+            target = self._still(target)
+            parent = read_process(target.ppid, self.proc) if target is not None else None
+            move = check_join(
+                self.policy,
+                request.job,
+                record.uid,
+                record.launcher,
+                uid,
+                target,
+                parent,
+                self._job_of(target.pid) if target is not None else None,
+                self._title_job(parent),
+            )
+            assert target is not None
+            if move:
+                self._move(record, target, pidfd)
+                log.info("job %s: process %d joined", request.job, target.pid)
         return join_reply(record, target.pid)
+
+    def _still(self, process: ProcessInfo | None) -> ProcessInfo | None:
+        """``process`` read again, ``None`` when its pid names another process now."""
+        if process is None:
+            return None
+        now = read_process(process.pid, self.proc)
+        return now if now is not None and now.start_ticks == process.start_ticks else None
+
+    def _title_job(self, process: ProcessInfo | None) -> str | None:
+        """The job a trusted launcher's title names (``slurmstepd: [1234.batch]``)."""
+        if process is None or not self.policy.is_launcher(process):
+            return None
+        return job_of_launcher(" ".join(read_cmdline(process.pid, self.proc)))
+
+    def _move(self, record: JobRecord, process: ProcessInfo, pidfd: int | None) -> None:
+        """Move ``process`` into the job's group, and never another process that took its pid
+        between the checks and the write to ``cgroup.procs`` (issue 11).
+
+        The pidfd (opened before the checks read anything) says whether the process exited
+        meanwhile: if it did not, its pid was never free, and the write moved it. If it did,
+        whatever took its pid and landed in the group is put back where its parent is.
+
+        Raises:
+            Refused: ``gone``, the process ended before it was moved.
+            CgroupError: the group cannot take it.
+        """
+        job = record.job
+        try:
+            self._add(record, process.pid)
+        except CgroupError:
+            if self._still(process) is None:
+                raise Refused("gone", f"job {job}: process {process.pid} ended before it "
+                                      "joined") from None  # fmt: skip
+            raise
+        if (pidfd is None or not has_exited(pidfd)) and self._still(process) is not None:
+            return
+        self._undo(record, process)
+        raise Refused("gone", f"job {job}: process {process.pid} ended while it joined")
+
+    def _add(self, record: JobRecord, pid: int) -> None:
+        record.group(self.config.kill_timeout_s).add(pid)
+
+    def _undo(self, record: JobRecord, gone: ProcessInfo) -> None:
+        """``gone`` exited while it was moved: put back whatever took its pid, if that landed
+        in the job's group without belonging there (its parent is not in the group)."""
+        other = read_process(gone.pid, self.proc)
+        if other is None or other.start_ticks == gone.start_ticks:
+            return
+        if self._job_of(other.pid) != record.job or self._job_of(other.ppid) == record.job:
+            return
+        text = read_proc_cgroup(other.ppid, self.proc)
+        files = self.cgroups.procs_files_of(text) if text is not None else ()
+        for procs in files:
+            try:
+                write_text(procs, str(other.pid))
+            except CgroupError as exc:
+                log.error("job %s: cannot put process %d back: %s", record.job, other.pid, exc)
+        log.warning("job %s: process %d took the pid of process %d while it joined; put "
+                    "back where its parent %d is", record.job, other.pid, gone.pid,
+                    other.ppid)  # fmt: skip
 
     def _end(self, request: ControlRequest, caller: ProcessInfo | None, uid: int) -> str:
         record = self.store.read(request.job)
@@ -252,9 +336,12 @@ class JobControl:
                 if process.uid != record.uid or self._job_of(pid) is not None:
                     continue
                 try:
-                    with self._lock:
-                        record.group(self.config.kill_timeout_s).add(pid)
-                except CoshareError as exc:  # gone meanwhile, or the group was removed
+                    with self._lock, pinned(pid) as pidfd:
+                        still = self._still(process)
+                        if still is None or still.uid != record.uid or self._job_of(pid):
+                            continue
+                        self._move(record, still, pidfd)
+                except (CoshareError, Refused) as exc:  # gone, or the group was removed
                     log.debug("job %s: cannot adopt process %d: %s", record.job, pid, exc)
                     continue
                 log.warning("job %s: process %d had not joined its group; moved in",
