@@ -54,14 +54,6 @@ C = TypeVar("C")
 
 DEFAULT_CONFIG_PATH = Path("/etc/coshare/config.yaml")
 ENV_PREFIX = "COSHARE_"
-#: ``COSHARE_*`` variables that are not settings: the config file, the traces, and what the
-#: node helpers put into a job's environment (a coshare command run inside a job reads them).
-NOT_SETTINGS = frozenset({
-    "COSHARE_CONFIG", "COSHARE_TRACE_DIR", "COSHARE_JOB_ID", "COSHARE_NODE", "COSHARE_DEVICES",
-    "COSHARE_CPUS", "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY", "COSHARE_DEVICE_MEMORY_MIB",
-    "COSHARE_DEVICE_THREADS",
-})  # fmt: skip
-
 #: ``COSHARE_`` variables that are not settings: where the config, the traces and the node
 #: scripts are, and what the node helpers export to a job; a coshare command run with them
 #: (the test suite with ``COSHARE_TRACE_DIR``, a tool inside a job) must not refuse them.
