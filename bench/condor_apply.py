@@ -29,7 +29,7 @@ from coshare.config import CondorConfig, load_config
 from coshare.model import ThreadMode
 from coshare.planner import run_cycle
 from coshare.policies import PolicyOptions, make_policy
-from coshare.workloads import table1_job
+from coshare.sim.applications import table1_job
 
 from condor_addon.client import CondorClient
 from condor_addon.editor import CondorEditor

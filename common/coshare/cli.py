@@ -41,7 +41,7 @@ from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 LAZY_COMMANDS: dict[str, str] = {
     "condor": "condor_addon.cli:condor",
     "node": "coshare.node.cli:node",
-    "simulate": "coshare.sim_cli:simulate",
+    "simulate": "coshare.sim.cli:simulate",
     "slurm": "slurm_addon.cli:slurm",
 }
 
@@ -196,7 +196,7 @@ def example_snapshot() -> Snapshot:
 @pass_app
 def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
     """Reproduce the paper's Table II in simulation, then plan the bundled example snapshot."""
-    from coshare.sim_cli import table2_report  # the simulator loads only when needed
+    from coshare.sim.cli import table2_report  # the simulator loads only when needed
 
     text, _ = table2_report(jobs, nodes, tuple(range(seeds)))
     click.echo(text)

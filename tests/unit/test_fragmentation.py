@@ -18,7 +18,7 @@ from coshare.sim.traces import (
     parse_swf,
     parse_swf_machines,
 )
-from coshare.traces import ALIBABA_DIR, data_dir, read_alibaba
+from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -16,9 +16,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "common" / "coshare"
 
 #: Modules and packages that must stay pure. Packages cover every module inside them.
-PURE = ["model", "schema", "annotations", "verify", "workloads", "policies", "sim", "alloc",
+PURE = ["model", "schema", "annotations", "verify", "policies", "sim", "alloc",
         "node.spec", "node.protocol", "node.gate_state", "node.process", "node.trust",
         "node.control_protocol"]  # fmt: skip
+
+#: Modules inside the pure packages that do I/O, told apart by name (see coshare.sim).
+IO_MODULES = {"coshare.sim.cli", "coshare.sim.report", "coshare.sim.plot",
+              "coshare.sim.trace_files"}
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN = {
@@ -66,7 +70,7 @@ def pure_modules() -> list[str]:
             ]
         elif path.with_suffix(".py").exists():
             names.append(f"coshare.{entry}")
-    return names
+    return [n for n in names if n not in IO_MODULES]
 
 
 def reachable_violations(start: str) -> list[str]:

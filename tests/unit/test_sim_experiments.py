@@ -21,7 +21,7 @@ from coshare.sim.workloads import (
     synthetic_draws,
     table1_draws,
 )
-from coshare.workloads import TABLE_I
+from coshare.sim.applications import TABLE_I
 
 
 @pytest.mark.slow

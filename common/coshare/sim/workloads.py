@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from coshare.model import MILLI, Device, Job, Node
 from coshare.sim.jobs import SimJob, split_phases
-from coshare.workloads import TABLE_I, Application
+from coshare.sim.applications import TABLE_I, Application
 
 #: The time unit: mean run time alone (3568 s x 8 devices / 1000 jobs, paper Table II MC).
 MEAN_RUN_S = 28.5

@@ -57,7 +57,7 @@ from coshare.sim.paper import (
     TABLE_III_FOOTPRINT,
 )
 from coshare.sim.workloads import DISTRIBUTIONS
-from coshare.sim_report import (
+from coshare.sim.report import (
     comparison_json,
     comparison_table,
     frag_json,
@@ -68,7 +68,7 @@ from coshare.sim_report import (
     sweep_json,
     sweep_table,
 )
-from coshare.traces import ALIBABA_DIR, data_dir, read_alibaba, read_swf
+from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba, read_swf
 
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
 ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd")
@@ -202,7 +202,7 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
     if plot is not None:
-        from coshare.sim_plot import require_matplotlib
+        from coshare.sim.plot import require_matplotlib
 
         require_matplotlib()  # fail before hours of simulation, not after
     setup = Setup(threads=threads, age_limit_s=age_limit, cycle_delay_s=cycle_delay,  # type: ignore[arg-type]
@@ -218,7 +218,7 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
         payload = {**header, "protocols": list(protocols), "batch": batch, **frag_json(runs)}
         _emit(output, text, payload)
         if plot is not None:
-            from coshare.sim_plot import save_figure
+            from coshare.sim.plot import save_figure
 
             save_figure(plot, fragmentation=runs)
         return
@@ -264,7 +264,7 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
                "sweeps": {k: sweep_json(v) for k, v in sweeps.items()}}  # fmt: skip
     _emit(output, text, payload)
     if plot is not None:
-        from coshare.sim_plot import save_figure
+        from coshare.sim.plot import save_figure
 
         save_figure(plot, comparisons=comparisons, sweeps=sweeps)
 
