@@ -56,7 +56,6 @@ from coshare.sim.paper import (
     TABLE_II_REDUCTION,
     TABLE_III_FOOTPRINT,
 )
-from coshare.sim.workloads import DISTRIBUTIONS
 from coshare.sim.report import (
     comparison_json,
     comparison_table,
@@ -69,6 +68,7 @@ from coshare.sim.report import (
     sweep_table,
 )
 from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba, read_swf
+from coshare.sim.workloads import DISTRIBUTIONS
 
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
 ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd")

@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coshare.model import MILLI, Device, Job, Node
-from coshare.sim.jobs import SimJob, split_phases
 from coshare.sim.applications import TABLE_I, Application
+from coshare.sim.jobs import SimJob, split_phases
 
 #: The time unit: mean run time alone (3568 s x 8 devices / 1000 jobs, paper Table II MC).
 MEAN_RUN_S = 28.5
