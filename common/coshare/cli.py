@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -80,9 +81,14 @@ class AppContext:
 
     @property
     def config(self) -> Config:
-        """The configuration (defaults < file < environment), loaded once."""
+        """The configuration (defaults < file < environment), loaded once; deprecated keys
+        are said on standard error (``coshare: warning: ...``)."""
         if self._config is None:
-            self._config = load_config(self.config_path)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", FutureWarning)
+                self._config = load_config(self.config_path)
+            for warning in caught:
+                click.echo(f"coshare: warning: {warning.message}", err=True)
         return self._config
 
 
@@ -132,7 +138,9 @@ def read_snapshot(path: str) -> Snapshot:
     return decode_json(text, source, parse_snapshot)
 
 
-def _policy_flags(func: Any) -> Any:
+def policy_flags(func: Any) -> Any:
+    """``--policy``, ``--threads`` and ``--seed``: one definition for every command that
+    plans (``plan`` and both adapters' ``cycle`` and ``show``)."""
     func = click.option(
         "--seed", type=int, default=None, help="Seed of the random policy (config: policy.seed)."
     )(func)
@@ -161,7 +169,7 @@ def configured(app: AppContext, policy_name: str | None, threads: str | None,
 
 @cli.command()
 @click.argument("snapshot", metavar="SNAPSHOT|-")
-@_policy_flags
+@policy_flags
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--all", "show_all", is_flag=True, help="Table: also list devices that get nothing.")
 @pass_app

@@ -298,3 +298,17 @@ class Plan:
     def pending(self) -> int:
         """Number of distinct pending jobs the plan accounts for."""
         return self.placed + len(self.unplaced)
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """Limits of one kind of device, for nodes whose scheduler does not advertise them
+    (``device_kinds`` in the configuration; looked up by :func:`coshare.ledger.find_kind`).
+
+    Attributes:
+        memory_mib: device memory.
+        threads: hardware threads.
+    """
+
+    memory_mib: int = field(metadata={"min": 1})
+    threads: int = field(metadata={"min": 1})

@@ -20,8 +20,8 @@ import pytest
 from coshare.config import CondorConfig
 from coshare.errors import SchedulerUnavailable
 
-from condor_addon.ads import machine_of
 from condor_addon.client import CondorClient, EditFailed
+from condor_addon.view import machine_of
 from tests.integration.condor_pool import (
     CHROOT,
     CLIENT_CONFIG,
@@ -157,7 +157,7 @@ class DyingClient(CondorClient):
     queue is left exactly as a SIGKILL at that point would leave it."""
 
     def __init__(self, budget: int) -> None:
-        super().__init__(CondorConfig(condor_config=str(CLIENT_CONFIG), retry_wait_s=0.1))
+        super().__init__(CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1))
         self.budget = budget
 
     def _spend(self) -> None:
@@ -219,7 +219,7 @@ def test_sigkill_of_the_cycle_command_at_random_moments_converges(
 ) -> None:
     live.submit(300, requirements="CoshareNeverStart =?= true", **annotated(700, 30))
     config = tmp_path / "coshare.yaml"
-    config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}}}\ncycle: {{replan_after_s: 0}}\n")
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\ncycle: {{replan_after_s: 0}}\n")
     command = [COSHARE, "--config", str(config), "condor", "cycle"]
     rng = random.Random(4)
     for _ in range(4):
@@ -238,13 +238,14 @@ def test_schedd_or_collector_down_is_a_clear_error_and_exit_1(live: Pool, tmp_pa
     coshare = [COSHARE, "--config", str(config)]
     # 29619: in coshare's port range, used by no daemon of the pool (collector 29618, others
     # 29620-29699), so nothing answers there.
-    config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}, collector: '127.0.0.1:29619',"
-                      " retries: 2, retry_wait_s: 0}\n")
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}, collector: '127.0.0.1:29619',"
+                      " retry_attempts: 2, retry_wait_s: 0}\n")
     down = subprocess.run([*coshare, "condor", "cycle"], capture_output=True, text=True)
     assert down.returncode == 1
     assert "coshare: error: cannot query the collector 127.0.0.1:29619 after 2 attempts" in (
         down.stderr)
-    config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}, retries: 2, retry_wait_s: 0}}\n")
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}, retry_attempts: 2, "
+                      "retry_wait_s: 0}\n")
     subprocess.run([str(ROOT / "deploy/condor/pool"), "exec", "condor_off", "-schedd"],
                    check=True, capture_output=True)
     try:
@@ -263,7 +264,8 @@ def test_schedd_or_collector_down_is_a_clear_error_and_exit_1(live: Pool, tmp_pa
 
 def _schedd_up() -> bool:
     try:
-        CondorClient(CondorConfig(condor_config=str(CLIENT_CONFIG), retries=1)).job_ads("false")
+        config = CondorConfig(config_file=str(CLIENT_CONFIG), retry_attempts=1)
+        CondorClient(config).job_ads("false")
     except (SchedulerUnavailable, EditFailed):
         return False
     return True
@@ -272,7 +274,7 @@ def _schedd_up() -> bool:
 def test_show_prints_the_pool_and_the_next_plan(live: Pool, tmp_path: Path) -> None:
     live.submit(2, requirements="CoshareNeverStart =?= true", **annotated(2048, 60))
     config = tmp_path / "coshare.yaml"
-    config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}}}\n")
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\n")
     shown = subprocess.run([COSHARE, "--config", str(config), "condor",
                             "show"], capture_output=True, text=True, check=True).stdout
     assert "4 nodes, 7 devices" in shown and "2 pending" in shown
