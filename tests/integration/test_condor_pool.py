@@ -122,6 +122,21 @@ def test_bad_annotations_hold_those_jobs_and_the_cycle_goes_on(live: Pool) -> No
                          if i.startswith(f"{good}.")), 60, "the good jobs to start")
 
 
+def test_an_absurd_annotation_holds_that_job_and_the_others_are_placed(live: Pool) -> None:
+    # Issue 11: a device memory of 400 digits crashed every cycle (OverflowError).
+    good = live.submit(3, requirements="CoshareNeverStart =?= true", **annotated(1024, 60))
+    absurd = live.submit(1, **annotated('"' + "9" * 400 + '"', 60))
+    report = live.cycle()
+    assert report.exit_status == 0
+    assert set(report.apply.applied) == {f"{good}.{p}" for p in range(3)}
+    reason = {r.job: r.reason for r in report.rejected}[f"{absurd}.0"]
+    assert reason.startswith(f"job {absurd}.0: CoshareDeviceMemory='9999")
+    assert "(400 characters)" in reason and len(reason) < 400
+    job = live.jobs()[f"{absurd}.0"]
+    assert job["JobStatus"] == 5, job  # held, with the reason naming the key
+    assert str(job["HoldReason"]).startswith("coshare: CoshareDeviceMemory='9999")
+
+
 def test_dry_run_writes_nothing_and_a_second_cycle_writes_nothing(live: Pool) -> None:
     cluster = live.submit(4, requirements="CoshareNeverStart =?= true", **annotated(2048, 60))
     before = live.jobs(f"ClusterId == {cluster}")
