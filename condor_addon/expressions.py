@@ -21,7 +21,7 @@ from condor_addon.edits import hold_reason
 __all__ = ["UNDEFINED", "devices_value", "hold_reason", "idle_managed", "job_clause",
            "literal", "node_value", "time_value"]  # fmt: skip
 
-_JOB_ID = re.compile(r"([0-9]+)\.([0-9]+)")
+_JOB_ID = re.compile(r"^([0-9]+)\.([0-9]+)$")
 
 #: ClassAd's undefined: written to close a job's gate (no node placed).
 UNDEFINED = "undefined"

@@ -38,7 +38,7 @@ VERSION = "1"
 MAX_REFUSAL_CHARS = 900
 
 #: Node names and device ids coshare writes: what Slurm node names and GRES indexes use.
-SAFE_TOKEN = re.compile(r"[A-Za-z0-9._-]{1,128}")
+SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Placement:
 
 def is_safe_token(text: str) -> bool:
     """Whether a node name or device id can be written into a placement."""
-    return bool(SAFE_TOKEN.fullmatch(text))
+    return bool(SAFE_TOKEN.match(text))
 
 
 def format_placement(placement: Placement) -> str:

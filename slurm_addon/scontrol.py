@@ -26,8 +26,8 @@ from coshare.errors import UnsafeValue as UnsafeValue  # raised here; importable
 from slurm_addon.placement import is_safe_token
 
 #: What may appear in a line of scontrol's command language that coshare writes.
-_LINE_VALUE = re.compile(r"[A-Za-z0-9._;=,:-]{1,512}")
-_JOB_ID = re.compile(r"[0-9]{1,12}")
+_LINE_VALUE = re.compile(r"^[A-Za-z0-9._;=,:-]{1,512}$")
+_JOB_ID = re.compile(r"^[0-9]{1,12}$")
 _FOR_JOB = re.compile(r"\bfor job (\d+)")
 
 #: Phrases of Slurm clients that mean the controller is unreachable (worth a retry).
@@ -49,18 +49,18 @@ def update_line(job_id: str, node: str, admin_comment: str) -> str:
     Raises:
         UnsafeValue: the job id, node name or text holds characters outside the safe set.
     """
-    if not _JOB_ID.fullmatch(job_id):
+    if not _JOB_ID.match(job_id):
         raise UnsafeValue(f"job id {job_id!r}")
     if not is_safe_token(node):
         raise UnsafeValue(f"node name {node!r}")
-    if not _LINE_VALUE.fullmatch(admin_comment):
+    if not _LINE_VALUE.match(admin_comment):
         raise UnsafeValue(f"AdminComment {admin_comment!r}")
     return f"update JobId={job_id} ReqNodeList={node} AdminComment={admin_comment}\n"
 
 
 def update_argv(job_id: str, admin_comment: str) -> list[str]:
     """``scontrol update`` of one job's AdminComment, as an argument list (any text)."""
-    if not _JOB_ID.fullmatch(job_id):
+    if not _JOB_ID.match(job_id):
         raise UnsafeValue(f"job id {job_id!r}")
     return ["update", f"JobId={job_id}", f"AdminComment={admin_comment}"]
 
@@ -78,7 +78,7 @@ def job_list(job_ids: Sequence[str]) -> str:
         UnsafeValue: an id is not a plain job number.
     """
     for job_id in job_ids:
-        if not _JOB_ID.fullmatch(job_id):
+        if not _JOB_ID.match(job_id):
             raise UnsafeValue(f"job id {job_id!r}")
     return ",".join(job_ids)
 

@@ -106,19 +106,7 @@ class FieldProblem:
     why: str
 
     def __str__(self) -> str:
-        return f"{self.key}={shown(self.value)!r} {self.why} (allowed: {self.allowed})"
-
-
-#: Characters of a user's value quoted in a message; the rest is counted, never printed.
-SHOWN_CHARS = 40
-
-
-def shown(value: str, limit: int = SHOWN_CHARS) -> str:
-    """``value`` for a message: whole when short, else its start and its length (a value
-    from a job can be as long as the user likes; a message must stay readable and bounded)."""
-    if len(value) <= limit:
-        return value
-    return f"{value[:limit]}... ({len(value)} characters)"
+        return f"{self.key}={self.value!r} {self.why} (allowed: {self.allowed})"
 
 
 class AnnotationError(InputError):

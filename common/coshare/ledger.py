@@ -51,12 +51,23 @@ from functools import partial
 from typing import Literal, TypeVar
 
 from coshare.annotations import KEYS, ClusterLimits, parse_job, squash
-from coshare.errors import AnnotationError, ConfigError, FieldProblem, shown
+from coshare.errors import AnnotationError, ConfigError, FieldProblem
 from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob
 from coshare.ports import JobOutcome, Rejected
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: Characters of a user's value quoted in a message; the rest is counted, never printed.
+SHOWN_CHARS = 40
+
+
+def shown(value: str, limit: int = SHOWN_CHARS) -> str:
+    """``value`` for a message: whole when short, else its start and its length (a value from
+    a job can be as long as its owner likes; a message must stay readable and bounded)."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value)} characters)"
 
 # -- device kinds --------------------------------------------------------------------------
 
@@ -114,7 +125,8 @@ def field_value(job_id: str, name: str, raw: R, convert: Callable[[R], T], allow
         return convert(raw)
     except Exception as exc:  # a value from one job must never stop the cycle
         why = f"cannot be read ({type(exc).__name__}: {shown(str(exc))})"
-        raise AnnotationError(job_id, [FieldProblem(name, str(raw), allowed, why)]) from exc
+        problem = FieldProblem(name, shown(str(raw)), allowed, why)
+        raise AnnotationError(job_id, [problem]) from exc
 
 
 def refuse_on_error(
@@ -144,7 +156,7 @@ def _unreadable(job_id: str, exc: Exception, annotations: Mapping[str, object]) 
         except AnnotationError:
             continue
         except Exception:  # this key alone raises: name it
-            problem = FieldProblem(key, str(value), allowed.get(squash(key), "see the README"),
+            problem = FieldProblem(key, shown(str(value)), allowed.get(squash(key), "the README"),
                                    f"cannot be read ({what})")  # fmt: skip
             return str(AnnotationError(job_id, [problem]))
     return f"job {job_id}: cannot be read ({what})"

@@ -131,7 +131,7 @@ def test_an_absurd_annotation_holds_that_job_and_the_others_are_placed(live: Poo
     assert set(report.apply.applied) == {f"{good}.{p}" for p in range(3)}
     reason = {r.job: r.reason for r in report.rejected}[f"{absurd}.0"]
     assert reason.startswith(f"job {absurd}.0: CoshareDeviceMemory='9999")
-    assert "(400 characters)" in reason and len(reason) < 400
+    assert len(reason) < 400  # the value is shown bounded
     job = live.jobs()[f"{absurd}.0"]
     assert job["JobStatus"] == 5, job  # held, with the reason naming the key
     assert str(job["HoldReason"]).startswith("coshare: CoshareDeviceMemory='9999")

@@ -216,5 +216,5 @@ def test_an_absurd_value_refuses_that_job_only(slots: list[dict[str, object]]) -
     assert [j.id for j in queue.book.pending] == ["33.0"]
     reasons = {r.job: r.reason for r in queue.rejected}
     assert reasons["31.0"].startswith("job 31.0: CoshareDeviceMemory='99999")
-    assert "(400 characters)" in reasons["31.0"] and len(reasons["31.0"]) < 300
+    assert len(reasons["31.0"]) < 300  # the value is shown bounded
     assert reasons["32.0"].startswith("job 32.0: RequestCpus='1e+308'")

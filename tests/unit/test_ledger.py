@@ -65,7 +65,7 @@ def test_any_error_reading_one_job_refuses_it_naming_the_field(
     assert [j.id for j in book.pending] == ["2.0"]
     [refused] = book.rejected
     assert refused.reason.startswith("job 1.0: CoshareProgram='xxxx")
-    assert "(500 characters)" in refused.reason
+    assert len(refused.reason) < 300  # the value is shown bounded
     assert "cannot be read (ZeroDivisionError: boom)" in refused.reason
     assert "(allowed: a name of letters" in refused.reason
 

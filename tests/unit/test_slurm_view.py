@@ -181,7 +181,7 @@ def test_an_absurd_annotation_refuses_that_job_only() -> None:  # issue 11
     assert [j.id for j in v.snapshot.pending] == ["2"]
     [refused] = v.rejected
     assert refused.job == "1" and refused.reason.startswith("job 1: device-memory='9999")
-    assert "(400 characters)" in refused.reason and len(refused.reason) < 300
+    assert len(refused.reason) < 300  # the value is shown bounded
 
 
 def test_unheld_job_waiting_for_its_begin_time_is_held() -> None:
