@@ -33,7 +33,7 @@ from coshare.policies import PolicyOptions, make_policy
 from coshare.sim.applications import table1_job
 
 from condor_addon.adapter import CondorAdapter
-from condor_addon.client import CondorClient
+from condor_addon.client import CondorClient, open_client
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROOT = Path(os.environ.get("CONDOR_POOL_CHROOT", "/var/lib/coshare/condor-chroot"))
@@ -77,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     restart_pool()
     condor = CondorConfig(config_file=str(CHROOT / "pool" / "client_config"))
-    client = CondorClient(condor)
+    client = open_client(condor)
     import htcondor2  # the bindings, configured for the pool by CondorClient
 
     base = load_config(environ={})

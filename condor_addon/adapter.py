@@ -29,7 +29,7 @@ from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
 
 from condor_addon import attributes as A
 from condor_addon import expressions as X
-from condor_addon.client import CondorClient
+from condor_addon.client import CondorClient, open_client
 from condor_addon.edits import Edits, plan_edits
 from condor_addon.errors import EditFailed
 from condor_addon.view import (
@@ -45,7 +45,7 @@ from condor_addon.view import (
 
 def open_adapter(config: Config) -> CondorAdapter:
     """The adapter of ``coshare condor`` for a configuration."""
-    return CondorAdapter(CondorClient(config.condor), config)
+    return CondorAdapter(open_client(config.condor), config)
 
 
 class CondorAdapter:

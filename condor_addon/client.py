@@ -8,13 +8,16 @@ then raise :class:`~coshare.errors.SchedulerUnavailable`; a write that fails rai
 :class:`~condor_addon.errors.EditFailed` at once, and the adapter decides what to do with the
 jobs it named.
 
-``condor.config_file`` is loaded with ``htcondor2.reload_config(path)``, which reads it as
-``CONDOR_CONFIG`` would name it, so the client leaves the process environment alone.
+The bindings keep one configuration per process, read from ``CONDOR_CONFIG``: pointing them
+at ``condor.config_file`` is a process-wide act, done once by :func:`configure_bindings` from
+the command's entry point (:func:`open_client`), never by a :class:`CondorClient`, which only
+uses the bindings it is given.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -27,7 +30,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
 from condor_addon.errors import EditFailed
 
-__all__ = ["CondorClient", "EditFailed", "plain", "values_of"]
+__all__ = ["CondorClient", "EditFailed", "configure_bindings", "open_client", "plain",
+           "values_of"]  # fmt: skip
 
 
 def plain(value: object) -> object:
@@ -59,20 +63,42 @@ def values_of(ad: Any, projection: Iterable[str]) -> dict[str, object]:
     return out
 
 
+def configure_bindings(config_file: str | None) -> Any:
+    """The ``htcondor2`` bindings, reading ``config_file`` when one is given.
+
+    This sets ``CONDOR_CONFIG`` for the whole process and reloads the bindings'
+    configuration: the bindings have one configuration per process and find it only through
+    that variable (``reload_config(path)`` of the 25.x wheel does not find a file given
+    directly: "can't find config source"). Call it from a command's entry point.
+    """
+    if config_file:
+        os.environ["CONDOR_CONFIG"] = config_file
+    htcondor = importlib.import_module("htcondor2")
+    if config_file:
+        htcondor.reload_config()
+    return htcondor
+
+
+def open_client(config: CondorConfig, sleep: Callable[[float], None] = time.sleep) -> CondorClient:
+    """A client of the pool ``config`` names, with the bindings configured for it."""
+    return CondorClient(config, configure_bindings(config.config_file), sleep)
+
+
 class CondorClient:
     """Collector and schedd queries and queue edits.
 
     Args:
-        config: the ``condor`` section (config file, collector, schedd, retries).
+        config: the ``condor`` section (collector, schedd, retries).
+        htcondor: the bindings, configured (:func:`configure_bindings`).
         sleep: how to wait between attempts (tests pass a no-op).
     """
 
-    def __init__(self, config: CondorConfig, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, config: CondorConfig, htcondor: Any, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.config = config
         self._sleep = sleep
-        self._htcondor: Any = importlib.import_module("htcondor2")
-        if config.config_file:
-            self._htcondor.reload_config(config.config_file)
+        self._htcondor = htcondor
         self._error: type[Exception] = self._htcondor.HTCondorException
         self._schedd: Any = None
 

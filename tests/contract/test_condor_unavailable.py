@@ -12,7 +12,7 @@ from coshare.cli import cli
 from coshare.config import CondorConfig
 from coshare.errors import SchedulerUnavailable
 
-from condor_addon.client import CondorClient
+from condor_addon.client import open_client
 
 
 def closed_port() -> str:
@@ -24,7 +24,7 @@ def closed_port() -> str:
 def test_collector_down_is_retried_then_reported() -> None:
     slept: list[float] = []
     where = closed_port()
-    client = CondorClient(CondorConfig(collector=where, retry_attempts=3, retry_wait_s=2.5),
+    client = open_client(CondorConfig(collector=where, retry_attempts=3, retry_wait_s=2.5),
                           sleep=slept.append)
     with pytest.raises(SchedulerUnavailable, match=f"cannot query the collector {where} "
                        "after 3 attempts"):

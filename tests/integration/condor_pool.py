@@ -19,7 +19,7 @@ from coshare.policies import make_policy
 
 from condor_addon.adapter import CondorAdapter
 from condor_addon.attributes import JOB_PROJECTION
-from condor_addon.client import CondorClient
+from condor_addon.client import CondorClient, open_client
 from condor_addon.view import parse_slots, read_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +136,7 @@ def start_pool() -> Iterator[Pool]:
     # The bindings check on the host that the job's initial directory exists (the jobs run in
     # the chroot's copy), so make the same path here.
     Path(WORK).mkdir(parents=True, exist_ok=True)
-    client = CondorClient(CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1))
+    client = open_client(CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1))
     import htcondor2  # the bindings, configured for the pool by CondorClient
 
     try:

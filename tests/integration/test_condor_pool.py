@@ -20,7 +20,7 @@ import pytest
 from coshare.config import CondorConfig
 from coshare.errors import SchedulerUnavailable
 
-from condor_addon.client import CondorClient, EditFailed
+from condor_addon.client import CondorClient, EditFailed, configure_bindings, open_client
 from condor_addon.view import machine_of
 from tests.integration.condor_pool import (
     CHROOT,
@@ -172,7 +172,8 @@ class DyingClient(CondorClient):
     queue is left exactly as a SIGKILL at that point would leave it."""
 
     def __init__(self, budget: int) -> None:
-        super().__init__(CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1))
+        config = CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1)
+        super().__init__(config, configure_bindings(config.config_file))
         self.budget = budget
 
     def _spend(self) -> None:
@@ -280,7 +281,7 @@ def test_schedd_or_collector_down_is_a_clear_error_and_exit_1(live: Pool, tmp_pa
 def _schedd_up() -> bool:
     try:
         config = CondorConfig(config_file=str(CLIENT_CONFIG), retry_attempts=1)
-        CondorClient(config).job_ads("false")
+        open_client(config).job_ads("false")
     except (SchedulerUnavailable, EditFailed):
         return False
     return True
