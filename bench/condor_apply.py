@@ -23,17 +23,17 @@ import os
 import random
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from coshare.config import CondorConfig, load_config
 from coshare.model import ThreadMode
 from coshare.planner import run_cycle
 from coshare.policies import PolicyOptions, make_policy
-from coshare.workloads import table1_job
+from coshare.sim.applications import table1_job
 
-from condor_addon.client import CondorClient
-from condor_addon.editor import CondorEditor
-from condor_addon.source import CondorSource
+from condor_addon.adapter import CondorAdapter
+from condor_addon.client import CondorClient, open_client
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROOT = Path(os.environ.get("CONDOR_POOL_CHROOT", "/var/lib/coshare/condor-chroot"))
@@ -76,10 +76,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     restart_pool()
-    client = CondorClient(CondorConfig(condor_config=str(CHROOT / "pool" / "client_config")))
-    import htcondor2  # after CondorClient pointed CONDOR_CONFIG at the pool
+    condor = CondorConfig(config_file=str(CHROOT / "pool" / "client_config"))
+    client = open_client(condor)
+    import htcondor2  # the bindings, configured for the pool by CondorClient
 
-    kinds = load_config(environ={}).device_kinds
+    base = load_config(environ={})
+    config = replace(base, condor=condor, cycle=replace(base.cycle, replan_after_s=300))
     print(f"{args.jobs} idle annotated jobs, 4 nodes / 7 devices, knapsack; best of "
           f"{args.repeat} (all runs listed)")
     print(f"{'scenario':10} {'placed':>6} {'read s':>8} {'plan s':>8} {'apply s':>8} "
@@ -90,11 +92,10 @@ def main() -> None:
             for _ in range(args.repeat):
                 remove_all(client, htcondor2)
                 submit(client, htcondor2, args.jobs, scenario)
-                source = CondorSource(client, device_kinds=kinds, replan_after_s=300)
-                editor = CondorEditor(client, read=lambda s=source: s.jobs)  # type: ignore[misc]
+                adapter = CondorAdapter(client, config)
                 threads: ThreadMode = "soft" if scenario == "tiny" else "strict"
                 policy = make_policy("knapsack", PolicyOptions(threads=threads))
-                report = run_cycle(source, policy, editor, strict_threads=threads == "strict")
+                report = run_cycle(adapter, policy, adapter, strict_threads=threads == "strict")
                 assert report.exit_status == 0, report.apply
                 rows.append((report.read_s + report.apply_s, report))
             for total, report in sorted(rows, key=lambda r: r[0]):

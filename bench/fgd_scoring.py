@@ -15,7 +15,7 @@ import statistics
 
 from coshare.policies.fgd import FgdPolicy
 from coshare.sim import fragmentation as frag
-from coshare.traces import ALIBABA_DIR, data_dir, read_alibaba
+from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba
 
 
 def main() -> None:

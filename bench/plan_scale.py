@@ -22,8 +22,8 @@ import time
 
 from coshare.model import Node, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
+from coshare.sim.applications import phi_cluster, table1_jobs
 from coshare.verify import check_plan
-from coshare.workloads import phi_cluster, table1_jobs
 
 SIZES = [(1_000, 100), (10_000, 1_000), (100_000, 10_000)]
 

@@ -16,10 +16,10 @@ import argparse
 import time
 
 from coshare.policies.base import Policy
+from coshare.sim.applications import phi_cluster
 from coshare.sim.engine import SimOptions, simulate
 from coshare.sim.experiments import Setup, paper_calibration
 from coshare.sim.workloads import realize, table1_draws
-from coshare.workloads import phi_cluster
 
 
 class Timed:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+from coshare.sim.applications import TABLE_I
 from coshare.sim.device import OffloadModel
 from coshare.sim.engine import SimOptions, simulate
 from coshare.sim.experiments import Setup, paper_calibration
 from coshare.sim.workloads import paper_cluster, realize, table1_draws
-from coshare.workloads import TABLE_I
 
 
 def main() -> None:

@@ -2,13 +2,16 @@
 
 This is the only module that imports the untyped bindings (``classad2`` is also used by
 :mod:`condor_addon.expressions` to quote values). Every answer is turned into plain Python
-values here, so the parsers in :mod:`condor_addon.ads` stay pure. Retries live here and only
+values here, so the parsers in :mod:`condor_addon.view` stay pure. Retries live here and only
 here (tenacity, with an injectable ``sleep`` so tests are instant): reads are retried,
 then raise :class:`~coshare.errors.SchedulerUnavailable`; a write that fails raises
-:class:`EditFailed` at once, and the Editor decides what to do with the jobs it named.
+:class:`~condor_addon.errors.EditFailed` at once, and the adapter decides what to do with the
+jobs it named.
 
-The bindings read ``CONDOR_CONFIG`` when first imported; :class:`CondorClient` sets it from
-``condor.condor_config`` before importing them.
+The bindings keep one configuration per process, read from ``CONDOR_CONFIG``: pointing them
+at ``condor.config_file`` is a process-wide act, done once by :func:`configure_bindings` from
+the command's entry point (:func:`open_client`), never by a :class:`CondorClient`, which only
+uses the bindings it is given.
 """
 
 from __future__ import annotations
@@ -21,24 +24,14 @@ from typing import Any
 
 import classad2
 from coshare.config import CondorConfig
-from coshare.errors import SchedulerError, SchedulerUnavailable
+from coshare.errors import SchedulerUnavailable
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
+from condor_addon.errors import EditFailed
 
-
-class EditFailed(SchedulerError):
-    """A queue edit was refused or did not reach the schedd; nothing of it was written.
-
-    Attributes:
-        attribute: the attribute being written.
-        jobs: how the jobs were named (ids or a constraint), for the message.
-    """
-
-    def __init__(self, attribute: str, jobs: str, detail: str) -> None:
-        self.attribute = attribute
-        self.jobs = jobs
-        super().__init__(f"writing {attribute} of {jobs} failed: {detail}")
+__all__ = ["CondorClient", "EditFailed", "configure_bindings", "open_client", "plain",
+           "values_of"]  # fmt: skip
 
 
 def plain(value: object) -> object:
@@ -70,22 +63,42 @@ def values_of(ad: Any, projection: Iterable[str]) -> dict[str, object]:
     return out
 
 
+def configure_bindings(config_file: str | None) -> Any:
+    """The ``htcondor2`` bindings, reading ``config_file`` when one is given.
+
+    This sets ``CONDOR_CONFIG`` for the whole process and reloads the bindings'
+    configuration: the bindings have one configuration per process and find it only through
+    that variable (``reload_config(path)`` of the 25.x wheel does not find a file given
+    directly: "can't find config source"). Call it from a command's entry point.
+    """
+    if config_file:
+        os.environ["CONDOR_CONFIG"] = config_file
+    htcondor = importlib.import_module("htcondor2")
+    if config_file:
+        htcondor.reload_config()
+    return htcondor
+
+
+def open_client(config: CondorConfig, sleep: Callable[[float], None] = time.sleep) -> CondorClient:
+    """A client of the pool ``config`` names, with the bindings configured for it."""
+    return CondorClient(config, configure_bindings(config.config_file), sleep)
+
+
 class CondorClient:
     """Collector and schedd queries and queue edits.
 
     Args:
         config: the ``condor`` section (collector, schedd, retries).
+        htcondor: the bindings, configured (:func:`configure_bindings`).
         sleep: how to wait between attempts (tests pass a no-op).
     """
 
-    def __init__(self, config: CondorConfig, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, config: CondorConfig, htcondor: Any, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.config = config
         self._sleep = sleep
-        if config.condor_config:
-            os.environ["CONDOR_CONFIG"] = config.condor_config
-        self._htcondor: Any = importlib.import_module("htcondor2")
-        if config.condor_config:
-            self._htcondor.reload_config()
+        self._htcondor = htcondor
         self._error: type[Exception] = self._htcondor.HTCondorException
         self._schedd: Any = None
 
@@ -93,7 +106,7 @@ class CondorClient:
 
     def _read(self, what: str, call: Callable[[], Any]) -> Any:
         retrying = Retrying(
-            stop=stop_after_attempt(self.config.retries),
+            stop=stop_after_attempt(self.config.retry_attempts),
             wait=wait_fixed(self.config.retry_wait_s),
             retry=retry_if_exception_type((self._error, classad2.ClassAdException)),
             sleep=self._sleep,
@@ -110,7 +123,7 @@ class CondorClient:
             return retrying(attempt)
         except (self._error, classad2.ClassAdException) as exc:
             raise SchedulerUnavailable(
-                f"cannot {what} after {self.config.retries} attempts: {exc}"
+                f"cannot {what} after {self.config.retry_attempts} attempts: {exc}"
             ) from exc
 
     @property

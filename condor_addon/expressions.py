@@ -13,8 +13,13 @@ import re
 from collections.abc import Iterable, Sequence
 
 import classad2
+from coshare.errors import UnsafeValue
 
 from condor_addon import attributes as A
+from condor_addon.edits import hold_reason
+
+__all__ = ["UNDEFINED", "devices_value", "hold_reason", "idle_managed", "job_clause",
+           "literal", "node_value", "time_value"]  # fmt: skip
 
 _JOB_ID = re.compile(r"^([0-9]+)\.([0-9]+)$")
 
@@ -49,11 +54,11 @@ def job_clause(job_id: str) -> str:
     """``(ClusterId == C && ProcId == P)`` for a ``C.P`` job id.
 
     Raises:
-        ValueError: for anything but ``digits.digits`` (never let text into a constraint).
+        UnsafeValue: for anything but ``digits.digits`` (never let text into a constraint).
     """
     match = _JOB_ID.fullmatch(job_id)
     if match is None:
-        raise ValueError(f"not an HTCondor job id: {job_id!r}")
+        raise UnsafeValue(f"not an HTCondor job id: {job_id!r}")
     return f"(ClusterId == {int(match.group(1))} && ProcId == {int(match.group(2))})"
 
 
@@ -75,17 +80,3 @@ ACTIVE_MANAGED_JOBS = (
     f"JobStatus == {A.TRANSFERRING_OUTPUT} || JobStatus == {A.SUSPENDED})"
 )
 """The managed jobs a cycle reads: waiting, or holding a slot."""
-
-
-def hold_reason(message: str, job_id: str) -> str:
-    """The hold reason for a job refused for its annotations: the parser's message without the
-    leading ``job ID:`` (HTCondor shows the job next to it), prefixed ``coshare:``.
-
-    The reason travels as text, not as an expression, yet the schedd (23.9) stores one that
-    holds a double quote as an unparsable HoldReason (seen on the test pool: the reason was
-    lost), so double quotes become single ones and backslashes are dropped: a user's value
-    cannot blank out or break the hold reason.
-    """
-    prefix = f"job {job_id}: "
-    text = message[len(prefix) :] if message.startswith(prefix) else message
-    return "coshare: " + text.replace("\\", "").replace('"', "'")

@@ -4,8 +4,10 @@
 
     read():  sinfo --json, squeue --json --> build_view() --> snapshot + refused jobs
     apply(): squeue --Format (what changed since the read?) --> plan_edits()
-             --> scontrol hold      (expired placements, unplaced jobs that are not held)
-             --> scontrol update    (refusal messages, one job per call)
+             --> scontrol hold        (open gates the plan does not keep: expired placements,
+                                       jobs released by hand, refused jobs)
+             --> squeue --Format      (confirm: if one of them started, stop here)
+             --> scontrol update      (refusal messages, one job per call)
              --> per batch of placements, in several threads at once:
                    scontrol < lines      (ReqNodeList + AdminComment, one update per job)
                    squeue --Format       (which of them are really written?)
@@ -13,8 +15,9 @@
 
 One object is both Source and Editor because the Editor compares each job with the state the
 Source read. The order of the writes is what makes a crash at any point harmless: a job is
-released only after its placement is confirmed, so a cycle killed in between leaves it held
-with its placement, and the next cycle simply plans it again.
+released only after its placement is confirmed, and only once every gate the plan withdrew
+is confirmed closed; a cycle killed in between leaves each job held (the next cycle plans it
+again) or placed and released.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from coshare.config import Config
-from coshare.errors import SchedulerError
+from coshare.errors import SchedulerError, UnsafeValue
+from coshare.ledger import gates_may_open
 from coshare.model import Plan
-from coshare.planner import ApplyReport, JobOutcome, Rejected, SourceResult
+from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
 
 from slurm_addon.client import SlurmClient
-from slurm_addon.edits import Edits, PlacementWrite, plan_edits
-from slurm_addon.scontrol import UnsafeValue, chunks, update_argv, update_line
+from slurm_addon.edits import PlacementWrite, plan_edits
+from slurm_addon.scontrol import chunks, update_argv, update_line
 from slurm_addon.view import ClusterView, build_view
 
 log = logging.getLogger(__name__)
@@ -41,12 +45,9 @@ log = logging.getLogger(__name__)
 JOBS_PER_CALL = 500
 
 
-@dataclass(frozen=True)
-class Held:
-    """A job this apply held, and why."""
-
-    job: str
-    reason: str
+def open_adapter(config: Config) -> SlurmAdapter:
+    """The adapter of ``coshare slurm`` for a configuration."""
+    return SlurmAdapter(SlurmClient(config.slurm), config)
 
 
 class SlurmAdapter:
@@ -65,7 +66,6 @@ class SlurmAdapter:
         self.config = config
         self.clock = clock
         self.view: ClusterView | None = None
-        self.held: tuple[Held, ...] = ()
 
     # -- Source ---------------------------------------------------------------------------
 
@@ -76,8 +76,9 @@ class SlurmAdapter:
             SlurmControllerDown: slurmctld did not answer, after the retries.
             SlurmOutputError: squeue or sinfo printed something unreadable.
         """
-        nodes = self.client.read_nodes()
-        jobs = self.client.read_jobs()
+        notes: list[str] = []
+        nodes = self.client.read_nodes(notes)
+        jobs = self.client.read_jobs(notes)
         self.view = build_view(
             nodes,
             jobs,
@@ -87,9 +88,8 @@ class SlurmAdapter:
             replan_after_s=self.config.cycle.replan_after_s,
             now_s=self.clock(),
         )
-        for note in self.view.notes:
-            log.warning("%s", note)
-        return SourceResult(self.view.snapshot, self.view.rejected)
+        return SourceResult(self.view.snapshot, self.view.rejected, self.view.waiting,
+                            tuple(notes) + self.view.notes)  # fmt: skip
 
     # -- Editor ---------------------------------------------------------------------------
 
@@ -104,21 +104,21 @@ class SlurmAdapter:
         if view is None:
             raise SchedulerError("apply() needs a read() first")
         involved = {a.job for a in plan.assignments} | {u.job for u in plan.unplaced}
-        involved |= {r.job for r in rejected} | set(view.expired)
+        involved |= {r.job for r in rejected} | set(view.to_close)
         current = self.client.read_job_fields(sorted(involved, key=_numeric))
         edits = plan_edits(view, plan, rejected, current, now_s=self.clock())
-        holds = self._hold_reasons(edits)
         if dry_run:
-            self.held = holds
             return ApplyReport(
-                applied=tuple(w.job for w in edits.writes),
-                unchanged=edits.unchanged,
-                skipped=edits.skipped,
-                failed=edits.failed,
-                rejected=edits.rejected,
-                dry_run=True,
-            )
-        self.held = self._hold([h.job for h in holds], holds)
+                applied=tuple(w.job for w in edits.writes), unchanged=edits.unchanged,
+                skipped=edits.skipped, failed=edits.failed, rejected=edits.rejected,
+                withdrawn=edits.close, dry_run=True,
+            )  # fmt: skip
+        withdrawn, blocked = self._close(edits.close)
+        if blocked is not None:
+            return ApplyReport(
+                unchanged=edits.unchanged, failed=edits.failed, withdrawn=withdrawn,
+                skipped=edits.skipped + tuple(JobOutcome(w.job, blocked) for w in edits.writes),
+            )  # fmt: skip
         for job_id, text in edits.refusals:
             error = self.client.update(update_argv(job_id, text))
             if error is not None:
@@ -130,8 +130,35 @@ class SlurmAdapter:
             skipped=edits.skipped + tuple(outcome.skipped),
             failed=edits.failed + tuple(outcome.failed),
             rejected=edits.rejected,
-            dry_run=False,
+            withdrawn=withdrawn,
         )
+
+    def _close(self, close: Sequence[JobOutcome]) -> tuple[tuple[JobOutcome, ...], str | None]:
+        """Hold the jobs whose gates the plan withdraws, and confirm it with a re-read.
+
+        Returns:
+            the jobs now held, and why nothing more may be written (``None``: go on).
+        """
+        if not close:
+            return (), None
+        ids = [o.job for o in close]
+        errors: dict[str, str] = {}
+        for chunk in chunks(ids, JOBS_PER_CALL):
+            errors.update(self.client.hold(chunk))
+        after = self.client.read_job_fields(ids)
+        started, not_closed = set(), set()
+        for job_id in ids:
+            job = after.get(job_id)
+            if job is None or job.phase == "ended":
+                continue  # gone: holds nothing any more
+            if job.phase != "pending":
+                started.add(job_id)
+            elif not job.held:
+                not_closed.add(job_id)
+                log.warning("job %s could not be held: %s", job_id,
+                            errors.get(job_id, "no error given"))  # fmt: skip
+        held = tuple(o for o in close if o.job in after and after[o.job].held)
+        return held, gates_may_open(started, not_closed)
 
     def _place(self, writes: Sequence[PlacementWrite]) -> _Outcome:
         """Write, confirm and release placements, batch by batch, several batches at once."""
@@ -160,7 +187,7 @@ class SlurmAdapter:
     def _place_batch(self, batch: Sequence[tuple[PlacementWrite, str]]) -> _Outcome:
         """One batch: its updates on scontrol's stdin, a re-read of just these jobs, and one
         release of those whose placement is there and whose comment did not change."""
-        assert self.view is not None and self.view.jobs is not None
+        assert self.view is not None
         seen = self.view.jobs
         errors = self.client.run_script([line for _, line in batch])
         now = self.client.read_job_fields([w.job for w, _ in batch])
@@ -182,7 +209,7 @@ class SlurmAdapter:
                 outcome.skipped.append(
                     JobOutcome(w.job, "its comment changed while it was placed; planned again")
                 )
-            elif w.release and job.held:
+            elif job.held:
                 release.append(w.job)
             else:
                 outcome.applied.append(w.job)  # was not held: Slurm may start it at once
@@ -197,29 +224,6 @@ class SlurmAdapter:
                     outcome.applied.append(job_id)
         return outcome
 
-    def _hold_reasons(self, edits: Edits) -> tuple[Held, ...]:
-        view = self.view
-        assert view is not None
-        refused = {o.job for o in edits.rejected}
-        reasons = []
-        for job_id in edits.holds:
-            if job_id in view.expired:
-                why = "placed but not started in time (or its node cannot take it): planned again"
-            elif job_id in refused:
-                why = "refused for its annotations"
-            else:
-                why = "not held and not placed this cycle"
-            reasons.append(Held(job_id, why))
-        return tuple(reasons)
-
-    def _hold(self, job_ids: Sequence[str], reasons: Sequence[Held]) -> tuple[Held, ...]:
-        errors: dict[str, str] = {}
-        for chunk in chunks(job_ids, JOBS_PER_CALL):
-            errors.update(self.client.hold(chunk))
-        for job_id, error in errors.items():
-            log.info("job %s could not be held: %s", job_id, error)
-        return tuple(h for h in reasons if h.job not in errors)
-
 
 @dataclass
 class _Outcome:
@@ -232,3 +236,4 @@ class _Outcome:
 
 def _numeric(job_id: str) -> tuple[int, str]:
     return (int(job_id), "") if job_id.isdigit() else (0, job_id)
+

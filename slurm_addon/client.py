@@ -9,6 +9,7 @@ tenacity (exponential wait; the sleep is injected so tests are instant), then ra
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -20,7 +21,7 @@ from coshare.errors import CommandFailed
 
 from slurm_addon.allocation import ALLOCATION_FORMAT, Allocation, parse_allocation_line
 from slurm_addon.errors import SlurmControllerDown
-from slurm_addon.jobs import FIELDS_FORMAT, SlurmJob, parse_squeue_fields, parse_squeue_json
+from slurm_addon.jobs import SlurmJob, fields_format, parse_squeue_fields, parse_squeue_json
 from slurm_addon.nodes import SlurmNode, parse_sinfo_json
 from slurm_addon.scontrol import chunks, controller_down, errors_by_job, job_list
 
@@ -51,8 +52,8 @@ class SlurmClient:
         self._runner = runner
         self._sleep = sleep
         base = dict(os.environ if environ is None else environ)
-        if config.conf is not None:
-            base["SLURM_CONF"] = config.conf
+        if config.config_file is not None:
+            base["SLURM_CONF"] = config.config_file
         self._env = base
 
     def _program(self, name: str) -> str:
@@ -98,25 +99,45 @@ class SlurmClient:
     ) -> CommandResult:
         return self.retrying(lambda: self._once(argv, input_text=input_text, check=check))
 
-    def read_jobs(self) -> list[SlurmJob]:
-        """Every job the controller remembers (``squeue --json``), parsed."""
+    def read_jobs(self, notes: list[str] | None = None) -> list[SlurmJob]:
+        """Every job the controller remembers (``squeue --json``), parsed; unreadable
+        records are skipped with a line in ``notes``."""
         argv = [self._program("squeue"), "--json"]
-        # An error object in the output means the controller is down: parsing raises it.
-        return self.retrying(lambda: parse_squeue_json(self._once(argv).stdout))
 
-    def read_nodes(self) -> list[SlurmNode]:
-        """Every node (``sinfo --json``), parsed."""
+        def read() -> list[SlurmJob]:
+            found: list[str] = []  # per attempt: a retry must not repeat the notes
+            # An error object in the output means the controller is down: parsing raises it.
+            jobs = parse_squeue_json(self._once(argv).stdout, found)
+            if notes is not None:
+                notes.extend(found)
+            return jobs
+
+        return self.retrying(read)
+
+    def read_nodes(self, notes: list[str] | None = None) -> list[SlurmNode]:
+        """Every node (``sinfo --json``), parsed; what cannot be read goes to ``notes``."""
         argv = [self._program("sinfo"), "--json"]
-        return self.retrying(lambda: parse_sinfo_json(self._once(argv).stdout))
+
+        def read() -> list[SlurmNode]:
+            found: list[str] = []
+            nodes = parse_sinfo_json(self._once(argv).stdout, found)
+            if notes is not None:
+                notes.extend(found)
+            return nodes
+
+        return self.retrying(read)
 
     def read_job_fields(self, job_ids: Sequence[str]) -> dict[str, SlurmJob]:
         """The few fields the Editor compares, of these jobs only (``squeue --Format``: a
-        fraction of the cost of ``--json``, which cannot filter in 22.05)."""
+        fraction of the cost of ``--json``, which cannot filter in 22.05). Its text is
+        framed by a marker drawn afresh for each call (:func:`~slurm_addon.jobs.fields_format`),
+        so no user's comment can pass for another job's record (issue 11)."""
         found: dict[str, SlurmJob] = {}
         for chunk in chunks(list(job_ids), JOBS_PER_QUERY):
+            marker = "cs" + secrets.token_hex(16)
             argv = [self._program("squeue"), "--noheader", "--states=all",
-                    f"--jobs={job_list(chunk)}", f"--Format={FIELDS_FORMAT}"]  # fmt: skip
-            found.update(parse_squeue_fields(self._call(argv).stdout, chunk))
+                    f"--jobs={job_list(chunk)}", f"--Format={fields_format(marker)}"]  # fmt: skip
+            found.update(parse_squeue_fields(self._call(argv).stdout, chunk, marker))
         return found
 
     def ping(self) -> None:

@@ -3,7 +3,11 @@
     SchedulerError
     ├── SchedulerUnavailable
     │   └── SlurmControllerDown   slurmctld does not answer (after the retries)
-    └── SlurmOutputError          squeue/sinfo printed something we cannot read
+    ├── SlurmOutputError          squeue/sinfo printed something we cannot read
+    └── PlacementError            an AdminComment that claims a placement but cannot be read
+
+A value that cannot be written through scontrol's command language is
+:class:`coshare.errors.UnsafeValue`.
 """
 
 from __future__ import annotations
@@ -35,3 +39,8 @@ class SlurmOutputError(SchedulerError):
         self.command = command
         self.problem = problem
         super().__init__(f"cannot read the output of {command}: {problem}")
+
+
+class PlacementError(SchedulerError, ValueError):
+    """An AdminComment that starts like a coshare placement but cannot be read back (also a
+    ValueError, as parsers' errors are)."""

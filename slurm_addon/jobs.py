@@ -1,18 +1,20 @@
 """Jobs as ``squeue --json`` (Slurm 22.05) shows them, read by a pure parser.
 
 Slurm's job states map to what the planner needs in :data:`JOB_STATES`; an unknown state
-maps to ``unknown`` with a warning and is treated as holding its resources, the safe side.
+maps to ``unknown`` with a note and is treated as holding its resources, the safe side.
 Numbers are read both as plain integers (22.05) and as the ``{"set", "number"}`` objects of
-later releases, so a controller upgrade degrades to warnings rather than a wrong snapshot.
+later releases, so a controller upgrade degrades to notes rather than a wrong snapshot.
+Parsers append what an admin should know to a ``notes`` list (they log nothing: pure).
 
 Note: in 22.05 ``squeue --json`` ignores ``--jobs``/``--states`` and prints every job the
-controller still remembers (``MinJobAge``); callers filter here.
+controller still remembers (``MinJobAge``); callers filter here. That is why the quick
+re-read around a write is ``squeue --Format`` (:func:`fields_format`), whose plain text is
+framed with a random marker so that no user text can change how another job is read.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
@@ -20,8 +22,6 @@ from typing import Literal, TypeVar
 import hostlist
 
 from slurm_addon.errors import SlurmControllerDown, SlurmOutputError
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -167,8 +167,12 @@ def decode(output: str, command: str) -> Mapping[str, object]:
     return data
 
 
-def parse_job(record: Mapping[str, object]) -> SlurmJob:
+def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> SlurmJob:
     """One job record of ``squeue --json``.
+
+    Args:
+        record: the record.
+        notes: where to say what an admin should know (an unknown state).
 
     Raises:
         ValueError: the record has no job id or an unreadable node list.
@@ -179,7 +183,9 @@ def parse_job(record: Mapping[str, object]) -> SlurmJob:
     state = text(record.get("job_state")).split(",")[0].strip().upper()
     phase = JOB_STATES.get(state)
     if phase is None:
-        log.warning("job %s has unknown state %r; treating it as holding its nodes", job_id, state)
+        if notes is not None:
+            notes.append(f"job {job_id} has unknown state {state!r}; treating it as holding "
+                         "its nodes")  # fmt: skip
         phase = "unknown"
     cpus = max(number(record.get("cpus"), 1), 1)
     node_count = max(number(record.get("node_count"), 1), 1)
@@ -215,14 +221,21 @@ def parse_job(record: Mapping[str, object]) -> SlurmJob:
 
 
 def parse_records(
-    output: str, command: str, key: str, kind: str, parse: Callable[[Mapping[str, object]], T]
+    output: str,
+    command: str,
+    key: str,
+    kind: str,
+    parse: Callable[[Mapping[str, object], list[str]], T],
+    notes: list[str] | None = None,
 ) -> list[T]:
     """``parse`` of every record in the ``key`` list of a ``--json`` output; a record that is
-    not an object, or that ``parse`` rejects with ValueError, is skipped with a warning.
+    not an object, or that ``parse`` fails on (whatever it raises), is skipped with a note:
+    one record never stops the read of the others.
 
     Raises:
         SlurmOutputError: the output as a whole is unreadable.
     """
+    sink = notes if notes is not None else []
     data = decode(output, command)
     records = data.get(key)
     if not isinstance(records, list):
@@ -230,60 +243,72 @@ def parse_records(
     parsed = []
     for index, record in enumerate(records):
         if not isinstance(record, Mapping):
-            log.warning("%s: %s record %d is not an object; skipped", command, kind, index)
+            sink.append(f"{command}: {kind} record {index} is not an object; skipped")
             continue
         try:
-            parsed.append(parse(record))
-        except ValueError as exc:
-            log.warning("%s: %s record %d skipped: %s", command, kind, index, exc)
+            parsed.append(parse(record, sink))
+        except Exception as exc:  # one unreadable record must not stop the cycle (issue 11)
+            sink.append(f"{command}: {kind} record {index} skipped: {exc}")
     return parsed
 
 
-def parse_squeue_json(output: str) -> list[SlurmJob]:
-    """Every job of ``squeue --json``; unreadable records are skipped with a warning.
+def parse_squeue_json(output: str, notes: list[str] | None = None) -> list[SlurmJob]:
+    """Every job of ``squeue --json``; unreadable records are skipped with a note.
 
     Raises:
         SlurmOutputError: the output as a whole is unreadable.
     """
-    return parse_records(output, "squeue --json", "jobs", "job", parse_job)
+    return parse_records(output, "squeue --json", "jobs", "job", parse_job, notes)
 
 
-#: ``squeue --Format`` of the quick re-reads around a write: fields that users cannot fill
-#: with ``|`` first, the user's comment last (it may hold anything, so it ends each line).
-FIELDS_FORMAT = (
-    "JobID:0|,State:0|,Reason:0|,PriorityLong:0|,ReqNodes:0|,admin_comment:0|,Comment:0"
-)
+#: The fields of the quick re-read around a write, in order (``squeue --Format`` names).
+FIELDS = ("JobID", "State", "Reason", "PriorityLong", "ReqNodes", "admin_comment", "Comment")
 _NULL = "(null)"
+#: What ends a record of :func:`fields_format` after its last field's marker (squeue then
+#: prints a line break).
+_RECORD_END = "end"
 
 
-def parse_squeue_fields(output: str, job_ids: Collection[str]) -> dict[str, SlurmJob]:
-    """The quick re-read (``squeue --noheader --states=all --jobs=... --Format=FIELDS_FORMAT``,
-    ~80 ms for 1,000 jobs where ``--json`` takes ~450 ms) of the jobs being written.
+def fields_format(marker: str) -> str:
+    """The ``squeue --Format`` of the quick re-read, every field followed by ``marker``.
 
-    Only the fields the Editor compares are filled. A comment spanning lines continues on
-    the following lines; a job that appears twice (a comment forging a line) is left out,
-    which makes the Editor treat it as changed and write or release nothing for it.
+    squeue prints each field's suffix verbatim (``JobID:0<suffix>``), and the user's comment
+    may hold anything, line breaks included. The marker is random per call (the client draws
+    it), so no comment can hold it: a line a user wrote can never pass for another job's.
+
+    Raises:
+        ValueError: a marker that squeue would not print verbatim.
+    """
+    if not marker or not marker[0].isalpha() or not marker.isalnum():
+        raise ValueError(f"marker {marker!r}: letters and digits, starting with a letter")
+    last = len(FIELDS) - 1
+    return ",".join(f"{name}:0{marker}{_RECORD_END if i == last else ''}"
+                    for i, name in enumerate(FIELDS))  # fmt: skip
+
+
+def parse_squeue_fields(output: str, job_ids: Collection[str], marker: str) -> dict[str, SlurmJob]:
+    """The quick re-read (``squeue --noheader --states=all --jobs=... --Format=``
+    :func:`fields_format`, ~80 ms for 1,000 jobs where ``--json``, which cannot filter in
+    22.05, takes ~450 ms) of the jobs being written.
+
+    Records are cut at ``marker + "end"`` and fields at ``marker``, never at line breaks or
+    ``|``, so a comment spanning lines or imitating another job's line stays that job's
+    comment. Only the fields the Editor compares are filled; a job listed twice (which the
+    marker makes impossible) is left out, so the Editor writes nothing for it.
 
     Returns:
         The jobs of ``job_ids`` that squeue still knows.
     """
     wanted = set(job_ids)
-    seen: dict[str, list[str]] = {}
+    jobs: dict[str, SlurmJob] = {}
     twice: set[str] = set()
-    last: list[str] | None = None
-    for line in output.splitlines():
-        parts = line.split("|", 6)
-        if len(parts) == 7 and parts[0] in wanted:
-            if parts[0] in seen:
-                twice.add(parts[0])
-            seen[parts[0]] = parts
-            last = parts
-        elif last is not None:
-            last[6] += "\n" + line
-    jobs = {}
-    for job_id, (_, state, reason, priority, required, admin, comment) in seen.items():
-        if job_id in twice:
-            continue
+    for record in output.split(marker + _RECORD_END):
+        fields = record.removeprefix("\n").split(marker)
+        if len(fields) != len(FIELDS) or fields[0] not in wanted:
+            continue  # the empty rest after the last record, or a job not asked for
+        job_id, state, reason, priority, required, admin, comment = fields
+        if job_id in jobs:
+            twice.add(job_id)
         phase = JOB_STATES.get(state, "unknown")
         prio = int(priority) if priority.isdigit() else 0
         jobs[job_id] = SlurmJob(
@@ -297,4 +322,4 @@ def parse_squeue_fields(output: str, job_ids: Collection[str]) -> dict[str, Slur
             required_nodes="" if required == _NULL else required,
             priority=prio,
         )
-    return jobs
+    return {job_id: job for job_id, job in jobs.items() if job_id not in twice}

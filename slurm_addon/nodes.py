@@ -9,14 +9,11 @@ device's memory and threads are not something Slurm knows: they come from coshar
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurm_addon.jobs import number, parse_records, text
-
-log = logging.getLogger(__name__)
 
 #: Base node states in which a node takes jobs.
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
@@ -98,23 +95,27 @@ def split_top_level(expression: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def parse_gres(expression: str) -> tuple[GresEntry, ...]:
+def parse_gres(expression: str, notes: list[str] | None = None) -> tuple[GresEntry, ...]:
     """A node's GRES string (``gpu:phi5110p:2(S:0-1),gpumem:16G``); unreadable entries are
-    skipped with a warning."""
+    skipped with a note."""
     entries = []
     if expression in ("", "(null)", "N/A"):
         return ()
     for part in split_top_level(expression):
         match = _GRES.match(part)
         if match is None:
-            log.warning("cannot read GRES %r; ignored", part)
+            if notes is not None:
+                notes.append(f"cannot read GRES {part!r}; ignored")
             continue
         entries.append(GresEntry(match["name"], match["type"] or "", int(match["count"])))
     return tuple(entries)
 
 
-def parse_gres_indexes(detail: str, gres_name: str) -> tuple[str, ...]:
-    """Device ids of one ``gres_detail`` entry of a job (``gpu:phi:2(IDX:0-1)`` -> 0, 1)."""
+def parse_gres_indexes(
+    detail: str, gres_name: str, notes: list[str] | None = None
+) -> tuple[str, ...]:
+    """Device ids of one ``gres_detail`` entry of a job (``gpu:phi:2(IDX:0-1)`` -> 0, 1);
+    unreadable indexes are skipped with a note."""
     if detail.split(":", 1)[0].split("(", 1)[0] != gres_name:
         return ()
     match = _IDX.search(detail)
@@ -124,14 +125,15 @@ def parse_gres_indexes(detail: str, gres_name: str) -> tuple[str, ...]:
     for part in match["idx"].split(","):
         low, dash, high = part.partition("-")
         if not low.isdigit() or (dash and not high.isdigit()):
-            log.warning("cannot read GRES index %r of %r; ignored", part, detail)
+            if notes is not None:
+                notes.append(f"cannot read GRES index {part!r} of {detail!r}; ignored")
             continue
         ids.extend(str(i) for i in range(int(low), int(high if dash else low) + 1))
     return tuple(ids)
 
 
-def parse_node(record: Mapping[str, object]) -> SlurmNode:
-    """One node record of ``sinfo --json``.
+def parse_node(record: Mapping[str, object], notes: list[str] | None = None) -> SlurmNode:
+    """One node record of ``sinfo --json`` (unreadable GRES entries go to ``notes``).
 
     Raises:
         ValueError: the record has no name.
@@ -147,19 +149,20 @@ def parse_node(record: Mapping[str, object]) -> SlurmNode:
         flags=tuple(str(f).upper() for f in flags) if isinstance(flags, list) else (),
         cpus=number(record.get("cpus"), 0),
         memory_mib=number(record.get("real_memory"), 0),
-        gres=parse_gres(text(record.get("gres"))),
+        gres=parse_gres(text(record.get("gres")), notes),
         partitions=tuple(str(p) for p in partitions) if isinstance(partitions, list) else (),
         reason=text(record.get("reason")),
     )
 
 
-def parse_sinfo_json(output: str) -> list[SlurmNode]:
-    """Every node of ``sinfo --json``, once each (sinfo repeats a node per partition).
+def parse_sinfo_json(output: str, notes: list[str] | None = None) -> list[SlurmNode]:
+    """Every node of ``sinfo --json``, once each (sinfo repeats a node per partition);
+    unreadable records are skipped with a note.
 
     Raises:
         SlurmOutputError: the output as a whole is unreadable.
     """
     nodes: dict[str, SlurmNode] = {}
-    for node in parse_records(output, "sinfo --json", "nodes", "node", parse_node):
+    for node in parse_records(output, "sinfo --json", "nodes", "node", parse_node, notes):
         nodes.setdefault(node.name, node)
     return list(nodes.values())

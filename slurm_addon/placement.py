@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from slurm_addon.errors import PlacementError as PlacementError  # raised here; importable here
+
 PLACEMENT_PREFIX = "coshare-placement"
 KILLED_KEY = "killed"
 KILLED_PREFIX = "coshare-killed"
@@ -37,10 +39,6 @@ MAX_REFUSAL_CHARS = 900
 
 #: Node names and device ids coshare writes: what Slurm node names and GRES indexes use.
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-
-
-class PlacementError(ValueError):
-    """An AdminComment that starts like a placement but cannot be read."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterator, Sequence
 
 from coshare.bounds import shorten
+from coshare.errors import UnsafeValue as UnsafeValue  # raised here; importable here
 
 from slurm_addon.placement import is_safe_token
 
@@ -43,10 +44,6 @@ CONTROLLER_DOWN = (
     "Communication connection failure",
     "Slurm backup controller in standby mode",
 )
-
-
-class UnsafeValue(ValueError):
-    """A value that cannot be written through scontrol's command language."""
 
 
 def update_line(job_id: str, node: str, admin_comment: str) -> str:

@@ -1,20 +1,22 @@
 """What one read of Slurm means for coshare: the snapshot to plan, and the jobs to act on.
 
 :func:`build_view` is the Source's logic, pure so that it is tested on recorded ``squeue`` and
-``sinfo`` output. How each annotated job is read (the queue is the ledger)::
+``sinfo`` output. It translates each job into the ledger's facts (:mod:`coshare.ledger` has
+the rules of a placement's life); a job's gate is open while it is not held::
 
     pending, held, no placement            -> plan it (held by the job_submit plugin)
     pending, held, with a placement        -> plan it again (a cycle stopped between writing
                                               and releasing, or coshare held it to re-plan)
     pending, released, with a placement    -> "planned": holds its device until it starts;
-                                              after cycle.replan_after_s it is held (and so
-                                              planned afresh the cycle after)
-    pending, released, no placement        -> plan it; held if not placed (no job_submit
-                                              plugin, or released by hand)
+                                              once expired (cycle.replan_after_s) or where
+                                              its node cannot take it: pending again in
+                                              this cycle, and held before anything else
+                                              is released
+    pending, released, no placement        -> plan it; held before anything else is released
     running, with a placement              -> holds the devices of its placement
     running, without                       -> holds Slurm's own GRES allocation, if any
     begin time in the future, or a dependency on a job still queued -> waits, not planned
-    array, multi-node, other partition, bad annotations -> refused with a message
+    array, multi-node, other partition, bad or unreadable annotations -> refused
 
 A job whose comment does not mention coshare is never planned or written; if it runs, it
 counts with the cores, memory and GRES devices Slurm gave it.
@@ -26,13 +28,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
+from functools import partial
 
-from coshare.annotations import ClusterLimits, parse_job
-from coshare.config import DeviceKind
-from coshare.errors import AnnotationError
-from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
-from coshare.planner import Rejected
+from coshare.ledger import (
+    Placed,
+    Queued,
+    find_kind,
+    kind_index,
+    refuse_on_error,
+    settle,
+    whole_devices,
+)
+from coshare.model import MILLI, Device, DeviceKind, Node, RunningJob, Snapshot
+from coshare.ports import Rejected, Waiting
 
 from slurm_addon.comment import is_annotated, read_annotations
 from slurm_addon.jobs import SlurmJob
@@ -43,14 +52,6 @@ _DEPENDENCY_JOB = re.compile(r":(\d+)")
 
 
 @dataclass(frozen=True)
-class Waiting:
-    """An annotated job that is not planned this cycle, and why (for ``coshare slurm show``)."""
-
-    job: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class ClusterView:
     """The meaning of one read of Slurm.
 
@@ -58,9 +59,9 @@ class ClusterView:
         snapshot: nodes, running and planned jobs, and the pending jobs to plan.
         rejected: annotated jobs refused, with the message for their owner.
         jobs: every job read, by id (the Editor checks them for changes before writing).
-        placements: the placement of each planned or running annotated job.
-        unheld: pending jobs to plan that are not held: held again if not placed.
-        expired: planned jobs that did not start within ``replan_after_s``: to be held.
+        to_close: pending annotated jobs that are not held and hold nothing in the snapshot
+            (expired placements, none at all), with why: the Editor holds each one the plan
+            does not keep exactly where it is, before it releases any other job.
         waiting: annotated jobs not planned now (begin time, dependency).
         notes: problems an admin should know (unknown device kinds, unreadable placements).
         unusable_nodes: nodes left out because Slurm does not start jobs there now.
@@ -68,10 +69,8 @@ class ClusterView:
 
     snapshot: Snapshot
     rejected: tuple[Rejected, ...] = ()
-    jobs: Mapping[str, SlurmJob] | None = None
-    placements: Mapping[str, Placement] | None = None
-    unheld: frozenset[str] = frozenset()
-    expired: tuple[str, ...] = ()
+    jobs: Mapping[str, SlurmJob] = field(default_factory=dict)
+    to_close: Mapping[str, str] = field(default_factory=dict)
     waiting: tuple[Waiting, ...] = ()
     notes: tuple[str, ...] = ()
     unusable_nodes: tuple[SlurmNode, ...] = ()
@@ -84,7 +83,12 @@ def build_nodes(
     partition: str | None,
     notes: list[str],
 ) -> tuple[list[Node], list[SlurmNode]]:
-    """The usable nodes of the managed partition, with their devices; and the unusable ones."""
+    """The usable nodes of the managed partition, with their devices; and the unusable ones.
+
+    Raises:
+        ConfigError: two device kinds with the same name (:func:`coshare.ledger.kind_index`).
+    """
+    index = kind_index(device_kinds)
     usable: list[Node] = []
     unusable: list[SlurmNode] = []
     unknown: dict[str, list[str]] = {}
@@ -96,10 +100,11 @@ def build_nodes(
             continue
         devices = []
         for dev_id, kind_name in n.devices(gres_name):
-            kind = device_kinds.get(kind_name)
-            if kind is None:
+            found = find_kind(index, kind_name)
+            if found is None:
                 unknown.setdefault(kind_name or "(no type)", []).append(n.name)
                 continue
+            kind = found[1]
             devices.append(Device(dev_id, kind.memory_mib, kind.threads, model=kind_name))
         usable.append(Node(n.name, n.cpus * MILLI, n.memory_mib, tuple(devices)))
     for kind_name, names in sorted(unknown.items()):
@@ -136,6 +141,32 @@ def _refusal(job: SlurmJob, partition: str | None) -> str | None:
     return None
 
 
+def placed_of(placement: Placement | None, job: SlurmJob) -> Placed | None:
+    """A placement as the ledger's fact; ``None`` when there is none, or when the job's
+    ReqNodeList is not the placement's node (then Slurm could start it elsewhere)."""
+    if placement is None or (job.required_nodes and job.required_nodes != placement.node):
+        return None
+    return Placed(placement.node, placement.devices, float(placement.at_s),
+                  placement.device_memory_mib, placement.device_threads)  # fmt: skip
+
+
+def _queued(job: SlurmJob, placement: Placement | None) -> Queued:
+    """A pending annotated job as the ledger's fact.
+
+    Raises:
+        AnnotationError: its comment cannot be read as annotations.
+    """
+    return Queued(
+        id=job.id,
+        annotations=read_annotations(job.id, job.comment),
+        cpu_milli=job.cpus * MILLI,  # Slurm's CPUs: cpus-per-task x tasks, the job's total
+        memory_mib=job.memory_mib,  # per node; single-node jobs: the job's total
+        submit_time_s=job.submit_time_s,
+        placed=placed_of(placement, job),
+        gate_open=not job.held,
+    )
+
+
 def build_view(
     nodes: Sequence[SlurmNode],
     jobs: Sequence[SlurmJob],
@@ -150,16 +181,12 @@ def build_view(
     notes: list[str] = []
     usable, unusable = build_nodes(nodes, device_kinds, gres_name, partition, notes)
     by_name = {n.name: n for n in usable}
-    limits = ClusterLimits.of_nodes(usable)
-    queued = {j.id for j in jobs if j.phase in ("pending", "active", "unknown")}
+    queued_ids = {j.id for j in jobs if j.phase in ("pending", "active", "unknown")}
 
     running: list[RunningJob] = []
-    pending: list[Job] = []
-    rejected: list[Rejected] = []
-    placements: dict[str, Placement] = {}
-    unheld: set[str] = set()
-    expired: list[str] = []
+    queue: list[Queued | Rejected] = []
     waiting: list[Waiting] = []
+    waiting_open: dict[str, str] = {}
 
     for job in jobs:
         if job.phase == "ended":
@@ -173,9 +200,7 @@ def build_view(
                 notes.append(f"job {job.id}: unreadable placement ({exc}); planned again")
         if job.phase != "pending":
             running.extend(_holding(job, placement, by_name, gres_name, notes))
-            if placement is not None:
-                placements[job.id] = placement
-            elif annotated:
+            if annotated and placement is None:
                 notes.append(
                     f"job {job.id} runs without a coshare placement (released by hand?); "
                     "its device use is unknown"
@@ -183,89 +208,37 @@ def build_view(
             continue
         if not annotated:
             continue
-        if placement is not None and not job.held:
-            node = by_name.get(placement.node)
-            known = {d.id for d in node.devices} if node else set()
-            if node is None or not set(placement.devices) <= known:
-                notes.append(
-                    f"job {job.id} is placed on {placement.node}/{','.join(placement.devices)}, "
-                    "which cannot take jobs now; it is held and planned again"
-                )
-                expired.append(job.id)
-                continue
-            placements[job.id] = placement
-            running.append(_planned(job, placement))
-            if now_s - placement.at_s > replan_after_s:
-                expired.append(job.id)
-            continue
-        if not job.held:
-            unheld.add(job.id)
-        if job.eligible_time_s > now_s:
-            waiting.append(Waiting(job.id, "waits for its begin time"))
-            continue
-        dependency = _dependency_wait(job, queued)
-        if dependency is not None:
-            waiting.append(Waiting(job.id, dependency))
+        placed_open = not job.held and placed_of(placement, job) is not None
+        wait = None if placed_open else _wait(job, now_s, queued_ids)
+        if wait is not None:
+            waiting.append(Waiting(job.id, wait))
+            if not job.held:
+                waiting_open[job.id] = "could start without a placement"
             continue
         refusal = _refusal(job, partition)
         if refusal is not None:
-            rejected.append(Rejected(job.id, refusal))
+            queue.append(Rejected(job.id, refusal))
             continue
-        try:
-            pending.append(_pending(job, limits))
-        except AnnotationError as exc:
-            rejected.append(Rejected(job.id, str(exc)))
+        queue.append(refuse_on_error(job.id, partial(_queued, job, placement)))
 
-    snapshot = Snapshot(tuple(usable), tuple(running), tuple(pending), now_s=now_s)
+    book = settle(queue, usable, now_s=now_s, replan_after_s=replan_after_s)
+    snapshot = Snapshot(tuple(usable), tuple(running) + book.planned, book.pending, now_s=now_s)
     return ClusterView(
         snapshot=snapshot,
-        rejected=tuple(rejected),
+        rejected=book.rejected,
         jobs={j.id: j for j in jobs},
-        placements=placements,
-        unheld=frozenset(unheld),
-        expired=tuple(expired),
+        to_close={**book.to_close, **waiting_open},
         waiting=tuple(waiting),
-        notes=tuple(notes),
+        notes=tuple(notes) + book.notes,
         unusable_nodes=tuple(unusable),
     )
 
 
-def _pending(job: SlurmJob, limits: ClusterLimits) -> Job:
-    """A pending annotated job as the planner sees it.
-
-    Raises:
-        AnnotationError: its comment's annotations are unusable.
-    """
-    parsed = parse_job(
-        job.id,
-        read_annotations(job.id, job.comment),
-        limits=limits,
-        cpu_milli=job.cpus * MILLI,
-        memory_mib=job.memory_mib,
-        submit_time_s=job.submit_time_s,
-    )
-    if parsed.processes > 1:
-        # Slurm's CPU and memory requests cover all of the job's processes on its node.
-        parsed = replace(
-            parsed,
-            cpu_milli=-(-job.cpus * MILLI // parsed.processes),
-            memory_mib=-(-job.memory_mib // parsed.processes),
-        )
-    return parsed
-
-
-def _planned(job: SlurmJob, placement: Placement) -> RunningJob:
-    return RunningJob(
-        id=job.id,
-        node=placement.node,
-        devices=placement.devices,
-        device_memory_mib=placement.device_memory_mib,
-        device_threads=placement.device_threads,
-        cpu_milli=job.cpus * MILLI,
-        memory_mib=job.memory_mib,
-        state="planned",
-        start_time_s=float(placement.at_s),
-    )
+def _wait(job: SlurmJob, now_s: float, queued: set[str]) -> str | None:
+    """Why a pending job is not planned yet, for a reason of Slurm's own, if it is not."""
+    if job.eligible_time_s > now_s:
+        return "waits for its begin time"
+    return _dependency_wait(job, queued)
 
 
 def _holding(
@@ -293,10 +266,9 @@ def _holding(
             memory, threads = placement.device_memory_mib, placement.device_threads
         else:
             detail = job.gres_detail[index] if index < len(job.gres_detail) else ""
-            ids = tuple(d for d in parse_gres_indexes(detail, gres_name) if d in known)
+            ids = tuple(d for d in parse_gres_indexes(detail, gres_name, notes) if d in known)
             # A device Slurm gave to a job outside coshare is that job's alone.
-            memory = max((known[d].memory_mib for d in ids), default=0)
-            threads = max((known[d].threads for d in ids), default=0)
+            memory, threads = whole_devices([known[d] for d in ids])
         held.append(
             RunningJob(
                 id=job.id,

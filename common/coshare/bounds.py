@@ -38,13 +38,13 @@ import math
 import re
 import reprlib
 
+from coshare.model import MAX_DEVICE_MEMORY_MIB as MAX_DEVICE_MEMORY_MIB  # defined with DeviceKind
+from coshare.model import MAX_DEVICE_THREADS as MAX_DEVICE_THREADS
 from coshare.model import MILLI
 
 MAX_CORES = 2**20
 MAX_CPU_MILLI = MAX_CORES * MILLI
 MAX_MEMORY_MIB = 2**30
-MAX_DEVICE_MEMORY_MIB = 2**20
-MAX_DEVICE_THREADS = 2**24
 MAX_DEVICES = 1024
 MAX_PROCESSES = 2**20
 MAX_LLC_WAYS = 1024

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -42,7 +43,7 @@ from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 LAZY_COMMANDS: dict[str, str] = {
     "condor": "condor_addon.cli:condor",
     "node": "coshare.node.cli:node",
-    "simulate": "coshare.sim_cli:simulate",
+    "simulate": "coshare.sim.cli:simulate",
     "slurm": "slurm_addon.cli:slurm",
 }
 
@@ -81,9 +82,14 @@ class AppContext:
 
     @property
     def config(self) -> Config:
-        """The configuration (defaults < file < environment), loaded once."""
+        """The configuration (defaults < file < environment), loaded once; deprecated keys
+        are said on standard error (``coshare: warning: ...``)."""
         if self._config is None:
-            self._config = load_config(self.config_path)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", FutureWarning)
+                self._config = load_config(self.config_path)
+            for warning in caught:
+                click.echo(f"coshare: warning: {warning.message}", err=True)
         return self._config
 
 
@@ -138,7 +144,9 @@ def read_snapshot(path: str) -> Snapshot:
     return decode_json(text, source, parse_snapshot)
 
 
-def _policy_flags(func: Any) -> Any:
+def policy_flags(func: Any) -> Any:
+    """``--policy``, ``--threads`` and ``--seed``: one definition for every command that
+    plans (``plan`` and both adapters' ``cycle`` and ``show``)."""
     func = click.option(
         "--seed", type=int, default=None, help="Seed of the random policy (config: policy.seed)."
     )(func)
@@ -167,7 +175,7 @@ def configured(app: AppContext, policy_name: str | None, threads: str | None,
 
 @cli.command()
 @click.argument("snapshot", metavar="SNAPSHOT|-")
-@_policy_flags
+@policy_flags
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--all", "show_all", is_flag=True, help="Table: also list devices that get nothing.")
 @pass_app
@@ -202,7 +210,7 @@ def example_snapshot() -> Snapshot:
 @pass_app
 def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
     """Reproduce the paper's Table II in simulation, then plan the bundled example snapshot."""
-    from coshare.sim_cli import table2_report  # the simulator loads only when needed
+    from coshare.sim.cli import table2_report  # the simulator loads only when needed
 
     text, _ = table2_report(jobs, nodes, tuple(range(seeds)))
     click.echo(text)

@@ -7,7 +7,9 @@ The file is found at ``--config PATH``, else ``$COSHARE_CONFIG``, else
 
 Unknown keys are errors that list the valid keys; values are checked for type and range.
 One generic loader (:func:`build`) reads every section, so a new section is one more
-dataclass field on :class:`Config`.
+dataclass field on :class:`Config`. A key that was renamed (a section's ``RENAMED``) still
+works for one release, with a ``FutureWarning`` naming the new key; given under both names
+it is an error.
 
 Example (also ``coshare config show``)::
 
@@ -31,10 +33,11 @@ import math
 import os
 import types
 import typing
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, ClassVar, Literal, TypeVar, Union
 
 import yaml
 
@@ -48,6 +51,8 @@ from coshare.bounds import (
 from coshare.errors import ConfigError
 from coshare.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
 from coshare.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, text_problem
+from coshare.ledger import kind_index
+from coshare.model import DeviceKind as DeviceKind  # moved to the model; this name stays
 from coshare.model import ThreadMode
 
 C = TypeVar("C")
@@ -62,19 +67,6 @@ NOT_SETTINGS = frozenset({
     "COSHARE_DEVICES", "COSHARE_CPUS", "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY",
     "COSHARE_DEVICE_MEMORY_MIB", "COSHARE_DEVICE_THREADS",
 })  # fmt: skip
-
-
-@dataclass(frozen=True)
-class DeviceKind:
-    """Limits of one kind of device, for nodes whose scheduler does not advertise them.
-
-    Attributes:
-        memory_mib: device memory.
-        threads: hardware threads.
-    """
-
-    memory_mib: int = field(metadata={"min": 1, "max": MAX_DEVICE_MEMORY_MIB})
-    threads: int = field(metadata={"min": 1, "max": MAX_DEVICE_THREADS})
 
 
 def _default_device_kinds() -> Mapping[str, DeviceKind]:
@@ -215,23 +207,31 @@ class CondorConfig:
     """Options of the HTCondor adapter (``coshare condor ...``).
 
     Attributes:
-        condor_config: HTCondor configuration file the bindings read (sets ``CONDOR_CONFIG``);
-            ``null``: the bindings' usual lookup (``$CONDOR_CONFIG``, ``/etc/condor``).
+        config_file: HTCondor configuration file the bindings read (as ``CONDOR_CONFIG``
+            would name it); ``null``: the bindings' usual lookup (``$CONDOR_CONFIG``,
+            ``/etc/condor``). Was ``condor_config``.
         collector: ``host:port`` of the collector; ``null``: ``COLLECTOR_HOST`` of that config.
         schedd: name of the schedd whose jobs are planned; ``null``: the local schedd, or the
             only one the collector knows.
         hold_invalid: hold an annotated job whose annotations are unusable, with the message
             as its hold reason; ``false``: leave it idle and only report it.
-        retries: attempts of a read (and of a write that failed to connect) before giving up.
+        retry_attempts: attempts of a read (and of a write that failed to connect) before
+            giving up. Was ``retries``.
         retry_wait_s: seconds between attempts.
+        lock_file: a cycle takes this lock so overlapping cycles (cron) never interleave;
+            ``null``: no lock.
     """
 
-    condor_config: str | None = None
+    RENAMED: ClassVar[Mapping[str, str]] = {
+        "condor_config": "config_file", "retries": "retry_attempts"}
+
+    config_file: str | None = None
     collector: str | None = None
     schedd: str | None = None
     hold_invalid: bool = True
-    retries: int = field(default=3, metadata={"min": 1})
+    retry_attempts: int = field(default=3, metadata={"min": 1})
     retry_wait_s: float = field(default=1.0, metadata={"min": 0})
+    lock_file: str | None = "/run/lock/coshare-condor-cycle.lock"
 
 
 @dataclass(frozen=True)
@@ -239,8 +239,8 @@ class SlurmConfig:
     """Options of the Slurm adapter (``coshare slurm ...``).
 
     Attributes:
-        conf: slurm.conf the Slurm commands use (exported as ``SLURM_CONF``); ``null`` keeps
-            the environment's (normally /etc/slurm/slurm.conf).
+        config_file: slurm.conf the Slurm commands use (exported as ``SLURM_CONF``); ``null``
+            keeps the environment's (normally /etc/slurm/slurm.conf). Was ``conf``.
         bin_dir: directory of squeue, sinfo and scontrol; ``null`` searches ``PATH``.
         partition: plan only the nodes and jobs of this partition; annotated jobs of other
             partitions are refused with a message. ``null``: every node and job.
@@ -256,7 +256,9 @@ class SlurmConfig:
             ``null``: no lock.
     """
 
-    conf: str | None = None
+    RENAMED: ClassVar[Mapping[str, str]] = {"conf": "config_file"}
+
+    config_file: str | None = None
     bin_dir: str | None = None
     partition: str | None = None
     gres_name: str = "gpu"
@@ -279,6 +281,11 @@ class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     condor: CondorConfig = field(default_factory=CondorConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+    def __post_init__(self) -> None:
+        # Device kinds are matched ignoring case, spaces, '-' and '_' (coshare.ledger): two
+        # entries that match the same devices are an error naming both.
+        kind_index(self.device_kinds)
 
 
 #: The largest value of a numeric setting that names no ``max`` of its own, by the unit its
@@ -310,6 +317,7 @@ def build(cls: type[C], data: object, where: str = "") -> C:
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {shorten(data)}")
+    data = renamed(cls, data, where)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = [k for k in data if k not in fields]
     if unknown:
@@ -332,6 +340,41 @@ def build(cls: type[C], data: object, where: str = "") -> C:
     if missing:
         raise ConfigError(f"{where or 'config'}: missing key {missing[0]!r}")
     return cls(**values)
+
+
+def renamed(cls: type[Any], data: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """``data`` with the keys ``cls`` renamed (its ``RENAMED``: old -> new) under their new
+    names, each with a ``FutureWarning``: old spellings keep working for one release.
+
+    Raises:
+        ConfigError: a key given under both its old and its new name.
+    """
+    old_names = getattr(cls, "RENAMED", {})
+    if not any(old in data for old in old_names):
+        return data
+    out = dict(data)
+    for old, new in old_names.items():
+        if old not in out:
+            continue
+        prefix = f"{where}." if where else ""
+        if new in out:
+            raise ConfigError(f"{prefix}{old} and {prefix}{new} are the same setting (its old "
+                              f"and new name); give it once, as {new}")  # fmt: skip
+        warnings.warn(f"config key {prefix}{old} is deprecated and goes in the next release; "
+                      f"call it {prefix}{new}", FutureWarning, stacklevel=2)  # fmt: skip
+        out[new] = out.pop(old)
+    return out
+
+
+def _sections_renamed(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Every section of a config document with its renamed keys under their new names."""
+    hints = typing.get_type_hints(Config)
+    return {
+        name: renamed(hints[name], value, name)
+        if name in hints and isinstance(value, Mapping) and dataclasses.is_dataclass(hints[name])
+        else value
+        for name, value in data.items()
+    }
 
 
 def _convert(hint: Any, value: object, path: str, limits: Range) -> Any:
@@ -522,8 +565,10 @@ def load_config(path: Path | None = None, environ: Mapping[str, str] | None = No
         loaded = load_yaml(text, str(path)) if text.strip() else {}
         if not isinstance(loaded, Mapping):
             raise ConfigError(f"{path}: expected a mapping of sections, got {shorten(loaded)}")
-        data = dict(loaded)
-    data = _merge(data, env_overrides(environ))
+        data = _sections_renamed(loaded)
+    # Renamed per source, so that a new name in the environment overrides an old one in the
+    # file instead of clashing with it.
+    data = _merge(data, _sections_renamed(env_overrides(environ)))
     where = str(path) if path is not None else "config"
     try:
         return build(Config, data)

@@ -5,24 +5,35 @@ line can turn it into one readable message and a meaningful exit status, never a
 Foreign exceptions (``json.JSONDecodeError``, ``yaml.YAMLError``, ``OSError``, errors of the
 scheduler bindings) are translated at the boundary with ``raise ... from exc``.
 
-The tree::
+The tree (every exception coshare raises, adapters and node helpers included; only the
+stand-alone ``coshare-launch`` has its own, being standard library only)::
 
     CoshareError
-    ├── InputError              bad input from a person: exit status 2
-    │   ├── SnapshotError       a snapshot or plan JSON that breaks the contract
-    │   ├── ConfigError         a YAML config with unknown keys or bad values
-    │   ├── AnnotationError     a job whose declared keys are unusable (names job and keys)
-    │   └── PolicyError         an unknown policy name or bad policy option
-    ├── PlanInvariantError      a plan that would oversubscribe something (a bug: never applied)
-    ├── SchedulerError          the scheduler could not be read or written: exit status 1
+    ├── InputError                bad input from a person: exit status 2
+    │   ├── SnapshotError         a snapshot or plan JSON that breaks the contract
+    │   ├── ConfigError           a YAML config with unknown keys or bad values
+    │   ├── AnnotationError       a job whose declared keys are unusable (names job and keys)
+    │   ├── PolicyError           an unknown policy name or bad policy option
+    │   ├── UnsafeValue           a value that cannot be written safely (also a ValueError)
+    │   ├── TraceError            a trace file that breaks its format (coshare.sim.traces)
+    │   └── JobSpecError          bad job inputs of a node helper (also a NodeError)
+    ├── PlanInvariantError        a plan that would oversubscribe something (a bug: never applied)
+    ├── CycleBusy                 another cycle holds the queue's lock: exit status 0
+    ├── SimulationError           the simulator's ledger caught an unsound plan
+    ├── SchedulerError            the scheduler could not be read or written: exit status 1
     │   ├── SchedulerUnavailable  daemon down or unreachable
-    │   └── CommandFailed         one external command failed (argv, returncode, output)
-    └── NodeError               a node helper (coshare.node) failed: exit status 1
-        ├── JobSpecError        bad job inputs (id, cpu list, limits): exit status 2
-        ├── CgroupUnavailable   the kernel lacks what a limit needs (names what is missing)
-        ├── CgroupError         a cgroup file could not be read or written (path, errno text)
-        ├── JobStateError       unknown job, job already started, leftover processes
-        └── GateError           the offload gate refused a request (code) or is unreachable
+    │   │   └── SlurmControllerDown      slurm_addon.errors
+    │   ├── CommandFailed         one external command failed (argv, returncode, output)
+    │   ├── EditFailed            an HTCondor queue edit was refused (condor_addon.errors)
+    │   ├── SlurmOutputError      squeue/sinfo printed something unreadable (slurm_addon.errors)
+    │   └── PlacementError        a Slurm placement that cannot be read back (also a ValueError)
+    └── NodeError                 a node helper (coshare.node) failed: exit status 1
+        ├── JobSpecError          bad job inputs (id, cpu list, limits): exit status 2
+        ├── CgroupUnavailable     the kernel lacks what a limit needs (names what is missing)
+        ├── CgroupError           a cgroup file could not be read or written (path, errno text)
+        ├── JobStateError         unknown job, job already started, leftover processes
+        ├── GateError             the offload gate refused a request (code) or is unreachable
+        └── ReplyError            a node socket's ERR reply (ProtocolError, Refused, ...)
 
 Adapters and node helpers add their own subclasses under these.
 """
@@ -131,6 +142,26 @@ class PlanInvariantError(CoshareError):
         )
 
 
+class UnsafeValue(InputError, ValueError):
+    """A value (a job id, a node name, a text) that cannot be written safely into the
+    scheduler: coshare refuses to write it rather than quote it wrongly."""
+
+
+class CycleBusy(CoshareError):
+    """Another cycle holds the lock of this queue; this one does nothing (exit status 0: the
+    other cycle does the work).
+
+    Attributes:
+        path: the lock file.
+    """
+
+    exit_status = 0
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"another cycle holds {path}; this one did nothing")
+
+
 class SchedulerError(CoshareError):
     """The scheduler could not be read or written."""
 
@@ -161,7 +192,11 @@ class CommandFailed(SchedulerError):
         super().__init__(f"{' '.join(self.argv)} {status}" + (f": {detail}" if detail else ""))
 
 
-class ReplyError(Exception):
+class NodeError(CoshareError):
+    """A node helper (cgroups, offload gate, watchdog, job lifecycle) failed."""
+
+
+class ReplyError(NodeError):
     """What a node socket answers with ``ERR <code> <text>``: a bad request or a refusal.
 
     Attributes:
@@ -173,10 +208,6 @@ class ReplyError(Exception):
         self.code = code
         self.text = text
         super().__init__(f"{code}: {text}")
-
-
-class NodeError(CoshareError):
-    """A node helper (cgroups, offload gate, watchdog, job lifecycle) failed."""
 
 
 class JobSpecError(NodeError, InputError):

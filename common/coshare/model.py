@@ -33,6 +33,10 @@ from typing import Literal
 
 #: One core in ``cpu_milli`` units.
 MILLI = 1000
+#: The largest device memory and hardware thread count of one device that coshare accepts
+#: anywhere (annotations, snapshots, config); :mod:`coshare.bounds` holds the other bounds.
+MAX_DEVICE_MEMORY_MIB = 2**20
+MAX_DEVICE_THREADS = 2**24
 
 JobKind = Literal["device", "cpu"]
 """``device``: the job offloads to a device; ``cpu``: host cores only (collocation paper)."""
@@ -306,3 +310,17 @@ class Plan:
     def pending(self) -> int:
         """Number of distinct pending jobs the plan accounts for."""
         return self.placed + len(self.unplaced)
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """Limits of one kind of device, for nodes whose scheduler does not advertise them
+    (``device_kinds`` in the configuration; looked up by :func:`coshare.ledger.find_kind`).
+
+    Attributes:
+        memory_mib: device memory.
+        threads: hardware threads.
+    """
+
+    memory_mib: int = field(metadata={"min": 1, "max": MAX_DEVICE_MEMORY_MIB})
+    threads: int = field(metadata={"min": 1, "max": MAX_DEVICE_THREADS})

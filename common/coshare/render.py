@@ -1,6 +1,8 @@
 """Tables an admin reads: planned placements per node and device, and why jobs wait.
 
 Rendered with rich; plain text when the output is not a terminal (pipes, cron mail, tests).
+Both scheduler adapters' ``cycle`` and ``show`` print through here (:func:`cycle_summary`,
+:func:`show_text`, :func:`cycle_to_dict`), so they read the same.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import io
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -15,6 +18,8 @@ from rich.table import Table
 
 from coshare.model import Plan, Snapshot, milli_to_cores
 from coshare.planner import CycleReport
+from coshare.ports import JobOutcome, SourceResult
+from coshare.schema import plan_to_dict
 
 #: Job ids listed per cell before "+N more".
 SHOWN_IDS = 6
@@ -168,4 +173,103 @@ def cycle_summary(report: CycleReport) -> str:
         lines.append(f"  skipped {outcome.job}: {outcome.detail}")
     for outcome in apply.failed:
         lines.append(f"  FAILED {outcome.job}: {outcome.detail}")
+    verb = "would withdraw" if apply.dry_run else "withdrew"
+    for outcome in apply.withdrawn:
+        lines.append(f"  {verb} {outcome.job}: {outcome.detail}")
     return "\n".join(lines) + "\n"
+
+
+def _outcomes(outcomes: Sequence[JobOutcome]) -> list[dict[str, str]]:
+    return [{"job": o.job, "detail": o.detail} for o in outcomes]
+
+
+def cycle_to_dict(report: CycleReport) -> dict[str, Any]:
+    """One cycle as JSON (``cycle --output json``): the plan (the plan contract), what was
+    written, and the refused and waiting jobs."""
+    apply = report.apply
+    return {
+        "plan": plan_to_dict(report.plan),
+        "apply": {
+            "dry_run": apply.dry_run,
+            "applied": list(apply.applied),
+            "unchanged": list(apply.unchanged),
+            "skipped": _outcomes(apply.skipped),
+            "failed": _outcomes(apply.failed),
+            "rejected": _outcomes(apply.rejected),
+            "withdrawn": _outcomes(apply.withdrawn),
+        },
+        "rejected": [{"job": r.job, "reason": r.reason} for r in report.rejected],
+        "waiting": [{"job": w.job, "reason": w.reason} for w in report.waiting],
+        "notes": list(report.notes),
+        "seconds": {"read": report.read_s, "plan": report.plan.seconds, "apply": report.apply_s},
+        "exit_status": report.exit_status,
+    }
+
+
+def show_text(result: SourceResult, plan: Plan, width: int = 120) -> str:
+    """What ``show`` prints: every node and device with what runs there, what is placed and
+    not started, and what the next cycle would place; then every waiting annotated job with
+    why it waits (or where the next cycle puts it)."""
+    snap = result.snapshot
+    planned_count = sum(r.state == "planned" for r in snap.running)
+    header = (
+        f"{len(snap.nodes)} nodes, {sum(len(n.devices) for n in snap.nodes)} devices; "
+        f"{len(snap.running) - planned_count} running, {planned_count} planned not started, "
+        f"{len(snap.pending)} pending, {len(result.rejected)} refused, "
+        f"{len(result.waiting)} waiting"
+    )
+    pending = {j.id: j for j in snap.pending}
+    mem: dict[tuple[str, str], int] = defaultdict(int)
+    thr: dict[tuple[str, str], int] = defaultdict(int)
+    new_mem: dict[tuple[str, str], int] = defaultdict(int)
+    cells: dict[str, dict[tuple[str, str], list[str]]] = {
+        "running": defaultdict(list), "planned": defaultdict(list), "next": defaultdict(list)}
+    cpu: dict[str, int] = defaultdict(int)
+    for r in snap.running:
+        cpu[r.node] += r.cpu_milli
+        for dev in r.devices or ("-",):
+            cells["planned" if r.state == "planned" else "running"][(r.node, dev)].append(r.id)
+            mem[(r.node, dev)] += r.device_memory_mib
+            thr[(r.node, dev)] += r.device_threads
+    for a in plan.assignments:
+        job = pending.get(a.job)
+        if job is None:
+            continue
+        for dev in a.devices or ("-",):
+            cells["next"][(a.node, dev)].append(a.job)
+            new_mem[(a.node, dev)] += job.device_memory_mib
+
+    table = Table(title="Devices: running, planned (placed, not started) and next-cycle jobs",
+                  box=box.SIMPLE, title_justify="left")  # fmt: skip
+    for column in ("node", "device", "kind", "memory MiB", "threads", "cores", "running",
+                   "planned", "next cycle"):  # fmt: skip
+        table.add_column(column, overflow="fold")
+    for node in snap.nodes:
+        cores = f"{milli_to_cores(cpu[node.name])}/{node.cores}"
+        for d in node.devices:
+            key = (node.name, d.id)
+            memory = f"{mem[key]}/{d.memory_mib}" + (f" (+{new_mem[key]})" if new_mem[key] else "")
+            jobs = (_ids(cells[c][key]) for c in ("running", "planned", "next"))
+            table.add_row(node.name, d.id, d.model, memory, f"{thr[key]}/{d.threads}", cores,
+                          *jobs)  # fmt: skip
+        key = (node.name, "-")
+        if not node.devices or any(cells[c][key] for c in cells):
+            jobs = (_ids(cells[c][key]) for c in ("running", "planned", "next"))
+            table.add_row(node.name, "-", "", "-", "-", cores, *jobs)
+
+    waits = Table(title="Waiting annotated jobs", box=box.SIMPLE, title_justify="left")
+    for column in ("job", "why"):
+        waits.add_column(column, overflow="fold")
+    for a in plan.assignments:
+        where = f"{a.node}/{','.join(a.devices)}" if a.devices else a.node
+        waits.add_row(a.job, f"placed on {where} by the next cycle")
+    for u in plan.unplaced:
+        waits.add_row(u.job, f"{u.code}: {u.reason}")
+    for w in result.waiting:
+        waits.add_row(w.job, w.reason)
+    for refused in result.rejected:
+        waits.add_row(refused.job, f"refused: {refused.reason}")
+    rows = len(plan.assignments) + len(plan.unplaced) + len(result.waiting) + len(result.rejected)
+    parts: list[Table | str] = [header, table, waits if rows else "No annotated job is waiting."]
+    parts.extend(f"note: {note}" for note in result.notes)
+    return render_text(*parts, width=width)

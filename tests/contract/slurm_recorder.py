@@ -4,6 +4,7 @@ from a function) and records what was run, in order."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,25 @@ class Recorder:
 
 def ok(argv: list[str], stdout: str = "", stderr: str = "", code: int = 0) -> CommandResult:
     return CommandResult(tuple(argv), code, stdout, stderr)
+
+
+#: squeue --Format field -> key of a squeue --json job record.
+FORMAT_FIELDS = {"JobID": "job_id", "State": "job_state", "Reason": "state_reason",
+                 "PriorityLong": "priority", "ReqNodes": "required_nodes",
+                 "admin_comment": "admin_comment", "Comment": "comment"}  # fmt: skip
+
+
+def format_output(records: Sequence[dict[str, Any]], argv: Sequence[str]) -> str:
+    """What ``squeue --noheader --jobs=... --Format=SPEC`` prints for ``records``, as 22.05
+    does: each field with size 0 in full, then its suffix verbatim; one line per job
+    (a comment's own line breaks included)."""
+    spec = next(a for a in argv if a.startswith("--Format=")).split("=", 1)[1]
+    wanted = next(a for a in argv if a.startswith("--jobs=")).split("=", 1)[1].split(",")
+    fields = [re.fullmatch(r"(\w+):0(.*)", part).groups() for part in spec.split(",")]  # type: ignore[union-attr]
+    lines = []
+    for record in records:
+        if str(record["job_id"]) not in wanted:
+            continue
+        values = [str(record[FORMAT_FIELDS[name]] or "(null)") + suffix for name, suffix in fields]
+        lines.append("".join(values))
+    return "".join(line + "\n" for line in lines)

@@ -12,7 +12,7 @@ from coshare.cli import cli
 from coshare.config import CondorConfig
 from coshare.errors import SchedulerUnavailable
 
-from condor_addon.client import CondorClient
+from condor_addon.client import open_client
 
 
 def closed_port() -> str:
@@ -24,7 +24,7 @@ def closed_port() -> str:
 def test_collector_down_is_retried_then_reported() -> None:
     slept: list[float] = []
     where = closed_port()
-    client = CondorClient(CondorConfig(collector=where, retries=3, retry_wait_s=2.5),
+    client = open_client(CondorConfig(collector=where, retry_attempts=3, retry_wait_s=2.5),
                           sleep=slept.append)
     with pytest.raises(SchedulerUnavailable, match=f"cannot query the collector {where} "
                        "after 3 attempts"):
@@ -34,10 +34,11 @@ def test_collector_down_is_retried_then_reported() -> None:
 
 def test_cycle_with_the_collector_down_exits_1_with_one_message(tmp_path: Path) -> None:
     where = closed_port()
-    (tmp_path / "config.yaml").write_text("cycle: {replan_after_s: 60}\n")
+    (tmp_path / "config.yaml").write_text(
+        f"cycle: {{replan_after_s: 60}}\ncondor: {{lock_file: {tmp_path / 'cycle.lock'}}}\n")
     result = CliRunner().invoke(
         cli, ["condor", "cycle"],
-        env={"COSHARE_CONDOR_COLLECTOR": where, "COSHARE_CONDOR_RETRIES": "1",
+        env={"COSHARE_CONDOR_COLLECTOR": where, "COSHARE_CONDOR_RETRY_ATTEMPTS": "1",
              "COSHARE_CONFIG": str(tmp_path / "config.yaml")},
     )
     assert result.exit_code == 1

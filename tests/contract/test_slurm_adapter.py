@@ -11,7 +11,7 @@ from coshare.policies import make_policy
 from slurm_addon.adapter import SlurmAdapter
 from slurm_addon.client import SlurmClient
 
-from .slurm_recorder import Recorder, job_record, ok, recorded, squeue_output
+from .slurm_recorder import Recorder, format_output, job_record, ok, recorded, squeue_output
 
 NOW = 1_800_000_000
 PING = "Slurmctld(primary) at vm is UP\n"
@@ -31,14 +31,7 @@ class FakeQueue:
         if name == "squeue" and "--json" in argv:
             return ok(argv, squeue_output(*self.jobs.values()))
         if name == "squeue":  # the quick re-read: squeue --jobs=... --Format=...
-            wanted = next(a for a in argv if a.startswith("--jobs=")).split("=")[1].split(",")
-            lines = [
-                "|".join([str(j["job_id"]), j["job_state"], j["state_reason"],
-                          str(j["priority"]), j["required_nodes"],
-                          j["admin_comment"] or "(null)", j["comment"] or "(null)"])
-                for job_id, j in self.jobs.items() if job_id in wanted
-            ]  # fmt: skip
-            return ok(argv, "\n".join(lines) + "\n")
+            return ok(argv, format_output(list(self.jobs.values()), argv))
         if argv[1:] == ["ping"]:
             return ok(argv, PING)
         if stdin is not None:
@@ -107,7 +100,9 @@ def test_dry_run_reads_but_writes_nothing() -> None:
                 unplaced=(Unplaced("2", "no room"),))  # fmt: skip
     report = a.apply(plan, [], dry_run=True)
     assert report.dry_run and report.applied == ("1",)
-    assert [h.job for h in a.held] == ["2"]  # it would be held: not held and not placed
+    # It would be held: not held and not placed.
+    assert [(w.job, w.detail) for w in report.withdrawn] == [
+        ("2", "could start without a placement; not placed this cycle")]
     assert set(runner.verbs()) == {"sinfo", "squeue"}
 
 
@@ -128,3 +123,18 @@ def test_comment_changed_while_placing_is_not_released() -> None:
     report = a.apply(plan, [], dry_run=False)
     assert report.applied == () and "comment changed" in report.skipped[0].detail
     assert queue.jobs["1"]["priority"] == 0  # still held, with its placement: planned again
+
+
+def test_a_comment_forging_another_jobs_line_does_not_stop_that_job(  # issue 11
+) -> None:
+    victim = job_record(2, submit_time=NOW - 4)
+    forged = ("coshare: device-memory=1G device-threads=60\n"
+              "2|PENDING|None|1|csl-n1|coshare-placement;v=1;node=csl-n1;devices=0;at=1;"
+              "mem_mib=1;threads=1|x")  # fmt: skip
+    queue = FakeQueue(job_record(1, submit_time=NOW - 5, comment=forged), victim)
+    a, _ = adapter(queue)
+    report = run_cycle(a, make_policy("knapsack"), a)
+    assert report.apply.applied == ("2",) and report.apply.skipped == ()
+    assert queue.jobs["2"]["priority"] != 0  # placed and released in this very cycle
+    assert [r.job for r in report.rejected] == ["1"]  # its comment is no annotation
+    assert queue.jobs["2"]["admin_comment"].startswith("coshare-placement;v=1;")

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from slurm_addon.errors import SlurmControllerDown, SlurmOutputError
-from slurm_addon.jobs import JOB_STATES, expand_nodes, number, parse_job, parse_squeue_json
+from slurm_addon.jobs import (
+    FIELDS,
+    JOB_STATES,
+    expand_nodes,
+    fields_format,
+    number,
+    parse_job,
+    parse_squeue_fields,
+    parse_squeue_json,
+)
 from slurm_addon.nodes import parse_gres, parse_gres_indexes, parse_sinfo_json
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures/slurm/22.05"
@@ -90,12 +99,18 @@ def test_one_bad_record_does_not_hide_the_others() -> None:
     data = json.loads((FIXTURES / "squeue-mixed.json").read_text())
     data["jobs"].append({"job_state": "PENDING"})  # no job id
     data["jobs"].append("garbage")
-    assert len(parse_squeue_json(json.dumps(data))) == 11
+    # inf (JSON 1e999): int() raises OverflowError, not ValueError
+    data["jobs"].append({"job_id": 77, "job_state": "PENDING", "cpus": 1e999})
+    notes: list[str] = []
+    assert len(parse_squeue_json(json.dumps(data).replace("Infinity", "1e999"), notes)) == 11
+    assert len(notes) == 3 and notes[2].startswith("squeue --json: job record 13 skipped")
 
 
 def test_unknown_state_is_kept_as_holding() -> None:
-    job = parse_job({"job_id": 9, "job_state": "WARPING", "nodes": "n1"})
+    notes: list[str] = []
+    job = parse_job({"job_id": 9, "job_state": "WARPING", "nodes": "n1"}, notes)
     assert job.phase == "unknown" and job.nodes == ("n1",)
+    assert notes == ["job 9 has unknown state 'WARPING'; treating it as holding its nodes"]
     assert "RUNNING" in JOB_STATES
 
 
@@ -131,39 +146,54 @@ def test_hostlists() -> None:
         expand_nodes("n[1-")
 
 
-def test_quick_reread_fields_on_recorded_output() -> None:
-    from slurm_addon.jobs import parse_squeue_fields
+def fields_recording() -> tuple[str, str, dict[str, str]]:
+    """The recorded quick re-read: its output, its marker and the ids of its jobs."""
+    text = (FIXTURES / "squeue-fields.txt").read_text()
+    marker = (FIXTURES / "squeue-fields.marker").read_text().strip()
+    ids = dict(p.split("=") for p in (FIXTURES / "squeue-fields.ids").read_text().split())
+    return text, marker, ids
 
-    ids = recorded_ids()
-    odd = (FIXTURES / "squeue-fields.ids").read_text().split("=")[1].strip()
-    wanted = [ids["done"], ids["good"], ids["placed"], ids["running"], ids["plain"], odd, "99999"]
-    jobs = parse_squeue_fields((FIXTURES / "squeue-fields.txt").read_text(), wanted)
-    assert set(jobs) == set(wanted) - {"99999"}  # unknown ids are simply absent
+
+def test_quick_reread_fields_on_recorded_output() -> None:
+    text, marker, ids = fields_recording()
+    wanted = [*ids.values(), "99999"]
+    jobs = parse_squeue_fields(text, wanted, marker)
+    assert set(jobs) == set(ids.values())  # unknown ids are simply absent
     assert jobs[ids["done"]].phase == "ended"
-    assert jobs[ids["good"]].held and jobs[ids["good"]].admin_comment == ""
-    assert jobs[ids["good"]].comment == "coshare: device-memory=2G device-threads=120"
+    assert jobs[ids["victim"]].held and jobs[ids["victim"]].admin_comment == ""
     placed = jobs[ids["placed"]]
     assert placed.required_nodes == "csl-n2" and placed.admin_comment.startswith("coshare-pl")
     assert jobs[ids["running"]].phase == "active" and not jobs[ids["running"]].held
     assert jobs[ids["plain"]].comment == "" and jobs[ids["plain"]].required_nodes == ""
     # A comment with the separator and a line break is read whole.
-    assert jobs[odd].comment == "coshare: device-memory=1G\nnext line|z"
+    assert jobs[ids["odd"]].comment == "coshare: device-memory=1G\nnext line|z"
 
 
-def test_quick_reread_drops_a_job_whose_line_is_forged() -> None:
-    from slurm_addon.jobs import parse_squeue_fields
+def test_a_comment_forging_another_jobs_line_changes_nothing_about_that_job() -> None:
+    # Recorded on the real cluster: the forger's comment holds a whole line for the victim
+    # in the '|' format (and the victim's real record follows). Issue 11: the victim was
+    # read as duplicated and skipped every cycle; now it reads as it is.
+    text, marker, ids = fields_recording()
+    victim, forger = ids["victim"], ids["forger"]
+    assert f"\n{victim}|PENDING|None|1|csl-n1|coshare-placement" in text
+    jobs = parse_squeue_fields(text, [victim, forger], marker)
+    assert jobs[victim].held and jobs[victim].priority == 0
+    assert (jobs[victim].admin_comment, jobs[victim].required_nodes) == ("", "")
+    assert jobs[victim].comment == "coshare: device-memory=2G device-threads=120"
+    assert jobs[forger].comment.endswith("mem_mib=1;threads=1|forged")
 
-    text = (
-        "5|PENDING|JobHeldUser|0||(null)|x\n"
-        "6|PENDING|None|9|n1|(null)|hi\n"
-        "5|PENDING|None|9||y|z\n"
-    )
-    jobs = parse_squeue_fields(text, ["5", "6"])
-    assert set(jobs) == {"6"}
+
+def test_quick_reread_needs_the_callers_marker() -> None:
+    text, marker, ids = fields_recording()
+    assert parse_squeue_fields(text, list(ids.values()), "csotherrandommarker") == {}
+    assert fields_format(marker).split(",")[0] == f"JobID:0{marker}"
+    assert fields_format(marker).endswith(f"Comment:0{marker}end")
+    for bad in ("", "1abc", "a,b", "a:b"):
+        with pytest.raises(ValueError, match="marker"):
+            fields_format(bad)
 
 
 def test_record_script_uses_the_clients_format() -> None:
-    from slurm_addon.jobs import FIELDS_FORMAT
-
     script = (FIXTURES.parent / "record").read_text()
-    assert f'--Format="{FIELDS_FORMAT}"' in script
+    assert f"for field in {' '.join(FIELDS[:-1])}; do" in script
+    assert f'format+="{FIELDS[-1]}:0${{marker}}end"' in script

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,10 @@ from coshare.config import CondorConfig, Config, load_config
 from coshare.planner import CycleReport, run_cycle
 from coshare.policies import make_policy
 
-from condor_addon.ads import parse_slots, read_job
+from condor_addon.adapter import CondorAdapter
 from condor_addon.attributes import JOB_PROJECTION
-from condor_addon.client import CondorClient
-from condor_addon.editor import CondorEditor
-from condor_addon.source import CondorSource
+from condor_addon.client import CondorClient, open_client
+from condor_addon.view import parse_slots, read_job
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL_SCRIPT = ROOT / "deploy" / "condor" / "pool"
@@ -64,7 +63,7 @@ class Pool:
         return base.__class__(
             device_kinds=base.device_kinds, policy=base.policy, knapsack=base.knapsack,
             cycle=base.cycle.__class__(**{"replan_after_s": 300.0, "interval_s": 30.0, **cycle}),
-            condor=CondorConfig(condor_config=str(CLIENT_CONFIG), retry_wait_s=0.1),
+            condor=CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1),
         )
 
     def cycle(self, *, replan_after_s: float = 300.0, client: CondorClient | None = None,
@@ -72,10 +71,9 @@ class Pool:
         """One real planning cycle (knapsack), as `coshare condor cycle` runs it."""
         client = client or self.client
         config = self.config(replan_after_s=replan_after_s)
-        source = CondorSource(client, device_kinds=config.device_kinds,
-                              replan_after_s=replan_after_s)
-        editor = CondorEditor(client, hold_invalid=hold_invalid, read=lambda: source.jobs)
-        return run_cycle(source, make_policy("knapsack"), editor, dry_run=dry_run)
+        config = replace(config, condor=replace(config.condor, hold_invalid=hold_invalid))
+        adapter = CondorAdapter(client, config)
+        return run_cycle(adapter, make_policy("knapsack"), adapter, dry_run=dry_run)
 
     def submit(self, count: int = 1, sleep_s: float = 2, **extra: str) -> str:
         """Submit ``count`` test jobs; their cluster id."""
@@ -138,8 +136,8 @@ def start_pool() -> Iterator[Pool]:
     # The bindings check on the host that the job's initial directory exists (the jobs run in
     # the chroot's copy), so make the same path here.
     Path(WORK).mkdir(parents=True, exist_ok=True)
-    client = CondorClient(CondorConfig(condor_config=str(CLIENT_CONFIG), retry_wait_s=0.1))
-    import htcondor2  # after CondorClient set CONDOR_CONFIG
+    client = open_client(CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1))
+    import htcondor2  # the bindings, configured for the pool by CondorClient
 
     try:
         yield Pool(client, htcondor2)

@@ -20,8 +20,8 @@ import pytest
 from coshare.config import CondorConfig
 from coshare.errors import SchedulerUnavailable
 
-from condor_addon.ads import machine_of
-from condor_addon.client import CondorClient, EditFailed
+from condor_addon.client import CondorClient, EditFailed, configure_bindings, open_client
+from condor_addon.view import machine_of
 from tests.integration.condor_pool import (
     CHROOT,
     CLIENT_CONFIG,
@@ -122,6 +122,21 @@ def test_bad_annotations_hold_those_jobs_and_the_cycle_goes_on(live: Pool) -> No
                          if i.startswith(f"{good}.")), 60, "the good jobs to start")
 
 
+def test_an_absurd_annotation_holds_that_job_and_the_others_are_placed(live: Pool) -> None:
+    # Issue 11: a device memory of 400 digits crashed every cycle (OverflowError).
+    good = live.submit(3, requirements="CoshareNeverStart =?= true", **annotated(1024, 60))
+    absurd = live.submit(1, **annotated('"' + "9" * 400 + '"', 60))
+    report = live.cycle()
+    assert report.exit_status == 0
+    assert set(report.apply.applied) == {f"{good}.{p}" for p in range(3)}
+    reason = {r.job: r.reason for r in report.rejected}[f"{absurd}.0"]
+    assert reason.startswith(f"job {absurd}.0: CoshareDeviceMemory='9999")
+    assert len(reason) < 400  # the value is shown bounded
+    job = live.jobs()[f"{absurd}.0"]
+    assert job["JobStatus"] == 5, job  # held, with the reason naming the key
+    assert str(job["HoldReason"]).startswith("coshare: CoshareDeviceMemory='9999")
+
+
 def test_dry_run_writes_nothing_and_a_second_cycle_writes_nothing(live: Pool) -> None:
     cluster = live.submit(4, requirements="CoshareNeverStart =?= true", **annotated(2048, 60))
     before = live.jobs(f"ClusterId == {cluster}")
@@ -157,7 +172,8 @@ class DyingClient(CondorClient):
     queue is left exactly as a SIGKILL at that point would leave it."""
 
     def __init__(self, budget: int) -> None:
-        super().__init__(CondorConfig(condor_config=str(CLIENT_CONFIG), retry_wait_s=0.1))
+        config = CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1)
+        super().__init__(config, configure_bindings(config.config_file))
         self.budget = budget
 
     def _spend(self) -> None:
@@ -219,7 +235,7 @@ def test_sigkill_of_the_cycle_command_at_random_moments_converges(
 ) -> None:
     live.submit(300, requirements="CoshareNeverStart =?= true", **annotated(700, 30))
     config = tmp_path / "coshare.yaml"
-    config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}}}\ncycle: {{replan_after_s: 0}}\n")
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\ncycle: {{replan_after_s: 0}}\n")
     command = [COSHARE, "--config", str(config), "condor", "cycle"]
     rng = random.Random(4)
     for _ in range(4):
@@ -238,13 +254,14 @@ def test_schedd_or_collector_down_is_a_clear_error_and_exit_1(live: Pool, tmp_pa
     coshare = [COSHARE, "--config", str(config)]
     # 29619: in coshare's port range, used by no daemon of the pool (collector 29618, others
     # 29620-29699), so nothing answers there.
-    config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}, collector: '127.0.0.1:29619',"
-                      " retries: 2, retry_wait_s: 0}\n")
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}, collector: '127.0.0.1:29619',"
+                      " retry_attempts: 2, retry_wait_s: 0}\n")
     down = subprocess.run([*coshare, "condor", "cycle"], capture_output=True, text=True)
     assert down.returncode == 1
     assert "coshare: error: cannot query the collector 127.0.0.1:29619 after 2 attempts" in (
         down.stderr)
-    config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}, retries: 2, retry_wait_s: 0}}\n")
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}, retry_attempts: 2, "
+                      "retry_wait_s: 0}\n")
     subprocess.run([str(ROOT / "deploy/condor/pool"), "exec", "condor_off", "-schedd"],
                    check=True, capture_output=True)
     try:
@@ -263,7 +280,8 @@ def test_schedd_or_collector_down_is_a_clear_error_and_exit_1(live: Pool, tmp_pa
 
 def _schedd_up() -> bool:
     try:
-        CondorClient(CondorConfig(condor_config=str(CLIENT_CONFIG), retries=1)).job_ads("false")
+        config = CondorConfig(config_file=str(CLIENT_CONFIG), retry_attempts=1)
+        open_client(config).job_ads("false")
     except (SchedulerUnavailable, EditFailed):
         return False
     return True
@@ -272,7 +290,7 @@ def _schedd_up() -> bool:
 def test_show_prints_the_pool_and_the_next_plan(live: Pool, tmp_path: Path) -> None:
     live.submit(2, requirements="CoshareNeverStart =?= true", **annotated(2048, 60))
     config = tmp_path / "coshare.yaml"
-    config.write_text(f"condor: {{condor_config: {CLIENT_CONFIG}}}\n")
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\n")
     shown = subprocess.run([COSHARE, "--config", str(config), "condor",
                             "show"], capture_output=True, text=True, check=True).stdout
     assert "4 nodes, 7 devices" in shown and "2 pending" in shown

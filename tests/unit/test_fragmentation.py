@@ -10,6 +10,7 @@ from coshare.errors import InputError
 from coshare.model import MILLI, Device, Job, Node
 from coshare.policies import make_policy
 from coshare.sim import fragmentation as frag
+from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba
 from coshare.sim.traces import (
     GPU_MILLI,
     TraceError,
@@ -18,7 +19,6 @@ from coshare.sim.traces import (
     parse_swf,
     parse_swf_machines,
 )
-from coshare.traces import ALIBABA_DIR, data_dir, read_alibaba
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -10,7 +10,7 @@ import pytest
 from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.fgd import FgdPolicy, job_shape, target_workload
-from coshare.traces import ALIBABA_DIR, data_dir
+from coshare.sim.trace_files import ALIBABA_DIR, data_dir
 from coshare.verify import check_plan
 
 
@@ -105,7 +105,7 @@ def test_target_workload_keeps_the_frequent_shapes_up_to_the_coverage() -> None:
 
 @pytest.mark.skipif(not (data_dir() / ALIBABA_DIR).is_dir(), reason="no shared traces")
 def test_alibaba_target_workload_has_35_shapes_as_published() -> None:
-    from coshare.traces import read_alibaba
+    from coshare.sim.trace_files import read_alibaba
 
     trace = read_alibaba(data_dir() / ALIBABA_DIR)
     assert len(target_workload(job_shape(p.job) for p in trace.pods)) == 35

@@ -151,3 +151,16 @@ def test_swf_replay_runs_what_fits_one_node(tmp_path: Path) -> None:
     runs = {r["policy"]: r for r in json.loads(out)["runs"]}
     assert all(r["not_run"] == 3 for r in runs.values())  # the 3-processor jobs
     assert runs["random"]["makespan_s"] <= runs["exclusive"]["makespan_s"]
+
+
+def test_a_workload_is_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coshare.sim import cli as sim_cli
+
+    def tiny(request: sim_cli.Request) -> sim_cli.Outcome:
+        return sim_cli.Outcome(f"tiny on {request.nodes} nodes\n", {"jobs": request.jobs})
+
+    monkeypatch.setitem(sim_cli.WORKLOADS, "tiny", tiny)
+    code, out, _ = run("simulate", "--workload", "tiny", "--nodes", "3")
+    assert (code, out) == (0, "tiny on 3 nodes\n")
+    code, out, _ = run("simulate", "--workload", "tiny", "--jobs", "5", "--output", "json")
+    assert json.loads(out)["jobs"] == 5 and json.loads(out)["workload"] == "tiny"

@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 from coshare.policies import make_policy
+from coshare.sim.applications import TABLE_I
 from coshare.sim.calibrate import calibrate
 from coshare.sim.device import OffloadModel
 from coshare.sim.engine import simulate
@@ -21,7 +22,6 @@ from coshare.sim.workloads import (
     synthetic_draws,
     table1_draws,
 )
-from coshare.workloads import TABLE_I
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""``coshare slurm``: registered lazily, the config section, and a busy lock."""
+"""``coshare slurm``: registered lazily, the config section (and its renamed keys), and a busy
+lock."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from coshare.cli import cli
 from coshare.config import load_config
+from coshare.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -27,10 +29,28 @@ def test_slurm_group_is_listed_and_documented() -> None:
 
 def test_slurm_section_from_file_and_environment(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text("slurm: {conf: /etc/slurm/other.conf, workers: 4}\n")
+    path.write_text("slurm: {config_file: /etc/slurm/other.conf, workers: 4}\n")
     config = load_config(path, environ={"COSHARE_SLURM_PARTITION": "gpu"})
-    assert config.slurm.conf == "/etc/slurm/other.conf" and config.slurm.workers == 4
+    assert config.slurm.config_file == "/etc/slurm/other.conf" and config.slurm.workers == 4
     assert config.slurm.partition == "gpu" and config.slurm.gres_name == "gpu"
+
+
+def test_the_old_key_conf_still_works_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("slurm: {conf: /etc/slurm/other.conf}\n")
+    with pytest.warns(FutureWarning, match="slurm.conf is deprecated.*slurm.config_file"):
+        config = load_config(path, environ={})
+    assert config.slurm.config_file == "/etc/slurm/other.conf"
+    path.write_text("slurm: {conf: /a, config_file: /b}\n")
+    with pytest.raises(ConfigError, match="same setting"):
+        load_config(path, environ={})
+
+
+def test_the_command_line_says_a_deprecated_key_once_on_stderr(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"slurm: {{conf: /x, lock_file: null, bin_dir: {tmp_path / 'none'}}}\n")
+    result = CliRunner().invoke(cli, ["--config", str(path), "slurm", "cycle"])
+    assert result.stderr.count("coshare: warning: config key slurm.conf is deprecated") == 1
 
 
 def test_unknown_slurm_key_lists_the_valid_ones(tmp_path: Path) -> None:

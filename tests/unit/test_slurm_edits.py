@@ -43,10 +43,10 @@ def place(job_id: str, device: str = "1") -> Plan:
 
 def test_held_job_is_written_then_released() -> None:
     e = edits_for([job("1")], place("1"))
-    assert [(w.job, w.node, w.admin_comment, w.release) for w in e.writes] == [
-        ("1", "n1", TARGET.replace("1800000000", str(int(NOW))), True)
+    assert [(w.job, w.node, w.admin_comment) for w in e.writes] == [
+        ("1", "n1", TARGET.replace("1800000000", str(int(NOW))))
     ]
-    assert e.unchanged == () and e.skipped == () and e.holds == ()
+    assert e.unchanged == () and e.skipped == () and e.close == ()
 
 
 def test_applying_twice_is_unchanged() -> None:
@@ -59,7 +59,7 @@ def test_held_with_the_same_placement_is_written_again_with_a_fresh_time() -> No
     # A cycle stopped before releasing it, or its placement expired and it was held.
     seen = job("1", admin_comment=TARGET.replace("at=1800000000", "at=5"), required_nodes="n1")
     e = edits_for([seen], place("1"))
-    assert e.unchanged == () and [w.release for w in e.writes] == [True]
+    assert e.unchanged == () and [w.job for w in e.writes] == ["1"] and e.close == ()
     assert f"at={int(NOW)}" in e.writes[0].admin_comment
 
 
@@ -87,28 +87,47 @@ def test_jobs_that_changed_since_the_read_are_skipped_with_the_reason() -> None:
     assert "left the queue" in reasons["4"]
 
 
-def test_unplaced_unheld_jobs_and_expired_placements_are_held() -> None:
-    expired = job("2", held=False, admin_comment=TARGET.replace("1800000000", "5"))
+def test_unplaced_unheld_jobs_and_expired_placements_are_held_first() -> None:
+    expired = job("2", held=False, admin_comment=TARGET.replace("1800000000", "5"),
+                  required_nodes="n1")  # fmt: skip
     jobs = [job("1", held=False), expired, job("3")]
-    plan = Plan("knapsack", unplaced=(Unplaced("1", "no room"), Unplaced("3", "no room")))
+    plan = Plan("knapsack", unplaced=(Unplaced("1", "no room"), Unplaced("3", "no room"),
+                                      Unplaced("2", "no room")))  # fmt: skip
     e = edits_for(jobs, plan)
-    assert set(e.holds) == {"1", "2"}  # 3 is held already
+    assert [c.job for c in e.close] == ["1", "2"]  # 3 is held already
+    assert "not started within" in e.close[1].detail
+
+
+def test_an_expired_placement_planned_elsewhere_is_held_then_moved() -> None:
+    expired = job("2", held=False, admin_comment=TARGET.replace("1800000000", "5"),
+                  required_nodes="n1")  # fmt: skip
+    e = edits_for([expired], place("2", device="0"))
+    assert [c.job for c in e.close] == ["2"] and [w.job for w in e.writes] == ["2"]
+    assert "planned again on n1/0" in e.close[0].detail
+
+
+def test_an_expired_placement_planned_in_the_same_spot_is_left_as_it_is() -> None:
+    expired = job("2", held=False, admin_comment=TARGET.replace("1800000000", "5"),
+                  required_nodes="n1")  # fmt: skip
+    e = edits_for([expired], place("2"))
+    assert e.close == () and e.writes == () and e.unchanged == ("2",)
 
 
 def test_refused_jobs_get_the_reason_once_and_stay_held() -> None:
     bad = job("1", held=False, comment="coshare: device-memory=abc device-threads=1")
     e = edits_for([bad], Plan("knapsack"))
     assert e.refusals[0][0] == "1" and "is not a number" in e.refusals[0][1]
-    assert e.holds == ("1",) and e.rejected[0].job == "1"
+    assert [c.job for c in e.close] == ["1"] and e.rejected[0].job == "1"
+    assert e.close[0].detail.endswith("; refused")
     marked = replace(bad, held=True, admin_comment=e.refusals[0][1])
     again = edits_for([marked], Plan("knapsack"))
-    assert again.refusals == () and again.holds == () and again.rejected[0].job == "1"
+    assert again.refusals == () and again.close == () and again.rejected[0].job == "1"
 
 
 def test_multi_node_assignments_and_unsafe_names_fail_cleanly() -> None:
     spread = Plan("knapsack", assignments=(Assignment("1", "n1", ("0",)),
                                            Assignment("1", "n2", ("0",))))  # fmt: skip
-    assert "spans several nodes" in edits_for([job("1")], spread).failed[0].detail
+    assert "spans several nodes" in edits_for([job("1")], spread).skipped[0].detail
     weird = Plan("knapsack", assignments=(Assignment("1", "n 1", ("0",)),))
     assert "cannot write" in edits_for([job("1")], weird).failed[0].detail
 

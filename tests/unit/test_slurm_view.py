@@ -76,12 +76,12 @@ def test_recorded_cluster() -> None:
     plain = running[(ids["plain"], "csl-n1")]
     assert (plain.devices, plain.cpu_milli, plain.memory_mib) == ((), 1000, 100)
     assert ids["done"] not in {r.id for r in snap.running}
-    assert not v.unheld and not v.expired
+    assert not v.to_close
 
 
 def test_jobs_without_coshare_in_their_comment_are_never_planned() -> None:
     v = view([node()], [job("1", comment="my own notes"), job("2", comment="", held=False)])
-    assert v.snapshot.pending == () and v.rejected == () and not v.unheld
+    assert v.snapshot.pending == () and v.rejected == () and not v.to_close
 
 
 def test_released_placement_holds_its_device_until_it_expires() -> None:
@@ -91,22 +91,24 @@ def test_released_placement_holds_its_device_until_it_expires() -> None:
     planned = {r.id: r for r in v.snapshot.running}
     assert planned["1"].state == "planned" and planned["1"].devices == ("1",)
     assert (planned["1"].device_memory_mib, planned["1"].cpu_milli) == (1024, 2000)
-    # Expired: still counted this cycle (it could start any moment), held for the next.
-    assert "2" in planned and v.expired == ("2",)
-    assert v.snapshot.pending == ()
+    # Expired: pending again in this very cycle and counted nowhere; the Editor holds it
+    # (and confirms that) before it releases any other job (coshare.ledger).
+    assert "2" not in planned and [j.id for j in v.snapshot.pending] == ["2"]
+    assert v.to_close == {"2": "placed but not started within cycle.replan_after_s"}
 
 
 def test_placement_on_a_node_that_takes_no_jobs_is_held_and_not_counted() -> None:
     drained = node("n1", flags=("DRAIN",))
     placed = job("1", held=False, admin_comment=PLACED.format(at=int(NOW)))
     v = view([drained, node("n2")], [placed])
-    assert v.expired == ("1",) and v.snapshot.running == ()
-    assert any("cannot take jobs now" in n for n in v.notes)
+    assert "1" in v.to_close and v.snapshot.running == ()
+    assert [j.id for j in v.snapshot.pending] == ["1"]  # planned again, on n2 if it fits
+    assert any("cannot take it now" in n for n in v.notes)
 
 
 def test_unheld_unplaced_job_is_planned_and_marked_for_holding() -> None:
     v = view([node()], [job("1", held=False)])
-    assert [j.id for j in v.snapshot.pending] == ["1"] and v.unheld == {"1"}
+    assert [j.id for j in v.snapshot.pending] == ["1"] and set(v.to_close) == {"1"}
 
 
 def test_unreadable_placement_is_planned_again_with_a_note() -> None:
@@ -157,3 +159,32 @@ def test_processes_share_the_jobs_slurm_request() -> None:
     v = view([node()], [job("1", cpus=4, memory_mib=1024, comment=comment)])
     j = v.snapshot.pending[0]
     assert (j.processes, j.cpu_milli, j.memory_mib) == (4, 1000, 256)
+
+
+def test_gres_types_match_kinds_ignoring_case_and_separators() -> None:
+    v = build_view([node(kind="V100M16")], [], now_s=NOW,
+                   device_kinds={"v100-m16": DeviceKind(memory_mib=16384, threads=163840)})
+    assert [(d.memory_mib, d.model) for d in v.snapshot.nodes[0].devices] == [
+        (16384, "V100M16")] * 2
+
+
+def test_a_placement_whose_reqnodelist_differs_is_not_counted() -> None:
+    # Slurm could start it on another node: its gate is not where its placement says.
+    moved = job("1", held=False, admin_comment=PLACED.format(at=int(NOW)), required_nodes="n2")
+    v = view([node(), node("n2")], [moved])
+    assert v.snapshot.running == () and "1" in v.to_close
+
+
+def test_an_absurd_annotation_refuses_that_job_only() -> None:  # issue 11
+    huge = job("1", comment="coshare: device-memory=" + "9" * 400 + " device-threads=60")
+    v = view([node()], [huge, job("2")])
+    assert [j.id for j in v.snapshot.pending] == ["2"]
+    [refused] = v.rejected
+    assert refused.job == "1" and refused.reason.startswith("job 1: device-memory='9999")
+    assert len(refused.reason) < 300  # the value is shown bounded
+
+
+def test_unheld_job_waiting_for_its_begin_time_is_held() -> None:
+    early = job("1", held=False, eligible_time_s=NOW + 3600)
+    v = view([node()], [early])
+    assert [w.job for w in v.waiting] == ["1"] and set(v.to_close) == {"1"}

@@ -1,0 +1,10 @@
+"""The what-if simulator: the same policies as the live cycle, on modelled or traced workloads.
+
+Pure modules (no I/O, no clock; ``tests/unit/test_purity.py`` checks them): ``engine``,
+``device``, ``jobs``, ``metrics``, ``calibrate``, ``experiments``, ``fragmentation``,
+``footprint``, ``paper``, ``workloads`` (the paper's job sets), ``applications`` (Table I and
+the Xeon Phi models), ``traces`` (trace parsers).
+
+I/O modules, told apart by name: ``cli`` (``coshare simulate``), ``report`` (tables and JSON),
+``plot`` (figures) and ``trace_files`` (reading the trace files).
+"""

@@ -24,16 +24,15 @@ from coshare.sim.engine import SimOptions, SimResult, simulate
 from coshare.sim.footprint import Footprint, search_footprint
 from coshare.sim.metrics import RunSummary, summarize
 from coshare.sim.workloads import (
-    DISTRIBUTIONS,
+    JOB_SETS,
     JobDraw,
     paper_cluster,
     realize,
-    synthetic_draws,
     table1_draws,
 )
 
 #: The workloads of the paper, by command-line name.
-PAPER_WORKLOADS = ("table1", *DISTRIBUTIONS)
+PAPER_WORKLOADS = tuple(JOB_SETS)
 #: The paper's job counts: Table I set, synthetic sets, jobs per node of Fig. 10.
 TABLE1_JOBS = 1000
 SYNTHETIC_JOBS = 400
@@ -85,11 +84,10 @@ def draws_for(workload: str, jobs: int, seed: int) -> tuple[JobDraw, ...]:
     Raises:
         ValueError: for an unknown workload.
     """
-    if workload == "table1":
-        return table1_draws(jobs, seed)
-    if workload in DISTRIBUTIONS:
-        return synthetic_draws(workload, jobs, seed)
-    raise ValueError(f"unknown workload {workload!r} (known: {', '.join(PAPER_WORKLOADS)})")
+    build = JOB_SETS.get(workload)
+    if build is None:
+        raise ValueError(f"unknown workload {workload!r} (known: {', '.join(PAPER_WORKLOADS)})")
+    return build(jobs, seed)
 
 
 def paper_calibration(seed: int, setup: Setup) -> Calibration:

@@ -1,4 +1,5 @@
-"""Parsers of real traces into the model (pure: they take text; coshare.traces reads files).
+"""Parsers of real traces into the model (pure: they take text; coshare.sim.trace_files reads
+files).
 
 **Alibaba GPU-sharing trace** (``alibaba-gpu-v2023``, Weng et al., ATC'23). A GPU is a device
 of :data:`GPU_MILLI` units in both memory and threads: a pod's ``gpu_milli`` (its share of

@@ -36,12 +36,13 @@ set can be realized with any offload share (:meth:`JobDraw.realize`). Pure: no I
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from coshare.model import MILLI, Device, Job, Node
+from coshare.sim.applications import TABLE_I, Application
 from coshare.sim.jobs import SimJob, split_phases
-from coshare.workloads import TABLE_I, Application
 
 #: The time unit: mean run time alone (3568 s x 8 devices / 1000 jobs, paper Table II MC).
 MEAN_RUN_S = 28.5
@@ -173,3 +174,11 @@ def synthetic_draws(distribution: str, count: int, seed: int = 0) -> tuple[JobDr
         threads = lo_t + THREAD_STEP * round(x * (hi_t - lo_t) / THREAD_STEP)
         out.append(_draw(rng, _job(i, memory, threads, distribution), rng.randint(5, MAX_OFFLOADS)))
     return tuple(out)
+
+
+#: The paper's job sets by name, each a builder ``(count, seed) -> draws``: a new job set is
+#: one entry here.
+JOB_SETS: dict[str, Callable[[int, int], tuple[JobDraw, ...]]] = {
+    "table1": table1_draws,
+    **{name: partial(synthetic_draws, name) for name in DISTRIBUTIONS},
+}

@@ -4,7 +4,9 @@ not start in time is planned again."""
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 
 import pytest
 
@@ -73,22 +75,80 @@ def test_placement_that_does_not_start_is_planned_again(cluster: Cluster) -> Non
     config = write_config(cluster, "")
     config.write_text(config.read_text().replace("replan_after_s: 120", "replan_after_s: 2"))
 
-    def cycle() -> None:
-        result = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm", "cycle")
+    def cycle() -> dict[str, Any]:
+        result = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm", "cycle",
+                             "--output", "json")  # fmt: skip
         assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["apply"]  # type: ignore[no-any-return]
 
     cluster.run("scontrol", "update", "PartitionName=main", "State=DOWN")  # nothing starts
     job_id = cluster.submit("replan", comment="coshare: device-memory=1G device-threads=60",
                             sleep_s=1)  # fmt: skip
-    cycle()
+    assert cycle()["applied"] == [job_id]
     first = cluster.jobs()[job_id]
     assert not first.held and first.admin_comment.startswith("coshare-placement")
+    node = first.required_nodes
     time.sleep(3)
-    cycle()  # expired: held, so it cannot start behind the plan's back
-    assert cluster.jobs()[job_id].held
-    cycle()  # planned afresh
-    again = cluster.jobs()[job_id]
-    assert not again.held and again.admin_comment != first.admin_comment
+    # Expired: pending again in this very cycle, counted nowhere; planned where it is, so
+    # nothing is written.
+    assert cycle()["unchanged"] == [job_id]
+    assert cluster.jobs()[job_id].admin_comment == first.admin_comment
+    cluster.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=coshare-test")
+    try:
+        # Its node takes no jobs now: the same cycle holds it (confirmed), then places it
+        # elsewhere and releases it.
+        moved = cycle()
+        assert [w["job"] for w in moved["withdrawn"]] == [job_id]
+        assert moved["applied"] == [job_id]
+        again = cluster.jobs()[job_id]
+        assert not again.held and again.required_nodes not in ("", node)
+        assert again.admin_comment.startswith(f"coshare-placement;v=1;node={again.required_nodes}")
+    finally:
+        cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
     cluster.run("scontrol", "update", "PartitionName=main", "State=UP")
     cluster.run_cycles_until_done([job_id], deadline_s=120)
     assert cluster.jobs()[job_id].state == "COMPLETED"
+
+
+def submit_as_nobody(cluster: Cluster, comment: str) -> str:
+    """An annotated one-second job of another user (uid 65534)."""
+    return cluster.run("sbatch", "--parsable", "-D", "/tmp", "-o", "/dev/null", "--wrap",
+                       "sleep 1", "--comment", comment, user=NOBODY).stdout.strip().split(";")[0]
+
+
+def test_a_comment_forging_other_jobs_lines_does_not_stop_them(cluster: Cluster) -> None:
+    # Issue 11: the confirming re-read printed comments verbatim, so a comment could forge
+    # whole lines for other jobs, which then read as duplicated and were never placed.
+    victims = [submit_as_nobody(cluster, "coshare: device-memory=1G device-threads=60")
+               for _ in range(3)]  # fmt: skip
+    lines = [f"{v}|PENDING|JobHeldUser|0|csl-n1|coshare-placement;v=1;node=csl-n1;devices=0;"
+             "at=1;mem_mib=1;threads=1|x" for v in victims]  # fmt: skip
+    marker = "cs" + "0" * 32  # a guess at the re-read's marker (Slurm keeps ~1000 characters)
+    lines.append(f"{victims[0]}{marker}PENDING{marker}None{marker}0{marker}end")
+    forger = cluster.submit("forger", comment="coshare: device-memory=1G device-threads=60")
+    cluster.run("scontrol", "update", f"JobId={forger}",
+                "Comment=coshare: device-memory=1G device-threads=60\n" + "\n".join(lines))
+    assert cluster.jobs()[forger].comment.count("\n") == len(lines)
+    result = cluster.cycle()
+    assert result.returncode == 0, result.stderr
+    jobs = cluster.jobs()  # all placed and released in this one cycle
+    for v in victims:
+        assert jobs[v].phase != "pending" or not jobs[v].held, jobs[v]
+        assert jobs[v].admin_comment.startswith("coshare-placement;v=1;"), jobs[v]
+
+
+def test_an_absurd_annotation_refuses_that_job_only(cluster: Cluster) -> None:
+    # Issue 11: a device memory of 400 digits crashed every cycle (OverflowError).
+    others = [submit_as_nobody(cluster, "coshare: device-memory=1G device-threads=60")
+              for _ in range(3)]  # fmt: skip
+    absurd = cluster.submit("absurd", comment="coshare: device-memory=" + "9" * 400
+                            + " device-threads=60")  # fmt: skip
+    result = cluster.cycle()
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith(f"  refused {absurd}:"))
+    assert f"job {absurd}: device-memory='9999" in line and len(line) < 400
+    jobs = cluster.jobs()
+    assert jobs[absurd].held and jobs[absurd].admin_comment.startswith(
+        f"coshare-refused: job {absurd}: device-memory=")
+    for job_id in others:
+        assert jobs[job_id].admin_comment.startswith("coshare-placement;v=1;"), jobs[job_id]

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,7 @@ from coshare.sim.paper import (
     TABLE_II_REDUCTION,
     TABLE_III_FOOTPRINT,
 )
-from coshare.sim.workloads import DISTRIBUTIONS
-from coshare.sim_report import (
+from coshare.sim.report import (
     comparison_json,
     comparison_table,
     frag_json,
@@ -82,11 +81,11 @@ from coshare.sim_report import (
     sweep_json,
     sweep_table,
 )
-from coshare.traces import ALIBABA_DIR, data_dir, read_alibaba, read_swf
+from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba, read_swf
+from coshare.sim.workloads import DISTRIBUTIONS
 
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
 ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd")
-WORKLOADS = ("table1", *DISTRIBUTIONS, "synthetic", "pressure", "alibaba-2023", "trace:PATH")
 
 Advance = Callable[[int], None]
 
@@ -214,9 +213,117 @@ def _shares(comps: Sequence[Comparison]) -> str:
     return ", ".join(f"{v:.3f}" for v in values)
 
 
+@dataclass(frozen=True)
+class Request:
+    """What ``coshare simulate`` was asked, for a workload's runner."""
+
+    workload: str
+    jobs: int | None
+    nodes: int | None
+    policies_text: str | None
+    footprint: bool
+    seeds: list[int]
+    sizes: list[int] | None
+    setup: Setup
+    protocol: str
+    batch: int
+    workers: int
+    data: Path | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a workload's runner produced: the table, the JSON, and what ``--plot`` draws
+    (keyword arguments of :func:`coshare.sim.plot.save_figure`; empty: nothing to draw)."""
+
+    text: str
+    payload: dict[str, Any]
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def _paper(request: Request) -> Outcome:
+    """A paper job set (``table1`` or a distribution), or all four (``synthetic``)."""
+    setup, size_list = request.setup, request.sizes
+    policies = parse_policies(request.policies_text, PAPER_POLICIES)
+    names = list(DISTRIBUTIONS) if request.workload == "synthetic" else [request.workload]
+    count = request.jobs or (TABLE1_JOBS if request.workload == "table1" else SYNTHETIC_JOBS)
+    size = request.nodes or PAPER_NODES
+    comparisons: dict[str, list[Comparison]] = {}
+    sweeps: dict[str, list[Sweep]] = {}
+    runs_each = len(policies) + (2 * (len(policies) - 1) + 1 if request.footprint else 0)
+    total = len(request.seeds) * len(names) * (runs_each + len(size_list or []) * len(policies))
+    check_work(total, count, f"--jobs {count}")
+    with progress_bar(total, request.workload) as advance:
+        for s in request.seeds:
+            calibration = None if setup.offload_share is not None else paper_calibration(s, setup)
+            for name in names:
+                comparisons.setdefault(name, []).append(
+                    compare(name, count, size, policies, s, setup, request.footprint,
+                            step=lambda _: advance(1), calibration=calibration))  # fmt: skip
+                if size_list:
+                    sweeps.setdefault(name, []).append(
+                        sweep(name, size_list, policies, s, setup, jobs=count,
+                              step=lambda _: advance(1), calibration=calibration))  # fmt: skip
+    return _paper_outcome(comparisons, sweeps, setup)
+
+
+def _pressure(request: Request) -> Outcome:
+    """Fig. 10: ``--jobs`` normal-distribution jobs per node over cluster sizes."""
+    policies = parse_policies(request.policies_text, PAPER_POLICIES)
+    per_node = request.jobs or PRESSURE_JOBS_PER_NODE
+    grid = request.sizes or list(range(2, PAPER_NODES + 1))
+    check_work(len(request.seeds) * len(grid) * len(policies), per_node * max(grid),
+               f"--workload pressure --jobs {per_node} (per node)")  # fmt: skip
+    with progress_bar(len(request.seeds) * len(grid) * len(policies), "pressure") as advance:
+        sweeps = {"pressure (normal)": [
+            sweep("normal", grid, policies, s, request.setup, jobs_per_node=per_node,
+                  step=lambda _: advance(1)) for s in request.seeds
+        ]}  # fmt: skip
+    return _paper_outcome({}, sweeps, request.setup)
+
+
+def _paper_outcome(comparisons: dict[str, list[Comparison]], sweeps: dict[str, list[Sweep]],
+                   setup: Setup) -> Outcome:  # fmt: skip
+    payload = {"comparisons": {k: comparison_json(v) for k, v in comparisons.items()},
+               "sweeps": {k: sweep_json(v) for k, v in sweeps.items()}}  # fmt: skip
+    return Outcome(_paper_text(comparisons, sweeps, setup), payload,
+                   {"comparisons": comparisons, "sweeps": sweeps})  # fmt: skip
+
+
+def _fragmentation(request: Request) -> Outcome:
+    """The Alibaba fragmentation benchmark."""
+    policies = parse_policies(request.policies_text, ALL_POLICIES)
+    runs = _alibaba(policies, request.seeds, request.protocol, request.batch, request.data,
+                    request.workers)  # fmt: skip
+    protocols = PROTOCOLS if request.protocol == "both" else (request.protocol,)
+    text = render(*[frag_table(runs, p) for p in protocols])
+    payload = {"protocols": list(protocols), "batch": request.batch, **frag_json(runs)}
+    return Outcome(text, payload, {"fragmentation": runs})
+
+
+def _trace(request: Request) -> Outcome:
+    """Replay an SWF log (``trace:PATH``)."""
+    policies = parse_policies(request.policies_text, ALL_POLICIES)
+    path = Path(request.workload[len("trace:"):])
+    text, payload = _replay(path, policies, request.setup, request.nodes)
+    return Outcome(text, payload)
+
+
+#: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).
+WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
+    "table1": _paper,
+    **dict.fromkeys(DISTRIBUTIONS, _paper),
+    "synthetic": _paper,
+    "pressure": _pressure,
+    "alibaba-2023": _fragmentation,
+    "trace": _trace,
+}
+WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WORKLOADS)
+
+
 @click.command("simulate")
 @click.option("--workload", default="table1", show_default=True, metavar="NAME|trace:PATH",
-              help=f"One of {', '.join(WORKLOADS)}.")
+              help=f"One of {', '.join(WORKLOAD_NAMES)}.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Jobs (table1: 1000, synthetic: 400; pressure: jobs per node, 200).")
 @click.option("--nodes", type=click.IntRange(1, MAX_SIM_NODES), default=None,
@@ -262,75 +369,26 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
              data: Path | None, verify: bool) -> None:  # fmt: skip
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
+    run = WORKLOADS.get("trace" if workload.startswith("trace:") else workload)
+    if run is None:
+        raise InputError(f"unknown workload {shorten(workload)} "
+                         f"(known: {', '.join(WORKLOAD_NAMES)})")
     if plot is not None:
-        from coshare.sim_plot import require_matplotlib
+        from coshare.sim.plot import require_matplotlib
 
         require_matplotlib()  # fail before hours of simulation, not after
     setup = Setup(threads=threads, age_limit_s=age_limit, cycle_delay_s=cycle_delay,  # type: ignore[arg-type]
                   verify=verify, offload_share=offload_share)  # fmt: skip
     seed_list = list(range(seed, seed + seeds))
-    size_list = parse_sizes(sizes)
+    request = Request(workload, jobs, nodes, policies_text, footprint, seed_list,
+                      parse_sizes(sizes), setup, protocol, batch, workers, data)  # fmt: skip
     header: dict[str, Any] = {"workload": workload, "seeds": seed_list, "setup": asdict(setup)}
-    if workload == "alibaba-2023":
-        policies = parse_policies(policies_text, ALL_POLICIES)
-        runs = _alibaba(policies, seed_list, protocol, batch, data, workers)
-        protocols = PROTOCOLS if protocol == "both" else (protocol,)
-        text = render(*[frag_table(runs, p) for p in protocols])
-        payload = {**header, "protocols": list(protocols), "batch": batch, **frag_json(runs)}
-        _emit(output, text, payload)
-        if plot is not None:
-            from coshare.sim_plot import save_figure
+    outcome = run(request)
+    _emit(output, outcome.text, {**header, **outcome.payload})
+    if plot is not None and outcome.figures:
+        from coshare.sim.plot import save_figure
 
-            save_figure(plot, fragmentation=runs)
-        return
-    if workload.startswith("trace:"):
-        policies = parse_policies(policies_text, ALL_POLICIES)
-        text, payload = _replay(Path(workload[len("trace:"):]), policies, setup, nodes)
-        _emit(output, text, {**header, **payload})
-        return
-    policies = parse_policies(policies_text, PAPER_POLICIES)
-    comparisons: dict[str, list[Comparison]] = {}
-    sweeps: dict[str, list[Sweep]] = {}
-    if workload == "pressure":
-        per_node = jobs or PRESSURE_JOBS_PER_NODE
-        grid = size_list or list(range(2, PAPER_NODES + 1))
-        check_work(len(seed_list) * len(grid) * len(policies), per_node * max(grid),
-                   f"--workload pressure --jobs {per_node} (per node)")  # fmt: skip
-        with progress_bar(len(seed_list) * len(grid) * len(policies), "pressure") as advance:
-            sweeps["pressure (normal)"] = [
-                sweep("normal", grid, policies, s, setup, jobs_per_node=per_node,
-                      step=lambda _: advance(1)) for s in seed_list
-            ]  # fmt: skip
-    elif workload in ("table1", "synthetic", *DISTRIBUTIONS):
-        names = list(DISTRIBUTIONS) if workload == "synthetic" else [workload]
-        count = jobs or (TABLE1_JOBS if workload == "table1" else SYNTHETIC_JOBS)
-        size = nodes or PAPER_NODES
-        runs_each = len(policies) + (2 * (len(policies) - 1) + 1 if footprint else 0)
-        total = len(seed_list) * len(names) * (runs_each + len(size_list or []) * len(policies))
-        check_work(total, count, f"--jobs {count}")
-        with progress_bar(total, workload) as advance:
-            for s in seed_list:
-                calibration = (
-                    None if setup.offload_share is not None else paper_calibration(s, setup)
-                )
-                for name in names:
-                    comparisons.setdefault(name, []).append(
-                        compare(name, count, size, policies, s, setup, footprint,
-                                step=lambda _: advance(1), calibration=calibration))  # fmt: skip
-                    if size_list:
-                        sweeps.setdefault(name, []).append(
-                            sweep(name, size_list, policies, s, setup, jobs=count,
-                                  step=lambda _: advance(1), calibration=calibration))  # fmt: skip
-    else:
-        raise InputError(f"unknown workload {shorten(workload)} (known: {', '.join(WORKLOADS)})")
-    text = _paper_text(comparisons, sweeps, setup)
-    payload = {**header, "comparisons": {k: comparison_json(v) for k, v in comparisons.items()},
-               "sweeps": {k: sweep_json(v) for k, v in sweeps.items()}}  # fmt: skip
-    _emit(output, text, payload)
-    if plot is not None:
-        from coshare.sim_plot import save_figure
-
-        save_figure(plot, comparisons=comparisons, sweeps=sweeps)
+        save_figure(plot, **outcome.figures)
 
 
 def _emit(output: str, text: str, payload: dict[str, Any]) -> None:

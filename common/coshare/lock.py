@@ -1,8 +1,10 @@
-"""One cycle at a time: an flock on ``slurm.lock_file``.
+"""One cycle at a time per queue: an flock on the adapter's ``lock_file``.
 
 systemd timers never overlap a service with itself, but cron does; two cycles interleaving
-their reads and writes could place two jobs on the last free memory of one device. The lock
-is released by the kernel when the process ends, also on SIGKILL, so it never goes stale.
+their reads and writes could place two jobs on the last free memory of one device. Both
+adapters' ``cycle`` takes this lock (``condor.lock_file``, ``slurm.lock_file``); a second
+cycle on the same queue exits at once with :class:`~coshare.errors.CycleBusy`. The lock is
+released by the kernel when the process ends, also on SIGKILL, so it never goes stale.
 """
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from coshare.errors import ConfigError
-
-
-class CycleBusy(Exception):
-    """Another cycle holds the lock."""
+from coshare.errors import ConfigError, CycleBusy
 
 
 @contextmanager
-def cycle_lock(path: str | None) -> Iterator[None]:
+def cycle_lock(path: str | None, setting: str = "lock_file") -> Iterator[None]:
     """Hold the cycle lock for the ``with`` block (no lock when ``path`` is ``None``).
+
+    Args:
+        path: the lock file.
+        setting: the configuration key that names it, for messages (``slurm.lock_file``).
 
     Raises:
         CycleBusy: another process holds it.
@@ -36,14 +38,14 @@ def cycle_lock(path: str | None) -> Iterator[None]:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise ConfigError(f"slurm.lock_file {path}: cannot open ({exc.strerror})") from exc
+        raise ConfigError(f"{setting} {path}: cannot open ({exc.strerror})") from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise CycleBusy(path) from exc
-            raise ConfigError(f"slurm.lock_file {path}: cannot lock ({exc.strerror})") from exc
+            raise ConfigError(f"{setting} {path}: cannot lock ({exc.strerror})") from exc
         yield
     finally:
         os.close(fd)

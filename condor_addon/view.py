@@ -1,22 +1,25 @@
-"""Pure parsers: slot ads and job ads (as plain values) into coshare's model.
+"""What one read of HTCondor means for coshare: slot ads and job ads into the ledger's facts.
 
 The reading side (:mod:`condor_addon.client`) evaluates each projected attribute of each ad
 into a Python value (``int``, ``float``, ``str``, ``bool``, ``list``, ``None`` for undefined);
 everything here works on those values only, so it is tested on ads recorded from a real pool
-(``tests/fixtures/condor/<version>/``).
+(``tests/fixtures/condor/<version>/``). The rules of a placement's life are the ledger's
+(:mod:`coshare.ledger`); this module only translates.
 
 Where the truth lives:
 
 - **Nodes and devices**: the collector's slot ads (``CoshareNodeName`` and the
   ``CoshareNodeDevice*`` lists of coshare-devices). Host cores and memory are the totals of a
-  node's partitionable and static slots.
+  node's partitionable and static slots. A device that advertises no memory or threads takes
+  them from ``device_kinds`` by its model (:func:`coshare.ledger.find_kind`).
 - **What runs where**: the collector's *claimed* slots. Each holds its cores and memory, and a
   coshare job's slot also carries the placement it really started with (``STARTD_JOB_ATTRS``),
   so a job is counted on the device it runs on even if its queue entry says otherwise. Claimed
   slots of unannotated jobs, or of other schedds, hold host resources too.
-- **What is planned**: the schedd's queue. An idle managed job with ``CosharePlacedNode`` holds
-  its node and devices (state ``planned``) until it starts or until ``replan_after_s`` passes;
-  a running job the collector does not show yet is counted from its queue entry.
+- **What is planned**: the schedd's queue. An idle managed job's gate is open while
+  ``CosharePlacedNode`` is set; the ledger counts it as placed, or pending again when its
+  placement expired. A running job the collector does not show yet is counted from its queue
+  entry.
 
 No I/O, no clock: ``now_s`` is passed in.
 """
@@ -24,14 +27,24 @@ No I/O, no clock: ``now_s`` is passed in.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from coshare.annotations import ClusterLimits, parse_job
-from coshare.config import DeviceKind
-from coshare.errors import AnnotationError
-from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot, cores_to_milli
-from coshare.planner import Rejected
+from coshare.ledger import (
+    Book,
+    Current,
+    Placed,
+    Queued,
+    declared_demand,
+    field_value,
+    find_kind,
+    kind_index,
+    refuse_on_error,
+    settle,
+    whole_devices,
+)
+from coshare.model import MILLI, Device, DeviceKind, Node, RunningJob, Snapshot, cores_to_milli
+from coshare.ports import Rejected
 
 from condor_addon import attributes as A
 
@@ -90,7 +103,7 @@ class ClusterView:
 
 
 def _devices(
-    name: str, ad: Values, kinds: Mapping[str, DeviceKind], warnings: list[str]
+    name: str, ad: Values, kinds: Mapping[str, tuple[str, DeviceKind]], warnings: list[str]
 ) -> tuple[Device, ...]:
     ids = _list(ad.get(A.DEVICE_IDS))
     memory = _list(ad.get(A.DEVICE_MEMORY))
@@ -100,7 +113,8 @@ def _devices(
     for i, raw_id in enumerate(ids):
         dev_id = str(raw_id)
         model = str(models[i]) if i < len(models) and models[i] is not None else ""
-        kind = kinds.get(model) or kinds.get(model.lower().replace(" ", "-"))
+        found = find_kind(kinds, model)
+        kind = found[1] if found else None
         mem = _number(memory[i]) if i < len(memory) else None
         thr = _number(threads[i]) if i < len(threads) else None
         mem_mib = int(mem) if mem else (kind.memory_mib if kind else 0)
@@ -119,23 +133,17 @@ def _devices(
     return tuple(out)
 
 
-def _device_demand(job_id: str, ad: Values) -> tuple[int, int] | None:
-    """Declared device memory and threads of a job (from its ad or its slot's copy)."""
-    keys = {k: ad[k] for k in ("CoshareDeviceMemory", "CoshareDeviceThreads") if ad.get(k)}
-    try:
-        job = parse_job(job_id, keys)
-    except AnnotationError:
-        return None
-    return job.device_memory_mib, job.device_threads
-
-
 def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> ClusterView:
     """Read the collector's slot ads into nodes and the resources their claims hold.
 
     Args:
         slots: one mapping per slot ad (see :data:`~condor_addon.attributes.SLOT_PROJECTION`).
         kinds: device limits by model, for devices that advertise no memory or threads.
+
+    Raises:
+        ConfigError: two device kinds with the same name (see :func:`coshare.ledger.kind_index`).
     """
+    index = kind_index(kinds)
     warnings: list[str] = []
     cpu: dict[str, int] = {}
     memory: dict[str, int] = {}
@@ -155,7 +163,7 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
             cpu[name] = cpu.get(name, 0) + cores_to_milli(total_cpus)
             memory[name] = memory.get(name, 0) + int(total_mem)
         if name not in devices and ad.get(A.DEVICE_IDS) is not None:
-            devices[name] = _devices(name, ad, kinds, warnings)
+            devices[name] = _devices(name, ad, index, warnings)
         if kind != "Partitionable" and ad.get("State") == "Claimed":
             claimed.append((name, ad))
 
@@ -178,11 +186,10 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
         if ad.get(A.MANAGED) is True:
             used = tuple(d for d in split_devices(_text(ad.get(A.PLACED_DEVICES)))
                          if d in known.get(name, {}))  # fmt: skip
-            declared = _device_demand(job_id, ad)
+            declared = declared_demand(job_id, ad)
             if declared is None and used:
                 # Unreadable declaration on a running job: count whole devices (never under).
-                first = known[name][used[0]]
-                declared = (first.memory_mib, first.threads)
+                declared = whole_devices([known[name][d] for d in used])
                 warnings.append(f"job {job_id} on {name}: device demand unreadable; "
                                 "counted as using its whole devices")  # fmt: skip
             demand = declared or (0, 0)
@@ -200,7 +207,8 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
 
 @dataclass(frozen=True)
 class QueueJob:
-    """One coshare-managed job as the schedd listed it.
+    """One coshare-managed job as the schedd listed it (values as read, nothing converted
+    that a user could make fail).
 
     Attributes:
         id: ``cluster.proc``.
@@ -210,8 +218,8 @@ class QueueJob:
         placed_node: ``CosharePlacedNode``, or ``None``.
         placed_devices: ``CosharePlacedDevices`` as written (``"0,1"``), or ``None``.
         placed_at: ``CosharePlacedAt`` (epoch seconds), or ``None``.
-        cpu_milli: ``RequestCpus`` in thousandths of a core.
-        memory_mib: ``RequestMemory``.
+        request_cpus: ``RequestCpus`` (cores of the slot: the job's total), or ``None``.
+        request_memory: ``RequestMemory`` (MiB of the slot: the job's total), or ``None``.
         priority: ``JobPrio``.
         submit_time_s: ``QDate``.
         remote_host: the slot it runs in, while it runs.
@@ -224,8 +232,8 @@ class QueueJob:
     placed_node: str | None = None
     placed_devices: str | None = None
     placed_at: float | None = None
-    cpu_milli: int = MILLI
-    memory_mib: int = 0
+    request_cpus: float | None = None
+    request_memory: float | None = None
     priority: int = 0
     submit_time_s: float = 0.0
     remote_host: str | None = None
@@ -237,6 +245,35 @@ class QueueJob:
             return None
         return self.placed_node, split_devices(self.placed_devices)
 
+    @property
+    def placed(self) -> Placed | None:
+        """The placement it carries, for the ledger (``None`` without a node)."""
+        if self.placed_node is None:
+            return None
+        # CosharePlacedAt is written first; a placement without it counts as expired.
+        return Placed(self.placed_node, split_devices(self.placed_devices),
+                      self.placed_at if self.placed_at is not None else 0.0)  # fmt: skip
+
+    @property
+    def cpu_milli(self) -> int:
+        """``RequestCpus`` in thousandths of a core (one core when unset).
+
+        Raises:
+            AnnotationError: a request no core count can hold (``1e308``).
+        """
+        cpus = self.request_cpus
+        if cpus is None or cpus <= 0:
+            return MILLI
+        return field_value(self.id, "RequestCpus", cpus, cores_to_milli, "a number of cores")
+
+    @property
+    def memory_mib(self) -> int:
+        """``RequestMemory`` in MiB, rounded up (0 when unset)."""
+        memory = self.request_memory
+        if memory is None or memory <= 0:
+            return 0
+        return field_value(self.id, "RequestMemory", memory, math.ceil, "a number of MiB")
+
 
 def read_job(ad: Values) -> QueueJob | None:
     """One job ad's values as a :class:`QueueJob`; ``None`` when it lacks its id."""
@@ -244,13 +281,9 @@ def read_job(ad: Values) -> QueueJob | None:
     if cluster is None or proc is None:
         return None
     wanted = {a.lower() for a in A.ANNOTATIONS}
-    annotations = {
-        k: v for k, v in ad.items() if k.lower() in wanted and v is not None
-    }
+    annotations = {k: v for k, v in ad.items() if k.lower() in wanted and v is not None}
     status = _number(ad.get("JobStatus"))
     devices = ad.get(A.PLACED_DEVICES)
-    cpus = _number(ad.get("RequestCpus"))
-    request_memory = _number(ad.get("RequestMemory"))
     return QueueJob(
         id=f"{int(cluster)}.{int(proc)}",
         global_id=_text(ad.get("GlobalJobId")) or "",
@@ -259,11 +292,24 @@ def read_job(ad: Values) -> QueueJob | None:
         placed_node=_text(ad.get(A.PLACED_NODE)),
         placed_devices=devices if isinstance(devices, str) else None,
         placed_at=_number(ad.get(A.PLACED_AT)),
-        cpu_milli=cores_to_milli(cpus) if cpus is not None and cpus > 0 else MILLI,
-        memory_mib=math.ceil(request_memory) if request_memory and request_memory > 0 else 0,
+        request_cpus=_number(ad.get("RequestCpus")),
+        request_memory=_number(ad.get("RequestMemory")),
         priority=int(_number(ad.get("JobPrio")) or 0),
         submit_time_s=_number(ad.get("QDate")) or 0.0,
         remote_host=_text(ad.get("RemoteHost")),
+    )  # fmt: skip
+
+
+def queued(job: QueueJob) -> Queued:
+    """An idle managed job as the ledger's fact (its gate is open while a node is placed).
+
+    Raises:
+        AnnotationError: a host request that cannot be read.
+    """
+    return Queued(
+        id=job.id, annotations=job.annotations, cpu_milli=job.cpu_milli,
+        memory_mib=job.memory_mib, priority=job.priority, submit_time_s=job.submit_time_s,
+        placed=job.placed, gate_open=job.placed_node is not None,
     )  # fmt: skip
 
 
@@ -272,32 +318,27 @@ class QueueView:
     """What the schedd's queue adds to the collector's view.
 
     Attributes:
-        pending: annotated idle jobs to plan (never placed, or placed too long ago).
-        placed: planned-not-started jobs, and running jobs the collector does not show yet.
-        rejected: idle jobs whose annotations are unusable, with the message.
+        book: the idle managed jobs, settled by the ledger (pending, placed, refused, the
+            open gates to close).
+        running: running jobs the collector does not show yet (from their queue entry).
         warnings: problems an admin should know about.
     """
 
-    pending: tuple[Job, ...] = ()
-    placed: tuple[RunningJob, ...] = ()
-    rejected: tuple[Rejected, ...] = ()
+    book: Book = field(default_factory=Book)
+    running: tuple[RunningJob, ...] = ()
     warnings: tuple[str, ...] = ()
 
-
-def _fits(node: Node | None, devices: Sequence[str], job: Job) -> bool:
-    """Whether a recorded placement is still usable: the node and its devices exist and the
-    device count matches what the job needs."""
-    if node is None:
-        return False
-    ids = {d.id for d in node.devices}
-    wanted = job.device_count if job.needs_device else 0
-    return len(devices) == wanted and len(set(devices)) == wanted and set(devices) <= ids
+    @property
+    def rejected(self) -> tuple[Rejected, ...]:
+        """The refused jobs."""
+        return self.book.rejected
 
 
 def parse_queue(
     jobs: Iterable[QueueJob], cluster: ClusterView, *, now_s: float, replan_after_s: float
 ) -> QueueView:
-    """Sort the managed jobs of a queue into pending, planned and rejected.
+    """Sort the managed jobs of a queue: idle ones through the ledger; running ones the
+    collector does not show yet counted from their queue entry.
 
     Args:
         jobs: the managed jobs (``CoshareManaged``) of the schedd.
@@ -306,52 +347,35 @@ def parse_queue(
         replan_after_s: a placed job that has not started after this long is pending again.
     """
     nodes = {n.name: n for n in cluster.nodes}
-    limits = ClusterLimits.of_nodes(cluster.nodes)
-    pending: list[Job] = []
-    placed: list[RunningJob] = []
-    rejected: list[Rejected] = []
+    idle: list[Queued | Rejected] = []
+    running: list[RunningJob] = []
     warnings: list[str] = []
     for q in jobs:
-        if q.status in HOLDS_SLOT:
-            if q.global_id and q.global_id in cluster.global_ids:
-                continue  # the collector's claimed slot already counts it
-            node = cluster.node_of_machine.get(machine_of(q.remote_host or "")) or q.placed_node
-            if node not in nodes:
-                warnings.append(f"job {q.id} runs on {q.remote_host or node!r}, "
-                                "which is not a coshare node; not counted")  # fmt: skip
-                continue
-            demand = _device_demand(q.id, q.annotations) or (0, 0)
-            ids = {d.id for d in nodes[node].devices}
-            placed.append(RunningJob(
-                id=q.id, node=node,
-                devices=tuple(d for d in split_devices(q.placed_devices) if d in ids),
-                device_memory_mib=demand[0], device_threads=demand[1], cpu_milli=q.cpu_milli,
-                memory_mib=q.memory_mib, state="running", start_time_s=q.placed_at,
-            ))  # fmt: skip
+        if q.status == A.IDLE:
+            idle.append(refuse_on_error(q.id, lambda q=q: queued(q), q.annotations))  # type: ignore[misc]
             continue
-        if q.status != A.IDLE:
+        if q.status not in HOLDS_SLOT:
             continue  # held, removed, completed: holds nothing, waits for a person
-        try:
-            job = parse_job(
-                q.id, q.annotations, limits=limits, cpu_milli=q.cpu_milli,
-                memory_mib=q.memory_mib, priority=q.priority, submit_time_s=q.submit_time_s,
-            )  # fmt: skip
-        except AnnotationError as exc:
-            rejected.append(Rejected(q.id, str(exc)))
+        if q.global_id and q.global_id in cluster.global_ids:
+            continue  # the collector's claimed slot already counts it
+        node = cluster.node_of_machine.get(machine_of(q.remote_host or "")) or q.placed_node
+        if node not in nodes:
+            warnings.append(f"job {q.id} runs on {q.remote_host or node!r}, "
+                            "which is not a coshare node; not counted")  # fmt: skip
             continue
-        where = q.placement
-        fresh = q.placed_at is not None and now_s - q.placed_at < replan_after_s
-        if where is not None and fresh and _fits(nodes.get(where[0]), where[1], job):
-            placed.append(RunningJob(
-                id=q.id, node=where[0], devices=where[1],
-                device_memory_mib=job.device_memory_mib if where[1] else 0,
-                device_threads=job.device_threads if where[1] else 0,
-                cpu_milli=job.total_cpu_milli, memory_mib=job.total_memory_mib,
-                state="planned", start_time_s=q.placed_at,
-            ))  # fmt: skip
-        else:
-            pending.append(job)
-    return QueueView(tuple(pending), tuple(placed), tuple(rejected), tuple(warnings))
+        known = {d.id: d for d in nodes[node].devices}
+        devices = tuple(d for d in split_devices(q.placed_devices) if d in known)
+        demand = declared_demand(q.id, q.annotations) or whole_devices(
+            [known[d] for d in devices])  # fmt: skip
+        host = refuse_on_error(q.id, lambda q=q: (q.cpu_milli, q.memory_mib))  # type: ignore[misc]
+        cpu_milli, memory_mib = host if isinstance(host, tuple) else (MILLI, 0)
+        running.append(RunningJob(
+            id=q.id, node=node, devices=devices, device_memory_mib=demand[0],
+            device_threads=demand[1], cpu_milli=cpu_milli, memory_mib=memory_mib,
+            state="running", start_time_s=q.placed_at,
+        ))  # fmt: skip
+    book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s)
+    return QueueView(book, tuple(running), tuple(warnings) + book.notes)
 
 
 def build_snapshot(
@@ -365,7 +389,34 @@ def build_snapshot(
     running = [replace(r, id=id_of.get(r.id, r.id)) for r in cluster.running]
     return Snapshot(
         nodes=cluster.nodes,
-        running=tuple(running) + queue.placed,
-        pending=queue.pending,
+        running=tuple(running) + queue.running + queue.book.planned,
+        pending=queue.book.pending,
         now_s=now_s,
+    )
+
+
+def current(now: QueueJob, then: QueueJob | None) -> Current:
+    """A job as the Editor re-read it, for :func:`coshare.ledger.decide`.
+
+    Args:
+        now: the job as the schedd lists it now.
+        then: the job as the Source read it (``None``: not compared).
+    """
+    changed = None
+    if then is not None and _changed(now, then):
+        changed = "changed since it was read; planned next cycle"
+    return Current(
+        id=now.id, state=A.job_status_name(now.status), pending=now.status == A.IDLE,
+        gate_open=now.placed_node is not None, placed=now.placed, changed=changed,
+    )  # fmt: skip
+
+
+def _changed(now: QueueJob, then: QueueJob) -> bool:
+    """Whether a job was edited since it was read (annotations or placement)."""
+    return (
+        {k.lower(): v for k, v in now.annotations.items()}
+        != {k.lower(): v for k, v in then.annotations.items()}
+        or now.placed_node != then.placed_node
+        or now.placed_devices != then.placed_devices
+        or now.placed_at != then.placed_at
     )

@@ -1,4 +1,4 @@
-"""Reading trace files (the I/O half; the parsers are pure, in coshare.sim.traces).
+"""Reading trace files (the I/O half; the parsers are pure, in :mod:`coshare.sim.traces`).
 
 The project's traces live in the shared folder next to the project, ``../shared/data``
 relative to the project root (``data/README.md`` there describes them); they are read in
@@ -31,13 +31,14 @@ ALIBABA_PODS = "openb_pod_list_default.csv"
 
 def data_dir(explicit: Path | None = None) -> Path:
     """Where the traces are: ``explicit``, else ``$COSHARE_TRACE_DIR``, else
-    ``../shared/data`` from the project root (this file is ``common/coshare/traces.py``)."""
+    ``../shared/data`` from the project root (this file is
+    ``common/coshare/sim/trace_files.py``)."""
     if explicit is not None:
         return explicit
     env = os.environ.get("COSHARE_TRACE_DIR")
     if env:
         return Path(env)
-    beside_checkout = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    beside_checkout = Path(__file__).resolve().parents[3].parent / "shared" / "data"
     if beside_checkout.is_dir():
         return beside_checkout
     return Path.cwd().parent / "shared" / "data"  # an installed copy, run from the project

@@ -11,7 +11,9 @@ import pytest
 from coshare.config import DeviceKind, load_config
 from coshare.schema import parse_snapshot, snapshot_to_dict
 
-from condor_addon.ads import (
+from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
+from condor_addon.client import values_of
+from condor_addon.view import (
     QueueJob,
     build_snapshot,
     machine_of,
@@ -20,8 +22,6 @@ from condor_addon.ads import (
     read_job,
     split_devices,
 )
-from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
-from condor_addon.client import values_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "condor" / "23.9.6"
 KINDS = load_config(environ={}).device_kinds
@@ -77,9 +77,10 @@ def test_queue_splits_pending_planned_and_refused(
 ) -> None:
     view = parse_slots(slots, KINDS)
     queue = parse_queue(jobs, view, now_s=now_s, replan_after_s=300)
-    assert [j.id for j in queue.pending] == ["20.0"]
-    assert (queue.pending[0].device_memory_mib, queue.pending[0].device_threads) == (512, 30)
-    assert [(p.id, p.node, p.devices, p.state, p.cpu_milli) for p in queue.placed] == [
+    pending = queue.book.pending
+    assert [j.id for j in pending] == ["20.0"]
+    assert (pending[0].device_memory_mib, pending[0].device_threads) == (512, 30)
+    assert [(p.id, p.node, p.devices, p.state, p.cpu_milli) for p in queue.book.planned] == [
         ("19.0", "node3", ("0",), "planned", 8000)]
     refused = {r.job: r.reason for r in queue.rejected}
     assert set(refused) == {"17.0", "18.0"}
@@ -104,8 +105,10 @@ def test_a_placement_older_than_the_timeout_is_planned_again(
 ) -> None:
     view = parse_slots(slots, KINDS)
     queue = parse_queue(jobs, view, now_s=now_s + 301, replan_after_s=300)
-    assert "19.0" in {j.id for j in queue.pending}
-    assert queue.placed == ()
+    assert "19.0" in {j.id for j in queue.book.pending}
+    assert queue.book.planned == ()
+    # Its gate is open: the Editor closes it before it opens any other.
+    assert "not started within" in queue.book.to_close["19.0"]
 
 
 def test_placement_on_a_vanished_node_is_planned_again(
@@ -113,7 +116,8 @@ def test_placement_on_a_vanished_node_is_planned_again(
 ) -> None:
     view = parse_slots([s for s in slots if s.get("CoshareNodeName") != "node3"], KINDS)
     queue = parse_queue(jobs, view, now_s=now_s, replan_after_s=300)
-    assert "19.0" in {j.id for j in queue.pending}
+    assert "19.0" in {j.id for j in queue.book.pending}
+    assert "cannot take it" in queue.book.to_close["19.0"]
 
 
 def test_running_job_not_yet_in_the_collector_counts_from_its_queue_entry(
@@ -122,7 +126,7 @@ def test_running_job_not_yet_in_the_collector_counts_from_its_queue_entry(
     lagging = [s for s in slots if s.get("Name") != "slot1_1@node1@vm"]  # 14.0's slot
     view = parse_slots(lagging, KINDS)
     queue = parse_queue(jobs, view, now_s=now_s, replan_after_s=300)
-    [entry] = [p for p in queue.placed if p.id == "14.0"]
+    [entry] = [p for p in queue.running if p.id == "14.0"]
     assert (entry.node, entry.devices, entry.state) == ("node1", ("0",), "running")
     assert (entry.device_memory_mib, entry.device_threads) == (2048, 60)
 
@@ -164,7 +168,8 @@ def test_unmanaged_job_states_are_ignored(
 ) -> None:
     held = [replace(j, status=5) for j in jobs]
     queue = parse_queue(held, parse_slots(slots, KINDS), now_s=now_s, replan_after_s=300)
-    assert (queue.pending, queue.placed, queue.rejected) == ((), (), ())
+    assert (queue.book.pending, queue.book.planned, queue.rejected, queue.running) == (
+        (), (), (), ())
 
 
 def test_small_helpers() -> None:
@@ -173,3 +178,43 @@ def test_small_helpers() -> None:
     assert machine_of("slot1_2@node2@vm") == "node2@vm"
     assert read_job({"ClusterId": 3}) is None
     assert read_job({"ClusterId": 3, "ProcId": 0, "RequestMemory": 100.5}).memory_mib == 101
+
+
+def test_device_models_match_kinds_ignoring_case_and_separators() -> None:
+    ad: dict[str, object] = {
+        "Name": "slot1@n@h", "SlotType": "Partitionable", "TotalSlotCpus": 2,
+        "TotalSlotMemory": 100, "CoshareNodeName": "n", "CoshareNodeDeviceIds": ["0", "1"],
+        "CoshareNodeDeviceMemory": [0, 0], "CoshareNodeDeviceThreads": [0, 0],
+        "CoshareNodeDeviceModels": ["V100M16", "v100 m16"],
+    }  # fmt: skip
+    view = parse_slots([ad], {"v100-m16": DeviceKind(memory_mib=16384, threads=163840)})
+    assert [(d.memory_mib, d.threads) for d in view.nodes[0].devices] == [(16384, 163840)] * 2
+
+
+def test_a_multi_process_job_reserves_its_slot_request_per_process(
+    slots: list[dict[str, object]]
+) -> None:
+    # RequestCpus/RequestMemory are the slot's: the job's total. Job.cpu_milli is per process.
+    job = QueueJob(id="30.0", annotations={"CoshareDeviceMemory": 512, "CoshareDeviceThreads": 30,
+                                            "CoshareProcesses": 4},
+                   request_cpus=6, request_memory=1000)  # fmt: skip
+    queue = parse_queue([job], parse_slots(slots, KINDS), now_s=0, replan_after_s=300)
+    [pending] = queue.book.pending
+    assert (pending.processes, pending.cpu_milli, pending.memory_mib) == (4, 1500, 250)
+    assert (pending.total_cpu_milli, pending.total_memory_mib) == (6000, 1000)
+
+
+def test_an_absurd_value_refuses_that_job_only(slots: list[dict[str, object]]) -> None:
+    huge = QueueJob(id="31.0", annotations={"CoshareDeviceMemory": "9" * 400,
+                                            "CoshareDeviceThreads": 30})  # fmt: skip
+    cores = QueueJob(id="32.0", request_cpus=1e308,
+                     annotations={"CoshareDeviceMemory": 512, "CoshareDeviceThreads": 30})
+    good = QueueJob(id="33.0", annotations={"CoshareDeviceMemory": 512,
+                                            "CoshareDeviceThreads": 30})  # fmt: skip
+    queue = parse_queue([huge, cores, good], parse_slots(slots, KINDS), now_s=0,
+                        replan_after_s=300)  # fmt: skip
+    assert [j.id for j in queue.book.pending] == ["33.0"]
+    reasons = {r.job: r.reason for r in queue.rejected}
+    assert reasons["31.0"].startswith("job 31.0: CoshareDeviceMemory='99999")
+    assert len(reasons["31.0"]) < 300  # the value is shown bounded
+    assert reasons["32.0"].startswith("job 32.0: RequestCpus='1e+308'")

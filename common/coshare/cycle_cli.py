@@ -1,0 +1,133 @@
+"""``coshare condor|slurm cycle|show``: the commands both scheduler adapters share, defined once.
+
+::
+
+    coshare SCHEDULER cycle [--policy NAME] [--threads strict|soft] [--seed N] [--dry-run]
+                            [-v] [--output table|json]
+    coshare SCHEDULER show  [--policy NAME] [--threads strict|soft] [--seed N]
+                            [-v] [--output table|json]
+
+An adapter package builds its group with :func:`scheduler_group`, giving only how to open
+its adapter (:class:`coshare.ports.Adapter`) from the configuration and where its cycle
+lock is. ``cycle`` reads, plans, checks and writes under the queue's lock (a second cycle
+on the same queue says so and exits 0); ``show`` reads and plans, and writes nothing.
+
+Exit statuses of ``cycle``, for cron: 0 every write went through (jobs may still wait); 1
+the scheduler could not be read or written (the next cycle recovers); 2 bad configuration;
+3 some jobs' writes failed (they are planned again next cycle).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from coshare.cli import AppContext, configured, pass_app, policy_flags, policy_options
+from coshare.config import Config
+from coshare.errors import CycleBusy
+from coshare.lock import cycle_lock
+from coshare.planner import run_cycle, timed_plan
+from coshare.policies import make_policy
+from coshare.ports import Adapter
+from coshare.render import cycle_summary, cycle_to_dict, plan_table, show_text
+from coshare.schema import snapshot_to_dict
+
+OpenAdapter = Callable[[Config], Adapter]
+"""Builds a scheduler's adapter from the configuration (the adapter package's ``open``)."""
+
+
+def _verbose_flag(func: Any) -> Any:
+    return click.option("--verbose", "-v", is_flag=True,
+                        help="Also log what the adapter does, and print the plan per device.",
+                        )(func)  # fmt: skip
+
+
+def _output_flag(func: Any) -> Any:
+    return click.option("--output", type=click.Choice(["table", "json"]), default="table",
+                        show_default=True,
+                        help="json: for tools (cycle: the plan and what was written; show: "
+                        "the snapshot, input of `coshare plan`).")(func)  # fmt: skip
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="coshare: %(levelname)s: %(message)s")  # fmt: skip
+
+
+def _warn(notes: tuple[str, ...]) -> None:
+    for note in notes:
+        click.echo(f"coshare: warning: {note}", err=True)
+
+
+def scheduler_group(
+    name: str, summary: str, open_adapter: OpenAdapter, lock_file: Callable[[Config], str | None]
+) -> click.Group:
+    """The ``coshare NAME`` group with its ``cycle`` and ``show`` commands.
+
+    Args:
+        name: the scheduler's command (and configuration section) name.
+        summary: the group's help text.
+        open_adapter: builds the adapter from the configuration.
+        lock_file: the cycle lock of a configuration (``None``: no lock).
+    """
+
+    @click.group(name=name, help=summary)
+    def group() -> None:
+        pass
+
+    @group.command()
+    @policy_flags
+    @click.option("--dry-run", is_flag=True,
+                  help="Read and plan, write nothing; say what would be written.")  # fmt: skip
+    @_verbose_flag
+    @_output_flag
+    @pass_app
+    @click.pass_context
+    def cycle(ctx: click.Context, app: AppContext, policy_name: str | None, threads: str | None,
+              seed: int | None, dry_run: bool, verbose: bool, output: str) -> None:  # fmt: skip
+        """Run one planning cycle: read the queue, plan, check the plan, write it in batches."""
+        _logging(verbose)
+        config = configured(app, policy_name, threads, seed)
+        policy = make_policy(config.policy.name, policy_options(config))
+        try:
+            with cycle_lock(lock_file(config), f"{name}.lock_file"):
+                adapter = open_adapter(config)
+                report = run_cycle(adapter, policy, adapter, dry_run=dry_run,
+                                   strict_threads=config.policy.threads == "strict")  # fmt: skip
+        except CycleBusy as busy:
+            click.echo(f"coshare: {busy}")
+            return
+        _warn(report.notes)
+        if output == "json":
+            click.echo(json.dumps(cycle_to_dict(report), indent=1))
+        else:
+            if verbose and report.snapshot is not None:
+                click.echo(plan_table(report.snapshot, report.plan), nl=False)
+            click.echo(cycle_summary(report), nl=False)
+        ctx.exit(report.exit_status)
+
+    @group.command()
+    @policy_flags
+    @_verbose_flag
+    @_output_flag
+    @pass_app
+    def show(app: AppContext, policy_name: str | None, threads: str | None, seed: int | None,
+             verbose: bool, output: str) -> None:  # fmt: skip
+        """Show the queue as coshare reads it: every node and device with what runs and is
+        planned there, and why each waiting job waits (writes nothing)."""
+        _logging(verbose)
+        config = configured(app, policy_name, threads, seed)
+        result = open_adapter(config).read()
+        if output == "json":
+            _warn(result.notes)
+            click.echo(json.dumps(snapshot_to_dict(result.snapshot), indent=1))
+            return
+        plan = timed_plan(make_policy(config.policy.name, policy_options(config)),
+                          result.snapshot)  # fmt: skip
+        click.echo(show_text(result, plan), nl=False)
+
+    return group

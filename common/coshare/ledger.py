@@ -1,0 +1,540 @@
+"""The rules of the ledger, written once for every scheduler.
+
+The scheduler's queue is the ledger: a job placed by coshare carries its placement in its
+own record (HTCondor: ``CosharePlacedNode``/``Devices``/``At``; Slurm: ``ReqNodeList`` and
+``AdminComment``), and a job can start only while its *gate* is open (HTCondor: the placed
+node is set, so its Requirements match that node; Slurm: it is released). An adapter only
+translates: scheduler records into the facts below (:class:`Queued`, :class:`Current`), and
+the decisions below into its scheduler's edits. The life of a placement::
+
+    pending --plan, write, open the gate--> placed --starts--> running
+       ^                                      |
+       |      expired: not started within cycle.replan_after_s,
+       +----- or its node or devices are gone (a drained node, a device removed)
+
+- **pending**: planned this cycle; counts nowhere.
+- **placed** (gate open, not started): counts against its node and devices, with the larger
+  of the demand it was placed for and what it declares now, until it starts (never double
+  booked by a later cycle).
+- **running**: counts where it really runs (:func:`declared_demand`, :func:`whole_devices`).
+- **expired**: pending again *in the same cycle* and counted nowhere; the Editor closes its
+  gate (HTCondor: clears the placed node; Slurm: holds it) and confirms that before it
+  opens any new gate, unless the plan puts it back exactly where it is (:func:`decide`). If
+  such a job started at its old placement meanwhile, the plan may oversubscribe that device,
+  so nothing more is written this cycle and the next one reads the truth
+  (:func:`gates_may_open`). An admin wants a job whose placement proved unusable to move at
+  once, not a timer period later; closing first keeps double booking impossible.
+
+The other rules both adapters follow:
+
+- **Host requests are per job, shares per process**: the scheduler's host request is the
+  job's total on its node (HTCondor's RequestCpus/RequestMemory are its slot's; Slurm's CPUs
+  are cpus-per-task x tasks); :attr:`Job.cpu_milli` and :attr:`Job.memory_mib` are per
+  process, the total divided by ``processes`` rounded up (never under-reserve).
+- **Device kinds** are matched by name ignoring case, spaces, ``-`` and ``_``
+  (``V100M16`` is ``v100-m16``); two configured kinds with the same such name are a
+  configuration error naming both (:func:`kind_index`).
+- **No one job stops a cycle**: any error while reading one pending job refuses that job,
+  with a message naming the job and the field (:func:`refuse_on_error`); the Editor marks it
+  (held, with the reason) and every other job is planned.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Literal, TypeVar
+
+from coshare.annotations import KEYS, ClusterLimits, parse_job, squash
+from coshare.errors import AnnotationError, ConfigError, FieldProblem
+from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob
+from coshare.ports import JobOutcome, Rejected
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Characters of a user's value quoted in a message; the rest is counted, never printed.
+SHOWN_CHARS = 40
+
+
+def shown(value: str, limit: int = SHOWN_CHARS) -> str:
+    """``value`` for a message: whole when short, else its start and its length (a value from
+    a job can be as long as its owner likes; a message must stay readable and bounded)."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value)} characters)"
+
+# -- device kinds --------------------------------------------------------------------------
+
+_KIND_NOISE = re.compile(r"[\s_-]+")
+
+
+def kind_key(name: str) -> str:
+    """A device kind's name as compared: ``"V100 M16"``, ``"v100-m16"`` -> ``"v100m16"``."""
+    return _KIND_NOISE.sub("", name).casefold()
+
+
+def kind_index(kinds: Mapping[str, DeviceKind]) -> dict[str, tuple[str, DeviceKind]]:
+    """The configured device kinds by :func:`kind_key`, with their configured names.
+
+    Raises:
+        ConfigError: two kinds whose names differ only in case, spaces, ``-`` or ``_``.
+    """
+    index: dict[str, tuple[str, DeviceKind]] = {}
+    for name, kind in kinds.items():
+        key = kind_key(name)
+        if key in index:
+            raise ConfigError(
+                f"device_kinds: {index[key][0]!r} and {name!r} name the same kind (names are "
+                "compared ignoring case, spaces, '-' and '_'); keep one"
+            )
+        index[key] = (name, kind)
+    return index
+
+
+def find_kind(
+    index: Mapping[str, tuple[str, DeviceKind]], name: str
+) -> tuple[str, DeviceKind] | None:
+    """The configured kind a device's model or GRES type names, with its configured name."""
+    return index.get(kind_key(name)) if name else None
+
+
+# -- host shares ---------------------------------------------------------------------------
+
+
+def per_process(total: int, processes: int) -> int:
+    """One process's share of a job's total host request, rounded up (never under-reserve)."""
+    return -(-total // max(processes, 1))
+
+
+# -- reading one job -----------------------------------------------------------------------
+
+
+def field_value(job_id: str, name: str, raw: R, convert: Callable[[R], T], allowed: str) -> T:
+    """Convert one field of a scheduler's job record; any failure names the job and field.
+
+    Raises:
+        AnnotationError: ``convert`` raised (an absurd size, a non-finite number, ...).
+    """
+    try:
+        return convert(raw)
+    except Exception as exc:  # a value from one job must never stop the cycle
+        why = f"cannot be read ({type(exc).__name__}: {shown(str(exc))})"
+        problem = FieldProblem(name, shown(str(raw)), allowed, why)
+        raise AnnotationError(job_id, [problem]) from exc
+
+
+def refuse_on_error(
+    job_id: str, read: Callable[[], T], annotations: Mapping[str, object] | None = None
+) -> T | Rejected:
+    """``read()``, or the job refused when reading it raises anything at all.
+
+    An :class:`~coshare.errors.AnnotationError` keeps its message. Any other exception
+    (an ``OverflowError`` from a 400-digit size, a bug in a parser) becomes a message that
+    names the job and, when one of its ``annotations`` alone raises it, that key with its
+    value and allowed range; the job is refused and the cycle goes on for the others.
+    """
+    try:
+        return read()
+    except AnnotationError as exc:
+        return Rejected(job_id, str(exc))
+    except Exception as exc:  # no one job's record may stop a cycle (issue 11)
+        return Rejected(job_id, _unreadable(job_id, exc, annotations or {}))
+
+
+def _unreadable(job_id: str, exc: Exception, annotations: Mapping[str, object]) -> str:
+    what = f"{type(exc).__name__}: {shown(str(exc))}"
+    allowed = {squash(spec.attribute): spec.allowed for spec in KEYS}
+    for key, value in annotations.items():
+        try:
+            parse_job(job_id, {key: value})
+        except AnnotationError:
+            continue
+        except Exception:  # this key alone raises: name it
+            problem = FieldProblem(key, shown(str(value)), allowed.get(squash(key), "the README"),
+                                   f"cannot be read ({what})")  # fmt: skip
+            return str(AnnotationError(job_id, [problem]))
+    return f"job {job_id}: cannot be read ({what})"
+
+
+# -- the queue's facts ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A placement recorded in a job.
+
+    Attributes:
+        node: the node's name.
+        devices: the device ids on it (empty for CPU jobs).
+        at_s: when it was written, seconds since the epoch.
+        device_memory_mib: device memory it was placed for, when recorded (Slurm).
+        device_threads: device threads it was placed for, when recorded (Slurm).
+    """
+
+    node: str
+    devices: tuple[str, ...]
+    at_s: float
+    device_memory_mib: int | None = None
+    device_threads: int | None = None
+
+
+@dataclass(frozen=True)
+class Queued:
+    """One pending annotated job, as an adapter translates its scheduler's record.
+
+    Attributes:
+        id: the scheduler's job id.
+        annotations: the user's coshare keys and raw values.
+        cpu_milli: the scheduler's host cores request: the job's total on its node.
+        memory_mib: the scheduler's host memory request: the job's total on its node.
+        priority: the scheduler's priority.
+        submit_time_s: when it was submitted (the snapshot's clock).
+        placed: the placement it carries, if any (whether or not its gate is open).
+        gate_open: whether it could start now (HTCondor: a placed node is set; Slurm: it is
+            not held).
+    """
+
+    id: str
+    annotations: Mapping[str, object]
+    cpu_milli: int = MILLI
+    memory_mib: int = 0
+    priority: int = 0
+    submit_time_s: float = 0.0
+    placed: Placed | None = None
+    gate_open: bool = False
+
+
+def pending_job(queued: Queued, limits: ClusterLimits | None) -> Job:
+    """The job the policy plans: its annotations checked, host requests shared per process.
+
+    Raises:
+        AnnotationError: its annotations are unusable (and anything a parser raises; call it
+            through :func:`refuse_on_error`).
+    """
+    job = parse_job(
+        queued.id, queued.annotations, limits=limits, cpu_milli=queued.cpu_milli,
+        memory_mib=queued.memory_mib, priority=queued.priority,
+        submit_time_s=queued.submit_time_s,
+    )  # fmt: skip
+    if job.processes > 1:
+        job = replace(job, cpu_milli=per_process(queued.cpu_milli, job.processes),
+                      memory_mib=per_process(queued.memory_mib, job.processes))  # fmt: skip
+    return job
+
+
+PlacementStatus = Literal["none", "placed", "expired", "gone"]
+"""``none``: no open placement; ``placed``: counts; ``expired``: not started in time;
+``gone``: its node or devices cannot take it now."""
+
+
+def placement_status(
+    queued: Queued, job: Job, node: Node | None, *, now_s: float, replan_after_s: float
+) -> PlacementStatus:
+    """Where a pending job stands in the life of a placement (see the module docstring)."""
+    placed = queued.placed
+    if placed is None or not queued.gate_open:
+        return "none"
+    ids = {d.id for d in node.devices} if node is not None else set()
+    wanted = job.device_count if job.needs_device else 0
+    devices = placed.devices
+    if node is None or len(devices) != wanted or len(set(devices)) != wanted:
+        return "gone"
+    if not set(devices) <= ids:
+        return "gone"
+    if not now_s - placed.at_s < replan_after_s:
+        return "expired"
+    return "placed"
+
+
+def counted(queued: Queued, job: Job) -> RunningJob:
+    """What a placed, not started job holds: its placement, with the larger of the demand it
+    was placed for and what it declares now, and its whole host request."""
+    placed = queued.placed
+    assert placed is not None
+    on_device = bool(placed.devices)
+    memory = max(job.device_memory_mib, placed.device_memory_mib or 0) if on_device else 0
+    threads = max(job.device_threads, placed.device_threads or 0) if on_device else 0
+    return RunningJob(
+        id=job.id, node=placed.node, devices=placed.devices, device_memory_mib=memory,
+        device_threads=threads, cpu_milli=max(job.total_cpu_milli, queued.cpu_milli),
+        memory_mib=max(job.total_memory_mib, queued.memory_mib), state="planned",
+        start_time_s=placed.at_s,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Book:
+    """The pending side of one read, settled by the ledger's rules.
+
+    Attributes:
+        pending: jobs to plan (never placed, or their placement expired or is gone).
+        planned: placed, not started jobs: they hold their devices.
+        rejected: jobs refused, with the message for their owner.
+        to_close: pending jobs whose gate is open, with why it must not stay open: the Editor
+            closes each one the plan does not keep exactly where it is, before it opens any
+            other.
+        notes: what an admin should know.
+    """
+
+    pending: tuple[Job, ...] = ()
+    planned: tuple[RunningJob, ...] = ()
+    rejected: tuple[Rejected, ...] = ()
+    to_close: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def settle(
+    queue: Iterable[Queued | Rejected],
+    nodes: Sequence[Node],
+    *,
+    now_s: float,
+    replan_after_s: float,
+) -> Book:
+    """Sort the pending annotated jobs of one read into pending, planned and refused.
+
+    Args:
+        queue: each pending annotated job, or the refusal its translation ended in.
+        nodes: the usable nodes (the limits annotations are checked against).
+        now_s: now, on the clock of the placements' times.
+        replan_after_s: a placement not started after this long has expired.
+    """
+    by_name = {n.name: n for n in nodes}
+    limits = ClusterLimits.of_nodes(nodes)
+    pending: list[Job] = []
+    planned: list[RunningJob] = []
+    rejected: list[Rejected] = []
+    to_close: dict[str, str] = {}
+    notes: list[str] = []
+    for item in queue:
+        if isinstance(item, Rejected):
+            rejected.append(item)
+            continue
+        job = refuse_on_error(item.id, partial(pending_job, item, limits), item.annotations)
+        if isinstance(job, Rejected):
+            rejected.append(job)
+            continue
+        node = by_name.get(item.placed.node) if item.placed is not None else None
+        status = refuse_on_error(item.id, partial(placement_status, item, job, node, now_s=now_s,
+                                                  replan_after_s=replan_after_s))  # fmt: skip
+        if isinstance(status, Rejected):
+            rejected.append(status)
+        elif status == "placed":
+            planned.append(counted(item, job))
+        else:
+            pending.append(job)
+            if item.gate_open:
+                to_close[item.id] = _OPEN_GATE[status]
+            if status == "gone" and item.placed is not None:
+                where = f"{item.placed.node}/{','.join(item.placed.devices)}"
+                notes.append(f"job {item.id} is placed on {where}, which cannot take it now; "
+                             "it is planned again")  # fmt: skip
+    return Book(tuple(pending), tuple(planned), tuple(rejected), to_close, tuple(notes))
+
+
+#: Why a pending job's open gate must close, by its placement's status.
+_OPEN_GATE: dict[PlacementStatus, str] = {
+    "expired": "placed but not started within cycle.replan_after_s",
+    "gone": "placed where its node or devices cannot take it now",
+    "none": "could start without a placement",
+    "placed": "placed",  # never used: a placed job is counted, not closed
+}
+
+
+# -- running jobs --------------------------------------------------------------------------
+
+
+def declared_demand(job_id: str, annotations: Mapping[str, object]) -> tuple[int, int] | None:
+    """A running job's declared device memory and threads per device, or ``None`` when its
+    declaration cannot be read (whatever the reason)."""
+    keys = {k: v for k, v in annotations.items()
+            if squash(k) in ("devicememory", "devicethreads") and v not in (None, "")}  # fmt: skip
+    job = refuse_on_error(job_id, lambda: parse_job(job_id, keys))
+    if isinstance(job, Rejected):
+        return None
+    return job.device_memory_mib, job.device_threads
+
+
+def whole_devices(devices: Sequence[Device]) -> tuple[int, int]:
+    """The demand of a job counted as using its devices whole (a device Slurm gave outside
+    coshare, or a running job whose declaration is unreadable): never under-count."""
+    return (max((d.memory_mib for d in devices), default=0),
+            max((d.threads for d in devices), default=0))  # fmt: skip
+
+
+# -- the Editor's decisions ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Current:
+    """One job as the Editor re-read it just before writing.
+
+    Attributes:
+        id: the job id.
+        state: the scheduler's word for its state, for messages (``running``, ``held``).
+        pending: whether it still waits to start.
+        gate_open: whether it could start now.
+        placed: the placement it carries, if any.
+        changed: why it is no longer as the Source read it; ``None``: as read.
+    """
+
+    id: str
+    state: str
+    pending: bool
+    gate_open: bool
+    placed: Placed | None = None
+    changed: str | None = None
+
+
+@dataclass(frozen=True)
+class Write:
+    """One placement to write (then open its gate).
+
+    Attributes:
+        job: the job id.
+        node: the node's name.
+        devices: the device ids.
+        device_memory_mib: the device memory it is placed for.
+        device_threads: the device threads it is placed for.
+    """
+
+    job: str
+    node: str
+    devices: tuple[str, ...]
+    device_memory_mib: int = 0
+    device_threads: int = 0
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """What one apply writes, in this order: close, then writes, then refusals.
+
+    Attributes:
+        close: open gates to close (and confirm) before any new gate opens, with why.
+        writes: placements to write.
+        unchanged: jobs already placed exactly so.
+        skipped: jobs not written, with why (ended, started, changed since the read).
+        failed: jobs that cannot be written at all.
+        refuse: refused jobs still pending: to mark with their reason and keep from starting.
+    """
+
+    close: tuple[JobOutcome, ...] = ()
+    writes: tuple[Write, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    skipped: tuple[JobOutcome, ...] = ()
+    failed: tuple[JobOutcome, ...] = ()
+    refuse: tuple[Rejected, ...] = ()
+
+
+def keeps(now: Current, node: str, devices: Sequence[str], job: Job) -> bool:
+    """Whether a job's open placement already is what the plan asks (nothing to write)."""
+    placed = now.placed
+    if not now.gate_open or placed is None:
+        return False
+    if (placed.node, placed.devices) != (node, tuple(devices)):
+        return False
+    return (placed.device_memory_mib is None or placed.device_memory_mib >= job.device_memory_mib
+            ) and (placed.device_threads is None
+                   or placed.device_threads >= job.device_threads)  # fmt: skip
+
+
+def decide(
+    plan: Plan,
+    pending: Mapping[str, Job],
+    to_close: Mapping[str, str],
+    rejected: Sequence[Rejected],
+    current: Mapping[str, Current],
+) -> Decisions:
+    """Decide what applying ``plan`` writes, from the jobs as they are now.
+
+    Args:
+        plan: the plan.
+        pending: the snapshot's pending jobs, by id.
+        to_close: the read's pending jobs with an open gate, with why
+            (:attr:`Book.to_close`).
+        rejected: the read's refused jobs.
+        current: the involved jobs as re-read just before writing (plan, refused and
+            :attr:`Book.to_close` jobs); a job missing here left the queue.
+    """
+    spots: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
+    for a in plan.assignments:
+        spots[a.job].append((a.node, a.devices))
+    writes: list[Write] = []
+    unchanged: list[str] = []
+    skipped: list[JobOutcome] = []
+    failed: list[JobOutcome] = []
+    for job_id, places in spots.items():
+        job = pending.get(job_id)
+        now = current.get(job_id)
+        if job is None:
+            failed.append(JobOutcome(job_id, "is in the plan but was not pending"))
+        elif len(places) != 1:
+            skipped.append(JobOutcome(job_id, "spans several nodes; coshare places a job of "
+                                      "this scheduler on one node"))  # fmt: skip
+        elif now is None:
+            skipped.append(JobOutcome(job_id, "left the queue since it was read"))
+        elif not now.pending:
+            skipped.append(JobOutcome(job_id, f"is {now.state} now, no longer pending"))
+        elif keeps(now, places[0][0], places[0][1], job):
+            unchanged.append(job_id)
+        elif now.changed is not None:
+            skipped.append(JobOutcome(job_id, now.changed))
+        else:
+            node, devices = places[0]
+            writes.append(Write(job_id, node, tuple(devices), job.device_memory_mib,
+                                job.device_threads))  # fmt: skip
+    refused = {r.job for r in rejected}
+    kept = set(unchanged)
+    moves = {w.job: f"{w.node}/{','.join(w.devices)}" if w.devices else w.node for w in writes}
+    close: list[JobOutcome] = []
+    for c in sorted(current.values(), key=lambda c: _job_order(c.id)):
+        if c.id in kept or not (c.pending and c.gate_open):
+            continue
+        if c.id not in pending and c.id not in to_close and c.id not in refused:
+            continue  # not a job this cycle decides about (a placed one, counted as such)
+        why = to_close.get(c.id, "its gate opened since it was read")
+        if c.id in refused:
+            then = "refused"
+        elif c.id in moves:
+            then = f"planned again on {moves[c.id]}"
+        else:
+            then = "not placed this cycle"
+        close.append(JobOutcome(c.id, f"{why}; {then}"))
+    refuse: list[Rejected] = []
+    for r in rejected:
+        now = current.get(r.job)
+        if now is None or not now.pending:
+            state = "left the queue" if now is None else now.state
+            skipped.append(JobOutcome(r.job, f"not marked ({state}): {r.reason}"))
+        elif now.changed is not None:
+            skipped.append(JobOutcome(r.job, f"not marked ({now.changed}): {r.reason}"))
+        else:
+            refuse.append(r)
+    return Decisions(tuple(close), tuple(writes), tuple(unchanged), tuple(skipped),
+                     tuple(failed), tuple(refuse))  # fmt: skip
+
+
+def gates_may_open(started: Collection[str], not_closed: Collection[str]) -> str | None:
+    """After closing gates: ``None`` when new gates may open, else why nothing more is written
+    this cycle (a job started at the placement being withdrawn, or a gate did not close: the
+    plan may oversubscribe that device; the next cycle reads the truth)."""
+    if started:
+        return (f"not written: {', '.join(sorted(started, key=_job_order))} started at an "
+                "expired placement while this cycle planned; planning again next cycle")
+    if not_closed:
+        return (f"not written: the placement of {', '.join(sorted(not_closed, key=_job_order))} "
+                "could not be withdrawn; planning again next cycle")
+    return None
+
+
+def _job_order(job_id: str) -> tuple[int, ...] | tuple[int, str]:
+    """Numeric order of job ids (``9`` before ``10``; ``2.1`` before ``10.0``)."""
+    parts = job_id.split(".")
+    if all(p.isdigit() for p in parts):
+        return tuple(int(p) for p in parts)
+    return (-1, job_id)

@@ -1,0 +1,138 @@
+"""The ports of the planning cycle: what a scheduler adapter offers, and what it answers.
+
+::
+
+    Source.read() ----------> SourceResult(snapshot, rejected, waiting, notes)
+    Editor.apply(plan, rejected, dry_run) --> ApplyReport(applied, unchanged, skipped,
+                                                          failed, rejected, withdrawn)
+
+Both scheduler adapters (``condor_addon``, ``slurm_addon``) implement the two protocols in
+one object, their ``adapter`` module; the simulator keeps its own in-memory ledger. The
+rules both adapters follow (when a placement counts, when it expires, what a refused job
+becomes) live in :mod:`coshare.ledger`; this module holds only the shapes.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from coshare.model import Plan, Snapshot
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A pending job left out of the cycle because it cannot be planned as it is.
+
+    Attributes:
+        job: the job id.
+        reason: the message for the user, naming the job, the key and the allowed range.
+    """
+
+    job: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """An annotated job that is not planned this cycle for a reason of the scheduler's own
+    (a begin time in the future, a dependency on a queued job); it is left as it is.
+
+    Attributes:
+        job: the job id.
+        reason: why it waits, for ``show``.
+    """
+
+    job: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """What a Source read.
+
+    Attributes:
+        snapshot: what the policy plans.
+        rejected: pending jobs refused with their message (the Editor marks them).
+        waiting: annotated jobs not planned now, with why (for ``show``).
+        notes: what an admin should fix (unknown device kinds, unreadable records, ...).
+    """
+
+    snapshot: Snapshot
+    rejected: tuple[Rejected, ...] = ()
+    waiting: tuple[Waiting, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class Source(Protocol):
+    """Reads the scheduler into a snapshot.
+
+    Contract: ``read`` returns the cluster's nodes with their devices; the running jobs and
+    those planned by coshare but not started (``state="planned"``) with what they hold; and
+    the pending *annotated* jobs, not yet planned or whose placement expired. Jobs without
+    coshare annotations never appear as pending. A job that cannot be read or whose
+    annotations are unusable is returned in ``rejected`` with its message, never raised: no
+    one job stops a cycle. Raises :class:`~coshare.errors.SchedulerError` when the scheduler
+    cannot be read at all.
+    """
+
+    def read(self) -> SourceResult:
+        """Take a snapshot of the scheduler."""
+        ...
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What happened to one job when a plan was applied."""
+
+    job: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What an Editor did.
+
+    Attributes:
+        applied: jobs whose placement was written (or would be, in a dry run).
+        unchanged: jobs already placed exactly so (re-running a cycle is a no-op).
+        skipped: jobs that ended or changed between read and write; nothing was written.
+        failed: jobs whose write failed; they are planned again next cycle.
+        rejected: jobs marked (held, commented) with the reason they were refused.
+        withdrawn: jobs whose open placement was closed (HTCondor: its node cleared; Slurm:
+            held) because the plan no longer keeps them there, with why.
+        dry_run: whether nothing was written.
+    """
+
+    applied: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    skipped: tuple[JobOutcome, ...] = ()
+    failed: tuple[JobOutcome, ...] = ()
+    rejected: tuple[JobOutcome, ...] = ()
+    withdrawn: tuple[JobOutcome, ...] = ()
+    dry_run: bool = False
+
+
+class Editor(Protocol):
+    """Writes a plan into the scheduler's queue.
+
+    Contract: edits are batched; applying the same plan twice writes nothing the second time
+    (``unchanged``); a job that vanished or changed since it was read is ``skipped`` with a
+    reason, never an exception that aborts the batch; a failed write of one job is ``failed``
+    and the others go on; an open placement the plan does not keep is closed, and that close
+    confirmed, before any new placement is opened (:mod:`coshare.ledger`); with ``dry_run``
+    nothing is written and the report says what would be. Raises
+    :class:`~coshare.errors.SchedulerError` only when nothing can be written.
+    """
+
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
+        """Apply a plan (and mark rejected jobs)."""
+        ...
+
+
+class Adapter(Source, Editor, Protocol):
+    """A scheduler adapter: its Source and Editor in one object (the Editor compares each job
+    with what the Source read)."""

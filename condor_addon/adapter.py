@@ -1,0 +1,228 @@
+"""The HTCondor adapter: the cycle's Source and Editor over the htcondor2 bindings.
+
+::
+
+    read():  collector: every slot ad ---> parse_slots --> nodes, devices, claimed slots
+             schedd: managed active jobs -> parse_queue --> the ledger: pending, placed, refused
+                                             build_snapshot --> Snapshot
+    apply(): schedd: managed jobs again (what changed since the read?) --> plan_edits()
+             --> close the open gates the plan does not keep; confirm
+             --> CosharePlacedAt, CosharePlacedDevices, CosharePlacedNode (batched)
+             --> hold refused jobs with their reason
+
+Slots are read before jobs, so a job that starts in between is still counted (from its queue
+entry, as running). One object is both Source and Editor because the Editor compares each
+job with the state the Source read. :mod:`condor_addon.view` says where each fact comes from,
+:mod:`condor_addon.edits` the order of the writes and why a crash at any point is harmless.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from coshare.config import Config
+from coshare.errors import SchedulerError
+from coshare.ledger import gates_may_open
+from coshare.model import Plan
+from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
+
+from condor_addon import attributes as A
+from condor_addon import expressions as X
+from condor_addon.client import CondorClient, open_client
+from condor_addon.edits import Edits, plan_edits
+from condor_addon.errors import EditFailed
+from condor_addon.view import (
+    QueueJob,
+    QueueView,
+    build_snapshot,
+    current,
+    parse_queue,
+    parse_slots,
+    read_job,
+)
+
+
+def open_adapter(config: Config) -> CondorAdapter:
+    """The adapter of ``coshare condor`` for a configuration."""
+    return CondorAdapter(open_client(config.condor), config)
+
+
+class CondorAdapter:
+    """Reads one HTCondor pool and schedd and writes plans into it (Source and Editor).
+
+    Args:
+        client: the bindings edge.
+        config: the whole configuration (``condor``, ``cycle`` and ``device_kinds``).
+        clock: wall-clock seconds (the clock of ``QDate`` and ``CosharePlacedAt``).
+
+    Attributes:
+        jobs: the managed jobs of the last read, by id (the Editor's change check).
+    """
+
+    def __init__(
+        self, client: CondorClient, config: Config, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.clock = clock
+        self.jobs: dict[str, QueueJob] = {}
+        self.queue: QueueView | None = None
+
+    # -- Source ---------------------------------------------------------------------------
+
+    def read(self) -> SourceResult:
+        """Take a snapshot of the pool and the schedd's managed jobs.
+
+        Raises:
+            SchedulerUnavailable: the collector or the schedd cannot be reached.
+        """
+        cluster = parse_slots(self.client.slot_ads(), self.config.device_kinds)
+        jobs = self._jobs(X.ACTIVE_MANAGED_JOBS)
+        now_s = self.clock()
+        queue = parse_queue(jobs.values(), cluster, now_s=now_s,
+                            replan_after_s=self.config.cycle.replan_after_s)  # fmt: skip
+        self.jobs, self.queue = jobs, queue
+        snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
+        return SourceResult(snapshot, queue.book.rejected,
+                            notes=cluster.warnings + queue.warnings)  # fmt: skip
+
+    def _jobs(self, constraint: str) -> dict[str, QueueJob]:
+        jobs = (read_job(v) for v in self.client.job_ads(constraint))
+        return {j.id: j for j in jobs if j is not None}
+
+    # -- Editor ---------------------------------------------------------------------------
+
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
+        """Write ``plan`` (and hold ``rejected`` jobs); see :class:`coshare.ports.Editor`.
+
+        Raises:
+            SchedulerUnavailable: the schedd cannot be reached to re-read the jobs.
+        """
+        queue = self.queue
+        if queue is None:
+            raise SchedulerError("apply() needs a read() first")
+        if not plan.assignments and not rejected and not queue.book.to_close:
+            return ApplyReport(dry_run=dry_run)
+        now_jobs = self._jobs(X.MANAGED_JOBS)
+        now = {i: current(q, self.jobs.get(i)) for i, q in now_jobs.items()}
+        edits = plan_edits(plan, queue.book, rejected, now)
+        d = edits.decisions
+        verb = "would hold" if self.config.condor.hold_invalid else "left idle"
+        if dry_run:
+            return ApplyReport(
+                applied=tuple(w.job for w in d.writes), unchanged=d.unchanged,
+                skipped=d.skipped, failed=d.failed, withdrawn=d.close, dry_run=True,
+                rejected=tuple(JobOutcome(r.job, f"{verb}: {r.reason}") for r in d.refuse),
+            )  # fmt: skip
+        batch = _Batch(self.client, now_jobs)
+        closed = batch.close_gates([o.job for o in d.close])
+        withdrawn = tuple(o for o in d.close if o.job in closed)
+        blocked = gates_may_open(batch.started, batch.not_closed)
+        if blocked is not None:
+            return ApplyReport(
+                unchanged=d.unchanged, failed=d.failed + tuple(batch.failed), withdrawn=withdrawn,
+                skipped=d.skipped + tuple(batch.skipped)
+                + tuple(JobOutcome(w.job, blocked) for w in d.writes if w.job in batch.alive),
+            )  # fmt: skip
+        self._write(batch, edits)
+        if self.config.condor.hold_invalid:
+            marked = batch.hold(dict(edits.holds))
+        else:
+            marked = [JobOutcome(r.job, f"left idle: {r.reason}") for r in d.refuse]
+        return ApplyReport(
+            applied=tuple(w.job for w in d.writes if w.job in batch.alive),
+            unchanged=d.unchanged,
+            skipped=d.skipped + tuple(batch.skipped),
+            failed=d.failed + tuple(batch.failed),
+            rejected=tuple(marked),
+            withdrawn=withdrawn,
+        )
+
+    def _write(self, batch: _Batch, edits: Edits) -> None:
+        """Steps 1-3 of :mod:`condor_addon.edits`: the node, which opens the gate, last."""
+        batch.edit_all(edits.placed, A.PLACED_AT, X.time_value(self.clock()))
+        for devices, ids in edits.devices:
+            batch.edit_all(ids, A.PLACED_DEVICES, X.devices_value(devices))
+        for node, ids in edits.nodes:
+            batch.edit_all(ids, A.PLACED_NODE, X.node_value(node))
+
+
+class _Batch:
+    """The writes of one apply: which jobs are still going, skipped or failed."""
+
+    def __init__(self, client: CondorClient, jobs: Mapping[str, QueueJob]) -> None:
+        self.client = client
+        self.alive: set[str] = set(jobs)
+        self.skipped: list[JobOutcome] = []
+        self.failed: list[JobOutcome] = []
+        self.started: set[str] = set()
+        self.not_closed: set[str] = set()
+
+    def _drop_gone(self, ids: Sequence[str]) -> list[str]:
+        """Re-read the queue; mark jobs no longer idle as skipped; return those still idle."""
+        fresh = {j.id: j for j in (read_job(v) for v in self.client.job_ads(X.MANAGED_JOBS))
+                 if j is not None}  # fmt: skip
+        keep: list[str] = []
+        for job_id in ids:
+            now = fresh.get(job_id)
+            if now is not None and now.status == A.IDLE:
+                keep.append(job_id)
+                continue
+            state = "left the queue" if now is None else f"is {A.job_status_name(now.status)}"
+            self.skipped.append(JobOutcome(job_id, f"{state} while being placed; not written"))
+            self.alive.discard(job_id)
+            if now is not None and now.status not in (A.HELD, A.REMOVED, A.COMPLETED):
+                self.started.add(job_id)
+        return keep
+
+    def close_gates(self, ids: Sequence[str]) -> set[str]:
+        """Step 0: ``CosharePlacedNode = undefined`` on idle jobs only (a guarded edit), then
+        confirmed: a job that is no longer idle is ``started`` (unless it was held or left),
+        one whose edit failed is ``not_closed``.
+
+        Returns:
+            the jobs whose gate is now closed.
+        """
+        if not ids:
+            return set()
+        try:
+            edited = self.client.edit_where(X.idle_managed(ids), A.PLACED_NODE, X.UNDEFINED)
+        except EditFailed as exc:
+            for job_id in ids:
+                self.failed.append(JobOutcome(job_id, f"placement not withdrawn: {exc}"))
+                self.alive.discard(job_id)
+            self.not_closed.update(ids)
+            return set()
+        if edited < len(ids):
+            return set(self._drop_gone(ids))
+        return set(ids)
+
+    def edit_all(self, ids: Sequence[str], attribute: str, value: str) -> None:
+        """One transaction for ``ids``; on failure, retry once without the jobs that left."""
+        ids = [j for j in ids if j in self.alive]
+        if not ids:
+            return
+        try:
+            self.client.edit_ids(ids, attribute, value)
+            return
+        except EditFailed:
+            ids = self._drop_gone(ids)
+        try:
+            self.client.edit_ids(ids, attribute, value)
+        except EditFailed as exc:
+            for job_id in ids:
+                self.failed.append(JobOutcome(job_id, str(exc)))
+                self.alive.discard(job_id)
+
+    def hold(self, groups: Mapping[str, Sequence[str]]) -> list[JobOutcome]:
+        """Hold each group of refused jobs with its reason (guarded: idle jobs only)."""
+        outcomes: list[JobOutcome] = []
+        for reason, ids in groups.items():
+            try:
+                self.client.hold_where(X.idle_managed(ids), reason)
+            except EditFailed as exc:
+                self.failed += [JobOutcome(j, f"could not hold ({exc}): {reason}") for j in ids]
+                continue
+            outcomes += [JobOutcome(j, f"held: {reason}") for j in ids]
+        return outcomes

@@ -1,0 +1,91 @@
+"""What to write into the schedd to apply a plan: pure decisions, tested without HTCondor.
+
+:func:`plan_edits` asks the ledger (:func:`coshare.ledger.decide`) what each job needs, from
+the jobs as the schedd lists them *now*, and groups the writes into the fewest schedd
+transactions (``Schedd.edit`` with a list of job ids), in the order that keeps a crash
+harmless::
+
+    0. CosharePlacedNode = undefined   every open gate the plan does not keep (guarded: idle
+                                       jobs only); confirmed before step 1
+    1. CosharePlacedAt = <now>         all placements, one transaction
+    2. CosharePlacedDevices = "0,1"    one transaction per device set
+    3. CosharePlacedNode = "node2"     one transaction per node: opens the gate
+    4. hold                            refused jobs, one action per reason
+
+A job reaches step 3 only after its own steps 1 and 2 succeeded, so a crash or SIGKILL at
+any point leaves every job either with its gate closed (the next cycle plans it again) or
+fully placed. The ClassAd text of each value is built by :mod:`condor_addon.expressions`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from coshare.ledger import Book, Current, Decisions, decide
+from coshare.model import Plan
+from coshare.ports import Rejected
+
+
+@dataclass(frozen=True)
+class Edits:
+    """The transactions of one apply.
+
+    Attributes:
+        decisions: the ledger's decision per job.
+        placed: jobs whose ``CosharePlacedAt`` is written (step 1).
+        devices: ``(device ids, jobs)`` per device set (step 2).
+        nodes: ``(node, jobs)`` per node (step 3).
+        holds: ``(hold reason, jobs)`` of refused jobs per reason (step 4).
+    """
+
+    decisions: Decisions
+    placed: tuple[str, ...] = ()
+    devices: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    nodes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    holds: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def plan_edits(
+    plan: Plan, book: Book, rejected: Sequence[Rejected], current: Mapping[str, Current]
+) -> Edits:
+    """Decide and group the writes that apply ``plan`` (see the module docstring).
+
+    Args:
+        plan: the plan.
+        book: the read's ledger (its pending jobs and open gates).
+        rejected: the jobs refused by the read, to hold.
+        current: the managed jobs as the schedd lists them now.
+    """
+    decisions = decide(plan, {j.id: j for j in book.pending}, book.to_close, rejected,
+                       current)  # fmt: skip
+    by_devices: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    by_node: dict[str, list[str]] = defaultdict(list)
+    for w in decisions.writes:
+        by_devices[w.devices].append(w.job)
+        by_node[w.node].append(w.job)
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for r in decisions.refuse:
+        by_reason[hold_reason(r.reason, r.job)].append(r.job)
+    return Edits(
+        decisions=decisions,
+        placed=tuple(w.job for w in decisions.writes),
+        devices=tuple((d, tuple(ids)) for d, ids in sorted(by_devices.items())),
+        nodes=tuple((n, tuple(ids)) for n, ids in sorted(by_node.items())),
+        holds=tuple((r, tuple(ids)) for r, ids in by_reason.items()),
+    )
+
+
+def hold_reason(message: str, job_id: str) -> str:
+    """The hold reason for a job refused for its annotations: the parser's message without the
+    leading ``job ID:`` (HTCondor shows the job next to it), prefixed ``coshare:``.
+
+    The reason travels as text, not as an expression, yet the schedd (23.9) stores one that
+    holds a double quote as an unparsable HoldReason (seen on the test pool: the reason was
+    lost), so double quotes become single ones and backslashes are dropped: a user's value
+    cannot blank out or break the hold reason.
+    """
+    prefix = f"job {job_id}: "
+    text = message[len(prefix) :] if message.startswith(prefix) else message
+    return "coshare: " + text.replace("\\", "").replace('"', "'")

@@ -1,0 +1,115 @@
+"""The cycle and show commands both adapters share (coshare.cycle_cli), driven through a
+stand-in adapter: options, output, the cycle lock, notes and exit statuses."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+from coshare.cli import cli
+from coshare.cycle_cli import scheduler_group
+from coshare.model import Device, Job, Node, Plan, Snapshot
+from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult, Waiting
+
+
+@pytest.fixture(autouse=True)
+def no_system_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("coshare.config.DEFAULT_CONFIG_PATH", tmp_path / "absent.yaml")
+    for var in [v for v in os.environ if v.startswith("COSHARE_")]:
+        monkeypatch.delenv(var)
+
+
+class StandIn:
+    """An adapter over a fixed snapshot that records what it was asked to apply."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[Plan, bool]] = []
+
+    def read(self) -> SourceResult:
+        node = Node("n1", 4000, 8192, (Device("0", 8192, 240, model="phi-5110p"),))
+        snapshot = Snapshot((node,), pending=(Job("7", 1024, 60),), now_s=0.0)
+        return SourceResult(snapshot, (Rejected("8", "job 8: bad"),), (Waiting("9", "later"),),
+                            ("check node n2",))  # fmt: skip
+
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
+        self.applied.append((plan, dry_run))
+        moved = JobOutcome("5", "placed but not started; moved")
+        return ApplyReport(applied=tuple(a.job for a in plan.assignments), dry_run=dry_run,
+                           withdrawn=(moved,))  # fmt: skip
+
+
+def group(tmp_path: Path, adapter: StandIn) -> click.Group:
+    return scheduler_group("fake", "A stand-in scheduler.", lambda config: adapter,
+                           lambda config: str(tmp_path / "cycle.lock"))  # fmt: skip
+
+
+def invoke(g: click.Group, *args: str) -> click.testing.Result:
+    return CliRunner().invoke(g, list(args))
+
+
+def test_cycle_plans_writes_and_says_what_it_did(tmp_path: Path) -> None:
+    adapter = StandIn()
+    result = invoke(group(tmp_path, adapter), "cycle", "--policy", "exclusive", "-v")
+    assert result.exit_code == 0, result.output
+    assert adapter.applied[0][0].policy == "exclusive" and adapter.applied[0][1] is False
+    assert "cycle (exclusive): 1 pending, 1 placed, wrote 1" in result.stdout
+    assert "  refused 8: job 8: bad" in result.stdout
+    assert "  withdrew 5: placed but not started; moved" in result.stdout
+    assert "Plan by policy exclusive" in result.stdout  # -v: the plan per device
+    assert result.stderr == "coshare: warning: check node n2\n"
+
+
+def test_cycle_as_json_for_tools(tmp_path: Path) -> None:
+    result = invoke(group(tmp_path, StandIn()), "cycle", "--dry-run", "--output", "json")
+    data = json.loads(result.stdout)
+    assert data["plan"]["assignments"] == [{"job": "7", "node": "n1", "device": "0"}]
+    assert data["apply"]["dry_run"] is True and data["apply"]["applied"] == ["7"]
+    assert data["rejected"] == [{"job": "8", "reason": "job 8: bad"}]
+    assert data["waiting"] == [{"job": "9", "reason": "later"}]
+    assert data["exit_status"] == 0
+
+
+def test_a_second_cycle_on_the_same_queue_does_nothing(tmp_path: Path) -> None:
+    adapter = StandIn()
+    fd = os.open(tmp_path / "cycle.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        result = invoke(group(tmp_path, adapter), "cycle")
+    finally:
+        os.close(fd)
+    assert result.exit_code == 0 and adapter.applied == []
+    assert result.stdout == f"coshare: another cycle holds {tmp_path / 'cycle.lock'}; this one " \
+                            "did nothing\n"
+
+
+def test_show_lists_devices_and_every_waiting_job(tmp_path: Path) -> None:
+    result = invoke(group(tmp_path, StandIn()), "show")
+    flat = " ".join(result.stdout.split())
+    assert "1 nodes, 1 devices; 0 running, 0 planned not started, 1 pending, 1 refused, " \
+           "1 waiting" in flat
+    assert "n1 0 phi-5110p 0/8192 (+1024) 0/240" in flat
+    assert "7 placed on n1/0 by the next cycle" in flat and "9 later" in flat
+    assert "8 refused: job 8: bad" in flat and "note: check node n2" in flat
+    snapshot = json.loads(invoke(group(tmp_path, StandIn()), "show", "--output", "json").stdout)
+    assert [j["id"] for j in snapshot["pending"]] == ["7"]
+
+
+def test_both_schedulers_offer_the_same_options() -> None:
+    def options(name: str, command: str) -> list[list[str]]:
+        ctx = click.Context(cli)
+        sub = cli.get_command(ctx, name)
+        assert isinstance(sub, click.Group)
+        found = sub.get_command(ctx, command)
+        assert found is not None
+        return sorted(p.opts for p in found.params)
+
+    for command in ("cycle", "show"):
+        assert options("condor", command) == options("slurm", command)
+    cycle = {o for opts in options("slurm", "cycle") for o in opts}
+    assert {"--policy", "--threads", "--dry-run", "-v", "--output"} <= cycle
