@@ -318,7 +318,9 @@ def test_a_drained_node_takes_nothing_and_show_says_why(live: Pool, tmp_path: Pa
         assert "node3 Drained/" in flat and "coshare-test firmware" in flat, flat
         live.submit(1, requirements="CoshareNeverStart =?= true", **annotated(12000, 60))
         report = live.cycle(dry_run=True)  # only node3's 16 GiB device could hold it
-        assert report.plan.placed == 0 and report.plan.unplaced[0].code == "never_fits"
+        assert report.plan.placed == 0
+        [refused] = report.rejected
+        assert "exceeds every device (largest: 8192 MiB)" in refused.reason
     finally:
         startd.cancelDrainJobs(request)
     wait_for(lambda: "Nodes that take no jobs now" not in show(), 60, "node3 to take jobs")
