@@ -203,22 +203,29 @@ def parse_node(record: Mapping[str, object], notes: list[str] | None = None) -> 
     )
 
 
-def _read_record(record: Mapping[str, object], notes: list[str]) -> SlurmNode | None:
-    """A node record, or ``None`` with a note naming the node and the field
+def _read_record(record: Mapping[str, object], notes: list[str]) -> SlurmNode | str:
+    """A node record, or its name with a note naming the node and the field
     (:func:`coshare.ledger.read_node`) when it has a name but holds a bad value."""
     name = checked_id("name", record.get("name"))  # no name: parse_records notes the index
-    return read_node(name, lambda: parse_node(record, notes), notes)
+    node = read_node(name, lambda: parse_node(record, notes), notes)
+    return name if node is None else node
 
 
 def parse_sinfo_json(output: str, notes: list[str] | None = None) -> list[SlurmNode]:
     """Every node of ``sinfo --json``, once each (sinfo repeats a node per partition);
-    unreadable records are skipped with a note.
+    unreadable records are skipped with a note, and a node one of whose records is
+    unreadable is left out whole, noted once.
 
     Raises:
         SlurmOutputError: the output as a whole is unreadable.
     """
+    found: list[str] = []
+    read = parse_records(output, "sinfo --json", "nodes", "node", _read_record, found)
+    left_out = {r for r in read if isinstance(r, str)}
     nodes: dict[str, SlurmNode] = {}
-    for node in parse_records(output, "sinfo --json", "nodes", "node", _read_record, notes):
-        if node is not None:
+    for node in read:
+        if isinstance(node, SlurmNode) and node.name not in left_out:
             nodes.setdefault(node.name, node)
+    if notes is not None:
+        notes.extend(dict.fromkeys(found))  # a node repeated per partition: one note
     return list(nodes.values())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -305,3 +306,15 @@ def test_the_quick_reread_reads_ascii_priorities_only() -> None:
     marker = "cs0"
     line = marker.join(["9", "PENDING", "None", "\u00b2", "", "(null)", "c"]) + marker + "end\n"
     assert parse_squeue_fields(line, ["9"], marker)["9"].priority == 0  # int("²") raised
+
+
+def test_a_node_in_two_partitions_is_left_out_whole_and_noted_once() -> None:
+    data = json.loads(sinfo_with("csl-n2", cpus=math.nan))
+    bad = next(r for r in data["nodes"] if r["name"] == "csl-n2")
+    data["nodes"].append({**bad, "partitions": ["other"]})
+    data["nodes"].append({**bad, "partitions": ["third"], "cpus": 8})  # readable this time
+    notes: list[str] = []
+    nodes = parse_sinfo_json(json.dumps(data), notes)
+    assert [n.name for n in nodes] == ["csl-n1", "csl-n3", "csl-n4"]
+    assert notes == ["node csl-n2: cpus=nan is not a number (allowed: a number 0..1048576); "
+                     "node left out of this cycle"]
