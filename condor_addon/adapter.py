@@ -85,7 +85,8 @@ class CondorAdapter:
         self.jobs, self.queue = jobs, queue
         snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
         return SourceResult(snapshot, queue.book.rejected,
-                            notes=cluster.warnings + queue.warnings)  # fmt: skip
+                            notes=cluster.warnings + queue.warnings,
+                            unusable=cluster.unusable)  # fmt: skip
 
     def _jobs(self, constraint: str) -> dict[str, QueueJob]:
         jobs = (read_job(v) for v in self.client.job_ads(constraint))

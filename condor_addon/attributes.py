@@ -59,7 +59,7 @@ SLOT_PROJECTION: tuple[str, ...] = (
     "Name", "Machine", "SlotType", "State", "Activity", "Cpus", "Memory", "TotalSlotCpus",
     "TotalSlotMemory", "GlobalJobId", "JobId", NODE_NAME, DEVICE_IDS, DEVICE_MEMORY,
     DEVICE_THREADS, DEVICE_MODELS, MANAGED, PLACED_NODE, PLACED_DEVICES,
-    "CoshareDeviceMemory", "CoshareDeviceThreads",
+    "CoshareDeviceMemory", "CoshareDeviceThreads", "DrainReason",
 )  # fmt: skip
 
 #: HTCondor's JobStatus codes (condor_q's letters) for the states coshare cares about.

@@ -27,24 +27,48 @@ No I/O, no clock: ``now_s`` is passed in.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from coshare.bounds import (
+    MAX_CORES,
+    MAX_CPU_MILLI,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_DEVICES,
+    MAX_MEMORY_MIB,
+    MAX_PRIORITY,
+    MAX_TIME_S,
+    BadValue,
+    bounded,
+    shorten_text,
+)
+from coshare.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
 from coshare.ledger import (
     Book,
     Current,
     Placed,
     Queued,
     declared_demand,
-    field_value,
     find_kind,
     kind_index,
+    read_node,
     refuse_on_error,
     settle,
     whole_devices,
+    whole_node,
 )
-from coshare.model import MILLI, Device, DeviceKind, Node, RunningJob, Snapshot, cores_to_milli
-from coshare.ports import Rejected
+from coshare.model import (
+    MILLI,
+    Device,
+    DeviceKind,
+    Node,
+    RunningJob,
+    Snapshot,
+    capacity_cores_to_milli,
+    cores_to_milli,
+)
+from coshare.ports import Rejected, Unusable
 
 from condor_addon import attributes as A
 
@@ -52,6 +76,12 @@ Values = Mapping[str, object]
 
 #: Job states that hold a slot (the job has, or is about to have, a starter).
 HOLDS_SLOT = frozenset({A.RUNNING, A.TRANSFERRING_OUTPUT, A.SUSPENDED})
+
+#: Slot states in which a slot takes no new job: ``condor_drain`` ("Drained"), or its START
+#: expression is false ("Owner"); HTCondor manual, "Machine States". A node all of whose
+#: partitionable and static slots are in one of them takes nothing: it is left out of the
+#: snapshot, as Slurm's drained and down nodes are, and ``show`` says why.
+CLOSED_STATES = frozenset({"Drained", "Owner"})
 
 
 def _text(value: object) -> str | None:
@@ -64,15 +94,13 @@ def _number(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _or(value: object, default: object) -> object:
+    """``value``, or ``default`` when the ad lacks it (or it evaluates to undefined)."""
+    return default if value is None else value
+
+
 def _list(value: object) -> list[object]:
     return list(value) if isinstance(value, (list, tuple)) else []
-
-
-def split_devices(text: str | None) -> tuple[str, ...]:
-    """``"0,1"`` -> ``("0", "1")``; empty or ``None`` -> ``()``."""
-    if not text:
-        return ()
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def machine_of(slot_name: str) -> str:
@@ -85,7 +113,8 @@ class ClusterView:
     """What the collector says: the nodes, and what holds resources on them.
 
     Attributes:
-        nodes: managed nodes (those advertising ``CoshareNodeName``), sorted by name.
+        nodes: managed nodes (those advertising ``CoshareNodeName``) that take jobs, sorted
+            by name.
         running: claimed slots as running jobs; ``id`` is the job's GlobalJobId (or the slot
             name for a claim without a job), renamed to the queue's id by
             :func:`build_snapshot`.
@@ -93,6 +122,9 @@ class ClusterView:
         node_of_machine: startd name (``node2@host``) -> node name, to place a job by its
             ``RemoteHost`` before the collector shows its slot.
         warnings: problems an admin should fix (a node's devices unusable, ...).
+        unusable: nodes whose slots are drained or closed (:data:`CLOSED_STATES`), with why.
+        left_out: nodes not planned this cycle: the unusable ones, and those whose slot ads
+            could not be read (each named in ``warnings``).
     """
 
     nodes: tuple[Node, ...]
@@ -100,28 +132,69 @@ class ClusterView:
     global_ids: frozenset[str] = frozenset()
     node_of_machine: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    unusable: tuple[Unusable, ...] = ()
+    left_out: frozenset[str] = frozenset()
+
+
+def _device_id(raw: object) -> str:
+    """One of ``CoshareNodeDeviceIds``: an id (integers as written) without a comma, since
+    placements join device ids with commas.
+
+    Raises:
+        BadValue: anything else.
+    """
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        raw = str(raw)
+    dev_id = checked_id(A.DEVICE_IDS, raw)
+    if "," in dev_id:
+        raise BadValue(A.DEVICE_IDS, raw, "an id without a comma", "holds a comma")
+    return dev_id
+
+
+def _device_number(name: str, values: list[object], i: int, maximum: int) -> int:
+    """A device's memory or threads (a capacity: rounded down); 0 when not advertised (then
+    its model's ``device_kinds`` entry gives it)."""
+    raw = values[i] if i < len(values) else None
+    return 0 if raw is None else int(bounded(name, raw, maximum))
 
 
 def _devices(
     name: str, ad: Values, kinds: Mapping[str, tuple[str, DeviceKind]], warnings: list[str]
 ) -> tuple[Device, ...]:
+    """The devices one slot ad advertises; an unusable one is ignored with a warning naming
+    the node, the device and the field.
+
+    Raises:
+        BadValue: more than :data:`~coshare.bounds.MAX_DEVICES` devices.
+    """
     ids = _list(ad.get(A.DEVICE_IDS))
+    if len(ids) > MAX_DEVICES:
+        raise BadValue(A.DEVICE_IDS, f"{len(ids)} devices", f"at most {MAX_DEVICES} devices")
     memory = _list(ad.get(A.DEVICE_MEMORY))
     threads = _list(ad.get(A.DEVICE_THREADS))
     models = _list(ad.get(A.DEVICE_MODELS))
     out: list[Device] = []
     for i, raw_id in enumerate(ids):
-        dev_id = str(raw_id)
-        model = str(models[i]) if i < len(models) and models[i] is not None else ""
+        where = f"node {name} device {shorten_text(str(raw_id))}"
+        try:
+            dev_id = _device_id(raw_id)
+            model = models[i] if i < len(models) and models[i] is not None else ""
+            problem = text_problem(model, MAX_TEXT_CHARS) if isinstance(model, str) else \
+                "is not a string"  # fmt: skip
+            if problem is not None:
+                raise BadValue(A.DEVICE_MODELS, model, "a model name", problem)
+            mem_mib = _device_number(A.DEVICE_MEMORY, memory, i, MAX_DEVICE_MEMORY_MIB)
+            hw_threads = _device_number(A.DEVICE_THREADS, threads, i, MAX_DEVICE_THREADS)
+        except BadValue as exc:
+            warnings.append(f"{where}: {exc}; device ignored")
+            continue
+        assert isinstance(model, str)
         found = find_kind(kinds, model)
         kind = found[1] if found else None
-        mem = _number(memory[i]) if i < len(memory) else None
-        thr = _number(threads[i]) if i < len(threads) else None
-        mem_mib = int(mem) if mem else (kind.memory_mib if kind else 0)
-        hw_threads = int(thr) if thr else (kind.threads if kind else 0)
-        where = f"node {name!r} device {dev_id!r}"
-        if not dev_id or "," in dev_id or any(d.id == dev_id for d in out):
-            warnings.append(f"{where}: unusable or repeated device id; device ignored")
+        mem_mib = mem_mib or (kind.memory_mib if kind else 0)
+        hw_threads = hw_threads or (kind.threads if kind else 0)
+        if any(d.id == dev_id for d in out):
+            warnings.append(f"{where}: repeated device id; device ignored")
         elif mem_mib <= 0 or hw_threads <= 0:
             missing = "memory" if mem_mib <= 0 else "hardware threads"
             warnings.append(
@@ -133,8 +206,107 @@ def _devices(
     return tuple(out)
 
 
+def _first(ad: Values, *names: str) -> tuple[str, object]:
+    """The first of ``names`` the ad has (a slot's total, else its current size), with its
+    name for messages; ``(names[0], 0)`` when it has none."""
+    for name in names:
+        if ad.get(name) is not None:
+            return name, ad[name]
+    return names[0], 0
+
+
+@dataclass(frozen=True)
+class _NodeRead:
+    """One node's slot ads, read."""
+
+    node: Node
+    claimed: tuple[Values, ...]
+    closed: Unusable | None
+
+
+def _read_node(
+    name: str, ads: Sequence[Values], kinds: Mapping[str, tuple[str, DeviceKind]],
+    warnings: list[str],
+) -> _NodeRead:  # fmt: skip
+    """Capacity, devices, claims and state of one node from its slot ads. Capacities round
+    down, so a node is never promised more than it has (issue 11).
+
+    Raises:
+        BadValue: a total out of :mod:`coshare.bounds` (the node is left out).
+    """
+    cpu_milli = memory_mib = 0
+    devices: tuple[Device, ...] | None = None
+    claimed: list[Values] = []
+    states: list[str] = []
+    for ad in ads:
+        kind = _text(ad.get("SlotType")) or "Static"
+        if kind != "Dynamic":
+            cpus_name, cpus = _first(ad, "TotalSlotCpus", "Cpus")
+            memory_name, memory = _first(ad, "TotalSlotMemory", "Memory")
+            cpu_milli += capacity_cores_to_milli(bounded(cpus_name, cpus, MAX_CORES))
+            memory_mib += int(bounded(memory_name, memory, MAX_MEMORY_MIB))
+            states.append(_text(ad.get("State")) or "")
+        if devices is None and ad.get(A.DEVICE_IDS) is not None:
+            devices = _devices(name, ad, kinds, warnings)
+        if kind != "Partitionable" and ad.get("State") == "Claimed":
+            claimed.append(ad)
+    if not states:
+        raise BadValue("SlotType", "Dynamic only", "a Partitionable or Static slot",
+                       "shows no slot that holds the node's resources")  # fmt: skip
+    if cpu_milli == 0:
+        raise BadValue("TotalSlotCpus", 0, "at least a thousandth of a core on one node")
+    if cpu_milli > MAX_CPU_MILLI or memory_mib > MAX_MEMORY_MIB:
+        total = f"{cpu_milli // MILLI} cores, {memory_mib} MiB"
+        raise BadValue("TotalSlotCpus+TotalSlotMemory", total, f"at most {MAX_CORES} cores and "
+                       f"{MAX_MEMORY_MIB} MiB on one node", "summed over its slots is too much")
+    closed = None
+    if states and all(state in CLOSED_STATES for state in states):
+        first = next(ad for ad in ads if (_text(ad.get("State")) or "") in CLOSED_STATES)
+        activity = _text(first.get("Activity"))
+        reason = _text(first.get("DrainReason")) or ""
+        closed = Unusable(name, "/".join(filter(None, (states[0], activity))),
+                          shorten_text(reason) if reason else "")  # fmt: skip
+    return _NodeRead(Node(name, cpu_milli, memory_mib, devices or ()), tuple(claimed), closed)
+
+
+def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[str]) -> RunningJob:
+    """A claimed slot as a running job: its cores and memory are a demand (rounded up).
+
+    Raises:
+        BadValue: its size or ids out of bounds (the node is left out).
+    """
+    global_id = ad.get("GlobalJobId")
+    job_id = checked_id("GlobalJobId", global_id) if global_id is not None else \
+        checked_id("Name", ad.get("Name"))  # fmt: skip
+    cpu_milli = cores_to_milli(bounded("Cpus", ad.get("Cpus", 0), MAX_CORES))
+    memory_mib = math.ceil(bounded("Memory", ad.get("Memory", 0), MAX_MEMORY_MIB))
+    used: tuple[str, ...] = ()
+    demand = (0, 0)
+    if ad.get(A.MANAGED) is True:
+        placed = ad.get(A.PLACED_DEVICES)
+        used = tuple(d for d in split_ids(placed if isinstance(placed, str) else None)
+                     if d in known)  # fmt: skip
+        declared = declared_demand(job_id, ad)
+        if declared is None and used:
+            # Unreadable declaration on a running job: count whole devices (never under).
+            declared = whole_devices([known[d] for d in used])
+            warnings.append(f"job {job_id} on {name}: device demand unreadable; "
+                            "counted as using its whole devices")  # fmt: skip
+        demand = declared or (0, 0)
+    return RunningJob(
+        id=job_id, node=name, devices=used, device_memory_mib=demand[0],
+        device_threads=demand[1], cpu_milli=cpu_milli, memory_mib=memory_mib, state="running",
+    )  # fmt: skip
+
+
 def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> ClusterView:
     """Read the collector's slot ads into nodes and the resources their claims hold.
+
+    Every value is checked against :mod:`coshare.bounds` and :mod:`coshare.ids`. A slot whose
+    ``CoshareNodeName`` cannot be a node name is ignored with a warning; a node whose slot ads
+    hold a value out of bounds is left out with a warning naming it and the field, and the
+    other nodes are read as usual (:func:`coshare.ledger.read_node`). Nodes whose slots are
+    all drained or closed take nothing and are listed in ``unusable``.
 
     Args:
         slots: one mapping per slot ad (see :data:`~condor_addon.attributes.SLOT_PROJECTION`).
@@ -145,70 +317,53 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
     """
     index = kind_index(kinds)
     warnings: list[str] = []
-    cpu: dict[str, int] = {}
-    memory: dict[str, int] = {}
-    devices: dict[str, tuple[Device, ...]] = {}
+    ads_of: dict[str, list[Values]] = {}
     node_of_machine: dict[str, str] = {}
-    claimed: list[tuple[str, Values]] = []
     for ad in slots:
-        name = _text(ad.get(A.NODE_NAME))
-        slot = _text(ad.get("Name")) or "?"
-        if name is None:
+        raw = ad.get(A.NODE_NAME)
+        if raw is None:
             continue  # not a coshare node
-        node_of_machine[machine_of(slot)] = name
-        kind = _text(ad.get("SlotType")) or "Static"
-        if kind != "Dynamic":
-            total_cpus = _number(ad.get("TotalSlotCpus")) or _number(ad.get("Cpus")) or 0.0
-            total_mem = _number(ad.get("TotalSlotMemory")) or _number(ad.get("Memory")) or 0.0
-            cpu[name] = cpu.get(name, 0) + cores_to_milli(total_cpus)
-            memory[name] = memory.get(name, 0) + int(total_mem)
-        if name not in devices and ad.get(A.DEVICE_IDS) is not None:
-            devices[name] = _devices(name, ad, index, warnings)
-        if kind != "Partitionable" and ad.get("State") == "Claimed":
-            claimed.append((name, ad))
-
-    nodes = tuple(
-        Node(name=n, cpu_milli=cpu.get(n, 0), memory_mib=memory.get(n, 0),
-             devices=devices.get(n, ()))
-        for n in sorted(set(cpu) | set(devices))
-    )  # fmt: skip
-    known = {n.name: {d.id: d for d in n.devices} for n in nodes}
-    running: list[RunningJob] = []
-    global_ids: set[str] = set()
-    for name, ad in claimed:
         slot = _text(ad.get("Name")) or "?"
-        global_id = _text(ad.get("GlobalJobId"))
-        job_id = global_id or slot
-        if global_id:
-            global_ids.add(global_id)
-        used: tuple[str, ...] = ()
-        demand = (0, 0)
-        if ad.get(A.MANAGED) is True:
-            used = tuple(d for d in split_devices(_text(ad.get(A.PLACED_DEVICES)))
-                         if d in known.get(name, {}))  # fmt: skip
-            declared = declared_demand(job_id, ad)
-            if declared is None and used:
-                # Unreadable declaration on a running job: count whole devices (never under).
-                declared = whole_devices([known[name][d] for d in used])
-                warnings.append(f"job {job_id} on {name}: device demand unreadable; "
-                                "counted as using its whole devices")  # fmt: skip
-            demand = declared or (0, 0)
-        running.append(
-            RunningJob(
-                id=job_id, node=name, devices=used, device_memory_mib=demand[0],
-                device_threads=demand[1],
-                cpu_milli=cores_to_milli(_number(ad.get("Cpus")) or 0.0),
-                memory_mib=int(_number(ad.get("Memory")) or 0), state="running",
-            )
-        )  # fmt: skip
-    return ClusterView(nodes, tuple(running), frozenset(global_ids), node_of_machine,
-                       tuple(warnings))  # fmt: skip
+        try:
+            name = checked_id(A.NODE_NAME, raw)
+        except BadValue as exc:
+            warnings.append(f"slot {shorten_text(slot)}: {exc}; slot ignored")
+            continue
+        node_of_machine[machine_of(slot)] = name
+        ads_of.setdefault(name, []).append(ad)
+
+    nodes: list[Node] = []
+    running: list[RunningJob] = []
+    unusable: list[Unusable] = []
+    left_out: set[str] = set()
+    global_ids: set[str] = set()
+    for name in sorted(ads_of):
+
+        def read(name: str = name) -> tuple[_NodeRead, list[RunningJob]]:
+            found = _read_node(name, ads_of[name], index, warnings)
+            known = {d.id: d for d in found.node.devices}
+            return found, [_claim(name, ad, known, warnings) for ad in found.claimed]
+
+        result = read_node(name, read, warnings)
+        if result is None:
+            left_out.add(name)
+        elif result[0].closed is not None:
+            unusable.append(result[0].closed)
+            left_out.add(name)
+        else:
+            nodes.append(result[0].node)
+            running.extend(result[1])
+            global_ids.update(r.id for r, ad in zip(result[1], result[0].claimed, strict=True)
+                              if ad.get("GlobalJobId") is not None)  # fmt: skip
+    return ClusterView(tuple(nodes), tuple(running), frozenset(global_ids), node_of_machine,
+                       tuple(warnings), tuple(unusable), frozenset(left_out))  # fmt: skip
 
 
 @dataclass(frozen=True)
 class QueueJob:
     """One coshare-managed job as the schedd listed it (values as read, nothing converted
-    that a user could make fail).
+    that a user could make fail: the numbers a user sets are checked when the job is read
+    for the ledger, so a bad one refuses that job only).
 
     Attributes:
         id: ``cluster.proc``.
@@ -217,11 +372,12 @@ class QueueJob:
         annotations: the user's coshare keys and their raw values.
         placed_node: ``CosharePlacedNode``, or ``None``.
         placed_devices: ``CosharePlacedDevices`` as written (``"0,1"``), or ``None``.
-        placed_at: ``CosharePlacedAt`` (epoch seconds), or ``None``.
-        request_cpus: ``RequestCpus`` (cores of the slot: the job's total), or ``None``.
-        request_memory: ``RequestMemory`` (MiB of the slot: the job's total), or ``None``.
-        priority: ``JobPrio``.
-        submit_time_s: ``QDate``.
+        placed_at: ``CosharePlacedAt`` (epoch seconds), or ``None`` (also when out of
+            bounds: the placement then counts as expired).
+        request_cpus: ``RequestCpus`` as evaluated (cores of the slot: the job's total).
+        request_memory: ``RequestMemory`` as evaluated (MiB of the slot: the job's total).
+        priority: ``JobPrio`` as evaluated.
+        submit_time_s: ``QDate`` as evaluated.
         remote_host: the slot it runs in, while it runs.
     """
 
@@ -232,18 +388,11 @@ class QueueJob:
     placed_node: str | None = None
     placed_devices: str | None = None
     placed_at: float | None = None
-    request_cpus: float | None = None
-    request_memory: float | None = None
-    priority: int = 0
-    submit_time_s: float = 0.0
+    request_cpus: object = None
+    request_memory: object = None
+    priority: object = 0
+    submit_time_s: object = 0.0
     remote_host: str | None = None
-
-    @property
-    def placement(self) -> tuple[str, tuple[str, ...]] | None:
-        """``(node, devices)`` when the job is placed (its gate is open), else ``None``."""
-        if self.placed_node is None:
-            return None
-        return self.placed_node, split_devices(self.placed_devices)
 
     @property
     def placed(self) -> Placed | None:
@@ -251,51 +400,56 @@ class QueueJob:
         if self.placed_node is None:
             return None
         # CosharePlacedAt is written first; a placement without it counts as expired.
-        return Placed(self.placed_node, split_devices(self.placed_devices),
+        return Placed(self.placed_node, split_ids(self.placed_devices),
                       self.placed_at if self.placed_at is not None else 0.0)  # fmt: skip
 
     @property
     def cpu_milli(self) -> int:
-        """``RequestCpus`` in thousandths of a core (one core when unset).
+        """``RequestCpus`` in thousandths of a core, rounded up (one core when unset or 0).
 
         Raises:
-            AnnotationError: a request no core count can hold (``1e308``).
+            BadValue: not a number of cores coshare accepts (``1e308``, NaN, text).
         """
-        cpus = self.request_cpus
-        if cpus is None or cpus <= 0:
+        if self.request_cpus is None:
             return MILLI
-        return field_value(self.id, "RequestCpus", cpus, cores_to_milli, "a number of cores")
+        cores = bounded("RequestCpus", self.request_cpus, MAX_CORES)
+        return cores_to_milli(cores) if cores > 0 else MILLI
 
     @property
     def memory_mib(self) -> int:
-        """``RequestMemory`` in MiB, rounded up (0 when unset)."""
-        memory = self.request_memory
-        if memory is None or memory <= 0:
+        """``RequestMemory`` in MiB, rounded up (0 when unset).
+
+        Raises:
+            BadValue: not a number of MiB coshare accepts.
+        """
+        if self.request_memory is None:
             return 0
-        return field_value(self.id, "RequestMemory", memory, math.ceil, "a number of MiB")
+        return math.ceil(bounded("RequestMemory", self.request_memory, MAX_MEMORY_MIB))
 
 
 def read_job(ad: Values) -> QueueJob | None:
-    """One job ad's values as a :class:`QueueJob`; ``None`` when it lacks its id."""
+    """One job ad's values as a :class:`QueueJob`; ``None`` when it lacks its id (the
+    schedd always sets ``ClusterId`` and ``ProcId``)."""
     cluster, proc = _number(ad.get("ClusterId")), _number(ad.get("ProcId"))
-    if cluster is None or proc is None:
+    if cluster is None or proc is None or not (0 <= cluster < 2**31 and 0 <= proc < 2**31):
         return None
     wanted = {a.lower() for a in A.ANNOTATIONS}
     annotations = {k: v for k, v in ad.items() if k.lower() in wanted and v is not None}
     status = _number(ad.get("JobStatus"))
     devices = ad.get(A.PLACED_DEVICES)
+    placed_at = _number(ad.get(A.PLACED_AT))
     return QueueJob(
         id=f"{int(cluster)}.{int(proc)}",
         global_id=_text(ad.get("GlobalJobId")) or "",
-        status=int(status) if status is not None else 0,
+        status=int(status) if status is not None and abs(status) < 2**31 else 0,
         annotations=annotations,
         placed_node=_text(ad.get(A.PLACED_NODE)),
         placed_devices=devices if isinstance(devices, str) else None,
-        placed_at=_number(ad.get(A.PLACED_AT)),
-        request_cpus=_number(ad.get("RequestCpus")),
-        request_memory=_number(ad.get("RequestMemory")),
-        priority=int(_number(ad.get("JobPrio")) or 0),
-        submit_time_s=_number(ad.get("QDate")) or 0.0,
+        placed_at=placed_at if placed_at is not None and abs(placed_at) <= MAX_TIME_S else None,
+        request_cpus=ad.get("RequestCpus"),
+        request_memory=ad.get("RequestMemory"),
+        priority=_or(ad.get("JobPrio"), 0),
+        submit_time_s=_or(ad.get("QDate"), 0.0),
         remote_host=_text(ad.get("RemoteHost")),
     )  # fmt: skip
 
@@ -304,11 +458,13 @@ def queued(job: QueueJob) -> Queued:
     """An idle managed job as the ledger's fact (its gate is open while a node is placed).
 
     Raises:
-        AnnotationError: a host request that cannot be read.
+        BadValue: a host request, ``JobPrio`` or ``QDate`` out of :mod:`coshare.bounds`.
     """
     return Queued(
         id=job.id, annotations=job.annotations, cpu_milli=job.cpu_milli,
-        memory_mib=job.memory_mib, priority=job.priority, submit_time_s=job.submit_time_s,
+        memory_mib=job.memory_mib,
+        priority=int(bounded("JobPrio", job.priority, MAX_PRIORITY, minimum=-MAX_PRIORITY)),
+        submit_time_s=bounded("QDate", job.submit_time_s, MAX_TIME_S, minimum=-MAX_TIME_S),
         placed=job.placed, gate_open=job.placed_node is not None,
     )  # fmt: skip
 
@@ -359,19 +515,26 @@ def parse_queue(
         if q.global_id and q.global_id in cluster.global_ids:
             continue  # the collector's claimed slot already counts it
         node = cluster.node_of_machine.get(machine_of(q.remote_host or "")) or q.placed_node
+        if node in cluster.left_out:
+            continue  # nothing is planned there this cycle; its warning says why
         if node not in nodes:
-            warnings.append(f"job {q.id} runs on {q.remote_host or node!r}, "
-                            "which is not a coshare node; not counted")  # fmt: skip
+            where = shorten_text(q.remote_host or node or "?")
+            warnings.append(f"job {q.id} runs on {where}, which is not a coshare node; "
+                            "not counted")  # fmt: skip
+            continue
+        host = refuse_on_error(q.id, lambda q=q: (q.cpu_milli, q.memory_mib))  # type: ignore[misc]
+        if isinstance(host, Rejected):
+            warnings.append(f"{host.reason}; it runs on {node}: counted as holding the whole "
+                            "node")  # fmt: skip
+            running.append(whole_node(q.id, nodes[node]))
             continue
         known = {d.id: d for d in nodes[node].devices}
-        devices = tuple(d for d in split_devices(q.placed_devices) if d in known)
+        devices = tuple(d for d in split_ids(q.placed_devices) if d in known)
         demand = declared_demand(q.id, q.annotations) or whole_devices(
             [known[d] for d in devices])  # fmt: skip
-        host = refuse_on_error(q.id, lambda q=q: (q.cpu_milli, q.memory_mib))  # type: ignore[misc]
-        cpu_milli, memory_mib = host if isinstance(host, tuple) else (MILLI, 0)
         running.append(RunningJob(
             id=q.id, node=node, devices=devices, device_memory_mib=demand[0],
-            device_threads=demand[1], cpu_milli=cpu_milli, memory_mib=memory_mib,
+            device_threads=demand[1], cpu_milli=host[0], memory_mib=host[1],
             state="running", start_time_s=q.placed_at,
         ))  # fmt: skip
     book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s)

@@ -89,7 +89,7 @@ class SlurmAdapter:
             now_s=self.clock(),
         )
         return SourceResult(self.view.snapshot, self.view.rejected, self.view.waiting,
-                            tuple(notes) + self.view.notes)  # fmt: skip
+                            tuple(notes) + self.view.notes, self.view.unusable)  # fmt: skip
 
     # -- Editor ---------------------------------------------------------------------------
 

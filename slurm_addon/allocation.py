@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 #: The squeue --Format of :func:`parse_allocation_line` ('|' ends the first field).
 ALLOCATION_FORMAT = "tres-alloc:0|,admin_comment:0"
+#: A TRES cpu count: ASCII digits (``str.isdigit`` is true for ``²``, which ``int`` refuses).
+_CPUS = re.compile(r"[0-9]{1,7}")
 _MEMORY = re.compile(r"([0-9]*\.?[0-9]+)([KMGTP]?)")
 _UNIT_MIB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 
@@ -44,7 +46,7 @@ def parse_tres(text: str) -> Allocation:
     memory: int | None = None
     for item in text.strip().split(","):
         key, _, value = item.partition("=")
-        if key == "cpu" and value.isdigit() and int(value) > 0:
+        if key == "cpu" and _CPUS.fullmatch(value) and int(value) > 0:
             cpus = int(value)
         elif key == "mem":
             match = _MEMORY.fullmatch(value)

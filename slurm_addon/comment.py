@@ -26,6 +26,12 @@ from coshare.errors import AnnotationError, FieldProblem
 MARKER = "coshare"
 EXAMPLE = "coshare: device-memory=2G device-threads=120"
 _SPLIT = re.compile(r"[\s,;]+")
+#: Most ``key=value`` annotations and problems read from one comment. A comment may be long
+#: (Slurm takes a megabyte), and every key is compared with the others: past these, the
+#: comment is refused rather than read on (issue 11: 4,000 keys took 24 s when every key
+#: was compared with every other, so one user's comment could stall the cycle).
+MAX_KEYS = 32
+MAX_PROBLEMS = 8
 
 
 def is_annotated(comment: str) -> bool:
@@ -48,9 +54,16 @@ def read_annotations(job_id: str, comment: str) -> dict[str, str]:
             twice, or the comment mentions coshare but declares nothing.
     """
     found: dict[str, str] = {}
+    flat_keys: set[str] = set()
     problems: list[FieldProblem] = []
     inside = False
     for token in _SPLIT.split(comment.strip()):
+        if len(problems) >= MAX_PROBLEMS:
+            break
+        if len(found) > MAX_KEYS:
+            problems.append(FieldProblem("comment", comment, f"at most {MAX_KEYS} key=value "
+                                         "annotations", "declares too many keys"))  # fmt: skip
+            break
         lower = token.lower()
         if lower.startswith(MARKER + ":"):
             inside, token = True, token[len(MARKER) + 1 :]
@@ -65,9 +78,11 @@ def read_annotations(job_id: str, comment: str) -> dict[str, str]:
             continue
         if not (inside or is_annotation_key(key)):
             continue  # the user's own key=value text before the coshare part
-        if any(_same(key, seen) for seen in found):
+        flat = _flat(key)
+        if flat in flat_keys:
             problems.append(FieldProblem(key, value, "each key once", "is given twice"))
             continue
+        flat_keys.add(flat)
         found[key] = value
     if not found and not problems:
         problems.append(
@@ -80,9 +95,7 @@ def read_annotations(job_id: str, comment: str) -> dict[str, str]:
     return found
 
 
-def _same(a: str, b: str) -> bool:
-    def flat(key: str) -> str:
-        squashed = re.sub(r"[^a-z0-9]", "", key.lower())
-        return squashed[len(MARKER) :] if squashed.startswith(MARKER) else squashed
-
-    return flat(a) == flat(b)
+def _flat(key: str) -> str:
+    """A key as compared for repeats: ``coshare-device_memory`` is ``devicememory``."""
+    squashed = re.sub(r"[^a-z0-9]", "", key.lower())
+    return squashed[len(MARKER) :] if squashed.startswith(MARKER) else squashed

@@ -15,11 +15,23 @@ framed with a random marker so that no user text can change how another job is r
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import hostlist
+from coshare.bounds import (
+    MAX_CORES,
+    MAX_MEMORY_MIB,
+    MAX_PRIORITY,
+    MAX_TIME_S,
+    BadValue,
+    bounded,
+    shorten_text,
+)
+from coshare.ids import checked_id
 
 from slurm_addon.errors import SlurmControllerDown, SlurmOutputError
 
@@ -57,6 +69,9 @@ JOB_STATES: dict[str, JobPhase] = {
     "REVOKED": "ended",
 }
 
+#: Slurm job ids are 32-bit.
+MAX_JOB_ID = 2**32
+
 #: State reasons of a held job (priority 0).
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
@@ -86,6 +101,9 @@ class SlurmJob:
         dependency: its dependency expression with Slurm's verdict, empty if none.
         array: whether it is (a task of) a job array.
         user: the owner's name.
+        problem: why some of its numbers could not be read (each field with its value and
+            range), empty when all could; those fields then hold their defaults. A pending
+            annotated job with a problem is refused; a started one holds its whole nodes.
     """
 
     id: str
@@ -108,21 +126,32 @@ class SlurmJob:
     dependency: str = ""
     array: bool = False
     user: str = ""
+    problem: str = ""
 
 
-def number(value: object, default: int = 0) -> int:
-    """An integer field of Slurm's JSON: plain (22.05) or ``{"set", "number"}`` (23.02+)."""
+def number(
+    value: object, default: int = 0, *, field: str = "number", maximum: float = MAX_PRIORITY,
+    minimum: float = 0, capacity: bool = False,
+) -> int:  # fmt: skip
+    """An integer field of Slurm's JSON: plain (22.05) or ``{"set", "number"}`` (23.02+);
+    ``default`` when null, unset or infinite (Slurm's "no limit"). A fraction rounds up, or
+    down for a ``capacity`` (never promise more than there is).
+
+    Raises:
+        BadValue: NaN or Infinity (``json.loads`` accepts both), text, or a number outside
+            ``minimum..maximum`` (see :mod:`coshare.bounds`), naming ``field``.
+    """
     if isinstance(value, bool) or value is None:
         return default
-    if isinstance(value, int):
+    if isinstance(value, int) and minimum <= value <= maximum:  # the usual case, quickly
         return value
-    if isinstance(value, float):
-        return int(value)
     if isinstance(value, Mapping):
         if value.get("infinite") or not value.get("set", True):
             return default
-        return number(value.get("number"), default)
-    return default
+        return number(value.get("number"), default, field=field, maximum=maximum,
+                      minimum=minimum, capacity=capacity)  # fmt: skip
+    found = bounded(field, value, maximum, minimum=minimum)
+    return math.floor(found) if capacity else math.ceil(found)
 
 
 def text(value: object) -> str:
@@ -177,23 +206,34 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
     Raises:
         ValueError: the record has no job id or an unreadable node list.
     """
-    job_id = number(record.get("job_id"), -1)
+    job_id = number(record.get("job_id"), -1, field="job_id", maximum=MAX_JOB_ID)
     if job_id < 0:
         raise ValueError("job record without job_id")
     state = text(record.get("job_state")).split(",")[0].strip().upper()
     phase = JOB_STATES.get(state)
     if phase is None:
         if notes is not None:
-            notes.append(f"job {job_id} has unknown state {state!r}; treating it as holding "
-                         "its nodes")  # fmt: skip
+            notes.append(f"job {job_id} has unknown state {shorten_text(state)!r}; treating it "
+                         "as holding its nodes")  # fmt: skip
         phase = "unknown"
-    cpus = max(number(record.get("cpus"), 1), 1)
-    node_count = max(number(record.get("node_count"), 1), 1)
-    per_node = number(record.get("memory_per_node"), 0)
-    per_cpu = number(record.get("memory_per_cpu"), 0)
+    # Where it runs must be read, or the record is skipped: node names are ids (issue 11).
+    nodes = tuple(checked_id("nodes", n) for n in expand_nodes(text(record.get("nodes"))))
+    problems: list[str] = []
+
+    def read(key: str, default: int, maximum: float, minimum: float = 0) -> int:
+        try:
+            return number(record.get(key), default, field=key, maximum=maximum, minimum=minimum)
+        except BadValue as exc:  # one field: the job is refused or held whole, not skipped
+            problems.append(str(exc))
+            return default
+
+    cpus = max(read("cpus", 1, MAX_CORES), 1)
+    node_count = max(read("node_count", 1, MAX_CORES), 1)
+    per_node = read("memory_per_node", 0, MAX_MEMORY_MIB)
+    per_cpu = read("memory_per_cpu", 0, MAX_MEMORY_MIB)
     memory = per_node if per_node else per_cpu * -(-cpus // node_count)
     reason = text(record.get("state_reason"))
-    priority = number(record.get("priority"), 0)
+    priority = read("priority", 0, MAX_PRIORITY)
     gres = record.get("gres_detail")
     return SlurmJob(
         id=str(job_id),
@@ -204,19 +244,20 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
         comment=text(record.get("comment")),
         admin_comment=text(record.get("admin_comment")),
         partition=text(record.get("partition")),
-        nodes=expand_nodes(text(record.get("nodes"))),
+        nodes=nodes,
         required_nodes=text(record.get("required_nodes")),
         cpus=cpus,
         memory_mib=memory,
         node_count=node_count,
         gres_detail=tuple(g for g in gres if isinstance(g, str)) if isinstance(gres, list) else (),
         priority=priority,
-        submit_time_s=float(number(record.get("submit_time"), 0)),
-        eligible_time_s=float(number(record.get("eligible_time"), 0)),
+        submit_time_s=float(read("submit_time", 0, MAX_TIME_S, -MAX_TIME_S)),
+        eligible_time_s=float(read("eligible_time", 0, MAX_TIME_S, -MAX_TIME_S)),
         dependency=text(record.get("dependency")),
-        array=number(record.get("array_job_id"), 0) != 0
+        array=read("array_job_id", 0, MAX_JOB_ID) != 0
         or bool(text(record.get("array_task_string"))),
         user=text(record.get("user_name")),
+        problem="; ".join(problems),
     )
 
 
@@ -264,6 +305,7 @@ def parse_squeue_json(output: str, notes: list[str] | None = None) -> list[Slurm
 #: The fields of the quick re-read around a write, in order (``squeue --Format`` names).
 FIELDS = ("JobID", "State", "Reason", "PriorityLong", "ReqNodes", "admin_comment", "Comment")
 _NULL = "(null)"
+_PRIORITY = re.compile(r"[0-9]{1,20}")
 #: What ends a record of :func:`fields_format` after its last field's marker (squeue then
 #: prints a line break).
 _RECORD_END = "end"
@@ -310,7 +352,8 @@ def parse_squeue_fields(output: str, job_ids: Collection[str], marker: str) -> d
         if job_id in jobs:
             twice.add(job_id)
         phase = JOB_STATES.get(state, "unknown")
-        prio = int(priority) if priority.isdigit() else 0
+        # ASCII digits only: str.isdigit() is true for "²", which int() refuses.
+        prio = int(priority) if _PRIORITY.fullmatch(priority) else 0
         jobs[job_id] = SlurmJob(
             id=job_id,
             phase=phase,

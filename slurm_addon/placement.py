@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from coshare.bounds import MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_THREADS, MAX_TIME_S, shorten
+
 from slurm_addon.errors import PlacementError as PlacementError  # raised here; importable here
 
 PLACEMENT_PREFIX = "coshare-placement"
@@ -36,6 +38,8 @@ REFUSAL_PREFIX = "coshare-refused"
 VERSION = "1"
 #: AdminComment is free text in Slurm; keep refusals short enough for squeue and sacct.
 MAX_REFUSAL_CHARS = 900
+
+_DIGITS = re.compile(r"[0-9]{1,13}")
 
 #: Node names and device ids coshare writes: what Slurm node names and GRES indexes use.
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -69,6 +73,21 @@ class Placement:
         )
 
 
+def _integer(fields: dict[str, str], key: str, maximum: int) -> int:
+    """A number of a placement: ASCII digits (``int`` also takes ``" 1_0"`` and digits of
+    other scripts), at most ``maximum`` (:mod:`coshare.bounds`).
+
+    Raises:
+        KeyError: the field is missing.
+        PlacementError: anything else.
+    """
+    text = fields[key]
+    if not _DIGITS.fullmatch(text) or int(text) > maximum:
+        raise PlacementError(f"placement field {key}={shorten(text)} is not a number "
+                             f"0..{maximum}")  # fmt: skip
+    return int(text)
+
+
 def is_safe_token(text: str) -> bool:
     """Whether a node name or device id can be written into a placement."""
     return bool(SAFE_TOKEN.fullmatch(text))
@@ -82,7 +101,7 @@ def format_placement(placement: Placement) -> str:
     """
     for token in (placement.node, *placement.devices):
         if not is_safe_token(token):
-            raise PlacementError(f"cannot write {token!r} into a placement")
+            raise PlacementError(f"cannot write {shorten(token)} into a placement")
     return (
         f"{PLACEMENT_PREFIX};v={VERSION};node={placement.node};"
         f"devices={','.join(placement.devices)};at={placement.at_s};"
@@ -110,24 +129,22 @@ def parse_placement(admin_comment: str) -> Placement | None:
     for part in admin_comment.strip().split(";")[1:]:
         key, equals, value = part.partition("=")
         if not equals:
-            raise PlacementError(f"placement field {part!r} is not key=value")
+            raise PlacementError(f"placement field {shorten(part)} is not key=value")
         fields[key] = value
     if fields.get("v") != VERSION:
-        raise PlacementError(f"placement version {fields.get('v')!r} is not {VERSION}")
+        raise PlacementError(f"placement version {shorten(fields.get('v'))} is not {VERSION}")
     try:
         node = fields["node"]
         devices = tuple(d for d in fields["devices"].split(",") if d)
         placement = Placement(
             node=node,
             devices=devices,
-            at_s=int(fields["at"]),
-            device_memory_mib=int(fields["mem_mib"]),
-            device_threads=int(fields["threads"]),
+            at_s=_integer(fields, "at", MAX_TIME_S),
+            device_memory_mib=_integer(fields, "mem_mib", MAX_DEVICE_MEMORY_MIB),
+            device_threads=_integer(fields, "threads", MAX_DEVICE_THREADS),
         )
     except KeyError as exc:
         raise PlacementError(f"placement lacks field {exc.args[0]!r}") from exc
-    except ValueError as exc:
-        raise PlacementError(f"placement has a non-numeric field: {exc}") from exc
     if not all(is_safe_token(t) for t in (node, *devices)):
         raise PlacementError("placement names an invalid node or device")
     return placement

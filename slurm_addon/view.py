@@ -17,9 +17,15 @@ the rules of a placement's life); a job's gate is open while it is not held::
     running, without                       -> holds Slurm's own GRES allocation, if any
     begin time in the future, or a dependency on a job still queued -> waits, not planned
     array, multi-node, other partition, bad or unreadable annotations -> refused
+    a number of its record out of bounds (NaN, 1e300 CPUs) -> refused if pending; if it
+                                              runs: holds its whole nodes
 
 A job whose comment does not mention coshare is never planned or written; if it runs, it
 counts with the cores, memory and GRES devices Slurm gave it.
+
+Nodes Slurm starts nothing on (drained, down) are left out and listed for ``show``; a node
+whose record cannot be read is left out with a note naming it and the field, and the others
+are planned (:func:`coshare.ledger.read_node`).
 
 Pure: no I/O, no clock (the caller passes ``now_s``).
 """
@@ -31,17 +37,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from coshare.bounds import BadValue
 from coshare.ledger import (
     Placed,
     Queued,
     find_kind,
     kind_index,
+    read_node,
     refuse_on_error,
     settle,
     whole_devices,
+    whole_node,
 )
 from coshare.model import MILLI, Device, DeviceKind, Node, RunningJob, Snapshot
-from coshare.ports import Rejected, Waiting
+from coshare.ports import Rejected, Unusable, Waiting
 
 from slurm_addon.comment import is_annotated, read_annotations
 from slurm_addon.jobs import SlurmJob
@@ -75,6 +84,12 @@ class ClusterView:
     notes: tuple[str, ...] = ()
     unusable_nodes: tuple[SlurmNode, ...] = ()
 
+    @property
+    def unusable(self) -> tuple[Unusable, ...]:
+        """The nodes Slurm starts nothing on, with Slurm's state and reason (for ``show``)."""
+        return tuple(Unusable(n.name, "+".join((n.state, *n.flags)), n.reason)
+                     for n in self.unusable_nodes)  # fmt: skip
+
 
 def build_nodes(
     nodes: Sequence[SlurmNode],
@@ -98,21 +113,38 @@ def build_nodes(
         if not n.usable:
             unusable.append(n)
             continue
-        devices = []
-        for dev_id, kind_name in n.devices(gres_name):
-            found = find_kind(index, kind_name)
-            if found is None:
-                unknown.setdefault(kind_name or "(no type)", []).append(n.name)
-                continue
-            kind = found[1]
-            devices.append(Device(dev_id, kind.memory_mib, kind.threads, model=kind_name))
-        usable.append(Node(n.name, n.cpus * MILLI, n.memory_mib, tuple(devices)))
+        node = read_node(n.name, partial(_node, n, index, gres_name, unknown), notes)
+        if node is not None:
+            usable.append(node)
     for kind_name, names in sorted(unknown.items()):
         notes.append(
             f"GRES {gres_name} type {kind_name} of {', '.join(sorted(set(names)))} has no "
             f"device_kinds entry (memory_mib, threads) in the coshare config: not shared"
         )
     return usable, unusable
+
+
+def _node(
+    n: SlurmNode,
+    index: Mapping[str, tuple[str, DeviceKind]],
+    gres_name: str,
+    unknown: dict[str, list[str]],
+) -> Node:
+    """One usable node with its devices (those of a GRES type without a ``device_kinds``
+    entry are collected in ``unknown``).
+
+    Raises:
+        BadValue: more devices than :data:`~coshare.bounds.MAX_DEVICES`.
+    """
+    devices = []
+    for dev_id, kind_name in n.devices(gres_name):
+        found = find_kind(index, kind_name)
+        if found is None:
+            unknown.setdefault(kind_name or "(no type)", []).append(n.name)
+            continue
+        kind = found[1]
+        devices.append(Device(dev_id, kind.memory_mib, kind.threads, model=kind_name))
+    return Node(n.name, n.cpus * MILLI, n.memory_mib, tuple(devices))
 
 
 def _dependency_wait(job: SlurmJob, queued: set[str]) -> str | None:
@@ -199,6 +231,9 @@ def build_view(
             except PlacementError as exc:
                 notes.append(f"job {job.id}: unreadable placement ({exc}); planned again")
         if job.phase != "pending":
+            if job.problem:
+                running.extend(_held_whole(job, by_name, notes))
+                continue
             running.extend(_holding(job, placement, by_name, gres_name, notes))
             if annotated and placement is None:
                 notes.append(
@@ -207,6 +242,9 @@ def build_view(
                 )
             continue
         if not annotated:
+            continue
+        if job.problem:
+            queue.append(Rejected(job.id, f"job {job.id}: {job.problem}"))
             continue
         placed_open = not job.held and placed_of(placement, job) is not None
         wait = None if placed_open else _wait(job, now_s, queued_ids)
@@ -241,6 +279,17 @@ def _wait(job: SlurmJob, now_s: float, queued: set[str]) -> str | None:
     return _dependency_wait(job, queued)
 
 
+def _held_whole(job: SlurmJob, nodes: Mapping[str, Node], notes: list[str]) -> list[RunningJob]:
+    """A started job whose record holds a number out of bounds: it holds each of its
+    (managed, usable) nodes whole (:func:`coshare.ledger.whole_node`)."""
+    held = [whole_node(job.id, nodes[name]) for name in job.nodes if name in nodes]
+    if held:
+        where = ", ".join(r.node for r in held)
+        notes.append(f"job {job.id} runs on {where} but its record cannot be read "
+                     f"({job.problem}): counted as holding the whole node")  # fmt: skip
+    return held
+
+
 def _holding(
     job: SlurmJob,
     placement: Placement | None,
@@ -266,7 +315,12 @@ def _holding(
             memory, threads = placement.device_memory_mib, placement.device_threads
         else:
             detail = job.gres_detail[index] if index < len(job.gres_detail) else ""
-            ids = tuple(d for d in parse_gres_indexes(detail, gres_name, notes) if d in known)
+            try:
+                ids = tuple(d for d in parse_gres_indexes(detail, gres_name) if d in known)
+            except BadValue as exc:
+                # Which devices it holds is unknown: all of them (never under-count).
+                notes.append(f"job {job.id} on {name}: {exc}; counted on every device")
+                ids = tuple(known)
             # A device Slurm gave to a job outside coshare is that job's alone.
             memory, threads = whole_devices([known[d] for d in ids])
         held.append(

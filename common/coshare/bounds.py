@@ -29,6 +29,11 @@ decimal digits with an optional sign, fraction and exponent (``120``, ``1.5``, `
 most :data:`MAX_NUMBER_CHARS` characters. ``inf``, ``nan``, ``1_000``, ``0x10`` and digits of
 other scripts (``١٢٠``, which Python's ``float`` accepts) are not numbers here.
 
+Numbers read from a scheduler's own records (a slot's cores, a node's memory, a device's
+threads) are checked by :func:`bounded`, which refuses with a :class:`BadValue` naming the
+field, the value and the range; the adapters turn that into a note naming the node (the node
+is left out) or a refusal naming the job, never a stopped cycle.
+
 Pure: no I/O.
 """
 
@@ -156,3 +161,43 @@ def shorten(value: object) -> str:
         text = text[: 4 * SHOWN_CHARS] + "..."
     return text.encode("ascii", "backslashreplace").decode("ascii") if not text.isprintable() \
         else text  # fmt: skip
+
+
+class BadValue(ValueError):
+    """A value of a scheduler's record that coshare refuses (a node's cores of ``1e300``, a
+    NaN, a device id with a line break): one message naming the field, the value (shortened)
+    and what is allowed. A ``ValueError``, so that a reader that skips unreadable records
+    skips it too; the adapters say which node or job it belongs to (issue 11).
+
+    Attributes:
+        field: the field as the scheduler names it (``TotalSlotCpus``, ``real_memory``).
+        shown: the value, shortened for a message.
+        why: what is wrong (``is outside what coshare accepts``).
+        allowed: the allowed range or form.
+    """
+
+    def __init__(self, field: str, value: object, allowed: str,
+                 why: str = "is outside what coshare accepts") -> None:  # fmt: skip
+        self.field = field
+        self.shown = shorten(value)
+        self.why = why
+        self.allowed = allowed
+        super().__init__(f"{shorten_text(field)}={self.shown} {why} (allowed: {allowed})")
+
+
+def bounded(field: str, value: object, maximum: float, *, minimum: float = 0.0) -> float:
+    """A number of a scheduler's record (a JSON or ClassAd number) within
+    ``minimum..maximum``; ``True``, text, NaN and infinities are refused, as are integers too
+    large for a float.
+
+    Raises:
+        BadValue: naming ``field``, the value and the range.
+    """
+    number = as_float(value)
+    if number is None or not minimum <= number <= maximum:
+        why = ("is not a number" if number is None
+               else "is outside what coshare accepts"
+               if math.isfinite(number) or isinstance(value, int)
+               else "is not a finite number")  # fmt: skip
+        raise BadValue(field, value, f"a number {plain(minimum)}..{plain(maximum)}", why)
+    return number

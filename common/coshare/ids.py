@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import unicodedata
 
+from coshare.bounds import BadValue
+
 MAX_ID_CHARS = 256
 
 #: Longest free text (a device model, a program name, a reason) taken from input.
@@ -59,6 +61,18 @@ def id_problem(value: object) -> str | None:
     if value[0].isspace() or value[-1].isspace():
         return "has white space at its start or end"
     return text_problem(value, MAX_ID_CHARS)
+
+
+def checked_id(field: str, value: object) -> str:
+    """``value`` when it can be an id (:func:`id_problem`), for readers of scheduler records.
+
+    Raises:
+        BadValue: naming ``field``, the value and why it cannot be an id.
+    """
+    problem = id_problem(value)
+    if problem is not None or not isinstance(value, str):
+        raise BadValue(field, value, ALLOWED_ID, problem or "is not a string")
+    return value
 
 
 def split_ids(text: str | None) -> tuple[str, ...]:

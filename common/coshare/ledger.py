@@ -37,6 +37,12 @@ The other rules both adapters follow:
 - **No one job stops a cycle**: any error while reading one pending job refuses that job,
   with a message naming the job and the field (:func:`refuse_on_error`); the Editor marks it
   (held, with the reason) and every other job is planned.
+- **No one node stops a cycle**: a node whose record cannot be read, or holds a value out of
+  :mod:`coshare.bounds` (``1e300`` cores, a NaN, a name with a line break), is left out of the
+  cycle with a note naming it and the field (:func:`read_node`); nothing is placed on it and
+  every other node is planned. A running job whose own record cannot be read holds its whole
+  node (:func:`whole_node`): counting it too small could oversubscribe, counting it whole
+  cannot.
 
 Pure: no I/O, no clock.
 """
@@ -51,6 +57,7 @@ from functools import partial
 from typing import Literal, TypeVar
 
 from coshare.annotations import KEYS, ClusterLimits, parse_job, squash
+from coshare.bounds import BadValue
 from coshare.errors import AnnotationError, ConfigError, FieldProblem
 from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob
 from coshare.ports import JobOutcome, Rejected
@@ -134,7 +141,9 @@ def refuse_on_error(
 ) -> T | Rejected:
     """``read()``, or the job refused when reading it raises anything at all.
 
-    An :class:`~coshare.errors.AnnotationError` keeps its message. Any other exception
+    An :class:`~coshare.errors.AnnotationError` keeps its message, and so does a
+    :class:`~coshare.bounds.BadValue` (a field of the scheduler's record out of its bounds),
+    after the job's id. Any other exception
     (an ``OverflowError`` from a 400-digit size, a bug in a parser) becomes a message that
     names the job and, when one of its ``annotations`` alone raises it, that key with its
     value and allowed range; the job is refused and the cycle goes on for the others.
@@ -143,8 +152,30 @@ def refuse_on_error(
         return read()
     except AnnotationError as exc:
         return Rejected(job_id, str(exc))
+    except BadValue as exc:
+        return Rejected(job_id, f"job {job_id}: {exc}")
     except Exception as exc:  # no one job's record may stop a cycle (issue 11)
         return Rejected(job_id, _unreadable(job_id, exc, annotations or {}))
+
+
+def describe(exc: Exception) -> str:
+    """An exception raised while reading one record, for a note: a
+    :class:`~coshare.bounds.BadValue` as its message (field, value, range), anything else with
+    its type, bounded."""
+    if isinstance(exc, BadValue):
+        return str(exc)
+    return f"cannot be read ({type(exc).__name__}: {shown(str(exc))})"
+
+
+def read_node(name: str, read: Callable[[], T], notes: list[str]) -> T | None:
+    """``read()`` of one node's records, or ``None`` with a note naming the node and the
+    field when it raises anything: that node is left out of this cycle and the others are
+    planned (issue 11)."""
+    try:
+        return read()
+    except Exception as exc:  # no one node's record may stop a cycle
+        notes.append(f"node {name}: {describe(exc)}; node left out of this cycle")
+        return None
 
 
 def _unreadable(job_id: str, exc: Exception, annotations: Mapping[str, object]) -> str:
@@ -365,6 +396,18 @@ def whole_devices(devices: Sequence[Device]) -> tuple[int, int]:
     coshare, or a running job whose declaration is unreadable): never under-count."""
     return (max((d.memory_mib for d in devices), default=0),
             max((d.threads for d in devices), default=0))  # fmt: skip
+
+
+def whole_node(job_id: str, node: Node) -> RunningJob:
+    """A running job whose own record cannot be read (its cores or memory unreadable or out
+    of bounds), counted as holding its whole node: every core, all memory, every device whole.
+    Nothing is placed beside it until its record reads again; nothing is oversubscribed."""
+    memory, threads = whole_devices(node.devices)
+    return RunningJob(
+        id=job_id, node=node.name, devices=tuple(d.id for d in node.devices),
+        device_memory_mib=memory, device_threads=threads, cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib, state="running",
+    )  # fmt: skip
 
 
 # -- the Editor's decisions ----------------------------------------------------------------

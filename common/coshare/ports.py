@@ -2,7 +2,7 @@
 
 ::
 
-    Source.read() ----------> SourceResult(snapshot, rejected, waiting, notes)
+    Source.read() ----------> SourceResult(snapshot, rejected, waiting, notes, unusable)
     Editor.apply(plan, rejected, dry_run) --> ApplyReport(applied, unchanged, skipped,
                                                           failed, rejected, withdrawn)
 
@@ -51,6 +51,23 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class Unusable:
+    """A node the scheduler starts no new job on now (Slurm: drained or down; HTCondor: its
+    slots drained, or its START expression false): left out of the snapshot, and shown by
+    ``show`` with the scheduler's own words, so an admin sees why it takes nothing.
+
+    Attributes:
+        node: the node's name.
+        state: the scheduler's state (``idle+DRAIN``, ``Drained/Retiring``).
+        reason: the reason an admin gave, if any.
+    """
+
+    node: str
+    state: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class SourceResult:
     """What a Source read.
 
@@ -59,12 +76,14 @@ class SourceResult:
         rejected: pending jobs refused with their message (the Editor marks them).
         waiting: annotated jobs not planned now, with why (for ``show``).
         notes: what an admin should fix (unknown device kinds, unreadable records, ...).
+        unusable: nodes that take no new job now, with why (for ``show``).
     """
 
     snapshot: Snapshot
     rejected: tuple[Rejected, ...] = ()
     waiting: tuple[Waiting, ...] = ()
     notes: tuple[str, ...] = ()
+    unusable: tuple[Unusable, ...] = ()
 
 
 class Source(Protocol):

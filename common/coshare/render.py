@@ -16,6 +16,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from coshare.bounds import shorten_text
 from coshare.model import Plan, Snapshot, milli_to_cores
 from coshare.planner import CycleReport
 from coshare.ports import JobOutcome, SourceResult
@@ -209,11 +210,13 @@ def cycle_to_dict(report: CycleReport) -> dict[str, Any]:
 def show_text(result: SourceResult, plan: Plan, width: int = 120) -> str:
     """What ``show`` prints: every node and device with what runs there, what is placed and
     not started, and what the next cycle would place; then every waiting annotated job with
-    why it waits (or where the next cycle puts it)."""
+    why it waits (or where the next cycle puts it); then the nodes that take no jobs now
+    (drained, down, closed) with the scheduler's state and reason, and the notes."""
     snap = result.snapshot
     planned_count = sum(r.state == "planned" for r in snap.running)
     header = (
-        f"{len(snap.nodes)} nodes, {sum(len(n.devices) for n in snap.nodes)} devices; "
+        f"{len(snap.nodes)} nodes, {sum(len(n.devices) for n in snap.nodes)} devices"
+        f"{f' (and {len(result.unusable)} nodes taking no jobs)' if result.unusable else ''}; "
         f"{len(snap.running) - planned_count} running, {planned_count} planned not started, "
         f"{len(snap.pending)} pending, {len(result.rejected)} refused, "
         f"{len(result.waiting)} waiting"
@@ -271,5 +274,12 @@ def show_text(result: SourceResult, plan: Plan, width: int = 120) -> str:
         waits.add_row(refused.job, f"refused: {refused.reason}")
     rows = len(plan.assignments) + len(plan.unplaced) + len(result.waiting) + len(result.rejected)
     parts: list[Table | str] = [header, table, waits if rows else "No annotated job is waiting."]
+    if result.unusable:
+        closed = Table(title="Nodes that take no jobs now", box=box.SIMPLE, title_justify="left")
+        for column in ("node", "state", "reason"):
+            closed.add_column(column, overflow="fold")
+        for closed_node in result.unusable:
+            closed.add_row(closed_node.node, closed_node.state, shorten_text(closed_node.reason))
+        parts.append(closed)
     parts.extend(f"note: {note}" for note in result.notes)
     return render_text(*parts, width=width)

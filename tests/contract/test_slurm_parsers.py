@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -99,11 +100,12 @@ def test_one_bad_record_does_not_hide_the_others() -> None:
     data = json.loads((FIXTURES / "squeue-mixed.json").read_text())
     data["jobs"].append({"job_state": "PENDING"})  # no job id
     data["jobs"].append("garbage")
-    # inf (JSON 1e999): int() raises OverflowError, not ValueError
+    # inf (JSON 1e999): read, with the field named (the view refuses it, or holds its node)
     data["jobs"].append({"job_id": 77, "job_state": "PENDING", "cpus": 1e999})
     notes: list[str] = []
-    assert len(parse_squeue_json(json.dumps(data).replace("Infinity", "1e999"), notes)) == 11
-    assert len(notes) == 3 and notes[2].startswith("squeue --json: job record 13 skipped")
+    jobs = parse_squeue_json(json.dumps(data).replace("Infinity", "1e999"), notes)
+    assert len(jobs) == 12 and len(notes) == 2
+    assert jobs[-1].problem == "cpus=inf is not a finite number (allowed: a number 0..1048576)"
 
 
 def test_unknown_state_is_kept_as_holding() -> None:
@@ -197,3 +199,122 @@ def test_record_script_uses_the_clients_format() -> None:
     script = (FIXTURES.parent / "record").read_text()
     assert f"for field in {' '.join(FIELDS[:-1])}; do" in script
     assert f'format+="{FIELDS[-1]}:0${{marker}}end"' in script
+
+
+# -- issue 11 at the adapter's boundary: every number and name of a record is bounded -----
+
+
+def sinfo_with(node: str, **fields: object) -> str:
+    """The recorded sinfo output with node ``node``'s record changed (JSON may hold NaN and
+    Infinity: ``json.loads`` accepts both)."""
+    data = json.loads((FIXTURES / "sinfo-drain-down.json").read_text())
+    for record in data["nodes"]:
+        if record["name"] == node:
+            record.update(fields)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"cpus": 1e30}, "node csl-n2: cpus=1e+30 is outside what coshare accepts (allowed: a "
+                         "number 0..1048576); node left out of this cycle"),
+        ({"cpus": float("nan")}, "node csl-n2: cpus=nan is not a number"),
+        ({"real_memory": float("inf")}, "node csl-n2: real_memory=inf is not a finite number"),
+        ({"real_memory": 2**40}, "node csl-n2: real_memory=1099511627776 is outside"),
+        ({"cpus": {"set": True, "number": 2**21}}, "node csl-n2: cpus=2097152 is outside"),
+        ({"gres": "gpu:fakephi:2\x1b[2J"}, "node csl-n2: gres='gpu:fakephi:2\\x1b[2J' holds "
+                                           "the character '\\x1b'"),
+    ],
+)  # fmt: skip
+def test_a_hostile_node_record_is_left_out_naming_node_and_field(
+    fields: dict[str, object], says: str
+) -> None:
+    notes: list[str] = []
+    nodes = parse_sinfo_json(sinfo_with("csl-n2", **fields), notes)
+    assert [n.name for n in nodes] == ["csl-n1", "csl-n3", "csl-n4"]
+    [note] = notes
+    assert note.startswith(says) and note.endswith("node left out of this cycle")
+
+
+@pytest.mark.parametrize("name", [" csl-n2", "csl-n2\n", "csl\u202en2", "", 7, "n" * 300])
+def test_a_node_whose_name_is_not_an_id_is_skipped_with_a_note(name: object) -> None:
+    notes: list[str] = []
+    nodes = parse_sinfo_json(sinfo_with("csl-n2", name=name), notes)
+    assert [n.name for n in nodes] == ["csl-n1", "csl-n3", "csl-n4"]
+    [note] = notes
+    assert note.startswith("sinfo --json: node record 1 skipped: name=") and len(note) < 400
+
+
+def test_capacities_round_down() -> None:
+    [n2] = [n for n in parse_sinfo_json(sinfo_with("csl-n2", cpus=7.9, real_memory=16383.5))
+            if n.name == "csl-n2"]  # fmt: skip
+    assert (n2.cpus, n2.memory_mib) == (7, 16383)
+
+
+def test_a_gres_count_beyond_the_bound_builds_no_list() -> None:
+    [n2] = [n for n in parse_sinfo_json(sinfo_with("csl-n2", gres="gpu:fakephi:99999999999"))
+            if n.name == "csl-n2"]  # fmt: skip
+    assert n2.gres[0].count == 99999999999  # read as written, counted only when asked
+    with pytest.raises(ValueError, match=r"gres='gpu:99999999999' is outside what coshare "
+                                         r"accepts \(allowed: at most 1024 devices\)"):
+        n2.devices("gpu")
+    assert n2.devices("mps") == []
+    # Whole matches only: 13 digits, or anything after the entry, is no GRES entry.
+    notes: list[str] = []
+    assert parse_gres("gpu:2x,gpu:1234567890123,gpu:1", notes) == parse_gres("gpu:1")
+    assert notes == ["cannot read GRES 'gpu:2x'; ignored",
+                     "cannot read GRES 'gpu:1234567890123'; ignored"]
+
+
+@pytest.mark.parametrize(
+    "detail",
+    ["gpu:fakephi:1(IDX:0-999999999)", "gpu:fakephi:1(IDX:١)", "gpu:fakephi:1(IDX:0-1024)",
+     "gpu:fakephi:1(IDX:3-1)", "gpu:fakephi:1(IDX:0,x)"],
+)
+def test_gres_indexes_beyond_the_bound_or_in_other_scripts_are_refused(detail: str) -> None:
+    with pytest.raises(ValueError, match=r"gres_detail=.* has an unreadable index"):
+        parse_gres_indexes(detail, "gpu")
+    assert parse_gres_indexes("gpu:fakephi:2(IDX:0-1,1023)", "gpu") == ("0", "1", "1023")
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"cpus": float("nan")}, "cpus=nan is not a number (allowed: a number 0..1048576)"),
+        ({"priority": float("inf")}, "priority=inf is not a finite number"),
+        ({"memory_per_node": -1}, "memory_per_node=-1 is outside what coshare accepts"),
+        ({"submit_time": 1e300}, "submit_time=1e+300 is outside"),
+        ({"cpus": "8"}, "cpus='8' is not a number"),
+    ],
+)  # fmt: skip
+def test_a_job_number_that_is_not_finite_or_out_of_bounds_is_named(
+    fields: dict[str, object], says: str
+) -> None:
+    record = {"job_id": 9, "job_state": "PENDING", "nodes": "", **fields}
+    job = parse_job(record)  # int(float("nan")) raised here before, naming no field
+    assert job.problem == says or job.problem.startswith(says)
+
+
+@pytest.mark.parametrize("nodes", ["csl-n1,bad\u202e", "csl-n1,x\x7f"])
+def test_node_names_read_from_a_job_are_ids(nodes: str) -> None:
+    with pytest.raises(ValueError, match=r"nodes=.* holds the character"):
+        parse_job({"job_id": 9, "job_state": "RUNNING", "nodes": nodes})
+
+
+def test_the_quick_reread_reads_ascii_priorities_only() -> None:
+    marker = "cs0"
+    line = marker.join(["9", "PENDING", "None", "\u00b2", "", "(null)", "c"]) + marker + "end\n"
+    assert parse_squeue_fields(line, ["9"], marker)["9"].priority == 0  # int("²") raised
+
+
+def test_a_node_in_two_partitions_is_left_out_whole_and_noted_once() -> None:
+    data = json.loads(sinfo_with("csl-n2", cpus=math.nan))
+    bad = next(r for r in data["nodes"] if r["name"] == "csl-n2")
+    data["nodes"].append({**bad, "partitions": ["other"]})
+    data["nodes"].append({**bad, "partitions": ["third"], "cpus": 8})  # readable this time
+    notes: list[str] = []
+    nodes = parse_sinfo_json(json.dumps(data), notes)
+    assert [n.name for n in nodes] == ["csl-n1", "csl-n3", "csl-n4"]
+    assert notes == ["node csl-n2: cpus=nan is not a number (allowed: a number 0..1048576); "
+                     "node left out of this cycle"]

@@ -295,3 +295,32 @@ def test_show_prints_the_pool_and_the_next_plan(live: Pool, tmp_path: Path) -> N
                             "show"], capture_output=True, text=True, check=True).stdout
     assert "4 nodes, 7 devices" in shown and "2 pending" in shown
     assert os.path.exists(CHROOT / "pool" / "client_config")
+
+
+def test_a_drained_node_takes_nothing_and_show_says_why(live: Pool, tmp_path: Path) -> None:
+    # condor_drain, through the bindings: the node's slots turn "Drained"; the cycle leaves
+    # the node out (as Slurm's drained nodes) and show lists it with the drain reason.
+    startd_name = next(m for m, n in live.node_of_machine().items() if n == "node3")
+    location = live.htcondor.Collector().locate(live.htcondor.DaemonType.Startd, startd_name)
+    startd = live.htcondor.Startd(location)
+    request = startd.drainJobs(reason="coshare-test firmware")
+    config = tmp_path / "coshare.yaml"
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\n")
+
+    def show() -> str:
+        return subprocess.run([COSHARE, "--config", str(config), "condor", "show"],
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+
+    try:
+        wait_for(lambda: "Nodes that take no jobs now" in show(), 60, "node3 to be drained")
+        flat = " ".join(show().split())
+        assert "3 nodes, 6 devices (and 1 nodes taking no jobs)" in flat, flat
+        assert "node3 Drained/" in flat and "coshare-test firmware" in flat, flat
+        live.submit(1, requirements="CoshareNeverStart =?= true", **annotated(12000, 60))
+        report = live.cycle(dry_run=True)  # only node3's 16 GiB device could hold it
+        assert report.plan.placed == 0
+        [refused] = report.rejected
+        assert "exceeds every device (largest: 8192 MiB)" in refused.reason
+    finally:
+        startd.cancelDrainJobs(request)
+    wait_for(lambda: "Nodes that take no jobs now" not in show(), 60, "node3 to take jobs")

@@ -6,8 +6,16 @@ import math
 from typing import Any
 
 import pytest
-from coshare.bounds import SHOWN_CHARS, as_float, parse_number, shorten, shorten_text
-from coshare.ids import MAX_ID_CHARS, id_problem, split_ids, text_problem
+from coshare.bounds import (
+    SHOWN_CHARS,
+    BadValue,
+    as_float,
+    bounded,
+    parse_number,
+    shorten,
+    shorten_text,
+)
+from coshare.ids import MAX_ID_CHARS, checked_id, id_problem, split_ids, text_problem
 from coshare.render import printable
 from hypothesis import given
 from hypothesis import strategies as st
@@ -105,3 +113,26 @@ def test_printable_output_never_holds_a_control_character_or_a_surrogate(text: s
     out.encode("utf-8")  # a lone surrogate would raise here
     if text.replace("\n", "").isprintable():
         assert out == text
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [(1e300, "f=1e+300 is outside what coshare accepts (allowed: a number 0..100)"),
+     (10**400, "f=<an integer of about 401 digits> is outside what coshare accepts"),
+     (math.nan, "f=nan is not a number"), (math.inf, "f=inf is not a finite number"),
+     (-1, "f=-1 is outside"), ("5", "f='5' is not a number"), (True, "f=True is not a number"),
+     (None, "f=None is not a number")],
+)  # fmt: skip
+def test_bounded_refuses_naming_field_value_and_range(value: object, says: str) -> None:
+    with pytest.raises(BadValue) as caught:
+        bounded("f", value, 100)
+    assert str(caught.value).startswith(says) and caught.value.field == "f"
+    assert bounded("f", 99.5, 100) == 99.5 and bounded("f", -3, 0, minimum=-5) == -3.0
+
+
+def test_checked_id_refuses_what_id_problem_refuses() -> None:
+    assert checked_id("name", "n1") == "n1"
+    for bad in (" n1", "n1\n", "", 7, "x" * 10_000):
+        with pytest.raises(BadValue) as caught:
+            checked_id("name", bad)
+        assert str(caught.value).startswith("name=") and len(str(caught.value)) < 300

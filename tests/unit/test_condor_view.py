@@ -20,7 +20,6 @@ from condor_addon.view import (
     parse_queue,
     parse_slots,
     read_job,
-    split_devices,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "condor" / "23.9.6"
@@ -173,8 +172,6 @@ def test_unmanaged_job_states_are_ignored(
 
 
 def test_small_helpers() -> None:
-    assert split_devices("0, 1,") == ("0", "1")
-    assert split_devices(None) == ()
     assert machine_of("slot1_2@node2@vm") == "node2@vm"
     assert read_job({"ClusterId": 3}) is None
     assert read_job({"ClusterId": 3, "ProcId": 0, "RequestMemory": 100.5}).memory_mib == 101
@@ -217,4 +214,168 @@ def test_an_absurd_value_refuses_that_job_only(slots: list[dict[str, object]]) -
     reasons = {r.job: r.reason for r in queue.rejected}
     assert reasons["31.0"].startswith("job 31.0: CoshareDeviceMemory='99999")
     assert len(reasons["31.0"]) < 300  # the value is shown bounded
-    assert reasons["32.0"].startswith("job 32.0: RequestCpus='1e+308'")
+    assert reasons["32.0"].startswith("job 32.0: RequestCpus=1e+308 is outside what coshare "
+                                      "accepts (allowed: a number 0..1048576)")
+
+
+# -- issue 11 at the adapter's boundary: every number and id of a slot ad is bounded ------
+
+
+def changed(slots: list[dict[str, object]], name: str, **values: object) -> list[dict[str, object]]:
+    """The recorded slot ads with slot ``name``'s attributes changed."""
+    return [{**s, **values} if s["Name"] == name else s for s in slots]
+
+
+def test_node_capacity_rounds_down(slots: list[dict[str, object]]) -> None:
+    # A 3.9995-core node offers 3999 milli: a 4-core job does not fit (issue 11.7).
+    view = parse_slots(changed(slots, "slot1@node3@vm", TotalSlotCpus=3.9995,
+                               TotalSlotMemory=4095.9), KINDS)  # fmt: skip
+    node3 = next(n for n in view.nodes if n.name == "node3")
+    assert (node3.cpu_milli, node3.memory_mib) == (3999, 4095)
+
+
+def test_a_claims_memory_is_a_demand_and_rounds_up(slots: list[dict[str, object]]) -> None:
+    view = parse_slots(changed(slots, "slot1_1@node1@vm", Memory=128.5, Cpus=0.5), KINDS)
+    [claim] = [r for r in view.running if r.id.startswith("pooluser@vm#14.0#")]
+    assert (claim.memory_mib, claim.cpu_milli) == (129, 500)
+
+
+@pytest.mark.parametrize("bad", [" node9", "node9\n", "node\u202e9", "", "n" * 300, 7])
+def test_a_slot_whose_node_name_is_not_an_id_is_ignored_with_a_note(
+    slots: list[dict[str, object]], bad: object
+) -> None:
+    hostile = {**slots[0], "Name": "slot1@node9@vm", "CoshareNodeName": bad}
+    view = parse_slots([*slots, hostile], KINDS)
+    assert [n.name for n in view.nodes] == ["node1", "node2", "node3"]
+    [note] = view.warnings
+    assert note.startswith("slot slot1@node9@vm: CoshareNodeName=") and "slot ignored" in note
+    assert len(note) < 400
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("TotalSlotCpus", 1e30, "TotalSlotCpus=1e+30 is outside what coshare accepts "
+                                "(allowed: a number 0..1048576)"),
+        ("TotalSlotCpus", float("nan"), "TotalSlotCpus=nan is not a number"),
+        ("TotalSlotCpus", float("inf"), "TotalSlotCpus=inf is not a finite number"),
+        ("TotalSlotCpus", "4", "TotalSlotCpus='4' is not a number"),
+        ("TotalSlotMemory", 2.0**31, "TotalSlotMemory=2147483648.0 is outside what coshare "
+                                     "accepts (allowed: a number 0..1073741824)"),
+        ("TotalSlotMemory", -1, "TotalSlotMemory=-1 is outside"),
+    ],
+)  # fmt: skip
+def test_a_node_with_a_hostile_total_is_left_out_and_the_others_planned(
+    slots: list[dict[str, object]], jobs: list[QueueJob], now_s: float, field: str,
+    value: object, says: str,
+) -> None:  # fmt: skip
+    view = parse_slots(changed(slots, "slot1@node2@vm", **{field: value}), KINDS)
+    assert [n.name for n in view.nodes] == ["node1", "node3"]
+    assert [w for w in view.warnings if w.startswith("node node2: ")] == [
+        w for w in view.warnings if says in w and w.endswith("node left out of this cycle")]
+    assert any(says in w for w in view.warnings)
+    assert all(r.node != "node2" for r in view.running)  # its claims: nothing planned there
+    queue = parse_queue(jobs, view, now_s=now_s, replan_after_s=300)
+    snap = build_snapshot(view, queue, jobs, now_s)
+    assert parse_snapshot(snapshot_to_dict(snap)) == snap
+    assert {j.id for j in queue.book.pending} >= {"20.0"}  # the others are still planned
+
+
+def test_a_claim_with_a_hostile_size_leaves_its_node_out(slots: list[dict[str, object]]) -> None:
+    # Counted as 0 cores before: a NaN claim would have let the node be oversubscribed.
+    view = parse_slots(changed(slots, "slot1_1@node2@vm", Cpus=float("nan")), KINDS)
+    assert [n.name for n in view.nodes] == ["node1", "node3"]
+    assert "node node2: Cpus=nan is not a number" in "\n".join(view.warnings)
+
+
+@pytest.mark.parametrize(
+    ("ids", "memory", "threads", "says"),
+    [
+        (["0\n"], [8192], [240], "CoshareNodeDeviceIds='0\\n' has white space at its start"),
+        (["0\x1b[2J"], [8192], [240], "holds the character '\\x1b'"),
+        ([" 0"], [8192], [240], "has white space at its start or end"),
+        (["0"], [2**21], [240], "CoshareNodeDeviceMemory=2097152 is outside what coshare "
+                                "accepts (allowed: a number 0..1048576)"),
+        (["0"], [8192], [2**25], "CoshareNodeDeviceThreads=33554432 is outside"),
+        (["0"], [float("nan")], [240], "CoshareNodeDeviceMemory=nan is not a number"),
+        (["0"], [-5], [240], "CoshareNodeDeviceMemory=-5 is outside"),
+    ],
+)  # fmt: skip
+def test_a_hostile_device_is_ignored_with_a_note_naming_node_device_and_field(
+    ids: list[object], memory: list[object], threads: list[object], says: str
+) -> None:
+    ad: dict[str, object] = {
+        "Name": "slot1@n@h", "SlotType": "Partitionable", "TotalSlotCpus": 2,
+        "TotalSlotMemory": 100, "CoshareNodeName": "n", "CoshareNodeDeviceIds": [*ids, "1"],
+        "CoshareNodeDeviceMemory": [*memory, 10], "CoshareNodeDeviceThreads": [*threads, 4],
+    }  # fmt: skip
+    view = parse_slots([ad], {})
+    assert [d.id for d in view.nodes[0].devices] == ["1"]
+    [note] = view.warnings
+    assert note.startswith("node n device ") and says in note and note.endswith("device ignored")
+
+
+def test_a_million_device_ids_leave_the_node_out() -> None:
+    ad: dict[str, object] = {
+        "Name": "slot1@n@h", "SlotType": "Partitionable", "TotalSlotCpus": 2,
+        "TotalSlotMemory": 100, "CoshareNodeName": "n",
+        "CoshareNodeDeviceIds": [str(i) for i in range(10**6)],
+    }  # fmt: skip
+    view = parse_slots([ad], {})
+    assert view.nodes == ()
+    assert view.warnings == ("node n: CoshareNodeDeviceIds='1000000 devices' is outside what "
+                             "coshare accepts (allowed: at most 1024 devices); node left out of "
+                             "this cycle",)  # fmt: skip
+
+
+def test_a_drained_node_takes_nothing_and_says_why(
+    slots: list[dict[str, object]], jobs: list[QueueJob], now_s: float
+) -> None:
+    drained = changed(slots, "slot1@node3@vm", State="Drained", Activity="Idle",
+                      DrainReason="new GPU firmware")  # fmt: skip
+    view = parse_slots(drained, KINDS)
+    assert [n.name for n in view.nodes] == ["node1", "node2"]
+    [closed] = view.unusable
+    assert (closed.node, closed.state, closed.reason) == ("node3", "Drained/Idle",
+                                                          "new GPU firmware")
+    # 19.0, placed on node3, is planned again at once (its gate closes first), as on Slurm.
+    queue = parse_queue(jobs, view, now_s=now_s, replan_after_s=300)
+    assert "19.0" in {j.id for j in queue.book.pending}
+    assert "cannot take it" in queue.book.to_close["19.0"]
+    owner = parse_slots(changed(slots, "slot1@node3@vm", State="Owner"), KINDS)
+    assert [u.node for u in owner.unusable] == ["node3"]
+
+
+def test_a_running_job_whose_request_cannot_be_read_holds_its_whole_node(
+    slots: list[dict[str, object]], jobs: list[QueueJob], now_s: float
+) -> None:
+    lagging = [s for s in slots if s.get("Name") != "slot1_1@node1@vm"]  # 14.0's slot
+    view = parse_slots(lagging, KINDS)
+    hostile = [replace(j, request_cpus=float("nan")) if j.id == "14.0" else j for j in jobs]
+    queue = parse_queue(hostile, view, now_s=now_s, replan_after_s=300)
+    [entry] = [r for r in queue.running if r.id == "14.0"]
+    node1 = view.nodes[0]
+    assert (entry.cpu_milli, entry.memory_mib, entry.devices) == (
+        node1.cpu_milli, node1.memory_mib, ("0", "1"))
+    assert any(w.startswith("job 14.0: RequestCpus=nan is not a number") for w in queue.warnings)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [("JobPrio", 1e300, "JobPrio=1e+300 is outside what coshare accepts"),
+     ("QDate", float("inf"), "QDate=inf is not a finite number"),
+     ("RequestMemory", float("nan"), "RequestMemory=nan is not a number"),
+     ("RequestCpus", "lots", "RequestCpus='lots' is not a number")],
+)  # fmt: skip
+def test_a_pending_job_with_a_hostile_number_is_refused_naming_the_field(
+    slots: list[dict[str, object]], field: str, value: object, says: str
+) -> None:
+    ad = {"ClusterId": 40, "ProcId": 0, "JobStatus": 1, "CoshareDeviceMemory": 512,
+          "CoshareDeviceThreads": 30, field: value}  # fmt: skip
+    good = {**ad, "ClusterId": 41, field: None}
+    jobs = [read_job(ad), read_job(good)]
+    queue = parse_queue([j for j in jobs if j is not None], parse_slots(slots, KINDS), now_s=0,
+                        replan_after_s=300)  # fmt: skip
+    assert [j.id for j in queue.book.pending] == ["41.0"]
+    [refused] = queue.rejected
+    assert refused.reason.startswith(f"job 40.0: {says}")

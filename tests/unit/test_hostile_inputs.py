@@ -317,3 +317,13 @@ def test_input_larger_than_its_bound_is_refused_not_read_to_the_end(
     assert code == 2 and "larger than 2 MiB" in one_error(err)
     code, _, err = run("--config", "/dev/zero", "config", "show")
     assert code == 2 and "/dev/zero: not read: larger than 1 MiB" in one_error(err)
+
+
+def test_an_unknown_policy_name_is_echoed_bounded() -> None:
+    # The config allows 1,024 characters of text; the message showed all of them.
+    code, _, err = plan_text(json.dumps({"nodes": []}), "--policy", "k" * 1000)
+    assert code == 2
+    message = one_error(err)
+    assert message.startswith("coshare: error: unknown policy 'kkkk")
+    assert "(1000 characters)" in message
+    assert len(message) < 200

@@ -126,3 +126,36 @@ def test_spec_round_trips_and_checks_limits() -> None:
         JobSpec("3.0", devices=("0", "0"))
     with pytest.raises(JobSpecError, match="malformed"):
         JobSpec.from_dict({"job": "3.0", "cpus": "0"})
+
+
+@pytest.mark.parametrize("cores", [1e300, 2.0**21, float("inf"), float("nan"), -1.0])
+def test_cores_beyond_the_bound_are_refused(cores: float) -> None:
+    # 1e300 was accepted: a core count of 301 digits reached choose_cpus.
+    with pytest.raises(JobSpecError, match=r"not usable \(allowed: a number > 0 and <= 1048576\)"):
+        cores_needed(cores)
+    assert cores_needed(2.0**20) == 2**20
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("memory_mib", 2**31), ("device_memory_mib", 2**21), ("device_threads", 2**25)],
+)
+def test_spec_sizes_beyond_the_bounds_are_refused(field: str, value: int) -> None:
+    with pytest.raises(JobSpecError, match=rf"{field} {value} is not usable \(allowed: 1\.\."):
+        JobSpec("7.0", **{field: value})  # type: ignore[arg-type]
+
+
+def test_messages_echo_input_bounded() -> None:
+    for check in (lambda: check_job_id("x" * 100_000), lambda: parse_cpu_list("a" * 100_000),
+                  lambda: JobSpec.from_dict({"job": 1, "pad": "p" * 100_000}),
+                  lambda: JobSpec("7.0", memory_mib=10**5000)):  # fmt: skip
+        with pytest.raises(JobSpecError) as caught:
+            check()
+        assert len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("text", ["\u0661", "0-\u0662", "\u00b2", "0-1048576", "9" * 30])
+def test_cpu_lists_are_ascii_digits_within_the_bound(text: str) -> None:
+    # "١" passed isdigit() and was read as cpu 1; "²" passed isdigit() and int() raised.
+    with pytest.raises(JobSpecError, match="cpu list"):
+        parse_cpu_list(text)

@@ -54,3 +54,18 @@ def test_mention_without_keys_is_refused_with_an_example() -> None:
 )
 def test_is_annotated_is_the_job_submit_plugins_rule(comment: str, annotated: bool) -> None:
     assert is_annotated(comment) is annotated
+
+
+def test_a_comment_with_thousands_of_keys_is_refused_not_read_on() -> None:
+    # 4,000 keys took 24 s (every key compared with every other) and were all kept; a
+    # megabyte of comment could stall the whole cycle (issue 11).
+    comment = "coshare: " + " ".join(f"k{i}=1" for i in range(4000))
+    with pytest.raises(AnnotationError, match="declares too many keys"
+                       r" \(allowed: at most 32 key=value annotations\)"):
+        read_annotations("7", comment)
+
+
+def test_problems_of_one_comment_are_bounded() -> None:
+    with pytest.raises(AnnotationError) as caught:
+        read_annotations("7", "coshare: " + " ".join(["novalue"] * 100_000))
+    assert len(caught.value.problems) == 8 and len(str(caught.value)) < 2000

@@ -109,3 +109,21 @@ def test_allocations_and_error_files_are_read_from_slurms_output() -> None:
 def test_a_token_ending_in_a_newline_is_not_safe() -> None:
     # "$" matches before a trailing newline; the check is a whole-string match (issue 11).
     assert is_safe_token("csl-n1") and not is_safe_token("csl-n1\n")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("at", "\u0661\u0662"), ("at", " 12"), ("at", "1_000"), ("mem_mib", "9" * 20),
+     ("mem_mib", "2097152"), ("threads", "-1")],
+)
+def test_placement_numbers_are_ascii_digits_within_the_bounds(field: str, value: str) -> None:
+    # int() took "١٢", " 12" and "1_000"; no size was bounded.
+    fields = {"node": "n1", "devices": "0", "at": "5", "mem_mib": "10", "threads": "2",
+              field: value}  # fmt: skip
+    text = "coshare-placement;v=1;" + ";".join(f"{k}={v}" for k, v in fields.items())
+    with pytest.raises(PlacementError, match=f"placement field {field}="):
+        parse_placement(text)
+
+
+def test_tres_cpus_are_ascii_digits() -> None:
+    assert parse_tres("cpu=\u00b2,mem=100M").cpus is None  # int("²") raised after isdigit()

@@ -188,3 +188,59 @@ def test_unheld_job_waiting_for_its_begin_time_is_held() -> None:
     early = job("1", held=False, eligible_time_s=NOW + 3600)
     v = view([node()], [early])
     assert [w.job for w in v.waiting] == ["1"] and set(v.to_close) == {"1"}
+
+
+# -- issue 11 at the adapter's boundary ---------------------------------------------------
+
+
+def test_a_node_with_more_devices_than_the_bound_is_left_out_and_the_others_planned() -> None:
+    huge = node("n2", devices=99_999_999_999)  # sinfo said gpu:fakephi:99999999999
+    v = view([node("n1"), huge], [job("5")])
+    assert [n.name for n in v.snapshot.nodes] == ["n1"]
+    assert ("node n2: gres='gpu:99999999999' is outside what coshare accepts (allowed: at most "
+            "1024 devices); node left out of this cycle") in v.notes  # fmt: skip
+    plan = make_policy("knapsack").plan(v.snapshot)
+    assert [(a.job, a.node) for a in plan.assignments] == [("5", "n1")]
+
+
+def test_a_pending_job_with_an_unreadable_number_is_refused_naming_the_field() -> None:
+    bad = job("6", problem="cpus=nan is not a number (allowed: a number 0..1048576)")
+    v = view([node()], [bad, job("7")])
+    assert [j.id for j in v.snapshot.pending] == ["7"]
+    assert [(r.job, r.reason) for r in v.rejected] == [
+        ("6", "job 6: cpus=nan is not a number (allowed: a number 0..1048576)")]
+    # A job that is not coshare's is not refused (nothing is written to it).
+    other = job("8", comment="", problem="cpus=nan is not a number")
+    assert view([node()], [other]).rejected == ()
+
+
+def test_a_running_job_with_an_unreadable_number_holds_its_whole_node() -> None:
+    running = job("9", phase="active", state="RUNNING", held=False, nodes=("n1",),
+                  problem="memory_per_node=inf is not a finite number")  # fmt: skip
+    v = view([node("n1"), node("n2")], [running, job("10")])
+    [held] = v.snapshot.running
+    assert (held.node, held.cpu_milli, held.memory_mib, held.devices) == (
+        "n1", 8000, 16384, ("0", "1"))
+    assert (held.device_memory_mib, held.device_threads) == (8192, 240)
+    assert any(n.startswith("job 9 runs on n1 but its record cannot be read") for n in v.notes)
+    plan = make_policy("knapsack").plan(v.snapshot)
+    assert [(a.job, a.node) for a in plan.assignments] == [("10", "n2")]
+    assert check_plan(v.snapshot, plan) == []
+
+
+def test_a_running_job_whose_gres_index_cannot_be_read_holds_every_device() -> None:
+    running = job("11", phase="active", state="RUNNING", held=False, nodes=("n1",),
+                  comment="", gres_detail=("gpu:fakephi:1(IDX:0-999999999)",))  # fmt: skip
+    v = view([node("n1")], [running])
+    [held] = v.snapshot.running
+    assert held.devices == ("0", "1") and (held.device_memory_mib, held.device_threads) == (
+        8192, 240)
+    [note] = [n for n in v.notes if n.startswith("job 11 on n1: gres_detail=")]
+    assert note.endswith("counted on every device")
+
+
+def test_drained_and_down_nodes_are_listed_with_slurms_words() -> None:
+    nodes, jobs, _ = recorded()
+    v = build_view(nodes, jobs, device_kinds=KINDS, now_s=float(jobs[0].submit_time_s) + 60)
+    assert [(u.node, u.state, u.reason) for u in v.unusable] == [
+        ("csl-n3", "idle+DRAIN", "maintenance"), ("csl-n4", "down", "broken")]

@@ -12,6 +12,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from coshare.bounds import (
+    MAX_CORES,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_DEVICES,
+    MAX_MEMORY_MIB,
+    shorten,
+)
 from coshare.errors import JobSpecError
 
 #: Job ids of both schedulers: HTCondor ``12.0``, Slurm ``1234``, ``1234_5`` (array task),
@@ -19,6 +27,9 @@ from coshare.errors import JobSpecError
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 #: Device ids as the planner writes them (``0``, ``phi1``, ``GPU-8f3c...``, ``0:1`` for MIG).
 _DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+#: One part of a CPU list (``0``, ``0-3``): ASCII digits only (``str.isdigit`` is true for
+#: digits of every script, which ``int`` refuses), CPU numbers below ``MAX_CORES``.
+_CPU_RANGE = re.compile(r"(?P<first>[0-9]{1,7})(?:-(?P<last>[0-9]{1,7}))?")
 #: A job's group is named ``job-<id>`` so that no id can be ``.``, ``..`` or a control file.
 GROUP_PREFIX = "job-"
 
@@ -31,7 +42,7 @@ def check_job_id(job: str) -> str:
     """
     if not _JOB_ID.fullmatch(job):
         raise JobSpecError(
-            f"job id {job!r} is not usable (allowed: letters, digits and . _ + -, "
+            f"job id {shorten(job)} is not usable (allowed: letters, digits and . _ + -, "
             "starting with a letter or digit, at most 128 characters)"
         )
     return job
@@ -45,7 +56,7 @@ def check_device_id(device: str) -> str:
     """
     if not _DEVICE_ID.fullmatch(device):
         raise JobSpecError(
-            f"device id {device!r} is not usable (allowed: letters, digits and . _ : -, "
+            f"device id {shorten(device)} is not usable (allowed: letters, digits and . _ : -, "
             "at most 64 characters)"
         )
     return device
@@ -75,12 +86,14 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
     if not body:
         return ()
     for part in body.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()) or len(part) > 32:
-            raise JobSpecError(f"cpu list {text!r} is not usable (allowed: e.g. 0-3,8)")
-        first, last = int(lo), int(hi) if sep else int(lo)
-        if last < first or last - first > 65536:
-            raise JobSpecError(f"cpu list {text!r}: range {part.strip()!r} is empty or too large")
+        found = _CPU_RANGE.fullmatch(part.strip())
+        if found is None:
+            raise JobSpecError(f"cpu list {shorten(text)} is not usable (allowed: e.g. 0-3,8)")
+        first = int(found["first"])
+        last = int(found["last"]) if found["last"] is not None else first
+        if last < first or last - first > 65536 or last >= MAX_CORES:
+            raise JobSpecError(f"cpu list {shorten(text)}: range {shorten(part.strip())} is "
+                               f"empty, too large or beyond cpu {MAX_CORES - 1}")  # fmt: skip
         cpus.update(range(first, last + 1))
     return tuple(sorted(cpus))
 
@@ -100,9 +113,14 @@ def format_cpu_list(cpus: Iterable[int]) -> str:
 
 
 def cores_needed(cores: float) -> int:
-    """Whole cores for a (possibly fractional) core request, rounded up; at least one."""
-    if not math.isfinite(cores) or cores <= 0:
-        raise JobSpecError(f"cores {cores!r} is not usable (allowed: a number > 0)")
+    """Whole cores for a (possibly fractional) core request, rounded up; at least one.
+
+    Raises:
+        JobSpecError: not a number of cores in ``0 < cores <= MAX_CORES`` (NaN, ``1e300``).
+    """
+    if not math.isfinite(cores) or not 0 < cores <= MAX_CORES:
+        raise JobSpecError(f"cores {shorten(cores)} is not usable (allowed: a number > 0 and "
+                           f"<= {MAX_CORES})")  # fmt: skip
     return max(1, math.ceil(cores - 1e-9))
 
 
@@ -161,6 +179,12 @@ def check_cpus(
     return tuple(sorted(set(cpus)))
 
 
+#: The limits of a spec's sizes (:mod:`coshare.bounds`): a record or request beyond them is
+#: refused before anything is written to a cgroup.
+_LIMITS = (("memory_mib", MAX_MEMORY_MIB), ("device_memory_mib", MAX_DEVICE_MEMORY_MIB),
+           ("device_threads", MAX_DEVICE_THREADS))
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """What the planner decided for one job on this node.
@@ -186,14 +210,19 @@ class JobSpec:
         check_job_id(self.job)
         for device in self.devices:
             check_device_id(device)
-        for name in ("memory_mib", "device_memory_mib", "device_threads"):
+        for name, maximum in _LIMITS:
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or value < 1):
+            if value is not None and (isinstance(value, bool) or not 1 <= value <= maximum):
                 raise JobSpecError(
-                    f"job {self.job}: {name} {value!r} is not usable (allowed: >= 1)"
+                    f"job {self.job}: {name} {shorten(value)} is not usable (allowed: "
+                    f"1..{maximum})"
                 )
+        if len(self.devices) > MAX_DEVICES:
+            raise JobSpecError(f"job {self.job}: {len(self.devices)} devices (allowed: at most "
+                               f"{MAX_DEVICES})")  # fmt: skip
         if len(set(self.devices)) != len(self.devices):
-            raise JobSpecError(f"job {self.job}: device listed twice in {list(self.devices)}")
+            raise JobSpecError(f"job {self.job}: device listed twice in "
+                               f"{shorten(list(self.devices))}")  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
         """Plain data for the job record."""
@@ -229,7 +258,7 @@ class JobSpec:
             or not isinstance(devices, list)
             or not all(isinstance(d, str) for d in devices)
         ):
-            raise JobSpecError(f"job record {dict(data)!r} is malformed")
+            raise JobSpecError(f"job record {shorten(dict(data))} is malformed")
         return cls(
             job=job,
             cpus=tuple(cpus),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from coshare.bounds import shorten
 from coshare.errors import PolicyError
 from coshare.model import ThreadMode
 from coshare.policies.base import Policy
@@ -91,5 +92,6 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     """
     factory = FACTORIES.get(name)
     if factory is None:
-        raise PolicyError(f"unknown policy {name!r} (known: {', '.join(policy_names())})")
+        # The name may come from a flag, a config or COSHARE_POLICY: shown bounded (issue 11).
+        raise PolicyError(f"unknown policy {shorten(name)} (known: {', '.join(policy_names())})")
     return factory(options or PolicyOptions())

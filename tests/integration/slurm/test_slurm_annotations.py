@@ -99,6 +99,12 @@ def test_placement_that_does_not_start_is_planned_again(cluster: Cluster) -> Non
         # elsewhere and releases it.
         moved = cycle()
         assert [w["job"] for w in moved["withdrawn"]] == [job_id]
+        # show says why that node takes nothing (Slurm's state and the admin's reason).
+        shown = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm",
+                            "show").stdout  # fmt: skip
+        flat = " ".join(shown.split())
+        assert "Nodes that take no jobs now" in shown and f"{node} idle+DRAIN" in flat, shown
+        assert "coshare-test" in flat
         assert moved["applied"] == [job_id]
         again = cluster.jobs()[job_id]
         assert not again.held and again.required_nodes not in ("", node)

@@ -1,0 +1,148 @@
+"""One node whose record is hostile never stops the cycle for the others, on both adapters
+(issue 11): each Source reads the recorded output of its scheduler (HTCondor slot and job ads,
+Slurm ``sinfo``/``squeue --json``) with one node's record changed, and must leave that node
+out with a note naming it and the field, plan every other node, and list the nodes the
+scheduler itself closed (drained, down) for ``show``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import classad2
+import pytest
+from coshare.config import Config, DeviceKind, SlurmConfig
+from coshare.planner import run_cycle
+from coshare.policies import make_policy
+from coshare.ports import SourceResult
+from coshare.render import show_text
+
+from condor_addon.adapter import CondorAdapter
+from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
+from condor_addon.client import values_of
+from slurm_addon.adapter import SlurmAdapter
+from slurm_addon.client import SlurmClient
+
+from .slurm_recorder import Recorder, job_record, ok, recorded, squeue_output
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NOW = 1_800_000_000
+
+#: Values a hostile or broken record may hold where a number belongs.
+HOSTILE = [1e300, math.nan, math.inf, -1, "12", 10**400]
+
+
+class RecordedPool:
+    """The collector and schedd of the recorded HTCondor pool, one slot's ads changed."""
+
+    def __init__(self, slot: str, **changes: object) -> None:
+        text = (FIXTURES / "condor/23.9.6/slots.ads").read_text()
+        self.slots = [values_of(ad, SLOT_PROJECTION) for ad in classad2.parseAds(text)]
+        for ad in self.slots:
+            if ad["Name"] == slot:
+                ad.update(changes)
+        text = (FIXTURES / "condor/23.9.6/jobs.ads").read_text()
+        self.jobs = [values_of(ad, JOB_PROJECTION) for ad in classad2.parseAds(text)]
+
+    def slot_ads(self) -> list[dict[str, object]]:
+        return self.slots
+
+    def job_ads(self, constraint: str, projection: Any = None) -> list[dict[str, object]]:
+        return self.jobs
+
+
+def read_condor(slot: str, **changes: object) -> SourceResult:
+    now = float((FIXTURES / "condor/23.9.6/recorded_at").read_text())
+    config = Config(device_kinds={"phi-5110p": DeviceKind(8192, 240)})
+    adapter = CondorAdapter(RecordedPool(slot, **changes), config, clock=lambda: now)  # type: ignore[arg-type]
+    return adapter.read()
+
+
+def read_slurm(node: str, **changes: object) -> SourceResult:
+    sinfo = json.loads(recorded("sinfo-drain-down.json"))
+    for record in sinfo["nodes"]:
+        if record["name"] == node:
+            record.update(changes)
+    # One annotated pending job per usable node's worth of room, and one running on csl-n2.
+    jobs = [job_record(1, submit_time=NOW - 5), job_record(2, submit_time=NOW - 4),
+            job_record(3, job_state="RUNNING", nodes="csl-n2", comment="", priority=1,
+                       state_reason="None", cpus=1, memory_per_node=100)]  # fmt: skip
+
+    def answer(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
+        name = argv[0].rsplit("/", 1)[-1]
+        if name == "sinfo":
+            return ok(argv, json.dumps(sinfo))
+        return ok(argv, squeue_output(*jobs))
+
+    config = Config(device_kinds={"fakephi": DeviceKind(8192, 240)}, slurm=SlurmConfig())
+    client = SlurmClient(config.slurm, runner=Recorder(answer), sleep=lambda s: None, environ={})
+    return SlurmAdapter(client, config, clock=lambda: NOW).read()
+
+
+def left_out(result: SourceResult, node: str, field: str) -> None:
+    notes = [n for n in result.notes if n.startswith(f"node {node}: ")]
+    assert len(notes) == 1, result.notes
+    assert notes[0].startswith(f"node {node}: {field}=")
+    assert notes[0].endswith("node left out of this cycle") and len(notes[0]) < 400
+    assert node not in {n.name for n in result.snapshot.nodes}
+    assert node not in {r.node for r in result.snapshot.running}
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+@pytest.mark.parametrize("field", ["TotalSlotCpus", "TotalSlotMemory"])
+def test_condor_a_hostile_slot_leaves_its_node_out_and_plans_the_others(
+    field: str, value: object
+) -> None:
+    result = read_condor("slot1@node2@vm", **{field: value})
+    left_out(result, "node2", field)
+    assert [n.name for n in result.snapshot.nodes] == ["node1", "node3"]
+    plan = make_policy("knapsack").plan(result.snapshot)
+    assert plan.placed > 0 and {a.node for a in plan.assignments} <= {"node1", "node3"}
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+@pytest.mark.parametrize("field", ["cpus", "real_memory"])
+def test_slurm_a_hostile_node_record_leaves_it_out_and_plans_the_others(
+    field: str, value: object
+) -> None:
+    result = read_slurm("csl-n2", **{field: value})
+    left_out(result, "csl-n2", field)
+    assert [n.name for n in result.snapshot.nodes] == ["csl-n1"]
+    plan = make_policy("knapsack").plan(result.snapshot)
+    assert sorted(a.job for a in plan.assignments) == ["1", "2"]
+    assert {a.node for a in plan.assignments} == {"csl-n1"}
+
+
+def test_slurm_a_gres_count_of_a_hundred_billion_leaves_only_that_node_out() -> None:
+    result = read_slurm("csl-n2", gres="gpu:fakephi:99999999999")
+    left_out(result, "csl-n2", "gres")
+    assert [n.name for n in result.snapshot.nodes] == ["csl-n1"]
+
+
+def test_condor_a_whole_cycle_still_places_on_the_other_nodes() -> None:
+    now = float((FIXTURES / "condor/23.9.6/recorded_at").read_text())
+    pool = RecordedPool("slot1@node2@vm", TotalSlotCpus=math.nan)
+    config = Config(device_kinds={"phi-5110p": DeviceKind(8192, 240)})
+    adapter = CondorAdapter(pool, config, clock=lambda: now)  # type: ignore[arg-type]
+    report = run_cycle(adapter, make_policy("knapsack"), adapter, dry_run=True)  # checked plan
+    assert report.plan.placed > 0 and report.apply.applied
+    assert any(n.startswith("node node2: TotalSlotCpus=nan") for n in report.notes)
+
+
+def test_show_says_why_closed_nodes_take_nothing_on_both_schedulers() -> None:
+    slurm = read_slurm("csl-n1")
+    text = show_text(slurm, make_policy("knapsack").plan(slurm.snapshot))
+    flat = " ".join(text.split())
+    assert "2 nodes, 4 devices (and 2 nodes taking no jobs)" in flat
+    assert "Nodes that take no jobs now" in text
+    assert "csl-n3 idle+DRAIN maintenance" in flat and "csl-n4 down broken" in flat
+
+    condor = read_condor("slot1@node3@vm", State="Drained", Activity="Retiring",
+                         DrainReason="firmware\x1b[2J update")  # fmt: skip
+    text = show_text(condor, make_policy("knapsack").plan(condor.snapshot))
+    flat = " ".join(text.split())
+    assert "2 nodes, 4 devices (and 1 nodes taking no jobs)" in flat
+    assert "node3 Drained/Retiring firmware\\x1b[2J update" in flat
+    assert "\x1b" not in text
