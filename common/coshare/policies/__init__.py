@@ -9,6 +9,7 @@ random      seeded random order, first fit, sharing allowed (paper's MCC)
 knapsack    per-device 0-1 knapsack, greedy over the cluster (paper's MCCK)
 bestfit     least leftover cores and device share per node (fragmentation benchmark)
 fgd         least growth of expected fragmentation (FGD, the benchmark's best peer)
+sharepack   knapsack when contended, node potential otherwise (the default)
 ==========  =====================================================================
 
 Later policies register here too (``collocate``, ``membw``, ``sns``, ``cs``): add a module
@@ -26,7 +27,9 @@ from coshare.policies.bestfit import BestFitPolicy
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
 from coshare.policies.knapsack import KnapsackPolicy
+from coshare.policies.potential import Shape as WorkloadShape
 from coshare.policies.random_fit import RandomPolicy
+from coshare.policies.sharepack import SharePackPolicy
 
 __all__ = ["FACTORIES", "Policy", "PolicyOptions", "make_policy", "policy_names"]
 
@@ -52,6 +55,7 @@ class PolicyOptions:
         max_thread_cells: int = 64,
         fgd_workload: tuple[tuple[Shape, int], ...] | None = None,
         bestfit_scale: tuple[int, int] | None = None,
+        workload: tuple[tuple[WorkloadShape, int], ...] | None = None,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -61,6 +65,7 @@ class PolicyOptions:
         self.max_thread_cells = max_thread_cells
         self.fgd_workload = fgd_workload
         self.bestfit_scale = bestfit_scale
+        self.workload = workload
 
 
 FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
@@ -75,6 +80,14 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     ),
     "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
     "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
+    "sharepack": lambda o: SharePackPolicy(
+        threads=o.threads,
+        memory_grid_mib=o.memory_grid_mib,
+        max_thread_cells=o.max_thread_cells,
+        age_limit_s=o.age_limit_s,
+        max_reserved_devices=o.max_reserved_devices,
+        workload=o.workload,
+    ),
 }
 
 

@@ -90,63 +90,64 @@ class ClusterState:
         self.node_names = [n.name for n in nodes]
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
 
-        dev_node: list[int] = []
-        self.dev_ids: list[str] = []
-        self.node_devs: list[list[int]] = []
-        total_mem: list[int] = []
-        threads: list[int] = []
-        self.dev_index: dict[tuple[str, str], int] = {}
-        for i, node in enumerate(nodes):
-            first = len(dev_node)
-            self.node_devs.append(list(range(first, first + len(node.devices))))
-            for k, dev in enumerate(node.devices):
-                self.dev_index[(node.name, dev.id)] = first + k
-                self.dev_ids.append(dev.id)
-                total_mem.append(dev.memory_mib)
-                threads.append(dev.threads)
-            dev_node += [i] * len(node.devices)
+        sizes = [len(node.devices) for node in nodes]
+        starts = [0]
+        for size in sizes:
+            starts.append(starts[-1] + size)
+        self.node_devs: list[list[int]] = [list(range(a, a + k))
+                                           for a, k in zip(starts, sizes, strict=False)]
+        devices = [dev for node in nodes for dev in node.devices]
+        dev_node = [i for i, size in enumerate(sizes) for _ in range(size)]
+        self.dev_ids: list[str] = [dev.id for dev in devices]
+        total_mem = [dev.memory_mib for dev in devices]
+        threads = [dev.threads for dev in devices]
+        # Running and planned jobs are summed over flat lists at once: item-by-item
+        # updates cost a microsecond each, and a snapshot can hold thousands of placements
+        # (the simulator builds one every cycle).
+        n_nodes, n_devs = len(nodes), len(devices)
+        running = snapshot.running
+        node_index = self.node_index
+        on = [node_index[r.node] for r in running]
 
-        # Running and planned jobs are summed in plain lists and turned into arrays once:
-        # item-by-item numpy updates cost a microsecond each, and a snapshot can hold
-        # thousands of placements (the simulator builds one every cycle).
-        free_cpu = [n.cpu_milli for n in nodes]
-        free_mem = [n.memory_mib for n in nodes]
-        node_jobs = [0] * len(nodes)
-        host_jobs = [0] * len(nodes)
-        dev_free_mem = list(total_mem)
-        dev_free_thr = list(threads)
-        dev_jobs = [0] * len(dev_node)
-        node_index, dev_index = self.node_index, self.dev_index
-        for r in snapshot.running:
-            n = node_index[r.node]
-            free_cpu[n] -= r.cpu_milli
-            free_mem[n] -= r.memory_mib
-            node_jobs[n] += 1
-            if not r.devices:
-                host_jobs[n] += 1
-            for dev_id in r.devices:
-                d = dev_index[(r.node, dev_id)]
-                dev_free_mem[d] -= r.device_memory_mib
-                dev_free_thr[d] -= r.device_threads
-                dev_jobs[d] += 1
+        def per_node(values: list[int]) -> Ints:
+            out: Ints = np.zeros(n_nodes, dtype=np.int64)
+            np.add.at(out, on, np.array(values, dtype=np.int64))  # exact, unlike bincount's floats
+            return out
+
+        local: list[dict[str, int]] = [
+            {dev.id: starts[i] + k for k, dev in enumerate(node.devices)}
+            for i, node in enumerate(nodes)
+        ]
+        held = [(local[n][d], r) for n, r in zip(on, running, strict=True) for d in r.devices]
+        dev_at = [d for d, _ in held]
+
+        def per_device(values: list[int]) -> Ints:
+            out: Ints = np.zeros(n_devs, dtype=np.int64)
+            np.add.at(out, dev_at, np.array(values, dtype=np.int64))
+            return out
 
         def ints(values: list[int]) -> Ints:
             return np.array(values, dtype=np.int64)
 
+        self._local = local
         self.node_total_cpu = ints([n.cpu_milli for n in nodes])
         self.node_total_mem = ints([n.memory_mib for n in nodes])
-        self.node_free_cpu = ints(free_cpu)
-        self.node_free_mem = ints(free_mem)
-        self.node_jobs = ints(node_jobs)
-        self.node_host_jobs = ints(host_jobs)  # jobs without devices
+        self.node_free_cpu = self.node_total_cpu - per_node([r.cpu_milli for r in running])
+        self.node_free_mem = self.node_total_mem - per_node([r.memory_mib for r in running])
+        self.node_jobs = per_node([1] * len(running))
+        self.node_host_jobs = per_node([0 if r.devices else 1 for r in running])  # CPU jobs
         self.dev_node = ints(dev_node)
         self.dev_total_mem = ints(total_mem)
         self.dev_threads = ints(threads)
-        self.dev_free_mem = ints(dev_free_mem)
-        self.dev_free_thr = ints(dev_free_thr)
-        self.dev_jobs = ints(dev_jobs)
+        self.dev_free_mem = self.dev_total_mem - per_device([r.device_memory_mib for _, r in held])
+        self.dev_free_thr = self.dev_threads - per_device([r.device_threads for _, r in held])
+        self.dev_jobs = per_device([1] * len(held))
         self.assignments: list[Assignment] = []
         self._most_free: dict[bool, tuple[int, int, int]] = {}
+
+    def device_index(self, node: str, device: str) -> int:
+        """The global index of ``device`` of ``node``."""
+        return self._local[self.node_index[node]][device]
 
     @property
     def device_count(self) -> int:

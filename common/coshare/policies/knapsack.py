@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coshare.model import Job, Plan, Snapshot, ThreadMode, Unplaced
+from coshare.model import Job, Plan, Snapshot, ThreadMode
+from coshare.policies.aging import reserve, split_aged
 from coshare.policies.base import (
     ClusterState,
     explain_waiting,
@@ -86,10 +87,11 @@ class KnapsackPolicy:
         reserved = np.zeros(state.device_count, dtype=np.bool_)
         waiting: list[Job] = []
 
-        aged, rest = self._split_aged(snapshot, jobs)
+        aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
         for job in aged:
             if not state.place_best_fit(job, state.device_ok(job) & ~reserved):
-                reason = self._reserve(state, job, reserved, snapshot.now_s)
+                reason = reserve(state, job, reserved, snapshot.now_s, self.age_limit_s,
+                                 self.max_reserved_devices)  # fmt: skip
                 if reason is not None:
                     unplaced[job.id] = reason
                 else:
@@ -110,40 +112,6 @@ class KnapsackPolicy:
         waiting.extend(j for j in rest if not j.needs_device and not state.place_host_job(j))
         unplaced.update(explain_waiting(state, waiting, exclude=reserved))
         return finish(self.name, snapshot, state, unplaced)
-
-    def _split_aged(self, snapshot: Snapshot, jobs: list[Job]) -> tuple[list[Job], list[Job]]:
-        if self.age_limit_s is None or snapshot.now_s is None:
-            return [], jobs
-        now, limit = snapshot.now_s, self.age_limit_s
-        aged = [j for j in jobs if now - j.submit_time_s >= limit]
-        return aged, [j for j in jobs if now - j.submit_time_s < limit]
-
-    def _reserve(
-        self, state: ClusterState, job: Job, reserved: np.ndarray, now: float | None
-    ) -> Unplaced | None:
-        """Hold back the device closest to fitting an aged job; ``None`` if none may be held."""
-        if not job.needs_device or job.device_count != 1:
-            return None
-        if int(reserved.sum()) >= self.max_reserved_devices:
-            return None
-        could = (
-            (state.dev_total_mem >= job.device_memory_mib)
-            & (state.dev_threads >= job.device_threads)
-            & (state.node_total_cpu >= job.total_cpu_milli)[state.dev_node]
-            & (state.node_total_mem >= job.total_memory_mib)[state.dev_node]
-            & ~reserved
-        )
-        if not could.any():
-            return None
-        d = int(np.argmax(np.where(could, state.dev_free_mem, np.iinfo(np.int64).min)))
-        reserved[d] = True
-        age = 0.0 if now is None else now - job.submit_time_s
-        return Unplaced(
-            job.id,
-            f"pending {age:.0f} s, past age_limit_s {self.age_limit_s:g}: device "
-            f"{state.dev_label(d)} takes no new jobs until this one fits there",
-            "reserved",
-        )
 
 
 def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[Job]:

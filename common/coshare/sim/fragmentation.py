@@ -40,6 +40,8 @@ from coshare.model import Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.base import Policy
 from coshare.policies.fgd import Shape, job_shape, target_workload
+from coshare.policies.potential import expected_shapes
+from coshare.policies.potential import job_shape as workload_shape
 from coshare.sim.traces import GPU_MILLI
 
 PROTOCOLS = ("online", "batch")
@@ -100,6 +102,7 @@ def fragmentation_options(nodes: Sequence[Node], pods: Sequence[Job],
         age_limit_s=None,
         memory_grid_mib=MILLI_GRID,
         fgd_workload=target_workload(job_shape(p) for p in pods),
+        workload=expected_shapes(workload_shape(p) for p in pods),
         bestfit_scale=(max(n.cpu_milli for n in nodes), max(len(n.devices) for n in nodes)),
     )
 

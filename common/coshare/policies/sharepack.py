@@ -1,0 +1,224 @@
+"""The ``sharepack`` policy, coshare's default: which jobs share (knapsack), and where (potential).
+
+A planning cycle has two questions to answer, and which one matters depends on the cycle:
+
+- **Contended** (the pending device jobs need more device memory, or in strict mode more
+  threads, than is free): *which* jobs run decides the makespan. Devices are filled one after
+  another by the paper's knapsack (Coviello et al., section IV-C): the most value of
+  concurrency ``1 - (t/T)^2`` that fits each device's memory and threads (the
+  :mod:`~coshare.policies.knapsack` machinery, with its host shares and its sweep).
+- **Not contended** (everything could fit): *where* each job goes decides what is left for the
+  jobs still to come. The cycle sees its whole batch, so it orders it (multi-device jobs first,
+  then the largest device memory, then the most cores: the hardest to place first, the
+  smallest fill in after them) and places each job where its node's *potential* rises least:
+  FGD's expected fragmentation for the coming job shapes plus the device memory the node's
+  free cores and host memory could no longer feed (:mod:`~coshare.policies.potential`). The
+  batch itself is the look-ahead: its shapes, with the running jobs', are the expected ones
+  unless the caller names a target workload.
+
+Everything the other policies honour holds here: jobs past ``age_limit_s`` go first and
+otherwise hold back a device (:mod:`~coshare.policies.aging`); strict or soft threads; host
+cores and memory; multi-device jobs on one node; CPU-only jobs (placed by potential too, so
+they take cores where no device needs them); jobs that fit nowhere get ``never_fits``, jobs
+that wait say what they wait for; no job that fits what the plan leaves waits. Pure and
+deterministic: no I/O, no clock, ties to snapshot order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from coshare.model import Job, Plan, Snapshot, ThreadMode
+from coshare.policies.aging import reserve, split_aged
+from coshare.policies.base import (
+    ClusterState,
+    Mask,
+    explain_waiting,
+    finish,
+    never_fits,
+    priority_key,
+    shape_of,
+)
+from coshare.policies.knapsack import _Filler, _sweep
+from coshare.policies.potential import Potential, Shape, snapshot_shapes
+
+
+#: Contended cycles of at most this many jobs are placed by potential after the knapsack
+#: chose them; larger ones keep the knapsack's placement (a pass by potential costs about
+#: 50 microseconds per job and device group).
+MAX_REPLACED_JOBS = 2_000
+
+
+def packing_key(job: Job) -> tuple[int, int, int, int, float, str]:
+    """Hardest first: multi-device jobs, then device memory, then cores; then scheduler order."""
+    devices = job.device_count if job.needs_device else 0
+    return (-job.priority, -devices, -job.device_memory_mib * min(devices, 1),
+            -job.total_cpu_milli, job.submit_time_s, job.id)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SharePackPolicy:
+    """Knapsack selection when the cycle is contended, potential placement when it is not."""
+
+    threads: ThreadMode = "strict"
+    memory_grid_mib: int = 64
+    max_thread_cells: int = 64
+    age_limit_s: float | None = 3600.0
+    max_reserved_devices: int = 8
+    workload: tuple[tuple[Shape, int], ...] | None = None
+    stranding: float = 1.0
+    name: str = "sharepack"
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        """Aged jobs first, then the rest by knapsack (contended) or by potential."""
+        state = ClusterState(snapshot, strict_threads=self.threads == "strict")
+        unplaced = never_fits(snapshot, snapshot.pending)
+        jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
+        reserved = np.zeros(state.device_count, dtype=np.bool_)
+        shapes = self.workload if self.workload is not None else snapshot_shapes(snapshot)
+        potential = Potential(state, shapes, self.stranding)
+        waiting: list[Job] = []
+
+        aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
+        for job in aged:
+            if not potential.place(job, self._where(state, job, reserved)):
+                reason = reserve(state, job, reserved, snapshot.now_s, self.age_limit_s,
+                                 self.max_reserved_devices)  # fmt: skip
+                if reason is not None:
+                    unplaced[job.id] = reason
+                else:
+                    waiting.append(job)
+
+        waiting += self._rest(state, potential, rest, reserved)
+        unplaced.update(explain_waiting(state, waiting, exclude=reserved))
+        return finish(self.name, snapshot, state, unplaced)
+
+    def _rest(
+        self, state: ClusterState, potential: Potential, jobs: list[Job], reserved: Mask
+    ) -> list[Job]:
+        """Place the jobs that are not aged; returns those left waiting.
+
+        Not contended: by potential, in packing order. Contended (the device jobs need more
+        than is free, or a first pass by potential left out a device job that fitted before
+        the cycle began, so jobs competed for room): the knapsack chooses which jobs run and,
+        for a cycle of at most ``MAX_REPLACED_JOBS`` jobs, the potential places them (the
+        knapsack's choice first, then whatever else still fits); a larger cycle keeps the
+        knapsack's own device-by-device placement, which scales to 100,000 jobs.
+        """
+        small = len(jobs) <= MAX_REPLACED_JOBS
+        if _contended(state, jobs, reserved):
+            if not small:
+                return self._fill(state, potential, jobs, reserved)
+            return self._choose_then_place(state, potential, jobs, reserved, _Saved(state))
+        before = _Saved(state)
+        left = self._place_all(state, potential, sorted(jobs, key=packing_key), reserved)
+        if not any(self._competed(state, before, job, reserved) for job in left):
+            return left
+        before.restore(state)
+        potential.reset()
+        if not small:
+            return self._fill(state, potential, jobs, reserved)
+        return self._choose_then_place(state, potential, jobs, reserved, before)
+
+    def _place_all(
+        self, state: ClusterState, potential: Potential, jobs: list[Job], reserved: Mask
+    ) -> list[Job]:
+        """Place ``jobs`` in order by potential; returns those that fit nowhere. A shape
+        that found no room is not tried again (free resources only shrink)."""
+        failed: set[object] = set()
+        left: list[Job] = []
+        for job in jobs:
+            shape = shape_of(job)
+            if shape in failed or not potential.place(job, self._where(state, job, reserved)):
+                failed.add(shape)
+                left.append(job)
+        return left
+
+    @staticmethod
+    def _competed(state: ClusterState, before: _Saved, job: Job, reserved: Mask) -> bool:
+        """Whether a device job left waiting would have fitted before this cycle's jobs."""
+        if not job.needs_device or job.device_count != 1:
+            return False
+        free_mem, free_thr = before.arrays[4], before.arrays[5]
+        cpu, mem = before.arrays[0], before.arrays[1]
+        ok = (free_mem >= job.device_memory_mib) & (state.dev_threads >= job.device_threads)
+        if state.strict:
+            ok &= free_thr >= job.device_threads
+        host = (cpu >= job.total_cpu_milli) & (mem >= job.total_memory_mib)
+        return bool((ok & host[state.dev_node] & ~reserved).any())
+
+    def _choose_then_place(
+        self, state: ClusterState, potential: Potential, jobs: list[Job], reserved: Mask,
+        before: _Saved,
+    ) -> list[Job]:  # fmt: skip
+        """The knapsack chooses which jobs run; the potential places them, then the rest."""
+        self._fill(state, potential, jobs, reserved)
+        chosen = {a.job for a in state.assignments[before.mark :]}
+        before.restore(state)
+        potential.reset()
+        order = sorted(jobs, key=lambda j: (j.id not in chosen, packing_key(j)))
+        return self._place_all(state, potential, order, reserved)
+
+    @staticmethod
+    def _where(state: ClusterState, job: Job, reserved: Mask) -> Mask:
+        if not job.needs_device:
+            return state.host_ok(job)
+        out: Mask = state.device_ok(job) & ~reserved
+        return out
+
+    def _fill(
+        self, state: ClusterState, potential: Potential, jobs: list[Job], reserved: Mask
+    ) -> list[Job]:
+        """The contended cycle: multi-device jobs by potential, devices by knapsack, the
+        left-overs best fit, CPU jobs by potential. Returns the jobs left waiting."""
+        waiting = [
+            job for job in sorted(jobs, key=packing_key)
+            if job.needs_device and job.device_count > 1
+            and not potential.place(job, self._where(state, job, reserved))
+        ]  # fmt: skip
+        singles = [j for j in jobs if j.needs_device and j.device_count == 1]
+        left = sorted(_Filler(self, state, reserved, singles).run(), key=priority_key)
+        waiting += _sweep(state, left, reserved)
+        potential.reset()
+        waiting += self._place_all(
+            state, potential, sorted((j for j in jobs if not j.needs_device), key=packing_key),
+            reserved,
+        )
+        return waiting
+
+
+class _Saved:
+    """The ledger's free resources and assignments at one moment, to go back to."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.arrays = [a.copy() for a in _ledger_arrays(state)]
+        self.mark = len(state.assignments)
+
+    def restore(self, state: ClusterState) -> None:
+        for target, value in zip(_ledger_arrays(state), self.arrays, strict=True):
+            target[:] = value
+        del state.assignments[self.mark :]
+        state._most_free.clear()
+
+
+def _ledger_arrays(state: ClusterState) -> list[np.ndarray]:
+    return [state.node_free_cpu, state.node_free_mem, state.node_jobs, state.node_host_jobs,
+            state.dev_free_mem, state.dev_free_thr, state.dev_jobs]  # fmt: skip
+
+
+def _contended(state: ClusterState, jobs: list[Job], reserved: Mask) -> bool:
+    """Whether the single-device jobs need more device memory (or, with strict threads, more
+    threads) than the open devices have free: then not all can run, and which ones do is
+    the knapsack's question."""
+    open_devices = ~reserved
+    free_mem = int(np.clip(state.dev_free_mem[open_devices], 0, None).sum())
+    need_mem = sum(j.device_memory_mib for j in jobs if j.needs_device and j.device_count == 1)
+    if need_mem > free_mem:
+        return True
+    if state.strict:
+        free_thr = int(np.clip(state.dev_free_thr[open_devices], 0, None).sum())
+        need_thr = sum(j.device_threads for j in jobs if j.needs_device and j.device_count == 1)
+        return need_thr > free_thr
+    return False
