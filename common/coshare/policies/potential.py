@@ -30,7 +30,7 @@ choice: ties go to snapshot order). Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -84,6 +84,27 @@ def snapshot_shapes(snapshot: Snapshot) -> tuple[tuple[Shape, int], ...]:
     shapes += [(r.cpu_milli, r.memory_mib, r.device_memory_mib if r.devices else 0,
                 len(r.devices)) for r in snapshot.running]  # fmt: skip
     return expected_shapes(shapes)
+
+
+class LazyPotential:
+    """A :class:`Potential` built on first use: a cycle that places no job by potential (a
+    large contended one) does not pay for scoring every node."""
+
+    def __init__(self, state: ClusterState, shapes: Callable[[], Sequence[tuple[Shape, int]]],
+                 stranding: float = 1.0) -> None:  # fmt: skip
+        self._make = lambda: Potential(state, shapes(), stranding)
+        self._built: Potential | None = None
+
+    def place(self, job: Job, ok: Mask) -> bool:
+        """:meth:`Potential.place`."""
+        if self._built is None:
+            self._built = self._make()
+        return self._built.place(job, ok)
+
+    def reset(self) -> None:
+        """:meth:`Potential.reset` (nothing to do before the first use)."""
+        if self._built is not None:
+            self._built.reset()
 
 
 class Potential:

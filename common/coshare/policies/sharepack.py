@@ -41,9 +41,22 @@ from coshare.policies.base import (
     priority_key,
     shape_of,
 )
-from coshare.policies.knapsack import _Filler, _sweep
-from coshare.policies.potential import Potential, Shape, snapshot_shapes
+from coshare.policies.knapsack import (
+    MAX_DP_CELLS,
+    MAX_MEMORY_CELLS,
+    VALUE_STEPS,
+    _Filler,
+    _sweep,
+    job_types,
+    memory_grid,
+    tables_affordable,
+)
+from coshare.policies.potential import LazyPotential, Shape, snapshot_shapes
 
+
+#: A device filled by the greedy of a large cycle stops looking after this many jobs in a row
+#: that do not fit it.
+GREEDY_SKIPS = 64
 
 #: Contended cycles of at most this many jobs are placed by potential after the knapsack
 #: chose them; larger ones keep the knapsack's placement (a pass by potential costs about
@@ -67,6 +80,8 @@ class SharePackPolicy:
     max_thread_cells: int = 64
     age_limit_s: float | None = 3600.0
     max_reserved_devices: int = 8
+    max_memory_cells: int = MAX_MEMORY_CELLS
+    max_dp_cells: int = MAX_DP_CELLS
     workload: tuple[tuple[Shape, int], ...] | None = None
     stranding: float = 1.0
     name: str = "sharepack"
@@ -77,8 +92,11 @@ class SharePackPolicy:
         unplaced = never_fits(snapshot, snapshot.pending)
         jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
         reserved = np.zeros(state.device_count, dtype=np.bool_)
-        shapes = self.workload if self.workload is not None else snapshot_shapes(snapshot)
-        potential = Potential(state, shapes, self.stranding)
+        workload = self.workload
+        potential = LazyPotential(
+            state, lambda: workload if workload is not None else snapshot_shapes(snapshot),
+            self.stranding,
+        )
         waiting: list[Job] = []
 
         aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
@@ -96,7 +114,7 @@ class SharePackPolicy:
         return finish(self.name, snapshot, state, unplaced)
 
     def _rest(
-        self, state: ClusterState, potential: Potential, jobs: list[Job], reserved: Mask
+        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask
     ) -> list[Job]:
         """Place the jobs that are not aged; returns those left waiting.
 
@@ -110,7 +128,7 @@ class SharePackPolicy:
         small = len(jobs) <= MAX_REPLACED_JOBS
         if _contended(state, jobs, reserved):
             if not small:
-                return self._fill(state, potential, jobs, reserved)
+                return self._large(state, potential, jobs, reserved)
             return self._choose_then_place(state, potential, jobs, reserved, _Saved(state))
         before = _Saved(state)
         left = self._place_all(state, potential, sorted(jobs, key=packing_key), reserved)
@@ -119,11 +137,33 @@ class SharePackPolicy:
         before.restore(state)
         potential.reset()
         if not small:
-            return self._fill(state, potential, jobs, reserved)
+            return self._large(state, potential, jobs, reserved)
         return self._choose_then_place(state, potential, jobs, reserved, before)
 
+    def _large(
+        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask
+    ) -> list[Job]:
+        """A large contended cycle: a knapsack table per device where the cycle affords one
+        (:func:`~coshare.policies.knapsack.tables_affordable`), else the greedy of the same
+        value (:func:`greedy_fill`)."""
+        singles = [j for j in jobs if j.needs_device and j.device_count == 1]
+        grid = memory_grid(self.memory_grid_mib, self.max_memory_cells, state)
+        if tables_affordable(job_types(singles, grid), len(singles), int((~reserved).sum())):
+            return self._fill(state, potential, jobs, reserved)
+        waiting = self._place_all(
+            state, potential, sorted((j for j in jobs if j.needs_device and j.device_count > 1),
+                                     key=packing_key), reserved)  # fmt: skip
+        left = greedy_fill(state, singles, reserved)
+        waiting += _sweep(state, sorted(left, key=priority_key), reserved)
+        potential.reset()
+        waiting += self._place_all(
+            state, potential, sorted((j for j in jobs if not j.needs_device), key=packing_key),
+            reserved,
+        )
+        return waiting
+
     def _place_all(
-        self, state: ClusterState, potential: Potential, jobs: list[Job], reserved: Mask
+        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask
     ) -> list[Job]:
         """Place ``jobs`` in order by potential; returns those that fit nowhere. A shape
         that found no room is not tried again (free resources only shrink)."""
@@ -131,7 +171,11 @@ class SharePackPolicy:
         left: list[Job] = []
         for job in jobs:
             shape = shape_of(job)
-            if shape in failed or not potential.place(job, self._where(state, job, reserved)):
+            if (
+                shape in failed
+                or state.beyond_free(job)
+                or not potential.place(job, self._where(state, job, reserved))
+            ):
                 failed.add(shape)
                 left.append(job)
         return left
@@ -150,7 +194,7 @@ class SharePackPolicy:
         return bool((ok & host[state.dev_node] & ~reserved).any())
 
     def _choose_then_place(
-        self, state: ClusterState, potential: Potential, jobs: list[Job], reserved: Mask,
+        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
         before: _Saved,
     ) -> list[Job]:  # fmt: skip
         """The knapsack chooses which jobs run; the potential places them, then the rest."""
@@ -169,7 +213,7 @@ class SharePackPolicy:
         return out
 
     def _fill(
-        self, state: ClusterState, potential: Potential, jobs: list[Job], reserved: Mask
+        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask
     ) -> list[Job]:
         """The contended cycle: multi-device jobs by potential, devices by knapsack, the
         left-overs best fit, CPU jobs by potential. Returns the jobs left waiting."""
@@ -200,12 +244,77 @@ class _Saved:
         for target, value in zip(_ledger_arrays(state), self.arrays, strict=True):
             target[:] = value
         del state.assignments[self.mark :]
-        state._most_free.clear()
+        state.changed()
 
 
 def _ledger_arrays(state: ClusterState) -> list[np.ndarray]:
     return [state.node_free_cpu, state.node_free_mem, state.node_jobs, state.node_host_jobs,
             state.dev_free_mem, state.dev_free_thr, state.dev_jobs]  # fmt: skip
+
+
+def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Job]:
+    """The knapsack's choice without its tables, for cycles too large for one per device.
+
+    Devices are filled one after another, as by the knapsack (least free memory first, a
+    device's host budget its share of its node's free cores and memory), each with the jobs
+    of the highest value ``1 - (t/T)^2`` per share of a device (the larger of their memory
+    share and, with strict threads, their thread share; of the largest device) that still fit
+    it, skipping those that do not. Per device this is the greedy of the fractional knapsack
+    over what it is offered: with memory the only limit it falls short of the optimum by at
+    most one job's value. A device stops looking after ``GREEDY_SKIPS`` jobs in a row that do
+    not fit it; the jobs left over are tried best fit afterwards. Returns the jobs left over.
+    """
+    if not jobs or state.device_count == 0:
+        return list(jobs)
+    top_threads = max(int(state.dev_threads.max()), 1)
+    top_mem = max(int(state.dev_total_mem.max()), 1)
+
+    def density(job: Job) -> tuple[float, tuple[int, float, str]]:
+        ratio = job.device_threads / top_threads
+        value = int(VALUE_STEPS * (1.0 - ratio**2)) + 1  # + 1: a job counts, as in the tables
+        share = max(job.device_memory_mib / top_mem, ratio if state.strict else 0.0, 1e-9)
+        return (-value / share, priority_key(job))
+
+    ranked = sorted(jobs, key=density)
+    need = [(j.device_memory_mib, j.device_threads, j.total_cpu_milli, j.total_memory_mib)
+            for j in ranked]  # fmt: skip
+    placed = [False] * len(ranked)
+    after = list(range(1, len(ranked) + 2))  # a placed job's link to a later unplaced one
+
+    def next_unplaced(i: int) -> int:
+        """The first job at or after ``i`` not placed yet (links shortened as they are read)."""
+        root = i
+        while root < len(ranked) and placed[root]:
+            root = after[root]
+        while i != root:
+            after[i], i = root, after[i]
+        return root
+
+    devices = np.flatnonzero(~reserved)
+    devices = devices[np.lexsort((devices, state.dev_free_mem[devices]))].tolist()
+    open_on_node = np.bincount(state.dev_node[~reserved], minlength=len(state.nodes)).tolist()
+    smallest = min(m for m, _, _, _ in need)
+    for d in devices:
+        n = int(state.dev_node[d])
+        share = max(open_on_node[n], 1)
+        open_on_node[n] -= 1
+        mem, threads = int(state.dev_free_mem[d]), int(state.dev_threads[d])
+        thr = int(state.dev_free_thr[d]) if state.strict else threads
+        cpu = max(int(state.node_free_cpu[n]), 0) // share
+        host = max(int(state.node_free_mem[n]), 0) // share
+        misses = 0
+        i = next_unplaced(0)
+        while i < len(ranked) and mem >= smallest and misses < GREEDY_SKIPS:
+            m, t, c, h = need[i]
+            if m <= mem and t <= threads and t <= thr and c <= cpu and h <= host:
+                state.place(ranked[i], n, [d])
+                placed[i] = True
+                mem, thr, cpu, host = mem - m, thr - t, cpu - c, host - h
+                misses = 0
+            else:
+                misses += 1
+            i = next_unplaced(i + 1)
+    return [job for job, done in zip(ranked, placed, strict=True) if not done]
 
 
 def _contended(state: ClusterState, jobs: list[Job], reserved: Mask) -> bool:
