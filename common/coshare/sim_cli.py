@@ -71,7 +71,7 @@ from coshare.sim_report import (
 from coshare.traces import ALIBABA_DIR, data_dir, read_alibaba, read_swf
 
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
-ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd")
+ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd", "sharepack")
 WORKLOADS = ("table1", *DISTRIBUTIONS, "synthetic", "pressure", "alibaba-2023", "trace:PATH")
 
 Advance = Callable[[int], None]

@@ -29,7 +29,7 @@ from coshare.sim.metrics import RunSummary, reduction
 from coshare.sim.paper import PAPER_NAMES
 
 
-def render(*items: Table | str, width: int = 110) -> str:
+def render(*items: Table | str, width: int = 132) -> str:
     """Tables and lines as plain text."""
     return render_text(*items, width=width)
 
@@ -37,7 +37,7 @@ def render(*items: Table | str, width: int = 110) -> str:
 def _table(title: str, columns: Sequence[str]) -> Table:
     table = Table(title=title, box=box.SIMPLE, title_justify="left")
     for i, column in enumerate(columns):
-        table.add_column(column, justify="left" if i == 0 else "right")
+        table.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
     return table
 
 
@@ -220,9 +220,10 @@ def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
              "batch": "batch protocol: a cycle plans many pending pods (as coshare runs live)"}
     table = _table(
         f"Alibaba GPU-sharing fragmentation, {label.get(protocol, protocol)}; unallocated GPU %, "
-        f"median of seeds {seeds}",
+        f"median of seeds {seeds}; bound: the least any placement of the pods submitted by "
+        "100% can leave unallocated",
         ["policy", *[f"{level}%" for level in ARRIVAL_LEVELS], "range at 100%", "published",
-         "idle GPUs", "no cores", "partial", "bound at 100%"],
+         "idle GPUs", "no cores", "partial", "bound"],
     )
     by_policy: dict[str, list[FragRun]] = defaultdict(list)
     for run in mine:

@@ -26,19 +26,21 @@ from coshare.policies.base import Policy
 from coshare.policies.bestfit import BestFitPolicy
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
-from coshare.policies.knapsack import KnapsackPolicy
+from coshare.policies.knapsack import MAX_DP_CELLS, MAX_MEMORY_CELLS, KnapsackPolicy
 from coshare.policies.potential import Shape as WorkloadShape
 from coshare.policies.random_fit import RandomPolicy
 from coshare.policies.sharepack import SharePackPolicy
 
-__all__ = ["FACTORIES", "Policy", "PolicyOptions", "make_policy", "policy_names"]
+__all__ = ["DEFAULT_POLICY", "FACTORIES", "Policy", "PolicyOptions", "make_policy", "policy_names"]
 
 
 class PolicyOptions:
     """The options a policy may take, gathered from the configuration.
 
     Attributes mirror ``policy`` and ``knapsack`` config sections; a factory reads what it
-    needs and ignores the rest. ``fgd_workload`` is FGD's target workload (shapes with
+    needs and ignores the rest. ``workload`` is the expected job shapes of ``sharepack``
+    (:func:`~coshare.policies.potential.expected_shapes`), ``None`` to take them from each
+    snapshot. ``fgd_workload`` is FGD's target workload (shapes with
     counts) when the caller knows it, as the fragmentation benchmark does; ``None`` takes it
     from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
     ``None`` takes the largest node of each snapshot.
@@ -53,6 +55,8 @@ class PolicyOptions:
         max_reserved_devices: int = 8,
         memory_grid_mib: int = 64,
         max_thread_cells: int = 64,
+        max_memory_cells: int = MAX_MEMORY_CELLS,
+        max_dp_cells: int = MAX_DP_CELLS,
         fgd_workload: tuple[tuple[Shape, int], ...] | None = None,
         bestfit_scale: tuple[int, int] | None = None,
         workload: tuple[tuple[WorkloadShape, int], ...] | None = None,
@@ -63,6 +67,8 @@ class PolicyOptions:
         self.max_reserved_devices = max_reserved_devices
         self.memory_grid_mib = memory_grid_mib
         self.max_thread_cells = max_thread_cells
+        self.max_memory_cells = max_memory_cells
+        self.max_dp_cells = max_dp_cells
         self.fgd_workload = fgd_workload
         self.bestfit_scale = bestfit_scale
         self.workload = workload
@@ -77,6 +83,8 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
         max_thread_cells=o.max_thread_cells,
         age_limit_s=o.age_limit_s,
         max_reserved_devices=o.max_reserved_devices,
+        max_memory_cells=o.max_memory_cells,
+        max_dp_cells=o.max_dp_cells,
     ),
     "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
     "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
@@ -86,9 +94,15 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
         max_thread_cells=o.max_thread_cells,
         age_limit_s=o.age_limit_s,
         max_reserved_devices=o.max_reserved_devices,
+        max_memory_cells=o.max_memory_cells,
+        max_dp_cells=o.max_dp_cells,
         workload=o.workload,
     ),
 }
+
+
+#: The policy a cycle uses unless the configuration names another.
+DEFAULT_POLICY = "sharepack"
 
 
 def policy_names() -> list[str]:

@@ -681,8 +681,9 @@ def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | Non
 
 
 def finish(
-    name: str, snapshot: Snapshot, state: ClusterState, unplaced: dict[str, Unplaced]
-) -> Plan:
+    name: str, snapshot: Snapshot, state: ClusterState, unplaced: dict[str, Unplaced],
+    notes: Iterable[str] = (),
+) -> Plan:  # fmt: skip
     """Assemble the plan; unplaced jobs are listed in the snapshot's pending order."""
     ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
-    return Plan(name, tuple(state.assignments), ordered)
+    return Plan(name, tuple(state.assignments), ordered, notes=tuple(notes))

@@ -93,6 +93,7 @@ class KnapsackPolicy:
     max_reserved_devices: int = 8
     max_memory_cells: int = MAX_MEMORY_CELLS
     max_dp_cells: int = MAX_DP_CELLS
+    max_exact_work: int = MAX_EXACT_WORK
     name: str = "knapsack"
 
     def plan(self, snapshot: Snapshot) -> Plan:
@@ -122,12 +123,13 @@ class KnapsackPolicy:
                 waiting.append(job)
 
         singles = [j for j in rest if j.needs_device and j.device_count == 1]
-        left = sorted(_Filler(self, state, reserved, singles).run(), key=priority_key)
+        filler = _Filler(self, state, reserved, singles)
+        left = sorted(filler.run(), key=priority_key)
         waiting.extend(_sweep(state, left, reserved))
 
         waiting.extend(j for j in rest if not j.needs_device and not state.place_host_job(j))
         unplaced.update(explain_waiting(state, waiting, exclude=reserved))
-        return finish(self.name, snapshot, state, unplaced)
+        return finish(self.name, snapshot, state, unplaced, filler.notes)
 
 
 def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[Job]:
@@ -159,11 +161,33 @@ def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[J
     return waiting
 
 
-def tables_affordable(types: int, jobs: int, devices: int) -> bool:
+def grid_note(configured: int, grid: int, max_cells: int, thread_cells: int,
+              state: ClusterState, types: int) -> str:  # fmt: skip
+    """What the configured memory step would have cost, and what the tables use instead."""
+    largest = int(state.dev_total_mem.max(initial=0))
+    cells = -(-largest // max(configured, 1)) + 1
+    table = cells * (thread_cells + 1) * (max(types, 1) + 8)  # a bool per row and cell + best
+    return (
+        f"knapsack.memory_grid_mib {configured} would give {cells - 1} memory cells on the "
+        f"{largest} MiB devices, a table of about {_size(table)} for the {types} job types of "
+        f"this cycle; the tables use {grid} MiB steps instead (knapsack.max_memory_cells "
+        f"{max_cells})"
+    )
+
+
+def _size(n_bytes: int) -> str:
+    """Bytes for people: 93.2 GiB, 12.0 MiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} B"
+
+
+def tables_affordable(types: int, jobs: int, devices: int, max_work: int = MAX_EXACT_WORK) -> bool:
     """Whether a cycle can afford a table per device over exact job types: the types times
-    the devices stay within ``MAX_EXACT_WORK``, or types hold ``BUCKET_FROM_COPIES`` jobs on
+    the devices stay within ``max_work``, or types hold ``BUCKET_FROM_COPIES`` jobs on
     average (devices in the same state then share solves)."""
-    return types * devices <= MAX_EXACT_WORK or jobs >= BUCKET_FROM_COPIES * types
+    return types * devices <= max_work or jobs >= BUCKET_FROM_COPIES * types
 
 
 def job_types(jobs: Iterable[Job], grid: int) -> int:
@@ -308,12 +332,24 @@ class _Filler:
         self, policy: KnapsackPolicy, state: ClusterState, reserved: np.ndarray, jobs: list[Job]
     ) -> None:
         self.state = state
+        self.notes: list[str] = []
         self.grid = memory_grid(policy.memory_grid_mib, policy.max_memory_cells, state)
         self.max_cells = policy.max_thread_cells
         self.max_dp_cells = policy.max_dp_cells
+        self.coarsest = 1  # the most a table's memory step was coarsened by
         self.thread_grid = _thread_grid(state, jobs)
         self.pool = _Pool(jobs, self.grid)
-        if not tables_affordable(len(self.pool), len(jobs), int((~reserved).sum())):
+        if jobs and self.grid > policy.memory_grid_mib:
+            self.notes.append(grid_note(policy.memory_grid_mib, self.grid, policy.max_memory_cells,
+                                        policy.max_thread_cells, state, len(self.pool)))  # fmt: skip
+        devices = int((~reserved).sum())
+        if not tables_affordable(len(self.pool), len(jobs), devices, policy.max_exact_work):
+            self.notes.append(
+                f"{len(jobs)} jobs of {len(self.pool)} distinct sizes on {devices} devices: "
+                f"more than one knapsack table per device affords ({len(self.pool)} x {devices} "
+                f"> {policy.max_exact_work}); job memory and threads were rounded up to "
+                f"{BUCKET_BITS} leading bits (at most 12.5% more) so that devices share tables"
+            )
             self.pool = _Pool(jobs, self.grid, BUCKET_BITS)
             self.max_dp_cells = min(self.max_dp_cells, BUCKETED_DP_CELLS)
         self.key_of: dict[int, DeviceKey] = {}
@@ -441,6 +477,12 @@ class _Filler:
                     touched.add(node)
                 self._rekey_nodes(touched)
                 devices = [d for d in devices if self.key_of.get(d) == key]
+        if self.coarsest > 1:
+            self.notes.append(
+                f"knapsack tables above knapsack.max_dp_cells {self.max_dp_cells} had their "
+                f"memory step coarsened, up to {self.grid * self.coarsest} MiB (each is at least "
+                "as good as the exact table of a device smaller by one step per job it holds)"
+            )
         return [job for queue in self.pool.queues for job in queue]
 
     def _close_group(self, key: DeviceKey, devices: list[int]) -> None:
@@ -479,9 +521,10 @@ class _Filler:
             t = pool.threads[offered]
             per_count = cells + 1  # value dominates, job count breaks ties
             values = _values(t, threads) * per_count + 1
-            counts, _ = solve_within(pool.cells[offered], -(-t // grid), values,
-                                     pool.left[offered] - used[offered], cells, thread_cap,
-                                     self.max_dp_cells)  # fmt: skip
+            counts, factor = solve_within(pool.cells[offered], -(-t // grid), values,
+                                          pool.left[offered] - used[offered], cells,
+                                          thread_cap, self.max_dp_cells)  # fmt: skip
+            self.coarsest = max(self.coarsest, factor)
             hit = np.flatnonzero(counts)
             if len(hit) == 0:
                 break

@@ -43,6 +43,7 @@ from coshare.policies.base import (
 )
 from coshare.policies.knapsack import (
     MAX_DP_CELLS,
+    MAX_EXACT_WORK,
     MAX_MEMORY_CELLS,
     VALUE_STEPS,
     _Filler,
@@ -82,6 +83,8 @@ class SharePackPolicy:
     max_reserved_devices: int = 8
     max_memory_cells: int = MAX_MEMORY_CELLS
     max_dp_cells: int = MAX_DP_CELLS
+    max_exact_work: int = MAX_EXACT_WORK
+    max_replaced_jobs: int = MAX_REPLACED_JOBS
     workload: tuple[tuple[Shape, int], ...] | None = None
     stranding: float = 1.0
     name: str = "sharepack"
@@ -109,13 +112,15 @@ class SharePackPolicy:
                 else:
                     waiting.append(job)
 
-        waiting += self._rest(state, potential, rest, reserved)
+        notes: list[str] = []
+        waiting += self._rest(state, potential, rest, reserved, notes)
         unplaced.update(explain_waiting(state, waiting, exclude=reserved))
-        return finish(self.name, snapshot, state, unplaced)
+        return finish(self.name, snapshot, state, unplaced, dict.fromkeys(notes))
 
     def _rest(
-        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask
-    ) -> list[Job]:
+        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
+        notes: list[str],
+    ) -> list[Job]:  # fmt: skip
         """Place the jobs that are not aged; returns those left waiting.
 
         Not contended: by potential, in packing order. Contended (the device jobs need more
@@ -125,11 +130,11 @@ class SharePackPolicy:
         knapsack's choice first, then whatever else still fits); a larger cycle keeps the
         knapsack's own device-by-device placement, which scales to 100,000 jobs.
         """
-        small = len(jobs) <= MAX_REPLACED_JOBS
+        small = len(jobs) <= self.max_replaced_jobs
         if _contended(state, jobs, reserved):
             if not small:
-                return self._large(state, potential, jobs, reserved)
-            return self._choose_then_place(state, potential, jobs, reserved, _Saved(state))
+                return self._large(state, potential, jobs, reserved, notes)
+            return self._choose_then_place(state, potential, jobs, reserved, _Saved(state), notes)
         before = _Saved(state)
         left = self._place_all(state, potential, sorted(jobs, key=packing_key), reserved)
         if not any(self._competed(state, before, job, reserved) for job in left):
@@ -137,19 +142,26 @@ class SharePackPolicy:
         before.restore(state)
         potential.reset()
         if not small:
-            return self._large(state, potential, jobs, reserved)
-        return self._choose_then_place(state, potential, jobs, reserved, before)
+            return self._large(state, potential, jobs, reserved, notes)
+        return self._choose_then_place(state, potential, jobs, reserved, before, notes)
 
     def _large(
-        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask
-    ) -> list[Job]:
+        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
+        notes: list[str],
+    ) -> list[Job]:  # fmt: skip
         """A large contended cycle: a knapsack table per device where the cycle affords one
         (:func:`~coshare.policies.knapsack.tables_affordable`), else the greedy of the same
         value (:func:`greedy_fill`)."""
         singles = [j for j in jobs if j.needs_device and j.device_count == 1]
         grid = memory_grid(self.memory_grid_mib, self.max_memory_cells, state)
-        if tables_affordable(job_types(singles, grid), len(singles), int((~reserved).sum())):
-            return self._fill(state, potential, jobs, reserved)
+        types, devices = job_types(singles, grid), int((~reserved).sum())
+        if tables_affordable(types, len(singles), devices, self.max_exact_work):
+            return self._fill(state, potential, jobs, reserved, notes)
+        notes.append(
+            f"{len(singles)} jobs of {types} distinct sizes on {devices} devices: more than one "
+            f"knapsack table per device affords ({types} x {devices} > {self.max_exact_work}); "
+            "devices were filled by the greedy of the knapsack's value instead"
+        )
         waiting = self._place_all(
             state, potential, sorted((j for j in jobs if j.needs_device and j.device_count > 1),
                                      key=packing_key), reserved)  # fmt: skip
@@ -195,10 +207,10 @@ class SharePackPolicy:
 
     def _choose_then_place(
         self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
-        before: _Saved,
+        before: _Saved, notes: list[str],
     ) -> list[Job]:  # fmt: skip
         """The knapsack chooses which jobs run; the potential places them, then the rest."""
-        self._fill(state, potential, jobs, reserved)
+        self._fill(state, potential, jobs, reserved, notes)
         chosen = {a.job for a in state.assignments[before.mark :]}
         before.restore(state)
         potential.reset()
@@ -213,8 +225,9 @@ class SharePackPolicy:
         return out
 
     def _fill(
-        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask
-    ) -> list[Job]:
+        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
+        notes: list[str],
+    ) -> list[Job]:  # fmt: skip
         """The contended cycle: multi-device jobs by potential, devices by knapsack, the
         left-overs best fit, CPU jobs by potential. Returns the jobs left waiting."""
         waiting = [
@@ -223,7 +236,9 @@ class SharePackPolicy:
             and not potential.place(job, self._where(state, job, reserved))
         ]  # fmt: skip
         singles = [j for j in jobs if j.needs_device and j.device_count == 1]
-        left = sorted(_Filler(self, state, reserved, singles).run(), key=priority_key)
+        filler = _Filler(self, state, reserved, singles)
+        left = sorted(filler.run(), key=priority_key)
+        notes += filler.notes
         waiting += _sweep(state, left, reserved)
         potential.reset()
         waiting += self._place_all(
