@@ -104,8 +104,8 @@ class KnapsackConfig:
             cells; when declared thread counts share no common step that fits, they are
             rounded up to ``threads / max_thread_cells``.
         max_memory_cells: the memory dimension has at most this many cells: on larger devices
-            the step grows (80 GB GPUs: 80 MiB), so a fine ``memory_grid_mib`` never costs
-            more; the plan then notes the table the finer step would have needed.
+            the step grows, so a fine ``memory_grid_mib`` never costs more (the plan then
+            notes the table the finer step would have needed).
         max_dp_cells: one device's table has at most this many rows x cells (its time, and
             its bytes of choices); beyond it, dominated job sizes are dropped and the memory
             step coarsened for that device, and the plan notes it.
@@ -113,7 +113,7 @@ class KnapsackConfig:
 
     memory_grid_mib: int = field(default=64, metadata={"min": 1})
     max_thread_cells: int = field(default=64, metadata={"min": 1})
-    max_memory_cells: int = field(default=1024, metadata={"min": 1})
+    max_memory_cells: int = field(default=2048, metadata={"min": 1})
     max_dp_cells: int = field(default=1 << 22, metadata={"min": 1})
 
 

@@ -63,8 +63,9 @@ from coshare.policies.knapsack_dp import Ints, solve_within
 #: Job values are ``1 - (t/T)^2`` quantized to this many steps (integers keep the table exact).
 VALUE_STEPS = 10_000
 
-#: At most this many memory cells per device: the grid grows with the largest device.
-MAX_MEMORY_CELLS = 1024
+#: At most this many memory cells per device: the grid grows with the largest device (the
+#: default 64 MiB grid stays exact up to 128 GiB devices).
+MAX_MEMORY_CELLS = 2048
 #: At most this many rows x cells per device table (time and bytes; see knapsack_dp).
 MAX_DP_CELLS = 1 << 22
 #: A cycle whose job types x devices exceed this, with fewer than ``BUCKET_FROM_COPIES`` jobs
@@ -336,20 +337,14 @@ class _Filler:
         self.grid = memory_grid(policy.memory_grid_mib, policy.max_memory_cells, state)
         self.max_cells = policy.max_thread_cells
         self.max_dp_cells = policy.max_dp_cells
-        self.coarsest = 1  # the most a table's memory step was coarsened by
         self.thread_grid = _thread_grid(state, jobs)
         self.pool = _Pool(jobs, self.grid)
         if jobs and self.grid > policy.memory_grid_mib:
             self.notes.append(grid_note(policy.memory_grid_mib, self.grid, policy.max_memory_cells,
-                                        policy.max_thread_cells, state, len(self.pool)))  # fmt: skip
+                                        policy.max_thread_cells, state,
+                                        job_types(jobs, policy.memory_grid_mib)))  # fmt: skip
         devices = int((~reserved).sum())
         if not tables_affordable(len(self.pool), len(jobs), devices, policy.max_exact_work):
-            self.notes.append(
-                f"{len(jobs)} jobs of {len(self.pool)} distinct sizes on {devices} devices: "
-                f"more than one knapsack table per device affords ({len(self.pool)} x {devices} "
-                f"> {policy.max_exact_work}); job memory and threads were rounded up to "
-                f"{BUCKET_BITS} leading bits (at most 12.5% more) so that devices share tables"
-            )
             self.pool = _Pool(jobs, self.grid, BUCKET_BITS)
             self.max_dp_cells = min(self.max_dp_cells, BUCKETED_DP_CELLS)
         self.key_of: dict[int, DeviceKey] = {}
@@ -477,12 +472,6 @@ class _Filler:
                     touched.add(node)
                 self._rekey_nodes(touched)
                 devices = [d for d in devices if self.key_of.get(d) == key]
-        if self.coarsest > 1:
-            self.notes.append(
-                f"knapsack tables above knapsack.max_dp_cells {self.max_dp_cells} had their "
-                f"memory step coarsened, up to {self.grid * self.coarsest} MiB (each is at least "
-                "as good as the exact table of a device smaller by one step per job it holds)"
-            )
         return [job for queue in self.pool.queues for job in queue]
 
     def _close_group(self, key: DeviceKey, devices: list[int]) -> None:
@@ -521,10 +510,9 @@ class _Filler:
             t = pool.threads[offered]
             per_count = cells + 1  # value dominates, job count breaks ties
             values = _values(t, threads) * per_count + 1
-            counts, factor = solve_within(pool.cells[offered], -(-t // grid), values,
-                                          pool.left[offered] - used[offered], cells,
-                                          thread_cap, self.max_dp_cells)  # fmt: skip
-            self.coarsest = max(self.coarsest, factor)
+            counts, _ = solve_within(pool.cells[offered], -(-t // grid), values,
+                                     pool.left[offered] - used[offered], cells, thread_cap,
+                                     self.max_dp_cells)  # fmt: skip
             hit = np.flatnonzero(counts)
             if len(hit) == 0:
                 break

@@ -157,11 +157,6 @@ class SharePackPolicy:
         types, devices = job_types(singles, grid), int((~reserved).sum())
         if tables_affordable(types, len(singles), devices, self.max_exact_work):
             return self._fill(state, potential, jobs, reserved, notes)
-        notes.append(
-            f"{len(singles)} jobs of {types} distinct sizes on {devices} devices: more than one "
-            f"knapsack table per device affords ({types} x {devices} > {self.max_exact_work}); "
-            "devices were filled by the greedy of the knapsack's value instead"
-        )
         waiting = self._place_all(
             state, potential, sorted((j for j in jobs if j.needs_device and j.device_count > 1),
                                      key=packing_key), reserved)  # fmt: skip
