@@ -176,6 +176,24 @@ class ClusterState:
         )
         self.changed()
 
+    def place_single(self, placed: Sequence[tuple[Job, int, int]]) -> None:
+        """:meth:`place` for many single-device jobs at once: ``(job, node, device)`` each, in
+        order (the caller has checked that they fit together)."""
+        if not placed:
+            return
+        nodes = np.array([n for _, n, _ in placed], dtype=np.int64)
+        devs = np.array([d for _, _, d in placed], dtype=np.int64)
+        need = needs_of([j for j, _, _ in placed])
+        np.subtract.at(self.node_free_cpu, nodes, need[:, 2])
+        np.subtract.at(self.node_free_mem, nodes, need[:, 3])
+        np.add.at(self.node_jobs, nodes, 1)
+        np.subtract.at(self.dev_free_mem, devs, need[:, 0])
+        np.subtract.at(self.dev_free_thr, devs, need[:, 1])
+        np.add.at(self.dev_jobs, devs, 1)
+        names, ids = self.node_names, self.dev_ids
+        self.assignments.extend(Assignment(j.id, names[n], (ids[d],)) for j, n, d in placed)
+        self.changed()
+
     def changed(self) -> None:
         """Forget what was cached about free resources (after they changed)."""
         self._most_free.clear()
@@ -206,19 +224,21 @@ class ClusterState:
         """Which single-device jobs some device (not in ``exclude``) could take now, for many
         jobs at once: each is compared with the devices no other device beats in every free
         resource (few, even on a large cluster), a block of jobs at a time."""
+        return self.fitting_needs(needs_of(jobs), exclude)
+
+    def fitting_needs(self, need: Ints, exclude: Mask | None = None) -> Mask:
+        """:meth:`fitting` for jobs given by :func:`needs_of`."""
         ok = np.ones(self.device_count, dtype=np.bool_) if exclude is None else ~exclude
         n = self.dev_node[ok]
         free = np.stack([self.dev_free_mem[ok], self.dev_free_thr[ok] if self.strict
                          else self.dev_threads[ok], self.dev_threads[ok],
                          self.node_free_cpu[n], self.node_free_mem[n]], axis=1)  # fmt: skip
         best = _undominated_rows(free)
-        need = np.array([(j.device_memory_mib, j.device_threads, j.device_threads,
-                          j.total_cpu_milli, j.total_memory_mib) for j in jobs],
-                        dtype=np.int64).reshape(-1, 5)  # fmt: skip
-        out: Mask = np.zeros(len(jobs), dtype=np.bool_)
+        cols = need[:, [0, 1, 1, 2, 3]]  # memory, threads (free and hardware), cores, host
+        out: Mask = np.zeros(len(need), dtype=np.bool_)
         block = max(1, (1 << 20) // max(len(best), 1))
-        for start in range(0, len(jobs), block):
-            part = need[start : start + block]
+        for start in range(0, len(need), block):
+            part = cols[start : start + block]
             out[start : start + block] = (part[:, None, :] <= best[None, :, :]).all(axis=2).any(1)
         return out
 
@@ -384,6 +404,13 @@ class ClusterState:
         return True
 
 
+def needs_of(jobs: Sequence[Job]) -> Ints:
+    """Per job: device memory, device threads, host cores and host memory of all processes."""
+    out: Ints = np.array([(j.device_memory_mib, j.device_threads, j.total_cpu_milli,
+                           j.total_memory_mib) for j in jobs], dtype=np.int64).reshape(-1, 4)  # fmt: skip
+    return out
+
+
 def _undominated_rows(rows: Ints) -> Ints:
     """The distinct rows no other row is at least as large as in every column.
 
@@ -539,7 +566,7 @@ def explain_waiting(
         if shape not in cache:
             cache[shape] = _explain(state, job, idle_only, exclude)
         u = cache[shape]
-        out[job.id] = Unplaced(job.id, u.reason, u.code)
+        out[job.id] = u if u.job == job.id else Unplaced(job.id, u.reason, u.code)
     return out
 
 
@@ -564,8 +591,7 @@ def _explain_many(
     block = max(1, (1 << 20) // max(len(rows), 1))
     for start in range(0, len(jobs), block):
         part = jobs[start : start + block]
-        need = np.array([(j.device_memory_mib, j.device_threads, j.total_cpu_milli,
-                          j.total_memory_mib) for j in part], dtype=np.int64).reshape(-1, 4)  # fmt: skip
+        need = needs_of(part)
         mem_ok = (rows[None, :, 0] >= need[:, 0:1]) & (rows[None, :, 1] >= need[:, 1:2])
         thr_ok = mem_ok & (rows[None, :, 2] >= need[:, 1:2]) if state.strict else mem_ok
         cpu_ok = thr_ok & (rows[None, :, 3] >= need[:, 2:3])

@@ -52,6 +52,7 @@ from coshare.model import Job, Plan, Snapshot, ThreadMode
 from coshare.policies.aging import reserve, split_aged
 from coshare.policies.base import (
     ClusterState,
+    needs_of,
     explain_waiting,
     finish,
     never_fits,
@@ -143,11 +144,15 @@ def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[J
     """
     failed: set[object] = set()
     waiting: list[Job] = []
-    could = state.fitting(jobs, reserved)  # resources only shrink: a job out now stays out
+    need = needs_of(jobs)
+    could = state.fitting_needs(need, reserved)  # resources only shrink: out now, out later
     misses = 0
     for i, job in enumerate(jobs):
+        if not could[i]:
+            waiting.append(job)
+            continue
         if misses >= SWEEP_MISSES:  # the test above has gone stale: take it again
-            could[i:] = state.fitting(jobs[i:], reserved)
+            could[i:] = state.fitting_needs(need[i:], reserved)
             misses = 0
         shape = shape_of(job)
         if (

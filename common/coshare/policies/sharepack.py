@@ -45,8 +45,8 @@ from coshare.policies.knapsack import (
     MAX_DP_CELLS,
     MAX_EXACT_WORK,
     MAX_MEMORY_CELLS,
-    VALUE_STEPS,
     _Filler,
+    _values,
     _sweep,
     job_types,
     memory_grid,
@@ -276,25 +276,25 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     """
     if not jobs or state.device_count == 0:
         return list(jobs)
-    top_threads = max(int(state.dev_threads.max()), 1)
-    top_mem = max(int(state.dev_total_mem.max()), 1)
-
-    def density(job: Job) -> tuple[float, tuple[int, float, str]]:
-        ratio = job.device_threads / top_threads
-        value = int(VALUE_STEPS * (1.0 - ratio**2)) + 1  # + 1: a job counts, as in the tables
-        share = max(job.device_memory_mib / top_mem, ratio if state.strict else 0.0, 1e-9)
-        return (-value / share, priority_key(job))
-
-    ranked = sorted(jobs, key=density)
-    need = [(j.device_memory_mib, j.device_threads, j.total_cpu_milli, j.total_memory_mib)
-            for j in ranked]  # fmt: skip
-    placed = [False] * len(ranked)
-    after = list(range(1, len(ranked) + 2))  # a placed job's link to a later unplaced one
+    need = np.array([(j.device_memory_mib, j.device_threads, j.total_cpu_milli,
+                      j.total_memory_mib) for j in jobs], dtype=np.int64).reshape(-1, 4)  # fmt: skip
+    ratio = need[:, 1] / max(int(state.dev_threads.max()), 1)
+    share = need[:, 0] / max(int(state.dev_total_mem.max()), 1)
+    if state.strict:
+        share = np.maximum(share, ratio)
+    value = _values(need[:, 1], max(int(state.dev_threads.max()), 1)) + 1  # + 1: a job counts
+    # best value per share first; ties in the given (scheduler) order
+    order = np.lexsort((np.arange(len(jobs)), -value / np.maximum(share, 1e-9)))
+    ranked = [jobs[i] for i in order.tolist()]
+    need_of = need[order].tolist()
+    size = len(ranked)
+    placed = [False] * size
+    after = list(range(1, size + 2))  # a placed job's link to a later unplaced one
 
     def next_unplaced(i: int) -> int:
         """The first job at or after ``i`` not placed yet (links shortened as they are read)."""
         root = i
-        while root < len(ranked) and placed[root]:
+        while root < size and placed[root]:
             root = after[root]
         while i != root:
             after[i], i = root, after[i]
@@ -303,27 +303,34 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     devices = np.flatnonzero(~reserved)
     devices = devices[np.lexsort((devices, state.dev_free_mem[devices]))].tolist()
     open_on_node = np.bincount(state.dev_node[~reserved], minlength=len(state.nodes)).tolist()
-    smallest = min(m for m, _, _, _ in need)
+    node_of = state.dev_node.tolist()
+    free_mem, free_thr, threads_of = (state.dev_free_mem.tolist(), state.dev_free_thr.tolist(),
+                                      state.dev_threads.tolist())  # fmt: skip
+    node_cpu, node_mem = state.node_free_cpu.tolist(), state.node_free_mem.tolist()
+    smallest = int(need[:, 0].min())
+    chosen: list[tuple[Job, int, int]] = []
     for d in devices:
-        n = int(state.dev_node[d])
-        share = max(open_on_node[n], 1)
+        n = node_of[d]
+        share_of = max(open_on_node[n], 1)
         open_on_node[n] -= 1
-        mem, threads = int(state.dev_free_mem[d]), int(state.dev_threads[d])
-        thr = int(state.dev_free_thr[d]) if state.strict else threads
-        cpu = max(int(state.node_free_cpu[n]), 0) // share
-        host = max(int(state.node_free_mem[n]), 0) // share
+        mem, threads = free_mem[d], threads_of[d]
+        thr = free_thr[d] if state.strict else threads
+        cpu, host = max(node_cpu[n], 0) // share_of, max(node_mem[n], 0) // share_of
         misses = 0
         i = next_unplaced(0)
-        while i < len(ranked) and mem >= smallest and misses < GREEDY_SKIPS:
-            m, t, c, h = need[i]
+        while i < size and mem >= smallest and misses < GREEDY_SKIPS:
+            m, t, c, h = need_of[i]
             if m <= mem and t <= threads and t <= thr and c <= cpu and h <= host:
-                state.place(ranked[i], n, [d])
+                chosen.append((ranked[i], n, d))
                 placed[i] = True
                 mem, thr, cpu, host = mem - m, thr - t, cpu - c, host - h
+                node_cpu[n] -= c
+                node_mem[n] -= h
                 misses = 0
             else:
                 misses += 1
             i = next_unplaced(i + 1)
+    state.place_single(chosen)
     return [job for job, done in zip(ranked, placed, strict=True) if not done]
 
 
