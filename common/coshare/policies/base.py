@@ -176,6 +176,26 @@ class ClusterState:
         )
         self.changed()
 
+    def take_back(self, index: int, job: Job) -> tuple[int, list[int]]:
+        """Undo the ``index``-th assignment (of ``job``): its resources are free again.
+
+        Returns:
+            The node and devices it had.
+        """
+        a = self.assignments.pop(index)
+        node = self.node_index[a.node]
+        devices = [self._local[node][d] for d in a.devices]
+        self.node_free_cpu[node] += job.total_cpu_milli
+        self.node_free_mem[node] += job.total_memory_mib
+        self.node_jobs[node] -= 1
+        self.node_host_jobs[node] -= not devices
+        for d in devices:
+            self.dev_free_mem[d] += job.device_memory_mib
+            self.dev_free_thr[d] += job.device_threads
+            self.dev_jobs[d] -= 1
+        self.changed()
+        return node, devices
+
     def place_single(self, placed: Sequence[tuple[Job, int, int]]) -> None:
         """:meth:`place` for many single-device jobs at once: ``(job, node, device)`` each, in
         order (the caller has checked that they fit together)."""

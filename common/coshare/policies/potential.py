@@ -106,6 +106,11 @@ class LazyPotential:
         if self._built is not None:
             self._built.reset()
 
+    def relocate(self, jobs: Sequence[Job], mark: int, ok: Callable[[Job], Mask]) -> None:
+        """:meth:`Potential.relocate` (nothing was placed by potential before the first use)."""
+        if self._built is not None:
+            self._built.relocate(jobs, mark, ok)
+
 
 class Potential:
     """The potential of every node of a :class:`ClusterState`, kept up to date as jobs are
@@ -314,6 +319,27 @@ class Potential:
                         self.count[nodes], self.small[nodes], self.free_total[nodes])  # fmt: skip
         pick = int(np.lexsort((nodes, cpu_after, after - self.value[nodes]))[0])
         return int(nodes[pick]), []
+
+    def relocate(self, jobs: Sequence[Job], mark: int, ok: Callable[[Job], Mask]) -> None:
+        """One pass of local search over the single-device jobs among ``jobs`` assigned from
+        ledger position ``mark`` on, the last placed first: each is taken out and put back
+        where the potential now rises least (``ok(job)``: where it may go). A job placed
+        early saw fewer of the cycle's jobs than a later one; now it sees them all. Every job
+        stays placed (it can always go back where it was), in the same order."""
+        by_id = {j.id: j for j in jobs}
+        s = self.state
+        for k in range(len(s.assignments) - 1, mark - 1, -1):
+            job = by_id.get(s.assignments[k].job)
+            if job is None or not job.needs_device or job.device_count != 1:
+                continue
+            node, _ = s.take_back(k, job)
+            self.changed(node)
+            where = self.best(job, ok(job))
+            if where is None:  # cannot happen: its own place is free again; be safe
+                raise AssertionError(f"job {job.id} lost its place")
+            s.place(job, where[0], where[1])
+            s.assignments.insert(k, s.assignments.pop())
+            self.changed(where[0])
 
     def place(self, job: Job, ok: Mask) -> bool:
         """Place ``job`` at :meth:`best` among ``ok`` and update the ledger; ``False`` when

@@ -172,10 +172,12 @@ class SharePackPolicy:
     def _place_all(
         self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask
     ) -> list[Job]:
-        """Place ``jobs`` in order by potential; returns those that fit nowhere. A shape
+        """Place ``jobs`` in order by potential, then improve that first plan by one pass of
+        local search (:meth:`Potential.relocate`); returns the jobs that fit nowhere. A shape
         that found no room is not tried again (free resources only shrink)."""
         failed: set[object] = set()
         left: list[Job] = []
+        mark = len(state.assignments)
         for job in jobs:
             shape = shape_of(job)
             if (
@@ -185,6 +187,8 @@ class SharePackPolicy:
             ):
                 failed.add(shape)
                 left.append(job)
+        if len(state.assignments) - mark > 1:
+            potential.relocate(jobs, mark, lambda job: self._where(state, job, reserved))
         return left
 
     @staticmethod
@@ -204,13 +208,23 @@ class SharePackPolicy:
         self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
         before: _Saved, notes: list[str],
     ) -> list[Job]:  # fmt: skip
-        """The knapsack chooses which jobs run; the potential places them, then the rest."""
-        self._fill(state, potential, jobs, reserved, notes)
+        """The knapsack chooses which jobs run; the potential places them, then the rest.
+
+        If the potential cannot place every job the knapsack chose (its placement is not the
+        knapsack's partition of them), the knapsack's own plan stands: where the value of
+        concurrency is at stake, it is never given up for a better fragment."""
+        left = self._fill(state, potential, jobs, reserved, notes)
         chosen = {a.job for a in state.assignments[before.mark :]}
+        knapsack = _Saved(state, before.mark)
         before.restore(state)
         potential.reset()
         order = sorted(jobs, key=lambda j: (j.id not in chosen, packing_key(j)))
-        return self._place_all(state, potential, order, reserved)
+        waiting = self._place_all(state, potential, order, reserved)
+        if any(j.id in chosen for j in waiting):
+            knapsack.restore(state)
+            potential.reset()
+            return left
+        return waiting
 
     @staticmethod
     def _where(state: ClusterState, job: Job, reserved: Mask) -> Mask:
@@ -246,14 +260,15 @@ class SharePackPolicy:
 class _Saved:
     """The ledger's free resources and assignments at one moment, to go back to."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, mark: int | None = None) -> None:
         self.arrays = [a.copy() for a in _ledger_arrays(state)]
-        self.mark = len(state.assignments)
+        self.mark = len(state.assignments) if mark is None else mark
+        self.tail = list(state.assignments[self.mark :])
 
     def restore(self, state: ClusterState) -> None:
         for target, value in zip(_ledger_arrays(state), self.arrays, strict=True):
             target[:] = value
-        del state.assignments[self.mark :]
+        state.assignments[self.mark :] = self.tail
         state.changed()
 
 
