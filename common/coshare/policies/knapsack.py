@@ -126,7 +126,7 @@ class KnapsackPolicy:
 
         singles = [j for j in rest if j.needs_device and j.device_count == 1]
         filler = _Filler(self, state, reserved, singles)
-        left = sorted(filler.run(), key=priority_key)
+        left = filler.run()  # in scheduler order
         waiting.extend(_sweep(state, left, reserved))
 
         waiting.extend(j for j in rest if not j.needs_device and not state.place_host_job(j))
@@ -221,11 +221,12 @@ def _thread_grid(state: ClusterState, jobs: Iterable[Job]) -> int:
     return max(g, 1)
 
 
-def bucket(value: int, bits: int) -> int:
-    """``value`` rounded up to keep its ``bits`` leading binary digits (at most
-    ``1 / 2**(bits-1)`` more): 1..2**bits stay, then 16 steps per doubling for 4 bits."""
-    drop = max(value.bit_length() - bits, 0)
-    return -(-value >> drop) << drop
+def _buckets(values: Ints, bits: int) -> Ints:
+    """``values`` rounded up to keep their ``bits`` leading binary digits (at most
+    ``1 / 2**(bits-1)`` more): 1..2**bits stay, then 2**(bits-1) steps per doubling."""
+    drop = np.maximum(np.frexp(values.astype(np.float64))[1] - bits, 0)
+    out: Ints = -(-values >> drop) << drop
+    return out
 
 
 class _Pool:
@@ -242,42 +243,39 @@ class _Pool:
     """
 
     def __init__(self, jobs: list[Job], grid: int, bucket_bits: int | None = None) -> None:
-        index: dict[TypeKey, int] = {}
-        self.queues: list[deque[Job]] = []
         self.bucketed = bucket_bits is not None
-        ranks: list[list[int]] = []
-        least: list[list[int]] = []
-        for rank, job in enumerate(jobs):  # scheduler order, so each type's queue is too
-            cells = max(1, -(-job.device_memory_mib // grid))
-            if bucket_bits is None:
-                key = (cells, job.device_threads, job.total_cpu_milli, job.total_memory_mib)
-            else:
-                key = (bucket(cells, bucket_bits), bucket(job.device_threads, bucket_bits), 0, 0)
-            k = index.get(key)
-            if k is None:
-                k = index[key] = len(self.queues)
-                self.queues.append(deque())
-                ranks.append([])
-                least.append([job.total_cpu_milli, job.total_memory_mib])
-            self.queues[k].append(job)
-            ranks[k].append(rank)
-            least[k][0] = min(least[k][0], job.total_cpu_milli)
-            least[k][1] = min(least[k][1], job.total_memory_mib)
-        self.keys: list[TypeKey] = list(index)
-        table = np.array(self.keys, dtype=np.int64).reshape(-1, 4)
-        self.cells, self.threads = table[:, 0].copy(), table[:, 1].copy()
-        host = np.array(least, dtype=np.int64).reshape(-1, 2)
-        self.cpu, self.mem = host[:, 0].copy(), host[:, 1].copy()
-        sizes = np.array([len(q) for q in self.queues], dtype=np.int64)
+        self.jobs = jobs  # in scheduler order: a job's rank is its index
+        need = needs_of(jobs)
+        table = np.stack([np.maximum(-(-need[:, 0] // grid), 1), need[:, 1], need[:, 2],
+                          need[:, 3]], axis=1) if len(jobs) else np.zeros((0, 4), np.int64)  # fmt: skip
+        if bucket_bits is not None:
+            table[:, 0], table[:, 1] = _buckets(table[:, 0], bucket_bits), _buckets(
+                table[:, 1], bucket_bits)
+            table[:, 2:] = 0
+        keys, inverse = np.unique(table, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        members = np.argsort(inverse, kind="stable")  # by type, each in scheduler order
+        sizes = np.bincount(inverse, minlength=len(keys)).astype(np.int64)
+        self.start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.rank = members.astype(np.int64)
+        # each type's jobs (their ranks), first in scheduler order first
+        self.queues: list[deque[int]] = (
+            [deque(part.tolist()) for part in np.split(members, self.start[1:])] if len(keys) else []
+        )
+        self.taken = np.zeros(len(jobs), dtype=np.bool_)
+        self.keys: list[TypeKey] = [tuple(k) for k in keys.tolist()]  # type: ignore[misc]
+        self.cells, self.threads = keys[:, 0].copy(), keys[:, 1].copy()
+        # host needs of a type: the least of its jobs (exact types: all the same)
+        self.cpu = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+        self.mem = self.cpu.copy()
+        np.minimum.at(self.cpu, inverse, need[:, 2])
+        np.minimum.at(self.mem, inverse, need[:, 3])
         self.size = sizes
         self.left = sizes.copy()  # jobs of each type not placed yet
-        self.start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        self.rank = np.array([r for rs in ranks for r in rs], dtype=np.int64)
-        classes: dict[tuple[int, int, int], int] = {}
-        cls = np.array([classes.setdefault(k[1:], len(classes)) for k in self.keys],
-                       dtype=np.int64)  # fmt: skip
-        self.order = np.lexsort((self.cells, cls))  # by class, memory cells ascending
-        self.cls = cls
+        _, cls = np.unique(np.stack([self.threads, self.cpu, self.mem], axis=1), axis=0,
+                           return_inverse=True)  # fmt: skip
+        self.cls = cls.reshape(-1).astype(np.int64)
+        self.order = np.lexsort((self.cells, self.cls))  # by class, memory cells ascending
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -286,14 +284,20 @@ class _Pool:
         """The next job of type ``k`` (the first in scheduler order whose host needs fit the
         budget: exact types all have the same), removed from the pool; ``None`` if none fits."""
         queue = self.queues[k]
-        for i, job in enumerate(queue):
+        for i, rank in enumerate(queue):
+            job = self.jobs[rank]
             if job.total_cpu_milli <= budget_cpu and job.total_memory_mib <= budget_mem:
                 del queue[i]
                 self.left[k] -= 1
+                self.taken[rank] = True
                 return job
             if not self.bucketed:
                 break
         return None
+
+    def remaining(self) -> list[Job]:
+        """The jobs not taken, in scheduler order."""
+        return [self.jobs[r] for r in np.flatnonzero(~self.taken).tolist()]
 
     def offer(self, capacity: int, budget_cpu: int, budget_mem: int, threads: int,
               thread_cap: int | None, thread_grid: int, used: Ints) -> Ints:  # fmt: skip
@@ -477,7 +481,7 @@ class _Filler:
                     touched.add(node)
                 self._rekey_nodes(touched)
                 devices = [d for d in devices if self.key_of.get(d) == key]
-        return [job for queue in self.pool.queues for job in queue]
+        return self.pool.remaining()
 
     def _close_group(self, key: DeviceKey, devices: list[int]) -> None:
         """Nothing in the pool fits state ``key``; the pool only shrinks, so it never will.

@@ -239,14 +239,12 @@ class SharePackPolicy:
     ) -> list[Job]:  # fmt: skip
         """The contended cycle: multi-device jobs by potential, devices by knapsack, the
         left-overs best fit, CPU jobs by potential. Returns the jobs left waiting."""
-        waiting = [
-            job for job in sorted(jobs, key=packing_key)
-            if job.needs_device and job.device_count > 1
-            and not potential.place(job, self._where(state, job, reserved))
-        ]  # fmt: skip
+        multi = sorted((j for j in jobs if j.needs_device and j.device_count > 1), key=packing_key)
+        waiting = [job for job in multi
+                   if not potential.place(job, self._where(state, job, reserved))]  # fmt: skip
         singles = [j for j in jobs if j.needs_device and j.device_count == 1]
         filler = _Filler(self, state, reserved, singles)
-        left = sorted(filler.run(), key=priority_key)
+        left = filler.run()  # in scheduler order
         notes += filler.notes
         waiting += _sweep(state, left, reserved)
         potential.reset()
