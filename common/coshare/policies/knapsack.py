@@ -76,8 +76,10 @@ MAX_EXACT_WORK = 2_000_000
 BUCKET_FROM_COPIES = 4
 BUCKET_BITS = 4
 BUCKETED_DP_CELLS = 1 << 18
-#: The sweep tests which left-over jobs still fit anywhere again after this many misses.
+#: The sweep tests which left-over jobs still fit anywhere (with at least SWEEP_TEST_FROM
+#: of them) again after this many misses.
 SWEEP_MISSES = 512
+SWEEP_TEST_FROM = 64
 
 TypeKey = tuple[int, int, int, int]  # (memory cells, threads, host cpu_milli, host memory_mib)
 ClassKey = tuple[int, int, int]  # (threads, host cpu_milli, host memory_mib)
@@ -145,13 +147,16 @@ def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[J
     failed: set[object] = set()
     waiting: list[Job] = []
     need = needs_of(jobs)
-    could = state.fitting_needs(need, reserved)  # resources only shrink: out now, out later
+    # resources only shrink: a job that fits nowhere now never will in this plan (the test
+    # is worth its cost for many jobs only)
+    could = (state.fitting_needs(need, reserved) if len(jobs) >= SWEEP_TEST_FROM
+             else np.ones(len(jobs), dtype=np.bool_))
     misses = 0
     for i, job in enumerate(jobs):
         if not could[i]:
             waiting.append(job)
             continue
-        if misses >= SWEEP_MISSES:  # the test above has gone stale: take it again
+        if misses >= SWEEP_MISSES and len(jobs) - i >= SWEEP_TEST_FROM:  # it went stale
             could[i:] = state.fitting_needs(need[i:], reserved)
             misses = 0
         shape = shape_of(job)
@@ -263,6 +268,7 @@ class _Pool:
             [deque(part.tolist()) for part in np.split(members, self.start[1:])] if len(keys) else []
         )
         self.taken = np.zeros(len(jobs), dtype=np.bool_)
+        self.waiting = len(jobs)  # jobs not taken yet
         self.keys: list[TypeKey] = [tuple(k) for k in keys.tolist()]  # type: ignore[misc]
         self.cells, self.threads = keys[:, 0].copy(), keys[:, 1].copy()
         # host needs of a type: the least of its jobs (exact types: all the same)
@@ -289,6 +295,7 @@ class _Pool:
             if job.total_cpu_milli <= budget_cpu and job.total_memory_mib <= budget_mem:
                 del queue[i]
                 self.left[k] -= 1
+                self.waiting -= 1
                 self.taken[rank] = True
                 return job
             if not self.bucketed:
@@ -414,9 +421,16 @@ class _Filler:
             max(int(s.dev_free_mem[d]), 0) // self.grid,
             units,
             int(s.dev_threads[d]),
-            int(self._budget(np.array([max(int(s.node_free_cpu[n]), 0) // share]))[0]),
-            int(self._budget(np.array([max(int(s.node_free_mem[n]), 0) // share]))[0]),
+            self._budget_of(max(int(s.node_free_cpu[n]), 0) // share),
+            self._budget_of(max(int(s.node_free_mem[n]), 0) // share),
         )
+
+    def _budget_of(self, value: int) -> int:
+        """:meth:`_budget` of one value."""
+        if not self.pool.bucketed:
+            return value
+        drop = max(value.bit_length() - BUCKET_BITS, 0)
+        return (value >> drop) << drop
 
     def _budget(self, values: Ints) -> Ints:
         """Host budgets as device keys hold them: exact, or (bucketed pool) rounded down to
@@ -452,7 +466,7 @@ class _Filler:
 
     def run(self) -> list[Job]:
         """Fill every open device; returns the jobs left over."""
-        while self.heap:
+        while self.heap and self.pool.waiting:
             key = heapq.heappop(self.heap)
             members = self.groups.pop(key, None)
             if not members:
