@@ -50,8 +50,8 @@ def main() -> None:
     total = 0.0
     for protocol in PROTOCOLS:
         for name in args.policies.split(","):
-            done = subprocess.run([sys.executable, "-c", RUN, name, protocol, str(args.seed),
-                                   args.data], capture_output=True, text=True, check=False)  # fmt: skip
+            command = [sys.executable, "-c", RUN, name, protocol, str(args.seed), args.data]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"{name} {protocol}: {done.stderr[-2000:]}")
             row = json.loads(done.stdout)

@@ -50,11 +50,13 @@ def gpu_cluster(devices: int) -> tuple[Node, ...]:
 
 def gpu_job(rng: random.Random, job_id: str) -> Job:
     """One job of the mix."""
-    pick = rng.random()
-    for weight, memory_gb, sm_share, cores, host_gb in KINDS:
-        if pick < weight:
+    pick, kind = rng.random(), KINDS[-1]
+    for candidate in KINDS:
+        if pick < candidate[0]:
+            kind = candidate
             break
-        pick -= weight
+        pick -= candidate[0]
+    _, memory_gb, sm_share, cores, host_gb = kind
     low, high = memory_gb[0] * GIB // STEP_MIB, min(memory_gb[1] * GIB, GPU_MEMORY_MIB) // STEP_MIB
     sms = max(1, round(rng.uniform(*sm_share) * GPU_THREADS / 2_048))
     return Job(

@@ -25,11 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_mix import gpu_cluster, gpu_jobs
-
 from coshare.model import Snapshot
 from coshare.schema import snapshot_to_dict
 from coshare.workloads import phi_cluster, table1_jobs
+from gpu_mix import gpu_cluster, gpu_jobs
 
 TARGET_S = 2.0
 JOBS, DEVICES = 100_000, 10_000

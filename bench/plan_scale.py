@@ -29,12 +29,11 @@ import statistics
 import time
 from collections.abc import Callable
 
-from gpu_mix import gpu_cluster, gpu_jobs
-
 from coshare.model import Job, Node, RunningJob, Snapshot
 from coshare.policies import DEFAULT_POLICY, PolicyOptions, make_policy, policy_names
 from coshare.verify import check_plan
 from coshare.workloads import phi_cluster, table1_jobs
+from gpu_mix import gpu_cluster, gpu_jobs
 
 #: (cluster kind, pending jobs, devices)
 SIZES = [("phi", 1_000, 100), ("phi", 10_000, 1_000), ("phi", 100_000, 10_000),
@@ -61,8 +60,8 @@ def busy_snapshot(nodes: tuple[Node, ...], jobs: int, draw: Jobs) -> Snapshot:
         if rng.random() < 0.5:
             continue
         j = by_id[a.job]
-        running.append(RunningJob(j.id, a.node, a.devices, j.device_memory_mib,
-                                  j.device_threads, j.total_cpu_milli, j.total_memory_mib))  # fmt: skip
+        running.append(RunningJob(j.id, a.node, a.devices, j.device_memory_mib, j.device_threads,
+                                  j.total_cpu_milli, j.total_memory_mib))  # fmt: skip
     return Snapshot(nodes, tuple(running), pool[jobs:])
 
 

@@ -149,7 +149,8 @@ def _policy_flags(func: Any) -> Any:
         "policy_name",
         type=str,
         default=None,
-        help=f"Policy: {', '.join(policy_names())} (config: policy.name, default {DEFAULT_POLICY}).",
+        help=f"Policy: {', '.join(policy_names())} "
+        f"(config: policy.name, default {DEFAULT_POLICY}).",
     )(func)
     return func
 

@@ -87,9 +87,9 @@ def gpu_cluster(nodes: int, gpus: int, cores: int) -> list[Node]:
 def test_no_policy_beats_the_bound(protocol: str) -> None:
     rng = random.Random(7)
     nodes = gpu_cluster(4, 4, 32)
+    shapes = ((810, 1), (470, 1), (230, 1), (1000, 1), (1000, 2), (160, 1))
     pods = [Job(f"p{i}", s, s, c, cpu_milli=rng.choice((2000, 6000)), memory_mib=512)
-            for i, (s, c) in enumerate(rng.choice(((810, 1), (470, 1), (230, 1), (1000, 1),
-                                                   (1000, 2), (160, 1))) for _ in range(40))]  # fmt: skip
+            for i, (s, c) in enumerate(rng.choice(shapes) for _ in range(40))]  # fmt: skip
     for name in ("exclusive", "random", "knapsack", "bestfit", "fgd", "sharepack"):
         run = frag.run_benchmark(nodes, pods, name, protocol, seed=2, batch=5)
         assert set(run.bound) == set(frag.ARRIVAL_LEVELS)

@@ -225,7 +225,8 @@ class ClusterState:
         label = self._labels.get("most")
         if label is None:
             d = int(np.argmax(self.dev_free_mem)) if self.device_count else -1
-            label = f"{max(int(self.dev_free_mem[d]), 0)} MiB on {self.dev_label(d)}" if d >= 0 else "-"
+            label = (f"{max(int(self.dev_free_mem[d]), 0)} MiB on {self.dev_label(d)}"
+                     if d >= 0 else "-")  # fmt: skip
             self._labels["most"] = label
         return label
 
@@ -259,7 +260,8 @@ class ClusterState:
         block = max(1, (1 << 20) // max(len(best), 1))
         for start in range(0, len(need), block):
             part = cols[start : start + block]
-            out[start : start + block] = (part[:, None, :] <= best[None, :, :]).all(axis=2).any(1)
+            below: Mask = np.all(part[:, None, :] <= best[None, :, :], axis=2)
+            out[start : start + block] = below.any(axis=1)
         return out
 
     def most_free(self, idle_only: bool = False) -> tuple[int, int, int]:
@@ -426,8 +428,9 @@ class ClusterState:
 
 def needs_of(jobs: Sequence[Job]) -> Ints:
     """Per job: device memory, device threads, host cores and host memory of all processes."""
-    out: Ints = np.array([(j.device_memory_mib, j.device_threads, j.total_cpu_milli,
-                           j.total_memory_mib) for j in jobs], dtype=np.int64).reshape(-1, 4)  # fmt: skip
+    rows = [(j.device_memory_mib, j.device_threads, j.total_cpu_milli, j.total_memory_mib)
+            for j in jobs]  # fmt: skip
+    out: Ints = np.array(rows, dtype=np.int64).reshape(-1, 4)
     return out
 
 
@@ -442,8 +445,9 @@ def _undominated_rows(rows: Ints) -> Ints:
     block = 256
     for start in range(0, len(rows), block):
         part = rows[start : start + block]
-        part = part[~(kept[None, :, :] >= part[:, None, :]).all(axis=2).any(axis=1)]
-        inner = (part[None, :, :] >= part[:, None, :]).all(axis=2)
+        beaten: Mask = np.all(kept[None, :, :] >= part[:, None, :], axis=2)
+        part = part[~beaten.any(axis=1)]
+        inner: Mask = np.all(part[None, :, :] >= part[:, None, :], axis=2)
         inner &= np.tri(len(part), len(part), -1, dtype=np.bool_)  # only earlier rows
         kept = np.concatenate([kept, part[~inner.any(axis=1)]])
     return kept
@@ -619,9 +623,10 @@ def _explain_many(
         best_thr = np.where(mem_ok, rows[None, :, 2], low).max(axis=1, initial=low).tolist()
         best_cpu = np.where(thr_ok, rows[None, :, 3], low).max(axis=1, initial=low).tolist()
         best_mem = np.where(cpu_ok, rows[None, :, 4], low).max(axis=1, initial=low).tolist()
-        flags = zip(mem_ok.any(axis=1).tolist(), thr_ok.any(axis=1).tolist(),
-                    cpu_ok.any(axis=1).tolist(), host_ok.any(axis=1).tolist())  # fmt: skip
-        for i, (job, (mem, thr, cpu, host)) in enumerate(zip(part, flags)):
+        found = [np.asarray(m, dtype=np.bool_).any(axis=1).tolist()
+                 for m in (mem_ok, thr_ok, cpu_ok, host_ok)]  # fmt: skip
+        flags = zip(*found, strict=True)
+        for i, (job, (mem, thr, cpu, host)) in enumerate(zip(part, flags, strict=True)):
             if not mem:
                 out.append(_no_memory(state, job))
             elif not thr:
@@ -693,7 +698,6 @@ def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | Non
             f"{state.node_names[best] if state.nodes else '-'})" + later,
         )
     m, t, k = job.device_memory_mib, job.device_threads, job.device_count
-    need = f"{k} devices" if k > 1 else "a device"
     mem_ok = (state.dev_free_mem >= m) & (state.dev_threads >= t)
     if exclude is not None:
         mem_ok &= ~exclude

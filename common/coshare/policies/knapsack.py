@@ -45,6 +45,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -52,9 +53,9 @@ from coshare.model import Job, Plan, Snapshot, ThreadMode
 from coshare.policies.aging import reserve, split_aged
 from coshare.policies.base import (
     ClusterState,
-    needs_of,
     explain_waiting,
     finish,
+    needs_of,
     never_fits,
     priority_key,
     shape_of,
@@ -251,8 +252,8 @@ class _Pool:
         self.bucketed = bucket_bits is not None
         self.jobs = jobs  # in scheduler order: a job's rank is its index
         need = needs_of(jobs)
-        table = np.stack([np.maximum(-(-need[:, 0] // grid), 1), need[:, 1], need[:, 2],
-                          need[:, 3]], axis=1) if len(jobs) else np.zeros((0, 4), np.int64)  # fmt: skip
+        cells = np.maximum(-(-need[:, 0] // grid), 1)
+        table = np.stack([cells, need[:, 1], need[:, 2], need[:, 3]], axis=1)
         if bucket_bits is not None:
             table[:, 0], table[:, 1] = _buckets(table[:, 0], bucket_bits), _buckets(
                 table[:, 1], bucket_bits)
@@ -264,12 +265,11 @@ class _Pool:
         self.start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         self.rank = members.astype(np.int64)
         # each type's jobs (their ranks), first in scheduler order first
-        self.queues: list[deque[int]] = (
-            [deque(part.tolist()) for part in np.split(members, self.start[1:])] if len(keys) else []
-        )
+        parts = np.split(members, self.start[1:]) if len(keys) else []
+        self.queues: list[deque[int]] = [deque(part.tolist()) for part in parts]
         self.taken = np.zeros(len(jobs), dtype=np.bool_)
         self.waiting = len(jobs)  # jobs not taken yet
-        self.keys: list[TypeKey] = [tuple(k) for k in keys.tolist()]  # type: ignore[misc]
+        self.keys: list[TypeKey] = [(a, b, c, d) for a, b, c, d in keys.tolist()]
         self.cells, self.threads = keys[:, 0].copy(), keys[:, 1].copy()
         # host needs of a type: the least of its jobs (exact types: all the same)
         self.cpu = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
@@ -318,7 +318,7 @@ class _Pool:
         left = self.left - used
         ok = (left > 0) & (self.threads <= threads) & (self.cpu <= budget_cpu)
         ok &= (self.mem <= budget_mem) & (self.cells <= capacity)
-        idx = self.order[ok[self.order]]
+        idx: Ints = self.order[ok[self.order]]
         if len(idx) == 0:
             return idx
         cls = self.cls[idx]
@@ -342,11 +342,26 @@ class _Pool:
         return out
 
 
+class TableSettings(Protocol):
+    """What the knapsack tables take from a policy (``knapsack`` and ``sharepack``)."""
+
+    @property
+    def memory_grid_mib(self) -> int: ...
+    @property
+    def max_thread_cells(self) -> int: ...
+    @property
+    def max_memory_cells(self) -> int: ...
+    @property
+    def max_dp_cells(self) -> int: ...
+    @property
+    def max_exact_work(self) -> int: ...
+
+
 class _Filler:
     """Fills devices one after another by knapsack; identical devices share a solve."""
 
     def __init__(
-        self, policy: KnapsackPolicy, state: ClusterState, reserved: np.ndarray, jobs: list[Job]
+        self, policy: TableSettings, state: ClusterState, reserved: np.ndarray, jobs: list[Job]
     ) -> None:
         self.state = state
         self.notes: list[str] = []

@@ -234,8 +234,8 @@ def solve_within(
     chosen = np.zeros(n, dtype=np.int64)
     cells = table_cells(capacity, thread_capacity)
     if table_rows(weights, units, counts, capacity, thread_capacity) * cells <= max_cells:
-        items = [ItemType(w, u, v, c) for w, u, v, c in zip(weights.tolist(), units.tolist(),
-                                                          values.tolist(), counts.tolist())]  # fmt: skip
+        columns = (weights.tolist(), units.tolist(), values.tolist(), counts.tolist())
+        items = [ItemType(w, u, v, c) for w, u, v, c in zip(*columns, strict=True)]
         chosen[:] = solve(items, capacity, thread_capacity)
         return chosen, 1
     most = most_items(weights, units, counts, capacity, thread_capacity)
@@ -252,8 +252,9 @@ def solve_within(
     index: dict[tuple[int, int, int], int] = {}
     merged: list[list[int]] = []
     members: list[list[int]] = []
-    for k, w, unit, value, count in zip(keep.tolist(), coarse.tolist(), units[keep].tolist(),
-                                        values[keep].tolist(), counts[keep].tolist()):  # fmt: skip
+    kept = (keep.tolist(), coarse.tolist(), units[keep].tolist(), values[keep].tolist(),
+            counts[keep].tolist())
+    for k, w, unit, value, count in zip(*kept, strict=True):
         key = (w, unit, value)
         if key not in index:
             index[key] = len(merged)

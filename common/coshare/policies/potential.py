@@ -92,8 +92,11 @@ class LazyPotential:
 
     def __init__(self, state: ClusterState, shapes: Callable[[], Sequence[tuple[Shape, int]]],
                  stranding: float = 1.0) -> None:  # fmt: skip
-        self._make = lambda: Potential(state, shapes(), stranding)
+        self._state, self._shapes, self._stranding = state, shapes, stranding
         self._built: Potential | None = None
+
+    def _make(self) -> Potential:
+        return Potential(self._state, self._shapes(), self._stranding)
 
     def place(self, job: Job, ok: Mask) -> bool:
         """:meth:`Potential.place`."""

@@ -37,6 +37,7 @@ from coshare.policies.base import (
     Mask,
     explain_waiting,
     finish,
+    needs_of,
     never_fits,
     priority_key,
     shape_of,
@@ -46,14 +47,13 @@ from coshare.policies.knapsack import (
     MAX_EXACT_WORK,
     MAX_MEMORY_CELLS,
     _Filler,
-    _values,
     _sweep,
+    _values,
     job_types,
     memory_grid,
     tables_affordable,
 )
 from coshare.policies.potential import LazyPotential, Shape, snapshot_shapes
-
 
 #: A device filled by the greedy of a large cycle stops looking after this many jobs in a row
 #: that do not fit it.
@@ -289,8 +289,7 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     """
     if not jobs or state.device_count == 0:
         return list(jobs)
-    need = np.array([(j.device_memory_mib, j.device_threads, j.total_cpu_milli,
-                      j.total_memory_mib) for j in jobs], dtype=np.int64).reshape(-1, 4)  # fmt: skip
+    need = needs_of(jobs)
     ratio = need[:, 1] / max(int(state.dev_threads.max()), 1)
     share = need[:, 0] / max(int(state.dev_total_mem.max()), 1)
     if state.strict:

@@ -109,7 +109,8 @@ def max_allocatable(shares: Counter[int], devices: int, capacity: int) -> float:
     if not sizes or devices <= 0:
         return 0.0
     prices = _dual_prices(sizes, counts, devices, capacity)
-    mu, _ = best_configuration(sizes, counts, [s - p for s, p in zip(sizes, prices)], capacity)
+    margins = [s - p for s, p in zip(sizes, prices, strict=True)]
+    mu, _ = best_configuration(sizes, counts, margins, capacity)
     bound = devices * max(mu, 0.0) + sum(p * n for p, n in zip(prices, counts, strict=True))
     # a relative 1e-9 above what was computed covers the rounding of the float sums
     return min(volume, float(devices * capacity), bound * (1 + 1e-9))
@@ -133,8 +134,8 @@ def _dual_prices(sizes: list[int], counts: list[int], devices: int, capacity: in
             break
         duals = -np.asarray(result.ineqlin.marginals, dtype=np.float64)
         mu, prices = float(duals[0]), [max(float(p), 0.0) for p in duals[1:]]
-        value, config = best_configuration(sizes, counts,
-                                           [s - p for s, p in zip(sizes, prices)], capacity)  # fmt: skip
+        margins = [s - p for s, p in zip(sizes, prices, strict=True)]
+        value, config = best_configuration(sizes, counts, margins, capacity)
         if value <= mu * (1 + 1e-9) + 1e-9 or config in columns:
             break
         columns.append(config)
