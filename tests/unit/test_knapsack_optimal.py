@@ -27,16 +27,15 @@ def brute_force(items: list[ItemType], capacity: int, thread_capacity: int | Non
     return best
 
 
-item_types = st.lists(
-    st.builds(
-        ItemType,
-        weight=st.integers(1, 12),
-        units=st.integers(0, 5),
-        value=st.integers(0, 50),
-        count=st.integers(0, 3),
-    ),
-    max_size=5,
-)
+def item_lists(max_weight: int = 12, max_size: int = 5) -> st.SearchStrategy[list[ItemType]]:
+    return st.lists(
+        st.builds(ItemType, weight=st.integers(1, max_weight), units=st.integers(0, 5),
+                  value=st.integers(0, 50), count=st.integers(0, 3)),
+        max_size=max_size,
+    )  # fmt: skip
+
+
+item_types = item_lists()
 
 
 @given(
@@ -105,11 +104,7 @@ def value_of(items: list[ItemType], counts: list[int]) -> int:
 
 
 @given(
-    items=st.lists(
-        st.builds(ItemType, weight=st.integers(1, 12), units=st.integers(0, 5),
-                  value=st.integers(0, 50), count=st.integers(0, 3)),
-        max_size=12,
-    ),
+    items=item_lists(max_size=12),
     capacity=st.integers(0, 30),
     threads=st.one_of(st.none(), st.integers(0, 10)),
 )
@@ -127,11 +122,7 @@ def test_dropping_dominated_items_loses_nothing(
 
 
 @given(
-    items=st.lists(
-        st.builds(ItemType, weight=st.integers(1, 40), units=st.integers(0, 5),
-                  value=st.integers(0, 50), count=st.integers(0, 3)),
-        max_size=8,
-    ),
+    items=item_lists(max_weight=40, max_size=8),
     capacity=st.integers(0, 120),
     threads=st.one_of(st.none(), st.integers(0, 10)),
     budget=st.sampled_from((1, 64, 512, 1 << 20)),

@@ -19,6 +19,7 @@ and one entry in :data:`FACTORIES`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from coshare.errors import PolicyError
 from coshare.model import ThreadMode
@@ -74,30 +75,21 @@ class PolicyOptions:
         self.workload = workload
 
 
+def _table_options(o: PolicyOptions) -> dict[str, Any]:
+    """The options of the policies that solve knapsack tables (knapsack, sharepack)."""
+    return {"threads": o.threads, "memory_grid_mib": o.memory_grid_mib,
+            "max_thread_cells": o.max_thread_cells, "age_limit_s": o.age_limit_s,
+            "max_reserved_devices": o.max_reserved_devices,
+            "max_memory_cells": o.max_memory_cells, "max_dp_cells": o.max_dp_cells}  # fmt: skip
+
+
 FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "exclusive": lambda o: ExclusivePolicy(),
     "random": lambda o: RandomPolicy(seed=o.seed, threads=o.threads),
-    "knapsack": lambda o: KnapsackPolicy(
-        threads=o.threads,
-        memory_grid_mib=o.memory_grid_mib,
-        max_thread_cells=o.max_thread_cells,
-        age_limit_s=o.age_limit_s,
-        max_reserved_devices=o.max_reserved_devices,
-        max_memory_cells=o.max_memory_cells,
-        max_dp_cells=o.max_dp_cells,
-    ),
+    "knapsack": lambda o: KnapsackPolicy(**_table_options(o)),
     "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
     "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
-    "sharepack": lambda o: SharePackPolicy(
-        threads=o.threads,
-        memory_grid_mib=o.memory_grid_mib,
-        max_thread_cells=o.max_thread_cells,
-        age_limit_s=o.age_limit_s,
-        max_reserved_devices=o.max_reserved_devices,
-        max_memory_cells=o.max_memory_cells,
-        max_dp_cells=o.max_dp_cells,
-        workload=o.workload,
-    ),
+    "sharepack": lambda o: SharePackPolicy(**_table_options(o), workload=o.workload),
 }
 
 

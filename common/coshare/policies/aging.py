@@ -9,6 +9,8 @@ jobs until it does, at most ``max_reserved_devices`` per cycle. Pure: no I/O, no
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from coshare.model import Job, Snapshot, Unplaced
@@ -24,6 +26,26 @@ def split_aged(
     now = snapshot.now_s
     aged = [j for j in jobs if now - j.submit_time_s >= age_limit_s]
     return aged, [j for j in jobs if now - j.submit_time_s < age_limit_s]
+
+
+def place_aged(
+    state: ClusterState, snapshot: Snapshot, aged: list[Job], place: Callable[[Job], bool],
+    reserved: Mask, age_limit_s: float | None, max_reserved: int,
+) -> tuple[dict[str, Unplaced], list[Job]]:  # fmt: skip
+    """Place the aged jobs first, each with ``place``; one that fits nowhere holds back a
+    device (:func:`reserve`). Returns the reasons of those that wait for a device held for
+    them, and the others that wait."""
+    reasons: dict[str, Unplaced] = {}
+    waiting: list[Job] = []
+    for job in aged:
+        if place(job):
+            continue
+        reason = reserve(state, job, reserved, snapshot.now_s, age_limit_s, max_reserved)
+        if reason is not None:
+            reasons[job.id] = reason
+        else:
+            waiting.append(job)
+    return reasons, waiting
 
 
 def reserve(

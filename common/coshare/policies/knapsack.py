@@ -45,12 +45,11 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from coshare.model import Job, Plan, Snapshot, ThreadMode
-from coshare.policies.aging import reserve, split_aged
+from coshare.policies.aging import place_aged, split_aged
 from coshare.policies.base import (
     ClusterState,
     explain_waiting,
@@ -88,8 +87,9 @@ DeviceKey = tuple[int, int, int, int, int]  # (cells, thread cells, T, cpu budge
 
 
 @dataclass(frozen=True)
-class KnapsackPolicy:
-    """Per-device 0-1 knapsack, greedy over the cluster (MCCK)."""
+class TablePolicy:
+    """The options of the policies that solve knapsack tables (``knapsack``, ``sharepack``):
+    threads, aging and reservations, and what a table may cost (module docstring)."""
 
     threads: ThreadMode = "strict"
     memory_grid_mib: int = 64
@@ -99,6 +99,12 @@ class KnapsackPolicy:
     max_memory_cells: int = MAX_MEMORY_CELLS
     max_dp_cells: int = MAX_DP_CELLS
     max_exact_work: int = MAX_EXACT_WORK
+
+
+@dataclass(frozen=True)
+class KnapsackPolicy(TablePolicy):
+    """Per-device 0-1 knapsack, greedy over the cluster (MCCK)."""
+
     name: str = "knapsack"
 
     def plan(self, snapshot: Snapshot) -> Plan:
@@ -107,17 +113,14 @@ class KnapsackPolicy:
         unplaced = never_fits(snapshot, snapshot.pending)
         jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
         reserved = np.zeros(state.device_count, dtype=np.bool_)
-        waiting: list[Job] = []
 
         aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
-        for job in aged:
-            if not state.place_best_fit(job, state.device_ok(job) & ~reserved):
-                reason = reserve(state, job, reserved, snapshot.now_s, self.age_limit_s,
-                                 self.max_reserved_devices)  # fmt: skip
-                if reason is not None:
-                    unplaced[job.id] = reason
-                else:
-                    waiting.append(job)
+        def best_fit(job: Job) -> bool:
+            return state.place_best_fit(job, state.device_ok(job) & ~reserved)
+
+        reasons, waiting = place_aged(state, snapshot, aged, best_fit, reserved,
+                                      self.age_limit_s, self.max_reserved_devices)  # fmt: skip
+        unplaced.update(reasons)
 
         for job in rest:
             if (
@@ -342,26 +345,11 @@ class _Pool:
         return out
 
 
-class TableSettings(Protocol):
-    """What the knapsack tables take from a policy (``knapsack`` and ``sharepack``)."""
-
-    @property
-    def memory_grid_mib(self) -> int: ...
-    @property
-    def max_thread_cells(self) -> int: ...
-    @property
-    def max_memory_cells(self) -> int: ...
-    @property
-    def max_dp_cells(self) -> int: ...
-    @property
-    def max_exact_work(self) -> int: ...
-
-
 class _Filler:
     """Fills devices one after another by knapsack; identical devices share a solve."""
 
     def __init__(
-        self, policy: TableSettings, state: ClusterState, reserved: np.ndarray, jobs: list[Job]
+        self, policy: TablePolicy, state: ClusterState, reserved: np.ndarray, jobs: list[Job]
     ) -> None:
         self.state = state
         self.notes: list[str] = []

@@ -29,7 +29,6 @@ choice: ties go to snapshot order). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -37,6 +36,7 @@ import numpy.typing as npt
 
 from coshare.model import Job, Snapshot
 from coshare.policies.base import ClusterState, Mask
+from coshare.policies.fgd import target_workload
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -66,16 +66,7 @@ def expected_shapes(
     """The most frequent shapes with their counts, until they cover ``coverage`` of all (at
     most ``limit``); ties in frequency go to the smaller shape, so the result is deterministic.
     """
-    counts = Counter(shapes)
-    total = sum(counts.values())
-    kept: list[tuple[Shape, int]] = []
-    covered = 0
-    for shape, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        if len(kept) >= limit or (total and covered >= coverage * total):
-            break
-        kept.append((shape, count))
-        covered += count
-    return tuple(kept)
+    return target_workload(shapes, coverage, limit)
 
 
 def snapshot_shapes(snapshot: Snapshot) -> tuple[tuple[Shape, int], ...]:

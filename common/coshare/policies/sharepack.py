@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coshare.model import Job, Plan, Snapshot, ThreadMode
-from coshare.policies.aging import reserve, split_aged
+from coshare.model import Job, Plan, Snapshot
+from coshare.policies.aging import place_aged, split_aged
 from coshare.policies.base import (
     ClusterState,
     Mask,
@@ -43,9 +43,7 @@ from coshare.policies.base import (
     shape_of,
 )
 from coshare.policies.knapsack import (
-    MAX_DP_CELLS,
-    MAX_EXACT_WORK,
-    MAX_MEMORY_CELLS,
+    TablePolicy,
     _Filler,
     _sweep,
     _values,
@@ -73,17 +71,9 @@ def packing_key(job: Job) -> tuple[int, int, int, int, float, str]:
 
 
 @dataclass(frozen=True)
-class SharePackPolicy:
+class SharePackPolicy(TablePolicy):
     """Knapsack selection when the cycle is contended, potential placement when it is not."""
 
-    threads: ThreadMode = "strict"
-    memory_grid_mib: int = 64
-    max_thread_cells: int = 64
-    age_limit_s: float | None = 3600.0
-    max_reserved_devices: int = 8
-    max_memory_cells: int = MAX_MEMORY_CELLS
-    max_dp_cells: int = MAX_DP_CELLS
-    max_exact_work: int = MAX_EXACT_WORK
     max_replaced_jobs: int = MAX_REPLACED_JOBS
     workload: tuple[tuple[Shape, int], ...] | None = None
     stranding: float = 1.0
@@ -100,17 +90,14 @@ class SharePackPolicy:
             state, lambda: workload if workload is not None else snapshot_shapes(snapshot),
             self.stranding,
         )
-        waiting: list[Job] = []
 
         aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
-        for job in aged:
-            if not potential.place(job, self._where(state, job, reserved)):
-                reason = reserve(state, job, reserved, snapshot.now_s, self.age_limit_s,
-                                 self.max_reserved_devices)  # fmt: skip
-                if reason is not None:
-                    unplaced[job.id] = reason
-                else:
-                    waiting.append(job)
+        def by_potential(job: Job) -> bool:
+            return potential.place(job, self._where(state, job, reserved))
+
+        reasons, waiting = place_aged(state, snapshot, aged, by_potential, reserved,
+                                      self.age_limit_s, self.max_reserved_devices)  # fmt: skip
+        unplaced.update(reasons)
 
         notes: list[str] = []
         waiting += self._rest(state, potential, rest, reserved, notes)
