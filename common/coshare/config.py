@@ -16,7 +16,7 @@ Example (also ``coshare config show``)::
     device_kinds:
       phi-5110p: {memory_mib: 8192, threads: 240}
     policy:
-      name: knapsack        # exclusive | random | knapsack | ...
+      name: sharepack       # exclusive | random | knapsack | bestfit | fgd | sharepack
       threads: strict       # strict: declared threads per device never exceed T; soft: may
       seed: 0
       age_limit_s: 3600     # jobs older than this are placed first (null: never)
@@ -95,7 +95,7 @@ class PolicyConfig:
         max_reserved_devices: at most this many devices are held back per cycle for aged jobs.
     """
 
-    name: str = "knapsack"
+    name: str = "sharepack"
     threads: ThreadMode = "strict"
     seed: int = field(default=0, metadata={"max": 2**63 - 1})
     age_limit_s: float | None = field(default=3600.0, metadata={"min": 0})
@@ -113,10 +113,18 @@ class KnapsackConfig:
         max_thread_cells: the thread dimension of the dynamic program has at most this many
             cells; when declared thread counts share no common step that fits, they are
             rounded up to ``threads / max_thread_cells``.
+        max_memory_cells: the memory dimension has at most this many cells: on larger devices
+            the step grows, so a fine ``memory_grid_mib`` never costs more (the plan then
+            notes the table the finer step would have needed).
+        max_dp_cells: one device's table has at most this many rows x cells (its time, and
+            its bytes of choices); beyond it, dominated job sizes are dropped and the memory
+            step coarsened for that device, and the plan notes it.
     """
 
     memory_grid_mib: int = field(default=64, metadata={"min": 1, "max": MAX_DEVICE_MEMORY_MIB})
     max_thread_cells: int = field(default=64, metadata={"min": 1})
+    max_memory_cells: int = field(default=2048, metadata={"min": 1, "max": 1 << 20})
+    max_dp_cells: int = field(default=1 << 22, metadata={"min": 1, "max": 1 << 28})
 
 
 @dataclass(frozen=True)

@@ -290,12 +290,15 @@ class Plan:
         assignments: planned placements.
         unplaced: jobs left waiting, with reasons.
         seconds: time the policy took; filled in by the caller (policies read no clock).
+        notes: what the admin should know about how this plan was made (a setting coarsened
+            to stay within what the cycle affords, with the estimate), one sentence each.
     """
 
     policy: str
     assignments: tuple[Assignment, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
     seconds: float = 0.0
+    notes: tuple[str, ...] = ()
     placed_jobs: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

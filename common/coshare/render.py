@@ -168,6 +168,8 @@ def cycle_summary(report: CycleReport) -> str:
         f"(read {report.read_s:.3f} s, plan {report.plan.seconds:.3f} s, "
         f"apply {report.apply_s:.3f} s)"
     ]
+    for note in report.plan.notes:
+        lines.append(f"  note: {note}")
     for r in report.rejected:
         lines.append(f"  refused {r.job}: {r.reason}")
     for outcome in apply.skipped:

@@ -30,7 +30,7 @@ def test_plan_json_follows_the_contract() -> None:
     code, out, _ = run("plan", str(EXAMPLE), "--output", "json")
     assert code == 0
     data = json.loads(out)
-    assert data["policy"] == "knapsack"
+    assert data["policy"] == "sharepack"
     assert set(data) == {"policy", "assignments", "unplaced", "stats"}
     jobs = [a["job"] for a in data["assignments"]] + [u["job"] for u in data["unplaced"]]
     assert sorted(jobs) == sorted(j.id for j in example_snapshot().pending)
@@ -79,7 +79,7 @@ def test_soft_threads_flag() -> None:
         (
             ["plan", "-", "--policy", "best"],
             "{}",
-            "unknown policy 'best' (known: bestfit, exclusive, fgd, knapsack, random)",
+            "unknown policy 'best' (known: bestfit, exclusive, fgd, knapsack, random, sharepack)",
         ),
     ],
 )
@@ -121,7 +121,7 @@ def test_demo_reproduces_table2_then_plans_the_example() -> None:
     makespans = {name: float(cells[1]) for name, cells in rows.items()}
     assert makespans["random"] < makespans["exclusive"]
     assert makespans["knapsack"] < makespans["exclusive"]
-    assert "Plan by policy knapsack" in example
+    assert "Plan by policy sharepack" in example  # the default policy's plan
     assert "Policies on this snapshot" in example
 
 

@@ -27,16 +27,15 @@ def brute_force(items: list[ItemType], capacity: int, thread_capacity: int | Non
     return best
 
 
-item_types = st.lists(
-    st.builds(
-        ItemType,
-        weight=st.integers(1, 12),
-        units=st.integers(0, 5),
-        value=st.integers(0, 50),
-        count=st.integers(0, 3),
-    ),
-    max_size=5,
-)
+def item_lists(max_weight: int = 12, max_size: int = 5) -> st.SearchStrategy[list[ItemType]]:
+    return st.lists(
+        st.builds(ItemType, weight=st.integers(1, max_weight), units=st.integers(0, 5),
+                  value=st.integers(0, 50), count=st.integers(0, 3)),
+        max_size=max_size,
+    )  # fmt: skip
+
+
+item_types = item_lists()
 
 
 @given(
@@ -91,3 +90,59 @@ def test_policy_packs_one_device_optimally(
                 best, best_count = value, len(subset)
     assert abs(got - best) <= 1e-9
     assert len(chosen) == best_count  # ties go to more jobs
+
+
+def arrays(items: list[ItemType]) -> tuple[object, object, object, object]:
+    import numpy as np
+
+    return tuple(np.array([getattr(i, f) for i in items], dtype=np.int64).reshape(-1)
+                 for f in ("weight", "units", "value", "count"))  # type: ignore[return-value]
+
+
+def value_of(items: list[ItemType], counts: list[int]) -> int:
+    return sum(c * i.value for c, i in zip(counts, items))
+
+
+@given(
+    items=item_lists(max_size=12),
+    capacity=st.integers(0, 30),
+    threads=st.one_of(st.none(), st.integers(0, 10)),
+)
+def test_dropping_dominated_items_loses_nothing(
+    items: list[ItemType], capacity: int, threads: int | None
+) -> None:
+    # A budget of one cell forces the dominance step; with no room to coarsen (capacity 0-1)
+    # or before coarsening, the value must still be the exact optimum.
+    from coshare.policies.knapsack_dp import most_items, undominated
+
+    w, u, v, c = arrays(items)
+    keep = undominated(w, u, v, c, most_items(w, u, c, capacity, threads))  # type: ignore[arg-type]
+    kept = [items[i] for i in keep.tolist()]
+    assert brute_force(kept, capacity, threads) == brute_force(items, capacity, threads)
+
+
+@given(
+    items=item_lists(max_weight=40, max_size=8),
+    capacity=st.integers(0, 120),
+    threads=st.one_of(st.none(), st.integers(0, 10)),
+    budget=st.sampled_from((1, 64, 512, 1 << 20)),
+)
+def test_a_coarser_grid_keeps_its_stated_bound(
+    items: list[ItemType], capacity: int, threads: int | None, budget: int
+) -> None:
+    # Within the budget the table is exact; beyond it the choice still fits, and is worth at
+    # least the exact optimum of a device smaller by one coarse step per item it can hold.
+    from coshare.policies.knapsack_dp import most_items, solve_within
+
+    w, u, v, c = arrays(items)
+    counts, factor = solve_within(w, u, v, c, capacity, threads, budget)  # type: ignore[arg-type]
+    chosen = counts.tolist()
+    assert all(0 <= k <= i.count for k, i in zip(chosen, items))
+    assert sum(k * i.weight for k, i in zip(chosen, items)) <= capacity
+    if threads is not None:
+        assert sum(k * i.units for k, i in zip(chosen, items)) <= threads
+    most = most_items(w, u, c, capacity, threads)  # type: ignore[arg-type]
+    smaller = max(capacity - most * factor, 0)
+    assert value_of(items, chosen) >= brute_force(items, smaller, threads)
+    if factor == 1:
+        assert value_of(items, chosen) == brute_force(items, capacity, threads)

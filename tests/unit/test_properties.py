@@ -27,6 +27,8 @@ CASES = [
     ("bestfit", "soft"),
     ("fgd", "strict"),
     ("fgd", "soft"),
+    ("sharepack", "strict"),
+    ("sharepack", "soft"),
 ]
 
 
@@ -47,7 +49,7 @@ def test_plans_never_oversubscribe_and_account_for_every_job(
 
 @given(snapshot=snapshots())
 def test_policies_are_deterministic(snapshot: Snapshot) -> None:
-    for name in ("exclusive", "random", "knapsack", "bestfit", "fgd"):
+    for name in ("exclusive", "random", "knapsack", "bestfit", "fgd", "sharepack"):
         options = PolicyOptions(seed=11)
         assert make_policy(name, options).plan(snapshot) == make_policy(name, options).plan(
             snapshot
@@ -89,12 +91,35 @@ def test_a_job_said_not_chosen_really_fits_what_the_plan_leaves(
             assert len(after.nodes_with_devices(job, devices)) > 0, (u.job, u.reason)
 
 
+@pytest.mark.parametrize("name", ["knapsack", "sharepack"])
 @pytest.mark.parametrize("threads", ["strict", "soft"])
 @given(snapshot=snapshots())
-def test_the_knapsack_keeps_no_job_waiting_that_fits_what_its_plan_leaves(
-    threads: str, snapshot: Snapshot
+def test_the_sharing_policies_keep_no_job_waiting_that_fits_what_their_plan_leaves(
+    name: str, threads: str, snapshot: Snapshot
 ) -> None:
-    # Its per-device host shares arbitrate between jobs; they never leave room idle that a
-    # waiting job fits (the test above checks that not_chosen means exactly that).
-    plan = make_policy("knapsack", PolicyOptions(threads=threads)).plan(snapshot)  # type: ignore[arg-type]
+    # Their per-device host shares and the knapsack's choice arbitrate between jobs; they
+    # never leave room idle that a waiting job fits (the test above checks that not_chosen
+    # means exactly that).
+    plan = make_policy(name, PolicyOptions(threads=threads)).plan(snapshot)  # type: ignore[arg-type]
     assert [u for u in plan.unplaced if u.code == "not_chosen"] == []
+
+
+@pytest.mark.parametrize("threads", ["strict", "soft"])
+@given(snapshot=snapshots())
+def test_the_paths_of_large_cycles_keep_every_promise(threads: str, snapshot: Snapshot) -> None:
+    # Large cycles take other roads (bucketed knapsack tables, the greedy, tables kept small);
+    # thresholds of zero send every small snapshot down them.
+    from coshare.policies.knapsack import KnapsackPolicy
+    from coshare.policies.sharepack import SharePackPolicy
+
+    for policy in (
+        KnapsackPolicy(threads=threads, max_exact_work=0, max_dp_cells=64),  # type: ignore[arg-type]
+        SharePackPolicy(threads=threads, max_exact_work=0, max_replaced_jobs=0),  # type: ignore[arg-type]
+        SharePackPolicy(threads=threads, max_replaced_jobs=0, max_dp_cells=64),  # type: ignore[arg-type]
+    ):
+        plan = policy.plan(snapshot)
+        assert check_plan(snapshot, plan, strict_threads=threads == "strict") == []
+        listed = Counter([u.job for u in plan.unplaced] + sorted(plan.placed_jobs))
+        assert sorted(listed) == sorted(j.id for j in snapshot.pending)
+        assert set(listed.values()) <= {1}
+        assert [u for u in plan.unplaced if u.code == "not_chosen"] == []

@@ -9,6 +9,7 @@ random      seeded random order, first fit, sharing allowed (paper's MCC)
 knapsack    per-device 0-1 knapsack, greedy over the cluster (paper's MCCK)
 bestfit     least leftover cores and device share per node (fragmentation benchmark)
 fgd         least growth of expected fragmentation (FGD, the benchmark's best peer)
+sharepack   knapsack when contended, node potential otherwise (the default)
 ==========  =====================================================================
 
 Later policies register here too (``collocate``, ``membw``, ``sns``, ``cs``): add a module
@@ -18,6 +19,7 @@ and one entry in :data:`FACTORIES`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from coshare.bounds import shorten
 from coshare.errors import PolicyError
@@ -26,17 +28,21 @@ from coshare.policies.base import Policy
 from coshare.policies.bestfit import BestFitPolicy
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
-from coshare.policies.knapsack import KnapsackPolicy
+from coshare.policies.knapsack import MAX_DP_CELLS, MAX_MEMORY_CELLS, KnapsackPolicy
+from coshare.policies.potential import Shape as WorkloadShape
 from coshare.policies.random_fit import RandomPolicy
+from coshare.policies.sharepack import SharePackPolicy
 
-__all__ = ["FACTORIES", "Policy", "PolicyOptions", "make_policy", "policy_names"]
+__all__ = ["DEFAULT_POLICY", "FACTORIES", "Policy", "PolicyOptions", "make_policy", "policy_names"]
 
 
 class PolicyOptions:
     """The options a policy may take, gathered from the configuration.
 
     Attributes mirror ``policy`` and ``knapsack`` config sections; a factory reads what it
-    needs and ignores the rest. ``fgd_workload`` is FGD's target workload (shapes with
+    needs and ignores the rest. ``workload`` is the expected job shapes of ``sharepack``
+    (:func:`~coshare.policies.potential.expected_shapes`), ``None`` to take them from each
+    snapshot. ``fgd_workload`` is FGD's target workload (shapes with
     counts) when the caller knows it, as the fragmentation benchmark does; ``None`` takes it
     from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
     ``None`` takes the largest node of each snapshot.
@@ -51,8 +57,11 @@ class PolicyOptions:
         max_reserved_devices: int = 8,
         memory_grid_mib: int = 64,
         max_thread_cells: int = 64,
+        max_memory_cells: int = MAX_MEMORY_CELLS,
+        max_dp_cells: int = MAX_DP_CELLS,
         fgd_workload: tuple[tuple[Shape, int], ...] | None = None,
         bestfit_scale: tuple[int, int] | None = None,
+        workload: tuple[tuple[WorkloadShape, int], ...] | None = None,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -60,23 +69,33 @@ class PolicyOptions:
         self.max_reserved_devices = max_reserved_devices
         self.memory_grid_mib = memory_grid_mib
         self.max_thread_cells = max_thread_cells
+        self.max_memory_cells = max_memory_cells
+        self.max_dp_cells = max_dp_cells
         self.fgd_workload = fgd_workload
         self.bestfit_scale = bestfit_scale
+        self.workload = workload
+
+
+def _table_options(o: PolicyOptions) -> dict[str, Any]:
+    """The options of the policies that solve knapsack tables (knapsack, sharepack)."""
+    return {"threads": o.threads, "memory_grid_mib": o.memory_grid_mib,
+            "max_thread_cells": o.max_thread_cells, "age_limit_s": o.age_limit_s,
+            "max_reserved_devices": o.max_reserved_devices,
+            "max_memory_cells": o.max_memory_cells, "max_dp_cells": o.max_dp_cells}  # fmt: skip
 
 
 FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "exclusive": lambda o: ExclusivePolicy(),
     "random": lambda o: RandomPolicy(seed=o.seed, threads=o.threads),
-    "knapsack": lambda o: KnapsackPolicy(
-        threads=o.threads,
-        memory_grid_mib=o.memory_grid_mib,
-        max_thread_cells=o.max_thread_cells,
-        age_limit_s=o.age_limit_s,
-        max_reserved_devices=o.max_reserved_devices,
-    ),
+    "knapsack": lambda o: KnapsackPolicy(**_table_options(o)),
     "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
     "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
+    "sharepack": lambda o: SharePackPolicy(**_table_options(o), workload=o.workload),
 }
+
+
+#: The policy a cycle uses unless the configuration names another.
+DEFAULT_POLICY = "sharepack"
 
 
 def policy_names() -> list[str]:

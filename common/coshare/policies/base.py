@@ -90,63 +90,65 @@ class ClusterState:
         self.node_names = [n.name for n in nodes]
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
 
-        dev_node: list[int] = []
-        self.dev_ids: list[str] = []
-        self.node_devs: list[list[int]] = []
-        total_mem: list[int] = []
-        threads: list[int] = []
-        self.dev_index: dict[tuple[str, str], int] = {}
-        for i, node in enumerate(nodes):
-            first = len(dev_node)
-            self.node_devs.append(list(range(first, first + len(node.devices))))
-            for k, dev in enumerate(node.devices):
-                self.dev_index[(node.name, dev.id)] = first + k
-                self.dev_ids.append(dev.id)
-                total_mem.append(dev.memory_mib)
-                threads.append(dev.threads)
-            dev_node += [i] * len(node.devices)
+        sizes = [len(node.devices) for node in nodes]
+        starts = [0]
+        for size in sizes:
+            starts.append(starts[-1] + size)
+        self.node_devs: list[list[int]] = [list(range(a, a + k))
+                                           for a, k in zip(starts, sizes, strict=False)]
+        devices = [dev for node in nodes for dev in node.devices]
+        dev_node = [i for i, size in enumerate(sizes) for _ in range(size)]
+        self.dev_ids: list[str] = [dev.id for dev in devices]
+        total_mem = [dev.memory_mib for dev in devices]
+        threads = [dev.threads for dev in devices]
+        # Running and planned jobs are summed over flat lists at once: item-by-item
+        # updates cost a microsecond each, and a snapshot can hold thousands of placements
+        # (the simulator builds one every cycle).
+        n_nodes, n_devs = len(nodes), len(devices)
+        running = snapshot.running
+        node_index = self.node_index
+        on = [node_index[r.node] for r in running]
 
-        # Running and planned jobs are summed in plain lists and turned into arrays once:
-        # item-by-item numpy updates cost a microsecond each, and a snapshot can hold
-        # thousands of placements (the simulator builds one every cycle).
-        free_cpu = [n.cpu_milli for n in nodes]
-        free_mem = [n.memory_mib for n in nodes]
-        node_jobs = [0] * len(nodes)
-        host_jobs = [0] * len(nodes)
-        dev_free_mem = list(total_mem)
-        dev_free_thr = list(threads)
-        dev_jobs = [0] * len(dev_node)
-        node_index, dev_index = self.node_index, self.dev_index
-        for r in snapshot.running:
-            n = node_index[r.node]
-            free_cpu[n] -= r.cpu_milli
-            free_mem[n] -= r.memory_mib
-            node_jobs[n] += 1
-            if not r.devices:
-                host_jobs[n] += 1
-            for dev_id in r.devices:
-                d = dev_index[(r.node, dev_id)]
-                dev_free_mem[d] -= r.device_memory_mib
-                dev_free_thr[d] -= r.device_threads
-                dev_jobs[d] += 1
+        def per_node(values: list[int]) -> Ints:
+            out: Ints = np.zeros(n_nodes, dtype=np.int64)
+            np.add.at(out, on, np.array(values, dtype=np.int64))  # exact, unlike bincount's floats
+            return out
+
+        local: list[dict[str, int]] = [
+            {dev.id: starts[i] + k for k, dev in enumerate(node.devices)}
+            for i, node in enumerate(nodes)
+        ]
+        held = [(local[n][d], r) for n, r in zip(on, running, strict=True) for d in r.devices]
+        dev_at = [d for d, _ in held]
+
+        def per_device(values: list[int]) -> Ints:
+            out: Ints = np.zeros(n_devs, dtype=np.int64)
+            np.add.at(out, dev_at, np.array(values, dtype=np.int64))
+            return out
 
         def ints(values: list[int]) -> Ints:
             return np.array(values, dtype=np.int64)
 
+        self._local = local
         self.node_total_cpu = ints([n.cpu_milli for n in nodes])
         self.node_total_mem = ints([n.memory_mib for n in nodes])
-        self.node_free_cpu = ints(free_cpu)
-        self.node_free_mem = ints(free_mem)
-        self.node_jobs = ints(node_jobs)
-        self.node_host_jobs = ints(host_jobs)  # jobs without devices
+        self.node_free_cpu = self.node_total_cpu - per_node([r.cpu_milli for r in running])
+        self.node_free_mem = self.node_total_mem - per_node([r.memory_mib for r in running])
+        self.node_jobs = per_node([1] * len(running))
+        self.node_host_jobs = per_node([0 if r.devices else 1 for r in running])  # CPU jobs
         self.dev_node = ints(dev_node)
         self.dev_total_mem = ints(total_mem)
         self.dev_threads = ints(threads)
-        self.dev_free_mem = ints(dev_free_mem)
-        self.dev_free_thr = ints(dev_free_thr)
-        self.dev_jobs = ints(dev_jobs)
+        self.dev_free_mem = self.dev_total_mem - per_device([r.device_memory_mib for _, r in held])
+        self.dev_free_thr = self.dev_threads - per_device([r.device_threads for _, r in held])
+        self.dev_jobs = per_device([1] * len(held))
         self.assignments: list[Assignment] = []
         self._most_free: dict[bool, tuple[int, int, int]] = {}
+        self._labels: dict[str, str] = {}
+
+    def device_index(self, node: str, device: str) -> int:
+        """The global index of ``device`` of ``node``."""
+        return self._local[self.node_index[node]][device]
 
     @property
     def device_count(self) -> int:
@@ -172,7 +174,95 @@ class ClusterState:
         self.assignments.append(
             Assignment(job.id, self.node_names[node], tuple(self.dev_ids[d] for d in devices))
         )
+        self.changed()
+
+    def take_back(self, index: int, job: Job) -> tuple[int, list[int]]:
+        """Undo the ``index``-th assignment (of ``job``): its resources are free again.
+
+        Returns:
+            The node and devices it had.
+        """
+        a = self.assignments.pop(index)
+        node = self.node_index[a.node]
+        devices = [self._local[node][d] for d in a.devices]
+        self.node_free_cpu[node] += job.total_cpu_milli
+        self.node_free_mem[node] += job.total_memory_mib
+        self.node_jobs[node] -= 1
+        self.node_host_jobs[node] -= not devices
+        for d in devices:
+            self.dev_free_mem[d] += job.device_memory_mib
+            self.dev_free_thr[d] += job.device_threads
+            self.dev_jobs[d] -= 1
+        self.changed()
+        return node, devices
+
+    def place_single(self, placed: Sequence[tuple[Job, int, int]]) -> None:
+        """:meth:`place` for many single-device jobs at once: ``(job, node, device)`` each, in
+        order (the caller has checked that they fit together)."""
+        if not placed:
+            return
+        nodes = np.array([n for _, n, _ in placed], dtype=np.int64)
+        devs = np.array([d for _, _, d in placed], dtype=np.int64)
+        need = needs_of([j for j, _, _ in placed])
+        np.subtract.at(self.node_free_cpu, nodes, need[:, 2])
+        np.subtract.at(self.node_free_mem, nodes, need[:, 3])
+        np.add.at(self.node_jobs, nodes, 1)
+        np.subtract.at(self.dev_free_mem, devs, need[:, 0])
+        np.subtract.at(self.dev_free_thr, devs, need[:, 1])
+        np.add.at(self.dev_jobs, devs, 1)
+        names, ids = self.node_names, self.dev_ids
+        self.assignments.extend(Assignment(j.id, names[n], (ids[d],)) for j, n, d in placed)
+        self.changed()
+
+    def changed(self) -> None:
+        """Forget what was cached about free resources (after they changed)."""
         self._most_free.clear()
+        self._labels.clear()
+
+    def most_free_device(self) -> str:
+        """``N MiB on node/device`` for the device with the most free memory (``-`` when the
+        cluster has none), cached until the next :meth:`place`."""
+        label = self._labels.get("most")
+        if label is None:
+            d = int(np.argmax(self.dev_free_mem)) if self.device_count else -1
+            label = (f"{max(int(self.dev_free_mem[d]), 0)} MiB on {self.dev_label(d)}"
+                     if d >= 0 else "-")  # fmt: skip
+            self._labels["most"] = label
+        return label
+
+    def beyond_free(self, job: Job) -> bool:
+        """Whether ``job`` surely fits nowhere now: it needs more device memory than any
+        device has free, or more host cores or memory than any node (a quick test before
+        the array work of :meth:`device_ok`)."""
+        most_mem, most_cpu, most_host = self.most_free()
+        return (
+            (job.needs_device and job.device_memory_mib > most_mem)
+            or job.total_cpu_milli > most_cpu
+            or job.total_memory_mib > most_host
+        )
+
+    def fitting(self, jobs: Sequence[Job], exclude: Mask | None = None) -> Mask:
+        """Which single-device jobs some device (not in ``exclude``) could take now, for many
+        jobs at once: each is compared with the devices no other device beats in every free
+        resource (few, even on a large cluster), a block of jobs at a time."""
+        return self.fitting_needs(needs_of(jobs), exclude)
+
+    def fitting_needs(self, need: Ints, exclude: Mask | None = None) -> Mask:
+        """:meth:`fitting` for jobs given by :func:`needs_of`."""
+        ok = np.ones(self.device_count, dtype=np.bool_) if exclude is None else ~exclude
+        n = self.dev_node[ok]
+        free = np.stack([self.dev_free_mem[ok], self.dev_free_thr[ok] if self.strict
+                         else self.dev_threads[ok], self.dev_threads[ok],
+                         self.node_free_cpu[n], self.node_free_mem[n]], axis=1)  # fmt: skip
+        best = _undominated_rows(free)
+        cols = need[:, [0, 1, 1, 2, 3]]  # memory, threads (free and hardware), cores, host
+        out: Mask = np.zeros(len(need), dtype=np.bool_)
+        block = max(1, (1 << 20) // max(len(best), 1))
+        for start in range(0, len(need), block):
+            part = cols[start : start + block]
+            below: Mask = np.all(part[:, None, :] <= best[None, :, :], axis=2)
+            out[start : start + block] = below.any(axis=1)
+        return out
 
     def most_free(self, idle_only: bool = False) -> tuple[int, int, int]:
         """Upper bounds for a quick "fits nowhere": the most free device memory (on idle
@@ -308,6 +398,13 @@ class ClusterState:
         if not job.needs_device:
             return self.place_host_job(job)
         ok = self.device_ok(job) if mask is None else mask
+        if job.device_count == 1:  # the same choice as below, as one vector expression
+            cand = np.flatnonzero(ok)
+            if len(cand) == 0:
+                return False
+            d = int(cand[np.lexsort((cand, self.dev_free_thr[cand], self.dev_free_mem[cand]))[0]])
+            self.place(job, int(self.dev_node[d]), [d])
+            return True
         nodes = self.nodes_with_devices(job, ok)
         if len(nodes) == 0:
             return False
@@ -327,6 +424,33 @@ class ClusterState:
                 best, chosen = score, devs
         self.place(job, int(self.dev_node[chosen[0]]), sorted(chosen))
         return True
+
+
+def needs_of(jobs: Sequence[Job]) -> Ints:
+    """Per job: device memory, device threads, host cores and host memory of all processes."""
+    rows = [(j.device_memory_mib, j.device_threads, j.total_cpu_milli, j.total_memory_mib)
+            for j in jobs]  # fmt: skip
+    out: Ints = np.array(rows, dtype=np.int64).reshape(-1, 4)
+    return out
+
+
+def _undominated_rows(rows: Ints) -> Ints:
+    """The distinct rows no other row is at least as large as in every column.
+
+    Sorted largest first (lexicographically), a row can only be beaten by rows before it;
+    rows are checked a block at a time against those kept and against the block's earlier
+    rows (a beaten one beating another is itself beaten by a kept one: transitivity)."""
+    rows = np.unique(rows, axis=0)[::-1]
+    kept = np.zeros((0, rows.shape[1]), dtype=rows.dtype)
+    block = 256
+    for start in range(0, len(rows), block):
+        part = rows[start : start + block]
+        beaten: Mask = np.all(kept[None, :, :] >= part[:, None, :], axis=2)
+        part = part[~beaten.any(axis=1)]
+        inner: Mask = np.all(part[None, :, :] >= part[:, None, :], axis=2)
+        inner &= np.tri(len(part), len(part), -1, dtype=np.bool_)  # only earlier rows
+        kept = np.concatenate([kept, part[~inner.any(axis=1)]])
+    return kept
 
 
 def place_in_order(state: ClusterState, jobs: list[Job], idle_only: bool) -> list[Job]:
@@ -370,7 +494,11 @@ def never_fits(snapshot: Snapshot, jobs: Iterable[Job]) -> dict[str, Unplaced]:
     max_mem = max((c.memory_mib for c in classes), default=0)
     verdict: dict[tuple[int, int, int, int, int, str], str | None] = {}
     out: dict[str, Unplaced] = {}
-    for job in jobs:
+    jobs = list(jobs)
+    fit = _fits_a_class(jobs, classes)
+    for job, fits in zip(jobs, fit.tolist(), strict=True):
+        if fits:
+            continue
         shape = shape_of(job)
         if shape not in verdict:
             verdict[shape] = _never_fits_reason(
@@ -379,6 +507,21 @@ def never_fits(snapshot: Snapshot, jobs: Iterable[Job]) -> dict[str, Unplaced]:
         reason = verdict[shape]
         if reason is not None:
             out[job.id] = Unplaced(job.id, reason, "never_fits")
+    return out
+
+
+def _fits_a_class(jobs: Sequence[Job], classes: Iterable[_NodeClass]) -> Mask:
+    """Which jobs some kind of node could hold when empty, for all jobs at once."""
+    need = np.array([(j.total_cpu_milli, j.total_memory_mib, j.device_memory_mib,
+                      j.device_threads, j.device_count if j.needs_device else 0) for j in jobs],
+                    dtype=np.int64).reshape(-1, 5)  # fmt: skip
+    out: Mask = np.zeros(len(jobs), dtype=np.bool_)
+    for c in classes:
+        ok = (need[:, 0] <= c.cpu_milli) & (need[:, 1] <= c.memory_mib)
+        devices = np.zeros(len(jobs), dtype=np.int64)
+        for mem, thr in c.devices:
+            devices += (need[:, 2] <= mem) & (need[:, 3] <= thr)
+        out |= ok & (devices >= need[:, 4])
     return out
 
 
@@ -428,15 +571,112 @@ def explain_waiting(
     the job waits for. Jobs that would fit now get ``not_chosen``: the policy preferred others.
     Devices in ``exclude`` (held back for aged jobs) count as full. Computed once per job shape.
     """
+    jobs = list(jobs)
     cache: dict[tuple[int, int, int, int, int, str], Unplaced] = {}
+    if not idle_only:
+        # single-device jobs all at once, against the devices no other beats (the same
+        # answers, without array work per job: a large cycle leaves thousands waiting)
+        firsts: dict[tuple[int, int, int, int, int, str], Job] = {}
+        for job in jobs:
+            if job.needs_device and job.device_count == 1:
+                firsts.setdefault(shape_of(job), job)
+        for shape, reason in zip(firsts, _explain_many(state, list(firsts.values()), exclude),
+                                 strict=True):  # fmt: skip
+            if reason is not None:
+                cache[shape] = reason
     out: dict[str, Unplaced] = {}
     for job in jobs:
         shape = shape_of(job)
         if shape not in cache:
             cache[shape] = _explain(state, job, idle_only, exclude)
         u = cache[shape]
-        out[job.id] = Unplaced(job.id, u.reason, u.code)
+        out[job.id] = u if u.job == job.id else Unplaced(job.id, u.reason, u.code)
     return out
+
+
+def _explain_many(
+    state: ClusterState, jobs: Sequence[Job], exclude: Mask | None
+) -> list[Unplaced | None]:
+    """:func:`_explain` for single-device jobs that do not fit now, all at once; ``None`` for
+    a job that fits (its answer names a device: :func:`_explain` gives it).
+
+    Every "is there a device with ..." and "the most free among devices with ..." of the
+    cascade has the same answer over the devices no other device beats in every free
+    resource (one of them beats any device that qualifies), and those are few."""
+    if not jobs:
+        return []
+    ok = np.ones(state.device_count, dtype=np.bool_) if exclude is None else ~exclude
+    n = state.dev_node[ok]
+    rows = _undominated_rows(np.stack([state.dev_free_mem[ok], state.dev_threads[ok],
+                                       state.dev_free_thr[ok], state.node_free_cpu[n],
+                                       state.node_free_mem[n]], axis=1))  # fmt: skip
+    out: list[Unplaced | None] = []
+    low = np.iinfo(np.int64).min
+    block = max(1, (1 << 20) // max(len(rows), 1))
+    for start in range(0, len(jobs), block):
+        part = jobs[start : start + block]
+        need = needs_of(part)
+        mem_ok = (rows[None, :, 0] >= need[:, 0:1]) & (rows[None, :, 1] >= need[:, 1:2])
+        thr_ok = mem_ok & (rows[None, :, 2] >= need[:, 1:2]) if state.strict else mem_ok
+        cpu_ok = thr_ok & (rows[None, :, 3] >= need[:, 2:3])
+        host_ok = cpu_ok & (rows[None, :, 4] >= need[:, 3:4])
+        best_thr = np.where(mem_ok, rows[None, :, 2], low).max(axis=1, initial=low).tolist()
+        best_cpu = np.where(thr_ok, rows[None, :, 3], low).max(axis=1, initial=low).tolist()
+        best_mem = np.where(cpu_ok, rows[None, :, 4], low).max(axis=1, initial=low).tolist()
+        found = [np.asarray(m, dtype=np.bool_).any(axis=1).tolist()
+                 for m in (mem_ok, thr_ok, cpu_ok, host_ok)]  # fmt: skip
+        flags = zip(*found, strict=True)
+        for i, (job, (mem, thr, cpu, host)) in enumerate(zip(part, flags, strict=True)):
+            if not mem:
+                out.append(_no_memory(state, job))
+            elif not thr:
+                out.append(_no_threads(job, max(best_thr[i], 0)))
+            elif not cpu:
+                out.append(_no_cores(job, max(best_cpu[i], 0)))
+            elif not host:
+                out.append(_no_host_memory(job, max(best_mem[i], 0)))
+            else:
+                out.append(None)
+    return out
+
+
+_LATER = "; it waits for running jobs to finish"
+
+
+def _no_threads(job: Job, best: int) -> Unplaced:
+    return Unplaced(
+        job.id,
+        f"needs {job.device_threads} free device threads; devices with room for its memory "
+        f"have at most {best} free (strict thread limit)" + _LATER,
+    )
+
+
+def _no_cores(job: Job, best_cpu: int) -> Unplaced:
+    return Unplaced(
+        job.id,
+        f"needs {_cores(job.total_cpu_milli)} free cores beside its device; nodes with room "
+        f"on a device have at most {_cores(best_cpu)}" + _LATER,
+    )
+
+
+def _no_host_memory(job: Job, best_mem: int) -> Unplaced:
+    return Unplaced(
+        job.id,
+        f"needs {job.total_memory_mib} MiB free host memory beside its device; nodes with "
+        f"room on a device have at most {best_mem} MiB" + _LATER,
+    )
+
+
+def _no_memory(state: ClusterState, job: Job) -> Unplaced:
+    """``job`` waits because no device it may use has its memory free (the device named is
+    the one with the most free memory of all)."""
+    m, k = job.device_memory_mib, job.device_count
+    need = f"{k} devices" if k > 1 else "a device"
+    return Unplaced(
+        job.id,
+        f"needs {need} with {m} MiB free memory; most free now: {state.most_free_device()}; "
+        "it waits for running jobs to finish",
+    )
 
 
 def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | None) -> Unplaced:
@@ -458,7 +698,6 @@ def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | Non
             f"{state.node_names[best] if state.nodes else '-'})" + later,
         )
     m, t, k = job.device_memory_mib, job.device_threads, job.device_count
-    need = f"{k} devices" if k > 1 else "a device"
     mem_ok = (state.dev_free_mem >= m) & (state.dev_threads >= t)
     if exclude is not None:
         mem_ok &= ~exclude
@@ -471,37 +710,16 @@ def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | Non
                 f"no idle device with {m} MiB (exclusive policy: one job per device)" + later,
             )
     if not mem_ok.any():
-        d = int(np.argmax(state.dev_free_mem)) if state.device_count else -1
-        most = (
-            f"{max(int(state.dev_free_mem[d]), 0)} MiB on {state.dev_label(d)}" if d >= 0 else "-"
-        )
-        return Unplaced(
-            job.id, f"needs {need} with {m} MiB free memory; most free now: {most}" + later
-        )
+        return _no_memory(state, job)
     thr_ok = mem_ok & (state.dev_free_thr >= t) if state.strict else mem_ok
     if not thr_ok.any():
-        best = max(int(state.dev_free_thr[mem_ok].max()), 0)
-        return Unplaced(
-            job.id,
-            f"needs {t} free device threads; devices with room for its memory have at most "
-            f"{best} free (strict thread limit)" + later,
-        )
+        return _no_threads(job, max(int(state.dev_free_thr[mem_ok].max()), 0))
     cpu_ok = thr_ok & (state.node_free_cpu >= job.total_cpu_milli)[state.dev_node]
     if not cpu_ok.any():
-        best_cpu = max(int(state.node_free_cpu[state.dev_node[thr_ok]].max()), 0)
-        return Unplaced(
-            job.id,
-            f"needs {_cores(job.total_cpu_milli)} free cores beside its device; nodes with room "
-            f"on a device have at most {_cores(best_cpu)}" + later,
-        )
+        return _no_cores(job, max(int(state.node_free_cpu[state.dev_node[thr_ok]].max()), 0))
     host_ok = cpu_ok & (state.node_free_mem >= job.total_memory_mib)[state.dev_node]
     if not host_ok.any():
-        best_mem = max(int(state.node_free_mem[state.dev_node[cpu_ok]].max()), 0)
-        return Unplaced(
-            job.id,
-            f"needs {job.total_memory_mib} MiB free host memory beside its device; nodes with "
-            f"room on a device have at most {best_mem} MiB" + later,
-        )
+        return _no_host_memory(job, max(int(state.node_free_mem[state.dev_node[cpu_ok]].max()), 0))
     if k > 1 and len(state.nodes_with_devices(job, host_ok)) == 0:
         return Unplaced(job.id, f"no node has {k} devices with {m} MiB free at once" + later)
     d = int(np.flatnonzero(host_ok)[0])
@@ -513,8 +731,9 @@ def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | Non
 
 
 def finish(
-    name: str, snapshot: Snapshot, state: ClusterState, unplaced: dict[str, Unplaced]
-) -> Plan:
+    name: str, snapshot: Snapshot, state: ClusterState, unplaced: dict[str, Unplaced],
+    notes: Iterable[str] = (),
+) -> Plan:  # fmt: skip
     """Assemble the plan; unplaced jobs are listed in the snapshot's pending order."""
     ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
-    return Plan(name, tuple(state.assignments), ordered)
+    return Plan(name, tuple(state.assignments), ordered, notes=tuple(notes))

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +52,8 @@ Ints = npt.NDArray[np.int64]
 Shape = tuple[int, int, int]
 """(host cpu_milli of all processes, device memory per device, device count; 0 for CPU jobs)."""
 
+S = TypeVar("S", bound=tuple[int, ...])
+
 #: The share of jobs the kept shapes cover (the benchmark's 95%).
 COVERAGE = 0.95
 
@@ -66,18 +69,19 @@ def job_shape(job: Job) -> Shape:
 
 
 def target_workload(
-    shapes: Iterable[Shape], coverage: float = COVERAGE
-) -> tuple[tuple[Shape, int], ...]:
-    """The most frequent shapes, with their counts, until they cover ``coverage`` of all.
+    shapes: Iterable[S], coverage: float = COVERAGE, limit: int | None = None
+) -> tuple[tuple[S, int], ...]:
+    """The most frequent shapes, with their counts, until they cover ``coverage`` of all (and
+    at most ``limit`` of them).
 
     Ties in frequency go to the smaller shape, so the result is deterministic.
     """
     counts = Counter(shapes)
     total = sum(counts.values())
-    kept: list[tuple[Shape, int]] = []
+    kept: list[tuple[S, int]] = []
     covered = 0
     for shape, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        if total and covered >= coverage * total:
+        if (limit is not None and len(kept) >= limit) or (total and covered >= coverage * total):
             break
         kept.append((shape, count))
         covered += count

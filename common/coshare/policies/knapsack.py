@@ -44,23 +44,42 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from coshare.model import Job, Plan, Snapshot, ThreadMode, Unplaced
+from coshare.model import Job, Plan, Snapshot, ThreadMode
+from coshare.policies.aging import place_aged, split_aged
 from coshare.policies.base import (
     ClusterState,
     explain_waiting,
     finish,
+    needs_of,
     never_fits,
     priority_key,
     shape_of,
 )
-from coshare.policies.knapsack_dp import ItemType, solve
+from coshare.policies.knapsack_dp import Ints, solve_within
 
 #: Job values are ``1 - (t/T)^2`` quantized to this many steps (integers keep the table exact).
 VALUE_STEPS = 10_000
+
+#: At most this many memory cells per device: the grid grows with the largest device (the
+#: default 64 MiB grid stays exact up to 128 GiB devices).
+MAX_MEMORY_CELLS = 2048
+#: At most this many rows x cells per device table (time and bytes; see knapsack_dp).
+MAX_DP_CELLS = 1 << 22
+#: A cycle whose job types x devices exceed this, with fewer than ``BUCKET_FROM_COPIES`` jobs
+#: per type on average, rounds job sizes to ``BUCKET_BITS`` leading bits (see _Pool), and
+#: keeps each table within ``BUCKETED_DP_CELLS``.
+MAX_EXACT_WORK = 2_000_000
+BUCKET_FROM_COPIES = 4
+BUCKET_BITS = 4
+BUCKETED_DP_CELLS = 1 << 18
+#: The sweep tests which left-over jobs still fit anywhere (with at least SWEEP_TEST_FROM
+#: of them) again after this many misses.
+SWEEP_MISSES = 512
+SWEEP_TEST_FROM = 64
 
 TypeKey = tuple[int, int, int, int]  # (memory cells, threads, host cpu_milli, host memory_mib)
 ClassKey = tuple[int, int, int]  # (threads, host cpu_milli, host memory_mib)
@@ -68,14 +87,24 @@ DeviceKey = tuple[int, int, int, int, int]  # (cells, thread cells, T, cpu budge
 
 
 @dataclass(frozen=True)
-class KnapsackPolicy:
-    """Per-device 0-1 knapsack, greedy over the cluster (MCCK)."""
+class TablePolicy:
+    """The options of the policies that solve knapsack tables (``knapsack``, ``sharepack``):
+    threads, aging and reservations, and what a table may cost (module docstring)."""
 
     threads: ThreadMode = "strict"
     memory_grid_mib: int = 64
     max_thread_cells: int = 64
     age_limit_s: float | None = 3600.0
     max_reserved_devices: int = 8
+    max_memory_cells: int = MAX_MEMORY_CELLS
+    max_dp_cells: int = MAX_DP_CELLS
+    max_exact_work: int = MAX_EXACT_WORK
+
+
+@dataclass(frozen=True)
+class KnapsackPolicy(TablePolicy):
+    """Per-device 0-1 knapsack, greedy over the cluster (MCCK)."""
+
     name: str = "knapsack"
 
     def plan(self, snapshot: Snapshot) -> Plan:
@@ -84,16 +113,14 @@ class KnapsackPolicy:
         unplaced = never_fits(snapshot, snapshot.pending)
         jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
         reserved = np.zeros(state.device_count, dtype=np.bool_)
-        waiting: list[Job] = []
 
-        aged, rest = self._split_aged(snapshot, jobs)
-        for job in aged:
-            if not state.place_best_fit(job, state.device_ok(job) & ~reserved):
-                reason = self._reserve(state, job, reserved, snapshot.now_s)
-                if reason is not None:
-                    unplaced[job.id] = reason
-                else:
-                    waiting.append(job)
+        aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
+        def best_fit(job: Job) -> bool:
+            return state.place_best_fit(job, state.device_ok(job) & ~reserved)
+
+        reasons, waiting = place_aged(state, snapshot, aged, best_fit, reserved,
+                                      self.age_limit_s, self.max_reserved_devices)  # fmt: skip
+        unplaced.update(reasons)
 
         for job in rest:
             if (
@@ -104,46 +131,13 @@ class KnapsackPolicy:
                 waiting.append(job)
 
         singles = [j for j in rest if j.needs_device and j.device_count == 1]
-        left = sorted(_Filler(self, state, reserved, singles).run(), key=priority_key)
+        filler = _Filler(self, state, reserved, singles)
+        left = filler.run()  # in scheduler order
         waiting.extend(_sweep(state, left, reserved))
 
         waiting.extend(j for j in rest if not j.needs_device and not state.place_host_job(j))
         unplaced.update(explain_waiting(state, waiting, exclude=reserved))
-        return finish(self.name, snapshot, state, unplaced)
-
-    def _split_aged(self, snapshot: Snapshot, jobs: list[Job]) -> tuple[list[Job], list[Job]]:
-        if self.age_limit_s is None or snapshot.now_s is None:
-            return [], jobs
-        now, limit = snapshot.now_s, self.age_limit_s
-        aged = [j for j in jobs if now - j.submit_time_s >= limit]
-        return aged, [j for j in jobs if now - j.submit_time_s < limit]
-
-    def _reserve(
-        self, state: ClusterState, job: Job, reserved: np.ndarray, now: float | None
-    ) -> Unplaced | None:
-        """Hold back the device closest to fitting an aged job; ``None`` if none may be held."""
-        if not job.needs_device or job.device_count != 1:
-            return None
-        if int(reserved.sum()) >= self.max_reserved_devices:
-            return None
-        could = (
-            (state.dev_total_mem >= job.device_memory_mib)
-            & (state.dev_threads >= job.device_threads)
-            & (state.node_total_cpu >= job.total_cpu_milli)[state.dev_node]
-            & (state.node_total_mem >= job.total_memory_mib)[state.dev_node]
-            & ~reserved
-        )
-        if not could.any():
-            return None
-        d = int(np.argmax(np.where(could, state.dev_free_mem, np.iinfo(np.int64).min)))
-        reserved[d] = True
-        age = 0.0 if now is None else now - job.submit_time_s
-        return Unplaced(
-            job.id,
-            f"pending {age:.0f} s, past age_limit_s {self.age_limit_s:g}: device "
-            f"{state.dev_label(d)} takes no new jobs until this one fits there",
-            "reserved",
-        )
+        return finish(self.name, snapshot, state, unplaced, filler.notes)
 
 
 def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[Job]:
@@ -156,12 +150,72 @@ def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[J
     """
     failed: set[object] = set()
     waiting: list[Job] = []
-    for job in jobs:
+    need = needs_of(jobs)
+    # resources only shrink: a job that fits nowhere now never will in this plan (the test
+    # is worth its cost for many jobs only)
+    could = (state.fitting_needs(need, reserved) if len(jobs) >= SWEEP_TEST_FROM
+             else np.ones(len(jobs), dtype=np.bool_))
+    misses = 0
+    for i, job in enumerate(jobs):
+        if not could[i]:
+            waiting.append(job)
+            continue
+        if misses >= SWEEP_MISSES and len(jobs) - i >= SWEEP_TEST_FROM:  # it went stale
+            could[i:] = state.fitting_needs(need[i:], reserved)
+            misses = 0
         shape = shape_of(job)
-        if shape in failed or not state.place_best_fit(job, state.device_ok(job) & ~reserved):
+        if (
+            not could[i]
+            or shape in failed
+            or state.beyond_free(job)
+            or not state.place_best_fit(job, state.device_ok(job) & ~reserved)
+        ):
             failed.add(shape)
             waiting.append(job)
+            misses += bool(could[i])
     return waiting
+
+
+def grid_note(configured: int, grid: int, max_cells: int, thread_cells: int,
+              state: ClusterState, types: int) -> str:  # fmt: skip
+    """What the configured memory step would have cost, and what the tables use instead."""
+    largest = int(state.dev_total_mem.max(initial=0))
+    cells = -(-largest // max(configured, 1)) + 1
+    table = cells * (thread_cells + 1) * (max(types, 1) + 8)  # a bool per row and cell + best
+    return (
+        f"knapsack.memory_grid_mib {configured} would give {cells - 1} memory cells on the "
+        f"{largest} MiB devices, a table of about {_size(table)} for the {types} job types of "
+        f"this cycle; the tables use {grid} MiB steps instead (knapsack.max_memory_cells "
+        f"{max_cells})"
+    )
+
+
+def _size(n_bytes: int) -> str:
+    """Bytes for people: 93.2 GiB, 12.0 MiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} B"
+
+
+def tables_affordable(types: int, jobs: int, devices: int, max_work: int = MAX_EXACT_WORK) -> bool:
+    """Whether a cycle can afford a table per device over exact job types: the types times
+    the devices stay within ``max_work``, or types hold ``BUCKET_FROM_COPIES`` jobs on
+    average (devices in the same state then share solves)."""
+    return types * devices <= max_work or jobs >= BUCKET_FROM_COPIES * types
+
+
+def job_types(jobs: Iterable[Job], grid: int) -> int:
+    """How many exact types (memory cells, threads, host cores, host memory) ``jobs`` form."""
+    return len({(-(-j.device_memory_mib // grid), j.device_threads, j.total_cpu_milli,
+                 j.total_memory_mib) for j in jobs})  # fmt: skip
+
+
+def memory_grid(grid_mib: int, max_cells: int, state: ClusterState) -> int:
+    """The memory step of the cycle's tables: the configured one, or coarser where the largest
+    device would otherwise have more than ``max_cells`` cells."""
+    largest = int(state.dev_total_mem.max(initial=0))
+    return max(grid_mib, -(-largest // max(max_cells, 1)), 1)
 
 
 def _thread_grid(state: ClusterState, jobs: Iterable[Job]) -> int:
@@ -176,85 +230,149 @@ def _thread_grid(state: ClusterState, jobs: Iterable[Job]) -> int:
     return max(g, 1)
 
 
-@dataclass
+def _buckets(values: Ints, bits: int) -> Ints:
+    """``values`` rounded up to keep their ``bits`` leading binary digits (at most
+    ``1 / 2**(bits-1)`` more): 1..2**bits stay, then 2**(bits-1) steps per doubling."""
+    drop = np.maximum(np.frexp(values.astype(np.float64))[1] - bits, 0)
+    out: Ints = -(-values >> drop) << drop
+    return out
+
+
 class _Pool:
-    """The single-device jobs still to place, grouped by type and by class."""
+    """The single-device jobs still to place, grouped into types, with numpy arrays over the
+    types so that choosing what to offer a device is a few vector operations.
 
-    types: dict[TypeKey, deque[Job]] = field(default_factory=dict)
-    classes: dict[ClassKey, list[TypeKey]] = field(default_factory=dict)
+    Exact types have equal memory cells, threads, host cores and host memory. With
+    ``bucket_bits`` (a cycle with too many distinct jobs for a table per device), a type is
+    jobs whose memory cells and threads round up (:func:`bucket`) to the same values, and the
+    table sees those rounded values: jobs then share types, devices in the same state share a
+    solve again, and a job is never given less than it declared. Host needs leave the type:
+    its cores and memory are the least of its jobs (what the table offers), and a device takes
+    the first of a type's jobs, in scheduler order, whose host needs its share still holds.
+    """
 
-    def add(self, key: TypeKey, job: Job) -> None:
-        if key not in self.types:
-            self.types[key] = deque()
-            self.classes.setdefault((key[1], key[2], key[3]), []).append(key)
-        self.types[key].append(job)
+    def __init__(self, jobs: list[Job], grid: int, bucket_bits: int | None = None) -> None:
+        self.bucketed = bucket_bits is not None
+        self.jobs = jobs  # in scheduler order: a job's rank is its index
+        need = needs_of(jobs)
+        cells = np.maximum(-(-need[:, 0] // grid), 1)
+        table = np.stack([cells, need[:, 1], need[:, 2], need[:, 3]], axis=1)
+        if bucket_bits is not None:
+            table[:, 0], table[:, 1] = _buckets(table[:, 0], bucket_bits), _buckets(
+                table[:, 1], bucket_bits)
+            table[:, 2:] = 0
+        keys, inverse = np.unique(table, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        members = np.argsort(inverse, kind="stable")  # by type, each in scheduler order
+        sizes = np.bincount(inverse, minlength=len(keys)).astype(np.int64)
+        self.start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.rank = members.astype(np.int64)
+        # each type's jobs (their ranks), first in scheduler order first
+        parts = np.split(members, self.start[1:]) if len(keys) else []
+        self.queues: list[deque[int]] = [deque(part.tolist()) for part in parts]
+        self.taken = np.zeros(len(jobs), dtype=np.bool_)
+        self.waiting = len(jobs)  # jobs not taken yet
+        self.keys: list[TypeKey] = [(a, b, c, d) for a, b, c, d in keys.tolist()]
+        self.cells, self.threads = keys[:, 0].copy(), keys[:, 1].copy()
+        # host needs of a type: the least of its jobs (exact types: all the same)
+        self.cpu = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+        self.mem = self.cpu.copy()
+        np.minimum.at(self.cpu, inverse, need[:, 2])
+        np.minimum.at(self.mem, inverse, need[:, 3])
+        self.size = sizes
+        self.left = sizes.copy()  # jobs of each type not placed yet
+        _, cls = np.unique(np.stack([self.threads, self.cpu, self.mem], axis=1), axis=0,
+                           return_inverse=True)  # fmt: skip
+        self.cls = cls.reshape(-1).astype(np.int64)
+        self.order = np.lexsort((self.cells, self.cls))  # by class, memory cells ascending
 
-    def sort(self) -> None:
-        for members in self.classes.values():
-            members.sort()  # memory cells ascending within a class
+    def __len__(self) -> int:
+        return len(self.keys)
 
-    def left(self, key: TypeKey, used: dict[TypeKey, int]) -> int:
-        """Jobs of a type not yet placed nor already chosen for the device at hand."""
-        return len(self.types[key]) - used.get(key, 0)
+    def take(self, k: int, budget_cpu: int, budget_mem: int) -> Job | None:
+        """The next job of type ``k`` (the first in scheduler order whose host needs fit the
+        budget: exact types all have the same), removed from the pool; ``None`` if none fits."""
+        queue = self.queues[k]
+        for i, rank in enumerate(queue):
+            job = self.jobs[rank]
+            if job.total_cpu_milli <= budget_cpu and job.total_memory_mib <= budget_mem:
+                del queue[i]
+                self.left[k] -= 1
+                self.waiting -= 1
+                self.taken[rank] = True
+                return job
+            if not self.bucketed:
+                break
+        return None
+
+    def remaining(self) -> list[Job]:
+        """The jobs not taken, in scheduler order."""
+        return [self.jobs[r] for r in np.flatnonzero(~self.taken).tolist()]
 
     def offer(self, capacity: int, budget_cpu: int, budget_mem: int, threads: int,
-              thread_cap: int | None, thread_grid: int, used: dict[TypeKey, int]
-              ) -> list[TypeKey]:  # fmt: skip
-        """The types worth offering to a device's table.
+              thread_cap: int | None, thread_grid: int, used: Ints) -> Ints:  # fmt: skip
+        """The types worth offering to a device's table, in the scheduler order of the job
+        each would give first (``used``: copies of each already chosen for the device).
 
         Within a class (equal threads and host needs, hence equal value) a larger job never
         beats a smaller one, so only the smallest types are offered, until their copies
         could fill the device on their own.
         """
-        offered: list[TypeKey] = []
-        for (t, cpu, mem), members in self.classes.items():
-            if t > threads or cpu > budget_cpu or mem > budget_mem:
-                continue
-            members[:] = [k for k in members if self.types[k]]
-            available = [k for k in members if self.left(k, used) > 0]
-            if not available or available[0][0] > capacity:
-                continue
-            most = capacity // available[0][0]
-            units = -(-t // thread_grid)
-            if thread_cap is not None and units > 0:
-                most = min(most, thread_cap // units)
-            if cpu > 0:
-                most = min(most, budget_cpu // cpu)
-            if mem > 0:
-                most = min(most, budget_mem // mem)
-            taken = 0
-            for key in available:
-                if taken >= most or key[0] > capacity:
-                    break
-                offered.append(key)
-                taken += self.left(key, used)
-        return offered
+        left = self.left - used
+        ok = (left > 0) & (self.threads <= threads) & (self.cpu <= budget_cpu)
+        ok &= (self.mem <= budget_mem) & (self.cells <= capacity)
+        idx: Ints = self.order[ok[self.order]]
+        if len(idx) == 0:
+            return idx
+        cls = self.cls[idx]
+        new = np.r_[True, cls[1:] != cls[:-1]]
+        starts = np.flatnonzero(new)
+        segment = np.cumsum(new) - 1
+        head = idx[starts]  # the smallest type of each class
+        most = capacity // self.cells[head]
+        units = -(-self.threads[head] // thread_grid)
+        if thread_cap is not None:
+            most = np.where(units > 0, np.minimum(most, thread_cap // np.maximum(units, 1)), most)
+        cpu, mem = self.cpu[head], self.mem[head]
+        most = np.where(cpu > 0, np.minimum(most, budget_cpu // np.maximum(cpu, 1)), most)
+        most = np.where(mem > 0, np.minimum(most, budget_mem // np.maximum(mem, 1)), most)
+        copies = left[idx]
+        before = np.cumsum(copies) - copies
+        before -= before[starts][segment]  # copies of smaller types in the same class
+        offered = idx[before < most[segment]]
+        heads = self.rank[self.start[offered] + self.size[offered] - left[offered]]
+        out: Ints = offered[np.argsort(heads, kind="stable")]
+        return out
 
 
 class _Filler:
     """Fills devices one after another by knapsack; identical devices share a solve."""
 
     def __init__(
-        self, policy: KnapsackPolicy, state: ClusterState, reserved: np.ndarray, jobs: list[Job]
+        self, policy: TablePolicy, state: ClusterState, reserved: np.ndarray, jobs: list[Job]
     ) -> None:
         self.state = state
-        self.grid = policy.memory_grid_mib
+        self.notes: list[str] = []
+        self.grid = memory_grid(policy.memory_grid_mib, policy.max_memory_cells, state)
         self.max_cells = policy.max_thread_cells
+        self.max_dp_cells = policy.max_dp_cells
         self.thread_grid = _thread_grid(state, jobs)
-        self.pool = _Pool()
-        for job in jobs:  # already in scheduler order, so each type's queue is too
-            cells = max(1, -(-job.device_memory_mib // self.grid))
-            self.pool.add(
-                (cells, job.device_threads, job.total_cpu_milli, job.total_memory_mib), job
-            )
-        self.pool.sort()
+        self.pool = _Pool(jobs, self.grid)
+        if jobs and self.grid > policy.memory_grid_mib:
+            self.notes.append(grid_note(policy.memory_grid_mib, self.grid, policy.max_memory_cells,
+                                        policy.max_thread_cells, state,
+                                        job_types(jobs, policy.memory_grid_mib)))  # fmt: skip
+        devices = int((~reserved).sum())
+        if not tables_affordable(len(self.pool), len(jobs), devices, policy.max_exact_work):
+            self.pool = _Pool(jobs, self.grid, BUCKET_BITS)
+            self.max_dp_cells = min(self.max_dp_cells, BUCKETED_DP_CELLS)
         self.key_of: dict[int, DeviceKey] = {}
         self.groups: dict[DeviceKey, set[int]] = {}
         self.heap: list[DeviceKey] = []
         # A device whose free memory is below the smallest job's would be popped first (its
         # key's memory cells are smaller than any other's), find nothing and be closed; not
         # opening it at all gives the same plan and saves the work on large clusters.
-        smallest = min((key[0] for key in self.pool.types), default=None)
+        smallest = int(self.pool.cells.min()) if len(self.pool) else None
         opened = ~reserved & (state.dev_free_mem >= self.grid)
         if smallest is not None:
             opened &= state.dev_free_mem // self.grid >= smallest
@@ -279,8 +397,8 @@ class _Filler:
             (np.maximum(s.dev_free_mem[devices], 0) // self.grid).tolist(),
             units.tolist(),
             threads.tolist(),
-            (np.maximum(s.node_free_cpu[nodes], 0) // share).tolist(),
-            (np.maximum(s.node_free_mem[nodes], 0) // share).tolist(),
+            self._budget(np.maximum(s.node_free_cpu[nodes], 0) // share).tolist(),
+            self._budget(np.maximum(s.node_free_mem[nodes], 0) // share).tolist(),
             strict=True,
         )
         for d, key in zip(devices.tolist(), keys, strict=True):
@@ -306,9 +424,25 @@ class _Filler:
             max(int(s.dev_free_mem[d]), 0) // self.grid,
             units,
             int(s.dev_threads[d]),
-            max(int(s.node_free_cpu[n]), 0) // share,
-            max(int(s.node_free_mem[n]), 0) // share,
+            self._budget_of(max(int(s.node_free_cpu[n]), 0) // share),
+            self._budget_of(max(int(s.node_free_mem[n]), 0) // share),
         )
+
+    def _budget_of(self, value: int) -> int:
+        """:meth:`_budget` of one value."""
+        if not self.pool.bucketed:
+            return value
+        drop = max(value.bit_length() - BUCKET_BITS, 0)
+        return (value >> drop) << drop
+
+    def _budget(self, values: Ints) -> Ints:
+        """Host budgets as device keys hold them: exact, or (bucketed pool) rounded down to
+        their leading bits, so that devices on nodes in nearly the same state share a solve."""
+        if not self.pool.bucketed:
+            return values
+        drop = np.maximum(np.frexp(values.astype(np.float64))[1] - BUCKET_BITS, 0)
+        out: Ints = (values >> drop) << drop
+        return out
 
     def _rekey(self, d: int) -> None:
         old = self.key_of[d]
@@ -335,7 +469,7 @@ class _Filler:
 
     def run(self) -> list[Job]:
         """Fill every open device; returns the jobs left over."""
-        while self.heap:
+        while self.heap and self.pool.waiting:
             key = heapq.heappop(self.heap)
             members = self.groups.pop(key, None)
             if not members:
@@ -346,20 +480,25 @@ class _Filler:
                 if not choice:
                     self._close_group(key, devices)
                     break
-                k = min(len(devices), *(len(self.pool.types[t]) // c for t, c in choice.items()))
+                k = min(len(devices), *(int(self.pool.left[t]) // c for t, c in choice.items()))
                 batch, devices = devices[:k], devices[k:]
                 touched = set()
                 for d in batch:
                     node = int(self.state.dev_node[d])
+                    cpu, mem = key[3], key[4]
                     for t, copies in choice.items():
-                        queue = self.pool.types[t]
                         for _ in range(copies):
-                            self.state.place(queue.popleft(), node, [d])
+                            job = self.pool.take(t, cpu, mem)
+                            if job is None:
+                                break
+                            self.state.place(job, node, [d])
+                            cpu -= job.total_cpu_milli
+                            mem -= job.total_memory_mib
                     self._close(d)
                     touched.add(node)
                 self._rekey_nodes(touched)
                 devices = [d for d in devices if self.key_of.get(d) == key]
-        return [job for queue in self.pool.types.values() for job in queue]
+        return self.pool.remaining()
 
     def _close_group(self, key: DeviceKey, devices: list[int]) -> None:
         """Nothing in the pool fits state ``key``; the pool only shrinks, so it never will.
@@ -380,63 +519,67 @@ class _Filler:
                 self._close(last)
         self._rekey_nodes(by_node)  # their host share grows
 
-    def _choose(self, key: DeviceKey, device: int) -> dict[TypeKey, int]:
-        """The job mix for a device in state ``key``: the knapsack optimum, trimmed to the
-        device's share of host resources, leftover refilled (at most three rounds)."""
+    def _choose(self, key: DeviceKey, device: int) -> dict[int, int]:
+        """The job mix for a device in state ``key`` (copies per pool type): the knapsack
+        optimum, trimmed to the device's share of host resources, leftover refilled (at most
+        three rounds)."""
         cells, units, threads, budget_cpu, budget_mem = key
         thread_cap = units if units >= 0 else None
         grid = self._grid_of(device)
-        choice: dict[TypeKey, int] = {}
+        pool = self.pool
+        used = np.zeros(len(pool), dtype=np.int64)
+        choice: dict[int, int] = {}
         for _ in range(3):
-            offered = self.pool.offer(
-                cells, budget_cpu, budget_mem, threads, thread_cap, grid, choice
-            )
-            if not offered:
+            offered = pool.offer(cells, budget_cpu, budget_mem, threads, thread_cap, grid, used)
+            if len(offered) == 0:
                 break
-            offered.sort(key=lambda t: priority_key(self.pool.types[t][choice.get(t, 0)]))
+            t = pool.threads[offered]
             per_count = cells + 1  # value dominates, job count breaks ties
-            items = [
-                ItemType(
-                    weight=t[0],
-                    units=-(-t[1] // grid),
-                    value=int(VALUE_STEPS * (1.0 - (t[1] / threads) ** 2)) * per_count + 1,
-                    count=self.pool.left(t, choice),
-                )
-                for t in offered
-            ]
-            counts = solve(items, cells, thread_cap)
-            picked = {t: c for t, c in zip(offered, counts, strict=True) if c}
-            if not picked:
+            values = _values(t, threads) * per_count + 1
+            counts, _ = solve_within(pool.cells[offered], -(-t // grid), values,
+                                     pool.left[offered] - used[offered], cells, thread_cap,
+                                     self.max_dp_cells)  # fmt: skip
+            hit = np.flatnonzero(counts)
+            if len(hit) == 0:
                 break
-            trimmed = _trim(picked, items_by_type=dict(zip(offered, items, strict=True)),
-                            budget_cpu=budget_cpu, budget_mem=budget_mem)  # fmt: skip
-            for t, c in trimmed.items():
-                choice[t] = choice.get(t, 0) + c
+            picked = {int(offered[i]): int(counts[i]) for i in hit}
+            value_of = {int(offered[i]): int(values[i]) for i in hit}
+            trimmed = _trim(picked, value_of, pool, budget_cpu, budget_mem)
+            for k, c in trimmed.items():
+                choice[k] = choice.get(k, 0) + c
+                used[k] += c
             if trimmed == picked:
                 break
-            used_cells = sum(t[0] * c for t, c in trimmed.items())
-            cells -= used_cells
+            cells -= sum(int(pool.cells[k]) * c for k, c in trimmed.items())
             if thread_cap is not None:
-                thread_cap -= sum(-(-t[1] // grid) * c for t, c in trimmed.items())
-            budget_cpu -= sum(t[2] * c for t, c in trimmed.items())
-            budget_mem -= sum(t[3] * c for t, c in trimmed.items())
+                thread_cap -= sum(-(-int(pool.threads[k]) // grid) * c for k, c in trimmed.items())
+            budget_cpu -= sum(int(pool.cpu[k]) * c for k, c in trimmed.items())
+            budget_mem -= sum(int(pool.mem[k]) * c for k, c in trimmed.items())
             if cells <= 0:
                 break
         return choice
 
 
-def _trim(
-    picked: dict[TypeKey, int], items_by_type: dict[TypeKey, ItemType], budget_cpu: int,
-    budget_mem: int,
-) -> dict[TypeKey, int]:  # fmt: skip
+def _values(threads: Ints, device_threads: int) -> Ints:
+    """The paper's value ``1 - (t/T)^2`` of each thread count, in :data:`VALUE_STEPS`
+    (computed per distinct count with Python floats, so it is the same on every platform)."""
+    distinct, inverse = np.unique(threads, return_inverse=True)
+    table = np.array([int(VALUE_STEPS * (1.0 - (t / device_threads) ** 2))
+                      for t in distinct.tolist()], dtype=np.int64)  # fmt: skip
+    out: Ints = table[inverse.reshape(-1)]
+    return out
+
+
+def _trim(picked: dict[int, int], value_of: dict[int, int], pool: _Pool, budget_cpu: int,
+          budget_mem: int) -> dict[int, int]:  # fmt: skip
     """Drop jobs, least valuable and hungriest first, until the host share holds them."""
     out = dict(picked)
-    order = sorted(out, key=lambda t: (items_by_type[t].value, -t[2], -t[3]))
-    cpu = sum(t[2] * c for t, c in out.items())
-    mem = sum(t[3] * c for t, c in out.items())
-    for t in order:
-        while out[t] and (cpu > budget_cpu or mem > budget_mem):
-            out[t] -= 1
-            cpu -= t[2]
-            mem -= t[3]
-    return {t: c for t, c in out.items() if c}
+    order = sorted(out, key=lambda k: (value_of[k], -int(pool.cpu[k]), -int(pool.mem[k])))
+    cpu = sum(int(pool.cpu[k]) * c for k, c in out.items())
+    mem = sum(int(pool.mem[k]) * c for k, c in out.items())
+    for k in order:
+        while out[k] and (cpu > budget_cpu or mem > budget_mem):
+            out[k] -= 1
+            cpu -= int(pool.cpu[k])
+            mem -= int(pool.mem[k])
+    return {k: c for k, c in out.items() if c}

@@ -8,7 +8,23 @@ In strict thread mode the table has a second dimension, the device's free thread
 the declared threads of the chosen jobs never exceed it.
 
 Rows are numpy vector operations over the whole capacity axis; ties keep the earlier item
-types (the caller lists them in priority order). Pure: no I/O.
+types (the caller lists them in priority order).
+
+**Bounded work** (:func:`solve_within`). A table costs its rows (item pieces) times its cells
+(memory x thread cells) in time, and as many bytes for the choices kept; on an 80 GB device with
+thousands of distinct job sizes that is seconds and gigabytes per device. Above a budget of
+cells, two steps bring it down:
+
+1. *Dominance* (no loss): an item that at least ``K`` others beat (no more memory, no more
+   threads, no less value), ``K`` the most items the device can hold, is never needed: an
+   optimal set that used it leaves one of those unused, and swapping them loses nothing.
+2. *A coarser memory grid* for this device, doubled until the table fits: item weights are
+   rounded up to ``f`` cells and the capacity down, so the set found still fits. What it can
+   lose is bounded: any set that fits a device ``k * f`` cells smaller (``k`` the most items
+   the device holds) fits the coarse table, so the value found is at least the exact optimum
+   of that smaller device.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +120,155 @@ def solve(items: Sequence[ItemType], capacity: int, thread_capacity: int | None)
             if two_d:
                 u -= units
     return chosen
+
+
+Ints = npt.NDArray[np.int64]
+
+#: Items are compared for dominance this many at a time (a block x block matrix).
+BLOCK = 256
+_EARLIER = np.tril(np.ones((BLOCK, BLOCK), dtype=np.bool_), -1)
+
+
+def table_cells(capacity: int, thread_capacity: int | None) -> int:
+    """Cells of a table: memory cells x thread cells."""
+    threads = max(thread_capacity, 0) + 1 if thread_capacity is not None else 1
+    return (max(capacity, 0) + 1) * threads
+
+
+def _limits(weights: Ints, units: Ints, counts: Ints, capacity: int,
+            thread_capacity: int | None) -> Ints:  # fmt: skip
+    """The copies of each item a table can use: its count, what fits the memory and threads."""
+    limit = np.minimum(counts, max(capacity, 0) // np.maximum(weights, 1))
+    if thread_capacity is not None:
+        limit = np.where(units > 0, np.minimum(limit, max(thread_capacity, 0)
+                                               // np.maximum(units, 1)), limit)  # fmt: skip
+    out: Ints = np.maximum(limit, 0)
+    return out
+
+
+def table_rows(weights: Ints, units: Ints, counts: Ints, capacity: int,
+               thread_capacity: int | None) -> int:  # fmt: skip
+    """Rows a table over these items needs (binary pieces of each one's usable count)."""
+    limit = _limits(weights, units, counts, capacity, thread_capacity)
+    # frexp's exponent of a positive integer below 2**53 is its bit length (0 for 0)
+    return int(np.frexp(limit.astype(np.float64))[1].sum())
+
+
+def most_items(weights: Ints, units: Ints, counts: Ints, capacity: int,
+               thread_capacity: int | None) -> int:  # fmt: skip
+    """An upper bound on how many items any feasible choice holds: as many of the lightest
+    as fit the memory (and, with a thread capacity, of the fewest threads as fit it)."""
+
+    def fill(sizes: Ints, room: int) -> int:
+        order = np.argsort(sizes, kind="stable")
+        size, count = sizes[order], counts[order]
+        if len(size) and size[0] <= 0:
+            return int(counts.sum())  # weightless items: any number fit
+        used = np.cumsum(size * count)
+        full = int(np.searchsorted(used, room, side="right"))
+        taken = int(count[:full].sum())
+        if full < len(size):
+            taken += (room - (int(used[full - 1]) if full else 0)) // int(size[full])
+        return taken
+
+    bound = fill(weights, max(capacity, 0))
+    if thread_capacity is not None:
+        bound = min(bound, fill(units, max(thread_capacity, 0)))
+    return bound
+
+
+def undominated(weights: Ints, units: Ints, values: Ints, counts: Ints, most: int) -> Ints:
+    """Indices (ascending) of the items that fewer than ``most`` copies of others beat (no
+    more weight, no more units, no less value). The others are never needed: an optimal set
+    using one leaves a beating copy unused, and swapping them loses nothing (repeating this,
+    earlier-visited items replace later ones, so it ends).
+
+    Items are visited by value, best first; while units never fall along that order (value
+    falls with threads, as the knapsack's does), everything seen before an item beats it in
+    value and threads, so it is beaten by the copies seen before with no more weight: the
+    ``most`` lightest seen so far answer that by bisection, a block of items at a time.
+    """
+    n = len(weights)
+    ids = np.arange(n)
+    order = np.lexsort((ids, weights, units, -values))
+    w, u, c = weights[order], units[order], counts[order]
+    keep = np.zeros(n, dtype=np.bool_)
+    if np.any(np.diff(u) < 0):  # threads do not rise as value falls: count each one
+        for i in range(n):
+            earlier = (w[:i] <= w[i]) & (u[:i] <= u[i])
+            keep[i] = int(c[:i][earlier].sum()) < most
+        out: Ints = np.sort(order[keep])
+        return out
+    lightest = np.zeros(0, dtype=np.int64)  # the ``most`` lightest copies seen, sorted
+    most = max(most, 0)
+    for start in range(0, n, BLOCK):
+        stop = min(start + BLOCK, n)
+        rows = np.arange(start, stop)
+        if len(lightest) >= most:  # as heavy as the most-th lightest seen: beaten already
+            rows = rows[w[rows] < (lightest[most - 1] if most else np.iinfo(np.int64).min)]
+        if len(rows) == 0:
+            continue
+        wb, cb = w[rows], c[rows]
+        before = np.searchsorted(lightest, wb, side="right")
+        within = ((wb[None, :] <= wb[:, None]) & _EARLIER[: len(rows), : len(rows)]) @ cb
+        keep[rows] = before + within < most
+        copies = np.repeat(wb, np.minimum(cb, most))
+        lightest = np.sort(np.concatenate([lightest, copies]))[:most]
+    kept: Ints = np.sort(order[keep])
+    return kept
+
+
+def solve_within(
+    weights: Ints, units: Ints, values: Ints, counts: Ints, capacity: int,
+    thread_capacity: int | None, max_cells: int,
+) -> tuple[Ints, int]:  # fmt: skip
+    """:func:`solve` over items given as arrays (in tie-breaking order), with its table kept
+    within ``max_cells`` rows x cells (module docstring): dominated items dropped, then the
+    memory grid coarsened by a power of two.
+
+    Returns:
+        The copies taken of each item (aligned with the arrays), and the factor the memory
+        grid was coarsened by (1: the exact optimum).
+    """
+    n = len(weights)
+    chosen = np.zeros(n, dtype=np.int64)
+    cells = table_cells(capacity, thread_capacity)
+    if table_rows(weights, units, counts, capacity, thread_capacity) * cells <= max_cells:
+        columns = (weights.tolist(), units.tolist(), values.tolist(), counts.tolist())
+        items = [ItemType(w, u, v, c) for w, u, v, c in zip(*columns, strict=True)]
+        chosen[:] = solve(items, capacity, thread_capacity)
+        return chosen, 1
+    most = most_items(weights, units, counts, capacity, thread_capacity)
+    keep = undominated(weights, units, values, counts, most)
+    factor = 1
+    while True:
+        coarse = -(-weights[keep] // factor)
+        room = capacity // factor
+        rows = table_rows(coarse, units[keep], counts[keep], room, thread_capacity)
+        if rows * table_cells(room, thread_capacity) <= max_cells or factor >= capacity:
+            break
+        factor *= 2
+    # items that became equal are merged, in the order of their first member
+    index: dict[tuple[int, int, int], int] = {}
+    merged: list[list[int]] = []
+    members: list[list[int]] = []
+    kept = (keep.tolist(), coarse.tolist(), units[keep].tolist(), values[keep].tolist(),
+            counts[keep].tolist())
+    for k, w, unit, value, count in zip(*kept, strict=True):
+        key = (w, unit, value)
+        if key not in index:
+            index[key] = len(merged)
+            merged.append([w, unit, value, 0])
+            members.append([])
+        merged[index[key]][3] += count
+        members[index[key]].append(k)
+    taken = solve([ItemType(*m) for m in merged], room, thread_capacity)
+    for copies, group in zip(taken, members, strict=True):
+        for k in group:  # a merged item's copies go to its members in their order
+            take = min(copies, int(counts[k]))
+            chosen[k] += take
+            copies -= take
+    return chosen, factor
 
 
 def brute_force(items: Sequence[ItemType], capacity: int, thread_capacity: int | None) -> int:

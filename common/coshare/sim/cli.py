@@ -85,7 +85,7 @@ from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba, read_sw
 from coshare.sim.workloads import DISTRIBUTIONS
 
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
-ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd")
+ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd", "sharepack")
 
 Advance = Callable[[int], None]
 

@@ -40,6 +40,9 @@ from coshare.model import Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.base import Policy
 from coshare.policies.fgd import Shape, job_shape, target_workload
+from coshare.policies.potential import expected_shapes
+from coshare.policies.potential import job_shape as workload_shape
+from coshare.sim.packing_bound import unallocated_bound
 from coshare.sim.traces import GPU_MILLI
 
 PROTOCOLS = ("online", "batch")
@@ -100,6 +103,7 @@ def fragmentation_options(nodes: Sequence[Node], pods: Sequence[Job],
         age_limit_s=None,
         memory_grid_mib=MILLI_GRID,
         fgd_workload=target_workload(job_shape(p) for p in pods),
+        workload=expected_shapes(workload_shape(p) for p in pods),
         bestfit_scale=(max(n.cpu_milli for n in nodes), max(len(n.devices) for n in nodes)),
     )
 
@@ -120,6 +124,9 @@ class FragRun:
             of capacity: ``idle_gpus`` (GPUs nothing uses), ``idle_gpus_no_cores`` (those of
             them on nodes with fewer free cores than any GPU pod asks for), ``partial``
             (the free part of GPUs in use).
+        bound: per arrival level (:data:`ARRIVAL_LEVELS`), the least unallocated GPU % that
+            any placement of the pods submitted by then can have, read at the same records
+            (:mod:`coshare.sim.packing_bound`); empty when not computed.
     """
 
     policy: str
@@ -130,6 +137,7 @@ class FragRun:
     placed: int
     dropped: int
     at_100: dict[str, float] = field(default_factory=dict)
+    bound: dict[float, float] = field(default_factory=dict)
 
     def unallocated_at(self, level: float) -> float:
         """Unallocated GPU % when arrivals reach ``level`` % (linear between records)."""
@@ -156,6 +164,7 @@ def run_benchmark(
     seed: int,
     batch: int = BATCH_PODS,
     step: Step | None = None,
+    bound: bool = True,
 ) -> FragRun:
     """Run the benchmark once.
 
@@ -167,6 +176,7 @@ def run_benchmark(
         seed: shuffles pods, clones, the node order and seeds the random policy.
         batch: pods per cycle (batch protocol).
         step: called with the number of pods submitted so far, every cycle.
+        bound: also compute the lower bound on unallocated capacity (:attr:`FragRun.bound`).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
@@ -183,6 +193,7 @@ def run_benchmark(
     waiting: list[Job] = []
     min_cores = min((p.total_cpu_milli for p in pods if p.needs_device), default=0)
     at_100: dict[str, float] = {}
+    submitted: list[int] = []
     for start in range(0, len(sequence), size):
         chunk = sequence[start : start + size]
         arrived_milli += sum(gpu_request(p) for p in chunk)
@@ -197,18 +208,31 @@ def run_benchmark(
             kept = {u.job for u in plan.unplaced if u.code == "not_chosen"}
             waiting = [p for p in pending if p.id in kept]
         arrived.append(100.0 * arrived_milli / capacity)
+        submitted.append(start + len(chunk))
         allocated.append(100.0 * ledger.allocated / capacity)
         if not at_100 and arrived[-1] >= 100.0:
             at_100 = ledger.breakdown(capacity, min_cores)
         if step is not None:
             step(start + len(chunk))
+    floor: dict[float, float] = {}
+    if bound:
+        requests = [(p.device_memory_mib, p.device_count) if p.needs_device else (0, 0)
+                    for p in sequence]  # fmt: skip
+        floor = unallocated_bound(arrived, submitted, requests, capacity // GPU_MILLI, GPU_MILLI,
+                                  ARRIVAL_LEVELS)  # fmt: skip
     return FragRun(impl.name, protocol, seed, tuple(arrived), tuple(allocated), placed,
-                   len(sequence) - placed, at_100)  # fmt: skip
+                   len(sequence) - placed, at_100, floor)  # fmt: skip
 
 
 def median_unallocated(runs: Sequence[FragRun], level: float) -> float:
     """The median over seeds of the unallocated GPU % at ``level`` % arrival."""
     return float(np.median([r.unallocated_at(level) for r in runs]))
+
+
+def median_bound(runs: Sequence[FragRun], level: float) -> float | None:
+    """The median over seeds of the lower bound at ``level`` % arrival (``None``: none)."""
+    values = [r.bound[level] for r in runs if level in r.bound]
+    return float(np.median(values)) if values else None
 
 
 class _Ledger:

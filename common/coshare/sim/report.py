@@ -18,12 +18,18 @@ from rich.table import Table
 
 from coshare.render import render_text
 from coshare.sim.experiments import BASELINE, Comparison, Sweep
-from coshare.sim.fragmentation import ARRIVAL_LEVELS, PUBLISHED_AT_100, FragRun, median_unallocated
+from coshare.sim.fragmentation import (
+    ARRIVAL_LEVELS,
+    PUBLISHED_AT_100,
+    FragRun,
+    median_bound,
+    median_unallocated,
+)
 from coshare.sim.metrics import RunSummary, reduction
 from coshare.sim.paper import PAPER_NAMES
 
 
-def render(*items: Table | str, width: int = 110) -> str:
+def render(*items: Table | str, width: int = 132) -> str:
     """Tables and lines as plain text."""
     return render_text(*items, width=width)
 
@@ -31,7 +37,7 @@ def render(*items: Table | str, width: int = 110) -> str:
 def _table(title: str, columns: Sequence[str]) -> Table:
     table = Table(title=title, box=box.SIMPLE, title_justify="left")
     for i, column in enumerate(columns):
-        table.add_column(column, justify="left" if i == 0 else "right")
+        table.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
     return table
 
 
@@ -214,9 +220,10 @@ def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
              "batch": "batch protocol: a cycle plans many pending pods (as coshare runs live)"}
     table = _table(
         f"Alibaba GPU-sharing fragmentation, {label.get(protocol, protocol)}; unallocated GPU %, "
-        f"median of seeds {seeds}",
+        f"median of seeds {seeds}; bound: the least any placement of the pods submitted by "
+        "100% can leave unallocated",
         ["policy", *[f"{level}%" for level in ARRIVAL_LEVELS], "range at 100%", "published",
-         "idle GPUs", "no cores", "partial"],
+         "idle GPUs", "no cores", "partial", "bound"],
     )
     by_policy: dict[str, list[FragRun]] = defaultdict(list)
     for run in mine:
@@ -237,8 +244,15 @@ def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
             f"{min(at100):.2f}-{max(at100):.2f}",
             f"{published:.2f}" if published is not None and protocol == "online" else "-",
             where("idle_gpus"), where("idle_gpus_no_cores"), where("partial"),
+            _bound(group),
         )
     return table
+
+
+def _bound(runs: Sequence[FragRun]) -> str:
+    """The least unallocated % any placement can reach at 100% arrival (median of seeds)."""
+    value = median_bound(runs, 100)
+    return f"{value:.2f}" if value is not None else "-"
 
 
 def frag_json(runs: Sequence[FragRun]) -> dict[str, Any]:
@@ -257,7 +271,8 @@ def frag_json(runs: Sequence[FragRun]) -> dict[str, Any]:
             "per_seed": [{"seed": r.seed, "placed": r.placed, "dropped": r.dropped,
                           "unallocated_gpu_pct": {str(lv): r.unallocated_at(lv)
                                                   for lv in ARRIVAL_LEVELS},
-                          "unallocated_at_100_pct": r.at_100}
+                          "unallocated_at_100_pct": r.at_100,
+                          "bound_unallocated_gpu_pct": {str(lv): v for lv, v in r.bound.items()}}
                          for r in group],
         })  # fmt: skip
     return {"levels": list(ARRIVAL_LEVELS), "results": results,
