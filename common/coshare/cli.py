@@ -10,9 +10,11 @@
 Subcommands of the adapters, the node helpers and the simulator are loaded only when used
 (:data:`LAZY_COMMANDS`), so ``coshare plan`` does not import scheduler bindings.
 
-Exit statuses: 0 success; 1 the scheduler or a command failed; 2 bad input (snapshot,
-config, flags); 3 a cycle ran but some edits failed. Errors print one message, never a
-traceback.
+Exit statuses (:mod:`coshare.exit_codes`, listed in each command's ``--help``): 0 success;
+1 the scheduler or a command failed; 2 bad input (snapshot, config, flags); 3 a cycle ran
+but some edits failed. Errors print one message, never a traceback. The command list and
+every ``--help`` print with the base install alone; a command whose extra is missing says
+which to install when it is run (:mod:`coshare.extras`).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from typing import Any
 import click
 import yaml
 
-from coshare.config import Config, load_config, to_dict, with_overrides
+from coshare.config import Config, ConfigWarning, load_config, to_dict, with_overrides
 from coshare.errors import CoshareError, InputError, SnapshotError
+from coshare.exit_codes import exit_status_help
+from coshare.extras import MissingExtra, missing_extra
 from coshare.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
 from coshare.model import Snapshot
 from coshare.planner import timed_plan
@@ -60,10 +64,19 @@ class CoshareGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in LAZY_COMMANDS:
             module, _, attribute = LAZY_COMMANDS[cmd_name].partition(":")
-            command = getattr(importlib.import_module(module), attribute)
+            try:
+                command = getattr(importlib.import_module(module), attribute)
+            except ImportError as exc:
+                found = missing_extra(exc)
+                if found is None:
+                    raise
+                command = _needs_extra(cmd_name, *found)
             assert isinstance(command, click.Command)
-            return command
-        return super().get_command(ctx, cmd_name)
+        else:
+            command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            document_exit_statuses(command, cmd_name)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -71,6 +84,35 @@ class CoshareGroup(click.Group):
         except CoshareError as exc:
             click.echo(f"coshare: error: {exc}", err=True)
             ctx.exit(exc.exit_status)
+
+
+def document_exit_statuses(command: click.Command, path: str) -> None:
+    """End the help of ``command`` and of every command under it with its exit statuses
+    (:mod:`coshare.exit_codes`), once."""
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            document_exit_statuses(sub, f"{path} {name}")
+        return
+    if not getattr(command, "_coshare_exits", False):
+        section = exit_status_help(path)
+        command.epilog = f"{command.epilog}\n\n{section}" if command.epilog else section
+        command._coshare_exits = True  # type: ignore[attr-defined]
+
+
+def _needs_extra(name: str, extra: str, module: str) -> click.Command:
+    """A stand-in for command ``name`` whose module needs a missing extra: listed and
+    helped like the others; run, it says what to install (exit status 1)."""
+
+    def refuse(args: tuple[str, ...]) -> None:
+        raise MissingExtra(f"coshare {name}", extra, module)
+
+    return click.Command(
+        name, callback=refuse, short_help=f"(needs: pip install 'coshare[{extra}]')",
+        help=f"Not installed here: coshare {name} needs the '{extra}' extra "
+        f"(pip install 'coshare[{extra}]').",
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )  # fmt: skip
 
 
 @dataclass
@@ -87,6 +129,7 @@ class AppContext:
         if self._config is None:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", FutureWarning)
+                warnings.simplefilter("always", ConfigWarning)
                 self._config = load_config(self.config_path)
             for warning in caught:
                 click.echo(f"coshare: warning: {warning.message}", err=True)
