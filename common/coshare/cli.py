@@ -62,6 +62,7 @@ class CoshareGroup(click.Group):
         return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command: click.Command | None
         if cmd_name in LAZY_COMMANDS:
             module, _, attribute = LAZY_COMMANDS[cmd_name].partition(":")
             try:

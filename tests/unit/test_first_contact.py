@@ -36,7 +36,7 @@ def coshare(*args: str, env: dict[str, str] | None = None,
     environ = {k: v for k, v in os.environ.items() if not k.startswith("COSHARE_")}
     environ["COSHARE_CONFIG"] = os.devnull
     environ.update(env or {})
-    code = BASE_ONLY if base_only else "from coshare.cli import main; import sys; main(sys.argv[1:])"
+    code = BASE_ONLY if base_only else BASE_ONLY.split("for name")[0] + BASE_ONLY.split("None\n")[1]
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           env=environ, timeout=120, check=False)  # fmt: skip
 
