@@ -19,6 +19,13 @@ from coshare.cycle_cli import scheduler_group
 from coshare.extras import load
 from coshare.ports import Adapter
 
+#: How an HTCondor user sets each value ``explain`` may advise to lower (submit file).
+NAMES = {
+    "device_memory_mib": "CoshareDeviceMemory", "device_threads": "CoshareDeviceThreads",
+    "device_count": "CoshareDeviceCount", "cores": "request_cpus",
+    "memory_mib": "request_memory", "processes": "CoshareProcesses",
+}  # fmt: skip
+
 
 def open_adapter(config: Config) -> Adapter:
     """The HTCondor adapter, imported only when a command runs: ``--help`` works without the
@@ -34,4 +41,5 @@ condor = scheduler_group(
     "extra: pip install 'coshare[condor]').",
     open_adapter,
     lambda config: config.condor.lock_file,
+    NAMES,
 )

@@ -223,6 +223,7 @@ class QueueJob:
         priority: ``JobPrio``.
         submit_time_s: ``QDate``.
         remote_host: the slot it runs in, while it runs.
+        wait_reason: ``CoshareWaitReason``: why coshare last said it waits, or ``None``.
     """
 
     id: str
@@ -237,6 +238,7 @@ class QueueJob:
     priority: int = 0
     submit_time_s: float = 0.0
     remote_host: str | None = None
+    wait_reason: str | None = None
 
     @property
     def placement(self) -> tuple[str, tuple[str, ...]] | None:
@@ -297,6 +299,7 @@ def read_job(ad: Values) -> QueueJob | None:
         priority=int(_number(ad.get("JobPrio")) or 0),
         submit_time_s=_number(ad.get("QDate")) or 0.0,
         remote_host=_text(ad.get("RemoteHost")),
+        wait_reason=_text(ad.get(A.WAIT_REASON)),
     )  # fmt: skip
 
 

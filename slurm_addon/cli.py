@@ -20,6 +20,14 @@ from coshare.cycle_cli import scheduler_group
 from coshare.extras import load
 from coshare.ports import Adapter
 
+#: How a Slurm user sets each value ``explain`` may advise to lower (the job's comment and
+#: sbatch's own options).
+NAMES = {
+    "device_memory_mib": "device-memory", "device_threads": "device-threads",
+    "device_count": "device-count", "cores": "--cpus-per-task", "memory_mib": "--mem",
+    "processes": "processes",
+}  # fmt: skip
+
 
 def open_adapter(config: Config) -> Adapter:
     """The Slurm adapter, imported only when a command runs: ``--help`` works without
@@ -35,4 +43,5 @@ slurm = scheduler_group(
     "(needs the 'slurm' extra: pip install 'coshare[slurm]').",
     open_adapter,
     lambda config: config.slurm.lock_file,
+    NAMES,
 )

@@ -35,6 +35,7 @@ import yaml
 from coshare.config import Config, ConfigWarning, load_config, to_dict, with_overrides
 from coshare.errors import CoshareError, InputError, SnapshotError
 from coshare.exit_codes import exit_status_help
+from coshare.explain import Explanation, explain, explanation_to_dict
 from coshare.extras import MissingExtra, missing_extra
 from coshare.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
 from coshare.model import Snapshot
@@ -222,20 +223,37 @@ def configured(app: AppContext, policy_name: str | None, threads: str | None,
 @policy_flags
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--all", "show_all", is_flag=True, help="Table: also list devices that get nothing.")
+@click.option("--explain", "explain_job", metavar="JOB", default=None,
+              help="Explain one job instead: every node and device considered, the first "
+              "limit that keeps it out, and what would make it fit.")  # fmt: skip
 @pass_app
 def plan(
     app: AppContext, snapshot: str, policy_name: str | None, threads: str | None,
-    seed: int | None, output: str, show_all: bool,
+    seed: int | None, output: str, show_all: bool, explain_job: str | None,
 ) -> None:  # fmt: skip
     """Plan the pending jobs of a snapshot (JSON file, or - for stdin) and print the plan."""
     config = configured(app, policy_name, threads, seed)
     policy = make_policy(config.policy.name, policy_options(config))
     snap = read_snapshot(snapshot)
     result = timed_plan(policy, snap)
+    if explain_job is not None:
+        echo_explanation(explain(snap, policy, explain_job, plan=result,
+                                 strict_threads=config.policy.threads == "strict"), output)
+        return
     if output == "json":
         click.echo(json.dumps(plan_to_dict(result), indent=1))
     else:
         click.echo(plan_table(snap, result, show_all=show_all), nl=False)
+
+
+def echo_explanation(explanation: Explanation, output: str) -> None:
+    """Print one job's explanation as a table or JSON (every ``explain`` command)."""
+    from coshare.render import explanation_text  # rich loads only for tables
+
+    if output == "json":
+        click.echo(json.dumps(explanation_to_dict(explanation), indent=1))
+    else:
+        click.echo(explanation_text(explanation), nl=False)
 
 
 def example_snapshot() -> Snapshot:

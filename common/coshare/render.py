@@ -16,6 +16,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from coshare.explain import Explanation
 from coshare.model import Plan, Snapshot, milli_to_cores
 from coshare.planner import CycleReport
 from coshare.ports import JobOutcome, SourceResult
@@ -176,6 +177,9 @@ def cycle_summary(report: CycleReport) -> str:
     verb = "would withdraw" if apply.dry_run else "withdrew"
     for outcome in apply.withdrawn:
         lines.append(f"  {verb} {outcome.job}: {outcome.detail}")
+    if apply.noted:
+        verb = "would note" if apply.dry_run else "noted"
+        lines.append(f"  {verb} the wait reason of {len(apply.noted)} jobs whose reason changed")
     return "\n".join(lines) + "\n"
 
 
@@ -197,6 +201,7 @@ def cycle_to_dict(report: CycleReport) -> dict[str, Any]:
             "failed": _outcomes(apply.failed),
             "rejected": _outcomes(apply.rejected),
             "withdrawn": _outcomes(apply.withdrawn),
+            "noted": list(apply.noted),
         },
         "rejected": [{"job": r.job, "reason": r.reason} for r in report.rejected],
         "waiting": [{"job": w.job, "reason": w.reason} for w in report.waiting],
@@ -273,3 +278,31 @@ def show_text(result: SourceResult, plan: Plan, width: int = 120) -> str:
     parts: list[Table | str] = [header, table, waits if rows else "No annotated job is waiting."]
     parts.extend(f"note: {note}" for note in result.notes)
     return render_text(*parts, width=width)
+
+
+def explanation_text(e: Explanation, width: int = 120) -> str:
+    """What ``explain`` prints: where the job stands and why, the job as parsed, every node
+    and device considered with the first limit that keeps it out, and what would make it
+    fit."""
+    code = f" ({e.code})" if e.code else ""
+    lines: list[Table | str] = [f"job {e.job}: {e.state.replace('_', ' ')}{code}",
+                                f"  {e.reason}"]  # fmt: skip
+    if e.job_fields:
+        values = " ".join(f"{k}={v}" for k, v in e.job_fields.items() if k != "id")
+        lines.append(f"as parsed: {values}")
+    if e.checks:
+        counts: dict[str, int] = defaultdict(int)
+        for c in e.checks:
+            counts[c.limit or "fits"] += 1
+        summary = ", ".join(f"{limit} {n}" for limit, n in counts.items())
+        table = Table(title=f"Considered by policy {e.policy} ({summary})", box=box.SIMPLE,
+                      title_justify="left")  # fmt: skip
+        for column in ("node", "device", "first limit", "detail"):
+            table.add_column(column, overflow="fold")
+        for c in e.checks:
+            table.add_row(c.node, c.device or "-", c.limit or "fits", c.detail)
+        lines.append(table)
+    if e.remedies:
+        lines.append("What would make it fit:")
+        lines.extend(f"  - {r}" for r in e.remedies)
+    return render_text(*lines, width=width)

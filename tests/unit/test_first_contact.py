@@ -52,8 +52,8 @@ def test_every_help_prints_without_the_extras() -> None:
     assert top.returncode == 0, top.stderr
     for name in ("condor", "slurm", "node", "plan", "simulate", "config", "demo"):
         assert f"  {name} " in top.stdout
-    for group, commands in {"condor": ("cycle", "show"),
-                            "slurm": ("cycle", "show"),
+    for group, commands in {"condor": ("cycle", "show", "explain"),
+                            "slurm": ("cycle", "show", "explain"),
                             "node": ("check", "gate", "job-start"),
                             "config": ("show", "check")}.items():  # fmt: skip
         helped = coshare(group, "--help")

@@ -23,6 +23,7 @@ PACKAGES = {"coshare": PACKAGE, "condor_addon": ROOT / "condor_addon",
 
 #: Modules and packages that must stay pure. Packages cover every module inside them.
 PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies", "sim", "alloc",
+        "explain", "exit_codes", "extras",
         "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
         "node.control.trust", "node.control.protocol"]  # fmt: skip
 
