@@ -331,7 +331,8 @@ def _node_checks(snapshot: Snapshot, job: Job, free: _Free, exclusive: bool) -> 
 
 def _remedies(snapshot: Snapshot, job: Job, free: _Free, checks: Sequence[Check], strict: bool,
               names: Mapping[str, str], unplaced: Unplaced) -> list[str]:  # fmt: skip
-    fits = [c for c in checks if c.limit is None]
+    short = {c.node for c in checks if c.device is None and c.limit is not None}
+    fits = [c for c in checks if c.limit is None and c.node not in short]
     if fits:
         where = f"{fits[0].node}/{fits[0].device}" if fits[0].device else fits[0].node
         return [f"fits {where} now; the policy chose other jobs this cycle and reconsiders it "
