@@ -22,9 +22,7 @@ from coshare.policies import PolicyOptions, make_policy
 from coshare.ports import Rejected, Waiting
 from coshare.schema import snapshot_to_dict
 
-CONDOR_NAMES = {"device_memory_mib": "CoshareDeviceMemory", "device_threads": "CoshareDeviceThreads",
-                "device_count": "CoshareDeviceCount", "cores": "request_cpus",
-                "memory_mib": "request_memory", "processes": "CoshareProcesses"}  # fmt: skip
+from condor_addon.cli import NAMES as CONDOR_NAMES
 
 
 def cluster(*running: RunningJob, pending: tuple[Job, ...] = (), now: float | None = None,
