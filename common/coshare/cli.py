@@ -23,7 +23,7 @@ import importlib
 import json
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -312,6 +312,57 @@ def config_check(path: Path) -> None:
     loaded = load_config(path, environ={})
     make_policy(loaded.policy.name, policy_options(loaded))  # an unknown policy fails every cycle
     click.echo(f"{path}: ok (policy {loaded.policy.name}, {len(loaded.device_kinds)} device kinds)")
+
+
+#: The JSON Schema files shipped in the package (``common/coshare/schemas``), by contract.
+SCHEMAS = {"snapshot": "snapshot.schema.json", "plan": "plan.schema.json"}
+
+
+def schema_text(name: str) -> str:
+    """The JSON Schema of contract ``name`` (``snapshot`` or ``plan``), as shipped."""
+    return resources.files("coshare").joinpath("schemas", SCHEMAS[name]).read_text()
+
+
+@cli.command("schema")
+@click.argument("contract", type=click.Choice(sorted(SCHEMAS)))
+def schema_command(contract: str) -> None:
+    """Print the JSON Schema of the snapshot (input of `coshare plan`, output of `show
+    --output json`) or of the plan (`plan --output json`); docs/ describes both."""
+    click.echo(schema_text(contract), nl=False)
+
+
+@cli.command("deploy-files")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files that exist.")
+def deploy_files(directory: Path, force: bool) -> None:
+    """Write the deployment files shipped in the package (systemd units, cron entries,
+    HTCondor and Slurm configuration snippets, the job wrapper, the TaskProlog, the local
+    test cluster scripts) under DIRECTORY, as in the repository's deploy/."""
+    source = resources.files("coshare").joinpath("deploy")
+    files = sorted(_walk(source, ()))
+    existing = [rel for rel, _ in files if (directory.joinpath(*rel)).exists()]
+    if existing and not force:
+        shown = ", ".join("/".join(rel) for rel in existing[:5])
+        raise InputError(f"{directory}: {len(existing)} files exist ({shown}); nothing written "
+                         "(--force overwrites them)")  # fmt: skip
+    for rel, item in files:
+        target = directory.joinpath(*rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = item.read_bytes()
+        target.write_bytes(data)
+        # Scripts are executable in the repository; a wheel does not keep file modes.
+        target.chmod(0o755 if data.startswith(b"#!") else 0o644)
+        click.echo(str(target))
+
+
+def _walk(item: Any, rel: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for child in item.iterdir():
+        if child.name == "__pycache__":
+            continue
+        if child.is_dir():
+            yield from _walk(child, (*rel, child.name))
+        else:
+            yield (*rel, child.name), child
 
 
 def main(argv: Sequence[str] | None = None) -> None:
