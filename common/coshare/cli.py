@@ -320,7 +320,7 @@ SCHEMAS = {"snapshot": "snapshot.schema.json", "plan": "plan.schema.json"}
 
 def schema_text(name: str) -> str:
     """The JSON Schema of contract ``name`` (``snapshot`` or ``plan``), as shipped."""
-    return resources.files("coshare").joinpath("schemas", SCHEMAS[name]).read_text()
+    return resources.files("coshare").joinpath("schemas").joinpath(SCHEMAS[name]).read_text()
 
 
 @cli.command("schema")

@@ -105,7 +105,7 @@ def man_page(path: tuple[str, ...], command: click.Command, date: str) -> str:
     if subs:
         lines.append(".SH COMMANDS")
         for sub, text in subs:
-            lines += [".TP", f".B {_roff(' '.join(path[1:] + (sub,)))}", _roff(text)]
+            lines += [".TP", f".B {_roff(' '.join((*path[1:], sub)))}", _roff(text)]
     if not isinstance(command, click.Group):
         lines.append(".SH EXIT STATUS")
         for code, meaning in exit_status_lines(" ".join(path[1:])):
@@ -151,7 +151,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _attributes(cls: type) -> dict[str, str]:
+def _attributes(cls: object) -> dict[str, str]:
     """The ``Attributes:`` entries of a dataclass docstring, by name."""
     doc = cls.__doc__ or ""
     found: dict[str, str] = {}
