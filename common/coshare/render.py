@@ -138,8 +138,10 @@ def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: in
         for column in ("jobs", "count", "code", "reason"):
             waits.add_column(column, overflow="fold")
         for (code, reason), ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-            waits.add_row(_ids(ids), str(len(ids)), code, reason)
+            waits.add_row(", ".join(ids), str(len(ids)), code, reason)  # every id (issue 21)
         parts.append(waits)
+    if any(len(v) > SHOWN_IDS for cells in (running, planned) for v in cells.values()):
+        parts.append(f"Cells list {SHOWN_IDS} jobs each; --output json lists every job.")
     return render_text(*parts, width=width)
 
 

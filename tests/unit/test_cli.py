@@ -149,3 +149,16 @@ def test_cycle_summary_lists_every_refused_skipped_and_failed_job() -> None:
     assert "FAILED 4: scontrol: Invalid job id" in text
     assert "refused 5: CoshareDeviceMemory='x' is not a number" in text
     assert report.exit_status == 3
+
+
+def test_the_plan_table_lists_every_waiting_job() -> None:
+    # 40 jobs that fit nowhere: every id is in the table, none hidden behind "+N more".
+    nodes = [{"name": "n1", "cores": 4, "memory_mib": 4096,
+              "devices": [{"id": "0", "memory_mib": 1024, "threads": 60}]}]
+    pending = [{"id": f"{i}.0", "device_memory_mib": 2048, "device_threads": 10}
+               for i in range(40)]  # fmt: skip
+    code, out, _ = run("plan", "-", stdin=json.dumps({"nodes": nodes, "pending": pending}))
+    assert code == 0 and "more" not in out
+    flat = "".join(out.split())
+    assert all(f"{i}.0," in flat or f"{i}.0" in flat for i in range(40))
+    assert "39.0" in flat and "0.0,1.0,2.0" in flat
