@@ -162,3 +162,27 @@ def test_the_plan_table_lists_every_waiting_job() -> None:
     flat = "".join(out.split())
     assert all(f"{i}.0," in flat or f"{i}.0" in flat for i in range(40))
     assert "39.0" in flat and "0.0,1.0,2.0" in flat
+
+
+@pytest.mark.slow
+def test_the_readme_shows_what_make_demo_prints() -> None:
+    # Issue 21: the README's demo figures had drifted from the program (2408 vs 2412 s).
+    # The simulated figures are deterministic per seed; planning times vary by machine.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code, out, _ = run("demo")
+    assert code == 0
+
+    def rows(text: str, names: tuple[str, ...], drop_last: bool) -> dict[str, list[str]]:
+        found = {}
+        for line in text.splitlines():
+            cells = line.split()
+            if cells and cells[0] in names and cells[0] not in found and len(cells) > 4:
+                found[cells[0]] = cells[:-1] if drop_last else cells
+        return found
+
+    table2 = ("exclusive", "random", "knapsack")
+    sim_readme, _, plan_readme = readme.partition("Then it plans")
+    sim_out, _, plan_out = out.partition("Live planning on the bundled example")
+    assert rows(sim_readme, table2, False) == rows(sim_out, table2, False)
+    assert rows(plan_readme.split("## How it works")[0], table2, True) == \
+        rows(plan_out.split("Policies on this snapshot")[1], table2, True)  # fmt: skip
