@@ -31,9 +31,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -46,6 +46,8 @@ from coshare.node.gate.client import SOCKET_ENV, GateClient
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import check_device_id, format_cpu_list, parse_cpu_list
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 @click.group()
 def node() -> None:
@@ -56,7 +58,7 @@ def _config(app: AppContext) -> NodeConfig:
     return app.config.node
 
 
-def _output_option(help_text: str) -> Any:
+def _output_option(help_text: str) -> Callable[[F], F]:
     """``--output table|json`` of the node commands that print a result (``text``, their old
     name for ``table``, still works)."""
     return click.option("--output", type=click.Choice(["table", "text", "json"]),
