@@ -27,7 +27,8 @@ def test_a_plain_line_every_few_seconds_with_rate_and_time_left() -> None:
     assert out.getvalue() == ""  # not yet: lines come every 5 s
     clock.now += 4
     plain.advance(150)  # 250 jobs in 5 s: 50 jobs/s, 750 left: 15 s
-    assert out.getvalue() == "coshare simulate table1: 250/1000 jobs (25%), 50 jobs/s, about 15 s left\n"
+    assert out.getvalue() == ("coshare simulate table1: 250/1000 jobs (25%), 50 jobs/s, about "
+                              "15 s left\n")
     clock.now += 2
     plain.advance(50)
     assert out.getvalue().count("\n") == 1
