@@ -363,30 +363,29 @@ def _remedies(snapshot: Snapshot, job: Job, free: _Free, checks: Sequence[Check]
 def _never(snapshot: Snapshot, job: Job, names: Mapping[str, str]) -> list[str]:
     """What to lower when no node of the cluster, empty, could hold the job."""
     devices = [d for n in snapshot.nodes for d in n.devices]
-    out = []
-    if job.needs_device:
-        most_mem = max((d.memory_mib for d in devices), default=0)
-        most_thr = max((d.threads for d in devices), default=0)
-        most_devs = max((len(n.devices) for n in snapshot.nodes), default=0)
-        if job.device_memory_mib > most_mem:
-            out.append(f"no device has {job.device_memory_mib} MiB: lower "
-                       f"{names['device_memory_mib']} (largest device: {most_mem} MiB)")
-        if job.device_threads > most_thr:
-            out.append(f"no device has {job.device_threads} threads: lower "
-                       f"{names['device_threads']} (most: {most_thr})")
-        if job.device_count > most_devs:
-            out.append(f"no node has {job.device_count} devices: lower {names['device_count']} "
-                       f"(most on one node: {most_devs})")
+    most_mem = max((d.memory_mib for d in devices), default=0)
+    most_thr = max((d.threads for d in devices), default=0)
+    most_devs = max((len(n.devices) for n in snapshot.nodes), default=0)
     most_cpu = max((n.cpu_milli for n in snapshot.nodes), default=0)
-    most_mem_host = max((n.memory_mib for n in snapshot.nodes), default=0)
+    most_host = max((n.memory_mib for n in snapshot.nodes), default=0)
     gang = f" or {names['processes']}" if job.processes > 1 else ""
-    if job.total_cpu_milli > most_cpu:
-        out.append(f"no node has {_cores(job.total_cpu_milli)} cores: lower {names['cores']}"
-                   f"{gang} (largest node: {_cores(most_cpu)})")
-    if job.total_memory_mib > most_mem_host:
-        out.append(f"no node has {job.total_memory_mib} MiB of host memory: lower "
-                   f"{names['memory_mib']}{gang} (largest node: {most_mem_host} MiB)")
-    return out
+    # (what it asks, the most there is, what no device/node has, the key, the most, in words)
+    limits = [
+        (job.device_memory_mib, most_mem, f"no device has {job.device_memory_mib} MiB",
+         names["device_memory_mib"], f"largest device: {most_mem} MiB"),
+        (job.device_threads, most_thr, f"no device has {job.device_threads} threads",
+         names["device_threads"], f"most: {most_thr}"),
+        (job.device_count, most_devs, f"no node has {job.device_count} devices",
+         names["device_count"], f"most on one node: {most_devs}"),
+    ] if job.needs_device else []
+    limits += [
+        (job.total_cpu_milli, most_cpu, f"no node has {_cores(job.total_cpu_milli)} cores",
+         names["cores"] + gang, f"largest node: {_cores(most_cpu)}"),
+        (job.total_memory_mib, most_host, f"no node has {job.total_memory_mib} MiB of host "
+         "memory", names["memory_mib"] + gang, f"largest node: {most_host} MiB"),
+    ]  # fmt: skip
+    return [f"{what}: lower {key} ({most})" for asked, limit, what, key, most in limits
+            if asked > limit]  # fmt: skip
 
 
 def _to_end(job: Job, node: str, devices: Sequence[str], free: _Free,
