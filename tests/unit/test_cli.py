@@ -186,3 +186,16 @@ def test_the_readme_shows_what_make_demo_prints() -> None:
     assert rows(sim_readme, table2, False) == rows(sim_out, table2, False)
     assert rows(plan_readme.split("## How it works")[0], table2, True) == \
         rows(plan_out.split("Policies on this snapshot")[1], table2, True)  # fmt: skip
+
+
+def test_config_check_lists_every_problem_and_an_unknown_policy(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy: {name: knapsak}\ncycle: {replan_after_s: -1}\n")
+    code, _, err = run("config", "check", str(bad))
+    assert code == 2
+    assert err.startswith(f"coshare: error: {bad}: 2 problems:\n")
+    assert "policy.name: unknown policy 'knapsak' (known: " in err
+    assert "cycle.replan_after_s: -1 is out of range" in err
+    good = tmp_path / "good.yaml"
+    good.write_text("policy: {name: random}\n")
+    assert run("config", "check", str(good))[0] == 0

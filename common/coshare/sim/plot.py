@@ -142,6 +142,14 @@ def _spread(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - min(values), max(values) - mean
 
 
+def _yerr(stats: Sequence[tuple[float, float, float]]) -> Any:
+    """Error bar lengths (below, above), or ``None`` where every bar has one value (no stray
+    caps on a single seed)."""
+    if all(low == 0 and high == 0 for _, low, high in stats):
+        return None
+    return np.array([[s[1] for s in stats], [s[2] for s in stats]])
+
+
 def _seeds(comps: Sequence[Any]) -> str:
     seeds = sorted({c.seed for c in comps})
     return f"seed {seeds[0]}" if len(seeds) == 1 else \
@@ -173,8 +181,9 @@ def _bars(ax: Any, comparisons: Mapping[str, Sequence[Comparison]]) -> None:
     workloads = list(comparisons)
     policies = _policies(comparisons)
     papers = {w: _paper_makespans(w, comparisons[w]) for w in workloads}
-    slots = [(p, False) for p in policies] + [(p, True) for p in policies
-                                              if any(p in papers[w] for w in workloads)]
+    # each policy's paper bar right beside its coshare bar
+    slots = [(p, paper) for p in policies for paper in (False, True)
+             if not paper or any(p in papers[w] for w in workloads)]  # fmt: skip
     width = 0.8 / len(slots)
     x = np.arange(len(workloads))
     for i, (policy, paper) in enumerate(slots):
@@ -188,8 +197,7 @@ def _bars(ax: Any, comparisons: Mapping[str, Sequence[Comparison]]) -> None:
                  if policy in comparisons[w][0].runs else (np.nan, 0.0, 0.0)
                  for w in workloads]  # fmt: skip
         ax.bar(x + offset, [s[0] for s in stats], width, color=_colour(policy),
-               yerr=np.array([[s[1] for s in stats], [s[2] for s in stats]]), capsize=3,
-               label=f"{policy_label(policy)}, coshare")  # fmt: skip
+               yerr=_yerr(stats), capsize=3, label=f"{policy_label(policy)}, coshare")
     ax.set_xticks(x, [WORKLOAD_LABELS.get(w, w) for w in workloads])
     ax.set_ylabel("makespan (s)")
     first = next(iter(comparisons.values()))
@@ -221,8 +229,7 @@ def _footprints(ax: Any, comparisons: Mapping[str, Sequence[Comparison]], intege
             values.append(_spread([float(v) for v in found if v is not None])
                           if any(v is not None for v in found) else (np.nan, 0.0, 0.0))
         ax.bar(x + offset, [v[0] for v in values], width, color=_colour(policy),
-               yerr=np.array([[v[1] for v in values], [v[2] for v in values]]), capsize=3,
-               label=f"{policy_label(policy)}, coshare")  # fmt: skip
+               yerr=_yerr(values), capsize=3, label=f"{policy_label(policy)}, coshare")
         if drawn:
             paper = [papers[w].get(policy, np.nan) for w in workloads]
             ax.bar(x + offset + width, paper, width, color="white", edgecolor=_colour(policy),
@@ -264,8 +271,8 @@ def _sweep(ax: Any, workload: str, sweeps: Sequence[Sweep], integer: Any) -> Non
     sizes = sorted({n for _, n in first.runs})
     for policy in dict.fromkeys(p for p, _ in first.runs):
         stats = _sweep_stats(sweeps, partial(_makespan, policy=policy), sizes)
-        ax.errorbar(sizes, stats[:, 0], yerr=stats[:, 1:].T, marker="o", capsize=3,
-                    color=_colour(policy), label=policy_label(policy))  # fmt: skip
+        ax.errorbar(sizes, stats[:, 0], yerr=_yerr([tuple(r) for r in stats]), marker="o",
+                    capsize=3, color=_colour(policy), label=policy_label(policy))  # fmt: skip
     ax.xaxis.set_major_locator(integer)
     ax.set_xlabel("cluster size (nodes, one Xeon Phi each)")
     ax.set_ylabel("makespan (s)")
@@ -275,7 +282,7 @@ def _sweep(ax: Any, workload: str, sweeps: Sequence[Sweep], integer: Any) -> Non
         what = f"constant job pressure: {per_node} {name}-distribution jobs per node"
         figure = "Fig. 10"
     else:
-        what = f"{first.jobs[sizes[0]]} jobs of the {WORKLOAD_LABELS.get(name, name)} set"
+        what = f"{first.jobs[sizes[0]]} jobs ({WORKLOAD_LABELS.get(name, name)})"
         figure = "Fig. 9"
     ax.set_title(f"Makespan against cluster size, {what}\n({_seeds(sweeps)}; the paper's "
                  f"{figure}, whose values it does not print)", fontsize="medium")  # fmt: skip
@@ -293,8 +300,9 @@ def _reductions(ax: Any, sweeps: Sequence[Sweep], integer: Any) -> None:
         if base not in policies:
             continue
         stats = _sweep_stats(sweeps, partial(_reduction, base=base), sizes)
-        ax.errorbar(sizes, stats[:, 0], yerr=stats[:, 1:].T, marker="o", capsize=3,
-                    color=_colour(base), label=f"vs {policy_label(base)}, coshare")  # fmt: skip
+        ax.errorbar(sizes, stats[:, 0], yerr=_yerr([tuple(r) for r in stats]), marker="o",
+                    capsize=3, color=_colour(base),
+                    label=f"vs {policy_label(base)}, coshare")  # fmt: skip
         ax.plot([PAPER_NODES], [100 * FIG_10_REDUCTION[base]], marker="*", markersize=14,
                 linestyle="none", color=_colour(base), markeredgecolor="black",
                 label=f"vs {policy_label(base)}, paper (text of section V, 8 nodes)")
