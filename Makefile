@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean man docs
 
 $(VENV)/.base: pyproject.toml
 	@scripts/ensure-venv $(PYTHON) $(VENV)
@@ -38,5 +38,13 @@ bench: $(VENV)/.base
 	$(BIN)/python bench/plan_scale.py
 	$(BIN)/python bench/sim_scale.py
 
+# Man pages from the command line's own help, into build/man/man1 (MANPATH=build/man man coshare).
+man: $(VENV)/.base
+	$(BIN)/python -m coshare.reference man build/man
+
+# docs/cli.md and docs/config.md from the code (a test checks they are up to date).
+docs: $(VENV)/.base
+	$(BIN)/python -m coshare.reference docs docs
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build

@@ -9,6 +9,7 @@
              --> close the open gates the plan does not keep; confirm
              --> CosharePlacedAt, CosharePlacedDevices, CosharePlacedNode (batched)
              --> hold refused jobs with their reason
+             --> CoshareWaitReason of waiting jobs whose reason changed (issue 21)
 
 Slots are read before jobs, so a job that starts in between is still counted (from its queue
 entry, as running). One object is both Source and Editor because the Editor compares each
@@ -18,6 +19,7 @@ job with the state the Source read. :mod:`condor_addon.view` says where each fac
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -30,7 +32,7 @@ from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
 from condor_addon import attributes as A
 from condor_addon import expressions as X
 from condor_addon.client import CondorClient, open_client
-from condor_addon.edits import Edits, plan_edits
+from condor_addon.edits import Edits, plan_edits, wait_reason_edits
 from condor_addon.errors import EditFailed
 from condor_addon.view import (
     QueueJob,
@@ -41,6 +43,8 @@ from condor_addon.view import (
     parse_slots,
     read_job,
 )
+
+log = logging.getLogger(__name__)
 
 
 def open_adapter(config: Config) -> CondorAdapter:
@@ -103,18 +107,21 @@ class CondorAdapter:
         queue = self.queue
         if queue is None:
             raise SchedulerError("apply() needs a read() first")
-        if not plan.assignments and not rejected and not queue.book.to_close:
+        if not (plan.assignments or plan.unplaced or rejected or queue.book.to_close):
             return ApplyReport(dry_run=dry_run)
         now_jobs = self._jobs(X.MANAGED_JOBS)
         now = {i: current(q, self.jobs.get(i)) for i, q in now_jobs.items()}
         edits = plan_edits(plan, queue.book, rejected, now)
         d = edits.decisions
+        reasons = wait_reason_edits(plan, {i: q.wait_reason for i, q in now_jobs.items()
+                                           if q.status == A.IDLE})  # fmt: skip
         verb = "would hold" if self.config.condor.hold_invalid else "left idle"
         if dry_run:
             return ApplyReport(
                 applied=tuple(w.job for w in d.writes), unchanged=d.unchanged,
                 skipped=d.skipped, failed=d.failed, withdrawn=d.close, dry_run=True,
                 rejected=tuple(JobOutcome(r.job, f"{verb}: {r.reason}") for r in d.refuse),
+                noted=tuple(j for _, ids in reasons for j in ids),
             )  # fmt: skip
         batch = _Batch(self.client, now_jobs)
         closed = batch.close_gates([o.job for o in d.close])
@@ -138,6 +145,7 @@ class CondorAdapter:
             failed=d.failed + tuple(batch.failed),
             rejected=tuple(marked),
             withdrawn=withdrawn,
+            noted=batch.note(reasons),
         )
 
     def _write(self, batch: _Batch, edits: Edits) -> None:
@@ -215,6 +223,24 @@ class _Batch:
             for job_id in ids:
                 self.failed.append(JobOutcome(job_id, str(exc)))
                 self.alive.discard(job_id)
+
+    def note(self, reasons: Sequence[tuple[str | None, Sequence[str]]]) -> tuple[str, ...]:
+        """Step 5: each group's wait reason, one guarded transaction per reason (idle jobs
+        only). Informational: a failure is logged, never fails the cycle.
+
+        Returns:
+            the jobs whose reason was written or cleared.
+        """
+        noted: list[str] = []
+        for text, ids in reasons:
+            value = X.UNDEFINED if text is None else X.literal(text)
+            try:
+                self.client.edit_where(X.idle_managed(ids), A.WAIT_REASON, value)
+            except EditFailed as exc:
+                log.warning("wait reason of %d jobs not written: %s", len(ids), exc)
+                continue
+            noted += ids
+        return tuple(noted)
 
     def hold(self, groups: Mapping[str, Sequence[str]]) -> list[JobOutcome]:
         """Hold each group of refused jobs with its reason (guarded: idle jobs only)."""

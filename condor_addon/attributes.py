@@ -7,6 +7,9 @@ Job attributes (the schedd's queue is the planner's ledger)::
     CoshareUserRequirements  the user's Requirements, kept by the transform
     CosharePlacedAt          when the planner placed the job (epoch seconds); written first
     CosharePlacedDevices     the planned device ids, comma-separated ("0,1"); written second
+    CoshareWaitReason        why the job waits ("no_room: needs 240 free device threads; ..."),
+                             written only when it changed, cleared when the job is placed
+                             (``condor_q -af CoshareWaitReason``; issue 21)
     CosharePlacedNode        the planned node; written last: it opens the gate
                              Requirements = (TARGET.CoshareNodeName =?= MY.CosharePlacedNode)
                                             && (MY.CoshareUserRequirements)
@@ -33,10 +36,12 @@ USER_REQUIREMENTS = "CoshareUserRequirements"
 PLACED_AT = "CosharePlacedAt"
 PLACED_DEVICES = "CosharePlacedDevices"
 PLACED_NODE = "CosharePlacedNode"
+WAIT_REASON = "CoshareWaitReason"
 
 #: Attributes coshare itself writes or the transform sets: never user annotations.
 RESERVED = frozenset(
-    name.lower() for name in (MANAGED, USER_REQUIREMENTS, PLACED_AT, PLACED_DEVICES, PLACED_NODE)
+    name.lower()
+    for name in (MANAGED, USER_REQUIREMENTS, PLACED_AT, PLACED_DEVICES, PLACED_NODE, WAIT_REASON)
 )
 
 #: The annotation keys users write, as HTCondor attribute names.
@@ -52,6 +57,7 @@ DEVICE_MODELS = "CoshareNodeDeviceModels"
 JOB_PROJECTION: tuple[str, ...] = (
     "ClusterId", "ProcId", "GlobalJobId", "JobStatus", "QDate", "JobPrio", "RequestCpus",
     "RequestMemory", "RemoteHost", MANAGED, PLACED_AT, PLACED_DEVICES, PLACED_NODE, *ANNOTATIONS,
+    WAIT_REASON,
 )  # fmt: skip
 
 #: What the Source asks the collector for, per slot.

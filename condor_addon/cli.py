@@ -14,13 +14,32 @@ edits failed (those jobs are planned again next cycle).
 
 from __future__ import annotations
 
+from coshare.config import Config
 from coshare.cycle_cli import scheduler_group
+from coshare.extras import load
+from coshare.ports import Adapter
 
-from condor_addon.adapter import open_adapter
+#: How an HTCondor user sets each value ``explain`` may advise to lower (submit file).
+NAMES = {
+    "device_memory_mib": "CoshareDeviceMemory", "device_threads": "CoshareDeviceThreads",
+    "device_count": "CoshareDeviceCount", "cores": "request_cpus",
+    "memory_mib": "request_memory", "processes": "CoshareProcesses",
+}  # fmt: skip
+
+
+def open_adapter(config: Config) -> Adapter:
+    """The HTCondor adapter, imported only when a command runs: ``--help`` works without the
+    bindings, and a missing ``condor`` extra is one message saying how to install it."""
+    opener = load("condor_addon.adapter:open_adapter", "coshare condor")
+    adapter: Adapter = opener(config)
+    return adapter
+
 
 condor = scheduler_group(
     "condor",
-    "The HTCondor add-on: plan annotated idle jobs onto shared devices.",
+    "The HTCondor add-on: plan annotated idle jobs onto shared devices (needs the 'condor' "
+    "extra: pip install 'coshare[condor]').",
     open_adapter,
     lambda config: config.condor.lock_file,
+    NAMES,
 )

@@ -11,6 +11,8 @@ harmless::
     2. CosharePlacedDevices = "0,1"    one transaction per device set
     3. CosharePlacedNode = "node2"     one transaction per node: opens the gate
     4. hold                            refused jobs, one action per reason
+    5. CoshareWaitReason = "..."       waiting jobs whose reason changed, one transaction per
+                                       reason; undefined for the jobs this plan places
 
 A job reaches step 3 only after its own steps 1 and 2 succeeded, so a crash or SIGKILL at
 any point leaves every job either with its gate closed (the next cycle plans it again) or
@@ -23,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from coshare.explain import wait_reason_writes
 from coshare.ledger import Book, Current, Decisions, decide
 from coshare.model import Plan
 from coshare.ports import Rejected
@@ -89,3 +92,18 @@ def hold_reason(message: str, job_id: str) -> str:
     prefix = f"job {job_id}: "
     text = message[len(prefix) :] if message.startswith(prefix) else message
     return "coshare: " + text.replace("\\", "").replace('"', "'")
+
+
+def wait_reason_edits(plan: Plan, recorded: Mapping[str, str | None]) -> tuple[
+        tuple[str | None, tuple[str, ...]], ...]:  # fmt: skip
+    """Step 5: ``(reason, jobs)`` per distinct wait reason to write (``None``: clear it), for
+    the jobs whose reason changed (:func:`coshare.explain.wait_reason_writes`).
+
+    Args:
+        plan: the plan.
+        recorded: each idle managed job's ``CoshareWaitReason`` as re-read.
+    """
+    by_reason: dict[str | None, list[str]] = defaultdict(list)
+    for job, text in wait_reason_writes(plan, recorded).items():
+        by_reason[text].append(job)
+    return tuple((text, tuple(ids)) for text, ids in by_reason.items())

@@ -379,6 +379,7 @@ class QueueJob:
         priority: ``JobPrio`` as evaluated.
         submit_time_s: ``QDate`` as evaluated.
         remote_host: the slot it runs in, while it runs.
+        wait_reason: ``CoshareWaitReason``: why coshare last said it waits, or ``None``.
     """
 
     id: str
@@ -393,6 +394,7 @@ class QueueJob:
     priority: object = 0
     submit_time_s: object = 0.0
     remote_host: str | None = None
+    wait_reason: str | None = None
 
     @property
     def placed(self) -> Placed | None:
@@ -451,6 +453,7 @@ def read_job(ad: Values) -> QueueJob | None:
         priority=_or(ad.get("JobPrio"), 0),
         submit_time_s=_or(ad.get("QDate"), 0.0),
         remote_host=_text(ad.get("RemoteHost")),
+        wait_reason=_text(ad.get(A.WAIT_REASON)),
     )  # fmt: skip
 
 

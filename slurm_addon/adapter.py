@@ -12,6 +12,8 @@
                    scontrol < lines      (ReqNodeList + AdminComment, one update per job)
                    squeue --Format       (which of them are really written?)
                    scontrol release      (only those, one call for the batch)
+             --> scontrol update      (wait reasons that changed, at most update_batch per
+                                       cycle, in several threads at once; issue 21)
 
 One object is both Source and Editor because the Editor compares each job with the state the
 Source read. The order of the writes is what makes a crash at any point harmless: a job is
@@ -35,7 +37,7 @@ from coshare.model import Plan
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
 
 from slurm_addon.client import SlurmClient
-from slurm_addon.edits import PlacementWrite, plan_edits
+from slurm_addon.edits import PlacementWrite, plan_edits, wait_reason_updates
 from slurm_addon.scontrol import chunks, update_argv, update_line
 from slurm_addon.view import ClusterView, build_view
 
@@ -107,11 +109,14 @@ class SlurmAdapter:
         involved |= {r.job for r in rejected} | set(view.to_close)
         current = self.client.read_job_fields(sorted(involved, key=_numeric))
         edits = plan_edits(view, plan, rejected, current, now_s=self.clock())
+        # Informational and one process per job (the text has spaces, which scontrol's
+        # stdin language cannot carry): bounded per cycle, the rest follow next cycle.
+        reasons = wait_reason_updates(plan, current)[: self.config.slurm.update_batch]
         if dry_run:
             return ApplyReport(
                 applied=tuple(w.job for w in edits.writes), unchanged=edits.unchanged,
                 skipped=edits.skipped, failed=edits.failed, rejected=edits.rejected,
-                withdrawn=edits.close, dry_run=True,
+                withdrawn=edits.close, dry_run=True, noted=tuple(j for j, _ in reasons),
             )  # fmt: skip
         withdrawn, blocked = self._close(edits.close)
         if blocked is not None:
@@ -131,7 +136,28 @@ class SlurmAdapter:
             failed=edits.failed + tuple(outcome.failed),
             rejected=edits.rejected,
             withdrawn=withdrawn,
+            noted=self._note(reasons),
         )
+
+    def _note(self, reasons: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+        """Write wait reasons; a failure is logged, never fails the cycle (informational).
+
+        Returns:
+            the jobs whose reason was written.
+        """
+
+        def write(item: tuple[str, str]) -> str | None:
+            job_id, text = item
+            error = self.client.update(update_argv(job_id, text))
+            if error is not None:
+                log.warning("job %s: wait reason not written: %s", job_id, error)
+                return None
+            return job_id
+
+        if not reasons:
+            return ()
+        with ThreadPoolExecutor(max_workers=self.config.slurm.workers) as pool:
+            return tuple(j for j in pool.map(write, reasons) if j is not None)
 
     def _close(self, close: Sequence[JobOutcome]) -> tuple[tuple[JobOutcome, ...], str | None]:
         """Hold the jobs whose gates the plan withdraws, and confirm it with a re-read.

@@ -15,13 +15,33 @@ and says so.
 
 from __future__ import annotations
 
+from coshare.config import Config
 from coshare.cycle_cli import scheduler_group
+from coshare.extras import load
+from coshare.ports import Adapter
 
-from slurm_addon.adapter import open_adapter
+#: How a Slurm user sets each value ``explain`` may advise to lower (the job's comment and
+#: sbatch's own options).
+NAMES = {
+    "device_memory_mib": "device-memory", "device_threads": "device-threads",
+    "device_count": "device-count", "cores": "--cpus-per-task", "memory_mib": "--mem",
+    "processes": "processes",
+}  # fmt: skip
+
+
+def open_adapter(config: Config) -> Adapter:
+    """The Slurm adapter, imported only when a command runs: ``--help`` works without
+    python-hostlist, and a missing ``slurm`` extra is one message saying how to install it."""
+    opener = load("slurm_addon.adapter:open_adapter", "coshare slurm")
+    adapter: Adapter = opener(config)
+    return adapter
+
 
 slurm = scheduler_group(
     "slurm",
-    "Plan annotated Slurm jobs onto shared devices (run on the controller).",
+    "The Slurm add-on: plan annotated Slurm jobs onto shared devices, on the controller "
+    "(needs the 'slurm' extra: pip install 'coshare[slurm]').",
     open_adapter,
     lambda config: config.slurm.lock_file,
+    NAMES,
 )

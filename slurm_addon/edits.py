@@ -15,6 +15,10 @@ was taken, and turns its decisions into Slurm's terms, applied in this order:
    (applying twice writes nothing); a held job that carries the same placement (a cycle
    stopped before releasing it) is written again, and its replanning clock starts anew.
 
+4. **wait reasons**: a job left waiting gets the plan's short reason in its AdminComment
+   (``coshare-waiting: ...``), only when it changed, and only over an empty AdminComment or
+   an older reason (:func:`wait_reason_updates`).
+
 A job that ended, started, or whose comment or AdminComment changed since the read is
 skipped with the reason (it is planned again next cycle).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from coshare.explain import wait_reason_writes
 from coshare.ledger import Current, decide
 from coshare.model import Plan
 from coshare.ports import JobOutcome, Rejected
@@ -34,7 +39,9 @@ from slurm_addon.placement import (
     PlacementError,
     format_placement,
     format_refusal,
+    format_waiting,
     parse_placement,
+    waiting_reason,
 )
 from slurm_addon.view import ClusterView, placed_of
 
@@ -147,3 +154,22 @@ def plan_edits(
         failed=tuple(failed),
         rejected=tuple(JobOutcome(r.job, f"held: {r.reason}") for r in d.refuse),
     )
+
+
+def wait_reason_updates(plan: Plan, current_jobs: Mapping[str, SlurmJob]) -> tuple[
+        tuple[str, str], ...]:  # fmt: skip
+    """``(job, AdminComment)`` of the waiting jobs whose reason changed.
+
+    Only a pending, held job whose AdminComment is empty or an older waiting record is
+    written: a placement (the placement write replaces the record), a refusal and an
+    operator's own text are left as they are.
+    """
+    recorded: dict[str, str | None] = {}
+    for job_id, job in current_jobs.items():
+        if job.phase != "pending" or not job.held:
+            continue
+        text = job.admin_comment.strip()
+        if not text or waiting_reason(text) is not None:
+            recorded[job_id] = waiting_reason(text)
+    writes = wait_reason_writes(plan, recorded)
+    return tuple((job, format_waiting(text)) for job, text in writes.items() if text is not None)

@@ -11,6 +11,14 @@ A placed job carries its placement in two fields of its own (the queue is the le
 
 A job refused for bad annotations stays held with ``AdminComment=coshare-refused: <why>``.
 
+A job coshare did not place this cycle carries why in the same field
+(``AdminComment=coshare-waiting: no_room: needs 240 free device threads; ...``, shown by
+``squeue -O admin_comment``; issue 21). A job's AdminComment holds one of coshare's records
+at a time, so the placement's format stays as it was: a placement replaces the waiting
+record when the job is placed, and a waiting record is written only over an empty
+AdminComment or an older waiting record, never over a placement, a refusal or an
+operator's own text.
+
 When the node helpers killed a placed job (over its declared memory), the Epilog appends
 ``;killed=<why>`` to its placement; readers of the placement ignore that field.
 
@@ -35,6 +43,7 @@ KILLED_PREFIX = "coshare-killed"
 #: The kill reason is cut to this many characters in AdminComment.
 MAX_KILL_REASON_CHARS = 400
 REFUSAL_PREFIX = "coshare-refused"
+WAITING_PREFIX = "coshare-waiting: "
 VERSION = "1"
 #: AdminComment is free text in Slurm; keep refusals short enough for squeue and sacct.
 MAX_REFUSAL_CHARS = 900
@@ -187,3 +196,15 @@ def format_refusal(message: str) -> str:
 def is_refusal(admin_comment: str) -> bool:
     """Whether an AdminComment is a coshare refusal."""
     return admin_comment.startswith(REFUSAL_PREFIX)
+
+
+def format_waiting(reason: str) -> str:
+    """The AdminComment of a job that waits, with the plan's short reason
+    (:func:`coshare.explain.wait_reason`, already one bounded line)."""
+    return WAITING_PREFIX + reason
+
+
+def waiting_reason(admin_comment: str) -> str | None:
+    """The reason of a waiting record; ``None`` when the AdminComment is not one."""
+    text = admin_comment.strip()
+    return text[len(WAITING_PREFIX) :] if text.startswith(WAITING_PREFIX) else None

@@ -10,9 +10,11 @@
 Subcommands of the adapters, the node helpers and the simulator are loaded only when used
 (:data:`LAZY_COMMANDS`), so ``coshare plan`` does not import scheduler bindings.
 
-Exit statuses: 0 success; 1 the scheduler or a command failed; 2 bad input (snapshot,
-config, flags); 3 a cycle ran but some edits failed. Errors print one message, never a
-traceback.
+Exit statuses (:mod:`coshare.exit_codes`, listed in each command's ``--help``): 0 success;
+1 the scheduler or a command failed; 2 bad input (snapshot, config, flags); 3 a cycle ran
+but some edits failed. Errors print one message, never a traceback. The command list and
+every ``--help`` print with the base install alone; a command whose extra is missing says
+which to install when it is run (:mod:`coshare.extras`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import importlib
 import json
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -30,8 +32,11 @@ from typing import Any
 import click
 import yaml
 
-from coshare.config import Config, load_config, to_dict, with_overrides
+from coshare.config import Config, ConfigWarning, load_config, to_dict, with_overrides
 from coshare.errors import CoshareError, InputError, SnapshotError
+from coshare.exit_codes import exit_status_help
+from coshare.explain import Explanation, explain, explanation_to_dict
+from coshare.extras import MissingExtra, missing_extra
 from coshare.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
 from coshare.model import Snapshot
 from coshare.planner import timed_plan
@@ -57,12 +62,22 @@ class CoshareGroup(click.Group):
         return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command: click.Command | None
         if cmd_name in LAZY_COMMANDS:
             module, _, attribute = LAZY_COMMANDS[cmd_name].partition(":")
-            command = getattr(importlib.import_module(module), attribute)
+            try:
+                command = getattr(importlib.import_module(module), attribute)
+            except ImportError as exc:
+                found = missing_extra(exc)
+                if found is None:
+                    raise
+                command = _needs_extra(cmd_name, *found)
             assert isinstance(command, click.Command)
-            return command
-        return super().get_command(ctx, cmd_name)
+        else:
+            command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            document_exit_statuses(command, cmd_name)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -70,6 +85,35 @@ class CoshareGroup(click.Group):
         except CoshareError as exc:
             click.echo(f"coshare: error: {exc}", err=True)
             ctx.exit(exc.exit_status)
+
+
+def document_exit_statuses(command: click.Command, path: str) -> None:
+    """End the help of ``command`` and of every command under it with its exit statuses
+    (:mod:`coshare.exit_codes`), once."""
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            document_exit_statuses(sub, f"{path} {name}")
+        return
+    if not getattr(command, "_coshare_exits", False):
+        section = exit_status_help(path)
+        command.epilog = f"{command.epilog}\n\n{section}" if command.epilog else section
+        command._coshare_exits = True  # type: ignore[attr-defined]
+
+
+def _needs_extra(name: str, extra: str, module: str) -> click.Command:
+    """A stand-in for command ``name`` whose module needs a missing extra: listed and
+    helped like the others; run, it says what to install (exit status 1)."""
+
+    def refuse(args: tuple[str, ...]) -> None:
+        raise MissingExtra(f"coshare {name}", extra, module)
+
+    return click.Command(
+        name, callback=refuse, short_help=f"(needs: pip install 'coshare[{extra}]')",
+        help=f"Not installed here: coshare {name} needs the '{extra}' extra "
+        f"(pip install 'coshare[{extra}]').",
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )  # fmt: skip
 
 
 @dataclass
@@ -86,6 +130,7 @@ class AppContext:
         if self._config is None:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", FutureWarning)
+                warnings.simplefilter("always", ConfigWarning)
                 self._config = load_config(self.config_path)
             for warning in caught:
                 click.echo(f"coshare: warning: {warning.message}", err=True)
@@ -180,10 +225,13 @@ def configured(app: AppContext, policy_name: str | None, threads: str | None,
 @policy_flags
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--all", "show_all", is_flag=True, help="Table: also list devices that get nothing.")
+@click.option("--explain", "explain_job", metavar="JOB", default=None,
+              help="Explain one job instead: every node and device considered, the first "
+              "limit that keeps it out, and what would make it fit.")  # fmt: skip
 @pass_app
 def plan(
     app: AppContext, snapshot: str, policy_name: str | None, threads: str | None,
-    seed: int | None, output: str, show_all: bool,
+    seed: int | None, output: str, show_all: bool, explain_job: str | None,
 ) -> None:  # fmt: skip
     """Plan the pending jobs of a snapshot (JSON file, or - for stdin) and print the plan."""
     config = configured(app, policy_name, threads, seed)
@@ -192,6 +240,10 @@ def plan(
     result = timed_plan(policy, snap)
     for note in result.notes:
         click.echo(f"coshare: note: {note}", err=True)
+    if explain_job is not None:
+        echo_explanation(explain(snap, policy, explain_job, plan=result,
+                                 strict_threads=config.policy.threads == "strict"), output)
+        return
     if output == "json":
         # compact: the C encoder (an indent takes Python's, 0.7 s for 100,000 jobs)
         click.echo(json.dumps(plan_to_dict(result), separators=(",", ":")))
@@ -199,6 +251,16 @@ def plan(
         from coshare.render import plan_table  # rich loads only for tables
 
         click.echo(plan_table(snap, result, show_all=show_all), nl=False)
+
+
+def echo_explanation(explanation: Explanation, output: str) -> None:
+    """Print one job's explanation as a table or JSON (every ``explain`` command)."""
+    from coshare.render import explanation_text  # rich loads only for tables
+
+    if output == "json":
+        click.echo(json.dumps(explanation_to_dict(explanation), indent=1))
+    else:
+        click.echo(explanation_text(explanation), nl=False)
 
 
 def example_snapshot() -> Snapshot:
@@ -259,6 +321,57 @@ def config_check(path: Path) -> None:
     loaded = load_config(path, environ={})
     make_policy(loaded.policy.name, policy_options(loaded))  # an unknown policy fails every cycle
     click.echo(f"{path}: ok (policy {loaded.policy.name}, {len(loaded.device_kinds)} device kinds)")
+
+
+#: The JSON Schema files shipped in the package (``common/coshare/schemas``), by contract.
+SCHEMAS = {"snapshot": "snapshot.schema.json", "plan": "plan.schema.json"}
+
+
+def schema_text(name: str) -> str:
+    """The JSON Schema of contract ``name`` (``snapshot`` or ``plan``), as shipped."""
+    return resources.files("coshare").joinpath("schemas").joinpath(SCHEMAS[name]).read_text()
+
+
+@cli.command("schema")
+@click.argument("contract", type=click.Choice(sorted(SCHEMAS)))
+def schema_command(contract: str) -> None:
+    """Print the JSON Schema of the snapshot (input of `coshare plan`, output of `show
+    --output json`) or of the plan (`plan --output json`); docs/ describes both."""
+    click.echo(schema_text(contract), nl=False)
+
+
+@cli.command("deploy-files")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files that exist.")
+def deploy_files(directory: Path, force: bool) -> None:
+    """Write the deployment files shipped in the package (systemd units, cron entries,
+    HTCondor and Slurm configuration snippets, the job wrapper, the TaskProlog, the local
+    test cluster scripts) under DIRECTORY, as in the repository's deploy/."""
+    source = resources.files("coshare").joinpath("deploy")
+    files = sorted(_walk(source, ()))
+    existing = [rel for rel, _ in files if (directory.joinpath(*rel)).exists()]
+    if existing and not force:
+        shown = ", ".join("/".join(rel) for rel in existing[:5])
+        raise InputError(f"{directory}: {len(existing)} files exist ({shown}); nothing written "
+                         "(--force overwrites them)")  # fmt: skip
+    for rel, item in files:
+        target = directory.joinpath(*rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = item.read_bytes()
+        target.write_bytes(data)
+        # Scripts are executable in the repository; a wheel does not keep file modes.
+        target.chmod(0o755 if data.startswith(b"#!") else 0o644)
+        click.echo(str(target))
+
+
+def _walk(item: Any, rel: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for child in item.iterdir():
+        if child.name == "__pycache__":
+            continue
+        if child.is_dir():
+            yield from _walk(child, (*rel, child.name))
+        else:
+            yield (*rel, child.name), child
 
 
 def main(argv: Sequence[str] | None = None) -> None:

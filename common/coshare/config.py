@@ -29,12 +29,13 @@ Example (also ``coshare config show``)::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import types
 import typing
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, Union
@@ -47,6 +48,7 @@ from coshare.bounds import (
     MAX_MEMORY_MIB,
     plain,
     shorten,
+    shorten_text,
 )
 from coshare.errors import ConfigError
 from coshare.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
@@ -59,14 +61,19 @@ C = TypeVar("C")
 
 DEFAULT_CONFIG_PATH = Path("/etc/coshare/config.yaml")
 ENV_PREFIX = "COSHARE_"
-#: ``COSHARE_`` variables that are not settings: where the config, the traces and the node
-#: scripts are, and what the node helpers export to a job; a coshare command run with them
-#: (the test suite with ``COSHARE_TRACE_DIR``, a tool inside a job) must not refuse them.
+#: ``COSHARE_`` variables coshare itself uses that are not settings: where the config, the
+#: traces and the node scripts are, and what the node helpers export to a job. Like every
+#: variable that names no section and key they are ignored; these are never warned about.
 NOT_SETTINGS = frozenset({
     "COSHARE_CONFIG", "COSHARE_TRACE_DIR", "COSHARE_LIBEXEC", "COSHARE_JOB_ID", "COSHARE_NODE",
     "COSHARE_DEVICES", "COSHARE_CPUS", "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY",
     "COSHARE_DEVICE_MEMORY_MIB", "COSHARE_DEVICE_THREADS",
 })  # fmt: skip
+
+
+class ConfigWarning(UserWarning):
+    """A setting that is probably mistyped but harms nothing (an environment variable that
+    looks like a setting and is not one): said on standard error, never fatal."""
 
 
 def _default_device_kinds() -> Mapping[str, DeviceKind]:
@@ -319,35 +326,73 @@ def build(cls: type[C], data: object, where: str = "") -> C:
 
     Missing keys take the field's default. Every number must be finite and within its range:
     the field's ``min`` and ``max`` metadata, else 0 and a maximum by unit (:func:`_range`).
+    Every problem is found before anything is raised (``config check`` lists them all).
 
     Raises:
-        ConfigError: naming the key path, the bad value and what is allowed.
+        ConfigError: naming each bad key path, the bad value and what is allowed.
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {shorten(data)}")
     data = renamed(cls, data, where)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        raise ConfigError(
-            f"{where or 'config'}: unknown key {shorten(unknown[0])} "
-            f"(valid keys: {', '.join(sorted(fields))})"
-        )
+    problems: list[str] = []
+    for key in data:
+        if key not in fields:
+            problems.append(f"{where or 'config'}: unknown key {shorten(key)} "
+                            f"(valid keys: {', '.join(sorted(fields))})")  # fmt: skip
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for name, value in data.items():
+        if name not in fields:
+            continue
         path = f"{where}.{name}" if where else name
-        values[name] = _convert(hints[name], value, path, _range(name, fields[name].metadata))
-    missing = [
-        n
-        for n, f in fields.items()
-        if n not in values
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise ConfigError(f"{where or 'config'}: missing key {missing[0]!r}")
+        try:
+            values[name] = _convert(hints[name], value, path,
+                                    _range(name, fields[name].metadata))  # fmt: skip
+        except ConfigError as exc:
+            problems.extend(problems_of(exc))
+            continue
+        noun, choices = CHOICES.get((cls, name), ("", None))
+        if choices is not None and values[name] not in choices():
+            problems.append(f"{path}: unknown {noun} {shorten(values[name])} "
+                            f"(known: {', '.join(choices())})")  # fmt: skip
+    for n, f in fields.items():
+        if (n not in values and n not in data and f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING):  # fmt: skip
+            problems.append(f"{where or 'config'}: missing key {n!r}")
+    if problems:
+        raise config_error(problems)
     return cls(**values)
+
+
+def problems_of(exc: ConfigError) -> list[str]:
+    """The problems one :class:`ConfigError` reports, one line each."""
+    found = getattr(exc, "problems", None)
+    return list(found) if found else [str(exc)]
+
+
+def config_error(problems: list[str], where: str = "") -> ConfigError:
+    """One :class:`ConfigError` for every problem found (``problems`` keeps them apart)."""
+    prefix = f"{where}: " if where else ""
+    if len(problems) == 1:
+        error = ConfigError(prefix + problems[0])
+    else:
+        error = ConfigError(f"{prefix}{len(problems)} problems:\n  " + "\n  ".join(problems))
+    error.problems = tuple(prefix + p for p in problems)  # type: ignore[attr-defined]
+    return error
+
+
+def _policy_names() -> list[str]:
+    from coshare.policies import policy_names  # the policies load numpy: only when checked
+
+    return policy_names()
+
+
+#: Settings whose value must be one of a list known only at run time, by (section, key):
+#: what the value names, and the list.
+CHOICES: Mapping[tuple[type[Any], str], tuple[str, Callable[[], list[str]]]] = {
+    (PolicyConfig, "name"): ("policy", _policy_names),
+}
 
 
 def renamed(cls: type[Any], data: Mapping[str, Any], where: str) -> Mapping[str, Any]:
@@ -514,31 +559,54 @@ def load_yaml(text: str, where: str) -> Any:
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """Read ``COSHARE_<SECTION>_<KEY>`` variables into a nested mapping.
 
-    Values are parsed as YAML scalars (``3600``, ``null``, ``soft``). Sections whose values are
-    mappings of their own (``device_kinds``) are set in the file only.
+    Only a variable that names a real section and key is a setting (issue 21): coshare's own
+    variables (``COSHARE_TRACE_DIR``, ``COSHARE_JOB_ID`` in a job) and any other are ignored,
+    so they can never stop a command. One that names a section but no key of it, or that is
+    one letter off a setting, is ignored with a :class:`ConfigWarning` naming the nearest.
+    Values are parsed as YAML scalars (``3600``, ``null``, ``soft``). Sections whose values
+    are mappings of their own (``device_kinds``) are set in the file only.
 
     Raises:
-        ConfigError: for a ``COSHARE_`` variable that names no setting or is not valid YAML.
+        ConfigError: a setting's variable whose value is not valid YAML.
     """
-    sections = {
-        f.name: f
-        for f in dataclasses.fields(Config)
-        if dataclasses.is_dataclass(typing.get_type_hints(Config)[f.name])
-    }
+    hints = typing.get_type_hints(Config)
+    settings = {
+        f"{ENV_PREFIX}{section}_{f.name}".upper(): (section, f.name)
+        for section, hint in hints.items() if dataclasses.is_dataclass(hint)
+        for f in dataclasses.fields(hint)
+    }  # fmt: skip
+    renamed_keys = {
+        f"{ENV_PREFIX}{section}_{old}".upper(): (section, old)
+        for section, hint in hints.items() for old in getattr(hint, "RENAMED", {})
+    }  # fmt: skip
     out: dict[str, dict[str, Any]] = {}
     for var, text in environ.items():
         if not var.startswith(ENV_PREFIX) or var in NOT_SETTINGS:
             continue
-        rest = var[len(ENV_PREFIX) :].lower()
-        for section in sorted(sections, key=len, reverse=True):
-            if rest.startswith(section + "_"):
-                key = rest[len(section) + 1 :]
-                out.setdefault(section, {})[key] = load_yaml(text, f"environment variable {var}")
-                break
-        else:
-            valid = ", ".join(f"COSHARE_{s.upper()}_<KEY>" for s in sorted(sections))
-            raise ConfigError(f"environment variable {var} names no setting (valid: {valid})")
+        found = settings.get(var) or renamed_keys.get(var)
+        if found is None:
+            _warn_near(var, settings)
+            continue
+        section, key = found
+        out.setdefault(section, {})[key] = load_yaml(text, f"environment variable {var}")
     return out
+
+
+def _warn_near(var: str, settings: Mapping[str, tuple[str, str]]) -> None:
+    """Warn about a variable that is not a setting but looks like a mistyped one."""
+    sections = {section for section, _ in settings.values()}
+    named = next((s for s in sorted(sections, key=len, reverse=True)
+                  if var.startswith(f"{ENV_PREFIX}{s.upper()}_")), None)  # fmt: skip
+    near = difflib.get_close_matches(var, list(settings), n=1, cutoff=0.9)
+    if named is None and not near:
+        return
+    if near:
+        hint = f"did you mean {near[0]}?"
+    else:
+        keys = sorted(key for section, key in settings.values() if section == named)
+        hint = f"the {named} section's keys are {', '.join(keys)}"
+    warnings.warn(f"environment variable {shorten_text(var)} is not a setting and is ignored "
+                  f"({hint})", ConfigWarning, stacklevel=3)  # fmt: skip
 
 
 def load_config(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -581,7 +649,7 @@ def load_config(path: Path | None = None, environ: Mapping[str, str] | None = No
     try:
         return build(Config, data)
     except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
+        raise config_error(problems_of(exc), where) from exc
 
 
 def with_overrides(config: Config, section: str, **values: Any) -> Config:

@@ -6,11 +6,14 @@
                             [-v] [--output table|json]
     coshare SCHEDULER show  [--policy NAME] [--threads strict|soft] [--seed N]
                             [-v] [--output table|json]
+    coshare SCHEDULER explain JOB [--policy NAME] [--threads strict|soft] [--seed N]
+                            [--output table|json]
 
 An adapter package builds its group with :func:`scheduler_group`, giving only how to open
 its adapter (:class:`coshare.ports.Adapter`) from the configuration and where its cycle
 lock is. ``cycle`` reads, plans, checks and writes under the queue's lock (a second cycle
-on the same queue says so and exits 0); ``show`` reads and plans, and writes nothing.
+on the same queue says so and exits 0); ``show`` reads and plans, and writes nothing;
+``explain`` reads and explains one job (:mod:`coshare.explain`), and writes nothing.
 
 Exit statuses of ``cycle``, for cron: 0 every write went through (jobs may still wait); 1
 the scheduler could not be read or written (the next cycle recovers); 2 bad configuration;
@@ -21,14 +24,22 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
 
-from coshare.cli import AppContext, configured, pass_app, policy_flags, policy_options
+from coshare.cli import (
+    AppContext,
+    configured,
+    echo_explanation,
+    pass_app,
+    policy_flags,
+    policy_options,
+)
 from coshare.config import Config
 from coshare.errors import CycleBusy
+from coshare.explain import SNAPSHOT_NAMES, explain
 from coshare.lock import cycle_lock
 from coshare.planner import run_cycle, timed_plan
 from coshare.policies import make_policy
@@ -64,15 +75,17 @@ def _warn(notes: tuple[str, ...]) -> None:
 
 
 def scheduler_group(
-    name: str, summary: str, open_adapter: OpenAdapter, lock_file: Callable[[Config], str | None]
-) -> click.Group:
-    """The ``coshare NAME`` group with its ``cycle`` and ``show`` commands.
+    name: str, summary: str, open_adapter: OpenAdapter, lock_file: Callable[[Config], str | None],
+    names: Mapping[str, str] = SNAPSHOT_NAMES,
+) -> click.Group:  # fmt: skip
+    """The ``coshare NAME`` group with its ``cycle``, ``show`` and ``explain`` commands.
 
     Args:
         name: the scheduler's command (and configuration section) name.
         summary: the group's help text.
         open_adapter: builds the adapter from the configuration.
         lock_file: the cycle lock of a configuration (``None``: no lock).
+        names: how a user of this scheduler sets each job value (``explain``'s advice).
     """
 
     @click.group(name=name, help=summary)
@@ -129,5 +142,24 @@ def scheduler_group(
         plan = timed_plan(make_policy(config.policy.name, policy_options(config)),
                           result.snapshot)  # fmt: skip
         click.echo(show_text(result, plan), nl=False)
+
+    @group.command("explain")
+    @click.argument("job")
+    @policy_flags
+    @click.option("--output", type=click.Choice(["table", "json"]), default="table",
+                  show_default=True, help="json: for tools.")  # fmt: skip
+    @pass_app
+    def explain_command(app: AppContext, job: str, policy_name: str | None, threads: str | None,
+                        seed: int | None, output: str) -> None:  # fmt: skip
+        """Explain one job: its annotations as parsed, every node and device considered with
+        the first limit that keeps it out, and what would make it fit (writes nothing)."""
+        config = configured(app, policy_name, threads, seed)
+        policy = make_policy(config.policy.name, policy_options(config))
+        result = open_adapter(config).read()
+        _warn(result.notes)
+        echo_explanation(explain(result.snapshot, policy, job, rejected=result.rejected,
+                                 waiting=result.waiting, names=names,
+                                 strict_threads=config.policy.threads == "strict"),
+                         output)  # fmt: skip
 
     return group

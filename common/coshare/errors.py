@@ -44,10 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coshare.bounds import shorten, shorten_text
-
-#: Exit status of the command line for each family of errors.
-EXIT_INPUT = 2
-EXIT_RUNTIME = 1
+from coshare.exit_codes import EXIT_INPUT as EXIT_INPUT  # the one table of exit statuses
+from coshare.exit_codes import EXIT_RUNTIME as EXIT_RUNTIME
 
 
 class CoshareError(Exception):

@@ -124,6 +124,8 @@ class ApplyReport:
         withdrawn: jobs whose open placement was closed (HTCondor: its node cleared; Slurm:
             held) because the plan no longer keeps them there, with why.
         dry_run: whether nothing was written.
+        noted: jobs whose wait reason was written or cleared (only those whose reason
+            changed; :func:`coshare.explain.wait_reason_writes`).
     """
 
     applied: tuple[str, ...] = ()
@@ -133,6 +135,7 @@ class ApplyReport:
     rejected: tuple[JobOutcome, ...] = ()
     withdrawn: tuple[JobOutcome, ...] = ()
     dry_run: bool = False
+    noted: tuple[str, ...] = ()
 
 
 class Editor(Protocol):

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coshare.bounds import shorten_text
+from coshare.explain import Explanation
 from coshare.model import Plan, Snapshot, milli_to_cores
 from coshare.planner import CycleReport
 from coshare.ports import JobOutcome, SourceResult
@@ -138,8 +139,10 @@ def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: in
         for column in ("jobs", "count", "code", "reason"):
             waits.add_column(column, overflow="fold")
         for (code, reason), ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-            waits.add_row(_ids(ids), str(len(ids)), code, reason)
+            waits.add_row(", ".join(ids), str(len(ids)), code, reason)  # every id (issue 21)
         parts.append(waits)
+    if any(len(v) > SHOWN_IDS for cells in (running, planned) for v in cells.values()):
+        parts.append(f"Cells list {SHOWN_IDS} jobs each; --output json lists every job.")
     return render_text(*parts, width=width)
 
 
@@ -179,6 +182,9 @@ def cycle_summary(report: CycleReport) -> str:
     verb = "would withdraw" if apply.dry_run else "withdrew"
     for outcome in apply.withdrawn:
         lines.append(f"  {verb} {outcome.job}: {outcome.detail}")
+    if apply.noted:
+        verb = "would note" if apply.dry_run else "noted"
+        lines.append(f"  {verb} the wait reason of {len(apply.noted)} jobs whose reason changed")
     return "\n".join(lines) + "\n"
 
 
@@ -200,6 +206,7 @@ def cycle_to_dict(report: CycleReport) -> dict[str, Any]:
             "failed": _outcomes(apply.failed),
             "rejected": _outcomes(apply.rejected),
             "withdrawn": _outcomes(apply.withdrawn),
+            "noted": list(apply.noted),
         },
         "rejected": [{"job": r.job, "reason": r.reason} for r in report.rejected],
         "waiting": [{"job": w.job, "reason": w.reason} for w in report.waiting],
@@ -285,3 +292,31 @@ def show_text(result: SourceResult, plan: Plan, width: int = 120) -> str:
         parts.append(closed)
     parts.extend(f"note: {note}" for note in result.notes)
     return render_text(*parts, width=width)
+
+
+def explanation_text(e: Explanation, width: int = 120) -> str:
+    """What ``explain`` prints: where the job stands and why, the job as parsed, every node
+    and device considered with the first limit that keeps it out, and what would make it
+    fit."""
+    code = f" ({e.code})" if e.code else ""
+    lines: list[Table | str] = [f"job {e.job}: {e.state.replace('_', ' ')}{code}",
+                                f"  {e.reason}"]  # fmt: skip
+    if e.job_fields:
+        values = " ".join(f"{k}={v}" for k, v in e.job_fields.items() if k != "id")
+        lines.append(f"as parsed: {values}")
+    if e.checks:
+        counts: dict[str, int] = defaultdict(int)
+        for c in e.checks:
+            counts[c.limit or "fits"] += 1
+        summary = ", ".join(f"{limit} {n}" for limit, n in counts.items())
+        table = Table(title=f"Considered by policy {e.policy} ({summary})", box=box.SIMPLE,
+                      title_justify="left")  # fmt: skip
+        for column in ("node", "device", "first limit", "detail"):
+            table.add_column(column, overflow="fold")
+        for c in e.checks:
+            table.add_row(c.node, c.device or "-", c.limit or "fits", c.detail)
+        lines.append(table)
+    if e.remedies:
+        lines.append("What would make it fit:")
+        lines.extend(f"  - {r}" for r in e.remedies)
+    return render_text(*lines, width=width)

@@ -7,6 +7,7 @@ history: the slot each job ran in) and what each job saw (its output).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -27,6 +28,7 @@ from tests.integration.condor_pool import (
     CLIENT_CONFIG,
     ROOT,
     Pool,
+    pool,
     wait_for,
 )
 
@@ -324,3 +326,45 @@ def test_a_drained_node_takes_nothing_and_show_says_why(live: Pool, tmp_path: Pa
     finally:
         startd.cancelDrainJobs(request)
     wait_for(lambda: "Nodes that take no jobs now" not in show(), 60, "node3 to take jobs")
+
+
+def test_waiting_jobs_carry_their_reason_and_explain_says_what_would_make_them_fit(
+        live: Pool, tmp_path: Path) -> None:  # fmt: skip
+    # 240 threads each: one job per device (7 devices), so 3 of 10 wait (issue 21).
+    cluster = live.submit(10, requirements="CoshareNeverStart =?= true", **annotated(4096, 240))
+    first = live.cycle()
+    waiting = sorted(u.job for u in first.plan.unplaced)
+    assert len(first.apply.applied) == 7 and len(waiting) == 3
+    assert sorted(first.apply.noted) == waiting
+    # what the owner sees with HTCondor's own tool
+    shown = pool("exec", "condor_q", "-af", "ClusterId", "ProcId",
+                 "CoshareWaitReason").splitlines()  # fmt: skip
+    reasons = {f"{line.split()[0]}.{line.split()[1]}": line.split(maxsplit=2)[2] for line in shown
+               if line.startswith(cluster)}  # fmt: skip
+    for job in waiting:
+        assert reasons[job].startswith("no_room: needs 240 free device threads"), reasons[job]
+    placed = sorted(set(reasons) - set(waiting))
+    assert all(reasons[job] == "undefined" for job in placed)
+    # unchanged reasons are not written again
+    assert live.cycle().apply.noted == ()
+    # explain, as the admin runs it
+    config = tmp_path / "coshare.yaml"
+    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\n")
+    explained = subprocess.run([COSHARE, "--config", str(config), "condor", "explain",
+                                waiting[0], "--output", "json"], capture_output=True, text=True,
+                               check=True)  # fmt: skip
+    data = json.loads(explained.stdout)
+    assert (data["state"], data["code"]) == ("waiting", "no_room")
+    assert len(data["checks"]) == 7 and {c["limit"] for c in data["checks"]} == {"device threads"}
+    assert data["remedies"][0].startswith("fits ") and " once job " in data["remedies"][0]
+    table = subprocess.run([COSHARE, "--config", str(config), "condor", "explain", waiting[0]],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert f"job {waiting[0]}: waiting (no_room)" in table and "What would make it fit:" in table
+    # a job placed later has its reason cleared
+    live.schedd.act(live.htcondor.JobAction.Remove, f"ClusterId == {cluster} && ProcId == "
+                    f"{placed[0].split('.')[1]}")  # fmt: skip
+    wait_for(lambda: placed[0] not in live.jobs(), 60, "the removed job to leave")
+    third = live.cycle()
+    moved = [a.job for a in third.plan.assignments]
+    assert len(moved) == 1 and moved[0] in waiting and moved[0] in third.apply.noted
+    assert live.jobs()[moved[0]].get("CoshareWaitReason") is None

@@ -149,3 +149,53 @@ def test_cycle_summary_lists_every_refused_skipped_and_failed_job() -> None:
     assert "FAILED 4: scontrol: Invalid job id" in text
     assert "refused 5: CoshareDeviceMemory='x' is not a number" in text
     assert report.exit_status == 3
+
+
+def test_the_plan_table_lists_every_waiting_job() -> None:
+    # 40 jobs that fit nowhere: every id is in the table, none hidden behind "+N more".
+    nodes = [{"name": "n1", "cores": 4, "memory_mib": 4096,
+              "devices": [{"id": "0", "memory_mib": 1024, "threads": 60}]}]
+    pending = [{"id": f"{i}.0", "device_memory_mib": 2048, "device_threads": 10}
+               for i in range(40)]  # fmt: skip
+    code, out, _ = run("plan", "-", stdin=json.dumps({"nodes": nodes, "pending": pending}))
+    assert code == 0 and "more" not in out
+    flat = "".join(out.split())
+    assert all(f"{i}.0," in flat or f"{i}.0" in flat for i in range(40))
+    assert "39.0" in flat and "0.0,1.0,2.0" in flat
+
+
+@pytest.mark.slow
+def test_the_readme_shows_what_make_demo_prints() -> None:
+    # Issue 21: the README's demo figures had drifted from the program (2408 vs 2412 s).
+    # The simulated figures are deterministic per seed; planning times vary by machine.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code, out, _ = run("demo")
+    assert code == 0
+
+    def rows(text: str, names: tuple[str, ...], drop_last: bool) -> dict[str, list[str]]:
+        found = {}
+        for line in text.splitlines():
+            cells = line.split()
+            if cells and cells[0] in names and cells[0] not in found and len(cells) > 4:
+                found[cells[0]] = cells[:-1] if drop_last else cells
+        return found
+
+    table2 = ("exclusive", "random", "knapsack")
+    sim_readme, _, plan_readme = readme.partition("Then it plans")
+    sim_out, _, plan_out = out.partition("Live planning on the bundled example")
+    assert rows(sim_readme, table2, False) == rows(sim_out, table2, False)
+    assert rows(plan_readme.split("## How it works")[0], table2, True) == \
+        rows(plan_out.split("Policies on this snapshot")[1], table2, True)  # fmt: skip
+
+
+def test_config_check_lists_every_problem_and_an_unknown_policy(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy: {name: knapsak}\ncycle: {replan_after_s: -1}\n")
+    code, _, err = run("config", "check", str(bad))
+    assert code == 2
+    assert err.startswith(f"coshare: error: {bad}: 2 problems:\n")
+    assert "policy.name: unknown policy 'knapsak' (known: " in err
+    assert "cycle.replan_after_s: -1 is out of range" in err
+    good = tmp_path / "good.yaml"
+    good.write_text("policy: {name: random}\n")
+    assert run("config", "check", str(good))[0] == 0

@@ -85,3 +85,24 @@ def test_refused_jobs_are_held_grouped_by_reason_without_their_id() -> None:
         "coshare: CoshareDeviceThreads=''' is not a number": ("3.0",),
     }
     assert hold_reason('job 9.0: a "b" \\c', "9.0") == "coshare: a 'b' c"
+
+
+def test_wait_reasons_one_transaction_per_reason_only_when_changed() -> None:
+    from coshare.model import Unplaced
+
+    from condor_addon.edits import wait_reason_edits
+    from condor_addon.view import read_job
+
+    p = Plan("knapsack", (Assignment("1.0", "n1", ("0",)),),
+             (Unplaced("2.0", "needs 240 free device threads"), Unplaced("3.0", "no idle device"),
+              Unplaced("4.0", "needs 240 free device threads"),
+              Unplaced("5.0", "needs 240 free device threads")))  # fmt: skip
+    same = "no_room: needs 240 free device threads"
+    recorded = {"1.0": "no_room: old", "2.0": None, "3.0": "no_room: other", "4.0": None,
+                "5.0": same}  # fmt: skip
+    assert wait_reason_edits(p, recorded) == (
+        (same, ("2.0", "4.0")), ("no_room: no idle device", ("3.0",)), (None, ("1.0",)))
+    ad = {"ClusterId": 2, "ProcId": 0, "CoshareWaitReason": same, "CoshareDeviceMemory": 1}
+    job = read_job(ad)
+    assert job is not None and job.wait_reason == same
+    assert "CoshareWaitReason" not in job.annotations  # coshare's own, never an annotation

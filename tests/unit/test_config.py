@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from coshare.bounds import plain
 from coshare.config import (
     Config,
+    ConfigWarning,
     DeviceKind,
     _range,
     build,
@@ -104,10 +106,13 @@ def test_config_file_from_the_environment_and_bad_variables(tmp_path: Path) -> N
     assert load_config(None, environ={"COSHARE_CONFIG": str(path)}).policy.name == "exclusive"
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(None, environ={"COSHARE_CONFIG": str(tmp_path / "missing.yaml")})
-    with pytest.raises(ConfigError, match="COSHARE_POLCY_NAME names no setting"):
-        load_config(None, environ={"COSHARE_POLCY_NAME": "x"})
-    with pytest.raises(ConfigError, match="policy: unknown key 'nam'"):
-        load_config(None, environ={"COSHARE_POLICY_NAM": "x"})
+    # Not settings: ignored, with a warning naming the nearest setting (issue 21).
+    with pytest.warns(ConfigWarning, match="COSHARE_POLCY_NAME .*did you mean COSHARE_POLICY_NAME"):
+        assert load_config(None, environ={"COSHARE_POLCY_NAME": "x"}) == Config()
+    with pytest.warns(ConfigWarning, match="COSHARE_POLICY_NAM is not a setting"):
+        assert load_config(None, environ={"COSHARE_POLICY_NAM": "x"}) == Config()
+    with pytest.warns(ConfigWarning, match="the node section's keys are .*state_dir"):
+        load_config(None, environ={"COSHARE_NODE_FLAVOUR": "x"})
 
 
 def test_node_section_takes_files_and_environment(tmp_path: Path) -> None:
@@ -224,6 +229,34 @@ def test_coshare_variables_that_are_not_settings_are_left_alone() -> None:
     environ = {"COSHARE_TRACE_DIR": "/x", "COSHARE_NODE": "n1", "COSHARE_DEVICES": "0",
                "COSHARE_CPUS": "0-1", "COSHARE_JOB_ID": "7",
                "COSHARE_CONFIG": "/dev/null"}  # fmt: skip
-    assert load_config(None, environ=environ) == Config()
-    with pytest.raises(ConfigError, match="COSHARE_POLCY_NAME names no setting"):
-        load_config(None, environ={**environ, "COSHARE_POLCY_NAME": "x"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not even a warning for these
+        assert load_config(None, environ=environ) == Config()
+        unrelated = {"COSHARE_X": "1", "COSHARE_MY_TOOL_HOME": "/opt", "COSHARE_": ""}
+        assert load_config(None, environ={**environ, **unrelated}) == Config()
+    # a setting's variable is still read, and a bad value of one still refused
+    assert load_config(None, environ={**environ, "COSHARE_POLICY_NAME": "random"}).policy.name \
+        == "random"
+    with pytest.raises(ConfigError, match="environment variable COSHARE_POLICY_SEED"):
+        load_config(None, environ={**environ, "COSHARE_POLICY_SEED": "[1"})
+    # renamed keys keep working from the environment too
+    with pytest.warns(FutureWarning, match="condor.retries is deprecated"):
+        assert load_config(None, environ={"COSHARE_CONDOR_RETRIES": "5"}).condor.retry_attempts \
+            == 5
+
+
+def test_config_check_reports_every_problem_at_once(tmp_path: Path) -> None:
+    text = ("policy: {name: knapsak, threads: lax, seed: -1}\n"
+            "knapsack: {memory_grid_mib: 0}\ncycle: {replan_after_s: .nan, colour: red}\n"
+            "nodes: {}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), environ={})
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'c.yaml'}: 7 problems:")
+    for expected in ("config: unknown key 'nodes'",
+                     "policy.name: unknown policy 'knapsak' (known: ",
+                     "policy.threads: 'lax' is not one of", "policy.seed: -1 is out of range",
+                     "knapsack.memory_grid_mib: 0 is out of range",
+                     "cycle.replan_after_s: nan is out of range", "cycle: unknown key 'colour'"):
+        assert expected in message, expected
+    assert len(caught.value.problems) == 7  # type: ignore[attr-defined]

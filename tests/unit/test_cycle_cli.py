@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from coshare.cli import cli
 from coshare.cycle_cli import scheduler_group
+from coshare.errors import InputError
 from coshare.model import Device, Job, Node, Plan, Snapshot
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult, Waiting
 
@@ -113,3 +114,31 @@ def test_both_schedulers_offer_the_same_options() -> None:
         assert options("condor", command) == options("slurm", command)
     cycle = {o for opts in options("slurm", "cycle") for o in opts}
     assert {"--policy", "--threads", "--dry-run", "-v", "--output"} <= cycle
+
+
+def test_explain_reads_the_adapter_and_explains_one_job(tmp_path: Path) -> None:
+    adapter = StandIn()
+    g = group(tmp_path, adapter)
+    result = invoke(g, "explain", "7")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("job 7: placed\n  placed on n1/0 by this cycle")
+    assert "coshare: warning: check node n2" in result.stderr and not adapter.applied
+    refused = json.loads(invoke(g, "explain", "8", "--output", "json").stdout)
+    assert (refused["state"], refused["reason"]) == ("refused", "job 8: bad")
+    held = json.loads(invoke(g, "explain", "9", "--output", "json").stdout)
+    assert (held["state"], held["reason"]) == ("held_back", "later")
+    unknown = invoke(g, "explain", "10")  # the root command turns it into exit status 2
+    assert isinstance(unknown.exception, InputError)
+    assert "job 10 is not an annotated job" in str(unknown.exception)
+
+
+def test_cycle_json_lists_the_jobs_whose_wait_reason_was_noted(tmp_path: Path) -> None:
+    class Noting(StandIn):
+        def apply(self, plan: Plan, rejected: Sequence[Rejected], *,
+                  dry_run: bool) -> ApplyReport:  # fmt: skip
+            return ApplyReport(dry_run=dry_run, noted=("9",))
+
+    result = invoke(group(tmp_path, Noting()), "cycle", "--output", "json")
+    assert json.loads(result.stdout)["apply"]["noted"] == ["9"]
+    text = invoke(group(tmp_path, Noting()), "cycle", "--dry-run").stdout
+    assert "would note the wait reason of 1 jobs whose reason changed" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,22 @@ def test_the_node_daemons_unit_restarts_it_for_good() -> None:
     assert settings["Restart"] == "on-failure"
     assert settings["StartLimitIntervalSec"] == "0"
     assert int(settings["LimitNOFILE"]) >= 4 * 2 * 256
+
+
+def test_node_commands_that_print_a_result_speak_json(runner: CliRunner, tmp_path: Path) -> None:
+    # A faithful fake of a cgroup v2 mount: the controllers and cpus coshare reads.
+    root = tmp_path / "cg"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "cgroup.subtree_control").write_text("")
+    (root / "cpuset.cpus.effective").write_text("0-3\n")
+    env = {"COSHARE_NODE_CGROUP_ROOT": str(root), "COSHARE_NODE_CGROUP_VERSION": "v2",
+           "COSHARE_NODE_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+    checked = runner.invoke(cli, ["node", "check", "--output", "json"], env=env)
+    assert checked.exit_code == 0, checked.output
+    data = json.loads(checked.stdout)
+    assert set(data) == {"cgroups", "parent", "cpus", "missing"} and data["parent"] == "coshare"
+    assert runner.invoke(cli, ["node", "check", "--output", "table"], env=env).exit_code == 0
+    cleaned = runner.invoke(cli, ["node", "cleanup", "--output", "json"], env=env)
+    assert cleaned.exit_code == 0, cleaned.output
+    assert json.loads(cleaned.stdout) == []

@@ -23,6 +23,7 @@ PACKAGES = {"coshare": PACKAGE, "condor_addon": ROOT / "condor_addon",
 
 #: Modules and packages that must stay pure. Packages cover every module inside them.
 PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies", "sim", "alloc",
+        "explain", "exit_codes", "extras",
         "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
         "node.control.trust", "node.control.protocol"]  # fmt: skip
 
@@ -38,7 +39,7 @@ PURE_ADAPTERS = [
 
 #: Modules inside the pure packages that do I/O, told apart by name (see coshare.sim).
 IO_MODULES = {"coshare.sim.cli", "coshare.sim.report", "coshare.sim.plot",
-              "coshare.sim.trace_files"}
+              "coshare.sim.trace_files", "coshare.sim.progress"}
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN = {

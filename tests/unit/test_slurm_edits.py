@@ -136,3 +136,23 @@ def test_refusal_text_is_bounded() -> None:
     long = Rejected("1", "x" * 5000)
     e = edits_for([job("1")], Plan("knapsack"), rejected=(long,))
     assert e.refusals[0][1] == format_refusal("x" * 5000)
+
+
+def test_wait_reasons_go_only_where_no_other_record_is() -> None:
+    from slurm_addon.edits import wait_reason_updates
+
+    why = Unplaced("0", "needs 240 free device threads")
+    plan = Plan("knapsack", (Assignment("5", "n1", ("0",)),),
+                tuple(replace(why, job=i) for i in ("1", "2", "3", "4", "6", "7")))  # fmt: skip
+    current = {
+        "1": job("1"),                                                 # empty: written
+        "2": job("2", admin_comment="coshare-waiting: no_room: old"),  # older reason: written
+        "3": job("3", admin_comment="coshare-waiting: no_room: needs 240 free device threads"),
+        "4": job("4", admin_comment=TARGET),                           # a placement: left alone
+        "5": job("5", admin_comment="coshare-waiting: no_room: x"),    # placed: replaced there
+        "6": job("6", admin_comment="operator: keep"),                 # an operator's own text
+        "7": job("7", held=False),                                     # released: not ours now
+    }  # fmt: skip
+    text = "coshare-waiting: no_room: needs 240 free device threads"
+    assert wait_reason_updates(plan, current) == (("1", text), ("2", text))
+    assert "refused" not in text and format_refusal("x").startswith("coshare-refused")

@@ -2,7 +2,7 @@
 
 ::
 
-    coshare node check
+    coshare node check [--output table|json]
     coshare node gate [--device ID=THREADS]... [--no-watch]
     coshare node watch [--once]
     coshare node offload [--threads N] [--device ID] -- CMD [ARG...]
@@ -10,10 +10,14 @@
                            [--device ID]... [--device-memory-mib M] [--device-threads T]
     coshare node job-exec --job ID [--reason-file PATH] -- CMD [ARG...]
     coshare node job-attach --job ID PID...
-    coshare node job-end --job ID [--output text|json]
+    coshare node job-end --job ID [--output table|json]
     coshare node job-run --job ID [job-start options] -- CMD [ARG...]
     coshare node launch run --socket PATH --job ID [...] -- CMD [ARG...]
-    coshare node cleanup
+    coshare node cleanup [--output table|json]
+
+Commands that print a result take ``--output table|json`` (``text`` is ``table``, as
+before); ``gate``, ``watch``, ``offload``, ``job-exec``, ``job-run`` and ``launch`` run until
+something ends and print what happens, or hand the terminal to the job.
 
 Paths and the cgroup layout come from the ``node:`` section of the configuration (or
 ``COSHARE_NODE_*`` variables, e.g. ``COSHARE_NODE_STATE_DIR``).
@@ -27,9 +31,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -42,6 +46,8 @@ from coshare.node.gate.client import SOCKET_ENV, GateClient
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import check_device_id, format_cpu_list, parse_cpu_list
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 @click.group()
 def node() -> None:
@@ -52,12 +58,25 @@ def _config(app: AppContext) -> NodeConfig:
     return app.config.node
 
 
+def _output_option(help_text: str) -> Callable[[F], F]:
+    """``--output table|json`` of the node commands that print a result (``text``, their old
+    name for ``table``, still works)."""
+    return click.option("--output", type=click.Choice(["table", "text", "json"]),
+                        default="table", show_default=True, help=help_text)  # fmt: skip
+
+
 @node.command()
+@_output_option("json: {cgroups, parent, cpus, missing}.")
 @pass_app
-def check(app: AppContext) -> None:
+def check(app: AppContext, output: str) -> None:
     """Say which cgroup version is used here and what it lacks."""
     config = _config(app)
     cgroups = lifecycle.node_cgroups(config)
+    if output == "json":
+        click.echo(json.dumps({"cgroups": cgroups.describe(), "parent": config.cgroup_parent,
+                               "cpus": format_cpu_list(cgroups.allowed_cpus()),
+                               "missing": cgroups.missing(FEATURES)}))  # fmt: skip
+        return
     for line in cgroups.describe():
         click.echo(line)
     missing = cgroups.missing(FEATURES)
@@ -252,7 +271,7 @@ def _start(
 @node.command("job-start")
 @click.option("--job", required=True, help="The scheduler's job id.")
 @_start_options
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_output_option("json: the job's record.")
 @pass_app
 def job_start(
     app: AppContext,
@@ -337,13 +356,7 @@ def _end_report(result: lifecycle.EndResult, output: str) -> None:
 
 @node.command("job-end")
 @click.option("--job", required=True, help="The job.")
-@click.option(
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: print the kill reason, if any; json: {job, started, leftover, reason}.",
-)
+@_output_option("table: the kill reason, if any; json: {job, started, leftover, reason}.")
 @pass_app
 def job_end(app: AppContext, job: str, output: str) -> None:
     """Kill what is left of the job, remove its group and record."""
@@ -397,10 +410,15 @@ def launch(args: tuple[str, ...]) -> None:
 
 
 @node.command()
+@_output_option("json: one {job, leftover} per job ended.")
 @pass_app
-def cleanup(app: AppContext) -> None:
+def cleanup(app: AppContext, output: str) -> None:
     """End every job of this node and remove coshare's parent group (node shut-down)."""
-    for result in lifecycle.node_cleanup(_config(app)):
+    results = lifecycle.node_cleanup(_config(app))
+    if output == "json":
+        click.echo(json.dumps([{"job": r.job, "leftover": r.leftover} for r in results]))
+        return
+    for result in results:
         click.echo(
             f"job {result.job}: removed"
             + (f" ({result.leftover} processes killed)" if result.leftover else "")

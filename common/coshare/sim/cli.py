@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coshare.bounds import (
     MAX_SIM_JOBS,
@@ -70,6 +67,7 @@ from coshare.sim.paper import (
     TABLE_II_REDUCTION,
     TABLE_III_FOOTPRINT,
 )
+from coshare.sim.progress import progress_bar
 from coshare.sim.report import (
     comparison_json,
     comparison_table,
@@ -87,23 +85,6 @@ from coshare.sim.workloads import DISTRIBUTIONS
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
 ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd", "sharepack")
 
-Advance = Callable[[int], None]
-
-
-@contextmanager
-def progress_bar(total: int | None, label: str) -> Iterator[Advance]:
-    """A progress bar on standard error while a long run works (only on a terminal)."""
-    console = Console(stderr=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, console=console, transient=True,
-                  disable=not console.is_terminal) as bar:  # fmt: skip
-        task = bar.add_task(label, total=total)
-
-        def advance(n: int = 1) -> None:
-            bar.advance(task, n)
-
-        yield advance
 
 
 def parse_policies(text: str | None, default: Sequence[str]) -> list[str]:
@@ -189,9 +170,10 @@ def table2_report(
     if nodes > MAX_SIM_NODES:
         raise InputError(f"--nodes {nodes}: at most {MAX_SIM_NODES} nodes")
     check_work(len(seeds) * per_seed, jobs, f"--jobs {jobs} --seeds {len(seeds)}")
-    with progress_bar(len(seeds) * per_seed, "Table II") as advance:
+    with progress_bar(len(seeds) * per_seed * jobs, "Table II") as advance:
+        step = _jobs_step(advance, jobs)
         comps = [compare("table1", jobs, nodes, PAPER_POLICIES, s, setup, footprint,
-                         step=lambda _: advance(1)) for s in seeds]  # fmt: skip
+                         step=step) for s in seeds]  # fmt: skip
     title = (
         f"Table II reproduction: {jobs} Table I jobs on {nodes} nodes x 1 Xeon Phi 5110P, "
         f"seeds {', '.join(map(str, seeds))} (threads {setup.threads}, cycle delay "
@@ -206,6 +188,16 @@ def table2_report(
     note = ("footprint: the fewest nodes that finish within exclusive's makespan on "
             f"{nodes} nodes; paper = Coviello et al., Table II (MC/MCC/MCCK).")
     return render(table, note), comps
+
+
+def _jobs_step(advance: Callable[[int], None], jobs: int) -> Callable[[str], None]:
+    """A ``step`` of the experiments that counts each finished run's jobs (the calibration
+    run simulates the Table I set)."""
+
+    def step(what: str) -> None:
+        advance(TABLE1_JOBS if what.startswith("calibration") else jobs)
+
+    return step
 
 
 def _shares(comps: Sequence[Comparison]) -> str:
@@ -253,17 +245,18 @@ def _paper(request: Request) -> Outcome:
     runs_each = len(policies) + (2 * (len(policies) - 1) + 1 if request.footprint else 0)
     total = len(request.seeds) * len(names) * (runs_each + len(size_list or []) * len(policies))
     check_work(total, count, f"--jobs {count}")
-    with progress_bar(total, request.workload) as advance:
+    with progress_bar(total * count, request.workload) as advance:
+        step = _jobs_step(advance, count)
         for s in request.seeds:
             calibration = None if setup.offload_share is not None else paper_calibration(s, setup)
             for name in names:
                 comparisons.setdefault(name, []).append(
                     compare(name, count, size, policies, s, setup, request.footprint,
-                            step=lambda _: advance(1), calibration=calibration))  # fmt: skip
+                            step=step, calibration=calibration))  # fmt: skip
                 if size_list:
                     sweeps.setdefault(name, []).append(
                         sweep(name, size_list, policies, s, setup, jobs=count,
-                              step=lambda _: advance(1), calibration=calibration))  # fmt: skip
+                              step=step, calibration=calibration))  # fmt: skip
     return _paper_outcome(comparisons, sweeps, setup)
 
 
@@ -274,10 +267,13 @@ def _pressure(request: Request) -> Outcome:
     grid = request.sizes or list(range(2, PAPER_NODES + 1))
     check_work(len(request.seeds) * len(grid) * len(policies), per_node * max(grid),
                f"--workload pressure --jobs {per_node} (per node)")  # fmt: skip
-    with progress_bar(len(request.seeds) * len(grid) * len(policies), "pressure") as advance:
+    # Runs finish in this order (seed, size, policy): each one's jobs, counted as it ends.
+    runs = iter([n * per_node for _ in request.seeds for n in grid for _ in policies])
+    with progress_bar(len(request.seeds) * len(policies) * per_node * sum(grid),
+                      "pressure") as advance:  # fmt: skip
         sweeps = {"pressure (normal)": [
             sweep("normal", grid, policies, s, request.setup, jobs_per_node=per_node,
-                  step=lambda _: advance(1)) for s in request.seeds
+                  step=lambda _: advance(next(runs, 0))) for s in request.seeds
         ]}  # fmt: skip
     return _paper_outcome({}, sweeps, request.setup)
 
@@ -430,7 +426,7 @@ def _alibaba(policies: Sequence[str], seeds: Sequence[int], protocol: str, batch
     protocols = PROTOCOLS if protocol == "both" else (protocol,)
     tasks = [(proto, name, s) for proto in protocols for name in policies for s in seeds]
     per_run = len(arrivals(pods, gpu_capacity(trace.nodes), seeds[0]))
-    with progress_bar(per_run * len(tasks), "alibaba-2023 pods") as advance:
+    with progress_bar(per_run * len(tasks), "alibaba-2023", unit="pods") as advance:
         if workers > 1:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 futures = [pool.submit(run_benchmark, trace.nodes, pods, name, proto, s, batch)
@@ -463,12 +459,17 @@ def _replay(path: Path, policies: Sequence[str], setup: Setup,
     check_work(len(policies), len(trace.jobs), where)
     jobs = [host_only(j.job, j.run_s) for j in trace.jobs]
     summaries = []
-    with progress_bar(len(policies), f"replay {escape(path.name)}") as advance:
+    with progress_bar(len(policies) * len(jobs), f"replay {escape(path.name)}") as advance:
         for name in policies:
+            ended = [0]
+
+            def step(n: int, ended: list[int] = ended) -> None:  # n: jobs ended so far
+                advance(n - ended[0])
+                ended[0] = n
+
             result = run_sim(cluster, jobs, setup.policy(name, 0), options=setup.options(),
-                             model=FixedModel())  # fmt: skip
+                             model=FixedModel(), progress=step)  # fmt: skip
             summaries.append(summarize(result))
-            advance(1)
     title = (f"SWF replay of {path.name}: {len(jobs)} jobs ({trace.skipped} records skipped), "
              f"{len(cluster)} nodes; jobs wider than one node never run (single-node policies)")
     payload = {"trace": str(path), "nodes": len(cluster), "skipped_records": trace.skipped,

@@ -158,3 +158,37 @@ def test_an_absurd_annotation_refuses_that_job_only(cluster: Cluster) -> None:
         f"coshare-refused: job {absurd}: device-memory=")
     for job_id in others:
         assert jobs[job_id].admin_comment.startswith("coshare-placement;v=1;"), jobs[job_id]
+
+
+def test_waiting_jobs_carry_their_reason_and_explain_says_what_would_make_them_fit(
+        cluster: Cluster) -> None:  # fmt: skip
+    # The partition is down, so placed jobs stay queued holding their devices; 240 threads
+    # each: one job per device (8 devices), so 2 of 10 wait (issue 21).
+    cluster.run("scontrol", "update", "PartitionName=main", "State=DOWN")
+    ids = [cluster.submit(f"wait-{i}", comment="coshare: device-memory=1G device-threads=240")
+           for i in range(10)]  # fmt: skip
+    first = json.loads(cluster.cycle("--output", "json").stdout)
+    waiting = sorted(u["job"] for u in first["plan"]["unplaced"])
+    assert len(first["apply"]["applied"]) == 8 and len(waiting) == 2
+    assert sorted(first["apply"]["noted"]) == waiting
+    # what the owner sees with Slurm's own tool
+    for job_id in waiting:
+        shown = cluster.run("squeue", "--noheader", "--jobs", job_id, "-O",
+                            "admin_comment:300").stdout.strip()  # fmt: skip
+        assert shown.startswith("coshare-waiting: no_room: needs 240 free device threads"), shown
+    # unchanged reasons are not written again
+    second = json.loads(cluster.cycle("--output", "json").stdout)
+    assert second["apply"]["noted"] == []
+    explained = cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "slurm",
+                            "explain", waiting[0], "--output", "json")  # fmt: skip
+    data = json.loads(explained.stdout)
+    assert (data["state"], data["code"]) == ("waiting", "no_room")
+    assert len(data["checks"]) == 8 and {c["limit"] for c in data["checks"]} == {"device threads"}
+    assert data["remedies"][0].startswith("fits csl-n") and " once job " in data["remedies"][0]
+    # a job placed later carries its placement instead
+    placed = sorted(set(ids) - set(waiting))
+    cluster.run("scancel", placed[0])
+    third = json.loads(cluster.cycle("--output", "json").stdout)
+    moved = [a["job"] for a in third["plan"]["assignments"]]
+    assert len(moved) == 1 and moved[0] in waiting
+    assert cluster.jobs()[moved[0]].admin_comment.startswith("coshare-placement;v=1;")

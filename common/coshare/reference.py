@@ -1,0 +1,228 @@
+"""Reference documents generated from the code itself, so they cannot drift from it
+(issue 21): man pages and ``docs/cli.md`` from the command line's own help (click), and
+``docs/config.md`` from the configuration's dataclasses and their docstrings.
+
+::
+
+    python -m coshare.reference man DIR     man pages, DIR/man1/coshare*.1 (make man)
+    python -m coshare.reference docs DIR    DIR/cli.md and DIR/config.md (make docs)
+
+``tests/unit/test_reference.py`` checks that the committed ``docs/cli.md`` and
+``docs/config.md`` are what this prints, and that every man page renders with groff.
+A small generator rather than click-man: it walks lazily loaded groups too, adds each
+command's exit statuses (:mod:`coshare.exit_codes`), and needs no extra dependency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+import sys
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from coshare.cli import cli, document_exit_statuses
+from coshare.config import Config, to_dict
+from coshare.exit_codes import HEADING, exit_status_lines
+
+#: Shell completion, documented on the root man page and in docs/cli.md.
+COMPLETION = (
+    "Shell completion needs no extra: click generates it. Add to ~/.bashrc\n"
+    '    eval "$(_COSHARE_COMPLETE=bash_source coshare)"\n'
+    "(zsh: zsh_source in ~/.zshrc; fish: _COSHARE_COMPLETE=fish_source coshare | source)."
+)
+
+
+def commands(command: click.Command, path: tuple[str, ...] = ("coshare",)) -> Iterator[
+        tuple[tuple[str, ...], click.Command]]:  # fmt: skip
+    """Every command under ``command`` (groups included, lazy ones loaded), depth first."""
+    yield path, command
+    if isinstance(command, click.Group):
+        ctx = click.Context(command, info_name=path[-1])
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is not None and not sub.hidden:
+                document_exit_statuses(sub, " ".join((*path[1:], name)))
+                yield from commands(sub, (*path, name))
+
+
+def _help_text(command: click.Command) -> str:
+    text = command.help or ""
+    return re.sub(r"\s*\n\s*", " ", text.split("\b")[0]).strip()
+
+
+def _options(command: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
+    rows = []
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is not None:
+            rows.append((record[0], re.sub(r"\s+", " ", record[1])))
+    return rows
+
+
+def _usage(path: tuple[str, ...], command: click.Command) -> str:
+    ctx = click.Context(command, info_name=" ".join(path))
+    return " ".join(path) + " " + " ".join(command.collect_usage_pieces(ctx))
+
+
+def _subcommands(path: tuple[str, ...], command: click.Command) -> list[tuple[str, str]]:
+    if not isinstance(command, click.Group):
+        return []
+    ctx = click.Context(command, info_name=path[-1])
+    out = []
+    for name in command.list_commands(ctx):
+        sub = command.get_command(ctx, name)
+        if sub is not None and not sub.hidden:
+            out.append((name, sub.get_short_help_str(limit=200)))
+    return out
+
+
+def _roff(text: str) -> str:
+    """Text escaped for roff: backslashes, and a leading dot or quote."""
+    text = text.replace("\\", "\\e").replace("-", "\\-")
+    return "\n".join("\\&" + line if line[:1] in (".", "'") else line
+                     for line in text.splitlines())  # fmt: skip
+
+
+def man_page(path: tuple[str, ...], command: click.Command, date: str) -> str:
+    """One command's man page (section 1), from its click help."""
+    name = "-".join(path)
+    ctx = click.Context(command, info_name=" ".join(path))
+    lines = [f'.TH "{name.upper()}" "1" "{date}" "coshare" "coshare manual"', ".SH NAME",
+             f"{_roff(name)} \\- {_roff(command.get_short_help_str(limit=120))}",
+             ".SH SYNOPSIS", ".B " + _roff(_usage(path, command)), ".SH DESCRIPTION",
+             _roff(_help_text(command))]  # fmt: skip
+    options = _options(command, ctx)
+    if options:
+        lines.append(".SH OPTIONS")
+        for flags, text in options:
+            lines += [".TP", f".B {_roff(flags)}", _roff(text)]
+    subs = _subcommands(path, command)
+    if subs:
+        lines.append(".SH COMMANDS")
+        for sub, text in subs:
+            lines += [".TP", f".B {_roff(' '.join((*path[1:], sub)))}", _roff(text)]
+    if not isinstance(command, click.Group):
+        lines.append(".SH EXIT STATUS")
+        for code, meaning in exit_status_lines(" ".join(path[1:])):
+            lines += [".TP", f".B {code}", _roff(meaning)]
+    if len(path) == 1:
+        lines += [".SH SHELL COMPLETION", ".nf", _roff(COMPLETION), ".fi"]
+    others = ", ".join(f"\\fB{'-'.join(p)}\\fR(1)" for p, _ in commands(cli) if p != path
+                       and len(p) <= 2)  # fmt: skip
+    lines += [".SH SEE ALSO", others]
+    return "\n".join(lines) + "\n"
+
+
+def man_pages(date: str) -> dict[str, str]:
+    """Every command's man page, by file name (``coshare-condor-cycle.1``)."""
+    return {"-".join(path) + ".1": man_page(path, command, date) for path, command in commands(cli)}
+
+
+def cli_markdown() -> str:
+    """``docs/cli.md``: every command's usage, help, options and exit statuses."""
+    out = ["# Command line reference", "",
+           "Generated from the commands' own help by `make docs` (`python -m coshare.reference "
+           "docs docs`); `coshare COMMAND --help` prints the same.", "",
+           "```", COMPLETION, "```", ""]  # fmt: skip
+    for path, command in commands(cli):
+        ctx = click.Context(command, info_name=" ".join(path))
+        out += [f"## {' '.join(path)}", "", "```", _usage(path, command), "```", "",
+                _help_text(command), ""]  # fmt: skip
+        options = _options(command, ctx)
+        if options:
+            out += ["| option | meaning |", "|---|---|"]
+            out += [f"| `{flags}` | {_cell(text)} |" for flags, text in options] + [""]
+        subs = _subcommands(path, command)
+        if subs:
+            out += ["| command | what it does |", "|---|---|"]
+            out += [f"| `{sub}` | {_cell(text)} |" for sub, text in subs] + [""]
+        if not isinstance(command, click.Group):
+            rows = exit_status_lines(" ".join(path[1:]))
+            out += [f"{HEADING} " + "; ".join(f"{code} {meaning}" for code, meaning in rows), ""]
+    return "\n".join(out)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _attributes(cls: object) -> dict[str, str]:
+    """The ``Attributes:`` entries of a dataclass docstring, by name."""
+    doc = cls.__doc__ or ""
+    found: dict[str, str] = {}
+    name = ""
+    for line in doc.split("Attributes:", 1)[-1].splitlines():
+        match = re.match(r"^\s{8}(\w+): (.*)$", line)
+        if match:
+            name = match.group(1)
+            found[name] = match.group(2)
+        elif name and line.startswith(" " * 12):
+            found[name] += " " + line.strip()
+    return found
+
+
+def config_markdown() -> str:
+    """``docs/config.md``: every section and key with its default and meaning."""
+    defaults = to_dict(Config())
+    out = ["# Configuration reference", "",
+           "Generated from `coshare/config.py` by `make docs` (`python -m coshare.reference docs "
+           "docs`); `coshare config show` prints the effective values.", "",
+           "A YAML file at `--config PATH`, `$COSHARE_CONFIG`, or `/etc/coshare/config.yaml`. "
+           "Precedence: defaults < file < environment < command-line flags. Every key can be "
+           "set from the environment as `COSHARE_<SECTION>_<KEY>` (`COSHARE_POLICY_NAME="
+           "random`), except mappings (`device_kinds`, `node.devices`); only variables that "
+           "name a section and key are settings, any other `COSHARE_` variable is ignored "
+           "(one that looks like a mistyped setting with a warning). Unknown keys in the "
+           "file are errors listing the valid ones; `coshare config check FILE` reports every "
+           "problem at once. Numbers must be finite and in range: a key's own bounds, else "
+           "0 up to a year for durations (`_s`), 2^30 for sizes in MiB (`_mib`), and 1,000 "
+           "for counts.", ""]  # fmt: skip
+    hints = typing.get_type_hints(Config)
+    for section in (f.name for f in dataclasses.fields(Config)):
+        hint = hints[section]
+        out += [f"## `{section}`", ""]
+        if not dataclasses.is_dataclass(hint):
+            out += ["Device kinds the scheduler does not advertise, by name (compared ignoring "
+                    "case, spaces, `-` and `_`): `{memory_mib: M, threads: T}` each. "
+                    f"Default: `{defaults[section]}`.", ""]  # fmt: skip
+            continue
+        docs = _attributes(hint)
+        renamed = getattr(hint, "RENAMED", {})
+        out += ["| key | default | meaning |", "|---|---|---|"]
+        for f in dataclasses.fields(hint):
+            default = defaults[section][f.name]
+            out.append(f"| `{f.name}` | `{default}` | {_cell(docs.get(f.name, ''))} |")
+        out.append("")
+        if renamed:
+            old = ", ".join(f"`{o}` (now `{n}`)" for o, n in renamed.items())
+            out += [f"Old names still read, with a warning: {old}.", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m coshare.reference man|docs DIR``."""
+    if len(argv) != 2 or argv[0] not in ("man", "docs"):
+        print("usage: python -m coshare.reference man|docs DIR", file=sys.stderr)
+        return 2
+    target = Path(argv[1])
+    if argv[0] == "docs":
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "cli.md").write_text(cli_markdown())
+        (target / "config.md").write_text(config_markdown())
+        return 0
+    pages = target / "man1"
+    pages.mkdir(parents=True, exist_ok=True)
+    date = datetime.date.today().isoformat()
+    for name, text in man_pages(date).items():
+        (pages / name).write_text(text)
+    print(f"{len(list(pages.glob('*.1')))} man pages in {pages}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

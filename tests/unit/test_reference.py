@@ -1,0 +1,90 @@
+"""The generated references (coshare.reference): docs/cli.md and docs/config.md are up to date
+with the code, the man pages cover every command and render, every help lists its exit
+statuses, and shell completion works without extras (issue 21)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from coshare.cli import cli
+from coshare.reference import cli_markdown, commands, config_markdown, man_pages
+
+from tests.unit.test_first_contact import BASE_ONLY
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("name", "generate"), [("cli.md", cli_markdown),
+                                                 ("config.md", config_markdown)])
+def test_the_committed_references_are_up_to_date(name: str, generate: object) -> None:
+    assert callable(generate)
+    assert (ROOT / "docs" / name).read_text() == generate(), (
+        f"docs/{name} is out of date: run make docs")
+
+
+def test_every_command_has_a_man_page_with_its_exit_statuses() -> None:
+    pages = man_pages("2026-01-01")
+    paths = [p for p, _ in commands(cli)]
+    assert {"-".join(p) + ".1" for p in paths} == set(pages)
+    for path in (("coshare", "condor", "cycle"), ("coshare", "plan"), ("coshare", "schema")):
+        assert path in paths
+    cycle = pages["coshare-condor-cycle.1"]
+    assert cycle.startswith('.TH "COSHARE-CONDOR-CYCLE" "1" "2026-01-01"')
+    for section in (".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH EXIT STATUS", ".SH SEE ALSO"):
+        assert section in cycle
+    assert ".B 3\nthe cycle ran but some jobs' writes failed" in cycle
+    assert "_COSHARE_COMPLETE=bash_source" in pages["coshare.1"]
+    for name, page in pages.items():  # no text line that roff would take for a request
+        for line in page.splitlines():
+            assert not re.match(r"^[.'](?!TH |SH |TP$|B |nf$|fi$)", line), (name, line)
+
+
+@pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed here")
+def test_the_man_pages_render_without_warnings(tmp_path: Path) -> None:
+    for name, page in man_pages("2026-01-01").items():
+        path = tmp_path / name
+        path.write_text(page)
+        result = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(path)],
+                                capture_output=True, text=True, check=False)  # fmt: skip
+        assert result.returncode == 0 and result.stderr == "", (name, result.stderr)
+
+
+def test_every_command_help_lists_its_exit_statuses() -> None:
+    for path, command in commands(cli):
+        if path in (("coshare",), ("coshare", "node", "launch")) or hasattr(command, "commands"):
+            continue  # groups; launch hands its arguments, --help included, to coshare-launch
+        helped = subprocess.run([sys.executable, "-c", BASE_ONLY, *path[1:], "--help"],
+                                capture_output=True, text=True, check=False)  # fmt: skip
+        assert helped.returncode == 0, (path, helped.stderr)
+        assert "Exit status:\n    0  " in helped.stdout or "Exit status:\n    N  " in \
+            helped.stdout, path  # fmt: skip
+
+
+def complete(words: str, base_only: bool = True) -> list[str]:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("COSHARE_")},
+           "_COSHARE_COMPLETE": "bash_complete", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    code = BASE_ONLY.replace("main(sys.argv[1:])", "main()")
+    code = code.replace("from coshare.cli import main", "sys.argv[0] = 'coshare'\n"
+                        "from coshare.cli import main")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return [line.split(",", 1)[1] for line in result.stdout.splitlines()]  # "plain,condor"
+
+
+def test_shell_completion_works_without_the_extras() -> None:
+    assert {"condor", "config"} <= set(complete("coshare con"))
+    assert set(complete("coshare condor ")) == {"cycle", "explain", "show"}
+    assert "--policy" in complete("coshare slurm cycle --p")
+    assert complete("coshare schema ") == ["plan", "snapshot"]
+    source = subprocess.run([sys.executable, "-c", BASE_ONLY.replace(
+        "main(sys.argv[1:])", "sys.argv[0] = 'coshare'; main()")], capture_output=True,
+        text=True, check=False, env={**os.environ, "_COSHARE_COMPLETE": "bash_source"})
+    assert "complete -o nosort -F _coshare_completion coshare" in source.stdout
