@@ -30,6 +30,7 @@ from coshare.cli import policy_options
 from coshare.config import Config
 from coshare.cycles import log_notes, run_once
 from coshare.errors import CoshareError, CycleBusy, SchedulerError
+from coshare.metrics import CycleTotals
 from coshare.planner import CycleReport
 from coshare.policies import make_policy
 
@@ -57,6 +58,8 @@ class Trigger:
     reload: threading.Event = field(default_factory=threading.Event)
     config: Config = field(init=False)
     schedule: NegotiatorSchedule = field(init=False)
+    #: What its cycles did since it started (exported with each cycle's metrics).
+    totals: CycleTotals = field(default_factory=CycleTotals)
 
     def __post_init__(self) -> None:
         self._configure()
@@ -139,7 +142,7 @@ class Trigger:
         policy = make_policy(config.policy.name, policy_options(config))
         try:
             report = run_once("condor", config, policy, lambda c: CondorAdapter(client, c),
-                              config.condor.lock_file)  # fmt: skip
+                              config.condor.lock_file, totals=self.totals)  # fmt: skip
         except CycleBusy as busy:
             log.info("%s", busy)
             return None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from coshare.config import Config
 from coshare.errors import CoshareError, CycleBusy
 from coshare.lock import cycle_lock
-from coshare.metrics import CycleMetrics, cycle_figures
+from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
 from coshare.planner import CycleReport, run_cycle
 from coshare.policies import Policy
 from coshare.ports import Adapter
@@ -31,16 +31,18 @@ def run_once(
     *,
     dry_run: bool = False,
     log_cycle: bool = True,
+    totals: CycleTotals | None = None,
 ) -> CycleReport:
     """Run one cycle of scheduler ``name`` under its lock; log it (:func:`log_report`,
     unless ``log_cycle`` is false: ``cycle``'s text output already says all of it) and
-    export its metrics (not for a dry run).
+    export its metrics (not for a dry run), with ``totals``, the running totals of a
+    long-running caller, which this cycle adds to.
 
     Raises:
         CycleBusy: another cycle holds the lock (nothing was done, nothing is exported).
         CoshareError: the cycle failed (its metrics are exported first).
     """
-    metrics = CycleMetrics(name, config.metrics)
+    metrics = CycleMetrics(name, config.metrics, totals=totals)
     try:
         with cycle_lock(lock_file, f"{name}.lock_file"):
             adapter = open_adapter(config)

@@ -31,6 +31,19 @@ Series (every one labelled ``scheduler``):
 ``coshare_cycle_timestamp_seconds``        when the cycle ended (Unix time)
 =========================================  ============================================
 
+A long-running process (``coshare condor trigger``) cycles more often than Prometheus may
+scrape: what one cycle did would be gone before a scrape saw it. It keeps
+:class:`CycleTotals` across its cycles and exports them too, as counters since it started:
+
+=========================================  ============================================
+``coshare_trigger_cycles_total``           cycles run
+``coshare_trigger_cycle_failures_total``   of those, cycles that failed (exit status 1)
+``coshare_trigger_plan_refusals_total``    plans the plan check refused
+``coshare_trigger_placed_jobs_total``      jobs placed
+``coshare_trigger_refused_jobs_total``     jobs refused before planning
+``coshare_trigger_edits_total{result}``    edits, by result
+=========================================  ============================================
+
 ``prometheus_client`` is imported only when an export is configured.
 """
 
@@ -99,6 +112,40 @@ def cycle_figures(report: CycleReport) -> dict[str, Any]:
     }  # fmt: skip
 
 
+#: The counters of :class:`CycleTotals`: name, help, labels besides ``scheduler``.
+_TOTALS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("coshare_trigger_cycles", "Cycles the process ran since it started.", ()),
+    ("coshare_trigger_cycle_failures", "Of those, cycles that failed.", ()),
+    ("coshare_trigger_plan_refusals", "Plans the plan check refused.", ()),
+    ("coshare_trigger_placed_jobs", "Jobs placed.", ()),
+    ("coshare_trigger_refused_jobs", "Jobs refused before planning.", ()),
+    ("coshare_trigger_edits", "Jobs of the cycles' edits, by result.", ("result",)),
+)
+
+
+@dataclass
+class CycleTotals:
+    """What the cycles of one long-running process did, added up (its counters)."""
+
+    cycles: int = 0
+    failures: int = 0
+    plan_refusals: int = 0
+    placed: int = 0
+    refused: int = 0
+    edits: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EDIT_RESULTS, 0))
+
+    def add(self, metrics: CycleMetrics) -> None:
+        """Add one cycle."""
+        self.cycles += 1
+        self.failures += metrics.figures is None and not metrics.refused_plan
+        self.plan_refusals += metrics.refused_plan
+        if metrics.figures is not None:
+            self.placed += metrics.figures["placed"]
+            self.refused += metrics.figures["refused"]
+            for result, count in metrics.figures["edits"].items():
+                self.edits[result] = self.edits.get(result, 0) + count
+
+
 @dataclass
 class CycleMetrics:
     """What one cycle exports: fed by the cycle, exported once at its end.
@@ -108,11 +155,14 @@ class CycleMetrics:
             the textfile's name.
         config: where to export.
         clock: wall-clock seconds, for ``coshare_cycle_timestamp_seconds``.
+        totals: the running totals of a long-running process, which this cycle adds to
+            when it ends and which are exported with it.
     """
 
     scheduler: str
     config: MetricsConfig
     clock: Callable[[], float] = time.time
+    totals: CycleTotals | None = None
     phases: dict[str, float] = field(default_factory=dict)
     figures: dict[str, Any] | None = None
     exit_status: int = 0
@@ -132,6 +182,8 @@ class CycleMetrics:
         """The cycle ran to its end."""
         self.figures = cycle_figures(report)
         self.exit_status = report.exit_status
+        if self.totals is not None:
+            self.totals.add(self)
 
     def failed(self, error: CoshareError) -> None:
         """The cycle stopped with ``error`` (nothing, or not everything, was written)."""
@@ -139,6 +191,8 @@ class CycleMetrics:
         if isinstance(error, PlanInvariantError):
             self.refused_plan = True
             self.violations = len(error.violations)
+        if self.totals is not None:
+            self.totals.add(self)
 
     def registry(self) -> Any:
         """A ``prometheus_client`` registry holding this cycle's series."""
@@ -167,7 +221,31 @@ class CycleMetrics:
                 put("coshare_cycle_waiting_jobs", count, reason=reason)
             for result, count in self.figures["edits"].items():
                 put("coshare_cycle_edits", count, result=result)
+        if self.totals is not None:
+            self._put_totals(registry, self.totals)
         return registry
+
+    def _put_totals(self, registry: Any, totals: CycleTotals) -> None:
+        from prometheus_client.core import CounterMetricFamily
+
+        families = []
+        for name, doc, labels in _TOTALS:
+            families.append(CounterMetricFamily(name, doc, labels=["scheduler", *labels]))
+        cycles, failures, refusals, placed, refused, edits = families
+        label = [self.scheduler]
+        cycles.add_metric(label, totals.cycles)
+        failures.add_metric(label, totals.failures)
+        refusals.add_metric(label, totals.plan_refusals)
+        placed.add_metric(label, totals.placed)
+        refused.add_metric(label, totals.refused)
+        for result, count in totals.edits.items():
+            edits.add_metric([*label, result], count)
+
+        class Totals:  # a collector of fixed values: no _created series
+            def collect(self) -> Any:
+                return families
+
+        registry.register(Totals())
 
     def export(self) -> list[str]:
         """Export to every configured destination; the problems (logged, never raised: an

@@ -11,7 +11,7 @@ import pytest
 from coshare.config import ConfigError, MetricsConfig, load_config
 from coshare.cycles import run_once
 from coshare.errors import PlanInvariantError, SchedulerUnavailable
-from coshare.metrics import WAITING_REASONS, CycleMetrics, cycle_figures
+from coshare.metrics import WAITING_REASONS, CycleMetrics, CycleTotals, cycle_figures
 from coshare.model import Assignment, Device, Job, Node, Plan, Snapshot, Unplaced
 from coshare.planner import CycleReport
 from coshare.policies import make_policy
@@ -154,3 +154,26 @@ def test_the_node_metrics_address_is_checked() -> None:
         load_config(environ={"COSHARE_NODE_METRICS_ADDRESS": "0.0.0.0"})
     config = load_config(environ={"COSHARE_NODE_METRICS_ADDRESS": "127.0.0.1:9810"})
     assert config.node.metrics_address == "127.0.0.1:9810"
+
+
+def test_a_long_running_process_exports_its_totals_as_counters(tmp_path: Path) -> None:
+    totals = CycleTotals()
+    config = MetricsConfig(textfile_dir=str(tmp_path))
+    for _ in range(2):
+        metrics = CycleMetrics("condor", config, totals=totals)
+        metrics.finished(report())
+    CycleMetrics("condor", config, totals=totals).failed(SchedulerUnavailable("down"))
+    refused = CycleMetrics("condor", config, totals=totals)
+    refused.failed(PlanInvariantError("knapsack", ["over memory"]))
+    refused.export()
+    text = (tmp_path / "coshare_condor.prom").read_text()
+    found = samples(text)
+    s = (("scheduler", "condor"),)
+    assert found[("coshare_trigger_cycles_total", s)] == 4
+    assert found[("coshare_trigger_cycle_failures_total", s)] == 1
+    assert found[("coshare_trigger_plan_refusals_total", s)] == 1
+    assert found[("coshare_trigger_placed_jobs_total", s)] == 4
+    assert found[("coshare_trigger_refused_jobs_total", s)] == 2
+    assert found[("coshare_trigger_edits_total", (("result", "written"), *s))] == 2
+    assert "# TYPE coshare_trigger_cycles_total counter" in text and "_created" not in text
+    assert found[("coshare_cycle_plan_refused", s)] == 1  # the last cycle's own series too
