@@ -40,7 +40,8 @@ class Prometheus:
     def query(self, expr: str) -> list[dict[str, object]]:
         """The instant vector of ``expr`` (``/api/v1/query``)."""
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": expr})
+            {"query": expr}
+        )
         with urllib.request.urlopen(url, timeout=10) as reply:
             data = json.load(reply)
         assert data["status"] == "success", data
@@ -73,8 +74,9 @@ class Prometheus:
                 return found
             if time.monotonic() > deadline:
                 targets = self.targets()
-                raise AssertionError(f"Prometheus never had {expr} as wanted; last: {found}; "
-                                     f"targets: {targets}")
+                raise AssertionError(
+                    f"Prometheus never had {expr} as wanted; last: {found}; targets: {targets}"
+                )
             time.sleep(0.5)
 
     def targets(self) -> list[tuple[str, str, str]]:
@@ -88,9 +90,10 @@ class Prometheus:
 
 @contextlib.contextmanager
 def running_prometheus(scrape: dict[str, str] | None = None, *, pushgateway: bool = False,
-                       textfile: bool = False) -> Iterator[Prometheus]:  # fmt: skip
-    """Prometheus scraping ``scrape`` (job -> host:port), plus a push gateway and a node
-    exporter's textfile collector when asked; stopped (by pid) when the block ends."""
+                       textfile_dir: Path | None = None) -> Iterator[Prometheus]:  # fmt: skip
+    """Prometheus scraping ``scrape`` (job -> host:port), plus a push gateway (job
+    ``pushgateway``, its series keep their own job label) and a node exporter reading
+    ``textfile_dir`` (job ``node``) when asked; stopped (by pid) when the block ends."""
     directory = Path(tempfile.mkdtemp(prefix="coshare-prom-", dir="/var/tmp"))
     port = free_port()
     argv = [str(SCRIPT), "start", str(directory), "--port", str(port), "--interval", "1s"]
@@ -101,10 +104,9 @@ def running_prometheus(scrape: dict[str, str] | None = None, *, pushgateway: boo
         push_port = free_port()
         argv += ["--pushgateway", str(push_port)]
         prom.pushgateway = f"http://127.0.0.1:{push_port}"
-    if textfile:
-        prom.textfile_dir = directory / "textfile"
-        prom.textfile_dir.mkdir()
-        argv += ["--textfile-dir", str(prom.textfile_dir), "--node-exporter", str(free_port())]
+    if textfile_dir is not None:
+        prom.textfile_dir = textfile_dir
+        argv += ["--textfile-dir", str(textfile_dir), "--node-exporter", str(free_port())]
     try:
         started = subprocess.run(argv, capture_output=True, text=True, timeout=900)
         assert started.returncode == 0, f"local-prometheus did not start:\n{started.stderr}"
