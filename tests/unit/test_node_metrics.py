@@ -24,6 +24,8 @@ from coshare.node.metrics import NodeMetrics, kill_reason
 from coshare.node.watchdog import Violation, Watchdog
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.node.test_gate_real import call
+from tests.node.test_gate_real import read_line as read
 from tests.prometheus import free_port
 from tests.unit.test_node_watchdog import frozen_job
 
@@ -87,18 +89,6 @@ def gate(config: NodeConfig) -> socket.socket:
     sock.settimeout(5)
     sock.connect(config.gate_socket)
     return sock
-
-
-def call(sock: socket.socket, line: str) -> str:
-    sock.sendall(line.encode() + b"\n")
-    return read(sock)
-
-
-def read(sock: socket.socket) -> str:
-    data = b""
-    while not data.endswith(b"\n"):
-        data += sock.recv(1)
-    return data.decode().strip()
 
 
 def test_grants_waits_kills_and_rounds_are_served(served: Served) -> None:
