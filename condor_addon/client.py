@@ -34,6 +34,23 @@ __all__ = ["CondorClient", "EditFailed", "configure_bindings", "open_client", "p
            "values_of"]  # fmt: skip
 
 
+#: What the bindings raise when a daemon cannot be reached or refuses a request, and when a
+#: ClassAd cannot be parsed or evaluated: ``HTCondorException`` and ``ClassAdException``
+#: since 24.0; plain ``RuntimeError`` (``OSError`` for I/O) and ``ValueError`` in the 23.x
+#: htcondor2 that comes with Debian 13's condor 23.9, which ``coshare condor trigger`` runs
+#: on in the local pool (deploy/condor/pool trigger-on).
+_CLASSAD_ERRORS: tuple[type[Exception], ...] = (
+    (classad2.ClassAdException,) if hasattr(classad2, "ClassAdException")
+    else (RuntimeError, ValueError)
+)  # fmt: skip
+
+
+def binding_errors(htcondor: Any) -> tuple[type[Exception], ...]:
+    """The exceptions of failed calls to the daemons, for this version of the bindings."""
+    error = getattr(htcondor, "HTCondorException", None)
+    return (error,) if isinstance(error, type) else (RuntimeError, OSError)
+
+
 def plain(value: object) -> object:
     """A ClassAd value as plain Python: ``None`` for undefined and error, lists recursively."""
     if isinstance(value, classad2.Value):  # Undefined / Error (an int enum: check it first)
@@ -58,7 +75,7 @@ def values_of(ad: Any, projection: Iterable[str]) -> dict[str, object]:
             continue
         try:
             out[name] = plain(ad.eval(name))
-        except classad2.ClassAdException:
+        except _CLASSAD_ERRORS:
             out[name] = None
     return out
 
@@ -99,7 +116,7 @@ class CondorClient:
         self.config = config
         self._sleep = sleep
         self._htcondor = htcondor
-        self._error: type[Exception] = self._htcondor.HTCondorException
+        self._error = binding_errors(htcondor)
         self._schedd: Any = None
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -108,20 +125,20 @@ class CondorClient:
         retrying = Retrying(
             stop=stop_after_attempt(self.config.retry_attempts),
             wait=wait_fixed(self.config.retry_wait_s),
-            retry=retry_if_exception_type((self._error, classad2.ClassAdException)),
+            retry=retry_if_exception_type((*self._error, *_CLASSAD_ERRORS)),
             sleep=self._sleep,
             reraise=True,
         )
         def attempt() -> Any:
             try:
                 return call()
-            except (self._error, classad2.ClassAdException):
+            except (*self._error, *_CLASSAD_ERRORS):
                 self.forget_schedd()  # it may have restarted on another port: locate it again
                 raise
 
         try:
             return retrying(attempt)
-        except (self._error, classad2.ClassAdException) as exc:
+        except (*self._error, *_CLASSAD_ERRORS) as exc:
             raise SchedulerUnavailable(
                 f"cannot {what} after {self.config.retry_attempts} attempts: {exc}"
             ) from exc
@@ -186,7 +203,38 @@ class CondorClient:
         ads = self._read("query the schedd", query)
         return [values_of(ad, projection) for ad in ads]
 
+    def negotiator_ads(self, projection: Sequence[str]) -> list[dict[str, object]]:
+        """The negotiator ads of the pool, projected (none when no negotiator runs)."""
+        def query() -> list[Any]:
+            return list(self._collector().query(self._htcondor.AdTypes.Negotiator,
+                                                projection=list(projection)))  # fmt: skip
+
+        ads = self._read(f"query the collector {self.collector_name}", query)
+        return [values_of(ad, projection) for ad in ads]
+
+    def param_seconds(self, name: str) -> float | None:
+        """A duration from the HTCondor configuration the bindings read (``None`` when it is
+        not set or not a number)."""
+        value = self._htcondor.param.get(name)
+        try:
+            seconds = float(value) if value is not None else None
+        except (TypeError, ValueError):
+            return None
+        return seconds if seconds is not None and 0 < seconds < float("inf") else None
+
     # -- writes ----------------------------------------------------------------------------
+
+    def reschedule(self) -> None:
+        """Ask the schedd to ask the negotiator for a cycle now (``condor_reschedule``).
+
+        Raises:
+            SchedulerUnavailable: the schedd could not be reached.
+        """
+        try:
+            self.schedd().reschedule()
+        except self._error as exc:
+            self.forget_schedd()
+            raise SchedulerUnavailable(f"cannot ask the schedd to reschedule: {exc}") from exc
 
     def edit_ids(self, job_ids: Sequence[str], attribute: str, value: str) -> int:
         """Set ``attribute`` to the ClassAd expression ``value`` in every listed job.

@@ -32,6 +32,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import types
 import typing
 import warnings
@@ -193,6 +194,9 @@ class NodeConfig:
         watch_failure_limit: watchdog rounds in a row that may fail (or one round may take
             this many intervals, at least 60 s) before the daemon exits non-zero, for its
             service manager to restart it.
+        metrics_address: ``HOST:PORT`` where the daemon serves Prometheus metrics at
+            ``/metrics`` (:mod:`coshare.node.metrics`); ``null``: no metrics. Plain HTTP
+            without authentication: keep it on a local or management address.
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
@@ -215,6 +219,67 @@ class NodeConfig:
     line_timeout_s: float = field(default=10.0, metadata={"min": 0.01})
     idle_timeout_s: float = field(default=300.0, metadata={"min": 0.01})
     watch_failure_limit: int = field(default=10, metadata={"min": 1})
+    metrics_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.metrics_address is not None:
+            listen_address(self.metrics_address, "node.metrics_address")
+
+
+#: ``HOST:PORT`` where a daemon listens: a host name or IPv4 address, or ``[IPv6]``.
+_ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])"
+                      r":(?P<port>[0-9]{1,5})")  # fmt: skip
+
+
+def listen_address(text: str, key: str) -> tuple[str, int]:
+    """The (host, port) of a ``HOST:PORT`` setting (an IPv6 host in brackets, given back
+    without them).
+
+    Raises:
+        ConfigError: naming ``key``, the value and what is allowed.
+    """
+    match = _ADDRESS.fullmatch(text)
+    port = int(match["port"]) if match else 0
+    if match is None or not 1 <= port <= 65535:
+        raise ConfigError(f"{key}: {shorten(text)} is not an address to listen on (allowed: "
+                          "HOST:PORT, e.g. 127.0.0.1:9810 or [::1]:9810, port 1..65535)")
+    return match["host"].strip("[]"), port
+
+
+#: A push gateway's address: ``http(s)://HOST[:PORT][/PATH]``.
+_URL = re.compile(r"https?://[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~/-]*)?")
+_JOB_LABEL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Where planning cycles export their Prometheus metrics (:mod:`coshare.metrics`).
+
+    Every cycle that writes (not ``--dry-run``, not ``show``) exports the figures of that
+    cycle: to a file for the node exporter's textfile collector, to a push gateway, or
+    both; neither is the default. A failed export is logged and never fails the cycle.
+
+    Attributes:
+        textfile_dir: the node exporter's ``--collector.textfile.directory``; each cycle
+            replaces ``coshare_<scheduler>.prom`` there (written whole, then renamed).
+        pushgateway: URL of a Prometheus push gateway (``http://host:9091``); each cycle
+            replaces its group there (job ``push_job``, label ``scheduler``).
+        push_job: the ``job`` label of the pushed group.
+        push_timeout_s: how long one push may take.
+    """
+
+    textfile_dir: str | None = None
+    pushgateway: str | None = None
+    push_job: str = "coshare"
+    push_timeout_s: float = field(default=5.0, metadata={"min": 0.1, "max": 300})
+
+    def __post_init__(self) -> None:
+        if self.pushgateway is not None and _URL.fullmatch(self.pushgateway) is None:
+            raise ConfigError(f"metrics.pushgateway: {shorten(self.pushgateway)} is not a push "
+                              "gateway URL (allowed: http(s)://HOST[:PORT][/PATH])")
+        if _JOB_LABEL.fullmatch(self.push_job) is None:
+            raise ConfigError(f"metrics.push_job: {shorten(self.push_job)} is not a job label "
+                              "(allowed: 1-64 of A-Z a-z 0-9 _ . -)")
 
 
 @dataclass(frozen=True)
@@ -235,6 +300,13 @@ class CondorConfig:
         retry_wait_s: seconds between attempts.
         lock_file: a cycle takes this lock so overlapping cycles (cron) never interleave;
             ``null``: no lock.
+        trigger_lead_s: ``coshare condor trigger`` finishes its cycle this long (plus what
+            its last cycle took) before the negotiator's next cycle is due.
+        trigger_poll_s: how often the trigger reads the negotiator's ad from the collector,
+            to see a negotiation cycle that started early (a submission asks for one).
+        trigger_reschedule: after a cycle that placed jobs, and that ran after a negotiation
+            cycle it was not ready for, the trigger asks the schedd for a negotiation now
+            (``condor_reschedule``), so those jobs need not wait a whole negotiator interval.
     """
 
     RENAMED: ClassVar[Mapping[str, str]] = {
@@ -247,6 +319,9 @@ class CondorConfig:
     retry_attempts: int = field(default=3, metadata={"min": 1})
     retry_wait_s: float = field(default=1.0, metadata={"min": 0})
     lock_file: str | None = "/run/lock/coshare-condor-cycle.lock"
+    trigger_lead_s: float = field(default=2.0, metadata={"min": 0, "max": 3600})
+    trigger_poll_s: float = field(default=1.0, metadata={"min": 0.1, "max": 3600})
+    trigger_reschedule: bool = True
 
 
 @dataclass(frozen=True)
@@ -296,6 +371,7 @@ class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     condor: CondorConfig = field(default_factory=CondorConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:
         # Device kinds are matched ignoring case, spaces, '-' and '_' (coshare.ledger): two

@@ -3,7 +3,7 @@
 ::
 
     coshare SCHEDULER cycle [--policy NAME] [--threads strict|soft] [--seed N] [--dry-run]
-                            [-v] [--output table|json]
+                            [-v] [--output table|json] [--log-format text|json]
     coshare SCHEDULER show  [--policy NAME] [--threads strict|soft] [--seed N]
                             [-v] [--output table|json]
     coshare SCHEDULER explain JOB [--policy NAME] [--threads strict|soft] [--seed N]
@@ -14,6 +14,11 @@ its adapter (:class:`coshare.ports.Adapter`) from the configuration and where it
 lock is. ``cycle`` reads, plans, checks and writes under the queue's lock (a second cycle
 on the same queue says so and exits 0); ``show`` reads and plans, and writes nothing;
 ``explain`` reads and explains one job (:mod:`coshare.explain`), and writes nothing.
+
+A cycle that writes exports its Prometheus metrics where ``metrics:`` says
+(:mod:`coshare.metrics`); ``--log-format json`` writes its log records (one for the cycle,
+with its figures, and one per refused, skipped, failed or withdrawn job; with ``-v``, what
+the adapter does) as JSON lines on standard error (:mod:`coshare.logs`).
 
 Exit statuses of ``cycle``, for cron: 0 every write went through (jobs may still wait); 1
 the scheduler could not be read or written (the next cycle recovers); 2 bad configuration;
@@ -38,10 +43,11 @@ from coshare.cli import (
     policy_options,
 )
 from coshare.config import Config
-from coshare.errors import CycleBusy
+from coshare.cycles import log_notes, run_once
+from coshare.errors import CoshareError, CycleBusy
 from coshare.explain import SNAPSHOT_NAMES, explain
-from coshare.lock import cycle_lock
-from coshare.planner import run_cycle, timed_plan
+from coshare.logs import log_format_option, setup_logging
+from coshare.planner import timed_plan
 from coshare.policies import make_policy
 from coshare.ports import Adapter
 from coshare.render import cycle_summary, cycle_to_dict, plan_table, show_text
@@ -64,9 +70,10 @@ def _output_flag(func: Any) -> Any:
                         "the snapshot, input of `coshare plan`).")(func)  # fmt: skip
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="coshare: %(levelname)s: %(message)s")  # fmt: skip
+def _logging(verbose: bool, log_format: str = "text") -> None:
+    # JSON logs are for log shippers: they get the cycle's own record (INFO) without -v.
+    level = logging.INFO if verbose or log_format == "json" else logging.WARNING
+    setup_logging(log_format, level, text_format="coshare: %(levelname)s: %(message)s")
 
 
 def _warn(notes: tuple[str, ...]) -> None:
@@ -98,23 +105,33 @@ def scheduler_group(
                   help="Read and plan, write nothing; say what would be written.")  # fmt: skip
     @_verbose_flag
     @_output_flag
+    @log_format_option
     @pass_app
     @click.pass_context
     def cycle(ctx: click.Context, app: AppContext, policy_name: str | None, threads: str | None,
-              seed: int | None, dry_run: bool, verbose: bool, output: str) -> None:  # fmt: skip
+              seed: int | None, dry_run: bool, verbose: bool, output: str,
+              log_format: str) -> None:  # fmt: skip
         """Run one planning cycle: read the queue, plan, check the plan, write it in batches."""
-        _logging(verbose)
+        _logging(verbose, log_format)
         config = configured(app, policy_name, threads, seed)
         policy = make_policy(config.policy.name, policy_options(config))
         try:
-            with cycle_lock(lock_file(config), f"{name}.lock_file"):
-                adapter = open_adapter(config)
-                report = run_cycle(adapter, policy, adapter, dry_run=dry_run,
-                                   strict_threads=config.policy.threads == "strict")  # fmt: skip
+            report = run_once(name, config, policy, open_adapter, lock_file(config),
+                              dry_run=dry_run, log_cycle=log_format == "json")  # fmt: skip
         except CycleBusy as busy:
             click.echo(f"coshare: {busy}")
             return
-        _warn(report.notes)
+        except CoshareError as error:
+            if log_format != "json":
+                raise  # one plain message from the command line's error handler
+            # Standard error stays one JSON object per line.
+            logging.getLogger("coshare.cycle").error(
+                "cycle failed: %s", error, extra={"scheduler": name, "status": error.exit_status})
+            ctx.exit(error.exit_status)
+        if log_format == "json":
+            log_notes(name, report.notes)
+        else:
+            _warn(report.notes)
         if output == "json":
             click.echo(json.dumps(cycle_to_dict(report), indent=1))
         else:

@@ -16,6 +16,11 @@
           v
     Editor.apply(plan, rejected, dry_run) --> ApplyReport    batched, idempotent edits
 
+Each of the four phases (``read``, ``plan``, ``verify``, ``apply``: :data:`PHASES`) is timed,
+and reported as it ends to an optional ``on_phase(name, seconds)`` hook, so that a cycle that
+fails half-way still tells its metrics (:mod:`coshare.metrics`) how far it got. The planner
+itself does no I/O beyond the ports and the clock it is given.
+
 The planner keeps no state of its own: the scheduler's queue is the ledger. A job placed by
 an earlier cycle carries its placement in its own attributes; the Source reports it as a
 ``planned`` placement that holds its resources (so two cycles never double-book) until it
@@ -38,14 +43,33 @@ from coshare.verify import check_plan
 
 # The ports used to live here: their names stay importable from the planner.
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "ApplyReport", "CycleReport", "Editor",
-    "JobOutcome", "Rejected", "Source", "SourceResult", "Waiting", "run_cycle", "timed_plan",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_PARTIAL",
+    "PHASES",
+    "ApplyReport",
+    "CycleReport",
+    "Editor",
+    "JobOutcome",
+    "OnPhase",
+    "Rejected",
+    "Source",
+    "SourceResult",
+    "Waiting",
+    "run_cycle",
+    "timed_plan",
 ]  # fmt: skip
 
 #: Exit statuses of a cycle, for cron and systemd.
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_PARTIAL = 3
+
+#: The phases of a cycle, in order.
+PHASES = ("read", "plan", "verify", "apply")
+
+OnPhase = Callable[[str, float], None]
+"""Told each phase's name (one of :data:`PHASES`) and seconds as the phase ends."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +82,7 @@ class CycleReport:
         rejected: jobs refused (bad annotations, unreadable records).
         read_s: seconds to read the scheduler.
         apply_s: seconds to write the plan.
+        verify_s: seconds to check the plan (:func:`coshare.verify.check_plan`).
         snapshot: what was planned.
         waiting: annotated jobs the Source left for later, with why.
         notes: what the Source found an admin should fix.
@@ -71,6 +96,7 @@ class CycleReport:
     snapshot: Snapshot | None = field(default=None, repr=False)
     waiting: tuple[Waiting, ...] = ()
     notes: tuple[str, ...] = ()
+    verify_s: float = 0.0
 
     @property
     def exit_status(self) -> int:
@@ -95,29 +121,46 @@ def run_cycle(
     dry_run: bool = False,
     strict_threads: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    on_phase: OnPhase | None = None,
 ) -> CycleReport:
     """Run one planning cycle.
+
+    Args:
+        on_phase: told each phase's name and seconds as it ends (metrics).
 
     Raises:
         SchedulerError: the scheduler could not be read, or nothing could be written.
         PlanInvariantError: the policy produced an unsound plan; nothing was written.
     """
+    tell = on_phase if on_phase is not None else _ignore
     start = clock()
     result = source.read()
     read_s = clock() - start
+    tell("read", read_s)
     plan = timed_plan(policy, result.snapshot, clock)
+    tell("plan", plan.seconds)
+    start = clock()
     violations = check_plan(result.snapshot, plan, strict_threads=strict_threads)
+    verify_s = clock() - start
+    tell("verify", verify_s)
     if violations:
         raise PlanInvariantError(plan.policy, violations)
     start = clock()
     report = editor.apply(plan, result.rejected, dry_run=dry_run)
+    apply_s = clock() - start
+    tell("apply", apply_s)
     return CycleReport(
         plan=plan,
         apply=report,
         rejected=result.rejected,
         read_s=read_s,
-        apply_s=clock() - start,
+        apply_s=apply_s,
         snapshot=result.snapshot,
         waiting=result.waiting,
         notes=result.notes,
+        verify_s=verify_s,
     )
+
+
+def _ignore(phase: str, seconds: float) -> None:
+    """The ``on_phase`` of a cycle nobody measures."""

@@ -115,10 +115,11 @@ def running_daemon(
     env: Mapping[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
     devices: tuple[str, ...] = ("0=8", "1=4"),
+    options: tuple[str, ...] = (),
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``coshare node gate`` on ``config`` (plus ``env``), up until the block ends; stopped
-    with SIGTERM (SIGKILL if it does not end), by its pid."""
-    argv = [COSHARE, "node", "gate"]
+    """``coshare node gate`` on ``config`` (plus ``env``, plus command-line ``options``), up
+    until the block ends; stopped with SIGTERM (SIGKILL if it does not end), by its pid."""
+    argv = [COSHARE, "node", "gate", *options]
     for device in devices:
         argv += ["--device", device]
     # The daemon logs to a file (a pipe nobody reads would stop it once full).

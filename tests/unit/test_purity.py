@@ -32,6 +32,7 @@ PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies
 #: the bindings' classad2 and is not among them.
 PURE_ADAPTERS = [
     "condor_addon.view", "condor_addon.edits", "condor_addon.attributes", "condor_addon.errors",
+    "condor_addon.negotiator",
     "slurm_addon.view", "slurm_addon.edits", "slurm_addon.jobs", "slurm_addon.nodes",
     "slurm_addon.comment", "slurm_addon.placement", "slurm_addon.scontrol",
     "slurm_addon.allocation", "slurm_addon.errors",

@@ -3,7 +3,7 @@
 ::
 
     coshare node check [--output table|json]
-    coshare node gate [--device ID=THREADS]... [--no-watch]
+    coshare node gate [--device ID=THREADS]... [--no-watch] [--log-format text|json]
     coshare node watch [--once]
     coshare node offload [--threads N] [--device ID] -- CMD [ARG...]
     coshare node job-start --job ID [--cores N | --cpus LIST] [--memory-mib M]
@@ -40,6 +40,7 @@ import click
 from coshare.cli import AppContext, pass_app
 from coshare.config import NodeConfig
 from coshare.errors import JobSpecError
+from coshare.logs import log_format_option, setup_logging
 from coshare.node import lifecycle
 from coshare.node.cgroups import FEATURES, JobGroup
 from coshare.node.gate.client import SOCKET_ENV, GateClient
@@ -117,6 +118,7 @@ def _budgets(config: NodeConfig, devices: Sequence[str]) -> dict[str, int]:
 )
 @click.option("--no-watch", is_flag=True, help="Do not run the memory watchdog.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every connection.")
+@log_format_option
 @pass_app
 def gate(
     app: AppContext,
@@ -125,8 +127,10 @@ def gate(
     control_socket: str | None,
     no_watch: bool,
     verbose: bool,
+    log_format: str,
 ) -> None:
-    """Run the node daemon: the offload gate, job control and the memory watchdog."""
+    """Run the node daemon: the offload gate, job control and the memory watchdog (and
+    Prometheus metrics on node.metrics_address, when set)."""
     from dataclasses import replace
 
     from coshare.node import daemon
@@ -136,10 +140,7 @@ def gate(
         config = replace(config, gate_socket=socket_path)
     if control_socket is not None:
         config = replace(config, control_socket=control_socket)
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    setup_logging(log_format, logging.DEBUG if verbose else logging.INFO)
     daemon.main(config, _budgets(config, devices), watch=not no_watch)
 
 

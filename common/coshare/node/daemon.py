@@ -22,7 +22,7 @@ import signal
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError, NodeError
@@ -37,6 +37,9 @@ from coshare.node.jobs import JobStore, job_of_pid
 from coshare.node.lifecycle import node_cgroups, node_store
 from coshare.node.sockets import Limits, raise_descriptor_limit
 from coshare.node.watchdog import DeviceMemory, Watchdog
+
+if TYPE_CHECKING:
+    from coshare.node.metrics import NodeMetrics
 
 log = logging.getLogger("coshare.node.daemon")
 T = TypeVar("T")
@@ -82,6 +85,9 @@ async def serve(
         watchdog: the watchdog to run (default: one over the node's jobs and the configured
             device memory backend).
 
+    With ``config.metrics_address`` set, it also serves Prometheus metrics there
+    (:mod:`coshare.node.metrics`).
+
     Raises:
         GateError: a socket cannot be served.
         NodeError: the device memory backend cannot start, or the watchdog cannot run.
@@ -92,6 +98,12 @@ async def serve(
     if identify is None:
         assert cgroups is not None
         identify = make_identify(cgroups, store)
+    gate_state = GateState(dict(budgets))
+    observed = None
+    if config.metrics_address is not None:
+        from coshare.node.metrics import NodeMetrics  # prometheus_client only when used
+
+        observed = NodeMetrics(store, gate_state, tuple(sorted(budgets)))
     if watch and watchdog is None:
         found = cgroups
         assert found is not None
@@ -99,9 +111,19 @@ async def serve(
         backend = device_memory_backend(config)
         watchdog = Watchdog(store, backend, lambda pid: job_of_pid(pid, found),
                             config.kill_timeout_s)  # fmt: skip
+    if observed is not None and isinstance(watchdog, Watchdog) and watchdog.on_kill is None:
+        watchdog.on_kill = observed.killed
+    stop_metrics = None
+    if observed is not None and config.metrics_address is not None:
+        stop_metrics = observed.serve(config.metrics_address)
     gate_limits = Limits.of(config, GATE_MAX_LINE)
-    server = GateServer(GateState(dict(budgets)), identify, gate_limits)
-    await server.start(Path(config.gate_socket))
+    server = GateServer(gate_state, identify, gate_limits, observer=observed)
+    try:
+        await server.start(Path(config.gate_socket))
+    except BaseException:
+        if stop_metrics is not None:
+            stop_metrics()
+        raise
     jobs = JobControl(config) if control else None
     controller = None
     if jobs is not None:
@@ -113,10 +135,12 @@ async def serve(
             await controller.start(Path(config.control_socket))
     except BaseException:
         await server.close()
+        if stop_metrics is not None:
+            stop_metrics()
         raise
     watcher: asyncio.Task[None] | None = None
     if watchdog is not None and watch:
-        watcher = asyncio.ensure_future(_watch(watchdog, jobs, config, stop))
+        watcher = asyncio.ensure_future(_watch(watchdog, jobs, config, stop, observed))
     log.info("offload gate on %s, devices %s; job control on %s; at most %d connections "
              "per uid", config.gate_socket, dict(budgets),
              config.control_socket if control else "off", gate_limits.per_uid)  # fmt: skip
@@ -139,6 +163,8 @@ async def serve(
         await server.close()
         if controller is not None:
             await controller.close()
+        if stop_metrics is not None:
+            stop_metrics()
         with contextlib.suppress(FileNotFoundError):
             Path(config.gate_socket).unlink()
         if controller is not None:
@@ -147,7 +173,11 @@ async def serve(
 
 
 async def _watch(
-    watchdog: Watchdog, jobs: JobControl | None, config: NodeConfig, stop: asyncio.Event
+    watchdog: Watchdog,
+    jobs: JobControl | None,
+    config: NodeConfig,
+    stop: asyncio.Event,
+    metrics: NodeMetrics | None = None,
 ) -> None:
     """Watchdog rounds every ``watch_interval_s`` until ``stop``.
 
@@ -161,6 +191,8 @@ async def _watch(
         try:
             await in_thread(lambda: _round(watchdog, jobs), round_timeout_s)
         except asyncio.TimeoutError:
+            if metrics is not None:
+                metrics.watch_round(ok=False)
             raise NodeError(
                 f"a memory watchdog round did not finish in {round_timeout_s:g} s "
                 "(node.watch_failure_limit x max(watch_interval_s, kill_timeout_s)); the "
@@ -168,6 +200,8 @@ async def _watch(
             ) from None
         except Exception as exc:
             failures += 1
+            if metrics is not None:
+                metrics.watch_round(ok=False)
             log.error("watchdog round failed (%d in a row; the daemon stops after %d): %s",
                       failures, limit, exc, exc_info=not isinstance(exc, CoshareError))  # fmt: skip
             if failures >= limit:
@@ -176,6 +210,8 @@ async def _watch(
                     f"{exc}; the daemon stops so that a fresh one is started"
                 ) from exc
         else:
+            if metrics is not None:
+                metrics.watch_round(ok=True)
             if failures:
                 log.warning("watchdog round succeeded again after %d failures", failures)
             failures = 0

@@ -133,7 +133,8 @@ def enforce(store: JobStore, group: JobGroup, violation: Violation) -> bool:
     """
     first = store.record_reason(violation.job, violation.reason())
     if first:
-        log.warning("%s", violation.reason())
+        log.warning("%s", violation.reason(),
+                    extra={"job": violation.job, "resource": violation.resource})
     group.kill()
     return first
 
@@ -150,6 +151,8 @@ class Watchdog:
         device_memory: the device memory backend, or ``None`` (host memory only).
         job_of_pid: maps a host pid to its job (through its cgroup).
         timeout_s: how long killing a group may take.
+        on_kill: told of each job this watchdog killed and was the first to record the
+            reason of (the daemon's metrics).
     """
 
     def __init__(
@@ -158,11 +161,13 @@ class Watchdog:
         device_memory: DeviceMemory | None,
         job_of_pid: Callable[[int], str | None],
         timeout_s: float = 10.0,
+        on_kill: Callable[[Violation], None] | None = None,
     ) -> None:
         self.store = store
         self.device_memory = device_memory
         self.job_of_pid = job_of_pid
         self.timeout_s = timeout_s
+        self.on_kill = on_kill
         #: Rounds in a row whose device memory could not be read (0: it was read last time).
         self.device_failures = 0
 
@@ -193,7 +198,10 @@ class Watchdog:
                 continue
             done.add(violation.job)
             try:
-                enforce(self.store, by_job[violation.job].group(self.timeout_s), violation)
+                first = enforce(self.store, by_job[violation.job].group(self.timeout_s),
+                                violation)  # fmt: skip
+                if first and self.on_kill is not None:
+                    self.on_kill(violation)
             except Exception as exc:
                 log.error("cannot kill job %s: %s", violation.job, exc,
                           exc_info=not isinstance(exc, CoshareError))  # fmt: skip

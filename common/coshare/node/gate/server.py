@@ -11,6 +11,9 @@ stops answering that connection's lines (they stay buffered, a bounded amount) b
 notices at once when it closes. What one peer may hold (connections, buffers, time) is
 bounded by :mod:`coshare.node.sockets`; a connection that holds a grant or waits for one is
 never closed for its silence.
+
+An optional :class:`GateObserver` (the daemon's metrics, :mod:`coshare.node.metrics`) is
+told of every grant with how long its ACQUIRE waited, and of every ACQUIRE that queues.
 """
 
 from __future__ import annotations
@@ -18,8 +21,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
-from coshare.node.gate.protocol import MAX_LINE, ProtocolError, format_error, parse_request
+from coshare.node.gate.protocol import (
+    MAX_LINE,
+    ProtocolError,
+    Request,
+    format_error,
+    parse_request,
+)
 from coshare.node.gate.state import Client, GateState, Reply
 from coshare.node.sockets import Limits, LineConnection, LineServer
 
@@ -27,6 +37,16 @@ log = logging.getLogger("coshare.node.gate")
 
 Identify = Callable[[int, int], Client]
 """Who a peer is: ``identify(pid, uid) -> Client`` (its job, devices, declared threads)."""
+
+
+class GateObserver(Protocol):
+    """Told what the gate grants (metrics). Called on the event loop: must not block."""
+
+    def granted(self, device: str, waited_s: float) -> None:
+        """Threads of ``device`` were granted, ``waited_s`` after the request (0: at once)."""
+
+    def queued(self, device: str) -> None:
+        """An ACQUIRE of ``device`` could not be granted at once and waits."""
 
 
 class _Connection(LineConnection):
@@ -53,7 +73,9 @@ class _Connection(LineConnection):
         except ProtocolError as exc:
             self.write(format_error(exc.code, exc.text))
             return
-        self.server.send(self.server.state.handle(self.conn, request), origin=self.conn)
+        replies = self.server.state.handle(self.conn, request)
+        self.server.observe(self.conn, request, replies)
+        self.server.send(replies, origin=self.conn)
         if request.verb == "QUIT":
             self.close()
 
@@ -78,12 +100,16 @@ class GateServer(LineServer):
         limits: what one peer may hold (default: the module's defaults).
     """
 
-    def __init__(self, state: GateState, identify: Identify, limits: Limits | None = None) -> None:
+    def __init__(self, state: GateState, identify: Identify, limits: Limits | None = None,
+                 observer: GateObserver | None = None) -> None:  # fmt: skip
         super().__init__("gate", limits or Limits(max_line=MAX_LINE))
         self.state = state
         self.identify = identify
+        self.observer = observer
         self._conns: dict[int, _Connection] = {}
         self._next = 1
+        #: When each waiting connection's ACQUIRE was queued (the observer's wait times).
+        self._queued_at: dict[int, float] = {}
 
     def connection(self) -> LineConnection:
         return _Connection(self)
@@ -96,12 +122,29 @@ class GateServer(LineServer):
 
     def unregister(self, conn: int) -> None:
         self._conns.pop(conn, None)
+        self._queued_at.pop(conn, None)
+
+    def observe(self, conn: int, request: Request, replies: list[Reply]) -> None:
+        """Tell the observer of a request's immediate grant, or that it queued."""
+        if self.observer is None or request.verb not in ("ACQUIRE", "TRY"):
+            return
+        device = self.state.waiting_on(conn)
+        if device is not None:
+            self._queued_at[conn] = self.now()
+            self.observer.queued(device)
+            return
+        for reply in replies:
+            if reply.conn == conn and reply.line.startswith("OK "):
+                self.observer.granted(reply.line.split()[2], 0.0)  # OK <grant> <device> <n>
 
     def send(self, replies: list[Reply], origin: int | None = None) -> None:
         """Write each reply to its connection; a connection whose wait ended (any but the
         ``origin`` of the request) answers its next lines."""
         resumed = []
         for reply in replies:
+            queued_at = self._queued_at.pop(reply.conn, None)
+            if queued_at is not None and self.observer is not None and reply.line.startswith("OK "):
+                self.observer.granted(reply.line.split()[2], self.now() - queued_at)
             connection = self._conns.get(reply.conn)
             if connection is not None:
                 connection.write(reply.line)

@@ -110,6 +110,11 @@ class GateState:
         """Whether the connection waits for an ACQUIRE (the server reads no more from it)."""
         return conn in self._waiting
 
+    def waiting_on(self, conn: int) -> str | None:
+        """The device the connection's ACQUIRE waits for, ``None`` when it waits for none."""
+        waiter = self._waiting.get(conn)
+        return waiter.device if waiter is not None else None
+
     def holds(self, conn: int) -> bool:
         """Whether the connection holds a grant (its silence is legitimate: an offload runs)."""
         return bool(self._by_conn.get(conn))

@@ -1,0 +1,89 @@
+"""One planning cycle as the commands run it: under the queue's lock, logged, and its
+metrics exported.
+
+``coshare condor|slurm cycle`` (cron, a systemd timer) runs it once;
+``coshare condor trigger`` runs it in step with the negotiator. Both go through
+:func:`run_once`, so a cycle logs and exports the same way however it was started.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from coshare.config import Config
+from coshare.errors import CoshareError, CycleBusy
+from coshare.lock import cycle_lock
+from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
+from coshare.planner import CycleReport, run_cycle
+from coshare.policies import Policy
+from coshare.ports import Adapter
+
+log = logging.getLogger("coshare.cycle")
+
+
+def run_once(
+    name: str,
+    config: Config,
+    policy: Policy,
+    open_adapter: Callable[[Config], Adapter],
+    lock_file: str | None,
+    *,
+    dry_run: bool = False,
+    log_cycle: bool = True,
+    totals: CycleTotals | None = None,
+) -> CycleReport:
+    """Run one cycle of scheduler ``name`` under its lock; log it (:func:`log_report`,
+    unless ``log_cycle`` is false: ``cycle``'s text output already says all of it) and
+    export its metrics (not for a dry run), with ``totals``, the running totals of a
+    long-running caller, which this cycle adds to.
+
+    Raises:
+        CycleBusy: another cycle holds the lock (nothing was done, nothing is exported).
+        CoshareError: the cycle failed (its metrics are exported first).
+    """
+    metrics = CycleMetrics(name, config.metrics, totals=totals)
+    try:
+        with cycle_lock(lock_file, f"{name}.lock_file"):
+            adapter = open_adapter(config)
+            report = run_cycle(adapter, policy, adapter, dry_run=dry_run,
+                               strict_threads=config.policy.threads == "strict",
+                               on_phase=metrics.phase)  # fmt: skip
+    except CycleBusy:
+        raise
+    except CoshareError as error:
+        if not dry_run:
+            metrics.failed(error)
+            metrics.export()
+        raise
+    if log_cycle:
+        log_report(name, report)
+    if not dry_run:
+        metrics.finished(report)
+        metrics.export()
+    return report
+
+
+def log_report(name: str, report: CycleReport) -> None:
+    """One record for the cycle (its figures as fields), and one per job it refused,
+    skipped, failed or withdrew (the job id as a field), all at INFO."""
+    figures = cycle_figures(report)
+    log.info("cycle %s: %d pending, %d placed, wrote %d", "(dry run) " if report.apply.dry_run
+             else "done", figures["pending"], figures["placed"], figures["edits"]["written"],
+             extra={"scheduler": name, "policy": report.plan.policy,
+                    "dry_run": report.apply.dry_run, "status": report.exit_status,
+                    **figures})  # fmt: skip
+    for rejected in report.rejected:
+        log.info("refused job %s: %s", rejected.job, rejected.reason,
+                 extra={"scheduler": name, "job": rejected.job, "outcome": "refused"})
+    for outcomes, what in ((report.apply.skipped, "skipped"), (report.apply.failed, "failed"),
+                           (report.apply.withdrawn, "withdrew")):  # fmt: skip
+        for outcome in outcomes:
+            log.info("%s job %s: %s", what, outcome.job, outcome.detail,
+                     extra={"scheduler": name, "job": outcome.job, "outcome": what})
+
+
+def log_notes(name: str, notes: tuple[str, ...]) -> None:
+    """What the Source found an admin should fix, one warning each."""
+    for note in notes:
+        log.warning("%s", note, extra={"scheduler": name})
