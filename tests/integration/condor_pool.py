@@ -68,7 +68,7 @@ class Pool:
 
     def cycle(self, *, replan_after_s: float = 300.0, client: CondorClient | None = None,
               hold_invalid: bool = True, dry_run: bool = False) -> CycleReport:
-        """One real planning cycle (knapsack), as `coshare condor cycle` runs it."""
+        """One real planning cycle (the default policy), as `coshare condor cycle` runs it."""
         client = client or self.client
         config = self.config(replan_after_s=replan_after_s)
         config = replace(config, condor=replace(config.condor, hold_invalid=hold_invalid))

@@ -114,7 +114,7 @@ def test_cycle_logs_json_lines_on_standard_error(
                             lambda config: str(tmp_path / "lock"))  # fmt: skip
     result = CliRunner().invoke(group, ["cycle", "--log-format", "json"])
     assert result.exit_code == 3, result.output  # one write failed
-    assert "cycle (knapsack): 1 pending, 1 placed, wrote 1" in result.stdout
+    assert "cycle (sharepack): 1 pending, 1 placed, wrote 1" in result.stdout
     records = [json.loads(line) for line in result.stderr.splitlines()]  # every line is JSON
     cycle = next(r for r in records if r["message"].startswith("cycle done"))
     assert cycle["logger"] == "coshare.cycle" and cycle["scheduler"] == "fake"

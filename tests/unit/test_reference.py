@@ -81,7 +81,7 @@ def complete(words: str, base_only: bool = True) -> list[str]:
 
 def test_shell_completion_works_without_the_extras() -> None:
     assert {"condor", "config"} <= set(complete("coshare con"))
-    assert set(complete("coshare condor ")) == {"cycle", "explain", "show"}
+    assert set(complete("coshare condor ")) == {"cycle", "explain", "show", "trigger"}
     assert "--policy" in complete("coshare slurm cycle --p")
     assert complete("coshare schema ") == ["plan", "snapshot"]
     source = subprocess.run([sys.executable, "-c", BASE_ONLY.replace(
