@@ -40,6 +40,7 @@ from condor_addon.view import (
     parse_queue,
     parse_slots,
     read_job,
+    with_node_facts,
 )
 
 
@@ -84,8 +85,11 @@ class CondorAdapter:
                             replan_after_s=self.config.cycle.replan_after_s)  # fmt: skip
         self.jobs, self.queue = jobs, queue
         snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
+        snapshot, facts_notes = with_node_facts(
+            snapshot, cluster, jobs.values(), now_s=now_s,
+            max_age_s=self.config.cycle.node_facts_max_age_s)  # fmt: skip
         return SourceResult(snapshot, queue.book.rejected,
-                            notes=cluster.warnings + queue.warnings)  # fmt: skip
+                            notes=cluster.warnings + queue.warnings + facts_notes)  # fmt: skip
 
     def _jobs(self, constraint: str) -> dict[str, QueueJob]:
         jobs = (read_job(v) for v in self.client.job_ads(constraint))

@@ -16,6 +16,9 @@ Where the truth lives:
   coshare job's slot also carries the placement it really started with (``STARTD_JOB_ATTRS``),
   so a job is counted on the device it runs on even if its queue entry says otherwise. Claimed
   slots of unannotated jobs, or of other schedds, hold host resources too.
+- **Node facts**: the ``CoshareNodeFacts`` text a node's startd cron publishes (the node
+  daemon's measurements); only carried here, read by :func:`coshare.facts.with_facts`. The
+  node knows a job by its GlobalJobId in id characters (the job wrapper's ``--job``).
 - **What is planned**: the schedd's queue. An idle managed job's gate is open while
   ``CosharePlacedNode`` is set; the ledger counts it as placed, or pending again when its
   placement expired. A running job the collector does not show yet is counted from its queue
@@ -30,6 +33,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from coshare.facts import with_facts
 from coshare.ledger import (
     Book,
     Current,
@@ -93,6 +97,7 @@ class ClusterView:
         node_of_machine: startd name (``node2@host``) -> node name, to place a job by its
             ``RemoteHost`` before the collector shows its slot.
         warnings: problems an admin should fix (a node's devices unusable, ...).
+        facts: each node's ``CoshareNodeFacts`` text, as published.
     """
 
     nodes: tuple[Node, ...]
@@ -100,6 +105,7 @@ class ClusterView:
     global_ids: frozenset[str] = frozenset()
     node_of_machine: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 def _devices(
@@ -149,6 +155,7 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
     memory: dict[str, int] = {}
     devices: dict[str, tuple[Device, ...]] = {}
     node_of_machine: dict[str, str] = {}
+    facts: dict[str, str] = {}
     claimed: list[tuple[str, Values]] = []
     for ad in slots:
         name = _text(ad.get(A.NODE_NAME))
@@ -164,6 +171,9 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
             memory[name] = memory.get(name, 0) + int(total_mem)
         if name not in devices and ad.get(A.DEVICE_IDS) is not None:
             devices[name] = _devices(name, ad, index, warnings)
+        text = ad.get(A.NODE_FACTS)
+        if isinstance(text, str) and name not in facts:
+            facts[name] = text
         if kind != "Partitionable" and ad.get("State") == "Claimed":
             claimed.append((name, ad))
 
@@ -202,7 +212,7 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
             )
         )  # fmt: skip
     return ClusterView(nodes, tuple(running), frozenset(global_ids), node_of_machine,
-                       tuple(warnings))  # fmt: skip
+                       tuple(warnings), facts)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -420,3 +430,29 @@ def _changed(now: QueueJob, then: QueueJob) -> bool:
         or now.placed_devices != then.placed_devices
         or now.placed_at != then.placed_at
     )
+
+
+def node_job_id(global_id: str) -> str:
+    """A job's id on its node: its GlobalJobId in id characters, as the job wrapper makes it
+    (``tr -c 'A-Za-z0-9._+-' '_' | cut -c1-128``, byte by byte)."""
+    raw = global_id.encode("utf-8", "surrogateescape")[:128]
+    return "".join(chr(b) if chr(b) in _NODE_ID_CHARS else "_" for b in raw)
+
+
+_NODE_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+-")
+
+
+def with_node_facts(
+    snapshot: Snapshot, cluster: ClusterView, jobs: Iterable[QueueJob], *, now_s: float,
+    max_age_s: float,
+) -> tuple[Snapshot, tuple[str, ...]]:  # fmt: skip
+    """``snapshot`` with the facts the nodes published (:func:`coshare.facts.with_facts`),
+    and the notes about the unusable ones. A running job is found in its node's loads by its
+    GlobalJobId in id characters."""
+    global_of = {q.id: q.global_id for q in jobs if q.global_id}
+
+    def local_id(job: RunningJob) -> str:
+        return node_job_id(global_of.get(job.id, job.id))
+
+    return with_facts(snapshot, cluster.facts, now_s=now_s, max_age_s=max_age_s,
+                      local_ids=local_id)  # fmt: skip

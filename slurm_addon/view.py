@@ -21,6 +21,9 @@ the rules of a placement's life); a job's gate is open while it is not held::
 A job whose comment does not mention coshare is never planned or written; if it runs, it
 counts with the cores, memory and GRES devices Slurm gave it.
 
+A node's ``Extra`` field carries its facts (the node daemon's measurements, written by
+``coshare-slurm-facts``); they are only handed to :func:`coshare.facts.with_facts`.
+
 Pure: no I/O, no clock (the caller passes ``now_s``).
 """
 
@@ -31,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from coshare.facts import with_facts
 from coshare.ledger import (
     Placed,
     Queued,
@@ -176,6 +180,7 @@ def build_view(
     partition: str | None = None,
     replan_after_s: float = 300.0,
     now_s: float,
+    node_facts_max_age_s: float = 600.0,
 ) -> ClusterView:
     """Turn what squeue and sinfo said into the cycle's view (see the module docstring)."""
     notes: list[str] = []
@@ -223,13 +228,15 @@ def build_view(
 
     book = settle(queue, usable, now_s=now_s, replan_after_s=replan_after_s)
     snapshot = Snapshot(tuple(usable), tuple(running) + book.planned, book.pending, now_s=now_s)
+    snapshot, facts_notes = with_facts(snapshot, {n.name: n.extra for n in nodes},
+                                       now_s=now_s, max_age_s=node_facts_max_age_s)  # fmt: skip
     return ClusterView(
         snapshot=snapshot,
         rejected=book.rejected,
         jobs={j.id: j for j in jobs},
         to_close={**book.to_close, **waiting_open},
         waiting=tuple(waiting),
-        notes=tuple(notes) + book.notes,
+        notes=tuple(notes) + book.notes + facts_notes,
         unusable_nodes=tuple(unusable),
     )
 
