@@ -32,11 +32,8 @@ from tests.node.helpers import (
     COSHARE,
     cpu_ticks,
     node_env,
-    remove_parent,
     running_daemon,
-    skip_reason,
     stop,
-    unique_parent,
     wait_for,
 )
 from tests.node.test_control_real import ask
@@ -126,20 +123,6 @@ def test_a_job_frozen_too_long_is_thawed_by_the_daemon(node_config: NodeConfig) 
             wait_for(lambda: not record.group().is_frozen(), 30, "the daemon to thaw the job")
     finally:
         stop(busy)
-
-
-@pytest.fixture
-def v2() -> object:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    for root in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
-        if (root / "cgroup.controllers").exists():
-            cgroups = V2Cgroups(root, unique_parent())
-            yield cgroups
-            remove_parent(cgroups)
-            return
-    pytest.skip(f"no cgroup v2 mount at {CGROUP_ROOT} or {CGROUP_ROOT}/unified")
 
 
 def test_v2_cpu_stat_and_cgroup_freeze_for_real(v2: V2Cgroups) -> None:
