@@ -42,6 +42,7 @@ from condor_addon.view import (
     parse_queue,
     parse_slots,
     read_job,
+    with_node_facts,
 )
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,11 @@ class CondorAdapter:
                             replan_after_s=self.config.cycle.replan_after_s)  # fmt: skip
         self.jobs, self.queue = jobs, queue
         snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
+        snapshot, facts_notes = with_node_facts(
+            snapshot, cluster, jobs.values(), now_s=now_s,
+            max_age_s=self.config.cycle.node_facts_max_age_s)  # fmt: skip
         return SourceResult(snapshot, queue.book.rejected,
-                            notes=cluster.warnings + queue.warnings,
+                            notes=cluster.warnings + queue.warnings + facts_notes,
                             unusable=cluster.unusable)  # fmt: skip
 
     def _jobs(self, constraint: str) -> dict[str, QueueJob]:

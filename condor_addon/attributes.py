@@ -21,6 +21,8 @@ Machine (slot) attributes, advertised by every execute node::
     CoshareNodeDeviceMemory    {8192, 8192}     MiB
     CoshareNodeDeviceThreads   {240, 240}       hardware threads (0: look up the model)
     CoshareNodeDeviceModels    {"phi-5110p", ...}
+    CoshareNodeFacts           "coshare-facts;v=1;at=...;..."  from coshare-facts (startd cron):
+                               the node daemon's measurements (coshare.facts parses them)
 
 Claimed slots also carry the job's CoshareManaged, CosharePlacedNode, CosharePlacedDevices,
 CoshareDeviceMemory and CoshareDeviceThreads (``STARTD_JOB_ATTRS``): what the job really
@@ -52,6 +54,7 @@ DEVICE_IDS = "CoshareNodeDeviceIds"
 DEVICE_MEMORY = "CoshareNodeDeviceMemory"
 DEVICE_THREADS = "CoshareNodeDeviceThreads"
 DEVICE_MODELS = "CoshareNodeDeviceModels"
+NODE_FACTS = "CoshareNodeFacts"
 
 #: What the Source asks the schedd for (a projection keeps the query small).
 JOB_PROJECTION: tuple[str, ...] = (
@@ -65,7 +68,7 @@ SLOT_PROJECTION: tuple[str, ...] = (
     "Name", "Machine", "SlotType", "State", "Activity", "Cpus", "Memory", "TotalSlotCpus",
     "TotalSlotMemory", "GlobalJobId", "JobId", NODE_NAME, DEVICE_IDS, DEVICE_MEMORY,
     DEVICE_THREADS, DEVICE_MODELS, MANAGED, PLACED_NODE, PLACED_DEVICES,
-    "CoshareDeviceMemory", "CoshareDeviceThreads", "DrainReason",
+    "CoshareDeviceMemory", "CoshareDeviceThreads", "DrainReason", NODE_FACTS,
 )  # fmt: skip
 
 #: HTCondor's JobStatus codes (condor_q's letters) for the states coshare cares about.

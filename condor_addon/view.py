@@ -16,6 +16,9 @@ Where the truth lives:
   coshare job's slot also carries the placement it really started with (``STARTD_JOB_ATTRS``),
   so a job is counted on the device it runs on even if its queue entry says otherwise. Claimed
   slots of unannotated jobs, or of other schedds, hold host resources too.
+- **Node facts**: the ``CoshareNodeFacts`` text a node's startd cron publishes (the node
+  daemon's measurements); only carried here, read by :func:`coshare.facts.with_facts`. The
+  node knows a job by its GlobalJobId in id characters (the job wrapper's ``--job``).
 - **What is planned**: the schedd's queue. An idle managed job's gate is open while
   ``CosharePlacedNode`` is set; the ledger counts it as placed, or pending again when its
   placement expired. A running job the collector does not show yet is counted from its queue
@@ -43,6 +46,7 @@ from coshare.bounds import (
     bounded,
     shorten_text,
 )
+from coshare.facts import with_facts
 from coshare.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
 from coshare.ledger import (
     Book,
@@ -125,6 +129,7 @@ class ClusterView:
         unusable: nodes whose slots are drained or closed (:data:`CLOSED_STATES`), with why.
         left_out: nodes not planned this cycle: the unusable ones, and those whose slot ads
             could not be read (each named in ``warnings``).
+        facts: each node's ``CoshareNodeFacts`` text, as published.
     """
 
     nodes: tuple[Node, ...]
@@ -134,6 +139,7 @@ class ClusterView:
     warnings: tuple[str, ...] = ()
     unusable: tuple[Unusable, ...] = ()
     left_out: frozenset[str] = frozenset()
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 def _device_id(raw: object) -> str:
@@ -319,6 +325,7 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
     warnings: list[str] = []
     ads_of: dict[str, list[Values]] = {}
     node_of_machine: dict[str, str] = {}
+    facts: dict[str, str] = {}
     for ad in slots:
         raw = ad.get(A.NODE_NAME)
         if raw is None:
@@ -331,6 +338,9 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
             continue
         node_of_machine[machine_of(slot)] = name
         ads_of.setdefault(name, []).append(ad)
+        text = ad.get(A.NODE_FACTS)
+        if isinstance(text, str) and name not in facts:
+            facts[name] = text  # checked and bounded by coshare.facts, as Slurm's
 
     nodes: list[Node] = []
     running: list[RunningJob] = []
@@ -356,7 +366,8 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
             global_ids.update(r.id for r, ad in zip(result[1], result[0].claimed, strict=True)
                               if ad.get("GlobalJobId") is not None)  # fmt: skip
     return ClusterView(tuple(nodes), tuple(running), frozenset(global_ids), node_of_machine,
-                       tuple(warnings), tuple(unusable), frozenset(left_out))  # fmt: skip
+                       tuple(warnings), tuple(unusable), frozenset(left_out),
+                       {n: t for n, t in facts.items() if n not in left_out})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -586,3 +597,29 @@ def _changed(now: QueueJob, then: QueueJob) -> bool:
         or now.placed_devices != then.placed_devices
         or now.placed_at != then.placed_at
     )
+
+
+def node_job_id(global_id: str) -> str:
+    """A job's id on its node: its GlobalJobId in id characters, as the job wrapper makes it
+    (``tr -c 'A-Za-z0-9._+-' '_' | cut -c1-128``, byte by byte)."""
+    raw = global_id.encode("utf-8", "surrogateescape")[:128]
+    return "".join(chr(b) if chr(b) in _NODE_ID_CHARS else "_" for b in raw)
+
+
+_NODE_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+-")
+
+
+def with_node_facts(
+    snapshot: Snapshot, cluster: ClusterView, jobs: Iterable[QueueJob], *, now_s: float,
+    max_age_s: float,
+) -> tuple[Snapshot, tuple[str, ...]]:  # fmt: skip
+    """``snapshot`` with the facts the nodes published (:func:`coshare.facts.with_facts`),
+    and the notes about the unusable ones. A running job is found in its node's loads by its
+    GlobalJobId in id characters."""
+    global_of = {q.id: q.global_id for q in jobs if q.global_id}
+
+    def local_id(job: RunningJob) -> str:
+        return node_job_id(global_of.get(job.id, job.id))
+
+    return with_facts(snapshot, cluster.facts, now_s=now_s, max_age_s=max_age_s,
+                      local_ids=local_id)  # fmt: skip

@@ -89,6 +89,7 @@ class SlurmAdapter:
             partition=self.config.slurm.partition,
             replan_after_s=self.config.cycle.replan_after_s,
             now_s=self.clock(),
+            node_facts_max_age_s=self.config.cycle.node_facts_max_age_s,
         )
         return SourceResult(self.view.snapshot, self.view.rejected, self.view.waiting,
                             tuple(notes) + self.view.notes, self.view.unusable)  # fmt: skip

@@ -23,7 +23,13 @@ from slurm_addon.allocation import ALLOCATION_FORMAT, Allocation, parse_allocati
 from slurm_addon.errors import SlurmControllerDown
 from slurm_addon.jobs import SlurmJob, fields_format, parse_squeue_fields, parse_squeue_json
 from slurm_addon.nodes import SlurmNode, parse_sinfo_json
-from slurm_addon.scontrol import chunks, controller_down, errors_by_job, job_list
+from slurm_addon.scontrol import (
+    chunks,
+    controller_down,
+    errors_by_job,
+    job_list,
+    node_extra_argv,
+)
 
 T = TypeVar("T")
 #: Job ids per ``squeue --jobs`` query (an argument of ~10 kB).
@@ -207,6 +213,11 @@ class SlurmClient:
         if result.returncode == 0 and "Modified" in result.stdout + result.stderr:
             return None
         return (result.stderr or result.stdout).strip() or f"sacctmgr exited {result.returncode}"
+
+    def update_node_extra(self, node: str, facts: str) -> str | None:
+        """Write a node's facts into its ``Extra`` field (operators only: Slurm refuses a
+        user's node update); its error text, or ``None`` on success."""
+        return self.update(node_extra_argv(node, facts))
 
     def show_job(self, job_id: str) -> str:
         """``scontrol show job <id>`` (the Epilog reads the job's error file from it)."""

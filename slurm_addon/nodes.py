@@ -72,6 +72,8 @@ class SlurmNode:
         gres: its GRES.
         partitions: the partitions it belongs to.
         reason: why it is down or drained, if it is.
+        extra: its ``Extra`` field: the node facts coshare's publisher wrote there
+            (``scontrol update NodeName=<node> Extra=...``, operators only), carried as text.
     """
 
     name: str
@@ -82,6 +84,7 @@ class SlurmNode:
     gres: tuple[GresEntry, ...] = ()
     partitions: tuple[str, ...] = ()
     reason: str = ""
+    extra: str = ""
 
     @property
     def usable(self) -> bool:
@@ -200,6 +203,7 @@ def parse_node(record: Mapping[str, object], notes: list[str] | None = None) -> 
         gres=gres,
         partitions=tuple(str(p) for p in partitions) if isinstance(partitions, list) else (),
         reason=text(record.get("reason")),
+        extra=text(record.get("extra")),
     )
 
 

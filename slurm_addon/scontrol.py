@@ -11,7 +11,8 @@ Two ways of writing, chosen by what is written:
   refuses anything else) and never from text a user wrote.
 - Refusal messages quote the user's annotations; they go as one argument list per job.
 
-Release and hold take many jobs per call (``scontrol release 1,2,3``).
+Release and hold take many jobs per call (``scontrol release 1,2,3``). A node's facts go
+into its ``Extra`` field with one argument list (:func:`node_extra_argv`).
 
 Pure: no I/O.
 """
@@ -66,6 +67,22 @@ def update_argv(job_id: str, admin_comment: str) -> list[str]:
     if not _JOB_ID.fullmatch(job_id):
         raise UnsafeValue(f"job id {shorten(job_id)}")
     return ["update", f"JobId={job_id}", f"AdminComment={admin_comment}"]
+
+
+def node_extra_argv(node: str, facts: str) -> list[str]:
+    """``scontrol update`` of a node's ``Extra`` field with its facts line.
+
+    Raises:
+        UnsafeValue: a node name outside the safe set, or text that is not a facts line.
+    """
+    if not is_safe_token(node):
+        raise UnsafeValue(f"node name {shorten(node)}")
+    if not _FACTS.fullmatch(facts):
+        raise UnsafeValue(f"node facts {shorten(facts)}")
+    return ["update", f"NodeName={node}", f"Extra={facts}"]
+
+
+_FACTS = re.compile(r"coshare-facts;[A-Za-z0-9._:;=,+-]{0,131072}")
 
 
 def chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:

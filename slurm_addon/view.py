@@ -26,6 +26,8 @@ counts with the cores, memory and GRES devices Slurm gave it.
 Nodes Slurm starts nothing on (drained, down) are left out and listed for ``show``; a node
 whose record cannot be read is left out with a note naming it and the field, and the others
 are planned (:func:`coshare.ledger.read_node`).
+A node's ``Extra`` field carries its facts (the node daemon's measurements, written by
+``coshare-slurm-facts``); they are only handed to :func:`coshare.facts.with_facts`.
 
 Pure: no I/O, no clock (the caller passes ``now_s``).
 """
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from coshare.bounds import BadValue
+from coshare.facts import with_facts
 from coshare.ledger import (
     Placed,
     Queued,
@@ -208,6 +211,7 @@ def build_view(
     partition: str | None = None,
     replan_after_s: float = 300.0,
     now_s: float,
+    node_facts_max_age_s: float = 600.0,
 ) -> ClusterView:
     """Turn what squeue and sinfo said into the cycle's view (see the module docstring)."""
     notes: list[str] = []
@@ -261,13 +265,15 @@ def build_view(
 
     book = settle(queue, usable, now_s=now_s, replan_after_s=replan_after_s)
     snapshot = Snapshot(tuple(usable), tuple(running) + book.planned, book.pending, now_s=now_s)
+    snapshot, facts_notes = with_facts(snapshot, {n.name: n.extra for n in nodes},
+                                       now_s=now_s, max_age_s=node_facts_max_age_s)  # fmt: skip
     return ClusterView(
         snapshot=snapshot,
         rejected=book.rejected,
         jobs={j.id: j for j in jobs},
         to_close={**book.to_close, **waiting_open},
         waiting=tuple(waiting),
-        notes=tuple(notes) + book.notes,
+        notes=tuple(notes) + book.notes + facts_notes,
         unusable_nodes=tuple(unusable),
     )
 

@@ -143,10 +143,15 @@ class CycleConfig:
         replan_after_s: a job planned this long ago that has not started is planned again
             (its device may have been taken by something coshare does not manage).
         interval_s: how often the deploy files run a cycle (systemd timer, cron).
+        node_facts_max_age_s: node facts (:mod:`coshare.facts`) older than this are ignored,
+            with a note: the node is planned without them. The default covers a node's
+            sampling (``node.sample_interval_s``, 60 s), its publisher (HTCondor startd cron,
+            Slurm timer: 60 s) and HTCondor's collector update (``UPDATE_INTERVAL``, 300 s).
     """
 
     replan_after_s: float = field(default=300.0, metadata={"min": 0})
     interval_s: float = field(default=30.0, metadata={"min": 1})
+    node_facts_max_age_s: float = field(default=600.0, metadata={"min": 1})
 
 
 def _default_node_devices() -> Mapping[str, int]:
@@ -197,6 +202,18 @@ class NodeConfig:
         metrics_address: ``HOST:PORT`` where the daemon serves Prometheus metrics at
             ``/metrics`` (:mod:`coshare.node.metrics`); ``null``: no metrics. Plain HTTP
             without authentication: keep it on a local or management address.
+        sample_interval_s: how often the daemon samples each job's CPU load from its cgroup
+            and writes the node's facts (``state_dir/facts``); the collocation paper's minute.
+        load_history: samples of each job's load kept (its mean, last and highest are
+            published).
+        probe_interval_s: how often the daemon probes the memory bandwidth of the cores no
+            job holds (when a baseline exists); 0: only when asked (``coshare node probe``).
+        probe_array_mib: the probe's array; 0: four times the last-level cache, 64..1024 MiB.
+        resctrl_root: where the resctrl file system is mounted (LLC ways and memory bandwidth
+            per job: Intel CAT/MBA, AMD L3 QoS).
+        operator_uids: accounts that may FREEZE and THAW jobs over the control socket.
+        max_freeze_s: a job frozen longer than this is thawed by the daemon (a freeze is for
+            a probe, never for good; issue 13).
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
@@ -219,6 +236,13 @@ class NodeConfig:
     line_timeout_s: float = field(default=10.0, metadata={"min": 0.01})
     idle_timeout_s: float = field(default=300.0, metadata={"min": 0.01})
     watch_failure_limit: int = field(default=10, metadata={"min": 1})
+    sample_interval_s: float = field(default=60.0, metadata={"min": 0.05})
+    load_history: int = field(default=60, metadata={"min": 1, "max": 100_000})
+    probe_interval_s: float = field(default=300.0, metadata={"min": 0})
+    probe_array_mib: int = field(default=0, metadata={"min": 0, "max": 65536})
+    resctrl_root: str = "/sys/fs/resctrl"
+    operator_uids: tuple[int, ...] = field(default=(0,), metadata={"max": 2**32 - 2})
+    max_freeze_s: float = field(default=60.0, metadata={"min": 0.1})
     metrics_address: str | None = None
 
     def __post_init__(self) -> None:

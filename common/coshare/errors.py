@@ -20,6 +20,8 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
     ├── PlanInvariantError        a plan that would oversubscribe something (a bug: never applied)
     ├── CycleBusy                 another cycle holds the queue's lock: exit status 0
     ├── SimulationError           the simulator's ledger caught an unsound plan
+    ├── FactsError                a node's facts text that breaks its format (coshare.facts);
+    │                             never stops a cycle: the node is planned without its facts
     ├── SchedulerError            the scheduler could not be read or written: exit status 1
     │   ├── SchedulerUnavailable  daemon down or unreachable
     │   │   └── SlurmControllerDown      slurm_addon.errors
@@ -33,6 +35,8 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
         ├── CgroupError           a cgroup file could not be read or written (path, errno text)
         ├── JobStateError         unknown job, job already started, leftover processes
         ├── GateError             the offload gate refused a request (code) or is unreachable
+        ├── Unsupported           this node lacks a capability (resctrl, counters): names the path
+        ├── ProbeError            a measurement (the membw probe) cannot be made here
         └── ReplyError            a node socket's ERR reply (ProtocolError, Refused, ...)
 
 Adapters and node helpers add their own subclasses under these.
@@ -160,6 +164,11 @@ class CycleBusy(CoshareError):
         super().__init__(f"another cycle holds {path}; this one did nothing")
 
 
+class FactsError(CoshareError, ValueError):
+    """A node's facts text (measured on the node, carried by the scheduler) is unusable; the
+    message says which item and why. The cycle plans that node without its facts."""
+
+
 class SchedulerError(CoshareError):
     """The scheduler could not be read or written."""
 
@@ -257,3 +266,27 @@ class GateError(NodeError):
     def __init__(self, code: str, message: str) -> None:
         self.code = code
         super().__init__(f"offload gate: {code}: {message}")
+
+
+class Unsupported(NodeError):
+    """This node lacks what a control or measurement needs (resctrl, a hardware counter);
+    never pretended: the message names the path or call that was looked at.
+
+    Attributes:
+        capability: what was asked for (``resctrl L3``, ``resctrl MB``, ``perf_event``).
+        path: where it was looked for.
+        detail: what is missing there.
+    """
+
+    def __init__(self, capability: str, path: str, detail: str) -> None:
+        self.capability = capability
+        self.path = path
+        self.detail = detail
+        super().__init__(f"unsupported: {capability}: {detail} ({path})")
+
+
+class ProbeError(NodeError, InputError):
+    """A measurement cannot be made as asked (cores outside the node's set, no baseline);
+    the message says what to do. Exit status 2."""
+
+    exit_status = EXIT_INPUT

@@ -114,6 +114,14 @@ class Node:
         membw_gbps: peak main-memory bandwidth (Poncos, Spread-n-Share).
         llc_ways: last-level cache ways that can be allocated (Intel CAT; Spread-n-Share).
         domain: scheduling domain for distributed allocation; ``None`` means the only one.
+        membw_avail_gbps: node facts (:mod:`coshare.facts`): the main-memory bandwidth the
+            last probe measured on the node's free cores (poncos section 6).
+        membw_baseline_gbps: node facts: what the same probe measured on the same cores of
+            the idle node (``coshare node probe membw --init``); available / baseline is
+            libDistGen's ``distgen_membw_available()``.
+        llc_ways_free: node facts: LLC ways no coshare job's resctrl group holds.
+        facts_at_s: when the node measured its facts (epoch seconds); ``None``: no usable
+            facts (none published, malformed, or older than ``cycle.node_facts_max_age_s``).
     """
 
     name: str
@@ -123,6 +131,10 @@ class Node:
     membw_gbps: float | None = None
     llc_ways: int | None = None
     domain: str | None = None
+    membw_avail_gbps: float | None = None
+    membw_baseline_gbps: float | None = None
+    llc_ways_free: int | None = None
+    facts_at_s: float | None = None
 
     @property
     def cores(self) -> int | float:
@@ -213,6 +225,11 @@ class RunningJob:
         llc_ways: cache ways allocated to it on this node, when managed.
         start_time_s: when it started (or was planned), on the snapshot's clock.
         program: profile key, when known.
+        cpu_load_cores: node facts: the job's mean CPU load over its sampled history, in
+            cores busy (its cgroup's CPU time over wall time; Wu & Hong section IV-A).
+        cpu_load_last_cores: node facts: its CPU load over the last sampling interval.
+        cpu_load_max_cores: node facts: the highest interval load of its history.
+        cpu_load_window_s: node facts: the seconds the history covers.
     """
 
     id: str
@@ -227,6 +244,10 @@ class RunningJob:
     llc_ways: int | None = None
     start_time_s: float | None = None
     program: str | None = None
+    cpu_load_cores: float | None = None
+    cpu_load_last_cores: float | None = None
+    cpu_load_max_cores: float | None = None
+    cpu_load_window_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,11 +58,13 @@ T = TypeVar("T")
 
 _MISSING: Any = object()
 
-NODE_FIELDS = ("name", "cores", "memory_mib", "membw_gbps", "llc_ways", "domain", "devices")
+NODE_FIELDS = ("name", "cores", "memory_mib", "membw_gbps", "llc_ways", "domain", "devices",
+               *("membw_avail_gbps", "membw_baseline_gbps", "llc_ways_free", "facts_at_s"))
 DEVICE_FIELDS = ("id", "memory_mib", "threads", "model")
 RUNNING_FIELDS = (
     "id", "node", "device", "device_memory_mib", "device_threads", "cores", "memory_mib",
     "state", "membw_gbps", "llc_ways", "start_time", "program",
+    "cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores", "cpu_load_window_s",
 )  # fmt: skip
 PENDING_FIELDS = (
     "id", "device_memory_mib", "device_threads", "device_count", "cores", "memory_mib",
@@ -293,7 +295,27 @@ def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
         membw_gbps=f.number("membw_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS),
         llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
         domain=f.string("domain", None),
+        **_node_facts(f),
     )
+
+
+def _node_facts(f: _Fields) -> dict[str, Any]:
+    """A node's optional facts fields (coshare.facts), checked like every other field."""
+    return {
+        "membw_avail_gbps": f.number("membw_avail_gbps", None, maximum=MAX_MEMBW_GBPS),
+        "membw_baseline_gbps": f.number("membw_baseline_gbps", None, exclusive_min=True,
+                                        maximum=MAX_MEMBW_GBPS),
+        "llc_ways_free": f.integer("llc_ways_free", None, maximum=MAX_LLC_WAYS),
+        "facts_at_s": f.number("facts_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
+    }  # fmt: skip
+
+
+def _load_facts(f: _Fields) -> dict[str, Any]:
+    """A running job's optional CPU load fields (coshare.facts), in cores and seconds."""
+    out = {key: f.number(key, None, maximum=MAX_CORES)
+           for key in ("cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores")}
+    out["cpu_load_window_s"] = f.number("cpu_load_window_s", None, maximum=MAX_TIME_S)
+    return out  # fmt: skip
 
 
 def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
@@ -314,6 +336,7 @@ def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
         llc_ways=f.integer("llc_ways", None, maximum=MAX_LLC_WAYS),
         start_time_s=f.number("start_time", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
         program=f.string("program", None),
+        **_load_facts(f),
     )
 
 
@@ -358,6 +381,9 @@ def _cross_check(
     for node in nodes:
         if node.name and node.name in devices_of:
             problems.append(f'node "{node.name}": name appears more than once')
+        if node.llc_ways_free is not None and node.llc_ways_free > (node.llc_ways or 0):
+            problems.append(f'node "{node.name}": llc_ways_free {node.llc_ways_free} exceeds '
+                            f"llc_ways {node.llc_ways} (allowed: 0..llc_ways)")  # fmt: skip
         ids = [d.id for d in node.devices]
         for dup in sorted({i for i in ids if ids.count(i) > 1}):
             problems.append(f'node "{node.name}": device id "{dup}" appears more than once')
@@ -402,6 +428,10 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
                 ("membw_gbps", n.membw_gbps),
                 ("llc_ways", n.llc_ways),
                 ("domain", n.domain),
+                ("membw_avail_gbps", n.membw_avail_gbps),
+                ("membw_baseline_gbps", n.membw_baseline_gbps),
+                ("llc_ways_free", n.llc_ways_free),
+                ("facts_at_s", n.facts_at_s),
                 (
                     "devices",
                     [
@@ -435,6 +465,10 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
                 ("llc_ways", r.llc_ways),
                 ("start_time", r.start_time_s),
                 ("program", r.program),
+                ("cpu_load_cores", r.cpu_load_cores),
+                ("cpu_load_last_cores", r.cpu_load_last_cores),
+                ("cpu_load_max_cores", r.cpu_load_max_cores),
+                ("cpu_load_window_s", r.cpu_load_window_s),
             ]
         )
         for r in snapshot.running

@@ -55,3 +55,19 @@ def gate_daemon(node_config: NodeConfig) -> Iterator[NodeConfig]:
     """``coshare node gate`` with devices 0 (8 threads) and 1 (4 threads), watchdog on."""
     with running_daemon(node_config):
         yield node_config
+
+
+@pytest.fixture
+def v2() -> Iterator[V2Cgroups]:
+    """A coshare parent group on the cgroup v2 mount (the root, or ``unified`` beside v1);
+    skipped where there is none."""
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    for root in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+        if (root / "cgroup.controllers").exists():
+            cgroups = V2Cgroups(root, unique_parent())
+            yield cgroups
+            remove_parent(cgroups)
+            return
+    pytest.skip(f"no cgroup v2 mount at {CGROUP_ROOT} or {CGROUP_ROOT}/unified")

@@ -179,20 +179,6 @@ def test_job_run_passes_the_exit_status_on_and_cleans_up(node_config: NodeConfig
 # -- cgroup v2, where the kernel offers it ---------------------------------------------------
 
 
-@pytest.fixture
-def v2() -> object:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    for root in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
-        if (root / "cgroup.controllers").exists():
-            cgroups = V2Cgroups(root, unique_parent())
-            yield cgroups
-            remove_parent(cgroups)
-            return
-    pytest.skip(f"no cgroup v2 mount at {CGROUP_ROOT} or {CGROUP_ROOT}/unified")
-
-
 def test_v2_freeze_thaw_kill_and_remove_for_real(v2: V2Cgroups) -> None:
     group = v2.create("v2-job", (), None)
     busy = subprocess.Popen([PY, "-c", "while True: pass"])

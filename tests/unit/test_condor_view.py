@@ -379,3 +379,33 @@ def test_a_pending_job_with_a_hostile_number_is_refused_naming_the_field(
     assert [j.id for j in queue.book.pending] == ["41.0"]
     [refused] = queue.rejected
     assert refused.reason.startswith(f"job 40.0: {says}")
+
+
+def test_node_facts_published_by_the_startd_cron_reach_the_snapshot(
+    slots: list[dict[str, object]], jobs: list[QueueJob], now_s: float
+) -> None:
+    from coshare.facts import JobLoad, NodeFacts, format_facts
+
+    from condor_addon.attributes import NODE_FACTS
+    from condor_addon.view import node_job_id, with_node_facts
+
+    # The node knows a job by its GlobalJobId in id characters (the job wrapper's --job).
+    assert node_job_id("pooluser@vm#14.0#1795308474") == "pooluser_vm_14.0_1795308474"
+    assert node_job_id("a b\"é" + "x" * 200) == "a_b___" + "x" * 122
+    facts = NodeFacts(now_s - 30, llc_ways=20, llc_ways_free=8,
+                      loads=(JobLoad("pooluser_vm_14.0_1795308474", 0.4, 0.5, 0.9, 600),))
+    stale = format_facts(NodeFacts(now_s - 7200))
+    ads = [{**ad, NODE_FACTS: format_facts(facts) if ad.get("CoshareNodeName") == "node1"
+            else stale if ad.get("CoshareNodeName") == "node2" else ad.get(NODE_FACTS)}
+           for ad in slots]  # fmt: skip
+    cluster = parse_slots(ads, KINDS)
+    queue = parse_queue(jobs, cluster, now_s=now_s, replan_after_s=300)
+    snap, notes = with_node_facts(build_snapshot(cluster, queue, jobs, now_s), cluster, jobs,
+                                  now_s=now_s, max_age_s=600)  # fmt: skip
+    node1, node2, node3 = snap.nodes
+    assert (node1.facts_at_s, node1.llc_ways, node1.llc_ways_free) == (now_s - 30, 20, 8)
+    assert node2.facts_at_s is None and node3.facts_at_s is None
+    measured = [r for r in snap.running if r.cpu_load_cores is not None]
+    assert [(r.id, r.node, r.cpu_load_max_cores) for r in measured] == [("14.0", "node1", 0.9)]
+    assert notes == ("node facts older than cycle.node_facts_max_age_s = 600 s on 1 node(s), "
+                     "planned without them (node2: 7200 s old)",)  # fmt: skip

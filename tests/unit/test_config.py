@@ -161,8 +161,8 @@ def test_every_numeric_setting_refuses_nan_infinity_and_out_of_range_naming_key_
         path = "device_kinds.mic." + key
     elif key == "devices":
         text, path = f"node: {{devices: {{'0': {bad}}}}}\n", "node.devices.0"
-    elif key == "trusted_launcher_uids":
-        text, path = f"node: {{trusted_launcher_uids: [{bad}]}}\n", "node.trusted_launcher_uids[0]"
+    elif key in ("trusted_launcher_uids", "operator_uids"):
+        text, path = f"node: {{{key}: [{bad}]}}\n", f"node.{key}[0]"
     else:
         text, path = f"{section}: {{{key}: {bad}}}\n", f"{section}.{key}"
     with pytest.raises(ConfigError) as info:

@@ -109,7 +109,8 @@ def test_node_commands_that_print_a_result_speak_json(runner: CliRunner, tmp_pat
     checked = runner.invoke(cli, ["node", "check", "--output", "json"], env=env)
     assert checked.exit_code == 0, checked.output
     data = json.loads(checked.stdout)
-    assert set(data) == {"cgroups", "parent", "cpus", "missing"} and data["parent"] == "coshare"
+    caps = {c["name"]: c for c in data["capabilities"]}
+    assert caps["cgroups"]["status"] == "found", caps["cgroups"]
     assert runner.invoke(cli, ["node", "check", "--output", "table"], env=env).exit_code == 0
     cleaned = runner.invoke(cli, ["node", "cleanup", "--output", "json"], env=env)
     assert cleaned.exit_code == 0, cleaned.output

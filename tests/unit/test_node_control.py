@@ -43,11 +43,19 @@ def test_requests_parse_into_fields() -> None:
                                                                          target="parent")
     assert parse_control(b"end job=7") == ControlRequest("END", "7")
     assert parse_control(b"START job=7 devices=-").devices == ()
+    assert parse_control(b"FREEZE job=7") == ControlRequest("FREEZE", "7")
+    assert parse_control(b"thaw job=7\n") == ControlRequest("THAW", "7")
+    ways = parse_control(b"START job=7 cores=2 llc_ways=4 membw_percent=30")
+    assert (ways.llc_ways, ways.membw_percent) == (4, 30)
+    assert parse_control(format_start(ways).encode()) == ways
 
 
 @pytest.mark.parametrize(("line", "message"), [
     (b"", "empty request"),
-    (b"STOP job=1", "unknown request 'STOP' (known: START, JOIN, END)"),
+    (b"STOP job=1", "unknown request 'STOP' (known: START, JOIN, END, FREEZE, THAW)"),
+    (b"FREEZE", "FREEZE needs job=<id>"),
+    (b"THAW job=1 cores=2", "THAW takes no field 'cores' (fields: job)"),
+    (b"START job=1 llc_ways=0", "job 1: llc_ways='0' is not an integer in 1.."),
     (b"START cores=1", "START needs job=<id>"),
     (b"START job=../etc", "job id '../etc' is not usable"),
     (b"START job=1 cores=0", "job 1: cores='0' (allowed: a number > 0)"),

@@ -25,7 +25,8 @@ PACKAGES = {"coshare": PACKAGE, "condor_addon": ROOT / "condor_addon",
 PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies", "sim", "alloc",
         "explain", "exit_codes", "extras",
         "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
-        "node.control.trust", "node.control.protocol"]  # fmt: skip
+        "node.control.trust", "node.control.protocol",
+        "facts", "node.load", "node.ways", "node.bandwidth"]  # fmt: skip
 
 #: The adapters' pure halves: records to snapshot (view), plan to writes (edits), and the
 #: parsers and builders they use. The HTCondor adapter's expressions module quotes through

@@ -244,3 +244,37 @@ def test_drained_and_down_nodes_are_listed_with_slurms_words() -> None:
     v = build_view(nodes, jobs, device_kinds=KINDS, now_s=float(jobs[0].submit_time_s) + 60)
     assert [(u.node, u.state, u.reason) for u in v.unusable] == [
         ("csl-n3", "idle+DRAIN", "maintenance"), ("csl-n4", "down", "broken")]
+
+
+def test_node_facts_in_the_extra_field_reach_the_snapshot() -> None:
+    from coshare.facts import JobLoad, MembwFacts, NodeFacts, format_facts
+
+    facts = NodeFacts(NOW - 20, MembwFacts(6.0, 12.0, 2, NOW - 40),
+                      loads=(JobLoad("7", 1.5, 1.0, 2.0, 300),))  # fmt: skip
+    nodes = [node("n1", extra=format_facts(facts)), node("n2", extra="rack=12 owner=physics"),
+             node("n3", extra=format_facts(NodeFacts(NOW - 5000))), node("n4")]
+    running = job("7", phase="active", state="RUNNING", held=False, nodes=("n1",), cpus=2)
+    v = view(nodes, [running], node_facts_max_age_s=600)
+    n1, n2, n3, n4 = v.snapshot.nodes
+    assert (n1.membw_avail_gbps, n1.membw_baseline_gbps, n1.facts_at_s) == (6.0, 12.0, NOW - 20)
+    assert all(n.facts_at_s is None for n in (n2, n3, n4))
+    (held,) = v.snapshot.running
+    assert (held.cpu_load_cores, held.cpu_load_last_cores, held.cpu_load_window_s) == \
+        (1.5, 1.0, 300)  # fmt: skip
+    assert any(note.startswith("node facts unreadable on 1 node(s), planned without them "
+                               "(n2: holds the character ' '") for note in v.notes)
+    assert any("older than cycle.node_facts_max_age_s = 600 s on 1 node(s)" in n
+               and "n3: 5000 s old" in n for n in v.notes)  # fmt: skip
+    # Nothing else of the cycle changes: the plan is the same without the facts.
+    bare = view([node("n1"), node("n2"), node("n3"), node("n4")], [running])
+    plan = make_policy("knapsack").plan(v.snapshot)
+    assert plan == make_policy("knapsack").plan(bare.snapshot)
+
+
+def test_sinfo_json_carries_each_nodes_extra_field() -> None:
+    import json
+
+    record = json.loads((FIXTURES / "sinfo-drain-down.json").read_text())
+    record["nodes"][0]["extra"] = "coshare-facts;v=1;at=5"
+    (first, *_) = parse_sinfo_json(json.dumps(record))
+    assert first.extra == "coshare-facts;v=1;at=5"

@@ -3,11 +3,15 @@
 ::
 
     coshare node check [--output table|json]
+    coshare node probe membw [--cpus LIST] [--init] [--output table|json]
+    coshare node facts [--output table|json]
+    coshare node freeze|thaw --job ID [--output table|json]
     coshare node gate [--device ID=THREADS]... [--no-watch] [--log-format text|json]
     coshare node watch [--once]
     coshare node offload [--threads N] [--device ID] -- CMD [ARG...]
     coshare node job-start --job ID [--cores N | --cpus LIST] [--memory-mib M]
                            [--device ID]... [--device-memory-mib M] [--device-threads T]
+                           [--llc-ways W] [--membw-percent P]
     coshare node job-exec --job ID [--reason-file PATH] -- CMD [ARG...]
     coshare node job-attach --job ID PID...
     coshare node job-end --job ID [--output table|json]
@@ -42,9 +46,10 @@ from coshare.config import NodeConfig
 from coshare.errors import JobSpecError
 from coshare.logs import log_format_option, setup_logging
 from coshare.node import lifecycle
-from coshare.node.cgroups import FEATURES, JobGroup
+from coshare.node.cgroups import JobGroup
 from coshare.node.gate.client import SOCKET_ENV, GateClient
 from coshare.node.jobs import JobRecord
+from coshare.node.measure_cli import register as register_measurements
 from coshare.node.spec import check_device_id, format_cpu_list, parse_cpu_list
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,28 +69,6 @@ def _output_option(help_text: str) -> Callable[[F], F]:
     name for ``table``, still works)."""
     return click.option("--output", type=click.Choice(["table", "text", "json"]),
                         default="table", show_default=True, help=help_text)  # fmt: skip
-
-
-@node.command()
-@_output_option("json: {cgroups, parent, cpus, missing}.")
-@pass_app
-def check(app: AppContext, output: str) -> None:
-    """Say which cgroup version is used here and what it lacks."""
-    config = _config(app)
-    cgroups = lifecycle.node_cgroups(config)
-    if output == "json":
-        click.echo(json.dumps({"cgroups": cgroups.describe(), "parent": config.cgroup_parent,
-                               "cpus": format_cpu_list(cgroups.allowed_cpus()),
-                               "missing": cgroups.missing(FEATURES)}))  # fmt: skip
-        return
-    for line in cgroups.describe():
-        click.echo(line)
-    missing = cgroups.missing(FEATURES)
-    click.echo(
-        f"parent group: {config.cgroup_parent}; cpus it may hand out: "
-        f"{format_cpu_list(cgroups.allowed_cpus())}"
-    )
-    click.echo("all features available" if not missing else f"{len(missing)} features missing")
 
 
 def _budgets(config: NodeConfig, devices: Sequence[str]) -> dict[str, int]:
@@ -208,6 +191,18 @@ def offload(
 def _start_options(func: Any) -> Any:
     options = [
         click.option(
+            "--membw-percent",
+            type=click.IntRange(1, 100),
+            default=None,
+            help="Memory-bandwidth share where the node has MBA (resctrl MB:).",
+        ),
+        click.option(
+            "--llc-ways",
+            type=click.IntRange(min=1),
+            default=None,
+            help="LLC ways of its own (a resctrl group; Spread-n-Share).",
+        ),
+        click.option(
             "--device-threads",
             type=click.IntRange(min=1),
             default=None,
@@ -255,6 +250,8 @@ def _start(
     devices: tuple[str, ...],
     device_memory_mib: int | None,
     device_threads: int | None,
+    llc_ways: int | None = None,
+    membw_percent: int | None = None,
 ) -> JobRecord:
     device_list = [d for item in devices for d in item.split(",") if d]
     return lifecycle.job_start(
@@ -266,6 +263,8 @@ def _start(
         devices=device_list,
         device_memory_mib=device_memory_mib,
         device_threads=device_threads,
+        llc_ways=llc_ways,
+        membw_percent=membw_percent,
     )
 
 
@@ -283,11 +282,14 @@ def job_start(
     devices: tuple[str, ...],
     device_memory_mib: int | None,
     device_threads: int | None,
+    llc_ways: int | None,
+    membw_percent: int | None,
     output: str,
 ) -> None:
     """Create the job's cgroup (own cores, memory limit) and register it with the node."""
     record = _start(
-        _config(app), job, cores, cpus, memory_mib, devices, device_memory_mib, device_threads
+        _config(app), job, cores, cpus, memory_mib, devices, device_memory_mib, device_threads,
+        llc_ways, membw_percent,
     )
     if output == "json":
         click.echo(json.dumps(record.to_dict(), sort_keys=True))
@@ -384,12 +386,15 @@ def job_run(
     devices: tuple[str, ...],
     device_memory_mib: int | None,
     device_threads: int | None,
+    llc_ways: int | None,
+    membw_percent: int | None,
     reason_file: Path | None,
     command: tuple[str, ...],
 ) -> None:
     """job-start, job-exec and job-end in one: run COMMAND as the whole job."""
     config = _config(app)
-    _start(config, job, cores, cpus, memory_mib, devices, device_memory_mib, device_threads)
+    _start(config, job, cores, cpus, memory_mib, devices, device_memory_mib, device_threads,
+           llc_ways, membw_percent)
     try:
         status = _exec(config, job, command, reason_file)
     finally:
@@ -424,3 +429,7 @@ def cleanup(app: AppContext, output: str) -> None:
             f"job {result.job}: removed"
             + (f" ({result.leftover} processes killed)" if result.leftover else "")
         )
+
+
+# Measurements and controls of issue 13 (check, probe, facts, freeze, thaw): their own module.
+register_measurements(node)

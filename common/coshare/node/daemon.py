@@ -11,6 +11,10 @@ retried, and when ``node.watch_failure_limit`` rounds in a row fail, or one roun
 finish in that many intervals, the daemon stops and exits non-zero, so that its service
 manager (``Restart=`` in deploy/node/coshare-node.service) starts a fresh one (issue 11,
 item 5). It never just carries on without a watchdog.
+
+The daemon also measures the node for the planner (:mod:`coshare.node.sampler`: each job's
+CPU load, LLC ways, the memory-bandwidth probe) every ``node.sample_interval_s`` and writes
+its facts to ``state_dir/facts``; a failing measurement is logged, never fatal (issue 13).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from coshare.node.gate.protocol import MAX_LINE as GATE_MAX_LINE
 from coshare.node.gate.server import GateServer, Identify
 from coshare.node.gate.state import Client, GateState
 from coshare.node.jobs import JobStore, job_of_pid
-from coshare.node.lifecycle import node_cgroups, node_store
+from coshare.node.lifecycle import node_cgroups, node_resctrl, node_store
+from coshare.node.sampler import Sampler
 from coshare.node.sockets import Limits, raise_descriptor_limit
 from coshare.node.watchdog import DeviceMemory, Watchdog
 
@@ -141,6 +146,10 @@ async def serve(
     watcher: asyncio.Task[None] | None = None
     if watchdog is not None and watch:
         watcher = asyncio.ensure_future(_watch(watchdog, jobs, config, stop, observed))
+    sampling: asyncio.Task[None] | None = None
+    if cgroups is not None:
+        sampler = Sampler(config, store, cgroups, node_resctrl(config))
+        sampling = asyncio.ensure_future(_sample(sampler, config, stop))
     log.info("offload gate on %s, devices %s; job control on %s; at most %d connections "
              "per uid", config.gate_socket, dict(budgets),
              config.control_socket if control else "off", gate_limits.per_uid)  # fmt: skip
@@ -156,10 +165,11 @@ async def serve(
             watcher.result()  # raises why the watchdog cannot run
     finally:
         stopped.cancel()
-        if watcher is not None and not watcher.done():
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+        for task in (watcher, sampling):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await server.close()
         if controller is not None:
             await controller.close()
@@ -219,13 +229,29 @@ async def _watch(
             await asyncio.wait_for(stop.wait(), config.watch_interval_s)
 
 
+async def _sample(sampler: Sampler, config: NodeConfig, stop: asyncio.Event) -> None:
+    """Sampling rounds every ``sample_interval_s`` until ``stop``; a round that fails (or
+    takes longer than a minute and its interval) is logged and the next one tried."""
+    limit_s = 60.0 + config.sample_interval_s
+    while not stop.is_set():
+        try:
+            await in_thread(sampler.round, limit_s)
+        except asyncio.TimeoutError:
+            log.error("a sampling round did not finish in %.0f s; facts are not updated", limit_s)
+        except Exception as exc:  # facts are advisory: the daemon serves on without them
+            log.error("sampling round failed: %s", exc, exc_info=not isinstance(exc, CoshareError))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), config.sample_interval_s)
+
+
 def _round(watchdog: Watchdog, jobs: JobControl | None) -> None:
-    """One watchdog round: memory first (what frees frozen jobs); then reaping and adopting,
-    whose failures are logged but do not count against the watchdog."""
+    """One watchdog round: memory first (what frees frozen jobs); then reaping, adopting
+    and thawing jobs frozen too long, whose failures are logged but do not count against the
+    watchdog."""
     watchdog.check()
     if jobs is None:
         return
-    for task in (jobs.reap, jobs.adopt):
+    for task in (jobs.reap, jobs.adopt, jobs.thaw_overdue):
         try:
             task()
         except Exception:

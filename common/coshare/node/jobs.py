@@ -6,6 +6,8 @@ Layout under ``state_dir`` (``/run/coshare`` by default, a tmpfs that a reboot c
     jobs/job-<id>.reason   why coshare killed the job, one line (first writer wins)
     jobs/job-<id>.error    why the job's group could not be set up (read by the JOIN that
                            then refuses, so the job's own output says why)
+    jobs/job-<id>.frozen   when an operator froze the job (FREEZE; the daemon thaws it after
+                           node.max_freeze_s, so no job stays frozen for good)
     lock                   flock(2) held while cores are handed out
 
 The gate maps a client to its job through the kernel, never through what the client says:
@@ -207,8 +209,8 @@ class JobStore:
         return out
 
     def remove(self, job: str) -> None:
-        """Remove the job's record, kill reason and set-up error."""
-        for suffix in (".json", ".reason", ".error"):
+        """Remove the job's record, kill reason, set-up error and freeze mark."""
+        for suffix in (".json", ".reason", ".error", ".frozen"):
             with contextlib.suppress(FileNotFoundError):
                 self._path(job, suffix).unlink()
 
@@ -249,6 +251,28 @@ class JobStore:
             return self._path(job, ".error").read_text().strip() or None
         except FileNotFoundError:
             return None
+
+    def mark_frozen(self, job: str, at_s: float) -> None:
+        """Record that the job was frozen at ``at_s`` (epoch seconds)."""
+        self.ensure()
+        self._path(job, ".frozen").write_text(f"{at_s:.3f}\n")
+
+    def clear_frozen(self, job: str) -> None:
+        """Forget that the job was frozen (it was thawed)."""
+        with contextlib.suppress(FileNotFoundError):
+            self._path(job, ".frozen").unlink()
+
+    def frozen_since(self, job: str) -> float | None:
+        """When the job was frozen, ``None`` when it is not marked frozen (an unreadable mark
+        counts as frozen since the epoch: it is thawed at the next check)."""
+        try:
+            text = self._path(job, ".frozen").read_text().strip()
+        except FileNotFoundError:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            return 0.0
 
 
 def read_proc_cgroup(pid: int, proc: Path = Path("/proc")) -> str | None:

@@ -12,6 +12,7 @@ inherited standard streams and no timeout, and joins the job's group before it `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from coshare.node.cgroups.base import remove_dirs, signal_all
 from coshare.node.gate.client import SOCKET_ENV
 from coshare.node.jobs import JobRecord, JobStore, Launcher
 from coshare.node.procfs import is_alive
+from coshare.node.resctrl import Resctrl
 from coshare.node.spec import (
     JobSpec,
     check_cpus,
@@ -53,6 +55,37 @@ def node_store(config: NodeConfig) -> JobStore:
     return JobStore(Path(config.state_dir))
 
 
+def node_resctrl(config: NodeConfig) -> Resctrl:
+    """The node's resctrl mount, with groups named after coshare's cgroup parent."""
+    return Resctrl(Path(config.resctrl_root), config.cgroup_parent)
+
+
+def join_files(config: NodeConfig, record: JobRecord) -> tuple[Path, ...]:
+    """Where a process writes its pid to join the job: its cgroups' ``cgroup.procs`` and,
+    for a job with ways or a bandwidth share, its resctrl group's ``tasks``."""
+    files = record.group(config.kill_timeout_s).procs_files()
+    if has_resctrl_group(record):
+        files += (node_resctrl(config).tasks_file(record.job),)
+    return files
+
+
+def has_resctrl_group(record: JobRecord | None) -> bool:
+    """Whether the job was started with ways or a bandwidth share (a resctrl group)."""
+    return record is not None and (record.spec.llc_ways is not None
+                                   or record.spec.membw_percent is not None)  # fmt: skip
+
+
+def add_process(config: NodeConfig, record: JobRecord, pid: int) -> None:
+    """Move process ``pid`` into the job's groups (cgroups, then resctrl).
+
+    Raises:
+        CgroupError: a group cannot take it.
+    """
+    record.group(config.kill_timeout_s).add(pid)
+    if has_resctrl_group(record):
+        node_resctrl(config).add(record.job, pid)
+
+
 def job_start(
     config: NodeConfig,
     job: str,
@@ -65,6 +98,8 @@ def job_start(
     device_threads: int | None = None,
     uid: int | None = None,
     launcher: Launcher | None = None,
+    llc_ways: int | None = None,
+    membw_percent: int | None = None,
 ) -> JobRecord:
     """Create the job's group with its own cores and memory limit, and record the job.
 
@@ -81,10 +116,14 @@ def job_start(
         uid: the account the job runs as (only its processes may join the group).
         launcher: the process that waits for the job (the control socket's START); the
             daemon reaps the group once it is gone and the group is empty.
+        llc_ways: LLC ways of its own: a resctrl group with that many contiguous ways no
+            other job holds.
+        membw_percent: its memory-bandwidth share (resctrl ``MB:``, where the node has MBA).
 
     Raises:
-        JobSpecError: bad inputs, or not enough free cores.
+        JobSpecError: bad inputs, not enough free cores, or ways the node cannot give.
         CgroupUnavailable: the kernel lacks what a requested limit needs.
+        Unsupported: ways or a bandwidth share asked of a node without resctrl (or MBA).
         JobStateError: the job already runs here.
     """
     check_job_id(job)
@@ -111,8 +150,15 @@ def job_start(
             chosen = check_cpus(cpus, allowed, taken)
         elif cores is not None:
             chosen = choose_cpus(allowed, taken, cores_needed(cores), config.cpu_overcommit)
-        spec = JobSpec(job, chosen, memory_mib, tuple(devices), device_memory_mib, device_threads)
-        cgroups.create(job, chosen, memory_mib)
+        spec = JobSpec(job, chosen, memory_mib, tuple(devices), device_memory_mib, device_threads,
+                       llc_ways, membw_percent)  # fmt: skip
+        group = cgroups.create(job, chosen, memory_mib)
+        if llc_ways is not None or membw_percent is not None:
+            try:
+                node_resctrl(config).create(job, llc_ways, membw_percent)
+            except BaseException:
+                group.remove()  # no half-made job: the group goes with the refusal
+                raise
         record = JobRecord(
             spec, cgroups.version, str(cgroups.root), cgroups.parent, uid, launcher
         )
@@ -139,10 +185,14 @@ def job_env(config: NodeConfig, record: JobRecord, base: Mapping[str, str]) -> d
 
 
 def spawn_in_group(
-    argv: Sequence[str], group: JobGroup, env: Mapping[str, str]
+    argv: Sequence[str],
+    group: JobGroup,
+    env: Mapping[str, str],
+    files: Sequence[Path] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` inside ``group``: the child joins before it ``exec``\\ s, so nothing it
-    does runs outside its limits.
+    does runs outside its limits. ``files``: every file the child writes its pid into
+    (default: the group's ``cgroup.procs``; :func:`join_files` adds a resctrl group's).
 
     Raises:
         CgroupError: when the group cannot be opened.
@@ -150,7 +200,7 @@ def spawn_in_group(
     """
     fds = []
     try:
-        for procs in group.procs_files():
+        for procs in group.procs_files() if files is None else files:
             try:
                 fds.append(os.open(procs, os.O_WRONLY))
             except OSError as exc:
@@ -211,7 +261,7 @@ def job_exec(
     record = store.require(job)
     group = record.group(config.kill_timeout_s)
     env = job_env(config, record, os.environ if environ is None else environ)
-    child = spawn_in_group(argv, group, env)
+    child = spawn_in_group(argv, group, env, join_files(config, record))
     if on_spawn is not None:
         on_spawn(child, group)
     while True:
@@ -249,9 +299,8 @@ def job_attach(config: NodeConfig, job: str, pids: Sequence[int]) -> None:
         CgroupError: a pid cannot be moved (gone, or not permitted).
     """
     record = node_store(config).require(job)
-    group = record.group(config.kill_timeout_s)
     for pid in pids:
-        group.add(pid)
+        add_process(config, record, pid)
 
 
 @dataclass(frozen=True)
@@ -293,6 +342,10 @@ def job_end(config: NodeConfig, job: str) -> EndResult:
         if violation is not None:
             store.record_reason(job, violation.reason())
     group.remove()
+    resctrl = node_resctrl(config)
+    if has_resctrl_group(record) or resctrl.path(job).is_dir():
+        # After the processes: a group removed first would hand them back the whole cache.
+        resctrl.remove(job)
     reason = store.reason(job)
     store.remove(job)
     return EndResult(job, record is not None, leftover, reason)
@@ -308,6 +361,8 @@ def node_cleanup(config: NodeConfig) -> list[EndResult]:
     """
     cgroups = node_cgroups(config)
     jobs = sorted(set(node_store(config).jobs()) | set(cgroups.jobs()))
+    with contextlib.suppress(OSError):
+        jobs = sorted(set(jobs) | set(node_resctrl(config).jobs()))
     results = [job_end(config, job) for job in jobs]
     for directory in cgroups.parent_directories():
         remove_dirs(directory, config.kill_timeout_s)

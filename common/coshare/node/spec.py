@@ -182,7 +182,8 @@ def check_cpus(
 #: The limits of a spec's sizes (:mod:`coshare.bounds`): a record or request beyond them is
 #: refused before anything is written to a cgroup.
 _LIMITS = (("memory_mib", MAX_MEMORY_MIB), ("device_memory_mib", MAX_DEVICE_MEMORY_MIB),
-           ("device_threads", MAX_DEVICE_THREADS))
+           ("device_threads", MAX_DEVICE_THREADS),
+           ("llc_ways", 64))  # a CAT bit mask has at most 32 bits today
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,10 @@ class JobSpec:
         device_memory_mib: most device memory per device; ``None``: not watched.
         device_threads: most device threads the job's offloads hold at once, per device;
             ``None``: the job may not use the offload gate.
+        llc_ways: LLC ways of its own (a resctrl group, Spread-n-Share section 4.4);
+            ``None``: it shares the node's cache.
+        membw_percent: its memory-bandwidth share where the node has MBA (resctrl ``MB:``);
+            ``None``: not limited.
     """
 
     job: str
@@ -205,11 +210,16 @@ class JobSpec:
     devices: tuple[str, ...] = ()
     device_memory_mib: int | None = None
     device_threads: int | None = None
+    llc_ways: int | None = None
+    membw_percent: int | None = None
 
     def __post_init__(self) -> None:
         check_job_id(self.job)
         for device in self.devices:
             check_device_id(device)
+        if self.membw_percent is not None and not 1 <= self.membw_percent <= 100:
+            raise JobSpecError(f"job {self.job}: membw_percent {self.membw_percent!r} is not "
+                               "usable (allowed: 1..100)")  # fmt: skip
         for name, maximum in _LIMITS:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not 1 <= value <= maximum):
@@ -233,6 +243,8 @@ class JobSpec:
             "devices": list(self.devices),
             "device_memory_mib": self.device_memory_mib,
             "device_threads": self.device_threads,
+            "llc_ways": self.llc_ways,
+            "membw_percent": self.membw_percent,
         }
 
     @classmethod
@@ -246,7 +258,8 @@ class JobSpec:
         cpus = data.get("cpus", [])
         devices = data.get("devices", [])
         ints: dict[str, int | None] = {}
-        for name in ("memory_mib", "device_memory_mib", "device_threads"):
+        for name in ("memory_mib", "device_memory_mib", "device_threads", "llc_ways",
+                     "membw_percent"):  # fmt: skip
             value = data.get(name)
             ints[name] = value if type(value) is int else None
             if value is not None and type(value) is not int:
@@ -266,4 +279,6 @@ class JobSpec:
             memory_mib=ints["memory_mib"],
             device_memory_mib=ints["device_memory_mib"],
             device_threads=ints["device_threads"],
+            llc_ways=ints["llc_ways"],
+            membw_percent=ints["membw_percent"],
         )

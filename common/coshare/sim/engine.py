@@ -20,7 +20,10 @@ a cycle sees everything that happened at its time. The engine keeps its own ledg
 memory and host resources and stops with :class:`SimulationError` if a plan would exceed
 them (or, with ``verify``, if :func:`coshare.verify.check_plan` finds anything). When no
 event is left but jobs still wait (they fit no node, or the policy holds them back), the run
-ends and reports them as not run. Pure: no I/O, no clock.
+ends and reports them as not run. With a facts model (:mod:`coshare.sim.facts`) every
+cycle's snapshot also carries the node facts a live cycle would read (each running job's CPU
+load, available memory bandwidth, LLC ways), attached by the same function the adapters use.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from coshare.errors import CoshareError
+from coshare.facts import attach
 from coshare.model import Node, RunningJob, Snapshot
 from coshare.policies.base import Policy
 from coshare.sim.device import ExecutionModel, OffloadModel, Token
+from coshare.sim.facts import FactsModel
 from coshare.sim.jobs import SimJob
 from coshare.verify import check_plan
 
@@ -144,6 +149,7 @@ def simulate(
     options: SimOptions | None = None,
     model: ExecutionModel | None = None,
     progress: Progress | None = None,
+    facts: FactsModel | None = None,
 ) -> SimResult:
     """Run ``jobs`` on ``nodes`` under ``policy`` until every job that can run has ended.
 
@@ -154,12 +160,16 @@ def simulate(
         options: cycle delay and checks.
         model: how jobs run (default: :class:`OffloadModel`).
         progress: called after each job ends.
+        facts: what the nodes would measure, attached to every cycle's snapshot (default:
+            no node facts, as a cluster whose nodes publish none).
 
     Raises:
         SimulationError: a plan exceeds the cluster (or breaks the contract, with verify).
     """
-    return _Engine(nodes, jobs, policy, options or SimOptions(), model or OffloadModel(),
-                   progress).run()  # fmt: skip
+    engine = _Engine(nodes, jobs, policy, options or SimOptions(), model or OffloadModel(),
+                     progress)  # fmt: skip
+    engine.facts = facts
+    return engine.run()
 
 
 class _Engine:
@@ -198,6 +208,7 @@ class _Engine:
         self.end: dict[int, float] = {}
         self.cycle_due: float | None = None
         self.cycles = 0
+        self.facts: FactsModel | None = None
 
     def push(self, time: float, kind: int, token: Token) -> None:
         self.seq += 1
@@ -236,6 +247,8 @@ class _Engine:
             tuple(self.jobs[i].job for i in self.pending.values()),
             now_s=now,
         )
+        if self.facts is not None:
+            snapshot = attach(snapshot, self.facts.facts(now, snapshot.nodes, snapshot.running))
         plan = self.policy.plan(snapshot)
         if self.options.verify:
             problems = check_plan(snapshot, plan, strict_threads=self.options.strict_threads)

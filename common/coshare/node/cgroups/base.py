@@ -92,6 +92,12 @@ class JobGroup(Protocol):
         """The CPUs the group may run on, in the kernel's list format."""
         ...
 
+    def cpu_usage_s(self) -> float:
+        """CPU seconds the group's processes have used, exited ones included (v1
+        ``cpuacct.usage``, v2 ``cpu.stat`` ``usage_usec``); raises
+        :class:`~coshare.errors.CgroupUnavailable` where the kernel does not account it."""
+        ...
+
 
 class Cgroups(Protocol):
     """One cgroup version on this machine, with coshare's parent group under ``root``.

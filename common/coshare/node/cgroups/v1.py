@@ -13,6 +13,8 @@ Kernel facts this relies on (Documentation/admin-guide/cgroup-v1/):
   = 1, memory.rst section 10): a task at the limit then sleeps in the group's OOM wait queue,
   ``under_oom`` says 1, and the watchdog kills the whole group at once. ``oom_kill`` (4.13+)
   still counts kills where the kernel's killer did run.
+- cpuacct: ``cpuacct.usage`` is the group's CPU time in nanoseconds, its descendants and
+  exited tasks included (cpuacct.rst); the node samples it for each job's load.
 - freezer: ``freezer.state`` goes FREEZING then FROZEN (freezer-subsystem.rst). A frozen
   task cannot die, so a kill is freeze, SIGKILL each task, thaw (as BenchExec does). A task
   asleep in the OOM wait queue never reaches FROZEN (seen on Linux 6.18: the group stays
@@ -41,13 +43,16 @@ from coshare.node.cgroups.base import (
     wait_until,
     write_text,
 )
+from coshare.node.load import parse_cpuacct_usage
 from coshare.node.spec import format_cpu_list, group_name, job_of_group, parse_cpu_list
 
 MIB = 1024 * 1024
 
 #: The hierarchies a job's group lives in, in the order a process joins them: the freezer
-#: first, so that a kill racing with ``add`` finds the process.
-CONTROLLERS = ("freezer", "cpuset", "memory")
+#: first, so that a kill racing with ``add`` finds the process. ``cpuacct`` (CPU time, for
+#: the node's load facts; often co-mounted as ``cpu,cpuacct`` with a ``cpuacct`` link) is
+#: used where it is mounted and asked for by no limit.
+CONTROLLERS = ("freezer", "cpuset", "memory", "cpuacct")
 _FEATURE_CONTROLLER: dict[Feature, str] = {
     "cpuset": "cpuset",
     "memory": "memory",
@@ -149,6 +154,18 @@ class V1Group:
         if "cpuset" not in self.dirs:
             return ""
         return read_text(self.dirs["cpuset"] / "cpuset.cpus").strip()
+
+    def cpu_usage_s(self) -> float:
+        if "cpuacct" not in self.dirs:
+            raise CgroupUnavailable(
+                "cpu_usage", "no cgroup v1 cpuacct hierarchy is mounted, so CPU time per job "
+                "is not accounted"
+            )
+        path = self.dirs["cpuacct"] / "cpuacct.usage"
+        try:
+            return parse_cpuacct_usage(read_text(path))
+        except ValueError as exc:
+            raise CgroupError(str(path), "read", str(exc)) from exc
 
 
 class V1Cgroups:

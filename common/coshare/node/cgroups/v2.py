@@ -12,6 +12,8 @@ Kernel facts this relies on (Documentation/admin-guide/cgroup-v2.rst):
 - ``memory.oom.group = 1`` makes the OOM killer take the whole group, not one process, which
   is "killed as a whole" by the kernel itself; ``memory.events`` counts ``oom_kill``.
 - ``memory.swap.max = 0`` keeps a job from escaping its limit into swap.
+- ``cpu.stat`` (``usage_usec``) exists in every group whether or not the cpu controller is
+  enabled; the node samples it for each job's load.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from coshare.node.cgroups.base import (
     wait_until,
     write_text,
 )
+from coshare.node.load import parse_cpu_stat
 from coshare.node.spec import format_cpu_list, group_name, job_of_group, parse_cpu_list
 
 MIB = 1024 * 1024
@@ -134,6 +137,16 @@ class V2Group:
     def cpus_text(self) -> str:
         path = self.directory / "cpuset.cpus.effective"
         return read_text(path).strip() if path.exists() else ""
+
+    def cpu_usage_s(self) -> float:
+        path = self.directory / "cpu.stat"
+        if not path.exists() and self.exists():
+            raise CgroupUnavailable("cpu_usage", f"{path} is missing (cgroup v2 has it in "
+                                                 "every group since Linux 4.15)")  # fmt: skip
+        try:
+            return parse_cpu_stat(read_text(path))
+        except ValueError as exc:
+            raise CgroupError(str(path), "read", str(exc)) from exc
 
 
 class V2Cgroups:

@@ -8,22 +8,32 @@ daemon knows who asks from the kernel (``SO_PEERCRED``, /proc), never from the r
 applies the rules of :mod:`coshare.node.control.trust`::
 
     START job=<id> [cores=<n>] [memory_mib=<m>] [devices=<d1,d2>]
-          [device_memory_mib=<m>] [device_threads=<t>] [uid=<n>]
+          [device_memory_mib=<m>] [device_threads=<t>] [llc_ways=<w>] [membw_percent=<p>]
+          [uid=<n>]
         -> OK job=<id> cpus=<list|-> memory_mib=<m|-> devices=<d1,d2|->
     JOIN job=<id> [target=self|parent]
         -> OK job=<id> pid=<moved pid> cpus=<list|-> devices=<d1,d2|->
               device_memory_mib=<m|-> device_threads=<t|->
     END job=<id>
         -> OK job=<id> started=<0|1> leftover=<n> [reason=<text to the end of the line>]
+    FREEZE job=<id>
+        -> OK job=<id> frozen=1 changed=<0|1>
+    THAW job=<id>
+        -> OK job=<id> frozen=0 changed=<0|1>
 
 ``uid`` is for root only (the account of a job root starts). ``target=parent`` moves the
 caller's parent (Slurm's TaskProlog: its parent is the task that will ``exec`` the user's
-program). ``reason`` is why coshare killed the job, if it did.
+program). ``reason`` is why coshare killed the job, if it did. FREEZE and THAW stop and
+resume every process of the job's group (the cgroup freezer: v1 ``freezer.state``, v2
+``cgroup.freeze``; poncos section 7 freezes the old job while it probes the new one's
+bandwidth); only accounts of ``node.operator_uids`` may ask, and both are idempotent:
+``changed=0`` says the job was frozen (thawed) already and nothing was done.
 
 Errors are ``ERR <code> <text>``; codes: ``bad_request``, ``too_long``, ``gone``,
 ``not_launcher``, ``in_group``, ``wrong_user``, ``not_allowed``, ``running`` (the job runs
 already), ``unknown_job``, ``bad_spec`` (e.g. not enough free cores), ``cgroup`` (the kernel
-refused), ``internal``; and for the connection itself ``too_many`` (its uid holds
+refused), ``unsupported`` (the node lacks what was asked, e.g. a freezer: the text names the
+path looked at), ``internal``; and for the connection itself ``too_many`` (its uid holds
 ``node.max_connections_per_uid`` connections already) and ``timeout`` (the request did not
 arrive whole within ``node.line_timeout_s``), after which the daemon hangs up.
 
@@ -44,7 +54,7 @@ MAX_LINE = 1024
 #: Largest integer a field may carry.
 MAX_NUMBER = 2**31 - 1
 
-ControlVerb = Literal["START", "JOIN", "END"]
+ControlVerb = Literal["START", "JOIN", "END", "FREEZE", "THAW"]
 
 _FIELDS: dict[str, tuple[str, ...]] = {
     "START": (
@@ -55,9 +65,13 @@ _FIELDS: dict[str, tuple[str, ...]] = {
         "device_memory_mib",
         "device_threads",
         "uid",
+        "llc_ways",
+        "membw_percent",
     ),
     "JOIN": ("job", "target"),
     "END": ("job",),
+    "FREEZE": ("job",),
+    "THAW": ("job",),
 }
 
 
@@ -78,6 +92,8 @@ class ControlRequest:
         device_memory_mib: declared device memory per device (START).
         device_threads: declared device threads (START).
         uid: the job's account, when root STARTs it for another user.
+        llc_ways: LLC ways of its own (START; resctrl).
+        membw_percent: its memory-bandwidth share (START; resctrl MBA).
         target: ``self`` or ``parent`` (JOIN).
     """
 
@@ -90,6 +106,8 @@ class ControlRequest:
     device_threads: int | None = None
     uid: int | None = None
     target: Literal["self", "parent"] = "self"
+    llc_ways: int | None = None
+    membw_percent: int | None = None
 
 
 def _integer(job: str, key: str, value: str, minimum: int = 1) -> int:
@@ -121,7 +139,8 @@ def parse_control(line: bytes) -> ControlRequest:
     verb = words[0].upper()
     if verb not in _FIELDS:
         raise ControlProtocolError(
-            "bad_request", f"unknown request {words[0][:32]!r} (known: START, JOIN, END)"
+            "bad_request",
+            f"unknown request {words[0][:32]!r} (known: {', '.join(_FIELDS)})",
         )
     fields: dict[str, str] = {}
     for word in words[1:]:
@@ -149,8 +168,8 @@ def parse_control(line: bytes) -> ControlRequest:
                 "bad_request", f"job {job}: target={target[:32]!r} (allowed: self, parent)"
             )
         return ControlRequest("JOIN", job, target=target)  # type: ignore[arg-type]
-    if verb == "END":
-        return ControlRequest("END", job)
+    if verb in ("END", "FREEZE", "THAW"):
+        return ControlRequest(verb, job)  # type: ignore[arg-type]
     return _start(job, fields)
 
 
@@ -173,9 +192,10 @@ def _start(job: str, fields: dict[str, str]) -> ControlRequest:
             raise ControlProtocolError("bad_request", f"job {job}: devices: {exc}") from None
     ints = {
         key: _integer(job, key, fields[key], 0 if key == "uid" else 1)
-        for key in ("memory_mib", "device_memory_mib", "device_threads", "uid")
+        for key in ("memory_mib", "device_memory_mib", "device_threads", "uid", "llc_ways",
+                    "membw_percent")
         if key in fields
-    }
+    }  # fmt: skip
     return ControlRequest(
         "START",
         job,
@@ -185,6 +205,8 @@ def _start(job: str, fields: dict[str, str]) -> ControlRequest:
         device_memory_mib=ints.get("device_memory_mib"),
         device_threads=ints.get("device_threads"),
         uid=ints.get("uid"),
+        llc_ways=ints.get("llc_ways"),
+        membw_percent=ints.get("membw_percent"),
     )
 
 
@@ -193,7 +215,8 @@ def format_start(request: ControlRequest) -> str:
     words = ["START", f"job={request.job}"]
     if request.cores is not None:
         words.append(f"cores={request.cores:g}")
-    for key in ("memory_mib", "device_memory_mib", "device_threads", "uid"):
+    for key in ("memory_mib", "device_memory_mib", "device_threads", "uid", "llc_ways",
+                "membw_percent"):  # fmt: skip
         value = getattr(request, key)
         if value is not None:
             words.append(f"{key}={value}")

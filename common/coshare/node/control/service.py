@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from coshare.config import NodeConfig
@@ -30,8 +32,10 @@ from coshare.errors import (
     CoshareError,
     JobSpecError,
     JobStateError,
+    Unsupported,
 )
 from coshare.node import lifecycle
+from coshare.node.cgroups import Cgroups, JobGroup
 from coshare.node.cgroups.base import write_text
 from coshare.node.control.protocol import (
     ControlProtocolError,
@@ -47,7 +51,7 @@ from coshare.node.control.trust import (
     check_start,
     job_of_launcher,
 )
-from coshare.node.jobs import JobRecord, Launcher, job_of_pid, read_proc_cgroup
+from coshare.node.jobs import JobRecord, JobStore, Launcher, job_of_pid, read_proc_cgroup
 from coshare.node.process import ProcessInfo
 from coshare.node.procfs import (
     PROC,
@@ -71,8 +75,11 @@ class JobControl:
         proc: where /proc is (tests keep the real one).
     """
 
-    def __init__(self, config: NodeConfig, proc: Path = PROC) -> None:
+    def __init__(
+        self, config: NodeConfig, proc: Path = PROC, clock: Callable[[], float] = time.time
+    ) -> None:
         self.config = config
+        self.clock = clock
         self.policy = TrustPolicy(config.trusted_launchers, config.trusted_launcher_uids)
         self.store = lifecycle.node_store(config)
         self.cgroups = lifecycle.node_cgroups(config)
@@ -105,6 +112,8 @@ class JobControl:
                     return self._start(request, caller, peer_uid)
                 if request.verb == "JOIN":
                     return self._join(request, caller, peer_uid)
+                if request.verb in ("FREEZE", "THAW"):
+                    return self._freeze(request, peer_uid, frozen=request.verb == "FREEZE")
                 return self._end(request, caller, peer_uid)
         except Refused as exc:
             log.warning("refused %s from pid %d (uid %d): %s", request.verb, peer_pid,
@@ -112,6 +121,9 @@ class JobControl:
             return format_control_error(exc.code, exc.text)
         except JobSpecError as exc:
             return format_control_error("bad_spec", f"job {request.job}: {exc}")
+        except Unsupported as exc:
+            log.warning("job %s: %s", request.job, exc)
+            return format_control_error("unsupported", f"job {request.job}: {exc}")
         except (CgroupUnavailable, CgroupError) as exc:
             log.error("job %s: %s", request.job, exc)
             return format_control_error("cgroup", f"job {request.job}: {exc}")
@@ -164,6 +176,8 @@ class JobControl:
             device_threads=request.device_threads,
             uid=request.uid if request.uid is not None else uid,
             launcher=launcher,
+            llc_ways=request.llc_ways,
+            membw_percent=request.membw_percent,
         )
         log.info("job %s started by process %d (uid %s): cpus %s, memory %s MiB",
                  record.job, caller.pid, record.uid, format_cpu_list(record.spec.cpus) or "-",
@@ -242,7 +256,7 @@ class JobControl:
         raise Refused("gone", f"job {job}: process {process.pid} ended while it joined")
 
     def _add(self, record: JobRecord, pid: int) -> None:
-        record.group(self.config.kill_timeout_s).add(pid)
+        lifecycle.add_process(self.config, record, pid)
 
     def _undo(self, record: JobRecord, gone: ProcessInfo) -> None:
         """``gone`` exited while it was moved: put back whatever took its pid, if that landed
@@ -277,6 +291,44 @@ class JobControl:
         if result.reason is not None:
             reply += f" reason={' '.join(result.reason.split())}"
         return reply
+
+    def _freeze(self, request: ControlRequest, uid: int, *, frozen: bool) -> str:
+        """FREEZE or THAW the job's group; idempotent (``changed=0``: it already was)."""
+        verb = "FREEZE" if frozen else "THAW"
+        if uid not in self.config.operator_uids:
+            raise Refused("not_allowed", f"job {request.job}: {verb} is for operators "
+                          f"(node.operator_uids), not uid {uid}")  # fmt: skip
+        record = self.store.read(request.job)
+        group = record.group(self.config.kill_timeout_s) if record is not None else None
+        if record is None or group is None or not group.exists():
+            raise Refused("unknown_job", f"job {request.job} has no group on this node")
+        changed = set_frozen(self.store, self.cgroups, group, frozen, self.clock())
+        log.info("job %s %s%s", request.job, "frozen" if frozen else "thawed",
+                 "" if changed else " already; nothing done")  # fmt: skip
+        return f"OK job={request.job} frozen={int(frozen)} changed={int(changed)}"
+
+    def thaw_overdue(self) -> list[str]:
+        """Thaw every job frozen longer than ``node.max_freeze_s`` (a freeze is for a probe,
+        never for good); the jobs thawed."""
+        thawed = []
+        now = self.clock()
+        with self._lock:
+            for record in self.store.records():
+                since = self.store.frozen_since(record.job)
+                if since is None or now - since < self.config.max_freeze_s:
+                    continue
+                group = record.group(self.config.kill_timeout_s)
+                try:
+                    if group.exists():
+                        set_frozen(self.store, self.cgroups, group, False, now)
+                    self.store.clear_frozen(record.job)
+                except CoshareError as exc:
+                    log.error("job %s: cannot thaw after node.max_freeze_s: %s", record.job, exc)
+                    continue
+                log.warning("job %s was frozen for %.0f s, longer than node.max_freeze_s; "
+                            "thawed", record.job, now - since)  # fmt: skip
+                thawed.append(record.job)
+        return thawed
 
     # -- housekeeping -----------------------------------------------------------------------
 
@@ -354,6 +406,32 @@ class JobControl:
             return False
         group = record.group(self.config.kill_timeout_s)
         return not group.exists() or not group.pids()
+
+
+def set_frozen(store: JobStore, cgroups: Cgroups, group: JobGroup, frozen: bool,
+               now_s: float) -> bool:  # fmt: skip
+    """Freeze (thaw) a job's group and mark (unmark) it; whether anything changed.
+
+    Raises:
+        Unsupported: the node has no freezer (names where it looked).
+        CgroupError: the kernel refused, or the freeze did not complete.
+    """
+    missing = cgroups.missing(["freeze"])
+    if missing:
+        raise Unsupported("freeze", str(cgroups.root), missing[0])
+    if group.is_frozen() == frozen:
+        if frozen and store.frozen_since(group.job) is None:
+            store.mark_frozen(group.job, now_s)  # frozen by someone else: thawed in time too
+        if not frozen:
+            store.clear_frozen(group.job)
+        return False
+    if frozen:
+        store.mark_frozen(group.job, now_s)  # first: a daemon killed meanwhile still thaws it
+        group.freeze()
+    else:
+        group.thaw()
+        store.clear_frozen(group.job)
+    return True
 
 
 def start_reply(record: JobRecord) -> str:

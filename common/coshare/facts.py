@@ -1,0 +1,383 @@
+"""Node facts: what a node measures about itself, as one line of text both schedulers carry.
+
+Three of the papers plan by what is measured on a node (issue 13): the CPU load of each
+running job (Wu & Hong, section IV-A: sampled every minute), the main-memory bandwidth the
+node still has on its free cores (poncos section 6, libDistGen's probe), and its LLC ways
+(Spread-n-Share, section 4.4: total and free). The node daemon measures them and writes
+them as one line (:func:`format_facts`); HTCondor's startd cron publishes the line as the
+machine attribute ``CoshareNodeFacts``, Slurm's publisher writes it into the node's
+``Extra`` field; each adapter only hands the text to :func:`with_facts`, so parsing, the
+staleness rule and what the snapshot gains live here once::
+
+    coshare-facts;v=1;at=1700000000.000;membw_gbps=9.80;membw_baseline_gbps=19.60;
+        membw_cores=2;membw_at=1699999990.000;llc_ways=20;llc_ways_free=12;
+        load=1234:0.520:0.500:1.000:3600,1235:3.900:4.000:4.000:600
+
+(one line, no spaces; broken here for reading). Items are ``key=value`` separated by ``;``;
+``load`` lists ``job:mean:last:max:window_s`` per running job, in cores busy (CPU seconds
+per second of its cgroup) and seconds. Keys other than these are ignored (a newer node may
+publish more); a known key with an unusable value, a key given twice, or another version
+makes the whole line unusable. Every number follows :func:`coshare.bounds.parse_number` and
+is bounded.
+
+Facts older than ``cycle.node_facts_max_age_s`` (or dated in the future by more than that)
+are ignored: the node is planned as if it had published none, and the cycle's notes say
+why. So is a membw probe older than that inside fresh facts (a node whose cores are all
+busy is not probed).
+
+Pure: no I/O, no clock (``now_s`` is passed in).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from coshare.bounds import MAX_CORES, MAX_LLC_WAYS, MAX_MEMBW_GBPS, MAX_TIME_S, parse_number
+from coshare.errors import FactsError
+from coshare.model import Node, RunningJob, Snapshot
+
+#: The line's first item; a record whose text does not start with it holds no coshare facts.
+PREFIX = "coshare-facts"
+VERSION = 1
+#: Longest facts line accepted (a node with a thousand jobs writes about 40 kB).
+MAX_FACTS_CHARS = 128 * 1024
+#: Most running jobs one line may report.
+MAX_LOADS = 4096
+#: Characters a facts line may hold: safe inside a ClassAd string and a Slurm field as they are.
+_TEXT = re.compile(r"[A-Za-z0-9._:;=,+-]*")
+#: A job id as the node knows it (coshare.node.spec: HTCondor's GlobalJobId in id characters,
+#: Slurm's job id); never holds ``:`` or ``,``.
+_JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+#: How many nodes one grouped note names before it counts the rest.
+NOTE_NODES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class JobLoad:
+    """One running job's CPU load, from its cgroup's CPU time.
+
+    Attributes:
+        job: the job's id on the node.
+        mean_cores: mean load over the sampled history (cores busy).
+        last_cores: load over the last sampling interval.
+        max_cores: the highest interval load of the history.
+        window_s: seconds the history covers.
+    """
+
+    job: str
+    mean_cores: float
+    last_cores: float
+    max_cores: float
+    window_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class MembwFacts:
+    """The last memory-bandwidth probe (poncos section 6).
+
+    Attributes:
+        avail_gbps: what the probe reached on the cores it ran on.
+        baseline_gbps: what it reached on the same cores of the idle node.
+        cores: how many cores it ran on.
+        at_s: when it ran (epoch seconds).
+    """
+
+    avail_gbps: float
+    baseline_gbps: float
+    cores: int
+    at_s: float
+
+    @property
+    def fraction(self) -> float:
+        """Available over baseline: libDistGen's ``distgen_membw_available()`` (never 0: the
+        probe's own accesses always complete)."""
+        return self.avail_gbps / self.baseline_gbps
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What one node measured.
+
+    Attributes:
+        at_s: when (epoch seconds).
+        membw: the last bandwidth probe, if the node has one.
+        llc_ways: LLC ways of the node (resctrl ``info/L3/cbm_mask``), if it has resctrl.
+        llc_ways_free: ways no coshare job's resctrl group holds.
+        loads: CPU load of each running coshare job.
+    """
+
+    at_s: float
+    membw: MembwFacts | None = None
+    llc_ways: int | None = None
+    llc_ways_free: int | None = None
+    loads: tuple[JobLoad, ...] = ()
+
+
+def _num(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}f}"
+
+
+def format_facts(facts: NodeFacts) -> str:
+    """The one line a node publishes (see the module docstring).
+
+    Raises:
+        FactsError: a value the line cannot carry (a job id of other characters, a
+            non-finite number); the node daemon never builds one.
+    """
+    items = [PREFIX, f"v={VERSION}", f"at={_num(facts.at_s)}"]
+    if facts.membw is not None:
+        m = facts.membw
+        items += [f"membw_gbps={_num(m.avail_gbps)}",
+                  f"membw_baseline_gbps={_num(m.baseline_gbps)}",
+                  f"membw_cores={m.cores}", f"membw_at={_num(m.at_s)}"]  # fmt: skip
+    if facts.llc_ways is not None:
+        items.append(f"llc_ways={facts.llc_ways}")
+    if facts.llc_ways_free is not None:
+        items.append(f"llc_ways_free={facts.llc_ways_free}")
+    if facts.loads:
+        entries = []
+        for load in facts.loads:
+            if not _JOB.fullmatch(load.job):
+                raise FactsError(f"job id {load.job!r} cannot be carried in node facts")
+            entries.append(":".join([load.job, _num(load.mean_cores), _num(load.last_cores),
+                                     _num(load.max_cores), _num(load.window_s, 0)]))  # fmt: skip
+        items.append("load=" + ",".join(entries))
+    text = ";".join(items)
+    parse_facts(text)  # what a node publishes, a planner must read back
+    return text
+
+
+def parse_facts(text: str) -> NodeFacts:
+    """Read a facts line.
+
+    Raises:
+        FactsError: naming the item and what is wrong, shortened (the text came through a
+            scheduler record).
+    """
+    if len(text) > MAX_FACTS_CHARS:
+        raise FactsError(f"is {len(text)} characters long (at most {MAX_FACTS_CHARS})")
+    if not _TEXT.fullmatch(text):
+        bad = next(c for c in text if not _TEXT.fullmatch(c))
+        raise FactsError(f"holds the character {bad!a} (allowed: letters, digits and ._:;=,+-)")
+    items = text.split(";")
+    if items[0] != PREFIX:
+        raise FactsError(f"does not start with {PREFIX!r}")
+    fields: dict[str, str] = {}
+    for item in items[1:]:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise FactsError(f"item {_short(item)!r} is not key=value")
+        if key in fields:
+            raise FactsError(f"item {_short(key)!r} is given twice")
+        fields[key] = value
+    if fields.get("v") != str(VERSION):
+        raise FactsError(f"is version {_short(fields.get('v', '(none)'))!r}; this coshare reads "
+                         f"version {VERSION}")  # fmt: skip
+    if "at" not in fields:
+        raise FactsError("has no time (at=)")
+    at_s = _number(fields, "at", 0, MAX_TIME_S)
+    membw = _membw(fields)
+    ways = _integer(fields, "llc_ways", 1, MAX_LLC_WAYS) if "llc_ways" in fields else None
+    free = None
+    if "llc_ways_free" in fields:
+        if ways is None:
+            raise FactsError("has llc_ways_free without llc_ways")
+        free = _integer(fields, "llc_ways_free", 0, ways)
+    loads = _loads(fields["load"]) if "load" in fields else ()
+    return NodeFacts(at_s, membw, ways, free, loads)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _value(key: str, raw: str, low: float, high: float, what: str = "a number") -> float:
+    number = parse_number(raw)
+    if number is None or not math.isfinite(number) or not low <= number <= high:
+        raise FactsError(f"{key}={_short(raw)!r} is not {what} in {low:g}..{high:g}")
+    return number
+
+
+def _number(fields: Mapping[str, str], key: str, low: float, high: float) -> float:
+    return _value(key, fields[key], low, high)
+
+
+def _integer(fields: Mapping[str, str], key: str, low: int, high: int) -> int:
+    raw = fields[key]
+    if not raw.isdigit() or len(raw) > 12 or not low <= int(raw) <= high:
+        raise FactsError(f"{key}={_short(raw)!r} is not an integer in {low}..{high}")
+    return int(raw)
+
+
+_MEMBW_KEYS = ("membw_gbps", "membw_baseline_gbps", "membw_cores", "membw_at")
+
+
+def _membw(fields: Mapping[str, str]) -> MembwFacts | None:
+    given = [k for k in _MEMBW_KEYS if k in fields]
+    if not given:
+        return None
+    if len(given) != len(_MEMBW_KEYS):
+        missing = ", ".join(k for k in _MEMBW_KEYS if k not in fields)
+        raise FactsError(f"has a membw probe without {missing}")
+    baseline = _number(fields, "membw_baseline_gbps", 0, MAX_MEMBW_GBPS)
+    if baseline <= 0:
+        raise FactsError("membw_baseline_gbps is 0 (a baseline is a measured bandwidth)")
+    return MembwFacts(
+        avail_gbps=_number(fields, "membw_gbps", 0, MAX_MEMBW_GBPS),
+        baseline_gbps=baseline,
+        cores=_integer(fields, "membw_cores", 1, MAX_CORES),
+        at_s=_number(fields, "membw_at", 0, MAX_TIME_S),
+    )
+
+
+def _loads(text: str) -> tuple[JobLoad, ...]:
+    if not text:
+        return ()
+    entries = text.split(",")
+    if len(entries) > MAX_LOADS:
+        raise FactsError(f"load lists {len(entries)} jobs (at most {MAX_LOADS})")
+    loads: list[JobLoad] = []
+    seen: set[str] = set()
+    for entry in entries:
+        parts = entry.split(":")
+        if len(parts) != 5 or not _JOB.fullmatch(parts[0]):
+            raise FactsError(f"load entry {_short(entry)!r} is not job:mean:last:max:window_s")
+        job = parts[0]
+        if job in seen:
+            raise FactsError(f"load lists job {job} twice")
+        seen.add(job)
+        what = f"load of job {job}:"
+        mean, last, peak = (_value(f"{what} {name}", parts[i], 0, MAX_CORES)
+                            for i, name in ((1, "mean"), (2, "last"), (3, "max")))  # fmt: skip
+        window = _value(f"{what} window_s", parts[4], 0, MAX_TIME_S)
+        loads.append(JobLoad(job, mean, last, peak, window))
+    return tuple(loads)
+
+
+def age_problem(at_s: float, now_s: float, max_age_s: float) -> str | None:
+    """Why facts measured at ``at_s`` are not used at ``now_s`` (too old, or from a clock
+    that is ahead by more than ``max_age_s``); ``None`` when they are."""
+    age = now_s - at_s
+    if age > max_age_s:
+        return f"{age:.0f} s old"
+    if -age > max_age_s:
+        return f"dated {-age:.0f} s in the future (is the node's clock right?)"
+    return None
+
+
+def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
+           local_ids: Callable[[RunningJob], str] | None = None) -> Snapshot:  # fmt: skip
+    """``snapshot`` with each node's (usable) facts in its optional fields.
+
+    Args:
+        snapshot: what the adapter read.
+        facts: usable facts by node name (stale ones already left out).
+        local_ids: a running job's id on its node (HTCondor: its GlobalJobId in id
+            characters); default: its id in the snapshot.
+
+    A node's ``llc_ways`` is taken from its facts when the snapshot has none. Loads attach to
+    running (not planned) jobs of that node; loads of jobs the snapshot does not list are
+    ignored.
+    """
+    if not facts:
+        return snapshot
+    nodes = tuple(_node_with(n, facts[n.name]) if n.name in facts else n for n in snapshot.nodes)
+    loads = {name: {load.job: load for load in f.loads} for name, f in facts.items() if f.loads}
+    running = snapshot.running
+    if loads:
+        key = local_ids or (lambda r: r.id)
+        running = tuple(_running_with(r, loads[r.node].get(key(r)))
+                        if r.state == "running" and r.node in loads else r
+                        for r in running)  # fmt: skip
+    return replace(snapshot, nodes=nodes, running=running)
+
+
+def _node_with(node: Node, facts: NodeFacts) -> Node:
+    membw = facts.membw
+    return replace(
+        node,
+        facts_at_s=facts.at_s,
+        membw_avail_gbps=membw.avail_gbps if membw else None,
+        membw_baseline_gbps=membw.baseline_gbps if membw else None,
+        llc_ways=node.llc_ways if node.llc_ways is not None else facts.llc_ways,
+        llc_ways_free=facts.llc_ways_free,
+    )
+
+
+def _running_with(job: RunningJob, load: JobLoad | None) -> RunningJob:
+    if load is None:
+        return job
+    return replace(job, cpu_load_cores=load.mean_cores, cpu_load_last_cores=load.last_cores,
+                   cpu_load_max_cores=load.max_cores, cpu_load_window_s=load.window_s)  # fmt: skip
+
+
+def usable_facts(
+    texts: Mapping[str, str], *, now_s: float, max_age_s: float
+) -> tuple[dict[str, NodeFacts], tuple[str, ...]]:
+    """Read every node's facts text; keep the usable ones.
+
+    Args:
+        texts: the text each node's scheduler record carries (empty: the node published
+            none, which is no problem: it is planned as before facts existed).
+        now_s: the cycle's time (epoch seconds).
+        max_age_s: ``cycle.node_facts_max_age_s``.
+
+    Returns:
+        the usable facts by node, and notes for the cycle: one per kind of problem, naming
+        at most :data:`NOTE_NODES` nodes (a thousand stale nodes make one line, not a
+        thousand).
+    """
+    usable: dict[str, NodeFacts] = {}
+    problems: dict[str, list[tuple[str, str]]] = {}
+    for node in sorted(texts):
+        text = texts[node]
+        if not text:
+            continue
+        try:
+            facts = parse_facts(text)
+        except FactsError as exc:
+            problems.setdefault("unreadable", []).append((node, str(exc)))
+            continue
+        old = age_problem(facts.at_s, now_s, max_age_s)
+        if old is not None:
+            problems.setdefault("stale", []).append((node, old))
+            continue
+        if facts.membw is not None:
+            probe_old = age_problem(facts.membw.at_s, now_s, max_age_s)
+            if probe_old is not None:
+                problems.setdefault("probe", []).append((node, probe_old))
+                facts = replace(facts, membw=None)
+        usable[node] = facts
+    limit = f"cycle.node_facts_max_age_s = {max_age_s:g} s"
+    what = {
+        "unreadable": "node facts unreadable",
+        "stale": f"node facts older than {limit}",
+        "probe": f"membw probe older than {limit}",
+    }
+    notes = tuple(_grouped(what[kind], problems[kind]) for kind in what if kind in problems)
+    return usable, notes
+
+
+def _grouped(what: str, found: Sequence[tuple[str, str]]) -> str:
+    shown = "; ".join(f"{node}: {detail}" for node, detail in found[:NOTE_NODES])
+    more = f"; and {len(found) - NOTE_NODES} more nodes" if len(found) > NOTE_NODES else ""
+    return f"{what} on {len(found)} node(s), planned without them ({shown}{more})"
+
+
+def with_facts(
+    snapshot: Snapshot,
+    texts: Mapping[str, str],
+    *,
+    now_s: float,
+    max_age_s: float,
+    local_ids: Callable[[RunningJob], str] | None = None,
+) -> tuple[Snapshot, tuple[str, ...]]:
+    """What both adapters call: ``snapshot`` with the usable facts of its nodes, and the
+    cycle's notes about the unusable ones (see :func:`usable_facts` and :func:`attach`)."""
+    names = {n.name for n in snapshot.nodes}
+    usable, notes = usable_facts({k: v for k, v in texts.items() if k in names},
+                                 now_s=now_s, max_age_s=max_age_s)  # fmt: skip
+    return attach(snapshot, usable, local_ids), notes

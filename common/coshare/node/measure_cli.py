@@ -1,0 +1,194 @@
+"""``coshare node check | probe membw | facts | freeze | thaw``: what the node measures and
+the controls an operator uses (issue 13).
+
+::
+
+    coshare node check [--output table|json]
+    coshare node probe membw [--cpus LIST] [--init] [--output table|json]
+    coshare node facts [--output table|json]
+    coshare node freeze --job ID [--socket PATH] [--output table|json]
+    coshare node thaw --job ID [--socket PATH] [--output table|json]
+
+``check`` lists every capability found or missing and where it looked
+(:mod:`coshare.node.check`); ``probe membw`` streams on cores and compares with the idle
+baseline ``--init`` records (:mod:`coshare.node.membw`); ``facts`` shows what the node daemon
+last wrote for the planner; ``freeze``/``thaw`` ask the daemon over the control socket
+(operators only; both idempotent, and they say when nothing was to do).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich import box
+from rich.table import Table
+
+from coshare.cli import AppContext, pass_app
+from coshare.errors import FactsError, NodeError, ReplyError
+from coshare.facts import NodeFacts, parse_facts
+from coshare.node import lifecycle
+from coshare.node.check import node_capabilities
+from coshare.node.membw import ProbeFiles, probe
+from coshare.node.sampler import facts_path
+from coshare.node.spec import check_job_id, format_cpu_list, parse_cpu_list
+from coshare.render import render_text
+
+
+def output_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--output table|json`` (every node measurement and control command)."""
+    return click.option("--output", type=click.Choice(["table", "json"]), default="table",
+                        show_default=True, help="table: for people; json: for tools.")(func)
+
+
+@click.command()
+@output_option
+@pass_app
+def check(app: AppContext, output: str) -> None:
+    """List every capability this node has or lacks, and where it looked."""
+    config = app.config.node
+    caps = node_capabilities(config, lambda: lifecycle.node_cgroups(config),
+                             lifecycle.node_resctrl(config))  # fmt: skip
+    if output == "json":
+        click.echo(json.dumps({"capabilities": [c.to_dict() for c in caps]}, indent=1))
+        return
+    table = Table(box=box.SIMPLE, title="Node capabilities", title_justify="left")
+    for column in ("capability", "status", "where", "detail"):
+        table.add_column(column, overflow="fold")
+    for cap in caps:
+        table.add_row(cap.name, cap.status, cap.where, cap.detail)
+    missing = sum(c.status == "missing" for c in caps)
+    click.echo(render_text(table, f"{len(caps) - missing} found, {missing} missing"), nl=False)
+
+
+@click.group()
+def probe_group() -> None:
+    """Measure the node (memory bandwidth)."""
+
+
+@probe_group.command()
+@click.option("--cpus", default=None, metavar="LIST",
+              help="Cores to stream on (e.g. 2-3); default: every core coshare may use.")
+@click.option("--init", is_flag=True,
+              help="First record the idle node's baseline (run once, on an idle node).")
+@output_option
+@pass_app
+def membw(app: AppContext, cpus: str | None, init: bool, output: str) -> None:
+    """Stream over an array larger than the LLC on the given cores; print GB/s and the share
+    of the idle node's bandwidth (libDistGen's probe, poncos section 6)."""
+    config = app.config.node
+    allowed = lifecycle.node_cgroups(config).allowed_cpus()
+    chosen = parse_cpu_list(cpus) if cpus is not None else None
+    result, baseline = probe(ProbeFiles(Path(config.state_dir)), allowed, chosen, init=init,
+                             size_mib=config.probe_array_mib)  # fmt: skip
+    if output == "json":
+        data: dict[str, Any] = {"probe": result.to_dict()}
+        if baseline is not None:
+            data["baseline"] = baseline.to_dict()
+        click.echo(json.dumps(data, indent=1))
+        return
+    m = result.measurement
+    if baseline is not None:
+        for cores, gbps in sorted(baseline.by_cpus.items(), key=lambda kv: (len(kv[0]), kv)):
+            click.echo(f"baseline: cores {format_cpu_list(cores)}: {gbps:.2f} GB/s")
+    click.echo(f"membw on cores {format_cpu_list(m.cpus)}: {m.gbps:.2f} GB/s, "
+               f"{100 * result.fraction:.0f}% of the idle {result.baseline_gbps:.2f} GB/s "
+               f"(baseline of {result.baseline_source}); {m.seconds:.2f} s streaming "
+               f"{m.array_mib} MiB ({m.method})")  # fmt: skip
+
+
+def facts_dict(facts: NodeFacts) -> dict[str, Any]:
+    """Facts as JSON (units in the names)."""
+    membw = facts.membw
+    return {
+        "at_s": facts.at_s,
+        "membw": None if membw is None else {
+            "avail_gbps": membw.avail_gbps, "baseline_gbps": membw.baseline_gbps,
+            "available": round(membw.fraction, 4), "cores": membw.cores, "at_s": membw.at_s},
+        "llc_ways": facts.llc_ways,
+        "llc_ways_free": facts.llc_ways_free,
+        "loads": [{"job": x.job, "mean_cores": x.mean_cores, "last_cores": x.last_cores,
+                   "max_cores": x.max_cores, "window_s": x.window_s} for x in facts.loads],
+    }  # fmt: skip
+
+
+@click.command()
+@output_option
+@pass_app
+def facts(app: AppContext, output: str) -> None:
+    """Show the facts the node daemon last wrote for the planner (state_dir/facts)."""
+    path = facts_path(app.config.node)
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise NodeError(f"no node facts at {path} ({exc.strerror}): is the node daemon "
+                        "(coshare node gate) running?") from exc  # fmt: skip
+    try:
+        found = parse_facts(text)
+    except FactsError as exc:
+        raise NodeError(f"the node facts at {path} are unreadable: {exc}") from exc
+    if output == "json":
+        click.echo(json.dumps(facts_dict(found), indent=1))
+        return
+    age = time.time() - found.at_s
+    lines = [f"facts of {age:.0f} s ago ({path})"]
+    m = found.membw
+    lines.append("membw: no probe yet" if m is None else
+                 f"membw: {m.avail_gbps:.2f} GB/s on {m.cores} cores, {100 * m.fraction:.0f}% of "
+                 f"the idle {m.baseline_gbps:.2f} GB/s, probed {time.time() - m.at_s:.0f} s ago")
+    lines.append("LLC ways: no resctrl" if found.llc_ways is None
+                 else f"LLC ways: {found.llc_ways_free} of {found.llc_ways} free")  # fmt: skip
+    table = Table(box=box.SIMPLE, title="CPU load per job (cores busy)", title_justify="left")
+    for column in ("job", "mean", "last", "max", "over s"):
+        table.add_column(column)
+    for x in found.loads:
+        table.add_row(x.job, f"{x.mean_cores:.2f}", f"{x.last_cores:.2f}", f"{x.max_cores:.2f}",
+                      f"{x.window_s:.0f}")  # fmt: skip
+    click.echo(render_text(*lines, table if found.loads else "no job's load sampled yet"),
+               nl=False)
+
+
+def _control(verb: str, job: str, socket_path: str) -> dict[str, str]:
+    from coshare.node.control import launcher
+
+    try:
+        return launcher.request(socket_path, f"{verb} job={check_job_id(job)}")
+    except launcher.ControlError as exc:
+        raise ReplyError(exc.code, exc.text) from exc
+
+
+def _freeze_command(verb: str, done: str, already: str) -> click.Command:
+    @click.command(name=verb.lower(), help=f"{verb.capitalize()} every process of a job's "
+                   "group (operators only; idempotent).")  # fmt: skip
+    @click.option("--job", required=True, help="The job.")
+    @click.option("--socket", "socket_path", default=None,
+                  help="Control socket (default: node.control_socket).")
+    @output_option
+    @pass_app
+    def command(app: AppContext, job: str, socket_path: str | None, output: str) -> None:
+        fields = _control(verb, job, socket_path or app.config.node.control_socket)
+        changed = fields.get("changed") == "1"
+        if output == "json":
+            click.echo(json.dumps({"job": fields.get("job", job), "frozen": fields.get("frozen")
+                                   == "1", "changed": changed}))  # fmt: skip
+        else:
+            click.echo(f"job {job} {done}" if changed else f"job {job} was {already}; nothing done")
+
+    return command
+
+
+freeze = _freeze_command("FREEZE", "frozen", "frozen already")
+thaw = _freeze_command("THAW", "thawed", "not frozen")
+
+
+def register(group: click.Group) -> None:
+    """Add these commands to ``coshare node``."""
+    group.add_command(check)
+    group.add_command(probe_group, name="probe")
+    group.add_command(facts)
+    group.add_command(freeze)
+    group.add_command(thaw)

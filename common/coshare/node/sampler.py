@@ -1,0 +1,164 @@
+"""The node daemon's measurements: each round, the node's facts for the planner.
+
+Every ``node.sample_interval_s`` (a minute by default, the collocation paper's resolution)
+the daemon reads each job's CPU time from its cgroup into the jobs' load history
+(:mod:`coshare.node.load`), the LLC ways resctrl has and coshare's groups hold
+(:mod:`coshare.node.resctrl`), and the last memory-bandwidth probe
+(:mod:`coshare.node.membw`); every ``node.probe_interval_s`` it first probes the cores no job
+holds, when the node has a baseline. It writes the result as one line of facts
+(:func:`coshare.facts.format_facts`) to ``state_dir/facts``, readable by all, for the
+scheduler's publisher: HTCondor's startd cron (``deploy/condor/coshare-facts``) or Slurm's
+(``coshare-slurm-facts``). A measurement that fails is logged and left out of that round's
+facts; it never stops the daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from coshare.config import NodeConfig
+from coshare.errors import CoshareError
+from coshare.facts import MembwFacts, NodeFacts, format_facts
+from coshare.node.cgroups import Cgroups
+from coshare.node.jobs import JobRecord, JobStore
+from coshare.node.load import LoadHistory
+from coshare.node.membw import ProbeFiles, probe
+from coshare.node.resctrl import Resctrl
+from coshare.node.spec import format_cpu_list
+
+log = logging.getLogger("coshare.node.sampler")
+
+#: The facts file's name in ``node.state_dir``.
+FACTS_FILE = "facts"
+
+
+def facts_path(config: NodeConfig) -> Path:
+    """Where the node's facts line is."""
+    return Path(config.state_dir) / FACTS_FILE
+
+
+class Sampler:
+    """One node's measurements, round after round.
+
+    Args:
+        config: the node section.
+        store: the node's job records.
+        cgroups: the cgroup driver (for free cores).
+        resctrl: the resctrl mount.
+        clock: epoch seconds (the facts' time).
+        monotonic: seconds for load intervals (never jumps).
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        store: JobStore,
+        cgroups: Cgroups,
+        resctrl: Resctrl,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.cgroups = cgroups
+        self.resctrl = resctrl
+        self.clock = clock
+        self.monotonic = monotonic
+        self.history = LoadHistory(config.load_history)
+        self.files = ProbeFiles(Path(config.state_dir))
+        self.next_probe_s = 0.0
+        self._said: set[str] = set()
+
+    def _once(self, key: str, message: str, *args: object) -> None:
+        """Log a lasting condition once, not every round."""
+        if key not in self._said:
+            self._said.add(key)
+            log.warning(message, *args)
+
+    def loads(self, records: list[JobRecord]) -> None:
+        """Add each job's CPU time to its history; forget jobs that ended."""
+        self.history.retain(r.job for r in records)
+        now = self.monotonic()
+        for record in records:
+            try:
+                used = record.group(self.config.kill_timeout_s).cpu_usage_s()
+            except (CoshareError, OSError) as exc:  # one job's group must not hide the others
+                log.debug("job %s: no CPU time this round: %s", record.job, exc)
+                continue
+            self.history.add(record.job, now, used)
+
+    def ways(self) -> tuple[int | None, int | None]:
+        """The node's LLC ways and the free ones; ``(None, None)`` without resctrl."""
+        try:
+            return self.resctrl.cache().ways, self.resctrl.ways_free()
+        except (CoshareError, OSError) as exc:
+            self._once("ways", "no LLC way facts: %s", exc)
+            return None, None
+
+    def free_cpus(self, records: list[JobRecord]) -> tuple[int, ...]:
+        """Cores no job holds (where a periodic probe runs)."""
+        held = {c for r in records for c in r.spec.cpus}
+        return tuple(c for c in self.cgroups.allowed_cpus() if c not in held)
+
+    def probe_if_due(self, records: list[JobRecord]) -> None:
+        """Probe the free cores when ``node.probe_interval_s`` has passed and the node has a
+        baseline (never without: a probe then has nothing to be compared with)."""
+        interval = self.config.probe_interval_s
+        now = self.monotonic()
+        if interval <= 0 or now < self.next_probe_s:
+            return
+        self.next_probe_s = now + interval
+        if not self.files.baseline_path.exists():
+            self._once("baseline", "no membw probes: no baseline in %s (run `coshare node "
+                       "probe membw --init` on the idle node)", self.files.baseline_path)
+            return
+        free = self.free_cpus(records)
+        if not free:
+            log.debug("no membw probe: every core is held by a job")
+            return
+        try:
+            result, _ = probe(self.files, self.cgroups.allowed_cpus(), free,
+                              size_mib=self.config.probe_array_mib, clock=self.clock)
+        except (CoshareError, OSError) as exc:
+            log.error("membw probe on cores %s failed: %s", format_cpu_list(free), exc)
+            return
+        log.info("membw probe on cores %s: %.2f GB/s, %.0f%% of the idle %.2f GB/s",
+                 format_cpu_list(free), result.measurement.gbps, 100 * result.fraction,
+                 result.baseline_gbps)  # fmt: skip
+
+    def membw(self) -> MembwFacts | None:
+        """The last recorded probe, as facts."""
+        last = self.files.last()
+        if last is None:
+            return None
+        m = last.measurement
+        return MembwFacts(m.gbps, last.baseline_gbps, len(m.cpus), m.at_s)
+
+    def round(self) -> NodeFacts:
+        """Measure, write ``state_dir/facts``, and return the facts.
+
+        Raises:
+            NodeError: the job records cannot be listed, or the facts cannot be written.
+        """
+        records = self.store.records()
+        self.probe_if_due(records)
+        self.loads(records)
+        ways, free = self.ways()
+        facts = NodeFacts(self.clock(), self.membw(), ways, free,
+                          tuple(self.history.summaries()))  # fmt: skip
+        write_facts(facts_path(self.config), format_facts(facts))
+        return facts
+
+
+def write_facts(path: Path, text: str) -> None:
+    """Write the facts line atomically, readable by all (a publisher may run as another
+    account, or inside HTCondor's chroot)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text + "\n")
+    tmp.chmod(0o644)
+    os.replace(tmp, path)

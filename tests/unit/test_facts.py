@@ -1,0 +1,214 @@
+"""Node facts (coshare.facts): the one line both schedulers carry, read once for both."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from coshare.errors import FactsError, SnapshotError
+from coshare.facts import (
+    MAX_LOADS,
+    JobLoad,
+    MembwFacts,
+    NodeFacts,
+    age_problem,
+    attach,
+    format_facts,
+    parse_facts,
+    usable_facts,
+    with_facts,
+)
+from coshare.model import Node, RunningJob, Snapshot
+from coshare.schema import decode_json, parse_snapshot, snapshot_to_dict
+from hypothesis import given
+from hypothesis import strategies as st
+
+NOW = 1_700_000_000.0
+FULL = NodeFacts(
+    at_s=NOW - 5,
+    membw=MembwFacts(avail_gbps=9.8, baseline_gbps=19.6, cores=2, at_s=NOW - 30),
+    llc_ways=20,
+    llc_ways_free=12,
+    loads=(JobLoad("1234", 0.52, 0.5, 1.0, 3600), JobLoad("node1_1.0_17", 3.9, 4.0, 4.0, 600)),
+)
+
+
+def text_of(**items: str) -> str:
+    """A facts line with these items after the prefix and version."""
+    return ";".join(["coshare-facts", "v=1", *(f"{k}={v}" for k, v in items.items())])
+
+
+def test_a_line_reads_back_as_what_was_written() -> None:
+    line = format_facts(FULL)
+    assert line.startswith("coshare-facts;v=1;at=1699999995.000;membw_gbps=9.800;")
+    assert " " not in line and '"' not in line
+    back = parse_facts(line)
+    assert back == FULL
+    assert back.membw is not None and back.membw.fraction == pytest.approx(0.5)
+
+
+def test_only_the_time_is_required_and_unknown_items_are_ignored() -> None:
+    assert parse_facts(text_of(at="12.5")) == NodeFacts(12.5)
+    assert parse_facts(text_of(at="1", gpu_pcie_mbps="300")) == NodeFacts(1.0)  # a newer node
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "does not start with 'coshare-facts'"),
+    ("some site's own Extra text", "holds the character ' '"),
+    ('coshare-facts;v=1;at=1;x="', "holds the character '\"'"),
+    ("coshare-facts;v=1;at=1\nload=1:1:1:1:1", "holds the character '\\n'"),
+    ("coshare-facts;v=2;at=1", "is version '2'; this coshare reads version 1"),
+    ("coshare-facts;at=1", "is version '(none)'"),
+    (text_of(), "has no time (at=)"),
+    ("coshare-facts;v=1;at=1;at=2", "item 'at' is given twice"),
+    ("coshare-facts;v=1;at", "item 'at' is not key=value"),
+    (text_of(at="nan"), "at='nan' is not a number"),
+    (text_of(at="inf"), "at='inf' is not a number"),
+    (text_of(at="1e400"), "at='1e400' is not a number in 0..1e+12"),
+    (text_of(at="-5"), "at='-5' is not a number in 0..1e+12"),
+    (text_of(at="1", membw_gbps="3"), "has a membw probe without membw_baseline_gbps"),
+    (text_of(at="1", membw_gbps="3", membw_baseline_gbps="0", membw_cores="1", membw_at="1"),
+     "membw_baseline_gbps is 0"),
+    (text_of(at="1", membw_gbps="-3", membw_baseline_gbps="4", membw_cores="1", membw_at="1"),
+     "membw_gbps='-3' is not a number in 0..1e+06"),
+    (text_of(at="1", llc_ways_free="3"), "has llc_ways_free without llc_ways"),
+    (text_of(at="1", llc_ways="8", llc_ways_free="9"), "llc_ways_free='9' is not an integer in "
+                                                       "0..8"),
+    (text_of(at="1", llc_ways="1025"), "llc_ways='1025' is not an integer in 1..1024"),
+    (text_of(at="1", load="12:1:1:1"), "load entry '12:1:1:1' is not job:mean:last:max"),
+    (text_of(at="1", load="-x:1:1:1:1"), "load entry '-x:1:1:1:1' is not job:mean"),
+    (text_of(at="1", load="12:1:1:1:1,12:2:2:2:2"), "load lists job 12 twice"),
+    (text_of(at="1", load="12:1:nan:1:1"), "load of job 12: last='nan' is not a number"),
+    (text_of(at="1", load="12:1:1:2e6:1"), "load of job 12: max='2e6' is not a number in "
+                                           "0..1.04858e+06"),
+])  # fmt: skip
+def test_unusable_lines_are_refused_saying_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(FactsError) as refused:
+        parse_facts(text)
+    assert message in str(refused.value)
+
+
+def test_absurd_sizes_are_refused_before_they_are_read() -> None:
+    with pytest.raises(FactsError, match="at most 131072"):
+        parse_facts(text_of(at="1", pad="x" * 200_000))
+    many = ",".join(f"{i}:1:1:1:1" for i in range(MAX_LOADS + 1))
+    with pytest.raises(FactsError, match=f"load lists {MAX_LOADS + 1} jobs"):
+        parse_facts(text_of(at="1", load=many))
+
+
+def test_a_job_id_the_line_cannot_carry_is_never_written() -> None:
+    with pytest.raises(FactsError, match="cannot be carried"):
+        format_facts(NodeFacts(1.0, loads=(JobLoad("a:b", 1, 1, 1, 1),)))
+
+
+@given(st.text(max_size=300))
+def test_any_text_is_read_or_refused_with_a_facts_error(text: str) -> None:
+    try:
+        parse_facts(text)
+    except FactsError as exc:
+        assert len(str(exc)) < 300  # bounded, whatever came through the scheduler
+
+
+@given(st.builds(
+    NodeFacts,
+    at_s=st.floats(0, 1e12, allow_nan=False).map(lambda x: round(x, 3)),
+    membw=st.none() | st.builds(MembwFacts, st.integers(0, 10**6).map(lambda x: x / 1000),
+                                st.integers(1, 10**6).map(lambda x: x / 1000),
+                                st.integers(1, 4096), st.integers(0, 10**9).map(float)),
+    loads=st.lists(st.builds(JobLoad, st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,20}",
+                                                    fullmatch=True),
+                             *[st.integers(0, 10**6).map(lambda x: x / 1000)] * 3,
+                             st.integers(0, 10**6).map(float)),
+                   unique_by=lambda x: x.job, max_size=5).map(tuple),
+))  # fmt: skip
+def test_every_facts_value_round_trips(facts: NodeFacts) -> None:
+    assert parse_facts(format_facts(facts)) == facts
+
+
+def test_age_limits_both_ways() -> None:
+    assert age_problem(NOW - 599, NOW, 600) is None
+    assert age_problem(NOW - 601, NOW, 600) == "601 s old"
+    assert age_problem(NOW + 700, NOW, 600) == ("dated 700 s in the future (is the node's "
+                                                "clock right?)")  # fmt: skip
+
+
+def snapshot() -> Snapshot:
+    nodes = (Node("n1", 4000, 8192), Node("n2", 4000, 8192, llc_ways=11), Node("n3", 4000, 8192))
+    running = (RunningJob("1234", "n1"), RunningJob("7.0", "n1", state="planned"),
+               RunningJob("8.0", "n1"), RunningJob("1234", "n3"))  # fmt: skip
+    return Snapshot(nodes, running)
+
+
+def test_usable_facts_go_into_the_snapshot_and_loads_onto_running_jobs() -> None:
+    out = attach(snapshot(), {"n1": FULL, "n2": NodeFacts(NOW, llc_ways=20, llc_ways_free=3)})
+    n1, n2, n3 = out.nodes
+    assert (n1.facts_at_s, n1.membw_avail_gbps, n1.membw_baseline_gbps) == (NOW - 5, 9.8, 19.6)
+    assert (n1.llc_ways, n1.llc_ways_free) == (20, 12)
+    assert (n2.llc_ways, n2.llc_ways_free) == (11, 3)  # a configured llc_ways stays
+    assert n3 == snapshot().nodes[2]
+    job, planned, unmeasured, elsewhere = out.running
+    assert (job.cpu_load_cores, job.cpu_load_last_cores, job.cpu_load_max_cores,
+            job.cpu_load_window_s) == (0.52, 0.5, 1.0, 3600)  # fmt: skip
+    assert planned.cpu_load_cores is None  # not started: nothing of it was measured
+    assert unmeasured.cpu_load_cores is None
+    assert elsewhere.cpu_load_cores is None  # another node's job of the same id
+
+
+def test_a_job_is_found_by_its_id_on_the_node() -> None:
+    out = attach(snapshot(), {"n1": FULL}, local_ids=lambda r: "node1_1.0_17" if r.id == "8.0"
+                 else r.id)  # fmt: skip
+    assert out.running[2].cpu_load_cores == 3.9
+
+
+def test_stale_unreadable_and_old_probes_are_left_out_in_one_note_each() -> None:
+    stale = format_facts(NodeFacts(NOW - 3600))
+    texts = {f"s{i}": stale for i in range(8)}
+    texts["bad"] = "coshare-facts;v=1;at=x"
+    texts["old-probe"] = format_facts(NodeFacts(NOW, MembwFacts(1, 2, 1, NOW - 900)))
+    texts["none"] = ""
+    usable, notes = usable_facts(texts, now_s=NOW, max_age_s=600)
+    assert set(usable) == {"old-probe"} and usable["old-probe"].membw is None
+    assert notes == (
+        "node facts unreadable on 1 node(s), planned without them (bad: at='x' is not a number "
+        "in 0..1e+12)",
+        "node facts older than cycle.node_facts_max_age_s = 600 s on 8 node(s), planned "
+        "without them (s0: 3600 s old; s1: 3600 s old; s2: 3600 s old; s3: 3600 s old; s4: "
+        "3600 s old; and 3 more nodes)",
+        "membw probe older than cycle.node_facts_max_age_s = 600 s on 1 node(s), planned "
+        "without them (old-probe: 900 s old)",
+    )
+
+
+def test_with_facts_reads_only_the_nodes_planned() -> None:
+    texts = {"n1": format_facts(FULL), "gone": "garbage"}
+    out, notes = with_facts(snapshot(), texts, now_s=NOW, max_age_s=600)
+    assert notes == ()
+    assert out.nodes[0].membw_avail_gbps == 9.8
+
+
+def test_the_snapshot_contract_carries_the_facts_both_ways() -> None:
+    out = attach(snapshot(), {"n1": FULL})
+    data = snapshot_to_dict(out)
+    node = data["nodes"][0]  # type: ignore[index]
+    assert node["facts_at_s"] == NOW - 5 and node["llc_ways_free"] == 12
+    assert data["running"][0]["cpu_load_max_cores"] == 1.0  # type: ignore[index]
+    assert parse_snapshot(json.loads(json.dumps(data))) == out
+
+
+@pytest.mark.parametrize(("node", "running", "message"), [
+    ({"llc_ways": 4, "llc_ways_free": 5}, {}, "llc_ways_free 5 exceeds llc_ways 4"),
+    ({"llc_ways_free": 2}, {}, "llc_ways_free 2 exceeds llc_ways None"),
+    ({"membw_baseline_gbps": 0}, {}, "field 'membw_baseline_gbps' is 0 (allowed: a number > 0"),
+    ({"facts_at_s": "yesterday"}, {}, "field 'facts_at_s' is \"yesterday\""),
+    ({}, {"cpu_load_cores": -1}, "field 'cpu_load_cores' is -1 (allowed: a number >= 0"),
+    ({}, {"cpu_load_window_s": 1e13}, "'cpu_load_window_s' is 10000000000000.0 (allowed: a "
+                                      "number >= 0 and <= 1000000000000)"),
+])  # fmt: skip
+def test_bad_facts_fields_in_a_snapshot_are_refused_naming_them(
+    node: dict[str, object], running: dict[str, object], message: str
+) -> None:
+    doc = {"nodes": [{"name": "n1", "cores": 4, "memory_mib": 1, **node}],
+           "running": [{"id": "1", "node": "n1", **running}]}  # fmt: skip
+    with pytest.raises(SnapshotError) as refused:
+        decode_json(json.dumps(doc), "s.json", parse_snapshot)
+    assert message in str(refused.value)
