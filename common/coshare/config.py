@@ -297,6 +297,8 @@ class SimConfig:
         worker_python: the workers' interpreter, as the worker jobs see it; ``null``: this
             one (nodes that share this installation).
         worker_prologue: shell lines each worker job runs first (``export PYTHONPATH=...``).
+        worker_extra_args: more arguments of each worker (``--no-nanny`` where the jobs
+            cannot use POSIX semaphores, as in the local pool's chroot).
         worker_walltime: walltime of a Slurm worker job (``HH:MM:SS``).
         log_directory: where worker jobs write their output, as they see it; ``null``:
             nowhere.
@@ -314,6 +316,7 @@ class SimConfig:
     worker_memory_mib: int = field(default=2048, metadata={"min": 256})
     worker_python: str | None = None
     worker_prologue: tuple[str, ...] = ()
+    worker_extra_args: tuple[str, ...] = ()
     worker_walltime: str = "01:00:00"
     log_directory: str | None = None
 

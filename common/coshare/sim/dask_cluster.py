@@ -128,6 +128,7 @@ def _start_cluster(distributed: Any, config: Config) -> Any:
         "python": sim.worker_python or sys.executable,
         "job_name": "coshare-dask",
         "job_script_prologue": list(sim.worker_prologue),
+        "worker_extra_args": list(sim.worker_extra_args),
         "log_directory": sim.log_directory,
         "scheduler_options": {"dashboard_address": None, **({"host": host} if host else {})},
         # a worker whose scheduler is gone stops by itself, and so does its job
