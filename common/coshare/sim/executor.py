@@ -47,8 +47,10 @@ class LocalExecutor:
     """Tasks in this process (``workers`` 1) or in a pool of ``workers`` local processes.
 
     A pool keeps at most ``workers`` tasks in flight. When a worker process dies, Python's
-    pool breaks and every task in flight is lost with it (which one killed it cannot be
-    told): each of those counts one try and they run again in a fresh pool.
+    pool breaks and every task in flight is lost with it, and which one killed it cannot be
+    told: a task lost alone is charged one try; tasks lost together are each run again alone
+    (a pool of one), where a death is surely theirs, so a task that kills its worker never
+    uses up the tries of the tasks beside it. Tasks not yet started are never charged.
     """
 
     def __init__(self, workers: int = 1, retries: int = 2) -> None:
@@ -71,27 +73,34 @@ class LocalExecutor:
             return results
         tries = [0] * len(tasks)
         todo = list(range(len(tasks)))
-        while todo:
-            lost = self._pool_round(tasks, todo, results, done)
-            todo = []
-            for i in lost:
+        suspects: list[int] = []  # lost together with others: each runs alone next
+        while todo or suspects:
+            alone = not todo
+            batch, width = (todo, self.workers) if todo else ([suspects.pop(0)], 1)
+            ran, unstarted = self._pool_round(tasks, batch, results, done, width)
+            todo = unstarted
+            if len(ran) > 1 and not alone:
+                suspects += ran
+                continue
+            for i in ran:
                 tries[i] += 1
                 if tries[i] > self.retries:
                     results.failed[i] = _lost(tasks[i].name, tries[i])
                     if done is not None:
                         done(i)
                 else:
-                    todo.append(i)
+                    (suspects if alone else todo).append(i)
         return results
 
     def _pool_round(self, tasks: Sequence[Task], todo: list[int], results: Results,
-                    done: Done | None) -> list[int]:  # fmt: skip
-        """Run ``todo`` in one pool until it is done or the pool breaks; the lost tasks."""
+                    done: Done | None, width: int) -> tuple[list[int], list[int]]:  # fmt: skip
+        """Run ``todo`` in one pool of ``width`` processes until it is done or the pool
+        breaks; the tasks lost in flight, and those never started."""
         waiting = iter(todo)
         flight: dict[Future[Any], int] = {}
-        lost: list[int] = []
-        with ProcessPoolExecutor(max_workers=self.workers) as pool:
-            for i in itertools.islice(waiting, self.workers):
+        ran: list[int] = []
+        with ProcessPoolExecutor(max_workers=width) as pool:
+            for i in itertools.islice(waiting, width):
                 flight[pool.submit(tasks[i].fn, *tasks[i].args)] = i
             while flight:
                 finished, _ = wait(flight, return_when=FIRST_COMPLETED)
@@ -100,19 +109,18 @@ class LocalExecutor:
                     try:
                         results.values[i] = future.result()
                     except BrokenProcessPool:
-                        lost.append(i)
+                        ran.append(i)
                         continue
                     except Exception as exc:
                         results.failed[i] = Failure(tasks[i].name, _reason(exc))
                     if done is not None:
                         done(i)
-                if lost:  # the pool is broken: whatever is in flight is lost too
-                    lost += [flight[f] for f in flight]
-                    lost += list(waiting)
-                    break
+                if ran:  # the pool is broken: whatever is in flight is lost too
+                    ran += list(flight.values())
+                    return sorted(ran), list(waiting)
                 for i in itertools.islice(waiting, len(finished)):
                     flight[pool.submit(tasks[i].fn, *tasks[i].args)] = i
-        return sorted(lost)
+        return [], []
 
 
 class DaskExecutor:
