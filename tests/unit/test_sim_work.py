@@ -177,7 +177,8 @@ def test_a_stream_out_of_submit_order_is_refused() -> None:
 
 def test_streamed_swf_is_not_refused_for_its_size(tmp_path: Path) -> None:
     log = tmp_path / "big.swf"
-    rows = [f"{i} {i} 0 5 1 -1 -1 1 10 1024 1 1 1 1 1 1 -1 -1" for i in range(1, 150_001)]
+    # one arrival every 2 s, 5 s each, on 4 nodes: no backlog, a few jobs in flight
+    rows = [f"{i} {2 * i} 0 5 1 -1 -1 1 10 1024 1 1 1 1 1 1 -1 -1" for i in range(1, 150_001)]
     log.write_text("; a synthetic log\n" + "\n".join(rows) + "\n")
     (tmp_path / "big.swf.machines").write_text("1 m 4 2 1 4194304\n")
     out = CliRunner().invoke(cli, ["simulate", "--workload", f"trace:{log}", "--policies",
@@ -209,3 +210,17 @@ def test_an_unreachable_scheduler_is_one_message_and_exit_1() -> None:
     assert out.exit_code == 1
     assert out.stderr.startswith("coshare: error: cannot reach the Dask scheduler at "
                                  "tcp://127.0.0.1:9 within 1 s")
+
+
+def test_a_sweep_plot_is_a_png_of_every_point(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "sweep.png"
+    out = CliRunner().invoke(cli, ["simulate", "--workload", "uniform", "--nodes", "2",
+                                   "--seeds", "2", "--offload-share", "0.5", "--sweep",
+                                   "threads=strict,soft", "--sweep", "jobs=10,20", "--policies",
+                                   "exclusive,knapsack", "--plot", str(png)])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith("uniform ")]
+    assert len(rows) == 2 * 2 * 2  # every point x policy, over both seeds
+    assert all(r[-1] == "2" for r in rows)  # the seeds column

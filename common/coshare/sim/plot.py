@@ -75,6 +75,11 @@ def save_figure(path: Path, comparisons: Mapping[str, Sequence[Comparison]] | No
             _frag(ax, *data)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    _write(plt, fig, path)
+
+
+def _write(plt: Any, fig: Any, path: Path) -> None:
+    """Lay out ``fig``, save it as a PNG at ``path`` and close it."""
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)
@@ -170,10 +175,4 @@ def save_sweep_figure(path: Path, runs: Sequence[GridRun], keys: Sequence[str],
         ax.set_xlabel(first)
         ax.set_ylabel(metric)
         ax.legend(fontsize="small")
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}") from exc
-    finally:
-        plt.close(fig)
+    _write(plt, fig, path)
