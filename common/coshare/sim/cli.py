@@ -280,7 +280,7 @@ def _paper(request: Request) -> Outcome:
                                            policies, s, setup))  # fmt: skip
     most = max(c.jobs for c in compares)
     total = task_count(compares, sizes)
-    check_work(total, most, f"--jobs {most}")
+    check_work(task_count(compares, sizes, calibrations=False), most, f"--jobs {most}")
     with progress_bar(total, request.workload) as advance:
         results = run_paper(compares, sizes, request.executor, lambda _: advance(1))
     if request.swept:

@@ -114,8 +114,12 @@ def _name(*parts: object) -> str:
     return " ".join(str(p) for p in parts if p != "")
 
 
-def task_count(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec]) -> int:
-    """How many tasks the three stages run at most (for a progress bar)."""
+def task_count(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec],
+               calibrations: bool = True) -> int:  # fmt: skip
+    """How many tasks the three stages run at most (for a progress bar); without the
+    calibration runs (``calibrations`` False), the runs of ``--jobs`` jobs each, which is
+    what the work bound of ``coshare simulate`` counts (a calibration runs the fixed
+    Table I set)."""
     specs: list[CompareSpec | SizesSpec] = [*compares, *sizes]
     keys = {_cal_key(c.seed, c.setup) for c in specs if c.setup.offload_share is None}
     runs = 0
@@ -128,7 +132,7 @@ def task_count(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec]) -> i
         footprints += sum(1 for n in dict.fromkeys(c.policies) if n != BASELINE) if c.footprint \
             else 0
     runs += sum(len(s.counts) * len(s.policies) for s in sizes)
-    return len(keys) + runs + footprints
+    return (len(keys) if calibrations else 0) + runs + footprints
 
 
 def run_paper(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], executor: Executor,
