@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,3 +225,16 @@ def test_a_sweep_plot_is_a_png_of_every_point(tmp_path: Path) -> None:
     rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith("uniform ")]
     assert len(rows) == 2 * 2 * 2  # every point x policy, over both seeds
     assert all(r[-1] == "2" for r in rows)  # the seeds column
+
+
+def test_without_dask_local_runs_work_and_dask_is_asked_for_by_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    for name in ("dask", "distributed", "dask_jobqueue"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if the dask extra were not installed
+    args = ["simulate", "--workload", "uniform", "--jobs", "10", "--nodes", "2",
+            "--offload-share", "0.5", "--policies", "exclusive"]  # fmt: skip
+    local = CliRunner().invoke(cli, [*args, "--workers", "2"])
+    assert local.exit_code == 0, local.output
+    dask = CliRunner().invoke(cli, [*args, "--executor", "dask"])
+    assert dask.exit_code == 2
+    assert "--executor dask needs Dask: pip install 'coshare[dask]'" in dask.stderr
