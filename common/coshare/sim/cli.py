@@ -66,7 +66,7 @@ from coshare.sim.paper import (
     TABLE_III_FOOTPRINT,
 )
 from coshare.sim.params import Point, apply, label, parameters, parse_sweeps, value_of
-from coshare.sim.replay import Replay, cluster_of, replay
+from coshare.sim.replay import Replay, check_log, cluster_of, replay
 from coshare.sim.report import (
     GRID_METRICS,
     GridRun,
@@ -363,6 +363,7 @@ def _trace(request: Request) -> Outcome:
     policies = parse_policies(request.policies_text, ALL_POLICIES)
     path = Path(request.workload[len("trace:"):])
     cluster_of(path, request.nodes)  # refuse a missing .machines before anything runs
+    check_log(path)  # and a bad record, naming its line (one pass; memory stays bounded)
     tasks = []
     for point in request.points:
         setup = apply(point, request.setup)

@@ -69,6 +69,17 @@ def cluster_of(path: Path, nodes: int | None) -> tuple[Node, ...]:
     return machines[:nodes] if nodes else machines
 
 
+def check_log(path: Path) -> None:
+    """Read the whole log once, as a stream, so that a bad record stops the command with its
+    line (exit 2) before any run starts, instead of failing every run's task alike.
+
+    Raises:
+        InputError: the log cannot be read, or a record is malformed or given twice.
+    """
+    for _ in iter_swf(stream_lines(path), str(path)):
+        pass
+
+
 def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup) -> Replay:
     """Replay the SWF log at ``path`` under ``policy`` as a stream (FixedModel run times).
 
