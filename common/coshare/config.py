@@ -47,6 +47,7 @@ from coshare.bounds import (
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
     MAX_MEMORY_MIB,
+    MAX_SIM_WORKERS,
     plain,
     shorten,
     shorten_text,
@@ -385,6 +386,56 @@ class SlurmConfig:
 
 
 @dataclass(frozen=True)
+class SimConfig:
+    """Where ``coshare simulate`` runs its independent runs (issue 16; README "Simulator").
+
+    Attributes:
+        executor: ``local`` (this process or local processes; nothing to install) or
+            ``dask`` (the ``dask`` extra).
+        workers: local processes, or Dask workers coshare starts (processes of a local Dask
+            cluster, or worker jobs of ``dask_cluster``).
+        retries: how often a run whose worker died is run again elsewhere before the command
+            reports it failed.
+        dask_scheduler: address of a running Dask scheduler (``tcp://host:8786``); ``null``:
+            coshare starts a cluster of kind ``dask_cluster`` for the command.
+        dask_cluster: ``local`` (worker processes on this machine), ``slurm`` or
+            ``htcondor``: worker jobs of the cluster coshare serves, through dask-jobqueue
+            (``SLURMCluster`` with the ``slurm`` section's config file and partition,
+            ``HTCondorCluster`` with the ``condor`` section's config file).
+        connect_timeout_s: how long to try to reach the scheduler.
+        worker_timeout_s: how long to wait for the first worker before giving up.
+        scheduler_host: address the scheduler coshare starts listens on; ``null``: Dask's
+            choice; ``127.0.0.1`` when the workers run on this host.
+        worker_cores: cores of each worker job (one run per core).
+        worker_memory_mib: memory of each worker job.
+        worker_python: the workers' interpreter, as the worker jobs see it; ``null``: this
+            one (nodes that share this installation).
+        worker_prologue: shell lines each worker job runs first (``export PYTHONPATH=...``).
+        worker_extra_args: more arguments of each worker (``--no-nanny`` where the jobs
+            cannot use POSIX semaphores, as in the local pool's chroot).
+        worker_walltime: walltime of a Slurm worker job (``HH:MM:SS``).
+        log_directory: where worker jobs write their output, as they see it; ``null``:
+            nowhere.
+    """
+
+    executor: Literal["local", "dask"] = "local"
+    workers: int = field(default=1, metadata={"min": 1, "max": MAX_SIM_WORKERS})
+    retries: int = field(default=2, metadata={"min": 0, "max": 100})
+    dask_scheduler: str | None = None
+    dask_cluster: Literal["local", "slurm", "htcondor"] = "local"
+    connect_timeout_s: float = field(default=10.0, metadata={"min": 0.1})
+    worker_timeout_s: float = field(default=300.0, metadata={"min": 1})
+    scheduler_host: str | None = None
+    worker_cores: int = field(default=1, metadata={"min": 1})
+    worker_memory_mib: int = field(default=2048, metadata={"min": 256})
+    worker_python: str | None = None
+    worker_prologue: tuple[str, ...] = ()
+    worker_extra_args: tuple[str, ...] = ()
+    worker_walltime: str = "01:00:00"
+    log_directory: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -396,6 +447,7 @@ class Config:
     condor: CondorConfig = field(default_factory=CondorConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
 
     def __post_init__(self) -> None:
         # Device kinds are matched ignoring case, spaces, '-' and '_' (coshare.ledger): two

@@ -1,0 +1,98 @@
+"""Replaying an SWF log as a stream: one run, one task (``--workload trace:FILE.swf``).
+
+The log is read a line at a time while the engine runs (:func:`coshare.sim.engine.simulate`
+with an iterator): a job is parsed when the one before it arrives and forgotten when it ends,
+and its figures are folded into a :class:`~coshare.sim.metrics.StreamSummary`, so memory
+holds the jobs in flight, not the log: a log of a million jobs replays in the memory of its
+busiest moment (``bench/sim_sweep.py`` measures it). Because nothing depends on the log's
+length, a streamed log is not refused for its size (issue 16); each line is bounded
+(:data:`coshare.sim.trace_files.MAX_LINE_CHARS`) and every field as before.
+
+Each task opens the log itself (a Dask worker elsewhere needs the path to be visible there,
+as on a shared file system) and reports its events per second. I/O: reads files, reads the
+clock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from coshare.bounds import shorten_text
+from coshare.errors import InputError
+from coshare.model import Node
+from coshare.sim.device import FixedModel
+from coshare.sim.engine import simulate
+from coshare.sim.experiments import Setup
+from coshare.sim.jobs import host_only
+from coshare.sim.metrics import RunSummary, StreamSummary
+from coshare.sim.trace_files import read_machines, stream_lines
+from coshare.sim.traces import SwfTally, iter_swf
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One policy's replay of a log.
+
+    Attributes:
+        summary: the run's figures.
+        skipped: records skipped (no run time or processors).
+        events: events the engine handled.
+        seconds: wall time of the replay (reading included).
+    """
+
+    summary: RunSummary
+    skipped: int
+    events: int
+    seconds: float
+
+    @property
+    def events_per_s(self) -> float:
+        """Events handled per second of wall time."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def cluster_of(path: Path, nodes: int | None) -> tuple[Node, ...]:
+    """The nodes of the log at ``path`` (its ``.machines`` file), the first ``nodes`` of them.
+
+    Raises:
+        InputError: not an SWF log, or no ``.machines`` beside it.
+    """
+    where = f"trace:{shorten_text(str(path))}"
+    if path.suffix != ".swf":
+        raise InputError(f"{where}: only SWF logs (.swf) are replayed; the Alibaba pod list is "
+                         "the alibaba-2023 workload")  # fmt: skip
+    machines = read_machines(path)
+    if machines is None:
+        raise InputError(f"{where}: needs {shorten_text(path.name)}.machines beside it (the nodes)")
+    return machines[:nodes] if nodes else machines
+
+
+def check_log(path: Path) -> None:
+    """Read the whole log once, as a stream, so that a bad record stops the command with its
+    line (exit 2) before any run starts, instead of failing every run's task alike.
+
+    Raises:
+        InputError: the log cannot be read, or a record is malformed or given twice.
+    """
+    for _ in iter_swf(stream_lines(path), str(path)):
+        pass
+
+
+def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup) -> Replay:
+    """Replay the SWF log at ``path`` under ``policy`` as a stream (FixedModel run times).
+
+    Raises:
+        InputError: the log or its machines cannot be read, or a record is malformed or out
+            of submit order.
+    """
+    started = time.perf_counter()
+    cluster = cluster_of(path, nodes)
+    tally = SwfTally()
+    jobs = (host_only(j.job, j.run_s) for j in iter_swf(stream_lines(path), str(path), tally))
+    figures = StreamSummary()
+    result = simulate(cluster, jobs, setup.policy(policy, seed), options=setup.options(),
+                      model=FixedModel(), record=figures.add)  # fmt: skip
+    return Replay(figures.summary(result), tally.skipped, result.events,
+                  time.perf_counter() - started)  # fmt: skip
