@@ -279,3 +279,15 @@ def test_plans_keep_the_bandwidth_rule_and_every_other_limit(snapshot: Snapshot)
         if all(s is not None for s in shares) and not uses[i].unknown:
             over |= uses[i].used + sum(s for s in shares if s is not None) > 0.9 + 1e-9
     assert bool(check_membw(snapshot, out, MembwPolicy(programs=TABLE1))) >= over
+
+
+def test_a_placed_job_not_started_yet_counts_with_its_program_on_both_schedulers() -> None:
+    # The ledger (one rule for HTCondor and Slurm) counts a placed job with what it declared,
+    # so the next cycle does not put a bandwidth-bound job beside it before it starts.
+    from coshare.ledger import Placed, Queued, counted
+
+    job = cpu_job("2", "mpiblast", membw_gbps=3.0)
+    held = counted(Queued("2", {}, placed=Placed("n1", (), 100.0), gate_open=True), job)
+    assert (held.program, held.membw_gbps, held.state) == ("mpiblast", 3.0, "planned")
+    snap = Snapshot((node(),), (held,), (cpu_job("3", "heat2"),))
+    assert plan(snap).placed == 1  # 0.075 + 0.59; unknown (bandwidth-bound) without it
