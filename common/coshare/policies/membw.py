@@ -102,8 +102,11 @@ def node_uses(snapshot: Snapshot, programs: Mapping[str, float], init_s: float) 
         for r in by_node.get(node.name, []):
             use.jobs.append(r.id)
             if probe is not None and r.state == "running" and r.start_time_s is not None \
-                    and r.start_time_s + init_s <= probe[1]:  # fmt: skip
+                    and r.start_time_s + init_s < probe[1]:  # fmt: skip
                 continue  # in the probe's figure already
+            # Otherwise its use is added to the probe's: it started after the probe, or so
+            # shortly before that the probe may have caught its initialization (the
+            # paper probes only after it); counting it twice then errs on the safe side.
             share = job_share(r.program, r.membw_gbps, node, programs)
             if share is None:
                 use.unknown.append(r.id)

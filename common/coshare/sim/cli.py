@@ -305,6 +305,14 @@ def _trace(request: Request) -> Outcome:
     return Outcome(text, payload)
 
 
+def _poncos(request: Request) -> Outcome:
+    """poncos section 8: Table 1's admission matrix and the two queues (issue 18)."""
+    from coshare.sim.poncos_report import poncos_outcome
+
+    text, payload = poncos_outcome()
+    return Outcome(text, payload)
+
+
 #: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).
 WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "table1": _paper,
@@ -313,6 +321,7 @@ WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "pressure": _pressure,
     "alibaba-2023": _fragmentation,
     "trace": _trace,
+    "poncos": _poncos,
 }
 WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WORKLOADS)
 
