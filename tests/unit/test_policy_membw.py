@@ -291,3 +291,29 @@ def test_a_placed_job_not_started_yet_counts_with_its_program_on_both_schedulers
     assert (held.program, held.membw_gbps, held.state) == ("mpiblast", 3.0, "planned")
     snap = Snapshot((node(),), (held,), (cpu_job("3", "heat2"),))
     assert plan(snap).placed == 1  # 0.075 + 0.59; unknown (bandwidth-bound) without it
+
+
+def test_a_live_cycle_never_starts_a_trial_co_run() -> None:
+    # Layer 3 (freeze, probe, thaw; suspend through the scheduler) is not built: a plan that
+    # names trials is refused before anything is written, whatever the policy was built with.
+    from coshare.errors import PlanInvariantError
+    from coshare.planner import run_cycle
+    from coshare.ports import ApplyReport, SourceResult
+
+    snap = Snapshot((node(),), (running("1", "lama"),), (cpu_job("2", "mystery"),))
+    written: list[Plan] = []
+
+    class Source:
+        def read(self) -> SourceResult:
+            return SourceResult(snap)
+
+    class Editor:
+        def apply(self, plan: Plan, rejected: object, dry_run: bool = False) -> ApplyReport:
+            written.append(plan)
+            return ApplyReport()
+
+    with pytest.raises(PlanInvariantError, match=r"trial co-runs \(2\)"):
+        run_cycle(Source(), MembwPolicy(programs=TABLE1, trials=True), Editor())  # type: ignore[arg-type]
+    assert written == []
+    run_cycle(Source(), MembwPolicy(programs=TABLE1), Editor())  # type: ignore[arg-type]
+    assert written and written[0].trials == ()
