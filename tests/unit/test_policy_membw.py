@@ -20,7 +20,7 @@ from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.membw import MembwPolicy, check_membw, node_uses
 from coshare.schema import decode_json, parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
 from coshare.verify import check_plan
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import snapshots
@@ -250,6 +250,9 @@ def membw_snapshots(draw: st.DrawFn) -> Snapshot:
     return Snapshot(tuple(nodes), tuple(running), tuple(pending), base.now_s)
 
 
+# A third of the profile's examples: each one plans 9 times (about 0.1 s), and the suite's
+# time is shared (1000 examples would add two minutes to `make test`).
+@settings(max_examples=max(30, settings.default.max_examples // 3))
 @given(snapshot=membw_snapshots())
 def test_plans_keep_the_bandwidth_rule_and_every_other_limit(snapshot: Snapshot) -> None:
     # One snapshot, every setting: generating snapshots costs ten times planning them.
