@@ -1,7 +1,8 @@
 """What ``coshare simulate --workload poncos`` prints: the admission matrix of Table 1's
 applications under the 90% rule beside section 8's decisions, and the schedule of both
 queues under each :data:`~coshare.sim.poncos.VARIANTS` with its makespan against running
-the queue one job at a time. Pure: no I/O."""
+the queue one job at a time. It renders with rich, as :mod:`coshare.sim.report` does, so
+it is one of the simulator's I/O modules (tests/unit/test_purity.py)."""
 
 from __future__ import annotations
 
