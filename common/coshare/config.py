@@ -89,6 +89,46 @@ def _default_device_kinds() -> Mapping[str, DeviceKind]:
     }
 
 
+#: A ``CoshareProgram`` name (coshare.annotations' rule).
+_PROGRAM_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _default_membw_programs() -> Mapping[str, float]:
+    return {}
+
+
+@dataclass(frozen=True)
+class MembwConfig:
+    """Options of the ``membw`` policy (poncos, Breitbart et al., sections 6-7).
+
+    Attributes:
+        max_share: the jobs on one node use at most this share of its memory bandwidth
+            together (poncos section 7: 0.9, "a decrease in performance once congestion on
+            the main memory gets closer to the maximum"); a job alone on a node always runs.
+        init_s: a running job counts as measured by its node's probe only once it ran this
+            long before the probe (poncos section 7 waits out the initialization phase with a
+            timer).
+        max_suspend_s: a job suspended after a failed trial co-run longer than this is
+            requeued with the reason (issue 18 item 2; used once trials are live).
+        programs: recorded measurements: each program's (``CoshareProgram``) share of its
+            node's bandwidth, ``1 - available`` as the probe measured it (Table 1).
+    """
+
+    max_share: float = field(default=0.9, metadata={"min": 0, "max": 1})
+    init_s: float = field(default=60.0, metadata={"min": 0})
+    max_suspend_s: float = field(default=3600.0, metadata={"min": 0})
+    programs: Mapping[str, float] = field(default_factory=_default_membw_programs,
+                                          metadata={"min": 0, "max": 1})  # fmt: skip
+
+    def __post_init__(self) -> None:
+        # The keys are CoshareProgram values, so they follow that annotation's rule
+        # (coshare.annotations): a key no job can name would be a silent typo.
+        for name in self.programs:
+            if _PROGRAM_NAME.fullmatch(name) is None:
+                raise ConfigError(f"policy.membw.programs: {shorten(name)} is not a program "
+                                  "name (allowed: 1-64 of A-Z a-z 0-9 _ . -, as CoshareProgram)")
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """Options shared by the policies.
@@ -102,6 +142,7 @@ class PolicyConfig:
         age_limit_s: a job pending longer than this is placed before any other, and a device
             is held back for it if it fits none now; ``null`` disables aging.
         max_reserved_devices: at most this many devices are held back per cycle for aged jobs.
+        membw: options of the ``membw`` policy (``policy.membw.max_share`` ...).
     """
 
     name: str = "sharepack"
@@ -109,6 +150,7 @@ class PolicyConfig:
     seed: int = field(default=0, metadata={"max": 2**63 - 1})
     age_limit_s: float | None = field(default=3600.0, metadata={"min": 0})
     max_reserved_devices: int = field(default=8, metadata={"min": 0})
+    membw: MembwConfig = field(default_factory=MembwConfig)
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,9 @@ class Node:
         llc_ways_free: node facts: LLC ways no coshare job's resctrl group holds.
         facts_at_s: when the node measured its facts (epoch seconds); ``None``: no usable
             facts (none published, malformed, or older than ``cycle.node_facts_max_age_s``).
+        membw_at_s: node facts: when the probe behind ``membw_avail_gbps`` ran (it may be
+            older than ``facts_at_s``: the daemon probes every ``node.probe_interval_s``);
+            the ``membw`` policy counts a job as measured only if it ran before the probe.
     """
 
     name: str
@@ -135,6 +138,7 @@ class Node:
     membw_baseline_gbps: float | None = None
     llc_ways_free: int | None = None
     facts_at_s: float | None = None
+    membw_at_s: float | None = None
 
     @property
     def cores(self) -> int | float:
@@ -300,6 +304,24 @@ class Unplaced:
 
 
 @dataclass(frozen=True, slots=True)
+class Trial:
+    """A trial co-run (poncos section 7): a job whose memory bandwidth is not known yet is
+    started beside the jobs already on its node, to be measured once it is past its
+    initialization (the old jobs frozen while the probe runs) and kept only if the sum stays
+    within the limit.
+
+    Attributes:
+        job: the job on trial (it also has an assignment to ``node``).
+        node: the node of the trial.
+        partners: the jobs already on that node it is tried beside, sorted.
+    """
+
+    job: str
+    node: str
+    partners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A policy's decision for one cycle.
 
@@ -313,6 +335,8 @@ class Plan:
         seconds: time the policy took; filled in by the caller (policies read no clock).
         notes: what the admin should know about how this plan was made (a setting coarsened
             to stay within what the cycle affords, with the estimate), one sentence each.
+        trials: the assignments that are trial co-runs (the ``membw`` policy), with the jobs
+            each is tried beside; empty for every other policy.
     """
 
     policy: str
@@ -320,6 +344,7 @@ class Plan:
     unplaced: tuple[Unplaced, ...] = ()
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    trials: tuple[Trial, ...] = ()
     placed_jobs: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -47,6 +47,7 @@ from coshare.model import (
     Plan,
     RunningJob,
     Snapshot,
+    Trial,
     Unplaced,
     UnplacedCode,
     capacity_cores_to_milli,
@@ -59,7 +60,8 @@ T = TypeVar("T")
 _MISSING: Any = object()
 
 NODE_FIELDS = ("name", "cores", "memory_mib", "membw_gbps", "llc_ways", "domain", "devices",
-               *("membw_avail_gbps", "membw_baseline_gbps", "llc_ways_free", "facts_at_s"))
+               *("membw_avail_gbps", "membw_baseline_gbps", "llc_ways_free", "facts_at_s"),
+               "membw_at_s")
 DEVICE_FIELDS = ("id", "memory_mib", "threads", "model")
 RUNNING_FIELDS = (
     "id", "node", "device", "device_memory_mib", "device_threads", "cores", "memory_mib",
@@ -72,7 +74,8 @@ PENDING_FIELDS = (
     "copy_bw_mbps", "walltime_s",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
-PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats")
+PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials")
+TRIAL_FIELDS = ("job", "node", "partners")
 ASSIGNMENT_FIELDS = ("job", "node", "device", "processes")
 UNPLACED_FIELDS = ("job", "reason", "code")
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
@@ -307,6 +310,7 @@ def _node_facts(f: _Fields) -> dict[str, Any]:
                                         maximum=MAX_MEMBW_GBPS),
         "llc_ways_free": f.integer("llc_ways_free", None, maximum=MAX_LLC_WAYS),
         "facts_at_s": f.number("facts_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
+        "membw_at_s": f.number("membw_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
     }  # fmt: skip
 
 
@@ -432,6 +436,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
                 ("membw_baseline_gbps", n.membw_baseline_gbps),
                 ("llc_ways_free", n.llc_ways_free),
                 ("facts_at_s", n.facts_at_s),
+                ("membw_at_s", n.membw_at_s),
                 (
                     "devices",
                     [
@@ -505,7 +510,16 @@ def job_to_dict(j: Job) -> dict[str, object]:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, object]:
-    """Serialize a plan to the JSON contract of DESIGN.md."""
+    """Serialize a plan to the JSON contract of DESIGN.md (``trials`` only when there are
+    some, so the plans of every other policy read as before)."""
+    out = _plan_dict(plan)
+    if plan.trials:
+        out["trials"] = [{"job": t.job, "node": t.node, "partners": list(t.partners)}
+                         for t in plan.trials]  # fmt: skip
+    return out
+
+
+def _plan_dict(plan: Plan) -> dict[str, object]:
     return {
         "policy": plan.policy,
         "assignments": [
@@ -558,13 +572,29 @@ def parse_plan(data: object, source: str = "") -> Plan:
         f.unknown(UNPLACED_FIELDS)
         code: UnplacedCode = f.choice("code", UNPLACED_CODES, "no_room")
         unplaced.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
+    trials = []
+    for i, obj in enumerate(top.array("trials", [])):
+        f = _Fields(obj, _label("trial of job", obj, i, "job"), problems)
+        f.unknown(TRIAL_FIELDS)
+        partners = f.array("partners", [])
+        trials.append(Trial(job=f.ident("job"), node=f.ident("node"),
+                            partners=tuple(_trial_partners(partners, f, problems))))  # fmt: skip
     stats = top.obj.get("stats")
     seconds = 0.0
     if isinstance(stats, Mapping):
         seconds = _Fields(stats, "plan stats", problems).number("seconds", 0.0)
     if problems:
         raise SnapshotError(problems, source)
-    return Plan(policy, tuple(assignments), tuple(unplaced), seconds)
+    return Plan(policy, tuple(assignments), tuple(unplaced), seconds, trials=tuple(trials))
+
+
+def _trial_partners(items: list[Any], f: _Fields, problems: list[str]) -> list[str]:
+    """A trial's partner job ids, each checked as a job id."""
+    out = []
+    for k, item in enumerate(items):
+        g = _Fields({"partner": item}, f"{f.what} partner {k}", problems)
+        out.append(g.ident("partner"))
+    return out
 
 
 class _Refused(ValueError):

@@ -10,6 +10,7 @@ knapsack    per-device 0-1 knapsack, greedy over the cluster (paper's MCCK)
 bestfit     least leftover cores and device share per node (fragmentation benchmark)
 fgd         least growth of expected fragmentation (FGD, the benchmark's best peer)
 sharepack   knapsack when contended, node potential otherwise (the default)
+membw       memory bandwidth use per node summed within a limit (poncos)
 ==========  =====================================================================
 
 Later policies register here too (``collocate``, ``membw``, ``sns``, ``cs``): add a module
@@ -18,7 +19,7 @@ and one entry in :data:`FACTORIES`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from coshare.bounds import shorten
@@ -29,6 +30,7 @@ from coshare.policies.bestfit import BestFitPolicy
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
 from coshare.policies.knapsack import MAX_DP_CELLS, MAX_MEMORY_CELLS, KnapsackPolicy
+from coshare.policies.membw import MembwPolicy
 from coshare.policies.potential import Shape as WorkloadShape
 from coshare.policies.random_fit import RandomPolicy
 from coshare.policies.sharepack import SharePackPolicy
@@ -45,7 +47,9 @@ class PolicyOptions:
     snapshot. ``fgd_workload`` is FGD's target workload (shapes with
     counts) when the caller knows it, as the fragmentation benchmark does; ``None`` takes it
     from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
-    ``None`` takes the largest node of each snapshot.
+    ``None`` takes the largest node of each snapshot. ``membw_*`` are the ``membw`` policy's
+    (``policy.membw``); ``membw_trials`` plans trial co-runs, which only the simulator
+    enforces so far (the live cycles leave it off).
     """
 
     def __init__(
@@ -62,6 +66,10 @@ class PolicyOptions:
         fgd_workload: tuple[tuple[Shape, int], ...] | None = None,
         bestfit_scale: tuple[int, int] | None = None,
         workload: tuple[tuple[WorkloadShape, int], ...] | None = None,
+        membw_max_share: float = 0.9,
+        membw_programs: Mapping[str, float] | None = None,
+        membw_init_s: float = 60.0,
+        membw_trials: bool = False,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -74,6 +82,10 @@ class PolicyOptions:
         self.fgd_workload = fgd_workload
         self.bestfit_scale = bestfit_scale
         self.workload = workload
+        self.membw_max_share = membw_max_share
+        self.membw_programs: Mapping[str, float] = dict(membw_programs or {})
+        self.membw_init_s = membw_init_s
+        self.membw_trials = membw_trials
 
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
@@ -91,6 +103,9 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
     "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
     "sharepack": lambda o: SharePackPolicy(**_table_options(o), workload=o.workload),
+    "membw": lambda o: MembwPolicy(max_share=o.membw_max_share, programs=o.membw_programs,
+                                   init_s=o.membw_init_s, trials=o.membw_trials,
+                                   threads=o.threads),
 }
 
 

@@ -398,6 +398,14 @@ def _trace_keys(request: Request, policies: Sequence[str], tasks: Sequence[Task]
     return [k for i, k in enumerate(keys) if i not in failed]
 
 
+def _poncos(request: Request) -> Outcome:
+    """poncos section 8: Table 1's admission matrix and the two queues (issue 18)."""
+    from coshare.sim.poncos_report import poncos_outcome
+
+    text, payload = poncos_outcome()
+    return Outcome(text, payload)
+
+
 #: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).
 WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "table1": _paper,
@@ -406,6 +414,7 @@ WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "pressure": _pressure,
     "alibaba-2023": _fragmentation,
     "trace": _trace,
+    "poncos": _poncos,
 }
 WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WORKLOADS)
 

@@ -341,6 +341,11 @@ class _Engine:
             program=job.program,
         )
         self.start[j] = now
+        # A model that slows jobs by what shares their node (memory bandwidth: the poncos
+        # workload) learns the node first; device models need only the devices.
+        on_node = getattr(self.model, "on_node", None)
+        if on_node is not None:
+            on_node(j, node)
         self.model.start(j, devices, now)
 
     def finish(self, j: int, now: float) -> None:
