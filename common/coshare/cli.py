@@ -166,6 +166,9 @@ def policy_options(config: Config) -> PolicyOptions:
         max_thread_cells=config.knapsack.max_thread_cells,
         max_memory_cells=config.knapsack.max_memory_cells,
         max_dp_cells=config.knapsack.max_dp_cells,
+        monitor_fraction=config.collocate.monitor_fraction,
+        max_harvest_cores=config.collocate.max_harvest_cores,
+        copy_bw_limit_mbps=config.collocate.copy_bw_limit_mbps,
     )
 
 

@@ -10,6 +10,7 @@ knapsack    per-device 0-1 knapsack, greedy over the cluster (paper's MCCK)
 bestfit     least leftover cores and device share per node (fragmentation benchmark)
 fgd         least growth of expected fragmentation (FGD, the benchmark's best peer)
 sharepack   knapsack when contended, node potential otherwise (the default)
+collocate   CPU jobs on the cores GPU jobs leave idle (Wu & Hong)
 ==========  =====================================================================
 
 Later policies register here too (``collocate``, ``membw``, ``sns``, ``cs``): add a module
@@ -26,6 +27,12 @@ from coshare.errors import PolicyError
 from coshare.model import ThreadMode
 from coshare.policies.base import Policy
 from coshare.policies.bestfit import BestFitPolicy
+from coshare.policies.collocate import (
+    DEFAULT_COPY_BW_LIMIT_MBPS,
+    DEFAULT_MAX_HARVEST_CORES,
+    DEFAULT_MONITOR_FRACTION,
+    CollocatePolicy,
+)
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
 from coshare.policies.knapsack import MAX_DP_CELLS, MAX_MEMORY_CELLS, KnapsackPolicy
@@ -45,7 +52,9 @@ class PolicyOptions:
     snapshot. ``fgd_workload`` is FGD's target workload (shapes with
     counts) when the caller knows it, as the fragmentation benchmark does; ``None`` takes it
     from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
-    ``None`` takes the largest node of each snapshot.
+    ``None`` takes the largest node of each snapshot. ``monitor_fraction``,
+    ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
+    and copy-bandwidth threshold (the ``collocate`` config section).
     """
 
     def __init__(
@@ -62,6 +71,9 @@ class PolicyOptions:
         fgd_workload: tuple[tuple[Shape, int], ...] | None = None,
         bestfit_scale: tuple[int, int] | None = None,
         workload: tuple[tuple[WorkloadShape, int], ...] | None = None,
+        monitor_fraction: float = DEFAULT_MONITOR_FRACTION,
+        max_harvest_cores: int = DEFAULT_MAX_HARVEST_CORES,
+        copy_bw_limit_mbps: float = DEFAULT_COPY_BW_LIMIT_MBPS,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -74,6 +86,9 @@ class PolicyOptions:
         self.fgd_workload = fgd_workload
         self.bestfit_scale = bestfit_scale
         self.workload = workload
+        self.monitor_fraction = monitor_fraction
+        self.max_harvest_cores = max_harvest_cores
+        self.copy_bw_limit_mbps = copy_bw_limit_mbps
 
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
@@ -91,6 +106,8 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
     "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
     "sharepack": lambda o: SharePackPolicy(**_table_options(o), workload=o.workload),
+    "collocate": lambda o: CollocatePolicy(o.monitor_fraction, o.max_harvest_cores,
+                                           o.copy_bw_limit_mbps),
 }
 
 
