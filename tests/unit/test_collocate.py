@@ -109,11 +109,13 @@ def test_a_gpu_job_whose_load_rises_gets_its_cores_back_through_the_scheduler() 
     older = RunningJob("c4", "n1", (), cpu_milli=4000, memory_mib=512, start_time_s=210.0,
                        harvest_from="g1")  # fmt: skip
     newer = replace(older, id="c2", cpu_milli=2000, start_time_s=230.0)
-    calm = Snapshot((node(),), (gpu_job(), older, newer), (cpu_job("c3", 3),), now_s=400.0)
+    calm = Snapshot((node(),), (gpu_job(walltime=1200.0), older, newer), (cpu_job("c3", 3),),
+                    now_s=400.0)  # fmt: skip
     plan = plan_of(calm)  # 9 may be lent, 6 are: c3 joins
     assert plan.requeue == () and plan.assignments == (Assignment("c3", "n1", harvest_from="g1"),)
     # The last interval's load rose to 7: only 5 cores may be lent, 6 are.
-    risen = replace(calm, running=(replace(gpu_job(), cpu_load_last_cores=7.0), older, newer))
+    risen = replace(calm, running=(replace(gpu_job(walltime=1200.0), cpu_load_last_cores=7.0),
+                                   older, newer))  # fmt: skip
     plan = plan_of(risen)
     assert [u.job for u in plan.requeue] == ["c2"]  # newest first, just enough
     assert "load rose to 7 of 12 cores, so it can lend 5 where 6 are lent" in plan.requeue[0].reason
@@ -123,6 +125,29 @@ def test_a_gpu_job_whose_load_rises_gets_its_cores_back_through_the_scheduler() 
                       unplaced=())  # fmt: skip
     assert any("lends 9 cores, more than its load 7 leaves idle (5)" in p
                for p in check_plan(risen, grabbed))  # fmt: skip
+
+
+def test_backfill_never_delays_the_first_waiting_job_s_reservation() -> None:
+    # g1 requested until 600 s. c12 waits for n1 (reserved from 600 s); at 400 s a 300-s CPU
+    # job would outlive the reservation, so it may not borrow there; a 150-s one may.
+    long, short = cpu_job("long", 3), replace(cpu_job("short", 3), walltime_s=150.0)
+    snap = Snapshot((node(),), (gpu_job(),), (cpu_job("c12", 12), long, short), now_s=400.0)
+    plan = plan_of(snap)
+    assert plan.assignments == (Assignment("short", "n1", harvest_from="g1"),)
+    assert [u.job for u in plan.unplaced] == ["c12", "long"]
+    # without a clock there is no reservation (and no harvest: no monitoring period ends)
+    assert plan_of(replace(snap, now_s=None)).assignments == ()
+
+
+def test_backfill_on_free_cores_ends_before_the_reserved_start() -> None:
+    busy = RunningJob("old", "n1", (), cpu_milli=8000, memory_mib=512, start_time_s=0.0,
+                      walltime_s=500.0)  # fmt: skip
+    gpu = Job("g", 1024, 1024, device_count=3, cpu_milli=12000, memory_mib=4096)
+    late = replace(cpu_job("late", 4, submit=0.0), walltime_s=600.0)  # ends at 700 > 500
+    soon = replace(cpu_job("soon", 4, submit=1.0), walltime_s=300.0)  # ends at 400 <= 500
+    plan = plan_of(Snapshot((node(),), (busy,), (gpu, late, soon), now_s=100.0))
+    assert plan.assignments == (Assignment("soon", "n1"),)
+    assert [u.job for u in plan.unplaced] == ["g", "late"]
 
 
 def test_a_borrower_whose_gpu_job_ended_holds_the_node_s_cores() -> None:

@@ -12,10 +12,12 @@ whatever the load.
 How coshare reads it:
 
 - **Order and backfill.** GPU jobs, then CPU jobs, each by decreasing total cores, then in
-  scheduler order; each job takes the first node (and devices) with room, so a smaller job
-  further down starts where a larger one cannot (backfill). Nothing is reserved for the
-  larger job beyond what aging does elsewhere: a stateless cycle has no start times to
-  protect (Maui's reservations).
+  scheduler order; each job takes the first node (and devices) with room. The first job that
+  finds none gets a *reservation* (Maui's backfill, reservation depth 1): the node where
+  it can start soonest, judged by the requested times of what runs there (start +
+  ``walltime_s``), and that start time. Later jobs (and borrowers) go on the reserved node
+  only if their own requested time ends by then, so backfill never delays it. Without a
+  clock in the snapshot no reservation is made.
 - **Harvest pool** of a running GPU job ``G`` (a *donor*): whole cores, because cpusets
   partition cores (section III-B1, partitioned mode): ``min(P_B, floor(cores(G) - load(G)))``
   less what CPU jobs already borrow from it. ``load(G)`` is the higher of its measured mean and
@@ -47,7 +49,6 @@ from coshare.policies.base import (
     explain_waiting,
     finish,
     never_fits,
-    place_in_order,
     priority_key,
 )
 
@@ -116,8 +117,20 @@ class CollocatePolicy:
         state = ClusterState(replace(snapshot, running=own), strict_threads=True)
         unplaced = never_fits(snapshot, snapshot.pending)
         candidates = sorted((j for j in snapshot.pending if j.id not in unplaced), key=_order)
-        waiting = place_in_order(state, candidates, idle_only=False)
-        still, donors = self._harvest(state, waiting, donors)
+        held = _holds(snapshot)
+        reserved: tuple[int, float] | None = None
+        waiting: list[Job] = []
+        for job in candidates:
+            if _place(state, job, _banned(job, reserved, snapshot.now_s)):
+                a = state.assignments[-1]
+                held.append(_Hold(job.id, a.node, _end(snapshot.now_s, job.walltime_s),
+                                  job.total_cpu_milli, job.total_memory_mib, a.devices,
+                                  job.device_memory_mib))  # fmt: skip
+                continue
+            waiting.append(job)
+            if reserved is None and snapshot.now_s is not None:
+                reserved = _reservation(state, job, held, snapshot.now_s)
+        still, donors = self._harvest(state, waiting, donors, reserved, snapshot.now_s)
         reasons = explain_waiting(state, still)
         for job in still:
             reasons[job.id] = _with_harvest(reasons[job.id], job, donors)
@@ -171,8 +184,9 @@ class CollocatePolicy:
             return "no measured CPU load in the node's facts"
         return None
 
-    def _harvest(self, state: ClusterState, jobs: Sequence[Job],
-                 donors: list[Donor]) -> tuple[list[Job], list[Donor]]:  # fmt: skip
+    def _harvest(self, state: ClusterState, jobs: Sequence[Job], donors: list[Donor],
+                 reserved: tuple[int, float] | None,
+                 now_s: float | None) -> tuple[list[Job], list[Donor]]:  # fmt: skip
         """Place CPU jobs on open harvest pools (first donor in snapshot order with room);
         the jobs still waiting, and the donors with what they have left."""
         open_milli = [d.open_milli for d in donors]
@@ -181,9 +195,10 @@ class CollocatePolicy:
             if job.needs_device or job.processes < 1:
                 waiting.append(job)
                 continue
+            banned = _banned(job, reserved, now_s)
             for k, donor in enumerate(donors):
                 node = state.node_index[donor.job.node]
-                if (job.total_cpu_milli <= open_milli[k]
+                if (node != banned and job.total_cpu_milli <= open_milli[k]
                         and job.total_memory_mib <= state.node_free_mem[node]):  # fmt: skip
                     open_milli[k] -= job.total_cpu_milli
                     state.node_free_mem[node] -= job.total_memory_mib
@@ -195,6 +210,92 @@ class CollocatePolicy:
             else:
                 waiting.append(job)
         return waiting, [replace(d, open_milli=m) for d, m in zip(donors, open_milli, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """What a running or just-placed job holds on its node, and when its request ends."""
+
+    job: str
+    node: str
+    end_s: float
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[str, ...]
+    device_memory_mib: int
+    donor: str | None = None
+
+
+def _end(now_s: float | None, walltime_s: float | None, start_s: float | None = None) -> float:
+    start = now_s if start_s is None else start_s
+    if start is None or walltime_s is None:
+        return math.inf
+    return start + walltime_s
+
+
+def _holds(snapshot: Snapshot) -> list[_Hold]:
+    return [_Hold(r.id, r.node, _end(snapshot.now_s, r.walltime_s, r.start_time_s), r.cpu_milli,
+                  r.memory_mib, r.devices, r.device_memory_mib, r.harvest_from)
+            for r in snapshot.running]  # fmt: skip
+
+
+def _reservation(state: ClusterState, job: Job, held: Sequence[_Hold],
+                 now_s: float) -> tuple[int, float] | None:  # fmt: skip
+    """The node where ``job`` can start soonest once requested times run out, and when."""
+    best: tuple[float, int] | None = None
+    for i, node in enumerate(state.nodes):
+        if node.cpu_milli < job.total_cpu_milli or node.memory_mib < job.total_memory_mib:
+            continue
+        mine = [h for h in held if h.node == node.name]
+        for t in sorted({now_s, *(h.end_s for h in mine if now_s < h.end_s < math.inf)}):
+            alive = [h for h in mine if h.end_s > t]
+            ids = {h.job for h in alive}
+            # A borrower's cores are its donor's while the donor runs (verify counts so too).
+            cpu = sum(h.cpu_milli for h in alive if h.donor is None or h.donor not in ids)
+            mem = sum(h.memory_mib for h in alive)
+            used = {d.id: 0 for d in node.devices}
+            for h in alive:
+                for d in h.devices:
+                    used[d] = used.get(d, 0) + h.device_memory_mib
+            devices = sum(1 for d in node.devices
+                          if d.memory_mib - used[d.id] >= job.device_memory_mib)  # fmt: skip
+            if (node.cpu_milli - cpu >= job.total_cpu_milli
+                    and node.memory_mib - mem >= job.total_memory_mib
+                    and (not job.needs_device or devices >= job.device_count)):  # fmt: skip
+                if best is None or t < best[0]:
+                    best = (t, i)
+                break
+    return None if best is None else (best[1], best[0])
+
+
+def _banned(job: Job, reserved: tuple[int, float] | None, now_s: float | None) -> int | None:
+    """The reserved node, unless ``job``'s requested time ends before the reservation."""
+    if reserved is None:
+        return None
+    node, start_s = reserved
+    return None if _end(now_s, job.walltime_s) <= start_s else node
+
+
+def _place(state: ClusterState, job: Job, banned: int | None) -> bool:
+    """First fit of ``job`` on any node but ``banned``."""
+    if job.needs_device:
+        ok = state.device_ok(job)
+        if banned is not None:
+            ok &= state.dev_node != banned
+        nodes = state.nodes_with_devices(job, ok)
+        if len(nodes) == 0:
+            return False
+        node = int(nodes[0])
+        state.place(job, node, state.first_devices_on(node, ok, job.device_count))
+        return True
+    host = state.host_ok(job)
+    if banned is not None:
+        host[banned] = False
+    hits = host.nonzero()[0]
+    if len(hits) == 0:
+        return False
+    state.place(job, int(hits[0]))
+    return True
 
 
 def _order(job: Job) -> tuple[bool, int, tuple[int, float, str]]:
