@@ -6,6 +6,7 @@ against each GPU job's measured load with code of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import pytest
 from coshare.config import load_config
 from coshare.errors import ConfigError
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
+from coshare.planner import run_cycle
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.collocate import CollocatePolicy, without_harvest
+from coshare.ports import ApplyReport, Rejected, SourceResult
 from coshare.schema import parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
 from coshare.verify import check_plan
 from hypothesis import given
@@ -182,6 +185,30 @@ def test_live_cycles_turn_harvest_placements_into_unsupported_waits() -> None:
     assert "issue 17" in u.reason and any("requeued" in n for n in live.notes)
     untouched = Plan("sharepack", (Assignment("a", "n1"),))
     assert without_harvest(untouched) is untouched
+
+
+class _Queue:
+    """A Source and Editor in memory: what the cycle reads, and the plan it would write."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.written: list[Plan] = []
+
+    def read(self) -> SourceResult:
+        return SourceResult(self.snapshot)
+
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
+        self.written.append(plan)
+        return ApplyReport(applied=tuple(sorted(plan.placed_jobs)), dry_run=dry_run)
+
+
+def test_a_live_cycle_writes_no_placement_on_lent_cores() -> None:
+    queue = _Queue(Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8),), now_s=250.0))
+    assert CollocatePolicy().plan(queue.snapshot).assignments[0].harvest_from == "g1"
+    report = run_cycle(queue, CollocatePolicy(), queue)
+    (written,) = queue.written
+    assert written.assignments == () and report.apply.applied == ()
+    assert written.unplaced[0].code == "unsupported"
 
 
 def test_harvest_fields_round_trip_through_the_contracts() -> None:
