@@ -6,11 +6,14 @@ against each GPU job's measured load with code of its own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import jsonschema
 import pytest
+from coshare.cli import schema_text
 from coshare.config import load_config
 from coshare.errors import ConfigError
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
@@ -219,6 +222,13 @@ def test_harvest_fields_round_trip_through_the_contracts() -> None:
                 requeue=(Unplaced("c2", "its donor needs its cores"),))  # fmt: skip
     assert parse_plan(plan_to_dict(plan)) == plan
     assert "requeue" not in plan_to_dict(Plan("x"))  # old readers see the old shape
+    # the shipped JSON Schemas accept them (and the node facts the policy reads)
+    borrower = replace(borrower, cpu_load_max_cores=8.0, cpu_load_window_s=60.0)
+    facts = replace(node(), membw_avail_gbps=10.0, membw_baseline_gbps=20.0, llc_ways_free=3,
+                    facts_at_s=1.0)  # fmt: skip
+    jsonschema.validate(snapshot_to_dict(Snapshot((facts,), (gpu_job(), borrower), (), 1.0)),
+                        json.loads(schema_text("snapshot")))  # fmt: skip
+    jsonschema.validate(plan_to_dict(plan), json.loads(schema_text("plan")))
 
 
 @pytest.mark.parametrize(
