@@ -103,6 +103,15 @@ def test_gpu_jobs_go_first_then_cpu_jobs_by_decreasing_ppn_with_backfill() -> No
     assert [u.job for u in plan.unplaced] == ["c12"]
 
 
+def test_p_b_above_a_node_s_cores_is_noted_and_that_node_lends_what_its_load_leaves() -> None:
+    small = Node("n8", 8000, 24576, GPUS)
+    donor = replace(gpu_job(load=1.0, on="n8"), cpu_milli=8000)
+    plan = plan_of(Snapshot((small,), (donor,), (cpu_job("c7", 7),), now_s=250.0))
+    assert plan.assignments == (Assignment("c7", "n8", harvest_from="g1"),)
+    assert any("collocate.max_harvest_cores 9 is above the cores of nodes n8" in n
+               for n in plan.notes)  # fmt: skip
+
+
 def test_a_cpu_job_larger_than_any_harvest_waits_with_the_numbers() -> None:
     plan = plan_of(Snapshot((node(),), (gpu_job(),), (cpu_job("c10", 10),), now_s=250.0))
     (u,) = plan.unplaced
