@@ -169,6 +169,9 @@ def policy_options(config: Config) -> PolicyOptions:
         membw_max_share=config.policy.membw.max_share,
         membw_programs=config.policy.membw.programs,
         membw_init_s=config.policy.membw.init_s,
+        monitor_fraction=config.collocate.monitor_fraction,
+        max_harvest_cores=config.collocate.max_harvest_cores,
+        copy_bw_limit_mbps=config.collocate.copy_bw_limit_mbps,
     )
 
 

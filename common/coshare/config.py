@@ -392,6 +392,32 @@ class CondorConfig:
 
 
 @dataclass(frozen=True)
+class CollocateConfig:
+    """Options of the ``collocate`` policy (Wu & Hong, section IV-A).
+
+    Attributes:
+        monitor_fraction: ``P_M``: a GPU job's cores are all its own for this share of its
+            requested time, while its load is sampled; in (0, 1].
+        max_harvest_cores: ``P_B``: at most this many of a GPU job's cores may be lent to CPU
+            jobs, however idle its load leaves them (the paper's run: 9 of 12). A node with
+            fewer cores is capped by its cores (the plan notes it).
+        copy_bw_limit_mbps: a GPU job whose host-device copy bandwidth (MB/s per process)
+            exceeds this is never collocated with (section III-B3: 300 MB/s keeps CPU jobs'
+            slowdown within 10%).
+    """
+
+    monitor_fraction: float = field(default=1 / 3, metadata={"min": 0, "max": 1})
+    max_harvest_cores: int = field(default=9, metadata={"min": 0, "max": 1 << 20})
+    copy_bw_limit_mbps: float = field(default=300.0, metadata={"min": 0, "max": 10**9})
+
+    def __post_init__(self) -> None:
+        # The range check allows 0; a monitoring period of nothing harvests on no evidence.
+        if self.monitor_fraction <= 0:
+            raise ConfigError(f"collocate.monitor_fraction: {plain(self.monitor_fraction)} is "
+                              "out of range (allowed: a number in (0, 1], P_M of the paper)")
+
+
+@dataclass(frozen=True)
 class SlurmConfig:
     """Options of the Slurm adapter (``coshare slurm ...``).
 
@@ -490,6 +516,7 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    collocate: CollocateConfig = field(default_factory=CollocateConfig)
 
     def __post_init__(self) -> None:
         # Device kinds are matched ignoring case, spaces, '-' and '_' (coshare.ledger): two

@@ -234,6 +234,12 @@ class RunningJob:
         cpu_load_last_cores: node facts: its CPU load over the last sampling interval.
         cpu_load_max_cores: node facts: the highest interval load of its history.
         cpu_load_window_s: node facts: the seconds the history covers.
+        walltime_s: the job's requested run time (``collocate``: its monitoring period is
+            ``P_M`` of it; Wu & Hong section IV-A), when known.
+        copy_bw_mbps: its host-device copy bandwidth, MB/s per process (measured, or declared
+            as ``CoshareCopyBandwidth``; section III-B3), when known.
+        harvest_from: the running GPU job whose idle cores this CPU job borrows (``collocate``);
+            its cores then count against that job's harvest, not the node's free cores.
     """
 
     id: str
@@ -252,6 +258,9 @@ class RunningJob:
     cpu_load_last_cores: float | None = None
     cpu_load_max_cores: float | None = None
     cpu_load_window_s: float | None = None
+    walltime_s: float | None = None
+    copy_bw_mbps: float | None = None
+    harvest_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,12 +289,15 @@ class Assignment:
         node: the node's name.
         devices: the device ids on that node (empty for CPU jobs).
         processes: processes of a multi-node job on this node; ``None`` for single-node jobs.
+        harvest_from: a CPU job placed on the idle cores of this running GPU job
+            (``collocate``; Wu & Hong section IV-A) instead of the node's free cores.
     """
 
     job: str
     node: str
     devices: tuple[str, ...] = ()
     processes: int | None = None
+    harvest_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +349,9 @@ class Plan:
             to stay within what the cycle affords, with the estimate), one sentence each.
         trials: the assignments that are trial co-runs (the ``membw`` policy), with the jobs
             each is tried beside; empty for every other policy.
+        requeue: running jobs to give back their resources through the scheduler (requeue,
+            or shrink where it can), each with the reason; ``collocate`` asks it of CPU jobs
+            on the cores of a GPU job whose load rose after they were placed.
     """
 
     policy: str
@@ -345,6 +360,7 @@ class Plan:
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
     trials: tuple[Trial, ...] = ()
+    requeue: tuple[Unplaced, ...] = ()
     placed_jobs: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from coshare.errors import PlanInvariantError
 from coshare.model import Plan, Snapshot
 from coshare.policies.base import Policy
+from coshare.policies.collocate import without_harvest
 from coshare.ports import ApplyReport, Editor, JobOutcome, Rejected, Source, SourceResult, Waiting
 from coshare.verify import check_plan
 
@@ -137,7 +138,8 @@ def run_cycle(
     result = source.read()
     read_s = clock() - start
     tell("read", read_s)
-    plan = timed_plan(policy, result.snapshot, clock)
+    # Harvest placements (collocate) are simulated only until their node side exists.
+    plan = without_harvest(timed_plan(policy, result.snapshot, clock))
     tell("plan", plan.seconds)
     start = clock()
     violations = check_plan(result.snapshot, plan, strict_threads=strict_threads)

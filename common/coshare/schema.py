@@ -67,6 +67,7 @@ RUNNING_FIELDS = (
     "id", "node", "device", "device_memory_mib", "device_threads", "cores", "memory_mib",
     "state", "membw_gbps", "llc_ways", "start_time", "program",
     "cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores", "cpu_load_window_s",
+    "walltime_s", "copy_bw_mbps", "harvest_from",
 )  # fmt: skip
 PENDING_FIELDS = (
     "id", "device_memory_mib", "device_threads", "device_count", "cores", "memory_mib",
@@ -74,9 +75,9 @@ PENDING_FIELDS = (
     "copy_bw_mbps", "walltime_s",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
-PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials")
+PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue")
 TRIAL_FIELDS = ("job", "node", "partners")
-ASSIGNMENT_FIELDS = ("job", "node", "device", "processes")
+ASSIGNMENT_FIELDS = ("job", "node", "device", "processes", "harvest_from")
 UNPLACED_FIELDS = ("job", "reason", "code")
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
     "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported",
@@ -341,6 +342,9 @@ def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
         start_time_s=f.number("start_time", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
         program=f.string("program", None),
         **_load_facts(f),
+        walltime_s=f.number("walltime_s", None, exclusive_min=True, maximum=MAX_WALLTIME_S),
+        copy_bw_mbps=f.number("copy_bw_mbps", None, maximum=MAX_COPY_BW_MBPS),
+        harvest_from=f.ident("harvest_from", None),
     )
 
 
@@ -474,6 +478,9 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
                 ("cpu_load_last_cores", r.cpu_load_last_cores),
                 ("cpu_load_max_cores", r.cpu_load_max_cores),
                 ("cpu_load_window_s", r.cpu_load_window_s),
+                ("walltime_s", r.walltime_s),
+                ("copy_bw_mbps", r.copy_bw_mbps),
+                ("harvest_from", r.harvest_from),
             ]
         )
         for r in snapshot.running
@@ -529,11 +536,14 @@ def _plan_dict(plan: Plan) -> dict[str, object]:
                     ("node", a.node),
                     ("device", ",".join(a.devices) or None),
                     ("processes", a.processes),
+                    ("harvest_from", a.harvest_from),
                 ]
             )
             for a in plan.assignments
         ],
         "unplaced": [{"job": u.job, "reason": u.reason, "code": u.code} for u in plan.unplaced],
+        **({"requeue": [{"job": u.job, "reason": u.reason, "code": u.code} for u in plan.requeue]}
+           if plan.requeue else {}),
         "stats": {
             "pending": plan.pending,
             "placed": plan.placed,
@@ -564,6 +574,7 @@ def parse_plan(data: object, source: str = "") -> Plan:
                 node=f.ident("node"),
                 devices=f.device_list("device"),
                 processes=f.integer("processes", None, minimum=1, maximum=MAX_PROCESSES),
+                harvest_from=f.ident("harvest_from", None),
             )
         )
     unplaced = []
@@ -579,13 +590,20 @@ def parse_plan(data: object, source: str = "") -> Plan:
         partners = f.array("partners", [])
         trials.append(Trial(job=f.ident("job"), node=f.ident("node"),
                             partners=tuple(_trial_partners(partners, f, problems))))  # fmt: skip
+    requeue = []
+    for i, obj in enumerate(top.array("requeue", [])):
+        f = _Fields(obj, _label("requeued job", obj, i, "job"), problems)
+        f.unknown(UNPLACED_FIELDS)
+        code = f.choice("code", UNPLACED_CODES, "no_room")
+        requeue.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
     stats = top.obj.get("stats")
     seconds = 0.0
     if isinstance(stats, Mapping):
         seconds = _Fields(stats, "plan stats", problems).number("seconds", 0.0)
     if problems:
         raise SnapshotError(problems, source)
-    return Plan(policy, tuple(assignments), tuple(unplaced), seconds, trials=tuple(trials))
+    return Plan(policy, tuple(assignments), tuple(unplaced), seconds, trials=tuple(trials),
+                requeue=tuple(requeue))
 
 
 def _trial_partners(items: list[Any], f: _Fields, problems: list[str]) -> list[str]:

@@ -261,7 +261,10 @@ def hostile_snapshots(draw: st.DrawFn) -> dict[str, Any]:
                                {"id": "1", "memory_mib": 8192, "threads": 240}]},
                   {"name": "n2", "cores": 2.5, "memory_mib": 2048}],
         "running": [{"id": "r", "node": "n1", "device": "0", "device_memory_mib": 1000,
-                     "device_threads": 60, "cores": 1, "memory_mib": 100}],
+                     "device_threads": 60, "cores": 1, "memory_mib": 100},
+                    {"id": "g", "node": "n1", "device": "1", "cores": 2, "start_time": 0,
+                     "walltime_s": 60, "copy_bw_mbps": 10, "cpu_load_cores": 0.5},
+                    {"id": "b", "node": "n1", "cores": 1, "harvest_from": "g"}],
         "pending": [{"id": "p1", "device_memory_mib": 2000, "device_threads": 60},
                     {"id": "p2", "device_memory_mib": 100, "device_threads": 1,
                      "device_count": 2, "processes": 2},
@@ -281,7 +284,7 @@ def hostile_snapshots(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @given(doc=hostile_snapshots(), policy=st.sampled_from(["knapsack", "fgd", "bestfit", "random",
-                                                        "exclusive"]))  # fmt: skip
+                                                        "exclusive", "collocate"]))  # fmt: skip
 def test_hostile_json_values_give_exit_2_or_a_sound_plan(doc: dict[str, Any], policy: str) -> None:
     text = json.dumps(doc)
     code, out, err = plan_text(text, "--policy", policy, "--output", "json")

@@ -11,6 +11,7 @@ bestfit     least leftover cores and device share per node (fragmentation benchm
 fgd         least growth of expected fragmentation (FGD, the benchmark's best peer)
 sharepack   knapsack when contended, node potential otherwise (the default)
 membw       memory bandwidth use per node summed within a limit (poncos)
+collocate   CPU jobs on the cores GPU jobs leave idle (Wu & Hong)
 ==========  =====================================================================
 
 Later policies register here too (``collocate``, ``membw``, ``sns``, ``cs``): add a module
@@ -27,6 +28,12 @@ from coshare.errors import PolicyError
 from coshare.model import ThreadMode
 from coshare.policies.base import Policy
 from coshare.policies.bestfit import BestFitPolicy
+from coshare.policies.collocate import (
+    DEFAULT_COPY_BW_LIMIT_MBPS,
+    DEFAULT_MAX_HARVEST_CORES,
+    DEFAULT_MONITOR_FRACTION,
+    CollocatePolicy,
+)
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
 from coshare.policies.knapsack import MAX_DP_CELLS, MAX_MEMORY_CELLS, KnapsackPolicy
@@ -50,6 +57,9 @@ class PolicyOptions:
     ``None`` takes the largest node of each snapshot. ``membw_*`` are the ``membw`` policy's
     (``policy.membw``); ``membw_trials`` plans trial co-runs, which only the simulator
     enforces so far (the live cycles leave it off).
+    ``None`` takes the largest node of each snapshot. ``monitor_fraction``,
+    ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
+    and copy-bandwidth threshold (the ``collocate`` config section).
     """
 
     def __init__(
@@ -70,6 +80,9 @@ class PolicyOptions:
         membw_programs: Mapping[str, float] | None = None,
         membw_init_s: float = 60.0,
         membw_trials: bool = False,
+        monitor_fraction: float = DEFAULT_MONITOR_FRACTION,
+        max_harvest_cores: int = DEFAULT_MAX_HARVEST_CORES,
+        copy_bw_limit_mbps: float = DEFAULT_COPY_BW_LIMIT_MBPS,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -86,6 +99,9 @@ class PolicyOptions:
         self.membw_programs: Mapping[str, float] = dict(membw_programs or {})
         self.membw_init_s = membw_init_s
         self.membw_trials = membw_trials
+        self.monitor_fraction = monitor_fraction
+        self.max_harvest_cores = max_harvest_cores
+        self.copy_bw_limit_mbps = copy_bw_limit_mbps
 
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
@@ -106,6 +122,8 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "membw": lambda o: MembwPolicy(max_share=o.membw_max_share, programs=o.membw_programs,
                                    init_s=o.membw_init_s, trials=o.membw_trials,
                                    threads=o.threads),
+    "collocate": lambda o: CollocatePolicy(o.monitor_fraction, o.max_harvest_cores,
+                                           o.copy_bw_limit_mbps),
 }
 
 

@@ -12,8 +12,9 @@
 Workloads: ``table1`` (Table II: 1000 jobs, 8 nodes), ``uniform``, ``normal``, ``low-skew``,
 ``high-skew`` (Fig. 7, 400 jobs), ``synthetic`` (all four: Fig. 8 and Table III),
 ``pressure`` (Fig. 10: ``--jobs`` per node, 200 by default, on 2 to 8 nodes),
-``alibaba-2023`` (the fragmentation benchmark on the Alibaba trace) and ``trace:FILE.swf``
-(replay an SWF log). This module does the I/O (trace files, the plot, the progress bar) and
+``alibaba-2023`` (the fragmentation benchmark on the Alibaba trace), ``wu-hong`` (the
+collocation paper's section IV-C, with a P_M x P_B sweep) and ``trace:FILE.swf`` (replay an
+SWF log). This module does the I/O (trace files, the plot, the progress bar) and
 hands everything else to the pure ``coshare.sim``.
 """
 
@@ -406,6 +407,55 @@ def _poncos(request: Request) -> Outcome:
     return Outcome(text, payload)
 
 
+def _wu_hong(request: Request) -> Outcome:
+    """Wu & Hong's collocation experiment (section IV-C) and a P_M x P_B sweep."""
+    from coshare.policies import Policy, PolicyOptions, make_policy
+    from coshare.policies.collocate import CollocatePolicy
+    from coshare.sim.collocation import SWEEP_HARVEST, SWEEP_MONITOR, run_wu_hong
+    from coshare.sim.collocation_report import (
+        CONVENTIONAL,
+        runs_json,
+        runs_table,
+        split_table,
+        sweep_table,
+    )
+
+    if request.jobs is not None or request.nodes is not None:
+        raise InputError("--workload wu-hong is the paper's setup (4 nodes, 32 GPU and 300 CPU "
+                         "jobs); --jobs and --nodes do not apply")  # fmt: skip
+    names = parse_policies(request.policies_text, ("exclusive", "collocate"))
+    policies: dict[str, Policy] = {CONVENTIONAL: CollocatePolicy(max_harvest_cores=0)}
+    policies.update({n: make_policy(n, PolicyOptions(seed=request.seeds[0])) for n in names})
+    grid = [(p_m, p_b) for p_m in SWEEP_MONITOR for p_b in SWEEP_HARVEST]
+    total = (len(policies) + len(grid)) * len(request.seeds)
+    with progress_bar(total, "wu-hong", unit="runs") as advance:
+        def one(policy: Any, params: tuple[float, int, float] | None = None) -> list[Any]:
+            out = []
+            for seed in request.seeds:
+                out.append(run_wu_hong(policy, seed, split_params=params,
+                                       cycle_delay_s=request.setup.cycle_delay_s))
+                advance(1)
+            return out
+
+        groups = {name: one(policy) for name, policy in policies.items()}
+        points = {(p_m, p_b): one(CollocatePolicy(p_m, p_b), (p_m, p_b, 300.0))
+                  for p_m, p_b in grid}  # fmt: skip
+    seeds = ", ".join(map(str, request.seeds))
+    split_of = groups.get("collocate", groups[CONVENTIONAL])
+    text = render(
+        runs_table(groups, f"wu-hong: 4 nodes x 12 cores x 3 GPUs, 32 GPU + 300 CPU jobs, seeds "
+                           f"{seeds} (collocate: P_M 1/3, P_B 9, 300 MB/s; conventional: "
+                           "collocate lending nothing, the paper's Torque/Maui)"),
+        split_table(split_of, "wu-hong: the GPU jobs' under-used cores (P_M 1/3, P_B 9)"),
+        sweep_table(points, groups[CONVENTIONAL], f"wu-hong: P_M x P_B, seeds {seeds}"),
+    )  # fmt: skip
+    sweep_rows = [{"monitor_fraction": p_m, "max_harvest_cores": p_b, "runs": runs_json(runs)}
+                  for (p_m, p_b), runs in points.items()]  # fmt: skip
+    payload = {"runs": {name: runs_json(runs) for name, runs in groups.items()},
+               "sweep": sweep_rows}  # fmt: skip
+    return Outcome(text, payload)
+
+
 #: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).
 WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "table1": _paper,
@@ -415,6 +465,7 @@ WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "alibaba-2023": _fragmentation,
     "trace": _trace,
     "poncos": _poncos,
+    "wu-hong": _wu_hong,
 }
 WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WORKLOADS)
 
