@@ -112,6 +112,8 @@ class Timer:
                 self._proc = subprocess.Popen(self.argv, stdout=self.log,
                                               stderr=subprocess.STDOUT)  # fmt: skip
             status = self._proc.wait()
+            if self._stop.is_set():  # ended by stop(): not the cycle's own outcome
+                return
             self.statuses.append(status)
             base = time.monotonic() if self.from_end else started
             if self._stop.wait(max(0.0, base + self.period_s - time.monotonic())):
@@ -290,8 +292,8 @@ def slurm_setting(args: argparse.Namespace, rng: random.Random, work: Path) -> S
         shown = run(["scontrol", "show", "config"], env=env)
         params = next((line.split("=", 1)[1].strip() for line in shown.splitlines()
                        if line.startswith("SchedulerParameters")), "")  # fmt: skip
-        scheduler = (f"SchedulerParameters = {params} (sched_interval default 60 s, "
-                     "event-triggered scheduling after each scontrol update)")  # fmt: skip
+        default = "" if "sched_interval" in params else ", sched_interval = 60 s (default)"
+        scheduler = f"SchedulerParameters = {params}{default}; slurmctld also schedules on events"
         script = directory / "latency-job.sh"
         script.write_text(
             "#!/bin/sh\n#SBATCH --output=/dev/null\n"
