@@ -222,8 +222,8 @@ def remove_all(client: CondorClient, htcondor: Any) -> None:
 
 def condor_settings(args: argparse.Namespace, rng: random.Random, work: Path) -> list[Setting]:
     """condor-timer and condor-trigger on one pool, started and stopped here."""
-    pool("start", negotiator_interval_s=args.negotiator_interval)
-    try:
+    try:  # a start that fails half-way is stopped too
+        pool("start", negotiator_interval_s=args.negotiator_interval)
         jobs_dir = CHROOT / WORK.lstrip("/")
         jobs_dir.mkdir(parents=True, exist_ok=True)
         (jobs_dir / "job.sh").write_text('#!/bin/sh\nsleep "$1"\n')
