@@ -210,12 +210,8 @@ class _Fragmentation:
 
     def _best_single(self, job: Job, cand: Ints) -> tuple[int, int]:
         s = self.state
-        nodes = s.dev_node[cand]
-        a = np.clip(s.dev_free_mem[cand], 0, None)[:, None]
-        b = a - job.device_memory_mib
-        g = self.dev_m[None, :]
-        count = self.count[nodes] - (a >= g) + (b >= g)
-        small = self.small[nodes] - np.where(a < g, a, 0) + np.where(b < g, b, 0)
+        nodes, _, count, small = single_device_moves(s, self.dev_m, self.count, self.small,
+                                                     job, cand)  # fmt: skip
         after = self._node_frag(s.node_free_cpu[nodes] - job.total_cpu_milli, count, small,
                                 self.free_total[nodes] - job.device_memory_mib)  # fmt: skip
         best = self._best(self.frag[nodes] - after, s.dev_total_mem[cand].astype(np.float64))
@@ -254,3 +250,18 @@ class _Fragmentation:
             if best is None or value > best[0]:
                 best = (value, n, sorted(devs))
         return None if best is None else (best[1], best[2])
+
+
+def single_device_moves(state: ClusterState, dev_m: Ints, count: Ints, small: Ints, job: Job,
+                        cand: Ints) -> tuple[Ints, Ints, Ints, Ints]:  # fmt: skip
+    """For each candidate device ``cand`` of a one-device ``job``: its node, the device's
+    free memory after the job (a column), and the node's per-shape counts of devices with
+    room (``count``) and free memory too small for each shape (``small``) after it; the
+    shapes' device memory is ``dev_m`` (FGD's fragmentation, used by the potential too)."""
+    nodes = state.dev_node[cand]
+    a = np.clip(state.dev_free_mem[cand], 0, None)[:, None]
+    b = a - job.device_memory_mib
+    g = dev_m[None, :]
+    after_count = count[nodes] - (a >= g) + (b >= g)
+    after_small = small[nodes] - np.where(a < g, a, 0) + np.where(b < g, b, 0)
+    return nodes, b, after_count, after_small

@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from coshare.model import Job, Snapshot
 from coshare.policies.base import ClusterState, Mask
-from coshare.policies.fgd import target_workload
+from coshare.policies.fgd import single_device_moves, target_workload
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -271,12 +271,8 @@ class Potential:
 
     def _best_single(self, job: Job, cand: Ints) -> tuple[int, list[int]]:
         s = self.state
-        nodes = s.dev_node[cand]
-        a = np.clip(s.dev_free_mem[cand], 0, None)[:, None]
-        b = a - job.device_memory_mib
-        g = self.dev_m[None, :]
-        count = self.count[nodes] - (a >= g) + (b >= g)
-        small = self.small[nodes] - np.where(a < g, a, 0) + np.where(b < g, b, 0)
+        nodes, b, count, small = single_device_moves(s, self.dev_m, self.count, self.small,
+                                                     job, cand)  # fmt: skip
         after = self.of(s.node_free_cpu[nodes] - job.total_cpu_milli,
                         s.node_free_mem[nodes] - job.total_memory_mib, count, small,
                         self.free_total[nodes] - job.device_memory_mib)  # fmt: skip
