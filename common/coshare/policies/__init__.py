@@ -28,6 +28,7 @@ from coshare.policies.base import Policy
 from coshare.policies.bestfit import BestFitPolicy
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
+from coshare.policies.gang import GangPlanner
 from coshare.policies.knapsack import MAX_DP_CELLS, MAX_MEMORY_CELLS, KnapsackPolicy
 from coshare.policies.potential import Shape as WorkloadShape
 from coshare.policies.random_fit import RandomPolicy
@@ -62,6 +63,7 @@ class PolicyOptions:
         fgd_workload: tuple[tuple[Shape, int], ...] | None = None,
         bestfit_scale: tuple[int, int] | None = None,
         workload: tuple[tuple[WorkloadShape, int], ...] | None = None,
+        max_reserved_gangs: int = 1,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -74,6 +76,7 @@ class PolicyOptions:
         self.fgd_workload = fgd_workload
         self.bestfit_scale = bestfit_scale
         self.workload = workload
+        self.max_reserved_gangs = max_reserved_gangs
 
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
@@ -113,4 +116,9 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     if factory is None:
         # The name may come from a flag, a config or COSHARE_POLICY: shown bounded (issue 11).
         raise PolicyError(f"unknown policy {shorten(name)} (known: {', '.join(policy_names())})")
-    return factory(options or PolicyOptions())
+    options = options or PolicyOptions()
+    # Gangs (multi-node jobs) are placed by one mechanism around every policy (issue 14).
+    return GangPlanner(factory(options), whole_nodes=name == "exclusive",
+                       strict_threads=name == "exclusive" or options.threads == "strict",
+                       age_limit_s=options.age_limit_s,
+                       max_reserved_gangs=options.max_reserved_gangs)  # fmt: skip

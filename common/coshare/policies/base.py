@@ -161,19 +161,24 @@ class ClusterState:
 
     # -- placing -----------------------------------------------------------------------------
 
-    def place(self, job: Job, node: int, devices: Sequence[int] = ()) -> None:
-        """Record that ``job`` goes to ``node`` (and ``devices`` there) and take its resources."""
-        self.node_free_cpu[node] -= job.total_cpu_milli
-        self.node_free_mem[node] -= job.total_memory_mib
+    def place(
+        self, job: Job, node: int, devices: Sequence[int] = (), processes: int | None = None
+    ) -> None:
+        """Record that ``job`` goes to ``node`` (and ``devices`` there) and take its resources.
+
+        ``processes``: the part of a gang on this node (:mod:`coshare.gangs`), which holds
+        that many processes' cores and memory; ``None``: the whole job."""
+        count = job.processes if processes is None else processes
+        self.node_free_cpu[node] -= job.cpu_milli * count
+        self.node_free_mem[node] -= job.memory_mib * count
         self.node_jobs[node] += 1
         self.node_host_jobs[node] += not devices
         for d in devices:
             self.dev_free_mem[d] -= job.device_memory_mib
             self.dev_free_thr[d] -= job.device_threads
             self.dev_jobs[d] += 1
-        self.assignments.append(
-            Assignment(job.id, self.node_names[node], tuple(self.dev_ids[d] for d in devices))
-        )
+        ids = tuple(self.dev_ids[d] for d in devices)
+        self.assignments.append(Assignment(job.id, self.node_names[node], ids, processes))
         self.changed()
 
     def take_back(self, index: int, job: Job) -> tuple[int, list[int]]:

@@ -80,6 +80,7 @@ from coshare.sim.report import (
     sweep_table,
 )
 from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba, read_swf
+from coshare.sim.traces import as_gang
 from coshare.sim.workloads import DISTRIBUTIONS
 
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
@@ -457,7 +458,7 @@ def _replay(path: Path, policies: Sequence[str], setup: Setup,
         raise InputError(f"{where}: needs {shorten_text(path.name)}.machines beside it (the nodes)")
     cluster = machines[:nodes] if nodes else machines
     check_work(len(policies), len(trace.jobs), where)
-    jobs = [host_only(j.job, j.run_s) for j in trace.jobs]
+    jobs = [host_only(as_gang(j.job, cluster), j.run_s) for j in trace.jobs]  # gangs: issue 14
     summaries = []
     with progress_bar(len(policies) * len(jobs), f"replay {escape(path.name)}") as advance:
         for name in policies:
@@ -471,7 +472,7 @@ def _replay(path: Path, policies: Sequence[str], setup: Setup,
                              model=FixedModel(), progress=step)  # fmt: skip
             summaries.append(summarize(result))
     title = (f"SWF replay of {path.name}: {len(jobs)} jobs ({trace.skipped} records skipped), "
-             f"{len(cluster)} nodes; jobs wider than one node never run (single-node policies)")
+             f"{len(cluster)} nodes; jobs wider than one node run as gangs")
     payload = {"trace": str(path), "nodes": len(cluster), "skipped_records": trace.skipped,
                "runs": [summary_dict(s) for s in summaries]}  # fmt: skip
     return render(replay_table(summaries, title)), payload

@@ -30,6 +30,9 @@ class RunSummary:
         wait_mean_s: mean time from arrival to start.
         cycles: planning cycles.
         not_run: jobs that never started.
+        bounded_slowdown_mean: mean over jobs of time in the system over run time alone
+            (run times under 10 s counted as 10 s; at least 1): the SWF replays' metric.
+        core_utilization: core-seconds held by jobs over cores x makespan (node use).
     """
 
     policy: str
@@ -43,6 +46,8 @@ class RunSummary:
     wait_mean_s: float
     cycles: int
     not_run: int
+    bounded_slowdown_mean: float = math.nan
+    core_utilization: float = 0.0
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -58,6 +63,7 @@ def summarize(result: SimResult) -> RunSummary:
     """The figures of ``result``."""
     slowdowns = [s for s in (r.slowdown for r in result.jobs) if s is not None]
     waits = [r.start_s - r.submit_s for r in result.jobs if r.start_s is not None]
+    bounded = [s for s in (r.bounded_slowdown() for r in result.jobs) if s is not None]
     return RunSummary(
         policy=result.policy,
         nodes=result.nodes,
@@ -70,6 +76,8 @@ def summarize(result: SimResult) -> RunSummary:
         wait_mean_s=statistics.fmean(waits) if waits else math.nan,
         cycles=result.cycles,
         not_run=len(result.not_run),
+        bounded_slowdown_mean=statistics.fmean(bounded) if bounded else math.nan,
+        core_utilization=result.core_utilization,
     )
 
 

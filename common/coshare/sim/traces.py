@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coshare.bounds import (
     MAX_CORES,
@@ -266,3 +266,20 @@ def _name(text: str | None, default: str, where: str) -> str:
     if problem is not None:
         raise TraceError(f"{where}: the name {shorten(text)} {problem}")
     return text
+
+
+def as_gang(job: Job, nodes: tuple[Node, ...]) -> Job:
+    """An SWF job that one node cannot hold, as a gang (issue 14): on nodes of ``C`` cores
+    (the largest of the cluster), ``ceil(P / C)`` nodes at least, at most ``C`` processes each
+    (one processor a process, as the log's machine ran it), and up to one process per node
+    where a node's memory holds fewer (the planner takes the fewest nodes that fit). Jobs that
+    fit one node are unchanged."""
+    cores = max((n.cpu_milli // MILLI for n in nodes), default=0)
+    memory = max((n.memory_mib for n in nodes), default=0)
+    if cores < 1 or job.processes < 2:
+        return job
+    if job.processes <= cores and job.total_memory_mib <= memory:
+        return job
+    return replace(job, nodes=-(-job.processes // cores),
+                   nodes_max=max(min(job.processes, len(nodes)), -(-job.processes // cores)),
+                   processes_per_node=cores)  # fmt: skip
