@@ -129,13 +129,18 @@ def test_running_gang_keeps_its_nodes_under_exclusive() -> None:
 
 
 def test_all_or_nothing_when_too_few_nodes_are_free() -> None:
-    running = tuple(RunningJob(f"r{i}", f"n{i}", cpu_milli=8000) for i in range(3))
-    snap = Snapshot(cluster(4), running, (gang("g", 2, 2),), 0.0)
+    running = tuple(RunningJob(f"r{i}", f"n{i}", cpu_milli=8000) for i in range(2))
+    running += tuple(RunningJob(f"s{i}", f"n{i}", cpu_milli=7000) for i in (2, 3))
+    snap = Snapshot(cluster(4), running, (gang("g", 2, 4),), 0.0)  # 2 processes a node
     for name in policy_names():
         plan = make_policy(name).plan(snap)
         assert plan.assignments == ()
         assert plan.unplaced[0].code == "no_room"
-        assert "1 have it now" in plan.unplaced[0].reason
+        assert "0 have it now" in plan.unplaced[0].reason
+    busy = Snapshot(cluster(4), (*running[:2], RunningJob("c", "n2", cpu_milli=8000)),
+                    (gang("g", 2, 2),), 0.0)  # fmt: skip
+    plan = make_policy("knapsack").plan(busy)
+    assert "fewer than 2 have room" in plan.unplaced[0].reason
 
 
 def test_a_gang_wider_than_the_cluster_never_fits_naming_the_counts() -> None:

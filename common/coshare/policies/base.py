@@ -145,6 +145,7 @@ class ClusterState:
         self.assignments: list[Assignment] = []
         self._most_free: dict[bool, tuple[int, int, int]] = {}
         self._labels: dict[str, str] = {}
+        self._node_most_mem: Ints | None = None
 
     def device_index(self, node: str, device: str) -> int:
         """The global index of ``device`` of ``node``."""
@@ -223,6 +224,19 @@ class ClusterState:
         """Forget what was cached about free resources (after they changed)."""
         self._most_free.clear()
         self._labels.clear()
+        self._node_most_mem = None
+
+    def node_most_free_device_mem(self) -> Ints:
+        """Per node, the most free memory of any of its devices (-1 without devices), cached
+        until the next :meth:`place` (a quick bound for gangs, :mod:`coshare.policies.gang`)."""
+        if self._node_most_mem is None:
+            out: Ints = np.full(len(self.nodes), -1, dtype=np.int64)
+            with_devices = [i for i, devs in enumerate(self.node_devs) if devs]
+            if with_devices:
+                starts = np.array([self.node_devs[i][0] for i in with_devices], dtype=np.int64)
+                out[with_devices] = np.maximum.reduceat(self.dev_free_mem, starts)
+            self._node_most_mem = out
+        return self._node_most_mem
 
     def most_free_device(self) -> str:
         """``N MiB on node/device`` for the device with the most free memory (``-`` when the

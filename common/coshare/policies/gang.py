@@ -71,8 +71,9 @@ class GangPlanner:
             return self.inner.plan(snapshot)  # the common case costs nothing
         state = ClusterState(snapshot, strict_threads=self.strict_threads)
         unplaced: dict[str, Unplaced] = {}
+        empty = _EmptyCluster(snapshot.nodes)
         for job in gangs:
-            refusal = gang_refusal(job) or gang_never_fits(state, job)
+            refusal = gang_refusal(job) or gang_never_fits(empty, job)
             if refusal is not None:
                 unplaced[job.id] = refusal
         for name in held:  # whole nodes of running gangs: nothing else goes there
@@ -84,7 +85,8 @@ class GangPlanner:
         shadow: list[float] = []  # the earliest expected start among the reservations
         for job in aged + young:
             fits_before = _ends_before(snapshot, job, min(shadow, default=math.inf))
-            if place_gang(state, job, self.whole_nodes, None if fits_before else reserved):
+            cap = place_gang(state, job, self.whole_nodes, None if fits_before else reserved)
+            if cap is None:
                 continue
             if job.id in aged_ids and len(shadow) < self.max_reserved_gangs:
                 made = reserve_nodes(state, snapshot, job, reserved, self.whole_nodes,
@@ -93,7 +95,7 @@ class GangPlanner:
                     unplaced[job.id], start = made
                     shadow.append(start)
                     continue
-            unplaced[job.id] = _waiting(state, job, self.whole_nodes)
+            unplaced[job.id] = _waiting(job, cap, self.whole_nodes)
         return self._rest(snapshot, state, unplaced, held, reserved, min(shadow, default=0.0))
 
     def _rest(
@@ -178,25 +180,44 @@ def capacity(state: ClusterState, job: Job, idle_only: bool, *, empty: bool = Fa
     return cap
 
 
-def choose_nodes(job: Job, cap: Ints, order_key: Ints) -> tuple[list[int], list[int]] | None:
-    """The nodes (and processes on each) for the fewest node count that fits ``cap``, taking
-    nodes by ``order_key`` (then index); ``None`` when no allowed count fits."""
+def fewest_nodes(job: Job, cap: Ints) -> int | None:
+    """The fewest nodes the job may take that ``cap`` holds; ``None`` when no count does."""
     for n in node_counts(job):
         shares = split(job.processes, n)
         big, small = shares[0], shares[-1]
         wide = shares.count(big) if big != small else 0
-        if int((cap >= small).sum()) < n or int((cap >= big).sum()) < wide:
-            continue
-        order = np.lexsort((np.arange(len(cap)), order_key))
-        first = [int(i) for i in order if cap[i] >= big][:wide]
-        taken = set(first)
-        rest = [int(i) for i in order if cap[i] >= small and int(i) not in taken][: n - wide]
-        return first + rest, shares
+        if int((cap >= small).sum()) >= n and int((cap >= big).sum()) >= wide:
+            return n
     return None
 
 
-def place_gang(state: ClusterState, job: Job, whole_nodes: bool, reserved: Mask | None) -> bool:
-    """Place all of ``job`` on its nodes now, or nothing; nodes in ``reserved`` are not used."""
+def choose_nodes(job: Job, cap: Ints, order_key: Ints) -> tuple[list[int], list[int]] | None:
+    """The nodes (and processes on each) for the fewest node count that fits ``cap``, taking
+    nodes by ``order_key`` (then index); ``None`` when no allowed count fits."""
+    n = fewest_nodes(job, cap)
+    if n is not None:
+        shares = split(job.processes, n)
+        big, small = shares[0], shares[-1]
+        wide = shares.count(big) if big != small else 0
+        order = np.lexsort((np.arange(len(cap)), order_key))
+        first = order[cap[order] >= big][:wide]
+        left = cap >= small
+        left[first] = False
+        rest = order[left[order]][: n - wide]
+        return [int(i) for i in first] + [int(i) for i in rest], shares
+    return None
+
+
+def place_gang(
+    state: ClusterState, job: Job, whole_nodes: bool, reserved: Mask | None
+) -> Ints | None:
+    """Place all of ``job`` on its nodes now, or nothing; nodes in ``reserved`` are not used.
+
+    Returns:
+        ``None`` when placed, else each node's capacity for it (for the reason), or an empty
+        array when a quick bound turned it away."""
+    if _surely_not(state, job, whole_nodes):
+        return np.zeros(0, dtype=np.int64)  # turned away without the per-node counts
     cap = capacity(state, job, whole_nodes)
     if reserved is not None:
         cap = np.where(reserved, 0, cap)
@@ -204,7 +225,7 @@ def place_gang(state: ClusterState, job: Job, whole_nodes: bool, reserved: Mask 
     key = np.zeros(len(cap), dtype=np.int64) if whole_nodes else cap
     chosen = choose_nodes(job, cap, key)
     if chosen is None:
-        return False
+        return cap
     nodes, shares = chosen
     ok = _device_mask(state, job, whole_nodes)
     for node, count in zip(nodes, shares, strict=True):
@@ -217,7 +238,22 @@ def place_gang(state: ClusterState, job: Job, whole_nodes: bool, reserved: Mask 
         for node in nodes:
             state.node_free_cpu[node] = 0
             state.changed()
-    return True
+    return None
+
+
+def _surely_not(state: ClusterState, job: Job, whole_nodes: bool) -> bool:
+    """A quick "fewer nodes than it needs could take even one process": once a large cycle
+    has filled the cluster, most gangs are turned away here without the per-device work of
+    :func:`capacity`."""
+    most_mem, most_cpu, most_host = state.most_free(whole_nodes)
+    if (job.cpu_milli > most_cpu or job.memory_mib > most_host
+            or (job.needs_device and job.device_memory_mib > most_mem)):  # fmt: skip
+        return True
+    low = node_counts(job).start
+    ok = (state.node_free_cpu >= job.cpu_milli) & (state.node_free_mem >= job.memory_mib)
+    if job.needs_device:
+        ok &= state.node_most_free_device_mem() >= job.device_memory_mib
+    return int(np.count_nonzero(ok)) < low
 
 
 def _device_mask(state: ClusterState, job: Job, idle_only: bool) -> Mask:
@@ -230,17 +266,49 @@ def _device_mask(state: ClusterState, job: Job, idle_only: bool) -> Mask:
     return ok
 
 
-def gang_never_fits(state: ClusterState, job: Job) -> Unplaced | None:
+class _EmptyCluster:
+    """The cluster's few distinct kinds of node, for "could it ever fit" at the cost of a kind
+    rather than a node (a 10,000-device cluster has a handful)."""
+
+    def __init__(self, nodes: tuple[Node, ...]) -> None:
+        kinds: dict[tuple[int, int, tuple[tuple[int, int], ...]], int] = {}
+        for n in nodes:
+            key = (n.cpu_milli, n.memory_mib, tuple((d.memory_mib, d.threads) for d in n.devices))
+            kinds[key] = kinds.get(key, 0) + 1
+        self.kinds = list(kinds)
+        self.counts: Ints = np.array(list(kinds.values()), dtype=np.int64)
+        self.nodes = len(nodes)
+
+    def capacity(self, job: Job) -> Ints:
+        """Per kind of node, how many of ``job``'s processes an empty one holds."""
+        out = []
+        for cpu, mem, devices in self.kinds:
+            cap = _UNLIMITED
+            if job.cpu_milli > 0:
+                cap = min(cap, cpu // job.cpu_milli)
+            if job.memory_mib > 0:
+                cap = min(cap, mem // job.memory_mib)
+            if job.processes_per_node is not None:
+                cap = min(cap, job.processes_per_node)
+            if job.needs_device:
+                fit = sum(1 for m, t in devices
+                          if m >= job.device_memory_mib and t >= job.device_threads)  # fmt: skip
+                cap = cap if fit >= job.device_count else 0
+            out.append(cap)
+        return np.repeat(np.array(out, dtype=np.int64), self.counts)
+
+
+def gang_never_fits(empty: _EmptyCluster, job: Job) -> Unplaced | None:
     """``never_fits`` with the counts when no allowed node count fits even on empty nodes."""
-    cap = capacity(state, job, False, empty=True)
-    if choose_nodes(job, cap, np.zeros(len(cap), dtype=np.int64)) is not None:
+    cap = empty.capacity(job)
+    if fewest_nodes(job, cap) is not None:
         return None
     low = node_counts(job).start
     share = -(-job.processes // max(low, 1))
     able = int((cap >= share).sum())
     return Unplaced(job.id, f"needs {low} nodes with room for {share} processes each "
                     f"({_per_process(job)}); the cluster has {able} such nodes of "
-                    f"{len(state.nodes)}", "never_fits")  # fmt: skip
+                    f"{empty.nodes}", "never_fits")  # fmt: skip
 
 
 def _per_process(job: Job) -> str:
@@ -249,14 +317,15 @@ def _per_process(job: Job) -> str:
     return f"{job.cpu_milli / 1000:g} cores and {job.memory_mib} MiB per process{dev}"
 
 
-def _waiting(state: ClusterState, job: Job, whole_nodes: bool) -> Unplaced:
+def _waiting(job: Job, cap: Ints, whole_nodes: bool) -> Unplaced:
     low = node_counts(job).start
     share = -(-job.processes // max(low, 1))
-    free = int((capacity(state, job, whole_nodes) >= share).sum())
+    now = (f"{int((cap >= share).sum())} have it now" if len(cap)
+           else f"fewer than {low} have room for even one of its processes now")  # fmt: skip
     idle = " idle" if whole_nodes else ""
     return Unplaced(job.id, f"needs {low}{idle} nodes with room for {share} processes each "
-                    f"({_per_process(job)}); {free} have it now; it waits for running jobs "
-                    "to finish", "no_room")  # fmt: skip
+                    f"({_per_process(job)}); {now}; it waits for running jobs to finish",
+                    "no_room")  # fmt: skip
 
 
 def expected_ends(snapshot: Snapshot, state: ClusterState) -> npt.NDArray[np.float64]:
