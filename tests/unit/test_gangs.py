@@ -283,3 +283,14 @@ def test_swf_jobs_wider_than_a_node_become_gangs() -> None:
     fat = as_gang(Job("3", kind="cpu", device_count=0, processes=8, memory_mib=900), nodes)
     plan = make_policy("exclusive").plan(Snapshot(nodes, (), (fat,), 0.0))
     assert [a.processes for a in plan.assignments] == [1] * 8  # memory: one per node
+
+
+def test_a_gang_at_the_bounds_is_refused_without_stopping_the_cycle() -> None:
+    from coshare.bounds import MAX_JOB_NODES, MAX_PROCESSES
+
+    huge = gang("h", 1, MAX_PROCESSES, nodes_max=MAX_JOB_NODES)
+    snap = Snapshot(cluster(4), (), (huge, Job("s", 1000, 10)), 0.0)
+    for name in policy_names():
+        plan = make_policy(name).plan(snap)
+        assert plan.unplaced[0].code == "never_fits"
+        assert "s" in plan.placed_jobs

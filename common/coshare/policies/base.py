@@ -146,6 +146,7 @@ class ClusterState:
         self._most_free: dict[bool, tuple[int, int, int]] = {}
         self._labels: dict[str, str] = {}
         self._node_most_mem: Ints | None = None
+        self._device_starts: tuple[Ints, Ints] | None = None
 
     def device_index(self, node: str, device: str) -> int:
         """The global index of ``device`` of ``node``."""
@@ -231,10 +232,14 @@ class ClusterState:
         until the next :meth:`place` (a quick bound for gangs, :mod:`coshare.policies.gang`)."""
         if self._node_most_mem is None:
             out: Ints = np.full(len(self.nodes), -1, dtype=np.int64)
-            with_devices = [i for i, devs in enumerate(self.node_devs) if devs]
-            if with_devices:
-                starts = np.array([self.node_devs[i][0] for i in with_devices], dtype=np.int64)
-                out[with_devices] = np.maximum.reduceat(self.dev_free_mem, starts)
+            if self._device_starts is None:
+                with_devices = [i for i, devs in enumerate(self.node_devs) if devs]
+                starts = [self.node_devs[i][0] for i in with_devices]
+                self._device_starts = (np.array(with_devices, dtype=np.int64),
+                                       np.array(starts, dtype=np.int64))  # fmt: skip
+            nodes, starts_at = self._device_starts
+            if len(nodes):
+                out[nodes] = np.maximum.reduceat(self.dev_free_mem, starts_at)
             self._node_most_mem = out
         return self._node_most_mem
 

@@ -180,13 +180,23 @@ def capacity(state: ClusterState, job: Job, idle_only: bool, *, empty: bool = Fa
     return cap
 
 
-def fewest_nodes(job: Job, cap: Ints) -> int | None:
-    """The fewest nodes the job may take that ``cap`` holds; ``None`` when no count does."""
+def fewest_nodes(job: Job, cap: Ints, weights: Ints | None = None) -> int | None:
+    """The fewest nodes the job may take that ``cap`` holds; ``None`` when no count does.
+    ``weights``: how many nodes each entry of ``cap`` stands for (kinds of node)."""
+    order = np.argsort(cap, kind="stable")
+    values = cap[order]
+    counts = np.ones(len(cap), dtype=np.int64) if weights is None else weights[order]
+    # at_least[i]: nodes whose capacity is >= values[i] (a suffix sum), so "how many nodes
+    # hold x" is one binary search: a range up to 2**20 nodes costs little per count
+    at_least = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]]).tolist()
+    total = at_least[0] if len(cap) else 0
     for n in node_counts(job):
-        shares = split(job.processes, n)
-        big, small = shares[0], shares[-1]
-        wide = shares.count(big) if big != small else 0
-        if int((cap >= small).sum()) >= n and int((cap >= big).sum()) >= wide:
+        if n > total:
+            break  # more nodes than the cluster has
+        q, r = divmod(job.processes, n)
+        have = at_least[int(np.searchsorted(values, q))]
+        have_big = at_least[int(np.searchsorted(values, q + 1))] if r else n
+        if have >= n and have_big >= r:
             return n
     return None
 
@@ -280,7 +290,8 @@ class _EmptyCluster:
         self.nodes = len(nodes)
 
     def capacity(self, job: Job) -> Ints:
-        """Per kind of node, how many of ``job``'s processes an empty one holds."""
+        """Per kind of node (``counts`` of each), how many of ``job``'s processes an empty one
+        holds."""
         out = []
         for cpu, mem, devices in self.kinds:
             cap = _UNLIMITED
@@ -295,17 +306,17 @@ class _EmptyCluster:
                           if m >= job.device_memory_mib and t >= job.device_threads)  # fmt: skip
                 cap = cap if fit >= job.device_count else 0
             out.append(cap)
-        return np.repeat(np.array(out, dtype=np.int64), self.counts)
+        return np.array(out, dtype=np.int64)
 
 
 def gang_never_fits(empty: _EmptyCluster, job: Job) -> Unplaced | None:
     """``never_fits`` with the counts when no allowed node count fits even on empty nodes."""
     cap = empty.capacity(job)
-    if fewest_nodes(job, cap) is not None:
+    if fewest_nodes(job, cap, empty.counts) is not None:
         return None
     low = node_counts(job).start
     share = -(-job.processes // max(low, 1))
-    able = int((cap >= share).sum())
+    able = int(empty.counts[cap >= share].sum())
     return Unplaced(job.id, f"needs {low} nodes with room for {share} processes each "
                     f"({_per_process(job)}); the cluster has {able} such nodes of "
                     f"{empty.nodes}", "never_fits")  # fmt: skip
