@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from coshare.annotations import parse_job
@@ -294,3 +295,36 @@ def test_a_gang_at_the_bounds_is_refused_without_stopping_the_cycle() -> None:
         plan = make_policy(name).plan(snap)
         assert plan.unplaced[0].code == "never_fits"
         assert "s" in plan.placed_jobs
+
+
+def test_an_swf_log_without_machines_takes_its_cluster_from_the_header() -> None:
+    from coshare.sim.traces import TraceError, header_nodes, parse_swf, rebased
+
+    record = "1 1000 0 50 4 -1 -1 4 100 -1 1 1 1 -1 -1 1 -1 -1"
+    later = "2 1060 0 50 1 -1 -1 1 100 -1 1 1 1 -1 -1 1 -1 -1"
+    trace = parse_swf(["; Version: 2.2", "; MaxNodes: 3", "; MaxProcs: 6", "; MaxNodes: 9",
+                       record, later])  # fmt: skip
+    assert dict(trace.header)["MaxNodes"] == "3"  # the first of a key
+    nodes = header_nodes(trace, "t.swf")
+    assert [(n.name, n.cores) for n in nodes] == [("n00001", 2), ("n00002", 2), ("n00003", 2)]
+    assert [j.job.submit_time_s for j in rebased(trace.jobs)] == [0.0, 60.0]
+    with pytest.raises(TraceError, match="MaxNodes or MaxProcs"):
+        header_nodes(parse_swf([record]), "t.swf")
+    with pytest.raises(TraceError, match="MaxNodes is"):
+        header_nodes(parse_swf(["; MaxNodes: nan", record]), "t.swf")
+
+
+def test_an_swf_replay_without_machines_runs_on_the_header_cluster(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from coshare.cli import cli
+
+    log = tmp_path / "plain.swf"
+    log.write_text("; MaxNodes: 2\n; MaxProcs: 4\n" + "".join(
+        f"{i + 1} {1_000_000 + 10 * i} 0 50 {1 + i % 4} -1 -1 {1 + i % 4} 100 -1 1 1 1 -1 -1 1 "
+        "-1 -1\n" for i in range(8)))  # fmt: skip
+    result = CliRunner().invoke(cli, ["simulate", "--workload", f"trace:{log}", "--policies",
+                                      "exclusive,sharepack", "--output", "json"])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    runs = json.loads(result.stdout)["runs"]
+    assert [r["not_run"] for r in runs] == [0, 0]  # the 3- and 4-processor jobs are gangs
+    assert all(r["makespan_s"] < 1000 for r in runs)  # submit times rebased to the first

@@ -80,7 +80,7 @@ from coshare.sim.report import (
     sweep_table,
 )
 from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba, read_swf
-from coshare.sim.traces import as_gang
+from coshare.sim.traces import as_gang, header_nodes, rebased
 from coshare.sim.workloads import DISTRIBUTIONS
 
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
@@ -454,11 +454,11 @@ def _replay(path: Path, policies: Sequence[str], setup: Setup,
         raise InputError(f"{where}: only SWF logs (.swf) are replayed; the Alibaba pod list is "
                          "the alibaba-2023 workload")  # fmt: skip
     trace, machines = read_swf(path)
-    if machines is None:
-        raise InputError(f"{where}: needs {shorten_text(path.name)}.machines beside it (the nodes)")
+    if machines is None:  # the header's MaxNodes / MaxProcs (issue 14)
+        machines = header_nodes(trace, where)
     cluster = machines[:nodes] if nodes else machines
     check_work(len(policies), len(trace.jobs), where)
-    jobs = [host_only(as_gang(j.job, cluster), j.run_s) for j in trace.jobs]  # gangs: issue 14
+    jobs = [host_only(as_gang(j.job, cluster), j.run_s) for j in rebased(trace.jobs)]
     summaries = []
     with progress_bar(len(policies) * len(jobs), f"replay {escape(path.name)}") as advance:
         for name in policies:

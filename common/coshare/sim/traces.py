@@ -149,10 +149,12 @@ class SwfJob:
 
 @dataclass(frozen=True)
 class SwfTrace:
-    """An SWF file: its jobs, and how many records were skipped."""
+    """An SWF file: its jobs, how many records were skipped, and its header's ``; Key: value``
+    lines (the first of each key; SWF 2.2 section "header comments")."""
 
     jobs: tuple[SwfJob, ...]
     skipped: int
+    header: tuple[tuple[str, str], ...] = ()
 
 
 #: The SWF fields coshare reads (1-based numbers of the format), with their largest values:
@@ -190,8 +192,11 @@ def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
     jobs = []
     skipped = 0
     first_line: dict[int, int] = {}
+    header: dict[str, str] = {}
     for number, line in enumerate(lines, start=1):
         text = line.strip()
+        if text.startswith(";"):
+            swf_header_line(text, header)
         if not text or text.startswith(";"):
             continue
         fields = text.split()
@@ -227,7 +232,56 @@ def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
                 run,
             )
         )
-    return SwfTrace(tuple(jobs), skipped)
+    return SwfTrace(tuple(jobs), skipped, tuple(header.items()))
+
+
+#: How many header keys are kept, and how long a key or value may be (bounded input).
+_HEADER_KEYS, _HEADER_CHARS = 64, 256
+
+
+def swf_header_line(text: str, header: dict[str, str]) -> None:
+    """Record one ``; Key: value`` comment line of an SWF header (the first of each key; at
+    most :data:`_HEADER_KEYS` keys, values cut at :data:`_HEADER_CHARS`)."""
+    key, colon, value = text.lstrip(";").partition(":")
+    key = key.strip()
+    if (colon and key and len(key) <= _HEADER_CHARS and key.replace("_", "").isalnum()
+            and key not in header and len(header) < _HEADER_KEYS):  # fmt: skip
+        header[key] = value.strip()[:_HEADER_CHARS]
+
+
+def header_nodes(trace: SwfTrace, source: str) -> tuple[Node, ...]:
+    """The cluster an SWF header describes when no ``.machines`` file does: ``MaxNodes``
+    nodes of ``MaxProcs / MaxNodes`` cores each (SWF 2.2; ``MaxProcs`` alone: one core a
+    node). The header gives no memory, so a node's memory is the largest coshare accepts and
+    memory requests do not limit placement.
+
+    Raises:
+        TraceError: neither key, or values that are not whole numbers in range.
+    """
+    values = dict(trace.header)
+    procs_text, nodes_text = values.get("MaxProcs"), values.get("MaxNodes")
+    if procs_text is None and nodes_text is None:
+        raise TraceError(f"{source}: no .machines file beside it and no MaxNodes or MaxProcs "
+                         "in its header: the cluster is unknown")  # fmt: skip
+    procs = _whole(procs_text, "MaxProcs", f"{source} header", MAX_CORES * MAX_SIM_NODES) \
+        if procs_text is not None else None  # fmt: skip
+    count = _whole(nodes_text, "MaxNodes", f"{source} header", MAX_SIM_NODES) \
+        if nodes_text is not None else procs  # fmt: skip
+    if not count:
+        raise TraceError(f"{source} header: MaxNodes is 0 (allowed: 1..{MAX_SIM_NODES})")
+    if count > MAX_SIM_NODES:
+        raise TraceError(f"{source} header: {count} nodes (allowed: 1..{MAX_SIM_NODES})")
+    cores = max((procs or count) // count, 1)
+    return tuple(Node(f"n{i + 1:05d}", cores * MILLI, MAX_MEMORY_MIB) for i in range(count))
+
+
+def rebased(jobs: tuple[SwfJob, ...]) -> tuple[SwfJob, ...]:
+    """Submit times counted from the first job's (logs often keep epoch seconds)."""
+    first = min((j.job.submit_time_s for j in jobs), default=0.0)
+    if first == 0:
+        return jobs
+    return tuple(SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first), j.run_s)
+                 for j in jobs)  # fmt: skip
 
 
 def parse_swf_machines(text: str, source: str = "machines") -> tuple[Node, ...]:
