@@ -328,3 +328,20 @@ def test_an_swf_replay_without_machines_runs_on_the_header_cluster(tmp_path: Pat
     runs = json.loads(result.stdout)["runs"]
     assert [r["not_run"] for r in runs] == [0, 0]  # the 3- and 4-processor jobs are gangs
     assert all(r["makespan_s"] < 1000 for r in runs)  # submit times rebased to the first
+
+
+def test_a_policy_that_places_gangs_itself_gets_them() -> None:
+    from dataclasses import dataclass
+
+    from coshare.policies.gang import GangPlanner
+
+    @dataclass(frozen=True)
+    class Own:
+        name: str = "own"
+        places_gangs: bool = True
+
+        def plan(self, snapshot: Snapshot) -> Plan:
+            return Plan(self.name, (), ())
+
+    snap = Snapshot(cluster(2), (), (gang("g", 2, 2),), 0.0)
+    assert GangPlanner(Own()).plan(snap) == Plan("own", (), ())
