@@ -167,6 +167,12 @@ def policy_options(config: Config) -> PolicyOptions:
         max_thread_cells=config.knapsack.max_thread_cells,
         max_memory_cells=config.knapsack.max_memory_cells,
         max_dp_cells=config.knapsack.max_dp_cells,
+        membw_max_share=config.policy.membw.max_share,
+        membw_programs=config.policy.membw.programs,
+        membw_init_s=config.policy.membw.init_s,
+        monitor_fraction=config.collocate.monitor_fraction,
+        max_harvest_cores=config.collocate.max_harvest_cores,
+        copy_bw_limit_mbps=config.collocate.copy_bw_limit_mbps,
     )
 
 

@@ -47,6 +47,7 @@ from coshare.bounds import (
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
     MAX_MEMORY_MIB,
+    MAX_SIM_WORKERS,
     plain,
     shorten,
     shorten_text,
@@ -88,6 +89,46 @@ def _default_device_kinds() -> Mapping[str, DeviceKind]:
     }
 
 
+#: A ``CoshareProgram`` name (coshare.annotations' rule).
+_PROGRAM_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _default_membw_programs() -> Mapping[str, float]:
+    return {}
+
+
+@dataclass(frozen=True)
+class MembwConfig:
+    """Options of the ``membw`` policy (poncos, Breitbart et al., sections 6-7).
+
+    Attributes:
+        max_share: the jobs on one node use at most this share of its memory bandwidth
+            together (poncos section 7: 0.9, "a decrease in performance once congestion on
+            the main memory gets closer to the maximum"); a job alone on a node always runs.
+        init_s: a running job counts as measured by its node's probe only once it ran this
+            long before the probe (poncos section 7 waits out the initialization phase with a
+            timer).
+        max_suspend_s: a job suspended after a failed trial co-run longer than this is
+            requeued with the reason (issue 18 item 2; used once trials are live).
+        programs: recorded measurements: each program's (``CoshareProgram``) share of its
+            node's bandwidth, ``1 - available`` as the probe measured it (Table 1).
+    """
+
+    max_share: float = field(default=0.9, metadata={"min": 0, "max": 1})
+    init_s: float = field(default=60.0, metadata={"min": 0})
+    max_suspend_s: float = field(default=3600.0, metadata={"min": 0})
+    programs: Mapping[str, float] = field(default_factory=_default_membw_programs,
+                                          metadata={"min": 0, "max": 1})  # fmt: skip
+
+    def __post_init__(self) -> None:
+        # The keys are CoshareProgram values, so they follow that annotation's rule
+        # (coshare.annotations): a key no job can name would be a silent typo.
+        for name in self.programs:
+            if _PROGRAM_NAME.fullmatch(name) is None:
+                raise ConfigError(f"policy.membw.programs: {shorten(name)} is not a program "
+                                  "name (allowed: 1-64 of A-Z a-z 0-9 _ . -, as CoshareProgram)")
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """Options shared by the policies.
@@ -103,6 +144,7 @@ class PolicyConfig:
         max_reserved_devices: at most this many devices are held back per cycle for aged jobs.
         max_reserved_gangs: at most this many aged multi-node jobs hold back nodes per cycle
             (backfill's reservation, issue 14); 0 disables their reservations.
+        membw: options of the ``membw`` policy (``policy.membw.max_share`` ...).
     """
 
     name: str = "sharepack"
@@ -111,6 +153,7 @@ class PolicyConfig:
     age_limit_s: float | None = field(default=3600.0, metadata={"min": 0})
     max_reserved_devices: int = field(default=8, metadata={"min": 0})
     max_reserved_gangs: int = field(default=1, metadata={"min": 0, "max": 1024})
+    membw: MembwConfig = field(default_factory=MembwConfig)
 
 
 @dataclass(frozen=True)
@@ -352,6 +395,32 @@ class CondorConfig:
 
 
 @dataclass(frozen=True)
+class CollocateConfig:
+    """Options of the ``collocate`` policy (Wu & Hong, section IV-A).
+
+    Attributes:
+        monitor_fraction: ``P_M``: a GPU job's cores are all its own for this share of its
+            requested time, while its load is sampled; in (0, 1].
+        max_harvest_cores: ``P_B``: at most this many of a GPU job's cores may be lent to CPU
+            jobs, however idle its load leaves them (the paper's run: 9 of 12). A node with
+            fewer cores is capped by its cores (the plan notes it).
+        copy_bw_limit_mbps: a GPU job whose host-device copy bandwidth (MB/s per process)
+            exceeds this is never collocated with (section III-B3: 300 MB/s keeps CPU jobs'
+            slowdown within 10%).
+    """
+
+    monitor_fraction: float = field(default=1 / 3, metadata={"min": 0, "max": 1})
+    max_harvest_cores: int = field(default=9, metadata={"min": 0, "max": 1 << 20})
+    copy_bw_limit_mbps: float = field(default=300.0, metadata={"min": 0, "max": 10**9})
+
+    def __post_init__(self) -> None:
+        # The range check allows 0; a monitoring period of nothing harvests on no evidence.
+        if self.monitor_fraction <= 0:
+            raise ConfigError(f"collocate.monitor_fraction: {plain(self.monitor_fraction)} is "
+                              "out of range (allowed: a number in (0, 1], P_M of the paper)")
+
+
+@dataclass(frozen=True)
 class SlurmConfig:
     """Options of the Slurm adapter (``coshare slurm ...``).
 
@@ -388,6 +457,56 @@ class SlurmConfig:
 
 
 @dataclass(frozen=True)
+class SimConfig:
+    """Where ``coshare simulate`` runs its independent runs (issue 16; README "Simulator").
+
+    Attributes:
+        executor: ``local`` (this process or local processes; nothing to install) or
+            ``dask`` (the ``dask`` extra).
+        workers: local processes, or Dask workers coshare starts (processes of a local Dask
+            cluster, or worker jobs of ``dask_cluster``).
+        retries: how often a run whose worker died is run again elsewhere before the command
+            reports it failed.
+        dask_scheduler: address of a running Dask scheduler (``tcp://host:8786``); ``null``:
+            coshare starts a cluster of kind ``dask_cluster`` for the command.
+        dask_cluster: ``local`` (worker processes on this machine), ``slurm`` or
+            ``htcondor``: worker jobs of the cluster coshare serves, through dask-jobqueue
+            (``SLURMCluster`` with the ``slurm`` section's config file and partition,
+            ``HTCondorCluster`` with the ``condor`` section's config file).
+        connect_timeout_s: how long to try to reach the scheduler.
+        worker_timeout_s: how long to wait for the first worker before giving up.
+        scheduler_host: address the scheduler coshare starts listens on; ``null``: Dask's
+            choice; ``127.0.0.1`` when the workers run on this host.
+        worker_cores: cores of each worker job (one run per core).
+        worker_memory_mib: memory of each worker job.
+        worker_python: the workers' interpreter, as the worker jobs see it; ``null``: this
+            one (nodes that share this installation).
+        worker_prologue: shell lines each worker job runs first (``export PYTHONPATH=...``).
+        worker_extra_args: more arguments of each worker (``--no-nanny`` where the jobs
+            cannot use POSIX semaphores, as in the local pool's chroot).
+        worker_walltime: walltime of a Slurm worker job (``HH:MM:SS``).
+        log_directory: where worker jobs write their output, as they see it; ``null``:
+            nowhere.
+    """
+
+    executor: Literal["local", "dask"] = "local"
+    workers: int = field(default=1, metadata={"min": 1, "max": MAX_SIM_WORKERS})
+    retries: int = field(default=2, metadata={"min": 0, "max": 100})
+    dask_scheduler: str | None = None
+    dask_cluster: Literal["local", "slurm", "htcondor"] = "local"
+    connect_timeout_s: float = field(default=10.0, metadata={"min": 0.1})
+    worker_timeout_s: float = field(default=300.0, metadata={"min": 1})
+    scheduler_host: str | None = None
+    worker_cores: int = field(default=1, metadata={"min": 1})
+    worker_memory_mib: int = field(default=2048, metadata={"min": 256})
+    worker_python: str | None = None
+    worker_prologue: tuple[str, ...] = ()
+    worker_extra_args: tuple[str, ...] = ()
+    worker_walltime: str = "01:00:00"
+    log_directory: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -399,6 +518,8 @@ class Config:
     condor: CondorConfig = field(default_factory=CondorConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    collocate: CollocateConfig = field(default_factory=CollocateConfig)
 
     def __post_init__(self) -> None:
         # Device kinds are matched ignoring case, spaces, '-' and '_' (coshare.ledger): two

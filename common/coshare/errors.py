@@ -22,6 +22,7 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
     ├── SimulationError           the simulator's ledger caught an unsound plan
     ├── FactsError                a node's facts text that breaks its format (coshare.facts);
     │                             never stops a cycle: the node is planned without its facts
+    ├── ExecutorError             simulate's executor (Dask) unreachable, or runs failed: exit 1
     ├── SchedulerError            the scheduler could not be read or written: exit status 1
     │   ├── SchedulerUnavailable  daemon down or unreachable
     │   │   └── SlurmControllerDown      slurm_addon.errors
@@ -147,6 +148,11 @@ class PlanInvariantError(CoshareError):
 class UnsafeValue(InputError, ValueError):
     """A value (a job id, a node name, a text) that cannot be written safely into the
     scheduler: coshare refuses to write it rather than quote it wrongly."""
+
+
+class ExecutorError(CoshareError):
+    """``coshare simulate`` could not run its runs: the Dask scheduler is unreachable, no
+    worker came, or some runs failed (each named; the other results were still printed)."""
 
 
 class CycleBusy(CoshareError):

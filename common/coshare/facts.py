@@ -300,6 +300,7 @@ def _node_with(node: Node, facts: NodeFacts) -> Node:
     return replace(
         node,
         facts_at_s=facts.at_s,
+        membw_at_s=membw.at_s if membw else None,
         membw_avail_gbps=membw.avail_gbps if membw else None,
         membw_baseline_gbps=membw.baseline_gbps if membw else None,
         llc_ways=node.llc_ways if node.llc_ways is not None else facts.llc_ways,

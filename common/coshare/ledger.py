@@ -304,6 +304,8 @@ def counted(queued: Queued, job: Job) -> RunningJob:
         device_threads=threads, cpu_milli=max(job.total_cpu_milli, queued.cpu_milli),
         memory_mib=max(job.total_memory_mib, queued.memory_mib), state="planned",
         start_time_s=placed.at_s,
+        # what it declared of its bandwidth, for the membw policy (issue 18)
+        program=job.program, membw_gbps=job.membw_gbps,
     )  # fmt: skip
 
 

@@ -122,6 +122,9 @@ class Node:
         llc_ways_free: node facts: LLC ways no coshare job's resctrl group holds.
         facts_at_s: when the node measured its facts (epoch seconds); ``None``: no usable
             facts (none published, malformed, or older than ``cycle.node_facts_max_age_s``).
+        membw_at_s: node facts: when the probe behind ``membw_avail_gbps`` ran (it may be
+            older than ``facts_at_s``: the daemon probes every ``node.probe_interval_s``);
+            the ``membw`` policy counts a job as measured only if it ran before the probe.
     """
 
     name: str
@@ -135,6 +138,7 @@ class Node:
     membw_baseline_gbps: float | None = None
     llc_ways_free: int | None = None
     facts_at_s: float | None = None
+    membw_at_s: float | None = None
 
     @property
     def cores(self) -> int | float:
@@ -244,8 +248,13 @@ class RunningJob:
         cpu_load_last_cores: node facts: its CPU load over the last sampling interval.
         cpu_load_max_cores: node facts: the highest interval load of its history.
         cpu_load_window_s: node facts: the seconds the history covers.
-        walltime_s: its requested run time, when known: with ``start_time_s`` it gives the
-            expected end a wide gang's reservation counts on (issue 14).
+        walltime_s: the job's requested run time, when known: with ``start_time_s`` it gives
+            the expected end a wide gang's reservation counts on (issue 14); ``collocate``'s
+            monitoring period is ``P_M`` of it (Wu & Hong section IV-A).
+        copy_bw_mbps: its host-device copy bandwidth, MB/s per process (measured, or declared
+            as ``CoshareCopyBandwidth``; section III-B3), when known.
+        harvest_from: the running GPU job whose idle cores this CPU job borrows (``collocate``);
+            its cores then count against that job's harvest, not the node's free cores.
     """
 
     id: str
@@ -265,6 +274,8 @@ class RunningJob:
     cpu_load_max_cores: float | None = None
     cpu_load_window_s: float | None = None
     walltime_s: float | None = None
+    copy_bw_mbps: float | None = None
+    harvest_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,12 +304,15 @@ class Assignment:
         node: the node's name.
         devices: the device ids on that node (empty for CPU jobs).
         processes: processes of a multi-node job on this node; ``None`` for single-node jobs.
+        harvest_from: a CPU job placed on the idle cores of this running GPU job
+            (``collocate``; Wu & Hong section IV-A) instead of the node's free cores.
     """
 
     job: str
     node: str
     devices: tuple[str, ...] = ()
     processes: int | None = None
+    harvest_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +331,24 @@ class Unplaced:
 
 
 @dataclass(frozen=True, slots=True)
+class Trial:
+    """A trial co-run (poncos section 7): a job whose memory bandwidth is not known yet is
+    started beside the jobs already on its node, to be measured once it is past its
+    initialization (the old jobs frozen while the probe runs) and kept only if the sum stays
+    within the limit.
+
+    Attributes:
+        job: the job on trial (it also has an assignment to ``node``).
+        node: the node of the trial.
+        partners: the jobs already on that node it is tried beside, sorted.
+    """
+
+    job: str
+    node: str
+    partners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A policy's decision for one cycle.
 
@@ -330,6 +362,11 @@ class Plan:
         seconds: time the policy took; filled in by the caller (policies read no clock).
         notes: what the admin should know about how this plan was made (a setting coarsened
             to stay within what the cycle affords, with the estimate), one sentence each.
+        trials: the assignments that are trial co-runs (the ``membw`` policy), with the jobs
+            each is tried beside; empty for every other policy.
+        requeue: running jobs to give back their resources through the scheduler (requeue,
+            or shrink where it can), each with the reason; ``collocate`` asks it of CPU jobs
+            on the cores of a GPU job whose load rose after they were placed.
     """
 
     policy: str
@@ -337,6 +374,8 @@ class Plan:
     unplaced: tuple[Unplaced, ...] = ()
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    trials: tuple[Trial, ...] = ()
+    requeue: tuple[Unplaced, ...] = ()
     placed_jobs: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

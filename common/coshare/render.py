@@ -81,7 +81,8 @@ def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: in
     planned: dict[tuple[str, str], list[str]] = defaultdict(list)
     node_cpu: dict[str, int] = defaultdict(int)
     for r in snapshot.running:
-        node_cpu[r.node] += r.cpu_milli
+        # A borrower's cores are its GPU job's (collocate), not the node's free ones.
+        node_cpu[r.node] += 0 if r.harvest_from else r.cpu_milli
         for d in r.devices or ("-",):
             running[(r.node, d)].append(r.id)
             used_mem[(r.node, d)] += r.device_memory_mib
@@ -91,9 +92,11 @@ def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: in
         job = pending.get(a.job)
         if job is None:
             continue
-        node_cpu[a.node] += job.cpu_milli * (a.processes or job.processes)
+        if a.harvest_from is None:
+            node_cpu[a.node] += job.cpu_milli * (a.processes or job.processes)
         for d in a.devices or ("-",):
-            planned[(a.node, d)].append(a.job)
+            planned[(a.node, d)].append(a.job if a.harvest_from is None
+                                        else f"{a.job} (cores of {a.harvest_from})")
             new_mem[(a.node, d)] += job.device_memory_mib
             used_mem[(a.node, d)] += job.device_memory_mib
             used_thr[(a.node, d)] += job.device_threads
@@ -141,6 +144,9 @@ def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: in
         for (code, reason), ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             waits.add_row(", ".join(ids), str(len(ids)), code, reason)  # every id (issue 21)
         parts.append(waits)
+    if plan.requeue:
+        parts.append("To requeue (their GPU job needs its cores back): "
+                     + "; ".join(f"{u.job}: {u.reason}" for u in plan.requeue))
     if any(len(v) > SHOWN_IDS for cells in (running, planned) for v in cells.values()):
         parts.append(f"Cells list {SHOWN_IDS} jobs each; --output json lists every job.")
     return render_text(*parts, width=width)

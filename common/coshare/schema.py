@@ -49,6 +49,7 @@ from coshare.model import (
     Plan,
     RunningJob,
     Snapshot,
+    Trial,
     Unplaced,
     UnplacedCode,
     capacity_cores_to_milli,
@@ -61,13 +62,14 @@ T = TypeVar("T")
 _MISSING: Any = object()
 
 NODE_FIELDS = ("name", "cores", "memory_mib", "membw_gbps", "llc_ways", "domain", "devices",
-               *("membw_avail_gbps", "membw_baseline_gbps", "llc_ways_free", "facts_at_s"))
+               *("membw_avail_gbps", "membw_baseline_gbps", "llc_ways_free", "facts_at_s"),
+               "membw_at_s")
 DEVICE_FIELDS = ("id", "memory_mib", "threads", "model")
 RUNNING_FIELDS = (
     "id", "node", "device", "device_memory_mib", "device_threads", "cores", "memory_mib",
     "state", "membw_gbps", "llc_ways", "start_time", "program",
     "cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores", "cpu_load_window_s",
-    "walltime_s",
+    "walltime_s", "copy_bw_mbps", "harvest_from",
 )  # fmt: skip
 PENDING_FIELDS = (
     "id", "device_memory_mib", "device_threads", "device_count", "cores", "memory_mib",
@@ -75,8 +77,9 @@ PENDING_FIELDS = (
     "copy_bw_mbps", "walltime_s", "nodes", "nodes_max", "processes_per_node",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
-PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats")
-ASSIGNMENT_FIELDS = ("job", "node", "device", "processes")
+PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue")
+TRIAL_FIELDS = ("job", "node", "partners")
+ASSIGNMENT_FIELDS = ("job", "node", "device", "processes", "harvest_from")
 UNPLACED_FIELDS = ("job", "reason", "code")
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
     "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported",
@@ -310,6 +313,7 @@ def _node_facts(f: _Fields) -> dict[str, Any]:
                                         maximum=MAX_MEMBW_GBPS),
         "llc_ways_free": f.integer("llc_ways_free", None, maximum=MAX_LLC_WAYS),
         "facts_at_s": f.number("facts_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
+        "membw_at_s": f.number("membw_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
     }  # fmt: skip
 
 
@@ -341,6 +345,8 @@ def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
         program=f.string("program", None),
         **_load_facts(f),
         walltime_s=f.number("walltime_s", None, exclusive_min=True, maximum=MAX_WALLTIME_S),
+        copy_bw_mbps=f.number("copy_bw_mbps", None, maximum=MAX_COPY_BW_MBPS),
+        harvest_from=f.ident("harvest_from", None),
     )
 
 
@@ -449,6 +455,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
                 ("membw_baseline_gbps", n.membw_baseline_gbps),
                 ("llc_ways_free", n.llc_ways_free),
                 ("facts_at_s", n.facts_at_s),
+                ("membw_at_s", n.membw_at_s),
                 (
                     "devices",
                     [
@@ -487,6 +494,8 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
                 ("cpu_load_max_cores", r.cpu_load_max_cores),
                 ("cpu_load_window_s", r.cpu_load_window_s),
                 ("walltime_s", r.walltime_s),
+                ("copy_bw_mbps", r.copy_bw_mbps),
+                ("harvest_from", r.harvest_from),
             ]
         )
         for r in snapshot.running
@@ -526,7 +535,16 @@ def job_to_dict(j: Job) -> dict[str, object]:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, object]:
-    """Serialize a plan to the JSON contract of DESIGN.md."""
+    """Serialize a plan to the JSON contract of DESIGN.md (``trials`` only when there are
+    some, so the plans of every other policy read as before)."""
+    out = _plan_dict(plan)
+    if plan.trials:
+        out["trials"] = [{"job": t.job, "node": t.node, "partners": list(t.partners)}
+                         for t in plan.trials]  # fmt: skip
+    return out
+
+
+def _plan_dict(plan: Plan) -> dict[str, object]:
     return {
         "policy": plan.policy,
         "assignments": [
@@ -536,11 +554,14 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
                     ("node", a.node),
                     ("device", ",".join(a.devices) or None),
                     ("processes", a.processes),
+                    ("harvest_from", a.harvest_from),
                 ]
             )
             for a in plan.assignments
         ],
         "unplaced": [{"job": u.job, "reason": u.reason, "code": u.code} for u in plan.unplaced],
+        **({"requeue": [{"job": u.job, "reason": u.reason, "code": u.code} for u in plan.requeue]}
+           if plan.requeue else {}),
         "stats": {
             "pending": plan.pending,
             "placed": plan.placed,
@@ -571,6 +592,7 @@ def parse_plan(data: object, source: str = "") -> Plan:
                 node=f.ident("node"),
                 devices=f.device_list("device"),
                 processes=f.integer("processes", None, minimum=1, maximum=MAX_PROCESSES),
+                harvest_from=f.ident("harvest_from", None),
             )
         )
     unplaced = []
@@ -579,13 +601,36 @@ def parse_plan(data: object, source: str = "") -> Plan:
         f.unknown(UNPLACED_FIELDS)
         code: UnplacedCode = f.choice("code", UNPLACED_CODES, "no_room")
         unplaced.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
+    trials = []
+    for i, obj in enumerate(top.array("trials", [])):
+        f = _Fields(obj, _label("trial of job", obj, i, "job"), problems)
+        f.unknown(TRIAL_FIELDS)
+        partners = f.array("partners", [])
+        trials.append(Trial(job=f.ident("job"), node=f.ident("node"),
+                            partners=tuple(_trial_partners(partners, f, problems))))  # fmt: skip
+    requeue = []
+    for i, obj in enumerate(top.array("requeue", [])):
+        f = _Fields(obj, _label("requeued job", obj, i, "job"), problems)
+        f.unknown(UNPLACED_FIELDS)
+        code = f.choice("code", UNPLACED_CODES, "no_room")
+        requeue.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
     stats = top.obj.get("stats")
     seconds = 0.0
     if isinstance(stats, Mapping):
         seconds = _Fields(stats, "plan stats", problems).number("seconds", 0.0)
     if problems:
         raise SnapshotError(problems, source)
-    return Plan(policy, tuple(assignments), tuple(unplaced), seconds)
+    return Plan(policy, tuple(assignments), tuple(unplaced), seconds, trials=tuple(trials),
+                requeue=tuple(requeue))
+
+
+def _trial_partners(items: list[Any], f: _Fields, problems: list[str]) -> list[str]:
+    """A trial's partner job ids, each checked as a job id."""
+    out = []
+    for k, item in enumerate(items):
+        g = _Fields({"partner": item}, f"{f.what} partner {k}", problems)
+        out.append(g.ident("partner"))
+    return out
 
 
 class _Refused(ValueError):

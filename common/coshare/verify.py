@@ -21,7 +21,11 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
     planned jobs exceed no device memory, host cores or host memory, nor device threads when
     ``strict_threads``; no single job may declare more threads than its device has. A
     resource that was already over its limit before the plan is only reported if the plan
-    adds to it.
+    adds to it. A CPU job placed on a GPU job's idle cores (``harvest_from``, the
+    ``collocate`` policy) counts against that job's cores, not the node's: it must be a CPU
+    job on the node of a running GPU job with a measured load, and what all CPU jobs borrow
+    from it must stay within the whole cores its load leaves idle. Requeued jobs must be
+    running.
 
     Returns:
         One line per violation; empty when the plan is sound.
@@ -54,14 +58,25 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
     dev_thr: dict[tuple[str, str], int] = defaultdict(int)
     node_cpu: dict[str, int] = defaultdict(int)
     node_mem: dict[str, int] = defaultdict(int)
+    donors = {r.id: r for r in snapshot.running if r.devices and r.state == "running"}
+    lent: dict[str, int] = defaultdict(int)
     for r in snapshot.running:
-        node_cpu[r.node] += r.cpu_milli
+        donor = donors.get(r.harvest_from or "")
+        if donor is not None and donor.node == r.node:
+            lent[donor.id] += r.cpu_milli
+        else:
+            node_cpu[r.node] += r.cpu_milli
         node_mem[r.node] += r.memory_mib
         for d in r.devices:
             dev_mem[(r.node, d)] += r.device_memory_mib
             dev_thr[(r.node, d)] += r.device_threads
     before_mem, before_thr = dict(dev_mem), dict(dev_thr)
     before_cpu, before_node_mem = dict(node_cpu), dict(node_mem)
+    before_lent = dict(lent)
+    running_ids = {r.id for r in snapshot.running}
+    for u in plan.requeue:
+        if u.job not in running_ids:
+            problems.append(f"job {u.job} is requeued but not running")
 
     touched_devices: set[tuple[str, str]] = set()
     touched_nodes: set[str] = set()
@@ -96,9 +111,19 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
             dev_mem[(a.node, dev)] += job.device_memory_mib
             dev_thr[(a.node, dev)] += job.device_threads
             touched_devices.add((a.node, dev))
-        node_cpu[a.node] += job.cpu_milli * processes
         node_mem[a.node] += job.memory_mib * processes
         touched_nodes.add(a.node)
+        if a.harvest_from is None:
+            node_cpu[a.node] += job.cpu_milli * processes
+            continue
+        donor = donors.get(a.harvest_from)
+        if job.needs_device:
+            problems.append(f"job {a.job} needs a device but is placed on harvested cores")
+        if donor is None or donor.node != a.node:
+            problems.append(f"job {a.job} harvests from {a.harvest_from}, which is no running "
+                            f"GPU job on {a.node}")  # fmt: skip
+        else:
+            lent[donor.id] += job.cpu_milli * processes
 
     for key in sorted(touched_devices):
         device = next(d for d in nodes[key[0]].devices if d.id == key[1])
@@ -117,6 +142,18 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
             problems.append(f"node {name} cores {node_cpu[name] / 1000:g} > {node.cores}")
         if node_mem[name] > node.memory_mib and node_mem[name] > before_node_mem.get(name, 0):
             problems.append(f"node {name} memory {node_mem[name]} > {node.memory_mib} MiB")
+    for donor_id in sorted(lent):
+        donor = donors[donor_id]
+        if lent[donor_id] <= before_lent.get(donor_id, 0):
+            continue
+        loads = [v for v in (donor.cpu_load_cores, donor.cpu_load_last_cores) if v is not None]
+        if not loads:
+            problems.append(f"GPU job {donor_id} lends cores but has no measured load")
+            continue
+        idle = max(0, (donor.cpu_milli - int(max(loads) * 1000 + 0.999999)) // 1000 * 1000)
+        if lent[donor_id] > idle:
+            problems.append(f"GPU job {donor_id} lends {lent[donor_id] / 1000:g} cores, more "
+                            f"than its load {max(loads):g} leaves idle ({idle // 1000})")
     return problems
 
 

@@ -13,7 +13,7 @@ from coshare.errors import AnnotationError, SnapshotError
 from coshare.gangs import gang_problems, node_counts, split
 from coshare.ledger import Queued, pending_job
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot
-from coshare.policies import PolicyOptions, make_policy, policy_names
+from coshare.policies import GANGS_UNSUPPORTED, PolicyOptions, make_policy, policy_names
 from coshare.schema import decode_json, parse_snapshot, snapshot_to_dict
 from coshare.verify import check_plan
 from hypothesis import given, settings
@@ -101,8 +101,11 @@ def test_live_adapters_refuse_gangs_until_they_can_place_them() -> None:
 
 # -- placement: one mechanism for every policy --------------------------------------------------
 
+#: The policies the shared mechanism places gangs for (the others refuse them, tested below).
+GANG_POLICIES = [n for n in policy_names() if n not in GANGS_UNSUPPORTED]
 
-@pytest.mark.parametrize("name", policy_names())
+
+@pytest.mark.parametrize("name", GANG_POLICIES)
 def test_every_policy_places_a_gang_on_all_its_nodes(name: str) -> None:
     snap = Snapshot(cluster(4), (), (gang("g", 3, 7), Job("s", 1000, 10)), 0.0)
     plan = make_policy(name).plan(snap)
@@ -111,6 +114,21 @@ def test_every_policy_places_a_gang_on_all_its_nodes(name: str) -> None:
     assert sorted(a.processes or 0 for a in on) == [2, 2, 3]
     assert all(len(a.devices) == 1 for a in on)
     assert "s" in plan.placed_jobs
+
+
+@pytest.mark.parametrize("name", sorted(GANGS_UNSUPPORTED))
+def test_membw_and_collocate_refuse_gangs_and_plan_the_rest_as_alone(name: str) -> None:
+    # their own admission (membw) and EASY reservation (collocate) would not see the shared
+    # mechanism's gang parts: a gang is refused, the single-node jobs planned as without it
+    singles = (Job("s", 1000, 10), Job("t", 1000, 10, kind="cpu", device_count=0))
+    snap = Snapshot(cluster(4), (), (gang("g", 3, 7), *singles), 0.0)
+    plan = make_policy(name).plan(snap)
+    assert check_plan(snap, plan) == []
+    assert [(u.job, u.code) for u in plan.unplaced if u.job == "g"] == [("g", "unsupported")]
+    assert "multi-node" in plan.unplaced[0].reason
+    alone = make_policy(name).plan(Snapshot(cluster(4), (), singles, 0.0))
+    assert plan.assignments == alone.assignments
+    assert (plan.trials, plan.requeue) == (alone.trials, alone.requeue)
 
 
 def test_exclusive_gives_a_gang_whole_nodes_and_sharing_policies_a_share() -> None:
@@ -133,7 +151,7 @@ def test_all_or_nothing_when_too_few_nodes_are_free() -> None:
     running = tuple(RunningJob(f"r{i}", f"n{i}", cpu_milli=8000) for i in range(2))
     running += tuple(RunningJob(f"s{i}", f"n{i}", cpu_milli=7000) for i in (2, 3))
     snap = Snapshot(cluster(4), running, (gang("g", 2, 4),), 0.0)  # 2 processes a node
-    for name in policy_names():
+    for name in GANG_POLICIES:
         plan = make_policy(name).plan(snap)
         assert plan.assignments == ()
         assert plan.unplaced[0].code == "no_room"
@@ -170,7 +188,7 @@ def test_an_aged_gang_reserves_the_nodes_that_free_first_and_backfill_respects_i
     short = Job("short", kind="cpu", device_count=0, submit_time_s=50.0, walltime_s=100.0)
     long = Job("long", kind="cpu", device_count=0, submit_time_s=50.0, walltime_s=1000.0)
     snap = Snapshot(cluster(4), running, (wide, short, long), now_s=60.0)
-    for name in policy_names():
+    for name in GANG_POLICIES:
         plan = make_policy(name, PolicyOptions(age_limit_s=30.0)).plan(snap)
         assert check_plan(snap, plan) == []
         why = {u.job: u for u in plan.unplaced}
@@ -291,7 +309,7 @@ def test_a_gang_at_the_bounds_is_refused_without_stopping_the_cycle() -> None:
 
     huge = gang("h", 1, MAX_PROCESSES, nodes_max=MAX_JOB_NODES)
     snap = Snapshot(cluster(4), (), (huge, Job("s", 1000, 10)), 0.0)
-    for name in policy_names():
+    for name in GANG_POLICIES:
         plan = make_policy(name).plan(snap)
         assert plan.unplaced[0].code == "never_fits"
         assert "s" in plan.placed_jobs

@@ -29,6 +29,7 @@ CASES = [
     ("fgd", "soft"),
     ("sharepack", "strict"),
     ("sharepack", "soft"),
+    ("collocate", "strict"),
 ]
 
 

@@ -41,7 +41,9 @@ PURE_ADAPTERS = [
 
 #: Modules inside the pure packages that do I/O, told apart by name (see coshare.sim).
 IO_MODULES = {"coshare.sim.cli", "coshare.sim.report", "coshare.sim.plot",
-              "coshare.sim.trace_files", "coshare.sim.progress"}
+              "coshare.sim.trace_files", "coshare.sim.progress", "coshare.sim.executor",
+              "coshare.sim.dask_cluster", "coshare.sim.replay",
+              "coshare.sim.poncos_report"}
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN = {

@@ -10,6 +10,8 @@ knapsack    per-device 0-1 knapsack, greedy over the cluster (paper's MCCK)
 bestfit     least leftover cores and device share per node (fragmentation benchmark)
 fgd         least growth of expected fragmentation (FGD, the benchmark's best peer)
 sharepack   knapsack when contended, node potential otherwise (the default)
+membw       memory bandwidth use per node summed within a limit (poncos)
+collocate   CPU jobs on the cores GPU jobs leave idle (Wu & Hong)
 ==========  =====================================================================
 
 Later policies register here too (``collocate``, ``membw``, ``sns``, ``cs``): add a module
@@ -18,7 +20,7 @@ and one entry in :data:`FACTORIES`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from coshare.bounds import shorten
@@ -26,10 +28,17 @@ from coshare.errors import PolicyError
 from coshare.model import ThreadMode
 from coshare.policies.base import Policy
 from coshare.policies.bestfit import BestFitPolicy
+from coshare.policies.collocate import (
+    DEFAULT_COPY_BW_LIMIT_MBPS,
+    DEFAULT_MAX_HARVEST_CORES,
+    DEFAULT_MONITOR_FRACTION,
+    CollocatePolicy,
+)
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
 from coshare.policies.gang import GangPlanner
 from coshare.policies.knapsack import MAX_DP_CELLS, MAX_MEMORY_CELLS, KnapsackPolicy
+from coshare.policies.membw import MembwPolicy
 from coshare.policies.potential import Shape as WorkloadShape
 from coshare.policies.random_fit import RandomPolicy
 from coshare.policies.sharepack import SharePackPolicy
@@ -46,7 +55,12 @@ class PolicyOptions:
     snapshot. ``fgd_workload`` is FGD's target workload (shapes with
     counts) when the caller knows it, as the fragmentation benchmark does; ``None`` takes it
     from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
-    ``None`` takes the largest node of each snapshot.
+    ``None`` takes the largest node of each snapshot. ``max_reserved_gangs``: how many aged
+    gangs may hold nodes per cycle (issue 14). ``membw_*`` are the ``membw`` policy's
+    (``policy.membw``); ``membw_trials`` plans trial co-runs, which only the simulator
+    enforces so far (the live cycles leave it off). ``monitor_fraction``,
+    ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
+    and copy-bandwidth threshold (the ``collocate`` config section).
     """
 
     def __init__(
@@ -64,6 +78,13 @@ class PolicyOptions:
         bestfit_scale: tuple[int, int] | None = None,
         workload: tuple[tuple[WorkloadShape, int], ...] | None = None,
         max_reserved_gangs: int = 1,
+        membw_max_share: float = 0.9,
+        membw_programs: Mapping[str, float] | None = None,
+        membw_init_s: float = 60.0,
+        membw_trials: bool = False,
+        monitor_fraction: float = DEFAULT_MONITOR_FRACTION,
+        max_harvest_cores: int = DEFAULT_MAX_HARVEST_CORES,
+        copy_bw_limit_mbps: float = DEFAULT_COPY_BW_LIMIT_MBPS,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -77,6 +98,13 @@ class PolicyOptions:
         self.bestfit_scale = bestfit_scale
         self.workload = workload
         self.max_reserved_gangs = max_reserved_gangs
+        self.membw_max_share = membw_max_share
+        self.membw_programs: Mapping[str, float] = dict(membw_programs or {})
+        self.membw_init_s = membw_init_s
+        self.membw_trials = membw_trials
+        self.monitor_fraction = monitor_fraction
+        self.max_harvest_cores = max_harvest_cores
+        self.copy_bw_limit_mbps = copy_bw_limit_mbps
 
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
@@ -94,6 +122,21 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
     "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
     "sharepack": lambda o: SharePackPolicy(**_table_options(o), workload=o.workload),
+    "membw": lambda o: MembwPolicy(max_share=o.membw_max_share, programs=o.membw_programs,
+                                   init_s=o.membw_init_s, trials=o.membw_trials,
+                                   threads=o.threads),
+    "collocate": lambda o: CollocatePolicy(o.monitor_fraction, o.max_harvest_cores,
+                                           o.copy_bw_limit_mbps),
+}
+
+
+#: Policies whose own admission or reservation the shared gang mechanism would bypass: they
+#: refuse gangs (``unsupported``) and plan the other jobs as before (issue 14).
+GANGS_UNSUPPORTED: dict[str, str] = {
+    "membw": "the membw policy does not place multi-node jobs yet (its bandwidth admission "
+             "is per node and would not see a gang's other parts)",
+    "collocate": "the collocate policy does not place multi-node jobs yet (its EASY "
+                 "reservation would not see the gang mechanism's)",
 }
 
 
@@ -121,4 +164,5 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     return GangPlanner(factory(options), whole_nodes=name == "exclusive",
                        strict_threads=name == "exclusive" or options.threads == "strict",
                        age_limit_s=options.age_limit_s,
-                       max_reserved_gangs=options.max_reserved_gangs)  # fmt: skip
+                       max_reserved_gangs=options.max_reserved_gangs,
+                       refuse_gangs=GANGS_UNSUPPORTED.get(name))  # fmt: skip

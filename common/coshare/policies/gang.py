@@ -50,6 +50,9 @@ class GangPlanner:
         strict_threads: whether declared device threads stay within the hardware's.
         age_limit_s: pending time after which a gang that fits nowhere reserves nodes.
         max_reserved_gangs: how many aged gangs may hold nodes at once.
+        refuse_gangs: when set, gangs are refused ``unsupported`` with this reason and the
+            wrapped policy plans the rest as it would alone (a policy whose own admission or
+            reservation the shared mechanism would bypass: ``membw``, ``collocate``).
     """
 
     inner: Policy
@@ -57,6 +60,7 @@ class GangPlanner:
     strict_threads: bool = True
     age_limit_s: float | None = 3600.0
     max_reserved_gangs: int = 1
+    refuse_gangs: str | None = None
 
     @property
     def name(self) -> str:
@@ -70,6 +74,8 @@ class GangPlanner:
             # 19) sets ``places_gangs = True`` and uses this module's pieces as it sees fit
             return self.inner.plan(snapshot)
         gangs = [j for j in snapshot.pending if j.is_gang]
+        if self.refuse_gangs is not None and gangs:
+            return self._refuse(snapshot, self.refuse_gangs)
         held = running_gang_nodes(snapshot) if self.whole_nodes else set()
         if not gangs and not held:
             return self.inner.plan(snapshot)  # the common case costs nothing
@@ -101,6 +107,17 @@ class GangPlanner:
                     continue
             unplaced[job.id] = _waiting(job, cap, self.whole_nodes)
         return self._rest(snapshot, state, unplaced, held, reserved, min(shadow, default=0.0))
+
+    def _refuse(self, snapshot: Snapshot, reason: str) -> Plan:
+        """The wrapped policy's plan of the single-node jobs (trials and requeues kept), with
+        every gang ``unsupported``."""
+        singles = tuple(j for j in snapshot.pending if not j.is_gang)
+        plan = self.inner.plan(replace(snapshot, pending=singles))
+        refused = {j.id: Unplaced(j.id, f"job {j.id}: {reason}", "unsupported")
+                   for j in snapshot.pending if j.is_gang}  # fmt: skip
+        left = {u.job: u for u in plan.unplaced} | refused
+        ordered = tuple(left[j.id] for j in snapshot.pending if j.id in left)
+        return replace(plan, unplaced=ordered)
 
     def _rest(
         self, snapshot: Snapshot, state: ClusterState, unplaced: dict[str, Unplaced],

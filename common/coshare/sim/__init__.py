@@ -3,8 +3,10 @@
 Pure modules (no I/O, no clock; ``tests/unit/test_purity.py`` checks them): ``engine``,
 ``device``, ``jobs``, ``metrics``, ``calibrate``, ``experiments``, ``fragmentation``,
 ``footprint``, ``paper``, ``workloads`` (the paper's job sets), ``applications`` (Table I and
-the Xeon Phi models), ``traces`` (trace parsers).
+the Xeon Phi models), ``traces`` (trace parsers), ``poncos`` (poncos' Table 1, queues and
+bandwidth model).
 
 I/O modules, told apart by name: ``cli`` (``coshare simulate``), ``report`` (tables and JSON),
-``plot`` (figures) and ``trace_files`` (reading the trace files).
+``plot`` (figures), ``trace_files`` (reading the trace files) and ``poncos_report`` (the
+poncos workload's tables).
 """

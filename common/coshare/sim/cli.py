@@ -12,8 +12,9 @@
 Workloads: ``table1`` (Table II: 1000 jobs, 8 nodes), ``uniform``, ``normal``, ``low-skew``,
 ``high-skew`` (Fig. 7, 400 jobs), ``synthetic`` (all four: Fig. 8 and Table III),
 ``pressure`` (Fig. 10: ``--jobs`` per node, 200 by default, on 2 to 8 nodes),
-``alibaba-2023`` (the fragmentation benchmark on the Alibaba trace) and ``trace:FILE.swf``
-(replay an SWF log). This module does the I/O (trace files, the plot, the progress bar) and
+``alibaba-2023`` (the fragmentation benchmark on the Alibaba trace), ``wu-hong`` (the
+collocation paper's section IV-C, with a P_M x P_B sweep) and ``trace:FILE.swf`` (replay an
+SWF log). This module does the I/O (trace files, the plot, the progress bar) and
 hands everything else to the pure ``coshare.sim``.
 """
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,13 +39,13 @@ from coshare.bounds import (
     MAX_SIM_WORKERS,
     SIM_KIB_PER_JOB,
     shorten,
-    shorten_text,
 )
-from coshare.config import MAX_SETTING_S
-from coshare.errors import InputError
+from coshare.cli import AppContext, pass_app
+from coshare.config import MAX_SETTING_S, with_overrides
+from coshare.errors import ExecutorError, InputError
 from coshare.policies import policy_names
-from coshare.sim.device import FixedModel
-from coshare.sim.engine import simulate as run_sim
+from coshare.sim.dask_cluster import open_executor
+from coshare.sim.executor import LocalExecutor
 from coshare.sim.experiments import (
     PAPER_NODES,
     PRESSURE_JOBS_PER_NODE,
@@ -55,32 +55,35 @@ from coshare.sim.experiments import (
     Setup,
     Sweep,
     compare,
-    paper_calibration,
-    sweep,
 )
-from coshare.sim.fragmentation import PROTOCOLS, FragRun, arrivals, gpu_capacity, run_benchmark
-from coshare.sim.jobs import host_only
-from coshare.sim.metrics import summarize
+from coshare.sim.fragmentation import PROTOCOLS, FragRun, run_benchmark
 from coshare.sim.paper import (
     TABLE_II_FOOTPRINT,
     TABLE_II_MAKESPAN_S,
     TABLE_II_REDUCTION,
     TABLE_III_FOOTPRINT,
 )
+from coshare.sim.params import Point, apply, label, parameters, parse_sweeps, value_of
 from coshare.sim.progress import progress_bar
+from coshare.sim.replay import Replay, check_log, cluster_of, replay
 from coshare.sim.report import (
+    GRID_METRICS,
+    GridRun,
     comparison_json,
     comparison_table,
     frag_json,
     frag_table,
+    grid_json,
+    grid_table,
     render,
     replay_table,
     summary_dict,
     sweep_json,
     sweep_table,
 )
-from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba, read_swf
-from coshare.sim.traces import as_gang, header_nodes, rebased
+from coshare.sim.runs import Executor, Failure, Task
+from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba
+from coshare.sim.work import CompareSpec, SizesSpec, job_count, run_paper, task_count
 from coshare.sim.workloads import DISTRIBUTIONS
 
 PAPER_POLICIES = ("exclusive", "random", "knapsack")
@@ -222,87 +225,234 @@ class Request:
     batch: int
     workers: int
     data: Path | None
+    executor: Executor = field(default_factory=LocalExecutor)
+    points: tuple[Point, ...] = ((),)
+    metric: str = "makespan_s"
+
+    @property
+    def swept(self) -> bool:
+        """Whether ``--sweep`` asked for parameter points."""
+        return self.points != ((),)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a workload's runner produced: the table, the JSON, and what ``--plot`` draws
-    (keyword arguments of :func:`coshare.sim.plot.save_figure`; empty: nothing to draw)."""
+    """What a workload's runner produced: the table, the JSON, what ``--plot`` draws
+    (keyword arguments of :func:`coshare.sim.plot.save_figure`, or of
+    :func:`coshare.sim.plot.save_sweep_figure` for a sweep; empty: nothing to draw), and the
+    runs that failed (named; the rest is still shown)."""
 
     text: str
     payload: dict[str, Any]
     figures: dict[str, Any] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    sweep: bool = False
 
 
 def _paper(request: Request) -> Outcome:
-    """A paper job set (``table1`` or a distribution), or all four (``synthetic``)."""
-    setup, size_list = request.setup, request.sizes
-    policies = parse_policies(request.policies_text, PAPER_POLICIES)
+    """A paper job set (``table1`` or a distribution), or all four (``synthetic``), at each
+    point of the sweep."""
+    policies = tuple(parse_policies(request.policies_text, PAPER_POLICIES))
     names = list(DISTRIBUTIONS) if request.workload == "synthetic" else [request.workload]
     count = request.jobs or (TABLE1_JOBS if request.workload == "table1" else SYNTHETIC_JOBS)
     size = request.nodes or PAPER_NODES
-    comparisons: dict[str, list[Comparison]] = {}
-    sweeps: dict[str, list[Sweep]] = {}
-    runs_each = len(policies) + (2 * (len(policies) - 1) + 1 if request.footprint else 0)
-    total = len(request.seeds) * len(names) * (runs_each + len(size_list or []) * len(policies))
-    check_work(total, count, f"--jobs {count}")
-    with progress_bar(total * count, request.workload) as advance:
-        step = _jobs_step(advance, count)
+    if request.swept and (request.footprint or request.sizes):
+        raise InputError("--sweep runs the policies at each point: leave out --footprint and "
+                         "--sizes (or sweep nodes=...)")  # fmt: skip
+    compares: list[CompareSpec] = []
+    sizes: list[SizesSpec] = []
+    for point in request.points:
+        setup = apply(point, request.setup)
+        jobs, nodes = value_of(point, "jobs", count), value_of(point, "nodes", size)
         for s in request.seeds:
-            calibration = None if setup.offload_share is not None else paper_calibration(s, setup)
             for name in names:
-                comparisons.setdefault(name, []).append(
-                    compare(name, count, size, policies, s, setup, request.footprint,
-                            step=step, calibration=calibration))  # fmt: skip
-                if size_list:
-                    sweeps.setdefault(name, []).append(
-                        sweep(name, size_list, policies, s, setup, jobs=count,
-                              step=step, calibration=calibration))  # fmt: skip
-    return _paper_outcome(comparisons, sweeps, setup)
+                compares.append(CompareSpec(name, jobs, nodes, policies, s, setup,
+                                            request.footprint, label(point)))  # fmt: skip
+                if request.sizes:
+                    sizes.append(SizesSpec(name, tuple((n, jobs) for n in request.sizes),
+                                           policies, s, setup))  # fmt: skip
+    most = max(c.jobs for c in compares)
+    check_work(task_count(compares, sizes, calibrations=False), most, f"--jobs {most}")
+    with progress_bar(job_count(compares, sizes), request.workload) as advance:
+        results = run_paper(compares, sizes, request.executor, advance)
+    if request.swept:
+        runs = [GridRun(c.workload, point, c.seed, summary)
+                for c, comp in zip(compares, results.comparisons, strict=True)
+                for point in [_point_of(request.points, c)]
+                for summary in comp.runs.values()]  # fmt: skip
+        return _sweep_outcome(request, runs, results.failures)
+    comparisons: dict[str, list[Comparison]] = {}
+    for comp in results.comparisons:
+        comparisons.setdefault(comp.workload, []).append(comp)
+    sweeps: dict[str, list[Sweep]] = {}
+    for spec, found in zip(sizes, results.sweeps, strict=True):
+        if found is not None:
+            sweeps.setdefault(spec.workload, []).append(found)
+    return _paper_outcome(comparisons, sweeps, request.setup, results.failures)
+
+
+def _point_of(points: Sequence[Point], spec: CompareSpec) -> Point:
+    """The point a comparison was made for (its label names it)."""
+    return next(p for p in points if label(p) == spec.label)
+
+
+def _sweep_outcome(request: Request, runs: list[GridRun], failures: list[Failure]) -> Outcome:
+    keys = [k for k, _ in request.points[0]]
+    text = render(grid_table(runs, keys, request.metric,
+                             f"{request.workload}: {request.metric} against "
+                             f"{', '.join(keys)}, seeds {_seed_text(request.seeds)}"))
+    payload = {"sweep": grid_json(runs, keys, request.metric)}
+    return Outcome(text, payload, {"runs": runs, "keys": keys, "metric": request.metric},
+                   failures, sweep=True)  # fmt: skip
+
+
+def _seed_text(seeds: Sequence[int]) -> str:
+    return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 else ", ".join(map(str, seeds))
 
 
 def _pressure(request: Request) -> Outcome:
     """Fig. 10: ``--jobs`` normal-distribution jobs per node over cluster sizes."""
-    policies = parse_policies(request.policies_text, PAPER_POLICIES)
+    if request.swept:
+        raise InputError("--workload pressure is itself a sweep of cluster sizes: use --sizes")
+    policies = tuple(parse_policies(request.policies_text, PAPER_POLICIES))
     per_node = request.jobs or PRESSURE_JOBS_PER_NODE
     grid = request.sizes or list(range(2, PAPER_NODES + 1))
     check_work(len(request.seeds) * len(grid) * len(policies), per_node * max(grid),
                f"--workload pressure --jobs {per_node} (per node)")  # fmt: skip
-    # Runs finish in this order (seed, size, policy): each one's jobs, counted as it ends.
-    runs = iter([n * per_node for _ in request.seeds for n in grid for _ in policies])
-    with progress_bar(len(request.seeds) * len(policies) * per_node * sum(grid),
-                      "pressure") as advance:  # fmt: skip
-        sweeps = {"pressure (normal)": [
-            sweep("normal", grid, policies, s, request.setup, jobs_per_node=per_node,
-                  step=lambda _: advance(next(runs, 0))) for s in request.seeds
-        ]}  # fmt: skip
-    return _paper_outcome({}, sweeps, request.setup)
+    sizes = [SizesSpec("normal", tuple((n, n * per_node) for n in grid), policies, s,
+                       request.setup) for s in request.seeds]  # fmt: skip
+    with progress_bar(job_count([], sizes), "pressure") as advance:
+        results = run_paper([], sizes, request.executor, advance)
+    found = [s for s in results.sweeps if s is not None]
+    return _paper_outcome({}, {"pressure (normal)": found} if found else {}, request.setup,
+                          results.failures)  # fmt: skip
 
 
 def _paper_outcome(comparisons: dict[str, list[Comparison]], sweeps: dict[str, list[Sweep]],
-                   setup: Setup) -> Outcome:  # fmt: skip
+                   setup: Setup, failures: list[Failure]) -> Outcome:  # fmt: skip
     payload = {"comparisons": {k: comparison_json(v) for k, v in comparisons.items()},
                "sweeps": {k: sweep_json(v) for k, v in sweeps.items()}}  # fmt: skip
     return Outcome(_paper_text(comparisons, sweeps, setup), payload,
-                   {"comparisons": comparisons, "sweeps": sweeps})  # fmt: skip
+                   {"comparisons": comparisons, "sweeps": sweeps}, failures)  # fmt: skip
 
 
 def _fragmentation(request: Request) -> Outcome:
     """The Alibaba fragmentation benchmark."""
+    if request.swept:
+        raise InputError("--sweep varies the paper workloads and traces; alibaba-2023 has "
+                         "--protocol and --batch")  # fmt: skip
     policies = parse_policies(request.policies_text, ALL_POLICIES)
-    runs = _alibaba(policies, request.seeds, request.protocol, request.batch, request.data,
-                    request.workers)  # fmt: skip
+    runs, failures = _alibaba(policies, request.seeds, request.protocol, request.batch,
+                              request.data, request.executor)  # fmt: skip
     protocols = PROTOCOLS if request.protocol == "both" else (request.protocol,)
-    text = render(*[frag_table(runs, p) for p in protocols])
+    text = render(*[frag_table(runs, p) for p in protocols if any(r.protocol == p for r in runs)])
     payload = {"protocols": list(protocols), "batch": request.batch, **frag_json(runs)}
-    return Outcome(text, payload, {"fragmentation": runs})
+    return Outcome(text, payload, {"fragmentation": runs}, failures)
 
 
 def _trace(request: Request) -> Outcome:
-    """Replay an SWF log (``trace:PATH``)."""
+    """Replay an SWF log (``trace:PATH``) as a stream, once per policy, seed and point."""
     policies = parse_policies(request.policies_text, ALL_POLICIES)
     path = Path(request.workload[len("trace:"):])
-    text, payload = _replay(path, policies, request.setup, request.nodes)
+    cluster_of(path, request.nodes)  # refuse an unknown cluster before anything runs
+    check_log(path)  # and a bad record, naming its line (one pass; memory stays bounded)
+    tasks = []
+    for point in request.points:
+        setup = apply(point, request.setup)
+        nodes = value_of(point, "nodes", request.nodes)
+        for s in request.seeds:
+            tasks += [Task(" ".join(filter(None, [f"replay of {path.name}", name, f"seed {s}",
+                                                  label(point)])),
+                           replay, (path, nodes, name, s, setup)) for name in policies]  # fmt: skip
+    with progress_bar(len(tasks), f"replay {escape(path.name)}", unit="runs") as advance:
+        results = request.executor.run(tasks, lambda _: advance(1))
+    done: list[tuple[Task, Replay]] = [(t, r) for i, (t, r) in
+                                       enumerate(zip(tasks, results.values, strict=True))
+                                       if i not in results.failed]  # fmt: skip
+    for task, found in done:  # timings go to standard error: the outputs stay reproducible
+        click.echo(f"coshare: {task.name}: {found.events} events in {found.seconds:.1f} s "
+                   f"({found.events_per_s:,.0f} events/s)", err=True)
+    if request.swept:
+        runs = [GridRun(f"trace:{path.name}", point, s, r.summary)
+                for (task, r), (point, s) in zip(done, _trace_keys(request, policies, tasks,
+                                                                   results.failed),
+                                                 strict=True)]  # fmt: skip
+        return _sweep_outcome(request, runs, results.failures)
+    replays = [r for _, r in done]
+    summaries = [r.summary for r in replays]
+    skipped = replays[0].skipped if replays else 0
+    jobs = summaries[0].jobs if summaries else 0
+    title = (f"SWF replay of {path.name}: {jobs} jobs ({skipped} records skipped), "
+             f"{summaries[0].nodes if summaries else 0} nodes; jobs wider than one node run "
+             "as gangs")  # fmt: skip
+    payload = {"trace": str(path), "nodes": summaries[0].nodes if summaries else 0,
+               "skipped_records": skipped,
+               "runs": [{**summary_dict(r.summary), "events": r.events} for r in replays]}
+    text = render(replay_table(summaries, title)) if summaries else ""
+    return Outcome(text, payload, failures=results.failures)
+
+
+def _trace_keys(request: Request, policies: Sequence[str], tasks: Sequence[Task],
+                failed: dict[int, Failure]) -> list[tuple[Point, int]]:  # fmt: skip
+    """(point, seed) of each trace task that ran, in task order."""
+    keys = [(point, s) for point in request.points for s in request.seeds for _ in policies]
+    return [k for i, k in enumerate(keys) if i not in failed]
+
+
+def _poncos(request: Request) -> Outcome:
+    """poncos section 8: Table 1's admission matrix and the two queues (issue 18)."""
+    from coshare.sim.poncos_report import poncos_outcome
+
+    text, payload = poncos_outcome()
+    return Outcome(text, payload)
+
+
+def _wu_hong(request: Request) -> Outcome:
+    """Wu & Hong's collocation experiment (section IV-C) and a P_M x P_B sweep."""
+    from coshare.policies import Policy, PolicyOptions, make_policy
+    from coshare.policies.collocate import CollocatePolicy
+    from coshare.sim.collocation import SWEEP_HARVEST, SWEEP_MONITOR, run_wu_hong
+    from coshare.sim.collocation_report import (
+        CONVENTIONAL,
+        runs_json,
+        runs_table,
+        split_table,
+        sweep_table,
+    )
+
+    if request.jobs is not None or request.nodes is not None:
+        raise InputError("--workload wu-hong is the paper's setup (4 nodes, 32 GPU and 300 CPU "
+                         "jobs); --jobs and --nodes do not apply")  # fmt: skip
+    names = parse_policies(request.policies_text, ("exclusive", "collocate"))
+    policies: dict[str, Policy] = {CONVENTIONAL: CollocatePolicy(max_harvest_cores=0)}
+    policies.update({n: make_policy(n, PolicyOptions(seed=request.seeds[0])) for n in names})
+    grid = [(p_m, p_b) for p_m in SWEEP_MONITOR for p_b in SWEEP_HARVEST]
+    total = (len(policies) + len(grid)) * len(request.seeds)
+    with progress_bar(total, "wu-hong", unit="runs") as advance:
+        def one(policy: Any, params: tuple[float, int, float] | None = None) -> list[Any]:
+            out = []
+            for seed in request.seeds:
+                out.append(run_wu_hong(policy, seed, split_params=params,
+                                       cycle_delay_s=request.setup.cycle_delay_s))
+                advance(1)
+            return out
+
+        groups = {name: one(policy) for name, policy in policies.items()}
+        points = {(p_m, p_b): one(CollocatePolicy(p_m, p_b), (p_m, p_b, 300.0))
+                  for p_m, p_b in grid}  # fmt: skip
+    seeds = ", ".join(map(str, request.seeds))
+    split_of = groups.get("collocate", groups[CONVENTIONAL])
+    text = render(
+        runs_table(groups, f"wu-hong: 4 nodes x 12 cores x 3 GPUs, 32 GPU + 300 CPU jobs, seeds "
+                           f"{seeds} (collocate: P_M 1/3, P_B 9, 300 MB/s; conventional: "
+                           "collocate lending nothing, the paper's Torque/Maui)"),
+        split_table(split_of, "wu-hong: the GPU jobs' under-used cores (P_M 1/3, P_B 9)"),
+        sweep_table(points, groups[CONVENTIONAL], f"wu-hong: P_M x P_B, seeds {seeds}"),
+    )  # fmt: skip
+    sweep_rows = [{"monitor_fraction": p_m, "max_harvest_cores": p_b, "runs": runs_json(runs)}
+                  for (p_m, p_b), runs in points.items()]  # fmt: skip
+    payload = {"runs": {name: runs_json(runs) for name, runs in groups.items()},
+               "sweep": sweep_rows}  # fmt: skip
     return Outcome(text, payload)
 
 
@@ -314,6 +464,8 @@ WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "pressure": _pressure,
     "alibaba-2023": _fragmentation,
     "trace": _trace,
+    "poncos": _poncos,
+    "wu-hong": _wu_hong,
 }
 WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WORKLOADS)
 
@@ -354,16 +506,33 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
               show_default=True, help="alibaba-2023: one pod per cycle, many, or both.")
 @click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
               help="alibaba-2023, batch protocol: pods per cycle.")
-@click.option("--workers", type=click.IntRange(1, MAX_SIM_WORKERS), default=1, show_default=True,
-              help="alibaba-2023: runs in parallel processes (one per core is plenty).")
+@click.option("--workers", type=click.IntRange(1, MAX_SIM_WORKERS), default=None,
+              help="Runs in parallel: local processes, or Dask workers coshare starts "
+              "(default 1, or sim.workers of the config).")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
+              help="Where runs execute: local processes, or Dask (the 'dask' extra); default "
+              "sim.executor of the config, else local.")
+@click.option("--dask-scheduler", default=None, metavar="ADDRESS",
+              help="A running Dask scheduler (tcp://host:8786); implies --executor dask. "
+              "Default: sim.dask_scheduler, else coshare starts sim.dask_cluster.")
+@click.option("--retries", type=click.IntRange(0, 100), default=None,
+              help="Times a run whose worker died runs again elsewhere (default 2).")
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+              help="Run every point of a grid of workload or policy parameters (repeat for "
+              "more keys): a table and a plot of --metric against them, error bars over seeds.")
+@click.option("--metric", type=click.Choice(GRID_METRICS), default="makespan_s",
+              show_default=True, help="What a --sweep reports.")
 @click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder of the traces (default: $COSHARE_TRACE_DIR, else ../shared/data).")
 @click.option("--verify", is_flag=True, help="Check every plan with coshare.verify (slower).")
-def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: str | None,
-             footprint: bool, seed: int, seeds: int, output: str, plot: Path | None,
-             sizes: str | None, threads: str, cycle_delay: float, age_limit: float | None,
-             offload_share: float | None, protocol: str, batch: int, workers: int,
-             data: Path | None, verify: bool) -> None:  # fmt: skip
+@pass_app
+def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None,
+             policies_text: str | None, footprint: bool, seed: int, seeds: int, output: str,
+             plot: Path | None, sizes: str | None, threads: str, cycle_delay: float,
+             age_limit: float | None, offload_share: float | None, protocol: str, batch: int,
+             workers: int | None, executor: str | None, dask_scheduler: str | None,
+             retries: int | None, sweeps: tuple[str, ...], metric: str, data: Path | None,
+             verify: bool) -> None:  # fmt: skip
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
     run = WORKLOADS.get("trace" if workload.startswith("trace:") else workload)
@@ -377,15 +546,37 @@ def simulate(workload: str, jobs: int | None, nodes: int | None, policies_text: 
     setup = Setup(threads=threads, age_limit_s=age_limit, cycle_delay_s=cycle_delay,  # type: ignore[arg-type]
                   verify=verify, offload_share=offload_share)  # fmt: skip
     seed_list = list(range(seed, seed + seeds))
-    request = Request(workload, jobs, nodes, policies_text, footprint, seed_list,
-                      parse_sizes(sizes), setup, protocol, batch, workers, data)  # fmt: skip
+    points = tuple(parse_sweeps(sweeps, _sweep_keys(workload))) if sweeps else ((),)
+    config = with_overrides(app.config, "sim", workers=workers, retries=retries,
+                            executor="dask" if dask_scheduler else executor,
+                            dask_scheduler=dask_scheduler)  # fmt: skip
     header: dict[str, Any] = {"workload": workload, "seeds": seed_list, "setup": asdict(setup)}
-    outcome = run(request)
+    with open_executor(config) as runner:
+        request = Request(workload, jobs, nodes, policies_text, footprint, seed_list,
+                          parse_sizes(sizes), setup, protocol, batch, config.sim.workers, data,
+                          runner, points, metric)  # fmt: skip
+        outcome = run(request)
     _emit(output, outcome.text, {**header, **outcome.payload})
     if plot is not None and outcome.figures:
-        from coshare.sim.plot import save_figure
+        from coshare.sim.plot import save_figure, save_sweep_figure
 
-        save_figure(plot, **outcome.figures)
+        if outcome.sweep:
+            save_sweep_figure(plot, **outcome.figures)
+        else:
+            save_figure(plot, **outcome.figures)
+    if outcome.failures:
+        count = len(outcome.failures)
+        shown = "; ".join(f"{f.task}: {f.reason}" for f in outcome.failures[:10])
+        more = f"; and {count - 10} more" if count > 10 else ""
+        raise ExecutorError(f"{count} run{'s' if count != 1 else ''} failed (the results "
+                            f"above are the others'): {shown}{more}")  # fmt: skip
+
+
+def _sweep_keys(workload: str) -> list[str] | None:
+    """The keys ``--sweep`` may vary on ``workload`` (``None``: every parameter)."""
+    if workload.startswith("trace:"):
+        return [k for k in parameters() if k not in ("jobs", "offload_share")]
+    return None
 
 
 def _emit(output: str, text: str, payload: dict[str, Any]) -> None:
@@ -421,58 +612,15 @@ def _paper_text(comparisons: dict[str, list[Comparison]], sweeps: dict[str, list
 
 
 def _alibaba(policies: Sequence[str], seeds: Sequence[int], protocol: str, batch: int,
-             data: Path | None, workers: int = 1) -> list[FragRun]:  # fmt: skip
+             data: Path | None, executor: Executor) -> tuple[list[FragRun], list[Failure]]:
     trace = read_alibaba(data_dir(data) / ALIBABA_DIR)
     pods = tuple(p.job for p in trace.pods)
     protocols = PROTOCOLS if protocol == "both" else (protocol,)
-    tasks = [(proto, name, s) for proto in protocols for name in policies for s in seeds]
-    per_run = len(arrivals(pods, gpu_capacity(trace.nodes), seeds[0]))
-    with progress_bar(per_run * len(tasks), "alibaba-2023", unit="pods") as advance:
-        if workers > 1:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(run_benchmark, trace.nodes, pods, name, proto, s, batch)
-                           for proto, name, s in tasks]  # fmt: skip
-                for _ in as_completed(futures):
-                    advance(per_run)
-                return [f.result() for f in futures]
-        runs: list[FragRun] = []
-        for proto, name, s in tasks:
-            done = [0]
-
-            def step(n: int, done: list[int] = done) -> None:
-                advance(n - done[0])
-                done[0] = n
-
-            runs.append(run_benchmark(trace.nodes, pods, name, proto, s, batch, step))
-        return runs
-
-
-def _replay(path: Path, policies: Sequence[str], setup: Setup,
-            nodes: int | None) -> tuple[str, dict[str, Any]]:  # fmt: skip
-    where = f"trace:{shorten_text(str(path))}"
-    if path.suffix != ".swf":
-        raise InputError(f"{where}: only SWF logs (.swf) are replayed; the Alibaba pod list is "
-                         "the alibaba-2023 workload")  # fmt: skip
-    trace, machines = read_swf(path)
-    if machines is None:  # the header's MaxNodes / MaxProcs (issue 14)
-        machines = header_nodes(trace, where)
-    cluster = machines[:nodes] if nodes else machines
-    check_work(len(policies), len(trace.jobs), where)
-    jobs = [host_only(as_gang(j.job, cluster), j.run_s) for j in rebased(trace.jobs)]
-    summaries = []
-    with progress_bar(len(policies) * len(jobs), f"replay {escape(path.name)}") as advance:
-        for name in policies:
-            ended = [0]
-
-            def step(n: int, ended: list[int] = ended) -> None:  # n: jobs ended so far
-                advance(n - ended[0])
-                ended[0] = n
-
-            result = run_sim(cluster, jobs, setup.policy(name, 0), options=setup.options(),
-                             model=FixedModel(), progress=step)  # fmt: skip
-            summaries.append(summarize(result))
-    title = (f"SWF replay of {path.name}: {len(jobs)} jobs ({trace.skipped} records skipped), "
-             f"{len(cluster)} nodes; jobs wider than one node run as gangs")
-    payload = {"trace": str(path), "nodes": len(cluster), "skipped_records": trace.skipped,
-               "runs": [summary_dict(s) for s in summaries]}  # fmt: skip
-    return render(replay_table(summaries, title)), payload
+    nodes, shared_pods = executor.share(trace.nodes), executor.share(pods)
+    tasks = [Task(f"alibaba-2023 {proto} {name} seed {s}", run_benchmark,
+                  (nodes, shared_pods, name, proto, s, batch))
+             for proto in protocols for name in policies for s in seeds]  # fmt: skip
+    with progress_bar(len(tasks), "alibaba-2023", unit="runs") as advance:
+        results = executor.run(tasks, lambda _: advance(1))
+    runs = [r for i, r in enumerate(results.values) if i not in results.failed]
+    return runs, results.failures

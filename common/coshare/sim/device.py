@@ -20,13 +20,16 @@ A model works on job and device *indices*; the engine owns time and calls it. Pu
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from coshare.sim.jobs import SimJob
 
 Token = tuple[int, int]
 """An event of a model: (job index, device index; -1 for the end of a host phase)."""
+
+Jobs = Sequence[SimJob] | Mapping[int, SimJob]
+"""The jobs a model runs, by index (a mapping of the jobs in flight when the engine streams)."""
 
 Schedule = Callable[[float, Token], None]
 """How a model asks the engine to call it back: ``schedule(time_s, token)``."""
@@ -46,7 +49,7 @@ class ExecutionModel(Protocol):
     busy_thread_s: list[float]
     peak_threads: list[int]
 
-    def bind(self, jobs: Sequence[SimJob], device_threads: Sequence[int],
+    def bind(self, jobs: Jobs, device_threads: Sequence[int],
              schedule: Schedule) -> None:  # fmt: skip
         """Prepare for a run over ``jobs`` on devices with these hardware threads."""
         ...
@@ -70,12 +73,12 @@ class FixedModel:
     def __init__(self) -> None:
         self.busy_thread_s: list[float] = []
         self.peak_threads: list[int] = []
-        self._jobs: Sequence[SimJob] = ()
+        self._jobs: Jobs = ()
         self._schedule: Schedule | None = None
         self._used: list[int] = []
         self._devices: dict[int, tuple[int, ...]] = {}
 
-    def bind(self, jobs: Sequence[SimJob], device_threads: Sequence[int],
+    def bind(self, jobs: Jobs, device_threads: Sequence[int],
              schedule: Schedule) -> None:  # fmt: skip
         self._jobs = jobs
         self._schedule = schedule
@@ -118,7 +121,7 @@ class OffloadModel:
         self.offloads: list[tuple[int, float, float, int, int]] = []
         self.busy_thread_s: list[float] = []
         self.peak_threads: list[int] = []
-        self._jobs: Sequence[SimJob] = ()
+        self._jobs: Jobs = ()
         self._schedule: Schedule | None = None
         self._threads: list[int] = []
         self._used: list[int] = []
@@ -128,7 +131,7 @@ class OffloadModel:
         self._parts: dict[int, int] = {}
         self._waited: dict[int, float] = {}
 
-    def bind(self, jobs: Sequence[SimJob], device_threads: Sequence[int],
+    def bind(self, jobs: Jobs, device_threads: Sequence[int],
              schedule: Schedule) -> None:  # fmt: skip
         self._jobs = jobs
         self._schedule = schedule

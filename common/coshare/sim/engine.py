@@ -29,7 +29,8 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from coshare.errors import CoshareError
@@ -46,6 +47,9 @@ _JOB_EVENT, _ARRIVAL, _CYCLE = 0, 1, 2
 
 Progress = Callable[[int], None]
 """Called with the number of jobs ended so far, after each job ends."""
+
+Record = Callable[["JobRecord"], None]
+"""Called with each job's record as it ends (and, at the end, each job that never ran)."""
 
 
 class SimulationError(CoshareError):
@@ -125,6 +129,7 @@ class SimResult:
         memory_capacity_mib: per device, its memory.
         busy_core_s: core-seconds held by the jobs that ran (all nodes of a gang).
         core_capacity: cores of the cluster.
+        events: events the engine handled (arrivals, job events, cycles).
     """
 
     policy: str
@@ -140,6 +145,7 @@ class SimResult:
     memory_capacity_mib: tuple[int, ...] = field(default=())
     busy_core_s: float = 0.0
     core_capacity: float = 0.0
+    events: int = 0
 
     @property
     def core_utilization(self) -> float:
@@ -156,53 +162,75 @@ class SimResult:
     def utilization(self) -> float:
         """Average device core utilization: offload thread-seconds over threads x makespan."""
         capacity = sum(self.thread_capacity) * self.makespan_s
-        return sum(self.busy_thread_s) / capacity if capacity > 0 else 0.0
+        # fsum: correctly rounded, so the figure does not depend on the interpreter
+        # (Python 3.12 changed sum() of floats; Dask workers may run another version)
+        return math.fsum(self.busy_thread_s) / capacity if capacity > 0 else 0.0
 
 
 def simulate(
     nodes: Sequence[Node],
-    jobs: Sequence[SimJob],
+    jobs: Sequence[SimJob] | Iterator[SimJob],
     policy: Policy,
     *,
     options: SimOptions | None = None,
     model: ExecutionModel | None = None,
     progress: Progress | None = None,
     facts: FactsModel | None = None,
+    record: Record | None = None,
 ) -> SimResult:
     """Run ``jobs`` on ``nodes`` under ``policy`` until every job that can run has ended.
 
     Args:
         nodes: the cluster.
-        jobs: the jobs; each arrives at its ``job.submit_time_s``. Ids must be unique.
+        jobs: the jobs; each arrives at its ``job.submit_time_s``. Ids must be unique. An
+            *iterator* is a stream (a trace read as it is replayed, issue 16): its jobs must
+            come in submit order, each is read when the one before it arrives, and a job is
+            forgotten when it ends (its record goes to ``record``; ``SimResult.jobs`` stays
+            empty), so memory holds the jobs in flight, not the whole stream.
         policy: plans every cycle.
         options: cycle delay and checks.
         model: how jobs run (default: :class:`OffloadModel`).
         progress: called after each job ends.
         facts: what the nodes would measure, attached to every cycle's snapshot (default:
             no node facts, as a cluster whose nodes publish none).
+        record: called with each job's record when it ends, and with the records of the
+            jobs that never ran when the run ends.
 
     Raises:
-        SimulationError: a plan exceeds the cluster (or breaks the contract, with verify).
+        SimulationError: a plan exceeds the cluster (or breaks the contract, with verify), or
+            a stream's job arrives before the one before it.
     """
     engine = _Engine(nodes, jobs, policy, options or SimOptions(), model or OffloadModel(),
-                     progress)  # fmt: skip
+                     progress, record)  # fmt: skip
     engine.facts = facts
     return engine.run()
 
 
 class _Engine:
-    def __init__(self, nodes: Sequence[Node], jobs: Sequence[SimJob], policy: Policy,
-                 options: SimOptions, model: ExecutionModel,
-                 progress: Progress | None) -> None:  # fmt: skip
+    def __init__(self, nodes: Sequence[Node], jobs: Sequence[SimJob] | Iterator[SimJob],
+                 policy: Policy, options: SimOptions, model: ExecutionModel,
+                 progress: Progress | None, record: Record | None = None) -> None:  # fmt: skip
         self.nodes = tuple(nodes)
-        self.jobs = jobs
+        # A stream keeps its live jobs by index (arrived, not ended); a sequence is kept.
+        self.stream: Iterator[tuple[int, SimJob]] | None = None
+        self.live: dict[int, SimJob] = {}
+        self.jobs: Sequence[SimJob] | dict[int, SimJob] = self.live
+        if isinstance(jobs, Iterator):
+            self.stream = enumerate(jobs)
+        else:
+            self.jobs = jobs
         self.policy = policy
         self.options = options
         self.model = model
         self.progress = progress
-        self.index = {s.job.id: i for i, s in enumerate(jobs)}
-        if len(self.index) != len(jobs):
+        self.record = record
+        self.index = {s.job.id: i for i, s in enumerate(jobs)} if self.stream is None else {}
+        if self.stream is None and len(self.index) != len(self.jobs):
             raise SimulationError("job ids must be unique")
+        self.arrived_s = -math.inf
+        self.ended = 0
+        self.makespan_s = 0.0
+        self.events = 0
         self.dev_index: dict[tuple[str, str], int] = {}
         threads: list[int] = []
         memory: list[int] = []
@@ -239,18 +267,41 @@ class _Engine:
             self.cycle_due = now + self.options.cycle_delay_s
             self.push(self.cycle_due, _CYCLE, (-1, -1))
 
+    def next_arrival(self) -> None:
+        """Read the stream's next job and schedule its arrival."""
+        assert self.stream is not None
+        for i, sim in self.stream:
+            if sim.job.submit_time_s < self.arrived_s:
+                raise SimulationError(f"job {sim.job.id} submits at {sim.job.submit_time_s:g}, "
+                                      f"before the job read before it ({self.arrived_s:g}): "
+                                      "a stream must come in submit order")  # fmt: skip
+            self.arrived_s = sim.job.submit_time_s
+            self.live[i] = sim
+            self.push(sim.job.submit_time_s, _ARRIVAL, (i, -1))
+            return
+
     def run(self) -> SimResult:
         self.model.bind(self.jobs, self.threads, lambda t, tok: self.push(t, _JOB_EVENT, tok))
-        for i, sim in enumerate(self.jobs):
-            self.push(sim.job.submit_time_s, _ARRIVAL, (i, -1))
+        if isinstance(self.jobs, Sequence):
+            for i, sim in enumerate(self.jobs):
+                self.push(sim.job.submit_time_s, _ARRIVAL, (i, -1))
+        else:
+            self.next_arrival()
         while self.heap:
             now, kind, _, token = heapq.heappop(self.heap)
+            self.events += 1
             if kind == _JOB_EVENT:
                 ended = self.model.handle(token, now)
                 if ended is not None:
                     self.finish(ended, now)
             elif kind == _ARRIVAL:
-                self.pending[self.jobs[token[0]].job.id] = token[0]
+                job_id = self.jobs[token[0]].job.id
+                if self.stream is not None:
+                    if job_id in self.index:
+                        raise SimulationError(f"job id {job_id} is in flight twice")
+                    self.index[job_id] = token[0]
+                    self.next_arrival()
+                self.pending[job_id] = token[0]
                 self.trigger(now)
             else:
                 self.cycle_due = None
@@ -321,6 +372,12 @@ class _Engine:
             program=job.program,
             walltime_s=job.walltime_s,
         )
+        # A model that slows jobs by what shares their node (memory bandwidth: the poncos
+        # workload) learns the node first, each node of a gang; device models need only the
+        # devices, told once per job in cycle().
+        on_node = getattr(self.model, "on_node", None)
+        if on_node is not None:
+            on_node(j, node)
 
     def finish(self, j: int, now: float) -> None:
         if j in self.end:
@@ -334,33 +391,48 @@ class _Engine:
             self.node_mem[node] += job.memory_mib * count
             del self.running[(job.id, node)]
         self.end[j] = now
+        self.ended += 1
+        self.makespan_s = max(self.makespan_s, now)
+        if self.record is not None:
+            self.record(self.job_record(j))
+        if self.stream is not None:  # forget it: memory holds the jobs in flight only
+            del self.live[j], self.index[job.id], self.placed[j], self.start[j], self.end[j]
         if self.progress is not None:
-            self.progress(len(self.end))
+            self.progress(self.ended)
         self.trigger(now)
 
+    def job_record(self, j: int) -> JobRecord:
+        sim = self.jobs[j]
+        on = self.placed.get(j, [])
+        node = ",".join(part[0] for part in on)  # a gang: every node it ran on
+        device_ids = tuple(d for part in on for d in part[1])
+        return JobRecord(
+            id=sim.job.id,
+            submit_s=sim.job.submit_time_s,
+            duration_s=sim.duration_s,
+            start_s=self.start.get(j),
+            end_s=self.end.get(j),
+            node=node,
+            devices=device_ids,
+            gate_wait_s=self.model.gate_wait_s(j) if j in self.start else 0.0,
+        )
+
     def result(self) -> SimResult:
-        records = []
-        for j, sim in enumerate(self.jobs):
-            on = self.placed.get(j, [])
-            node = ",".join(part[0] for part in on)  # a gang: every node it ran on
-            device_ids = tuple(d for part in on for d in part[1])
-            records.append(
-                JobRecord(
-                    id=sim.job.id,
-                    submit_s=sim.job.submit_time_s,
-                    duration_s=sim.duration_s,
-                    start_s=self.start.get(j),
-                    end_s=self.end.get(j),
-                    node=node,
-                    devices=device_ids,
-                    gate_wait_s=self.model.gate_wait_s(j) if j in self.start else 0.0,
-                )
-            )
+        records: list[JobRecord] = []
+        if self.stream is None:
+            records = [self.job_record(j) for j in range(len(self.jobs))]
+        elif self.record is not None:  # what is left never ran
+            for j in sorted(self.live):
+                self.record(self.job_record(j))
+        if self.record is not None and self.stream is None:
+            for r in records:
+                if r.start_s is None:
+                    self.record(r)
         return SimResult(
             policy=self.policy.name,
             nodes=len(self.nodes),
             devices=len(self.threads),
-            makespan_s=max(self.end.values(), default=0.0),
+            makespan_s=self.makespan_s,
             jobs=tuple(records),
             cycles=self.cycles,
             busy_thread_s=tuple(self.model.busy_thread_s),
@@ -370,4 +442,5 @@ class _Engine:
             memory_capacity_mib=tuple(self.dev_mem),
             busy_core_s=self.busy_core_s,
             core_capacity=sum(n.cpu_milli for n in self.nodes) / MILLI,
+            events=self.events,
         )

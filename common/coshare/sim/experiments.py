@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from coshare.model import ThreadMode
 from coshare.policies import PolicyOptions, make_policy
@@ -57,6 +58,8 @@ class Setup:
         memory_grid_mib: the knapsack's memory step.
         verify: check every plan with coshare.verify.
         offload_share: use this offload share instead of calibrating one.
+        policy_params: further keyword options of the policies (``PolicyOptions``), as
+            ``(name, value)`` pairs: what ``--sweep`` varies beyond the fields above.
     """
 
     threads: ThreadMode = "soft"
@@ -65,12 +68,14 @@ class Setup:
     memory_grid_mib: int = 64
     verify: bool = False
     offload_share: float | None = None
+    policy_params: tuple[tuple[str, Any], ...] = ()
 
     def policy(self, name: str, seed: int) -> Policy:
         """The policy ``name`` for a run with ``seed`` (the random policy's seed)."""
         return make_policy(name, PolicyOptions(threads=self.threads, seed=seed,
                                                age_limit_s=self.age_limit_s,
-                                               memory_grid_mib=self.memory_grid_mib))  # fmt: skip
+                                               memory_grid_mib=self.memory_grid_mib,
+                                               **dict(self.policy_params)))  # fmt: skip
 
     def options(self) -> SimOptions:
         """The engine's options."""

@@ -137,7 +137,9 @@ class MeasuredFacts:
                sampled: float) -> MembwFacts | None:  # fmt: skip
         if hardware.membw_baseline_gbps is None:
             return None
-        used = sum(self.traits.get(j.id, JobTraits()).membw_share or 0.0 for j in jobs)
+        # The probe ran at ``sampled``: a job started since is not in it (issue 18).
+        used = sum(self.traits.get(j.id, JobTraits()).membw_share or 0.0 for j in jobs
+                   if j.start_time_s is None or j.start_time_s < sampled)  # fmt: skip
         available = max(1.0 - used, self.min_available)
         return MembwFacts(hardware.membw_baseline_gbps * available,
                           hardware.membw_baseline_gbps, hardware.probe_cores, sampled)

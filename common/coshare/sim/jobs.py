@@ -14,6 +14,7 @@ CPU job, a trace record with a run time only) has one host phase. Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from coshare.model import Job
@@ -36,12 +37,12 @@ class SimJob:
     @property
     def duration_s(self) -> float:
         """Run time alone on its device (no offload ever waits)."""
-        return sum(self.phases)
+        return math.fsum(self.phases)  # correctly rounded: the same on every Python
 
     @property
     def offload_s(self) -> float:
         """Seconds spent in offloads when alone."""
-        return sum(self.phases[1::2])
+        return math.fsum(self.phases[1::2])
 
     @property
     def offloads(self) -> int:
@@ -69,8 +70,8 @@ def split_phases(duration_s: float, offload_share: float, host_weights: tuple[fl
     """
     if len(host_weights) != len(offload_weights) + 1:
         raise ValueError("need one host phase more than offloads")
-    host_total = sum(host_weights)
-    off_total = sum(offload_weights) or 1.0
+    host_total = math.fsum(host_weights)
+    off_total = math.fsum(offload_weights) or 1.0
     host_s = duration_s * (1.0 - offload_share)
     off_s = duration_s * offload_share
     phases: list[float] = []

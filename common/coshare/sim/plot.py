@@ -43,6 +43,8 @@ from coshare.sim.paper import (
     TABLE_II_MAKESPAN_S,
     TABLE_III_FOOTPRINT,
 )
+from coshare.sim.report import GridRun, grid_groups
+from coshare.sim.report import spread as mean_and_sd
 
 #: What a reader calls each workload.
 WORKLOAD_LABELS = {"table1": "Table I set", "uniform": "uniform", "normal": "normal",
@@ -121,6 +123,11 @@ def save_figure(path: Path, comparisons: Mapping[str, Sequence[Comparison]] | No
         ax.set_axisbelow(True)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    _write(plt, fig, path)
+
+
+def _write(plt: Any, fig: Any, path: Path) -> None:
+    """Lay out ``fig``, save it as a PNG at ``path`` and close it."""
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -345,3 +352,46 @@ def _frag(ax: Any, protocol: str, runs: Sequence[FragRun]) -> None:
     ax.set_xlabel("GPU requests arrived (% of the cluster's GPU capacity)")
     ax.set_ylabel("unallocated GPU capacity (%)")
     _below(ax, 3)
+
+
+def save_sweep_figure(path: Path, runs: Sequence[GridRun], keys: Sequence[str],
+                      metric: str) -> None:  # fmt: skip
+    """A parameter sweep (``--sweep``) into one PNG at ``path``: the metric against the first
+    swept key, one line per policy (and per value of the other keys), error bars of one
+    standard deviation over the seeds; one panel per workload.
+
+    Raises:
+        InputError: matplotlib is missing, nothing ran, or the file cannot be written.
+    """
+    plt = require_matplotlib()
+    groups = grid_groups(runs, metric)
+    workloads = list(dict.fromkeys(w for w, _, _ in groups))
+    if not workloads:
+        raise InputError("--plot: no run of the sweep finished")
+    first, others = keys[0], keys[1:]
+    xs = list(dict.fromkeys(dict(p)[first] for _, p, _ in groups))
+    numeric = all(isinstance(x, (int, float)) for x in xs)
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.4), squeeze=False)
+    for ax, workload in zip(axes.flat, workloads, strict=False):
+        lines: dict[str, list[tuple[Any, float, float]]] = defaultdict(list)
+        for (w, point, policy), values in groups.items():
+            if w != workload:
+                continue
+            params = dict(point)
+            name = " ".join([policy, *[f"{k}={params[k]}" for k in others]])
+            mean, sd = mean_and_sd(values)
+            lines[name].append((params[first], mean, sd))
+        for name, rows in lines.items():
+            rows.sort(key=lambda r: xs.index(r[0]))
+            where = [r[0] if numeric else xs.index(r[0]) for r in rows]
+            ax.errorbar(where, [r[1] for r in rows], yerr=[r[2] for r in rows], marker="o",
+                        capsize=4, label=name)  # fmt: skip
+        if not numeric:
+            ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+        seeds = max(len(v) for v in groups.values())
+        ax.set_title(f"{workload}: {metric} against {first}\n(mean of up to {seeds} seeds, "
+                     "bars: one standard deviation)", fontsize="medium")  # fmt: skip
+        ax.set_xlabel(first)
+        ax.set_ylabel(metric)
+        ax.legend(fontsize="small")
+    _write(plt, fig, path)

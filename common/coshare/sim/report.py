@@ -11,6 +11,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich import box
@@ -300,3 +301,74 @@ def replay_table(runs: Sequence[RunSummary], title: str) -> Table:
             str(run.cycles),
         )  # fmt: skip
     return table
+
+
+# -- parameter sweeps (--sweep) ----------------------------------------------------------------
+
+#: What a parameter sweep can report: the numeric figures of a run.
+GRID_METRICS = ("makespan_s", "utilization", "slowdown_mean", "slowdown_p95", "wait_mean_s",
+                "cycles", "not_run")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One run of a parameter sweep.
+
+    Attributes:
+        workload: the workload (a paper job set, or ``trace:NAME``).
+        point: the swept parameters' values.
+        seed: the seed.
+        summary: the run's figures.
+    """
+
+    workload: str
+    point: tuple[tuple[str, Any], ...]
+    seed: int
+    summary: RunSummary
+
+
+def grid_groups(runs: Sequence[GridRun],
+                metric: str) -> dict[tuple[str, tuple[tuple[str, Any], ...], str], list[float]]:
+    """The metric's values over seeds, per (workload, point, policy), in run order."""
+    groups: dict[tuple[str, tuple[tuple[str, Any], ...], str], list[float]] = {}
+    for run in runs:
+        value = float(getattr(run.summary, metric))
+        groups.setdefault((run.workload, run.point, run.summary.policy), []).append(value)
+    return groups
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value; NaN values are left out)."""
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return math.nan, math.nan
+    return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
+
+
+def grid_table(runs: Sequence[GridRun], keys: Sequence[str], metric: str, title: str) -> Table:
+    """One row per workload, point and policy: the metric's mean, standard deviation and
+    range over the seeds that ran."""
+    columns = ["workload", *keys, "policy", f"{metric} mean", "sd", "min-max", "seeds"]
+    table = _table(title, columns)
+    for (workload, point, policy), values in grid_groups(runs, metric).items():
+        mean, sd = spread(values)
+        shown = dict(point)
+        fmt = "{:.3f}" if metric == "utilization" or metric.startswith("slowdown") else "{:.1f}"
+        table.add_row(workload, *[str(shown.get(k, "-")) for k in keys], policy,
+                      fmt.format(mean), fmt.format(sd),
+                      f"{fmt.format(min(values))}-{fmt.format(max(values))}", str(len(values)))
+    return table
+
+
+def grid_json(runs: Sequence[GridRun], keys: Sequence[str], metric: str) -> dict[str, Any]:
+    """Every run with its parameters, and per workload, point and policy the metric's mean
+    and standard deviation over seeds."""
+    rows = [{"workload": r.workload, "seed": r.seed, "params": dict(r.point),
+             **summary_dict(r.summary)} for r in runs]  # fmt: skip
+    summary = []
+    for (workload, point, policy), values in grid_groups(runs, metric).items():
+        mean, sd = spread(values)
+        summary.append({"workload": workload, "params": dict(point), "policy": policy,
+                        "mean": None if math.isnan(mean) else mean,
+                        "sd": None if math.isnan(sd) else sd, "seeds": len(values)})
+    return {"keys": list(keys), "metric": metric, "runs": rows, "summary": summary}

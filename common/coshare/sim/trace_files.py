@@ -7,7 +7,9 @@ place, never copied into the repository. ``COSHARE_TRACE_DIR`` or ``--data`` poi
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,13 +79,44 @@ def read_alibaba(folder: Path, nodes_file: str = ALIBABA_NODES,
     )
 
 
+#: The longest line a streamed trace may have (a record of 18 numbers is under 200 bytes):
+#: a stream is not bounded in length, so each line is (issue 16).
+MAX_LINE_CHARS = 64 << 10
+
+
+def stream_lines(path: Path) -> Iterator[str]:
+    """The lines of the UTF-8 text file at ``path``, read one at a time: no bound on the
+    file's size (memory holds one line), but each line at most :data:`MAX_LINE_CHARS`.
+
+    Raises:
+        InputError: the file cannot be opened or read, is not UTF-8, or has a longer line.
+    """
+    try:
+        with path.open(encoding="utf-8") as stream:
+            for number in itertools.count(1):
+                line = stream.readline(MAX_LINE_CHARS + 1)
+                if not line:
+                    return
+                if len(line) > MAX_LINE_CHARS:
+                    raise InputError(f"trace {path} line {number}: longer than "
+                                     f"{MAX_LINE_CHARS} characters")  # fmt: skip
+                yield line
+    except OSError as exc:
+        raise InputError(f"cannot read trace {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"trace {path} is not UTF-8 text") from exc
+
+
+def read_machines(path: Path) -> tuple[Node, ...] | None:
+    """The nodes of the ``.machines`` file beside SWF file ``path``, if there is one."""
+    machines = path.with_name(path.name + ".machines")
+    return parse_swf_machines(_read(machines), str(machines)) if machines.exists() else None
+
+
 def read_swf(path: Path) -> tuple[SwfTrace, tuple[Node, ...] | None]:
     """An SWF file and, when a ``.machines`` file sits beside it, its nodes.
 
     Raises:
         InputError: the file is missing, unreadable or malformed.
     """
-    trace = parse_swf(_read(path).splitlines(), str(path))
-    machines = path.with_name(path.name + ".machines")
-    nodes = parse_swf_machines(_read(machines), str(machines)) if machines.exists() else None
-    return trace, nodes
+    return parse_swf(_read(path).splitlines(), str(path)), read_machines(path)

@@ -17,10 +17,11 @@ The ``.machines`` companion (``id name nodes cpus_per_node speed ram_kb``) gives
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 
 from coshare.bounds import (
     MAX_CORES,
@@ -189,14 +190,69 @@ def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
             that is not a finite number within its bound, a job number given twice (both
             lines named).
     """
-    jobs = []
-    skipped = 0
-    first_line: dict[int, int] = {}
-    header: dict[str, str] = {}
+    tally = SwfTally()
+    jobs = tuple(iter_swf(lines, source, tally))
+    return SwfTrace(jobs, tally.skipped, tuple(tally.header.items()))
+
+
+@dataclass
+class SwfTally:
+    """What :func:`iter_swf` counted while it read: records skipped, jobs yielded, and the
+    header's ``; Key: value`` lines read so far (see :func:`swf_header_line`)."""
+
+    skipped: int = 0
+    jobs: int = 0
+    header: dict[str, str] = field(default_factory=dict)
+
+
+class _SeenNumbers:
+    """Job numbers seen so far, as sorted runs of consecutive numbers on consecutive lines
+    (so each number's line is known): an SWF log numbers its jobs 1, 2, 3, ... line after
+    line, so a log of a million jobs is one run, and the duplicate check of a stream costs
+    memory by the breaks in its numbering, not by its length."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []  # inclusive
+        self.first_lines: list[int] = []
+
+    def line_of(self, ident: int) -> int | None:
+        """The line where ``ident`` was seen, if it was."""
+        k = bisect.bisect_right(self.starts, ident) - 1
+        if k >= 0 and ident <= self.ends[k]:
+            return self.first_lines[k] + (ident - self.starts[k])
+        return None
+
+    def add(self, ident: int, line: int) -> None:
+        """``ident`` seen on ``line`` (not seen before)."""
+        k = bisect.bisect_right(self.starts, ident) - 1
+        if (k >= 0 and self.ends[k] + 1 == ident
+                and self.first_lines[k] + (ident - self.starts[k]) == line):  # fmt: skip
+            self.ends[k] = ident
+            return
+        self.starts.insert(k + 1, ident)
+        self.ends.insert(k + 1, ident)
+        self.first_lines.insert(k + 1, line)
+
+
+def iter_swf(lines: Iterable[str], source: str = "SWF",
+             tally: SwfTally | None = None) -> Iterator[SwfJob]:  # fmt: skip
+    """The jobs of SWF ``lines`` one at a time, as they are read (a stream: issue 16).
+
+    Args:
+        lines: the file's lines (read lazily).
+        source: names the file in messages.
+        tally: counts skipped records and jobs as the stream is read.
+
+    Raises:
+        TraceError: as :func:`parse_swf`, when the bad line is reached.
+    """
+    tally = tally if tally is not None else SwfTally()
+    seen = _SeenNumbers()
     for number, line in enumerate(lines, start=1):
         text = line.strip()
         if text.startswith(";"):
-            swf_header_line(text, header)
+            swf_header_line(text, tally.header)
         if not text or text.startswith(";"):
             continue
         fields = text.split()
@@ -208,33 +264,30 @@ def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
         if not job_id.is_integer():
             raise TraceError(f"{where}: job number {shorten(fields[0])} is not a whole number")
         ident = int(job_id)
-        if ident in first_line:
+        first = seen.line_of(ident)
+        if first is not None:
             raise TraceError(f"{where}: job {ident} appears again (first on line "
-                             f"{first_line[ident]}); SWF job numbers are unique")  # fmt: skip
-        first_line[ident] = number
+                             f"{first}); SWF job numbers are unique")  # fmt: skip
+        seen.add(ident, number)
         procs = math.ceil(alloc if alloc > 0 else req)
         if run <= 0 or procs <= 0:
-            skipped += 1
+            tally.skipped += 1
             continue
         memory_kb = req_kb if req_kb > 0 else max(used_kb, 0)
-        jobs.append(
-            SwfJob(
-                Job(
-                    id=str(ident),
-                    device_count=0,
-                    kind="cpu",
-                    cpu_milli=MILLI,
-                    memory_mib=math.ceil(memory_kb / 1024),
-                    processes=procs,
-                    submit_time_s=submit,
-                    walltime_s=values[8] if values[8] > 0 else None,
-                ),
-                run,
-            )
+        tally.jobs += 1
+        yield SwfJob(
+            Job(
+                id=str(ident),
+                device_count=0,
+                kind="cpu",
+                cpu_milli=MILLI,
+                memory_mib=math.ceil(memory_kb / 1024),
+                processes=procs,
+                submit_time_s=submit,
+                walltime_s=values[8] if values[8] > 0 else None,
+            ),
+            run,
         )
-    return SwfTrace(tuple(jobs), skipped, tuple(header.items()))
-
-
 #: How many header keys are kept, and how long a key or value may be (bounded input).
 _HEADER_KEYS, _HEADER_CHARS = 64, 256
 
@@ -249,7 +302,7 @@ def swf_header_line(text: str, header: dict[str, str]) -> None:
         header[key] = value.strip()[:_HEADER_CHARS]
 
 
-def header_nodes(trace: SwfTrace, source: str) -> tuple[Node, ...]:
+def header_nodes(trace: SwfTrace | SwfTally, source: str) -> tuple[Node, ...]:
     """The cluster an SWF header describes when no ``.machines`` file does: ``MaxNodes``
     nodes of ``MaxProcs / MaxNodes`` cores each (SWF 2.2; ``MaxProcs`` alone: one core a
     node). The header gives no memory, so a node's memory is the largest coshare accepts and

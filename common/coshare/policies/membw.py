@@ -1,0 +1,264 @@
+"""The ``membw`` policy: never co-schedule two memory-bandwidth-bound jobs (poncos).
+
+Breitbart, Weidendorfer and Trinitis, "Automatic co-scheduling based on main memory bandwidth
+usage" (``shared/papers/membw-coscheduling-poncos.md``): a job's *use* of its node's memory
+bandwidth is ``1 - available``, where *available* is what libDistGen's probe measures on the
+free cores while the job runs (section 6, Table 1); poncos co-schedules jobs only while the
+sum of their uses stays at most 90% (section 7). coshare plans the same rule:
+
+- **A node's use** is what its probe measured (node facts, :mod:`coshare.facts`:
+  ``1 - membw_avail_gbps / membw_baseline_gbps``) for the jobs that ran past their
+  initialization (``init_s``) before the probe, plus an *estimate* for every other job on
+  it (started later, planned, or placed this cycle). Without facts every job is estimated.
+- **A job's estimate**: its program's recorded measurement (``CoshareProgram``, the
+  ``programs`` table), else its declared ``CoshareMembw`` over the node's baseline (else its
+  peak ``membw_gbps``), else nothing is known and it is **bandwidth-bound** (use 1.0) until
+  measured: it runs only on a node with no other job.
+- **Admission**: a job goes to a node with room for it (cores, memory, devices) whose use
+  plus its own stays within ``max_share``, or to a node with no job at all (a job alone is
+  never co-scheduled, so the rule does not apply: poncos starts its first job on an empty
+  node). Jobs go in scheduler order (priority, then age), first fit in snapshot order.
+- **Trial co-runs** (section 7, steps 4-9; ``trials=True``): a job of unknown use may start
+  beside jobs whose use is known and leaves room, as a trial the plan names
+  (:class:`~coshare.model.Trial`); the node takes nothing else until it is measured. The
+  live cycles do not enforce trials yet (freeze, probe, thaw, suspend), so they plan with
+  ``trials=False``; the simulator plans with them.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coshare.model import Job, Node, Plan, RunningJob, Snapshot, ThreadMode, Trial, Unplaced
+from coshare.policies.base import ClusterState, explain_waiting, finish, never_fits, priority_key
+
+#: The use a job of unknown bandwidth is planned with: all of it ("bandwidth-bound until
+#: measured", issue 18), so nothing is co-scheduled beside it.
+UNKNOWN_SHARE = 1.0
+#: Sums are compared with this slack, so that 0.45 + 0.45 is within 0.9 in floating point.
+_EPS = 1e-9
+
+
+def job_share(program: str | None, membw_gbps: float | None, node: Node,
+              programs: Mapping[str, float]) -> float | None:  # fmt: skip
+    """A job's estimated share of ``node``'s memory bandwidth; ``None`` when unknown.
+
+    A recorded measurement of its program wins over what the job declares (a measurement is
+    what poncos trusts); a declared rate needs the node's baseline (or peak) to become a share.
+    """
+    if program is not None and program in programs:
+        return programs[program]
+    if membw_gbps is None:
+        return None
+    base = node.membw_baseline_gbps or node.membw_gbps
+    if not base:
+        return None
+    return min(membw_gbps / base, 1.0)
+
+
+def measured_use(node: Node) -> tuple[float, float] | None:
+    """``(use, probe time)`` from the node's facts, or ``None`` without a usable probe.
+
+    The use is ``1 - available / baseline``, clamped to [0, 1] (a noisy probe can read a
+    little above its baseline)."""
+    at = node.membw_at_s if node.membw_at_s is not None else node.facts_at_s
+    avail, base = node.membw_avail_gbps, node.membw_baseline_gbps
+    if avail is None or not base or at is None:
+        return None
+    return min(max(1.0 - avail / base, 0.0), 1.0), at
+
+
+@dataclass
+class NodeUse:
+    """One node's planned bandwidth use while the policy plans.
+
+    Attributes:
+        used: the share of the node's bandwidth its jobs use (measured plus estimated).
+        measured: the probe's part of ``used`` (``None``: no probe).
+        unknown: jobs on it whose use is neither measured nor known.
+        jobs: every job on it (running, planned, placed this cycle), sorted at the end.
+    """
+
+    used: float = 0.0
+    measured: float | None = None
+    unknown: list[str] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+
+
+def node_uses(snapshot: Snapshot, programs: Mapping[str, float], init_s: float) -> list[NodeUse]:
+    """Each node's bandwidth use before this cycle places anything (in snapshot order)."""
+    by_node: dict[str, list[RunningJob]] = {}
+    for r in snapshot.running:
+        by_node.setdefault(r.node, []).append(r)
+    out = []
+    for node in snapshot.nodes:
+        probe = measured_use(node)
+        use = NodeUse(measured=probe[0] if probe else None, used=probe[0] if probe else 0.0)
+        for r in by_node.get(node.name, []):
+            use.jobs.append(r.id)
+            if probe is not None and r.state == "running" and r.start_time_s is not None \
+                    and r.start_time_s + init_s < probe[1]:  # fmt: skip
+                continue  # in the probe's figure already
+            # Otherwise its use is added to the probe's: it started after the probe, or so
+            # shortly before that the probe may have caught its initialization (the
+            # paper probes only after it); counting it twice then errs on the safe side.
+            share = job_share(r.program, r.membw_gbps, node, programs)
+            if share is None:
+                use.unknown.append(r.id)
+                share = UNKNOWN_SHARE
+            use.used += share
+        out.append(use)
+    return out
+
+
+@dataclass(frozen=True)
+class MembwPolicy:
+    """Co-schedule jobs on a node only while their memory bandwidth use sums to at most
+    ``max_share`` (poncos section 7).
+
+    Attributes:
+        max_share: the limit of a node's summed use (``policy.membw.max_share``).
+        programs: recorded use per program (``policy.membw.programs``).
+        init_s: a job is in its node's probe once it ran this long before it.
+        trials: plan trial co-runs for jobs of unknown use (the simulator; not live yet).
+        threads: ``strict`` or ``soft`` device threads, as the other policies.
+    """
+
+    max_share: float = 0.9
+    programs: Mapping[str, float] = field(default_factory=dict)
+    init_s: float = 60.0
+    trials: bool = False
+    threads: ThreadMode = "strict"
+    name: str = "membw"
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        """Place each job, in scheduler order, on the first node with room whose bandwidth
+        use stays within the limit with it."""
+        state = ClusterState(snapshot, strict_threads=self.threads == "strict")
+        uses = node_uses(snapshot, self.programs, self.init_s)
+        unplaced = never_fits(snapshot, snapshot.pending)
+        trials: list[Trial] = []
+        waiting: list[Job] = []
+        blocked: dict[str, Unplaced] = {}
+        for job in sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key):
+            shares = [job_share(job.program, job.membw_gbps, n, self.programs)
+                      for n in snapshot.nodes]  # fmt: skip
+            room = self._room(state, job)
+            admitted = [i for i in np.flatnonzero(room).tolist()
+                        if self._admits(uses[i], shares[i])]  # fmt: skip
+            if not admitted:
+                waiting.append(job)
+                if room.any():
+                    blocked[job.id] = self._why(job, snapshot.nodes, uses, shares, room)
+                continue
+            i = admitted[0]
+            self._place(state, job, i)
+            use = uses[i]
+            if shares[i] is None and use.jobs:
+                trials.append(Trial(job.id, snapshot.nodes[i].name, tuple(sorted(use.jobs))))
+            if shares[i] is None:
+                use.unknown.append(job.id)
+            use.used += UNKNOWN_SHARE if shares[i] is None else shares[i]
+            use.jobs.append(job.id)
+        others = [j for j in waiting if j.id not in blocked]
+        unplaced.update(explain_waiting(state, others))
+        unplaced.update(blocked)
+        plan = finish(self.name, snapshot, state, unplaced)
+        return Plan(plan.policy, plan.assignments, plan.unplaced, notes=plan.notes,
+                    trials=tuple(trials))  # fmt: skip
+
+    def _room(self, state: ClusterState, job: Job) -> np.ndarray:
+        """Nodes with room for ``job``'s cores, memory and devices (bandwidth aside)."""
+        if not job.needs_device:
+            return state.host_ok(job)
+        counts = np.bincount(state.dev_node[state.device_ok(job)], minlength=len(state.nodes))
+        return counts >= job.device_count
+
+    def _place(self, state: ClusterState, job: Job, node: int) -> None:
+        if not job.needs_device:
+            state.place(job, node)
+            return
+        ok = state.device_ok(job)
+        state.place(job, node, state.least_free_on(node, ok, job.device_count))
+
+    def _admits(self, use: NodeUse, share: float | None) -> bool:
+        """Whether a job of ``share`` (``None``: unknown) may join ``use``'s node."""
+        if not use.jobs:
+            return True  # alone: nothing is co-scheduled
+        if share is not None:
+            return use.used + share <= self.max_share + _EPS
+        # A trial needs partners whose use is known and leaves room for some of its own.
+        return self.trials and not use.unknown and use.used < self.max_share - _EPS
+
+    def _why(self, job: Job, nodes: Sequence[Node], uses: Sequence[NodeUse],
+             shares: Sequence[float | None], room: np.ndarray) -> Unplaced:  # fmt: skip
+        """Why ``job`` waits though some node has room for it: bandwidth, with the figures of
+        the node that came closest."""
+        cand = np.flatnonzero(room).tolist()
+        i = min(cand, key=lambda k: (uses[k].used, k))
+        use, share = uses[i], shares[i]
+        limit = f"policy.membw.max_share {self.max_share:g}"
+        if share is None:
+            what = f"program {job.program!r}" if job.program else "it (no CoshareProgram)"
+            live = "" if self.trials else "; trial co-runs are not live yet"
+            reason = (f"memory bandwidth: {what} has no measurement and no CoshareMembw, so it "
+                      f"is treated as bandwidth-bound and runs only on a node with no other "
+                      f"job (least used with room: {nodes[i].name} at "
+                      f"{use.used:.2f}{_listing(use)}){live}")  # fmt: skip
+        else:
+            reason = (f"memory bandwidth: it would use {share:.2f} of a node's bandwidth; on "
+                      f"every node with room the sum would exceed {limit} (least used: "
+                      f"{nodes[i].name} at {use.used:.2f}{_listing(use)}, with it "
+                      f"{use.used + share:.2f})")  # fmt: skip
+        return Unplaced(job.id, reason, "no_room")
+
+
+def _listing(use: NodeUse) -> str:
+    """What makes up a node's use, for a message."""
+    parts = []
+    if use.measured is not None:
+        parts.append(f"{use.measured:.2f} measured")
+    if use.unknown:
+        shown = ", ".join(use.unknown[:3]) + (" ..." if len(use.unknown) > 3 else "")
+        parts.append(f"unmeasured {shown}")
+    return f": {'; '.join(parts)}" if parts else ""
+
+
+def check_membw(snapshot: Snapshot, plan: Plan, policy: MembwPolicy) -> list[str]:
+    """Problems of ``plan`` against the bandwidth rule, recounted node by node (the oracle of
+    the property tests; :func:`coshare.verify.check_plan` checks the other resources).
+
+    A node that gets jobs this cycle either held nothing and gets exactly one, or its use
+    (measured and estimated) plus the known shares of its new jobs is within the limit; a new
+    job of unknown use is the only one of its node, or its node's last, a trial beside jobs of
+    known use.
+    """
+    problems = []
+    uses = node_uses(snapshot, policy.programs, policy.init_s)
+    pending = {j.id: j for j in snapshot.pending}
+    trials = {t.job: t for t in plan.trials}
+    for i, node in enumerate(snapshot.nodes):
+        new = [pending[a.job] for a in plan.assignments if a.node == node.name]
+        before = uses[i]
+        if not new or (not before.jobs and len(new) == 1):
+            continue
+        shares = [job_share(j.program, j.membw_gbps, node, policy.programs) for j in new]
+        known = before.used + sum(s for s in shares if s is not None)
+        if known > policy.max_share + _EPS:
+            problems.append(f"node {node.name}: use {known:.3f} exceeds {policy.max_share}")
+        for k, (job, share) in enumerate(zip(new, shares, strict=True)):
+            if share is not None:
+                continue
+            trial = trials.get(job.id)
+            if trial is None or trial.node != node.name:
+                problems.append(f"node {node.name}: job {job.id} of unknown use shares it "
+                                "without a trial")  # fmt: skip
+            elif before.unknown or k != len(new) - 1 or not policy.trials:
+                problems.append(f"node {node.name}: trial of job {job.id} beside unmeasured "
+                                "jobs, or followed by others")  # fmt: skip
+    return problems

@@ -1,0 +1,183 @@
+"""Where the simulator's independent runs execute: here, in local processes, or on Dask.
+
+A command of ``coshare simulate`` is cut into :class:`Task` s, each one independent run
+(policy x seed x parameter point x workload: :mod:`coshare.sim.runs`), handed to an
+executor stage by stage; the results come back as they finish (the progress bar moves) and
+are put back in the tasks' order, so the tables, the JSON and the plots do not depend on
+where or in which order the runs went. Two executors, one contract:
+
+- :class:`LocalExecutor`: this process (``--workers 1``) or a pool of local processes; the
+  default, with nothing to install;
+- :class:`DaskExecutor`: a Dask cluster (``--executor dask``; :mod:`coshare.sim.dask_cluster`
+  opens it), on this machine or as jobs of the cluster coshare serves (dask-jobqueue).
+
+**Lost runs.** A task whose worker died (a killed process, a cancelled worker job) is run
+again elsewhere, at most ``retries`` times; after that, and at once for a task that raised,
+it is a :class:`Failure` naming the task, and the other results still come back. Dask's own
+retries on a dead worker are switched off where coshare starts the scheduler
+(``distributed.scheduler.allowed-failures`` 0) so that ``--retries`` is the one count; a
+scheduler given by address keeps its own setting on top.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from coshare.bounds import shorten_text
+from coshare.sim.runs import Done, Failure, Results, Task
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as one bounded line of a message."""
+    text = str(exc) or type(exc).__name__
+    return shorten_text(f"{type(exc).__name__}: {text}" if type(exc).__module__ != "coshare"
+                        and not type(exc).__module__.startswith("coshare.") else text)
+
+
+def _lost(name: str, tries: int) -> Failure:
+    return Failure(name, f"its worker died {tries} time{'s' if tries != 1 else ''} "
+                         "(retries exhausted)")  # fmt: skip
+
+
+class LocalExecutor:
+    """Tasks in this process (``workers`` 1) or in a pool of ``workers`` local processes.
+
+    A pool keeps at most ``workers`` tasks in flight. When a worker process dies, Python's
+    pool breaks and every task in flight is lost with it, and which one killed it cannot be
+    told: a task lost alone is charged one try; tasks lost together are each run again alone
+    (a pool of one), where a death is surely theirs, so a task that kills its worker never
+    uses up the tries of the tasks beside it. Tasks not yet started are never charged.
+    """
+
+    def __init__(self, workers: int = 1, retries: int = 2) -> None:
+        self.workers = workers
+        self.retries = retries
+
+    def share(self, value: Any) -> Any:
+        return value
+
+    def run(self, tasks: Sequence[Task], done: Done | None = None) -> Results:
+        results = Results([None] * len(tasks), {})
+        if self.workers <= 1:
+            for i, task in enumerate(tasks):
+                try:
+                    results.values[i] = task.fn(*task.args)
+                except Exception as exc:  # a task's error is reported, not raised
+                    results.failed[i] = Failure(task.name, _reason(exc))
+                if done is not None:
+                    done(i)
+            return results
+        tries = [0] * len(tasks)
+        todo = list(range(len(tasks)))
+        suspects: list[int] = []  # lost together with others: each runs alone next
+        while todo or suspects:
+            alone = not todo
+            batch, width = (todo, self.workers) if todo else ([suspects.pop(0)], 1)
+            ran, unstarted = self._pool_round(tasks, batch, results, done, width)
+            todo = unstarted
+            if len(ran) > 1 and not alone:
+                suspects += ran
+                continue
+            for i in ran:
+                tries[i] += 1
+                if tries[i] > self.retries:
+                    results.failed[i] = _lost(tasks[i].name, tries[i])
+                    if done is not None:
+                        done(i)
+                else:
+                    (suspects if alone else todo).append(i)
+        return results
+
+    def _pool_round(self, tasks: Sequence[Task], todo: list[int], results: Results,
+                    done: Done | None, width: int) -> tuple[list[int], list[int]]:  # fmt: skip
+        """Run ``todo`` in one pool of ``width`` processes until it is done or the pool
+        breaks; the tasks lost in flight, and those never started."""
+        waiting = iter(todo)
+        flight: dict[Future[Any], int] = {}
+        ran: list[int] = []
+        with ProcessPoolExecutor(max_workers=width) as pool:
+            for i in itertools.islice(waiting, width):
+                flight[pool.submit(tasks[i].fn, *tasks[i].args)] = i
+            while flight:
+                finished, _ = wait(flight, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    i = flight.pop(future)
+                    try:
+                        results.values[i] = future.result()
+                    except BrokenProcessPool:
+                        ran.append(i)
+                        continue
+                    except Exception as exc:
+                        results.failed[i] = Failure(tasks[i].name, _reason(exc))
+                    if done is not None:
+                        done(i)
+                if ran:  # the pool is broken: whatever is in flight is lost too
+                    ran += list(flight.values())
+                    return sorted(ran), list(waiting)
+                for i in itertools.islice(waiting, len(finished)):
+                    flight[pool.submit(tasks[i].fn, *tasks[i].args)] = i
+        return [], []
+
+
+class DaskExecutor:
+    """Tasks on a Dask cluster through ``client`` (a ``distributed.Client``).
+
+    Each task is one Dask task with its own key; a task that ends in ``KilledWorker`` (its
+    worker died while running it) is submitted again under a new key, at most ``retries``
+    times.
+    """
+
+    def __init__(self, client: Any, retries: int = 2) -> None:
+        self.client = client
+        self.retries = retries
+        self._stage = itertools.count()
+
+    def share(self, value: Any) -> Any:
+        # One copy per worker that needs it, instead of one in every task's arguments.
+        return self.client.scatter(value, broadcast=True, hash=False)
+
+    def run(self, tasks: Sequence[Task], done: Done | None = None) -> Results:
+        from distributed import as_completed
+        from distributed.scheduler import KilledWorker
+
+        stage = next(self._stage)
+        results = Results([None] * len(tasks), {})
+        tries = [0] * len(tasks)
+
+        def submit(i: int) -> Any:
+            task = tasks[i]
+            return self.client.submit(task.fn, *task.args, pure=False,
+                                      key=f"coshare-sim-{stage}-{i}-{tries[i]}")  # fmt: skip
+
+        index: dict[str, int] = {}
+        futures = []
+        for i in range(len(tasks)):
+            future = submit(i)
+            index[future.key] = i
+            futures.append(future)
+        pending = as_completed(futures, loop=self.client.loop)  # type: ignore[no-untyped-call]
+        for future in pending:
+            i = index.pop(future.key)
+            if future.status == "finished":
+                results.values[i] = future.result()
+                future.release()
+            else:
+                exc = future.exception()
+                future.release()
+                if isinstance(exc, KilledWorker):
+                    tries[i] += 1
+                    if tries[i] <= self.retries:
+                        again = submit(i)
+                        index[again.key] = i
+                        pending.add(again)  # type: ignore[no-untyped-call]
+                        continue
+                    results.failed[i] = _lost(tasks[i].name, tries[i])
+                else:
+                    results.failed[i] = Failure(tasks[i].name, _reason(exc))
+            if done is not None:
+                done(i)
+        return results

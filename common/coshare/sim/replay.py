@@ -1,0 +1,134 @@
+"""Replaying an SWF log as a stream: one run, one task (``--workload trace:FILE.swf``).
+
+The log is read a line at a time while the engine runs (:func:`coshare.sim.engine.simulate`
+with an iterator): a job is parsed when the one before it arrives and forgotten when it ends,
+and its figures are folded into a :class:`~coshare.sim.metrics.StreamSummary`, so memory
+holds the jobs in flight, not the log: a log of a million jobs replays in the memory of its
+busiest moment (``bench/sim_sweep.py`` measures it). Because nothing depends on the log's
+length, a streamed log is not refused for its size (issue 16); each line is bounded
+(:data:`coshare.sim.trace_files.MAX_LINE_CHARS`) and every field as before.
+
+Each task opens the log itself (a Dask worker elsewhere needs the path to be visible there,
+as on a shared file system) and reports its events per second. I/O: reads files, reads the
+clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from coshare.bounds import shorten_text
+from coshare.errors import InputError
+from coshare.model import Node
+from coshare.sim.device import FixedModel
+from coshare.sim.engine import simulate
+from coshare.sim.experiments import Setup
+from coshare.sim.jobs import host_only
+from coshare.sim.metrics import RunSummary, StreamSummary
+from coshare.sim.trace_files import read_machines, stream_lines
+from coshare.sim.traces import (
+    SwfJob,
+    SwfTally,
+    as_gang,
+    header_nodes,
+    iter_swf,
+    swf_header_line,
+)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One policy's replay of a log.
+
+    Attributes:
+        summary: the run's figures.
+        skipped: records skipped (no run time or processors).
+        events: events the engine handled.
+        seconds: wall time of the replay (reading included).
+    """
+
+    summary: RunSummary
+    skipped: int
+    events: int
+    seconds: float
+
+    @property
+    def events_per_s(self) -> float:
+        """Events handled per second of wall time."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def cluster_of(path: Path, nodes: int | None) -> tuple[Node, ...]:
+    """The nodes of the log at ``path`` (its ``.machines`` file, else the cluster its header
+    states: :func:`~coshare.sim.traces.header_nodes`), the first ``nodes`` of them.
+
+    Raises:
+        InputError: not an SWF log, or neither a ``.machines`` beside it nor ``MaxNodes`` /
+            ``MaxProcs`` in its header.
+    """
+    where = f"trace:{shorten_text(str(path))}"
+    if path.suffix != ".swf":
+        raise InputError(f"{where}: only SWF logs (.swf) are replayed; the Alibaba pod list is "
+                         "the alibaba-2023 workload")  # fmt: skip
+    machines = read_machines(path)
+    if machines is None:  # the header's MaxNodes / MaxProcs (issue 14)
+        machines = header_nodes(_header(path), where)
+    return machines[:nodes] if nodes else machines
+
+
+def _header(path: Path) -> SwfTally:
+    """The header of the log at ``path``: its comment lines up to the first record (SWF 2.2
+    puts the header first), read as a stream."""
+    tally = SwfTally()
+    for line in stream_lines(path):
+        text = line.strip()
+        if text and not text.startswith(";"):
+            break
+        if text:
+            swf_header_line(text, tally.header)
+    return tally
+
+
+def rebased(jobs: Iterator[SwfJob]) -> Iterator[SwfJob]:
+    """Submit times counted from the first record's (logs often keep epoch seconds; the log
+    is in submit order, so the first is the earliest)."""
+    first: float | None = None
+    for j in jobs:
+        if first is None:
+            first = j.job.submit_time_s
+        yield j if first == 0 else SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first),
+                                          j.run_s)  # fmt: skip
+
+
+def check_log(path: Path) -> None:
+    """Read the whole log once, as a stream, so that a bad record stops the command with its
+    line (exit 2) before any run starts, instead of failing every run's task alike.
+
+    Raises:
+        InputError: the log cannot be read, or a record is malformed or given twice.
+    """
+    for _ in iter_swf(stream_lines(path), str(path)):
+        pass
+
+
+def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup) -> Replay:
+    """Replay the SWF log at ``path`` under ``policy`` as a stream (FixedModel run times).
+
+    Raises:
+        InputError: the log or its machines cannot be read, or a record is malformed or out
+            of submit order.
+    """
+    started = time.perf_counter()
+    cluster = cluster_of(path, nodes)
+    tally = SwfTally()
+    records = rebased(iter_swf(stream_lines(path), str(path), tally))
+    # a job that one node cannot hold runs as a gang (issue 14)
+    jobs = (host_only(as_gang(j.job, cluster), j.run_s) for j in records)
+    figures = StreamSummary()
+    result = simulate(cluster, jobs, setup.policy(policy, seed), options=setup.options(),
+                      model=FixedModel(), record=figures.add)  # fmt: skip
+    return Replay(figures.summary(result), tally.skipped, result.events,
+                  time.perf_counter() - started)  # fmt: skip

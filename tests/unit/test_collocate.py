@@ -1,0 +1,332 @@
+"""The ``collocate`` policy (Wu & Hong, section IV-A): harvest, its limits, give-back, errors.
+
+The oracle of the property tests is coshare.verify.check_plan, which recounts borrowed cores
+against each GPU job's measured load with code of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import pytest
+from coshare.cli import schema_text
+from coshare.config import load_config
+from coshare.errors import ConfigError
+from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
+from coshare.planner import run_cycle
+from coshare.policies import PolicyOptions, make_policy
+from coshare.policies.collocate import CollocatePolicy, without_harvest
+from coshare.ports import ApplyReport, Rejected, SourceResult
+from coshare.schema import parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
+from coshare.verify import check_plan
+from hypothesis import given
+from hypothesis import strategies as st
+
+GPUS = tuple(Device(str(i), 6144, 14 * 2048) for i in range(3))
+
+
+def node(name: str = "n1", cores: int = 12) -> Node:
+    """A Keeneland / Wu & Hong node: 12 cores, 3 GPUs, 24 GB."""
+    return Node(name, cores * 1000, 24576, GPUS)
+
+
+def gpu_job(load: float | None = 2.5, *, start: float = 0.0, walltime: float | None = 600.0,
+            copy_bw: float | None = 40.0, id: str = "g1", on: str = "n1",
+            ) -> RunningJob:  # fmt: skip
+    return RunningJob(id, on, ("0", "1", "2"), 1024, 1024, 12000, 4096, start_time_s=start,
+                      cpu_load_cores=load, cpu_load_last_cores=load, walltime_s=walltime,
+                      copy_bw_mbps=copy_bw)  # fmt: skip
+
+
+def cpu_job(id: str, cores: int, submit: float = 0.0) -> Job:
+    return Job(id, device_count=0, kind="cpu", cpu_milli=cores * 1000, memory_mib=512,
+               submit_time_s=submit, walltime_s=300.0)  # fmt: skip
+
+
+def plan_of(snapshot: Snapshot, policy: CollocatePolicy | None = None) -> Plan:
+    plan = (policy or CollocatePolicy()).plan(snapshot)
+    assert check_plan(snapshot, plan) == []
+    return plan
+
+
+def test_after_the_monitoring_period_idle_cores_are_lent_up_to_p_b() -> None:
+    # load 2.5 of 12 leaves 9.5 idle: 9 whole cores, and P_B = 9 (section IV-C).
+    snap = Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8), cpu_job("c2", 2)), now_s=250.0)
+    plan = plan_of(snap)
+    assert plan.assignments == (Assignment("c8", "n1", harvest_from="g1"),)
+    (waits,) = plan.unplaced
+    assert waits.job == "c2" and "largest harvest open is 1 cores of GPU job g1" in waits.reason
+
+
+def test_p_b_caps_what_a_nearly_idle_gpu_job_lends() -> None:
+    snap = Snapshot((node(),), (gpu_job(load=0.4),), (cpu_job("c8", 8), cpu_job("c4", 4)),
+                    now_s=250.0)  # fmt: skip
+    assert [a.job for a in plan_of(snap, CollocatePolicy(max_harvest_cores=9)).assignments] \
+        == ["c8"]  # fmt: skip
+    assert [a.job for a in plan_of(snap, CollocatePolicy(max_harvest_cores=12)).assignments] \
+        == ["c8"]  # floor(12 - 0.4) = 11 idle: 8 + 4 do not fit  # fmt: skip
+    assert plan_of(snap, CollocatePolicy(max_harvest_cores=0)).assignments == ()
+
+
+@pytest.mark.parametrize(
+    ("running", "now", "says"),
+    [
+        (gpu_job(), 199.0, "in their monitoring period (P_M = 0.333333"),
+        (gpu_job(walltime=None), 10_000.0, "no requested time"),
+        (gpu_job(copy_bw=350.0), 250.0, "copy bandwidth above collocate.copy_bw_limit_mbps 300"),
+        (gpu_job(copy_bw=None), 250.0, "copy bandwidth unknown"),
+        (gpu_job(load=None), 250.0, "no measured CPU load"),
+    ],
+)  # fmt: skip
+def test_a_gpu_job_that_may_not_lend_is_named_with_the_reason(
+    running: RunningJob, now: float, says: str
+) -> None:
+    plan = plan_of(Snapshot((node(),), (running,), (cpu_job("c2", 2),), now_s=now))
+    assert plan.assignments == ()
+    assert any(note.startswith("GPU jobs g1 lend no cores: ") and says in note
+               for note in plan.notes), plan.notes  # fmt: skip
+    assert "no GPU job lends cores now" in plan.unplaced[0].reason
+
+
+def test_gpu_jobs_go_first_then_cpu_jobs_by_decreasing_ppn_with_backfill() -> None:
+    gpu = Job("g", 1024, 1024, device_count=3, cpu_milli=12000, memory_mib=4096,
+              submit_time_s=5.0)  # fmt: skip
+    big, small = cpu_job("c12", 12, submit=0.0), cpu_job("c2", 2, submit=1.0)
+    two = (node("n1"), Node("n2", 4000, 24576))
+    plan = plan_of(Snapshot(two, (), (big, small, gpu), now_s=10.0))
+    # The GPU job takes n1 although submitted last; c12 fits nowhere now; c2 backfills n2.
+    assert plan.assignments == (Assignment("g", "n1", ("0", "1", "2")), Assignment("c2", "n2"))
+    assert [u.job for u in plan.unplaced] == ["c12"]
+
+
+def test_p_b_above_a_node_s_cores_is_noted_and_that_node_lends_what_its_load_leaves() -> None:
+    small = Node("n8", 8000, 24576, GPUS)
+    donor = replace(gpu_job(load=1.0, on="n8"), cpu_milli=8000)
+    plan = plan_of(Snapshot((small,), (donor,), (cpu_job("c7", 7),), now_s=250.0))
+    assert plan.assignments == (Assignment("c7", "n8", harvest_from="g1"),)
+    assert any("collocate.max_harvest_cores 9 is above the cores of nodes n8" in n
+               for n in plan.notes)  # fmt: skip
+
+
+def test_a_cpu_job_larger_than_any_harvest_waits_with_the_numbers() -> None:
+    plan = plan_of(Snapshot((node(),), (gpu_job(),), (cpu_job("c10", 10),), now_s=250.0))
+    (u,) = plan.unplaced
+    assert u.job == "c10" and u.code == "no_room"
+    assert "the largest harvest open is 9 cores of GPU job g1 on n1, and this job needs 10" \
+        in u.reason  # fmt: skip
+
+
+def test_a_gpu_job_whose_load_rises_gets_its_cores_back_through_the_scheduler() -> None:
+    older = RunningJob("c4", "n1", (), cpu_milli=4000, memory_mib=512, start_time_s=210.0,
+                       harvest_from="g1")  # fmt: skip
+    newer = replace(older, id="c2", cpu_milli=2000, start_time_s=230.0)
+    calm = Snapshot((node(),), (gpu_job(walltime=1200.0), older, newer), (cpu_job("c3", 3),),
+                    now_s=400.0)  # fmt: skip
+    plan = plan_of(calm)  # 9 may be lent, 6 are: c3 joins
+    assert plan.requeue == () and plan.assignments == (Assignment("c3", "n1", harvest_from="g1"),)
+    # The last interval's load rose to 7: only 5 cores may be lent, 6 are.
+    risen = replace(calm, running=(replace(gpu_job(walltime=1200.0), cpu_load_last_cores=7.0),
+                                   older, newer))  # fmt: skip
+    plan = plan_of(risen)
+    assert [u.job for u in plan.requeue] == ["c2"]  # newest first, just enough
+    assert "load rose to 7 of 12 cores, so it can lend 5 where 6 are lent" in plan.requeue[0].reason
+    assert plan.assignments == ()  # nothing new on its cores until they are back
+    # Without the requeue the verifier still accepts (nothing added), but not a new borrower:
+    grabbed = replace(plan, assignments=(Assignment("c3", "n1", harvest_from="g1"),),
+                      unplaced=())  # fmt: skip
+    assert any("lends 9 cores, more than its load 7 leaves idle (5)" in p
+               for p in check_plan(risen, grabbed))  # fmt: skip
+
+
+def test_backfill_never_delays_the_first_waiting_job_s_reservation() -> None:
+    # g1 requested until 600 s. c12 waits for n1 (reserved from 600 s); at 400 s a 300-s CPU
+    # job would outlive the reservation, so it may not borrow there; a 150-s one may.
+    long, short = cpu_job("long", 3), replace(cpu_job("short", 3), walltime_s=150.0)
+    snap = Snapshot((node(),), (gpu_job(),), (cpu_job("c12", 12), long, short), now_s=400.0)
+    plan = plan_of(snap)
+    assert plan.assignments == (Assignment("short", "n1", harvest_from="g1"),)
+    assert [u.job for u in plan.unplaced] == ["c12", "long"]
+    # without a clock there is no reservation (and no harvest: no monitoring period ends)
+    assert plan_of(replace(snap, now_s=None)).assignments == ()
+
+
+def test_backfill_on_free_cores_ends_before_the_reserved_start() -> None:
+    busy = RunningJob("old", "n1", (), cpu_milli=8000, memory_mib=512, start_time_s=0.0,
+                      walltime_s=500.0)  # fmt: skip
+    gpu = Job("g", 1024, 1024, device_count=3, cpu_milli=12000, memory_mib=4096)
+    late = replace(cpu_job("late", 4, submit=0.0), walltime_s=600.0)  # ends at 700 > 500
+    soon = replace(cpu_job("soon", 4, submit=1.0), walltime_s=300.0)  # ends at 400 <= 500
+    plan = plan_of(Snapshot((node(),), (busy,), (gpu, late, soon), now_s=100.0))
+    assert plan.assignments == (Assignment("soon", "n1"),)
+    assert [u.job for u in plan.unplaced] == ["g", "late"]
+
+
+def test_a_borrower_whose_gpu_job_ended_holds_the_node_s_cores() -> None:
+    orphan = RunningJob("c8", "n1", (), cpu_milli=8000, memory_mib=512, harvest_from="gone")
+    plan = plan_of(Snapshot((node(),), (orphan,), (cpu_job("c6", 6), cpu_job("c4", 4)),
+                            now_s=10.0))  # fmt: skip
+    assert [a.job for a in plan.assignments] == ["c4"]
+
+
+def test_the_verifier_refuses_unsound_harvests() -> None:
+    snap = Snapshot((node(),), (gpu_job(), gpu_job(load=None, id="g2", on="n1")),
+                    (cpu_job("c8", 8), Job("d", 10, 10, cpu_milli=1000)), now_s=250.0)  # fmt: skip
+    bad = Plan("x", (Assignment("c8", "n1", harvest_from="g2"),
+                     Assignment("d", "n1", ("0",), harvest_from="g1")),
+               requeue=(Unplaced("nobody", "r"),))  # fmt: skip
+    problems = check_plan(snap, bad)
+    assert "GPU job g2 lends cores but has no measured load" in problems
+    assert "job d needs a device but is placed on harvested cores" in problems
+    assert "job nobody is requeued but not running" in problems
+    elsewhere = Plan("x", (Assignment("c8", "n1", harvest_from="g9"),), (Unplaced("d", "r"),))
+    assert "job c8 harvests from g9, which is no running GPU job on n1" in check_plan(snap,
+                                                                                      elsewhere)
+
+
+def test_live_cycles_turn_harvest_placements_into_unsupported_waits() -> None:
+    plan = Plan("collocate", (Assignment("a", "n1"), Assignment("c", "n1", harvest_from="g1")),
+                requeue=(Unplaced("b", "r"),))  # fmt: skip
+    live = without_harvest(plan)
+    assert live.assignments == (Assignment("a", "n1"),) and live.requeue == ()
+    (u,) = live.unplaced
+    assert u.code == "unsupported" and "idle cores of GPU job g1" in u.reason
+    assert "issue 17" in u.reason and any("requeued" in n for n in live.notes)
+    untouched = Plan("sharepack", (Assignment("a", "n1"),))
+    assert without_harvest(untouched) is untouched
+
+
+class _Queue:
+    """A Source and Editor in memory: what the cycle reads, and the plan it would write."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.written: list[Plan] = []
+
+    def read(self) -> SourceResult:
+        return SourceResult(self.snapshot)
+
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
+        self.written.append(plan)
+        return ApplyReport(applied=tuple(sorted(plan.placed_jobs)), dry_run=dry_run)
+
+
+def test_a_live_cycle_writes_no_placement_on_lent_cores() -> None:
+    queue = _Queue(Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8),), now_s=250.0))
+    assert CollocatePolicy().plan(queue.snapshot).assignments[0].harvest_from == "g1"
+    report = run_cycle(queue, CollocatePolicy(), queue)
+    (written,) = queue.written
+    assert written.assignments == () and report.apply.applied == ()
+    assert written.unplaced[0].code == "unsupported"
+
+
+def test_harvest_fields_round_trip_through_the_contracts() -> None:
+    borrower = RunningJob("c8", "n1", (), cpu_milli=8000, harvest_from="g1")
+    snap = Snapshot((node(),), (gpu_job(), borrower), (), now_s=1.0)
+    assert parse_snapshot(snapshot_to_dict(snap)) == snap
+    plan = Plan("collocate", (Assignment("c8", "n1", harvest_from="g1"),),
+                requeue=(Unplaced("c2", "its donor needs its cores"),))  # fmt: skip
+    assert parse_plan(plan_to_dict(plan)) == plan
+    assert "requeue" not in plan_to_dict(Plan("x"))  # old readers see the old shape
+    # the shipped JSON Schemas accept them (and the node facts the policy reads)
+    borrower = replace(borrower, cpu_load_max_cores=8.0, cpu_load_window_s=60.0)
+    facts = replace(node(), membw_avail_gbps=10.0, membw_baseline_gbps=20.0, llc_ways_free=3,
+                    facts_at_s=1.0)  # fmt: skip
+    jsonschema.validate(snapshot_to_dict(Snapshot((facts,), (gpu_job(), borrower), (), 1.0)),
+                        json.loads(schema_text("snapshot")))  # fmt: skip
+    jsonschema.validate(plan_to_dict(plan), json.loads(schema_text("plan")))
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("collocate: {monitor_fraction: 0}", "collocate.monitor_fraction: 0 is out of range "
+                                             "(allowed: a number in (0, 1]"),
+        ("collocate: {monitor_fraction: 1.5}", "collocate.monitor_fraction: 1.5 is out of range"),
+        ("collocate: {copy_bw_limit_mbps: -1}", "collocate.copy_bw_limit_mbps: -1 is out of"),
+        ("collocate: {max_harvest_cores: -2}", "collocate.max_harvest_cores: -2 is out of range"),
+        ("collocate: {max_harvest_cores: 2.5}", "collocate.max_harvest_cores: expected an int"),
+    ],
+)  # fmt: skip
+def test_bad_settings_name_the_key_and_the_range(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=None) as info:
+        load_config(path, environ={})
+    assert says in str(info.value), str(info.value)
+
+
+def test_settings_reach_the_policy(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("collocate: {monitor_fraction: 0.2, max_harvest_cores: 2, "
+                    "copy_bw_limit_mbps: 100}\npolicy: {name: collocate}\n")  # fmt: skip
+    from coshare.cli import policy_options
+    from coshare.policies.gang import GangPlanner
+
+    policy = make_policy("collocate", policy_options(load_config(path, environ={})))
+    assert isinstance(policy, GangPlanner)  # every policy is wrapped (gangs: refused here)
+    assert policy.inner == CollocatePolicy(0.2, 2, 100.0)
+    assert policy.refuse_gangs is not None
+    default = make_policy("collocate", PolicyOptions())
+    assert isinstance(default, GangPlanner)
+    assert default.inner == CollocatePolicy(1 / 3, 9, 300.0)
+
+
+@st.composite
+def collocation_snapshots(draw: st.DrawFn) -> Snapshot:
+    """Nodes each with at most one GPU job of random load, age, walltime and copy bandwidth,
+    borrowers (sometimes more than its load now allows), and pending GPU and CPU jobs."""
+    nodes, running = [], []
+    for i in range(draw(st.integers(1, 4))):
+        cores = draw(st.sampled_from((4, 8, 12, 16)))
+        n = node(f"n{i}", cores)
+        nodes.append(n)
+        if not draw(st.booleans()):
+            continue
+        load = draw(st.one_of(st.none(), st.floats(0, cores + 2, allow_nan=False)))
+        g = RunningJob(f"g{i}", n.name, ("0", "1", "2"), 1024, 1024, cores * 1000, 2048,
+                       start_time_s=draw(st.floats(0, 900)), cpu_load_cores=load,
+                       cpu_load_last_cores=draw(st.one_of(st.none(), st.floats(0, cores))),
+                       walltime_s=draw(st.one_of(st.none(), st.floats(1, 2000))),
+                       copy_bw_mbps=draw(st.one_of(st.none(), st.floats(0, 700))))  # fmt: skip
+        running.append(g)
+        for k in range(draw(st.integers(0, 3))):
+            running.append(RunningJob(f"b{i}-{k}", n.name, (), cpu_milli=draw(
+                st.integers(1, 4)) * 1000, memory_mib=256, start_time_s=draw(st.floats(0, 999)),
+                harvest_from=g.id))  # fmt: skip
+    pending = []
+    for k in range(draw(st.integers(0, 12))):
+        if draw(st.booleans()):
+            pending.append(cpu_job(f"c{k}", draw(st.integers(1, 10)), draw(st.floats(0, 99))))
+        else:
+            pending.append(Job(f"p{k}", 512, 512, device_count=draw(st.integers(1, 3)),
+                               cpu_milli=draw(st.integers(1, 16)) * 1000, memory_mib=512))
+    return Snapshot(tuple(nodes), tuple(running), tuple(pending), now_s=1000.0)
+
+
+@given(snapshot=collocation_snapshots(), p_m=st.floats(0.01, 1.0),
+       p_b=st.integers(0, 16), limit=st.floats(0, 1000))  # fmt: skip
+def test_plans_keep_every_promise_and_give_back_what_a_risen_load_needs(
+    snapshot: Snapshot, p_m: float, p_b: int, limit: float
+) -> None:
+    policy = CollocatePolicy(p_m, p_b, limit)
+    plan = policy.plan(snapshot)
+    assert check_plan(snapshot, plan) == []
+    assert plan == policy.plan(snapshot)  # deterministic
+    # After the requeues leave, no donor lends more than its load leaves idle.
+    gone = {u.job for u in plan.requeue}
+    after = replace(snapshot, running=tuple(r for r in snapshot.running if r.id not in gone),
+                    pending=())  # fmt: skip
+    donors, _ = policy.donors(after)
+    assert all(d.open_milli >= 0 for d in donors)
+    for a in plan.assignments:
+        if a.harvest_from is not None:
+            job = next(j for j in snapshot.pending if j.id == a.job)
+            donor = next(r for r in snapshot.running if r.id == a.harvest_from)
+            assert not job.needs_device and donor.walltime_s is not None
+            assert donor.copy_bw_mbps is not None and donor.copy_bw_mbps <= limit
+            assert snapshot.now_s is not None and donor.start_time_s is not None
+            assert snapshot.now_s - donor.start_time_s >= p_m * donor.walltime_s

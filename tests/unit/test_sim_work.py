@@ -1,0 +1,265 @@
+"""The simulator's runs as tasks (issue 16): cut into stages and put back together they give
+what compare() and sweep() give in one process; executors return results in task order,
+retry a task whose worker died at most ``retries`` times and name what failed; --sweep grids;
+the streamed engine gives the in-memory figures with only the jobs in flight kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tracemalloc
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from coshare.cli import cli
+from coshare.errors import InputError
+from coshare.model import MILLI, Job, Node
+from coshare.policies import make_policy
+from coshare.sim.device import FixedModel
+from coshare.sim.engine import SimulationError, simulate
+from coshare.sim.executor import LocalExecutor
+from coshare.sim.experiments import Setup, compare, sweep
+from coshare.sim.jobs import SimJob, host_only
+from coshare.sim.metrics import StreamSummary, summarize
+from coshare.sim.params import apply, parse_sweeps
+from coshare.sim.runs import Task
+from coshare.sim.work import CompareSpec, SizesSpec, run_paper
+
+SETUP = Setup()
+
+
+def test_stages_rebuild_compare_and_sweep_exactly() -> None:
+    ref = compare("uniform", 60, 3, ("exclusive", "random", "knapsack"), 4, SETUP, footprint=True)
+    sizes = sweep("uniform", [2, 3], ("exclusive", "knapsack"), 4, SETUP, jobs=60)
+    got = run_paper([CompareSpec("uniform", 60, 3, ("exclusive", "random", "knapsack"), 4, SETUP,
+                                 footprint=True)],
+                    [SizesSpec("uniform", ((2, 60), (3, 60)), ("exclusive", "knapsack"), 4, SETUP)],
+                    LocalExecutor(1))  # fmt: skip
+    assert got.failures == []
+    assert got.comparisons == [ref]
+    assert got.sweeps == [sizes]
+
+
+def test_table1_reuses_the_calibration_run_as_compare_does() -> None:
+    ref = compare("table1", 1000, 8, ("exclusive",), 0, SETUP)
+    got = run_paper([CompareSpec("table1", 1000, 8, ("exclusive",), 0, SETUP)], [],
+                    LocalExecutor(1))  # fmt: skip
+    assert got.comparisons == [ref]
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def _die_once(marker: str, x: int) -> int:
+    # The first time: the worker process dies (as a killed worker would); then it works.
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died")
+        os._exit(9)
+    return x
+
+
+def _always_die(x: int) -> int:
+    os._exit(9)
+
+
+def _raise(x: int) -> int:
+    raise ValueError(f"bad input {x}")
+
+
+def test_local_pool_returns_values_in_task_order() -> None:
+    tasks = [Task(f"t{i}", _double, (i,)) for i in range(7)]
+    seen: list[int] = []
+    results = LocalExecutor(2).run(tasks, seen.append)
+    assert results.values == [2 * i for i in range(7)]
+    assert sorted(seen) == list(range(7))
+
+
+def test_a_dead_worker_costs_a_retry(tmp_path: Path) -> None:
+    marker = str(tmp_path / "marker")
+    results = LocalExecutor(2, retries=1).run([Task("dies once", _die_once, (marker, 5)),
+                                               Task("fine", _double, (3,))])  # fmt: skip
+    assert results.values == [5, 6]
+    assert results.failures == []
+
+
+def test_retries_exhausted_names_the_task_and_keeps_the_others() -> None:
+    results = LocalExecutor(2, retries=2).run(
+        [Task("doomed run", _always_die, (1,)), Task("bad run", _raise, (2,))]
+        + [Task(f"ok {i}", _double, (i,)) for i in range(3)])
+    failed = {f.task: f.reason for f in results.failures}
+    assert failed["doomed run"] == "its worker died 3 times (retries exhausted)"
+    assert "bad input 2" in failed["bad run"]
+    assert results.values[2:] == [0, 2, 4]
+
+
+def test_a_task_error_is_reported_in_one_process_too() -> None:
+    results = LocalExecutor(1).run([Task("bad run", _raise, (1,)), Task("ok", _double, (1,))])
+    assert [f.task for f in results.failures] == ["bad run"]
+    assert results.values[1] == 2
+
+
+def test_sweep_grid_in_the_order_given() -> None:
+    points = parse_sweeps(["jobs=10,20", "threads=strict,soft", "max_thread_cells=8"])
+    assert points[0] == (("jobs", 10), ("threads", "strict"), ("max_thread_cells", 8))
+    assert len(points) == 4
+    setup = apply(points[0], SETUP)
+    assert setup.threads == "strict" and setup.policy_params == (("max_thread_cells", 8),)
+    assert setup.policy("knapsack", 0).inner.max_thread_cells == 8  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("colour=1,2", "colour' names no parameter (valid: jobs, nodes, cycle_delay_s"),
+    ("jobs=0", "--sweep jobs: '0' is not allowed (allowed: an integer 1..100000)"),
+    ("offload_share=nan", "offload_share: 'nan' is not allowed"),
+    ("threads", "want KEY=V1,V2"),
+])  # fmt: skip
+def test_bad_sweeps_are_refused(text: str, says: str) -> None:
+    with pytest.raises(InputError, match=None) as info:
+        parse_sweeps([text])
+    assert says in str(info.value)
+
+
+def test_unknown_sweep_key_on_the_command_line_lists_valid_ones() -> None:
+    out = CliRunner().invoke(cli, ["simulate", "--workload", "uniform", "--sweep", "speed=1"])
+    assert out.exit_code == 2
+    assert "speed' names no parameter (valid: jobs, nodes" in out.output
+
+
+def _cpu_jobs(count: int, gap_s: float = 1.0, run_s: float = 3.0, spread: int = 11,
+              ) -> Iterator[SimJob]:  # fmt: skip
+    for i in range(count):
+        job = Job(id=str(i + 1), device_count=0, kind="cpu", cpu_milli=MILLI, memory_mib=64,
+                  submit_time_s=gap_s * i)  # fmt: skip
+        yield host_only(job, run_s + (i * 7) % spread)
+
+
+NODES = tuple(Node(f"n{i}", 4 * MILLI, 4096) for i in range(2))
+
+
+def test_a_stream_replays_like_a_sequence() -> None:
+    whole = simulate(NODES, list(_cpu_jobs(400)), make_policy("knapsack"), model=FixedModel())
+    figures = StreamSummary()
+    streamed = simulate(NODES, _cpu_jobs(400), make_policy("knapsack"), model=FixedModel(),
+                        record=figures.add)  # fmt: skip
+    assert streamed.jobs == ()
+    a, b = summarize(whole), figures.summary(streamed)
+    assert (a.makespan_s, a.cycles, a.jobs, a.not_run) == (b.makespan_s, b.cycles, b.jobs,
+                                                           b.not_run)  # fmt: skip
+    assert b.wait_mean_s == pytest.approx(a.wait_mean_s, rel=1e-12)
+    assert b.slowdown_p95 == pytest.approx(a.slowdown_p95, rel=1e-3)
+    assert b.bounded_slowdown_mean == pytest.approx(a.bounded_slowdown_mean, rel=1e-12)
+    assert b.core_utilization == pytest.approx(a.core_utilization, rel=1e-12)
+    assert streamed.events == whole.events
+
+
+def test_a_stream_of_gangs_replays_like_a_sequence() -> None:
+    # every third job spans both nodes (issue 14): the streamed engine keeps a gang's parts
+    # per node and the figures match the whole run's
+    def jobs() -> Iterator[SimJob]:
+        for i, sim in enumerate(_cpu_jobs(300)):
+            job = sim.job if i % 3 else replace(sim.job, processes=6, nodes=2,
+                                                processes_per_node=4)  # fmt: skip
+            yield host_only(job, sim.duration_s)
+
+    whole = simulate(NODES, list(jobs()), make_policy("knapsack"), model=FixedModel())
+    figures = StreamSummary()
+    streamed = simulate(NODES, jobs(), make_policy("knapsack"), model=FixedModel(),
+                        record=figures.add)  # fmt: skip
+    a, b = summarize(whole), figures.summary(streamed)
+    assert a.not_run == b.not_run == 0
+    assert sum("," in r.node for r in whole.jobs) == 100  # the gangs ran on both nodes
+    assert (a.makespan_s, a.cycles, a.jobs) == (b.makespan_s, b.cycles, b.jobs)
+    assert b.bounded_slowdown_mean == pytest.approx(a.bounded_slowdown_mean, rel=1e-12)
+    assert b.core_utilization == pytest.approx(a.core_utilization, rel=1e-12)
+    assert b.core_utilization > 0
+
+
+def test_a_stream_keeps_only_the_jobs_in_flight() -> None:
+    def peak(count: int) -> int:
+        tracemalloc.start()
+        # An arrival every 2 s, 1-5 s each, on 2 exclusive nodes: a job or two in flight and
+        # no backlog (a queue that grows would rightly grow the memory too).
+        simulate(NODES, _cpu_jobs(count, gap_s=2.0, run_s=1.0, spread=5),
+                 make_policy("exclusive"), model=FixedModel(), record=StreamSummary().add)
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return top
+
+    small, large = peak(1_000), peak(10_000)
+    assert large < 1.5 * small  # ten times the jobs, not ten times the memory
+
+
+def test_a_stream_out_of_submit_order_is_refused() -> None:
+    jobs = list(_cpu_jobs(3))
+    with pytest.raises(SimulationError, match="must come in submit order"):
+        simulate(NODES, iter([jobs[1], jobs[0]]), make_policy("exclusive"), model=FixedModel())
+
+
+def test_streamed_swf_is_not_refused_for_its_size(tmp_path: Path) -> None:
+    log = tmp_path / "big.swf"
+    # one arrival every 2 s, 5 s each, on 4 nodes: no backlog, a few jobs in flight
+    rows = [f"{i} {2 * i} 0 5 1 -1 -1 1 10 1024 1 1 1 1 1 1 -1 -1" for i in range(1, 150_001)]
+    log.write_text("; a synthetic log\n" + "\n".join(rows) + "\n")
+    (tmp_path / "big.swf.machines").write_text("1 m 4 2 1 4194304\n")
+    out = CliRunner().invoke(cli, ["simulate", "--workload", f"trace:{log}", "--policies",
+                                   "exclusive", "--output", "json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.stdout)
+    assert payload["runs"][0]["jobs"] == 150_000  # above the 100,000 of an in-memory run
+    assert payload["runs"][0]["not_run"] == 0
+    assert "events/s" in out.stderr
+
+
+def test_dask_on_this_machine_prints_what_local_processes_print() -> None:
+    pytest.importorskip("distributed")
+    args = ["simulate", "--workload", "uniform", "--jobs", "40", "--nodes", "2", "--seeds", "2",
+            "--offload-share", "0.5", "--sweep", "jobs=30,40", "--policies",
+            "exclusive,knapsack", "--output", "json"]  # fmt: skip
+    local = CliRunner().invoke(cli, args)
+    dask = CliRunner().invoke(cli, [*args, "--executor", "dask", "--workers", "2"])
+    assert local.exit_code == 0 and dask.exit_code == 0, dask.output
+    assert dask.stdout == local.stdout
+    assert json.loads(local.stdout)["sweep"]["keys"] == ["jobs"]
+
+
+def test_an_unreachable_scheduler_is_one_message_and_exit_1() -> None:
+    pytest.importorskip("distributed")
+    out = CliRunner().invoke(cli, ["simulate", "--workload", "uniform", "--jobs", "10",
+                                   "--dask-scheduler", "tcp://127.0.0.1:9"],
+                             env={"COSHARE_SIM_CONNECT_TIMEOUT_S": "1"})  # fmt: skip
+    assert out.exit_code == 1
+    assert out.stderr.startswith("coshare: error: cannot reach the Dask scheduler at "
+                                 "tcp://127.0.0.1:9 within 1 s")
+
+
+def test_a_sweep_plot_is_a_png_of_every_point(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "sweep.png"
+    out = CliRunner().invoke(cli, ["simulate", "--workload", "uniform", "--nodes", "2",
+                                   "--seeds", "2", "--offload-share", "0.5", "--sweep",
+                                   "threads=strict,soft", "--sweep", "jobs=10,20", "--policies",
+                                   "exclusive,knapsack", "--plot", str(png)])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith("uniform ")]
+    assert len(rows) == 2 * 2 * 2  # every point x policy, over both seeds
+    assert all(r[-1] == "2" for r in rows)  # the seeds column
+
+
+def test_without_dask_local_runs_work_and_dask_is_asked_for_by_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    for name in ("dask", "distributed", "dask_jobqueue"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if the dask extra were not installed
+    args = ["simulate", "--workload", "uniform", "--jobs", "10", "--nodes", "2",
+            "--offload-share", "0.5", "--policies", "exclusive"]  # fmt: skip
+    local = CliRunner().invoke(cli, [*args, "--workers", "2"])
+    assert local.exit_code == 0, local.output
+    dask = CliRunner().invoke(cli, [*args, "--executor", "dask"])
+    assert dask.exit_code == 2
+    assert "--executor dask needs Dask: pip install 'coshare[dask]'" in dask.stderr
