@@ -325,7 +325,7 @@ def test_an_swf_log_without_machines_takes_its_cluster_from_the_header() -> None
     assert dict(trace.header)["MaxNodes"] == "3"  # the first of a key
     nodes = header_nodes(trace, "t.swf")
     assert [(n.name, n.cores) for n in nodes] == [("n00001", 2), ("n00002", 2), ("n00003", 2)]
-    assert [j.job.submit_time_s for j in rebased(trace.jobs)] == [0.0, 60.0]
+    assert [j.job.submit_time_s for j in rebased(trace.jobs)] == [0.0, 60.0]  # a stream
     with pytest.raises(TraceError, match="MaxNodes or MaxProcs"):
         header_nodes(parse_swf([record]), "t.swf")
     with pytest.raises(TraceError, match="MaxNodes is"):

@@ -16,8 +16,7 @@ clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from coshare.bounds import shorten_text
@@ -30,11 +29,11 @@ from coshare.sim.jobs import host_only
 from coshare.sim.metrics import RunSummary, StreamSummary
 from coshare.sim.trace_files import read_machines, stream_lines
 from coshare.sim.traces import (
-    SwfJob,
     SwfTally,
     as_gang,
     header_nodes,
     iter_swf,
+    rebased,
     swf_header_line,
 )
 
@@ -90,17 +89,6 @@ def _header(path: Path) -> SwfTally:
         if text:
             swf_header_line(text, tally.header)
     return tally
-
-
-def rebased(jobs: Iterator[SwfJob]) -> Iterator[SwfJob]:
-    """Submit times counted from the first record's (logs often keep epoch seconds; the log
-    is in submit order, so the first is the earliest)."""
-    first: float | None = None
-    for j in jobs:
-        if first is None:
-            first = j.job.submit_time_s
-        yield j if first == 0 else SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first),
-                                          j.run_s)  # fmt: skip
 
 
 def check_log(path: Path) -> None:

@@ -328,13 +328,15 @@ def header_nodes(trace: SwfTrace | SwfTally, source: str) -> tuple[Node, ...]:
     return tuple(Node(f"n{i + 1:05d}", cores * MILLI, MAX_MEMORY_MIB) for i in range(count))
 
 
-def rebased(jobs: tuple[SwfJob, ...]) -> tuple[SwfJob, ...]:
-    """Submit times counted from the first job's (logs often keep epoch seconds)."""
-    first = min((j.job.submit_time_s for j in jobs), default=0.0)
-    if first == 0:
-        return jobs
-    return tuple(SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first), j.run_s)
-                 for j in jobs)  # fmt: skip
+def rebased(jobs: Iterable[SwfJob]) -> Iterator[SwfJob]:
+    """Submit times counted from the first record's (logs often keep epoch seconds), as a
+    stream: the log is in submit order, so the first is the earliest."""
+    first: float | None = None
+    for j in jobs:
+        if first is None:
+            first = j.job.submit_time_s
+        yield j if first == 0 else SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first),
+                                          j.run_s)  # fmt: skip
 
 
 def parse_swf_machines(text: str, source: str = "machines") -> tuple[Node, ...]:
