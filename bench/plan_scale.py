@@ -17,6 +17,10 @@ Targets (issues 2 and 15): 100,000 pending jobs over 10,000 Xeon Phis by knapsac
 5 s; the default policy (sharepack) on the gpu mixes, 20,000 on 32 devices and 100,000 on
 10,000 devices, each in under 2 s.
 
+A third kind, ``gang`` (issue 14): the ``gpu`` mix with 10% of the jobs made multi-node gangs
+of 2-64 nodes (each node with the job's devices and processes), 100,000 pending over 10,000
+devices, within the same 2 s budget as single-node jobs.
+
     python bench/plan_scale.py [--policies a,b] [--clusters phi,gpu] [--scenarios idle,busy]
                                [--repeat 3] [--largest N]
 """
@@ -28,6 +32,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from coshare.model import Job, Node, RunningJob, Snapshot
 from coshare.policies import DEFAULT_POLICY, PolicyOptions, make_policy, policy_names
@@ -37,15 +42,35 @@ from gpu_mix import gpu_cluster, gpu_jobs
 
 #: (cluster kind, pending jobs, devices)
 SIZES = [("phi", 1_000, 100), ("phi", 10_000, 1_000), ("phi", 100_000, 10_000),
-         ("gpu", 2_000, 32), ("gpu", 20_000, 32), ("gpu", 100_000, 10_000)]  # fmt: skip
+         ("gpu", 2_000, 32), ("gpu", 20_000, 32), ("gpu", 100_000, 10_000),
+         ("gang", 100_000, 10_000)]  # fmt: skip
 #: (cluster kind, pending jobs, devices) -> seconds the default policy should stay under
-TARGETS = {("gpu", 20_000, 32): 2.0, ("gpu", 100_000, 10_000): 2.0}
+TARGETS = {("gpu", 20_000, 32): 2.0, ("gpu", 100_000, 10_000): 2.0,
+           ("gang", 100_000, 10_000): 2.0}  # fmt: skip
+#: Share of the ``gang`` mix's jobs that span nodes, and how many nodes they span.
+GANG_SHARE, GANG_NODES = 0.1, (2, 64)
 
 Cluster = Callable[[int], tuple[Node, ...]]
 Jobs = Callable[[int, int], tuple[Job, ...]]
+
+
+def gang_jobs(count: int, seed: int) -> tuple[Job, ...]:
+    """The ``gpu`` mix with :data:`GANG_SHARE` of its jobs spanning 2-64 nodes each."""
+    rng = random.Random(seed + 14)
+    out = []
+    for job in gpu_jobs(count, seed):
+        if rng.random() < GANG_SHARE:
+            nodes = rng.randint(*GANG_NODES)
+            job = replace(job, nodes=nodes, processes=nodes * job.processes,
+                          processes_per_node=job.processes)  # fmt: skip
+        out.append(job)
+    return tuple(out)
+
+
 KINDS: dict[str, tuple[Cluster, Jobs]] = {
     "phi": (lambda devices: phi_cluster(devices, seed=1), lambda n, seed: table1_jobs(n, seed)),
     "gpu": (gpu_cluster, gpu_jobs),
+    "gang": (gpu_cluster, gang_jobs),
 }
 
 
@@ -60,15 +85,16 @@ def busy_snapshot(nodes: tuple[Node, ...], jobs: int, draw: Jobs) -> Snapshot:
         if rng.random() < 0.5:
             continue
         j = by_id[a.job]
+        count = a.processes if a.processes is not None else j.processes  # a gang's part
         running.append(RunningJob(j.id, a.node, a.devices, j.device_memory_mib, j.device_threads,
-                                  j.total_cpu_milli, j.total_memory_mib))  # fmt: skip
+                                  j.cpu_milli * count, j.memory_mib * count))  # fmt: skip
     return Snapshot(nodes, tuple(running), pool[jobs:])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default=",".join(policy_names()))
-    parser.add_argument("--clusters", default="phi,gpu")
+    parser.add_argument("--clusters", default="phi,gpu,gang")
     parser.add_argument("--scenarios", default="idle,busy")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", default="strict", choices=["strict", "soft"])

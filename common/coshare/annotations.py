@@ -19,7 +19,14 @@ CoshareAlpha           0 < a <= 1          tolerated slowdown factor (Spread-n-S
 CoshareMembw           GB/s                main-memory bandwidth used (Poncos)
 CoshareCopyBandwidth   MB/s                host-device copy bandwidth (collocation)
 CoshareWalltime        seconds             requested run time
+CoshareNodes           integer (1)         gang: fewest nodes it spans (issue 14)
+CoshareNodesMax        integer             gang: most nodes it may span (default: Nodes)
+CoshareProcessesPerNode integer            gang: most processes on one node
 =====================  ==================  =============================================
+
+A gang without ``CoshareProcesses`` runs ``nodes x processes-per-node`` processes (one per
+node without a per-node count); fields that cannot all hold are refused naming the key
+(:func:`coshare.gangs.gang_problems`).
 
 A device job must declare memory and threads; a ``cpu`` job declares neither. Every problem of
 a job is reported at once, each with the allowed range, in an :class:`AnnotationError`; the
@@ -33,7 +40,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coshare.bounds import (
     MAX_COPY_BW_MBPS,
@@ -41,6 +48,7 @@ from coshare.bounds import (
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
     MAX_DEVICES,
+    MAX_JOB_NODES,
     MAX_MEMBW_GBPS,
     MAX_MEMORY_MIB,
     MAX_NUMBER_CHARS,
@@ -52,6 +60,7 @@ from coshare.bounds import (
     shorten,
 )
 from coshare.errors import AnnotationError, FieldProblem
+from coshare.gangs import gang_problems
 from coshare.model import MILLI, Job, JobKind, Node
 
 PREFIX = "coshare"
@@ -122,6 +131,9 @@ KEYS: tuple[KeySpec, ...] = (
             MAX_COPY_BW_MBPS),
     KeySpec("CoshareWalltime", "walltime_s", f"a number of seconds in (0, {MAX_WALLTIME_S}]",
             MAX_WALLTIME_S),
+    KeySpec("CoshareNodes", "nodes", "integer >= 1", MAX_JOB_NODES),
+    KeySpec("CoshareNodesMax", "nodes_max", "integer >= CoshareNodes", MAX_JOB_NODES),
+    KeySpec("CoshareProcessesPerNode", "processes_per_node", "integer >= 1", MAX_PROCESSES),
 )  # fmt: skip
 
 
@@ -331,6 +343,19 @@ def parse_job(
         return float(value) if isinstance(value, (int, float)) else None
 
     program = values.get("program")
+    nodes = whole("nodes", 1)
+    nodes_max = values.get("nodes_max")
+    per_node = values.get("processes_per_node")
+    gang = Job(id=job_id, nodes=nodes, nodes_max=nodes_max if isinstance(nodes_max, int) else None,
+               processes_per_node=per_node if isinstance(per_node, int) else None)  # fmt: skip
+    default = min(nodes * (gang.processes_per_node or 1), MAX_PROCESSES) if gang.is_gang else 1
+    gang = replace(gang, processes=whole("processes", max(processes, default)))
+    attribute = {s.field: s.attribute for s in KEYS}
+    problems = [FieldProblem(keys.get(name, attribute[name]), _text(value), allowed,
+                             "does not fit the job's other gang keys")
+                for name, value, allowed in gang_problems(gang)]  # fmt: skip
+    if problems:
+        raise AnnotationError(job_id, problems)
     return Job(
         id=job_id,
         device_memory_mib=whole("device_memory_mib", 0),
@@ -341,12 +366,15 @@ def parse_job(
         priority=priority,
         submit_time_s=submit_time_s,
         kind=kind,
-        processes=whole("processes", processes),
+        processes=gang.processes,
         program=program if isinstance(program, str) else None,
         alpha=real("alpha"),
         membw_gbps=real("membw_gbps"),
         copy_bw_mbps=real("copy_bw_mbps"),
         walltime_s=real("walltime_s"),
+        nodes=gang.nodes,
+        nodes_max=gang.nodes_max,
+        processes_per_node=gang.processes_per_node,
     )
 
 
@@ -383,7 +411,7 @@ def _read(
     if spec.field == "device_count":
         cap = limits.devices_per_node if has_cluster and limits else None
         return check.integer(spec, key, cap, f"is more devices than any node has (most: {cap})")
-    if spec.field == "processes":
+    if spec.field in ("processes", "nodes", "nodes_max", "processes_per_node"):
         return check.integer(spec, key, None, "is larger than coshare accepts")
     if spec.field == "kind":
         text = _text(raw).lower()

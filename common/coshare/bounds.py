@@ -16,6 +16,7 @@ device memory MiB          2**20 (1 TiB)   the knapsack's grid stays bounded (me
 device threads             2**24           GPUs: SMs x 2048 (an H100: 270,336)
 devices (node, or job)     1024
 processes of one job       2**20           cores x processes stays <= 2**50 in cpu_milli
+nodes of one job (gang)    2**20           no more nodes than processes
 LLC ways                   1024
 memory bandwidth GB/s      10**6
 copy bandwidth MB/s        10**9
@@ -52,6 +53,7 @@ MAX_CPU_MILLI = MAX_CORES * MILLI
 MAX_MEMORY_MIB = 2**30
 MAX_DEVICES = 1024
 MAX_PROCESSES = 2**20
+MAX_JOB_NODES = MAX_PROCESSES
 MAX_LLC_WAYS = 1024
 MAX_MEMBW_GBPS = 10**6
 MAX_COPY_BW_MBPS = 10**9

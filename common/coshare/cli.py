@@ -162,6 +162,7 @@ def policy_options(config: Config) -> PolicyOptions:
         seed=config.policy.seed,
         age_limit_s=config.policy.age_limit_s,
         max_reserved_devices=config.policy.max_reserved_devices,
+        max_reserved_gangs=config.policy.max_reserved_gangs,
         memory_grid_mib=config.knapsack.memory_grid_mib,
         max_thread_cells=config.knapsack.max_thread_cells,
         max_memory_cells=config.knapsack.max_memory_cells,

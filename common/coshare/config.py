@@ -142,6 +142,8 @@ class PolicyConfig:
         age_limit_s: a job pending longer than this is placed before any other, and a device
             is held back for it if it fits none now; ``null`` disables aging.
         max_reserved_devices: at most this many devices are held back per cycle for aged jobs.
+        max_reserved_gangs: at most this many aged multi-node jobs hold back nodes per cycle
+            (backfill's reservation, issue 14); 0 disables their reservations.
         membw: options of the ``membw`` policy (``policy.membw.max_share`` ...).
     """
 
@@ -150,6 +152,7 @@ class PolicyConfig:
     seed: int = field(default=0, metadata={"max": 2**63 - 1})
     age_limit_s: float | None = field(default=3600.0, metadata={"min": 0})
     max_reserved_devices: int = field(default=8, metadata={"min": 0})
+    max_reserved_gangs: int = field(default=1, metadata={"min": 0, "max": 1024})
     membw: MembwConfig = field(default_factory=MembwConfig)
 
 

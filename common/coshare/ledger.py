@@ -253,6 +253,14 @@ def pending_job(queued: Queued, limits: ClusterLimits | None) -> Job:
         memory_mib=queued.memory_mib, priority=queued.priority,
         submit_time_s=queued.submit_time_s,
     )  # fmt: skip
+    if job.is_gang:
+        # The policies plan gangs (coshare.gangs), but neither adapter writes a multi-node
+        # placement yet (issue 14, items 4-5): refused here, once for both, never half-placed.
+        key = "CoshareNodesMax" if job.nodes == 1 else "CoshareNodes"
+        value = job.nodes_max if job.nodes == 1 else job.nodes
+        raise AnnotationError(job.id, [FieldProblem(
+            key, str(value), "1 (multi-node jobs are planned by coshare but not yet placed on "
+            "a live scheduler)", "asks for a multi-node gang")])  # fmt: skip
     if job.processes > 1:
         job = replace(job, cpu_milli=per_process(queued.cpu_milli, job.processes),
                       memory_mib=per_process(queued.memory_mib, job.processes))  # fmt: skip

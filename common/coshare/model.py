@@ -170,6 +170,12 @@ class Job:
         membw_gbps: main-memory bandwidth the job uses (Poncos, Spread-n-Share).
         copy_bw_mbps: host-device copy bandwidth (collocation paper's cudaMemcpy threshold).
         walltime_s: requested run time, when the user gave one.
+        nodes: the fewest nodes the job spans (a gang, issue 14; 1: a single-node job).
+        nodes_max: the most nodes it may span (Slurm's ``-N min-max``); ``None``: ``nodes``.
+        processes_per_node: the most processes one node takes (Slurm's
+            ``--ntasks-per-node``); ``None``: no limit. For a gang, ``device_count`` devices
+            are needed on *each* node it spans, and ``cpu_milli``/``memory_mib`` stay per
+            process (see :mod:`coshare.gangs`).
     """
 
     id: str
@@ -187,6 +193,14 @@ class Job:
     membw_gbps: float | None = None
     copy_bw_mbps: float | None = None
     walltime_s: float | None = None
+    nodes: int = 1
+    nodes_max: int | None = None
+    processes_per_node: int | None = None
+
+    @property
+    def is_gang(self) -> bool:
+        """Whether the job may span more than one node (planned by :mod:`coshare.gangs`)."""
+        return self.nodes > 1 or (self.nodes_max or 0) > 1
 
     @property
     def cores(self) -> int | float:
@@ -234,8 +248,9 @@ class RunningJob:
         cpu_load_last_cores: node facts: its CPU load over the last sampling interval.
         cpu_load_max_cores: node facts: the highest interval load of its history.
         cpu_load_window_s: node facts: the seconds the history covers.
-        walltime_s: the job's requested run time (``collocate``: its monitoring period is
-            ``P_M`` of it; Wu & Hong section IV-A), when known.
+        walltime_s: the job's requested run time, when known: with ``start_time_s`` it gives
+            the expected end a wide gang's reservation counts on (issue 14); ``collocate``'s
+            monitoring period is ``P_M`` of it (Wu & Hong section IV-A).
         copy_bw_mbps: its host-device copy bandwidth, MB/s per process (measured, or declared
             as ``CoshareCopyBandwidth``; section III-B3), when known.
         harvest_from: the running GPU job whose idle cores this CPU job borrows (``collocate``);

@@ -22,6 +22,7 @@ from coshare.bounds import (
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
     MAX_DEVICES,
+    MAX_JOB_NODES,
     MAX_LLC_WAYS,
     MAX_MEMBW_GBPS,
     MAX_MEMORY_MIB,
@@ -35,6 +36,7 @@ from coshare.bounds import (
     shorten,
 )
 from coshare.errors import SnapshotError
+from coshare.gangs import gang_problems
 from coshare.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, split_ids, text_problem
 from coshare.model import (
     MILLI,
@@ -72,7 +74,7 @@ RUNNING_FIELDS = (
 PENDING_FIELDS = (
     "id", "device_memory_mib", "device_threads", "device_count", "cores", "memory_mib",
     "priority", "submit_time", "kind", "processes", "program", "alpha", "membw_gbps",
-    "copy_bw_mbps", "walltime_s",
+    "copy_bw_mbps", "walltime_s", "nodes", "nodes_max", "processes_per_node",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
 PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue")
@@ -363,6 +365,16 @@ def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
         )
     if kind == "device" and device_count < 1:
         f._bad("device_count", device_count, "an integer >= 1 for a job of kind 'device'")
+    nodes = f.integer("nodes", 1, minimum=1, maximum=MAX_JOB_NODES)
+    nodes_max = f.integer("nodes_max", None, minimum=1, maximum=MAX_JOB_NODES)
+    per_node = f.integer("processes_per_node", None, minimum=1, maximum=MAX_PROCESSES)
+    # a gang without "processes" runs nodes x processes_per_node (one per node): coshare.gangs
+    processes = f.integer("processes", min(nodes * (per_node or 1), MAX_PROCESSES), minimum=1,
+                          maximum=MAX_PROCESSES)  # fmt: skip
+    gang = Job(id="", processes=processes, nodes=nodes, nodes_max=nodes_max,
+               processes_per_node=per_node)  # fmt: skip
+    for key, value, allowed in gang_problems(gang):
+        f._bad(key, value, allowed)
     return Job(
         id=f.ident("id"),
         device_memory_mib=device_memory,
@@ -373,12 +385,15 @@ def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
         priority=f.integer("priority", 0, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY),
         submit_time_s=f.number("submit_time", 0.0, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
         kind=kind,
-        processes=f.integer("processes", 1, minimum=1, maximum=MAX_PROCESSES),
+        processes=processes,
         program=f.string("program", None),
         alpha=f.number("alpha", None, maximum=1.0, exclusive_min=True),
         membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
         copy_bw_mbps=f.number("copy_bw_mbps", None, maximum=MAX_COPY_BW_MBPS),
         walltime_s=f.number("walltime_s", None, exclusive_min=True, maximum=MAX_WALLTIME_S),
+        nodes=nodes,
+        nodes_max=nodes_max,
+        processes_per_node=per_node,
     )
 
 
@@ -506,12 +521,15 @@ def job_to_dict(j: Job) -> dict[str, object]:
             ("priority", j.priority),
             ("submit_time", j.submit_time_s),
             ("kind", j.kind if j.kind == "cpu" else None),
-            ("processes", None if j.processes == 1 else j.processes),
+            ("processes", None if j.processes == 1 and not j.is_gang else j.processes),
             ("program", j.program),
             ("alpha", j.alpha),
             ("membw_gbps", j.membw_gbps),
             ("copy_bw_mbps", j.copy_bw_mbps),
             ("walltime_s", j.walltime_s),
+            ("nodes", None if j.nodes == 1 else j.nodes),
+            ("nodes_max", j.nodes_max),
+            ("processes_per_node", j.processes_per_node),
         ]
     )
 

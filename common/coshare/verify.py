@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from coshare.model import Plan, Snapshot
+from coshare.model import Job, Plan, Snapshot
 
 
 def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> list[str]:
@@ -52,6 +52,7 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
     for job_id in pending:
         if job_id not in seen and job_id not in assigned_nodes:
             problems.append(f"pending job {job_id} is missing from the plan")
+    problems += _gang_problems(plan, pending)
 
     dev_mem: dict[tuple[str, str], int] = defaultdict(int)
     dev_thr: dict[tuple[str, str], int] = defaultdict(int)
@@ -153,4 +154,34 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
         if lent[donor_id] > idle:
             problems.append(f"GPU job {donor_id} lends {lent[donor_id] / 1000:g} cores, more "
                             f"than its load {max(loads):g} leaves idle ({idle // 1000})")
+    return problems
+
+
+def _gang_problems(plan: Plan, pending: dict[str, Job]) -> list[str]:
+    """All or nothing (issue 14): a gang is on a node count it allows, with every process
+    placed once and at most ``processes_per_node`` on a node; a single-node job on one node."""
+    problems: list[str] = []
+    parts: dict[str, list[int | None]] = defaultdict(list)
+    for a in plan.assignments:
+        if a.job in pending:
+            parts[a.job].append(a.processes)
+    for job_id, counts in parts.items():
+        job = pending[job_id]
+        low = job.nodes
+        high = job.nodes_max if job.nodes_max is not None else job.nodes
+        if not (job.nodes > 1 or high > 1):
+            if len(counts) > 1:
+                problems.append(f"job {job_id} is a single-node job but spans {len(counts)} nodes")
+            continue
+        if not low <= len(counts) <= high:
+            problems.append(f"gang {job_id} is on {len(counts)} nodes (allowed: {low}..{high})")
+        if any(c is None for c in counts):
+            problems.append(f"gang {job_id} has a node without a process count")
+            continue
+        total = sum(c for c in counts if c is not None)
+        if total != job.processes:
+            problems.append(f"gang {job_id} places {total} processes of {job.processes}")
+        most = job.processes_per_node
+        if most is not None and any(c is not None and c > most for c in counts):
+            problems.append(f"gang {job_id} puts more than {most} processes on one node")
     return problems

@@ -53,6 +53,7 @@ class Spec:
         memory: its declared device memory (text: as the user wrote it).
         threads: its declared device threads.
         processes: its declared gang size, if any.
+        nodes: the nodes its gang asks for (issue 14), if any.
         cpus: the scheduler's host cores request (the job's total).
         host_memory_mib: the scheduler's host memory request (the job's total).
         placed: ``(node, device, at_s)`` recorded in the job, if any.
@@ -64,6 +65,7 @@ class Spec:
     memory: int | str = 1024
     threads: int = 60
     processes: int | None = None
+    nodes: int | None = None
     cpus: int = 1
     host_memory_mib: int = 256
     placed: tuple[str, str, float] | None = None
@@ -160,6 +162,8 @@ class CondorHalf:
         }  # fmt: skip
         if s.processes is not None:
             ad["CoshareProcesses"] = s.processes
+        if s.nodes is not None:
+            ad["CoshareNodes"] = s.nodes
         if s.running_on:
             ad["RemoteHost"] = f"slot1_{s.id}@{s.running_on}@vm"
         if s.placed is not None:
@@ -210,6 +214,8 @@ class SlurmHalf:
         comment = f"coshare: device-memory={s.memory} device-threads={s.threads}"
         if s.processes is not None:
             comment += f" processes={s.processes}"
+        if s.nodes is not None:
+            comment += f" nodes={s.nodes}"
         held = not s.gate_open and s.running_on is None
         record = job_record(
             s.id, job_state="RUNNING" if s.running_on else "PENDING", comment=comment,
@@ -349,6 +355,12 @@ def test_a_bad_or_absurd_annotation_refuses_that_job_and_the_others_are_planned(
     out = run(half, [Spec(1, memory="lots"), Spec(2, memory="9" * 400), Spec(3)])
     assert out.rejected == (1, 2) and out.pending == (3,)
     assert out.refused == (1, 2) and out.writes == ((3, "n1", ("0",)),)
+
+
+def test_a_gang_is_refused_by_both_adapters_until_they_can_place_it(half: Half) -> None:
+    # issue 14: planned and simulated, but no adapter writes a multi-node placement yet
+    out = run(half, [Spec(1, nodes=2), Spec(2)])
+    assert (out.rejected, out.refused, out.pending) == ((1,), (1,), (2,))
 
 
 def test_a_refused_job_whose_gate_is_open_is_closed_first(half: Half) -> None:

@@ -264,10 +264,15 @@ def test_settings_reach_the_policy(tmp_path: Path) -> None:
     path.write_text("collocate: {monitor_fraction: 0.2, max_harvest_cores: 2, "
                     "copy_bw_limit_mbps: 100}\npolicy: {name: collocate}\n")  # fmt: skip
     from coshare.cli import policy_options
+    from coshare.policies.gang import GangPlanner
 
     policy = make_policy("collocate", policy_options(load_config(path, environ={})))
-    assert policy == CollocatePolicy(0.2, 2, 100.0)
-    assert make_policy("collocate", PolicyOptions()) == CollocatePolicy(1 / 3, 9, 300.0)
+    assert isinstance(policy, GangPlanner)  # every policy is wrapped (gangs: refused here)
+    assert policy.inner == CollocatePolicy(0.2, 2, 100.0)
+    assert policy.refuse_gangs is not None
+    default = make_policy("collocate", PolicyOptions())
+    assert isinstance(default, GangPlanner)
+    assert default.inner == CollocatePolicy(1 / 3, 9, 300.0)
 
 
 @st.composite

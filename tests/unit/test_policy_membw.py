@@ -196,12 +196,16 @@ def test_the_probe_time_travels_in_the_snapshot() -> None:
 
 def test_the_policy_is_built_from_the_configuration() -> None:
     from coshare.cli import policy_options
+    from coshare.policies.gang import GangPlanner
 
     config = build(Config, {"policy": {"name": "membw", "membw": {
         "max_share": 0.5, "init_s": 5, "programs": {"lama": 0.534}}}})  # fmt: skip
     policy = make_policy("membw", policy_options(config))
-    assert policy == MembwPolicy(max_share=0.5, programs={"lama": 0.534}, init_s=5.0)
-    assert make_policy("membw", PolicyOptions()) == MembwPolicy()
+    assert isinstance(policy, GangPlanner)  # every policy is wrapped (gangs: refused here)
+    assert policy.inner == MembwPolicy(max_share=0.5, programs={"lama": 0.534}, init_s=5.0)
+    assert policy.refuse_gangs is not None
+    default = make_policy("membw", PolicyOptions())
+    assert isinstance(default, GangPlanner) and default.inner == MembwPolicy()
 
 
 @pytest.mark.parametrize(("section", "key"), [

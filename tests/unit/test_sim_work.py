@@ -10,6 +10,7 @@ import os
 import sys
 import tracemalloc
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,7 @@ def test_sweep_grid_in_the_order_given() -> None:
     assert len(points) == 4
     setup = apply(points[0], SETUP)
     assert setup.threads == "strict" and setup.policy_params == (("max_thread_cells", 8),)
-    assert setup.policy("knapsack", 0).max_thread_cells == 8  # type: ignore[attr-defined]
+    assert setup.policy("knapsack", 0).inner.max_thread_cells == 8  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("text, says", [
@@ -152,7 +153,31 @@ def test_a_stream_replays_like_a_sequence() -> None:
                                                            b.not_run)  # fmt: skip
     assert b.wait_mean_s == pytest.approx(a.wait_mean_s, rel=1e-12)
     assert b.slowdown_p95 == pytest.approx(a.slowdown_p95, rel=1e-3)
+    assert b.bounded_slowdown_mean == pytest.approx(a.bounded_slowdown_mean, rel=1e-12)
+    assert b.core_utilization == pytest.approx(a.core_utilization, rel=1e-12)
     assert streamed.events == whole.events
+
+
+def test_a_stream_of_gangs_replays_like_a_sequence() -> None:
+    # every third job spans both nodes (issue 14): the streamed engine keeps a gang's parts
+    # per node and the figures match the whole run's
+    def jobs() -> Iterator[SimJob]:
+        for i, sim in enumerate(_cpu_jobs(300)):
+            job = sim.job if i % 3 else replace(sim.job, processes=6, nodes=2,
+                                                processes_per_node=4)  # fmt: skip
+            yield host_only(job, sim.duration_s)
+
+    whole = simulate(NODES, list(jobs()), make_policy("knapsack"), model=FixedModel())
+    figures = StreamSummary()
+    streamed = simulate(NODES, jobs(), make_policy("knapsack"), model=FixedModel(),
+                        record=figures.add)  # fmt: skip
+    a, b = summarize(whole), figures.summary(streamed)
+    assert a.not_run == b.not_run == 0
+    assert sum("," in r.node for r in whole.jobs) == 100  # the gangs ran on both nodes
+    assert (a.makespan_s, a.cycles, a.jobs) == (b.makespan_s, b.cycles, b.jobs)
+    assert b.bounded_slowdown_mean == pytest.approx(a.bounded_slowdown_mean, rel=1e-12)
+    assert b.core_utilization == pytest.approx(a.core_utilization, rel=1e-12)
+    assert b.core_utilization > 0
 
 
 def test_a_stream_keeps_only_the_jobs_in_flight() -> None:

@@ -36,6 +36,7 @@ from coshare.policies.collocate import (
 )
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.fgd import FgdPolicy, Shape
+from coshare.policies.gang import GangPlanner
 from coshare.policies.knapsack import MAX_DP_CELLS, MAX_MEMORY_CELLS, KnapsackPolicy
 from coshare.policies.membw import MembwPolicy
 from coshare.policies.potential import Shape as WorkloadShape
@@ -54,10 +55,10 @@ class PolicyOptions:
     snapshot. ``fgd_workload`` is FGD's target workload (shapes with
     counts) when the caller knows it, as the fragmentation benchmark does; ``None`` takes it
     from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
-    ``None`` takes the largest node of each snapshot. ``membw_*`` are the ``membw`` policy's
+    ``None`` takes the largest node of each snapshot. ``max_reserved_gangs``: how many aged
+    gangs may hold nodes per cycle (issue 14). ``membw_*`` are the ``membw`` policy's
     (``policy.membw``); ``membw_trials`` plans trial co-runs, which only the simulator
-    enforces so far (the live cycles leave it off).
-    ``None`` takes the largest node of each snapshot. ``monitor_fraction``,
+    enforces so far (the live cycles leave it off). ``monitor_fraction``,
     ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
     and copy-bandwidth threshold (the ``collocate`` config section).
     """
@@ -76,6 +77,7 @@ class PolicyOptions:
         fgd_workload: tuple[tuple[Shape, int], ...] | None = None,
         bestfit_scale: tuple[int, int] | None = None,
         workload: tuple[tuple[WorkloadShape, int], ...] | None = None,
+        max_reserved_gangs: int = 1,
         membw_max_share: float = 0.9,
         membw_programs: Mapping[str, float] | None = None,
         membw_init_s: float = 60.0,
@@ -95,6 +97,7 @@ class PolicyOptions:
         self.fgd_workload = fgd_workload
         self.bestfit_scale = bestfit_scale
         self.workload = workload
+        self.max_reserved_gangs = max_reserved_gangs
         self.membw_max_share = membw_max_share
         self.membw_programs: Mapping[str, float] = dict(membw_programs or {})
         self.membw_init_s = membw_init_s
@@ -127,6 +130,16 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
 }
 
 
+#: Policies whose own admission or reservation the shared gang mechanism would bypass: they
+#: refuse gangs (``unsupported``) and plan the other jobs as before (issue 14).
+GANGS_UNSUPPORTED: dict[str, str] = {
+    "membw": "the membw policy does not place multi-node jobs yet (its bandwidth admission "
+             "is per node and would not see a gang's other parts)",
+    "collocate": "the collocate policy does not place multi-node jobs yet (its EASY "
+                 "reservation would not see the gang mechanism's)",
+}
+
+
 #: The policy a cycle uses unless the configuration names another.
 DEFAULT_POLICY = "sharepack"
 
@@ -146,4 +159,10 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     if factory is None:
         # The name may come from a flag, a config or COSHARE_POLICY: shown bounded (issue 11).
         raise PolicyError(f"unknown policy {shorten(name)} (known: {', '.join(policy_names())})")
-    return factory(options or PolicyOptions())
+    options = options or PolicyOptions()
+    # Gangs (multi-node jobs) are placed by one mechanism around every policy (issue 14).
+    return GangPlanner(factory(options), whole_nodes=name == "exclusive",
+                       strict_threads=name == "exclusive" or options.threads == "strict",
+                       age_limit_s=options.age_limit_s,
+                       max_reserved_gangs=options.max_reserved_gangs,
+                       refuse_gangs=GANGS_UNSUPPORTED.get(name))  # fmt: skip

@@ -145,6 +145,8 @@ class ClusterState:
         self.assignments: list[Assignment] = []
         self._most_free: dict[bool, tuple[int, int, int]] = {}
         self._labels: dict[str, str] = {}
+        self._node_most_mem: Ints | None = None
+        self._device_starts: tuple[Ints, Ints] | None = None
 
     def device_index(self, node: str, device: str) -> int:
         """The global index of ``device`` of ``node``."""
@@ -161,19 +163,24 @@ class ClusterState:
 
     # -- placing -----------------------------------------------------------------------------
 
-    def place(self, job: Job, node: int, devices: Sequence[int] = ()) -> None:
-        """Record that ``job`` goes to ``node`` (and ``devices`` there) and take its resources."""
-        self.node_free_cpu[node] -= job.total_cpu_milli
-        self.node_free_mem[node] -= job.total_memory_mib
+    def place(
+        self, job: Job, node: int, devices: Sequence[int] = (), processes: int | None = None
+    ) -> None:
+        """Record that ``job`` goes to ``node`` (and ``devices`` there) and take its resources.
+
+        ``processes``: the part of a gang on this node (:mod:`coshare.gangs`), which holds
+        that many processes' cores and memory; ``None``: the whole job."""
+        count = job.processes if processes is None else processes
+        self.node_free_cpu[node] -= job.cpu_milli * count
+        self.node_free_mem[node] -= job.memory_mib * count
         self.node_jobs[node] += 1
         self.node_host_jobs[node] += not devices
         for d in devices:
             self.dev_free_mem[d] -= job.device_memory_mib
             self.dev_free_thr[d] -= job.device_threads
             self.dev_jobs[d] += 1
-        self.assignments.append(
-            Assignment(job.id, self.node_names[node], tuple(self.dev_ids[d] for d in devices))
-        )
+        ids = tuple(self.dev_ids[d] for d in devices)
+        self.assignments.append(Assignment(job.id, self.node_names[node], ids, processes))
         self.changed()
 
     def take_back(self, index: int, job: Job) -> tuple[int, list[int]]:
@@ -218,6 +225,23 @@ class ClusterState:
         """Forget what was cached about free resources (after they changed)."""
         self._most_free.clear()
         self._labels.clear()
+        self._node_most_mem = None
+
+    def node_most_free_device_mem(self) -> Ints:
+        """Per node, the most free memory of any of its devices (-1 without devices), cached
+        until the next :meth:`place` (a quick bound for gangs, :mod:`coshare.policies.gang`)."""
+        if self._node_most_mem is None:
+            out: Ints = np.full(len(self.nodes), -1, dtype=np.int64)
+            if self._device_starts is None:
+                with_devices = [i for i, devs in enumerate(self.node_devs) if devs]
+                starts = [self.node_devs[i][0] for i in with_devices]
+                self._device_starts = (np.array(with_devices, dtype=np.int64),
+                                       np.array(starts, dtype=np.int64))  # fmt: skip
+            nodes, starts_at = self._device_starts
+            if len(nodes):
+                out[nodes] = np.maximum.reduceat(self.dev_free_mem, starts_at)
+            self._node_most_mem = out
+        return self._node_most_mem
 
     def most_free_device(self) -> str:
         """``N MiB on node/device`` for the device with the most free memory (``-`` when the

@@ -354,7 +354,7 @@ def _trace(request: Request) -> Outcome:
     """Replay an SWF log (``trace:PATH``) as a stream, once per policy, seed and point."""
     policies = parse_policies(request.policies_text, ALL_POLICIES)
     path = Path(request.workload[len("trace:"):])
-    cluster_of(path, request.nodes)  # refuse a missing .machines before anything runs
+    cluster_of(path, request.nodes)  # refuse an unknown cluster before anything runs
     check_log(path)  # and a bad record, naming its line (one pass; memory stays bounded)
     tasks = []
     for point in request.points:
@@ -383,8 +383,8 @@ def _trace(request: Request) -> Outcome:
     skipped = replays[0].skipped if replays else 0
     jobs = summaries[0].jobs if summaries else 0
     title = (f"SWF replay of {path.name}: {jobs} jobs ({skipped} records skipped), "
-             f"{summaries[0].nodes if summaries else 0} nodes; jobs wider than one node never "
-             "run (single-node policies)")  # fmt: skip
+             f"{summaries[0].nodes if summaries else 0} nodes; jobs wider than one node run "
+             "as gangs")  # fmt: skip
     payload = {"trace": str(path), "nodes": summaries[0].nodes if summaries else 0,
                "skipped_records": skipped,
                "runs": [{**summary_dict(r.summary), "events": r.events} for r in replays]}

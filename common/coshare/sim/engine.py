@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from coshare.errors import CoshareError
 from coshare.facts import attach
-from coshare.model import Node, RunningJob, Snapshot
+from coshare.model import MILLI, Node, RunningJob, Snapshot
 from coshare.policies.base import Policy
 from coshare.sim.device import ExecutionModel, OffloadModel, Token
 from coshare.sim.facts import FactsModel
@@ -95,6 +95,14 @@ class JobRecord:
     devices: tuple[str, ...] = ()
     gate_wait_s: float = 0.0
 
+    def bounded_slowdown(self, bound_s: float = 10.0) -> float | None:
+        """Time in the system over run time alone, run times under ``bound_s`` counted as
+        ``bound_s``, at least 1 (Feitelson's bounded slowdown, the usual metric of SWF
+        replays); ``None`` when it never ran."""
+        if self.start_s is None or self.end_s is None:
+            return None
+        return max(1.0, (self.end_s - self.submit_s) / max(self.duration_s, bound_s))
+
     @property
     def slowdown(self) -> float | None:
         """Run time over run time alone (1.0: it never waited for its device)."""
@@ -119,6 +127,8 @@ class SimResult:
         peak_threads: per device, the most offload threads in use at once.
         peak_memory_mib: per device, the most declared memory held at once.
         memory_capacity_mib: per device, its memory.
+        busy_core_s: core-seconds held by the jobs that ran (all nodes of a gang).
+        core_capacity: cores of the cluster.
         events: events the engine handled (arrivals, job events, cycles).
     """
 
@@ -133,7 +143,15 @@ class SimResult:
     peak_threads: tuple[int, ...] = ()
     peak_memory_mib: tuple[int, ...] = ()
     memory_capacity_mib: tuple[int, ...] = field(default=())
+    busy_core_s: float = 0.0
+    core_capacity: float = 0.0
     events: int = 0
+
+    @property
+    def core_utilization(self) -> float:
+        """Average node utilization: core-seconds held by jobs over cores x makespan."""
+        capacity = self.core_capacity * self.makespan_s
+        return self.busy_core_s / capacity if capacity > 0 else 0.0
 
     @property
     def not_run(self) -> tuple[str, ...]:
@@ -230,12 +248,14 @@ class _Engine:
         self.heap: list[tuple[float, int, int, Token]] = []
         self.seq = 0
         self.pending: dict[str, int] = {}
-        self.running: dict[str, RunningJob] = {}
-        self.placed: dict[int, tuple[str, tuple[str, ...], tuple[int, ...]]] = {}
+        # keyed by (job, node): a gang holds one entry per node (issue 14)
+        self.running: dict[tuple[str, str], RunningJob] = {}
+        self.placed: dict[int, list[tuple[str, tuple[str, ...], tuple[int, ...], int]]] = {}
         self.start: dict[int, float] = {}
         self.end: dict[int, float] = {}
         self.cycle_due: float | None = None
         self.cycles = 0
+        self.busy_core_s = 0.0
         self.facts: FactsModel | None = None
 
     def push(self, time: float, kind: int, token: Token) -> None:
@@ -307,13 +327,25 @@ class _Engine:
                 raise SimulationError(
                     f"policy {plan.policy} at t={now:g}: " + "; ".join(problems[:5])
                 )
-        for a in plan.assignments:
-            self.begin(self.index[a.job], a.node, a.devices, now)
+        parts: dict[str, list[tuple[str, tuple[str, ...], int | None]]] = {}
+        for a in plan.assignments:  # a gang's nodes start together, all or nothing
+            parts.setdefault(a.job, []).append((a.node, a.devices, a.processes))
+        for job_id, on in parts.items():
+            j = self.index[job_id]
+            if j in self.placed or job_id not in self.pending:
+                raise SimulationError(f"job {job_id} placed twice")
+            self.placed[j] = []
+            for node, device_ids, processes in on:
+                self.begin(j, node, device_ids, now, processes)
+            del self.pending[job_id]
+            self.start[j] = now
+            self.model.start(j, tuple(d for part in self.placed[j] for d in part[2]), now)
 
-    def begin(self, j: int, node: str, device_ids: tuple[str, ...], now: float) -> None:
+    def begin(self, j: int, node: str, device_ids: tuple[str, ...], now: float,
+              processes: int | None) -> None:  # fmt: skip
+        """Take what job ``j`` holds on ``node`` (a gang: its ``processes`` there)."""
         job = self.jobs[j].job
-        if j in self.placed or job.id not in self.pending:
-            raise SimulationError(f"job {job.id} placed twice (multi-node plans are not simulated)")
+        count = job.processes if processes is None else processes
         devices = tuple(self.dev_index[(node, d)] for d in device_ids)
         for d in devices:
             self.used_mem[d] += job.device_memory_mib
@@ -323,41 +355,41 @@ class _Engine:
                     f"{device_ids[devices.index(d)]} at t={now:g}"
                 )
             self.peak_mem[d] = max(self.peak_mem[d], self.used_mem[d])
-        self.node_cpu[node] -= job.total_cpu_milli
-        self.node_mem[node] -= job.total_memory_mib
+        self.node_cpu[node] -= job.cpu_milli * count
+        self.node_mem[node] -= job.memory_mib * count
         if self.node_cpu[node] < 0 or self.node_mem[node] < 0:
             raise SimulationError(f"{self.policy.name} oversubscribes host of {node} at t={now:g}")
-        del self.pending[job.id]
-        self.placed[j] = (node, device_ids, devices)
-        self.running[job.id] = RunningJob(
+        self.placed[j].append((node, device_ids, devices, count))
+        self.running[(job.id, node)] = RunningJob(
             id=job.id,
             node=node,
             devices=device_ids,
             device_memory_mib=job.device_memory_mib,
             device_threads=job.device_threads,
-            cpu_milli=job.total_cpu_milli,
-            memory_mib=job.total_memory_mib,
+            cpu_milli=job.cpu_milli * count,
+            memory_mib=job.memory_mib * count,
             start_time_s=now,
             program=job.program,
+            walltime_s=job.walltime_s,
         )
-        self.start[j] = now
         # A model that slows jobs by what shares their node (memory bandwidth: the poncos
-        # workload) learns the node first; device models need only the devices.
+        # workload) learns the node first, each node of a gang; device models need only the
+        # devices, told once per job in cycle().
         on_node = getattr(self.model, "on_node", None)
         if on_node is not None:
             on_node(j, node)
-        self.model.start(j, devices, now)
 
     def finish(self, j: int, now: float) -> None:
         if j in self.end:
             raise SimulationError(f"job {self.jobs[j].job.id} ended twice")
         job = self.jobs[j].job
-        node, _, devices = self.placed[j]
-        for d in devices:
-            self.used_mem[d] -= job.device_memory_mib
-        self.node_cpu[node] += job.total_cpu_milli
-        self.node_mem[node] += job.total_memory_mib
-        del self.running[job.id]
+        for node, _, devices, count in self.placed[j]:
+            self.busy_core_s += job.cpu_milli * count / MILLI * (now - self.start[j])
+            for d in devices:
+                self.used_mem[d] -= job.device_memory_mib
+            self.node_cpu[node] += job.cpu_milli * count
+            self.node_mem[node] += job.memory_mib * count
+            del self.running[(job.id, node)]
         self.end[j] = now
         self.ended += 1
         self.makespan_s = max(self.makespan_s, now)
@@ -371,7 +403,9 @@ class _Engine:
 
     def job_record(self, j: int) -> JobRecord:
         sim = self.jobs[j]
-        node, device_ids, _ = self.placed.get(j, ("", (), ()))
+        on = self.placed.get(j, [])
+        node = ",".join(part[0] for part in on)  # a gang: every node it ran on
+        device_ids = tuple(d for part in on for d in part[1])
         return JobRecord(
             id=sim.job.id,
             submit_s=sim.job.submit_time_s,
@@ -406,5 +440,7 @@ class _Engine:
             peak_threads=tuple(self.model.peak_threads),
             peak_memory_mib=tuple(self.peak_mem),
             memory_capacity_mib=tuple(self.dev_mem),
+            busy_core_s=self.busy_core_s,
+            core_capacity=sum(n.cpu_milli for n in self.nodes) / MILLI,
             events=self.events,
         )

@@ -30,6 +30,9 @@ class RunSummary:
         wait_mean_s: mean time from arrival to start.
         cycles: planning cycles.
         not_run: jobs that never started.
+        bounded_slowdown_mean: mean over jobs of time in the system over run time alone
+            (run times under 10 s counted as 10 s; at least 1): the SWF replays' metric.
+        core_utilization: core-seconds held by jobs over cores x makespan (node use).
     """
 
     policy: str
@@ -43,6 +46,8 @@ class RunSummary:
     wait_mean_s: float
     cycles: int
     not_run: int
+    bounded_slowdown_mean: float = math.nan
+    core_utilization: float = 0.0
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -58,6 +63,7 @@ def summarize(result: SimResult) -> RunSummary:
     """The figures of ``result``."""
     slowdowns = [s for s in (r.slowdown for r in result.jobs) if s is not None]
     waits = [r.start_s - r.submit_s for r in result.jobs if r.start_s is not None]
+    bounded = [s for s in (r.bounded_slowdown() for r in result.jobs) if s is not None]
     return RunSummary(
         policy=result.policy,
         nodes=result.nodes,
@@ -70,6 +76,8 @@ def summarize(result: SimResult) -> RunSummary:
         wait_mean_s=statistics.fmean(waits) if waits else math.nan,
         cycles=result.cycles,
         not_run=len(result.not_run),
+        bounded_slowdown_mean=statistics.fmean(bounded) if bounded else math.nan,
+        core_utilization=result.core_utilization,
     )
 
 
@@ -98,6 +106,7 @@ class StreamSummary:
         self.not_run = 0
         self._slow = _RunningSum()
         self._wait = _RunningSum()
+        self._bounded = _RunningSum()  # bounded slowdown: the SWF replays' metric (issue 14)
         self._slow_max = -math.inf
         self._buckets: dict[int, int] = {}
 
@@ -108,6 +117,9 @@ class StreamSummary:
             self.not_run += 1
             return
         self._wait.add(record.start_s - record.submit_s)
+        bounded = record.bounded_slowdown()
+        if bounded is not None:
+            self._bounded.add(bounded)
         slowdown = record.slowdown
         if slowdown is not None:
             self._slow.add(slowdown)
@@ -128,7 +140,8 @@ class StreamSummary:
         return self._slow_max  # pragma: no cover (the counts add up to count)
 
     def summary(self, result: SimResult) -> RunSummary:
-        """The figures, with the engine's own (makespan, utilization, cycles) from ``result``."""
+        """The figures, with the engine's own (makespan, utilization, node use, cycles) from
+        ``result``."""
         return RunSummary(
             policy=result.policy,
             nodes=result.nodes,
@@ -141,6 +154,8 @@ class StreamSummary:
             wait_mean_s=self._wait.mean(),
             cycles=result.cycles,
             not_run=self.not_run,
+            bounded_slowdown_mean=self._bounded.mean(),
+            core_utilization=result.core_utilization,
         )
 
 

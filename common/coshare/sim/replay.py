@@ -28,7 +28,14 @@ from coshare.sim.experiments import Setup
 from coshare.sim.jobs import host_only
 from coshare.sim.metrics import RunSummary, StreamSummary
 from coshare.sim.trace_files import read_machines, stream_lines
-from coshare.sim.traces import SwfTally, iter_swf
+from coshare.sim.traces import (
+    SwfTally,
+    as_gang,
+    header_nodes,
+    iter_swf,
+    rebased,
+    swf_header_line,
+)
 
 
 @dataclass(frozen=True)
@@ -54,19 +61,34 @@ class Replay:
 
 
 def cluster_of(path: Path, nodes: int | None) -> tuple[Node, ...]:
-    """The nodes of the log at ``path`` (its ``.machines`` file), the first ``nodes`` of them.
+    """The nodes of the log at ``path`` (its ``.machines`` file, else the cluster its header
+    states: :func:`~coshare.sim.traces.header_nodes`), the first ``nodes`` of them.
 
     Raises:
-        InputError: not an SWF log, or no ``.machines`` beside it.
+        InputError: not an SWF log, or neither a ``.machines`` beside it nor ``MaxNodes`` /
+            ``MaxProcs`` in its header.
     """
     where = f"trace:{shorten_text(str(path))}"
     if path.suffix != ".swf":
         raise InputError(f"{where}: only SWF logs (.swf) are replayed; the Alibaba pod list is "
                          "the alibaba-2023 workload")  # fmt: skip
     machines = read_machines(path)
-    if machines is None:
-        raise InputError(f"{where}: needs {shorten_text(path.name)}.machines beside it (the nodes)")
+    if machines is None:  # the header's MaxNodes / MaxProcs (issue 14)
+        machines = header_nodes(_header(path), where)
     return machines[:nodes] if nodes else machines
+
+
+def _header(path: Path) -> SwfTally:
+    """The header of the log at ``path``: its comment lines up to the first record (SWF 2.2
+    puts the header first), read as a stream."""
+    tally = SwfTally()
+    for line in stream_lines(path):
+        text = line.strip()
+        if text and not text.startswith(";"):
+            break
+        if text:
+            swf_header_line(text, tally.header)
+    return tally
 
 
 def check_log(path: Path) -> None:
@@ -90,7 +112,9 @@ def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup) 
     started = time.perf_counter()
     cluster = cluster_of(path, nodes)
     tally = SwfTally()
-    jobs = (host_only(j.job, j.run_s) for j in iter_swf(stream_lines(path), str(path), tally))
+    records = rebased(iter_swf(stream_lines(path), str(path), tally))
+    # a job that one node cannot hold runs as a gang (issue 14)
+    jobs = (host_only(as_gang(j.job, cluster), j.run_s) for j in records)
     figures = StreamSummary()
     result = simulate(cluster, jobs, setup.policy(policy, seed), options=setup.options(),
                       model=FixedModel(), record=figures.add)  # fmt: skip

@@ -173,6 +173,8 @@ def summary_dict(run: RunSummary) -> dict[str, Any]:
         "slowdown_mean": clean(run.slowdown_mean), "slowdown_p95": clean(run.slowdown_p95),
         "slowdown_max": clean(run.slowdown_max), "wait_mean_s": clean(run.wait_mean_s),
         "cycles": run.cycles, "not_run": run.not_run,
+        "bounded_slowdown_mean": clean(run.bounded_slowdown_mean),
+        "core_utilization": run.core_utilization,
     }  # fmt: skip
 
 
@@ -286,14 +288,16 @@ def frag_json(runs: Sequence[FragRun]) -> dict[str, Any]:
 def replay_table(runs: Sequence[RunSummary], title: str) -> Table:
     """One row per policy of a trace replay."""
     base = next((r for r in runs if r.policy == BASELINE), None)
-    table = _table(title, ["policy", "makespan s", "vs exclusive", "mean wait s", "jobs run",
-                           "not run", "cycles"])  # fmt: skip
+    table = _table(title, ["policy", "makespan s", "vs exclusive", "mean wait s",
+                           "bounded slowdown", "node use", "jobs run", "not run",
+                           "cycles"])  # fmt: skip
     for run in runs:
         table.add_row(
             run.policy, f"{run.makespan_s:.0f}",
             _pct(-reduction(run.makespan_s, base.makespan_s), True) if base and run is not base
             else "-",
-            f"{run.wait_mean_s:.0f}", str(run.jobs - run.not_run), str(run.not_run),
+            f"{run.wait_mean_s:.0f}", f"{run.bounded_slowdown_mean:.2f}",
+            f"{run.core_utilization:.1%}", str(run.jobs - run.not_run), str(run.not_run),
             str(run.cycles),
         )  # fmt: skip
     return table

@@ -21,7 +21,7 @@ import bisect
 import csv
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from coshare.bounds import (
     MAX_CORES,
@@ -150,10 +150,12 @@ class SwfJob:
 
 @dataclass(frozen=True)
 class SwfTrace:
-    """An SWF file: its jobs, and how many records were skipped."""
+    """An SWF file: its jobs, how many records were skipped, and its header's ``; Key: value``
+    lines (the first of each key; SWF 2.2 section "header comments")."""
 
     jobs: tuple[SwfJob, ...]
     skipped: int
+    header: tuple[tuple[str, str], ...] = ()
 
 
 #: The SWF fields coshare reads (1-based numbers of the format), with their largest values:
@@ -190,15 +192,17 @@ def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
     """
     tally = SwfTally()
     jobs = tuple(iter_swf(lines, source, tally))
-    return SwfTrace(jobs, tally.skipped)
+    return SwfTrace(jobs, tally.skipped, tuple(tally.header.items()))
 
 
 @dataclass
 class SwfTally:
-    """What :func:`iter_swf` counted while it read: records skipped, jobs yielded."""
+    """What :func:`iter_swf` counted while it read: records skipped, jobs yielded, and the
+    header's ``; Key: value`` lines read so far (see :func:`swf_header_line`)."""
 
     skipped: int = 0
     jobs: int = 0
+    header: dict[str, str] = field(default_factory=dict)
 
 
 class _SeenNumbers:
@@ -247,6 +251,8 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
     seen = _SeenNumbers()
     for number, line in enumerate(lines, start=1):
         text = line.strip()
+        if text.startswith(";"):
+            swf_header_line(text, tally.header)
         if not text or text.startswith(";"):
             continue
         fields = text.split()
@@ -282,6 +288,55 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
             ),
             run,
         )
+#: How many header keys are kept, and how long a key or value may be (bounded input).
+_HEADER_KEYS, _HEADER_CHARS = 64, 256
+
+
+def swf_header_line(text: str, header: dict[str, str]) -> None:
+    """Record one ``; Key: value`` comment line of an SWF header (the first of each key; at
+    most :data:`_HEADER_KEYS` keys, values cut at :data:`_HEADER_CHARS`)."""
+    key, colon, value = text.lstrip(";").partition(":")
+    key = key.strip()
+    if (colon and key and len(key) <= _HEADER_CHARS and key.replace("_", "").isalnum()
+            and key not in header and len(header) < _HEADER_KEYS):  # fmt: skip
+        header[key] = value.strip()[:_HEADER_CHARS]
+
+
+def header_nodes(trace: SwfTrace | SwfTally, source: str) -> tuple[Node, ...]:
+    """The cluster an SWF header describes when no ``.machines`` file does: ``MaxNodes``
+    nodes of ``MaxProcs / MaxNodes`` cores each (SWF 2.2; ``MaxProcs`` alone: one core a
+    node). The header gives no memory, so a node's memory is the largest coshare accepts and
+    memory requests do not limit placement.
+
+    Raises:
+        TraceError: neither key, or values that are not whole numbers in range.
+    """
+    values = dict(trace.header)
+    procs_text, nodes_text = values.get("MaxProcs"), values.get("MaxNodes")
+    if procs_text is None and nodes_text is None:
+        raise TraceError(f"{source}: no .machines file beside it and no MaxNodes or MaxProcs "
+                         "in its header: the cluster is unknown")  # fmt: skip
+    procs = _whole(procs_text, "MaxProcs", f"{source} header", MAX_CORES * MAX_SIM_NODES) \
+        if procs_text is not None else None  # fmt: skip
+    count = _whole(nodes_text, "MaxNodes", f"{source} header", MAX_SIM_NODES) \
+        if nodes_text is not None else procs  # fmt: skip
+    if not count:
+        raise TraceError(f"{source} header: MaxNodes is 0 (allowed: 1..{MAX_SIM_NODES})")
+    if count > MAX_SIM_NODES:
+        raise TraceError(f"{source} header: {count} nodes (allowed: 1..{MAX_SIM_NODES})")
+    cores = max((procs or count) // count, 1)
+    return tuple(Node(f"n{i + 1:05d}", cores * MILLI, MAX_MEMORY_MIB) for i in range(count))
+
+
+def rebased(jobs: Iterable[SwfJob]) -> Iterator[SwfJob]:
+    """Submit times counted from the first record's (logs often keep epoch seconds), as a
+    stream: the log is in submit order, so the first is the earliest."""
+    first: float | None = None
+    for j in jobs:
+        if first is None:
+            first = j.job.submit_time_s
+        yield j if first == 0 else SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first),
+                                          j.run_s)  # fmt: skip
 
 
 def parse_swf_machines(text: str, source: str = "machines") -> tuple[Node, ...]:
@@ -320,3 +375,20 @@ def _name(text: str | None, default: str, where: str) -> str:
     if problem is not None:
         raise TraceError(f"{where}: the name {shorten(text)} {problem}")
     return text
+
+
+def as_gang(job: Job, nodes: tuple[Node, ...]) -> Job:
+    """An SWF job that one node cannot hold, as a gang (issue 14): on nodes of ``C`` cores
+    (the largest of the cluster), ``ceil(P / C)`` nodes at least, at most ``C`` processes each
+    (one processor a process, as the log's machine ran it), and up to one process per node
+    where a node's memory holds fewer (the planner takes the fewest nodes that fit). Jobs that
+    fit one node are unchanged."""
+    cores = max((n.cpu_milli // MILLI for n in nodes), default=0)
+    memory = max((n.memory_mib for n in nodes), default=0)
+    if cores < 1 or job.processes < 2:
+        return job
+    if job.processes <= cores and job.total_memory_mib <= memory:
+        return job
+    return replace(job, nodes=-(-job.processes // cores),
+                   nodes_max=max(min(job.processes, len(nodes)), -(-job.processes // cores)),
+                   processes_per_node=cores)  # fmt: skip
