@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,10 +50,20 @@ def slurm_cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def cluster(slurm_cluster: Cluster) -> Iterator[Cluster]:
-    """The session's cluster, with every job of the test cancelled afterwards."""
+    """The session's cluster, with every job of the test cancelled afterwards, and gone
+    from the queue before the next test: a cancelled job stays COMPLETING for a moment and
+    holds its devices in the next test's first cycle."""
     yield slurm_cluster
     slurm_cluster.run("scancel", "--quiet", "--partition=main", check=False)
     slurm_cluster.run("scontrol", "update", "PartitionName=main", "State=UP", check=False)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = slurm_cluster.run("squeue", "--noheader", "--partition=main", "--format=%i",
+                                 check=False).stdout.split()  # fmt: skip
+        if not left:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"jobs still in the queue 60 s after scancel: {left}")
 
 
 def write_config(cluster: Cluster, extra: str) -> Path:
