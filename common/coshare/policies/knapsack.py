@@ -47,8 +47,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from coshare.model import Job, Plan, Snapshot, ThreadMode
+from coshare.model import Job, Plan, Snapshot, ThreadMode, Unplaced
 from coshare.policies.aging import place_aged, split_aged
 from coshare.policies.base import (
     ClusterState,
@@ -100,6 +101,16 @@ class TablePolicy:
     max_dp_cells: int = MAX_DP_CELLS
     max_exact_work: int = MAX_EXACT_WORK
 
+    def begin(
+        self, snapshot: Snapshot
+    ) -> tuple[ClusterState, dict[str, Unplaced], list[Job], npt.NDArray[np.bool_]]:
+        """A plan's start: the ledger, the jobs no node could ever hold (with why), the rest
+        in scheduler order, and no device reserved yet."""
+        state = ClusterState(snapshot, strict_threads=self.threads == "strict")
+        unplaced = never_fits(snapshot, snapshot.pending)
+        jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
+        return state, unplaced, jobs, np.zeros(state.device_count, dtype=np.bool_)
+
 
 @dataclass(frozen=True)
 class KnapsackPolicy(TablePolicy):
@@ -109,10 +120,7 @@ class KnapsackPolicy(TablePolicy):
 
     def plan(self, snapshot: Snapshot) -> Plan:
         """Place aged jobs, multi-device jobs, then fill devices by knapsack, then CPU jobs."""
-        state = ClusterState(snapshot, strict_threads=self.threads == "strict")
-        unplaced = never_fits(snapshot, snapshot.pending)
-        jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
-        reserved = np.zeros(state.device_count, dtype=np.bool_)
+        state, unplaced, jobs, reserved = self.begin(snapshot)
 
         aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
         def best_fit(job: Job) -> bool:

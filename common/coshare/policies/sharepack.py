@@ -38,7 +38,6 @@ from coshare.policies.base import (
     explain_waiting,
     finish,
     needs_of,
-    never_fits,
     priority_key,
     shape_of,
 )
@@ -81,10 +80,7 @@ class SharePackPolicy(TablePolicy):
 
     def plan(self, snapshot: Snapshot) -> Plan:
         """Aged jobs first, then the rest by knapsack (contended) or by potential."""
-        state = ClusterState(snapshot, strict_threads=self.threads == "strict")
-        unplaced = never_fits(snapshot, snapshot.pending)
-        jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
-        reserved = np.zeros(state.device_count, dtype=np.bool_)
+        state, unplaced, jobs, reserved = self.begin(snapshot)
         workload = self.workload
         potential = LazyPotential(
             state, lambda: workload if workload is not None else snapshot_shapes(snapshot),
