@@ -17,7 +17,8 @@ submission: ``SUBMIT_SEND_RESCHEDULE``; never sooner than ``NEGOTIATOR_MIN_INTER
 now (:meth:`~NegotiatorSchedule.step`):
 
 1. A cycle the schedule was not ready for (none of its plans started shortly before it, as
-   after a submission's reschedule, or when the daemon starts): plan at once, and say so
+   after a submission's reschedule, or when the daemon starts; or one did, but a job was
+   submitted after that plan began, so the plan could not hold it): plan at once, and say so
    (``after_unready``), so that the daemon may ask for a negotiation right away when the
    plan placed jobs: they were submitted after the last plan, and would otherwise wait a
    whole interval.
@@ -32,7 +33,7 @@ host's clock when the daemon runs on the central manager, as deployed.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 #: What the trigger reads of the negotiator's ad.
@@ -128,10 +129,17 @@ class NegotiatorSchedule:
         """How long before a cycle a plan counts as made for it."""
         return self.lead_s + self.last_plan_took_s + self.poll_s
 
-    def ready_for(self, start_s: float) -> bool:
-        """Whether a plan started within :meth:`window` before ``start_s``."""
+    def ready_for(self, start_s: float, newest_submit_s: float | None = None) -> bool:
+        """Whether a plan started within :meth:`window` before ``start_s``, and after the
+        newest waiting job was submitted (``newest_submit_s``, HTCondor's ``QDate``: whole
+        seconds, so a job of ``QDate`` q came at most a second later and a plan holds it
+        only if it began at ``q + 1`` or after; ``None``: no job waits). Without the second
+        condition a job submitted just after a plan, whose submission started the
+        negotiation early, waited a whole negotiator interval (bench/trigger_latency.py)."""
         last = self.last_plan_s
-        return last is not None and start_s - self.window() <= last <= start_s
+        if last is None or not start_s - self.window() <= last <= start_s:
+            return False
+        return newest_submit_s is None or newest_submit_s + 1.0 <= last
 
     def due(self, cycle: NegotiationCycle, now_s: float) -> float:
         """When the next negotiation cycle is expected."""
@@ -141,8 +149,11 @@ class NegotiatorSchedule:
             due += math.ceil((now_s - self.poll_s - due) / period) * period
         return due
 
-    def step(self, now_s: float, cycle: NegotiationCycle | None) -> Step:
-        """What to do at ``now_s``, given the latest negotiator ad."""
+    def step(self, now_s: float, cycle: NegotiationCycle | None,
+             newest_submit_s: Callable[[], float | None] | None = None) -> Step:  # fmt: skip
+        """What to do at ``now_s``, given the latest negotiator ad; ``newest_submit_s`` tells,
+        when asked (once per new negotiation cycle), when the newest waiting job was
+        submitted (see :meth:`ready_for`)."""
         if cycle is None:
             last = self.last_plan_s
             if last is None or now_s - last >= self.fallback_s:
@@ -150,7 +161,8 @@ class NegotiatorSchedule:
             return Step(False, "no negotiator ad", min(self.poll_s, last + self.fallback_s - now_s))
         if self.seen_start_s is None or cycle.start_s > self.seen_start_s:
             self.seen_start_s = cycle.start_s
-            if not self.ready_for(cycle.start_s):
+            newest = newest_submit_s() if newest_submit_s is not None else None
+            if not self.ready_for(cycle.start_s, newest):
                 return Step(True, "after a negotiation cycle no plan was ready for",
                             after_unready=True, due_s=self.due(cycle, now_s))  # fmt: skip
         due = self.due(cycle, now_s)

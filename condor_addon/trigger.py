@@ -20,6 +20,7 @@ configuration before the next step.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -35,6 +36,7 @@ from coshare.planner import CycleReport
 from coshare.policies import make_policy
 
 from condor_addon.adapter import CondorAdapter
+from condor_addon.attributes import IDLE, MANAGED
 from condor_addon.client import CondorClient, open_client
 from condor_addon.negotiator import NEGOTIATOR_PROJECTION, NegotiatorSchedule, parse_negotiator
 
@@ -106,7 +108,7 @@ class Trigger:
         cycle = parse_negotiator(ads)
         seen = schedule.seen_start_s
         now = self.clock()
-        decision = schedule.step(now, cycle)
+        decision = schedule.step(now, cycle, self._newest_submit_s)
         if cycle is not None and (seen is None or cycle.start_s > seen):
             last = schedule.last_plan_s
             log.debug("negotiation cycle started at %.3f", cycle.start_s,
@@ -133,6 +135,20 @@ class Trigger:
                 log.info("asked the schedd for a negotiation cycle now, for %d placed jobs",
                          len(report.apply.applied), extra={"jobs": list(report.apply.applied)})
         return 0.0
+
+    def _newest_submit_s(self) -> float | None:
+        """When the newest idle coshare job was submitted (its ``QDate``), or ``None``:
+        none waits, or the schedd could not be read (then the plan counts as ready, as
+        before; the next cycle's timer still comes)."""
+        assert self.client is not None
+        try:
+            ads = self.client.job_ads(f"JobStatus == {IDLE} && {MANAGED} =?= true", ("QDate",))
+        except SchedulerError as exc:
+            log.warning("%s", exc)
+            return None
+        dates = [float(d) for ad in ads for d in [ad.get("QDate")]
+                 if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d)]
+        return max(dates, default=None)
 
     def _cycle(self) -> CycleReport | None:
         """One cycle, logged; ``None`` when it failed or another cycle held the lock."""

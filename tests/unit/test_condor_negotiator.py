@@ -3,6 +3,8 @@ negotiation cycle, at once after one no plan was ready for, a timer without a ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -58,6 +60,34 @@ def test_a_cycle_started_early_by_a_reschedule_is_followed_by_a_plan() -> None:
     # A submission asked for a negotiation at 130: no plan was made for it.
     step = s.step(131.0, NegotiationCycle(130.0, 130.2, 30.0))
     assert step.plan and step.after_unready and step.due_s == 190.0
+
+
+def test_a_cycle_a_submission_started_just_after_a_plan_is_followed_by_a_plan() -> None:
+    # bench/trigger_latency.py: a job submitted 2 s after a plan started a negotiation that
+    # fell in the plan's window; it was counted as ready and the job waited 29 s.
+    s = schedule()
+    s.step(105.0, NegotiationCycle(100.0, 101.0))
+    s.planned(157.5, 0.5)  # the plan for the cycle due at 160
+    asked: list[int] = []
+
+    def newest(q: float | None) -> Callable[[], float | None]:
+        return lambda: asked.append(1) or q  # type: ignore[func-returns-value]
+
+    late = s.step(159.6, NegotiationCycle(159.0, 159.3, 59.0), newest(158.0))  # QDate 158
+    assert late.plan and late.after_unready and asked == [1]
+    # A job whose QDate second ended before the plan began was in it: ready, no plan.
+    t = schedule()
+    t.step(105.0, NegotiationCycle(100.0, 101.0))
+    t.planned(157.5, 0.5)
+    assert not t.step(159.6, NegotiationCycle(159.0, 159.3, 59.0), newest(156.0)).plan
+    u = schedule()
+    u.step(105.0, NegotiationCycle(100.0, 101.0))
+    u.planned(157.5, 0.5)
+    assert not u.step(159.6, NegotiationCycle(159.0, 159.3, 59.0), newest(None)).plan
+    # asked once per new negotiation cycle, not at every poll
+    assert asked == [1, 1, 1]
+    assert not u.step(159.9, NegotiationCycle(159.0, 159.3, 59.0), newest(158.0)).plan
+    assert asked == [1, 1, 1]
 
 
 def test_a_stale_ad_is_rolled_forward_by_whole_intervals() -> None:
