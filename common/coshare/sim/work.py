@@ -120,19 +120,35 @@ def task_count(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec],
     calibration runs (``calibrations`` False), the runs of ``--jobs`` jobs each, which is
     what the work bound of ``coshare simulate`` counts (a calibration runs the fixed
     Table I set)."""
-    specs: list[CompareSpec | SizesSpec] = [*compares, *sizes]
-    keys = {_cal_key(c.seed, c.setup) for c in specs if c.setup.offload_share is None}
-    runs = 0
-    footprints = 0
-    for c in compares:
-        names = list(dict.fromkeys(c.policies))
-        if c.footprint and BASELINE not in names:
-            names.append(BASELINE)
-        runs += len(names)
-        footprints += sum(1 for n in dict.fromkeys(c.policies) if n != BASELINE) if c.footprint \
-            else 0
+    runs = sum(len(_run_names(c)) + _footprints(c) for c in compares)
     runs += sum(len(s.counts) * len(s.policies) for s in sizes)
-    return (len(keys) if calibrations else 0) + runs + footprints
+    return (len(_calibration_keys(compares, sizes)) if calibrations else 0) + runs
+
+
+def _run_names(c: CompareSpec) -> list[str]:
+    """The policies a comparison runs: its own, and the baseline its footprints need."""
+    names = list(dict.fromkeys(c.policies))
+    if c.footprint and BASELINE not in names:
+        names.append(BASELINE)
+    return names
+
+
+def _footprints(c: CompareSpec) -> int:
+    """How many footprint searches a comparison runs (one per policy but the baseline)."""
+    return sum(1 for n in dict.fromkeys(c.policies) if n != BASELINE) if c.footprint else 0
+
+
+def _on_paper_setup(c: CompareSpec) -> bool:
+    """Whether a comparison runs the calibration's own set (Table I's jobs on the paper's
+    nodes), so that a calibrated one reuses the calibration's baseline run."""
+    return c.workload == "table1" and c.jobs == TABLE1_JOBS and c.nodes == PAPER_NODES
+
+
+def _calibration_keys(compares: Sequence[CompareSpec],
+                      sizes: Sequence[SizesSpec]) -> set[tuple[int, SimOptions]]:  # fmt: skip
+    """One calibration per (seed, engine options) of the specs that need one."""
+    specs: list[CompareSpec | SizesSpec] = [*compares, *sizes]
+    return {_cal_key(c.seed, c.setup) for c in specs if c.setup.offload_share is None}
 
 
 def run_paper(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], executor: Executor,
@@ -157,16 +173,13 @@ def run_paper(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], execu
     reused: dict[int, RunSummary] = {}
     for k, c in enumerate(compares):
         share = share_of(c.seed, c.setup)
-        names = list(dict.fromkeys(c.policies))
-        if c.footprint and BASELINE not in names:
-            names.append(BASELINE)
+        names = _run_names(c)
         if share is None:
             failures += [Failure(_name(c.workload, "seed", c.seed, n, c.label),
                                  f"not run: calibration seed {c.seed} failed") for n in names]
             continue
         offload = share if isinstance(share, float) else share.offload_share
-        same = (isinstance(share, Share) and c.workload == "table1" and c.jobs == TABLE1_JOBS
-                and c.nodes == PAPER_NODES)  # fmt: skip
+        same = isinstance(share, Share) and _on_paper_setup(c)
         for name in names:
             if name == BASELINE and same and isinstance(share, Share):
                 reused[k] = share.baseline  # compare() reuses the calibration's MC run
@@ -258,18 +271,11 @@ def _by_jobs(tasks: Sequence[Task], done: Done | None) -> Done | None:
 def job_count(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec]) -> int:
     """The jobs :func:`run_paper` reports through ``done`` when every run ends (the total of
     a progress bar that counts simulated jobs)."""
-    specs: list[CompareSpec | SizesSpec] = [*compares, *sizes]
-    keys = {_cal_key(c.seed, c.setup) for c in specs if c.setup.offload_share is None}
-    total = len(keys) * TABLE1_JOBS
+    total = len(_calibration_keys(compares, sizes)) * TABLE1_JOBS
     for c in compares:
-        names = list(dict.fromkeys(c.policies))
-        if c.footprint and BASELINE not in names:
-            names.append(BASELINE)
-        if (c.setup.offload_share is None and c.workload == "table1" and c.jobs == TABLE1_JOBS
-                and c.nodes == PAPER_NODES):  # the calibration's baseline run is reused
-            names.remove(BASELINE) if BASELINE in names else None
-        footprints = sum(1 for n in dict.fromkeys(c.policies) if n != BASELINE)
-        total += c.jobs * (len(names) + (footprints if c.footprint else 0))
+        names = _run_names(c)
+        reused = c.setup.offload_share is None and _on_paper_setup(c) and BASELINE in names
+        total += c.jobs * (len(names) - int(reused) + _footprints(c))
     total += sum(count * len(s.policies) for s in sizes for _, count in s.counts)
     return total
 
