@@ -7,7 +7,8 @@
                                              build_snapshot --> Snapshot
     apply(): schedd: managed jobs again (what changed since the read?) --> plan_edits()
              --> close the open gates the plan does not keep; confirm
-             --> CosharePlacedAt, CosharePlacedDevices, CosharePlacedNode (batched)
+             --> CosharePlacedAt, CosharePlacedDevices, a gang's CosharePlacedNodes and
+                 CosharePlacedNodeDevices, CosharePlacedNode (batched)
              --> hold refused jobs with their reason
              --> CoshareWaitReason of waiting jobs whose reason changed (issue 21)
 
@@ -153,10 +154,15 @@ class CondorAdapter:
         )
 
     def _write(self, batch: _Batch, edits: Edits) -> None:
-        """Steps 1-3 of :mod:`condor_addon.edits`: the node, which opens the gate, last."""
+        """Steps 1-3 of :mod:`condor_addon.edits`: the node, which opens the gate, last (a gang's
+        node list and devices before it)."""
         batch.edit_all(edits.placed, A.PLACED_AT, X.time_value(self.clock()))
         for devices, ids in edits.devices:
             batch.edit_all(ids, A.PLACED_DEVICES, X.devices_value(devices))
+        for names, ids in edits.gang_nodes:  # a gang's nodes, then its devices on each
+            batch.edit_all(ids, A.PLACED_NODES, X.nodes_value(names))
+        for per_node, ids in edits.gang_devices:
+            batch.edit_all(ids, A.PLACED_NODE_DEVICES, X.node_devices_value(per_node))
         for node, ids in edits.nodes:
             batch.edit_all(ids, A.PLACED_NODE, X.node_value(node))
 

@@ -10,9 +10,17 @@ Job attributes (the schedd's queue is the planner's ledger)::
     CoshareWaitReason        why the job waits ("no_room: needs 240 free device threads; ..."),
                              written only when it changed, cleared when the job is placed
                              (``condor_q -af CoshareWaitReason``; issue 21)
-    CosharePlacedNode        the planned node; written last: it opens the gate
-                             Requirements = (TARGET.CoshareNodeName =?= MY.CosharePlacedNode)
-                                            && (MY.CoshareUserRequirements)
+    CosharePlacedNodes       a parallel-universe job (a gang, issue 14): its planned nodes,
+                             a list ({"node1", "node2"}); written before the gate opens
+    CosharePlacedNodeDevices its device ids on each of those nodes, a list in the same order
+                             ({"0,1", "0"}); written with CosharePlacedNodes
+    CosharePlacedNode        the planned node (a gang: its first); written last: it opens the
+                             gate. Requirements (the schedd transform):
+                             ifThenElse(MY.CosharePlacedNodes is undefined,
+                                 TARGET.CoshareNodeName =?= MY.CosharePlacedNode,
+                                 MY.CosharePlacedNode isnt undefined &&
+                                 member(TARGET.CoshareNodeName, MY.CosharePlacedNodes) =?= true)
+                             && (MY.CoshareUserRequirements)
 
 Machine (slot) attributes, advertised by every execute node::
 
@@ -25,8 +33,8 @@ Machine (slot) attributes, advertised by every execute node::
                                the node daemon's measurements (coshare.facts parses them)
 
 Claimed slots also carry the job's CoshareManaged, CosharePlacedNode, CosharePlacedDevices,
-CoshareDeviceMemory and CoshareDeviceThreads (``STARTD_JOB_ATTRS``): what the job really
-started with, the truth of what runs where.
+CosharePlacedNodes, CosharePlacedNodeDevices, CoshareDeviceMemory and CoshareDeviceThreads
+(``STARTD_JOB_ATTRS``): what the job really started with, the truth of what runs where.
 """
 
 from __future__ import annotations
@@ -38,12 +46,15 @@ USER_REQUIREMENTS = "CoshareUserRequirements"
 PLACED_AT = "CosharePlacedAt"
 PLACED_DEVICES = "CosharePlacedDevices"
 PLACED_NODE = "CosharePlacedNode"
+PLACED_NODES = "CosharePlacedNodes"
+PLACED_NODE_DEVICES = "CosharePlacedNodeDevices"
 WAIT_REASON = "CoshareWaitReason"
 
 #: Attributes coshare itself writes or the transform sets: never user annotations.
 RESERVED = frozenset(
     name.lower()
-    for name in (MANAGED, USER_REQUIREMENTS, PLACED_AT, PLACED_DEVICES, PLACED_NODE, WAIT_REASON)
+    for name in (MANAGED, USER_REQUIREMENTS, PLACED_AT, PLACED_DEVICES, PLACED_NODE, WAIT_REASON,
+                 PLACED_NODES, PLACED_NODE_DEVICES)
 )
 
 #: The annotation keys users write, as HTCondor attribute names.
@@ -60,16 +71,21 @@ NODE_FACTS = "CoshareNodeFacts"
 JOB_PROJECTION: tuple[str, ...] = (
     "ClusterId", "ProcId", "GlobalJobId", "JobStatus", "QDate", "JobPrio", "RequestCpus",
     "RequestMemory", "RemoteHost", MANAGED, PLACED_AT, PLACED_DEVICES, PLACED_NODE, *ANNOTATIONS,
-    WAIT_REASON,
+    WAIT_REASON, "JobUniverse", "MinHosts", "MaxHosts", PLACED_NODES, PLACED_NODE_DEVICES,
 )  # fmt: skip
 
 #: What the Source asks the collector for, per slot.
 SLOT_PROJECTION: tuple[str, ...] = (
     "Name", "Machine", "SlotType", "State", "Activity", "Cpus", "Memory", "TotalSlotCpus",
     "TotalSlotMemory", "GlobalJobId", "JobId", NODE_NAME, DEVICE_IDS, DEVICE_MEMORY,
-    DEVICE_THREADS, DEVICE_MODELS, MANAGED, PLACED_NODE, PLACED_DEVICES,
+    DEVICE_THREADS, DEVICE_MODELS, MANAGED, PLACED_NODE, PLACED_DEVICES, PLACED_NODES,
+    PLACED_NODE_DEVICES,
     "CoshareDeviceMemory", "CoshareDeviceThreads", "DrainReason", NODE_FACTS,
 )  # fmt: skip
+
+#: HTCondor's JobUniverse code of the parallel universe (``universe = parallel``): the
+#: dedicated scheduler starts the job on ``machine_count`` machines at once (a gang).
+PARALLEL_UNIVERSE = 11
 
 #: HTCondor's JobStatus codes (condor_q's letters) for the states coshare cares about.
 IDLE = 1

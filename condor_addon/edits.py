@@ -8,15 +8,24 @@ harmless::
     0. CosharePlacedNode = undefined   every open gate the plan does not keep (guarded: idle
                                        jobs only); confirmed before step 1
     1. CosharePlacedAt = <now>         all placements, one transaction
-    2. CosharePlacedDevices = "0,1"    one transaction per device set
-    3. CosharePlacedNode = "node2"     one transaction per node: opens the gate
+    2. CosharePlacedDevices = "0,1"    one transaction per device set (single-node jobs)
+    2b. CosharePlacedNodes = {"n1", "n2"}, CosharePlacedNodeDevices = {"0,1", "0"}
+                                       parallel-universe jobs (gangs): one transaction per
+                                       node list and one per device list
+    3. CosharePlacedNode = "node2"     one transaction per node (a gang: its first node):
+                                       opens the gate
     4. hold                            refused jobs, one action per reason
     5. CoshareWaitReason = "..."       waiting jobs whose reason changed, one transaction per
                                        reason; undefined for the jobs this plan places
 
 A job reaches step 3 only after its own steps 1 and 2 succeeded, so a crash or SIGKILL at
 any point leaves every job either with its gate closed (the next cycle plans it again) or
-fully placed. The ClassAd text of each value is built by :mod:`condor_addon.expressions`.
+fully placed. A gang is no exception: all its nodes and devices are written (2b) before its
+one gate opens, so a cycle killed between a gang's writes leaves it unplaced, and the next
+cycle writes its placement whole (what it plans now) or leaves it waiting; a gang whose open
+gate does not come with a whole node list is ``gone`` to the ledger and its gate closed.
+The ClassAd text of each value is built by
+:mod:`condor_addon.expressions`.
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ class Edits:
         decisions: the ledger's decision per job.
         placed: jobs whose ``CosharePlacedAt`` is written (step 1).
         devices: ``(device ids, jobs)`` per device set (step 2).
+        gang_nodes: ``(node list, jobs)`` per list of a gang's nodes (step 2b).
+        gang_devices: ``(device ids per node, jobs)`` per list of a gang's devices (step 2b).
         nodes: ``(node, jobs)`` per node (step 3).
         holds: ``(hold reason, jobs)`` of refused jobs per reason (step 4).
     """
@@ -46,6 +57,8 @@ class Edits:
     decisions: Decisions
     placed: tuple[str, ...] = ()
     devices: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    gang_nodes: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    gang_devices: tuple[tuple[tuple[tuple[str, ...], ...], tuple[str, ...]], ...] = ()
     nodes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     holds: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
@@ -62,11 +75,17 @@ def plan_edits(
         current: the managed jobs as the schedd lists them now.
     """
     decisions = decide(plan, {j.id: j for j in book.pending}, book.to_close, rejected,
-                       current)  # fmt: skip
+                       current, gangs=True)  # fmt: skip
     by_devices: dict[tuple[str, ...], list[str]] = defaultdict(list)
     by_node: dict[str, list[str]] = defaultdict(list)
+    by_nodes: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    by_node_devices: dict[tuple[tuple[str, ...], ...], list[str]] = defaultdict(list)
     for w in decisions.writes:
-        by_devices[w.devices].append(w.job)
+        if w.parts:
+            by_nodes[tuple(n for n, _ in w.parts)].append(w.job)
+            by_node_devices[tuple(d for _, d in w.parts)].append(w.job)
+        else:
+            by_devices[w.devices].append(w.job)
         by_node[w.node].append(w.job)
     by_reason: dict[str, list[str]] = defaultdict(list)
     for r in decisions.refuse:
@@ -75,6 +94,8 @@ def plan_edits(
         decisions=decisions,
         placed=tuple(w.job for w in decisions.writes),
         devices=tuple((d, tuple(ids)) for d, ids in sorted(by_devices.items())),
+        gang_nodes=tuple((n, tuple(ids)) for n, ids in sorted(by_nodes.items())),
+        gang_devices=tuple((d, tuple(ids)) for d, ids in sorted(by_node_devices.items())),
         nodes=tuple((n, tuple(ids)) for n, ids in sorted(by_node.items())),
         holds=tuple((r, tuple(ids)) for r, ids in by_reason.items()),
     )

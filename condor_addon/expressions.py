@@ -19,7 +19,8 @@ from condor_addon import attributes as A
 from condor_addon.edits import hold_reason
 
 __all__ = ["UNDEFINED", "devices_value", "hold_reason", "idle_managed", "job_clause",
-           "literal", "node_value", "time_value"]  # fmt: skip
+           "literal", "node_devices_value", "node_value", "nodes_value",
+           "time_value"]  # fmt: skip
 
 _JOB_ID = re.compile(r"^([0-9]+)\.([0-9]+)$")
 
@@ -43,6 +44,18 @@ def node_value(node: str) -> str:
 def devices_value(devices: Sequence[str]) -> str:
     """The value written to ``CosharePlacedDevices``: ids joined by commas, as a string."""
     return literal(",".join(devices))
+
+
+def nodes_value(nodes: Sequence[str]) -> str:
+    """The value written to ``CosharePlacedNodes``: a ClassAd list of the gang's node names,
+    each a quoted literal (``{"node1", "node2"}``)."""
+    return "{" + ", ".join(literal(n) for n in nodes) + "}"
+
+
+def node_devices_value(per_node: Sequence[Sequence[str]]) -> str:
+    """The value written to ``CosharePlacedNodeDevices``: a ClassAd list with each node's
+    device ids joined by commas, in the order of ``CosharePlacedNodes`` (``{"0,1", "0"}``)."""
+    return "{" + ", ".join(literal(",".join(d)) for d in per_node) + "}"
 
 
 def time_value(epoch_s: float) -> str:

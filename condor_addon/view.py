@@ -33,12 +33,14 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from coshare.annotations import squash
 from coshare.bounds import (
     MAX_CORES,
     MAX_CPU_MILLI,
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
     MAX_DEVICES,
+    MAX_JOB_NODES,
     MAX_MEMORY_MIB,
     MAX_PRIORITY,
     MAX_TIME_S,
@@ -46,6 +48,7 @@ from coshare.bounds import (
     bounded,
     shorten_text,
 )
+from coshare.errors import AnnotationError, FieldProblem
 from coshare.facts import with_facts
 from coshare.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
 from coshare.ledger import (
@@ -59,6 +62,7 @@ from coshare.ledger import (
     read_node,
     refuse_on_error,
     settle,
+    shown,
     whole_devices,
     whole_node,
 )
@@ -290,6 +294,9 @@ def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[st
     demand = (0, 0)
     if ad.get(A.MANAGED) is True:
         placed = ad.get(A.PLACED_DEVICES)
+        gang = _gang_parts(ad.get(A.PLACED_NODES), ad.get(A.PLACED_NODE_DEVICES))
+        if gang:  # a parallel job's slot: the devices it was given on this node
+            placed = next((",".join(d) for n, d in gang if n == name), None)
         used = tuple(d for d in split_ids(placed if isinstance(placed, str) else None)
                      if d in known)  # fmt: skip
         declared = declared_demand(job_id, ad)
@@ -391,11 +398,21 @@ class QueueJob:
         submit_time_s: ``QDate`` as evaluated.
         remote_host: the slot it runs in, while it runs.
         wait_reason: ``CoshareWaitReason``: why coshare last said it waits, or ``None``.
+        universe: ``JobUniverse`` as evaluated (:data:`~condor_addon.attributes.PARALLEL_UNIVERSE`:
+            a gang).
+        min_hosts: ``MinHosts`` (``machine_count``) as evaluated.
+        max_hosts: ``MaxHosts`` as evaluated.
+        placed_parts: a gang's ``CosharePlacedNodes`` with its ``CosharePlacedNodeDevices``,
+            pair by pair; empty when absent or unreadable (then it is not a whole placement).
     """
 
     id: str
     global_id: str = ""
     status: int = A.IDLE
+    universe: object = None
+    min_hosts: object = None
+    max_hosts: object = None
+    placed_parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
     annotations: Mapping[str, object] = field(default_factory=dict)
     placed_node: str | None = None
     placed_devices: str | None = None
@@ -413,8 +430,20 @@ class QueueJob:
         if self.placed_node is None:
             return None
         # CosharePlacedAt is written first; a placement without it counts as expired.
-        return Placed(self.placed_node, split_ids(self.placed_devices),
-                      self.placed_at if self.placed_at is not None else 0.0)  # fmt: skip
+        at_s = self.placed_at if self.placed_at is not None else 0.0
+        if self.is_parallel:
+            # A gang's gate is CosharePlacedNode; its nodes are the list written before it.
+            # A list that does not start at that node is no whole placement (the ledger
+            # finds it gone and the gate is closed).
+            parts = self.placed_parts if self.placed_parts and \
+                self.placed_parts[0][0] == self.placed_node else ((self.placed_node, ()),) * 2
+            return Placed(parts[0][0], parts[0][1], at_s, parts=parts)
+        return Placed(self.placed_node, split_ids(self.placed_devices), at_s)
+
+    @property
+    def is_parallel(self) -> bool:
+        """Whether it is a parallel-universe job (a gang of ``machine_count`` machines)."""
+        return self.universe == A.PARALLEL_UNIVERSE
 
     @property
     def cpu_milli(self) -> int:
@@ -449,6 +478,7 @@ def read_job(ad: Values) -> QueueJob | None:
     wanted = {a.lower() for a in A.ANNOTATIONS}
     annotations = {k: v for k, v in ad.items() if k.lower() in wanted and v is not None}
     status = _number(ad.get("JobStatus"))
+    universe = _number(ad.get("JobUniverse"))
     devices = ad.get(A.PLACED_DEVICES)
     placed_at = _number(ad.get(A.PLACED_AT))
     return QueueJob(
@@ -465,18 +495,91 @@ def read_job(ad: Values) -> QueueJob | None:
         submit_time_s=_or(ad.get("QDate"), 0.0),
         remote_host=_text(ad.get("RemoteHost")),
         wait_reason=_text(ad.get(A.WAIT_REASON)),
+        universe=int(universe) if universe is not None and abs(universe) < 2**31 else None,
+        min_hosts=ad.get("MinHosts"),
+        max_hosts=ad.get("MaxHosts"),
+        placed_parts=_gang_parts(ad.get(A.PLACED_NODES), ad.get(A.PLACED_NODE_DEVICES)),
     )  # fmt: skip
+
+
+def _gang_parts(nodes: object, devices: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``CosharePlacedNodes`` and ``CosharePlacedNodeDevices`` paired; empty unless both are
+    lists of strings of the same length (a half-written or edited placement is no placement)."""
+    if not isinstance(nodes, list) or not isinstance(devices, list) or not nodes \
+            or len(nodes) != len(devices):  # fmt: skip
+        return ()
+    if not all(isinstance(v, str) for v in (*nodes, *devices)):
+        return ()
+    return tuple((str(n), split_ids(str(d))) for n, d in zip(nodes, devices, strict=True))
+
+
+#: Coshare keys a parallel-universe job may not set: HTCondor's ``machine_count`` says them.
+_NODE_KEYS = ("CoshareNodes", "CoshareNodesMax")
+
+
+def _machine_count(job: QueueJob) -> int:
+    """A parallel job's ``machine_count`` (``MinHosts``, equal to ``MaxHosts``).
+
+    Raises:
+        AnnotationError: it is not a whole number of machines coshare can place, or the job
+            also sets ``CoshareNodes``/``CoshareNodesMax``.
+    """
+    def refuse(name: str, value: object, allowed: str, why: str) -> AnnotationError:
+        return AnnotationError(job.id, [FieldProblem(name, shown(str(value)), allowed, why)])
+
+    count = bounded("MinHosts", job.min_hosts, MAX_JOB_NODES)
+    if count != int(count) or count < 1:
+        raise refuse("MinHosts", job.min_hosts, f"a whole number 1..{MAX_JOB_NODES}",
+                     "is not a whole number of machines")  # fmt: skip
+    if job.max_hosts is not None and job.max_hosts != job.min_hosts:
+        raise refuse("MaxHosts", job.max_hosts, f"MinHosts ({job.min_hosts}), as machine_count "
+                     "sets both", "asks for a range of machines, which coshare does not place on "
+                     "HTCondor")  # fmt: skip
+    for key in _NODE_KEYS:
+        if squash(key) in {squash(k) for k in job.annotations}:
+            raise refuse(key, "set", "unset on a parallel-universe job (machine_count gives "
+                         "its nodes)", "repeats machine_count")  # fmt: skip
+    processes = next((v for k, v in job.annotations.items()
+                      if squash(k) == squash("CoshareProcesses")), None)  # fmt: skip
+    number = processes if isinstance(processes, int) and not isinstance(processes, bool) else (
+        int(processes) if isinstance(processes, str) and processes.strip().isdigit() else None)
+    if number is not None and number % int(count) != 0:  # other values: parse_job refuses
+        raise refuse("CoshareProcesses", processes, f"a multiple of machine_count "
+                     f"({int(count)}): every machine's slot is RequestCpus and RequestMemory",
+                     "does not split evenly over the machines")  # fmt: skip
+    return int(count)
 
 
 def queued(job: QueueJob) -> Queued:
     """An idle managed job as the ledger's fact (its gate is open while a node is placed).
 
+    A parallel-universe job is a gang of ``machine_count`` nodes (``CoshareNodes``), one
+    process per machine unless it sets ``CoshareProcesses``; its ``RequestCpus`` and
+    ``RequestMemory`` are each machine's slot, so the job's total is ``machine_count`` times
+    that (the ledger shares it per process). A job of another universe that asks for several
+    nodes is refused: HTCondor runs it on one machine.
+
     Raises:
         BadValue: a host request, ``JobPrio`` or ``QDate`` out of :mod:`coshare.bounds`.
+        AnnotationError: a parallel job's machine count unusable, or gang keys on a job of
+            another universe.
     """
+    annotations = job.annotations
+    machines = 1
+    if job.is_parallel:
+        machines = _machine_count(job)
+        annotations = {**annotations, "CoshareNodes": machines}
+    else:
+        for key in _NODE_KEYS:
+            value = next((v for k, v in annotations.items() if squash(k) == squash(key)), None)
+            if value is not None and value != 1:
+                raise AnnotationError(job.id, [FieldProblem(
+                    key, shown(str(value)), "1 on a vanilla-universe job (HTCondor runs it on "
+                    "one machine; submit it with universe = parallel and machine_count = N to "
+                    "span nodes)", "asks for several nodes")])  # fmt: skip
     return Queued(
-        id=job.id, annotations=job.annotations, cpu_milli=job.cpu_milli,
-        memory_mib=job.memory_mib,
+        id=job.id, annotations=annotations, cpu_milli=job.cpu_milli * machines,
+        memory_mib=job.memory_mib * machines,
         priority=int(bounded("JobPrio", job.priority, MAX_PRIORITY, minimum=-MAX_PRIORITY)),
         submit_time_s=bounded("QDate", job.submit_time_s, MAX_TIME_S, minimum=-MAX_TIME_S),
         placed=job.placed, gate_open=job.placed_node is not None,
@@ -551,7 +654,7 @@ def parse_queue(
             device_threads=demand[1], cpu_milli=host[0], memory_mib=host[1],
             state="running", start_time_s=q.placed_at,
         ))  # fmt: skip
-    book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s)
+    book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s, gangs=True)
     return QueueView(book, tuple(running), tuple(warnings) + book.notes)
 
 
@@ -596,6 +699,7 @@ def _changed(now: QueueJob, then: QueueJob) -> bool:
         or now.placed_node != then.placed_node
         or now.placed_devices != then.placed_devices
         or now.placed_at != then.placed_at
+        or now.placed_parts != then.placed_parts
     )
 
 

@@ -59,6 +59,7 @@ from typing import Literal, TypeVar
 from coshare.annotations import KEYS, ClusterLimits, parse_job, squash
 from coshare.bounds import BadValue
 from coshare.errors import AnnotationError, ConfigError, FieldProblem
+from coshare.gangs import node_counts, split
 from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob
 from coshare.ports import JobOutcome, Rejected
 
@@ -206,6 +207,8 @@ class Placed:
         at_s: when it was written, seconds since the epoch.
         device_memory_mib: device memory it was placed for, when recorded (Slurm).
         device_threads: device threads it was placed for, when recorded (Slurm).
+        parts: a gang's nodes, each with its devices, in the order written (``node`` and
+            ``devices`` are the first); empty for a single-node job.
     """
 
     node: str
@@ -213,6 +216,12 @@ class Placed:
     at_s: float
     device_memory_mib: int | None = None
     device_threads: int | None = None
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def spots(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Every ``(node, devices)`` of the placement: a gang's parts, else its one node."""
+        return self.parts or ((self.node, self.devices),)
 
 
 @dataclass(frozen=True)
@@ -241,8 +250,14 @@ class Queued:
     gate_open: bool = False
 
 
-def pending_job(queued: Queued, limits: ClusterLimits | None) -> Job:
+def pending_job(queued: Queued, limits: ClusterLimits | None, *, gangs: bool = False) -> Job:
     """The job the policy plans: its annotations checked, host requests shared per process.
+
+    Args:
+        queued: the job as its adapter translated it.
+        limits: the cluster's limits its annotations are checked against.
+        gangs: whether the adapter writes multi-node placements (HTCondor's parallel
+            universe); otherwise a gang is refused here, naming its key.
 
     Raises:
         AnnotationError: its annotations are unusable (and anything a parser raises; call it
@@ -253,9 +268,9 @@ def pending_job(queued: Queued, limits: ClusterLimits | None) -> Job:
         memory_mib=queued.memory_mib, priority=queued.priority,
         submit_time_s=queued.submit_time_s,
     )  # fmt: skip
-    if job.is_gang:
+    if job.is_gang and not gangs:
         # The policies plan gangs (coshare.gangs), but neither adapter writes a multi-node
-        # placement yet (issue 14, items 4-5): refused here, once for both, never half-placed.
+        # placement (issue 14, item 4): refused here, never half-placed.
         key = "CoshareNodesMax" if job.nodes == 1 else "CoshareNodes"
         value = job.nodes_max if job.nodes == 1 else job.nodes
         raise AnnotationError(job.id, [FieldProblem(
@@ -273,12 +288,22 @@ PlacementStatus = Literal["none", "placed", "expired", "gone"]
 
 
 def placement_status(
-    queued: Queued, job: Job, node: Node | None, *, now_s: float, replan_after_s: float
+    queued: Queued, job: Job, node: Node | None, *, now_s: float, replan_after_s: float,
+    nodes: Mapping[str, Node] | None = None,
 ) -> PlacementStatus:
-    """Where a pending job stands in the life of a placement (see the module docstring)."""
+    """Where a pending job stands in the life of a placement (see the module docstring).
+
+    A gang's placement (``nodes``: the usable nodes by name) is ``gone`` unless it lists a
+    node count the job allows, each node once, every node usable with the job's devices
+    there: a gang whose parts were not all written is never counted, only planned again.
+    """
     placed = queued.placed
     if placed is None or not queued.gate_open:
         return "none"
+    if job.is_gang or placed.parts:
+        if not _gang_placement_holds(placed, job, nodes or {}):
+            return "gone"
+        return "placed" if now_s - placed.at_s < replan_after_s else "expired"
     ids = {d.id for d in node.devices} if node is not None else set()
     wanted = job.device_count if job.needs_device else 0
     devices = placed.devices
@@ -289,6 +314,41 @@ def placement_status(
     if not now_s - placed.at_s < replan_after_s:
         return "expired"
     return "placed"
+
+
+def _gang_placement_holds(placed: Placed, job: Job, nodes: Mapping[str, Node]) -> bool:
+    """Whether a gang's recorded parts are a whole placement of ``job`` on usable nodes."""
+    spots = placed.spots
+    names = [name for name, _ in spots]
+    if not job.is_gang or len(spots) not in node_counts(job) or len(set(names)) != len(names):
+        return False
+    wanted = job.device_count if job.needs_device else 0
+    for name, devices in spots:
+        node = nodes.get(name)
+        if node is None or len(devices) != wanted or len(set(devices)) != wanted:
+            return False
+        if not set(devices) <= {d.id for d in node.devices}:
+            return False
+    return True
+
+
+def counted_parts(queued: Queued, job: Job) -> list[RunningJob]:
+    """What a placed, not started job holds on each node it is placed on: a single-node job
+    as :func:`counted`; a gang's part on each node its share of the processes
+    (:func:`coshare.gangs.split`, larger shares first in the order written), with host
+    requests per process (never less than the scheduler's per-node share)."""
+    placed = queued.placed
+    assert placed is not None
+    if not placed.parts:
+        return [counted(queued, job)]
+    whole = counted(queued, job)
+    shares = split(job.processes, len(placed.parts))
+    per_node_cpu = per_process(queued.cpu_milli, len(placed.parts))
+    per_node_memory = per_process(queued.memory_mib, len(placed.parts))
+    return [replace(whole, node=name, devices=devices,
+                    cpu_milli=max(job.cpu_milli * share, per_node_cpu),
+                    memory_mib=max(job.memory_mib * share, per_node_memory))
+            for (name, devices), share in zip(placed.parts, shares, strict=True)]  # fmt: skip
 
 
 def counted(queued: Queued, job: Job) -> RunningJob:
@@ -336,6 +396,7 @@ def settle(
     *,
     now_s: float,
     replan_after_s: float,
+    gangs: bool = False,
 ) -> Book:
     """Sort the pending annotated jobs of one read into pending, planned and refused.
 
@@ -344,6 +405,7 @@ def settle(
         nodes: the usable nodes (the limits annotations are checked against).
         now_s: now, on the clock of the placements' times.
         replan_after_s: a placement not started after this long has expired.
+        gangs: whether the adapter writes multi-node placements (see :func:`pending_job`).
     """
     by_name = {n.name: n for n in nodes}
     limits = ClusterLimits.of_nodes(nodes)
@@ -356,23 +418,25 @@ def settle(
         if isinstance(item, Rejected):
             rejected.append(item)
             continue
-        job = refuse_on_error(item.id, partial(pending_job, item, limits), item.annotations)
+        job = refuse_on_error(item.id, partial(pending_job, item, limits, gangs=gangs),
+                              item.annotations)  # fmt: skip
         if isinstance(job, Rejected):
             rejected.append(job)
             continue
         node = by_name.get(item.placed.node) if item.placed is not None else None
-        status = refuse_on_error(item.id, partial(placement_status, item, job, node, now_s=now_s,
-                                                  replan_after_s=replan_after_s))  # fmt: skip
+        status = refuse_on_error(item.id, partial(
+            placement_status, item, job, node, now_s=now_s, replan_after_s=replan_after_s,
+            nodes=by_name))  # fmt: skip
         if isinstance(status, Rejected):
             rejected.append(status)
         elif status == "placed":
-            planned.append(counted(item, job))
+            planned.extend(counted_parts(item, job))
         else:
             pending.append(job)
             if item.gate_open:
                 to_close[item.id] = _OPEN_GATE[status]
             if status == "gone" and item.placed is not None:
-                where = f"{item.placed.node}/{','.join(item.placed.devices)}"
+                where = " + ".join(f"{n}/{','.join(d)}" for n, d in item.placed.spots)
                 notes.append(f"job {item.id} is placed on {where}, which cannot take it now; "
                              "it is planned again")  # fmt: skip
     return Book(tuple(pending), tuple(planned), tuple(rejected), to_close, tuple(notes))
@@ -454,6 +518,8 @@ class Write:
         devices: the device ids.
         device_memory_mib: the device memory it is placed for.
         device_threads: the device threads it is placed for.
+        parts: a gang's nodes, each with its devices (``node`` and ``devices`` are the
+            first); empty for a single-node job. All are written before the gate opens.
     """
 
     job: str
@@ -461,6 +527,7 @@ class Write:
     devices: tuple[str, ...]
     device_memory_mib: int = 0
     device_threads: int = 0
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -484,12 +551,19 @@ class Decisions:
     refuse: tuple[Rejected, ...] = ()
 
 
-def keeps(now: Current, node: str, devices: Sequence[str], job: Job) -> bool:
-    """Whether a job's open placement already is what the plan asks (nothing to write)."""
+def keeps(
+    now: Current, node: str, devices: Sequence[str], job: Job,
+    parts: Sequence[tuple[str, tuple[str, ...]]] = (),
+) -> bool:  # fmt: skip
+    """Whether a job's open placement already is what the plan asks (nothing to write); a
+    gang's ``parts`` are compared as a set of ``(node, devices)``."""
     placed = now.placed
     if not now.gate_open or placed is None:
         return False
-    if (placed.node, placed.devices) != (node, tuple(devices)):
+    if parts or placed.parts:
+        if sorted(placed.parts) != sorted(parts):
+            return False
+    elif (placed.node, placed.devices) != (node, tuple(devices)):
         return False
     return (placed.device_memory_mib is None or placed.device_memory_mib >= job.device_memory_mib
             ) and (placed.device_threads is None
@@ -502,6 +576,8 @@ def decide(
     to_close: Mapping[str, str],
     rejected: Sequence[Rejected],
     current: Mapping[str, Current],
+    *,
+    gangs: bool = False,
 ) -> Decisions:
     """Decide what applying ``plan`` writes, from the jobs as they are now.
 
@@ -513,6 +589,8 @@ def decide(
         rejected: the read's refused jobs.
         current: the involved jobs as re-read just before writing (plan, refused and
             :attr:`Book.to_close` jobs); a job missing here left the queue.
+        gangs: whether the adapter writes multi-node placements (a gang's parts as one
+            :class:`Write`); otherwise a job planned on several nodes is skipped.
     """
     spots: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
     for a in plan.assignments:
@@ -526,24 +604,26 @@ def decide(
         now = current.get(job_id)
         if job is None:
             failed.append(JobOutcome(job_id, "is in the plan but was not pending"))
-        elif len(places) != 1:
+        elif len(places) != 1 and not (job.is_gang and gangs):
             skipped.append(JobOutcome(job_id, "spans several nodes; coshare places a job of "
                                       "this scheduler on one node"))  # fmt: skip
         elif now is None:
             skipped.append(JobOutcome(job_id, "left the queue since it was read"))
         elif not now.pending:
             skipped.append(JobOutcome(job_id, f"is {now.state} now, no longer pending"))
-        elif keeps(now, places[0][0], places[0][1], job):
+        elif keeps(now, places[0][0], places[0][1], job, parts := _parts(job, places)):
             unchanged.append(job_id)
         elif now.changed is not None:
             skipped.append(JobOutcome(job_id, now.changed))
         else:
             node, devices = places[0]
             writes.append(Write(job_id, node, tuple(devices), job.device_memory_mib,
-                                job.device_threads))  # fmt: skip
+                                job.device_threads, parts))  # fmt: skip
     refused = {r.job for r in rejected}
     kept = set(unchanged)
-    moves = {w.job: f"{w.node}/{','.join(w.devices)}" if w.devices else w.node for w in writes}
+    moves = {w.job: " + ".join(f"{n}/{','.join(d)}" if d else n
+                               for n, d in (w.parts or ((w.node, w.devices),)))
+             for w in writes}  # fmt: skip
     close: list[JobOutcome] = []
     for c in sorted(current.values(), key=lambda c: _job_order(c.id)):
         if c.id in kept or not (c.pending and c.gate_open):
@@ -570,6 +650,13 @@ def decide(
             refuse.append(r)
     return Decisions(tuple(close), tuple(writes), tuple(unchanged), tuple(skipped),
                      tuple(failed), tuple(refuse))  # fmt: skip
+
+
+def _parts(
+    job: Job, places: Sequence[tuple[str, tuple[str, ...]]]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A gang's planned ``(node, devices)`` in plan order; empty for a single-node job."""
+    return tuple((n, tuple(d)) for n, d in places) if job.is_gang else ()
 
 
 def gates_may_open(started: Collection[str], not_closed: Collection[str]) -> str | None:

@@ -1,0 +1,112 @@
+"""Parallel-universe jobs (gangs, issue 14 item 5) on the real pool: deploy/condor/pool names
+its schedd every node's dedicated scheduler, coshare plans a ``machine_count = 2`` job as a
+gang, writes its nodes and devices before its one gate, and HTCondor's dedicated scheduler
+starts it on exactly those nodes, each process seeing its own node's devices."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.integration.condor_pool import WORK, Pool, wait_for
+from tests.integration.test_condor_pool import DEVICES, DyingClient, annotated
+
+pytestmark = [pytest.mark.integration, pytest.mark.condor]
+
+
+def submit_gang(live: Pool, machines: int = 2, sleep_s: float = 3, **extra: str) -> str:
+    """A parallel-universe job of ``machines`` machines; each node writes out.C.<node>."""
+    desc = {"universe": "parallel", "machine_count": str(machines),
+            "executable": f"{WORK}/job.sh", "arguments": str(sleep_s), "initialdir": WORK,
+            "transfer_executable": "false", "request_memory": "64", "request_cpus": "1",
+            "should_transfer_files": "NO",
+            "output": f"{WORK}/out.$(Cluster).$(Node)", "error": f"{WORK}/err.$(Cluster).$(Node)",
+            **extra}  # fmt: skip
+    return str(live.schedd.submit(live.htcondor.Submit(desc), count=1).cluster())
+
+
+def gang_placement(live: Pool, job: str) -> list[tuple[str, str]]:
+    ad = live.jobs(f"ClusterId == {job.split('.')[0]}")[job]
+    nodes, devices = ad.get("CosharePlacedNodes"), ad.get("CosharePlacedNodeDevices")
+    assert isinstance(nodes, list) and isinstance(devices, list), ad
+    assert ad.get("CosharePlacedNode") == nodes[0]
+    return list(zip(nodes, devices, strict=True))
+
+
+def test_a_two_node_parallel_job_runs_on_the_nodes_and_devices_coshare_planned(
+    live: Pool
+) -> None:
+    cluster = submit_gang(live, **annotated(2048, 60))
+    singles = live.submit(2, sleep_s=3, **annotated(4096, 120))
+    job = f"{cluster}.0"
+    report = live.cycle()
+    assert report.exit_status == 0, report
+    parts = [(a.node, a.devices) for a in report.plan.assignments if a.job == job]
+    assert len(parts) == 2 and len({n for n, _ in parts}) == 2, report.plan
+    assert job in report.apply.applied
+    placed = gang_placement(live, job)
+    assert sorted(placed) == sorted((n, ",".join(d)) for n, d in parts)
+    for node, devices in placed:  # one device per node, of the pool's devices
+        assert (node, devices) in DEVICES
+    # The single-node jobs are placed beside it, with room for all on every device.
+    others = {a.job for a in report.plan.assignments if a.job != job}
+    assert others == {f"{singles}.0", f"{singles}.1"}
+
+    wait_for(lambda: not live.jobs(f"ClusterId == {cluster} || ClusterId == {singles}"), 180,
+             "the parallel job and the single-node jobs to finish")  # fmt: skip
+    [history] = live.history(cluster)
+    assert history.get("ExitCode") == 0, history
+    # Each process reports the node it ran on and the devices it was given: one process on
+    # each planned node, each with that node's planned devices.
+    seen = []
+    for node_no in range(2):
+        out = (live.output(f"{cluster}.{node_no}")).splitlines()
+        devices = out[0].split()[2]
+        seen.append((out[1], devices))
+    assert Counter(seen) == Counter(placed), (seen, placed)
+
+
+def test_a_gang_waits_whole_until_it_fits_and_is_never_half_placed(live: Pool) -> None:
+    # Four nodes, and a gang of five: never fits, said with the counts, nothing written.
+    cluster = submit_gang(live, machines=5, **annotated(1024, 30))
+    report = live.cycle()
+    [unplaced] = [u for u in report.plan.unplaced if u.job == f"{cluster}.0"]
+    assert unplaced.code == "never_fits" and "5 nodes" in unplaced.reason
+    ad = live.jobs(f"ClusterId == {cluster}")[f"{cluster}.0"]
+    assert ad.get("CosharePlacedNode") is None and ad.get("CosharePlacedNodes") is None
+
+
+def assert_gangs_whole(live: Pool) -> int:
+    """Every open gate of a parallel job belongs to a whole placement: its node list holds
+    distinct coshare nodes, one device each, starting at the gate's node."""
+    open_gates = 0
+    for job, ad in live.jobs("CoshareManaged =?= true && JobUniverse == 11").items():
+        if ad.get("CosharePlacedNode") is None:
+            continue
+        open_gates += 1
+        placed = gang_placement(live, job)
+        assert len(placed) == 2 and len({n for n, _ in placed}) == 2, (job, placed)
+        assert all(p in DEVICES for p in placed), (job, placed)
+        assert ad.get("CosharePlacedAt"), job
+    return open_gates
+
+
+def test_a_cycle_killed_between_a_gangs_writes_leaves_it_whole_or_unplaced(live: Pool) -> None:
+    for _ in range(3):
+        submit_gang(live, requirements="CoshareNeverStart =?= true", **annotated(3000, 60))
+    deaths = 0
+    for budget in range(30):  # die after 0, 1, 2, ... transactions, until a cycle completes
+        try:
+            live.cycle(client=DyingClient(budget), replan_after_s=0)
+        except KeyboardInterrupt:
+            deaths += 1
+            assert_gangs_whole(live)
+            continue
+        break
+    assert deaths >= 4  # at, nodes, devices and gate writes were each interrupted
+    final = live.cycle(replan_after_s=0)
+    assert final.exit_status == 0
+    settled = live.cycle(replan_after_s=300)
+    assert settled.apply.applied == ()
+    assert assert_gangs_whole(live) == len(final.plan.placed_jobs) > 0
