@@ -1,9 +1,13 @@
 """The rules of the ledger, written once for every scheduler.
 
 The scheduler's queue is the ledger: a job placed by coshare carries its placement in its
-own record (HTCondor: ``CosharePlacedNode``/``Devices``/``At``; Slurm: ``ReqNodeList`` and
-``AdminComment``), and a job can start only while its *gate* is open (HTCondor: the placed
-node is set, so its Requirements match that node; Slurm: it is released). An adapter only
+own record (HTCondor: ``CosharePlacedNode``/``Devices``/``At``, a parallel job's
+``CosharePlacedNodes``/``NodeDevices`` too; Slurm: ``ReqNodeList`` and ``AdminComment``), and
+a job can start only while its *gate* is open (HTCondor: the placed node is set, so its
+Requirements match that node; Slurm: it is released). A gang (issue 14) is placed on all its
+nodes or none: an adapter that writes gangs (``gangs=True``) records every node before the
+one gate opens, and a gate that opens without a whole placement is ``gone`` and closed.
+An adapter only
 translates: scheduler records into the facts below (:class:`Queued`, :class:`Current`), and
 the decisions below into its scheduler's edits. The life of a placement::
 
