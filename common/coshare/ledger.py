@@ -7,9 +7,8 @@ a job can start only while its *gate* is open (HTCondor: the placed node is set,
 Requirements match that node; Slurm: it is released). A gang (issue 14) is placed on all its
 nodes or none: an adapter that writes gangs (``gangs=True``) records every node before the
 one gate opens, and a gate that opens without a whole placement is ``gone`` and closed.
-An adapter only
-translates: scheduler records into the facts below (:class:`Queued`, :class:`Current`), and
-the decisions below into its scheduler's edits. The life of a placement::
+An adapter only translates: scheduler records into the facts below (:class:`Queued`,
+:class:`Current`), and the decisions below into its scheduler's edits. The life of a placement::
 
     pending --plan, write, open the gate--> placed --starts--> running
        ^                                      |
