@@ -629,6 +629,9 @@ def parse_queue(
             continue
         if q.status not in HOLDS_SLOT:
             continue  # held, removed, completed: holds nothing, waits for a person
+        if q.is_parallel and q.placed_parts:
+            running.extend(_gang_running(q, cluster, nodes, warnings))
+            continue
         if q.global_id and q.global_id in cluster.global_ids:
             continue  # the collector's claimed slot already counts it
         node = cluster.node_of_machine.get(machine_of(q.remote_host or "")) or q.placed_node
@@ -656,6 +659,39 @@ def parse_queue(
         ))  # fmt: skip
     book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s, gangs=True)
     return QueueView(book, tuple(running), tuple(warnings) + book.notes)
+
+
+def _gang_running(
+    q: QueueJob, cluster: ClusterView, nodes: Mapping[str, Node], warnings: list[str]
+) -> list[RunningJob]:
+    """A running parallel job's parts the collector does not show yet, from its placement:
+    on each planned node its slot (``RequestCpus``, ``RequestMemory``) and that node's
+    devices. Its nodes start one by one, so the collector may show some parts already."""
+    shown = {r.node for r in cluster.running if r.id == q.global_id}
+    host = refuse_on_error(q.id, lambda: (q.cpu_milli, q.memory_mib))
+    demand = declared_demand(q.id, q.annotations)
+    out: list[RunningJob] = []
+    for node, placed in q.placed_parts:
+        if node in shown or node in cluster.left_out:
+            continue
+        if node not in nodes:
+            warnings.append(f"job {q.id} runs on {shorten_text(node)}, which is not a coshare "
+                            "node; not counted")  # fmt: skip
+            continue
+        if isinstance(host, Rejected):
+            warnings.append(f"{host.reason}; it runs on {node}: counted as holding the whole "
+                            "node")  # fmt: skip
+            out.append(whole_node(q.id, nodes[node]))
+            continue
+        known = {d.id: d for d in nodes[node].devices}
+        devices = tuple(d for d in placed if d in known)
+        used = demand or whole_devices([known[d] for d in devices])
+        out.append(RunningJob(
+            id=q.id, node=node, devices=devices, device_memory_mib=used[0],
+            device_threads=used[1], cpu_milli=host[0], memory_mib=host[1], state="running",
+            start_time_s=q.placed_at,
+        ))  # fmt: skip
+    return out
 
 
 def build_snapshot(

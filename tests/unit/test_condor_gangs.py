@@ -14,7 +14,7 @@ import pytest
 from coshare.commands import run
 from coshare.errors import CommandFailed
 from coshare.ledger import Book
-from coshare.model import Assignment, Device, Job, Node, Plan
+from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob
 
 from condor_addon import expressions as X
 from condor_addon.attributes import JOB_PROJECTION, PARALLEL_UNIVERSE, SLOT_PROJECTION
@@ -196,6 +196,17 @@ def test_a_running_gangs_slots_count_the_devices_it_was_given_on_each_node() -> 
     view = parse_slots([{k: s.get(k) for k in SLOT_PROJECTION if k in s} for s in slots], {})
     assert sorted((r.node, r.devices) for r in view.running) == [("node1", ("1",)),
                                                                  ("node2", ("0",))]
+
+
+def test_a_running_gang_the_collector_does_not_show_yet_counts_from_its_placement() -> None:
+    job = replace(placed('{"node1", "node3"}', '{"1", "0"}'), status=2, global_id="s#7.0#1")
+    shown = replace(CLUSTER, running=(RunningJob("s#7.0#1", "node1", ("1",)),))
+    queue = parse_queue([job], shown, now_s=1700000010, replan_after_s=300)
+    # node1's slot is in the collector already; node3's part counts from the queue
+    assert [(r.node, r.devices, r.cpu_milli, r.memory_mib) for r in queue.running] == [
+        ("node3", ("0",), 2000, 256)]
+    hidden = parse_queue([job], CLUSTER, now_s=1700000010, replan_after_s=300)
+    assert sorted(r.node for r in hidden.running) == ["node1", "node3"]
 
 
 # -- the gate, evaluated by the ClassAd library ----------------------------------------------
