@@ -99,6 +99,11 @@ class Pool:
             "CoshareManaged", "CoshareUserRequirements", "Requirements", "ExitCode",
             "CoshareDeviceMemory", "CoshareDeviceThreads"]))
 
+    def node_cores(self) -> int:
+        """The cores of node1 (every node of the pool has as many)."""
+        [node] = [n for n in parse_slots(self.client.slot_ads(), {}).nodes if n.name == "node1"]
+        return node.cpu_milli // 1000
+
     def node_of_machine(self) -> Mapping[str, str]:
         return parse_slots(self.client.slot_ads(), {}).node_of_machine
 

@@ -32,7 +32,7 @@ CLUSTER = ClusterView(NODES)
 
 #: A parallel job's ad as the schedd holds it after ``universe = parallel``,
 #: ``machine_count = 2``, ``request_cpus = 2``, ``request_memory = 256`` (the attributes
-#: condor_submit 23.9 writes for them).
+#: condor_submit 23.9 writes for them, those coshare reads).
 PARALLEL_AD = """ClusterId = 7
 ProcId = 0
 JobStatus = 1
