@@ -631,6 +631,7 @@ def parse_queue(
             continue  # held, removed, completed: holds nothing, waits for a person
         if q.is_parallel and q.placed_parts:
             running.extend(_gang_running(q, cluster, nodes, warnings))
+            warnings.extend(_doubled(q, cluster))
             continue
         if q.global_id and q.global_id in cluster.global_ids:
             continue  # the collector's claimed slot already counts it
@@ -659,6 +660,21 @@ def parse_queue(
         ))  # fmt: skip
     book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s, gangs=True)
     return QueueView(book, tuple(running), tuple(warnings) + book.notes)
+
+
+def _doubled(q: QueueJob, cluster: ClusterView) -> list[str]:
+    """A note for each node where the dedicated scheduler started more of a parallel job's
+    processes than coshare planned there (one a node): unmodified HTCondor cannot prevent it
+    (README, "Parallel-universe jobs")."""
+    slots: dict[str, int] = {}
+    for r in cluster.running:
+        if r.id == q.global_id:
+            slots[r.node] = slots.get(r.node, 0) + 1
+    planned = {n for n, _ in q.placed_parts}
+    return [f"job {q.id}: the dedicated scheduler started {count} of its processes on "
+            f"{shorten_text(node)}, where coshare planned {1 if node in planned else 0}"
+            for node, count in sorted(slots.items())
+            if count > (1 if node in planned else 0)]  # fmt: skip
 
 
 def _gang_running(

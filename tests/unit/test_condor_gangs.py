@@ -209,6 +209,20 @@ def test_a_running_gang_the_collector_does_not_show_yet_counts_from_its_placemen
     assert sorted(r.node for r in hidden.running) == ["node1", "node3"]
 
 
+def test_two_processes_of_a_gang_on_one_node_are_noted_for_the_admin() -> None:
+    # seen on the pool: the dedicated scheduler took two slots of node2 for one 2-node job
+    job = replace(placed('{"node1", "node2"}', '{"0", "0"}'), status=2, global_id="s#7.0#1")
+    doubled = replace(CLUSTER, running=(RunningJob("s#7.0#1", "node2", ("0",)),
+                                        RunningJob("s#7.0#1", "node2", ("0",))))  # fmt: skip
+    queue = parse_queue([job], doubled, now_s=1700000010, replan_after_s=300)
+    assert queue.warnings == ("job 7.0: the dedicated scheduler started 2 of its processes on "
+                              "node2, where coshare planned 1",)  # fmt: skip
+    # node1's part is still counted from the placement until its slot shows
+    assert [r.node for r in queue.running] == ["node1"]
+    fine = replace(CLUSTER, running=(RunningJob("s#7.0#1", "node2", ("0",)),))
+    assert parse_queue([job], fine, now_s=1700000010, replan_after_s=300).warnings == ()
+
+
 # -- the gate, evaluated by the ClassAd library ----------------------------------------------
 
 SCHEDD_CONF = DEPLOY / "config.d" / "10-coshare-schedd.conf"
