@@ -21,6 +21,9 @@ def submit_gang(live: Pool, machines: int = 2, sleep_s: float = 3, **extra: str)
             "executable": f"{WORK}/job.sh", "arguments": str(sleep_s), "initialdir": WORK,
             "transfer_executable": "false", "request_memory": "64", "request_cpus": "1",
             "should_transfer_files": "NO",
+            # the job ends when every node's process has (by default node 0's end kills the
+            # others, perhaps before they print what they saw)
+            "+ParallelShutdownPolicy": '"WAIT_FOR_ALL"',
             "output": f"{WORK}/out.$(Cluster).$(Node)", "error": f"{WORK}/err.$(Cluster).$(Node)",
             **extra}  # fmt: skip
     return str(live.schedd.submit(live.htcondor.Submit(desc), count=1).cluster())
