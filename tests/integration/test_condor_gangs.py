@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.condor_pool import WORK, Pool, wait_for
+from tests.integration.condor_pool import CHROOT, WORK, Pool, wait_for
 from tests.integration.test_condor_pool import DEVICES, DyingClient, annotated
 
 pytestmark = [pytest.mark.integration, pytest.mark.condor]
@@ -62,8 +62,14 @@ def test_a_two_node_parallel_job_runs_on_the_nodes_and_devices_coshare_planned(
     others = {a.job for a in report.plan.assignments if a.job != job}
     assert others == {f"{singles}.0", f"{singles}.1"}
 
-    wait_for(lambda: not live.jobs(f"ClusterId == {cluster} || ClusterId == {singles}"), 180,
-             "the parallel job and the single-node jobs to finish")  # fmt: skip
+    try:
+        wait_for(lambda: not live.jobs(f"ClusterId == {cluster} || ClusterId == {singles}"), 180,
+                 "the parallel job and the single-node jobs to finish")  # fmt: skip
+    except AssertionError as exc:  # say what the queue and the dedicated scheduler show
+        left = {j: (ad.get("JobStatus"), ad.get("HoldReason")) for j, ad in live.jobs().items()}
+        log = (CHROOT / "pool" / "log" / "SchedLog").read_text(errors="replace").splitlines()
+        said = [line for line in log if "claim id not found" in line or "NOT accepted" in line]
+        raise AssertionError(f"{exc}; queue: {left}; SchedLog: {said[-6:]}") from exc
     [history] = live.history(cluster)
     assert history.get("ExitCode") == 0, history
     # Each process reports the node it ran on and the devices it was given: one process on
