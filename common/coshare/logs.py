@@ -8,7 +8,7 @@
                          "placed": 6, ...}
 
 Every command that runs for long or unattended (``coshare condor|slurm cycle``, ``coshare
-condor trigger``, ``coshare node gate``) takes :func:`log_format_option` and calls
+condor trigger``, ``coshare node gate``, ``coshare node watch``) takes :func:`log_format_option` and calls
 :func:`setup_logging`; nothing else installs handlers. Structured fields are passed the
 standard way, ``log.info("...", extra={"job": "12.0", "phase": "apply"})``: the JSON format
 writes them as keys of the object (one object per line, so a log shipper needs no parser),
