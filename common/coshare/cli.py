@@ -315,9 +315,14 @@ def config() -> None:
 
 
 @config.command("show")
+@click.option("--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="yaml: as a config file is written; json: for tools.")  # fmt: skip
 @pass_app
-def config_show(app: AppContext) -> None:
-    """Print the effective configuration (defaults < file < environment) as YAML."""
+def config_show(app: AppContext, output: str) -> None:
+    """Print the effective configuration (defaults < file < environment)."""
+    if output == "json":
+        click.echo(json.dumps(to_dict(app.config), indent=1))
+        return
     click.echo(yaml.safe_dump(to_dict(app.config), sort_keys=False), nl=False)
 
 

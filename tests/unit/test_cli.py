@@ -111,6 +111,20 @@ def test_config_show_and_check(tmp_path: Path) -> None:
     assert code == 0 and "ok" in out
 
 
+def test_config_show_speaks_json_too(tmp_path: Path) -> None:
+    # Issue 21: --output on every show. The JSON is the same configuration as the YAML, and
+    # written back as a file (JSON is YAML) it checks.
+    import yaml
+
+    code, as_yaml, _ = run("config", "show")
+    code_json, as_json, _ = run("config", "show", "--output", "json")
+    assert code == code_json == 0
+    assert json.loads(as_json) == yaml.safe_load(as_yaml)
+    good = tmp_path / "good.yaml"
+    good.write_text(as_json)
+    assert run("config", "check", str(good))[0] == 0
+
+
 def test_demo_reproduces_table2_then_plans_the_example() -> None:
     code, out, _ = run("demo", "--jobs", "150", "--nodes", "3")
     assert code == 0
