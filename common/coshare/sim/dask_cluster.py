@@ -11,11 +11,11 @@ extra: ``pip install 'coshare[dask]'``). Where the workers come from:
   ``config_file``, ``bin_dir`` and ``partition``) or ``HTCondorCluster``
   (``condor_submit``/``condor_rm``, with the ``condor`` section's ``config_file``).
 
-An address that does not answer within ``sim.connect_timeout_s``, or a cluster whose first
-worker does not join within ``sim.worker_timeout_s``, is one :class:`ExecutorError` naming
-the address (exit status 1), never a hang. Where coshare starts the scheduler, a dead worker's
-task is not retried by Dask itself (``allowed-failures`` 0): :class:`DaskExecutor` retries it
-``sim.retries`` times, so one count holds for every executor.
+An address that does not answer within ``sim.connect_timeout_s``, or a scheduler (given or
+started) that no worker joins within ``sim.worker_timeout_s``, is one :class:`ExecutorError`
+naming the address (exit status 1), never a hang. Where coshare starts the scheduler, a dead
+worker's task is not retried by Dask itself (``allowed-failures`` 0): :class:`DaskExecutor`
+retries it ``sim.retries`` times, so one count holds for every executor.
 """
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ def open_executor(config: Config) -> Iterator[Executor]:
         if sim.dask_scheduler:
             client = _connect(distributed, sim.dask_scheduler, sim)
             stack.callback(client.close)
+            # A scheduler without workers accepts tasks and never runs them: wait for one
+            # as for a cluster coshare starts, so the command ends instead of hanging.
+            _wait_for_workers(client, sim, shorten_text(sim.dask_scheduler),
+                              "start its workers with `dask worker ADDRESS`")  # fmt: skip
         else:
             cluster = _start_cluster(distributed, config)
             stack.callback(_close_quietly, cluster)
@@ -78,7 +82,9 @@ def open_executor(config: Config) -> Iterator[Executor]:
             stack.callback(client.close)
             if sim.dask_cluster != "local":
                 cluster.scale(jobs=sim.workers)
-            _wait_for_workers(client, sim, str(cluster.scheduler_address))
+            _wait_for_workers(client, sim, str(cluster.scheduler_address),
+                              f"{sim.dask_cluster} workers; see sim.log_directory for their "
+                              "output")  # fmt: skip
         yield DaskExecutor(client, sim.retries)
 
 
@@ -93,13 +99,13 @@ def _connect(distributed: Any, where: Any, sim: SimConfig) -> Any:
                             f"{shorten_text(str(exc) or type(exc).__name__)}") from exc
 
 
-def _wait_for_workers(client: Any, sim: SimConfig, address: str) -> None:
+def _wait_for_workers(client: Any, sim: SimConfig, address: str, hint: str) -> None:
     try:
         client.wait_for_workers(1, timeout=sim.worker_timeout_s)
     except (TimeoutError, OSError) as exc:
         raise ExecutorError(f"no Dask worker joined the scheduler at {address} within "
-                            f"{sim.worker_timeout_s:g} s ({sim.dask_cluster} workers; see "
-                            "sim.log_directory for their output)") from exc  # fmt: skip
+                            f"{sim.worker_timeout_s:g} s (sim.worker_timeout_s; {hint})"
+                            ) from exc  # fmt: skip
 
 
 def _close_quietly(cluster: Any) -> None:

@@ -22,6 +22,7 @@ scheduler given by address keeps its own setting on top.
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -126,7 +127,8 @@ class LocalExecutor:
 class DaskExecutor:
     """Tasks on a Dask cluster through ``client`` (a ``distributed.Client``).
 
-    Each task is one Dask task with its own key; a task that ends in ``KilledWorker`` (its
+    Each task is one Dask task with its own key (unique to this executor: commands may share a
+    scheduler); a task that ends in ``KilledWorker`` (its
     worker died while running it) is submitted again under a new key, at most ``retries``
     times.
     """
@@ -135,6 +137,9 @@ class DaskExecutor:
         self.client = client
         self.retries = retries
         self._stage = itertools.count()
+        # Keys name results on the scheduler: another command sharing it (a second sweep on
+        # the same --dask-scheduler) must never be handed this one's results, or these its.
+        self._token = uuid.uuid4().hex
 
     def share(self, value: Any) -> Any:
         # One copy per worker that needs it, instead of one in every task's arguments.
@@ -150,8 +155,8 @@ class DaskExecutor:
 
         def submit(i: int) -> Any:
             task = tasks[i]
-            return self.client.submit(task.fn, *task.args, pure=False,
-                                      key=f"coshare-sim-{stage}-{i}-{tries[i]}")  # fmt: skip
+            key = f"coshare-sim-{self._token}-{stage}-{i}-{tries[i]}"
+            return self.client.submit(task.fn, *task.args, pure=False, key=key)
 
         index: dict[str, int] = {}
         futures = []
