@@ -371,3 +371,35 @@ def test_failed_runs_are_named_after_the_other_results(monkeypatch: pytest.Monke
         "coshare: error: 2 runs failed (the results above are the others'): uniform seed 0 "
         "knapsack on 2 nodes jobs=10: ValueError: a broken run; uniform seed 0 knapsack on 2 "
         "nodes jobs=20: ValueError: a broken run\n")
+
+
+def test_runs_lost_with_the_dask_scheduler_say_so() -> None:
+    # Dask cancels every task in flight when the scheduler goes away; exception() is None.
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    from coshare.sim.executor import DaskExecutor
+
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                       protocol="tcp", host="127.0.0.1",
+                                       dashboard_address=None)  # fmt: skip
+    client = distributed.Client(cluster, set_as_default=False)
+    try:
+        got: list[object] = []
+        running = threading.Thread(target=lambda: got.append(DaskExecutor(client).run(
+            [Task("slow one", _slow, (1,)), Task("slow two", _slow, (2,))])))
+        running.start()
+        while not client.processing() or not any(client.processing().values()):
+            running.join(0.05)  # until the runs are on the worker
+        cluster.close()
+        running.join(60)
+        assert not running.is_alive()
+    finally:
+        client.close()
+    (results,) = got
+    failed = {f.task: f.reason for f in results.failures}  # type: ignore[attr-defined]
+    assert set(failed) == {"slow one", "slow two"}
+    # The scheduler's own cancel, or the client's when the connection went first.
+    assert set(failed.values()) <= {
+        "cancelled by the Dask scheduler (no reason given: was it stopped?)",
+        "lost the connection to the Dask scheduler"}

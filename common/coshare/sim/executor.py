@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -37,6 +37,23 @@ def _reason(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return shorten_text(f"{type(exc).__name__}: {text}" if type(exc).__module__ != "coshare"
                         and not type(exc).__module__.startswith("coshare.") else text)
+
+
+def _cancelled(future: Any) -> str:
+    """Why Dask cancelled a task's future: most often, the scheduler went away (every task
+    in flight is cancelled then, and ``future.exception()`` says nothing)."""
+    try:
+        future.result()
+    except CancelledError as exc:
+        reason = str(getattr(exc, "reason", "") or "unknown")
+        if reason == "scheduler-connection-lost":
+            return "lost the connection to the Dask scheduler"
+        if reason == "unknown":  # what a scheduler that stops gives
+            return "cancelled by the Dask scheduler (no reason given: was it stopped?)"
+        return f"cancelled by the Dask scheduler ({shorten_text(reason)})"
+    except Exception as exc:
+        return _reason(exc)
+    return "cancelled by Dask"
 
 
 def _lost(name: str, tries: int) -> Failure:
@@ -170,6 +187,8 @@ class DaskExecutor:
             if future.status == "finished":
                 results.values[i] = future.result()
                 future.release()
+            elif future.status == "cancelled":  # no exception to tell: say why Dask gave up
+                results.failed[i] = Failure(tasks[i].name, _cancelled(future))
             else:
                 exc = future.exception()
                 future.release()
