@@ -403,3 +403,32 @@ def test_runs_lost_with_the_dask_scheduler_say_so() -> None:
     assert set(failed.values()) <= {
         "cancelled by the Dask scheduler (no reason given: was it stopped?)",
         "lost the connection to the Dask scheduler"}
+
+
+def test_runs_with_no_dask_worker_left_fail_named_instead_of_waiting() -> None:
+    # Every worker gone (worker jobs cancelled, none replaced): the scheduler keeps the tasks
+    # for ever; the command must end, naming them.
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    from coshare.sim.executor import DaskExecutor
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  protocol="tcp", host="127.0.0.1",
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:  # fmt: skip
+        got: list[object] = []
+        running = threading.Thread(target=lambda: got.append(DaskExecutor(
+            client, worker_timeout_s=1).run([Task("slow one", _slow, (1,)),
+                                             Task("slow two", _slow, (2,))])), daemon=True)
+        running.start()
+        while not client.processing() or not any(client.processing().values()):
+            running.join(0.05)  # until the runs are on the worker
+        cluster.scale(0)
+        running.join(60)
+        assert not running.is_alive(), "the runs waited for a worker for ever"
+    (results,) = got
+    reasons = {f.task: f.reason for f in results.failures}  # type: ignore[attr-defined]
+    assert reasons == dict.fromkeys(("slow one", "slow two"), (
+        "no Dask worker left for 1 s (sim.worker_timeout_s): every worker died or its job was "
+        "cancelled"))

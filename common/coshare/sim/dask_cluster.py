@@ -85,7 +85,7 @@ def open_executor(config: Config) -> Iterator[Executor]:
             _wait_for_workers(client, sim, str(cluster.scheduler_address),
                               f"{sim.dask_cluster} workers; see sim.log_directory for their "
                               "output")  # fmt: skip
-        yield DaskExecutor(client, sim.retries)
+        yield DaskExecutor(client, sim.retries, sim.worker_timeout_s)
 
 
 def _connect(distributed: Any, where: Any, sim: SimConfig) -> Any:
