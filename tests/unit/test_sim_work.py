@@ -432,3 +432,29 @@ def test_runs_with_no_dask_worker_left_fail_named_instead_of_waiting() -> None:
     assert reasons == dict.fromkeys(("slow one", "slow two"), (
         "no Dask worker left for 1 s (sim.worker_timeout_s): every worker died or its job was "
         "cancelled"))
+
+
+@pytest.mark.parametrize(("address", "says"), [
+    ("foo", "'foo' (--dask-scheduler, sim.dask_scheduler) is not HOST:PORT"),
+    ("tcp://[::1", "is not HOST:PORT"),
+    ("ucx://10.0.0.1:8786", "coshare connects over tcp, not ucx"),
+    ("tls://10.0.0.1:8786", "coshare connects over tcp, not tls"),
+    ("tcp://10.0.0.1:99999", "port 99999 is out of range"),
+])  # fmt: skip
+def test_a_malformed_scheduler_address_is_one_message_and_exit_2(address: str, says: str) -> None:
+    # Checked before Dask sees it: Dask's answers were a traceback (ucx) or a message
+    # followed by one when its half-made client was collected at exit.
+    pytest.importorskip("distributed")
+    import subprocess
+
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "coshare"), "simulate", "--workload", "uniform",
+         "--jobs", "10", "--dask-scheduler", address],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COSHARE_CONFIG": "/dev/null", "COSHARE_SIM_CONNECT_TIMEOUT_S": "1"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("coshare: error: the Dask scheduler address ")
+    assert says in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "(allowed: tcp://HOST:PORT or HOST:PORT, PORT 1..65535)" in done.stderr
