@@ -474,7 +474,8 @@ class SimConfig:
             (``SLURMCluster`` with the ``slurm`` section's config file and partition,
             ``HTCondorCluster`` with the ``condor`` section's config file).
         connect_timeout_s: how long to try to reach the scheduler.
-        worker_timeout_s: how long to wait for the first worker before giving up.
+        worker_timeout_s: how long to wait for the first worker before giving up, and how
+            long runs wait once no worker is left (then they are reported failed).
         scheduler_host: address the scheduler coshare starts listens on; ``null``: Dask's
             choice; ``127.0.0.1`` when the workers run on this host.
         worker_cores: cores of each worker job (one run per core).

@@ -66,6 +66,9 @@ def test_no_resctrl_and_no_counters_are_missing_with_the_path(
     cat = caps["L3 cache ways (CAT)"]
     assert cat["status"] == "missing" and cat["where"] == str(env / "no-resctrl/info/L3/cbm_mask")
     assert cat["detail"] == "unsupported: resctrl is not mounted there"
+    mba = caps["memory bandwidth allocation (MBA)"]
+    assert mba["where"] == str(env / "no-resctrl/info/MB/min_bandwidth")
+    assert mba["detail"] == "unsupported: resctrl is not mounted there"
     odd = counter_capability(machine="sparc64")
     assert odd.status == "missing" and "no perf_event_open system call number" in odd.detail
 
