@@ -3,6 +3,8 @@ reservation store, and the protocol's invariants on random layouts and arrival o
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from coshare.alloc.layout import Domain, Layout, tile
 from coshare.alloc.propagation import (
@@ -248,4 +250,4 @@ def test_simultaneous_full_width_gangs_are_served_one_by_one(
         run = run_protocol(layout, jobs, policy)  # type: ignore[arg-type]
         _check(run, jobs)
         spans = sorted((r.allocated_at or 0, r.ended_at or 0) for r in run.jobs)
-        assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:]))
+        assert all(later[0] >= earlier[1] for earlier, later in pairwise(spans))

@@ -4,6 +4,7 @@ simulator, and ``coshare simulate --workload picaso-*``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -105,3 +106,22 @@ def test_simulate_picaso_refuses_options_that_do_not_apply(args: list[str]) -> N
 def test_an_unknown_picaso_part_is_an_unknown_workload() -> None:
     out = CliRunner().invoke(cli, ["simulate", "--workload", "picaso-nothing"])
     assert out.exit_code == 2 and "picaso-parallel-3" in out.output
+
+
+def test_the_readme_scenario_table_is_what_the_simulator_prints() -> None:
+    # The simulator is deterministic: the README's section 7.2 table must stay its output.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] in SCENARIOS and len(cells) == 7:
+            rows[cells[0]] = cells
+    assert set(rows) == set(SCENARIOS)
+    for name, cells in rows.items():
+        result = run_scenario(name)
+        ac, seq = result.runs["cancel"], result.runs["sequencer"]
+        assert cells[1] == " ".join(map(str, result.waits("cancel"))), name
+        assert cells[2] == " ".join(map(str, result.waits("sequencer"))), name
+        assert cells[3] == " ".join(f"{c:+.0f}" for c in result.change()), name
+        assert cells[5] == str(sum(r.cancels for r in ac.jobs)), name
+        assert cells[6] == f"{ac.total_messages} / {seq.total_messages}", name

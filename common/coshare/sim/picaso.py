@@ -350,8 +350,9 @@ class WorstPoint:
         return sum(values) / len(values)
 
 
-def run_worst(counts: Sequence[int] = range(1, SIDE * SIDE + 1), seeds: Sequence[int] = range(
-        PAPER_RUNS), pattern: Pattern = "fixed") -> list[WorstPoint]:  # fmt: skip
+def run_worst(counts: Sequence[int] = range(1, SIDE * SIDE + 1),
+              seeds: Sequence[int] = range(PAPER_RUNS), pattern: Pattern = "fixed",
+              timing: Timing = Timing()) -> list[WorstPoint]:  # fmt: skip
     """Fig. 9: per ``n``, ``n`` homes drawn (seeded) from the 7 x 7 tile."""
     layout = tile(SIDE, cores_per_domain=CORES_PER_DOMAIN)
     points = []
@@ -363,7 +364,7 @@ def run_worst(counts: Sequence[int] = range(1, SIDE * SIDE + 1), seeds: Sequence
             jobs = [Gang(f"j{i + 1}", home, layout.total_cores, 0, SHORT_RUN)
                     for i, home in enumerate(homes)]
             for policy in ("cancel", "sequencer"):
-                run = run_protocol(layout, jobs, policy, pattern)
+                run = run_protocol(layout, jobs, policy, pattern, timing)
                 first = min(r.allocated_at or 0 for r in run.jobs)
                 waits[policy].append(first)
                 sent[policy].append(run.total_messages)
