@@ -43,7 +43,7 @@ PURE_ADAPTERS = [
 IO_MODULES = {"coshare.sim.cli", "coshare.sim.report", "coshare.sim.plot",
               "coshare.sim.trace_files", "coshare.sim.progress", "coshare.sim.executor",
               "coshare.sim.dask_cluster", "coshare.sim.replay",
-              "coshare.sim.poncos_report"}
+              "coshare.sim.poncos_report", "coshare.sim.picaso_report"}
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN = {

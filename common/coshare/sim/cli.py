@@ -13,8 +13,9 @@ Workloads: ``table1`` (Table II: 1000 jobs, 8 nodes), ``uniform``, ``normal``, `
 ``high-skew`` (Fig. 7, 400 jobs), ``synthetic`` (all four: Fig. 8 and Table III),
 ``pressure`` (Fig. 10: ``--jobs`` per node, 200 by default, on 2 to 8 nodes),
 ``alibaba-2023`` (the fragmentation benchmark on the Alibaba trace), ``wu-hong`` (the
-collocation paper's section IV-C, with a P_M x P_B sweep) and ``trace:FILE.swf`` (replay an
-SWF log). This module does the I/O (trace files, the plot, the progress bar) and
+collocation paper's section IV-C, with a P_M x P_B sweep), ``picaso`` and ``picaso-PART``
+(the distributed allocation paper's tiles and scenarios, issue 20) and ``trace:FILE.swf``
+(replay an SWF log). This module does the I/O (trace files, the plot, the progress bar) and
 hands everything else to the pure ``coshare.sim``.
 """
 
@@ -64,6 +65,7 @@ from coshare.sim.paper import (
     TABLE_III_FOOTPRINT,
 )
 from coshare.sim.params import Point, apply, label, parameters, parse_sweeps, value_of
+from coshare.sim.picaso import PARTS as PICASO_PARTS
 from coshare.sim.progress import progress_bar
 from coshare.sim.replay import Replay, check_log, cluster_of, replay
 from coshare.sim.report import (
@@ -456,6 +458,22 @@ def _wu_hong(request: Request) -> Outcome:
     return Outcome(text, payload)
 
 
+def _picaso(request: Request) -> Outcome:
+    """The distributed allocation paper (issue 20): waits and message counts of active
+    cancellation against the sequencer on its tiles and scenarios (``picaso`` runs all)."""
+    from coshare.sim.picaso_report import picaso_outcome
+
+    if request.jobs is not None or request.nodes is not None or request.policies_text:
+        raise InputError(f"--workload {request.workload} is the paper's setup (tiles of "
+                         "domain managers, both policies); --jobs, --nodes and --policies "
+                         "do not apply")  # fmt: skip
+    if request.workload.startswith("picaso-worst") or request.workload == "picaso":
+        check_work(len(request.seeds) * 49 * 2, 49, f"--seeds {len(request.seeds)}")
+    part = request.workload.removeprefix("picaso-") if request.workload != "picaso" else "all"
+    text, payload = picaso_outcome(part, request.seeds)
+    return Outcome(text, payload)
+
+
 #: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).
 WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "table1": _paper,
@@ -466,6 +484,8 @@ WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "trace": _trace,
     "poncos": _poncos,
     "wu-hong": _wu_hong,
+    "picaso": _picaso,
+    **{f"picaso-{part}": _picaso for part in PICASO_PARTS},
 }
 WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WORKLOADS)
 
