@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from coshare.bounds import MAX_DEVICES
 from coshare.cli import cli
 from coshare.policies import policy_names
-from coshare.schema import parse_plan, parse_snapshot
+from coshare.schema import MAX_SNAPSHOT_NODES, parse_plan, parse_snapshot
 from coshare.verify import check_plan
 from hypothesis import given
 from hypothesis import strategies as st
@@ -84,6 +85,33 @@ def test_cores_of_1e16_are_refused_with_the_bound() -> None:
     code, _, err = plan_text(text)
     assert code == 2
     assert "node \"n\": field 'cores' is 1e+16 (allowed: a number > 0 and <= 1048576)" in err
+
+
+def test_a_node_of_more_devices_than_the_bound_is_refused_with_the_bound() -> None:
+    # The JSON Schema and coshare.bounds said at most 1,024 devices a node, but the parser
+    # took any number: 200,000 devices on one node (a 12 MB snapshot) planned for an hour.
+    devices = [{"id": str(i), "memory_mib": 1000, "threads": 8} for i in range(1025)]
+    code, _, err = plan_text(json.dumps({"nodes": [{**NODE, "devices": devices}],
+                                         "pending": [JOB]}))  # fmt: skip
+    assert code == 2
+    assert "node \"n\": field 'devices' has 1025 entries (allowed: at most 1024)" in one_error(err)
+    code, _, err = plan_text(json.dumps({"nodes": [{**NODE, "devices": devices[:1024]}],
+                                         "pending": [JOB]}))  # fmt: skip
+    assert code == 0, err
+
+
+def test_more_nodes_than_the_schema_allows_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("coshare.schema.MAX_SNAPSHOT_NODES", 3)
+    nodes = [{**NODE, "name": f"n{i}"} for i in range(4)]
+    code, _, err = plan_text(json.dumps({"nodes": nodes, "pending": [JOB]}))
+    assert code == 2
+    assert "snapshot: field 'nodes' has 4 entries (allowed: at most 3)" in one_error(err)
+
+
+def test_the_parser_keeps_the_json_schemas_array_bounds() -> None:
+    schema = json.loads(run("schema", "snapshot")[1])
+    assert schema["properties"]["nodes"]["maxItems"] == MAX_SNAPSHOT_NODES
+    assert schema["$defs"]["node"]["properties"]["devices"]["maxItems"] == MAX_DEVICES
 
 
 def test_lone_surrogates_and_markup_in_ids_never_break_the_table() -> None:
