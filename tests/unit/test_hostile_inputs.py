@@ -268,6 +268,16 @@ def test_duplicate_swf_ids_name_the_id_and_both_lines(tmp_path: Path) -> None:
     assert "job 1" in one_error(err) and "line 1" in err and "line 3" in err
 
 
+def test_swf_jobs_out_of_submit_order_are_refused_before_any_run(tmp_path: Path) -> None:
+    # The replay streams the log and its engine stopped every run alike (exit 1, "6 runs
+    # failed"); a log out of order is bad input, named by its line once.
+    path = swf(tmp_path, RECORD.format(id=1, submit=100, run=10), "; a comment",
+               RECORD.format(id=2, submit=0, run=10))  # fmt: skip
+    code, _, err = run("simulate", "--workload", f"trace:{path}")
+    assert code == 2
+    assert "line 3: job 2 submits at 0, before the job on line 1 (100)" in one_error(err)
+
+
 # -- hostile JSON values anywhere: exit 2 or a sound plan ---------------------------------------
 
 HOSTILE_SCALARS = st.one_of(
