@@ -43,6 +43,7 @@ from coshare.bounds import (
     MAX_PRIORITY,
     MAX_TIME_S,
     BadValue,
+    as_float,
     bounded,
     shorten_text,
 )
@@ -93,9 +94,10 @@ def _text(value: object) -> str | None:
 
 
 def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+    """A finite number, else ``None`` (an integer too large for a float, too: ``isfinite``
+    of one raises OverflowError)."""
+    number = as_float(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def _or(value: object, default: object) -> object:

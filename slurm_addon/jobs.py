@@ -177,12 +177,17 @@ def decode(output: str, command: str) -> Mapping[str, object]:
     """The top-level object of a ``--json`` output.
 
     Raises:
-        SlurmOutputError: not JSON, or Slurm reported errors in it.
+        SlurmOutputError: not JSON (nesting or a number Python cannot decode included), or
+            Slurm reported errors in it.
     """
     try:
         data = json.loads(output)
     except json.JSONDecodeError as exc:
         raise SlurmOutputError(command, f"not JSON ({exc.msg} at line {exc.lineno})") from exc
+    except RecursionError as exc:  # arrays or objects nested ~1,000 deep
+        raise SlurmOutputError(command, "not readable: nested too deeply") from exc
+    except ValueError as exc:  # an integer longer than Python converts from text
+        raise SlurmOutputError(command, "not readable: a number has too many digits") from exc
     if not isinstance(data, Mapping):
         raise SlurmOutputError(command, "not a JSON object")
     errors = data.get("errors")

@@ -59,6 +59,9 @@ from coshare.model import (
 
 T = TypeVar("T")
 
+#: Nodes of one snapshot (snapshot.schema.json's ``maxItems``).
+MAX_SNAPSHOT_NODES = 1_000_000
+
 _MISSING: Any = object()
 
 NODE_FIELDS = ("name", "cores", "memory_mib", "membw_gbps", "llc_ways", "domain", "devices",
@@ -218,7 +221,12 @@ class _Fields:
             return ()
         return ids
 
-    def array(self, key: str, default: Any = _MISSING) -> list[Any]:
+    def array(
+        self, key: str, default: Any = _MISSING, *, max_items: int | None = None
+    ) -> list[Any]:
+        """A JSON array; with ``max_items``, one longer is a problem naming its length and the
+        bound, and only its first ``max_items`` entries are read (the work a snapshot asks
+        for grows with them: 200,000 devices on one node took minutes to plan)."""
         value = self._get(key, default)
         if value is _MISSING:
             return []
@@ -227,6 +235,10 @@ class _Fields:
         if not isinstance(value, list):
             self._bad(key, value, "an array")
             return []
+        if max_items is not None and len(value) > max_items:
+            self.problems.append(f"{self.what}: field {key!r} has {len(value)} entries "
+                                 f"(allowed: at most {max_items})")  # fmt: skip
+            return value[:max_items]
         return value
 
 
@@ -267,7 +279,8 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
     if not top.ok:
         raise SnapshotError(problems, source)
     top.unknown(SNAPSHOT_FIELDS)
-    nodes = [_parse_node(obj, i, problems) for i, obj in enumerate(top.array("nodes"))]
+    nodes = [_parse_node(obj, i, problems)
+             for i, obj in enumerate(top.array("nodes", max_items=MAX_SNAPSHOT_NODES))]
     running = [_parse_running(obj, i, problems) for i, obj in enumerate(top.array("running", []))]
     pending = [_parse_pending(obj, i, problems) for i, obj in enumerate(top.array("pending", []))]
     now = top.number("now", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S)
@@ -282,7 +295,7 @@ def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
     f.unknown(NODE_FIELDS)
     name = f.ident("name")
     devices = []
-    for j, dev in enumerate(f.array("devices", [])):
+    for j, dev in enumerate(f.array("devices", [], max_items=MAX_DEVICES)):
         d = _Fields(dev, f"{f.what}: {_label('device', dev, j, 'id')}", problems)
         d.unknown(DEVICE_FIELDS)
         devices.append(
