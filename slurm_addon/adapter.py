@@ -196,7 +196,8 @@ class SlurmAdapter:
         for w in writes:
             try:
                 line = update_line(w.job, w.node, w.admin_comment, nodes=w.nodes,
-                                   tasks=w.tasks, tasks_per_node=w.tasks_per_node)
+                                   tasks=w.tasks, tasks_per_node=w.tasks_per_node,
+                                   min_cpus_per_node=w.min_cpus_per_node)  # fmt: skip
             except UnsafeValue as exc:
                 outcome.failed.append(JobOutcome(w.job, f"cannot be written safely: {exc}"))
                 continue

@@ -11,7 +11,8 @@ was taken, and turns its decisions into Slurm's terms, applied in this order:
 2. **refusals**: a refused job gets the reason in its AdminComment (it stays held).
 3. **writes**: each placement as ``ReqNodeList`` and ``AdminComment`` in one update (Slurm
    never sees one without the other), with the time of this cycle; a gang's also with its
-   ``NumNodes``, ``NumTasks`` and ``TasksPerNode``, all nodes in that same one update; once a
+   ``NumNodes``, ``NumTasks``, ``MinCPUsNode`` (and ``TasksPerNode`` when its split is
+   even), all nodes in that same one update; once a
    re-read confirms it, the job is released. A job already placed exactly so and released is
    ``unchanged`` (applying twice writes nothing); a held job that carries the same placement
    (a cycle stopped before releasing it) is written again, and its replanning clock starts
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from coshare.explain import wait_reason_writes
 from coshare.ledger import Current, decide
-from coshare.model import Plan
+from coshare.model import MILLI, Plan
 from coshare.ports import JobOutcome, Rejected
 
 from slurm_addon.jobs import SlurmJob
@@ -58,8 +59,10 @@ class PlacementWrite:
         admin_comment: the placement text.
         nodes: a gang's nodes (its ReqNodeList and NumNodes); empty for a single-node job.
         tasks: a gang's tasks in all (NumTasks).
-        tasks_per_node: a gang's largest part (TasksPerNode): Slurm then lays its tasks out
-            at most that many per node, as the plan split them.
+        tasks_per_node: a gang's tasks on each node when the plan split them evenly
+            (TasksPerNode); 0 for an uneven split (see :func:`~slurm_addon.scontrol.update_line`).
+        min_cpus_per_node: a gang's largest part's CPUs (MinCPUsNode): Slurm allocates that
+            many on each node, as the ledger counts it (:func:`coshare.ledger.held`).
     """
 
     job: str
@@ -68,6 +71,7 @@ class PlacementWrite:
     nodes: tuple[str, ...] = ()
     tasks: int = 0
     tasks_per_node: int = 0
+    min_cpus_per_node: int = 0
 
     def confirmed(self, required_nodes: str) -> bool:
         """Whether a re-read ReqNodeList is this write's."""
@@ -156,8 +160,10 @@ def plan_edits(
             text = format_placement(target)
             if w.parts:
                 counts = [p.processes for p in w.parts]
+                even = counts[0] if len(set(counts)) == 1 else 0
+                cpus = max(counts) * -(-pending[w.job].cpu_milli // MILLI)  # CPUs per task
                 writes.append(PlacementWrite(w.job, w.node, text, target.nodes, sum(counts),
-                                             max(counts)))  # fmt: skip
+                                             even, cpus))  # fmt: skip
             else:
                 writes.append(PlacementWrite(w.job, w.node, text))
         except PlacementError as exc:

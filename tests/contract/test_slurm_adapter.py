@@ -162,7 +162,9 @@ class GangQueue(FakeQueue):
                     low, high = fields["NumNodes"].split("-")
                     job.update(node_count=int(low), max_nodes=int(high),
                                tasks=int(fields["NumTasks"]),
-                               tasks_per_node=int(fields["TasksPerNode"]))  # fmt: skip
+                               minimum_cpus_per_node=int(fields["MinCPUsNode"]))  # fmt: skip
+                    if "TasksPerNode" in fields:
+                        job["tasks_per_node"] = int(fields["TasksPerNode"])
         return result
 
 
@@ -183,7 +185,8 @@ def test_a_gang_is_written_in_one_update_confirmed_and_released_whole() -> None:
     [line] = [line for line in script.splitlines() if line.startswith("update JobId=1 ")]
     fields = dict(part.split("=", 1) for part in line.split()[1:])
     assert (fields["ReqNodeList"], fields["NumNodes"], fields["NumTasks"],
-            fields["TasksPerNode"]) == ("csl-n1,csl-n2", "2-2", "4", "2")  # fmt: skip
+            fields["TasksPerNode"], fields["MinCPUsNode"]) == ("csl-n1,csl-n2", "2-2", "4", "2",
+                                                               "2")  # fmt: skip
     placement = parse_placement(fields["AdminComment"])
     assert placement is not None
     assert [(p.node, p.processes, len(p.devices)) for p in placement.parts] == [

@@ -5,6 +5,7 @@ tests/integration/slurm/test_slurm_gangs.py runs a gang on the real cluster."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from coshare.verify import check_plan
 from slurm_addon import prolog
 from slurm_addon.allocation import Allocation, parse_node_allocation
 from slurm_addon.client import SlurmClient
-from slurm_addon.jobs import SlurmJob
+from slurm_addon.jobs import SlurmJob, parse_squeue_json
 from slurm_addon.nodes import GresEntry, SlurmNode
 from slurm_addon.placement import Placement, PlacementError, format_placement, parse_placement
 from slurm_addon.scontrol import UnsafeValue, update_line
@@ -142,15 +143,19 @@ def test_damaged_gang_placements_raise(parts: str) -> None:
 
 def test_a_gang_is_one_update_line_with_its_nodes_count_and_tasks() -> None:
     text = format_placement(Placement("n1", ("0",), 5, 1024, 60, gang_parts()))
-    line = update_line("7", "n1", text, nodes=("n1", "n2", "n3"), tasks=5, tasks_per_node=2)
+    # uneven (2, 2, 1): no TasksPerNode (Slurm would start 6 tasks), 2 CPUs on every node
+    line = update_line("7", "n1", text, nodes=("n1", "n2", "n3"), tasks=5, min_cpus_per_node=2)
     assert line == ("update JobId=7 ReqNodeList=n1,n2,n3 NumNodes=3-3 NumTasks=5 "
-                    f"TasksPerNode=2 AdminComment={text}\n")  # fmt: skip
+                    f"MinCPUsNode=2 AdminComment={text}\n")  # fmt: skip
+    even = update_line("7", "n1", text, nodes=("n1", "n2", "n3"), tasks=6, tasks_per_node=2,
+                       min_cpus_per_node=4)  # fmt: skip
+    assert " NumTasks=6 TasksPerNode=2 MinCPUsNode=4 AdminComment=" in even
     with pytest.raises(UnsafeValue, match="node name"):
-        update_line("7", "n1", text, nodes=("n1", "n2\nupdate"), tasks=5, tasks_per_node=2)
+        update_line("7", "n1", text, nodes=("n1", "n2\nupdate"), tasks=5, min_cpus_per_node=2)
     wide = [f"node{i:04d}" for i in range(500)]
     with pytest.raises(UnsafeValue, match="more than scontrol reads"):
         update_line("7", "node0000", "coshare-placement", nodes=wide, tasks=500,
-                    tasks_per_node=1)  # fmt: skip
+                    tasks_per_node=1, min_cpus_per_node=1)  # fmt: skip
 
 
 # -- reading Slurm -------------------------------------------------------------------------
@@ -206,6 +211,41 @@ def test_a_released_gang_holds_its_nodes_and_a_running_one_its_devices_per_node(
 
 
 # -- the node side -------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures/slurm/22.05"
+
+
+def test_each_node_reads_its_share_from_recorded_scontrol_show_job_d() -> None:
+    # -N 3 --ntasks-per-node=2, and -N 3 -n 5 written as coshare writes an uneven split
+    # (NumTasks=5 MinCPUsNode=2): Slurm allocated 2 CPUs and 512 MiB on each of the 3 nodes.
+    for name in ("even", "uneven"):
+        text = (FIXTURES / f"scontrol-show-job-detail-{name}.txt").read_text()
+        for node in ("csl-n1", "csl-n2", "csl-n3"):
+            assert parse_node_allocation(text, node) == Allocation(2, 512), (name, node)
+        assert parse_node_allocation(text, "csl-n4") is None
+
+
+def test_a_recorded_gang_update_is_taken_and_read_back_whole() -> None:
+    # The one update line coshare writes, run against Slurm 22.05: no error, the job still
+    # held, its node list, count and tasks as written; read back, it is planned again whole
+    # (held: it counts nowhere), and once released it holds all three nodes.
+    assert (FIXTURES / "scontrol-gang-update-errors.txt").read_text() == ""
+    ids = dict(p.split("=") for p in (FIXTURES / "squeue-gang.ids").read_text().split())
+    jobs = {j.id: j for j in parse_squeue_json((FIXTURES / "squeue-gang.json").read_text())}
+    gang = jobs[ids["gang"]]
+    assert gang.held and (gang.node_count, gang.max_nodes, gang.tasks, gang.tasks_per_node) == (
+        3, 3, 6, 2)  # fmt: skip
+    placement = parse_placement(gang.admin_comment)
+    assert placement is not None and placement.nodes == ("csl-n1", "csl-n2", "csl-n3")
+    nodes = [slurm_node(f"csl-n{i}") for i in (1, 2, 3, 4)]
+    view = build_view(nodes, [gang], device_kinds=KINDS, now_s=NOW)
+    assert [j.id for j in view.snapshot.pending] == [gang.id] and not view.snapshot.running
+    released = replace(gang, held=False, priority=1000, reason="None")
+    view = build_view(nodes, [released], device_kinds=KINDS, now_s=placement.at_s + 10.0)
+    assert view.snapshot.pending == ()
+    assert [(r.node, r.devices) for r in view.snapshot.running] == [
+        ("csl-n1", ("0",)), ("csl-n2", ("1",)), ("csl-n3", ("0",))]
+
 
 DETAIL = """JobId=7 JobName=gang
    NumNodes=3 NumCPUs=6 NumTasks=6 CPUs/Task=1 ReqB:S:C:T=0:0:*:*

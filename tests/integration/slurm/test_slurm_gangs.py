@@ -131,12 +131,13 @@ def test_a_gang_whose_cycle_is_sigkilled_mid_apply_is_completed_not_half_placed(
     jobs = cluster.jobs()
     assert_nothing_unplaced_can_run(cluster, [gang, *singles])
     written = jobs[gang]
-    # The gang's placement went in its one update: all three nodes, or none of them.
+    # Killed after the batch that held the gang's one update (update_batch 4: all four jobs)
+    # and before any release: all three of its nodes are written, and it cannot start.
     assert written.held and written.phase == "pending", written
-    if written.admin_comment.startswith("coshare-placement"):
-        placement = parse_placement(written.admin_comment)
-        assert placement is not None and len(placement.parts) == 3
-        assert sorted(expand_nodes(written.required_nodes)) == sorted(placement.nodes)
+    placement = parse_placement(written.admin_comment)
+    assert placement is not None and len(placement.parts) == 3, written
+    assert sorted(expand_nodes(written.required_nodes)) == sorted(placement.nodes), written
+    assert (written.node_count, written.max_nodes, written.tasks) == (3, 3, 6), written
     cluster.run_cycles_until_done([gang, *singles])
     records = cluster.sacct([gang, *singles])
     check_gang_ran_as_placed(cluster, gang, records[gang])
