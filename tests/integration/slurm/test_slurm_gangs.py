@@ -7,10 +7,12 @@ write and its release, after which the next cycles complete it, never leaving it
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 
 import pytest
 
+from slurm_addon.allocation import parse_node_allocation
 from slurm_addon.jobs import expand_nodes
 from slurm_addon.placement import Placement, parse_placement
 
@@ -23,14 +25,16 @@ GANG_MEMORY, SINGLE_MEMORY = 3000, 5000  # a single fits beside the gang on a de
 THREADS = 60                             # beside another single (5000 + 5000 > 8192)
 
 
-def submit_gang(cluster: Cluster, name: str, sleep_s: float = 6) -> str:
-    """A 3-node job, 2 tasks per node, each task printing where it runs and its devices."""
+def submit_gang(cluster: Cluster, name: str, sleep_s: float = 6,
+                shape: str = "-N 3 --ntasks-per-node=2") -> str:  # fmt: skip
+    """A 3-node job (2 tasks per node unless ``shape`` says otherwise), each task printing
+    where it runs and its devices."""
     report = ('echo "task=$SLURM_PROCID node=$SLURMD_NODENAME '
               'devices=${CUDA_VISIBLE_DEVICES-unset}"')  # fmt: skip
     path = cluster.out / f"{name}.sh"
     path.write_text("\n".join([
         "#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --output={cluster.out}/%j.out",
-        "#SBATCH -N 3 --ntasks-per-node=2",
+        f"#SBATCH {shape}",
         f'#SBATCH --comment="coshare: device-memory={GANG_MEMORY} device-threads={THREADS}"',
         f"srun sh -c '{report}; sleep {sleep_s}'",
     ]) + "\n")  # fmt: skip
@@ -50,7 +54,8 @@ def gang_placement(record: Record) -> Placement:
 
 def check_gang_ran_as_placed(cluster: Cluster, gang: str, record: Record) -> Placement:
     """Every task reported the node and devices of its node's part; Slurm ran the job on
-    exactly the placement's nodes, with each part's processes there."""
+    exactly the placement's nodes, with each part's processes there (for an uneven split,
+    the same shares, laid out in Slurm's node order)."""
     placement = gang_placement(record)
     assert record.state == "COMPLETED", record
     assert sorted(expand_nodes(record.node)) == sorted(placement.nodes), record
@@ -60,7 +65,13 @@ def check_gang_ran_as_placed(cluster: Cluster, gang: str, record: Record) -> Pla
     for line in lines:
         fields = dict(part.split("=", 1) for part in line.split())
         seen[(fields["node"], fields["devices"])] += 1
-    assert seen == Counter({(p.node, ",".join(p.devices)): p.processes for p in placement.parts})
+    devices = {p.node: ",".join(p.devices) for p in placement.parts}
+    assert all(devices.get(node) == device for node, device in seen), (seen, placement)
+    counts = [p.processes for p in placement.parts]
+    if len(set(counts)) == 1:
+        assert seen == Counter({(p.node, devices[p.node]): p.processes for p in placement.parts})
+    else:
+        assert sorted(seen.values()) == sorted(counts), (seen, placement)
     return placement
 
 
@@ -117,6 +128,29 @@ def test_a_three_node_job_runs_where_planned_beside_single_jobs_on_its_devices(
     assert shared == {(p.node, p.devices[0]) for p in placement.parts}, together
     for single in singles:
         assert records[single].state == "COMPLETED", records[single]
+
+
+def test_an_uneven_gang_gets_its_largest_share_of_cpus_on_every_node(cluster: Cluster) -> None:
+    # -N 3 -n 5: planned 2, 2 and 1 tasks; written with MinCPUsNode=2 (and no TasksPerNode),
+    # Slurm allocates 2 CPUs on each node, as the ledger counts it, and srun lays the 5 tasks
+    # out 2, 2, 1 over the placement's nodes, each seeing its node's device.
+    gang = submit_gang(cluster, "uneven-gang", sleep_s=2, shape="-N 3 -n 5")
+    result = cluster.cycle()
+    assert result.returncode == 0, result.stdout + result.stderr
+    detail = ""
+    for _ in range(40):
+        detail = cluster.run("scontrol", "show", "job", "-d", gang).stdout
+        if "CPU_IDs=" in detail:
+            break
+        time.sleep(0.5)
+    allocated = {node: parse_node_allocation(detail, node) for node in expand_nodes(
+        cluster.jobs()[gang].required_nodes)}  # fmt: skip
+    assert len(allocated) == 3 and all(a is not None and a.cpus == 2
+                                       for a in allocated.values()), detail  # fmt: skip
+    cluster.run_cycles_until_done([gang])
+    record = cluster.sacct([gang])[gang]
+    placement = check_gang_ran_as_placed(cluster, gang, record)
+    assert sorted(p.processes for p in placement.parts) == [1, 2, 2]
 
 
 @pytest.mark.parametrize("fault", [["--kill-before-release"], ["--kill-after-batch", "1"]],
