@@ -104,7 +104,10 @@ class Profile:
 
     @property
     def program_class(self) -> ProgramClass:
-        """``neutral``, ``scaling`` or ``compact`` (section 4.2)."""
+        """``neutral``, ``scaling`` or ``compact`` (section 4.2); a single-node program is
+        compact (section 6.4 counts the two that cannot leave a node among the compact)."""
+        if self.single_node:
+            return "compact"
         times = list(self.run_time_s.values())
         if max(times) <= min(times) * (1.0 + NEUTRAL_SPREAD):
             return "neutral"
@@ -133,9 +136,10 @@ class Profile:
         return self.ways[-1]
 
     def ways_for(self, alpha: float) -> int:
-        """``w``: the fewest whole ways whose IPC reaches ``alpha`` x the full-cache IPC."""
+        """``w``: the fewest whole ways whose IPC reaches ``alpha`` x the full-cache IPC; never
+        fewer than the fewest it was measured with (nothing is known below them)."""
         target = alpha * self.ipc[-1]
-        for w in range(1, self.full_ways + 1):
+        for w in range(self.ways[0], self.full_ways + 1):
             if self.ipc_at(w) >= target - 1e-12:
                 return w
         return self.full_ways

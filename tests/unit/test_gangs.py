@@ -14,16 +14,15 @@ from coshare.gangs import gang_problems, node_counts, split
 from coshare.ledger import Queued, pending_job
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import GANGS_UNSUPPORTED, PolicyOptions, make_policy, policy_names
-
-#: Policies that place gangs themselves (``places_gangs``): Spread-n-Share's sns and cs.
-SELF_PLACED = {n for n in policy_names()
-               if getattr(getattr(make_policy(n), "inner", None), "places_gangs", False)}
 from coshare.schema import decode_json, parse_snapshot, snapshot_to_dict
 from coshare.verify import check_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 GPU = (Device("0", 16000, 100), Device("1", 16000, 100))
+#: Policies that place gangs themselves (``places_gangs``): Spread-n-Share's sns and cs.
+SELF_PLACED = {n for n in policy_names()
+               if getattr(getattr(make_policy(n), "inner", None), "places_gangs", False)}
 
 
 def cluster(count: int, cores: int = 8, devices: tuple[Device, ...] = GPU) -> tuple[Node, ...]:
