@@ -18,8 +18,12 @@ scales, else *scaling* when a scale above 1 is fastest and *compact* when scale 
 Per-job demand (section 4.3): with slowdown threshold ``alpha`` a job needs ``w``, the
 fewest ways whose IPC is at least ``alpha`` x the IPC with the full cache, and the bandwidth
 ``b`` at ``w``; a job of ``P`` processes at scale ``k`` on nodes of ``T`` cores takes
-``n = k * ceil(P/T)`` nodes with ``ceil(P/n)`` cores each. The profile's bandwidth is per
-node at ``cores`` processes and is scaled to the cores the job has on a node.
+``n = k * ceil(P/T)`` nodes with ``ceil(P/n)`` cores each. The paper profiles the curves at
+every scale (section 4.1); a coshare profile holds them at ``cores`` processes per node and
+reads them for ``c`` processes by per-process working sets: ``c`` processes with ``w`` ways
+behave as the profile's ``cores`` processes with ``w x cores / c`` ways, and use
+``c / cores`` of the bandwidth (an assumption the paper does not state; README). ``w`` is
+never below 2 (section 5.1).
 
 Everything here is pure: :func:`parse_profile` checks a decoded JSON object and raises
 :class:`ProfileError` naming the file and the field; :mod:`coshare.profile_store` reads the
@@ -39,6 +43,9 @@ from coshare.errors import InputError
 
 #: The scale factors a profile gives run times for (section 5.1: "1, 2, 4, and 8").
 SCALES = (1, 2, 4, 8)
+#: The fewest ways a job is given (section 5.1: "most programs need at least 2 ways, due to
+#: the dramatic loss of cache associativity when limited to a single way").
+MIN_WAYS = 2
 #: Run times within this factor of each other across scales: the program is neutral.
 NEUTRAL_SPREAD = 0.05
 #: The default slowdown threshold (section 4.3: "a default alpha value of 0.9").
@@ -122,25 +129,36 @@ class Profile:
             return self.scales
         return tuple(sorted(self.scales, key=lambda k: (self.run_time_s[k], k)))
 
-    def ipc_at(self, ways: float) -> float:
-        """IPC with ``ways`` ways, linear between samples, flat beyond them."""
-        return _interpolate(self.ways, self.ipc, ways)
+    def equivalent_ways(self, ways: float, cores: int | None = None) -> float:
+        """The ways that give each of ``cores`` processes the cache ``ways`` give each of the
+        profile's ``cores``: ``ways x self.cores / cores`` (per-process working sets, see
+        :func:`demand`)."""
+        return ways if cores is None else ways * self.cores / cores
 
-    def membw_at(self, ways: float) -> float:
-        """Bandwidth per node at ``cores`` processes with ``ways`` ways."""
-        return _interpolate(self.ways, self.membw_gbps, ways)
+    def ipc_at(self, ways: float, cores: int | None = None) -> float:
+        """IPC with ``ways`` ways (shared by ``cores`` processes; default: the profile's),
+        linear between samples, flat beyond them."""
+        return _interpolate(self.ways, self.ipc, self.equivalent_ways(ways, cores))
+
+    def membw_at(self, ways: float, cores: int | None = None) -> float:
+        """Bandwidth per node at the profile's ``cores`` processes with ``ways`` ways (shared
+        by ``cores`` processes; scale it by ``cores / self.cores`` for theirs)."""
+        return _interpolate(self.ways, self.membw_gbps, self.equivalent_ways(ways, cores))
 
     @property
     def full_ways(self) -> int:
         """The most ways it was measured with (the "full cache" of section 4.3)."""
         return self.ways[-1]
 
-    def ways_for(self, alpha: float) -> int:
-        """``w``: the fewest whole ways whose IPC reaches ``alpha`` x the full-cache IPC; never
-        fewer than the fewest it was measured with (nothing is known below them)."""
-        target = alpha * self.ipc[-1]
-        for w in range(self.ways[0], self.full_ways + 1):
-            if self.ipc_at(w) >= target - 1e-12:
+    def ways_for(self, alpha: float, cores: int | None = None) -> int:
+        """``w``: the fewest whole ways whose IPC reaches ``alpha`` x the full-cache IPC, for
+        ``cores`` processes on the node (default: the profile's); never fewer than
+        :data:`MIN_WAYS`, nor than what stands for the fewest measured (nothing is known
+        below them)."""
+        target = alpha * self.ipc_at(self.full_ways, cores)
+        low = max(MIN_WAYS, math.ceil(self.ways[0] / self.equivalent_ways(1, cores) - 1e-9))
+        for w in range(min(low, self.full_ways), self.full_ways + 1):
+            if self.ipc_at(w, cores) >= target - 1e-12:
                 return w
         return self.full_ways
 
@@ -189,8 +207,8 @@ def demand(profile: Profile | None, alpha: float, processes: int, node_cores: in
     n, c = nodes_at(scale, processes, node_cores)
     if profile is None:
         return Demand(scale, n, c, None, None)
-    w = profile.ways_for(alpha)
-    b = profile.membw_at(w) * c / profile.cores
+    w = profile.ways_for(alpha, c)
+    b = profile.membw_at(w, c) * c / profile.cores
     return Demand(scale, n, c, w, b, profile.speedup(scale))
 
 

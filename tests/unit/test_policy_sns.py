@@ -81,9 +81,15 @@ def test_demand_follows_section_4_3() -> None:
     # w: the fewest ways whose IPC reaches alpha x full-cache IPC; b at w, scaled to c cores
     assert MG.ways_for(0.9) == 3 and MG.ways_for(0.8) == 2 and MG.ways_for(1.0) == 20
     assert MG.ways_for(0.95) == 12  # 0.9 + 0.1 * (w - 3) / 17 >= 0.95 first at 11.5 -> 12
-    d = demand(MG, 0.9, 28, 28, 2)
+    d = demand(MG, 0.9, 28, 28, 2)  # 14 processes a node: 3 ways act as 3 x 16/14 for 16
     assert (d.nodes, d.cores_per_node, d.ways) == (2, 14, 3)
-    assert d.membw_gbps == pytest.approx(96.0 * 14 / 16)
+    assert MG.membw_at(3, 14) == pytest.approx(MG.membw_at(3 * 16 / 14))
+    assert MG.membw_at(3, 14) < 96.0
+    assert d.membw_gbps == pytest.approx(MG.membw_at(3, 14) * 14 / 16)
+    # 28 processes need more: 0.9 x IPC(20 x 16/28) first reached at 5 ways; 2 a node need
+    # the floor of 2 (section 5.1)
+    assert demand(MG, 0.9, 28, 28, 1).ways == 5
+    assert demand(MG, 0.9, 16, 28, 8).ways == 2
     d = demand(MG, 0.9, 40, 28, 4)  # n = 4 * ceil(40/28) = 8, c = ceil(40/8) = 5
     assert (d.nodes, d.cores_per_node) == (8, 5)
     assert demand(None, 0.9, 16, 28, 1).ways is None
@@ -149,8 +155,8 @@ def test_sns_spreads_a_scaling_job_at_its_best_scale_with_its_ways() -> None:
     plan = make_policy("sns", PolicyOptions(sns_profiles=PROFILES)).plan(snap)
     assert check_plan(snap, plan) == []
     s = spreads(plan)["a"]
-    assert (s.scale, s.nodes, s.cores_per_node, s.ways) == (8, 8, 2, 3)
-    assert {a.llc_ways for a in plan.assignments} == {3}
+    assert (s.scale, s.nodes, s.cores_per_node, s.ways) == (8, 8, 2, 2)
+    assert {a.llc_ways for a in plan.assignments} == {2}
     assert all(a.processes == 2 for a in plan.assignments)
 
 
@@ -249,7 +255,8 @@ def test_device_jobs_are_refused_and_the_others_planned() -> None:
 
 
 def test_alpha_changes_the_ways() -> None:
-    snap = Snapshot(nodes(8), (), (job("a", alpha=0.95), job("b", alpha=0.8)), 0.0)
+    snap = Snapshot(nodes(8), (), (job("a", alpha=0.95, nodes_max=1),
+                                   job("b", alpha=0.8, nodes_max=1)), 0.0)  # fmt: skip
     s = spreads(sns().plan(snap))
     assert (s["a"].ways, s["b"].ways) == (12, 2)
 

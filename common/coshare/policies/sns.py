@@ -170,7 +170,8 @@ class SnsPolicy:
             profile = self.profiles.get(r.program or "")
             if profile is not None:
                 ways = r.llc_ways if r.llc_ways is not None else profile.full_ways
-                node.used_membw += profile.membw_at(ways) * (r.cpu_milli / 1000) / profile.cores
+                cores = max(1, r.cpu_milli // 1000)
+                node.used_membw += profile.membw_at(ways, cores) * cores / profile.cores
 
     def _alpha(self, job: Job) -> float:
         return job.alpha if job.alpha is not None else self.default_alpha

@@ -23,6 +23,8 @@ to 1200s)"); and the execution model below.
 runs ``t1 / speedup(k)`` alone (its profile); shared, it runs at the pace of its slowest
 node. On a node, a job's rate is ``ipc(w_eff) / ipc(full)`` x the bandwidth factor:
 
+- ``c`` processes with ``w`` ways behave as the profile's 16 with ``w x 16 / c`` (per-process
+  working sets; :func:`coshare.profiles.demand`), relative to the full cache;
 - ``w_eff``: its allocated ways plus an equal share of the ways no job holds (section 4.4's
   give-away); jobs without an allocation (``cs``, CE) share the unallocated ways in
   proportion to their cores (an assumption: no partitioning, occupancy follows activity);
@@ -222,16 +224,18 @@ class SnsModel:
         for j, w in ways.items():
             profile = self._profile(j)
             cores = next(p.cores for p in self._parts[j] if p.node == node)
-            use[j] = profile.membw_at(w) * cores / profile.cores / peak
-            alone[j] = profile.membw_at(profile.full_ways) * cores / profile.cores / peak
+            use[j] = profile.membw_at(w, cores) * cores / profile.cores / peak
+            alone[j] = profile.membw_at(profile.full_ways, cores) * cores / profile.cores / peak
         total = math.fsum(use.values())
         out = {}
         for j, w in ways.items():
             profile = self._profile(j)
+            cores = next(p.cores for p in self._parts[j] if p.node == node)
+            full = profile.ipc_at(profile.full_ways, cores)
             u = min(1.0, alone[j])
             shared = 1.0 / ((1.0 - u) + u * max(total, 1.0))
             solo = 1.0 / ((1.0 - u) + u * max(alone[j], 1.0))
-            out[j] = profile.ipc_at(w) / profile.ipc[-1] * min(1.0, shared / solo)
+            out[j] = min(1.0, profile.ipc_at(w, cores) / full) * min(1.0, shared / solo)
         return out
 
     def _rerate(self, nodes: set[str], now: float) -> None:

@@ -94,10 +94,11 @@ def paper_outcome(policies: Sequence[str], seeds: Sequence[int], *, nodes: int =
     title = (f"sns: {SEQUENCES} sequences x 20 jobs (16 or 28 processes, all submitted at 0) per "
              f"seed on {nodes} nodes x 28 cores, 20 LLC ways, 118.26 GB/s; seeds "
              f"{', '.join(map(str, seeds))}; throughput = 1 / mean turnaround, against CE "
-             "(exclusive); mean over seeds (range)")  # fmt: skip
+             "(exclusive): mean over the sequences (range over seeds), geometric mean, best "
+             "and worst sequence; jobs over alpha; run time over CE (geometric mean)")  # fmt: skip
     table = Table(title=title, box=box.SIMPLE, title_justify="left")
-    for column in ("policy", "throughput vs CE, mean", "paper", "geo. mean", "best sequence",
-                   "worst", "jobs over alpha", "paper", "run time vs CE (geo.)"):  # fmt: skip
+    for column in ("policy", "throughput vs CE", "paper", "geo. mean", "best seq.",
+                   "worst seq.", "over alpha", "paper", "run time"):  # fmt: skip
         table.add_column(column, justify="left" if column == "policy" else "right")
     payload: dict[str, Any] = {"paper": PAPER, "seeds": {}, "policies": {}}
     per_seed: dict[str, list[dict[str, float]]] = {n: [] for n in names}
@@ -121,10 +122,11 @@ def paper_outcome(policies: Sequence[str], seeds: Sequence[int], *, nodes: int =
     for n in names:
         stats = per_seed[n]
 
-        def spread(key: str, fmt: str = "{:+.1%}", stats: list[dict[str, float]] = stats) -> str:
+        def spread(key: str, fmt: str = "{:+.1%}", stats: list[dict[str, float]] = stats,
+                   short: bool = False) -> str:  # fmt: skip
             values = [s[key] for s in stats]
             mean = fmt.format(statistics.fmean(values))
-            if len(values) == 1 or min(values) == max(values):
+            if short or len(values) == 1 or min(values) == max(values):
                 return mean
             return f"{mean} ({fmt.format(min(values))}..{fmt.format(max(values))})"
 
@@ -132,9 +134,10 @@ def paper_outcome(policies: Sequence[str], seeds: Sequence[int], *, nodes: int =
         over = (f"{statistics.fmean(s['over'] for s in stats):.0f} of "
                 f"{statistics.fmean(s['jobs'] for s in stats):.0f}")  # fmt: skip
         table.add_row(n, spread("mean"), paper_gain.get(n, "-" if n != "exclusive" else "0"),
-                      spread("geo"), spread("best"), spread("worst"), over,
+                      spread("geo", short=True), spread("best", short=True),
+                      spread("worst", short=True), over,
                       f"{PAPER['over_alpha']} of {PAPER['jobs']}" if n == "sns" else "-",
-                      spread("run_geo", "{:.3f}"))  # fmt: skip
+                      spread("run_geo", "{:.3f}", short=True))  # fmt: skip
         payload["policies"][n] = stats
     lines = []
     if "sns" in names and "cs" in names:
