@@ -398,3 +398,25 @@ def test_the_way_sweep_on_a_node_with_resctrl_says_what_is_missing(tmp_path: Pat
     root = make_resctrl(tmp_path / "resctrl")
     out = CliRunner().invoke(cli, ["profile", "ways", "MG", "--resctrl", str(root)])
     assert out.exit_code == 1 and "IPC counters" in out.output
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.1", "nan", "inf"])
+def test_an_alpha_outside_0_1_is_refused_naming_the_job_and_key(value: str) -> None:
+    from coshare.annotations import parse_job
+    from coshare.errors import AnnotationError
+
+    with pytest.raises(AnnotationError, match=r"CoshareAlpha.*\(0, 1\]") as caught:
+        parse_job("7", {"CoshareKind": "cpu", "CoshareProgram": "MG", "CoshareAlpha": value})
+    assert "7" in str(caught.value)
+
+
+def test_one_bad_job_never_stops_the_plan_for_the_others() -> None:
+    bad = Job("bad", kind="cpu", device_count=0, processes=3, nodes=4, program="MG")  # < nodes
+    snap = Snapshot(nodes(8), (), (bad, job("a")), 0.0)
+    plan = sns().plan(snap)
+    assert check_plan(snap, plan) == []
+    assert [(u.job, u.code) for u in plan.unplaced] == [("bad", "invalid")]
+    assert "a" in plan.placed_jobs
