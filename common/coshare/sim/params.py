@@ -109,7 +109,6 @@ def parameters() -> dict[str, Param]:
     params = {
         "jobs": Param("jobs", "workload", _integer(1, MAX_SIM_JOBS)),
         "nodes": Param("nodes", "workload", _integer(1, MAX_SIM_NODES)),
-        "scaling_share": Param("scaling_share", "workload", _real(0, 1)),
         "cycle_delay_s": Param("cycle_delay_s", "engine", _real(0, MAX_SETTING_S)),
         "offload_share": Param("offload_share", "engine", _real(0, 1, low_open=True)),
         "threads": Param("threads", "policy", _choice("soft", "strict")),
@@ -119,6 +118,8 @@ def parameters() -> dict[str, Param]:
     for name, p in inspect.signature(PolicyOptions).parameters.items():
         if p.kind is p.KEYWORD_ONLY and name not in params and name not in _NOT_PARAMETERS:
             params[name] = Param(name, "policy", _policy_option(p.default))
+    # the sns workload's share of scaling jobs (Spread-n-Share section 6.3), listed last
+    params["scaling_share"] = Param("scaling_share", "workload", _real(0, 1))
     return params
 
 
