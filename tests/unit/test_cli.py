@@ -79,8 +79,8 @@ def test_soft_threads_flag() -> None:
         (
             ["plan", "-", "--policy", "best"],
             "{}",
-            "unknown policy 'best' (known: bestfit, collocate, exclusive, fgd, knapsack, membw, "
-            "random, sharepack)",
+            "unknown policy 'best' (known: bestfit, collocate, cs, exclusive, fgd, knapsack, "
+            "membw, random, sharepack, sns)",
         ),
     ],
 )
