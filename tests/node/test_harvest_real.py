@@ -1,0 +1,138 @@
+"""Harvest placements on real cgroups (root; issue 17 item 2): the real node daemon lends cores
+of a running "GPU" job to a CPU-only job over its control socket, and gives them back.
+
+What the kernel says is checked, not what coshare's records say: each group's ``cpuset.cpus``
+and each process's ``Cpus_allowed_list`` (``/proc/PID/status``) are disjoint after LEND, the
+loan survives a daemon restart, RECLAIM either shrinks the CPU job to its own cores or (when it
+has none) says ``requeue=1`` and changes nothing, and the CPU job's end gives the GPU job its
+cores back.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from coshare.config import NodeConfig
+from coshare.node import lifecycle
+from coshare.node.lifecycle import job_end, job_start, spawn_in_group
+from coshare.node.spec import parse_cpu_list
+
+from tests.node.helpers import node_env, running_daemon, stop, wait_for
+from tests.node.test_control_real import ask
+
+pytestmark = pytest.mark.cgroups
+PY = sys.executable
+BUSY = [PY, "-c", "while True: pass"]
+IDLE = [PY, "-c", "import time; time.sleep(300)"]
+
+
+def cpuset(config: NodeConfig, job: str) -> tuple[int, ...]:
+    """The group's CPUs as the kernel has them."""
+    return parse_cpu_list(lifecycle.node_cgroups(config).open(job).cpus_text())
+
+
+def allowed(pid: int) -> tuple[int, ...]:
+    """The CPUs the kernel lets process ``pid`` run on."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return parse_cpu_list(status.split("Cpus_allowed_list:")[1].split()[0])
+
+
+def usable_cpus(config: NodeConfig, least: int) -> tuple[int, ...]:
+    cgroups = lifecycle.node_cgroups(config)
+    missing = cgroups.missing(["cpuset"])
+    if missing:
+        pytest.skip(missing[0])
+    cpus = cgroups.allowed_cpus()
+    if len(cpus) < least:
+        pytest.skip(f"needs {least} cpus in {cgroups.root} (this node gives {len(cpus)})")
+    return cpus
+
+
+def test_lend_makes_disjoint_cpusets_survives_a_restart_and_the_cpu_job_is_reported(
+    node_config: NodeConfig,
+) -> None:
+    config = node_config
+    cpus = usable_cpus(config, 2)
+    gpu = job_start(config, "gpu", cores=len(cpus))  # ppn = the whole node, as in the paper
+    cpu = job_start(config, "cpu")  # placed wholly on harvested cores: none of its own
+    env = node_env(config)
+    procs = [spawn_in_group(IDLE, gpu.group(), env), spawn_in_group(BUSY, cpu.group(), env)]
+    gpu_pid, cpu_pid = procs[0].pid, procs[1].pid
+    lent = cpus[-1:]
+    text = ",".join(map(str, lent))
+    rest = ",".join(map(str, cpus[:-1]))
+    try:
+        with running_daemon(config):
+            assert ask(config, f"LEND job=gpu to=cpu cpus={text}", user=False) == (
+                f"OK job=gpu to=cpu cpus={rest} to_cpus={text} lent={text} changed=1")
+            assert cpuset(config, "gpu") == cpus[:-1] and cpuset(config, "cpu") == lent
+            assert not set(cpuset(config, "gpu")) & set(cpuset(config, "cpu"))
+            wait_for(lambda: allowed(cpu_pid) == lent, what="the CPU job on the lent core")
+            assert allowed(gpu_pid) == cpus[:-1]
+            # Idempotent, and said so.
+            assert ask(config, f"LEND job=gpu to=cpu cpus={text}", user=False).endswith(
+                "changed=0")
+            # Refused: not an operator, a core the GPU job does not hold, its last core, and
+            # jobs the node does not run.
+            assert ask(config, f"LEND job=gpu to=cpu cpus={text}").startswith(
+                "ERR not_allowed job gpu: LEND is for operators")
+            assert ask(config, "LEND job=gpu to=cpu cpus=1000", user=False).startswith(
+                "ERR bad_spec job gpu: job gpu does not hold cpus 1000")
+            assert "would leave it no core" in ask(
+                config, f"LEND job=gpu to=cpu cpus={rest}", user=False)
+            assert ask(config, "LEND job=nobody to=cpu cpus=0", user=False) == (
+                "ERR unknown_job job nobody has no group on this node")
+            assert ask(config, "RECLAIM job=gpu from=nobody", user=False) == (
+                "ERR unknown_job job nobody has no group on this node")
+        assert cpuset(config, "cpu") == lent  # the loan outlives the daemon...
+        with running_daemon(config):  # ...and the next one knows it (the job records)
+            # The CPU job has no core of its own: giving back would starve it. Nothing is
+            # changed; the reply says the planner must requeue it.
+            assert ask(config, "RECLAIM job=gpu from=cpu", user=False) == (
+                f"OK job=gpu from=cpu cpus={rest} from_cpus={text} lent={text} changed=0 "
+                "requeue=1")
+            assert cpuset(config, "cpu") == lent and allowed(cpu_pid) == lent
+            # The scheduler requeues it: its end gives the GPU job its cores back.
+            stop(procs[1])
+            assert ask(config, "END job=cpu", user=False).startswith("OK job=cpu started=1")
+            assert cpuset(config, "gpu") == cpus
+            wait_for(lambda: allowed(gpu_pid) == cpus, what="the GPU job on all its cores")
+            record = lifecycle.node_store(config).read("gpu")
+            assert record is not None and record.lent_to == {} and record.spec.cpus == cpus
+    finally:
+        for proc in procs:
+            stop(proc)
+        job_end(config, "cpu")
+        job_end(config, "gpu")
+
+
+def test_reclaim_shrinks_a_cpu_job_to_its_own_cores(node_config: NodeConfig) -> None:
+    config = node_config
+    cpus = usable_cpus(config, 3)
+    own = cpus[:1]
+    gpu = job_start(config, "gpu", cpus=cpus[1:])
+    cpu = job_start(config, "cpu", cpus=own)
+    env = node_env(config)
+    procs = [spawn_in_group(IDLE, gpu.group(), env), spawn_in_group(BUSY, cpu.group(), env)]
+    cpu_pid = procs[1].pid
+    lent = cpus[-1]
+    try:
+        with running_daemon(config):
+            reply = ask(config, f"LEND job=gpu to=cpu cpus={lent}", user=False)
+            assert reply.endswith("changed=1"), reply
+            assert cpuset(config, "cpu") == (*own, lent)
+            assert not set(cpuset(config, "gpu")) & set(cpuset(config, "cpu"))
+            wait_for(lambda: allowed(cpu_pid) == (*own, lent), what="the CPU job to grow")
+            reply = ask(config, "RECLAIM job=gpu from=cpu", user=False)
+            assert reply.endswith("lent=- changed=1 requeue=0"), reply
+            assert cpuset(config, "gpu") == cpus[1:] and cpuset(config, "cpu") == own
+            wait_for(lambda: allowed(cpu_pid) == own, what="the CPU job to shrink")
+            again = ask(config, "RECLAIM job=gpu from=cpu", user=False)
+            assert again.endswith("changed=0 requeue=0"), again
+    finally:
+        for proc in procs:
+            stop(proc)
+        job_end(config, "cpu")
+        job_end(config, "gpu")
