@@ -6,6 +6,10 @@ and each process's ``Cpus_allowed_list`` (``/proc/PID/status``) are disjoint aft
 loan survives a daemon restart, RECLAIM either shrinks the CPU job to its own cores or (when it
 has none) says ``requeue=1`` and changes nothing, and the CPU job's end gives the GPU job its
 cores back.
+
+The copy bandwidth fact: the real daemon publishes a GPU job's PCIe throughput (TX + RX, from
+the NVML bindings stand-in in tests/node/fake_nvml: this machine has no GPU) as
+``copy_mbps`` in its facts, and none at all where NVML cannot start.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from pathlib import Path
 
 import pytest
 from coshare.config import NodeConfig
+from coshare.facts import parse_facts
 from coshare.node import lifecycle
 from coshare.node.lifecycle import job_end, job_start, spawn_in_group
+from coshare.node.sampler import facts_path
 from coshare.node.spec import parse_cpu_list
 
 from tests.node.helpers import node_env, running_daemon, stop, wait_for
@@ -26,6 +32,7 @@ pytestmark = pytest.mark.cgroups
 PY = sys.executable
 BUSY = [PY, "-c", "while True: pass"]
 IDLE = [PY, "-c", "import time; time.sleep(300)"]
+FAKE_NVML = str(Path(__file__).parent / "fake_nvml")
 
 
 def cpuset(config: NodeConfig, job: str) -> tuple[int, ...]:
@@ -136,3 +143,37 @@ def test_reclaim_shrinks_a_cpu_job_to_its_own_cores(node_config: NodeConfig) -> 
             stop(proc)
         job_end(config, "cpu")
         job_end(config, "gpu")
+
+
+def copies_of(config: NodeConfig) -> dict[str, float] | None:
+    try:
+        text = facts_path(config).read_text().strip()
+    except FileNotFoundError:
+        return None
+    return {c.job: c.mbps for c in parse_facts(text).copies}
+
+
+def test_the_daemon_publishes_a_gpu_jobs_pcie_throughput_and_none_without_nvml(
+    node_config: NodeConfig,
+) -> None:
+    config = node_config
+    gpu = job_start(config, "gpu", devices=("0",))
+    job_start(config, "cpu")
+    sampling = {"COSHARE_NODE_SAMPLE_INTERVAL_S": "0.2", "COSHARE_NODE_PROBE_INTERVAL_S": "0"}
+    # The NVML bindings stand-in (one GPU; this machine has none): 300000 KB/s sent and 12500
+    # received, as nvmlDeviceGetPcieThroughput reports them.
+    fake = {**sampling, "PYTHONPATH": FAKE_NVML, "FAKE_NVML_PCIE_KBPS": "300000,12500"}
+    try:
+        with running_daemon(config, env=fake):
+            wait_for(lambda: copies_of(config) is not None, 30, "the facts")
+            assert copies_of(config) == {"gpu": 312.5}  # MB/s; the CPU job holds no GPU
+            assert ";copy_mbps=gpu:312.500" in facts_path(config).read_text()
+        facts_path(config).unlink()
+        # Where NVML cannot start the fact is absent, never made up.
+        with running_daemon(config, env={**sampling, "PYTHONPATH": str(Path(config.state_dir))}):
+            wait_for(lambda: copies_of(config) is not None, 30, "the facts")
+            assert copies_of(config) == {}
+            assert "copy_mbps" not in facts_path(config).read_text()
+    finally:
+        job_end(config, gpu.job)
+        job_end(config, "cpu")

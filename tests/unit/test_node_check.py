@@ -50,6 +50,11 @@ def test_check_lists_every_capability_with_where_it_looked(env: Path) -> None:
     assert (mba["status"], mba["where"]) == ("missing", str(env / "resctrl/info/MB/min_bandwidth"))
     assert "perf_event_open(2)" in caps["hardware counters"]["where"]
     assert caps["NVML"]["status"] in ("found", "missing")  # found where a GPU is lent
+    pcie = caps["NVML PCIe throughput"]  # the GPU jobs' copy bandwidth (Wu & Hong III-B3)
+    assert pcie["where"] == "libnvidia-ml.so.1 (pynvml)"
+    if caps["NVML"]["status"] == "missing":  # never pretended: no NVML, no copy facts
+        assert pcie["status"] == "missing" and pcie["detail"].startswith("unsupported: ")
+        assert "no copy_mbps facts, the planner uses jobs' CoshareCopyBandwidth" in pcie["detail"]
     assert caps["membw baseline"]["status"] == "missing"
     assert "--init" in caps["membw baseline"]["detail"]
     assert caps["node facts"]["where"] == str(env / "state" / "facts")

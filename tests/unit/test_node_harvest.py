@@ -4,10 +4,14 @@ shared cores)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
-from coshare.errors import JobSpecError
+from coshare.errors import JobSpecError, NodeError
 from coshare.node.control.protocol import ControlProtocolError, parse_control
-from coshare.node.harvest import Holding, after_end, give_back, lend
+from coshare.node.harvest import Holding, after_end, copy_bandwidths, give_back, lend
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import JobSpec
 from hypothesis import given
@@ -173,3 +177,29 @@ def test_lend_and_reclaim_requests_parse_and_bad_ones_are_refused() -> None:
     ]:
         with pytest.raises(ControlProtocolError, match=message):
             parse_control(line)
+
+
+def test_copy_bandwidth_is_the_pcie_throughput_of_gpus_a_job_holds_alone() -> None:
+    per_gpu = {"0": 250.0, "1": 120.5, "2": 40.0}
+    found = copy_bandwidths({"a": ["0", "1"], "b": ["2"], "c": ["2"], "d": [], "e": ["7"]},
+                            per_gpu)  # fmt: skip
+    # b and c share GPU 2 (a per-GPU counter cannot be split: no figure is guessed); d holds
+    # no GPU; NVML did not measure e's GPU.
+    assert found == {"a": 370.5}
+
+
+def test_the_nvml_backend_reads_tx_plus_rx_in_mb_per_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "pynvml", Path(__file__).parents[1] / "node" / "fake_nvml" / "pynvml.py")
+    assert spec is not None and spec.loader is not None
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    from coshare.node.nvml import NvmlMemory
+
+    monkeypatch.setenv("FAKE_NVML_PCIE_KBPS", "300000,12500")
+    assert NvmlMemory().pcie_mbps() == {"0": 312.5}
+    monkeypatch.delenv("FAKE_NVML_PCIE_KBPS")
+    with pytest.raises(NodeError, match=r"NVML cannot read the PCIe throughput of GPU 0 .*"
+                                        r"Not Supported"):  # fmt: skip
+        NvmlMemory().pcie_mbps()

@@ -221,3 +221,24 @@ def after_end(ended: Holding, others: Iterable[Holding]) -> list[Holding]:
             out.append(Holding(other.job, other.cpus, dict(other.lent_to),
                                _with(other, ended.job, (), lent=False)))  # fmt: skip
     return out
+
+
+def copy_bandwidths(devices: Mapping[str, Iterable[str]],
+                    per_gpu_mbps: Mapping[str, float]) -> dict[str, float]:  # fmt: skip
+    """Each GPU job's host<->device copy bandwidth (MB/s): the PCIe throughput of its GPUs.
+
+    PCIe counters are per GPU, not per process, so a job is given a figure only when every GPU
+    it holds is its alone and NVML measured each; any other job gets none (the planner then
+    keeps its declaration), never a share that was guessed.
+
+    Args:
+        devices: the GPUs (canonical ids, as in ``per_gpu_mbps``) each job holds.
+        per_gpu_mbps: TX + RX MB/s of each GPU NVML measured.
+    """
+    holders: dict[str, int] = {}
+    held = {job: tuple(dict.fromkeys(gpus)) for job, gpus in devices.items()}
+    for gpus in held.values():
+        for gpu in gpus:
+            holders[gpu] = holders.get(gpu, 0) + 1
+    return {job: sum(per_gpu_mbps[g] for g in gpus) for job, gpus in sorted(held.items())
+            if gpus and all(holders[g] == 1 and g in per_gpu_mbps for g in gpus)}  # fmt: skip
