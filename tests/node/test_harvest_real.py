@@ -14,6 +14,8 @@ the NVML bindings stand-in in tests/node/fake_nvml: this machine has no GPU) as
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from coshare.node.lifecycle import job_end, job_start, spawn_in_group
 from coshare.node.sampler import facts_path
 from coshare.node.spec import parse_cpu_list
 
-from tests.node.helpers import node_env, running_daemon, stop, wait_for
+from tests.node.helpers import COSHARE, node_env, running_daemon, stop, wait_for
 from tests.node.test_control_real import ask
 
 pytestmark = pytest.mark.cgroups
@@ -44,6 +46,14 @@ def allowed(pid: int) -> tuple[int, ...]:
     """The CPUs the kernel lets process ``pid`` run on."""
     status = Path(f"/proc/{pid}/status").read_text()
     return parse_cpu_list(status.split("Cpus_allowed_list:")[1].split()[0])
+
+
+def coshare(config: NodeConfig, *args: str) -> str:
+    """``coshare node ARGS`` as root; its standard output."""
+    done = subprocess.run([COSHARE, "node", *args], env=node_env(config), capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def usable_cpus(config: NodeConfig, least: int) -> tuple[int, ...]:
@@ -78,9 +88,11 @@ def test_lend_makes_disjoint_cpusets_survives_a_restart_and_the_cpu_job_is_repor
             assert not set(cpuset(config, "gpu")) & set(cpuset(config, "cpu"))
             wait_for(lambda: allowed(cpu_pid) == lent, what="the CPU job on the lent core")
             assert allowed(gpu_pid) == cpus[:-1]
-            # Idempotent, and said so.
-            assert ask(config, f"LEND job=gpu to=cpu cpus={text}", user=False).endswith(
-                "changed=0")
+            # Idempotent, and said so (here through the operator's command).
+            again = coshare(config, "lend", "--job", "gpu", "--to", "cpu", "--cpus", text,
+                            "--output", "json")  # fmt: skip
+            assert json.loads(again) == {"job": "gpu", "to": "cpu", "cpus": rest,
+                                         "to_cpus": text, "lent": text, "changed": False}
             # Refused: not an operator, a core the GPU job does not hold, its last core, and
             # jobs the node does not run.
             assert ask(config, f"LEND job=gpu to=cpu cpus={text}").startswith(
@@ -101,6 +113,11 @@ def test_lend_makes_disjoint_cpusets_survives_a_restart_and_the_cpu_job_is_repor
                 f"OK job=gpu from=cpu cpus={rest} from_cpus={text} lent={text} changed=0 "
                 "requeue=1")
             assert cpuset(config, "cpu") == lent and allowed(cpu_pid) == lent
+            said = coshare(config, "reclaim", "--job", "gpu", "--from", "cpu")
+            assert said.strip() == (f"job cpu has no core of its own: giving back cpus {text} "
+                                    "would leave it none; nothing done: requeue job cpu "
+                                    "through the scheduler (its end gives job gpu the cores "
+                                    "back)")  # fmt: skip
             # The scheduler requeues it: its end gives the GPU job its cores back.
             stop(procs[1])
             assert ask(config, "END job=cpu", user=False).startswith("OK job=cpu started=1")
