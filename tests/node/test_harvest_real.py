@@ -27,7 +27,14 @@ from coshare.node.lifecycle import job_end, job_start, spawn_in_group
 from coshare.node.sampler import facts_path
 from coshare.node.spec import parse_cpu_list
 
-from tests.node.helpers import COSHARE, node_env, running_daemon, stop, wait_for
+from tests.node.helpers import (
+    COSHARE,
+    daemon_log,
+    node_env,
+    running_daemon,
+    stop,
+    wait_for,
+)
 from tests.node.test_control_real import ask
 
 pytestmark = pytest.mark.cgroups
@@ -186,11 +193,16 @@ def test_the_daemon_publishes_a_gpu_jobs_pcie_throughput_and_none_without_nvml(
             assert copies_of(config) == {"gpu": 312.5}  # MB/s; the CPU job holds no GPU
             assert ";copy_mbps=gpu:312.500" in facts_path(config).read_text()
         facts_path(config).unlink()
-        # Where NVML cannot start the fact is absent, never made up.
-        with running_daemon(config, env={**sampling, "PYTHONPATH": str(Path(config.state_dir))}):
+        # Where NVML cannot start the fact is absent, never made up. (NVML bindings that are
+        # not installed, whatever this machine has: a module of that name that cannot load.)
+        shadow = Path(config.state_dir) / "no-nvml"
+        shadow.mkdir()
+        (shadow / "pynvml.py").write_text("raise ImportError('no NVML bindings here')\n")
+        with running_daemon(config, env={**sampling, "PYTHONPATH": str(shadow)}):
             wait_for(lambda: copies_of(config) is not None, 30, "the facts")
             assert copies_of(config) == {}
             assert "copy_mbps" not in facts_path(config).read_text()
+        assert "NVML PCIe throughput unsupported here" in daemon_log(config).read_text()
     finally:
         job_end(config, gpu.job)
         job_end(config, "cpu")
