@@ -48,6 +48,14 @@ def test_a_repeated_lend_repairs_a_borrower_record_a_crash_left_behind() -> None
     assert again.changed and again.borrower == first.borrower
 
 
+def test_a_repeated_give_back_finishes_one_a_crash_cut_short() -> None:
+    lent = lend(GPU, CPU, (1, 2))
+    done = give_back(lent.lender, lent.borrower)
+    # The shrinking job's record (the borrower's) is written first; the lender's was not.
+    again = give_back(lent.lender, done.borrower)
+    assert again.changed and again.lender == done.lender and again.borrower == done.borrower
+
+
 @pytest.mark.parametrize(
     ("cpus", "message"),
     [

@@ -366,7 +366,10 @@ def apply_holdings(config: NodeConfig, store: JobStore, records: Mapping[str, Jo
 
     The cpusets that shrink are written first, so no core is ever in two jobs' cpusets at
     once; when a write fails, those written already are put back. A job whose group is gone
-    gets its record only. The records are written last.
+    gets its record only. The records are written last, in the same order: should the daemon
+    die between two, no core is in two records, and the same request again finishes the work
+    (:func:`coshare.node.harvest.lend` repairs the borrower's record; a give-back finds the
+    core still lent and gives it).
 
     Raises:
         CgroupError: the kernel refused a write (everything written is undone).
@@ -388,7 +391,7 @@ def apply_holdings(config: NodeConfig, store: JobStore, records: Mapping[str, Jo
                 group.set_cpus(cpus)
         raise
     written = []
-    for holding in changes:
+    for holding in order:
         record = records[holding.job].with_holding(holding)
         store.write(record)
         written.append(record)
