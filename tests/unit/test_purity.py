@@ -25,7 +25,7 @@ PACKAGES = {"coshare": PACKAGE, "condor_addon": ROOT / "condor_addon",
 PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies", "sim", "alloc",
         "explain", "exit_codes", "extras",
         "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
-        "node.control.trust", "node.control.protocol",
+        "node.control.trust", "node.control.protocol", "node.harvest",
         "facts", "node.load", "node.ways", "node.bandwidth", "gangs", "profiles"]  # fmt: skip
 
 #: The adapters' pure halves: records to snapshot (view), plan to writes (edits), and the
