@@ -75,15 +75,15 @@ def plan_edits(
         current: the managed jobs as the schedd lists them now.
     """
     decisions = decide(plan, {j.id: j for j in book.pending}, book.to_close, rejected,
-                       current, gangs=True)  # fmt: skip
+                       current)  # fmt: skip
     by_devices: dict[tuple[str, ...], list[str]] = defaultdict(list)
     by_node: dict[str, list[str]] = defaultdict(list)
     by_nodes: dict[tuple[str, ...], list[str]] = defaultdict(list)
     by_node_devices: dict[tuple[tuple[str, ...], ...], list[str]] = defaultdict(list)
     for w in decisions.writes:
         if w.parts:
-            by_nodes[tuple(n for n, _ in w.parts)].append(w.job)
-            by_node_devices[tuple(d for _, d in w.parts)].append(w.job)
+            by_nodes[tuple(p.node for p in w.parts)].append(w.job)
+            by_node_devices[tuple(p.devices for p in w.parts)].append(w.job)
         else:
             by_devices[w.devices].append(w.job)
         by_node[w.node].append(w.job)

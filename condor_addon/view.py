@@ -45,6 +45,7 @@ from coshare.bounds import (
     MAX_PRIORITY,
     MAX_TIME_S,
     BadValue,
+    as_float,
     bounded,
     shorten_text,
 )
@@ -54,6 +55,7 @@ from coshare.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
 from coshare.ledger import (
     Book,
     Current,
+    Part,
     Placed,
     Queued,
     declared_demand,
@@ -97,9 +99,10 @@ def _text(value: object) -> str | None:
 
 
 def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+    """A finite number, else ``None`` (an integer too large for a float, too: ``isfinite``
+    of one raises OverflowError)."""
+    number = as_float(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def _or(value: object, default: object) -> object:
@@ -435,10 +438,25 @@ class QueueJob:
             # A gang's gate is CosharePlacedNode; its nodes are the list written before it.
             # A list that does not start at that node is no whole placement (the ledger
             # finds it gone and the gate is closed).
-            parts = self.placed_parts if self.placed_parts and \
+            pairs = self.placed_parts if self.placed_parts and \
                 self.placed_parts[0][0] == self.placed_node else ((self.placed_node, ()),) * 2
-            return Placed(parts[0][0], parts[0][1], at_s, parts=parts)
+            share = self.processes_per_machine
+            parts = tuple(Part(node, devices, share) for node, devices in pairs)
+            return Placed(pairs[0][0], pairs[0][1], at_s, parts=parts)
         return Placed(self.placed_node, split_ids(self.placed_devices), at_s)
+
+    @property
+    def processes_per_machine(self) -> int:
+        """A parallel job's processes on each machine: ``CoshareProcesses`` over
+        ``MinHosts`` (one when unset); 0 when they do not divide (such a job is refused)."""
+        machines = self.min_hosts
+        if isinstance(machines, bool) or not isinstance(machines, (int, float)) or machines < 1 \
+                or machines != int(machines):  # fmt: skip
+            return 0
+        raw = next((v for k, v in self.annotations.items()
+                    if squash(k) == squash("CoshareProcesses")), None)  # fmt: skip
+        total = _whole(raw) if raw is not None else int(machines)
+        return total // int(machines) if total and total % int(machines) == 0 else 0
 
     @property
     def is_parallel(self) -> bool:
@@ -502,6 +520,15 @@ def read_job(ad: Values) -> QueueJob | None:
     )  # fmt: skip
 
 
+def _whole(value: object) -> int | None:
+    """A whole number as a user may write it (``8``, ``"8"``), else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 20:
+        return int(value)
+    return None
+
+
 def _gang_parts(nodes: object, devices: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``CosharePlacedNodes`` and ``CosharePlacedNodeDevices`` paired; empty unless both are
     lists of strings of the same length (a half-written or edited placement is no placement)."""
@@ -541,8 +568,7 @@ def _machine_count(job: QueueJob) -> int:
                          "its nodes)", "repeats machine_count")  # fmt: skip
     processes = next((v for k, v in job.annotations.items()
                       if squash(k) == squash("CoshareProcesses")), None)  # fmt: skip
-    number = processes if isinstance(processes, int) and not isinstance(processes, bool) else (
-        int(processes) if isinstance(processes, str) and processes.strip().isdigit() else None)
+    number = _whole(processes)
     if number is not None and number % int(count) != 0:  # other values: parse_job refuses
         raise refuse("CoshareProcesses", processes, f"a multiple of machine_count "
                      f"({int(count)}): every machine's slot is RequestCpus and RequestMemory",

@@ -9,7 +9,8 @@
              --> squeue --Format      (confirm: if one of them started, stop here)
              --> scontrol update      (refusal messages, one job per call)
              --> per batch of placements, in several threads at once:
-                   scontrol < lines      (ReqNodeList + AdminComment, one update per job)
+                   scontrol < lines      (ReqNodeList + AdminComment, one update per job; a
+                                          gang's nodes, node count and tasks in that update)
                    squeue --Format       (which of them are really written?)
                    scontrol release      (only those, one call for the batch)
              --> scontrol update      (wait reasons that changed, at most update_batch per
@@ -19,7 +20,8 @@ One object is both Source and Editor because the Editor compares each job with t
 Source read. The order of the writes is what makes a crash at any point harmless: a job is
 released only after its placement is confirmed, and only once every gate the plan withdrew
 is confirmed closed; a cycle killed in between leaves each job held (the next cycle plans it
-again) or placed and released.
+again) or placed and released. A gang is one Slurm job: all its nodes are written in its one
+update and released with it, so it is never half-placed.
 """
 
 from __future__ import annotations
@@ -193,7 +195,9 @@ class SlurmAdapter:
         batches: list[list[tuple[PlacementWrite, str]]] = [[]]
         for w in writes:
             try:
-                line = update_line(w.job, w.node, w.admin_comment)
+                line = update_line(w.job, w.node, w.admin_comment, nodes=w.nodes,
+                                   tasks=w.tasks, tasks_per_node=w.tasks_per_node,
+                                   min_cpus_per_node=w.min_cpus_per_node)  # fmt: skip
             except UnsafeValue as exc:
                 outcome.failed.append(JobOutcome(w.job, f"cannot be written safely: {exc}"))
                 continue
@@ -229,8 +233,12 @@ class SlurmAdapter:
                 if job.phase != "pending":
                     detail = f"started before its placement was written ({detail})"
                 outcome.failed.append(JobOutcome(w.job, detail))
-            elif job.phase == "pending" and job.required_nodes != w.node:
+            elif job.phase == "pending" and not w.confirmed(job.required_nodes):
                 outcome.failed.append(JobOutcome(w.job, f"ReqNodeList is {job.required_nodes!r}"))
+            elif w.nodes and w.job in errors:
+                # A gang's update failed in part (its node count or tasks refused): not
+                # released; held with its placement, it is planned again next cycle.
+                outcome.failed.append(JobOutcome(w.job, f"placement not taken: {errors[w.job]}"))
             elif w.job in seen and job.comment != seen[w.job].comment:
                 # Placed for annotations it no longer has: left held, planned again.
                 outcome.skipped.append(

@@ -2,9 +2,11 @@
 Prolog and Epilog.
 
 The Prolog asks ``squeue --noheader --jobs=<id> --Format=tres-alloc:0|,admin_comment:0``
-(one small RPC) for the job's allocated TRES and its AdminComment (the placement); the
-Epilog asks ``scontrol show job <id>`` for its error file, where Slurm has already replaced
-the ``%j``-style patterns the Prolog's environment still shows.
+(one small RPC) for the job's allocated TRES and its AdminComment (the placement); for a
+multi-node job, whose TRES are the sums over its nodes, it reads this node's share from
+``scontrol show job -d <id>`` (:func:`parse_node_allocation`); the Epilog asks
+``scontrol show job <id>`` for its error file, where Slurm has already replaced the
+``%j``-style patterns the Prolog's environment still shows.
 
 Pure: no I/O.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+
+import hostlist
 
 #: The squeue --Format of :func:`parse_allocation_line` ('|' ends the first field).
 ALLOCATION_FORMAT = "tres-alloc:0|,admin_comment:0"
@@ -28,7 +32,7 @@ class Allocation:
     """A job's share of its node, as Slurm allocated it.
 
     Attributes:
-        cpus: CPUs allocated (the job's cores; coshare places single-node jobs only).
+        cpus: CPUs allocated (on this node).
         memory_mib: memory allocated (rounded up to MiB), ``None`` when Slurm tracks none.
     """
 
@@ -71,4 +75,36 @@ def parse_stderr_path(show_job: str) -> str | None:
         if stripped.startswith("StdErr="):
             path = stripped[len("StdErr=") :]
             return path if path.startswith("/") else None
+    return None
+
+
+_DETAIL = re.compile(r"^\s*Nodes=(\S+) CPU_IDs=(\S*) Mem=([0-9]+)")
+
+
+def _count_ids(text: str) -> int | None:
+    """How many CPU ids a list like ``0-1,4`` names; ``None`` when unreadable."""
+    count = 0
+    for item in text.split(","):
+        low, dash, high = item.partition("-")
+        if not (_CPUS.fullmatch(low) and (not dash or _CPUS.fullmatch(high))):
+            return None
+        count += (int(high) - int(low) + 1) if dash else 1
+    return count if count > 0 else None
+
+
+def parse_node_allocation(show_job_detail: str, node: str) -> Allocation | None:
+    """The cores and memory one node holds for a job, from ``scontrol show job -d`` (lines
+    ``Nodes=csl-n[1-2] CPU_IDs=0-1 Mem=512 GRES=``, one per group of nodes with the same
+    allocation); ``None`` when no line names the node."""
+    for line in show_job_detail.splitlines():
+        match = _DETAIL.match(line)
+        if match is None:
+            continue
+        try:
+            names = hostlist.expand_hostlist(match.group(1))
+        except hostlist.BadHostlist:
+            continue
+        if node in names:
+            memory = int(match.group(3))
+            return Allocation(_count_ids(match.group(2)), memory if memory > 0 else None)
     return None

@@ -219,6 +219,11 @@ class SlurmClient:
         user's node update); its error text, or ``None`` on success."""
         return self.update(node_extra_argv(node, facts))
 
+    def show_job_detail(self, job_id: str) -> str:
+        """``scontrol show job -d <id>``: with each node's cores and memory (the Prolog of
+        a multi-node job reads its node's share from it)."""
+        return self._call([self._program("scontrol"), "show", "job", "-d", job_id]).stdout
+
     def show_job(self, job_id: str) -> str:
         """``scontrol show job <id>`` (the Epilog reads the job's error file from it)."""
         return self._call([self._program("scontrol"), "show", "job", job_id]).stdout

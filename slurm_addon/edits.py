@@ -10,10 +10,13 @@ was taken, and turns its decisions into Slurm's terms, applied in this order:
    started meanwhile, nothing more is written this cycle.
 2. **refusals**: a refused job gets the reason in its AdminComment (it stays held).
 3. **writes**: each placement as ``ReqNodeList`` and ``AdminComment`` in one update (Slurm
-   never sees one without the other), with the time of this cycle; once a re-read confirms
-   it, the job is released. A job already placed exactly so and released is ``unchanged``
-   (applying twice writes nothing); a held job that carries the same placement (a cycle
-   stopped before releasing it) is written again, and its replanning clock starts anew.
+   never sees one without the other), with the time of this cycle; a gang's also with its
+   ``NumNodes``, ``NumTasks``, ``MinCPUsNode`` (and ``TasksPerNode`` when its split is
+   even), all nodes in that same one update; once a
+   re-read confirms it, the job is released. A job already placed exactly so and released is
+   ``unchanged`` (applying twice writes nothing); a held job that carries the same placement
+   (a cycle stopped before releasing it) is written again, and its replanning clock starts
+   anew.
 
 4. **wait reasons**: a job left waiting gets the plan's short reason in its AdminComment
    (``coshare-waiting: ...``), only when it changed, and only over an empty AdminComment or
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 
 from coshare.explain import wait_reason_writes
 from coshare.ledger import Current, decide
-from coshare.model import Plan
+from coshare.model import MILLI, Plan
 from coshare.ports import JobOutcome, Rejected
 
 from slurm_addon.jobs import SlurmJob
@@ -43,7 +46,7 @@ from slurm_addon.placement import (
     parse_placement,
     waiting_reason,
 )
-from slurm_addon.view import ClusterView, placed_of
+from slurm_addon.view import ClusterView, placed_of, same_nodes
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,29 @@ class PlacementWrite:
 
     Attributes:
         job: the job id.
-        node: its ReqNodeList.
+        node: its ReqNodeList (a gang: its first node).
         admin_comment: the placement text.
+        nodes: a gang's nodes (its ReqNodeList and NumNodes); empty for a single-node job.
+        tasks: a gang's tasks in all (NumTasks).
+        tasks_per_node: a gang's tasks on each node when the plan split them evenly
+            (TasksPerNode); 0 for an uneven split (see :func:`~slurm_addon.scontrol.update_line`).
+        min_cpus_per_node: a gang's largest part's CPUs (MinCPUsNode): Slurm allocates that
+            many on each node, as the ledger counts it (:func:`coshare.ledger.held`).
     """
 
     job: str
     node: str
     admin_comment: str
+    nodes: tuple[str, ...] = ()
+    tasks: int = 0
+    tasks_per_node: int = 0
+    min_cpus_per_node: int = 0
+
+    def confirmed(self, required_nodes: str) -> bool:
+        """Whether a re-read ReqNodeList is this write's."""
+        if not self.nodes:
+            return required_nodes == self.node
+        return same_nodes(required_nodes, self.nodes)
 
 
 @dataclass(frozen=True)
@@ -135,9 +154,18 @@ def plan_edits(
     writes: list[PlacementWrite] = []
     failed = list(d.failed)
     for w in d.writes:
-        target = Placement(w.node, w.devices, int(now_s), w.device_memory_mib, w.device_threads)
+        target = Placement(w.node, w.devices, int(now_s), w.device_memory_mib, w.device_threads,
+                           w.parts)  # fmt: skip
         try:
-            writes.append(PlacementWrite(w.job, w.node, format_placement(target)))
+            text = format_placement(target)
+            if w.parts:
+                counts = [p.processes for p in w.parts]
+                even = counts[0] if len(set(counts)) == 1 else 0
+                cpus = max(counts) * -(-pending[w.job].cpu_milli // MILLI)  # CPUs per task
+                writes.append(PlacementWrite(w.job, w.node, text, target.nodes, sum(counts),
+                                             even, cpus))  # fmt: skip
+            else:
+                writes.append(PlacementWrite(w.job, w.node, text))
         except PlacementError as exc:
             failed.append(JobOutcome(w.job, str(exc)))
     refusals = []

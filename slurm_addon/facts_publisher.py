@@ -28,6 +28,7 @@ section (``config_file``, ``bin_dir``, ``command_timeout_s``).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import socket
@@ -36,6 +37,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from coshare.bounds import parse_number
 from coshare.config import load_config
 from coshare.errors import CoshareError, FactsError
 from coshare.facts import MAX_FACTS_CHARS, parse_facts
@@ -59,6 +61,25 @@ def read_facts(path: Path) -> str:
     text = data.decode("ascii", errors="replace").strip()
     parse_facts(text)
     return text
+
+
+#: Longest --interval-s: a day (the planner ignores facts older than
+#: cycle.node_facts_max_age_s long before).
+MAX_INTERVAL_S = 86400.0
+
+
+def interval_s(text: str) -> float:
+    """``--interval-s``: seconds in 0..:data:`MAX_INTERVAL_S` (NaN and infinities refused:
+    ``nan`` made a busy loop, ``inf`` a traceback).
+
+    Raises:
+        argparse.ArgumentTypeError: naming the value and the range.
+    """
+    value = parse_number(text)
+    if value is None or not math.isfinite(value) or not 0 <= value <= MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds in "
+                                         f"0..{MAX_INTERVAL_S:g}")  # fmt: skip
+    return value
 
 
 def node_name(given: str | None, environ: Mapping[str, str]) -> str:
@@ -97,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="coshare-slurm-facts", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--node", default=None, help="the node's Slurm name")
-    parser.add_argument("--interval-s", type=float, default=0.0,
+    parser.add_argument("--interval-s", type=interval_s, default=0.0,
                         help="write every S seconds until SIGTERM (default: once)")
     args = parser.parse_args(argv)
     environ = dict(os.environ)

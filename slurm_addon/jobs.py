@@ -24,8 +24,10 @@ from typing import Literal, TypeVar
 import hostlist
 from coshare.bounds import (
     MAX_CORES,
+    MAX_JOB_NODES,
     MAX_MEMORY_MIB,
     MAX_PRIORITY,
+    MAX_PROCESSES,
     MAX_TIME_S,
     BadValue,
     bounded,
@@ -93,7 +95,13 @@ class SlurmJob:
         required_nodes: its ReqNodeList as Slurm prints it.
         cpus: CPUs requested (pending) or allocated (active), over all its nodes.
         memory_mib: host memory on each of its nodes.
-        node_count: nodes requested or allocated.
+        memory_per_cpu_mib: host memory per CPU when it asked so (``--mem-per-cpu``, or
+            ``DefMemPerCPU``); 0 when it asked per node (``--mem``).
+        node_count: nodes requested (the fewest, ``-N min-max``) or allocated.
+        max_nodes: the most nodes it asked for (``-N min-max``); 0 when not set.
+        tasks: its tasks (``--ntasks``, or what sbatch derived from ``-N`` and
+            ``--ntasks-per-node``).
+        tasks_per_node: ``--ntasks-per-node``; 0 when not set.
         gres_detail: Slurm's own GRES allocations per node (``gpu:phi:1(IDX:0)``).
         priority: Slurm's priority (0 when held).
         submit_time_s: submission time, seconds since the epoch.
@@ -118,7 +126,11 @@ class SlurmJob:
     required_nodes: str = ""
     cpus: int = 1
     memory_mib: int = 0
+    memory_per_cpu_mib: int = 0
     node_count: int = 1
+    max_nodes: int = 0
+    tasks: int = 1
+    tasks_per_node: int = 0
     gres_detail: tuple[str, ...] = ()
     priority: int = 0
     submit_time_s: float = 0.0
@@ -177,12 +189,17 @@ def decode(output: str, command: str) -> Mapping[str, object]:
     """The top-level object of a ``--json`` output.
 
     Raises:
-        SlurmOutputError: not JSON, or Slurm reported errors in it.
+        SlurmOutputError: not JSON (nesting or a number Python cannot decode included), or
+            Slurm reported errors in it.
     """
     try:
         data = json.loads(output)
     except json.JSONDecodeError as exc:
         raise SlurmOutputError(command, f"not JSON ({exc.msg} at line {exc.lineno})") from exc
+    except RecursionError as exc:  # arrays or objects nested ~1,000 deep
+        raise SlurmOutputError(command, "not readable: nested too deeply") from exc
+    except ValueError as exc:  # an integer longer than Python converts from text
+        raise SlurmOutputError(command, "not readable: a number has too many digits") from exc
     if not isinstance(data, Mapping):
         raise SlurmOutputError(command, "not a JSON object")
     errors = data.get("errors")
@@ -232,6 +249,9 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
     per_node = read("memory_per_node", 0, MAX_MEMORY_MIB)
     per_cpu = read("memory_per_cpu", 0, MAX_MEMORY_MIB)
     memory = per_node if per_node else per_cpu * -(-cpus // node_count)
+    max_nodes = read("max_nodes", 0, MAX_JOB_NODES)
+    tasks = max(read("tasks", 1, MAX_PROCESSES), 1)
+    tasks_per_node = read("tasks_per_node", 0, MAX_PROCESSES)
     reason = text(record.get("state_reason"))
     priority = read("priority", 0, MAX_PRIORITY)
     gres = record.get("gres_detail")
@@ -248,7 +268,11 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
         required_nodes=text(record.get("required_nodes")),
         cpus=cpus,
         memory_mib=memory,
+        memory_per_cpu_mib=0 if per_node else per_cpu,
         node_count=node_count,
+        max_nodes=max_nodes,
+        tasks=tasks,
+        tasks_per_node=tasks_per_node,
         gres_detail=tuple(g for g in gres if isinstance(g, str)) if isinstance(gres, list) else (),
         priority=priority,
         submit_time_s=float(read("submit_time", 0, MAX_TIME_S, -MAX_TIME_S)),

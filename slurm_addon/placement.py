@@ -9,6 +9,16 @@ A placed job carries its placement in two fields of its own (the queue is the le
   node side (TaskProlog) reads the devices from here, and the cycle counts a placed job
   against its device with these values until it ends.
 
+A multi-node (gang) job (issue 14) carries every node of it, in the same single update
+(``ReqNodeList=n1,n2,n3 NumNodes=3-3 NumTasks=5 TasksPerNode=2``, see
+:mod:`slurm_addon.scontrol`), and one more field::
+
+    coshare-placement;v=1;node=n1;devices=0;at=...;mem_mib=1024;threads=60;parts=n1:2:0,n2:2:1,n3:1:0
+
+``parts`` lists each node as ``node:processes[:device...]`` (``:`` and ``,`` never occur in a
+node name or device id); ``node`` and ``devices`` repeat the first part, so the format stays
+version 1. The Prolog of each node makes that node's group with that node's devices.
+
 A job refused for bad annotations stays held with ``AdminComment=coshare-refused: <why>``.
 
 A job coshare did not place this cycle carries why in the same field
@@ -33,7 +43,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from coshare.bounds import MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_THREADS, MAX_TIME_S, shorten
+from coshare.bounds import (
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_PROCESSES,
+    MAX_TIME_S,
+    shorten,
+)
+from coshare.ledger import Part
 
 from slurm_addon.errors import PlacementError as PlacementError  # raised here; importable here
 
@@ -64,6 +81,8 @@ class Placement:
         at_s: when it was placed, seconds since the epoch on the controller.
         device_memory_mib: device memory per device it was placed for.
         device_threads: device threads per device it was placed for.
+        parts: a gang's nodes with their processes and devices (``node`` and ``devices``
+            are the first's); empty for a single-node job.
     """
 
     node: str
@@ -71,15 +90,29 @@ class Placement:
     at_s: int
     device_memory_mib: int
     device_threads: int
+    parts: tuple[Part, ...] = ()
 
     def same_spot(self, other: Placement) -> bool:
-        """Same node, devices and demands (the time may differ)."""
-        return (self.node, self.devices, self.device_memory_mib, self.device_threads) == (
-            other.node,
-            other.devices,
-            other.device_memory_mib,
-            other.device_threads,
-        )
+        """Same nodes, devices and demands (the time may differ)."""
+        return (self.node, self.devices, self.device_memory_mib, self.device_threads,
+                self.parts) == (other.node, other.devices, other.device_memory_mib,
+                                other.device_threads, other.parts)  # fmt: skip
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node of the placement, in its order."""
+        return tuple(p.node for p in self.parts) if self.parts else (self.node,)
+
+    def on(self, node: str) -> Placement | None:
+        """The placement as one node sees it: that node and its devices (a gang's part), or
+        ``None`` when the node is not part of it."""
+        if not self.parts:
+            return self if node == self.node else None
+        for part in self.parts:
+            if part.node == node:
+                return Placement(part.node, part.devices, self.at_s, self.device_memory_mib,
+                                 self.device_threads, self.parts)  # fmt: skip
+        return None
 
 
 def _integer(fields: dict[str, str], key: str, maximum: int) -> int:
@@ -108,14 +141,21 @@ def format_placement(placement: Placement) -> str:
     Raises:
         PlacementError: a node name or device id outside :data:`SAFE_TOKEN`.
     """
-    for token in (placement.node, *placement.devices):
+    tokens = [placement.node, *placement.devices]
+    for part in placement.parts:
+        tokens += [part.node, *part.devices]
+    for token in tokens:
         if not is_safe_token(token):
             raise PlacementError(f"cannot write {shorten(token)} into a placement")
-    return (
+    text = (
         f"{PLACEMENT_PREFIX};v={VERSION};node={placement.node};"
         f"devices={','.join(placement.devices)};at={placement.at_s};"
         f"mem_mib={placement.device_memory_mib};threads={placement.device_threads}"
     )
+    if placement.parts:
+        text += ";parts=" + ",".join(":".join((p.node, str(p.processes), *p.devices))
+                                     for p in placement.parts)  # fmt: skip
+    return text
 
 
 def is_placement(admin_comment: str) -> bool:
@@ -156,7 +196,36 @@ def parse_placement(admin_comment: str) -> Placement | None:
         raise PlacementError(f"placement lacks field {exc.args[0]!r}") from exc
     if not all(is_safe_token(t) for t in (node, *devices)):
         raise PlacementError("placement names an invalid node or device")
+    if "parts" in fields:
+        parts = _parts(fields["parts"])
+        if (parts[0].node, parts[0].devices) != (node, devices):
+            raise PlacementError("placement's first part is not its node and devices")
+        placement = Placement(placement.node, placement.devices, placement.at_s,
+                              placement.device_memory_mib, placement.device_threads, parts)
     return placement
+
+
+def _parts(text: str) -> tuple[Part, ...]:
+    """The ``parts`` field of a gang's placement.
+
+    Raises:
+        PlacementError: an empty or unreadable part, a node named twice, or bad tokens.
+    """
+    parts = []
+    for item in text.split(","):
+        node, _, rest = item.partition(":")
+        count, _, devices = rest.partition(":")
+        if not (is_safe_token(node) and _DIGITS.fullmatch(count)
+                and 1 <= int(count) <= MAX_PROCESSES):  # fmt: skip
+            raise PlacementError(f"placement part {shorten(item)} is not "
+                                 "node:processes[:device...]")
+        ids = tuple(devices.split(":")) if devices else ()
+        if not all(is_safe_token(d) for d in ids):
+            raise PlacementError(f"placement part {shorten(item)} names an invalid device")
+        parts.append(Part(node, ids, int(count)))
+    if len({p.node for p in parts}) != len(parts):
+        raise PlacementError("placement names a node twice")
+    return tuple(parts)
 
 
 def with_kill_reason(admin_comment: str, reason: str) -> str:

@@ -2,7 +2,9 @@
 
 ``coshare-slurm-prolog`` (``Prolog=``, root, before the job starts on the node) reads the
 job's placement and allocation with one small ``squeue`` call and makes its group through
-:mod:`slurm_addon.node_hooks` (own cores, memory limit, devices, declared device threads). A
+:mod:`slurm_addon.node_hooks` (own cores, memory limit, devices, declared device threads).
+On each node of a multi-node job (issue 14) it makes that node's group: that node's devices
+from the placement's part, that node's cores and memory from ``scontrol show job -d``. A
 placed job that starts on another node than its placement (its node list was changed behind
 coshare's back) is refused: no group is made, and its TaskProlog fails it with the reason.
 
@@ -35,6 +37,7 @@ from coshare.errors import CoshareError
 from coshare.node.control.launcher import DEVICE_VARIABLES, task_prolog
 
 from slurm_addon import node_hooks
+from slurm_addon.allocation import Allocation, parse_node_allocation
 from slurm_addon.client import SlurmClient
 from slurm_addon.placement import Placement, PlacementError, parse_placement
 
@@ -43,18 +46,22 @@ __all__ = ["DEVICE_VARIABLES", "epilog_main", "prolog_main", "task_prolog_main"]
 
 def moved_job(job_id: str, placement: Placement, node: str) -> str:
     """Why a placed job that starts on another node than its placement is refused."""
+    where = ",".join(placement.nodes)
     return (
-        f"job {job_id} was placed on {placement.node} but starts on {node}; coshare planned "
-        f"its devices and limits for {placement.node} only, so it does not run here (cancel "
+        f"job {job_id} was placed on {where} but starts on {node}; coshare planned "
+        f"its devices and limits for {where} only, so it does not run here (cancel "
         "and resubmit it, or have an operator release it to be placed again)"
     )
 
 
 def task_environment(placement: Placement, node: str, job_id: str) -> tuple[list[str], int]:
-    """The TaskProlog's output for placed job ``job_id`` running on ``node``, and its exit
-    status (1, with the reason, when the job starts on another node than its placement)."""
-    if node and node != placement.node:
+    """The TaskProlog's output for placed job ``job_id`` running on ``node`` (a gang's: that
+    node's part), and its exit status (1, with the reason, when the job starts on a node that
+    is not part of its placement)."""
+    here = placement.on(node) if node else placement
+    if here is None:
         return [f"print coshare: {moved_job(job_id, placement, node)}"], 1
+    placement = here
     devices = ",".join(placement.devices)
     lines = [f"export {name}={devices}" for name in DEVICE_VARIABLES]
     lines += [
@@ -144,15 +151,20 @@ def prolog_main() -> None:
         if placement is None:
             return  # not coshare's job
         node = environ.get("SLURMD_NODENAME", "")
-        if node and node != placement.node:
+        here = placement.on(node) if node else placement
+        if here is None:
             # Its devices and limits were planned for another node: it must not run here. The
             # TaskProlog fails it with this reason (a failing Prolog would drain the node).
             refusal = moved_job(job_id, placement, node)
             node_hooks.refuse(node_config(environ), job_id, refusal)
             _say(refusal)
             return
+        if placement.parts:
+            # A gang: its TRES are the sums over its nodes; this node's own share.
+            detail = prolog_client(environ).show_job_detail(job_id)
+            allocation = parse_node_allocation(detail, node) or Allocation(None, None)
         uid = int(environ["SLURM_JOB_UID"])
-        record = node_hooks.on_job_start(node_config(environ), job_id, placement, allocation,
+        record = node_hooks.on_job_start(node_config(environ), job_id, here, allocation,
                                          uid)  # fmt: skip
         _say(f"job {job_id}: group with cpus {','.join(map(str, record.spec.cpus)) or '-'}, "
              f"memory {record.spec.memory_mib} MiB")  # fmt: skip

@@ -30,7 +30,10 @@ from slurm_addon.placement import is_safe_token
 #: What may appear in a line of scontrol's command language that coshare writes. Checked with
 #: fullmatch: "$" would match before a trailing newline, and a value ending in "\n" would split
 #: one update into two commands (issue 11).
-_LINE_VALUE = re.compile(r"[A-Za-z0-9._;=,:-]{1,512}")
+_LINE_VALUE = re.compile(r"[A-Za-z0-9._;=,:-]{1,3900}")
+#: The longest line coshare gives scontrol: scontrol built without readline reads its input
+#: through a 4096-byte buffer (src/scontrol/scontrol.c, ``_getline``), and drops longer lines.
+MAX_LINE_CHARS = 4000
 _JOB_ID = re.compile(r"[0-9]{1,12}")
 _FOR_JOB = re.compile(r"\bfor job (\d+)")
 
@@ -47,19 +50,47 @@ CONTROLLER_DOWN = (
 )
 
 
-def update_line(job_id: str, node: str, admin_comment: str) -> str:
+def update_line(
+    job_id: str, node: str, admin_comment: str, *, nodes: Sequence[str] = (), tasks: int = 0,
+    tasks_per_node: int = 0, min_cpus_per_node: int = 0,
+) -> str:  # fmt: skip
     """One placement as a line for scontrol's standard input.
 
+    A gang's (``nodes`` given) names all its nodes in the same one update, with the node
+    count pinned (``NumNodes=n-n``: with a range Slurm could add a node the plan does not
+    know), its tasks, and ``MinCPUsNode`` (its largest share's CPUs: Slurm then allocates
+    that many on every node; without it Slurm 22.05 gave ``-N 3 -n 5`` 3, 1 and 1 CPUs). Its
+    ``TasksPerNode`` only when the split is even (``tasks_per_node`` > 0): Slurm 22.05 raises
+    a job's task count to nodes x TasksPerNode when it starts it (seen: ``NumTasks=5
+    TasksPerNode=2`` on 3 nodes started with 6 tasks). One line is one ``slurm_update_job``
+    RPC, which slurmctld applies under its job write lock: a cycle killed before, during or
+    after it leaves the whole placement or none of it, never some of its nodes (and the job
+    stays held until a re-read confirms it).
+
     Raises:
-        UnsafeValue: the job id, node name or text holds characters outside the safe set.
+        UnsafeValue: the job id, a node name or the text holds characters outside the safe
+            set, or the line is longer than scontrol reads (:data:`MAX_LINE_CHARS`).
     """
     if not _JOB_ID.fullmatch(job_id):
         raise UnsafeValue(f"job id {shorten(job_id)}")
-    if not is_safe_token(node):
-        raise UnsafeValue(f"node name {shorten(node)}")
+    for name in (node, *nodes):
+        if not is_safe_token(name):
+            raise UnsafeValue(f"node name {shorten(name)}")
     if not _LINE_VALUE.fullmatch(admin_comment):
         raise UnsafeValue(f"AdminComment {shorten(admin_comment)}")
-    return f"update JobId={job_id} ReqNodeList={node} AdminComment={admin_comment}\n"
+    if not nodes:
+        return f"update JobId={job_id} ReqNodeList={node} AdminComment={admin_comment}\n"
+    if not (0 <= tasks_per_node <= tasks and len(nodes) <= tasks and min_cpus_per_node >= 1):
+        raise UnsafeValue(f"tasks {tasks} / per node {tasks_per_node} on {len(nodes)} nodes, "
+                          f"{min_cpus_per_node} CPUs per node")  # fmt: skip
+    per_node = f"TasksPerNode={tasks_per_node} " if tasks_per_node else ""
+    line = (f"update JobId={job_id} ReqNodeList={','.join(nodes)} "
+            f"NumNodes={len(nodes)}-{len(nodes)} NumTasks={tasks} {per_node}"
+            f"MinCPUsNode={min_cpus_per_node} AdminComment={admin_comment}\n")  # fmt: skip
+    if len(line) > MAX_LINE_CHARS:
+        raise UnsafeValue(f"a placement of {len(nodes)} nodes ({len(line)} characters, more "
+                          f"than scontrol reads in one line: {MAX_LINE_CHARS})")  # fmt: skip
+    return line
 
 
 def update_argv(job_id: str, admin_comment: str) -> list[str]:

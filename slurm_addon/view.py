@@ -16,7 +16,8 @@ the rules of a placement's life); a job's gate is open while it is not held::
     running, with a placement              -> holds the devices of its placement
     running, without                       -> holds Slurm's own GRES allocation, if any
     begin time in the future, or a dependency on a job still queued -> waits, not planned
-    array, multi-node, other partition, bad or unreadable annotations -> refused
+    array, other partition, bad or unreadable annotations -> refused
+    multi-node (-N, --ntasks, --ntasks-per-node) -> a gang: planned on all its nodes at once
     a number of its record out of bounds (NaN, 1e300 CPUs) -> refused if pending; if it
                                               runs: holds its whole nodes
 
@@ -41,9 +42,11 @@ from functools import partial
 
 from coshare.bounds import BadValue
 from coshare.facts import with_facts
+from coshare.gangs import share_of_node_request
 from coshare.ledger import (
     Placed,
     Queued,
+    Shape,
     find_kind,
     kind_index,
     read_node,
@@ -56,7 +59,7 @@ from coshare.model import MILLI, Device, DeviceKind, Node, RunningJob, Snapshot
 from coshare.ports import Rejected, Unusable, Waiting
 
 from slurm_addon.comment import is_annotated, read_annotations
-from slurm_addon.jobs import SlurmJob
+from slurm_addon.jobs import SlurmJob, expand_nodes
 from slurm_addon.nodes import SlurmNode, parse_gres_indexes
 from slurm_addon.placement import Placement, PlacementError, parse_placement
 
@@ -168,37 +171,72 @@ def _refusal(job: SlurmJob, partition: str | None) -> str | None:
             f"job {job.id}: partition {job.partition or '(default)'} is not managed by "
             f"coshare (it plans partition {partition}); submit with --partition={partition}"
         )
-    if job.node_count > 1:
-        return (
-            f"job {job.id}: asks for {job.node_count} nodes; coshare's Slurm adapter "
-            "places single-node jobs only"
-        )
     return None
+
+
+#: How a Slurm user sets a gang's shape, for messages.
+SHAPE_SOURCE = "sbatch's -N, --ntasks and --ntasks-per-node"
+
+
+def shape_of(job: SlurmJob) -> Shape:
+    """A job's nodes and tasks as Slurm holds them (``-N min-max``, ``--ntasks``,
+    ``--ntasks-per-node``)."""
+    high = job.max_nodes if job.max_nodes > job.node_count else None
+    return Shape(nodes=job.node_count, nodes_max=high, processes=job.tasks,
+                 processes_per_node=job.tasks_per_node or None,
+                 source=SHAPE_SOURCE)  # fmt: skip
+
+
+def same_nodes(required_nodes: str, nodes: Sequence[str]) -> bool:
+    """Whether a ReqNodeList as Slurm prints it (``csl-n[1-3]``) names exactly ``nodes``."""
+    try:
+        return sorted(expand_nodes(required_nodes)) == sorted(nodes)
+    except ValueError:
+        return False
 
 
 def placed_of(placement: Placement | None, job: SlurmJob) -> Placed | None:
     """A placement as the ledger's fact; ``None`` when there is none, or when the job's
-    ReqNodeList is not the placement's node (then Slurm could start it elsewhere)."""
-    if placement is None or (job.required_nodes and job.required_nodes != placement.node):
+    ReqNodeList is not the placement's nodes (then Slurm could start it elsewhere)."""
+    if placement is None:
         return None
+    if job.required_nodes and not (job.required_nodes == placement.node
+                                   or same_nodes(job.required_nodes, placement.nodes)):
+        return None  # fmt: skip
     return Placed(placement.node, placement.devices, float(placement.at_s),
-                  placement.device_memory_mib, placement.device_threads)  # fmt: skip
+                  placement.device_memory_mib, placement.device_threads,
+                  placement.parts)  # fmt: skip
 
 
 def _queued(job: SlurmJob, placement: Placement | None) -> Queued:
     """A pending annotated job as the ledger's fact.
 
+    Slurm's CPUs are cpus-per-task x tasks, the job's total over all its nodes. Its memory
+    is per node (``--mem``) or per CPU: a single-node job's is its total; a gang's total is
+    per CPU x CPUs, or, asked per node, shares that hold it on every node of any allowed
+    split (:func:`coshare.gangs.share_of_node_request`).
+
     Raises:
         AnnotationError: its comment cannot be read as annotations.
     """
+    shape = shape_of(job)
+    memory = job.memory_mib
+    if shape.is_gang:
+        if job.memory_per_cpu_mib:
+            memory = job.memory_per_cpu_mib * job.cpus
+        else:
+            high = min(shape.nodes_max or shape.nodes, shape.processes)
+            memory = share_of_node_request(job.memory_mib, shape.processes,
+                                           high) * shape.processes  # fmt: skip
     return Queued(
         id=job.id,
         annotations=read_annotations(job.id, job.comment),
-        cpu_milli=job.cpus * MILLI,  # Slurm's CPUs: cpus-per-task x tasks, the job's total
-        memory_mib=job.memory_mib,  # per node; single-node jobs: the job's total
+        cpu_milli=job.cpus * MILLI,
+        memory_mib=memory,
         submit_time_s=job.submit_time_s,
         placed=placed_of(placement, job),
         gate_open=not job.held,
+        shape=shape,
     )
 
 
@@ -263,7 +301,7 @@ def build_view(
             continue
         queue.append(refuse_on_error(job.id, partial(_queued, job, placement)))
 
-    book = settle(queue, usable, now_s=now_s, replan_after_s=replan_after_s)
+    book = settle(queue, usable, now_s=now_s, replan_after_s=replan_after_s, gangs=True)
     snapshot = Snapshot(tuple(usable), tuple(running) + book.planned, book.pending, now_s=now_s)
     snapshot, facts_notes = with_facts(snapshot, {n.name: n.extra for n in nodes},
                                        now_s=now_s, max_age_s=node_facts_max_age_s)  # fmt: skip
@@ -312,8 +350,13 @@ def _holding(
             continue
         known = {d.id: d for d in node.devices}
         if placement is not None:
-            # The TaskProlog exposes the placement's devices wherever the job landed.
-            devices = placement.devices if (name == placement.node or len(job.nodes) == 1) else ()
+            # The TaskProlog exposes the placement's devices wherever the job landed; a
+            # gang's, on each node, that node's part.
+            here = placement.on(name)
+            if here is not None:
+                devices = here.devices
+            else:
+                devices = placement.devices if len(job.nodes) == 1 else ()
             missing = [d for d in devices if d not in known]
             if missing:
                 notes.append(f"job {job.id} uses device(s) {','.join(missing)} unknown on {name}")

@@ -41,12 +41,14 @@ from coshare.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_strea
 from coshare.model import Snapshot
 from coshare.planner import timed_plan
 from coshare.policies import DEFAULT_POLICY, PolicyOptions, make_policy, policy_names
+from coshare.profiles import Profile
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 
 #: Subcommands that live in other modules: name -> "module:attribute".
 LAZY_COMMANDS: dict[str, str] = {
     "condor": "condor_addon.cli:condor",
     "node": "coshare.node.cli:node",
+    "profile": "coshare.profile_cli:profile",
     "simulate": "coshare.sim.cli:simulate",
     "slurm": "slurm_addon.cli:slurm",
 }
@@ -173,7 +175,19 @@ def policy_options(config: Config) -> PolicyOptions:
         monitor_fraction=config.collocate.monitor_fraction,
         max_harvest_cores=config.collocate.max_harvest_cores,
         copy_bw_limit_mbps=config.collocate.copy_bw_limit_mbps,
+        sns_profiles=_profiles(config),
+        sns_default_alpha=config.policy.sns.default_alpha,
+        sns_ways_weight=config.policy.sns.ways_weight,
     )
+
+
+def _profiles(config: Config) -> dict[str, Profile]:
+    """The profile store of ``policy.sns.profiles_dir`` (none when unset), every file checked."""
+    if config.policy.sns.profiles_dir is None:
+        return {}
+    from coshare.profile_store import load_store
+
+    return load_store(Path(config.policy.sns.profiles_dir))
 
 
 def read_snapshot(path: str) -> Snapshot:
@@ -315,9 +329,14 @@ def config() -> None:
 
 
 @config.command("show")
+@click.option("--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="yaml: as a config file is written; json: for tools.")  # fmt: skip
 @pass_app
-def config_show(app: AppContext) -> None:
-    """Print the effective configuration (defaults < file < environment) as YAML."""
+def config_show(app: AppContext, output: str) -> None:
+    """Print the effective configuration (defaults < file < environment)."""
+    if output == "json":
+        click.echo(json.dumps(to_dict(app.config), indent=1))
+        return
     click.echo(yaml.safe_dump(to_dict(app.config), sort_keys=False), nl=False)
 
 

@@ -130,6 +130,32 @@ class MembwConfig:
 
 
 @dataclass(frozen=True)
+class SnsConfig:
+    """Options of the ``sns`` and ``cs`` policies (Spread-n-Share, Tang et al., sections
+    4.3-4.4).
+
+    Attributes:
+        profiles_dir: the profile store, one ``PROGRAM.json`` per program
+            (:mod:`coshare.profile_store`); every file is checked when a cycle starts, and a
+            bad one stops it naming the file and field. ``null``: no profiles (every job runs
+            compact, "no profile for X").
+        default_alpha: the slowdown threshold of a job without ``CoshareAlpha``, in (0, 1]
+            (section 4.3: 0.9).
+        ways_weight: ``beta``, the weight of occupied LLC ways in the idleness score
+            ``C_o + B_o + beta * W_o`` (section 4.4: 2).
+    """
+
+    profiles_dir: str | None = None
+    default_alpha: float = field(default=0.9, metadata={"min": 0, "max": 1})
+    ways_weight: float = field(default=2.0, metadata={"min": 0, "max": 100})
+
+    def __post_init__(self) -> None:
+        if self.default_alpha <= 0:
+            raise ConfigError(f"policy.sns.default_alpha: {plain(self.default_alpha)} is out of "
+                              "range (allowed: a number in (0, 1])")
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """Options shared by the policies.
 
@@ -145,6 +171,7 @@ class PolicyConfig:
         max_reserved_gangs: at most this many aged multi-node jobs hold back nodes per cycle
             (backfill's reservation, issue 14); 0 disables their reservations.
         membw: options of the ``membw`` policy (``policy.membw.max_share`` ...).
+        sns: options of the ``sns`` and ``cs`` policies (``policy.sns.profiles_dir`` ...).
     """
 
     name: str = "sharepack"
@@ -154,6 +181,7 @@ class PolicyConfig:
     max_reserved_devices: int = field(default=8, metadata={"min": 0})
     max_reserved_gangs: int = field(default=1, metadata={"min": 0, "max": 1024})
     membw: MembwConfig = field(default_factory=MembwConfig)
+    sns: SnsConfig = field(default_factory=SnsConfig)
 
 
 @dataclass(frozen=True)
@@ -474,7 +502,8 @@ class SimConfig:
             (``SLURMCluster`` with the ``slurm`` section's config file and partition,
             ``HTCondorCluster`` with the ``condor`` section's config file).
         connect_timeout_s: how long to try to reach the scheduler.
-        worker_timeout_s: how long to wait for the first worker before giving up.
+        worker_timeout_s: how long to wait for the first worker before giving up, and how
+            long runs wait once no worker is left (then they are reported failed).
         scheduler_host: address the scheduler coshare starts listens on; ``null``: Dask's
             choice; ``127.0.0.1`` when the workers run on this host.
         worker_cores: cores of each worker job (one run per core).

@@ -20,6 +20,9 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
     ├── PlanInvariantError        a plan that would oversubscribe something (a bug: never applied)
     ├── CycleBusy                 another cycle holds the queue's lock: exit status 0
     ├── SimulationError           the simulator's ledger caught an unsound plan
+    ├── CollocationSimError       the same in the Wu & Hong simulator (coshare.sim.collocation)
+    ├── DoubleBooking             a reservation store asked to book a core a job holds (a bug:
+    │                             refused; coshare.alloc.store)
     ├── FactsError                a node's facts text that breaks its format (coshare.facts);
     │                             never stops a cycle: the node is planned without its facts
     ├── ExecutorError             simulate's executor (Dask) unreachable, or runs failed: exit 1
@@ -40,7 +43,11 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
         ├── ProbeError            a measurement (the membw probe) cannot be made here
         └── ReplyError            a node socket's ERR reply (ProtocolError, Refused, ...)
 
-Adapters and node helpers add their own subclasses under these.
+Adapters and node helpers add their own subclasses under these. Two ``ValueError``s stay
+inside coshare and never reach a caller: :class:`coshare.bounds.BadValue` (a scheduler's
+record out of bounds: the adapters turn it into a note or a refusal naming the node or job)
+and :class:`coshare.files.TooLarge` (an input over its size bound: the readers turn it into a
+``SnapshotError``, ``ConfigError`` or ``TraceError``).
 """
 
 from __future__ import annotations
@@ -153,6 +160,19 @@ class UnsafeValue(InputError, ValueError):
 class ExecutorError(CoshareError):
     """``coshare simulate`` could not run its runs: the Dask scheduler is unreachable, no
     worker came, or some runs failed (each named; the other results were still printed)."""
+
+
+class DoubleBooking(CoshareError):
+    """A reservation store was asked to reserve a core that another job reserves or holds
+    (:mod:`coshare.alloc.store`). A bug in the allocation protocol, never applied."""
+
+    def __init__(self, domain: str, core: str, holder: str, job: str) -> None:
+        self.domain = domain
+        self.core = core
+        self.holder = holder
+        self.job = job
+        super().__init__(f"domain {domain!r}: core {core} is booked by job {holder!r}; job "
+                         f"{job!r} may not book it too (refused)")
 
 
 class CycleBusy(CoshareError):

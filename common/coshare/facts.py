@@ -11,11 +11,14 @@ staleness rule and what the snapshot gains live here once::
 
     coshare-facts;v=1;at=1700000000.000;membw_gbps=9.80;membw_baseline_gbps=19.60;
         membw_cores=2;membw_at=1699999990.000;llc_ways=20;llc_ways_free=12;
-        load=1234:0.520:0.500:1.000:3600,1235:3.900:4.000:4.000:600
+        load=1234:0.520:0.500:1.000:3600,1235:3.900:4.000:4.000:600;copy_mbps=1234:512.000
 
 (one line, no spaces; broken here for reading). Items are ``key=value`` separated by ``;``;
 ``load`` lists ``job:mean:last:max:window_s`` per running job, in cores busy (CPU seconds
-per second of its cgroup) and seconds. Keys other than these are ignored (a newer node may
+per second of its cgroup) and seconds. ``copy_mbps`` lists ``job:MB/s`` per running GPU job:
+its host<->device copy bandwidth (Wu & Hong section III-B3), NVML's PCIe throughput (TX + RX)
+of the GPUs it holds alone; a node without NVML publishes none, and the planner keeps the
+job's declaration (``CoshareCopyBandwidth``). Keys other than these are ignored (a newer node may
 publish more); a known key with an unusable value, a key given twice, or another version
 makes the whole line unusable. Every number follows :func:`coshare.bounds.parse_number` and
 is bounded.
@@ -35,7 +38,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from coshare.bounds import MAX_CORES, MAX_LLC_WAYS, MAX_MEMBW_GBPS, MAX_TIME_S, parse_number
+from coshare.bounds import (
+    MAX_COPY_BW_MBPS,
+    MAX_CORES,
+    MAX_LLC_WAYS,
+    MAX_MEMBW_GBPS,
+    MAX_TIME_S,
+    parse_number,
+)
 from coshare.errors import FactsError
 from coshare.model import Node, RunningJob, Snapshot
 
@@ -75,6 +85,20 @@ class JobLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class JobCopy:
+    """One running GPU job's host<->device copy bandwidth, measured.
+
+    Attributes:
+        job: the job's id on the node.
+        mbps: MB/s over PCIe to and from its GPUs (NVML ``nvmlDeviceGetPcieThroughput``,
+            TX + RX, KB/s / 1000), summed over the GPUs it holds alone.
+    """
+
+    job: str
+    mbps: float
+
+
+@dataclass(frozen=True, slots=True)
 class MembwFacts:
     """The last memory-bandwidth probe (poncos section 6).
 
@@ -107,6 +131,7 @@ class NodeFacts:
         llc_ways: LLC ways of the node (resctrl ``info/L3/cbm_mask``), if it has resctrl.
         llc_ways_free: ways no coshare job's resctrl group holds.
         loads: CPU load of each running coshare job.
+        copies: copy bandwidth of each running GPU job, where the node measures it (NVML).
     """
 
     at_s: float
@@ -114,6 +139,7 @@ class NodeFacts:
     llc_ways: int | None = None
     llc_ways_free: int | None = None
     loads: tuple[JobLoad, ...] = ()
+    copies: tuple[JobCopy, ...] = ()
 
 
 def _num(value: float, digits: int = 3) -> str:
@@ -145,6 +171,11 @@ def format_facts(facts: NodeFacts) -> str:
             entries.append(":".join([load.job, _num(load.mean_cores), _num(load.last_cores),
                                      _num(load.max_cores), _num(load.window_s, 0)]))  # fmt: skip
         items.append("load=" + ",".join(entries))
+    if facts.copies:
+        for copy in facts.copies:
+            if not _JOB.fullmatch(copy.job):
+                raise FactsError(f"job id {copy.job!r} cannot be carried in node facts")
+        items.append("copy_mbps=" + ",".join(f"{c.job}:{_num(c.mbps)}" for c in facts.copies))
     text = ";".join(items)
     parse_facts(text)  # what a node publishes, a planner must read back
     return text
@@ -187,7 +218,8 @@ def parse_facts(text: str) -> NodeFacts:
             raise FactsError("has llc_ways_free without llc_ways")
         free = _integer(fields, "llc_ways_free", 0, ways)
     loads = _loads(fields["load"]) if "load" in fields else ()
-    return NodeFacts(at_s, membw, ways, free, loads)
+    copies = _copies(fields["copy_mbps"]) if "copy_mbps" in fields else ()
+    return NodeFacts(at_s, membw, ways, free, loads, copies)
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -257,6 +289,26 @@ def _loads(text: str) -> tuple[JobLoad, ...]:
     return tuple(loads)
 
 
+def _copies(text: str) -> tuple[JobCopy, ...]:
+    if not text:
+        return ()
+    entries = text.split(",")
+    if len(entries) > MAX_LOADS:
+        raise FactsError(f"copy_mbps lists {len(entries)} jobs (at most {MAX_LOADS})")
+    copies: list[JobCopy] = []
+    seen: set[str] = set()
+    for entry in entries:
+        job, colon, value = entry.partition(":")
+        if not colon or not _JOB.fullmatch(job):
+            raise FactsError(f"copy_mbps entry {_short(entry)!r} is not job:MB/s")
+        if job in seen:
+            raise FactsError(f"copy_mbps lists job {job} twice")
+        seen.add(job)
+        copies.append(JobCopy(job, _value(f"copy_mbps of job {job}", value, 0,
+                                          MAX_COPY_BW_MBPS)))  # fmt: skip
+    return tuple(copies)
+
+
 def age_problem(at_s: float, now_s: float, max_age_s: float) -> str | None:
     """Why facts measured at ``at_s`` are not used at ``now_s`` (too old, or from a clock
     that is ahead by more than ``max_age_s``); ``None`` when they are."""
@@ -280,17 +332,23 @@ def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
 
     A node's ``llc_ways`` is taken from its facts when the snapshot has none. Loads attach to
     running (not planned) jobs of that node; loads of jobs the snapshot does not list are
-    ignored.
+    ignored. A measured copy bandwidth replaces the job's declared one (``copy_bw_mbps``):
+    what NVML sees beats what the user said; without a measurement the declaration stays.
     """
     if not facts:
         return snapshot
     nodes = tuple(_node_with(n, facts[n.name]) if n.name in facts else n for n in snapshot.nodes)
     loads = {name: {load.job: load for load in f.loads} for name, f in facts.items() if f.loads}
+    copies = {name: {c.job: c.mbps for c in f.copies} for name, f in facts.items() if f.copies}
     running = snapshot.running
+    key = local_ids or (lambda r: r.id)
     if loads:
-        key = local_ids or (lambda r: r.id)
         running = tuple(_running_with(r, loads[r.node].get(key(r)))
                         if r.state == "running" and r.node in loads else r
+                        for r in running)  # fmt: skip
+    if copies:
+        running = tuple(replace(r, copy_bw_mbps=copies[r.node][key(r)])
+                        if r.state == "running" and key(r) in copies.get(r.node, {}) else r
                         for r in running)  # fmt: skip
     return replace(snapshot, nodes=nodes, running=running)
 

@@ -56,3 +56,11 @@ def split(processes: int, nodes: int) -> list[int]:
     """``processes`` over ``nodes`` as evenly as possible, larger shares first."""
     q, r = divmod(processes, nodes)
     return [q + 1] * r + [q] * (nodes - r)
+
+
+def share_of_node_request(per_node: int, processes: int, nodes_high: int) -> int:
+    """A per-node host request (Slurm's ``--mem``) as a per-process share that no allowed
+    split under-counts: every node gets at least ``processes // nodes_high`` processes (the
+    smallest share of the widest split), so that many shares hold the node's request."""
+    smallest = max(processes // max(nodes_high, 1), 1)
+    return -(-per_node // smallest)

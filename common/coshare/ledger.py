@@ -1,14 +1,11 @@
 """The rules of the ledger, written once for every scheduler.
 
 The scheduler's queue is the ledger: a job placed by coshare carries its placement in its
-own record (HTCondor: ``CosharePlacedNode``/``Devices``/``At``, a parallel job's
-``CosharePlacedNodes``/``NodeDevices`` too; Slurm: ``ReqNodeList`` and ``AdminComment``), and
-a job can start only while its *gate* is open (HTCondor: the placed node is set, so its
-Requirements match that node; Slurm: it is released). A gang (issue 14) is placed on all its
-nodes or none: an adapter that writes gangs (``gangs=True``) records every node before the
-one gate opens, and a gate that opens without a whole placement is ``gone`` and closed.
-An adapter only translates: scheduler records into the facts below (:class:`Queued`,
-:class:`Current`), and the decisions below into its scheduler's edits. The life of a placement::
+own record (HTCondor: ``CosharePlacedNode``/``Devices``/``At``; Slurm: ``ReqNodeList`` and
+``AdminComment``), and a job can start only while its *gate* is open (HTCondor: the placed
+node is set, so its Requirements match that node; Slurm: it is released). An adapter only
+translates: scheduler records into the facts below (:class:`Queued`, :class:`Current`), and
+the decisions below into its scheduler's edits. The life of a placement::
 
     pending --plan, write, open the gate--> placed --starts--> running
        ^                                      |
@@ -62,7 +59,7 @@ from typing import Literal, TypeVar
 from coshare.annotations import KEYS, ClusterLimits, parse_job, squash
 from coshare.bounds import BadValue
 from coshare.errors import AnnotationError, ConfigError, FieldProblem
-from coshare.gangs import node_counts, split
+from coshare.gangs import node_counts
 from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob
 from coshare.ports import JobOutcome, Rejected
 
@@ -210,8 +207,6 @@ class Placed:
         at_s: when it was written, seconds since the epoch.
         device_memory_mib: device memory it was placed for, when recorded (Slurm).
         device_threads: device threads it was placed for, when recorded (Slurm).
-        parts: a gang's nodes, each with its devices, in the order written (``node`` and
-            ``devices`` are the first); empty for a single-node job.
     """
 
     node: str
@@ -219,12 +214,57 @@ class Placed:
     at_s: float
     device_memory_mib: int | None = None
     device_threads: int | None = None
-    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    parts: tuple[Part, ...] = ()
 
     @property
-    def spots(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        """Every ``(node, devices)`` of the placement: a gang's parts, else its one node."""
-        return self.parts or ((self.node, self.devices),)
+    def spots(self) -> tuple[Part, ...]:
+        """Every node of the placement with its devices (one part for a single-node job,
+        whose processes are then 0: all of them)."""
+        return self.parts or (Part(self.node, self.devices, 0),)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One node of a multi-node (gang) placement (issue 14).
+
+    Attributes:
+        node: the node's name.
+        devices: the device ids on it (empty for CPU jobs).
+        processes: the gang's processes on it.
+    """
+
+    node: str
+    devices: tuple[str, ...]
+    processes: int
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A job's nodes and processes as its scheduler's own request states them (Slurm's
+    ``-N min-max``, ``--ntasks``, ``--ntasks-per-node``), when the scheduler has one.
+
+    The scheduler's request is the gang's shape: annotations that say otherwise are refused
+    naming the key (:func:`with_shape`), since the scheduler would start the job as it was
+    asked, not as coshare planned it.
+
+    Attributes:
+        nodes: the fewest nodes.
+        nodes_max: the most nodes; ``None``: ``nodes``.
+        processes: processes in all.
+        processes_per_node: the most on one node; ``None``: no limit.
+        source: how a user sets these, for messages (``sbatch -N, --ntasks, ...``).
+    """
+
+    nodes: int = 1
+    nodes_max: int | None = None
+    processes: int = 1
+    processes_per_node: int | None = None
+    source: str = "the job's own request"
+
+    @property
+    def is_gang(self) -> bool:
+        """Whether the request may span more than one node."""
+        return self.nodes > 1 or (self.nodes_max or 0) > 1
 
 
 @dataclass(frozen=True)
@@ -241,6 +281,9 @@ class Queued:
         placed: the placement it carries, if any (whether or not its gate is open).
         gate_open: whether it could start now (HTCondor: a placed node is set; Slurm: it is
             not held).
+        shape: its nodes and processes as the scheduler's own request states them, when the
+            scheduler has such a request (Slurm); ``None``: from the annotations only. For a
+            gang, ``cpu_milli`` and ``memory_mib`` are then the totals of all its processes.
     """
 
     id: str
@@ -251,29 +294,33 @@ class Queued:
     submit_time_s: float = 0.0
     placed: Placed | None = None
     gate_open: bool = False
+    shape: Shape | None = None
 
 
 def pending_job(queued: Queued, limits: ClusterLimits | None, *, gangs: bool = False) -> Job:
     """The job the policy plans: its annotations checked, host requests shared per process.
 
     Args:
-        queued: the job as its adapter translated it.
-        limits: the cluster's limits its annotations are checked against.
-        gangs: whether the adapter writes multi-node placements (HTCondor's parallel
-            universe); otherwise a gang is refused here, naming its key.
+        queued: the job as its adapter read it.
+        limits: the cluster's largest device and node (``None``: unchecked).
+        gangs: whether the adapter places multi-node jobs (Slurm does; HTCondor does for
+            the parallel universe, and refuses gang keys on other jobs itself).
 
     Raises:
         AnnotationError: its annotations are unusable (and anything a parser raises; call it
             through :func:`refuse_on_error`).
     """
+    annotations = queued.annotations
+    if queued.shape is not None:
+        annotations = with_shape(queued.id, annotations, queued.shape)
     job = parse_job(
-        queued.id, queued.annotations, limits=limits, cpu_milli=queued.cpu_milli,
+        queued.id, annotations, limits=limits, cpu_milli=queued.cpu_milli,
         memory_mib=queued.memory_mib, priority=queued.priority,
         submit_time_s=queued.submit_time_s,
     )  # fmt: skip
     if job.is_gang and not gangs:
-        # The policies plan gangs (coshare.gangs), but neither adapter writes a multi-node
-        # placement (issue 14, item 4): refused here, never half-placed.
+        # The policies plan gangs (coshare.gangs), but this adapter does not write a
+        # multi-node placement yet (issue 14, item 5): refused here, never half-placed.
         key = "CoshareNodesMax" if job.nodes == 1 else "CoshareNodes"
         value = job.nodes_max if job.nodes == 1 else job.nodes
         raise AnnotationError(job.id, [FieldProblem(
@@ -285,91 +332,138 @@ def pending_job(queued: Queued, limits: ClusterLimits | None, *, gangs: bool = F
     return job
 
 
+#: The Job fields of a gang's shape, and their annotation keys.
+_SHAPE_KEYS = {"nodes": "CoshareNodes", "nodes_max": "CoshareNodesMax",
+               "processes": "CoshareProcesses",
+               "processes_per_node": "CoshareProcessesPerNode"}  # fmt: skip
+
+
+def with_shape(job_id: str, annotations: Mapping[str, object], shape: Shape) -> dict[str, object]:
+    """The annotations with the gang's shape taken from the scheduler's own request.
+
+    A user's shape key that says otherwise is refused naming the key: the scheduler starts
+    the job as it was asked. ``processes`` of a single-node request stays the user's (it only
+    divides the host request into per-process shares, as it always did).
+
+    Raises:
+        AnnotationError: a shape key disagrees with the request, or cannot be read.
+    """
+    field_of = {squash(s.attribute): s.field for s in KEYS} | {squash(s.field): s.field
+                                                                for s in KEYS}  # fmt: skip
+    declared = {k: field_of[squash(k)] for k in annotations
+                if field_of.get(squash(k)) in _SHAPE_KEYS}  # fmt: skip
+    if not declared:
+        return _shaped(dict(annotations), shape)
+    job = parse_job(job_id, {k: annotations[k] for k in declared}
+                    | {"CoshareKind": "cpu"})  # fmt: skip
+    wanted: dict[str, int | None] = {
+        "nodes": shape.nodes, "nodes_max": shape.nodes_max or shape.nodes,
+        "processes": shape.processes if shape.is_gang else None,
+        "processes_per_node": shape.processes_per_node,
+    }  # fmt: skip
+    problems = []
+    for key, name in declared.items():
+        have = getattr(job, name)
+        if name == "nodes_max" and have is None:
+            have = job.nodes
+        want = wanted[name]
+        if want is None and name == "processes":
+            continue  # a single-node job's own per-process shares
+        if have != want:
+            shown_want = "unset" if want is None else str(want)
+            problems.append(FieldProblem(key, shown(str(annotations[key])),
+                                         f"{shown_want}, as {shape.source} asks (set it there)",
+                                         "differs from the job's own request"))  # fmt: skip
+    if problems:
+        raise AnnotationError(job_id, problems)
+    kept = {k: v for k, v in annotations.items()
+            if not (k in declared and (shape.is_gang or declared[k] != "processes"))}
+    return _shaped(kept, shape)
+
+
+def _shaped(annotations: dict[str, object], shape: Shape) -> dict[str, object]:
+    """``annotations`` plus the request's shape keys (a single-node request adds none)."""
+    if not shape.is_gang:
+        return annotations
+    annotations[_SHAPE_KEYS["nodes"]] = shape.nodes
+    if shape.nodes_max is not None:
+        annotations[_SHAPE_KEYS["nodes_max"]] = shape.nodes_max
+    annotations[_SHAPE_KEYS["processes"]] = shape.processes
+    if shape.processes_per_node is not None:
+        annotations[_SHAPE_KEYS["processes_per_node"]] = shape.processes_per_node
+    return annotations
+
+
 PlacementStatus = Literal["none", "placed", "expired", "gone"]
 """``none``: no open placement; ``placed``: counts; ``expired``: not started in time;
 ``gone``: its node or devices cannot take it now."""
 
 
 def placement_status(
-    queued: Queued, job: Job, node: Node | None, *, now_s: float, replan_after_s: float,
-    nodes: Mapping[str, Node] | None = None,
+    queued: Queued, job: Job, nodes: Mapping[str, Node], *, now_s: float, replan_after_s: float
 ) -> PlacementStatus:
     """Where a pending job stands in the life of a placement (see the module docstring).
 
-    A gang's placement (``nodes``: the usable nodes by name) is ``gone`` unless it lists a
-    node count the job allows, each node once, every node usable with the job's devices
-    there: a gang whose parts were not all written is never counted, only planned again.
+    A gang's placement is whole or ``gone``: every node of it must still take its devices,
+    and its parts must add up to the job as it asks now (its node count allowed, every
+    process placed once, at most ``processes_per_node`` on a node).
     """
     placed = queued.placed
     if placed is None or not queued.gate_open:
         return "none"
-    if job.is_gang or placed.parts:
-        if not _gang_placement_holds(placed, job, nodes or {}):
-            return "gone"
-        return "placed" if now_s - placed.at_s < replan_after_s else "expired"
-    ids = {d.id for d in node.devices} if node is not None else set()
     wanted = job.device_count if job.needs_device else 0
-    devices = placed.devices
-    if node is None or len(devices) != wanted or len(set(devices)) != wanted:
-        return "gone"
-    if not set(devices) <= ids:
-        return "gone"
+    spots = placed.spots
+    for part in spots:
+        node = nodes.get(part.node)
+        devices = part.devices
+        if node is None or len(devices) != wanted or len(set(devices)) != wanted:
+            return "gone"
+        if not set(devices) <= {d.id for d in node.devices}:
+            return "gone"
+    if job.is_gang or placed.parts:
+        counts = [p.processes for p in spots]
+        if (not job.is_gang or len({p.node for p in spots}) != len(spots)
+                or len(spots) not in node_counts(job) or sum(counts) != job.processes
+                or min(counts) < 1 or max(counts) > (job.processes_per_node or job.processes)):
+            return "gone"  # fmt: skip
     if not now_s - placed.at_s < replan_after_s:
         return "expired"
     return "placed"
 
 
-def _gang_placement_holds(placed: Placed, job: Job, nodes: Mapping[str, Node]) -> bool:
-    """Whether a gang's recorded parts are a whole placement of ``job`` on usable nodes."""
-    spots = placed.spots
-    names = [name for name, _ in spots]
-    if not job.is_gang or len(spots) not in node_counts(job) or len(set(names)) != len(names):
-        return False
-    wanted = job.device_count if job.needs_device else 0
-    for name, devices in spots:
-        node = nodes.get(name)
-        if node is None or len(devices) != wanted or len(set(devices)) != wanted:
-            return False
-        if not set(devices) <= {d.id for d in node.devices}:
-            return False
-    return True
-
-
-def counted_parts(queued: Queued, job: Job) -> list[RunningJob]:
-    """What a placed, not started job holds on each node it is placed on: a single-node job
-    as :func:`counted`; a gang's part on each node its share of the processes
-    (:func:`coshare.gangs.split`, larger shares first in the order written), with host
-    requests per process (never less than the scheduler's per-node share)."""
-    placed = queued.placed
-    assert placed is not None
-    if not placed.parts:
-        return [counted(queued, job)]
-    whole = counted(queued, job)
-    shares = split(job.processes, len(placed.parts))
-    per_node_cpu = per_process(queued.cpu_milli, len(placed.parts))
-    per_node_memory = per_process(queued.memory_mib, len(placed.parts))
-    return [replace(whole, node=name, devices=devices,
-                    cpu_milli=max(job.cpu_milli * share, per_node_cpu),
-                    memory_mib=max(job.memory_mib * share, per_node_memory))
-            for (name, devices), share in zip(placed.parts, shares, strict=True)]  # fmt: skip
-
-
 def counted(queued: Queued, job: Job) -> RunningJob:
-    """What a placed, not started job holds: its placement, with the larger of the demand it
-    was placed for and what it declares now, and its whole host request."""
+    """What a placed, not started single-node job holds: its placement, with the larger of
+    the demand it was placed for and what it declares now, and its whole host request."""
+    return held(queued, job)[0]
+
+
+def held(queued: Queued, job: Job) -> tuple[RunningJob, ...]:
+    """What a placed, not started job holds on each of its nodes: its devices there, with the
+    larger of the demand it was placed for and what it declares now, and its host request.
+
+    A gang holds on *every* node the host share of its largest part: the scheduler lays out
+    an uneven split in its own node order (Slurm's block distribution gives the first nodes of
+    its own order one more task), which need not be the plan's, so counting the largest share
+    everywhere never under-counts a node.
+    """
     placed = queued.placed
     assert placed is not None
     on_device = bool(placed.devices)
     memory = max(job.device_memory_mib, placed.device_memory_mib or 0) if on_device else 0
     threads = max(job.device_threads, placed.device_threads or 0) if on_device else 0
-    return RunningJob(
-        id=job.id, node=placed.node, devices=placed.devices, device_memory_mib=memory,
-        device_threads=threads, cpu_milli=max(job.total_cpu_milli, queued.cpu_milli),
-        memory_mib=max(job.total_memory_mib, queued.memory_mib), state="planned",
+    if placed.parts:
+        top = max(p.processes for p in placed.parts)
+        cpu_milli, memory_mib = job.cpu_milli * top, job.memory_mib * top
+    else:
+        cpu_milli = max(job.total_cpu_milli, queued.cpu_milli)
+        memory_mib = max(job.total_memory_mib, queued.memory_mib)
+    return tuple(RunningJob(
+        id=job.id, node=part.node, devices=part.devices, device_memory_mib=memory,
+        device_threads=threads, cpu_milli=cpu_milli, memory_mib=memory_mib, state="planned",
         start_time_s=placed.at_s,
         # what it declared of its bandwidth, for the membw policy (issue 18)
         program=job.program, membw_gbps=job.membw_gbps,
-    )  # fmt: skip
+    ) for part in placed.spots)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -408,7 +502,7 @@ def settle(
         nodes: the usable nodes (the limits annotations are checked against).
         now_s: now, on the clock of the placements' times.
         replan_after_s: a placement not started after this long has expired.
-        gangs: whether the adapter writes multi-node placements (see :func:`pending_job`).
+        gangs: whether the adapter places multi-node jobs (:func:`pending_job`).
     """
     by_name = {n.name: n for n in nodes}
     limits = ClusterLimits.of_nodes(nodes)
@@ -426,20 +520,18 @@ def settle(
         if isinstance(job, Rejected):
             rejected.append(job)
             continue
-        node = by_name.get(item.placed.node) if item.placed is not None else None
-        status = refuse_on_error(item.id, partial(
-            placement_status, item, job, node, now_s=now_s, replan_after_s=replan_after_s,
-            nodes=by_name))  # fmt: skip
+        status = refuse_on_error(item.id, partial(placement_status, item, job, by_name,
+                                                  now_s=now_s, replan_after_s=replan_after_s))
         if isinstance(status, Rejected):
             rejected.append(status)
         elif status == "placed":
-            planned.extend(counted_parts(item, job))
+            planned.extend(held(item, job))
         else:
             pending.append(job)
             if item.gate_open:
                 to_close[item.id] = _OPEN_GATE[status]
             if status == "gone" and item.placed is not None:
-                where = " + ".join(f"{n}/{','.join(d)}" for n, d in item.placed.spots)
+                where = " + ".join(f"{p.node}/{','.join(p.devices)}" for p in item.placed.spots)
                 notes.append(f"job {item.id} is placed on {where}, which cannot take it now; "
                              "it is planned again")  # fmt: skip
     return Book(tuple(pending), tuple(planned), tuple(rejected), to_close, tuple(notes))
@@ -521,8 +613,9 @@ class Write:
         devices: the device ids.
         device_memory_mib: the device memory it is placed for.
         device_threads: the device threads it is placed for.
-        parts: a gang's nodes, each with its devices (``node`` and ``devices`` are the
-            first); empty for a single-node job. All are written before the gate opens.
+        parts: a gang's nodes, each with its devices and processes, in the plan's order
+            (``node`` and ``devices`` are the first's); empty for a single-node job. One
+            job's placement is one write: a gang is placed whole or not at all.
     """
 
     job: str
@@ -530,7 +623,7 @@ class Write:
     devices: tuple[str, ...]
     device_memory_mib: int = 0
     device_threads: int = 0
-    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    parts: tuple[Part, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -554,19 +647,17 @@ class Decisions:
     refuse: tuple[Rejected, ...] = ()
 
 
-def keeps(
-    now: Current, node: str, devices: Sequence[str], job: Job,
-    parts: Sequence[tuple[str, tuple[str, ...]]] = (),
-) -> bool:  # fmt: skip
-    """Whether a job's open placement already is what the plan asks (nothing to write); a
-    gang's ``parts`` are compared as a set of ``(node, devices)``."""
+def keeps(now: Current, parts: Sequence[Part], job: Job) -> bool:
+    """Whether a job's open placement already is what the plan asks (nothing to write):
+    the same nodes with the same devices (and, for a gang, processes), for at least the
+    demand it declares now."""
     placed = now.placed
     if not now.gate_open or placed is None:
         return False
-    if parts or placed.parts:
-        if sorted(placed.parts) != sorted(parts):
+    if job.is_gang or placed.parts:
+        if set(placed.parts) != set(parts):
             return False
-    elif (placed.node, placed.devices) != (node, tuple(devices)):
+    elif (placed.node, placed.devices) != (parts[0].node, parts[0].devices):
         return False
     return (placed.device_memory_mib is None or placed.device_memory_mib >= job.device_memory_mib
             ) and (placed.device_threads is None
@@ -579,10 +670,11 @@ def decide(
     to_close: Mapping[str, str],
     rejected: Sequence[Rejected],
     current: Mapping[str, Current],
-    *,
-    gangs: bool = False,
 ) -> Decisions:
     """Decide what applying ``plan`` writes, from the jobs as they are now.
+
+    A gang's assignments (one per node) become one :class:`Write` with its parts: the
+    adapter writes a job's placement in one update, so a gang is never half-written.
 
     Args:
         plan: the plan.
@@ -592,12 +684,10 @@ def decide(
         rejected: the read's refused jobs.
         current: the involved jobs as re-read just before writing (plan, refused and
             :attr:`Book.to_close` jobs); a job missing here left the queue.
-        gangs: whether the adapter writes multi-node placements (a gang's parts as one
-            :class:`Write`); otherwise a job planned on several nodes is skipped.
     """
-    spots: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
+    spots: dict[str, list[Part]] = defaultdict(list)
     for a in plan.assignments:
-        spots[a.job].append((a.node, a.devices))
+        spots[a.job].append(Part(a.node, tuple(a.devices), a.processes or 0))
     writes: list[Write] = []
     unchanged: list[str] = []
     skipped: list[JobOutcome] = []
@@ -607,25 +697,25 @@ def decide(
         now = current.get(job_id)
         if job is None:
             failed.append(JobOutcome(job_id, "is in the plan but was not pending"))
-        elif len(places) != 1 and not (job.is_gang and gangs):
-            skipped.append(JobOutcome(job_id, "spans several nodes; coshare places a job of "
-                                      "this scheduler on one node"))  # fmt: skip
+        elif len(places) != 1 and not job.is_gang:
+            skipped.append(JobOutcome(job_id, "is planned on several nodes but asks for one"))
         elif now is None:
             skipped.append(JobOutcome(job_id, "left the queue since it was read"))
         elif not now.pending:
             skipped.append(JobOutcome(job_id, f"is {now.state} now, no longer pending"))
-        elif keeps(now, places[0][0], places[0][1], job, parts := _parts(job, places)):
+        elif keeps(now, places, job):
             unchanged.append(job_id)
         elif now.changed is not None:
             skipped.append(JobOutcome(job_id, now.changed))
         else:
-            node, devices = places[0]
-            writes.append(Write(job_id, node, tuple(devices), job.device_memory_mib,
+            first = places[0]
+            parts = tuple(places) if job.is_gang else ()
+            writes.append(Write(job_id, first.node, first.devices, job.device_memory_mib,
                                 job.device_threads, parts))  # fmt: skip
     refused = {r.job for r in rejected}
     kept = set(unchanged)
-    moves = {w.job: " + ".join(f"{n}/{','.join(d)}" if d else n
-                               for n, d in (w.parts or ((w.node, w.devices),)))
+    moves = {w.job: " + ".join(f"{p.node}/{','.join(p.devices)}" if p.devices else p.node
+                               for p in (w.parts or (Part(w.node, w.devices, 0),)))
              for w in writes}  # fmt: skip
     close: list[JobOutcome] = []
     for c in sorted(current.values(), key=lambda c: _job_order(c.id)):
@@ -653,13 +743,6 @@ def decide(
             refuse.append(r)
     return Decisions(tuple(close), tuple(writes), tuple(unchanged), tuple(skipped),
                      tuple(failed), tuple(refuse))  # fmt: skip
-
-
-def _parts(
-    job: Job, places: Sequence[tuple[str, tuple[str, ...]]]
-) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """A gang's planned ``(node, devices)`` in plan order; empty for a single-node job."""
-    return tuple((n, tuple(d)) for n, d in places) if job.is_gang else ()
 
 
 def gates_may_open(started: Collection[str], not_closed: Collection[str]) -> str | None:

@@ -8,11 +8,11 @@
                          "placed": 6, ...}
 
 Every command that runs for long or unattended (``coshare condor|slurm cycle``, ``coshare
-condor trigger``, ``coshare node gate``) takes :func:`log_format_option` and calls
-:func:`setup_logging`; nothing else installs handlers. Structured fields are passed the
-standard way, ``log.info("...", extra={"job": "12.0", "phase": "apply"})``: the JSON format
-writes them as keys of the object (one object per line, so a log shipper needs no parser),
-the text format appends them as ``[key=value ...]``.
+condor trigger``, ``coshare node gate``, ``coshare node watch``) takes
+:func:`log_format_option` and calls :func:`setup_logging`; nothing else installs handlers.
+Structured fields are passed the standard way, ``log.info("...", extra={"job": "12.0",
+"phase": "apply"})``: the JSON format writes them as keys of the object (one object per line,
+so a log shipper needs no parser), the text format appends them as ``[key=value ...]``.
 
 Why not a library: python-json-logger would add a dependency for one ``format`` method, and
 the fields a record carries are exactly those given in ``extra``, which the standard

@@ -306,6 +306,10 @@ class Assignment:
         processes: processes of a multi-node job on this node; ``None`` for single-node jobs.
         harvest_from: a CPU job placed on the idle cores of this running GPU job
             (``collocate``; Wu & Hong section IV-A) instead of the node's free cores.
+        llc_ways: LLC ways allocated to the job on this node (``sns``, Spread-n-Share section
+            4.3); ``None``: no way allocation.
+        membw_gbps: memory bandwidth the policy counts for the job on this node (``sns``);
+            ``None``: not counted.
     """
 
     job: str
@@ -313,6 +317,8 @@ class Assignment:
     devices: tuple[str, ...] = ()
     processes: int | None = None
     harvest_from: str | None = None
+    llc_ways: int | None = None
+    membw_gbps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +355,29 @@ class Trial:
 
 
 @dataclass(frozen=True, slots=True)
+class Spread:
+    """How a Spread-n-Share policy (``sns``, ``cs``) placed one job (section 4.3-4.4).
+
+    Attributes:
+        job: the job (it also has one assignment per node).
+        scale: the scale factor ``k``: it runs on ``k * ceil(P/T)`` nodes.
+        nodes: how many nodes it runs on.
+        cores_per_node: ``ceil(P/n)``: the most processes (cores) it has on one node.
+        ways: LLC ways allocated to it on each node; ``None``: no way allocation (``cs``, no
+            profile, or a node without resctrl).
+        note: why it runs as it does, when that is not its profile's best scale (``no
+            profile for X``, a node without resctrl), for people; empty otherwise.
+    """
+
+    job: str
+    scale: int
+    nodes: int
+    cores_per_node: int
+    ways: int | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A policy's decision for one cycle.
 
@@ -367,6 +396,8 @@ class Plan:
         requeue: running jobs to give back their resources through the scheduler (requeue,
             or shrink where it can), each with the reason; ``collocate`` asks it of CPU jobs
             on the cores of a GPU job whose load rose after they were placed.
+        spreads: the scale factor, nodes, cores per node and ways of each job a
+            Spread-n-Share policy placed (``sns``, ``cs``); empty for every other policy.
     """
 
     policy: str
@@ -376,6 +407,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     trials: tuple[Trial, ...] = ()
     requeue: tuple[Unplaced, ...] = ()
+    spreads: tuple[Spread, ...] = ()
     placed_jobs: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

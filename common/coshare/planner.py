@@ -150,6 +150,14 @@ def run_cycle(
         shown = ", ".join(t.job for t in plan.trials[:5])
         violations.append(f"the plan starts trial co-runs ({shown}), which live cycles do not "
                           "enforce yet (issue 18)")  # fmt: skip
+    allocating = [s.job for s in plan.spreads if s.ways is not None]
+    if allocating or any(a.llc_ways is not None for a in plan.assignments):
+        # Way allocation needs the job's resctrl group on each node, made by the adapters'
+        # prolog (issue 19 item 4), which does not exist yet: a live cycle never applies a
+        # plan whose schedule counts on ways it cannot enforce.
+        shown = ", ".join(allocating[:5]) or "assignments with llc_ways"
+        violations.append(f"the plan allocates LLC ways ({shown}), which live cycles cannot "
+                          "write yet (issue 19)")  # fmt: skip
     verify_s = clock() - start
     tell("verify", verify_s)
     if violations:

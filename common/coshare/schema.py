@@ -49,6 +49,7 @@ from coshare.model import (
     Plan,
     RunningJob,
     Snapshot,
+    Spread,
     Trial,
     Unplaced,
     UnplacedCode,
@@ -58,6 +59,9 @@ from coshare.model import (
 )
 
 T = TypeVar("T")
+
+#: Nodes of one snapshot (snapshot.schema.json's ``maxItems``).
+MAX_SNAPSHOT_NODES = 1_000_000
 
 _MISSING: Any = object()
 
@@ -77,9 +81,11 @@ PENDING_FIELDS = (
     "copy_bw_mbps", "walltime_s", "nodes", "nodes_max", "processes_per_node",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
-PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue")
+PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue", "spreads")
+SPREAD_FIELDS = ("job", "scale", "nodes", "cores_per_node", "ways", "note")
 TRIAL_FIELDS = ("job", "node", "partners")
-ASSIGNMENT_FIELDS = ("job", "node", "device", "processes", "harvest_from")
+ASSIGNMENT_FIELDS = ("job", "node", "device", "processes", "harvest_from", "llc_ways",
+                     "membw_gbps")
 UNPLACED_FIELDS = ("job", "reason", "code")
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
     "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported",
@@ -218,7 +224,12 @@ class _Fields:
             return ()
         return ids
 
-    def array(self, key: str, default: Any = _MISSING) -> list[Any]:
+    def array(
+        self, key: str, default: Any = _MISSING, *, max_items: int | None = None
+    ) -> list[Any]:
+        """A JSON array; with ``max_items``, one longer is a problem naming its length and the
+        bound, and only its first ``max_items`` entries are read (the work a snapshot asks
+        for grows with them: 200,000 devices on one node took minutes to plan)."""
         value = self._get(key, default)
         if value is _MISSING:
             return []
@@ -227,6 +238,10 @@ class _Fields:
         if not isinstance(value, list):
             self._bad(key, value, "an array")
             return []
+        if max_items is not None and len(value) > max_items:
+            self.problems.append(f"{self.what}: field {key!r} has {len(value)} entries "
+                                 f"(allowed: at most {max_items})")  # fmt: skip
+            return value[:max_items]
         return value
 
 
@@ -267,7 +282,8 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
     if not top.ok:
         raise SnapshotError(problems, source)
     top.unknown(SNAPSHOT_FIELDS)
-    nodes = [_parse_node(obj, i, problems) for i, obj in enumerate(top.array("nodes"))]
+    nodes = [_parse_node(obj, i, problems)
+             for i, obj in enumerate(top.array("nodes", max_items=MAX_SNAPSHOT_NODES))]
     running = [_parse_running(obj, i, problems) for i, obj in enumerate(top.array("running", []))]
     pending = [_parse_pending(obj, i, problems) for i, obj in enumerate(top.array("pending", []))]
     now = top.number("now", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S)
@@ -282,7 +298,7 @@ def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
     f.unknown(NODE_FIELDS)
     name = f.ident("name")
     devices = []
-    for j, dev in enumerate(f.array("devices", [])):
+    for j, dev in enumerate(f.array("devices", [], max_items=MAX_DEVICES)):
         d = _Fields(dev, f"{f.what}: {_label('device', dev, j, 'id')}", problems)
         d.unknown(DEVICE_FIELDS)
         devices.append(
@@ -541,6 +557,11 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
     if plan.trials:
         out["trials"] = [{"job": t.job, "node": t.node, "partners": list(t.partners)}
                          for t in plan.trials]  # fmt: skip
+    if plan.spreads:
+        out["spreads"] = [_compact([("job", s.job), ("scale", s.scale), ("nodes", s.nodes),
+                                    ("cores_per_node", s.cores_per_node), ("ways", s.ways),
+                                    ("note", s.note or None)])
+                          for s in plan.spreads]  # fmt: skip
     return out
 
 
@@ -555,6 +576,8 @@ def _plan_dict(plan: Plan) -> dict[str, object]:
                     ("device", ",".join(a.devices) or None),
                     ("processes", a.processes),
                     ("harvest_from", a.harvest_from),
+                    ("llc_ways", a.llc_ways),
+                    ("membw_gbps", a.membw_gbps),
                 ]
             )
             for a in plan.assignments
@@ -593,6 +616,8 @@ def parse_plan(data: object, source: str = "") -> Plan:
                 devices=f.device_list("device"),
                 processes=f.integer("processes", None, minimum=1, maximum=MAX_PROCESSES),
                 harvest_from=f.ident("harvest_from", None),
+                llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
+                membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
             )
         )
     unplaced = []
@@ -608,6 +633,17 @@ def parse_plan(data: object, source: str = "") -> Plan:
         partners = f.array("partners", [])
         trials.append(Trial(job=f.ident("job"), node=f.ident("node"),
                             partners=tuple(_trial_partners(partners, f, problems))))  # fmt: skip
+    spreads = []
+    for i, obj in enumerate(top.array("spreads", [])):
+        f = _Fields(obj, _label("spread of job", obj, i, "job"), problems)
+        f.unknown(SPREAD_FIELDS)
+        spreads.append(Spread(job=f.ident("job"), scale=f.integer("scale", minimum=1,
+                                                                   maximum=MAX_JOB_NODES),
+                              nodes=f.integer("nodes", minimum=1, maximum=MAX_JOB_NODES),
+                              cores_per_node=f.integer("cores_per_node", minimum=1,
+                                                       maximum=MAX_CORES),
+                              ways=f.integer("ways", None, minimum=1, maximum=MAX_LLC_WAYS),
+                              note=f.string("note", "")))  # fmt: skip
     requeue = []
     for i, obj in enumerate(top.array("requeue", [])):
         f = _Fields(obj, _label("requeued job", obj, i, "job"), problems)
@@ -621,7 +657,7 @@ def parse_plan(data: object, source: str = "") -> Plan:
     if problems:
         raise SnapshotError(problems, source)
     return Plan(policy, tuple(assignments), tuple(unplaced), seconds, trials=tuple(trials),
-                requeue=tuple(requeue))
+                requeue=tuple(requeue), spreads=tuple(spreads))
 
 
 def _trial_partners(items: list[Any], f: _Fields, problems: list[str]) -> list[str]:

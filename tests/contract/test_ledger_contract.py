@@ -214,8 +214,6 @@ class SlurmHalf:
         comment = f"coshare: device-memory={s.memory} device-threads={s.threads}"
         if s.processes is not None:
             comment += f" processes={s.processes}"
-        if s.nodes is not None:
-            comment += f" nodes={s.nodes}"
         held = not s.gate_open and s.running_on is None
         record = job_record(
             s.id, job_state="RUNNING" if s.running_on else "PENDING", comment=comment,
@@ -224,6 +222,9 @@ class SlurmHalf:
             submit_time=int(NOW) - 100 + s.id, nodes=s.running_on or "", admin_comment="",
             required_nodes="", node_count=1, eligible_time=0, dependency="",
         )  # fmt: skip
+        if s.nodes is not None:  # sbatch -N: Slurm's own request, as squeue shows it
+            record.update(node_count=s.nodes, max_nodes=s.nodes, tasks=s.nodes,
+                          cpus=s.cpus * s.nodes)  # fmt: skip
         if s.placed is not None:
             node, device, at = s.placed
             memory = int(s.memory) if str(s.memory).isdigit() else 0
@@ -357,10 +358,16 @@ def test_a_bad_or_absurd_annotation_refuses_that_job_and_the_others_are_planned(
     assert out.refused == (1, 2) and out.writes == ((3, "n1", ("0",)),)
 
 
-def test_a_gang_is_refused_by_both_adapters_until_they_can_place_it(half: Half) -> None:
-    # issue 14: planned and simulated, but no adapter writes a multi-node placement yet
+def test_a_gang_is_planned_whole_on_slurm_and_refused_on_htcondor(half: Half) -> None:
+    # issue 14: the Slurm adapter writes a gang's nodes in its one update; HTCondor's does
+    # not place multi-node jobs yet (item 5) and refuses them as a bad annotation
     out = run(half, [Spec(1, nodes=2), Spec(2)])
-    assert (out.rejected, out.refused, out.pending) == ((1,), (1,), (2,))
+    if half.name == "slurm":
+        assert (out.rejected, out.pending) == ((), (1, 2))
+        assert {n for j, n, _ in out.plan if j == 1} == {"n1", "n2"}
+        assert [w[0] for w in out.writes].count(1) == 1  # one write for the whole gang
+    else:
+        assert (out.rejected, out.refused, out.pending) == ((1,), (1,), (2,))
 
 
 def test_a_refused_job_whose_gate_is_open_is_closed_first(half: Half) -> None:

@@ -3,6 +3,8 @@ released only once a re-read confirms them, and a failed write is reported, not 
 
 from __future__ import annotations
 
+import hostlist
+import pytest
 from coshare.config import Config, DeviceKind, SlurmConfig
 from coshare.model import Assignment, Plan, Unplaced
 from coshare.planner import run_cycle
@@ -10,6 +12,7 @@ from coshare.policies import make_policy
 
 from slurm_addon.adapter import SlurmAdapter
 from slurm_addon.client import SlurmClient
+from slurm_addon.placement import parse_placement
 
 from .slurm_recorder import Recorder, format_output, job_record, ok, recorded, squeue_output
 
@@ -138,3 +141,112 @@ def test_a_comment_forging_another_jobs_line_does_not_stop_that_job(  # issue 11
     assert queue.jobs["2"]["priority"] != 0  # placed and released in this very cycle
     assert [r.job for r in report.rejected] == ["1"]  # its comment is no annotation
     assert queue.jobs["2"]["admin_comment"].startswith("coshare-placement;v=1;")
+
+
+# -- gangs (issue 14): one job, one update, all its nodes ------------------------------------
+
+
+class GangQueue(FakeQueue):
+    """A FakeQueue whose updates also take a gang's node count and tasks, and which prints
+    ReqNodeList as Slurm does (a compressed hostlist: ``csl-n[1-2]``)."""
+
+    def __call__(self, argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
+        result = super().__call__(argv, stdin)
+        if stdin is not None:
+            for line in stdin.splitlines():
+                fields = dict(part.split("=", 1) for part in line.split()[1:])
+                job = self.jobs[fields["JobId"]]
+                job["required_nodes"] = hostlist.collect_hostlist(
+                    fields["ReqNodeList"].split(","))
+                if "NumNodes" in fields:
+                    low, high = fields["NumNodes"].split("-")
+                    job.update(node_count=int(low), max_nodes=int(high),
+                               tasks=int(fields["NumTasks"]),
+                               minimum_cpus_per_node=int(fields["MinCPUsNode"]))  # fmt: skip
+                    if "TasksPerNode" in fields:
+                        job["tasks_per_node"] = int(fields["TasksPerNode"])
+        return result
+
+
+def gang_record(job_id: int, **fields: object) -> dict:  # type: ignore[type-arg]
+    """sbatch -N 2 --ntasks-per-node=2: as squeue --json shows such a job (the recorded
+    -N 2 job, with two tasks per node)."""
+    base = dict(node_count=2, max_nodes=2, tasks=4, tasks_per_node=2, cpus=4,
+                submit_time=NOW - 5)  # fmt: skip
+    return job_record(job_id, **(base | fields))
+
+
+def test_a_gang_is_written_in_one_update_confirmed_and_released_whole() -> None:
+    queue = GangQueue(gang_record(1), job_record(2, submit_time=NOW - 4))
+    a, runner = adapter(queue, update_batch=10, workers=1)
+    report = run_cycle(a, make_policy("knapsack"), a)
+    assert sorted(report.apply.applied) == ["1", "2"]
+    [script] = [stdin for argv, stdin in runner.calls if stdin is not None]
+    [line] = [line for line in script.splitlines() if line.startswith("update JobId=1 ")]
+    fields = dict(part.split("=", 1) for part in line.split()[1:])
+    assert (fields["ReqNodeList"], fields["NumNodes"], fields["NumTasks"],
+            fields["TasksPerNode"], fields["MinCPUsNode"]) == ("csl-n1,csl-n2", "2-2", "4", "2",
+                                                               "2")  # fmt: skip
+    placement = parse_placement(fields["AdminComment"])
+    assert placement is not None
+    assert [(p.node, p.processes, len(p.devices)) for p in placement.parts] == [
+        ("csl-n1", 2, 1), ("csl-n2", 2, 1)]
+    # released once, with the single-node job, after the re-read confirmed both
+    assert runner.verbs()[-3:] == ["scontrol <stdin>", "squeue", "scontrol release"]
+    assert queue.jobs["1"]["priority"] != 0
+
+    # The next cycle counts it on both nodes with those devices, and writes nothing.
+    again = run_cycle(a, make_policy("knapsack"), a)
+    assert again.plan.pending == 0 and again.apply.applied == ()
+    assert a.view is not None
+    holding = {(r.node, r.devices) for r in a.view.snapshot.running if r.id == "1"}
+    assert holding == {(p.node, p.devices) for p in placement.parts}
+
+
+class Killed(BaseException):
+    """What SIGKILL does to a cycle, for a test inside one process."""
+
+
+def test_a_gang_whose_cycle_died_before_release_is_planned_again_whole() -> None:
+    queue = GangQueue(gang_record(1))
+    a, runner = adapter(queue)
+    real = queue.__call__
+
+    def killed_at_release(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
+        if argv[1:2] == ["release"]:
+            raise Killed
+        return real(argv, stdin)
+
+    runner.answer = killed_at_release
+    with pytest.raises(Killed):
+        run_cycle(a, make_policy("knapsack"), a)
+    # Written (all its nodes, one update) but never released: it cannot start anywhere.
+    assert queue.jobs["1"]["priority"] == 0
+    assert queue.jobs["1"]["required_nodes"] == "csl-n[1-2]"
+
+    # The next cycle counts it nowhere (held), plans it again and completes it.
+    b, _ = adapter(queue)
+    view = b.read()
+    assert [j.id for j in view.snapshot.pending] == ["1"]
+    assert not [r for r in view.snapshot.running if r.id == "1"]
+    report = b.apply(make_policy("knapsack").plan(view.snapshot), view.rejected, dry_run=False)
+    assert report.applied == ("1",) and queue.jobs["1"]["priority"] != 0
+
+
+def test_a_gang_whose_update_failed_in_part_is_not_released() -> None:
+    queue = GangQueue(gang_record(1))
+    a, runner = adapter(queue)
+    real = queue.__call__
+
+    def numnodes_refused(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
+        result = real(argv, stdin)  # ReqNodeList and AdminComment taken, then an error
+        if stdin is not None:
+            return ok(argv, "", "Requested node configuration is not available for job 1",
+                      code=1)  # fmt: skip
+        return result
+
+    runner.answer = numnodes_refused
+    report = run_cycle(a, make_policy("knapsack"), a)
+    assert report.apply.applied == ()
+    assert "placement not taken" in report.apply.failed[0].detail
+    assert "scontrol release" not in runner.verbs() and queue.jobs["1"]["priority"] == 0

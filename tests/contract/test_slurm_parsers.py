@@ -96,6 +96,17 @@ def test_unreadable_output_is_an_output_error() -> None:
         parse_sinfo_json("{}")
 
 
+@pytest.mark.parametrize("output", ['{"jobs": [' * 100_000 + "]}" * 100_000,
+                                    '{"jobs": [], "x": ' + "9" * 5000 + "}"])  # fmt: skip
+def test_output_python_cannot_decode_is_an_output_error_not_a_traceback(output: str) -> None:
+    # json.loads raised RecursionError and ValueError (int-string limit), which no caller
+    # caught: one message of the boundary instead (issue 11, audited).
+    with pytest.raises(SlurmOutputError, match="not readable"):
+        parse_squeue_json(output)
+    with pytest.raises(SlurmOutputError, match="not readable"):
+        parse_sinfo_json(output.replace("jobs", "nodes"))
+
+
 def test_one_bad_record_does_not_hide_the_others() -> None:
     data = json.loads((FIXTURES / "squeue-mixed.json").read_text())
     data["jobs"].append({"job_state": "PENDING"})  # no job id

@@ -79,8 +79,8 @@ def test_soft_threads_flag() -> None:
         (
             ["plan", "-", "--policy", "best"],
             "{}",
-            "unknown policy 'best' (known: bestfit, collocate, exclusive, fgd, knapsack, membw, "
-            "random, sharepack)",
+            "unknown policy 'best' (known: bestfit, collocate, cs, exclusive, fgd, knapsack, "
+            "membw, random, sharepack, sns)",
         ),
     ],
 )
@@ -109,6 +109,20 @@ def test_config_show_and_check(tmp_path: Path) -> None:
     good.write_text(out)
     code, out, _ = run("config", "check", str(good))
     assert code == 0 and "ok" in out
+
+
+def test_config_show_speaks_json_too(tmp_path: Path) -> None:
+    # Issue 21: --output on every show. The JSON is the same configuration as the YAML, and
+    # written back as a file (JSON is YAML) it checks.
+    import yaml
+
+    code, as_yaml, _ = run("config", "show")
+    code_json, as_json, _ = run("config", "show", "--output", "json")
+    assert code == code_json == 0
+    assert json.loads(as_json) == yaml.safe_load(as_yaml)
+    good = tmp_path / "good.yaml"
+    good.write_text(as_json)
+    assert run("config", "check", str(good))[0] == 0
 
 
 def test_demo_reproduces_table2_then_plans_the_example() -> None:

@@ -160,7 +160,8 @@ def test_a_gang_is_written_whole_before_its_one_gate_opens() -> None:
     edits = plan_edits(gang_plan(("node2", ("1",)), ("node3", ("0",))),
                        Book(pending=(gang_job(),)), (), {job.id: current(job, job)})  # fmt: skip
     [write] = edits.decisions.writes
-    assert write.parts == (("node2", ("1",)), ("node3", ("0",)))
+    assert [(p.node, p.devices, p.processes) for p in write.parts] == [
+        ("node2", ("1",), 1), ("node3", ("0",), 1)]
     assert edits.placed == ("7.0",) and edits.devices == ()
     assert edits.gang_nodes == ((("node2", "node3"), ("7.0",)),)
     assert edits.gang_devices == (((("1",), ("0",)), ("7.0",)),)
@@ -177,7 +178,8 @@ def test_a_gang_placed_the_same_way_is_left_as_it_is_in_any_order() -> None:
                        {job.id: current(job, job)})  # fmt: skip
     [close] = moved.decisions.close
     assert "planned again on node1/0 + node3/0" in close.detail
-    assert [w.parts for w in moved.decisions.writes] == [(("node1", ("0",)), ("node3", ("0",)))]
+    assert [[(p.node, p.devices) for p in w.parts] for w in moved.decisions.writes] == [
+        [("node1", ("0",)), ("node3", ("0",))]]
 
 
 def test_a_running_gangs_slots_count_the_devices_it_was_given_on_each_node() -> None:

@@ -149,3 +149,41 @@ def test_a_device_spec_with_a_second_line_is_refused() -> None:
     with pytest.raises(CommandFailed) as info:
         run([DEVICES, "--device", "8192:240\n1:1"], timeout_s=10)
     assert info.value.returncode == 2
+
+
+FACTS = str(DEPLOY / "coshare-facts")
+
+
+def published(path: Path) -> tuple[str, str]:
+    done = run(["sh", FACTS, "--file", str(path)], timeout_s=10)
+    return done.stdout, done.stderr
+
+
+def test_the_facts_line_is_published_as_one_classad_string(tmp_path: Path) -> None:
+    from coshare.facts import JobLoad, NodeFacts, format_facts, parse_facts
+
+    line = format_facts(NodeFacts(1_700_000_000.0, llc_ways=20, llc_ways_free=8,
+                                  loads=(JobLoad("pool_vm_14.0_1795308474", 0.4, 0.5, 0.9, 600),)))
+    facts = tmp_path / "facts"
+    facts.write_text(line + "\nsecond line ignored\n")
+    out, _ = published(facts)
+    ad = classad2.parseOne(out)
+    assert list(ad) == ["CoshareNodeFacts"] and parse_facts(ad.eval("CoshareNodeFacts")).loads
+    assert ad.eval("CoshareNodeFacts") == line
+    assert published(tmp_path / "none") == ("", "")  # no file yet: nothing, and no error
+
+
+@pytest.mark.parametrize("text", [
+    'coshare-facts;v=1;at=5;x="];Evil=1;["', "coshare-facts;v=1;at=5;x=\\\\", "rack=12",
+    # longer than the 128 KiB a node may publish: refused whole, not cut short (a cut
+    # window_s=3600 would read as 36)
+    "coshare-facts;v=1;at=5;load=" + ",".join(f"j{i}:0.500:0.500:1.000:3600"
+                                               for i in range(5000)),
+])  # fmt: skip
+def test_a_facts_file_that_is_not_one_facts_line_is_not_published(tmp_path: Path,
+                                                                   text: str) -> None:  # fmt: skip
+    facts = tmp_path / "facts"
+    facts.write_text(text + "\n")
+    out, err = published(facts)
+    assert out == ""
+    assert "nothing published" in err

@@ -143,6 +143,20 @@ def test_device_limits_fall_back_to_device_kinds(slots: list[dict[str, object]])
     assert "device_kinds" in unknown.warnings[0]
 
 
+@pytest.mark.parametrize("key", ["ClusterId", "ProcId", "JobStatus", "CosharePlacedAt"])
+def test_an_integer_too_large_for_a_float_reads_as_no_number(key: str) -> None:
+    # math.isfinite(10**400) raises OverflowError: read_job, outside any per-job guard,
+    # would have stopped the cycle (issue 11, audited).
+    ad: dict[str, object] = {"ClusterId": 5, "ProcId": 0, "JobStatus": 1,
+                             "CosharePlacedAt": 1.0, key: 10**400}  # fmt: skip
+    job = read_job(ad)
+    if key in ("ClusterId", "ProcId"):
+        assert job is None
+    else:
+        assert job is not None and job.id == "5.0"
+        assert (job.status, job.placed_at) == ((0, 1.0) if key == "JobStatus" else (1, None))
+
+
 def test_device_ids_with_commas_or_repeats_are_ignored_with_a_warning() -> None:
     ad: dict[str, object] = {
         "Name": "slot1@n@h", "SlotType": "Partitionable", "TotalSlotCpus": 2,

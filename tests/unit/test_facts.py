@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from coshare.errors import FactsError, SnapshotError
 from coshare.facts import (
     MAX_LOADS,
+    JobCopy,
     JobLoad,
     MembwFacts,
     NodeFacts,
@@ -81,6 +83,11 @@ def test_only_the_time_is_required_and_unknown_items_are_ignored() -> None:
     (text_of(at="1", load="12:1:nan:1:1"), "load of job 12: last='nan' is not a number"),
     (text_of(at="1", load="12:1:1:2e6:1"), "load of job 12: max='2e6' is not a number in "
                                            "0..1.04858e+06"),
+    (text_of(at="1", copy_mbps="12"), "copy_mbps entry '12' is not job:MB/s"),
+    (text_of(at="1", copy_mbps="12:1,12:2"), "copy_mbps lists job 12 twice"),
+    (text_of(at="1", copy_mbps="12:nan"), "copy_mbps of job 12='nan' is not a number"),
+    (text_of(at="1", copy_mbps="12:-1"), "copy_mbps of job 12='-1' is not a number in 0..1e+09"),
+    (text_of(at="1", copy_mbps="12:2e9"), "copy_mbps of job 12='2e9' is not a number in 0..1e+09"),
 ])  # fmt: skip
 def test_unusable_lines_are_refused_saying_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(FactsError) as refused:
@@ -120,6 +127,10 @@ def test_any_text_is_read_or_refused_with_a_facts_error(text: str) -> None:
                              *[st.integers(0, 10**6).map(lambda x: x / 1000)] * 3,
                              st.integers(0, 10**6).map(float)),
                    unique_by=lambda x: x.job, max_size=5).map(tuple),
+    copies=st.lists(st.builds(JobCopy, st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,20}",
+                                                     fullmatch=True),
+                              st.integers(0, 10**9).map(lambda x: x / 1000)),
+                    unique_by=lambda x: x.job, max_size=5).map(tuple),
 ))  # fmt: skip
 def test_every_facts_value_round_trips(facts: NodeFacts) -> None:
     assert parse_facts(format_facts(facts)) == facts
@@ -152,6 +163,20 @@ def test_usable_facts_go_into_the_snapshot_and_loads_onto_running_jobs() -> None
     assert planned.cpu_load_cores is None  # not started: nothing of it was measured
     assert unmeasured.cpu_load_cores is None
     assert elsewhere.cpu_load_cores is None  # another node's job of the same id
+
+
+def test_a_measured_copy_bandwidth_replaces_the_declared_one_and_none_keeps_it() -> None:
+    declared = replace(snapshot(), running=tuple(replace(r, copy_bw_mbps=100.0)
+                                                 for r in snapshot().running))  # fmt: skip
+    line = format_facts(NodeFacts(NOW, copies=(JobCopy("1234", 512.5),)))
+    assert line.endswith(";copy_mbps=1234:512.500")
+    out = attach(declared, {"n1": parse_facts(line), "n3": NodeFacts(NOW)})
+    job, planned, other, elsewhere = out.running
+    assert job.copy_bw_mbps == 512.5  # NVML's PCIe throughput beats the declaration
+    assert planned.copy_bw_mbps == other.copy_bw_mbps == 100.0  # not measured: declared
+    assert elsewhere.copy_bw_mbps == 100.0  # a node without NVML publishes none
+    with pytest.raises(FactsError, match="cannot be carried"):
+        format_facts(NodeFacts(1.0, copies=(JobCopy("a:b", 1.0),)))
 
 
 def test_a_job_is_found_by_its_id_on_the_node() -> None:

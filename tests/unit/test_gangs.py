@@ -20,6 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 GPU = (Device("0", 16000, 100), Device("1", 16000, 100))
+#: Policies that place gangs themselves (``places_gangs``): Spread-n-Share's sns and cs.
+SELF_PLACED = {n for n in policy_names()
+               if getattr(getattr(make_policy(n), "inner", None), "places_gangs", False)}
 
 
 def cluster(count: int, cores: int = 8, devices: tuple[Device, ...] = GPU) -> tuple[Node, ...]:
@@ -101,8 +104,9 @@ def test_live_adapters_refuse_gangs_until_they_can_place_them() -> None:
 
 # -- placement: one mechanism for every policy --------------------------------------------------
 
-#: The policies the shared mechanism places gangs for (the others refuse them, tested below).
-GANG_POLICIES = [n for n in policy_names() if n not in GANGS_UNSUPPORTED]
+#: The policies the shared mechanism places gangs for (membw and collocate refuse them, tested
+#: below; sns and cs place CPU gangs themselves: tests/unit/test_policy_sns.py).
+GANG_POLICIES = [n for n in policy_names() if n not in GANGS_UNSUPPORTED and n not in SELF_PLACED]
 
 
 @pytest.mark.parametrize("name", GANG_POLICIES)

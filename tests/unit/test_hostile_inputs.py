@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from coshare.bounds import MAX_DEVICES
 from coshare.cli import cli
 from coshare.policies import policy_names
-from coshare.schema import parse_plan, parse_snapshot
+from coshare.schema import MAX_SNAPSHOT_NODES, parse_plan, parse_snapshot
 from coshare.verify import check_plan
 from hypothesis import given
 from hypothesis import strategies as st
@@ -84,6 +85,33 @@ def test_cores_of_1e16_are_refused_with_the_bound() -> None:
     code, _, err = plan_text(text)
     assert code == 2
     assert "node \"n\": field 'cores' is 1e+16 (allowed: a number > 0 and <= 1048576)" in err
+
+
+def test_a_node_of_more_devices_than_the_bound_is_refused_with_the_bound() -> None:
+    # The JSON Schema and coshare.bounds said at most 1,024 devices a node, but the parser
+    # took any number: 200,000 devices on one node (a 12 MB snapshot) planned for an hour.
+    devices = [{"id": str(i), "memory_mib": 1000, "threads": 8} for i in range(1025)]
+    code, _, err = plan_text(json.dumps({"nodes": [{**NODE, "devices": devices}],
+                                         "pending": [JOB]}))  # fmt: skip
+    assert code == 2
+    assert "node \"n\": field 'devices' has 1025 entries (allowed: at most 1024)" in one_error(err)
+    code, _, err = plan_text(json.dumps({"nodes": [{**NODE, "devices": devices[:1024]}],
+                                         "pending": [JOB]}))  # fmt: skip
+    assert code == 0, err
+
+
+def test_more_nodes_than_the_schema_allows_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("coshare.schema.MAX_SNAPSHOT_NODES", 3)
+    nodes = [{**NODE, "name": f"n{i}"} for i in range(4)]
+    code, _, err = plan_text(json.dumps({"nodes": nodes, "pending": [JOB]}))
+    assert code == 2
+    assert "snapshot: field 'nodes' has 4 entries (allowed: at most 3)" in one_error(err)
+
+
+def test_the_parser_keeps_the_json_schemas_array_bounds() -> None:
+    schema = json.loads(run("schema", "snapshot")[1])
+    assert schema["properties"]["nodes"]["maxItems"] == MAX_SNAPSHOT_NODES
+    assert schema["$defs"]["node"]["properties"]["devices"]["maxItems"] == MAX_DEVICES
 
 
 def test_lone_surrogates_and_markup_in_ids_never_break_the_table() -> None:
@@ -238,6 +266,16 @@ def test_duplicate_swf_ids_name_the_id_and_both_lines(tmp_path: Path) -> None:
     code, _, err = run("simulate", "--workload", f"trace:{path}")
     assert code == 2
     assert "job 1" in one_error(err) and "line 1" in err and "line 3" in err
+
+
+def test_swf_jobs_out_of_submit_order_are_refused_before_any_run(tmp_path: Path) -> None:
+    # The replay streams the log and its engine stopped every run alike (exit 1, "6 runs
+    # failed"); a log out of order is bad input, named by its line once.
+    path = swf(tmp_path, RECORD.format(id=1, submit=100, run=10), "; a comment",
+               RECORD.format(id=2, submit=0, run=10))  # fmt: skip
+    code, _, err = run("simulate", "--workload", f"trace:{path}")
+    assert code == 2
+    assert "line 3: job 2 submits at 0, before the job on line 1 (100)" in one_error(err)
 
 
 # -- hostile JSON values anywhere: exit 2 or a sound plan ---------------------------------------

@@ -127,6 +127,23 @@ def test_v1_cpuset_parents_inherit_cpus_and_mems(v1_root: Path) -> None:
     assert cgroups.allowed_cpus() == tuple(range(8))
 
 
+def test_v1_set_cpus_rewrites_a_groups_cpuset(v1_root: Path) -> None:
+    # LEND and RECLAIM write a running group's cpus (the kernel moves its tasks).
+    V1Cgroups(v1_root).open("3").set_cpus((1, 2, 3, 6))
+    assert (v1_root / "cpuset/coshare/job-3/cpuset.cpus").read_text() == "1-3,6"
+    with pytest.raises(JobSpecError, match="a cpuset holds at least one cpu"):
+        V1Cgroups(v1_root).open("3").set_cpus(())
+
+
+def test_v2_set_cpus_names_a_group_without_a_cpuset(v2_root: Path) -> None:
+    group = V2Cgroups(v2_root).open("7.0")
+    group.set_cpus((0,))
+    assert (v2_root / "coshare/job-7.0/cpuset.cpus").read_text() == "0"
+    (v2_root / "coshare/job-7.0/cpuset.cpus").unlink()  # made without the cpuset controller
+    with pytest.raises(CgroupUnavailable, match=r"job-7.0/cpuset.cpus does not exist"):
+        group.set_cpus((0,))
+
+
 def test_v1_missing_hierarchy_is_named(tmp_path: Path) -> None:
     make_files(tmp_path / "freezer", {"cgroup.procs": ""})
     cgroups = V1Cgroups(tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from coshare.cli import cli
-from coshare.facts import JobLoad, MembwFacts, NodeFacts, format_facts
+from coshare.facts import JobCopy, JobLoad, MembwFacts, NodeFacts, format_facts
 from coshare.node.check import counter_capability
 
 from tests.unit.fake_resctrl import make_resctrl
@@ -50,6 +50,11 @@ def test_check_lists_every_capability_with_where_it_looked(env: Path) -> None:
     assert (mba["status"], mba["where"]) == ("missing", str(env / "resctrl/info/MB/min_bandwidth"))
     assert "perf_event_open(2)" in caps["hardware counters"]["where"]
     assert caps["NVML"]["status"] in ("found", "missing")  # found where a GPU is lent
+    pcie = caps["NVML PCIe throughput"]  # the GPU jobs' copy bandwidth (Wu & Hong III-B3)
+    assert pcie["where"] == "libnvidia-ml.so.1 (pynvml)"
+    if caps["NVML"]["status"] == "missing":  # never pretended: no NVML, no copy facts
+        assert pcie["status"] == "missing" and pcie["detail"].startswith("unsupported: ")
+        assert "no copy_mbps facts, the planner uses jobs' CoshareCopyBandwidth" in pcie["detail"]
     assert caps["membw baseline"]["status"] == "missing"
     assert "--init" in caps["membw baseline"]["detail"]
     assert caps["node facts"]["where"] == str(env / "state" / "facts")
@@ -66,6 +71,9 @@ def test_no_resctrl_and_no_counters_are_missing_with_the_path(
     cat = caps["L3 cache ways (CAT)"]
     assert cat["status"] == "missing" and cat["where"] == str(env / "no-resctrl/info/L3/cbm_mask")
     assert cat["detail"] == "unsupported: resctrl is not mounted there"
+    mba = caps["memory bandwidth allocation (MBA)"]
+    assert mba["where"] == str(env / "no-resctrl/info/MB/min_bandwidth")
+    assert mba["detail"] == "unsupported: resctrl is not mounted there"
     odd = counter_capability(machine="sparc64")
     assert odd.status == "missing" and "no perf_event_open system call number" in odd.detail
 
@@ -98,15 +106,18 @@ def test_facts_shows_what_the_daemon_wrote(env: Path) -> None:
         missing.output  # fmt: skip
     (env / "state").mkdir()
     facts = NodeFacts(1_700_000_000.0, MembwFacts(3.0, 6.0, 1, 1_700_000_000.0), 20, 16,
-                      (JobLoad("12", 0.5, 0.25, 1.0, 120.0),))  # fmt: skip
+                      (JobLoad("12", 0.5, 0.25, 1.0, 120.0),),
+                      (JobCopy("12", 312.5),))  # fmt: skip
     (env / "state" / "facts").write_text(format_facts(facts) + "\n")
     table = runner.invoke(cli, ["node", "facts"])
     assert table.exit_code == 0
     assert "50% of the idle 6.00 GB/s" in table.output and "16 of 20 free" in table.output
     assert "12" in table.output and "0.50" in table.output
+    assert "copy bandwidth (NVML PCIe): 12 312.5 MB/s" in table.output
     data = json.loads(runner.invoke(cli, ["node", "facts", "--output", "json"]).output)
     assert data["loads"][0] == {"job": "12", "mean_cores": 0.5, "last_cores": 0.25,
                                 "max_cores": 1.0, "window_s": 120.0}  # fmt: skip
+    assert data["copies"] == [{"job": "12", "mbps": 312.5}]
     (env / "state" / "facts").write_text("coshare-facts;v=9\n")
     bad = runner.invoke(cli, ["node", "facts"])
     assert bad.exit_code == 1 and "unreadable: is version '9'" in bad.output
@@ -118,3 +129,17 @@ def test_freeze_without_a_daemon_says_where_it_looked(env: Path) -> None:
     assert f"unreachable: no coshare node daemon at {env / 'none.sock'}" in result.output
     bad = CliRunner().invoke(cli, ["node", "thaw", "--job", "../x"])
     assert bad.exit_code == 2 and "job id '../x' is not usable" in bad.output
+
+
+def test_lend_and_reclaim_refuse_bad_input_before_they_ask_the_daemon(env: Path) -> None:
+    runner = CliRunner()
+    for args, message in [
+        (["lend", "--job", "7", "--to", "8", "--cpus", "1-x"], "cpu list '1-x' is not usable"),
+        (["lend", "--job", "7", "--to", "../8", "--cpus", "1"], "job id '../8' is not usable"),
+        (["reclaim", "--job", "7", "--from", "8", "--cpus", "9-3"], "range '9-3' is empty"),
+    ]:
+        result = runner.invoke(cli, ["node", *args])
+        assert result.exit_code == 2 and message in result.output, result.output
+    result = runner.invoke(cli, ["node", "reclaim", "--job", "7", "--from", "8"])
+    assert result.exit_code == 1
+    assert f"unreachable: no coshare node daemon at {env / 'none.sock'}" in result.output

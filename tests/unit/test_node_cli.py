@@ -115,3 +115,22 @@ def test_node_commands_that_print_a_result_speak_json(runner: CliRunner, tmp_pat
     cleaned = runner.invoke(cli, ["node", "cleanup", "--output", "json"], env=env)
     assert cleaned.exit_code == 0, cleaned.output
     assert json.loads(cleaned.stdout) == []
+
+
+def test_the_watchdog_alone_logs_its_kills_as_json(runner: CliRunner, tmp_path: Path) -> None:
+    # Issue 21: every long-running command takes --log-format json; `coshare node watch`
+    # (the watchdog without the gate) had no such option. A faithful fake of a cgroup v1
+    # memory group: a job at its limit with its OOM killer off, which the watchdog kills.
+    from tests.unit.test_node_watchdog import frozen_job
+
+    frozen_job(tmp_path / "cg", tmp_path / "state", "frozen")
+    env = {"COSHARE_NODE_CGROUP_ROOT": str(tmp_path / "cg"), "COSHARE_NODE_CGROUP_VERSION": "v1",
+           "COSHARE_NODE_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+    result = runner.invoke(cli, ["node", "watch", "--once", "--log-format", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("coshare killed job frozen: its host memory")
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    killed = [r for r in lines if r.get("job") == "frozen"]
+    assert killed and killed[0]["level"] == "warning"
+    assert killed[0]["resource"] == "host_memory"
+    assert killed[0]["message"].startswith("coshare killed job frozen: its host memory")

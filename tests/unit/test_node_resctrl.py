@@ -112,6 +112,11 @@ def test_without_resctrl_or_mba_the_answer_is_unsupported_naming_the_path(
     assert info.value.path == str(tmp_path / "resctrl" / "info" / "L3" / "cbm_mask")
     assert "resctrl is not mounted there" in str(info.value)
     assert nothing.jobs() == []
+    # Bandwidth alone: the same reason, not a processor without MBA (resctrl is not there).
+    with pytest.raises(Unsupported) as info:
+        nothing.create("1", None, 50)
+    assert info.value.path == str(tmp_path / "resctrl" / "info" / "MB" / "min_bandwidth")
+    assert info.value.detail == "resctrl is not mounted there"
     no_mba = FakeResctrl(make_resctrl(tmp_path / "r", mba=False), "c")
     with pytest.raises(Unsupported, match=r"resctrl MB .*info/MB/min_bandwidth"):
         no_mba.create("1", None, 50)

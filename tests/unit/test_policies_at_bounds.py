@@ -107,3 +107,58 @@ def test_fgd_scores_devices_of_very_different_sizes_without_overflow() -> None:
                         cpu_milli=0), Job("p1", 8, 1, device_count=2, cpu_milli=0)))  # fmt: skip
     plan = make_policy("fgd").plan(snapshot)
     assert check_plan(snapshot, plan) == [] and plan.placed == 2
+
+
+# -- nodes of many devices: one candidate per kind of move, the same plan ----------------------
+
+
+def _many_devices(per_node: int, nodes: int, jobs: int) -> Snapshot:
+    """Nodes of ``per_node`` devices, some partly used, and ``jobs`` one-device jobs."""
+    made = tuple(Node(f"n{i}", (per_node + 64) * MILLI, 10**6, tuple(
+        Device(str(d), 16384 if d % 7 else 8192, 240) for d in range(per_node)))
+        for i in range(nodes))  # fmt: skip
+    running = tuple(RunningJob(f"r{i}.{d}", f"n{i}", (str(d),), 1000 * (1 + d % 5), 60,
+                               cpu_milli=MILLI, memory_mib=100)
+                    for i in range(nodes) for d in range(0, per_node, 3))  # fmt: skip
+    pending = tuple(Job(f"p{j}", 200 + 37 * j % 5000, 1 + j % 120, cpu_milli=MILLI,
+                        memory_mib=64) for j in range(jobs))  # fmt: skip
+    return Snapshot(made, running, pending)
+
+
+@pytest.mark.parametrize("policy", ["sharepack", "fgd"])
+def test_devices_that_score_alike_are_scored_once(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # Issue 11 (unbounded work from small input): 64 nodes of 1,024 devices (the bound) and
+    # 2,000 jobs, a 5 MB snapshot, planned for minutes with both: every device of a node was
+    # scored for every job, though idle devices of one size all score the same.
+    import coshare.policies.fgd as fgd
+    import coshare.policies.potential as potential
+
+    scored: list[int] = []
+    real = fgd.single_device_moves
+
+    def counting(*args: object) -> object:
+        scored.append(len(args[-1]))  # type: ignore[arg-type]
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fgd, "single_device_moves", counting)
+    monkeypatch.setattr(potential, "single_device_moves", counting)
+    snapshot = _many_devices(MAX_DEVICES, 1, 3)
+    plan = make_policy(policy).plan(snapshot)
+    check_plan(snapshot, plan)
+    assert len(plan.assignments) == 3
+    # one node: at most one candidate per (free memory, size) pair; 1,024 before
+    assert scored and max(scored) <= 16, scored
+
+
+@pytest.mark.parametrize("policy", ["sharepack", "fgd"])
+def test_scoring_each_kind_of_move_once_makes_the_same_plan(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import coshare.policies.fgd as fgd
+
+    snapshot = _many_devices(100, 3, 150)
+    fewer = make_policy(policy).plan(snapshot)
+    monkeypatch.setattr(fgd, "DISTINCT_FROM", 10**9)  # score every candidate, as before
+    every = make_policy(policy).plan(snapshot)
+    check_plan(snapshot, fewer)
+    assert (fewer.assignments, fewer.unplaced) == (every.assignments, every.unplaced)

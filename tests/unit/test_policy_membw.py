@@ -172,6 +172,22 @@ def test_device_jobs_are_placed_on_devices_within_the_rule() -> None:
     assert out.assignments[0].devices in (("0",), ("1",))
 
 
+def test_a_node_with_a_trial_this_cycle_takes_no_other_job() -> None:
+    # Hypothesis found it: at max_share 1.0 a job of no bandwidth at all (0 + 1.0 <= 1.0)
+    # followed a trial onto its node, so the trial's probe would measure a partner the trial
+    # does not name. The trial is its node's last job of the cycle.
+    # The probe saw the running job (it ran long before it) and no use at all.
+    snap = Snapshot((node(membw_baseline_gbps=40.0, membw_avail_gbps=40.0, facts_at_s=1000.0),),
+                    (RunningJob("1", "n1", cpu_milli=4 * MILLI, program="mpiblast",
+                                start_time_s=0.0),),
+                    (cpu_job("2", "mystery"),
+                     Job("3", kind="cpu", device_count=0, cpu_milli=2 * MILLI, membw_gbps=0.0)))
+    out = plan(snap, trials=True, max_share=1.0)
+    assert [(t.job, t.partners) for t in out.trials] == [("2", ("1",))]
+    assert out.placed_jobs == {"2"}
+    assert [u.job for u in out.unplaced] == ["3"]
+
+
 def test_plans_with_trials_keep_the_contract_both_ways() -> None:
     snap = Snapshot((node(),), (running("1", "lama"),), (cpu_job("2", "mystery"),))
     out = plan(snap, trials=True)

@@ -25,8 +25,8 @@ PACKAGES = {"coshare": PACKAGE, "condor_addon": ROOT / "condor_addon",
 PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies", "sim", "alloc",
         "explain", "exit_codes", "extras",
         "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
-        "node.control.trust", "node.control.protocol",
-        "facts", "node.load", "node.ways", "node.bandwidth", "gangs"]  # fmt: skip
+        "node.control.trust", "node.control.protocol", "node.harvest",
+        "facts", "node.load", "node.ways", "node.bandwidth", "gangs", "profiles"]  # fmt: skip
 
 #: The adapters' pure halves: records to snapshot (view), plan to writes (edits), and the
 #: parsers and builders they use. The HTCondor adapter's expressions module quotes through
@@ -43,7 +43,8 @@ PURE_ADAPTERS = [
 IO_MODULES = {"coshare.sim.cli", "coshare.sim.report", "coshare.sim.plot",
               "coshare.sim.trace_files", "coshare.sim.progress", "coshare.sim.executor",
               "coshare.sim.dask_cluster", "coshare.sim.replay",
-              "coshare.sim.poncos_report"}
+              "coshare.sim.poncos_report", "coshare.sim.picaso_report",
+              "coshare.sim.sns_report"}
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN = {

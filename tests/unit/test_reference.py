@@ -66,6 +66,27 @@ def test_every_command_help_lists_its_exit_statuses() -> None:
             helped.stdout, path  # fmt: skip
 
 
+def test_the_launchers_help_lists_its_exit_statuses() -> None:
+    # `coshare node launch` hands --help to coshare-launch (standard library only), whose
+    # argparse help listed no exit status at all (issue 21: "exit codes listed in each
+    # command's --help"). Its statuses must be the ones coshare.exit_codes documents.
+    from coshare.exit_codes import PASS_THROUGH
+
+    outputs = {}
+    for args in ((), ("run",), ("task-prolog",)):
+        helped = subprocess.run([sys.executable, "-c", BASE_ONLY, "node", "launch", *args,
+                                 "--help"], capture_output=True, text=True, check=False)
+        assert helped.returncode == 0, (args, helped.stderr)
+        outputs[args] = helped.stdout
+    assert "Exit status of run:\n  N    the job's own status" in outputs[()]
+    assert "Exit status of task-prolog:\n  0    " in outputs[()]
+    assert "Exit status:\n  N    the job's own status" in outputs[("run",)]
+    assert "\n  137  coshare killed the job" in outputs[("run",)]
+    assert "\n  1    the node daemon refused to start it" in outputs[("run",)]
+    assert "Exit status:\n  0    " in outputs[("task-prolog",)]
+    assert "137: coshare killed the job; 1: the node daemon refused" in PASS_THROUGH["node launch"]
+
+
 def complete(words: str, base_only: bool = True) -> list[str]:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("COSHARE_")},
            "_COSHARE_COMPLETE": "bash_complete", "COMP_WORDS": words,

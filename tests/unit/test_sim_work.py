@@ -263,3 +263,198 @@ def test_without_dask_local_runs_work_and_dask_is_asked_for_by_name(
     dask = CliRunner().invoke(cli, [*args, "--executor", "dask"])
     assert dask.exit_code == 2
     assert "--executor dask needs Dask: pip install 'coshare[dask]'" in dask.stderr
+
+
+def _slow(x: int) -> tuple[str, int]:
+    import time
+
+    time.sleep(1.5)
+    return ("slow", x)
+
+
+def _tagged(x: int) -> tuple[str, int]:
+    return ("fast", x)
+
+
+def test_commands_sharing_a_dask_scheduler_get_their_own_results() -> None:
+    # Two commands on one --dask-scheduler: the second's first task must not be taken for
+    # the first's (same stage, index and try) and handed its result.
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    from coshare.sim.executor import DaskExecutor
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster:  # fmt: skip
+        first = distributed.Client(cluster, set_as_default=False)
+        second = distributed.Client(cluster, set_as_default=False)
+        try:
+            got: dict[str, list[object]] = {}
+            running = threading.Thread(target=lambda: got.__setitem__(
+                "first", DaskExecutor(first).run([Task("slow", _slow, (1,))]).values))
+            running.start()
+            first.wait_for_workers(1, timeout=30)
+            while not first.processing() or not any(first.processing().values()):
+                running.join(0.05)  # until the first command's task runs on the worker
+            got["second"] = DaskExecutor(second).run([Task("fast", _tagged, (2,))]).values
+            running.join(30)
+        finally:
+            first.close()
+            second.close()
+    assert got == {"first": [("slow", 1)], "second": [("fast", 2)]}
+
+
+def test_a_scheduler_no_worker_joins_is_one_message_and_exit_1() -> None:
+    # It would take the tasks and never run them: the command must end, not hang.
+    distributed = pytest.importorskip("distributed")
+    import subprocess
+
+    with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp",
+                                  host="127.0.0.1", dashboard_address=None) as cluster:  # fmt: skip
+        address = cluster.scheduler_address
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "coshare"), "simulate", "--workload", "uniform",
+             "--jobs", "10", "--nodes", "2", "--offload-share", "0.5", "--policies",
+             "exclusive", "--dask-scheduler", address],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "COSHARE_CONFIG": "/dev/null", "COSHARE_SIM_WORKER_TIMEOUT_S": "1"},
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"coshare: error: no Dask worker joined the scheduler at "
+                                  f"{address} within 1 s (sim.worker_timeout_s; ")  # fmt: skip
+    assert done.stdout == ""
+
+
+def test_a_dask_worker_that_dies_costs_a_retry_then_the_task_is_named(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    import dask
+    from coshare.sim.executor import DaskExecutor
+
+    # As open_executor starts a cluster: Dask does not retry by itself, --retries counts.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:  # fmt: skip
+        runner = DaskExecutor(client, retries=1)
+        marker = str(tmp_path / "marker")
+        once = runner.run([Task("dies once", _die_once, (marker, 5)), Task("fine", _double, (3,))])
+        assert (once.values, once.failures) == ([5, 6], [])
+        client.wait_for_workers(2, timeout=60)  # the nanny restarted the dead one
+        doomed = runner.run([Task("doomed run", _always_die, (1,)), Task("bad run", _raise, (2,)),
+                             Task("ok", _double, (4,))])  # fmt: skip
+    failed = {f.task: f.reason for f in doomed.failures}
+    assert failed["doomed run"] == "its worker died 2 times (retries exhausted)"
+    assert "bad input 2" in failed["bad run"]
+    assert doomed.values[2] == 8
+
+
+def test_failed_runs_are_named_after_the_other_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    import coshare.sim.work as work
+
+    real = work.policy_run
+
+    def broken(workload: str, jobs: int, nodes: int, name: str, *rest: object) -> object:
+        if name == "knapsack":
+            raise ValueError("a broken run")
+        return real(workload, jobs, nodes, name, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(work, "policy_run", broken)
+    out = CliRunner().invoke(cli, ["simulate", "--workload", "uniform", "--jobs", "10",
+                                   "--nodes", "2", "--offload-share", "0.5", "--policies",
+                                   "exclusive,knapsack", "--sweep", "jobs=10,20", "--output",
+                                   "json"])  # fmt: skip
+    assert out.exit_code == 1
+    runs = json.loads(out.stdout)["sweep"]["runs"]
+    assert [(r["policy"], r["params"]) for r in runs] == [("exclusive", {"jobs": 10}),
+                                                          ("exclusive", {"jobs": 20})]
+    assert out.stderr == (
+        "coshare: error: 2 runs failed (the results above are the others'): uniform seed 0 "
+        "knapsack on 2 nodes jobs=10: ValueError: a broken run; uniform seed 0 knapsack on 2 "
+        "nodes jobs=20: ValueError: a broken run\n")
+
+
+def test_runs_lost_with_the_dask_scheduler_say_so() -> None:
+    # Dask cancels every task in flight when the scheduler goes away; exception() is None.
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    from coshare.sim.executor import DaskExecutor
+
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                       protocol="tcp", host="127.0.0.1",
+                                       dashboard_address=None)  # fmt: skip
+    client = distributed.Client(cluster, set_as_default=False)
+    try:
+        got: list[object] = []
+        running = threading.Thread(target=lambda: got.append(DaskExecutor(client).run(
+            [Task("slow one", _slow, (1,)), Task("slow two", _slow, (2,))])))
+        running.start()
+        while not client.processing() or not any(client.processing().values()):
+            running.join(0.05)  # until the runs are on the worker
+        cluster.close()
+        running.join(60)
+        assert not running.is_alive()
+    finally:
+        client.close()
+    (results,) = got
+    failed = {f.task: f.reason for f in results.failures}  # type: ignore[attr-defined]
+    assert set(failed) == {"slow one", "slow two"}
+    # The scheduler's own cancel, or the client's when the connection went first.
+    assert set(failed.values()) <= {
+        "cancelled by the Dask scheduler (no reason given: was it stopped?)",
+        "lost the connection to the Dask scheduler"}
+
+
+def test_runs_with_no_dask_worker_left_fail_named_instead_of_waiting() -> None:
+    # Every worker gone (worker jobs cancelled, none replaced): the scheduler keeps the tasks
+    # for ever; the command must end, naming them.
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    from coshare.sim.executor import DaskExecutor
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  protocol="tcp", host="127.0.0.1",
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:  # fmt: skip
+        got: list[object] = []
+        running = threading.Thread(target=lambda: got.append(DaskExecutor(
+            client, worker_timeout_s=1).run([Task("slow one", _slow, (1,)),
+                                             Task("slow two", _slow, (2,))])), daemon=True)
+        running.start()
+        while not client.processing() or not any(client.processing().values()):
+            running.join(0.05)  # until the runs are on the worker
+        cluster.scale(0)
+        running.join(60)
+        assert not running.is_alive(), "the runs waited for a worker for ever"
+    (results,) = got
+    reasons = {f.task: f.reason for f in results.failures}  # type: ignore[attr-defined]
+    assert reasons == dict.fromkeys(("slow one", "slow two"), (
+        "no Dask worker left for 1 s (sim.worker_timeout_s): every worker died or its job was "
+        "cancelled"))
+
+
+@pytest.mark.parametrize(("address", "says"), [
+    ("foo", "'foo' (--dask-scheduler, sim.dask_scheduler) is not HOST:PORT"),
+    ("tcp://[::1", "is not HOST:PORT"),
+    ("ucx://10.0.0.1:8786", "coshare connects over tcp, not ucx"),
+    ("tls://10.0.0.1:8786", "coshare connects over tcp, not tls"),
+    ("tcp://10.0.0.1:99999", "port 99999 is out of range"),
+])  # fmt: skip
+def test_a_malformed_scheduler_address_is_one_message_and_exit_2(address: str, says: str) -> None:
+    # Checked before Dask sees it: Dask's answers were a traceback (ucx) or a message
+    # followed by one when its half-made client was collected at exit.
+    pytest.importorskip("distributed")
+    import subprocess
+
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "coshare"), "simulate", "--workload", "uniform",
+         "--jobs", "10", "--dask-scheduler", address],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COSHARE_CONFIG": "/dev/null", "COSHARE_SIM_CONNECT_TIMEOUT_S": "1"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("coshare: error: the Dask scheduler address ")
+    assert says in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "(allowed: tcp://HOST:PORT or HOST:PORT, PORT 1..65535)" in done.stderr

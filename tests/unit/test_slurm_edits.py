@@ -127,7 +127,8 @@ def test_refused_jobs_get_the_reason_once_and_stay_held() -> None:
 def test_multi_node_assignments_and_unsafe_names_fail_cleanly() -> None:
     spread = Plan("knapsack", assignments=(Assignment("1", "n1", ("0",)),
                                            Assignment("1", "n2", ("0",))))  # fmt: skip
-    assert "spans several nodes" in edits_for([job("1")], spread).skipped[0].detail
+    skipped = edits_for([job("1")], spread).skipped[0].detail
+    assert "planned on several nodes but asks for one" in skipped
     weird = Plan("knapsack", assignments=(Assignment("1", "n 1", ("0",)),))
     assert "cannot write" in edits_for([job("1")], weird).failed[0].detail
 

@@ -9,7 +9,7 @@ import pytest
 from coshare.errors import FactsError, UnsafeValue
 from coshare.facts import NodeFacts, format_facts
 
-from slurm_addon.facts_publisher import node_name, publish, read_facts
+from slurm_addon.facts_publisher import main, node_name, publish, read_facts
 from slurm_addon.scontrol import node_extra_argv
 
 LINE = format_facts(NodeFacts(1_700_000_000.0, llc_ways=8, llc_ways_free=8))
@@ -66,3 +66,24 @@ def test_unchanged_facts_are_not_written_again_and_refusals_are_errors(tmp_path:
     assert client.calls == [("n1", LINE)]
     with pytest.raises(FactsError, match=r"Extra=\.\.\. failed: slurm_update error: Invalid"):
         publish(Recorder("slurm_update error: Invalid user id"), "n1", path)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-1", "abc"])
+def test_an_interval_that_is_not_seconds_in_range_is_refused(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    # nan made a busy loop of publishing, inf a traceback from Event.wait.
+    with pytest.raises(SystemExit) as ended:
+        main(["--node", "n1", f"--interval-s={value}"])
+    assert ended.value.code == 2
+    assert f"argument --interval-s: {value!r} is not a number of seconds in 0..86400" in \
+        capsys.readouterr().err  # fmt: skip
+
+
+def test_an_interval_above_a_day_is_refused() -> None:
+    import argparse
+
+    from slurm_addon.facts_publisher import interval_s
+
+    assert interval_s("0") == 0 and interval_s("86400") == 86400
+    with pytest.raises(argparse.ArgumentTypeError, match="'86401' is not a number of seconds"):
+        interval_s("86401")

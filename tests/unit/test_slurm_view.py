@@ -53,12 +53,17 @@ def test_recorded_cluster() -> None:
     assert [n.name for n in v.unusable_nodes] == ["csl-n3", "csl-n4"]
     assert [d.id for d in snap.nodes[0].devices] == ["0", "1"]
     pending = {j.id for j in snap.pending}
-    # held with or without a placement: planned (again)
-    assert pending == {ids["good"], ids["placed"]}
+    # held with or without a placement: planned (again); the sbatch -N 2 job as a gang
+    assert pending == {ids["good"], ids["placed"], ids["multi"]}
+    gang = next(j for j in snap.pending if j.id == ids["multi"])
+    # Slurm's -N 2 (tasks 2, DefMemPerCPU 256): two processes of 1 core and 256 MiB each
+    assert (gang.nodes, gang.nodes_max, gang.processes, gang.processes_per_node) == (2, None, 2,
+                                                                                     None)
+    assert (gang.cpu_milli, gang.memory_mib, gang.device_count) == (1000, 256, 1)
     refused = {r.job: r.reason for r in v.rejected}
     assert "device-memory='abc' is not a number" in refused[ids["bad"]]
     assert "job arrays are not supported" in refused[ids["array"]]
-    assert "asks for 2 nodes" in refused[ids["multi"]]
+    assert ids["multi"] not in refused
     waiting = {w.job: w.reason for w in v.waiting}
     assert waiting == {
         ids["dep"]: f"waits for its dependency on job {ids['good']}",

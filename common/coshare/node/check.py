@@ -172,16 +172,18 @@ def nvml_capabilities() -> list[Capability]:
     try:
         import pynvml
     except ImportError:
-        return [_cap("NVML", False, where, "pynvml is not installed (pip install 'coshare[nvml]')")]
+        why = "pynvml is not installed (pip install 'coshare[nvml]')"
+        return [_cap("NVML", False, where, why), _no_pcie(where, why)]
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # pynvml.NVMLError and OSError: no driver, no library
-        return [_cap("NVML", False, where, f"nvmlInit failed: {exc}")]
+        why = f"nvmlInit failed: {exc}"
+        return [_cap("NVML", False, where, why), _no_pcie(where, why)]
     try:
         count = pynvml.nvmlDeviceGetCount()
         out = [_cap("NVML", True, where, f"{count} GPUs")]
         if count == 0:
-            return out
+            return [*out, _no_pcie(where, "NVML sees no GPU")]
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         out.append(_probe_nvml("NVML device memory", where,
                                lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).total,
@@ -189,11 +191,18 @@ def nvml_capabilities() -> list[Capability]:
         out.append(_probe_nvml("NVML PCIe throughput", where,
                                lambda: pynvml.nvmlDeviceGetPcieThroughput(
                                    handle, pynvml.NVML_PCIE_UTIL_TX_BYTES),
-                               lambda v: f"GPU 0: {v} KB/s sent now"))  # fmt: skip
+                               lambda v: f"GPU 0: {v} KB/s sent now (GPU jobs' copy "
+                               "bandwidth: copy_mbps in the node facts)"))  # fmt: skip
         return out
     finally:
         with contextlib.suppress(Exception):  # what failed to start is not a finding
             pynvml.nvmlShutdown()
+
+
+def _no_pcie(where: str, why: str) -> Capability:
+    """The copy-bandwidth row where NVML cannot say: no fact, and the planner's fallback."""
+    return _cap("NVML PCIe throughput", False, where, f"unsupported: {why}; the node publishes "
+                "no copy_mbps facts, the planner uses jobs' CoshareCopyBandwidth")  # fmt: skip
 
 
 def _probe_nvml(name: str, where: str, call: Callable[[], object],

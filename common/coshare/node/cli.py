@@ -7,7 +7,7 @@
     coshare node facts [--output table|json]
     coshare node freeze|thaw --job ID [--output table|json]
     coshare node gate [--device ID=THREADS]... [--no-watch] [--log-format text|json]
-    coshare node watch [--once]
+    coshare node watch [--once] [--log-format text|json]
     coshare node offload [--threads N] [--device ID] -- CMD [ARG...]
     coshare node job-start --job ID [--cores N | --cpus LIST] [--memory-mib M]
                            [--device ID]... [--device-memory-mib M] [--device-threads T]
@@ -129,14 +129,17 @@ def gate(
 
 @node.command()
 @click.option("--once", is_flag=True, help="Check once and exit.")
+@log_format_option
 @pass_app
-def watch(app: AppContext, once: bool) -> None:
-    """Run the memory watchdog alone (the gate runs it too)."""
+def watch(app: AppContext, once: bool, log_format: str) -> None:
+    """Run the memory watchdog alone (the gate runs it too): each violation is logged (the
+    job, the resource) and its reason printed on standard output."""
     from coshare.node.daemon import device_memory_backend
     from coshare.node.jobs import job_of_pid
     from coshare.node.watchdog import Watchdog
 
     config = _config(app)
+    setup_logging(log_format, logging.INFO)
     cgroups = lifecycle.node_cgroups(config)
     watchdog = Watchdog(
         lifecycle.node_store(config),

@@ -39,7 +39,7 @@ from coshare.node.gate.server import GateServer, Identify
 from coshare.node.gate.state import Client, GateState
 from coshare.node.jobs import JobStore, job_of_pid
 from coshare.node.lifecycle import node_cgroups, node_resctrl, node_store
-from coshare.node.sampler import Sampler
+from coshare.node.sampler import PcieThroughput, Sampler
 from coshare.node.sockets import Limits, raise_descriptor_limit
 from coshare.node.watchdog import DeviceMemory, Watchdog
 
@@ -70,6 +70,23 @@ def device_memory_backend(config: NodeConfig) -> DeviceMemory | None:
 
         return NvmlMemory()
     return None
+
+
+def pcie_backend() -> PcieThroughput | None:
+    """NVML for the GPU jobs' copy bandwidth, ``None`` where it cannot start (no pynvml, no
+    driver, no GPU): the node then publishes no copy facts, and says so once."""
+    from coshare.node.nvml import NvmlMemory
+
+    try:
+        nvml = NvmlMemory()
+    except NodeError as exc:
+        log.info("no copy bandwidth facts (NVML PCIe throughput unsupported here): %s", exc)
+        return None
+    if not nvml.devices():
+        log.info("no copy bandwidth facts: NVML sees no GPU")
+        nvml.close()
+        return None
+    return nvml
 
 
 async def serve(
@@ -148,7 +165,7 @@ async def serve(
         watcher = asyncio.ensure_future(_watch(watchdog, jobs, config, stop, observed))
     sampling: asyncio.Task[None] | None = None
     if cgroups is not None:
-        sampler = Sampler(config, store, cgroups, node_resctrl(config))
+        sampler = Sampler(config, store, cgroups, node_resctrl(config), pcie=pcie_backend())
         sampling = asyncio.ensure_future(_sample(sampler, config, stop))
     log.info("offload gate on %s, devices %s; job control on %s; at most %d connections "
              "per uid", config.gate_socket, dict(budgets),

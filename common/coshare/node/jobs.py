@@ -8,6 +8,10 @@ Layout under ``state_dir`` (``/run/coshare`` by default, a tmpfs that a reboot c
                            then refuses, so the job's own output says why)
     jobs/job-<id>.frozen   when an operator froze the job (FREEZE; the daemon thaws it after
                            node.max_freeze_s, so no job stays frozen for good)
+
+Harvested cores (LEND and RECLAIM, :mod:`coshare.node.harvest`) live in the records, so they
+survive a daemon restart: ``spec.cpus`` is what the job's cpuset holds now, ``lent_to`` (a GPU
+job's) and ``borrowed_from`` (a CPU job's) say which of those cores are on loan.
     lock                   flock(2) held while cores are handed out
 
 The gate maps a client to its job through the kernel, never through what the client says:
@@ -20,14 +24,15 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, NamedTuple
 
 from coshare.errors import JobSpecError, JobStateError
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
-from coshare.node.spec import JobSpec, group_name, job_of_group
+from coshare.node.harvest import Holding
+from coshare.node.spec import JobSpec, check_job_id, group_name, job_of_group
 
 
 class Launcher(NamedTuple):
@@ -52,6 +57,8 @@ class JobRecord:
             not known (a job started by root with ``job-start`` for itself).
         launcher: the process that STARTed the job over the control socket (HTCondor's job
             wrapper); ``None`` when root started it (Slurm's Prolog, ``job-start``).
+        lent_to: borrower -> the cores of this job's it has (LEND).
+        borrowed_from: lender -> the cores of that job's this job has.
     """
 
     spec: JobSpec
@@ -60,10 +67,22 @@ class JobRecord:
     cgroup_parent: str
     uid: int | None = None
     launcher: Launcher | None = None
+    lent_to: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    borrowed_from: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def job(self) -> str:
         return self.spec.job
+
+    def holding(self) -> Holding:
+        """The job's cores and loans, for :mod:`coshare.node.harvest`."""
+        return Holding(self.job, self.spec.cpus, dict(self.lent_to), dict(self.borrowed_from))
+
+    def with_holding(self, holding: Holding) -> JobRecord:
+        """This record with the cores and loans of ``holding``."""
+        return replace(self, spec=replace(self.spec, cpus=holding.cpus),
+                       lent_to=dict(holding.lent_to),
+                       borrowed_from=dict(holding.borrowed_from))  # fmt: skip
 
     def cgroups(self, timeout_s: float = 10.0) -> Cgroups:
         """The cgroup driver the job was started with."""
@@ -85,7 +104,10 @@ class JobRecord:
             },
             "uid": self.uid,
             "launcher": list(self.launcher) if self.launcher is not None else None,
-        }
+            "lent_to": {job: list(cpus) for job, cpus in sorted(self.lent_to.items())},
+            "borrowed_from": {job: list(cpus)
+                              for job, cpus in sorted(self.borrowed_from.items())},
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: object) -> JobRecord:
@@ -122,7 +144,23 @@ class JobRecord:
             parent,
             uid,
             Launcher(*launcher) if launcher is not None else None,
+            _loans(data, "lent_to"),
+            _loans(data, "borrowed_from"),
         )
+
+
+def _loans(data: Mapping[str, object], key: str) -> dict[str, tuple[int, ...]]:
+    """A record's ``lent_to`` or ``borrowed_from`` (absent in records older than LEND)."""
+    loans = data.get(key, {})
+    if not isinstance(loans, dict):
+        raise JobSpecError(f"job record {data!r} is malformed: {key} {loans!r}")
+    out = {}
+    for job, cpus in loans.items():
+        if (not isinstance(job, str) or not isinstance(cpus, list) or not cpus
+                or not all(type(c) is int and c >= 0 for c in cpus)):  # fmt: skip
+            raise JobSpecError(f"job record {data!r} is malformed: {key} {loans!r}")
+        out[check_job_id(job)] = tuple(sorted(set(cpus)))
+    return out
 
 
 class JobStore:

@@ -26,6 +26,7 @@ from coshare.errors import CgroupError, JobSpecError, JobStateError
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
 from coshare.node.cgroups.base import remove_dirs, signal_all
 from coshare.node.gate.client import SOCKET_ENV
+from coshare.node.harvest import Holding, after_end
 from coshare.node.jobs import JobRecord, JobStore, Launcher
 from coshare.node.procfs import is_alive
 from coshare.node.resctrl import Resctrl
@@ -342,6 +343,13 @@ def job_end(config: NodeConfig, job: str) -> EndResult:
         if violation is not None:
             store.record_reason(job, violation.reason())
     group.remove()
+    if record is not None and (record.lent_to or record.borrowed_from):
+        # After its group is gone: a lender gets back the cores the job borrowed, a borrower
+        # keeps the cores this job lent it (nobody else holds them now).
+        with store.lock():
+            others = {r.job: r for r in store.records() if r.job != job}
+            changes = after_end(record.holding(), [r.holding() for r in others.values()])
+            apply_holdings(config, store, others, changes)
     resctrl = node_resctrl(config)
     if has_resctrl_group(record) or resctrl.path(job).is_dir():
         # After the processes: a group removed first would hand them back the whole cache.
@@ -349,6 +357,45 @@ def job_end(config: NodeConfig, job: str) -> EndResult:
     reason = store.reason(job)
     store.remove(job)
     return EndResult(job, record is not None, leftover, reason)
+
+
+def apply_holdings(config: NodeConfig, store: JobStore, records: Mapping[str, JobRecord],
+                   changes: Sequence[Holding]) -> list[JobRecord]:  # fmt: skip
+    """Write the cpusets and records of jobs whose cores changed (harvest: LEND, RECLAIM, and
+    the end of a job that lent or borrowed); the caller holds ``store.lock()``.
+
+    The cpusets that shrink are written first, so no core is ever in two jobs' cpusets at
+    once; when a write fails, those written already are put back. A job whose group is gone
+    gets its record only. The records are written last, in the same order: should the daemon
+    die between two, no core is in two records, and the same request again finishes the work
+    (:func:`coshare.node.harvest.lend` repairs the borrower's record; a give-back finds the
+    core still lent and gives it).
+
+    Raises:
+        CgroupError: the kernel refused a write (everything written is undone).
+        CgroupUnavailable: a group has no cpuset.
+    """
+    order = sorted(changes, key=lambda h: len(h.cpus) - len(records[h.job].spec.cpus))
+    done: list[tuple[JobGroup, tuple[int, ...]]] = []
+    try:
+        for holding in order:
+            old = records[holding.job]
+            group = old.group(config.kill_timeout_s)
+            if holding.cpus != old.spec.cpus and holding.cpus and group.exists():
+                group.set_cpus(holding.cpus)
+                if old.spec.cpus:
+                    done.append((group, old.spec.cpus))
+    except BaseException:
+        for group, cpus in reversed(done):
+            with contextlib.suppress(CgroupError):
+                group.set_cpus(cpus)
+        raise
+    written = []
+    for holding in order:
+        record = records[holding.job].with_holding(holding)
+        store.write(record)
+        written.append(record)
+    return written
 
 
 def node_cleanup(config: NodeConfig) -> list[EndResult]:

@@ -1,5 +1,5 @@
-"""``coshare node check | probe membw | facts | freeze | thaw``: what the node measures and
-the controls an operator uses (issue 13).
+"""``coshare node check | probe membw | facts | freeze | thaw | lend | reclaim``: what the node
+measures and the controls an operator uses (issues 13 and 17).
 
 ::
 
@@ -8,12 +8,16 @@ the controls an operator uses (issue 13).
     coshare node facts [--output table|json]
     coshare node freeze --job ID [--socket PATH] [--output table|json]
     coshare node thaw --job ID [--socket PATH] [--output table|json]
+    coshare node lend --job GPU_JOB --to CPU_JOB --cpus LIST [--socket PATH] [--output ...]
+    coshare node reclaim --job GPU_JOB --from CPU_JOB [--cpus LIST] [--socket PATH] [--output ...]
 
 ``check`` lists every capability found or missing and where it looked
 (:mod:`coshare.node.check`); ``probe membw`` streams on cores and compares with the idle
 baseline ``--init`` records (:mod:`coshare.node.membw`); ``facts`` shows what the node daemon
 last wrote for the planner; ``freeze``/``thaw`` ask the daemon over the control socket
-(operators only; both idempotent, and they say when nothing was to do).
+(operators only; both idempotent, and they say when nothing was to do); ``lend``/``reclaim``
+move harvested cores between a GPU job's and a CPU job's cpusets (operators only, idempotent;
+:mod:`coshare.node.harvest`).
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ def facts_dict(facts: NodeFacts) -> dict[str, Any]:
         "llc_ways_free": facts.llc_ways_free,
         "loads": [{"job": x.job, "mean_cores": x.mean_cores, "last_cores": x.last_cores,
                    "max_cores": x.max_cores, "window_s": x.window_s} for x in facts.loads],
+        "copies": [{"job": x.job, "mbps": x.mbps} for x in facts.copies],
     }  # fmt: skip
 
 
@@ -148,17 +153,14 @@ def facts(app: AppContext, output: str) -> None:
     for x in found.loads:
         table.add_row(x.job, f"{x.mean_cores:.2f}", f"{x.last_cores:.2f}", f"{x.max_cores:.2f}",
                       f"{x.window_s:.0f}")  # fmt: skip
+    copies = ", ".join(f"{x.job} {x.mbps:.1f} MB/s" for x in found.copies)
+    lines.append(f"copy bandwidth (NVML PCIe): {copies or 'none measured'}")
     click.echo(render_text(*lines, table if found.loads else "no job's load sampled yet"),
                nl=False)
 
 
 def _control(verb: str, job: str, socket_path: str) -> dict[str, str]:
-    from coshare.node.control import launcher
-
-    try:
-        return launcher.request(socket_path, f"{verb} job={check_job_id(job)}")
-    except launcher.ControlError as exc:
-        raise ReplyError(exc.code, exc.text) from exc
+    return _request(f"{verb} job={check_job_id(job)}", socket_path)
 
 
 def _freeze_command(verb: str, done: str, already: str) -> click.Command:
@@ -185,6 +187,72 @@ freeze = _freeze_command("FREEZE", "frozen", "frozen already")
 thaw = _freeze_command("THAW", "thawed", "not frozen")
 
 
+def _loan_reply(fields: dict[str, str], output: str, line: str) -> None:
+    if output == "json":
+        click.echo(json.dumps({k: (v == "1" if k in ("changed", "requeue") else v)
+                               for k, v in fields.items()}))  # fmt: skip
+    else:
+        click.echo(line)
+
+
+@click.command(name="lend")
+@click.option("--job", required=True, help="The GPU job that lends.")
+@click.option("--to", "to", required=True, help="The CPU-only job that gets the cores.")
+@click.option("--cpus", required=True, help="The cores, in the kernel's list format (3-5,8).")
+@click.option("--socket", "socket_path", default=None,
+              help="Control socket (default: node.control_socket).")
+@output_option
+@pass_app
+def lend(app: AppContext, job: str, to: str, cpus: str, socket_path: str | None,
+         output: str) -> None:  # fmt: skip
+    """Take cores out of a running GPU job's cpuset and give them to a CPU-only job's group
+    (never shared; operators only; idempotent)."""
+    line = f"LEND job={check_job_id(job)} to={check_job_id(to)} " \
+        f"cpus={format_cpu_list(parse_cpu_list(cpus))}"  # fmt: skip
+    fields = _request(line, socket_path or app.config.node.control_socket)
+    _loan_reply(fields, output, (
+        f"job {job} lent cpus {fields.get('lent')} to job {to}: {job} has {fields.get('cpus')}, "
+        f"{to} has {fields.get('to_cpus')}" if fields.get("changed") == "1" else
+        f"job {job} had lent cpus {fields.get('lent')} to job {to} already; nothing done"))
+
+
+@click.command(name="reclaim")
+@click.option("--job", required=True, help="The GPU job that gets its cores back.")
+@click.option("--from", "from_", required=True, help="The CPU-only job that gives them back.")
+@click.option("--cpus", default=None, help="Only these cores (default: all lent to it).")
+@click.option("--socket", "socket_path", default=None,
+              help="Control socket (default: node.control_socket).")
+@output_option
+@pass_app
+def reclaim(app: AppContext, job: str, from_: str, cpus: str | None, socket_path: str | None,
+            output: str) -> None:  # fmt: skip
+    """Give a GPU job back cores it lent; the CPU job is shrunk to what remains, or, when
+    nothing would, reported for requeueing (exit 0; nothing changed)."""
+    line = f"RECLAIM job={check_job_id(job)} from={check_job_id(from_)}"
+    if cpus is not None:
+        line += f" cpus={format_cpu_list(parse_cpu_list(cpus))}"
+    fields = _request(line, socket_path or app.config.node.control_socket)
+    if fields.get("requeue") == "1":
+        text = (f"job {from_} has no core of its own: giving back cpus {fields.get('lent')} "
+                f"would leave it none; nothing done: requeue job {from_} through the scheduler "
+                f"(its end gives job {job} the cores back)")
+    elif fields.get("changed") == "1":
+        text = (f"job {job} got cores back from job {from_}: {job} has {fields.get('cpus')}, "
+                f"{from_} has {fields.get('from_cpus')}")
+    else:
+        text = f"job {job} had its cores back from job {from_} already; nothing done"
+    _loan_reply(fields, output, text)
+
+
+def _request(line: str, socket_path: str) -> dict[str, str]:
+    from coshare.node.control import launcher
+
+    try:
+        return launcher.request(socket_path, line)
+    except launcher.ControlError as exc:
+        raise ReplyError(exc.code, exc.text) from exc
+
+
 def register(group: click.Group) -> None:
     """Add these commands to ``coshare node``."""
     group.add_command(check)
@@ -192,3 +260,5 @@ def register(group: click.Group) -> None:
     group.add_command(facts)
     group.add_command(freeze)
     group.add_command(thaw)
+    group.add_command(lend)
+    group.add_command(reclaim)

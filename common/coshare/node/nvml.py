@@ -1,6 +1,9 @@
-"""Device memory per process from NVML (``nvidia-ml-py``, the ``nvml`` extra).
+"""Device memory per process, and PCIe throughput per GPU, from NVML (``nvidia-ml-py``, the
+``nvml`` extra).
 
-Imported only when ``node.device_memory: nvml`` is configured. Device ids are matched by
+Imported by the watchdog only when ``node.device_memory: nvml`` is configured; the sampler
+tries it on every node for the GPU jobs' copy bandwidth (Wu & Hong section III-B3) and, where
+NVML cannot start, publishes none. Device ids are matched by
 index (``0``) and by UUID (``GPU-...``), as the scheduler may name either. NVML reports pids
 in the host's pid namespace, which is where the watchdog runs.
 """
@@ -71,6 +74,26 @@ class NvmlMemory:
                     continue
                 key = (ids[0], int(proc.pid))
                 out[key] = out.get(key, 0) + int(used)
+        return out
+
+    def pcie_mbps(self) -> Mapping[str, float]:
+        """PCIe throughput of each GPU now, TX + RX, in MB/s (NVML reports KB/s over a 20 ms
+        sample: ``nvmlDeviceGetPcieThroughput``), by GPU index.
+
+        Raises:
+            NodeError: NVML failed for a GPU or lacks the counter, naming the GPU.
+        """
+        out: dict[str, float] = {}
+        for ids, handle in self._handles:
+            try:
+                tx = self._nvml.nvmlDeviceGetPcieThroughput(handle,
+                                                            self._nvml.NVML_PCIE_UTIL_TX_BYTES)
+                rx = self._nvml.nvmlDeviceGetPcieThroughput(handle,
+                                                            self._nvml.NVML_PCIE_UTIL_RX_BYTES)
+            except (self._nvml.NVMLError, AttributeError) as exc:
+                raise NodeError(f"NVML cannot read the PCIe throughput of GPU {ids[0]} "
+                                f"({ids[1]}): {exc}") from exc  # fmt: skip
+            out[ids[0]] = (int(tx) + int(rx)) / 1000.0
         return out
 
     def close(self) -> None:

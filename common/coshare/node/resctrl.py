@@ -148,9 +148,10 @@ class Resctrl:
         """
         info = self.root / "info" / "MB"
         if not (info / "min_bandwidth").exists():
+            why = ("resctrl is not mounted there" if not (self.root / "info").is_dir()
+                   else "the processor or kernel offers no MBA here")  # fmt: skip
             raise Unsupported("resctrl MB (memory bandwidth allocation)",
-                              str(info / "min_bandwidth"),
-                              "the processor or kernel offers no MBA here")  # fmt: skip
+                              str(info / "min_bandwidth"), why)  # fmt: skip
         return BandwidthInfo(_number(info / "min_bandwidth"), _number(info / "bandwidth_gran"),
                              self._schemata(self.root).domains("MB"))  # fmt: skip
 

@@ -3,9 +3,11 @@
 Every ``node.sample_interval_s`` (a minute by default, the collocation paper's resolution)
 the daemon reads each job's CPU time from its cgroup into the jobs' load history
 (:mod:`coshare.node.load`), the LLC ways resctrl has and coshare's groups hold
-(:mod:`coshare.node.resctrl`), and the last memory-bandwidth probe
-(:mod:`coshare.node.membw`); every ``node.probe_interval_s`` it first probes the cores no job
-holds, when the node has a baseline. It writes the result as one line of facts
+(:mod:`coshare.node.resctrl`), the last memory-bandwidth probe
+(:mod:`coshare.node.membw`), and, where NVML starts, each GPU job's copy bandwidth (PCIe
+throughput of the GPUs it holds alone, :func:`coshare.node.harvest.copy_bandwidths`); every
+``node.probe_interval_s`` it first probes the cores no job holds, when the node has a
+baseline. It writes the result as one line of facts
 (:func:`coshare.facts.format_facts`) to ``state_dir/facts``, readable by all, for the
 scheduler's publisher: HTCondor's startd cron (``deploy/condor/coshare-facts``) or Slurm's
 (``coshare-slurm-facts``). A measurement that fails is logged and left out of that round's
@@ -17,13 +19,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError
-from coshare.facts import MembwFacts, NodeFacts, format_facts
+from coshare.facts import JobCopy, MembwFacts, NodeFacts, format_facts
 from coshare.node.cgroups import Cgroups
+from coshare.node.harvest import copy_bandwidths
 from coshare.node.jobs import JobRecord, JobStore
 from coshare.node.load import LoadHistory
 from coshare.node.membw import ProbeFiles, probe
@@ -34,6 +38,18 @@ log = logging.getLogger("coshare.node.sampler")
 
 #: The facts file's name in ``node.state_dir``.
 FACTS_FILE = "facts"
+
+
+class PcieThroughput(Protocol):
+    """PCIe throughput per GPU (NVML: :class:`coshare.node.nvml.NvmlMemory`)."""
+
+    def canonical(self, device: str) -> str:
+        """The GPU's index, for an index or a UUID."""
+        ...
+
+    def pcie_mbps(self) -> Mapping[str, float]:
+        """TX + RX MB/s of each GPU, by index; raises :class:`~coshare.errors.NodeError`."""
+        ...
 
 
 def facts_path(config: NodeConfig) -> Path:
@@ -51,6 +67,7 @@ class Sampler:
         resctrl: the resctrl mount.
         clock: epoch seconds (the facts' time).
         monotonic: seconds for load intervals (never jumps).
+        pcie: PCIe throughput of the node's GPUs; ``None``: no NVML here (no copy facts).
     """
 
     def __init__(
@@ -61,6 +78,7 @@ class Sampler:
         resctrl: Resctrl,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        pcie: PcieThroughput | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -68,6 +86,7 @@ class Sampler:
         self.resctrl = resctrl
         self.clock = clock
         self.monotonic = monotonic
+        self.pcie = pcie
         self.history = LoadHistory(config.load_history)
         self.files = ProbeFiles(Path(config.state_dir))
         self.next_probe_s = 0.0
@@ -138,6 +157,18 @@ class Sampler:
         m = last.measurement
         return MembwFacts(m.gbps, last.baseline_gbps, len(m.cpus), m.at_s)
 
+    def copies(self, records: list[JobRecord]) -> tuple[JobCopy, ...]:
+        """Each GPU job's copy bandwidth now; none without NVML, or when NVML fails."""
+        if self.pcie is None:
+            return ()
+        try:
+            per_gpu = self.pcie.pcie_mbps()
+        except (CoshareError, OSError) as exc:
+            log.error("no copy bandwidth facts this round: %s", exc)
+            return ()
+        devices = {r.job: [self.pcie.canonical(d) for d in r.spec.devices] for r in records}
+        return tuple(JobCopy(job, mbps) for job, mbps in copy_bandwidths(devices, per_gpu).items())
+
     def round(self) -> NodeFacts:
         """Measure, write ``state_dir/facts``, and return the facts.
 
@@ -149,7 +180,7 @@ class Sampler:
         self.loads(records)
         ways, free = self.ways()
         facts = NodeFacts(self.clock(), self.membw(), ways, free,
-                          tuple(self.history.summaries()))  # fmt: skip
+                          tuple(self.history.summaries()), self.copies(records))  # fmt: skip
         write_facts(facts_path(self.config), format_facts(facts))
         return facts
 

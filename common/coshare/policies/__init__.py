@@ -12,6 +12,8 @@ fgd         least growth of expected fragmentation (FGD, the benchmark's best pe
 sharepack   knapsack when contended, node potential otherwise (the default)
 membw       memory bandwidth use per node summed within a limit (poncos)
 collocate   CPU jobs on the cores GPU jobs leave idle (Wu & Hong)
+sns         Spread-n-Share: scale jobs out by their profiles, share nodes, LLC ways
+cs          compact-share: Spread-n-Share's baseline, node sharing at the lowest scale
 ==========  =====================================================================
 
 Later policies register here too (``collocate``, ``membw``, ``sns``, ``cs``): add a module
@@ -42,6 +44,8 @@ from coshare.policies.membw import MembwPolicy
 from coshare.policies.potential import Shape as WorkloadShape
 from coshare.policies.random_fit import RandomPolicy
 from coshare.policies.sharepack import SharePackPolicy
+from coshare.policies.sns import DEFAULT_WAYS_WEIGHT, SnsPolicy
+from coshare.profiles import DEFAULT_ALPHA, Profile
 
 __all__ = ["DEFAULT_POLICY", "FACTORIES", "Policy", "PolicyOptions", "make_policy", "policy_names"]
 
@@ -60,7 +64,9 @@ class PolicyOptions:
     (``policy.membw``); ``membw_trials`` plans trial co-runs, which only the simulator
     enforces so far (the live cycles leave it off). ``monitor_fraction``,
     ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
-    and copy-bandwidth threshold (the ``collocate`` config section).
+    and copy-bandwidth threshold (the ``collocate`` config section). ``sns_profiles`` are
+    the program profiles of ``sns`` (the store of ``policy.sns.profiles_dir``),
+    ``sns_default_alpha`` and ``sns_ways_weight`` its ``policy.sns`` settings.
     """
 
     def __init__(
@@ -85,6 +91,9 @@ class PolicyOptions:
         monitor_fraction: float = DEFAULT_MONITOR_FRACTION,
         max_harvest_cores: int = DEFAULT_MAX_HARVEST_CORES,
         copy_bw_limit_mbps: float = DEFAULT_COPY_BW_LIMIT_MBPS,
+        sns_profiles: Mapping[str, Profile] | None = None,
+        sns_default_alpha: float = DEFAULT_ALPHA,
+        sns_ways_weight: float = DEFAULT_WAYS_WEIGHT,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -105,6 +114,9 @@ class PolicyOptions:
         self.monitor_fraction = monitor_fraction
         self.max_harvest_cores = max_harvest_cores
         self.copy_bw_limit_mbps = copy_bw_limit_mbps
+        self.sns_profiles: Mapping[str, Profile] = dict(sns_profiles or {})
+        self.sns_default_alpha = sns_default_alpha
+        self.sns_ways_weight = sns_ways_weight
 
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
@@ -127,6 +139,9 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
                                    threads=o.threads),
     "collocate": lambda o: CollocatePolicy(o.monitor_fraction, o.max_harvest_cores,
                                            o.copy_bw_limit_mbps),
+    "sns": lambda o: SnsPolicy(o.sns_profiles, "sns", o.sns_default_alpha, o.sns_ways_weight,
+                               o.age_limit_s),
+    "cs": lambda o: SnsPolicy({}, "cs", o.sns_default_alpha, o.sns_ways_weight, o.age_limit_s),
 }
 
 

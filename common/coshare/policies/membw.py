@@ -82,12 +82,15 @@ class NodeUse:
         measured: the probe's part of ``used`` (``None``: no probe).
         unknown: jobs on it whose use is neither measured nor known.
         jobs: every job on it (running, planned, placed this cycle), sorted at the end.
+        trial: a trial co-run starts on it this cycle; it takes no other job until the trial
+            has measured (the trial's probe is of the partners it names, nothing else).
     """
 
     used: float = 0.0
     measured: float | None = None
     unknown: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
+    trial: bool = False
 
 
 def node_uses(snapshot: Snapshot, programs: Mapping[str, float], init_s: float) -> list[NodeUse]:
@@ -161,6 +164,7 @@ class MembwPolicy:
             use = uses[i]
             if shares[i] is None and use.jobs:
                 trials.append(Trial(job.id, snapshot.nodes[i].name, tuple(sorted(use.jobs))))
+                use.trial = True
             if shares[i] is None:
                 use.unknown.append(job.id)
             use.used += UNKNOWN_SHARE if shares[i] is None else shares[i]
@@ -190,6 +194,8 @@ class MembwPolicy:
         """Whether a job of ``share`` (``None``: unknown) may join ``use``'s node."""
         if not use.jobs:
             return True  # alone: nothing is co-scheduled
+        if use.trial:
+            return False  # a job of no use at all would still change what the trial measures
         if share is not None:
             return use.used + share <= self.max_share + _EPS
         # A trial needs partners whose use is known and leaves room for some of its own.

@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from coshare.model import Job, Snapshot
 from coshare.policies.base import ClusterState, Mask
-from coshare.policies.fgd import single_device_moves, target_workload
+from coshare.policies.fgd import distinct_moves, single_device_moves, target_workload
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -271,6 +271,7 @@ class Potential:
 
     def _best_single(self, job: Job, cand: Ints) -> tuple[int, list[int]]:
         s = self.state
+        cand = distinct_moves(s, cand)  # the same choice, fewer candidates to score
         nodes, b, count, small = single_device_moves(s, self.dev_m, self.count, self.small,
                                                      job, cand)  # fmt: skip
         after = self.of(s.node_free_cpu[nodes] - job.total_cpu_milli,

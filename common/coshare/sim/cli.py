@@ -13,8 +13,10 @@ Workloads: ``table1`` (Table II: 1000 jobs, 8 nodes), ``uniform``, ``normal``, `
 ``high-skew`` (Fig. 7, 400 jobs), ``synthetic`` (all four: Fig. 8 and Table III),
 ``pressure`` (Fig. 10: ``--jobs`` per node, 200 by default, on 2 to 8 nodes),
 ``alibaba-2023`` (the fragmentation benchmark on the Alibaba trace), ``wu-hong`` (the
-collocation paper's section IV-C, with a P_M x P_B sweep) and ``trace:FILE.swf`` (replay an
-SWF log). This module does the I/O (trace files, the plot, the progress bar) and
+collocation paper's section IV-C, with a P_M x P_B sweep), ``picaso`` and ``picaso-PART``
+(the distributed allocation paper's tiles and scenarios, issue 20), ``sns`` (Spread-n-Share's
+section 6.2 job mixes; ``--sweep scaling_share=...``: section 6.3) and ``trace:FILE.swf``
+(replay an SWF log). This module does the I/O (trace files, the plot, the progress bar) and
 hands everything else to the pure ``coshare.sim``.
 """
 
@@ -64,6 +66,7 @@ from coshare.sim.paper import (
     TABLE_III_FOOTPRINT,
 )
 from coshare.sim.params import Point, apply, label, parameters, parse_sweeps, value_of
+from coshare.sim.picaso import PARTS as PICASO_PARTS
 from coshare.sim.progress import progress_bar
 from coshare.sim.replay import Replay, check_log, cluster_of, replay
 from coshare.sim.report import (
@@ -456,6 +459,51 @@ def _wu_hong(request: Request) -> Outcome:
     return Outcome(text, payload)
 
 
+def _picaso(request: Request) -> Outcome:
+    """The distributed allocation paper (issue 20): waits and message counts of active
+    cancellation against the sequencer on its tiles and scenarios (``picaso`` runs all)."""
+    from coshare.sim.picaso_report import picaso_outcome
+
+    if request.jobs is not None or request.nodes is not None or request.policies_text:
+        raise InputError(f"--workload {request.workload} is the paper's setup (tiles of "
+                         "domain managers, both policies); --jobs, --nodes and --policies "
+                         "do not apply")  # fmt: skip
+    if request.workload.startswith("picaso-worst") or request.workload == "picaso":
+        check_work(len(request.seeds) * 49 * 2, 49, f"--seeds {len(request.seeds)}")
+    part = request.workload.removeprefix("picaso-") if request.workload != "picaso" else "all"
+    text, payload = picaso_outcome(part, request.seeds)
+    return Outcome(text, payload)
+
+
+def _sns(request: Request) -> Outcome:
+    """Spread-n-Share section 6.2 (36 sequences of 20 jobs per seed: exclusive = CE, cs, sns),
+    or with ``--sweep scaling_share=...`` section 6.3 (issue 19)."""
+    from coshare.sim.sns import PAPER_NODES, SEQUENCES
+    from coshare.sim.sns_report import paper_outcome, ratio_outcome
+
+    if request.jobs is not None:
+        raise InputError("--workload sns is the paper's job mixes (20 jobs per sequence, 30 in "
+                         "the scaling-share sweep); --jobs does not apply")  # fmt: skip
+    nodes = request.nodes or PAPER_NODES
+    age = request.setup.age_limit_s if request.setup.age_limit_s is not None else 3600.0
+    delay = request.setup.cycle_delay_s
+    if request.swept:
+        if any(value_of(p, "scaling_share", None) is None for p in request.points):
+            raise InputError("--workload sns: a --sweep needs scaling_share=... (section 6.3); "
+                             "sns_default_alpha and sns_ways_weight may be swept with it")
+        shares = [float(value_of(p, "scaling_share", 0.0)) for p in request.points]
+        params = [{k: v for k, v in p if k != "scaling_share"} for p in request.points]
+        with progress_bar(len(shares) * len(request.seeds), "sns sweep", unit="runs") as advance:
+            text, payload = ratio_outcome(shares, request.seeds, nodes=nodes, age_limit_s=age,
+                                          cycle_delay_s=delay, params=params, advance=advance)
+        return Outcome(text, payload)
+    policies = parse_policies(request.policies_text, ("exclusive", "cs", "sns"))
+    with progress_bar(SEQUENCES * len(request.seeds), "sns", unit="sequences") as advance:
+        text, payload = paper_outcome(policies, request.seeds, nodes=nodes, age_limit_s=age,
+                                      cycle_delay_s=delay, advance=advance)  # fmt: skip
+    return Outcome(text, payload)
+
+
 #: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).
 WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "table1": _paper,
@@ -466,6 +514,9 @@ WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "trace": _trace,
     "poncos": _poncos,
     "wu-hong": _wu_hong,
+    "picaso": _picaso,
+    **{f"picaso-{part}": _picaso for part in PICASO_PARTS},
+    "sns": _sns,
 }
 WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WORKLOADS)
 
@@ -575,8 +626,10 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
 def _sweep_keys(workload: str) -> list[str] | None:
     """The keys ``--sweep`` may vary on ``workload`` (``None``: every parameter)."""
     if workload.startswith("trace:"):
-        return [k for k in parameters() if k not in ("jobs", "offload_share")]
-    return None
+        return [k for k in parameters() if k not in ("jobs", "offload_share", "scaling_share")]
+    if workload == "sns":
+        return ["scaling_share", "sns_default_alpha", "sns_ways_weight"]
+    return [k for k in parameters() if k != "scaling_share"]
 
 
 def _emit(output: str, text: str, payload: dict[str, Any]) -> None:

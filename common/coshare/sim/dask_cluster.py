@@ -11,11 +11,11 @@ extra: ``pip install 'coshare[dask]'``). Where the workers come from:
   ``config_file``, ``bin_dir`` and ``partition``) or ``HTCondorCluster``
   (``condor_submit``/``condor_rm``, with the ``condor`` section's ``config_file``).
 
-An address that does not answer within ``sim.connect_timeout_s``, or a cluster whose first
-worker does not join within ``sim.worker_timeout_s``, is one :class:`ExecutorError` naming
-the address (exit status 1), never a hang. Where coshare starts the scheduler, a dead worker's
-task is not retried by Dask itself (``allowed-failures`` 0): :class:`DaskExecutor` retries it
-``sim.retries`` times, so one count holds for every executor.
+An address that does not answer within ``sim.connect_timeout_s``, or a scheduler (given or
+started) that no worker joins within ``sim.worker_timeout_s``, is one :class:`ExecutorError`
+naming the address (exit status 1), never a hang. Where coshare starts the scheduler, a dead
+worker's task is not retried by Dask itself (``allowed-failures`` 0): :class:`DaskExecutor`
+retries it ``sim.retries`` times, so one count holds for every executor.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from coshare.bounds import shorten_text
+from coshare.bounds import shorten, shorten_text
 from coshare.config import Config, SimConfig
 from coshare.errors import ExecutorError, InputError
 from coshare.sim.executor import DaskExecutor, LocalExecutor
@@ -36,6 +37,37 @@ from coshare.sim.runs import Executor
 
 #: Dask's own loggers say much on standard error at INFO; coshare shows their errors only.
 DASK_LOGGERS = ("distributed", "dask_jobqueue")
+
+
+#: A scheduler address Dask's TCP transport takes: ``tcp://`` (or no scheme), a host name,
+#: IPv4 or bracketed IPv6 address, and a port. (TLS would need certificates coshare has no
+#: settings for; other transports need packages it does not install.)
+_ADDRESS = re.compile(r"(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,15})://)?"
+                      r"(?P<host>\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
+                      r":(?P<port>[0-9]{1,5})")  # fmt: skip
+SCHEMES = ("tcp",)
+
+
+def check_address(address: str) -> str:
+    """``address`` when it is one a Dask client can connect to (checked before a client is
+    made: Dask's own errors for a malformed one are a traceback, or a client that cannot
+    close at exit).
+
+    Raises:
+        InputError: naming the address and what an address looks like.
+    """
+    allowed = "allowed: tcp://HOST:PORT or HOST:PORT, PORT 1..65535"
+    found = _ADDRESS.fullmatch(address)
+    what = f"the Dask scheduler address {shorten(address)} (--dask-scheduler, sim.dask_scheduler)"
+    if found is None:
+        raise InputError(f"{what} is not HOST:PORT ({allowed})")
+    scheme = (found["scheme"] or "tcp").lower()
+    if scheme not in SCHEMES:
+        raise InputError(f"{what}: coshare connects over {' or '.join(SCHEMES)}, not "
+                         f"{scheme} ({allowed})")  # fmt: skip
+    if not 1 <= int(found["port"]) <= 65535:
+        raise InputError(f"{what}: port {found['port']} is out of range ({allowed})")
+    return address
 
 
 def _import_distributed() -> Any:
@@ -69,8 +101,12 @@ def open_executor(config: Config) -> Iterator[Executor]:
         # Retries are coshare's (DaskExecutor): a task on a dead worker fails at once.
         stack.enter_context(dask.config.set({"distributed.scheduler.allowed-failures": 0}))
         if sim.dask_scheduler:
-            client = _connect(distributed, sim.dask_scheduler, sim)
+            client = _connect(distributed, check_address(sim.dask_scheduler), sim)
             stack.callback(client.close)
+            # A scheduler without workers accepts tasks and never runs them: wait for one
+            # as for a cluster coshare starts, so the command ends instead of hanging.
+            _wait_for_workers(client, sim, shorten_text(sim.dask_scheduler),
+                              "start its workers with `dask worker ADDRESS`")  # fmt: skip
         else:
             cluster = _start_cluster(distributed, config)
             stack.callback(_close_quietly, cluster)
@@ -78,8 +114,10 @@ def open_executor(config: Config) -> Iterator[Executor]:
             stack.callback(client.close)
             if sim.dask_cluster != "local":
                 cluster.scale(jobs=sim.workers)
-            _wait_for_workers(client, sim, str(cluster.scheduler_address))
-        yield DaskExecutor(client, sim.retries)
+            _wait_for_workers(client, sim, str(cluster.scheduler_address),
+                              f"{sim.dask_cluster} workers; see sim.log_directory for their "
+                              "output")  # fmt: skip
+        yield DaskExecutor(client, sim.retries, sim.worker_timeout_s)
 
 
 def _connect(distributed: Any, where: Any, sim: SimConfig) -> Any:
@@ -87,19 +125,19 @@ def _connect(distributed: Any, where: Any, sim: SimConfig) -> Any:
     try:
         return distributed.Client(where, timeout=sim.connect_timeout_s,
                                   set_as_default=False)  # fmt: skip
-    except (OSError, TimeoutError, ValueError) as exc:
+    except Exception as exc:  # OSError, TimeoutError, and whatever a transport raises
         raise ExecutorError(f"cannot reach the Dask scheduler at {shorten_text(str(address))} "
                             f"within {sim.connect_timeout_s:g} s: "
                             f"{shorten_text(str(exc) or type(exc).__name__)}") from exc
 
 
-def _wait_for_workers(client: Any, sim: SimConfig, address: str) -> None:
+def _wait_for_workers(client: Any, sim: SimConfig, address: str, hint: str) -> None:
     try:
         client.wait_for_workers(1, timeout=sim.worker_timeout_s)
     except (TimeoutError, OSError) as exc:
         raise ExecutorError(f"no Dask worker joined the scheduler at {address} within "
-                            f"{sim.worker_timeout_s:g} s ({sim.dask_cluster} workers; see "
-                            "sim.log_directory for their output)") from exc  # fmt: skip
+                            f"{sim.worker_timeout_s:g} s (sim.worker_timeout_s; {hint})"
+                            ) from exc  # fmt: skip
 
 
 def _close_quietly(cluster: Any) -> None:

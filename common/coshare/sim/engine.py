@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from coshare.errors import CoshareError
 from coshare.facts import attach
-from coshare.model import MILLI, Node, RunningJob, Snapshot
+from coshare.model import MILLI, Assignment, Node, RunningJob, Snapshot
 from coshare.policies.base import Policy
 from coshare.sim.device import ExecutionModel, OffloadModel, Token
 from coshare.sim.facts import FactsModel
@@ -327,22 +327,22 @@ class _Engine:
                 raise SimulationError(
                     f"policy {plan.policy} at t={now:g}: " + "; ".join(problems[:5])
                 )
-        parts: dict[str, list[tuple[str, tuple[str, ...], int | None]]] = {}
+        parts: dict[str, list[Assignment]] = {}
         for a in plan.assignments:  # a gang's nodes start together, all or nothing
-            parts.setdefault(a.job, []).append((a.node, a.devices, a.processes))
+            parts.setdefault(a.job, []).append(a)
         for job_id, on in parts.items():
             j = self.index[job_id]
             if j in self.placed or job_id not in self.pending:
                 raise SimulationError(f"job {job_id} placed twice")
             self.placed[j] = []
-            for node, device_ids, processes in on:
-                self.begin(j, node, device_ids, now, processes)
+            for a in on:
+                self.begin(j, a.node, a.devices, now, a.processes, a)
             del self.pending[job_id]
             self.start[j] = now
             self.model.start(j, tuple(d for part in self.placed[j] for d in part[2]), now)
 
     def begin(self, j: int, node: str, device_ids: tuple[str, ...], now: float,
-              processes: int | None) -> None:  # fmt: skip
+              processes: int | None, part: Assignment | None = None) -> None:  # fmt: skip
         """Take what job ``j`` holds on ``node`` (a gang: its ``processes`` there)."""
         job = self.jobs[j].job
         count = job.processes if processes is None else processes
@@ -371,6 +371,8 @@ class _Engine:
             start_time_s=now,
             program=job.program,
             walltime_s=job.walltime_s,
+            llc_ways=part.llc_ways if part is not None else None,
+            membw_gbps=part.membw_gbps if part is not None else None,
         )
         # A model that slows jobs by what shares their node (memory bandwidth: the poncos
         # workload) learns the node first, each node of a gang; device models need only the
@@ -378,6 +380,10 @@ class _Engine:
         on_node = getattr(self.model, "on_node", None)
         if on_node is not None:
             on_node(j, node)
+        # A model that needs the whole part (Spread-n-Share: processes and ways on the node)
+        on_part = getattr(self.model, "on_part", None)
+        if on_part is not None and part is not None:
+            on_part(j, part, count)
 
     def finish(self, j: int, now: float) -> None:
         if j in self.end:

@@ -21,9 +21,12 @@ scheduler given by address keeps its own setting on top.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -36,6 +39,23 @@ def _reason(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return shorten_text(f"{type(exc).__name__}: {text}" if type(exc).__module__ != "coshare"
                         and not type(exc).__module__.startswith("coshare.") else text)
+
+
+def _cancelled(future: Any) -> str:
+    """Why Dask cancelled a task's future: most often, the scheduler went away (every task
+    in flight is cancelled then, and ``future.exception()`` says nothing)."""
+    try:
+        future.result()
+    except CancelledError as exc:
+        reason = str(getattr(exc, "reason", "") or "unknown")
+        if reason == "scheduler-connection-lost":
+            return "lost the connection to the Dask scheduler"
+        if reason == "unknown":  # what a scheduler that stops gives
+            return "cancelled by the Dask scheduler (no reason given: was it stopped?)"
+        return f"cancelled by the Dask scheduler ({shorten_text(reason)})"
+    except Exception as exc:
+        return _reason(exc)
+    return "cancelled by Dask"
 
 
 def _lost(name: str, tries: int) -> Failure:
@@ -126,15 +146,27 @@ class LocalExecutor:
 class DaskExecutor:
     """Tasks on a Dask cluster through ``client`` (a ``distributed.Client``).
 
-    Each task is one Dask task with its own key; a task that ends in ``KilledWorker`` (its
-    worker died while running it) is submitted again under a new key, at most ``retries``
-    times.
+    Each task is one Dask task with its own key (unique to this executor: commands may share
+    a scheduler); a task that ends in ``KilledWorker`` (its worker died while running it) is
+    submitted again under a new key, at most ``retries`` times. When the scheduler has had no
+    worker at all for ``worker_timeout_s`` (every worker job cancelled or ended, none
+    replaced), the tasks not done fail, named, instead of waiting for ever.
     """
 
-    def __init__(self, client: Any, retries: int = 2) -> None:
+    #: Seconds between two looks at the scheduler's workers while nothing finishes.
+    POLL_S = 0.2
+    CHECK_WORKERS_S = 1.0
+
+    def __init__(self, client: Any, retries: int = 2, worker_timeout_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.client = client
         self.retries = retries
+        self.worker_timeout_s = worker_timeout_s
+        self.clock = clock
         self._stage = itertools.count()
+        # Keys name results on the scheduler: another command sharing it (a second sweep on
+        # the same --dask-scheduler) must never be handed this one's results, or these its.
+        self._token = uuid.uuid4().hex
 
     def share(self, value: Any) -> Any:
         # One copy per worker that needs it, instead of one in every task's arguments.
@@ -150,34 +182,88 @@ class DaskExecutor:
 
         def submit(i: int) -> Any:
             task = tasks[i]
-            return self.client.submit(task.fn, *task.args, pure=False,
-                                      key=f"coshare-sim-{stage}-{i}-{tries[i]}")  # fmt: skip
+            key = f"coshare-sim-{self._token}-{stage}-{i}-{tries[i]}"
+            return self.client.submit(task.fn, *task.args, pure=False, key=key)
 
         index: dict[str, int] = {}
-        futures = []
+        futures: dict[str, Any] = {}
         for i in range(len(tasks)):
             future = submit(i)
             index[future.key] = i
-            futures.append(future)
-        pending = as_completed(futures, loop=self.client.loop)  # type: ignore[no-untyped-call]
-        for future in pending:
-            i = index.pop(future.key)
-            if future.status == "finished":
-                results.values[i] = future.result()
-                future.release()
-            else:
-                exc = future.exception()
-                future.release()
-                if isinstance(exc, KilledWorker):
-                    tries[i] += 1
-                    if tries[i] <= self.retries:
-                        again = submit(i)
-                        index[again.key] = i
-                        pending.add(again)  # type: ignore[no-untyped-call]
-                        continue
-                    results.failed[i] = _lost(tasks[i].name, tries[i])
+            futures[future.key] = future
+        pending = as_completed(list(futures.values()), loop=self.client.loop)  # type: ignore[no-untyped-call]
+        watch = _WorkerWatch(self.client, self.worker_timeout_s, self.clock, self.CHECK_WORKERS_S)
+        while not pending.is_empty():  # type: ignore[no-untyped-call]
+            batch = pending.next_batch(block=False)  # type: ignore[no-untyped-call]
+            if not batch:
+                if watch.gone_too_long():
+                    self._abandon(tasks, index, futures, results, done)
+                    break
+                time.sleep(self.POLL_S)
+                continue
+            for future in batch:
+                i = index.pop(future.key)
+                futures.pop(future.key, None)
+                if future.status == "finished":
+                    results.values[i] = future.result()
+                    future.release()
+                elif future.status == "cancelled":  # no exception to tell: say why Dask gave up
+                    results.failed[i] = Failure(tasks[i].name, _cancelled(future))
                 else:
-                    results.failed[i] = Failure(tasks[i].name, _reason(exc))
+                    exc = future.exception()
+                    future.release()
+                    if isinstance(exc, KilledWorker):
+                        tries[i] += 1
+                        if tries[i] <= self.retries:
+                            again = submit(i)
+                            index[again.key] = i
+                            futures[again.key] = again
+                            pending.add(again)  # type: ignore[no-untyped-call]
+                            continue
+                        results.failed[i] = _lost(tasks[i].name, tries[i])
+                    else:
+                        results.failed[i] = Failure(tasks[i].name, _reason(exc))
+                if done is not None:
+                    done(i)
+        return results
+
+    def _abandon(self, tasks: Sequence[Task], index: dict[str, int], futures: dict[str, Any],
+                 results: Results, done: Done | None) -> None:  # fmt: skip
+        """Fail every task not done: no worker is left to run them."""
+        with contextlib.suppress(Exception):  # the scheduler may be going too
+            self.client.cancel(list(futures.values()))
+        reason = (f"no Dask worker left for {self.worker_timeout_s:g} s (sim.worker_timeout_s): "
+                  "every worker died or its job was cancelled")  # fmt: skip
+        for i in sorted(index.values()):
+            results.failed[i] = Failure(tasks[i].name, reason)
             if done is not None:
                 done(i)
-        return results
+
+
+class _WorkerWatch:
+    """Whether the scheduler has had no worker for longer than ``timeout_s`` (asked at most
+    every ``every_s``)."""
+
+    def __init__(self, client: Any, timeout_s: float, clock: Callable[[], float],
+                 every_s: float) -> None:  # fmt: skip
+        self.client = client
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.every_s = every_s
+        self.checked_at: float | None = None
+        self.empty_since: float | None = None
+
+    def gone_too_long(self) -> bool:
+        now = self.clock()
+        if self.checked_at is not None and now - self.checked_at < self.every_s:
+            return self.empty_since is not None and now - self.empty_since > self.timeout_s
+        self.checked_at = now
+        try:
+            workers = self.client.scheduler_info().get("workers", {})
+        except Exception:  # the scheduler itself is gone: Dask cancels the tasks, they end
+            return False
+        if workers:
+            self.empty_since = None
+        elif self.empty_since is None:
+            self.empty_since = now
+        return self.empty_since is not None and now - self.empty_since > self.timeout_s

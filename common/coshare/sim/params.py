@@ -4,7 +4,8 @@ A sweep varies any parameter of a workload or of the policies: several ``--sweep
 make a grid (every combination, in the order given). The parameters:
 
 - **workload**: ``jobs`` (jobs in the set; a trace replays its own), ``nodes`` (cluster
-  size; a trace: its first N nodes);
+  size; a trace: its first N nodes), ``scaling_share`` (the ``sns`` workload's share of
+  scaling jobs, Spread-n-Share section 6.3);
 - **engine**: ``cycle_delay_s``, ``offload_share`` (paper workloads);
 - **policy**: ``threads``, ``age_limit_s``, ``memory_grid_mib``, and every other keyword
   option of :class:`coshare.policies.PolicyOptions` (read from its signature, so a policy
@@ -37,7 +38,7 @@ MAX_OPTION = 2**31
 #: Setup fields a sweep sets directly (the others of PolicyOptions go to policy_params).
 _SETUP_FIELDS = {"threads", "age_limit_s", "memory_grid_mib", "cycle_delay_s", "offload_share"}
 #: PolicyOptions keywords that are not parameters: derived per run, or the seed itself.
-_NOT_PARAMETERS = {"seed", "fgd_workload", "bestfit_scale"}
+_NOT_PARAMETERS = {"seed", "fgd_workload", "bestfit_scale", "sns_profiles"}
 
 Point = tuple[tuple[str, Any], ...]
 """One point of a sweep: (key, value) per swept key, in the order the keys were given."""
@@ -117,6 +118,8 @@ def parameters() -> dict[str, Param]:
     for name, p in inspect.signature(PolicyOptions).parameters.items():
         if p.kind is p.KEYWORD_ONLY and name not in params and name not in _NOT_PARAMETERS:
             params[name] = Param(name, "policy", _policy_option(p.default))
+    # the sns workload's share of scaling jobs (Spread-n-Share section 6.3), listed last
+    params["scaling_share"] = Param("scaling_share", "workload", _real(0, 1))
     return params
 
 
@@ -166,7 +169,8 @@ def parse_sweeps(texts: Sequence[str], allowed: Sequence[str] | None = None) -> 
 def apply(point: Point, setup: Setup) -> Setup:
     """``setup`` with the point's engine and policy parameters."""
     direct = {k: v for k, v in point if k in _SETUP_FIELDS}
-    extra = {k: v for k, v in point if k not in _SETUP_FIELDS and k not in ("jobs", "nodes")}
+    extra = {k: v for k, v in point
+             if k not in _SETUP_FIELDS and k not in ("jobs", "nodes", "scaling_share")}
     if extra:
         merged = {**dict(setup.policy_params), **extra}
         direct["policy_params"] = tuple(sorted(merged.items()))

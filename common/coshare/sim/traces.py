@@ -188,7 +188,7 @@ def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
     Raises:
         TraceError: naming the line (and the field): a record of fewer than 18 fields, a field
             that is not a finite number within its bound, a job number given twice (both
-            lines named).
+            lines named), a job submitted before the job read before it (both lines named).
     """
     tally = SwfTally()
     jobs = tuple(iter_swf(lines, source, tally))
@@ -249,6 +249,7 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
     """
     tally = tally if tally is not None else SwfTally()
     seen = _SeenNumbers()
+    last: tuple[float, int] | None = None  # the submit time and line of the last job yielded
     for number, line in enumerate(lines, start=1):
         text = line.strip()
         if text.startswith(";"):
@@ -273,6 +274,14 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
         if run <= 0 or procs <= 0:
             tally.skipped += 1
             continue
+        if last is not None and submit < last[0]:
+            # SWF lists jobs in submit order, and a replay reads the log as a stream: an
+            # earlier job after a later one is refused here, before any run (exit 2), not
+            # by every run's engine (exit 1, one failure per run).
+            raise TraceError(f"{where}: job {ident} submits at {submit:g}, before the job on "
+                             f"line {last[1]} ({last[0]:g}); SWF lists jobs in submit "
+                             "order")  # fmt: skip
+        last = (submit, number)
         memory_kb = req_kb if req_kb > 0 else max(used_kb, 0)
         tally.jobs += 1
         yield SwfJob(

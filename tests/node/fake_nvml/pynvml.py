@@ -6,6 +6,10 @@ return code in ``value`` and ``NVMLError(NVML_ERROR_GPU_IS_LOST)`` is an instanc
 ``NVMLError_GpuIsLost`` subclass. ``$FAKE_NVML`` picks the failure of
 ``nvmlDeviceGetComputeRunningProcesses``: ``lost`` (raises, the default) or ``hang`` (never
 returns, as a GPU that stopped answering can).
+
+``nvmlDeviceGetPcieThroughput`` (the copy bandwidth of Wu & Hong, section III-B3) answers
+``$FAKE_NVML_PCIE_KBPS`` (``<tx>,<rx>`` in KB/s, as NVML reports them) and raises
+``NVML_ERROR_NOT_SUPPORTED`` when it is not set (a GPU without the counter).
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ import os
 import threading
 from typing import ClassVar
 
+NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_GPU_IS_LOST = 15
-_STRINGS = {NVML_ERROR_GPU_IS_LOST: "GPU is lost"}
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+_STRINGS = {NVML_ERROR_NOT_SUPPORTED: "Not Supported", NVML_ERROR_GPU_IS_LOST: "GPU is lost"}
 
 
 class NVMLError(Exception):
@@ -72,3 +79,11 @@ def nvmlDeviceGetComputeRunningProcesses(handle: object) -> list[object]:
 
 def nvmlDeviceGetGraphicsRunningProcesses(handle: object) -> list[object]:
     return []
+
+
+def nvmlDeviceGetPcieThroughput(handle: object, counter: int) -> int:
+    given = os.environ.get("FAKE_NVML_PCIE_KBPS")
+    if given is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    tx, rx = (int(v) for v in given.split(","))
+    return {NVML_PCIE_UTIL_TX_BYTES: tx, NVML_PCIE_UTIL_RX_BYTES: rx}[counter]

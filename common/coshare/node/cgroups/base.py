@@ -92,6 +92,16 @@ class JobGroup(Protocol):
         """The CPUs the group may run on, in the kernel's list format."""
         ...
 
+    def set_cpus(self, cpus: tuple[int, ...]) -> None:
+        """Write the group's CPUs (``cpuset.cpus``; at least one) while its processes run: the
+        kernel moves them onto the new CPUs (harvest: LEND and RECLAIM).
+
+        Raises:
+            CgroupUnavailable: the group has no cpuset (the file named).
+            CgroupError: the kernel refused (e.g. CPUs outside the parent's).
+        """
+        ...
+
     def cpu_usage_s(self) -> float:
         """CPU seconds the group's processes have used, exited ones included (v1
         ``cpuacct.usage``, v2 ``cpu.stat`` ``usage_usec``); raises

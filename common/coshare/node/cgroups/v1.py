@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from coshare.errors import CgroupError, CgroupUnavailable, JobStateError
+from coshare.errors import CgroupError, CgroupUnavailable, JobSpecError, JobStateError
 from coshare.node.cgroups.base import (
     FEATURES,
     Feature,
@@ -154,6 +154,13 @@ class V1Group:
         if "cpuset" not in self.dirs:
             return ""
         return read_text(self.dirs["cpuset"] / "cpuset.cpus").strip()
+
+    def set_cpus(self, cpus: tuple[int, ...]) -> None:
+        if not cpus:
+            raise JobSpecError(f"job {self.job}: a cpuset holds at least one cpu")
+        if "cpuset" not in self.dirs:
+            raise CgroupUnavailable("cpuset", f"no cgroup v1 cpuset hierarchy for {self!r}")
+        write_text(self.dirs["cpuset"] / "cpuset.cpus", format_cpu_list(cpus))
 
     def cpu_usage_s(self) -> float:
         if "cpuacct" not in self.dirs:

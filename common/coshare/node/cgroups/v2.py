@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from coshare.errors import CgroupError, CgroupUnavailable, JobStateError
+from coshare.errors import CgroupError, CgroupUnavailable, JobSpecError, JobStateError
 from coshare.node.cgroups.base import (
     FEATURES,
     Feature,
@@ -137,6 +137,15 @@ class V2Group:
     def cpus_text(self) -> str:
         path = self.directory / "cpuset.cpus.effective"
         return read_text(path).strip() if path.exists() else ""
+
+    def set_cpus(self, cpus: tuple[int, ...]) -> None:
+        if not cpus:
+            raise JobSpecError(f"job {self.job}: a cpuset holds at least one cpu")
+        path = self.directory / "cpuset.cpus"
+        if not path.exists():
+            raise CgroupUnavailable("cpuset", f"{path} does not exist (the cpuset controller "
+                                    "is not enabled for this group)")  # fmt: skip
+        write_text(path, format_cpu_list(cpus))
 
     def cpu_usage_s(self) -> float:
         path = self.directory / "cpu.stat"

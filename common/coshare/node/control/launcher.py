@@ -368,11 +368,42 @@ def task_prolog(
     return lines, 0
 
 
+#: The statuses of each action, for the ``Exit status:`` sections of ``--help`` (issue 21:
+#: every command lists its statuses; standard library only, so the rows are here, and a
+#: test holds them to :data:`coshare.exit_codes.PASS_THROUGH`).
+_KILLED = "coshare killed the job (the reason on standard error, and with --chirp in the job's ad)"
+_REFUSED = "the node daemon refused to start it, or it could not be set up (the job did not run)"
+EXIT_STATUSES = {
+    "run": (
+        ("N", "the job's own status (128+N: the job was killed by signal N)"),
+        (str(KILLED_STATUS), _KILLED),
+        (str(SETUP_FAILED_STATUS), _REFUSED),
+        ("127", "the command could not be executed"),
+        ("2", "bad arguments"),
+    ),
+    "task-prolog": (
+        ("0", "the job's group was joined (or coshare does not manage the job)"),
+        (str(SETUP_FAILED_STATUS), "coshare could not set up the job's group; Slurm fails the job"),
+        ("2", "bad arguments"),
+    ),
+}
+
+
+def exit_help(action: str, heading: str = "Exit status:") -> str:
+    """The ``Exit status:`` section of ``action``'s ``--help``."""
+    return "\n".join([heading, *(f"  {code:<5}{meaning}" for code, meaning in
+                                  EXIT_STATUSES[action])])  # fmt: skip
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line."""
-    top = argparse.ArgumentParser(prog="coshare-launch", description=__doc__.split("\n")[0])
+    raw = argparse.RawDescriptionHelpFormatter
+    both = "\n\n".join(exit_help(a, f"Exit status of {a}:") for a in EXIT_STATUSES)
+    top = argparse.ArgumentParser(prog="coshare-launch", description=__doc__.split("\n")[0],
+                                  formatter_class=raw, epilog=both)  # fmt: skip
     sub = top.add_subparsers(dest="action", required=True)
-    cmd = sub.add_parser("run", help="run CMD as the whole job, inside its coshare group")
+    cmd = sub.add_parser("run", help="run CMD as the whole job, inside its coshare group",
+                         formatter_class=raw, epilog=exit_help("run"))  # fmt: skip
     cmd.add_argument("--socket", required=True, help="the node daemon's control socket")
     cmd.add_argument("--gate-socket", help="the offload gate's socket, for the job's processes")
     cmd.add_argument("--job", required=True, help="the job's id on this node")
@@ -384,7 +415,8 @@ def parser() -> argparse.ArgumentParser:
     cmd.add_argument("--device-threads", help="declared device threads")
     cmd.add_argument("--chirp", help="condor_chirp, to put the kill reason into the job's ad")
     cmd.add_argument("command", nargs="+", help="the job's command (after --)")
-    task = sub.add_parser("task-prolog", help="Slurm's TaskProlog: join the job's group")
+    task = sub.add_parser("task-prolog", help="Slurm's TaskProlog: join the job's group",
+                          formatter_class=raw, epilog=exit_help("task-prolog"))  # fmt: skip
     task.add_argument("--socket", default=DEFAULT_CONTROL_SOCKET, help="control socket")
     task.add_argument("--gate-socket", default=DEFAULT_GATE_SOCKET, help="offload gate socket")
     task.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="the daemon's state dir")

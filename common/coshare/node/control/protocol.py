@@ -20,6 +20,12 @@ applies the rules of :mod:`coshare.node.control.trust`::
         -> OK job=<id> frozen=1 changed=<0|1>
     THAW job=<id>
         -> OK job=<id> frozen=0 changed=<0|1>
+    LEND job=<gpu job> to=<cpu job> cpus=<list>
+        -> OK job=<gpu job> to=<cpu job> cpus=<its cpus now> to_cpus=<the cpu job's now>
+              lent=<all cores lent to it> changed=<0|1>
+    RECLAIM job=<gpu job> from=<cpu job> [cpus=<list>]
+        -> OK job=<gpu job> from=<cpu job> cpus=<its cpus now> from_cpus=<the cpu job's now>
+              lent=<cores still lent to it|-> changed=<0|1> requeue=<0|1>
 
 ``uid`` is for root only (the account of a job root starts). ``target=parent`` moves the
 caller's parent (Slurm's TaskProlog: its parent is the task that will ``exec`` the user's
@@ -28,6 +34,16 @@ resume every process of the job's group (the cgroup freezer: v1 ``freezer.state`
 ``cgroup.freeze``; poncos section 7 freezes the old job while it probes the new one's
 bandwidth); only accounts of ``node.operator_uids`` may ask, and both are idempotent:
 ``changed=0`` says the job was frozen (thawed) already and nothing was done.
+
+LEND and RECLAIM enforce a harvest placement (Wu & Hong, :mod:`coshare.node.harvest`):
+LEND takes the named cores *out* of the running GPU job's cpuset and gives them to the CPU-only
+job's group (its cpuset grows by them; never shared); RECLAIM gives the GPU job back the named
+cores (default: all it lent to that job) and shrinks the CPU job to what remains. When nothing
+would remain the reply says ``requeue=1`` and nothing is changed: the planner requeues the CPU
+job through its scheduler, and its END gives the cores back. Operators only, idempotent
+(``changed=0``: done already), kept in the job records (a daemon restart keeps the loans).
+Refused: ``unknown_job`` for either job; ``bad_spec`` for cores the GPU job does not hold,
+cores lent already, or a lend that would leave the GPU job no core.
 
 Errors are ``ERR <code> <text>``; codes: ``bad_request``, ``too_long``, ``gone``,
 ``not_launcher``, ``in_group``, ``wrong_user``, ``not_allowed``, ``running`` (the job runs
@@ -47,14 +63,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from coshare.errors import JobSpecError, ReplyError
-from coshare.node.spec import check_device_id, check_job_id
+from coshare.node.spec import check_device_id, check_job_id, parse_cpu_list
 
 #: Longest request line, newline included.
 MAX_LINE = 1024
 #: Largest integer a field may carry.
 MAX_NUMBER = 2**31 - 1
 
-ControlVerb = Literal["START", "JOIN", "END", "FREEZE", "THAW"]
+ControlVerb = Literal["START", "JOIN", "END", "FREEZE", "THAW", "LEND", "RECLAIM"]
 
 _FIELDS: dict[str, tuple[str, ...]] = {
     "START": (
@@ -72,6 +88,8 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "END": ("job",),
     "FREEZE": ("job",),
     "THAW": ("job",),
+    "LEND": ("job", "to", "cpus"),
+    "RECLAIM": ("job", "from", "cpus"),
 }
 
 
@@ -84,7 +102,7 @@ class ControlRequest:
     """One parsed request.
 
     Attributes:
-        verb: START, JOIN or END.
+        verb: START, JOIN, END, FREEZE, THAW, LEND or RECLAIM.
         job: the job id.
         cores: cores the job needs (START).
         memory_mib: host memory limit (START).
@@ -95,6 +113,8 @@ class ControlRequest:
         llc_ways: LLC ways of its own (START; resctrl).
         membw_percent: its memory-bandwidth share (START; resctrl MBA).
         target: ``self`` or ``parent`` (JOIN).
+        other: the CPU job that borrows (LEND ``to``) or gives back (RECLAIM ``from``).
+        cpus: the cores lent or given back (``None`` for RECLAIM: all lent to ``other``).
     """
 
     verb: ControlVerb
@@ -108,6 +128,8 @@ class ControlRequest:
     target: Literal["self", "parent"] = "self"
     llc_ways: int | None = None
     membw_percent: int | None = None
+    other: str | None = None
+    cpus: tuple[int, ...] | None = None
 
 
 def _integer(job: str, key: str, value: str, minimum: int = 1) -> int:
@@ -170,7 +192,30 @@ def parse_control(line: bytes) -> ControlRequest:
         return ControlRequest("JOIN", job, target=target)  # type: ignore[arg-type]
     if verb in ("END", "FREEZE", "THAW"):
         return ControlRequest(verb, job)  # type: ignore[arg-type]
+    if verb in ("LEND", "RECLAIM"):
+        return _loan(verb, job, fields)
     return _start(job, fields)
+
+
+def _loan(verb: str, job: str, fields: dict[str, str]) -> ControlRequest:
+    key = "to" if verb == "LEND" else "from"
+    if key not in fields:
+        raise ControlProtocolError("bad_request", f"job {job}: {verb} needs {key}=<job id>")
+    try:
+        other = check_job_id(fields[key])
+    except JobSpecError as exc:
+        raise ControlProtocolError("bad_request", f"job {job}: {key}: {exc}") from None
+    cpus = None
+    if "cpus" in fields:
+        try:
+            cpus = parse_cpu_list(fields["cpus"])
+        except JobSpecError as exc:
+            raise ControlProtocolError("bad_request", f"job {job}: cpus: {exc}") from None
+        if not cpus:
+            raise ControlProtocolError("bad_request", f"job {job}: cpus= names no cpu")
+    elif verb == "LEND":
+        raise ControlProtocolError("bad_request", f"job {job}: LEND needs cpus=<list>")
+    return ControlRequest(verb, job, other=other, cpus=cpus)  # type: ignore[arg-type]
 
 
 def _start(job: str, fields: dict[str, str]) -> ControlRequest:

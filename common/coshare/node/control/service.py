@@ -34,7 +34,7 @@ from coshare.errors import (
     JobStateError,
     Unsupported,
 )
-from coshare.node import lifecycle
+from coshare.node import harvest, lifecycle
 from coshare.node.cgroups import Cgroups, JobGroup
 from coshare.node.cgroups.base import write_text
 from coshare.node.control.protocol import (
@@ -114,6 +114,8 @@ class JobControl:
                     return self._join(request, caller, peer_uid)
                 if request.verb in ("FREEZE", "THAW"):
                     return self._freeze(request, peer_uid, frozen=request.verb == "FREEZE")
+                if request.verb in ("LEND", "RECLAIM"):
+                    return self._loan(request, peer_uid)
                 return self._end(request, caller, peer_uid)
         except Refused as exc:
             log.warning("refused %s from pid %d (uid %d): %s", request.verb, peer_pid,
@@ -306,6 +308,61 @@ class JobControl:
         log.info("job %s %s%s", request.job, "frozen" if frozen else "thawed",
                  "" if changed else " already; nothing done")  # fmt: skip
         return f"OK job={request.job} frozen={int(frozen)} changed={int(changed)}"
+
+    def _loan(self, request: ControlRequest, uid: int) -> str:
+        """LEND or RECLAIM harvested cores (:mod:`coshare.node.harvest`); idempotent."""
+        verb = request.verb
+        if uid not in self.config.operator_uids:
+            raise Refused("not_allowed", f"job {request.job}: {verb} is for operators "
+                          f"(node.operator_uids), not uid {uid}")  # fmt: skip
+        assert request.other is not None
+        with self.store.lock():
+            lender = self._live_record(request.job)
+            borrower = self._live_record(request.other)
+            missing = self.cgroups.missing(["cpuset"])
+            if missing:
+                raise Unsupported("cpuset", str(self.cgroups.root), missing[0])
+            if verb == "LEND":
+                assert request.cpus is not None
+                others = [r.holding() for r in self.store.records()
+                          if r.job not in (lender.job, borrower.job)]  # fmt: skip
+                change = harvest.lend(lender.holding(), borrower.holding(), request.cpus, others)
+            else:
+                change = harvest.give_back(lender.holding(), borrower.holding(), request.cpus)
+            if change.changed:
+                lifecycle.apply_holdings(self.config, self.store,
+                                         {lender.job: lender, borrower.job: borrower},
+                                         [change.lender, change.borrower])  # fmt: skip
+        after_l, after_b = change.lender, change.borrower
+        lent = format_cpu_list(after_l.lent_to.get(after_b.job, ())) or "-"
+        if verb == "LEND":
+            log.info("job %s lent cpus %s to job %s%s", after_l.job, lent, after_b.job,
+                     "" if change.changed else " already; nothing done")  # fmt: skip
+            return (f"OK job={after_l.job} to={after_b.job} cpus={format_cpu_list(after_l.cpus)} "
+                    f"to_cpus={format_cpu_list(after_b.cpus)} lent={lent} "
+                    f"changed={int(change.changed)}")  # fmt: skip
+        if change.requeue:
+            log.warning("job %s: giving back its cpus would leave job %s no core; nothing "
+                        "done, the planner must requeue job %s", after_l.job, after_b.job,
+                        after_b.job)  # fmt: skip
+        else:
+            log.info("job %s got cpus back from job %s%s; still lent: %s", after_l.job,
+                     after_b.job, "" if change.changed else " already", lent)  # fmt: skip
+        return (f"OK job={after_l.job} from={after_b.job} cpus={format_cpu_list(after_l.cpus)} "
+                f"from_cpus={format_cpu_list(after_b.cpus) or '-'} lent={lent} "
+                f"changed={int(change.changed)} requeue={int(change.requeue)}")  # fmt: skip
+
+    def _live_record(self, job: str) -> JobRecord:
+        """The record of a job whose group exists on this node.
+
+        Raises:
+            Refused: ``unknown_job`` otherwise.
+        """
+        record = self.store.read(job)
+        group = record.group(self.config.kill_timeout_s) if record is not None else None
+        if record is None or group is None or not group.exists():
+            raise Refused("unknown_job", f"job {job} has no group on this node")
+        return record
 
     def thaw_overdue(self) -> list[str]:
         """Thaw every job frozen longer than ``node.max_freeze_s`` (a freeze is for a probe,

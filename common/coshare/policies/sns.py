@@ -1,0 +1,317 @@
+"""Spread-n-Share (``sns``) and compact-share (``cs``): Tang et al., SC '19, sections 3.2
+and 4.3-4.4 (``shared/papers/spread-n-share.md``; issue 19 item 3).
+
+Both place CPU jobs of ``P`` processes on ``n = k * ceil(P/T)`` nodes with ``ceil(P/n)``
+cores each (``T``: a node's cores in processes), sharing nodes with other jobs; they place
+gangs themselves (``places_gangs``), so the shared gang wrapper leaves them alone.
+
+**sns**, each cycle, in age order (priority, then submit time; jobs past ``age_limit_s``
+first, and nothing overtakes an aged job that cannot start: the paper's "age limit", whose
+value it does not give):
+
+1. the job's demand at each scale factor (:func:`coshare.profiles.demand`): ``w`` ways
+   whose IPC reaches ``alpha`` x full-cache IPC, bandwidth ``b`` at ``w`` scaled to the
+   cores it has on a node; ``alpha`` is the job's ``CoshareAlpha``, else ``default_alpha``;
+2. the scales in order: the profile's fastest alone first, then by run time alone (section
+   4.4); a scale whose run time alone is slower than ``alpha`` x scale 1's is not tried (it
+   would break the threshold before sharing anything; coshare's reading of "while meeting
+   the degradation constraint"), nor one outside the job's node range;
+3. nodes that have ``c`` idle cores, ``w`` free ways and ``b`` free bandwidth; first within
+   one group of nodes with equal idle cores (coshare takes the group with the fewest idle
+   cores that holds the job: the paper does not say which), else the whole cluster; the
+   ``n`` idlest by ``C_o + B_o + beta * W_o`` (occupied shares of cores, bandwidth and
+   ways; ``beta`` = ``ways_weight``, 2 in the paper);
+4. the placement allocates ``w`` ways on every node that has resctrl (``Node.llc_ways``);
+   the ways no job holds are shared among the running jobs at run time (the simulator's
+   model does this; live, the plan records the allocation only). MBA is not used: like the
+   paper's testbed, bandwidth is admitted by the profiles' averages.
+
+A job whose program has no profile runs compact (scale 1) without ways or bandwidth, noted
+"no profile for X". Nodes without resctrl run jobs without way allocation, noted.
+
+**cs** (section 3.2): the same queue and node sharing, without profiles: the lowest scale
+factor that fits the idle cores now (1 when it can), nodes chosen by occupied cores alone,
+no ways allocated and no bandwidth counted.
+
+Pure and deterministic: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from coshare.gangs import node_counts, split
+from coshare.model import Assignment, Job, Plan, RunningJob, Snapshot, Spread, Unplaced
+from coshare.policies.aging import split_aged
+from coshare.policies.base import priority_key
+from coshare.policies.gang import gang_refusal
+from coshare.profiles import DEFAULT_ALPHA, SCALES, Demand, Profile, demand
+
+Mode = Literal["sns", "cs"]
+
+#: The paper's weight of occupied ways in the idleness score (section 4.4: "2 in our
+#: prototype").
+DEFAULT_WAYS_WEIGHT = 2.0
+
+
+@dataclass
+class _Node:
+    """What one node has and holds this cycle."""
+
+    name: str
+    cores: int  # milli
+    memory: int
+    ways: int | None
+    membw: float | None
+    used_cores: int = 0
+    used_memory: int = 0
+    used_ways: int = 0
+    used_membw: float = 0.0
+    free_ways_cap: int | None = None  # node facts: ways no coshare group holds
+
+    @property
+    def free_cores(self) -> int:
+        return self.cores - self.used_cores
+
+    @property
+    def free_ways(self) -> int | None:
+        if self.ways is None:
+            return None
+        free = self.ways - self.used_ways
+        return free if self.free_ways_cap is None else min(free, self.free_ways_cap)
+
+    def score(self, ways_weight: float, cores_only: bool) -> float:
+        """``C_o + B_o + beta * W_o``: how busy the node is (lower: idler)."""
+        c = self.used_cores / self.cores if self.cores else 1.0
+        if cores_only:
+            return c
+        b = self.used_membw / self.membw if self.membw else 0.0
+        w = self.used_ways / self.ways if self.ways else 0.0
+        return c + b + ways_weight * w
+
+
+@dataclass(frozen=True)
+class SnsPolicy:
+    """Spread-n-Share (``mode="sns"``) or compact-share (``mode="cs"``); see the module
+    docstring.
+
+    Attributes:
+        profiles: program profiles by ``CoshareProgram`` (:mod:`coshare.profile_store`).
+        mode: ``sns`` or ``cs``.
+        default_alpha: the slowdown threshold of a job that names none (paper: 0.9).
+        ways_weight: ``beta`` of the idleness score.
+        age_limit_s: pending time after which nothing overtakes a job; ``None``: never.
+    """
+
+    places_gangs: ClassVar[bool] = True
+
+    profiles: Mapping[str, Profile] = field(default_factory=dict)
+    mode: Mode = "sns"
+    default_alpha: float = DEFAULT_ALPHA
+    ways_weight: float = DEFAULT_WAYS_WEIGHT
+    age_limit_s: float | None = 3600.0
+
+    @property
+    def name(self) -> str:
+        """``sns`` or ``cs``."""
+        return self.mode
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        """Place the pending jobs in age order (see the module docstring)."""
+        nodes = [_Node(n.name, n.cpu_milli, n.memory_mib, n.llc_ways, n.membw_gbps,
+                       free_ways_cap=n.llc_ways_free) for n in snapshot.nodes]  # fmt: skip
+        index = {n.name: i for i, n in enumerate(nodes)}
+        for r in snapshot.running:
+            i = index.get(r.node)
+            if i is not None:
+                self._hold(nodes[i], r)
+        assignments: list[Assignment] = []
+        spreads: list[Spread] = []
+        unplaced: dict[str, Unplaced] = {}
+        order = sorted(snapshot.pending, key=priority_key)
+        aged, young = split_aged(snapshot, order, self.age_limit_s)
+        blocked: Job | None = None
+        for job in aged + young:
+            if blocked is not None:
+                unplaced[job.id] = Unplaced(job.id, f"waits behind job {blocked.id}, past "
+                                            f"age_limit_s {self.age_limit_s:g}, which nothing "
+                                            "overtakes", "not_chosen")  # fmt: skip
+                continue
+            refusal = self._refusal(job, nodes)
+            if refusal is not None:
+                unplaced[job.id] = refusal
+                continue
+            placed = self._place(job, nodes)
+            if placed is None:
+                unplaced[job.id] = self._waiting(job, nodes)
+                if job in aged:
+                    blocked = job
+                continue
+            parts, spread = placed
+            assignments += parts
+            spreads.append(spread)
+        ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
+        notes = tuple(sorted({f"node {n.name} has no resctrl (llc_ways unknown): jobs there run "
+                              "without way allocation" for n in nodes if n.ways is None}))
+        return Plan(self.name, tuple(assignments), ordered, spreads=tuple(spreads),
+                    notes=notes if self.mode == "sns" else ())  # fmt: skip
+
+    def _hold(self, node: _Node, r: RunningJob) -> None:
+        """Count what a running (or planned) job holds on ``node``."""
+        node.used_cores += r.cpu_milli
+        node.used_memory += r.memory_mib
+        if r.llc_ways is not None:
+            node.used_ways += r.llc_ways
+        if r.membw_gbps is not None:
+            node.used_membw += r.membw_gbps
+        elif self.mode == "sns":  # no count recorded: the profile's, at the ways it holds
+            profile = self.profiles.get(r.program or "")
+            if profile is not None:
+                ways = r.llc_ways if r.llc_ways is not None else profile.full_ways
+                cores = max(1, r.cpu_milli // 1000)
+                node.used_membw += profile.membw_at(ways, cores) * cores / profile.cores
+
+    def _alpha(self, job: Job) -> float:
+        return job.alpha if job.alpha is not None else self.default_alpha
+
+    def _slots(self, job: Job, nodes: list[_Node]) -> int:
+        """``T``: the most of the job's processes one node holds (by cores)."""
+        most = max((n.cores for n in nodes), default=0)
+        return max(1, most // job.cpu_milli) if job.cpu_milli > 0 else max(1, job.processes)
+
+    def _demands(self, job: Job, nodes: list[_Node]) -> tuple[list[Demand], str]:
+        """The scales to try, in order, with the note a placement carries."""
+        profile = self.profiles.get(job.program or "") if self.mode == "sns" else None
+        slots = self._slots(job, nodes)
+        allowed = node_counts(job)
+        counts = allowed if job.is_gang else range(1, 2)
+        if self.mode == "cs":
+            scales: tuple[int, ...] = SCALES
+            note = ""
+        elif profile is None:
+            scales = (1,)
+            note = f"no profile for {job.program}: runs compact at scale 1" if job.program \
+                else "no CoshareProgram: runs compact at scale 1"  # fmt: skip
+        else:
+            alpha = self._alpha(job)
+            scales = tuple(k for k in profile.scale_order()
+                           if k == 1 or profile.speedup(k) >= alpha)  # fmt: skip
+            note = ""
+        out = []
+        for k in scales:
+            d = demand(profile, self._alpha(job), job.processes, slots, k)
+            if d.nodes in counts and d.nodes <= len(nodes):
+                out.append(d)
+        if not out and 1 in scales:  # the job's node range admits no scale: its fewest nodes
+            n = max(allowed.start, 1)
+            if n <= len(nodes):
+                base = demand(profile, self._alpha(job), job.processes, slots, 1)
+                out.append(Demand(1, n, -(-job.processes // n), base.ways, base.membw_gbps,
+                                  base.speedup))  # fmt: skip
+        return out, note
+
+    def _refusal(self, job: Job, nodes: list[_Node]) -> Unplaced | None:
+        if job.needs_device:
+            return Unplaced(job.id, f"job {job.id}: the {self.mode} policy places CPU jobs "
+                            "only (it needs a device)", "unsupported")  # fmt: skip
+        if job.is_gang:
+            bad = gang_refusal(job)
+            if bad is not None:
+                return bad
+        demands, _ = self._demands(job, nodes)
+        if not demands:
+            return Unplaced(job.id, f"job {job.id}: no scale factor gives a node count it allows "
+                            f"({job.nodes}..{job.nodes_max or job.nodes} nodes, cluster "
+                            f"{len(nodes)})", "never_fits")  # fmt: skip
+        for d in demands:
+            if self._fits(job, d, nodes, empty=True) is not None:
+                return None
+        d = demands[0]
+        most_ways = max((n.ways for n in nodes if n.ways is not None), default=None)
+        if d.ways is not None and most_ways is not None and d.ways > most_ways and all(
+                n.ways is not None for n in nodes):  # fmt: skip
+            return Unplaced(job.id, f"job {job.id}: needs {d.ways} LLC ways per node (program "
+                            f"{job.program} at alpha {self._alpha(job):g}); the nodes have at "
+                            f"most {most_ways}", "never_fits")  # fmt: skip
+        return Unplaced(job.id, f"job {job.id}: needs {d.nodes} nodes with {d.cores_per_node} "
+                        f"cores ({job.cpu_milli / 1000:g} per process) and {job.memory_mib} MiB "
+                        "per process even when empty; no such set in the cluster",
+                        "never_fits")  # fmt: skip
+
+    def _node_ok(self, job: Job, d: Demand, node: _Node, share: int, empty: bool) -> bool:
+        cores = node.cores if empty else node.free_cores
+        memory = node.memory - (0 if empty else node.used_memory)
+        if job.cpu_milli * share > cores or job.memory_mib * share > memory:
+            return False
+        if self.mode == "cs":
+            return True
+        if d.ways is not None and node.ways is not None:
+            free = node.ways if empty else node.free_ways
+            if free is not None and d.ways > free:
+                return False
+        if d.membw_gbps is not None and node.membw is not None:
+            used = 0.0 if empty else node.used_membw
+            if used > 0 and used + d.membw_gbps * share / d.cores_per_node > node.membw:
+                return False  # a job alone on a node always fits its bandwidth
+        return True
+
+    def _fits(self, job: Job, d: Demand, nodes: list[_Node],
+              empty: bool = False) -> list[int] | None:  # fmt: skip
+        """The ``n`` nodes for demand ``d``, or ``None``."""
+        big = d.cores_per_node
+        ok = [i for i, n in enumerate(nodes) if self._node_ok(job, d, n, big, empty)]
+        if len(ok) < d.nodes:
+            return None
+        if empty:
+            return ok[: d.nodes]
+        cores_only = self.mode == "cs"
+        rank = sorted(ok, key=lambda i: (nodes[i].score(self.ways_weight, cores_only), i))
+        groups: dict[int, list[int]] = {}
+        for i in rank:
+            groups.setdefault(nodes[i].free_cores, []).append(i)
+        for idle in sorted(groups):
+            if len(groups[idle]) >= d.nodes:
+                return groups[idle][: d.nodes]
+        return rank[: d.nodes]
+
+    def _place(self, job: Job, nodes: list[_Node]) -> tuple[list[Assignment], Spread] | None:
+        demands, note = self._demands(job, nodes)
+        if self.mode == "cs":  # the lowest scale that fits now
+            demands = sorted(demands, key=lambda d: d.scale)
+        for d in demands:
+            chosen = self._fits(job, d, nodes)
+            if chosen is None:
+                continue
+            shares = split(job.processes, d.nodes)
+            parts = []
+            no_cat = [nodes[i].name for i in chosen if nodes[i].ways is None]
+            for i, share in zip(chosen, shares, strict=True):
+                node = nodes[i]
+                ways = d.ways if (self.mode == "sns" and node.ways is not None) else None
+                membw = (d.membw_gbps * share / d.cores_per_node
+                         if self.mode == "sns" and d.membw_gbps is not None else None)  # fmt: skip
+                node.used_cores += job.cpu_milli * share
+                node.used_memory += job.memory_mib * share
+                node.used_ways += ways or 0
+                node.used_membw += membw or 0.0
+                spread = d.nodes > 1 or job.is_gang
+                parts.append(Assignment(job.id, node.name, processes=share if spread else None,
+                                        llc_ways=ways, membw_gbps=membw))  # fmt: skip
+            text = note
+            if self.mode == "sns" and d.ways is not None and no_cat:
+                text = (f"{', '.join(no_cat[:4])} without resctrl: runs there without way "
+                        "allocation")  # fmt: skip
+            all_ways = d.ways if self.mode == "sns" and not no_cat else None
+            return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text)
+        return None
+
+    def _waiting(self, job: Job, nodes: list[_Node]) -> Unplaced:
+        demands, _ = self._demands(job, nodes)
+        tried = "; ".join(f"scale {d.scale}: {d.nodes} nodes x {d.cores_per_node} cores"
+                          + (f", {d.ways} ways, {d.membw_gbps:.1f} GB/s"
+                             if self.mode == "sns" and d.ways is not None
+                             and d.membw_gbps is not None else "")
+                          for d in demands[:4])  # fmt: skip
+        return Unplaced(job.id, f"no set of nodes has room now ({tried}); it waits", "no_room")
