@@ -320,7 +320,7 @@ def pending_job(queued: Queued, limits: ClusterLimits | None, *, gangs: bool = F
     )  # fmt: skip
     if job.is_gang and not gangs:
         # The policies plan gangs (coshare.gangs), but this adapter does not write a
-        # multi-node placement yet (issue 14, item 5): refused here, never half-placed.
+        # multi-node placement: refused here, never half-placed.
         key = "CoshareNodesMax" if job.nodes == 1 else "CoshareNodes"
         value = job.nodes_max if job.nodes == 1 else job.nodes
         raise AnnotationError(job.id, [FieldProblem(

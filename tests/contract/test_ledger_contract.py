@@ -359,8 +359,8 @@ def test_a_bad_or_absurd_annotation_refuses_that_job_and_the_others_are_planned(
 
 
 def test_a_gang_is_planned_whole_on_slurm_and_refused_on_htcondor(half: Half) -> None:
-    # issue 14: the Slurm adapter writes a gang's nodes in its one update; HTCondor's does
-    # not place multi-node jobs yet (item 5) and refuses them as a bad annotation
+    # issue 14: the Slurm adapter writes a gang's nodes in its one update; HTCondor places
+    # only parallel-universe gangs (item 5) and refuses gang keys on this vanilla job
     out = run(half, [Spec(1, nodes=2), Spec(2)])
     if half.name == "slurm":
         assert (out.rejected, out.pending) == ((), (1, 2))
