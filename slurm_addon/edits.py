@@ -155,7 +155,7 @@ def plan_edits(
     failed = list(d.failed)
     for w in d.writes:
         target = Placement(w.node, w.devices, int(now_s), w.device_memory_mib, w.device_threads,
-                           w.parts)  # fmt: skip
+                           w.parts, w.llc_ways, w.spread)  # fmt: skip
         try:
             text = format_placement(target)
             if w.parts:
