@@ -7,12 +7,14 @@ resctrl, naming the path it looked at."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from coshare.errors import PlanInvariantError
 from coshare.ledger import Current, Part, Placed, Queued, decide, held
-from coshare.model import Snapshot, Spread
+from coshare.model import Assignment, Plan, Snapshot, Spread
+from coshare.node.control import launcher
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import JobSpec
 from coshare.planner import run_cycle, ways_refusal, writes_llc_ways
@@ -21,11 +23,14 @@ from coshare.ports import ApplyReport, SourceResult
 from condor_addon.adapter import CondorAdapter
 from slurm_addon import node_hooks, prolog
 from slurm_addon.adapter import SlurmAdapter
+from slurm_addon.edits import plan_edits
+from slurm_addon.jobs import SlurmJob
 from slurm_addon.placement import Placement, PlacementError, format_placement, parse_placement
-from slurm_addon.view import placed_of
+from slurm_addon.view import build_view, placed_of
 
 from .fake_resctrl import make_resctrl
 from .test_policy_sns import job, nodes, sns
+from .test_slurm_gangs import KINDS, NOW, slurm_gang, slurm_node
 from .test_slurm_prolog import node_config_file
 
 HEAD = "coshare-placement;v=1;node=n1;devices=;at=5;mem_mib=0;threads=0"
@@ -115,8 +120,6 @@ def test_a_spread_plan_becomes_one_write_with_each_nodes_ways_and_is_kept_when_r
 
 
 def test_placed_of_keeps_a_single_node_jobs_ways() -> None:
-    from slurm_addon.jobs import SlurmJob
-
     placement = Placement("n3", (), 5, 0, 0, (), 4, Spread("", 1, 1, 4))
     slurm_job = SlurmJob(id="9", phase="pending", state="PENDING", comment="",
                          admin_comment=format_placement(placement), required_nodes="n3")
@@ -185,8 +188,6 @@ def test_tasks_are_told_the_spread_and_ways_or_that_the_node_has_no_resctrl(
     assert here is not None
     assert node_hooks.sns_task_env(config, "42", here, RECORD_WAYS) == [
         "export COSHARE_SPREAD=2:2:8", "export COSHARE_LLC_WAYS=3"]
-    from dataclasses import replace
-
     absent = replace(config, resctrl_root=str(tmp_path / "no-resctrl"))
     lines = node_hooks.sns_task_env(absent, "42", replace(here, llc_ways=None), RECORD)
     assert lines[:2] == ["export COSHARE_SPREAD=2:2:8", "export COSHARE_LLC_WAYS=unsupported"]
@@ -206,3 +207,49 @@ def test_without_a_node_daemon_the_task_prolog_says_the_ways_were_not_made() -> 
     assert "export COSHARE_LLC_WAYS=unsupported" in lines
     assert lines[-1] == ("print coshare: job 42 runs on n2 without its 3 LLC ways: no coshare "
                          "node daemon here")  # fmt: skip
+
+
+def test_the_task_prolog_passes_only_coshare_exports_and_prints_the_prolog_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "job-42.json").write_text("{}")
+    (jobs / "job-42.taskenv").write_text(
+        "export COSHARE_SPREAD=2:2:8\nexport COSHARE_LLC_WAYS=unsupported\n"
+        "print coshare: job 42 runs on n2 without LLC way allocation: unsupported (/x)\n"
+        "export PATH=/tmp/evil\nexport COSHARE_X=$(id)\nrm -rf /\n")  # fmt: skip
+    monkeypatch.setattr(launcher, "request", lambda socket, text: {"cpus": "0"})
+    told = launcher.task_prolog("/none.sock", "/gate.sock", str(tmp_path),
+                                {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "n2"})  # fmt: skip
+    assert told is not None and told[1] == 0
+    lines = told[0]
+    assert lines[-3:] == ["export COSHARE_SPREAD=2:2:8", "export COSHARE_LLC_WAYS=unsupported",
+                          "print coshare: job 42 runs on n2 without LLC way allocation: "
+                          "unsupported (/x)"]  # fmt: skip
+    assert not any("PATH" in line or "id)" in line or "rm " in line for line in lines)
+
+
+def test_a_gang_planned_on_one_node_is_written_pinned_and_read_back_placed() -> None:
+    # sbatch -N 1-2 -n 4 at scale 1 (sns) lands on one node; its write pins NumNodes=1-1,
+    # so read back it is a single-node job: its placement has no parts, or the ledger would
+    # find the parts of a job that is no gang "gone" and plan it again.
+    nodes = [slurm_node(f"csl-n{i}") for i in (1, 2)]
+    pending = slurm_gang(comment="coshare: program=X", node_count=1, max_nodes=2, tasks=4,
+                         tasks_per_node=0, cpus=4)  # fmt: skip
+    view = build_view(nodes, [pending], device_kinds=KINDS, now_s=NOW)
+    (job_now,) = view.snapshot.pending
+    assert job_now.is_gang and job_now.processes == 4
+    plan = Plan("sns", (Assignment("7", "csl-n2", processes=4, llc_ways=3),),
+                spreads=(Spread("7", 1, 1, 4, 3),))  # fmt: skip
+    (write,) = plan_edits(view, plan, [], {"7": pending}, now_s=NOW).writes
+    assert (write.nodes, write.tasks, write.tasks_per_node, write.min_cpus_per_node) == (
+        ("csl-n2",), 4, 4, 4)  # NumNodes=1-1 NumTasks=4 TasksPerNode=4 MinCPUsNode=4
+    assert write.admin_comment.endswith(";threads=0;spread=1:1:4;ways=csl-n2:3")
+    written = replace(pending, held=False, priority=1000, required_nodes="csl-n2",
+                      node_count=1, max_nodes=1, tasks_per_node=4,
+                      admin_comment=write.admin_comment)  # fmt: skip
+    again = build_view(nodes, [written], device_kinds=KINDS, now_s=NOW + 5)
+    assert again.snapshot.pending == () and not again.to_close
+    (holding,) = again.snapshot.running
+    assert (holding.node, holding.cpu_milli, holding.llc_ways) == ("csl-n2", 4000, 3)
