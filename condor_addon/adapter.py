@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
 
 from coshare.config import Config
 from coshare.errors import SchedulerError
@@ -65,6 +66,13 @@ class CondorAdapter:
     Attributes:
         jobs: the managed jobs of the last read, by id (the Editor's change check).
     """
+
+    #: HTCondor's placement records no LLC ways and its starter hooks make no resctrl group:
+    #: a live cycle refuses a plan that allocates ways (:func:`coshare.planner.ways_refusal`).
+    writes_llc_ways: ClassVar[bool] = False
+    ways_unwritable_reason: ClassVar[str] = (
+        "the HTCondor adapter records no LLC ways in a placement and its starter hooks make "
+        "no resctrl group (only Slurm's Prolog does)")
 
     def __init__(
         self, client: CondorClient, config: Config, clock: Callable[[], float] = time.time

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from coshare.config import Config
 from coshare.errors import SchedulerError, UnsafeValue
@@ -62,6 +63,11 @@ class SlurmAdapter:
         config: the whole configuration (``slurm``, ``cycle`` and ``device_kinds``).
         clock: seconds since the epoch (placement times, replanning, aging).
     """
+
+    #: The placement records each node's LLC ways (``ways=``) and the Prolog makes the job's
+    #: resctrl group with them (:mod:`slurm_addon.prolog`): live cycles may apply ``sns``
+    #: plans that allocate ways (:func:`coshare.planner.ways_refusal`; issue 19).
+    writes_llc_ways: ClassVar[bool] = True
 
     def __init__(
         self, client: SlurmClient, config: Config, clock: Callable[[], float] = time.time

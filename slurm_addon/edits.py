@@ -154,16 +154,21 @@ def plan_edits(
     writes: list[PlacementWrite] = []
     failed = list(d.failed)
     for w in d.writes:
+        # A gang planned on one node (``-N 1-4`` at one node: ``sns`` at scale 1) is pinned
+        # to NumNodes=1-1 by its write, so read back it is a single-node job: its placement
+        # then records no parts, as a single-node job's (one with parts would be "gone").
+        recorded = w.parts if len(w.parts) > 1 else ()
         target = Placement(w.node, w.devices, int(now_s), w.device_memory_mib, w.device_threads,
-                           w.parts)  # fmt: skip
+                           recorded, w.llc_ways, w.spread)  # fmt: skip
         try:
             text = format_placement(target)
             if w.parts:
                 counts = [p.processes for p in w.parts]
                 even = counts[0] if len(set(counts)) == 1 else 0
                 cpus = max(counts) * -(-pending[w.job].cpu_milli // MILLI)  # CPUs per task
-                writes.append(PlacementWrite(w.job, w.node, text, target.nodes, sum(counts),
-                                             even, cpus))  # fmt: skip
+                writes.append(PlacementWrite(w.job, w.node, text, (w.node,) if not recorded
+                                             else target.nodes, sum(counts), even,
+                                             cpus))  # fmt: skip
             else:
                 writes.append(PlacementWrite(w.job, w.node, text))
         except PlacementError as exc:

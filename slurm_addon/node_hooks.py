@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from coshare.commands import CommandRunner, run
 from coshare.config import NodeConfig
-from coshare.errors import CoshareError
+from coshare.errors import CoshareError, Unsupported
 from coshare.node import lifecycle
 from coshare.node.jobs import JobRecord
 
@@ -42,24 +42,84 @@ def on_job_start(
         allocation: the cores and memory Slurm allocated to it here.
         uid: the job's account (``SLURM_JOB_UID``); only its tasks may join the group.
 
+    A Spread-n-Share placement (issue 19) that allocates LLC ways on this node gets its
+    resctrl group with them. On a node without resctrl the job runs *without* way
+    allocation (the issue's rule; the plan's notes say so too), and its tasks are told
+    ``COSHARE_LLC_WAYS=unsupported`` with the path looked at (:func:`sns_task_env`):
+    nothing is pretended. Ways the node has but cannot give (all held) fail the job with
+    the reason, as any other limit that cannot be set.
+
     Raises:
         CoshareError: when the group cannot be made; the reason is recorded for the
             TaskProlog, which then fails the job with it.
     """
+    store = lifecycle.node_store(config)
+    without: Unsupported | None = None
     try:
-        return lifecycle.job_start(
-            config,
-            job_id,
-            cores=allocation.cpus,
-            memory_mib=allocation.memory_mib,
-            devices=placement.devices,
-            device_memory_mib=placement.device_memory_mib or None,
-            device_threads=placement.device_threads or None,
-            uid=uid,
-        )
+        try:
+            record = _start(config, job_id, placement, allocation, uid, placement.llc_ways)
+        except Unsupported as exc:
+            if placement.llc_ways is None:
+                raise
+            without = exc
+            record = _start(config, job_id, placement, allocation, uid, None)
     except CoshareError as exc:
-        lifecycle.node_store(config).record_error(job_id, str(exc))
+        store.record_error(job_id, str(exc))
         raise
+    lines = sns_task_env(config, job_id, placement, record, without)
+    if lines:
+        store.record_task_env(job_id, lines)
+    return record
+
+
+def _start(config: NodeConfig, job_id: str, placement: Placement, allocation: Allocation,
+           uid: int, llc_ways: int | None) -> JobRecord:  # fmt: skip
+    return lifecycle.job_start(
+        config,
+        job_id,
+        cores=allocation.cpus,
+        memory_mib=allocation.memory_mib,
+        devices=placement.devices,
+        device_memory_mib=placement.device_memory_mib or None,
+        device_threads=placement.device_threads or None,
+        uid=uid,
+        llc_ways=llc_ways,
+    )
+
+
+def sns_task_env(config: NodeConfig, job_id: str, placement: Placement, record: JobRecord,
+                 without: Unsupported | None = None) -> list[str]:  # fmt: skip
+    """What each task of a Spread-n-Share job is told on this node (empty for other jobs):
+
+    - ``COSHARE_SPREAD=<scale>:<nodes>:<cores_per_node>``, from the placement;
+    - ``COSHARE_LLC_WAYS``: the ways its resctrl group holds here; ``none`` when the
+      placement allocates none here on a node with resctrl; ``unsupported`` on a node
+      without resctrl, with a ``print coshare:`` line naming the path looked at.
+
+    Args:
+        without: the refusal of a placement's ways on this node (no resctrl): the job was
+            started without them.
+    """
+    if placement.spread is None and placement.llc_ways is None:
+        return []
+    lines = []
+    if placement.spread is not None:
+        s = placement.spread
+        lines.append(f"export COSHARE_SPREAD={s.scale}:{s.nodes}:{s.cores_per_node}")
+    if record.spec.llc_ways is not None:
+        return [*lines, f"export COSHARE_LLC_WAYS={record.spec.llc_ways}"]
+    problem = without
+    if problem is None:
+        try:
+            lifecycle.node_resctrl(config).cache()
+        except Unsupported as exc:
+            problem = exc
+    if problem is None:
+        return [*lines, "export COSHARE_LLC_WAYS=none"]
+    asked = f" (its placement asks {placement.llc_ways})" if without is not None else ""
+    return [*lines, "export COSHARE_LLC_WAYS=unsupported",
+            f"print coshare: job {job_id} runs on {placement.node} without LLC way "
+            f"allocation{asked}: {problem}"]  # fmt: skip
 
 
 def refuse(config: NodeConfig, job_id: str, reason: str) -> None:

@@ -19,6 +19,18 @@ A multi-node (gang) job (issue 14) carries every node of it, in the same single 
 node name or device id); ``node`` and ``devices`` repeat the first part, so the format stays
 version 1. The Prolog of each node makes that node's group with that node's devices.
 
+A job a Spread-n-Share policy placed (``sns``, ``cs``; issue 19) carries two more fields::
+
+    coshare-placement;v=1;node=n1;...;parts=n1:14,n2:14;spread=2:2:14;ways=n1:4,n2:4
+
+``spread=<scale>:<nodes>:<cores_per_node>`` is the scale factor ``k``, the nodes it runs on
+and the most processes (cores) on one node; ``ways=<node>:<ways>,...`` the LLC ways its
+resctrl group holds on each node that allocates them (a node left out, or no ``ways`` field:
+no way allocation there, e.g. a node without resctrl; the plan's notes say so). The Prolog of
+each node makes the job's resctrl group with that node's ways. Both are new fields of version
+1: a reader that does not know them (an older coshare) ignores them, as every reader of this
+format ignores fields it does not know, so the version stays 1.
+
 A job refused for bad annotations stays held with ``AdminComment=coshare-refused: <why>``.
 
 A job coshare did not place this cycle carries why in the same field
@@ -51,6 +63,7 @@ from coshare.bounds import (
     shorten,
 )
 from coshare.ledger import Part
+from coshare.model import Spread
 
 from slurm_addon.errors import PlacementError as PlacementError  # raised here; importable here
 
@@ -59,6 +72,11 @@ KILLED_KEY = "killed"
 KILLED_PREFIX = "coshare-killed"
 #: The kill reason is cut to this many characters in AdminComment.
 MAX_KILL_REASON_CHARS = 400
+SPREAD_KEY = "spread"
+WAYS_KEY = "ways"
+#: The most LLC ways a placement names per node (a CAT bit mask has at most 32 bits today;
+#: :mod:`coshare.node.spec` takes up to 64).
+MAX_LLC_WAYS = 64
 REFUSAL_PREFIX = "coshare-refused"
 WAITING_PREFIX = "coshare-waiting: "
 VERSION = "1"
@@ -81,8 +99,12 @@ class Placement:
         at_s: when it was placed, seconds since the epoch on the controller.
         device_memory_mib: device memory per device it was placed for.
         device_threads: device threads per device it was placed for.
-        parts: a gang's nodes with their processes and devices (``node`` and ``devices``
-            are the first's); empty for a single-node job.
+        parts: a gang's nodes with their processes, devices and LLC ways (``node`` and
+            ``devices`` are the first's); empty for a single-node job.
+        llc_ways: LLC ways on ``node`` (a gang's: its first part's); ``None``: none there.
+        spread: scale factor, nodes and cores per node of a Spread-n-Share placement (its
+            ``ways`` and ``note`` are not recorded: the per-node ways are); ``None``: other
+            policies.
     """
 
     node: str
@@ -91,12 +113,22 @@ class Placement:
     device_memory_mib: int
     device_threads: int
     parts: tuple[Part, ...] = ()
+    llc_ways: int | None = None
+    spread: Spread | None = None
 
     def same_spot(self, other: Placement) -> bool:
-        """Same nodes, devices and demands (the time may differ)."""
+        """Same nodes, devices, ways and demands (the time may differ)."""
         return (self.node, self.devices, self.device_memory_mib, self.device_threads,
-                self.parts) == (other.node, other.devices, other.device_memory_mib,
-                                other.device_threads, other.parts)  # fmt: skip
+                self.parts, self.llc_ways) == (other.node, other.devices,
+                                               other.device_memory_mib, other.device_threads,
+                                               other.parts, other.llc_ways)  # fmt: skip
+
+    @property
+    def ways_by_node(self) -> dict[str, int]:
+        """The LLC ways the placement allocates, by node (only nodes that allocate some)."""
+        if self.parts:
+            return {p.node: p.llc_ways for p in self.parts if p.llc_ways is not None}
+        return {self.node: self.llc_ways} if self.llc_ways is not None else {}
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -111,7 +143,8 @@ class Placement:
         for part in self.parts:
             if part.node == node:
                 return Placement(part.node, part.devices, self.at_s, self.device_memory_mib,
-                                 self.device_threads, self.parts)  # fmt: skip
+                                 self.device_threads, self.parts, part.llc_ways,
+                                 self.spread)  # fmt: skip
         return None
 
 
@@ -155,6 +188,21 @@ def format_placement(placement: Placement) -> str:
     if placement.parts:
         text += ";parts=" + ",".join(":".join((p.node, str(p.processes), *p.devices))
                                      for p in placement.parts)  # fmt: skip
+    if placement.spread is not None:
+        s = placement.spread
+        for name, value in (("scale", s.scale), ("nodes", s.nodes),
+                            ("cores_per_node", s.cores_per_node)):  # fmt: skip
+            if not 1 <= value <= MAX_PROCESSES:
+                raise PlacementError(f"cannot write {name}={value} into a placement "
+                                     f"(1..{MAX_PROCESSES})")  # fmt: skip
+        text += f";{SPREAD_KEY}={s.scale}:{s.nodes}:{s.cores_per_node}"
+    ways = placement.ways_by_node
+    for ways_here in ways.values():
+        if not 1 <= ways_here <= MAX_LLC_WAYS:
+            raise PlacementError(f"cannot write llc_ways={ways_here} into a placement "
+                                 f"(1..{MAX_LLC_WAYS})")  # fmt: skip
+    if ways:
+        text += f";{WAYS_KEY}=" + ",".join(f"{n}:{w}" for n, w in ways.items())
     return text
 
 
@@ -196,13 +244,54 @@ def parse_placement(admin_comment: str) -> Placement | None:
         raise PlacementError(f"placement lacks field {exc.args[0]!r}") from exc
     if not all(is_safe_token(t) for t in (node, *devices)):
         raise PlacementError("placement names an invalid node or device")
+    parts: tuple[Part, ...] = ()
     if "parts" in fields:
         parts = _parts(fields["parts"])
         if (parts[0].node, parts[0].devices) != (node, devices):
             raise PlacementError("placement's first part is not its node and devices")
-        placement = Placement(placement.node, placement.devices, placement.at_s,
-                              placement.device_memory_mib, placement.device_threads, parts)
-    return placement
+    spread = _spread(fields[SPREAD_KEY]) if SPREAD_KEY in fields else None
+    ways = _ways(fields[WAYS_KEY], {p.node for p in parts} or {node}) if WAYS_KEY in fields \
+        else {}  # fmt: skip
+    parts = tuple(Part(p.node, p.devices, p.processes, ways.get(p.node)) for p in parts)
+    return Placement(placement.node, placement.devices, placement.at_s,
+                     placement.device_memory_mib, placement.device_threads, parts,
+                     ways.get(node), spread)  # fmt: skip
+
+
+def _spread(text: str) -> Spread:
+    """The ``spread`` field: ``scale:nodes:cores_per_node``.
+
+    Raises:
+        PlacementError: not three numbers 1..MAX_PROCESSES.
+    """
+    numbers = text.split(":")
+    if len(numbers) != 3 or not all(_DIGITS.fullmatch(n) and 1 <= int(n) <= MAX_PROCESSES
+                                    for n in numbers):  # fmt: skip
+        raise PlacementError(f"placement field spread={shorten(text)} is not "
+                             "scale:nodes:cores_per_node")  # fmt: skip
+    scale, nodes, cores = (int(n) for n in numbers)
+    return Spread("", scale, nodes, cores)
+
+
+def _ways(text: str, nodes: set[str]) -> dict[str, int]:
+    """The ``ways`` field: ``node:ways,...`` over nodes of the placement.
+
+    Raises:
+        PlacementError: an unreadable item, a node not in the placement or named twice, or
+            ways outside 1..MAX_LLC_WAYS.
+    """
+    ways: dict[str, int] = {}
+    for item in text.split(","):
+        node, _, count = item.partition(":")
+        if not (is_safe_token(node) and _DIGITS.fullmatch(count)
+                and 1 <= int(count) <= MAX_LLC_WAYS):  # fmt: skip
+            raise PlacementError(f"placement field ways item {shorten(item)} is not "
+                                 f"node:ways (1..{MAX_LLC_WAYS})")  # fmt: skip
+        if node not in nodes or node in ways:
+            raise PlacementError(f"placement field ways names node {node}, which is not "
+                                 "one of its nodes or is named twice")  # fmt: skip
+        ways[node] = int(count)
+    return ways
 
 
 def _parts(text: str) -> tuple[Part, ...]:

@@ -5,6 +5,9 @@ job's placement and allocation with one small ``squeue`` call and makes its grou
 :mod:`slurm_addon.node_hooks` (own cores, memory limit, devices, declared device threads).
 On each node of a multi-node job (issue 14) it makes that node's group: that node's devices
 from the placement's part, that node's cores and memory from ``scontrol show job -d``. A
+Spread-n-Share placement (``sns``; issue 19) also gets its resctrl group with that node's LLC
+ways (the placement's ``ways`` field); on a node without resctrl the job runs without them and
+its tasks are told so (:func:`slurm_addon.node_hooks.sns_task_env`). A
 placed job that starts on another node than its placement (its node list was changed behind
 coshare's back) is refused: no group is made, and its TaskProlog fails it with the reason.
 
@@ -70,6 +73,13 @@ def task_environment(placement: Placement, node: str, job_id: str) -> tuple[list
         f"export COSHARE_DEVICE_MEMORY_MIB={placement.device_memory_mib}",
         f"export COSHARE_DEVICE_THREADS={placement.device_threads}",
     ]
+    if placement.spread is not None:
+        s = placement.spread
+        lines.append(f"export COSHARE_SPREAD={s.scale}:{s.nodes}:{s.cores_per_node}")
+    if placement.llc_ways is not None:  # no node daemon here: nobody made a resctrl group
+        lines += ["export COSHARE_LLC_WAYS=unsupported",
+                  f"print coshare: job {job_id} runs on {placement.node} without its "
+                  f"{placement.llc_ways} LLC ways: no coshare node daemon here"]  # fmt: skip
     return lines, 0
 
 
@@ -166,8 +176,9 @@ def prolog_main() -> None:
         uid = int(environ["SLURM_JOB_UID"])
         record = node_hooks.on_job_start(node_config(environ), job_id, here, allocation,
                                          uid)  # fmt: skip
+        ways = "" if record.spec.llc_ways is None else f", {record.spec.llc_ways} LLC ways"
         _say(f"job {job_id}: group with cpus {','.join(map(str, record.spec.cpus)) or '-'}, "
-             f"memory {record.spec.memory_mib} MiB")  # fmt: skip
+             f"memory {record.spec.memory_mib} MiB{ways}")  # fmt: skip
     except Exception as exc:  # never drain a node for one job's problem
         _say(f"prolog of job {job_id}: {exc}")
 

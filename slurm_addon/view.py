@@ -205,7 +205,7 @@ def placed_of(placement: Placement | None, job: SlurmJob) -> Placed | None:
         return None  # fmt: skip
     return Placed(placement.node, placement.devices, float(placement.at_s),
                   placement.device_memory_mib, placement.device_threads,
-                  placement.parts)  # fmt: skip
+                  placement.parts, placement.llc_ways)  # fmt: skip
 
 
 def _queued(job: SlurmJob, placement: Placement | None) -> Queued:
@@ -349,12 +349,14 @@ def _holding(
         if node is None:
             continue
         known = {d.id: d for d in node.devices}
+        ways: int | None = None
         if placement is not None:
             # The TaskProlog exposes the placement's devices wherever the job landed; a
             # gang's, on each node, that node's part.
             here = placement.on(name)
             if here is not None:
                 devices = here.devices
+                ways = here.llc_ways  # its resctrl group's ways there (sns)
             else:
                 devices = placement.devices if len(job.nodes) == 1 else ()
             missing = [d for d in devices if d not in known]
@@ -382,6 +384,7 @@ def _holding(
                 cpu_milli=cpu_milli,
                 memory_mib=job.memory_mib,
                 state="running",
+                llc_ways=ways,
             )
         )
     return held

@@ -60,7 +60,7 @@ from coshare.annotations import KEYS, ClusterLimits, parse_job, squash
 from coshare.bounds import BadValue
 from coshare.errors import AnnotationError, ConfigError, FieldProblem
 from coshare.gangs import node_counts
-from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob
+from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob, Spread
 from coshare.ports import JobOutcome, Rejected
 
 T = TypeVar("T")
@@ -207,6 +207,9 @@ class Placed:
         at_s: when it was written, seconds since the epoch.
         device_memory_mib: device memory it was placed for, when recorded (Slurm).
         device_threads: device threads it was placed for, when recorded (Slurm).
+        parts: a gang's nodes with their devices and processes (and LLC ways).
+        llc_ways: LLC ways allocated on ``node`` (a gang's: its first part's), when the
+            placement allocates them (``sns``; Slurm, issue 19).
     """
 
     node: str
@@ -215,12 +218,13 @@ class Placed:
     device_memory_mib: int | None = None
     device_threads: int | None = None
     parts: tuple[Part, ...] = ()
+    llc_ways: int | None = None
 
     @property
     def spots(self) -> tuple[Part, ...]:
         """Every node of the placement with its devices (one part for a single-node job,
         whose processes are then 0: all of them)."""
-        return self.parts or (Part(self.node, self.devices, 0),)
+        return self.parts or (Part(self.node, self.devices, 0, self.llc_ways),)
 
 
 @dataclass(frozen=True)
@@ -231,11 +235,13 @@ class Part:
         node: the node's name.
         devices: the device ids on it (empty for CPU jobs).
         processes: the gang's processes on it.
+        llc_ways: LLC ways allocated to the job on it (``sns``); ``None``: none.
     """
 
     node: str
     devices: tuple[str, ...]
     processes: int
+    llc_ways: int | None = None
 
 
 @dataclass(frozen=True)
@@ -463,6 +469,7 @@ def held(queued: Queued, job: Job) -> tuple[RunningJob, ...]:
         start_time_s=placed.at_s,
         # what it declared of its bandwidth, for the membw policy (issue 18)
         program=job.program, membw_gbps=job.membw_gbps,
+        llc_ways=part.llc_ways,  # the ways its resctrl group will hold there (sns)
     ) for part in placed.spots)  # fmt: skip
 
 
@@ -616,6 +623,9 @@ class Write:
         parts: a gang's nodes, each with its devices and processes, in the plan's order
             (``node`` and ``devices`` are the first's); empty for a single-node job. One
             job's placement is one write: a gang is placed whole or not at all.
+        llc_ways: LLC ways on ``node`` (a gang's: each part has its own), when allocated.
+        spread: how a Spread-n-Share policy placed it (scale factor, nodes, cores per node,
+            ways), for the adapter to record; ``None`` for other policies.
     """
 
     job: str
@@ -624,6 +634,8 @@ class Write:
     device_memory_mib: int = 0
     device_threads: int = 0
     parts: tuple[Part, ...] = ()
+    llc_ways: int | None = None
+    spread: Spread | None = None
 
 
 @dataclass(frozen=True)
@@ -657,7 +669,8 @@ def keeps(now: Current, parts: Sequence[Part], job: Job) -> bool:
     if job.is_gang or placed.parts:
         if set(placed.parts) != set(parts):
             return False
-    elif (placed.node, placed.devices) != (parts[0].node, parts[0].devices):
+    elif (placed.node, placed.devices, placed.llc_ways) != (
+            parts[0].node, parts[0].devices, parts[0].llc_ways):  # fmt: skip
         return False
     return (placed.device_memory_mib is None or placed.device_memory_mib >= job.device_memory_mib
             ) and (placed.device_threads is None
@@ -687,7 +700,8 @@ def decide(
     """
     spots: dict[str, list[Part]] = defaultdict(list)
     for a in plan.assignments:
-        spots[a.job].append(Part(a.node, tuple(a.devices), a.processes or 0))
+        spots[a.job].append(Part(a.node, tuple(a.devices), a.processes or 0, a.llc_ways))
+    spreads = {s.job: s for s in plan.spreads}
     writes: list[Write] = []
     unchanged: list[str] = []
     skipped: list[JobOutcome] = []
@@ -711,7 +725,8 @@ def decide(
             first = places[0]
             parts = tuple(places) if job.is_gang else ()
             writes.append(Write(job_id, first.node, first.devices, job.device_memory_mib,
-                                job.device_threads, parts))  # fmt: skip
+                                job.device_threads, parts, first.llc_ways,
+                                spreads.get(job_id)))  # fmt: skip
     refused = {r.job for r in rejected}
     kept = set(unchanged)
     moves = {w.job: " + ".join(f"{p.node}/{','.join(p.devices)}" if p.devices else p.node

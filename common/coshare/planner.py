@@ -59,6 +59,8 @@ __all__ = [
     "Waiting",
     "run_cycle",
     "timed_plan",
+    "ways_refusal",
+    "writes_llc_ways",
 ]  # fmt: skip
 
 #: Exit statuses of a cycle, for cron and systemd.
@@ -150,14 +152,9 @@ def run_cycle(
         shown = ", ".join(t.job for t in plan.trials[:5])
         violations.append(f"the plan starts trial co-runs ({shown}), which live cycles do not "
                           "enforce yet (issue 18)")  # fmt: skip
-    allocating = [s.job for s in plan.spreads if s.ways is not None]
-    if allocating or any(a.llc_ways is not None for a in plan.assignments):
-        # Way allocation needs the job's resctrl group on each node, made by the adapters'
-        # prolog (issue 19 item 4), which does not exist yet: a live cycle never applies a
-        # plan whose schedule counts on ways it cannot enforce.
-        shown = ", ".join(allocating[:5]) or "assignments with llc_ways"
-        violations.append(f"the plan allocates LLC ways ({shown}), which live cycles cannot "
-                          "write yet (issue 19)")  # fmt: skip
+    refusal = ways_refusal(plan, editor)
+    if refusal is not None:
+        violations.append(refusal)
     verify_s = clock() - start
     tell("verify", verify_s)
     if violations:
@@ -177,6 +174,30 @@ def run_cycle(
         notes=result.notes,
         verify_s=verify_s,
     )
+
+
+def writes_llc_ways(editor: object) -> bool:
+    """Whether an Editor declares that its scheduler's node side makes each job's resctrl
+    group with the ways its placement allocates (class attribute ``writes_llc_ways = True``;
+    Slurm's Prolog does, issue 19). An Editor that declares nothing cannot."""
+    return getattr(editor, "writes_llc_ways", False) is True
+
+
+def ways_refusal(plan: Plan, editor: object) -> str | None:
+    """Why a live cycle must not apply ``plan`` through ``editor``: it allocates LLC ways
+    (``sns``) and the editor's node side cannot make the resctrl groups, so the schedule
+    would count on ways nobody enforces; ``None`` when it may.
+
+    The Editor may give its own reason (``ways_unwritable_reason``)."""
+    allocating = sorted({s.job for s in plan.spreads if s.ways is not None}
+                        | {a.job for a in plan.assignments if a.llc_ways is not None})
+    if not allocating or writes_llc_ways(editor):
+        return None
+    why = getattr(editor, "ways_unwritable_reason", None)
+    if not isinstance(why, str) or not why:
+        why = "this scheduler's adapter does not make resctrl groups"
+    return (f"the plan allocates LLC ways ({', '.join(allocating[:5])}), which this live "
+            f"cycle cannot write: {why} (issue 19)")  # fmt: skip
 
 
 def _ignore(phase: str, seconds: float) -> None:

@@ -24,7 +24,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -33,6 +33,9 @@ from coshare.errors import JobSpecError, JobStateError
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
 from coshare.node.harvest import Holding
 from coshare.node.spec import JobSpec, check_job_id, group_name, job_of_group
+
+#: The file beside a job's record with what its tasks are told (:meth:`JobStore.record_task_env`).
+TASK_ENV_SUFFIX = ".taskenv"
 
 
 class Launcher(NamedTuple):
@@ -247,8 +250,9 @@ class JobStore:
         return out
 
     def remove(self, job: str) -> None:
-        """Remove the job's record, kill reason, set-up error and freeze mark."""
-        for suffix in (".json", ".reason", ".error", ".frozen"):
+        """Remove the job's record, kill reason, set-up error, freeze mark and task
+        environment."""
+        for suffix in (".json", ".reason", ".error", ".frozen", TASK_ENV_SUFFIX):
             with contextlib.suppress(FileNotFoundError):
                 self._path(job, suffix).unlink()
 
@@ -280,6 +284,18 @@ class JobStore:
         path = self._path(job, ".error")
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_text(error.replace("\n", " ") + "\n")
+        tmp.chmod(0o644)
+        tmp.replace(path)
+
+    def record_task_env(self, job: str, lines: Sequence[str]) -> None:
+        """Record what each of the job's tasks is told beside its group (``NAME=value``
+        exports and ``print <text>`` lines; Slurm's TaskProlog prints them, see
+        :func:`coshare.node.control.launcher.task_prolog`). Written after the job's record
+        (:func:`coshare.node.lifecycle.job_start` clears old files)."""
+        self.ensure()
+        path = self._path(job, TASK_ENV_SUFFIX)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text("".join(" ".join(line.split()) + "\n" for line in lines))
         tmp.chmod(0o644)
         tmp.replace(path)
 

@@ -365,7 +365,16 @@ def task_prolog(
                            ("device_threads", "COSHARE_DEVICE_THREADS")):  # fmt: skip
         if field(name):
             lines.append(f"export {variable}={field(name)}")
+    with contextlib.suppress(OSError), open(base + ".taskenv") as told:
+        # What the Prolog (root) recorded for the tasks beside the group (a Spread-n-Share
+        # job's spread and LLC ways, :func:`slurm_addon.node_hooks.sns_task_env`); only
+        # COSHARE_* exports and ``print coshare:`` lines pass.
+        lines += [line for line in told.read().splitlines() if _TOLD.fullmatch(line)]
     return lines, 0
+
+
+_TOLD = re.compile(r"export COSHARE_[A-Z_]{1,40}=[A-Za-z0-9:,._/-]{0,200}"
+                   r"|print coshare: [ -~]{1,600}")  # fmt: skip
 
 
 #: The statuses of each action, for the ``Exit status:`` sections of ``--help`` (issue 21:

@@ -1,0 +1,66 @@
+"""Slurm's Prolog for a Spread-n-Share placement on real cgroups (root; issue 19 item 4):
+with resctrl (a temp dir with the kernel's layout: this machine has none) the job's resctrl
+group gets that node's ways from the placement; without resctrl the job still gets its group
+and runs *without* way allocation, and its tasks are told ``unsupported`` with the path."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from coshare.config import NodeConfig
+from coshare.ledger import Part
+from coshare.model import Spread
+from coshare.node import lifecycle
+from coshare.node.jobs import TASK_ENV_SUFFIX
+from coshare.node.lifecycle import job_end
+
+from slurm_addon import node_hooks
+from slurm_addon.allocation import Allocation
+from slurm_addon.placement import Placement
+from tests.unit.fake_resctrl import FakeResctrl, make_resctrl
+
+pytestmark = pytest.mark.cgroups
+
+GANG = Placement("n1", (), 5, 0, 0, (Part("n1", (), 2, 4), Part("n2", (), 2, 4)), 4,
+                 Spread("", 2, 2, 2))  # fmt: skip
+
+
+def told(config: NodeConfig, job: str) -> list[str]:
+    path = Path(config.state_dir) / "jobs" / f"job-{job}{TASK_ENV_SUFFIX}"
+    return path.read_text().splitlines()
+
+
+def test_the_prolog_makes_the_resctrl_group_with_this_nodes_ways(
+    node_config: NodeConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeResctrl(make_resctrl(tmp_path / "resctrl"), node_config.cgroup_parent)
+    monkeypatch.setattr(lifecycle, "node_resctrl", lambda config: fake)
+    here = GANG.on("n2")
+    assert here is not None
+    record = node_hooks.on_job_start(node_config, "sns1", here, Allocation(1, 64), 0)
+    assert record.spec.llc_ways == 4
+    assert (fake.path("sns1") / "schemata").read_text().startswith("L3:0=f;1=f")
+    assert told(node_config, "sns1") == ["export COSHARE_SPREAD=2:2:2",
+                                         "export COSHARE_LLC_WAYS=4"]  # fmt: skip
+    job_end(node_config, "sns1")
+    assert not fake.path("sns1").exists() and fake.ways_free() == 20
+    assert not (Path(node_config.state_dir) / "jobs" / f"job-sns1{TASK_ENV_SUFFIX}").exists()
+
+
+def test_without_resctrl_the_job_runs_without_ways_and_its_tasks_are_told(
+    node_config: NodeConfig, tmp_path: Path
+) -> None:
+    config = replace(node_config, resctrl_root=str(tmp_path / "no-resctrl"))
+    here = GANG.on("n1")
+    assert here is not None
+    record = node_hooks.on_job_start(config, "sns2", here, Allocation(1, 64), 0)
+    assert record.spec.llc_ways is None and record.group().exists()
+    assert lifecycle.node_store(config).error("sns2") is None  # not refused: it runs
+    path = tmp_path / "no-resctrl" / "info" / "L3" / "cbm_mask"
+    assert told(config, "sns2") == [
+        "export COSHARE_SPREAD=2:2:2", "export COSHARE_LLC_WAYS=unsupported",
+        f"print coshare: job sns2 runs on n1 without LLC way allocation (its placement asks "
+        f"4): unsupported: resctrl L3 (cache ways): resctrl is not mounted there ({path})"]
+    job_end(config, "sns2")
