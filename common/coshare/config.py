@@ -506,6 +506,8 @@ class SimConfig:
     log_directory: str | None = None
 
 
+#: A planner's or instance's name (``coordination.domain``, ``coordination.instance``).
+_PLANNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
 #: The longest planner lease (a day): a dead planner's reservations are gone by then.
 MAX_LEASE_S = 86_400.0
 
@@ -541,9 +543,10 @@ class CoordinationConfig:
     def __post_init__(self) -> None:
         for key in ("domain", "instance"):
             value = getattr(self, key)
-            if value is not None and id_problem(value) is not None:
-                raise ConfigError(f"coordination.{key}: {shorten(value)} "
-                                  f"{id_problem(value)} (allowed: {ALLOWED_ID})")  # fmt: skip
+            if value is not None and not _PLANNER_NAME.fullmatch(value):
+                raise ConfigError(f"coordination.{key}: {shorten(value)} is not a name (allowed: "
+                                  "1..128 of A-Z a-z 0-9 _ . : @ -, a letter or digit "
+                                  "first)")  # fmt: skip
 
 
 @dataclass(frozen=True)
