@@ -519,9 +519,10 @@ class CoordinationConfig:
 
     Attributes:
         dsn: the PostgreSQL connection string (libpq's ``host=/var/run/coshare-pg port=5432
-            dbname=coshare user=coshare``, or a ``postgresql://`` URL); ``deploy/postgres/
-            local-postgres start`` prints one. A password belongs in ``~/.pgpass`` or
-            ``PGPASSWORD``, not here (messages name the host and port, never the DSN).
+            dbname=coshare user=coshare``, or a ``postgresql://`` URL);
+            ``deploy/postgres/local-postgres start`` prints one. A password belongs in
+            ``~/.pgpass`` or ``PGPASSWORD``, not here (messages name the host and port,
+            never the DSN).
         domain: this planner's name among the planners (its lease and reservations are
             keyed by it); ``null``: the scheduler's name (``condor``, ``slurm``). Two
             instances of one planner (high availability) give the same domain.
