@@ -17,8 +17,9 @@ of its own and runs ``--cycles`` cycles concurrently with the others:
 
 *Conflicts* per cycle: claims refused (a device went to another planner since the read, or
 a higher job reserves it), lower reservations this planner's claims cancelled, and own
-claims cancelled by a higher job before the hold. Printed per planner count: the mean over
-planners and cycles of plan seconds, commit seconds, claims and each conflict count.
+claims cancelled by a higher job before the hold (lost); *started*: jobs held (spawned).
+Printed per planner count: the mean over planners and cycles of plan seconds, commit
+seconds, claims, each conflict count and the jobs started.
 
     sudo python bench/picaso_engine.py [--planners 2,4,8] [--devices 10000] [--jobs 100000]
         [--cycles 3] [--max-claims 2000] [--dsn DSN]
@@ -135,8 +136,8 @@ def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int
           f"{jobs} pending jobs, {cycles} cycles, at most {max_claims} claims per planner "
           "and cycle; PostgreSQL on this machine (unix socket)")
     print(f"{'planners':>8} {'plan s':>8} {'commit s':>9} {'claims':>7} {'granted':>8} "
-          f"{'refused':>8} {'cancelled':>10} {'lost':>6} {'ms/claim':>9}   (mean per planner "
-          "and cycle)")
+          f"{'refused':>8} {'cancelled':>10} {'lost':>6} {'started':>8} {'ms/claim':>9}   "
+          "(mean per planner and cycle)")
     for planners in planners_list:
         db = fresh_database(dsn, f"bench_{planners}")
         with multiprocessing.get_context("spawn").Pool(planners) as pool:
@@ -151,7 +152,7 @@ def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int
         print(f"{planners:>8} {mean('plan_s'):>8.3f} {mean('commit_s'):>9.2f} "
               f"{mean('claims'):>7.0f} {mean('granted'):>8.0f} {mean('refused'):>8.0f} "
               f"{mean('cancelled_others'):>10.1f} {mean('lost_to_cancel'):>6.1f} "
-              f"{per_claim:>9.2f}", flush=True)
+              f"{mean('started'):>8.0f} {per_claim:>9.2f}", flush=True)
         print("         per cycle: " + json.dumps(
             [{k: round(v, 3) for k, v in r.items()} for r in results[0]]), flush=True)
 

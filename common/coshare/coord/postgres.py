@@ -51,7 +51,14 @@ from psycopg.conninfo import conninfo_to_dict
 
 from coshare.alloc.layout import Layout
 from coshare.alloc.store import State
-from coshare.errors import ConfigError, DoubleBooking, EngineUnavailable, LeaseLost, Standby
+from coshare.errors import (
+    ConfigError,
+    CoordinationError,
+    DoubleBooking,
+    EngineUnavailable,
+    LeaseLost,
+    Standby,
+)
 
 T = TypeVar("T")
 
@@ -178,9 +185,12 @@ class Engine:
             try:
                 with conn.transaction(), conn.cursor() as cur:
                     return work(cur)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
                 if attempt == RETRIES:
-                    raise
+                    raise CoordinationError(f"coordination engine at {self.address}: a "
+                                            f"transaction was aborted {RETRIES + 1} times in a "
+                                            f"row ({_first_line(exc)}); nothing of it was "
+                                            "written") from exc  # fmt: skip
                 time.sleep(0.01 * (attempt + 1))
             except psycopg.OperationalError as exc:
                 self.close()
