@@ -158,8 +158,19 @@ class Engine:
         self.dsn = dsn
         self.address = address_of(dsn)
         self.connect_timeout_s = connect_timeout_s
+        #: The server ends this connection when a transaction of it waits on the client
+        #: longer (``idle_in_transaction_session_timeout``): a planner paused or stalled
+        #: mid-transaction must not keep its row locks, which would stop a takeover.
+        self.stall_s = 30.0
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._schema = False
+
+    def limit_stall(self, seconds: float) -> None:
+        """Lower :attr:`stall_s` to ``seconds`` (a lease sets half its length); a connection
+        already open is closed and the next one has it."""
+        if seconds < self.stall_s:
+            self.stall_s = seconds
+            self.close()
 
     def connection(self) -> psycopg.Connection[tuple[object, ...]]:
         """The open connection (opened now if need be), schema in place."""
@@ -172,6 +183,12 @@ class Engine:
         except psycopg.OperationalError as exc:
             raise EngineUnavailable(self.address, _first_line(exc)) from exc
         self._conn = conn
+        try:
+            conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                         (str(max(1, round(self.stall_s * 1000))),))  # fmt: skip
+        except psycopg.OperationalError as exc:
+            self.close()
+            raise EngineUnavailable(self.address, _first_line(exc)) from exc
         if not self._schema:
             self.run(_create_schema)
             self._schema = True
@@ -192,7 +209,13 @@ class Engine:
                                             f"row ({_first_line(exc)}); nothing of it was "
                                             "written") from exc  # fmt: skip
                 time.sleep(0.01 * (attempt + 1))
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                # Lost connections (refused, reset, shut down, or ended by the server's
+                # idle-in-transaction timeout); other errors are bugs and propagate.
+                if not (isinstance(exc, (psycopg.OperationalError,
+                                         pg_errors.IdleInTransactionSessionTimeout))
+                        or conn.broken or conn.closed):  # fmt: skip
+                    raise
                 self.close()
                 raise EngineUnavailable(self.address, _first_line(exc)) from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -241,6 +264,9 @@ class PlannerLease:
         self.instance = instance or socket.gethostname()
         self.lease_s = lease_s
         self.epoch: int | None = None
+        # Takeover waits for the old holder's transaction in flight (its FOR SHARE lock on
+        # the lease row); a holder stalled inside one is cut off after half a lease.
+        engine.limit_stall(lease_s / 2)
 
     def acquire(self) -> Held:
         """Take or renew the lease; sweep dead bookings.

@@ -1,5 +1,5 @@
 """The real PostgreSQL of the coordination tests: one server per session (started with
-deploy/postgres/local-postgres, stopped by its pid file at the end), a fresh database per
+deploy/postgres/local-postgres, stopped by its pid file at the end), a fresh schema per
 test."""
 
 from __future__ import annotations
@@ -23,5 +23,5 @@ def postgres_server() -> Iterator[Postgres]:
 
 @pytest.fixture
 def dsn(postgres_server: Postgres) -> str:
-    """A fresh database on the session's server."""
+    """A fresh schema on the session's server (its DSN)."""
     return postgres_server.new_database()

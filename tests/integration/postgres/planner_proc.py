@@ -22,7 +22,7 @@ import time
 
 from coshare.alloc.layout import tile
 from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
-from coshare.errors import DoubleBooking, LeaseLost, Standby
+from coshare.errors import DoubleBooking, EngineUnavailable, LeaseLost, Standby
 
 #: 4 domains of 2 nodes x 3 cores: 24 units the planners fight over.
 LAYOUT = tile(2, 2, cores_per_domain=6)
@@ -95,6 +95,12 @@ def lease_loop(dsn: str, planner: str, instance: str, lease_s: float) -> None:
         except LeaseLost as lost:
             say(event="lost", message=str(lost))
             sys.exit(3)
+        except EngineUnavailable as cut:
+            # Paused inside a transaction: the server ended the session after half a lease
+            # (so the standby could take over); the next round connects afresh, as the next
+            # cycle would.
+            say(event="cut", message=str(cut))
+            continue
         say(event="wrote", n=n)
         time.sleep(lease_s / 10)
 

@@ -238,6 +238,36 @@ def test_a_holder_that_lost_its_lease_stops_before_its_next_write(dsn: str) -> N
             kill(standby)
 
 
+def test_a_holder_stalled_inside_a_transaction_does_not_block_the_takeover(
+        dsn: str, engines: list[Engine]) -> None:  # fmt: skip
+    lease_s = 2.0
+    engines += [Engine(dsn), Engine(dsn)]
+    holder = PlannerLease(engines[0], "ha", "a", lease_s)
+    holder.acquire()
+    # The holder stops inside a write transaction, its lease row locked FOR SHARE.
+    stalled = engines[0].connection()
+    stalled.execute("BEGIN")
+    with stalled.cursor() as cur:
+        holder.check(cur)
+    standby = PlannerLease(engines[1], "ha", "b", lease_s)
+    # Were the lock kept, the takeover would wait forever: fail after 10 s instead.
+    engines[1].connection().execute("SET lock_timeout = '10s'")
+    start = time.monotonic()
+    while True:
+        try:
+            standby.acquire()
+            break
+        except Standby:
+            time.sleep(0.05)
+    waited = time.monotonic() - start
+    assert waited <= lease_s + 2, f"took over after {waited:.1f} s"
+    # The server ended the stalled session; once it reconnects the holder learns it lost.
+    with pytest.raises(EngineUnavailable):
+        holder.fence()
+    with pytest.raises(LeaseLost, match="instance 'b' holds it now"):
+        holder.fence()
+
+
 # -- the live cycle -----------------------------------------------------------------------------
 class StandIn:
     """An adapter over one fixed snapshot that records what it applied; ``during_read`` runs
