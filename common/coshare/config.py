@@ -535,6 +535,50 @@ class SimConfig:
     log_directory: str | None = None
 
 
+#: A planner's or instance's name (``coordination.domain``, ``coordination.instance``).
+_PLANNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
+#: The longest planner lease (a day): a dead planner's reservations are gone by then.
+MAX_LEASE_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class CoordinationConfig:
+    """Several planners over shared nodes (issue 20; PICASO): the engine they coordinate
+    through. Absent (``dsn: null``, the default): one planner, no engine, nothing changes.
+
+    Attributes:
+        dsn: the PostgreSQL connection string (libpq's ``host=/var/run/coshare-pg port=5432
+            dbname=coshare user=coshare``, or a ``postgresql://`` URL);
+            ``deploy/postgres/local-postgres start`` prints one. A password belongs in
+            ``~/.pgpass`` or ``PGPASSWORD``, not here (messages name the host and port,
+            never the DSN).
+        domain: this planner's name among the planners (its lease and reservations are
+            keyed by it); ``null``: the scheduler's name (``condor``, ``slurm``). Two
+            instances of one planner (high availability) give the same domain.
+        instance: this instance's name (who holds the lease); ``null``: the host name. Two
+            instances of one planner give different names.
+        lease_s: the planner's lease: renewed by every cycle, lost when no cycle renews it
+            for this long; then the other instance takes over and this planner's
+            reservations are released. Longer than ``cycle.interval_s`` plus a cycle's run.
+        connect_timeout_s: give up reaching the engine after this long (the cycle then
+            writes nothing and exits 1 naming the address).
+    """
+
+    dsn: str | None = None
+    domain: str | None = None
+    instance: str | None = None
+    lease_s: float = field(default=120.0, metadata={"min": 1, "max": MAX_LEASE_S})
+    connect_timeout_s: float = field(default=5.0, metadata={"min": 0.1, "max": 300})
+
+    def __post_init__(self) -> None:
+        for key in ("domain", "instance"):
+            value = getattr(self, key)
+            if value is not None and not _PLANNER_NAME.fullmatch(value):
+                raise ConfigError(f"coordination.{key}: {shorten(value)} is not a name (allowed: "
+                                  "1..128 of A-Z a-z 0-9 _ . : @ -, a letter or digit "
+                                  "first)")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration."""
@@ -549,6 +593,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     collocate: CollocateConfig = field(default_factory=CollocateConfig)
+    coordination: CoordinationConfig = field(default_factory=CoordinationConfig)
 
     def __post_init__(self) -> None:
         # Device kinds are matched ignoring case, spaces, '-' and '_' (coshare.ledger): two

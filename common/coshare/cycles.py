@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 
 from coshare.config import Config
+from coshare.coord.cycle import coordination
 from coshare.errors import CoshareError, CycleBusy
 from coshare.lock import cycle_lock
 from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
@@ -38,17 +39,26 @@ def run_once(
     export its metrics (not for a dry run), with ``totals``, the running totals of a
     long-running caller, which this cycle adds to.
 
+    With ``coordination.dsn`` set, the cycle also holds its planner's lease
+    (:mod:`coshare.coord.cycle`): taken or renewed before reading, checked again right
+    before writing.
+
     Raises:
-        CycleBusy: another cycle holds the lock (nothing was done, nothing is exported).
-        CoshareError: the cycle failed (its metrics are exported first).
+        CycleBusy: another cycle holds the lock, or (:class:`~coshare.errors.Standby`)
+            another instance of this planner holds the lease (nothing was done, nothing is
+            exported).
+        CoshareError: the cycle failed (its metrics are exported first); with an engine,
+            :class:`~coshare.errors.LeaseLost` or
+            :class:`~coshare.errors.EngineUnavailable` (nothing was written).
     """
     metrics = CycleMetrics(name, config.metrics, totals=totals)
     try:
-        with cycle_lock(lock_file, f"{name}.lock_file"):
+        with cycle_lock(lock_file, f"{name}.lock_file"), \
+                coordination(config.coordination, name, dry_run) as fence:
             adapter = open_adapter(config)
             report = run_cycle(adapter, policy, adapter, dry_run=dry_run,
                                strict_threads=config.policy.threads == "strict",
-                               on_phase=metrics.phase)  # fmt: skip
+                               on_phase=metrics.phase, before_write=fence)  # fmt: skip
     except CycleBusy:
         raise
     except CoshareError as error:

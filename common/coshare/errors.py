@@ -19,6 +19,10 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
     │   └── JobSpecError          bad job inputs of a node helper (also a NodeError)
     ├── PlanInvariantError        a plan that would oversubscribe something (a bug: never applied)
     ├── CycleBusy                 another cycle holds the queue's lock: exit status 0
+    │   └── Standby               another instance of this planner holds its lease: exit 0
+    ├── CoordinationError         several planners' engine (issue 20): exit status 1
+    │   ├── EngineUnavailable     the engine (PostgreSQL) is unreachable: names its address
+    │   └── LeaseLost             this planner lost its lease: it stopped before writing
     ├── SimulationError           the simulator's ledger caught an unsound plan
     ├── CollocationSimError       the same in the Wu & Hong simulator (coshare.sim.collocation)
     ├── DoubleBooking             a reservation store asked to book a core a job holds (a bug:
@@ -188,6 +192,64 @@ class CycleBusy(CoshareError):
     def __init__(self, path: str) -> None:
         self.path = path
         super().__init__(f"another cycle holds {path}; this one did nothing")
+
+
+class Standby(CycleBusy):
+    """Another instance of this planner holds the planner's lease (high availability, issue
+    20): this instance does nothing this cycle (exit status 0) and takes over once the lease
+    expires.
+
+    Attributes:
+        planner: the planner's domain name.
+        holder: the instance that holds the lease.
+        left_s: seconds the holder's lease has left.
+    """
+
+    def __init__(self, planner: str, instance: str, holder: str, left_s: float) -> None:
+        self.planner = planner
+        self.holder = holder
+        self.left_s = left_s
+        CoshareError.__init__(
+            self, f"planner {planner!r}: instance {holder!r} holds the lease for {left_s:.1f} s "
+            f"more; this instance ({instance!r}) is standby and did nothing")
+        self.path = f"lease of {planner}"
+
+
+class CoordinationError(CoshareError):
+    """The engine several planners coordinate through (issue 20) failed this cycle: the
+    cycle wrote nothing (exit status 1); the next cycle starts afresh."""
+
+
+class EngineUnavailable(CoordinationError):
+    """The coordination engine could not be reached or dropped the connection.
+
+    Attributes:
+        address: where it was looked for (host or socket directory, and port).
+    """
+
+    def __init__(self, address: str, detail: str) -> None:
+        self.address = address
+        super().__init__(f"coordination engine (PostgreSQL) at {address} is unreachable: "
+                         f"{detail}; this cycle wrote nothing (the next cycle tries again)")
+
+
+class LeaseLost(CoordinationError):
+    """This planner instance no longer holds its planner's lease: it expired (no cycle
+    renewed it within ``coordination.lease_s``) or another instance took it over. Raised
+    before any write, which is then not made.
+
+    Attributes:
+        planner: the planner's domain name.
+        instance: this instance.
+        holder: who holds it now (``None``: nobody).
+    """
+
+    def __init__(self, planner: str, instance: str, holder: str | None, why: str) -> None:
+        self.planner = planner
+        self.instance = instance
+        self.holder = holder
+        super().__init__(f"planner {planner!r}: instance {instance!r} lost its lease ({why}); "
+                         "it stopped before writing")
 
 
 class FactsError(CoshareError, ValueError):

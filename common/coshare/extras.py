@@ -7,6 +7,7 @@ adapters and some node and simulator features need an *extra*::
     pip install 'coshare[slurm]'     python-hostlist
     pip install 'coshare[nvml]'      nvidia-ml-py (pynvml)
     pip install 'coshare[plot]'      matplotlib
+    pip install 'coshare[coord]'     psycopg 3 (several planners over shared nodes, PostgreSQL)
 
 Commands are always listed and their ``--help`` always prints; a command that needs an
 extra that is missing says which one to install when it is run (:func:`load`), never a
@@ -31,6 +32,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "hostlist": "slurm",
     "pynvml": "nvml",
     "matplotlib": "plot",
+    "psycopg": "coord",
 }
 
 

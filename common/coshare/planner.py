@@ -125,11 +125,15 @@ def run_cycle(
     strict_threads: bool = True,
     clock: Callable[[], float] = time.perf_counter,
     on_phase: OnPhase | None = None,
+    before_write: Callable[[], None] | None = None,
 ) -> CycleReport:
     """Run one planning cycle.
 
     Args:
         on_phase: told each phase's name and seconds as it ends (metrics).
+        before_write: called right before the plan is written (not in a dry run); it
+            raises to stop the cycle with nothing written (the planner lease's fence,
+            :mod:`coshare.coord.cycle`).
 
     Raises:
         SchedulerError: the scheduler could not be read, or nothing could be written.
@@ -159,6 +163,8 @@ def run_cycle(
     tell("verify", verify_s)
     if violations:
         raise PlanInvariantError(plan.policy, violations)
+    if before_write is not None and not dry_run:
+        before_write()
     start = clock()
     report = editor.apply(plan, result.rejected, dry_run=dry_run)
     apply_s = clock() - start

@@ -171,7 +171,7 @@ def test_every_numeric_setting_refuses_nan_infinity_and_out_of_range_naming_key_
     assert f"{path}: " in message and f"..{plain(high)})" in message, message
 
 
-@pytest.mark.parametrize("section", ["policy", "cycle", "slurm", "node"])
+@pytest.mark.parametrize("section", ["policy", "cycle", "slurm", "node", "coordination"])
 def test_every_default_is_within_its_own_range(section: str) -> None:
     # build() checks the defaults too when they are written out and read back.
     defaults = {section: to_dict(getattr(Config(), section))}
@@ -260,3 +260,43 @@ def test_config_check_reports_every_problem_at_once(tmp_path: Path) -> None:
                      "cycle.replan_after_s: nan is out of range", "cycle: unknown key 'colour'"):
         assert expected in message, expected
     assert len(caught.value.problems) == 7  # type: ignore[attr-defined]
+
+
+# -- coordination (issue 20: several planners through PostgreSQL) ------------------------------
+def test_coordination_is_absent_by_default() -> None:
+    assert Config().coordination.dsn is None  # one planner, no engine: nothing changes
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("coordination: {lease_s: .nan}", "coordination.lease_s: nan is out of range (allowed: a "
+                                      "number 1..86400)"),
+    ("coordination: {lease_s: 0.5}", "coordination.lease_s: 0.5 is out of range"),
+    ("coordination: {connect_timeout_s: .inf}", "coordination.connect_timeout_s: inf is out of "
+                                                "range (allowed: a number 0.1..300)"),
+    ("coordination: {domain: 'a b'}", "coordination.domain: 'a b' is not a name (allowed: "
+                                      "1..128 of A-Z"),
+    ("coordination: {instance: '-x'}", "coordination.instance: '-x' is not a name"),
+    ("coordination: {dsn: 5}", "coordination.dsn: expected a string, got 5"),
+    ("coordination: {lease: 5}", "coordination: unknown key 'lease'"),
+])  # fmt: skip
+def test_bad_coordination_settings_are_refused_by_key(tmp_path: Path, text: str,
+                                                      message: str) -> None:  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text + "\n"), environ={})
+    assert message in str(info.value), str(info.value)
+
+
+def test_coordination_settings_from_the_environment() -> None:
+    config = load_config(None, environ={"COSHARE_COORDINATION_DSN": "host=/run/pg port=5433",
+                                        "COSHARE_COORDINATION_LEASE_S": "45"})  # fmt: skip
+    assert config.coordination.dsn == "host=/run/pg port=5433"
+    assert config.coordination.lease_s == 45.0
+
+
+def test_a_dsn_that_is_no_connection_string_is_a_config_error() -> None:
+    from coshare.coord.postgres import address_of
+
+    assert address_of("host=/run/pg port=5433 password=secret") == "/run/pg:5433"
+    assert address_of("postgresql://u:secret@db.example:6000/coshare") == "db.example:6000"
+    with pytest.raises(ConfigError, match=r"coordination\.dsn: not a PostgreSQL connection"):
+        address_of("nonsense")

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from coshare.cli import cli
 from coshare.cycle_cli import scheduler_group
-from coshare.errors import InputError
+from coshare.errors import EngineUnavailable, InputError
 from coshare.model import Device, Job, Node, Plan, Snapshot
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult, Waiting
 
@@ -142,3 +142,25 @@ def test_cycle_json_lists_the_jobs_whose_wait_reason_was_noted(tmp_path: Path) -
     assert json.loads(result.stdout)["apply"]["noted"] == ["9"]
     text = invoke(group(tmp_path, Noting()), "cycle", "--dry-run").stdout
     assert "would note the wait reason of 1 jobs whose reason changed" in text
+
+
+def test_an_unreachable_engine_stops_the_cycle_before_it_writes_naming_the_address(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("COSHARE_COORDINATION_DSN",
+                       f"host=127.0.0.1 port={port} dbname=coshare user=coshare")
+    adapter = StandIn()
+    result = invoke(group(tmp_path, adapter), "cycle")
+    # The command line's error handler prints it and exits with its status (1).
+    error = result.exception
+    assert isinstance(error, EngineUnavailable) and error.exit_status == 1
+    assert adapter.applied == []
+    assert f"coordination engine (PostgreSQL) at 127.0.0.1:{port} is unreachable" in str(error)
+    assert "this cycle wrote nothing (the next cycle tries again)" in str(error)
+    # A dry run writes nothing and needs no lease: it plans as always.
+    dry = invoke(group(tmp_path, adapter), "cycle", "--dry-run")
+    assert dry.exit_code == 0 and adapter.applied[0][1] is True

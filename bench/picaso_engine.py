@@ -1,0 +1,182 @@
+"""Several planners over one cluster through a real PostgreSQL: plan + commit seconds and
+conflicts per cycle (issue 20, "Measured", the live part).
+
+For each planner count (2, 4, 8) a fresh database on a PostgreSQL started here with
+``deploy/postgres/local-postgres`` (or ``--dsn``), one simulated cluster of ``--devices``
+devices (nodes of 8, all planners over all of them: fully overlapping) and ``--jobs`` pending
+jobs split round-robin among the planners (widths 1, 2, 4, 8 devices at 80/10/7/3 %, a run
+of 1..4 cycles, the global order = (job number, planner index)). Every planner is a process
+of its own and runs ``--cycles`` cycles concurrently with the others:
+
+1. *plan*: read the free devices (one query of ``coshare_live``), walk its pending jobs in
+   the global order and give each the first free devices
+   (at most ``--max-claims`` jobs a cycle);
+2. *commit*: release the jobs whose run ended (before the read), ``claim`` each planned job
+   (one transaction each, all or none, with active cancellation), then ``hold`` the granted
+   ones (the spawn).
+
+*Conflicts* per cycle: claims refused (a device went to another planner since the read, or
+a higher job reserves it), lower reservations this planner's claims cancelled, and own
+claims cancelled by a higher job before the hold (lost); *started*: jobs held (spawned).
+Printed per planner count: the mean over planners and cycles of plan seconds, commit
+seconds, claims, each conflict count and the jobs started.
+
+    sudo python bench/picaso_engine.py [--planners 2,4,8] [--devices 10000] [--jobs 100000]
+        [--cycles 3] [--max-claims 2000] [--dsn DSN]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+from coshare.alloc.layout import Domain, Layout
+from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
+from coshare.errors import DoubleBooking
+
+DEVICES_PER_NODE = 8
+WIDTHS = ((1, 0.80), (2, 0.10), (4, 0.07), (8, 0.03))
+
+
+def cluster(devices: int) -> Layout:
+    nodes = tuple((f"n{i:05d}", DEVICES_PER_NODE) for i in range(devices // DEVICES_PER_NODE))
+    return Layout((Domain("cluster", nodes),), 1, 1)
+
+
+def jobs_of(planner: int, planners: int, total: int, seed: int) -> list[tuple[str, int, int]]:
+    """``(job, width, run cycles)`` of this planner, in its global order."""
+    rng = random.Random(seed)
+    widths, weights = zip(*WIDTHS, strict=True)
+    out = []
+    for i in range(total):
+        width = rng.choices(widths, weights)[0]
+        run = rng.randint(1, 4)
+        if i % planners == planner:
+            out.append((f"j{i}", width, run))
+    return out
+
+
+def planner_main(args: tuple[str, int, int, int, int, int, int]) -> list[dict[str, float]]:
+    dsn, index, planners, devices, total, cycles, max_claims = args
+    layout = cluster(devices)
+    lease = PlannerLease(Engine(dsn), f"p{index}", "bench", 3600)
+    lease.acquire()
+    store = PostgresReservations(lease, layout)
+    pending = jobs_of(index, planners, total, seed=20)
+    running: dict[str, int] = {}  # job -> cycle its run ends
+    figures = []
+    for cycle in range(cycles):
+        start = time.perf_counter()
+        for job in [j for j, end in running.items() if end <= cycle]:
+            store.release(0, job)
+            del running[job]
+        release_s = time.perf_counter() - start
+        start = time.perf_counter()
+        free = list(store.free(0))
+        planned: list[tuple[str, int, int, list[str]]] = []
+        for position, (job, width, run) in enumerate(pending):
+            if len(planned) >= max_claims or len(free) < 1:
+                break
+            if width <= len(free):
+                planned.append((job, position, run, free[:width]))
+                free = free[width:]
+        plan_s = time.perf_counter() - start
+        start = time.perf_counter()
+        refused = cancelled_others = granted = 0
+        won: list[tuple[str, int, int, list[str]]] = []
+        for job, position, run, units in planned:
+            number = int(job[1:])
+            claim = store.claim(job, (number, index), [(0, u) for u in units])
+            cancelled_others += len(claim.cancelled)
+            if claim.granted:
+                granted += 1
+                won.append((job, position, run, units))
+            else:
+                refused += 1
+        lost = 0
+        started = set()
+        for job, _, run, units in won:
+            try:
+                store.hold(0, job, units)
+            except DoubleBooking:
+                lost += 1  # a higher job cancelled it after the claim: it waits again
+                continue
+            running[job] = cycle + run
+            started.add(job)
+        pending = [p for p in pending if p[0] not in started]
+        store.cancelled()
+        commit_s = time.perf_counter() - start + release_s
+        figures.append({"plan_s": plan_s, "commit_s": commit_s, "claims": len(planned),
+                        "granted": granted, "refused": refused,
+                        "cancelled_others": cancelled_others, "lost_to_cancel": lost,
+                        "started": len(started)})  # fmt: skip
+    lease.engine.close()
+    return figures
+
+
+def fresh_database(dsn: str, name: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    parts["dbname"] = name
+    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in parts.items()})
+
+
+def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int,
+        max_claims: int) -> None:  # fmt: skip
+    print(f"{devices} devices ({devices // DEVICES_PER_NODE} nodes x {DEVICES_PER_NODE}), "
+          f"{jobs} pending jobs, {cycles} cycles, at most {max_claims} claims per planner "
+          "and cycle; PostgreSQL on this machine (unix socket)")
+    print(f"{'planners':>8} {'plan s':>8} {'commit s':>9} {'claims':>7} {'granted':>8} "
+          f"{'refused':>8} {'cancelled':>10} {'lost':>6} {'started':>8} {'ms/claim':>9}   "
+          "(mean per planner and cycle)")
+    for planners in planners_list:
+        db = fresh_database(dsn, f"bench_{planners}")
+        with multiprocessing.get_context("spawn").Pool(planners) as pool:
+            results = pool.map(planner_main, [(db, i, planners, devices, jobs, cycles,
+                                               max_claims) for i in range(planners)])
+        rows = [r for per in results for r in per]
+
+        def mean(key: str, rows: list[dict[str, float]] = rows) -> float:
+            return statistics.fmean(r[key] for r in rows)
+
+        per_claim = 1000 * mean("commit_s") / max(1.0, mean("claims"))
+        print(f"{planners:>8} {mean('plan_s'):>8.3f} {mean('commit_s'):>9.2f} "
+              f"{mean('claims'):>7.0f} {mean('granted'):>8.0f} {mean('refused'):>8.0f} "
+              f"{mean('cancelled_others'):>10.1f} {mean('lost_to_cancel'):>6.1f} "
+              f"{mean('started'):>8.0f} {per_claim:>9.2f}", flush=True)
+        print("         per cycle: " + json.dumps(
+            [{k: round(v, 3) for k, v in r.items()} for r in results[0]]), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--planners", default="2,4,8")
+    parser.add_argument("--devices", type=int, default=10_000)
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--max-claims", type=int, default=2000)
+    parser.add_argument("--dsn", help="an existing PostgreSQL (default: start one here)")
+    args = parser.parse_args()
+    planners = [int(p) for p in args.planners.split(",")]
+    if args.dsn:
+        run(args.dsn, planners, args.devices, args.jobs, args.cycles, args.max_claims)
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.postgres import running_postgres
+
+    with running_postgres() as server:
+        run(server.dsn("postgres", tcp=False), planners, args.devices, args.jobs, args.cycles,
+            args.max_claims)
+
+
+if __name__ == "__main__":
+    main()
