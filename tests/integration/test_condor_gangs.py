@@ -37,6 +37,23 @@ def gang_placement(live: Pool, job: str) -> list[tuple[str, str]]:
     return list(zip(nodes, devices, strict=True))
 
 
+#: What the pool's SchedLog says when HTCondor's dedicated scheduler loses a claim it was
+#: given twice (README, "Parallel-universe jobs"): the negotiator hands it the same slot on
+#: two cycles a second apart, the startd refuses the second claim, and the dedicated scheduler
+#: drops the first ("claim id not found ... ignoring this resource"); the gang then sits idle.
+RACE = ("claim id not found", "NOT accepted")
+
+
+def race_lines(since: int) -> list[str]:
+    """The SchedLog lines of that race written after line ``since``."""
+    log = (CHROOT / "pool" / "log" / "SchedLog").read_text(errors="replace").splitlines()
+    return [line for line in log[since:] if any(r in line for r in RACE)]
+
+
+def schedlog_length() -> int:
+    return len((CHROOT / "pool" / "log" / "SchedLog").read_text(errors="replace").splitlines())
+
+
 def test_a_two_node_parallel_job_runs_on_the_nodes_and_devices_coshare_planned(
     live: Pool
 ) -> None:
@@ -45,6 +62,22 @@ def test_a_two_node_parallel_job_runs_on_the_nodes_and_devices_coshare_planned(
     # machine_count slots against one Requirements and can take two dynamic slots of one
     # node for the same job (README, "Parallel-universe jobs"); a whole-node slot cannot be
     # taken twice, so this checks the placement, not that race.
+    # The dedicated scheduler's own claim race (RACE; about 2 runs in 13 on this pool's
+    # 1-second negotiation cycles) is HTCondor's, not coshare's: a run that hits it, and only
+    # such a run, is started once more from an empty queue, and the second run must pass.
+    for attempt in (1, 2):
+        since = schedlog_length()
+        try:
+            _two_node_gang_runs_as_planned(live)
+            return
+        except AssertionError:
+            raced = race_lines(since)
+            if attempt == 2 or not raced:
+                raise
+            live.remove_all()
+
+
+def _two_node_gang_runs_as_planned(live: Pool) -> None:
     cores = str(live.node_cores())
     cluster = submit_gang(live, request_cpus=cores, **annotated(2048, 60))
     singles = live.submit(2, sleep_s=3, **annotated(4096, 120))
@@ -67,8 +100,7 @@ def test_a_two_node_parallel_job_runs_on_the_nodes_and_devices_coshare_planned(
                  "the parallel job and the single-node jobs to finish")  # fmt: skip
     except AssertionError as exc:  # say what the queue and the dedicated scheduler show
         left = {j: (ad.get("JobStatus"), ad.get("HoldReason")) for j, ad in live.jobs().items()}
-        log = (CHROOT / "pool" / "log" / "SchedLog").read_text(errors="replace").splitlines()
-        said = [line for line in log if "claim id not found" in line or "NOT accepted" in line]
+        said = race_lines(0)
         raise AssertionError(f"{exc}; queue: {left}; SchedLog: {said[-6:]}") from exc
     [history] = live.history(cluster)
     assert history.get("ExitCode") == 0, history
