@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import Protocol
 
 import numpy as np
@@ -452,10 +454,18 @@ class ClusterState:
 
 def needs_of(jobs: Sequence[Job]) -> Ints:
     """Per job: device memory, device threads, host cores and host memory of all processes."""
-    rows = [(j.device_memory_mib, j.device_threads, j.total_cpu_milli, j.total_memory_mib)
-            for j in jobs]  # fmt: skip
-    out: Ints = np.array(rows, dtype=np.int64).reshape(-1, 4)
+    # the fields flat through numpy's iterator, the per-process products as columns: half
+    # the time of a tuple per job (issue 15; called on ~100,000 jobs several times a cycle)
+    flat = chain.from_iterable(map(_NEED_FIELDS, jobs))
+    fields = np.fromiter(flat, dtype=np.int64, count=5 * len(jobs)).reshape(-1, 5)
+    out: Ints = fields[:, :4].copy()
+    out[:, 2:4] *= fields[:, 4:5]
     return out
+
+
+#: What :func:`needs_of` reads of a job (the last: processes, which multiply the host needs).
+_NEED_FIELDS = attrgetter("device_memory_mib", "device_threads", "cpu_milli", "memory_mib",
+                          "processes")  # fmt: skip
 
 
 def _undominated_rows(rows: Ints) -> Ints:
