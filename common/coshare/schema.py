@@ -412,23 +412,11 @@ def _fast_pending(obj: object) -> Job | None:
                 return None
         optional.append(value)
     alpha, membw, copy_bw, walltime = optional
-    return Job(
-        id=ident,
-        device_memory_mib=device_memory,
-        device_threads=device_threads,
-        device_count=device_count,
-        cpu_milli=MILLI if cores is None else cores_to_milli(cores),
-        memory_mib=memory,
-        priority=priority,
-        submit_time_s=submit,
-        kind=kind,
-        processes=processes,
-        program=program,
-        alpha=alpha,
-        membw_gbps=membw,
-        copy_bw_mbps=copy_bw,
-        walltime_s=walltime,
-    )
+    cpu_milli = MILLI if cores is None else cores_to_milli(cores)
+    # positionally, in the model's field order (a third cheaper than by keyword; the test
+    # compares every field with the full path's job): a single-node job, nodes 1
+    return Job(ident, device_memory, device_threads, device_count, cpu_milli, memory, priority,
+               submit, kind, processes, program, alpha, membw, copy_bw, walltime)  # fmt: skip
 
 
 def _fast_node(obj: object) -> Node | None:

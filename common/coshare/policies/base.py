@@ -606,24 +606,24 @@ def explain_waiting(
     Devices in ``exclude`` (held back for aged jobs) count as full. Computed once per job shape.
     """
     jobs = list(jobs)
+    shapes = list(map(shape_of, jobs))
     cache: dict[tuple[int, int, int, int, int, str], Unplaced] = {}
     if not idle_only:
         # single-device jobs all at once, against the devices no other beats (the same
         # answers, without array work per job: a large cycle leaves thousands waiting)
         firsts: dict[tuple[int, int, int, int, int, str], Job] = {}
-        for job in jobs:
+        for job, shape in zip(jobs, shapes, strict=True):
             if job.needs_device and job.device_count == 1:
-                firsts.setdefault(shape_of(job), job)
+                firsts.setdefault(shape, job)
         for shape, reason in zip(firsts, _explain_many(state, list(firsts.values()), exclude),
                                  strict=True):  # fmt: skip
             if reason is not None:
                 cache[shape] = reason
     out: dict[str, Unplaced] = {}
-    for job in jobs:
-        shape = shape_of(job)
-        if shape not in cache:
-            cache[shape] = _explain(state, job, idle_only, exclude)
-        u = cache[shape]
+    for job, shape in zip(jobs, shapes, strict=True):
+        u = cache.get(shape)
+        if u is None:
+            u = cache[shape] = _explain(state, job, idle_only, exclude)
         out[job.id] = u if u.job == job.id else Unplaced(job.id, u.reason, u.code)
     return out
 
