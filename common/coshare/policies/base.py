@@ -210,9 +210,10 @@ class ClusterState:
         order (the caller has checked that they fit together)."""
         if not placed:
             return
-        nodes = np.array([n for _, n, _ in placed], dtype=np.int64)
-        devs = np.array([d for _, _, d in placed], dtype=np.int64)
-        need = needs_of([j for j, _, _ in placed])
+        jobs, node_of, dev_of = zip(*placed, strict=True)
+        nodes = np.array(node_of, dtype=np.int64)
+        devs = np.array(dev_of, dtype=np.int64)
+        need = needs_of(jobs)
         np.subtract.at(self.node_free_cpu, nodes, need[:, 2])
         np.subtract.at(self.node_free_mem, nodes, need[:, 3])
         np.add.at(self.node_jobs, nodes, 1)
@@ -220,7 +221,9 @@ class ClusterState:
         np.subtract.at(self.dev_free_thr, devs, need[:, 1])
         np.add.at(self.dev_jobs, devs, 1)
         names, ids = self.node_names, self.dev_ids
-        self.assignments.extend(Assignment(j.id, names[n], (ids[d],)) for j, n, d in placed)
+        self.assignments.extend(map(Assignment, map(attrgetter("id"), jobs),
+                                    map(names.__getitem__, node_of),
+                                    zip(map(ids.__getitem__, dev_of))))  # fmt: skip
         self.changed()
 
     def changed(self) -> None:
