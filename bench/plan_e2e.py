@@ -10,7 +10,7 @@ with ``--cluster gpu``) to a temporary file, then:
    the file, JSON decoding, the schema's validation into the model, planning, the plan to a
    dict, JSON encoding, writing), to show where the time goes.
 
-    python bench/plan_e2e.py [--cluster phi|gpu] [--repeat 3] [--policy NAME]
+    python bench/plan_e2e.py [--cluster phi|gpu] [--repeat 3] [--policy NAME] [--snapshot FILE]
 """
 
 from __future__ import annotations
@@ -36,34 +36,38 @@ JOBS, DEVICES = 100_000, 10_000
 #: The steps of ``coshare plan``, timed one after another in a fresh interpreter.
 STEPS = r"""
 import sys, time
-marks = [("start", time.perf_counter())]
+def mark():
+    return time.perf_counter(), time.process_time()
+marks = [("start", mark())]
 import json
 from coshare.cli import policy_options
 from coshare.config import load_config
 from coshare.planner import timed_plan
 from coshare.policies import make_policy
-from coshare.schema import parse_snapshot, plan_to_dict
-marks.append(("imports", time.perf_counter()))
+from coshare.schema import decode_json, parse_snapshot, plan_to_dict
+marks.append(("imports", mark()))
 text = open(sys.argv[1]).read()
-marks.append(("read file", time.perf_counter()))
-data = json.loads(text)
-marks.append(("JSON decode (schema.decode_json)", time.perf_counter()))
+marks.append(("read file", mark()))
+data = decode_json(text, sys.argv[1], lambda data, source: data)
+marks.append(("JSON decode (schema.decode_json)", mark()))
 snapshot = parse_snapshot(data, sys.argv[1])
-marks.append(("validation into the model (schema.parse_snapshot)", time.perf_counter()))
+marks.append(("validation into the model (schema.parse_snapshot)", mark()))
 config = load_config(None)
 name = sys.argv[2] or config.policy.name
 plan = timed_plan(make_policy(name, policy_options(config)), snapshot)
-marks.append((f"plan ({name})", time.perf_counter()))
+marks.append((f"plan ({name})", mark()))
 out = plan_to_dict(plan)
-marks.append(("plan to dict (schema.plan_to_dict)", time.perf_counter()))
+marks.append(("plan to dict (schema.plan_to_dict)", mark()))
 text = json.dumps(out, separators=(",", ":"))
-marks.append(("JSON encode", time.perf_counter()))
+marks.append(("JSON encode", mark()))
 with open("/dev/null", "w") as sink:
     sink.write(text)
-marks.append(("write", time.perf_counter()))
+marks.append(("write", mark()))
+print(f"  {'step':52} {'wall s':>7} {'CPU s':>7}")
 for (_, before), (label, after) in zip(marks, marks[1:]):
-    print(f"  {label:52} {after - before:7.3f} s")
-print(f"  {'total':52} {marks[-1][1] - marks[0][1]:7.3f} s")
+    print(f"  {label:52} {after[0] - before[0]:7.3f} {after[1] - before[1]:7.3f}")
+(wall0, cpu0), (wall1, cpu1) = marks[0][1], marks[-1][1]
+print(f"  {'total':52} {wall1 - wall0:7.3f} {cpu1 - cpu0:7.3f}")
 """
 
 
@@ -88,13 +92,20 @@ def main() -> None:
     parser.add_argument("--cluster", default="phi", choices=["phi", "gpu"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--policy", default="", help="default: the configured one")
+    parser.add_argument(
+        "--snapshot",
+        type=Path,
+        default=None,
+        help="plan this snapshot file instead of drawing one (--cluster)",
+    )
     args = parser.parse_args()
     env = {**os.environ, "COSHARE_CONFIG": os.devnull}  # defaults, not this host's config
     with tempfile.TemporaryDirectory() as tmp:
-        path = snapshot_file(args.cluster, Path(tmp))
+        path = args.snapshot or snapshot_file(args.cluster, Path(tmp))
         size = path.stat().st_size
-        print(f"coshare plan {args.cluster} snapshot: {JOBS} pending jobs, {DEVICES} devices, "
-              f"{size / 2**20:.1f} MiB of JSON")  # fmt: skip
+        what = path if args.snapshot else f"{args.cluster} snapshot: {JOBS} pending jobs, " \
+            f"{DEVICES} devices,"  # fmt: skip
+        print(f"coshare plan {what} {size / 2**20:.1f} MiB of JSON")
         command = [*coshare_command(), "plan", str(path), "--output", "json"]
         if args.policy:
             command += ["--policy", args.policy]

@@ -161,15 +161,16 @@ def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[J
     need = needs_of(jobs)
     # resources only shrink: a job that fits nowhere now never will in this plan (the test
     # is worth its cost for many jobs only)
-    could = (state.fitting_needs(need, reserved) if len(jobs) >= SWEEP_TEST_FROM
-             else np.ones(len(jobs), dtype=np.bool_))
+    # a list, not an array: read once per job, and an array's item costs ten times more
+    could = (state.fitting_needs(need, reserved).tolist() if len(jobs) >= SWEEP_TEST_FROM
+             else [True] * len(jobs))
     misses = 0
     for i, job in enumerate(jobs):
         if not could[i]:
             waiting.append(job)
             continue
         if misses >= SWEEP_MISSES and len(jobs) - i >= SWEEP_TEST_FROM:  # it went stale
-            could[i:] = state.fitting_needs(need[i:], reserved)
+            could[i:] = state.fitting_needs(need[i:], reserved).tolist()
             misses = 0
         shape = shape_of(job)
         if (

@@ -287,6 +287,11 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     ranked = [jobs[i] for i in order.tolist()]
     need_of = need[order].tolist()
     size = len(ranked)
+    # the least each need takes from a rank on: a device that has less of one than that can
+    # take no job from there on, and stops at once instead of after GREEDY_SKIPS misses (the
+    # same plan; issue 15: 70% fewer steps on the modern GPU mix)
+    least_m, least_t, least_c, least_h = \
+        np.minimum.accumulate(need[order][::-1], axis=0)[::-1].T.tolist()  # fmt: skip
     placed = [False] * size
     after = list(range(1, size + 2))  # a placed job's link to a later unplaced one
 
@@ -328,7 +333,11 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
                 misses = 0
             else:
                 misses += 1
-            i = next_unplaced(i + 1)
+                if mem < least_m[i] or thr < least_t[i] or cpu < least_c[i] or host < least_h[i]:
+                    break
+            i += 1
+            if i < size and placed[i]:  # else next_unplaced(i) is i: spare the call
+                i = next_unplaced(i)
     state.place_single(chosen)
     return [job for job, done in zip(ranked, placed, strict=True) if not done]
 

@@ -1,0 +1,188 @@
+"""The snapshot parser's fast paths (issue 15) against its full per-field path.
+
+A fast path may decline anything (the full path then checks it), but what it accepts must be
+exactly what the full path builds, with no problem reported: same fields, same types (``1.0``
+and ``1`` are different JSON, and ``submit_time`` becomes a float either way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from coshare.model import Job, Node
+from coshare.schema import _fast_node, _fast_pending, _parse_node, _parse_pending, parse_snapshot
+from hypothesis import given
+from hypothesis import strategies as st
+
+#: Values that sit on, inside and outside the bounds the fields have, of every JSON type.
+EDGES: list[object] = [
+    None, True, False, [], {}, [1], {"a": 1},
+    0, 1, -1, 2, 7, 1024, 1025, 2**20, 2**20 + 1, 2**24, 2**24 + 1, 2**30, 2**30 + 1, 2**53,
+    2**53 + 1, -(2**53), -(2**53) - 1, 10**9, 10**9 + 1, 10**12, 10**12 + 1, -(10**12) - 1,
+    10**6, 10**6 + 1, 10**400,
+    0.0, -0.0, 0.5, 1.0, 1.5, 1e-9, -1e-9, 0.0005, 0.0015, 3.9995, 1e6, 1e9, 1e12,
+    1e12 + 1e-3, 1e300, math.inf, -math.inf, math.nan, 44544.0,
+    "", " ", "a", " a", "a ", "1.0", "a,b", "device", "cpu", "x" * 256, "x" * 257, "x" * 1024,
+    "x" * 1025, "\u00e9", "a\u202eb", "a\tb", "a\x00", "a\x7f", "LU", "1", "\u00a0a",
+]  # fmt: skip
+EDGE_VALUES = st.one_of(
+    st.sampled_from(EDGES),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**60), max_value=2**60),
+    st.text(max_size=8),
+)
+
+PENDING_KEYS = ["id", "device_memory_mib", "device_threads", "device_count", "cores",
+                "memory_mib", "priority", "submit_time", "kind", "processes", "program", "alpha",
+                "membw_gbps", "copy_bw_mbps", "walltime_s", "nodes", "nodes_max",
+                "processes_per_node", "device_mem_mib"]  # fmt: skip
+
+#: A well-formed job as bench/plan_e2e.py writes 100,000 of them.
+TYPICAL: dict[str, Any] = {"id": "1.0", "device_memory_mib": 44544, "device_threads": 264192,
+                           "cores": 9, "memory_mib": 87040, "priority": 0, "submit_time": 0.0,
+                           "program": "LU"}  # fmt: skip
+
+
+def typed(value: object) -> object:
+    """A model object as a tuple of (type, value) per field, so ``1 != 1.0``."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return tuple((f.name, typed(getattr(value, f.name))) for f in dataclasses.fields(value))
+    if isinstance(value, tuple):
+        return tuple(typed(v) for v in value)
+    return (type(value).__name__, value)
+
+
+def assert_same_job(obj: object) -> None:
+    fast = _fast_pending(obj)
+    problems: list[str] = []
+    full = _parse_pending(obj, 0, problems)
+    if fast is not None:
+        assert problems == [], (obj, problems)
+        assert typed(fast) == typed(full), obj
+
+
+@st.composite
+def pending_objects(draw: st.DrawFn) -> dict[str, Any]:
+    """A typical job with some fields changed, dropped or added."""
+    obj = dict(TYPICAL)
+    for key in draw(st.lists(st.sampled_from(PENDING_KEYS), max_size=5)):
+        if draw(st.booleans()):
+            obj[key] = draw(EDGE_VALUES)
+        else:
+            obj.pop(key, None)
+    return obj
+
+
+@given(pending_objects())
+def test_fast_pending_accepts_only_what_the_full_path_accepts_and_builds_the_same(
+    obj: dict[str, Any],
+) -> None:
+    assert_same_job(obj)
+
+
+def test_fast_pending_on_every_edge_value_of_every_field() -> None:
+    """Exhaustively: each field of a typical job (and of a CPU job) set to each edge value."""
+    for base in (TYPICAL, {"id": "2", "kind": "cpu"}):
+        for key in PENDING_KEYS:
+            for value in EDGES:
+                assert_same_job({**base, key: value})
+
+
+def test_fast_pending_takes_the_usual_jobs() -> None:
+    """The fast path does fire (else the bench would measure the full path): a typical job,
+    a CPU job, one with every optional number, and the defaults."""
+    usual: list[dict[str, Any]] = [
+        TYPICAL,
+        {"id": "2", "cores": 0.5, "memory_mib": 10, "kind": "cpu"},
+        {"id": "3"},
+        {**TYPICAL, "alpha": 1, "membw_gbps": 2.5, "copy_bw_mbps": 0, "walltime_s": 60,
+         "processes": 4, "device_count": 2, "kind": "device", "submit_time": -5},
+    ]
+    for obj in usual:
+        assert isinstance(_fast_pending(obj), Job), obj
+        assert_same_job(obj)
+
+
+def test_fast_pending_declines_what_the_full_path_refuses() -> None:
+    """Each of these is refused by the full path with a message; the fast path must not
+    build a job from any of them."""
+    bad: list[object] = [
+        {**TYPICAL, "device_mem_mib": 5},
+        {**TYPICAL, "id": " 1"},
+        {**TYPICAL, "id": "1,2"},
+        {**TYPICAL, "cores": math.nan},
+        {**TYPICAL, "cores": True},
+        {**TYPICAL, "memory_mib": 2**30 + 1},
+        {**TYPICAL, "submit_time": math.inf},
+        {**TYPICAL, "alpha": 0},
+        {**TYPICAL, "walltime_s": 0.0},
+        {**TYPICAL, "kind": "cpu"},
+        {**TYPICAL, "device_count": 0},
+        {**TYPICAL, "program": " "},
+        {**TYPICAL, "program": "a\x1b[2J"},
+        {key: value for key, value in TYPICAL.items() if key != "id"},
+        ["not", "an", "object"],
+    ]
+    for obj in bad:
+        problems: list[str] = []
+        _parse_pending(obj, 0, problems)
+        assert problems, obj
+        assert _fast_pending(obj) is None, obj
+
+
+DEVICE = {"id": "0", "memory_mib": 81559, "threads": 270336, "model": "H100"}
+NODE: dict[str, Any] = {"name": "gpu00000", "cores": 128, "memory_mib": 2097152,
+                        "devices": [DEVICE, {**DEVICE, "id": "1"}]}  # fmt: skip
+
+
+@st.composite
+def node_objects(draw: st.DrawFn) -> dict[str, Any]:
+    obj = dict(NODE)
+    device = dict(DEVICE)
+    for key in draw(st.lists(st.sampled_from(["id", "memory_mib", "threads", "model", "x"]),
+                             max_size=3)):  # fmt: skip
+        device[key] = draw(EDGE_VALUES)
+    obj["devices"] = [device, {**DEVICE, "id": "9"}]
+    for key in draw(st.lists(st.sampled_from(["name", "cores", "memory_mib", "devices",
+                                              "llc_ways", "domain"]), max_size=3)):  # fmt: skip
+        if draw(st.booleans()):
+            obj[key] = draw(EDGE_VALUES)
+        else:
+            obj.pop(key, None)
+    return obj
+
+
+def test_fast_node_on_every_edge_value_of_every_field() -> None:
+    for key in ["name", "cores", "memory_mib", "devices", "llc_ways", "domain", "x"]:
+        for value in EDGES:
+            assert_same_node({**NODE, key: value})
+    for key in ["id", "memory_mib", "threads", "model", "x"]:
+        for value in EDGES:
+            assert_same_node({**NODE, "devices": [{**DEVICE, key: value}]})
+
+
+def assert_same_node(obj: object) -> None:
+    fast = _fast_node(obj)
+    problems: list[str] = []
+    full = _parse_node(obj, 0, problems)
+    if fast is not None:
+        assert problems == [], (obj, problems)
+        assert typed(fast) == typed(full), obj
+
+
+@given(node_objects())
+def test_fast_node_accepts_only_what_the_full_path_accepts_and_builds_the_same(
+    obj: dict[str, Any],
+) -> None:
+    assert_same_node(obj)
+
+
+def test_fast_node_takes_the_usual_nodes_and_a_snapshot_parses_the_same() -> None:
+    assert isinstance(_fast_node(NODE), Node)
+    assert isinstance(_fast_node({"name": "n", "cores": 3.9995, "memory_mib": 1}), Node)
+    snapshot = parse_snapshot({"nodes": [NODE], "pending": [TYPICAL, {"id": "2"}]})
+    assert snapshot.nodes[0].cpu_milli == 128_000
+    assert [j.id for j in snapshot.pending] == ["1.0", "2"]
+    assert snapshot.pending[1].cpu_milli == 1000  # the default: one core
