@@ -38,10 +38,11 @@ from coshare.model import MILLI, Job, Node, RunningJob, Snapshot
 from coshare.policies.base import Policy
 from coshare.policies.exclusive import ExclusivePolicy
 from coshare.policies.membw import MembwPolicy
-from coshare.sim.device import Jobs, Schedule, Token
+from coshare.sim.device import Token
 from coshare.sim.engine import SimOptions, SimResult, simulate
 from coshare.sim.facts import JobTraits, MeasuredFacts, NodeHardware
 from coshare.sim.jobs import SimJob, host_only
+from coshare.sim.rates import RatedRuns
 
 #: Table 1: ``distgen_membw_available()`` in percent, by program (the paper's names aside).
 AVAILABLE_PERCENT: dict[str, float] = {
@@ -72,31 +73,15 @@ MAX_SHARE = 0.9
 INIT_S = 10.0
 
 
-class BandwidthModel:
+class BandwidthModel(RatedRuns):
     """Jobs on one node slow down while their memory bandwidth uses sum above 1 (see the
     module docstring); CPU jobs only, the engine tells it each job's node (``on_node``)."""
 
     def __init__(self, use_by_program: Mapping[str, float]) -> None:
+        super().__init__()
         self.use_by_program = use_by_program
-        self.busy_thread_s: list[float] = []
-        self.peak_threads: list[int] = []
-        self._schedule: Schedule | None = None
-        self._jobs: Jobs = ()
         self._use: dict[int, float] = {}
         self._node: dict[int, str] = {}
-        self._on: dict[str, set[int]] = {}
-        self._left: dict[int, float] = {}  # seconds of work alone still to do
-        self._rate: dict[int, float] = {}
-        self._since: dict[int, float] = {}
-        self._epoch: dict[int, int] = {}
-
-    def bind(self, jobs: Jobs, device_threads: Sequence[int],
-             schedule: Schedule) -> None:  # fmt: skip
-        self.busy_thread_s = [0.0] * len(device_threads)
-        self.peak_threads = [0] * len(device_threads)
-        self._schedule = schedule
-        # A list, or the engine's jobs in flight when a log is streamed: read at each start.
-        self._jobs = jobs
 
     def on_node(self, job: int, node: str) -> None:
         """The engine's hook: ``job`` is about to start on ``node``."""
@@ -105,38 +90,28 @@ class BandwidthModel:
     def start(self, job: int, devices: tuple[int, ...], now: float) -> None:
         sim_job = self._jobs[job]
         self._use[job] = self.use_by_program.get(sim_job.job.program or "", 0.0)
-        self._left[job] = sim_job.duration_s
         node = self._node[job]
-        self._on.setdefault(node, set()).add(job)
-        self._since[job], self._rate[job] = now, 1.0
+        self._begin(job, sim_job.duration_s, (node,), now)
         self._rerate(node, now)
 
     def handle(self, token: Token, now: float) -> int | None:
-        job, epoch = token
-        if self._epoch.get(job) != epoch:
+        job = self._current(token)
+        if job is None:
             return None  # its rate changed after this end was scheduled
         node = self._node[job]
-        self._on[node].discard(job)
+        self._leave(job, (node,))
         self._rerate(node, now)
         return job
-
-    def gate_wait_s(self, job: int) -> float:
-        return 0.0
 
     def demand(self, node: str) -> float:
         """The summed use of the jobs running on ``node``."""
         return sum(self._use[j] for j in self._on.get(node, ()))
 
     def _rerate(self, node: str, now: float) -> None:
-        assert self._schedule is not None
         total = self.demand(node)
         for j in sorted(self._on.get(node, ())):
-            self._left[j] -= (now - self._since[j]) * self._rate[j]
             u = self._use[j]
-            self._rate[j] = 1.0 if total <= 1.0 else 1.0 / ((1.0 - u) + u * total)
-            self._since[j] = now
-            self._epoch[j] = self._epoch.get(j, 0) + 1
-            self._schedule(now + max(self._left[j], 0.0) / self._rate[j], (j, self._epoch[j]))
+            self._set_rate(j, 1.0 if total <= 1.0 else 1.0 / ((1.0 - u) + u * total), now)
 
 
 def admits(old: str, new: str, max_share: float = MAX_SHARE) -> bool:

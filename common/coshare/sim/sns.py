@@ -46,9 +46,10 @@ from dataclasses import dataclass, field
 from coshare.model import MILLI, Assignment, Job, Node
 from coshare.policies.base import Policy
 from coshare.profiles import Profile
-from coshare.sim.device import Jobs, Schedule, Token
+from coshare.sim.device import Token
 from coshare.sim.engine import SimOptions, SimResult, simulate
 from coshare.sim.jobs import SimJob, host_only
+from coshare.sim.rates import RatedRuns
 
 #: Section 6.2: 36 sequences of 20 jobs on 8 nodes; jobs of 16 or 28 processes.
 SEQUENCES = 36
@@ -136,32 +137,17 @@ class _Part:
     ways: int | None
 
 
-class SnsModel:
+class SnsModel(RatedRuns):
     """Jobs run at their profile's scale speedup, slowed by the ways and bandwidth they get
     on their nodes (see the module docstring). CPU jobs only; the engine tells it each
     job's parts (``on_part``)."""
 
     def __init__(self, profiles: Mapping[str, Profile], cluster: Cluster) -> None:
+        super().__init__()
         self.profiles = profiles
         self.cluster = cluster
-        self.busy_thread_s: list[float] = []
-        self.peak_threads: list[int] = []
-        self._schedule: Schedule | None = None
-        self._jobs: Jobs = ()
         self._parts: dict[int, list[_Part]] = {}
-        self._on: dict[str, set[int]] = {}
-        self._left: dict[int, float] = {}  # seconds of work alone (at its scale) still to do
-        self._rate: dict[int, float] = {}
-        self._since: dict[int, float] = {}
-        self._epoch: dict[int, int] = {}
         self.scale: dict[int, int] = {}
-
-    def bind(self, jobs: Jobs, device_threads: Sequence[int],
-             schedule: Schedule) -> None:  # fmt: skip
-        self.busy_thread_s = [0.0] * len(device_threads)
-        self.peak_threads = [0] * len(device_threads)
-        self._schedule = schedule
-        self._jobs = jobs
 
     def on_part(self, job: int, part: Assignment, processes: int) -> None:
         """The engine's hook: ``job`` is about to start ``processes`` on ``part.node``."""
@@ -178,24 +164,17 @@ class SnsModel:
         profile = self._profile(job)
         self.scale[job] = k
         speedup = profile.speedup(k) if k in profile.run_time_s else 1.0
-        self._left[job] = sim.duration_s / speedup
-        self._since[job], self._rate[job] = now, 1.0
-        for p in parts:
-            self._on.setdefault(p.node, set()).add(job)
+        self._begin(job, sim.duration_s / speedup, (p.node for p in parts), now)
         self._rerate({p.node for p in parts}, now)
 
     def handle(self, token: Token, now: float) -> int | None:
-        job, epoch = token
-        if self._epoch.get(job) != epoch:
+        job = self._current(token)
+        if job is None:
             return None  # its rate changed after this end was scheduled
         nodes = {p.node for p in self._parts[job]}
-        for node in nodes:
-            self._on[node].discard(job)
+        self._leave(job, nodes)
         self._rerate(nodes, now)
         return job
-
-    def gate_wait_s(self, job: int) -> float:
-        return 0.0
 
     def ways_of(self, node: str) -> dict[int, float]:
         """Each job's effective ways on ``node`` (allocation plus its share of the rest)."""
@@ -239,7 +218,6 @@ class SnsModel:
         return out
 
     def _rerate(self, nodes: set[str], now: float) -> None:
-        assert self._schedule is not None
         affected = sorted({j for n in nodes for j in self._on.get(n, ())})
         factors: dict[str, dict[int, float]] = {}
         for j in affected:
@@ -248,11 +226,7 @@ class SnsModel:
                 if p.node not in factors:
                     factors[p.node] = self.node_factor(p.node)
                 rate = min(rate, factors[p.node][j])
-            self._left[j] -= (now - self._since[j]) * self._rate[j]
-            self._rate[j] = max(rate, 1e-6)
-            self._since[j] = now
-            self._epoch[j] = self._epoch.get(j, 0) + 1
-            self._schedule(now + max(self._left[j], 0.0) / self._rate[j], (j, self._epoch[j]))
+            self._set_rate(j, max(rate, 1e-6), now)
 
 
 @dataclass(frozen=True)
