@@ -14,6 +14,7 @@ from typing import Any
 
 from coshare.commands import run
 from coshare.config import CondorConfig, Config, load_config
+from coshare.errors import SchedulerUnavailable
 from coshare.planner import CycleReport, run_cycle
 from coshare.policies import make_policy
 
@@ -108,7 +109,19 @@ class Pool:
         return parse_slots(self.client.slot_ads(), {}).node_of_machine
 
     def remove_all(self) -> None:
-        self.schedd.act(self.htcondor.JobAction.Remove, "true")
+        """Empty the queue. A schedd the master is restarting (HTCondor's dedicated scheduler
+        once died on its own assertion in a full run) is waited for and located again, so one
+        crash of HTCondor's costs the test it happened in, not every test after it."""
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                self.schedd.act(self.htcondor.JobAction.Remove, "true")
+                break
+            except (self.htcondor.HTCondorException, SchedulerUnavailable):
+                if time.monotonic() > deadline:
+                    raise
+                self.client.forget_schedd()
+                time.sleep(1)
         wait_for(lambda: not self.client.job_ads("true", ("ClusterId",)), 60,
                  "jobs to leave the queue")
 
