@@ -211,6 +211,15 @@ class DaskExecutor:
                     results.failed[i] = Failure(tasks[i].name, _cancelled(future))
                 else:
                     exc = future.exception()
+                    if exc is None:
+                        # Not an error after all: it had finished, its result was lost with
+                        # its worker before it was gathered ("lost"), and Dask computed it
+                        # again while this client held the future (exception() waited for it).
+                        results.values[i] = future.result()
+                        future.release()
+                        if done is not None:
+                            done(i)
+                        continue
                     future.release()
                     if isinstance(exc, KilledWorker):
                         tries[i] += 1
