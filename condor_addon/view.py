@@ -664,26 +664,11 @@ def parse_queue(
         node = cluster.node_of_machine.get(machine_of(q.remote_host or "")) or q.placed_node
         if node in cluster.left_out:
             continue  # nothing is planned there this cycle; its warning says why
-        if node not in nodes:
-            where = shorten_text(q.remote_host or node or "?")
-            warnings.append(f"job {q.id} runs on {where}, which is not a coshare node; "
-                            "not counted")  # fmt: skip
-            continue
         host = refuse_on_error(q.id, lambda q=q: (q.cpu_milli, q.memory_mib))  # type: ignore[misc]
-        if isinstance(host, Rejected):
-            warnings.append(f"{host.reason}; it runs on {node}: counted as holding the whole "
-                            "node")  # fmt: skip
-            running.append(whole_node(q.id, nodes[node]))
-            continue
-        known = {d.id: d for d in nodes[node].devices}
-        devices = tuple(d for d in split_ids(q.placed_devices) if d in known)
-        demand = declared_demand(q.id, q.annotations) or whole_devices(
-            [known[d] for d in devices])  # fmt: skip
-        running.append(RunningJob(
-            id=q.id, node=node, devices=devices, device_memory_mib=demand[0],
-            device_threads=demand[1], cpu_milli=host[0], memory_mib=host[1],
-            state="running", start_time_s=q.placed_at,
-        ))  # fmt: skip
+        part = _running_part(q, node, q.remote_host or node or "?", split_ids(q.placed_devices),
+                             host, declared_demand(q.id, q.annotations), nodes, warnings)
+        if part is not None:
+            running.append(part)
     book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s, gangs=True)
     return QueueView(book, tuple(running), tuple(warnings) + book.notes)
 
@@ -716,24 +701,37 @@ def _gang_running(
     for node, placed in q.placed_parts:
         if node in shown or node in cluster.left_out:
             continue
-        if node not in nodes:
-            warnings.append(f"job {q.id} runs on {shorten_text(node)}, which is not a coshare "
-                            "node; not counted")  # fmt: skip
-            continue
-        if isinstance(host, Rejected):
-            warnings.append(f"{host.reason}; it runs on {node}: counted as holding the whole "
-                            "node")  # fmt: skip
-            out.append(whole_node(q.id, nodes[node]))
-            continue
-        known = {d.id: d for d in nodes[node].devices}
-        devices = tuple(d for d in placed if d in known)
-        used = demand or whole_devices([known[d] for d in devices])
-        out.append(RunningJob(
-            id=q.id, node=node, devices=devices, device_memory_mib=used[0],
-            device_threads=used[1], cpu_milli=host[0], memory_mib=host[1], state="running",
-            start_time_s=q.placed_at,
-        ))  # fmt: skip
+        part = _running_part(q, node, node, placed, host, demand, nodes, warnings)
+        if part is not None:
+            out.append(part)
     return out
+
+
+def _running_part(
+    q: QueueJob, node: str | None, where: str, placed: Iterable[str],
+    host: tuple[int, int] | Rejected, demand: tuple[int, int] | None,
+    nodes: Mapping[str, Node], warnings: list[str],
+) -> RunningJob | None:
+    """What a running job (or one node's part of a running gang) holds on ``node``: its
+    host request and the placed devices the node has, with its declared demand or, when that
+    cannot be read, those devices whole; the whole node when its host request cannot be read;
+    nothing, with a warning naming ``where``, on a node coshare does not manage."""
+    if node is None or node not in nodes:
+        warnings.append(f"job {q.id} runs on {shorten_text(where)}, which is not a coshare "
+                        "node; not counted")  # fmt: skip
+        return None
+    if isinstance(host, Rejected):
+        warnings.append(f"{host.reason}; it runs on {node}: counted as holding the whole "
+                        "node")  # fmt: skip
+        return whole_node(q.id, nodes[node])
+    known = {d.id: d for d in nodes[node].devices}
+    devices = tuple(d for d in placed if d in known)
+    used = demand or whole_devices([known[d] for d in devices])
+    return RunningJob(
+        id=q.id, node=node, devices=devices, device_memory_mib=used[0],
+        device_threads=used[1], cpu_milli=host[0], memory_mib=host[1], state="running",
+        start_time_s=q.placed_at,
+    )  # fmt: skip
 
 
 def build_snapshot(
