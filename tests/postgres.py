@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -17,16 +16,11 @@ from pathlib import Path
 
 import psycopg
 
+from tests.prometheus import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "deploy" / "postgres" / "local-postgres"
 _NAMES = itertools.count()
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (the kernel's pick)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
