@@ -58,7 +58,9 @@ def check_gang_ran_as_placed(cluster: Cluster, gang: str, record: Record) -> Pla
     the same shares, laid out in Slurm's node order)."""
     placement = gang_placement(record)
     assert record.state == "COMPLETED", record
-    assert sorted(expand_nodes(record.node)) == sorted(placement.nodes), record
+    # Where it ran is read from its tasks, not from sacct's NodeList: in one full run
+    # slurmdbd recorded only the batch host (csl-n1) for a 3-second gang that scontrol had
+    # shown allocated on all three nodes, and whose tasks reported all three.
     lines = [line for line in cluster.output(gang).splitlines() if line.startswith("task=")]
     assert len(lines) == sum(p.processes for p in placement.parts), lines
     seen: Counter[tuple[str, str]] = Counter()
@@ -67,6 +69,7 @@ def check_gang_ran_as_placed(cluster: Cluster, gang: str, record: Record) -> Pla
         seen[(fields["node"], fields["devices"])] += 1
     devices = {p.node: ",".join(p.devices) for p in placement.parts}
     assert all(devices.get(node) == device for node, device in seen), (seen, placement)
+    assert sorted({node for node, _ in seen}) == sorted(placement.nodes), (seen, record)
     counts = [p.processes for p in placement.parts]
     if len(set(counts)) == 1:
         assert seen == Counter({(p.node, devices[p.node]): p.processes for p in placement.parts})

@@ -65,8 +65,10 @@ def check_ran_as_placed(cluster: Cluster, job: str, node_list: str) -> Placement
     out = cluster.output(job)
     assert placement is not None and placement.spread is not None, record
     assert record.state == "COMPLETED", (record, out)
-    assert sorted(expand_nodes(record.node)) == sorted(placement.nodes) == sorted(
-        expand_nodes(node_list)), record  # fmt: skip
+    # the nodes Slurm was told (read back while pending) are the placement's; where the
+    # tasks ran is read from their reports below, not from sacct's NodeList (slurmdbd once
+    # recorded only the batch host of a short 3-node job, test_slurm_gangs.py)
+    assert sorted(placement.nodes) == sorted(expand_nodes(node_list)), record
     s = placement.spread
     tasks = [dict(f.split("=", 1) for f in line.split()) for line in out.splitlines()
              if line.startswith("task=")]  # fmt: skip
