@@ -3,10 +3,11 @@ against a temp dir with the kernel's layout (this machine has no resctrl)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from coshare.errors import JobSpecError, Unsupported
+from coshare.errors import CgroupError, JobSpecError, Unsupported
 from coshare.node.resctrl import Resctrl
 from coshare.node.ways import (
     choose_ways,
@@ -73,8 +74,11 @@ def test_a_job_gets_a_group_of_its_own_ways_and_bandwidth(tmp_path: Path) -> Non
     second = resctrl.create("13", 6, None)
     assert second.mask == 0x3F0 and second.membw_percent is None
     assert resctrl.jobs() == ["12", "13"] and resctrl.ways_free() == 10
-    resctrl.add("12", 4242)
-    assert (first.path / "tasks").read_text() == "4242"
+    resctrl.add("12", os.getpid())
+    assert (first.path / "tasks").read_text() == f"{os.getpid()}\n"
+    with pytest.raises(CgroupError, match="No such process"):
+        resctrl.add("12", 2**22 + 1)  # above pid_max: no such task
+    assert (root / "info" / "last_cmd_status").read_text() == f"No task {2**22 + 1}\n"
     assert Resctrl(root, "other").jobs() == []  # another node daemon's groups are not ours
     assert resctrl.remove("12") and not resctrl.remove("12")  # idempotent
     assert resctrl.ways_free() == 14
