@@ -41,12 +41,41 @@ def test_the_prolog_makes_the_resctrl_group_with_this_nodes_ways(
     assert here is not None
     record = node_hooks.on_job_start(node_config, "sns1", here, Allocation(1, 64), 0)
     assert record.spec.llc_ways == 4
-    assert (fake.path("sns1") / "schemata").read_text().startswith("L3:0=f;1=f")
+    # Alone on the node it holds its 4 ways and, as its share of the spare ones, the other 16
+    # (Spread-n-Share 4.4); the node still counts 16 free for the next job.
+    assert (fake.path("sns1") / "schemata").read_text().startswith("L3:0=fffff;1=fffff\n")
     assert told(node_config, "sns1") == ["export COSHARE_SPREAD=2:2:2",
                                          "export COSHARE_LLC_WAYS=4"]  # fmt: skip
+    allocated = lifecycle.allocated_ways(lifecycle.node_store(node_config))
+    assert allocated == {"sns1": 4} and fake.ways_free(allocated) == 16
+    # A second job takes its 4 back from sns1's share; the 12 spare split 6 and 6.
+    node_hooks.on_job_start(node_config, "sns3", here, Allocation(1, 64), 0)
+    assert (fake.path("sns1") / "schemata").read_text().startswith("L3:0=3ff;1=3ff\n")
+    assert (fake.path("sns3") / "schemata").read_text().startswith("L3:0=ffc00;1=ffc00\n")
     job_end(node_config, "sns1")
-    assert not fake.path("sns1").exists() and fake.ways_free() == 20
+    assert not fake.path("sns1").exists()
+    # its ways go to the job left
+    assert (fake.path("sns3") / "schemata").read_text().startswith("L3:0=fffff;1=fffff\n")
+    job_end(node_config, "sns3")
+    assert fake.jobs() == [] and fake.ways_free({}) == 20
     assert not (Path(node_config.state_dir) / "jobs" / f"job-sns1{TASK_ENV_SUFFIX}").exists()
+
+
+def test_without_spare_sharing_each_group_holds_its_own_ways(
+    node_config: NodeConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = replace(node_config, llc_share_spare=False)
+    fake = FakeResctrl(make_resctrl(tmp_path / "resctrl"), config.cgroup_parent)
+    monkeypatch.setattr(lifecycle, "node_resctrl", lambda config: fake)
+    here = GANG.on("n1")
+    assert here is not None
+    node_hooks.on_job_start(config, "own1", here, Allocation(1, 64), 0)
+    node_hooks.on_job_start(config, "own2", here, Allocation(1, 64), 0)
+    assert (fake.path("own1") / "schemata").read_text().startswith("L3:0=f;1=f\n")
+    assert (fake.path("own2") / "schemata").read_text().startswith("L3:0=f0;1=f0\n")
+    assert fake.ways_free() == 12
+    job_end(config, "own1")
+    job_end(config, "own2")
 
 
 def test_without_resctrl_the_job_runs_without_ways_and_its_tasks_are_told(
