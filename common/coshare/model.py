@@ -310,6 +310,11 @@ class Assignment:
             4.3); ``None``: no way allocation.
         membw_gbps: memory bandwidth the policy counts for the job on this node (``sns``);
             ``None``: not counted.
+        llc_ways_spare: ways it gets on top of ``llc_ways`` when it starts: its equal share
+            of the node's ways no job is allocated (Spread-n-Share section 4.4,
+            :mod:`coshare.llc`; the floor share: the node gives the remainder one way each to
+            the lowest jobs). It shrinks as jobs come and grows as they leave; ``None``: no
+            way allocation.
     """
 
     job: str
@@ -319,6 +324,7 @@ class Assignment:
     harvest_from: str | None = None
     llc_ways: int | None = None
     membw_gbps: float | None = None
+    llc_ways_spare: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

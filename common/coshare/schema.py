@@ -92,7 +92,7 @@ PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue"
 SPREAD_FIELDS = ("job", "scale", "nodes", "cores_per_node", "ways", "note")
 TRIAL_FIELDS = ("job", "node", "partners")
 ASSIGNMENT_FIELDS = ("job", "node", "device", "processes", "harvest_from", "llc_ways",
-                     "membw_gbps")
+                     "membw_gbps", "llc_ways_spare")
 UNPLACED_FIELDS = ("job", "reason", "code")
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
     "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported",
@@ -747,6 +747,7 @@ def _plan_dict(plan: Plan) -> dict[str, object]:
                     ("harvest_from", a.harvest_from),
                     ("llc_ways", a.llc_ways),
                     ("membw_gbps", a.membw_gbps),
+                    ("llc_ways_spare", a.llc_ways_spare),
                 ]
             )
             for a in plan.assignments
@@ -787,6 +788,7 @@ def parse_plan(data: object, source: str = "") -> Plan:
                 harvest_from=f.ident("harvest_from", None),
                 llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
                 membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
+                llc_ways_spare=f.integer("llc_ways_spare", None, maximum=MAX_LLC_WAYS),
             )
         )
     unplaced = []
