@@ -143,11 +143,17 @@ class SnsConfig:
             (section 4.3: 0.9).
         ways_weight: ``beta``, the weight of occupied LLC ways in the idleness score
             ``C_o + B_o + beta * W_o`` (section 4.4: 2).
+        mba: cap each placed job's memory bandwidth on every node at what ``sns`` admitted
+            for it (its profile's ``b``), with Intel MBA (resctrl ``MB:``) where the node has
+            it (section 4.4: "Memory bandwidth allocation can be done by Intel's recent MBA
+            technique"; the paper's nodes had none); off: bandwidth is admitted by the
+            profiles only, as on the paper's testbed.
     """
 
     profiles_dir: str | None = None
     default_alpha: float = field(default=0.9, metadata={"min": 0, "max": 1})
     ways_weight: float = field(default=2.0, metadata={"min": 0, "max": 100})
+    mba: bool = False
 
     def __post_init__(self) -> None:
         if self.default_alpha <= 0:

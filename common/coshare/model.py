@@ -373,6 +373,9 @@ class Spread:
             profile, or a node without resctrl).
         note: why it runs as it does, when that is not its profile's best scale (``no
             profile for X``, a node without resctrl), for people; empty otherwise.
+        membw_gbps: the memory bandwidth per node to cap it at with MBA (``policy.sns.mba``:
+            ``b`` at ``cores_per_node``; the node turns it into its ``MB:`` percentage);
+            ``None``: no cap.
     """
 
     job: str
@@ -381,6 +384,7 @@ class Spread:
     cores_per_node: int
     ways: int | None = None
     note: str = ""
+    membw_gbps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ value it does not give):
    shares and taken back when a job comes (section 4.4): each assignment says its share at
    start (``llc_ways_spare``, :mod:`coshare.llc`), the node writes it (``node.
    llc_share_spare``) and the simulator models it. Bandwidth is admitted by the profiles'
-   averages (the paper's testbed had no MBA).
+   averages (the paper's testbed had no MBA); with ``mba`` (``policy.sns.mba``) each
+   spread also says ``b`` per node, which the node caps with MBA where it has it.
 
 A job whose program has no profile runs compact (scale 1) without ways or bandwidth, noted
 "no profile for X". Nodes without resctrl run jobs without way allocation, noted.
@@ -106,6 +107,8 @@ class SnsPolicy:
         default_alpha: the slowdown threshold of a job that names none (paper: 0.9).
         ways_weight: ``beta`` of the idleness score.
         age_limit_s: pending time after which nothing overtakes a job; ``None``: never.
+        mba: cap each job's bandwidth per node at its ``b`` with MBA where nodes have it
+            (the spread's ``membw_gbps``; section 4.4).
     """
 
     places_gangs: ClassVar[bool] = True
@@ -115,6 +118,7 @@ class SnsPolicy:
     default_alpha: float = DEFAULT_ALPHA
     ways_weight: float = DEFAULT_WAYS_WEIGHT
     age_limit_s: float | None = 3600.0
+    mba: bool = False
 
     @property
     def name(self) -> str:
@@ -309,7 +313,9 @@ class SnsPolicy:
                 text = (f"{', '.join(no_cat[:4])} without resctrl: runs there without way "
                         "allocation")  # fmt: skip
             all_ways = d.ways if self.mode == "sns" and not no_cat else None
-            return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text)
+            cap = d.membw_gbps if self.mode == "sns" and self.mba else None
+            return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text,
+                                 cap)  # fmt: skip
         return None
 
     def _waiting(self, job: Job, nodes: list[_Node]) -> Unplaced:
