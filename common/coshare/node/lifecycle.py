@@ -13,6 +13,7 @@ inherited standard streams and no timeout, and joins the job's group before it `
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -39,6 +40,8 @@ from coshare.node.spec import (
     format_cpu_list,
 )
 from coshare.node.watchdog import enforce, host_memory_violation
+
+log = logging.getLogger(__name__)
 
 #: Exit status of ``job-exec`` when coshare killed the job (as a shell reports SIGKILL).
 KILLED_STATUS = 128 + signal.SIGKILL
@@ -374,10 +377,13 @@ def allocated_ways(store: JobStore, skip: str | None = None) -> dict[str, int]:
 def share_spare_ways(config: NodeConfig, store: JobStore, skip: str | None = None) -> None:
     """Give the ways no job is allocated to the jobs holding ways, in equal shares (after a
     job ended: its ways go to the others; Spread-n-Share section 4.4). A node without
-    resctrl, or a mask the kernel refuses, leaves the masks as they are: the jobs keep at
-    least their own ways, and the failure is logged by the caller's reader."""
-    with contextlib.suppress(CgroupError, Unsupported), store.lock():
-        node_resctrl(config).relayout(allocated_ways(store, skip=skip), share_spare=True)
+    resctrl, or a mask the kernel refuses, leaves the masks as they are (the jobs keep at
+    least their own ways) and is logged: a job's end never fails for another's share."""
+    try:
+        with store.lock():
+            node_resctrl(config).relayout(allocated_ways(store, skip=skip), share_spare=True)
+    except (CgroupError, Unsupported) as exc:
+        log.warning("spare LLC ways not shared out after job %s ended: %s", skip, exc)
 
 
 def apply_holdings(config: NodeConfig, store: JobStore, records: Mapping[str, JobRecord],
