@@ -50,7 +50,8 @@ def _store(app: AppContext, store: Path | None) -> Path:
 
 @click.group("profile")
 def profile() -> None:
-    """Program profiles of the sns policy (Spread-n-Share): import, check, time runs."""
+    """Program profiles of the sns policy (Spread-n-Share): import, check, time runs, sweep
+    the LLC ways."""
 
 
 @profile.command("import")
