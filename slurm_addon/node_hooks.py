@@ -19,11 +19,15 @@ Called from :mod:`slurm_addon.prolog`, which never lets an exception out.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from coshare.commands import CommandRunner, run
 from coshare.config import NodeConfig
-from coshare.errors import CoshareError, Unsupported
+from coshare.errors import CoshareError, ProbeError, Unsupported
 from coshare.node import lifecycle
+from coshare.node.bandwidth import INIT_HINT, cap_percent, node_peak_gbps
 from coshare.node.jobs import JobRecord
+from coshare.node.membw import ProbeFiles
 
 from slurm_addon.allocation import Allocation, parse_stderr_path
 from slurm_addon.client import SlurmClient
@@ -47,33 +51,66 @@ def on_job_start(
     allocation (the issue's rule; the plan's notes say so too), and its tasks are told
     ``COSHARE_LLC_WAYS=unsupported`` with the path looked at (:func:`sns_task_env`):
     nothing is pretended. Ways the node has but cannot give (all held) fail the job with
-    the reason, as any other limit that cannot be set.
+    the reason, as any other limit that cannot be set. A placement with a bandwidth cap
+    (``membw=``, ``policy.sns.mba``) also gets an ``MB:`` line (:func:`membw_cap`); a node
+    without MBA, or without a bandwidth baseline to turn GB/s into a percentage, runs the
+    job without the cap and its tasks are told ``COSHARE_MEMBW_PERCENT=unsupported`` with
+    the path looked at.
 
     Raises:
         CoshareError: when the group cannot be made; the reason is recorded for the
             TaskProlog, which then fails the job with it.
     """
     store = lifecycle.node_store(config)
+    ways = placement.llc_ways
+    percent, no_cap = membw_cap(config, placement)
     without: Unsupported | None = None
     try:
-        try:
-            record = _start(config, job_id, placement, allocation, uid, placement.llc_ways)
-        except Unsupported as exc:
-            if placement.llc_ways is None:
-                raise
-            without = exc
-            record = _start(config, job_id, placement, allocation, uid, None)
+        while True:
+            try:
+                record = _start(config, job_id, placement, allocation, uid, ways, percent)
+                break
+            except Unsupported as exc:
+                # Run it without what the node lacks, never pretending: MBA first (its
+                # refusal names info/MB), then the ways (info/L3); the tasks are told.
+                if percent is not None and exc.capability.startswith("resctrl MB"):
+                    percent, no_cap = None, exc
+                elif ways is not None:
+                    ways, without = None, exc
+                else:
+                    raise
     except CoshareError as exc:
         store.record_error(job_id, str(exc))
         raise
-    lines = sns_task_env(config, job_id, placement, record, without)
+    lines = sns_task_env(config, job_id, placement, record, without, no_cap)
     if lines:
         store.record_task_env(job_id, lines)
     return record
 
 
+def membw_cap(config: NodeConfig, placement: Placement) -> tuple[int | None, Unsupported | None]:
+    """The ``MB:`` percentage of this node for a placement's bandwidth cap (``membw=``,
+    ``policy.sns.mba``): the cap over the node's measured bandwidth (the baseline of ``coshare
+    node probe membw --init``, its largest core set), rounded up; ``(None, None)`` when the
+    placement asks none, ``(None, why)`` when the node has no baseline to turn GB/s into a
+    percentage."""
+    spread = placement.spread
+    if spread is None or spread.membw_gbps is None:
+        return None, None
+    files = ProbeFiles(Path(config.state_dir))
+    try:
+        baseline = files.baseline()
+    except ProbeError as exc:
+        return None, Unsupported("node memory bandwidth (for the MBA cap)",
+                                 str(files.baseline_path), str(exc))  # fmt: skip
+    if baseline is None or not baseline.by_cpus:
+        return None, Unsupported("node memory bandwidth (for the MBA cap)",
+                                 str(files.baseline_path), f"no baseline: {INIT_HINT}")
+    return cap_percent(spread.membw_gbps, node_peak_gbps(baseline)), None
+
+
 def _start(config: NodeConfig, job_id: str, placement: Placement, allocation: Allocation,
-           uid: int, llc_ways: int | None) -> JobRecord:  # fmt: skip
+           uid: int, llc_ways: int | None, membw_percent: int | None) -> JobRecord:  # fmt: skip
     return lifecycle.job_start(
         config,
         job_id,
@@ -84,21 +121,27 @@ def _start(config: NodeConfig, job_id: str, placement: Placement, allocation: Al
         device_threads=placement.device_threads or None,
         uid=uid,
         llc_ways=llc_ways,
+        membw_percent=membw_percent,
     )
 
 
 def sns_task_env(config: NodeConfig, job_id: str, placement: Placement, record: JobRecord,
-                 without: Unsupported | None = None) -> list[str]:  # fmt: skip
+                 without: Unsupported | None = None,
+                 no_cap: Unsupported | None = None) -> list[str]:  # fmt: skip
     """What each task of a Spread-n-Share job is told on this node (empty for other jobs):
 
     - ``COSHARE_SPREAD=<scale>:<nodes>:<cores_per_node>``, from the placement;
     - ``COSHARE_LLC_WAYS``: the ways its resctrl group holds here; ``none`` when the
       placement allocates none here on a node with resctrl; ``unsupported`` on a node
-      without resctrl, with a ``print coshare:`` line naming the path looked at.
+      without resctrl, with a ``print coshare:`` line naming the path looked at;
+    - with a bandwidth cap (``membw=``), ``COSHARE_MEMBW_PERCENT``: the ``MB:`` percentage
+      its group has here, or ``unsupported`` with a line naming the path (no MBA, no
+      baseline).
 
     Args:
         without: the refusal of a placement's ways on this node (no resctrl): the job was
             started without them.
+        no_cap: why the placement's bandwidth cap is not applied here.
     """
     if placement.spread is None and placement.llc_ways is None:
         return []
@@ -106,8 +149,22 @@ def sns_task_env(config: NodeConfig, job_id: str, placement: Placement, record: 
     if placement.spread is not None:
         s = placement.spread
         lines.append(f"export COSHARE_SPREAD={s.scale}:{s.nodes}:{s.cores_per_node}")
+    lines += _ways_lines(config, job_id, placement, record, without)
+    cap = placement.spread.membw_gbps if placement.spread is not None else None
+    if cap is not None:
+        if record.spec.membw_percent is not None:
+            lines.append(f"export COSHARE_MEMBW_PERCENT={record.spec.membw_percent}")
+        else:
+            lines += ["export COSHARE_MEMBW_PERCENT=unsupported",
+                      f"print coshare: job {job_id} runs on {placement.node} without its memory "
+                      f"bandwidth cap ({cap:g} GB/s): {no_cap}"]  # fmt: skip
+    return lines
+
+
+def _ways_lines(config: NodeConfig, job_id: str, placement: Placement, record: JobRecord,
+                without: Unsupported | None) -> list[str]:  # fmt: skip
     if record.spec.llc_ways is not None:
-        return [*lines, f"export COSHARE_LLC_WAYS={record.spec.llc_ways}"]
+        return [f"export COSHARE_LLC_WAYS={record.spec.llc_ways}"]
     problem = without
     if problem is None:
         try:
@@ -115,9 +172,9 @@ def sns_task_env(config: NodeConfig, job_id: str, placement: Placement, record: 
         except Unsupported as exc:
             problem = exc
     if problem is None:
-        return [*lines, "export COSHARE_LLC_WAYS=none"]
+        return ["export COSHARE_LLC_WAYS=none"]
     asked = f" (its placement asks {placement.llc_ways})" if without is not None else ""
-    return [*lines, "export COSHARE_LLC_WAYS=unsupported",
+    return ["export COSHARE_LLC_WAYS=unsupported",
             f"print coshare: job {job_id} runs on {placement.node} without LLC way "
             f"allocation{asked}: {problem}"]  # fmt: skip
 

@@ -27,9 +27,12 @@ A job a Spread-n-Share policy placed (``sns``, ``cs``; issue 19) carries two mor
 and the most processes (cores) on one node; ``ways=<node>:<ways>,...`` the LLC ways its
 resctrl group holds on each node that allocates them (a node left out, or no ``ways`` field:
 no way allocation there, e.g. a node without resctrl; the plan's notes say so). The Prolog of
-each node makes the job's resctrl group with that node's ways. Both are new fields of version
-1: a reader that does not know them (an older coshare) ignores them, as every reader of this
-format ignores fields it does not know, so the version stays 1.
+each node makes the job's resctrl group with that node's ways. With ``policy.sns.mba`` a
+third, ``membw=<GB/s>``, is the bandwidth per node to cap the job at: each node's Prolog
+turns it into an ``MB:`` percentage of that node's measured bandwidth where the node has
+MBA. All are new fields of version 1: a reader that does not know them (an older coshare)
+ignores them, as every reader of this format ignores fields it does not know, so the version
+stays 1.
 
 A job refused for bad annotations stays held with ``AdminComment=coshare-refused: <why>``.
 
@@ -74,6 +77,9 @@ KILLED_PREFIX = "coshare-killed"
 MAX_KILL_REASON_CHARS = 400
 SPREAD_KEY = "spread"
 WAYS_KEY = "ways"
+MEMBW_KEY = "membw"
+#: A bandwidth cap as written: GB/s with at most three decimals.
+_GBPS = re.compile(r"[0-9]{1,7}(?:\.[0-9]{1,3})?")
 #: The most LLC ways a placement names per node (a CAT bit mask has at most 32 bits today;
 #: :mod:`coshare.node.spec` takes up to 64).
 MAX_LLC_WAYS = 64
@@ -196,6 +202,12 @@ def format_placement(placement: Placement) -> str:
                 raise PlacementError(f"cannot write {name}={value} into a placement "
                                      f"(1..{MAX_PROCESSES})")  # fmt: skip
         text += f";{SPREAD_KEY}={s.scale}:{s.nodes}:{s.cores_per_node}"
+        if s.membw_gbps is not None:
+            gbps = f"{s.membw_gbps:.3f}".rstrip("0").rstrip(".")
+            if _GBPS.fullmatch(gbps) is None or float(gbps) <= 0:
+                raise PlacementError(f"cannot write membw={shorten(str(s.membw_gbps))} into a "
+                                     "placement (GB/s above 0, below 10**7)")  # fmt: skip
+            text += f";{MEMBW_KEY}={gbps}"
     ways = placement.ways_by_node
     for ways_here in ways.values():
         if not 1 <= ways_here <= MAX_LLC_WAYS:
@@ -250,6 +262,12 @@ def parse_placement(admin_comment: str) -> Placement | None:
         if (parts[0].node, parts[0].devices) != (node, devices):
             raise PlacementError("placement's first part is not its node and devices")
     spread = _spread(fields[SPREAD_KEY]) if SPREAD_KEY in fields else None
+    if spread is not None and MEMBW_KEY in fields:
+        text = fields[MEMBW_KEY]
+        if _GBPS.fullmatch(text) is None or float(text) <= 0:
+            raise PlacementError(f"placement field membw={shorten(text)} is not GB/s above 0")
+        spread = Spread("", spread.scale, spread.nodes, spread.cores_per_node,
+                        membw_gbps=float(text))  # fmt: skip
     ways = _ways(fields[WAYS_KEY], {p.node for p in parts} or {node}) if WAYS_KEY in fields \
         else {}  # fmt: skip
     parts = tuple(Part(p.node, p.devices, p.processes, ways.get(p.node)) for p in parts)

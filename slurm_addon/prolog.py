@@ -80,6 +80,11 @@ def task_environment(placement: Placement, node: str, job_id: str) -> tuple[list
         lines += ["export COSHARE_LLC_WAYS=unsupported",
                   f"print coshare: job {job_id} runs on {placement.node} without its "
                   f"{placement.llc_ways} LLC ways: no coshare node daemon here"]  # fmt: skip
+    if placement.spread is not None and placement.spread.membw_gbps is not None:
+        lines += ["export COSHARE_MEMBW_PERCENT=unsupported",
+                  f"print coshare: job {job_id} runs on {placement.node} without its memory "
+                  f"bandwidth cap ({placement.spread.membw_gbps:g} GB/s): no coshare node "
+                  "daemon here"]  # fmt: skip
     return lines, 0
 
 

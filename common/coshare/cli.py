@@ -178,6 +178,7 @@ def policy_options(config: Config) -> PolicyOptions:
         sns_profiles=_profiles(config),
         sns_default_alpha=config.policy.sns.default_alpha,
         sns_ways_weight=config.policy.sns.ways_weight,
+        sns_mba=config.policy.sns.mba,
     )
 
 

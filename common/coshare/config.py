@@ -143,11 +143,17 @@ class SnsConfig:
             (section 4.3: 0.9).
         ways_weight: ``beta``, the weight of occupied LLC ways in the idleness score
             ``C_o + B_o + beta * W_o`` (section 4.4: 2).
+        mba: cap each placed job's memory bandwidth on every node at what ``sns`` admitted
+            for it (its profile's ``b``), with Intel MBA (resctrl ``MB:``) where the node has
+            it (section 4.4: "Memory bandwidth allocation can be done by Intel's recent MBA
+            technique"; the paper's nodes had none); off: bandwidth is admitted by the
+            profiles only, as on the paper's testbed.
     """
 
     profiles_dir: str | None = None
     default_alpha: float = field(default=0.9, metadata={"min": 0, "max": 1})
     ways_weight: float = field(default=2.0, metadata={"min": 0, "max": 100})
+    mba: bool = False
 
     def __post_init__(self) -> None:
         if self.default_alpha <= 0:
@@ -285,6 +291,9 @@ class NodeConfig:
         probe_array_mib: the probe's array; 0: four times the last-level cache, 64..1024 MiB.
         resctrl_root: where the resctrl file system is mounted (LLC ways and memory bandwidth
             per job: Intel CAT/MBA, AMD L3 QoS).
+        llc_share_spare: give the LLC ways no job is allocated to the jobs holding ways, in
+            equal shares, and take them back when a job comes (Spread-n-Share section 4.4);
+            false: each job's group holds exactly its own ways.
         operator_uids: accounts that may FREEZE and THAW jobs over the control socket.
         max_freeze_s: a job frozen longer than this is thawed by the daemon (a freeze is for
             a probe, never for good; issue 13).
@@ -315,6 +324,7 @@ class NodeConfig:
     probe_interval_s: float = field(default=300.0, metadata={"min": 0})
     probe_array_mib: int = field(default=0, metadata={"min": 0, "max": 65536})
     resctrl_root: str = "/sys/fs/resctrl"
+    llc_share_spare: bool = True
     operator_uids: tuple[int, ...] = field(default=(0,), metadata={"max": 2**32 - 2})
     max_freeze_s: float = field(default=60.0, metadata={"min": 0.1})
     metrics_address: str | None = None

@@ -310,6 +310,11 @@ class Assignment:
             4.3); ``None``: no way allocation.
         membw_gbps: memory bandwidth the policy counts for the job on this node (``sns``);
             ``None``: not counted.
+        llc_ways_spare: ways it gets on top of ``llc_ways`` when it starts: its equal share
+            of the node's ways no job is allocated (Spread-n-Share section 4.4,
+            :mod:`coshare.llc`; the floor share: the node gives the remainder one way each to
+            the lowest jobs). It shrinks as jobs come and grows as they leave; ``None``: no
+            way allocation.
     """
 
     job: str
@@ -319,6 +324,7 @@ class Assignment:
     harvest_from: str | None = None
     llc_ways: int | None = None
     membw_gbps: float | None = None
+    llc_ways_spare: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +373,9 @@ class Spread:
             profile, or a node without resctrl).
         note: why it runs as it does, when that is not its profile's best scale (``no
             profile for X``, a node without resctrl), for people; empty otherwise.
+        membw_gbps: the memory bandwidth per node to cap it at with MBA (``policy.sns.mba``:
+            ``b`` at ``cores_per_node``; the node turns it into its ``MB:`` percentage);
+            ``None``: no cap.
     """
 
     job: str
@@ -375,6 +384,7 @@ class Spread:
     cores_per_node: int
     ways: int | None = None
     note: str = ""
+    membw_gbps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,19 +191,22 @@ def writes_llc_ways(editor: object) -> bool:
 
 def ways_refusal(plan: Plan, editor: object) -> str | None:
     """Why a live cycle must not apply ``plan`` through ``editor``: it allocates LLC ways
-    (``sns``) and the editor's node side cannot make the resctrl groups, so the schedule
-    would count on ways nobody enforces; ``None`` when it may.
+    or caps bandwidth with MBA (``sns``) and the editor's node side cannot make the resctrl
+    groups, so the schedule would count on ways or caps nobody enforces; ``None`` when it
+    may.
 
     The Editor may give its own reason (``ways_unwritable_reason``)."""
     allocating = sorted({s.job for s in plan.spreads if s.ways is not None}
                         | {a.job for a in plan.assignments if a.llc_ways is not None})
-    if not allocating or writes_llc_ways(editor):
+    capping = sorted({s.job for s in plan.spreads if s.membw_gbps is not None})
+    if not (allocating or capping) or writes_llc_ways(editor):
         return None
     why = getattr(editor, "ways_unwritable_reason", None)
     if not isinstance(why, str) or not why:
         why = "this scheduler's adapter does not make resctrl groups"
-    return (f"the plan allocates LLC ways ({', '.join(allocating[:5])}), which this live "
-            f"cycle cannot write: {why} (issue 19)")  # fmt: skip
+    what = (f"allocates LLC ways ({', '.join(allocating[:5])})" if allocating else
+            f"caps memory bandwidth with MBA ({', '.join(capping[:5])})")  # fmt: skip
+    return f"the plan {what}, which this live cycle cannot write: {why} (issue 19)"
 
 
 def _ignore(phase: str, seconds: float) -> None:

@@ -7,31 +7,36 @@
     coshare profile check [--store DIR]               check every file of the store
     coshare profile run PROGRAM --scale K --into DRAFT [--timeout S] -- CMD [ARG...]
                                                       time CMD as scale K's run alone
-    coshare profile ways PROGRAM [--resctrl DIR]      the IPC/bandwidth way sweep
+    coshare profile ways PROGRAM --cores N --into DRAFT [--ways K,K..] -- CMD [ARG...]
+                                                      the IPC/bandwidth way sweep
 
 ``run`` times one exclusive run of a command (an argument list, never a shell: the admin's
 own ``srun -N 2 ...`` or ``mpirun ...`` at that scale) and records it under
 ``run_time_s.K`` of a draft file, which ``import`` checks and stores once every scale and
-the curves are in it. ``ways`` needs resctrl's L3 allocation and IPC counters: where
-resctrl is absent it says ``unsupported`` with the path it looked at; coshare does not
-sample IPC yet, so on a node with resctrl it says that too (the curves are imported).
+the curves are in it. ``ways`` runs the command once per way count in a resctrl group of
+that many ways under ``perf stat`` (:mod:`coshare.node.waysweep`) and records the IPC and
+bandwidth curves in the draft; where resctrl, perf or the counters are absent it says
+``unsupported`` with the path it looked at.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from coshare.cli import AppContext, pass_app
 from coshare.commands import run as run_command
-from coshare.errors import InputError, Unsupported
+from coshare.errors import InputError
 from coshare.files import TooLarge, read_bounded
 from coshare.node.resctrl import Resctrl
+from coshare.node.waysweep import sweep
 from coshare.profile_store import MAX_PROFILE_CHARS, load_store, read_profile, write_profile
-from coshare.profiles import PROGRAM_NAME, SCALES
+from coshare.profiles import MAX_CORES, PROGRAM_NAME, SCALES
 
 
 def _store(app: AppContext, store: Path | None) -> Path:
@@ -45,7 +50,8 @@ def _store(app: AppContext, store: Path | None) -> Path:
 
 @click.group("profile")
 def profile() -> None:
-    """Program profiles of the sns policy (Spread-n-Share): import, check, time runs."""
+    """Program profiles of the sns policy (Spread-n-Share): import, check, time runs, sweep
+    the LLC ways."""
 
 
 @profile.command("import")
@@ -78,6 +84,26 @@ def check_command(app: AppContext, store: Path | None) -> None:
     click.echo(f"{directory}: {len(profiles)} profiles ok")
 
 
+def _draft(program: str, draft: Path) -> dict[str, object]:
+    """The draft profile of ``program`` at ``draft`` (a new one when absent).
+
+    Raises:
+        InputError: a bad program name, or a draft that is not JSON or not the program's.
+    """
+    if PROGRAM_NAME.fullmatch(program) is None:
+        raise InputError(f"program {program[:64]!r}: want 1-64 of A-Z a-z 0-9 _ . - (as "
+                         "CoshareProgram)")  # fmt: skip
+    if not draft.exists():
+        return {"program": program}
+    try:
+        loaded = json.loads(read_bounded(draft, MAX_PROFILE_CHARS))
+    except (OSError, ValueError, TooLarge) as exc:
+        raise InputError(f"draft {draft}: cannot read it as JSON: {exc}") from exc
+    if not isinstance(loaded, dict) or loaded.get("program", program) != program:
+        raise InputError(f"draft {draft}: not a profile of {program}")
+    return loaded
+
+
 @profile.command("run", context_settings={"ignore_unknown_options": True})
 @click.argument("program")
 @click.option("--scale", type=click.Choice([str(k) for k in SCALES]), required=True,
@@ -91,18 +117,7 @@ def run_command_cli(program: str, scale: str, draft: Path, timeout_s: float,
                     argv: tuple[str, ...]) -> None:  # fmt: skip
     """Run ARGV once (no shell) as PROGRAM's exclusive run at SCALE and record its wall time
     in the draft's run_time_s; a failed run records nothing (exit 1)."""
-    if PROGRAM_NAME.fullmatch(program) is None:
-        raise InputError(f"program {program[:64]!r}: want 1-64 of A-Z a-z 0-9 _ . - (as "
-                         "CoshareProgram)")  # fmt: skip
-    data: dict[str, object] = {"program": program}
-    if draft.exists():
-        try:
-            loaded = json.loads(read_bounded(draft, MAX_PROFILE_CHARS))
-        except (OSError, ValueError, TooLarge) as exc:
-            raise InputError(f"draft {draft}: cannot read it as JSON: {exc}") from exc
-        if not isinstance(loaded, dict) or loaded.get("program", program) != program:
-            raise InputError(f"draft {draft}: not a profile of {program}")
-        data = loaded
+    data = _draft(program, draft)
     start = time.monotonic()
     run_command(list(argv), timeout_s=timeout_s)
     seconds = time.monotonic() - start
@@ -116,14 +131,72 @@ def run_command_cli(program: str, scale: str, draft: Path, timeout_s: float,
                + (f" (still missing scales {', '.join(missing)})" if missing else ""))
 
 
-@profile.command("ways")
+#: How the ``ways`` command opens the node's resctrl mount (a test hands in its fake kernel).
+open_resctrl: Callable[[Path, str], Resctrl] = Resctrl
+
+
+@profile.command("ways", context_settings={"ignore_unknown_options": True})
 @click.argument("program")
+@click.option("--into", "draft", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The draft profile to record the curves in (created if absent).")
+@click.option("--cores", type=click.IntRange(1, MAX_CORES), required=True,
+              help="Processes the command runs on this node (the profile's cores).")
+@click.option("--ways", "way_list", default=None, metavar="K,K,...",
+              help="Way counts of the sweep [default: 2, 4, 8, ... and all the node's].")
+@click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
+              help="Runs per way count; the median is recorded.")
 @click.option("--resctrl", "root", type=click.Path(path_type=Path, file_okay=False),
-              default=Path("/sys/fs/resctrl"), show_default=True, help="The resctrl mount.")
-def ways_command(program: str, root: Path) -> None:
-    """The IPC-LLC and BW-LLC sweep of PROGRAM (section 5.1: 2, 4, 8, 20 ways): needs
-    resctrl's L3 allocation; says unsupported (exit 1) with the path it looked at."""
-    Resctrl(root).cache()  # raises Unsupported, naming the path, where there is no resctrl
-    raise Unsupported("IPC counters for the way sweep", str(root),
-                      "coshare does not sample IPC per way count yet; import the measured "
-                      "curves with coshare profile import")  # fmt: skip
+              default=None, help="The resctrl mount [default: node.resctrl_root].")
+@click.option("--perf", default="perf", show_default=True,
+              help="The perf program that counts instructions and cycles.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1, 7 * 24 * 3600), default=3600,
+              show_default=True, help="Seconds before one run is stopped (nothing recorded).")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_app
+def ways_command(app: AppContext, program: str, draft: Path, cores: int, way_list: str | None,
+                 repeat: int, root: Path | None, perf: str, timeout_s: float,
+                 argv: tuple[str, ...]) -> None:  # fmt: skip
+    """The IPC-LLC and BW-LLC curves of PROGRAM (sections 4.1, 5.1): run ARGV (no shell) once
+    per way count in a resctrl group holding that many LLC ways, count instructions and cycles
+    with perf stat and the group's memory traffic with resctrl MBM, and record the curves in
+    the draft. Without resctrl, perf or the counters it says unsupported (exit 1) with the
+    path it looked at."""
+    data = _draft(program, draft)
+    counts = None
+    if way_list is not None:
+        try:
+            counts = [int(k) for k in way_list.split(",")]
+        except ValueError as exc:
+            raise InputError(f"--ways {way_list[:40]!r}: want way counts like 2,4,8,20") from exc
+    node = app.config.node
+    resctrl = open_resctrl(root if root is not None else Path(node.resctrl_root),
+                           node.cgroup_parent)  # fmt: skip
+    found = sweep(resctrl, program, list(argv), counts, perf=perf, repeat=repeat,
+                  timeout_s=timeout_s)  # fmt: skip
+    for p in found.points:
+        bandwidth = f"{p.membw_gbps:.3f} GB/s" if p.membw_gbps is not None else "- GB/s"
+        click.echo(f"{p.ways:>3} of {found.node_ways} ways: IPC {p.ipc:.4f}, {bandwidth}, "
+                   + ", ".join(f"{s:.2f}" for s in p.seconds) + " s")
+    data["ways"] = [p.ways for p in found.points]
+    data["ipc"] = [round(p.ipc, 6) for p in found.points]
+    data["cores"] = cores
+    sources = data.get("sources")
+    sources = dict(sources) if isinstance(sources, dict) else {}
+    how = (f"coshare profile ways on {socket.gethostname()}: {cores} processes, "
+           f"{repeat} run(s) per way count, median")
+    sources["ipc"] = f"{how}; perf stat instructions/cycles"
+    if found.membw_unsupported is None:
+        data["membw_gbps"] = [round(p.membw_gbps or 0.0, 6) for p in found.points]
+        sources["membw_gbps"] = f"{how}; resctrl mbm_total_bytes over wall time"
+    else:
+        data.pop("membw_gbps", None)
+        sources.pop("membw_gbps", None)
+    data["sources"] = sources
+    draft.write_text(json.dumps(data, indent=1) + "\n")
+    click.echo(f"{draft}: {program}: IPC at {len(found.points)} way counts recorded")
+    if found.membw_unsupported is not None:
+        click.echo(f"membw_gbps not measured ({found.membw_unsupported}): add it to the draft "
+                   "before coshare profile import")  # fmt: skip
+    for fall in found.falls():
+        click.echo(f"warning: {fall}: import refuses a falling curve; measure again with "
+                   "--repeat")  # fmt: skip

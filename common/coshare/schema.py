@@ -89,10 +89,10 @@ PENDING_FIELDS = (
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
 PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue", "spreads")
-SPREAD_FIELDS = ("job", "scale", "nodes", "cores_per_node", "ways", "note")
+SPREAD_FIELDS = ("job", "scale", "nodes", "cores_per_node", "ways", "note", "membw_gbps")
 TRIAL_FIELDS = ("job", "node", "partners")
 ASSIGNMENT_FIELDS = ("job", "node", "device", "processes", "harvest_from", "llc_ways",
-                     "membw_gbps")
+                     "membw_gbps", "llc_ways_spare")
 UNPLACED_FIELDS = ("job", "reason", "code")
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
     "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported",
@@ -729,7 +729,7 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
     if plan.spreads:
         out["spreads"] = [_compact([("job", s.job), ("scale", s.scale), ("nodes", s.nodes),
                                     ("cores_per_node", s.cores_per_node), ("ways", s.ways),
-                                    ("note", s.note or None)])
+                                    ("note", s.note or None), ("membw_gbps", s.membw_gbps)])
                           for s in plan.spreads]  # fmt: skip
     return out
 
@@ -747,6 +747,7 @@ def _plan_dict(plan: Plan) -> dict[str, object]:
                     ("harvest_from", a.harvest_from),
                     ("llc_ways", a.llc_ways),
                     ("membw_gbps", a.membw_gbps),
+                    ("llc_ways_spare", a.llc_ways_spare),
                 ]
             )
             for a in plan.assignments
@@ -787,6 +788,7 @@ def parse_plan(data: object, source: str = "") -> Plan:
                 harvest_from=f.ident("harvest_from", None),
                 llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
                 membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
+                llc_ways_spare=f.integer("llc_ways_spare", None, maximum=MAX_LLC_WAYS),
             )
         )
     unplaced = []
@@ -812,7 +814,9 @@ def parse_plan(data: object, source: str = "") -> Plan:
                               cores_per_node=f.integer("cores_per_node", minimum=1,
                                                        maximum=MAX_CORES),
                               ways=f.integer("ways", None, minimum=1, maximum=MAX_LLC_WAYS),
-                              note=f.string("note", "")))  # fmt: skip
+                              note=f.string("note", ""),
+                              membw_gbps=f.number("membw_gbps", None, exclusive_min=True,
+                                                  maximum=MAX_MEMBW_GBPS)))  # fmt: skip
     requeue = []
     for i, obj in enumerate(top.array("requeue", [])):
         f = _Fields(obj, _label("requeued job", obj, i, "job"), problems)

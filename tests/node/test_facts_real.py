@@ -156,14 +156,15 @@ def test_a_job_with_llc_ways_runs_in_its_resctrl_group(
     record = job_start(node_config, "ways", cores=1, llc_ways=4, membw_percent=40)
     assert (record.spec.llc_ways, record.spec.membw_percent) == (4, 40)
     group = fake.path("ways")
-    assert (group / "schemata").read_text() == "L3:0=f;1=f\nMB:0=40;1=40\n"
+    # its 4 ways and, alone on the node, the 16 spare ones as its share (node.llc_share_spare)
+    assert (group / "schemata").read_text() == "L3:0=fffff;1=fffff\nMB:0=40;1=40\n"
     pid_file = tmp_path / "pid"
     result = job_exec(node_config, "ways", [PY, "-c", f"import os; open({str(pid_file)!r}, "
                                                        "'w').write(str(os.getpid()))"])
     assert result.status == 0
     # The job's process wrote its pid to the group's tasks before it ran (children inherit).
     assert (group / "tasks").read_text() == pid_file.read_text()
-    assert fake.ways_free() == 16
+    assert fake.ways_free({"ways": 4}) == 16 and fake.ways_free() == 0  # allocated / masks
     job_end(node_config, "ways")
     assert not group.exists() and fake.ways_free() == 20
 

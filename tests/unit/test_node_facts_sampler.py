@@ -46,7 +46,8 @@ def node(tmp_path: Path) -> NodeConfig:
                       max_freeze_s=30)  # fmt: skip
 
 
-def add_job(config: NodeConfig, job: str, cpus: tuple[int, ...], usage_ns: int) -> None:
+def add_job(config: NodeConfig, job: str, cpus: tuple[int, ...], usage_ns: int,
+            llc_ways: int | None = None) -> None:  # fmt: skip
     root = Path(config.cgroup_root)
     for controller in CONTROLLERS:
         job_dir(root, controller, job).mkdir()
@@ -54,7 +55,7 @@ def add_job(config: NodeConfig, job: str, cpus: tuple[int, ...], usage_ns: int) 
     (job_dir(root, "cpuacct", job) / "cpuacct.usage").write_text(f"{usage_ns}\n")
     (job_dir(root, "freezer", job) / "freezer.state").write_text("THAWED\n")
     JobStore(Path(config.state_dir)).write(
-        JobRecord(JobSpec(job, cpus), "v1", str(root), "coshare"))
+        JobRecord(JobSpec(job, cpus, llc_ways=llc_ways), "v1", str(root), "coshare"))
 
 
 def sampler(config: NodeConfig, clock: Clock, mono: Clock) -> Sampler:
@@ -64,10 +65,13 @@ def sampler(config: NodeConfig, clock: Clock, mono: Clock) -> Sampler:
 
 
 def test_each_round_writes_the_nodes_facts_for_the_publishers(node: NodeConfig) -> None:
-    add_job(node, "7", (0,), 1_000_000_000)
+    add_job(node, "7", (0,), 1_000_000_000, llc_ways=4)
     clock, mono = Clock(1_700_000_000.0), Clock(100.0)
     measure = sampler(node, clock, mono)
-    measure.resctrl.create("7", 4, None)
+    # alone, the job's group holds all 20 ways (4 of its own, 16 as its spare share); free
+    # counts the ways no job is allocated, which a new job takes back
+    measure.resctrl.create("7", 4, None, {}, share_spare=True)
+    assert measure.resctrl.ways_free() == 0
     ProbeFiles(Path(node.state_dir)).write(
         ProbeFiles(Path(node.state_dir)).last_path,
         ProbeResult(Measurement((1,), 4.0, 0.25, 1_699_999_990.0, 64, "numpy"), 8.0,

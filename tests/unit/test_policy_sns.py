@@ -387,17 +387,32 @@ def test_profile_import_check_run_and_ways(tmp_path: Path) -> None:
     out = runner.invoke(cli, ["profile", "run", "LU", "--scale", "4", "--into", str(draft),
                               "--", "false"])  # fmt: skip
     assert out.exit_code == 1 and set(json.loads(draft.read_text())["run_time_s"]) == {"2"}
-    out = runner.invoke(cli, ["profile", "ways", "LU", "--resctrl", str(tmp_path / "none")])
+    out = runner.invoke(cli, ["profile", "ways", "LU", "--resctrl", str(tmp_path / "none"),
+                              "--cores", "16", "--into", str(draft), "--", "true"])  # fmt: skip
     assert out.exit_code == 1
     assert "unsupported: resctrl L3" in out.output and str(tmp_path / "none") in out.output
+    assert "ipc" not in json.loads(draft.read_text())  # nothing recorded
 
 
-def test_the_way_sweep_on_a_node_with_resctrl_says_what_is_missing(tmp_path: Path) -> None:
-    from tests.unit.fake_resctrl import make_resctrl
-
-    root = make_resctrl(tmp_path / "resctrl")
-    out = CliRunner().invoke(cli, ["profile", "ways", "MG", "--resctrl", str(root)])
-    assert out.exit_code == 1 and "IPC counters" in out.output
+def test_each_assignment_says_its_share_of_the_spare_ways_section_4_4() -> None:
+    # one node of 20 ways: a running job holds 5; two MG jobs of 8 processes take 2 each
+    # (8 processes need half the ways of the profile's 16), leaving 11 spare ways for the
+    # three holders: 3 each (the node gives the remainder, 2, to the lowest two)
+    held = (RunningJob("r", "n0", cpu_milli=4 * MILLI, llc_ways=5),)
+    pending = (job("a", processes=8, nodes_max=1), job("b", processes=8, nodes_max=1))
+    snap = Snapshot(nodes(1), held, pending, 0.0)
+    plan = sns().plan(snap)
+    assert check_plan(snap, plan) == []
+    got = {a.job: (a.llc_ways, a.llc_ways_spare) for a in plan.assignments}
+    assert got == {"a": (2, 3), "b": (2, 3)}  # (20 - 5 - 2 - 2) // 3
+    data = plan_to_dict(plan)
+    jsonschema.validate(data, json.loads(SCHEMA.read_text()))
+    assert decode_json(json.dumps(data), "t", parse_plan).assignments == plan.assignments
+    # without resctrl (llc_ways unknown) and under cs: no ways, no share
+    plan = sns().plan(Snapshot(nodes(1, ways=None), (), pending, 0.0))
+    assert {a.llc_ways_spare for a in plan.assignments} == {None}
+    plan = sns(mode="cs").plan(snap)
+    assert {a.llc_ways_spare for a in plan.assignments} == {None}
 
 
 # -- bad input ----------------------------------------------------------------------------------

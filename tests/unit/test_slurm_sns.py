@@ -91,6 +91,52 @@ def test_ways_outside_the_range_are_never_written() -> None:
         format_placement(Placement("n1", (), 5, 0, 0, (), None, Spread("", 0, 1, 1)))
 
 
+def test_a_bandwidth_cap_round_trips_and_bad_ones_are_refused() -> None:
+    capped = Placement("n1", (), 5, 0, 0, (Part("n1", (), 8, 3), Part("n2", (), 8, 3)), 3,
+                       Spread("", 2, 2, 8, membw_gbps=23.456789))  # fmt: skip
+    text = format_placement(capped)
+    assert text.endswith(";spread=2:2:8;membw=23.457;ways=n1:3,n2:3")
+    back = parse_placement(text)
+    assert back is not None and back.spread is not None
+    assert back.spread.membw_gbps == 23.457
+    assert parse_placement(text.replace("membw=23.457", "membw=40")).spread.membw_gbps == 40.0  # type: ignore[union-attr]
+    for bad in ("membw=0", "membw=-1", "membw=1e3", "membw=nan", "membw=1.23456", "membw="):
+        with pytest.raises(PlacementError, match="membw"):
+            parse_placement(text.replace("membw=23.457", bad))
+    for cap in (0.0, float("nan"), 1e9):
+        with pytest.raises(PlacementError, match="membw"):
+            format_placement(Placement("n1", (), 5, 0, 0, (), None,
+                                       Spread("", 1, 1, 1, membw_gbps=cap)))  # fmt: skip
+
+
+def test_sns_with_mba_puts_the_admitted_bandwidth_in_the_spread() -> None:
+    from coshare.model import Snapshot
+
+    snap = Snapshot(nodes(4), (), (job("a"),), 0.0)
+    plain = sns().plan(snap)
+    assert [s.membw_gbps for s in plain.spreads] == [None]
+    capped = sns(mba=True).plan(snap)
+    (spread,) = capped.spreads
+    parts = [a for a in capped.assignments if a.job == "a"]
+    # b per node at cores_per_node: the most any node's part counts
+    assert spread.membw_gbps == pytest.approx(max(a.membw_gbps or 0 for a in parts))
+    assert spread.membw_gbps is not None and spread.membw_gbps > 0
+    assert [s.membw_gbps for s in sns(mode="cs", mba=True).plan(snap).spreads] == [None]
+
+
+def test_the_cap_as_a_percentage_of_the_nodes_bandwidth() -> None:
+    from coshare.errors import ProbeError
+    from coshare.node.bandwidth import Baseline, cap_percent, node_peak_gbps
+
+    assert cap_percent(23.5, 118.26) == 20 and cap_percent(59.13, 118.26) == 50
+    assert cap_percent(0.01, 100.0) == 1 and cap_percent(500.0, 100.0) == 100
+    with pytest.raises(ProbeError):
+        cap_percent(float("nan"), 100.0)
+    base = Baseline({(0,): 18.8, (0, 1): 37.2, (2, 3): 38.0, (0, 1, 2): 60.0}, 0.0, "numpy", 1)
+    assert node_peak_gbps(base) == 60.0
+    assert node_peak_gbps(Baseline({(0,): 18.8, (1,): 19.0}, 0.0, "numpy", 1)) == 19.0
+
+
 # -- the ledger ------------------------------------------------------------------------------
 
 
@@ -167,6 +213,12 @@ def test_slurm_applies_a_plan_that_allocates_ways_and_htcondor_refuses_it_naming
     editor.writes_llc_ways = False  # type: ignore[misc]
     with pytest.raises(PlanInvariantError, match="does not make resctrl groups"):
         run_cycle(_Source(snap), sns(), editor)
+    # A bandwidth cap on nodes without resctrl (no ways) is refused by HTCondor too.
+    capped = sns(mba=True).plan(Snapshot(nodes(8, ways=None), (), (job("a"),), 0.0))
+    assert capped.spreads[0].ways is None and capped.spreads[0].membw_gbps is not None
+    why = ways_refusal(capped, CondorAdapter)
+    assert why is not None and why.startswith("the plan caps memory bandwidth with MBA (a)")
+    assert ways_refusal(capped, SlurmAdapter) is None
     assert editor.applied == 1
     # a plan without ways (nodes without resctrl) goes through any editor
     bare = Snapshot(nodes(8, ways=None), (), (job("a"),), 0.0)
@@ -253,3 +305,14 @@ def test_a_gang_planned_on_one_node_is_written_pinned_and_read_back_placed() -> 
     assert again.snapshot.pending == () and not again.to_close
     (holding,) = again.snapshot.running
     assert (holding.node, holding.cpu_milli, holding.llc_ways) == ("csl-n2", 4000, 3)
+
+
+def test_without_a_node_daemon_the_tasks_hear_the_cap_is_not_applied() -> None:
+    from slurm_addon import prolog
+
+    capped = Placement("n1", (), 5, 0, 0, (), 4, Spread("", 1, 1, 4, membw_gbps=12.5))
+    lines, status = prolog.task_environment(capped, "n1", "7")
+    assert status == 0
+    assert lines[-2:] == ["export COSHARE_MEMBW_PERCENT=unsupported",
+                          "print coshare: job 7 runs on n1 without its memory bandwidth cap "
+                          "(12.5 GB/s): no coshare node daemon here"]  # fmt: skip

@@ -220,3 +220,24 @@ class ProbeResult:
                 or base <= 0 or measurement.gbps < 0:  # fmt: skip
             raise ValueError("a probe record with unusable numbers")
         return cls(measurement, base, str(data["baseline"]))
+
+
+def node_peak_gbps(baseline: Baseline) -> float:
+    """What the idle node streamed on the most cores the baseline measured (its whole
+    bandwidth, as far as the probe knows; the best figure when two sets are as large)."""
+    most = max(len(c) for c in baseline.by_cpus)
+    return max(g for c, g in baseline.by_cpus.items() if len(c) == most)
+
+
+def cap_percent(cap_gbps: float, node_gbps: float) -> int:
+    """A bandwidth cap as the percentage of the node's bandwidth an ``MB:`` line takes,
+    rounded up (never cap a job below what it was admitted with), within 1..100.
+
+    Raises:
+        ProbeError: a node bandwidth or a cap that is not a positive number.
+    """
+    if not (math.isfinite(cap_gbps) and math.isfinite(node_gbps)) or cap_gbps <= 0 \
+            or node_gbps <= 0:  # fmt: skip
+        raise ProbeError(f"membw cap {cap_gbps!r} GB/s of a node of {node_gbps!r} GB/s: want "
+                         "numbers above 0")  # fmt: skip
+    return min(100, max(1, math.ceil(100 * cap_gbps / node_gbps - 1e-9)))

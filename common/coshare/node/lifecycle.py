@@ -13,6 +13,7 @@ inherited standard streams and no timeout, and joins the job's group before it `
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coshare.config import NodeConfig
-from coshare.errors import CgroupError, JobSpecError, JobStateError
+from coshare.errors import CgroupError, JobSpecError, JobStateError, Unsupported
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
 from coshare.node.cgroups.base import remove_dirs, signal_all
 from coshare.node.gate.client import SOCKET_ENV
@@ -39,6 +40,8 @@ from coshare.node.spec import (
     format_cpu_list,
 )
 from coshare.node.watchdog import enforce, host_memory_violation
+
+log = logging.getLogger(__name__)
 
 #: Exit status of ``job-exec`` when coshare killed the job (as a shell reports SIGKILL).
 KILLED_STATUS = 128 + signal.SIGKILL
@@ -156,7 +159,11 @@ def job_start(
         group = cgroups.create(job, chosen, memory_mib)
         if llc_ways is not None or membw_percent is not None:
             try:
-                node_resctrl(config).create(job, llc_ways, membw_percent)
+                # Every job's mask is laid out again from the records' own ways: the new
+                # job's ways are taken back from the others' spare shares (section 4.4).
+                node_resctrl(config).create(job, llc_ways, membw_percent,
+                                            allocated_ways(store, skip=job),
+                                            config.llc_share_spare)  # fmt: skip
             except BaseException:
                 group.remove()  # no half-made job: the group goes with the refusal
                 raise
@@ -354,9 +361,29 @@ def job_end(config: NodeConfig, job: str) -> EndResult:
     if has_resctrl_group(record) or resctrl.path(job).is_dir():
         # After the processes: a group removed first would hand them back the whole cache.
         resctrl.remove(job)
+        if record is not None and record.spec.llc_ways is not None and config.llc_share_spare:
+            share_spare_ways(config, store, skip=job)
     reason = store.reason(job)
     store.remove(job)
     return EndResult(job, record is not None, leftover, reason)
+
+
+def allocated_ways(store: JobStore, skip: str | None = None) -> dict[str, int]:
+    """Each job's own LLC ways on this node, from the records (``skip``: one left out)."""
+    return {r.job: r.spec.llc_ways for r in store.records()
+            if r.spec.llc_ways is not None and r.job != skip}  # fmt: skip
+
+
+def share_spare_ways(config: NodeConfig, store: JobStore, skip: str | None = None) -> None:
+    """Give the ways no job is allocated to the jobs holding ways, in equal shares (after a
+    job ended: its ways go to the others; Spread-n-Share section 4.4). A node without
+    resctrl, or a mask the kernel refuses, leaves the masks as they are (the jobs keep at
+    least their own ways) and is logged: a job's end never fails for another's share."""
+    try:
+        with store.lock():
+            node_resctrl(config).relayout(allocated_ways(store, skip=skip), share_spare=True)
+    except (CgroupError, Unsupported) as exc:
+        log.warning("spare LLC ways not shared out after job %s ended: %s", skip, exc)
 
 
 def apply_holdings(config: NodeConfig, store: JobStore, records: Mapping[str, JobRecord],

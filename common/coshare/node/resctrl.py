@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +32,11 @@ from coshare.node.ways import (
     L3_RESOURCES,
     Schemata,
     choose_ways,
+    layout_masks,
     mb_percent,
     parse_mask,
     parse_schemata,
+    runs,
     schemata_text,
     ways_of,
 )
@@ -198,16 +201,32 @@ class Resctrl:
                     masks.append(mask)
         return masks
 
-    def ways_free(self) -> int:
-        """Ways no coshare job's group holds."""
+    def ways_free(self, allocated: Mapping[str, int] | None = None) -> int:
+        """Ways no coshare job holds: with ``allocated`` (each job's own ways, from the
+        node's job records), the node's ways less their sum (spare ways lent out under
+        :meth:`relayout` are still free to give); without, the ways no group's mask holds."""
         cache = self.cache()
+        if allocated is not None:
+            return max(0, cache.ways - sum(allocated.values()))
         held = 0
         for mask in self.held_masks():
             held |= mask
         return ways_of(cache.full_mask & ~held)
 
-    def create(self, job: str, ways: int | None, membw_percent: int | None) -> Allocation:
+    def create(self, job: str, ways: int | None, membw_percent: int | None,
+               allocated: Mapping[str, int] | None = None,
+               share_spare: bool = False) -> Allocation:  # fmt: skip
         """Make the job's group with its ways and bandwidth share.
+
+        Args:
+            job: the job.
+            ways: its LLC ways (``None``: none).
+            membw_percent: its ``MB:`` percentage (``None``: none).
+            allocated: the other coshare jobs' own ways on this node (from the job records):
+                every mask is then laid out afresh (:meth:`relayout`), and with
+                ``share_spare`` the ways nobody is allocated are shared out (Spread-n-Share
+                section 4.4). ``None``: first fit among the masks the groups hold now.
+            share_spare: give the spare ways away in equal shares.
 
         Raises:
             Unsupported: no cache allocation (ways asked) or no MBA (bandwidth asked).
@@ -218,8 +237,17 @@ class Resctrl:
         cache = self.cache() if ways is not None else None
         band = self.bandwidth() if membw_percent is not None else None
         mask = None
+        layout: dict[str, int] = {}
         if cache is not None and ways is not None:
-            mask = choose_ways(cache.full_mask, self.held_masks(skip=job), ways, cache.min_bits)
+            if allocated is None:
+                mask = choose_ways(cache.full_mask, self.held_masks(skip=job), ways,
+                                   cache.min_bits)  # fmt: skip
+            else:
+                choose_ways(cache.full_mask, (), ways, cache.min_bits)  # the range check
+                layout = layout_masks(cache.full_mask,
+                                      [*self._in_order(allocated, skip=job), (job, ways)],
+                                      share_spare)  # fmt: skip
+                mask = layout.pop(job)
             groups = len([p for p in self._groups() if p != self.path(job)])
             if groups + 1 >= cache.closids:  # the default group holds one CLOSID
                 raise JobSpecError(f"llc_ways={ways}: all {cache.closids} resctrl groups "
@@ -227,18 +255,116 @@ class Resctrl:
         percent = None
         if band is not None and membw_percent is not None:
             percent = mb_percent(membw_percent, band.min_bandwidth, band.granularity)
+        # Others shrink (reclaim their spare ways) before the new group takes its own.
+        self._write_masks(cache, layout)
         path = self.path(job)
         self._make_group(path)
         text = schemata_text(cache.resources if cache else (), cache.domains if cache else (),
                              mask, percent, band.domains if band else ())  # fmt: skip
         try:
-            write_text(path / "schemata", text)
+            self._write(path / "schemata", text)
         except CgroupError as exc:
             status = self._last_status()
             self.remove(job)
             raise CgroupError(str(path / "schemata"), f"write {text.strip()!r} to",
                               f"{exc}; the kernel says: {status}") from exc  # fmt: skip
         return Allocation(job, path, mask, percent)
+
+    def relayout(self, allocated: Mapping[str, int], share_spare: bool) -> dict[str, int]:
+        """Lay the masks of the jobs in ``allocated`` (their own ways) out afresh, with the
+        spare ways shared out when ``share_spare`` (after a job ended: its ways go to the
+        others). Jobs without a group here are left out.
+
+        Returns:
+            each job's mask as written.
+
+        Raises:
+            Unsupported: no cache allocation here.
+            CgroupError: the kernel refused a mask.
+        """
+        cache = self.cache()
+        present = {j: w for j, w in allocated.items() if self.path(j).is_dir()}
+        if not present:
+            return {}
+        layout = layout_masks(cache.full_mask, self._in_order(present), share_spare)
+        self._write_masks(cache, layout)
+        return layout
+
+    def _in_order(self, allocated: Mapping[str, int], skip: str | None = None
+                  ) -> list[tuple[str, int]]:  # fmt: skip
+        """The jobs by where their masks sit now (lowest way first; no mask: last), so that a
+        new layout moves as few ways as it can."""
+        cache = self.cache()
+
+        def low(job: str) -> int:
+            path = self.path(job)
+            if not (path / "schemata").exists():
+                return 1 << 16
+            mask = self._schemata(path).mask(cache.resources[0], cache.domains[0]) \
+                if cache.domains else None  # fmt: skip
+            return runs(mask)[0][0] if mask else 1 << 16
+
+        jobs = sorted((j for j in allocated if j != skip), key=lambda j: (low(j), j))
+        return [(j, allocated[j]) for j in jobs]
+
+    def _write_masks(self, cache: CacheInfo | None, layout: Mapping[str, int]) -> None:
+        """Write the masks of ``layout`` into the groups whose mask differs."""
+        if cache is None:
+            return
+        for other, mask in layout.items():
+            path = self.path(other)
+            if not path.is_dir():
+                continue
+            current = self._schemata(path).mask(cache.resources[0], cache.domains[0]) \
+                if cache.domains else None  # fmt: skip
+            if current == mask:
+                continue
+            text = schemata_text(cache.resources, cache.domains, mask, None)
+            try:
+                self._write(path / "schemata", text)
+            except CgroupError as exc:
+                raise CgroupError(str(path / "schemata"), f"write {text.strip()!r} to",
+                                  f"{exc}; the kernel says: {self._last_status()}") from exc
+
+    def _write(self, path: Path, text: str) -> None:
+        """``write(2)`` of a resctrl file; the kernel checks it (a test's fake does too)."""
+        write_text(path, text)
+
+    @contextlib.contextmanager
+    def joined(self, job: str, pid: int) -> Iterator[Path]:
+        """Process ``pid`` in the job's group for the block, then back in the default group
+        (writing a pid to a group's ``tasks`` moves it out of the group it was in; children
+        forked meanwhile are born in the job's group and stay there).
+
+        Raises:
+            CgroupError: the kernel refused the move.
+        """
+        self.add(job, pid)
+        try:
+            yield self.path(job)
+        finally:
+            self._write(self.root / "tasks", str(pid))
+
+    def mbm_total_bytes(self, job: str) -> int:
+        """Bytes the job's group moved to and from memory since it was made (MBM: the
+        ``mbm_total_bytes`` of every ``mon_data/mon_L3_<id>``, added up).
+
+        Raises:
+            Unsupported: MBM absent (names ``info/L3_MON/mon_features``).
+            CgroupError: the kernel says ``Unavailable`` or ``Error`` for a domain.
+        """
+        features = self.root / "info" / "L3_MON" / "mon_features"
+        if not features.exists() or "mbm_total_bytes" not in read_text(features).split():
+            raise Unsupported("resctrl MBM (memory bandwidth monitoring)", str(features),
+                              "the processor or kernel offers no mbm_total_bytes here")
+        total = 0
+        found = False
+        for domain in sorted((self.path(job) / "mon_data").glob("mon_L3_*")):
+            total += _number(domain / "mbm_total_bytes")
+            found = True
+        if not found:
+            raise CgroupError(str(self.path(job) / "mon_data"), "read", "no mon_L3_* domain")
+        return total
 
     def _make_group(self, path: Path) -> None:
         """``mkdir``: the kernel fills the new group (``schemata``, ``tasks``, ...)."""
@@ -263,7 +389,7 @@ class Resctrl:
         Raises:
             CgroupError: the group is gone or the kernel refused.
         """
-        write_text(self.path(job) / "tasks", str(pid))
+        self._write(self.path(job) / "tasks", str(pid))
 
     def tasks_file(self, job: str) -> Path:
         """The file a process writes its pid into to join the job's group."""

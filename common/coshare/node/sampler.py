@@ -113,7 +113,11 @@ class Sampler:
     def ways(self) -> tuple[int | None, int | None]:
         """The node's LLC ways and the free ones; ``(None, None)`` without resctrl."""
         try:
-            return self.resctrl.cache().ways, self.resctrl.ways_free()
+            # free: the ways no job is allocated (its own, from the records), whether or not
+            # they are lent out as spare shares now (lent ways are reclaimed for a new job)
+            allocated = {r.job: r.spec.llc_ways for r in self.store.records()
+                         if r.spec.llc_ways is not None}  # fmt: skip
+            return self.resctrl.cache().ways, self.resctrl.ways_free(allocated)
         except (CoshareError, OSError) as exc:
             self._once("ways", "no LLC way facts: %s", exc)
             return None, None

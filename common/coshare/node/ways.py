@@ -20,10 +20,11 @@ they run. Pure: text in, text out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coshare.errors import JobSpecError
+from coshare.llc import spare_shares
 
 #: The resources of a cache allocation: plain L3, or L3 with code/data prioritization.
 L3_RESOURCES = ("L3",)
@@ -167,3 +168,32 @@ def schemata_text(
     if mb is not None:
         lines.append("MB:" + ";".join(f"{d}={mb}" for d in (list(mb_domains) or ids)))
     return "\n".join(lines) + "\n"
+
+
+def layout_masks(full_mask: int, allocations: Sequence[tuple[str, int]],
+                 share_spare: bool) -> dict[str, int]:  # fmt: skip
+    """Every coshare job's mask on a node, laid out afresh: contiguous, disjoint runs from the
+    lowest way in ``allocations``' order, each of the job's ways plus, with ``share_spare``,
+    its share of the ways no job is allocated (:func:`coshare.llc.spare_shares`, Spread-n-
+    Share section 4.4). Laying all of them out again (rather than first fit into holes) is
+    what gives spare ways away and reclaims them when a job comes: any allocations that add
+    up to at most the node's ways fit.
+
+    Raises:
+        JobSpecError: the allocations add up to more ways than ``full_mask`` has.
+    """
+    total = ways_of(full_mask)
+    need = sum(w for _, w in allocations)
+    if need > total:
+        held = ", ".join(f"{job}: {w}" for job, w in allocations[:-1])
+        last, ways = allocations[-1]
+        raise JobSpecError(f"llc_ways={ways} for job {last}: this node's L3 has {total} ways "
+                           f"and coshare jobs hold {need - ways} ({held or 'none'})")  # fmt: skip
+    extra = spare_shares(total, allocations) if share_spare else {}
+    bit = runs(full_mask)[0][0] if full_mask else 0
+    out: dict[str, int] = {}
+    for job, ways in allocations:
+        count = ways + extra.get(job, 0)
+        out[job] = ((1 << count) - 1) << bit
+        bit += count
+    return out

@@ -66,7 +66,7 @@ class PolicyOptions:
     ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
     and copy-bandwidth threshold (the ``collocate`` config section). ``sns_profiles`` are
     the program profiles of ``sns`` (the store of ``policy.sns.profiles_dir``),
-    ``sns_default_alpha`` and ``sns_ways_weight`` its ``policy.sns`` settings.
+    ``sns_default_alpha``, ``sns_ways_weight`` and ``sns_mba`` its ``policy.sns`` settings.
     """
 
     def __init__(
@@ -94,6 +94,7 @@ class PolicyOptions:
         sns_profiles: Mapping[str, Profile] | None = None,
         sns_default_alpha: float = DEFAULT_ALPHA,
         sns_ways_weight: float = DEFAULT_WAYS_WEIGHT,
+        sns_mba: bool = False,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -117,6 +118,7 @@ class PolicyOptions:
         self.sns_profiles: Mapping[str, Profile] = dict(sns_profiles or {})
         self.sns_default_alpha = sns_default_alpha
         self.sns_ways_weight = sns_ways_weight
+        self.sns_mba = sns_mba
 
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
@@ -140,7 +142,7 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "collocate": lambda o: CollocatePolicy(o.monitor_fraction, o.max_harvest_cores,
                                            o.copy_bw_limit_mbps),
     "sns": lambda o: SnsPolicy(o.sns_profiles, "sns", o.sns_default_alpha, o.sns_ways_weight,
-                               o.age_limit_s),
+                               o.age_limit_s, o.sns_mba),
     "cs": lambda o: SnsPolicy({}, "cs", o.sns_default_alpha, o.sns_ways_weight, o.age_limit_s),
 }
 

@@ -22,9 +22,12 @@ value it does not give):
    ``n`` idlest by ``C_o + B_o + beta * W_o`` (occupied shares of cores, bandwidth and
    ways; ``beta`` = ``ways_weight``, 2 in the paper);
 4. the placement allocates ``w`` ways on every node that has resctrl (``Node.llc_ways``);
-   the ways no job holds are shared among the running jobs at run time (the simulator's
-   model does this; live, the plan records the allocation only). MBA is not used: like the
-   paper's testbed, bandwidth is admitted by the profiles' averages.
+   the ways no job is allocated are given away to the jobs holding ways there in equal
+   shares and taken back when a job comes (section 4.4): each assignment says its share at
+   start (``llc_ways_spare``, :mod:`coshare.llc`), the node writes it (``node.
+   llc_share_spare``) and the simulator models it. Bandwidth is admitted by the profiles'
+   averages (the paper's testbed had no MBA); with ``mba`` (``policy.sns.mba``) each
+   spread also says ``b`` per node, which the node caps with MBA where it has it.
 
 A job whose program has no profile runs compact (scale 1) without ways or bandwidth, noted
 "no profile for X". Nodes without resctrl run jobs without way allocation, noted.
@@ -39,10 +42,11 @@ Pure and deterministic: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from coshare.gangs import node_counts, split
+from coshare.llc import floor_share
 from coshare.model import Assignment, Job, Plan, RunningJob, Snapshot, Spread, Unplaced
 from coshare.policies.aging import split_aged
 from coshare.policies.base import priority_key
@@ -103,6 +107,8 @@ class SnsPolicy:
         default_alpha: the slowdown threshold of a job that names none (paper: 0.9).
         ways_weight: ``beta`` of the idleness score.
         age_limit_s: pending time after which nothing overtakes a job; ``None``: never.
+        mba: cap each job's bandwidth per node at its ``b`` with MBA where nodes have it
+            (the spread's ``membw_gbps``; section 4.4).
     """
 
     places_gangs: ClassVar[bool] = True
@@ -112,6 +118,7 @@ class SnsPolicy:
     default_alpha: float = DEFAULT_ALPHA
     ways_weight: float = DEFAULT_WAYS_WEIGHT
     age_limit_s: float | None = 3600.0
+    mba: bool = False
 
     @property
     def name(self) -> str:
@@ -152,6 +159,8 @@ class SnsPolicy:
             parts, spread = placed
             assignments += parts
             spreads.append(spread)
+        if self.mode == "sns":
+            assignments = _with_spare_shares(assignments, snapshot, nodes)
         ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
         notes = tuple(sorted({f"node {n.name} has no resctrl (llc_ways unknown): jobs there run "
                               "without way allocation" for n in nodes if n.ways is None}))
@@ -304,7 +313,9 @@ class SnsPolicy:
                 text = (f"{', '.join(no_cat[:4])} without resctrl: runs there without way "
                         "allocation")  # fmt: skip
             all_ways = d.ways if self.mode == "sns" and not no_cat else None
-            return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text)
+            cap = d.membw_gbps if self.mode == "sns" and self.mba else None
+            return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text,
+                                 cap)  # fmt: skip
         return None
 
     def _waiting(self, job: Job, nodes: list[_Node]) -> Unplaced:
@@ -315,3 +326,25 @@ class SnsPolicy:
                              and d.membw_gbps is not None else "")
                           for d in demands[:4])  # fmt: skip
         return Unplaced(job.id, f"no set of nodes has room now ({tried}); it waits", "no_room")
+
+
+def _with_spare_shares(assignments: list[Assignment], snapshot: Snapshot,
+                       nodes: list[_Node]) -> list[Assignment]:  # fmt: skip
+    """Each assignment with ways, with its share of its node's spare ways once every job of
+    this plan has started (section 4.4: "gives away such unused resources to these jobs in
+    equal shares, reclaiming them whenever a new job is dispatched to the same node")."""
+    holders: dict[str, list[tuple[str, int]]] = {}
+    for r in snapshot.running:
+        if r.llc_ways is not None:
+            holders.setdefault(r.node, []).append((r.id, r.llc_ways))
+    for a in assignments:
+        if a.llc_ways is not None:
+            holders.setdefault(a.node, []).append((a.job, a.llc_ways))
+    ways = {n.name: n.ways for n in nodes}
+    out = []
+    for a in assignments:
+        total = ways.get(a.node)
+        if a.llc_ways is not None and total is not None:
+            a = replace(a, llc_ways_spare=floor_share(total, holders[a.node]))
+        out.append(a)
+    return out
