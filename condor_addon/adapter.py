@@ -95,7 +95,8 @@ class CondorAdapter:
         jobs = self._jobs(X.ACTIVE_MANAGED_JOBS)
         now_s = self.clock()
         queue = parse_queue(jobs.values(), cluster, now_s=now_s,
-                            replan_after_s=self.config.cycle.replan_after_s)  # fmt: skip
+                            replan_after_s=self.config.cycle.replan_after_s,
+                            parallel_may_double=self.config.condor.parallel_may_double)  # fmt: skip
         self.jobs, self.queue = jobs, queue
         snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
         snapshot, facts_notes = with_node_facts(

@@ -576,7 +576,31 @@ def _machine_count(job: QueueJob) -> int:
     return int(count)
 
 
-def queued(job: QueueJob) -> Queued:
+def doubling_problem(job: QueueJob, nodes: Sequence[Node]) -> FieldProblem | None:
+    """Why HTCondor's dedicated scheduler could start two of a parallel job's processes on
+    one node (a node with room for two of its slots), or ``None`` when no node has that room.
+
+    The dedicated scheduler matches every ``machine_count`` slot against one Requirements,
+    so nothing in unmodified HTCondor keeps it from claiming two slots of one planned node
+    (README, "Parallel-universe jobs"); a slot larger than half of every node cannot be
+    doubled. ``RequestCpus`` of a whole core is compared with whole cores."""
+    cpu, memory = job.cpu_milli, job.memory_mib
+    roomy = [n for n in nodes if 2 * cpu <= n.cpu_milli and 2 * memory <= n.memory_mib]
+    if not roomy:
+        return None
+    widest = max(nodes, key=lambda n: n.cpu_milli)
+    largest = max(nodes, key=lambda n: n.memory_mib)
+    node = roomy[0]
+    return FieldProblem(
+        "RequestCpus", f"{cpu / MILLI:g} (RequestMemory {memory} MiB)",
+        f"more than half of every node's cores (> {widest.cpu_milli / MILLI / 2:g}, "
+        f"{shorten_text(widest.name)} has {widest.cpu_milli / MILLI:g}) or memory "
+        f"(> {largest.memory_mib / 2:g} MiB), or condor.parallel_may_double: true",
+        f"two of its slots fit on {shorten_text(node.name)} ({node.cpu_milli / MILLI:g} "
+        f"cores, {node.memory_mib} MiB): HTCondor may run two of its processes there")  # fmt: skip
+
+
+def queued(job: QueueJob, nodes: Sequence[Node] | None = None) -> Queued:
     """An idle managed job as the ledger's fact (its gate is open while a node is placed).
 
     A parallel-universe job is a gang of ``machine_count`` nodes (``CoshareNodes``), one
@@ -585,16 +609,22 @@ def queued(job: QueueJob) -> Queued:
     that (the ledger shares it per process). A job of another universe that asks for several
     nodes is refused: HTCondor runs it on one machine.
 
+    With ``nodes`` (the pool's, unless ``condor.parallel_may_double``), a parallel job whose
+    slot fits twice on one of them is refused (:func:`doubling_problem`).
+
     Raises:
         BadValue: a host request, ``JobPrio`` or ``QDate`` out of :mod:`coshare.bounds`.
-        AnnotationError: a parallel job's machine count unusable, or gang keys on a job of
-            another universe.
+        AnnotationError: a parallel job's machine count unusable, a parallel job whose slot
+            fits twice on a node, or gang keys on a job of another universe.
     """
     annotations = job.annotations
     machines = 1
     if job.is_parallel:
         machines = _machine_count(job)
         annotations = {**annotations, "CoshareNodes": machines}
+        problem = doubling_problem(job, nodes) if nodes else None
+        if problem is not None and job.placed_node is None:
+            raise AnnotationError(job.id, [problem])
     else:
         for key in _NODE_KEYS:
             value = next((v for k, v in annotations.items() if squash(k) == squash(key)), None)
@@ -634,7 +664,8 @@ class QueueView:
 
 
 def parse_queue(
-    jobs: Iterable[QueueJob], cluster: ClusterView, *, now_s: float, replan_after_s: float
+    jobs: Iterable[QueueJob], cluster: ClusterView, *, now_s: float, replan_after_s: float,
+    parallel_may_double: bool = False,
 ) -> QueueView:
     """Sort the managed jobs of a queue: idle ones through the ledger; running ones the
     collector does not show yet counted from their queue entry.
@@ -644,14 +675,18 @@ def parse_queue(
         cluster: the collector's view (nodes, and the jobs it already shows running).
         now_s: the current time, epoch seconds (the clock of ``CosharePlacedAt``).
         replan_after_s: a placed job that has not started after this long is pending again.
+        parallel_may_double: ``condor.parallel_may_double``; ``False``: a parallel job whose
+            slot fits twice on a node is refused (:func:`doubling_problem`).
     """
     nodes = {n.name: n for n in cluster.nodes}
+    doubling_nodes = () if parallel_may_double else cluster.nodes
     idle: list[Queued | Rejected] = []
     running: list[RunningJob] = []
     warnings: list[str] = []
     for q in jobs:
         if q.status == A.IDLE:
-            idle.append(refuse_on_error(q.id, lambda q=q: queued(q), q.annotations))  # type: ignore[misc]
+            idle.append(refuse_on_error(q.id, lambda q=q: queued(q, doubling_nodes),  # type: ignore[misc]
+                                        q.annotations))  # fmt: skip
             continue
         if q.status not in HOLDS_SLOT:
             continue  # held, removed, completed: holds nothing, waits for a person

@@ -415,6 +415,12 @@ class CondorConfig:
         trigger_reschedule: after a cycle that placed jobs, and that ran after a negotiation
             cycle it was not ready for, the trigger asks the schedd for a negotiation now
             (``condor_reschedule``), so those jobs need not wait a whole negotiator interval.
+        parallel_may_double: place parallel-universe jobs whose slot (``request_cpus``,
+            ``request_memory``) fits twice on a node: HTCondor's dedicated scheduler may then
+            start two of a job's processes on one planned node and none on another (coshare's
+            node helpers refuse the second, and the job is held with that reason). ``false``:
+            such jobs are refused, saying so; a slot of more than half a node is never
+            doubled.
     """
 
     RENAMED: ClassVar[Mapping[str, str]] = {
@@ -430,6 +436,7 @@ class CondorConfig:
     trigger_lead_s: float = field(default=2.0, metadata={"min": 0, "max": 3600})
     trigger_poll_s: float = field(default=1.0, metadata={"min": 0.1, "max": 3600})
     trigger_reschedule: bool = True
+    parallel_may_double: bool = False
 
 
 @dataclass(frozen=True)

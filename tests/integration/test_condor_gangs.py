@@ -119,12 +119,20 @@ def _two_node_gang_runs_as_planned(live: Pool) -> None:
 
 def test_a_gang_waits_whole_until_it_fits_and_is_never_half_placed(live: Pool) -> None:
     # Four nodes, and a gang of five: never fits, said with the counts, nothing written.
-    cluster = submit_gang(live, machines=5, **annotated(1024, 30))
+    cores = str(live.node_cores())
+    cluster = submit_gang(live, machines=5, request_cpus=cores, **annotated(1024, 30))
+    # A gang of 1-core slots on these 2-core nodes: the dedicated scheduler could start two
+    # of its processes on one node, so it is refused (held) with that reason.
+    small = submit_gang(live, machines=2, **annotated(1024, 30))
     report = live.cycle()
     [unplaced] = [u for u in report.plan.unplaced if u.job == f"{cluster}.0"]
     assert unplaced.code == "never_fits" and "5 nodes" in unplaced.reason
     ad = live.jobs(f"ClusterId == {cluster}")[f"{cluster}.0"]
     assert ad.get("CosharePlacedNode") is None and ad.get("CosharePlacedNodes") is None
+    reasons = {r.job: r.reason for r in report.rejected}
+    assert "HTCondor may run two of its processes there" in reasons[f"{small}.0"], reasons
+    held = live.jobs(f"ClusterId == {small}")[f"{small}.0"]
+    assert held["JobStatus"] == 5 and "parallel_may_double" in str(held["HoldReason"]), held
 
 
 def assert_gangs_whole(live: Pool) -> int:
@@ -144,7 +152,8 @@ def assert_gangs_whole(live: Pool) -> int:
 
 def test_a_cycle_killed_between_a_gangs_writes_leaves_it_whole_or_unplaced(live: Pool) -> None:
     for _ in range(3):
-        submit_gang(live, requirements="CoshareNeverStart =?= true", **annotated(3000, 60))
+        submit_gang(live, requirements="CoshareNeverStart =?= true",
+                    request_cpus=str(live.node_cores()), **annotated(3000, 60))  # fmt: skip
     deaths = 0
     for budget in range(30):  # die after 0, 1, 2, ... transactions, until a cycle completes
         try:

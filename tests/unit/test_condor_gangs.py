@@ -26,7 +26,8 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "condor"
 WRAPPER = str(DEPLOY / "coshare-job-wrapper")
 QUOTED = 'node4 " || true || "'
 
-NODES = tuple(Node(n, 4000, 4096, (Device("0", 8192, 240), Device("1", 8192, 240)))
+#: 3-core nodes: a parallel job's 2-core slot cannot be doubled on one (doubling_problem).
+NODES = tuple(Node(n, 3000, 4096, (Device("0", 8192, 240), Device("1", 8192, 240)))
               for n in ("node1", "node2", "node3"))  # fmt: skip
 CLUSTER = ClusterView(NODES)
 
@@ -95,6 +96,39 @@ def test_gang_keys_on_a_vanilla_job_are_refused_with_how_to_submit_it() -> None:
     job = replace(job_ad(), universe=5, annotations={**job_ad().annotations, "CoshareNodes": 3})
     [refused] = parse_queue([job], CLUSTER, now_s=0, replan_after_s=300).book.rejected
     assert "CoshareNodes" in refused.reason and "universe = parallel" in refused.reason
+
+
+def test_a_parallel_job_whose_slot_fits_twice_on_a_node_is_refused_unless_allowed() -> None:
+    # 1 core, 256 MiB: two of its slots fit on every node, so the dedicated scheduler could
+    # start two of its processes on one; 2 cores: only on node2 (6 cores).
+    big = Node("node2", 6000, 4096, NODES[1].devices)
+    roomy = ClusterView((NODES[0], big, NODES[2]))
+    small = replace(job_ad(), request_cpus=1)
+    other = replace(job_ad(), id="8.0")  # 2 cores: fits twice on node2 too
+    book = parse_queue([small, other], roomy, now_s=0, replan_after_s=300).book
+    assert {r.job for r in book.rejected} == {"7.0", "8.0"} and not book.pending
+    reason = next(r.reason for r in book.rejected if r.job == "7.0")
+    assert reason.startswith("job 7.0: RequestCpus") and "node1 (3 cores, 4096 MiB)" in reason
+    assert "node2 (6 cores, 4096 MiB)" in next(r.reason for r in book.rejected if r.job == "8.0")
+    assert "> 3" in reason and "> 2048 MiB" in reason and "parallel_may_double" in reason
+    # on 3-core nodes the 2-core job cannot be doubled; the 1-core one still can
+    book = parse_queue([small, other], CLUSTER, now_s=0, replan_after_s=300).book
+    assert [r.job for r in book.rejected] == ["7.0"] and [j.id for j in book.pending] == ["8.0"]
+    # a slot of more than half of every node's memory cannot be doubled either
+    heavy = replace(small, id="9.0", request_memory=2049)
+    book = parse_queue([heavy], roomy, now_s=0, replan_after_s=300).book
+    assert [j.id for j in book.pending] == ["9.0"] and not book.rejected
+    # allowed by the admin (condor.parallel_may_double): planned
+    book = parse_queue([small, other], roomy, now_s=0, replan_after_s=300,
+                       parallel_may_double=True).book  # fmt: skip
+    assert sorted(j.id for j in book.pending) == ["7.0", "8.0"] and not book.rejected
+
+
+def test_a_placed_parallel_job_is_not_refused_for_doubling_later() -> None:
+    # placed while it was allowed (or before the pool grew): its open gate is kept
+    job = replace(placed('{"node1", "node3"}', '{"1", "0"}'), request_cpus=1)
+    book = parse_queue([job], CLUSTER, now_s=1700000010, replan_after_s=300).book
+    assert not book.rejected and not book.pending and {r.id for r in book.planned} == {"7.0"}
 
 
 def placed(
