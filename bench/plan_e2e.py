@@ -8,7 +8,8 @@ with ``--cluster gpu``) to a temporary file, then:
    issue 15: 2 s);
 2. runs the same steps inside one Python process with a timer around each (imports, reading
    the file, JSON decoding, the schema's validation into the model, planning, the plan to a
-   dict, JSON encoding, writing), to show where the time goes.
+   dict, JSON encoding, writing), to show where the time goes; like ``coshare plan``, with the
+   cyclic garbage collector paused (``coshare.cli.collector_paused``).
 
     python bench/plan_e2e.py [--cluster phi|gpu] [--repeat 3] [--policy NAME] [--snapshot FILE]
 """
@@ -40,29 +41,30 @@ def mark():
     return time.perf_counter(), time.process_time()
 marks = [("start", mark())]
 import json
-from coshare.cli import policy_options
+from coshare.cli import collector_paused, policy_options
 from coshare.config import load_config
 from coshare.planner import timed_plan
 from coshare.policies import make_policy
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 marks.append(("imports", mark()))
-text = open(sys.argv[1]).read()
-marks.append(("read file", mark()))
-data = decode_json(text, sys.argv[1], lambda data, source: data)
-marks.append(("JSON decode (schema.decode_json)", mark()))
-snapshot = parse_snapshot(data, sys.argv[1])
-marks.append(("validation into the model (schema.parse_snapshot)", mark()))
-config = load_config(None)
-name = sys.argv[2] or config.policy.name
-plan = timed_plan(make_policy(name, policy_options(config)), snapshot)
-marks.append((f"plan ({name})", mark()))
-out = plan_to_dict(plan)
-marks.append(("plan to dict (schema.plan_to_dict)", mark()))
-text = json.dumps(out, separators=(",", ":"))
-marks.append(("JSON encode", mark()))
-with open("/dev/null", "w") as sink:
-    sink.write(text)
-marks.append(("write", mark()))
+with collector_paused():  # as coshare plan runs its steps
+    text = open(sys.argv[1]).read()
+    marks.append(("read file", mark()))
+    data = decode_json(text, sys.argv[1], lambda data, source: data)
+    marks.append(("JSON decode (schema.decode_json)", mark()))
+    snapshot = parse_snapshot(data, sys.argv[1])
+    marks.append(("validation into the model (schema.parse_snapshot)", mark()))
+    config = load_config(None)
+    name = sys.argv[2] or config.policy.name
+    plan = timed_plan(make_policy(name, policy_options(config)), snapshot)
+    marks.append((f"plan ({name})", mark()))
+    out = plan_to_dict(plan)
+    marks.append(("plan to dict (schema.plan_to_dict)", mark()))
+    text = json.dumps(out, separators=(",", ":"))
+    marks.append(("JSON encode", mark()))
+    with open("/dev/null", "w") as sink:
+        sink.write(text)
+    marks.append(("write", mark()))
 print(f"  {'step':52} {'wall s':>7} {'CPU s':>7}")
 for (_, before), (label, after) in zip(marks, marks[1:]):
     print(f"  {label:52} {after[0] - before[0]:7.3f} {after[1] - before[1]:7.3f}")

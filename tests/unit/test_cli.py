@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli, example_snapshot
+from coshare.cli import cli, collector_paused, example_snapshot
 from coshare.schema import snapshot_to_dict
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "common/coshare/examples/paper-cluster.json"
@@ -214,3 +215,22 @@ def test_config_check_lists_every_problem_and_an_unknown_policy(tmp_path: Path) 
     good = tmp_path / "good.yaml"
     good.write_text("policy: {name: random}\n")
     assert run("config", "check", str(good))[0] == 0
+
+
+def test_plan_pauses_the_collector_only_while_it_runs() -> None:
+    """``coshare plan`` pauses the cyclic collector (issue 15) and turns it on again after,
+    also when the command fails; a collector someone else turned off stays off."""
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("a failing plan")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -12,7 +12,14 @@ import math
 from typing import Any
 
 from coshare.model import Job, Node
-from coshare.schema import _fast_node, _fast_pending, _parse_node, _parse_pending, parse_snapshot
+from coshare.schema import (
+    _fast_node,
+    _fast_pending,
+    _fast_pending_all,
+    _parse_node,
+    _parse_pending,
+    parse_snapshot,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -186,3 +193,62 @@ def test_fast_node_takes_the_usual_nodes_and_a_snapshot_parses_the_same() -> Non
     assert snapshot.nodes[0].cpu_milli == 128_000
     assert [j.id for j in snapshot.pending] == ["1.0", "2"]
     assert snapshot.pending[1].cpu_milli == 1000  # the default: one core
+
+
+def assert_same_batch(objs: list[Any]) -> None:
+    """The column-wise path takes a list only when the per-job fast path takes every job of
+    it, and then builds the same jobs (``_new_job``'s slots included: ``typed`` reads every
+    field)."""
+    batch = _fast_pending_all(objs)
+    if batch is None:
+        return
+    singles = [_fast_pending(obj) for obj in objs]
+    assert all(job is not None for job in singles), objs
+    assert [typed(job) for job in batch] == [typed(job) for job in singles], objs
+
+
+def test_fast_pending_all_on_every_edge_value_of_every_field() -> None:
+    """Each field of one job among typical ones (and CPU jobs) set to each edge value, and
+    the same value in every job (a column of one type)."""
+    for base in (TYPICAL, {"id": "2", "kind": "cpu"}):
+        others = [{**base, "id": f"{base['id']}-{i}"} for i in range(3)]
+        for key in PENDING_KEYS:
+            for value in EDGES:
+                assert_same_batch([*others, {**base, key: value}])
+                assert_same_batch([{**obj, key: value} for obj in others])
+
+
+@given(st.lists(pending_objects(), max_size=6))
+def test_fast_pending_all_takes_only_what_the_per_job_path_takes(objs: list[Any]) -> None:
+    assert_same_batch([{**obj, "id": f"{i}"} if i % 2 else obj for i, obj in enumerate(objs)])
+
+
+def test_fast_pending_all_takes_the_usual_snapshots() -> None:
+    """It fires on the bench's jobs and on mixed optional fields, with every default."""
+    usual: list[list[Any]] = [
+        [TYPICAL, {**TYPICAL, "id": "2.0", "cores": 1.5, "submit_time": 3}],
+        [{"id": "1"}, {"id": "2", "cores": 0.0015, "memory_mib": 10, "kind": "cpu"},
+         {**TYPICAL, "id": "3", "alpha": 1, "membw_gbps": 2.5, "copy_bw_mbps": 0,
+          "walltime_s": 60, "processes": 4, "device_count": 2, "kind": "device",
+          "submit_time": -5, "program": None}],
+        [{**TYPICAL, "id": "a b", "kind": None, "device_count": None, "cores": None}],
+        [],
+    ]  # fmt: skip
+    for objs in usual:
+        assert _fast_pending_all(objs) is not None, objs
+        assert_same_batch(objs)
+
+
+def test_fast_pending_all_declines_what_the_per_job_path_declines() -> None:
+    """One bad job (or a gang) among good ones: the whole list goes per job."""
+    bad: list[object] = [
+        {**TYPICAL, "id": " 1"}, {**TYPICAL, "id": "1 "}, {**TYPICAL, "id": "1,2"},
+        {**TYPICAL, "cores": math.nan}, {**TYPICAL, "submit_time": math.nan},
+        {**TYPICAL, "cores": True}, {**TYPICAL, "alpha": 0}, {**TYPICAL, "kind": "cpu"},
+        {**TYPICAL, "device_count": 0}, {**TYPICAL, "program": " "},
+        {**TYPICAL, "program": "\u00e9"}, {**TYPICAL, "nodes": 2}, {**TYPICAL, "nodes": None},
+        {**TYPICAL, "device_mem_mib": 5}, {**TYPICAL, "priority": 2**53 + 1},
+        ["not", "an", "object"],
+    ]  # fmt: skip
+    for obj in bad:
+        assert _fast_pending_all([TYPICAL, obj]) is None, obj

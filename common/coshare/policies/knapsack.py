@@ -43,7 +43,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -218,6 +218,26 @@ def job_types(jobs: Iterable[Job], grid: int) -> int:
     """How many exact types (memory cells, threads, host cores, host memory) ``jobs`` form."""
     return len({(-(-j.device_memory_mib // grid), j.device_threads, j.total_cpu_milli,
                  j.total_memory_mib) for j in jobs})  # fmt: skip
+
+
+def types_affordable(jobs: Sequence[Job], grid: int, devices: int,
+                     max_work: int = MAX_EXACT_WORK) -> bool:  # fmt: skip
+    """:func:`tables_affordable` for the exact types of ``jobs`` (:func:`job_types`),
+    counted only until the answer is known: that holds while the types are at most
+    ``max_work // devices`` or ``len(jobs) // BUCKET_FROM_COPIES``, and 100,000 jobs of
+    nearly as many types pass the larger bound within a quarter of them (issue 15)."""
+    limit = max(max_work // devices if devices > 0 else len(jobs),
+                len(jobs) // BUCKET_FROM_COPIES)  # fmt: skip
+    if len(jobs) <= limit:
+        return True
+    seen: set[TypeKey] = set()
+    step = 4096
+    for start in range(0, len(jobs), step):
+        seen.update((-(-j.device_memory_mib // grid), j.device_threads, j.total_cpu_milli,
+                     j.total_memory_mib) for j in jobs[start : start + step])  # fmt: skip
+        if len(seen) > limit:
+            return False
+    return True
 
 
 def memory_grid(grid_mib: int, max_cells: int, state: ClusterState) -> int:

@@ -46,9 +46,8 @@ from coshare.policies.knapsack import (
     _Filler,
     _sweep,
     _values,
-    job_types,
     memory_grid,
-    tables_affordable,
+    types_affordable,
 )
 from coshare.policies.potential import LazyPotential, Shape, snapshot_shapes
 
@@ -133,23 +132,18 @@ class SharePackPolicy(TablePolicy):
         notes: list[str],
     ) -> list[Job]:  # fmt: skip
         """A large contended cycle: a knapsack table per device where the cycle affords one
-        (:func:`~coshare.policies.knapsack.tables_affordable`), else the greedy of the same
+        (:func:`~coshare.policies.knapsack.types_affordable`), else the greedy of the same
         value (:func:`greedy_fill`)."""
-        singles = [j for j in jobs if j.needs_device and j.device_count == 1]
+        singles, multi, host = by_devices(jobs)
         grid = memory_grid(self.memory_grid_mib, self.max_memory_cells, state)
-        types, devices = job_types(singles, grid), int((~reserved).sum())
-        if tables_affordable(types, len(singles), devices, self.max_exact_work):
+        devices = int((~reserved).sum())
+        if types_affordable(singles, grid, devices, self.max_exact_work):
             return self._fill(state, potential, jobs, reserved, notes)
-        waiting = self._place_all(
-            state, potential, sorted((j for j in jobs if j.needs_device and j.device_count > 1),
-                                     key=packing_key), reserved)  # fmt: skip
+        waiting = self._place_all(state, potential, sorted(multi, key=packing_key), reserved)
         left = greedy_fill(state, singles, reserved)
         waiting += _sweep(state, sorted(left, key=priority_key), reserved)
         potential.reset()
-        waiting += self._place_all(
-            state, potential, sorted((j for j in jobs if not j.needs_device), key=packing_key),
-            reserved,
-        )
+        waiting += self._place_all(state, potential, sorted(host, key=packing_key), reserved)
         return waiting
 
     def _place_all(
@@ -262,6 +256,23 @@ def _ledger_arrays(state: ClusterState) -> list[np.ndarray]:
             state.dev_free_mem, state.dev_free_thr, state.dev_jobs]  # fmt: skip
 
 
+def by_devices(jobs: list[Job]) -> tuple[list[Job], list[Job], list[Job]]:
+    """``jobs`` in one pass, each list in the given order: those on one device, those on
+    several devices of a node, and CPU-only jobs (:attr:`Job.needs_device` false)."""
+    singles: list[Job] = []
+    multi: list[Job] = []
+    host: list[Job] = []
+    for job in jobs:
+        count = job.device_count
+        if job.kind != "device" or count <= 0:
+            host.append(job)
+        elif count == 1:
+            singles.append(job)
+        else:
+            multi.append(job)
+    return singles, multi, host
+
+
 def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Job]:
     """The knapsack's choice without its tables, for cycles too large for one per device.
 
@@ -285,13 +296,14 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     # best value per share first; ties in the given (scheduler) order
     order = np.lexsort((np.arange(len(jobs)), -value / np.maximum(share, 1e-9)))
     ranked = [jobs[i] for i in order.tolist()]
-    need_of = need[order].tolist()
+    need = need[order]
+    need_of = need.tolist()
     size = len(ranked)
     # the least each need takes from a rank on: a device that has less of one than that can
     # take no job from there on, and stops at once instead of after GREEDY_SKIPS misses (the
     # same plan; issue 15: 70% fewer steps on the modern GPU mix)
     least_m, least_t, least_c, least_h = \
-        np.minimum.accumulate(need[order][::-1], axis=0)[::-1].T.tolist()  # fmt: skip
+        np.minimum.accumulate(need[::-1], axis=0)[::-1].T.tolist()  # fmt: skip
     placed = [False] * size
     after = list(range(1, size + 2))  # a placed job's link to a later unplaced one
 
@@ -313,6 +325,7 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     node_cpu, node_mem = state.node_free_cpu.tolist(), state.node_free_mem.tolist()
     smallest = int(need[:, 0].min())
     chosen: list[tuple[Job, int, int]] = []
+    rows: list[int] = []  # the rank of each job chosen
     for d in devices:
         n = node_of[d]
         share_of = max(open_on_node[n], 1)
@@ -326,6 +339,7 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
             m, t, c, h = need_of[i]
             if m <= mem and t <= threads and t <= thr and c <= cpu and h <= host:
                 chosen.append((ranked[i], n, d))
+                rows.append(i)
                 placed[i] = True
                 mem, thr, cpu, host = mem - m, thr - t, cpu - c, host - h
                 node_cpu[n] -= c
@@ -338,7 +352,7 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
             i += 1
             if i < size and placed[i]:  # else next_unplaced(i) is i: spare the call
                 i = next_unplaced(i)
-    state.place_single(chosen)
+    state.place_single(chosen, need[rows])
     return [job for job, done in zip(ranked, placed, strict=True) if not done]
 
 
