@@ -132,10 +132,11 @@ class Placement:
 
     def same_spot(self, other: Placement) -> bool:
         """Same nodes, devices, ways and demands (the time may differ)."""
-        return (self.node, self.devices, self.device_memory_mib, self.device_threads,
-                self.parts, self.llc_ways, self.harvest_from) == (other.node, other.devices,
-                                               other.device_memory_mib, other.device_threads,
-                                               other.parts, other.llc_ways, other.harvest_from)  # fmt: skip
+        def key(p: Placement) -> tuple[object, ...]:
+            return (p.node, p.devices, p.device_memory_mib, p.device_threads, p.parts,
+                    p.llc_ways, p.harvest_from)  # fmt: skip
+
+        return key(self) == key(other)
 
     @property
     def ways_by_node(self) -> dict[str, int]:
