@@ -194,7 +194,10 @@ def test_live_cycles_turn_harvest_placements_into_unsupported_waits() -> None:
     assert live.assignments == (Assignment("a", "n1"),) and live.requeue == ()
     (u,) = live.unplaced
     assert u.code == "unsupported" and "idle cores of GPU job g1" in u.reason
-    assert "issue 17" in u.reason and any("requeued" in n for n in live.notes)
+    assert "cannot start a job on cores the scheduler believes taken" in u.reason
+    assert any("requeued" in n for n in live.notes)
+    told = without_harvest(plan, "slurm.lend_partition is not set")
+    assert "cannot apply: slurm.lend_partition is not set;" in told.unplaced[0].reason
     untouched = Plan("sharepack", (Assignment("a", "n1"),))
     assert without_harvest(untouched) is untouched
 
@@ -221,6 +224,34 @@ def test_a_live_cycle_writes_no_placement_on_lent_cores() -> None:
     (written,) = queue.written
     assert written.assignments == () and report.apply.applied == ()
     assert written.unplaced[0].code == "unsupported"
+
+
+class _Lending(_Queue):
+    """An Editor whose scheduler and node side apply harvest placements."""
+
+    applies_harvest = True
+
+
+class _Refusing(_Queue):
+    harvest_unsupported_reason = "this pool has no lending slot"
+
+
+def test_an_editor_that_applies_harvest_gets_the_placement_and_the_requeue() -> None:
+    queue = _Lending(Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8),), now_s=250.0))
+    run_cycle(queue, CollocatePolicy(), queue)
+    (written,) = queue.written
+    assert written.assignments == (Assignment("c8", "n1", harvest_from="g1"),)
+    # The GPU job's load rose: the borrower is requeued through the Editor, not starved.
+    hot = replace(gpu_job(), cpu_load_cores=11.0)
+    borrower = RunningJob("c8", "n1", (), cpu_milli=8000, start_time_s=200.0,
+                          harvest_from="g1", state="running")  # fmt: skip
+    queue = _Lending(Snapshot((node(),), (hot, borrower), (), now_s=300.0))
+    run_cycle(queue, CollocatePolicy(), queue)
+    assert [u.job for u in queue.written[0].requeue] == ["c8"]
+    refusing = _Refusing(Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8),), now_s=250.0))
+    run_cycle(refusing, CollocatePolicy(), refusing)
+    (u,) = refusing.written[0].unplaced
+    assert "this pool has no lending slot" in u.reason and u.code == "unsupported"
 
 
 def test_harvest_fields_round_trip_through_the_contracts() -> None:

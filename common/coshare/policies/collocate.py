@@ -355,29 +355,42 @@ def _names(ids: Sequence[str], most: int = 5) -> str:
     return shown if len(ids) <= most else f"{shown} and {len(ids) - most} more"
 
 
-#: Why a live cycle does not apply a harvest placement yet (issue 17, items 2-3).
-NOT_LIVE_YET = ("placed on the idle cores of GPU job {donor}, which this version does not "
-                "apply on a live cluster: the node cpusets that keep its cores apart and the "
-                "scheduler settings that let it start there are not built yet (issue 17); it "
-                "waits for free cores")  # fmt: skip
+#: Policies whose plans lend the idle cores of running GPU jobs to CPU-only jobs.
+LENDING_POLICIES = frozenset({"collocate"})
 
 
-def without_harvest(plan: Plan) -> Plan:
-    """The plan a live cycle may apply: harvest placements become ``unsupported`` waits.
+def may_lend(policy: str, job: Job) -> bool:
+    """Whether a job a ``policy`` places may lend its cores later: a GPU job with a requested
+    time (without one no monitoring period ends, :meth:`CollocatePolicy._not_donor`), placed
+    by a lending policy. The scheduler must then let borrowers run on its cores (Slurm: it
+    runs in the lending partition)."""
+    return policy in LENDING_POLICIES and job.needs_device and job.walltime_s is not None
 
-    Neither scheduler lets a job start on cores it believes taken, and no node helper yet
-    carves a borrower's cores out of its donor's cpuset; applying such a placement would
-    either fail or share cores unpartitioned (what section III-B1 measured to be slower).
+
+#: Why a live cycle does not apply a harvest placement through an Editor that cannot.
+NOT_APPLIED = ("placed on the idle cores of GPU job {donor}, which this cycle cannot apply: "
+               "{why}; it waits for free cores")  # fmt: skip
+#: The reason of an Editor that says nothing of harvest placements.
+NO_HARVEST = ("its scheduler adapter cannot start a job on cores the scheduler believes taken, "
+              "nor have them taken out of the GPU job's cpuset first")  # fmt: skip
+
+
+def without_harvest(plan: Plan, why: str = NO_HARVEST) -> Plan:
+    """The plan a live cycle applies through an Editor that cannot apply harvest placements:
+    they become ``unsupported`` waits, saying ``why``, and nothing is requeued.
+
+    Applying one anyway would either fail (the scheduler believes the cores taken) or share
+    cores unpartitioned (what section III-B1 measured to be slower).
     """
     harvest = [a for a in plan.assignments if a.harvest_from is not None]
     if not harvest and not plan.requeue:
         return plan
     kept = tuple(a for a in plan.assignments if a.harvest_from is None)
-    waits = tuple(Unplaced(a.job, NOT_LIVE_YET.format(donor=a.harvest_from), "unsupported")
-                  for a in harvest)  # fmt: skip
+    waits = tuple(Unplaced(a.job, NOT_APPLIED.format(donor=a.harvest_from, why=why),
+                           "unsupported") for a in harvest)  # fmt: skip
     notes = plan.notes
     if plan.requeue:
-        notes += (f"{len(plan.requeue)} jobs on lent cores would be requeued; a live cycle "
+        notes += (f"{len(plan.requeue)} jobs on lent cores would be requeued; this cycle "
                   "places none there, so none is",)  # fmt: skip
     return replace(plan, assignments=kept, unplaced=plan.unplaced + waits, notes=notes,
                    requeue=())  # fmt: skip
