@@ -142,6 +142,25 @@ def test_a_gpu_job_whose_load_rises_gets_its_cores_back_through_the_scheduler() 
                for p in check_plan(risen, grabbed))  # fmt: skip
 
 
+def test_a_lender_whose_load_fills_the_cores_it_kept_gets_all_of_them_back() -> None:
+    # On a live node the lent cores are out of its cpuset: its load cannot show more than the
+    # 6 cores it kept. A load of 5.6 of those 6 (node facts: cpu_cores_held) is taken as
+    # needing its cores back; without that fact (the simulator) the load is the demand.
+    older = RunningJob("c4", "n1", (), cpu_milli=4000, memory_mib=512, start_time_s=210.0,
+                       harvest_from="g1")  # fmt: skip
+    newer = replace(older, id="c2", cpu_milli=2000, start_time_s=230.0)
+    gpu = replace(gpu_job(walltime=1200.0), cpu_load_last_cores=5.6)
+    unknown = Snapshot((node(),), (gpu, older, newer), (), now_s=400.0)
+    assert plan_of(unknown).requeue == ()  # floor(12 - 5.6) = 6 may be lent, 6 are
+    full = replace(unknown, running=(replace(gpu, cpu_cores_held=6), older, newer))
+    plan = plan_of(full)
+    assert [u.job for u in plan.requeue] == ["c2", "c4"]
+    assert "its load 5.6 fills the 6 cores it kept while lending 6" in plan.requeue[0].reason
+    roomy = replace(unknown, running=(replace(gpu, cpu_load_last_cores=4.0, cpu_cores_held=6),
+                                      older, newer))  # fmt: skip
+    assert plan_of(roomy).requeue == ()  # 4 of its 6: not full
+
+
 def test_backfill_never_delays_the_first_waiting_job_s_reservation() -> None:
     # g1 requested until 600 s. c12 waits for n1 (reserved from 600 s); at 400 s a 300-s CPU
     # job would outlive the reservation, so it may not borrow there; a 150-s one may.
@@ -266,8 +285,10 @@ def test_harvest_fields_round_trip_through_the_contracts() -> None:
     borrower = replace(borrower, cpu_load_max_cores=8.0, cpu_load_window_s=60.0)
     facts = replace(node(), membw_avail_gbps=10.0, membw_baseline_gbps=20.0, llc_ways_free=3,
                     facts_at_s=1.0)  # fmt: skip
-    jsonschema.validate(snapshot_to_dict(Snapshot((facts,), (gpu_job(), borrower), (), 1.0)),
-                        json.loads(schema_text("snapshot")))  # fmt: skip
+    held = replace(gpu_job(), cpu_cores_held=4)
+    with_held = Snapshot((facts,), (held, borrower), (), 1.0)
+    assert parse_snapshot(snapshot_to_dict(with_held)) == with_held
+    jsonschema.validate(snapshot_to_dict(with_held), json.loads(schema_text("snapshot")))
     jsonschema.validate(plan_to_dict(plan), json.loads(schema_text("plan")))
 
 

@@ -30,7 +30,12 @@ How coshare reads it:
   threshold or is unknown (a job the threshold cannot be checked for is not risked).
 - **Give back.** When a donor's load rises after its cores were lent, so that what is lent
   exceeds its pool, the newest borrowers are asked back through the scheduler
-  (:attr:`~coshare.model.Plan.requeue`), never left to starve on shared cores.
+  (:attr:`~coshare.model.Plan.requeue`), never left to starve on shared cores. On a live
+  node the lent cores are out of the donor's cpuset, so its measured load can never exceed
+  the cores it kept: a donor whose load fills at least :data:`SATURATED_SHARE` of the cores
+  its cpuset holds (node facts, ``cpu_cores_held``) may need more than can be measured, and
+  all its borrowers are asked back. (The simulator models no cpusets and publishes no such
+  fact: there, the load is the demand.)
 - **CPU jobs that fit no harvest** wait with the numbers: their cores, the most free on any
   node and the largest harvest open.
 
@@ -57,6 +62,9 @@ from coshare.policies.base import (
 DEFAULT_MONITOR_FRACTION = 1 / 3
 DEFAULT_MAX_HARVEST_CORES = 9
 DEFAULT_COPY_BW_LIMIT_MBPS = 300.0
+#: A lender whose load fills this share of the cores its cpuset still holds is taken to need
+#: its lent cores back (its load cannot show more than those cores).
+SATURATED_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ class Donor:
         lent_milli: cores CPU jobs borrow from it already.
         pool_milli: cores it may lend in all: ``min(P_B, floor(cores - load))``.
         load_cores: its measured load (the higher of mean and last interval).
+        saturated: its load fills the cores its cpuset kept while lending
+            (:data:`SATURATED_SHARE`): it lends nothing, and its borrowers are asked back.
     """
 
     job: RunningJob
@@ -76,6 +86,7 @@ class Donor:
     lent_milli: int
     pool_milli: int
     load_cores: float
+    saturated: bool = False
 
 
 def measured_load(job: RunningJob) -> float | None:
@@ -154,7 +165,12 @@ class CollocatePolicy:
             load = measured_load(r)
             if reason is None and load is not None:
                 pool = harvest_pool_milli(r, load, self.max_harvest_cores)
-                out.append(Donor(r, pool - lent.get(r.id, 0), lent.get(r.id, 0), pool, load))
+                given = lent.get(r.id, 0)
+                full = (given > 0 and r.cpu_cores_held is not None
+                        and load >= SATURATED_SHARE * r.cpu_cores_held)  # fmt: skip
+                if full:
+                    pool = 0
+                out.append(Donor(r, pool - given, given, pool, load, full))
             elif reason is not None:
                 why.setdefault(reason, []).append(r.id)
         notes = [f"GPU jobs {_names(ids)} lend no cores: {reason}" for reason, ids in why.items()]
@@ -322,15 +338,21 @@ def _give_back(snapshot: Snapshot, donors: list[Donor]) -> tuple[list[Unplaced],
         borrowers = sorted((r for r in snapshot.running if r.harvest_from == donor.job.id),
                            key=lambda r: (-(r.start_time_s or 0.0), r.id))  # fmt: skip
         over = -donor.open_milli
+        if donor.saturated:
+            why = (f"its load {donor.load_cores:g} fills the {donor.job.cpu_cores_held} cores "
+                   f"it kept while lending {donor.lent_milli / MILLI:g}, so it may need more "
+                   "than can be measured")  # fmt: skip
+        else:
+            why = (f"its load rose to {donor.load_cores:g} of {donor.job.cpu_milli / MILLI:g} "
+                   f"cores, so it can lend {donor.pool_milli // MILLI} where "
+                   f"{donor.lent_milli / MILLI:g} are lent")  # fmt: skip
         for r in borrowers:
             if over <= 0:
                 break
             over -= r.cpu_milli
             requeue.append(Unplaced(r.id, (
-                f"GPU job {donor.job.id} on {donor.job.node} needs its cores back: its load "
-                f"rose to {donor.load_cores:g} of {donor.job.cpu_milli / MILLI:g} cores, so it "
-                f"can lend {donor.pool_milli // MILLI} where {donor.lent_milli / MILLI:g} are "
-                "lent; requeued through the scheduler"), "no_room"))  # fmt: skip
+                f"GPU job {donor.job.id} on {donor.job.node} needs its cores back: {why}; "
+                "requeued through the scheduler"), "no_room"))  # fmt: skip
         # What the requeued jobs free is lent again only once they have left (next cycle).
         kept.append(replace(donor, open_milli=0))
     return requeue, kept
