@@ -286,9 +286,11 @@ def test_harvest_fields_round_trip_through_the_contracts() -> None:
     facts = replace(node(), membw_avail_gbps=10.0, membw_baseline_gbps=20.0, llc_ways_free=3,
                     facts_at_s=1.0)  # fmt: skip
     held = replace(gpu_job(), cpu_cores_held=4)
-    with_held = Snapshot((facts,), (held, borrower), (), 1.0)
+    with_held = Snapshot((node(),), (held, borrower), (), 1.0)
     assert parse_snapshot(snapshot_to_dict(with_held)) == with_held
     jsonschema.validate(snapshot_to_dict(with_held), json.loads(schema_text("snapshot")))
+    jsonschema.validate(snapshot_to_dict(Snapshot((facts,), (gpu_job(), borrower), (), 1.0)),
+                        json.loads(schema_text("snapshot")))  # fmt: skip
     jsonschema.validate(plan_to_dict(plan), json.loads(schema_text("plan")))
 
 
