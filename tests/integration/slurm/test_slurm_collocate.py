@@ -19,6 +19,7 @@ a user can neither submit into the lending partition nor move a job there.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -123,6 +124,17 @@ def cpuset(cluster: Cluster, job: str) -> set[int]:
             time.sleep(0.2)
 
 
+def held_cores(cluster: Cluster, job: str) -> int | None:
+    """``cpu_cores_held`` of a running job in the snapshot (``coshare slurm show``)."""
+    shown = cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "slurm", "show",
+                        "--output", "json").stdout  # fmt: skip
+    for r in json.loads(shown)["running"]:
+        if r["id"] == job:
+            held = r.get("cpu_cores_held")
+            return None if held is None else int(held)
+    return None
+
+
 def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
     lend_cluster: Cluster,
 ) -> None:
@@ -178,6 +190,10 @@ def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
         mine, its = seen[job]
         assert mine and its and mine.isdisjoint(its), (mine, its)
         assert mine | its == {0, 1}
+        # The node's facts tell the planner how many cores the lender keeps (give-back reads
+        # it): one, while it lends the other (facts are published every second).
+        wait_cycling(cluster, lambda: held_cores(cluster, gpu) == 1, 4,
+                     "the facts to show the lender's one core")
         if job == cpu[0]:  # one core to lend: the other waits, with the numbers
             waiting = now[cpu[1]]
             assert waiting.phase == "pending" and waiting.held, waiting
