@@ -267,6 +267,12 @@ def test_borrowers_whose_gpu_job_needs_its_cores_back_are_requeued_first() -> No
     verbs = runner.verbs()
     assert verbs.index("scontrol requeuehold") < verbs.index("scontrol <stdin>"), verbs
     assert report.applied == ("1",)
+    from coshare.planner import CycleReport
+    from coshare.render import cycle_summary, cycle_to_dict
+
+    cycle = CycleReport(plan=plan, apply=report)
+    assert cycle_to_dict(cycle)["apply"]["requeued"][0]["job"] == "7"
+    assert "requeued 8: GPU job 5 on csl-n1 needs its cores back" in cycle_summary(cycle)
     # Without a lending partition nothing is placed on lent cores, and the cycle says why.
     plain, _ = adapter(FakeQueue())
     assert not plain.applies_harvest and "slurm.lend_partition is not set" in \
