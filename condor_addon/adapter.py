@@ -74,6 +74,20 @@ class CondorAdapter:
         "the HTCondor adapter records no LLC ways in a placement and its starter hooks make "
         "no resctrl group (only Slurm's Prolog does)")
 
+    #: Harvest placements (``collocate``, issue 17) are not applied on HTCondor
+    #: (:func:`coshare.planner.harvest_refusal`). HTCondor itself could start such a job (a
+    #: startd slot whose START admits only jobs coshare placed on a lent core). What is not
+    #: built is the loan before the job runs: coshare's HTCondor node side starts a job from
+    #: its USER_JOB_WRAPPER, which runs as the job's user in the job's environment (README,
+    #: "Security limits"), so it cannot be trusted to take another job's cores; a loan made
+    #: by something root runs before the job (as Slurm's Prolog does), the adapter writing
+    #: the loan, and requeueing a borrower are all missing.
+    applies_harvest: ClassVar[bool] = False
+    harvest_unsupported_reason: ClassVar[str] = (
+        "coshare's HTCondor node side starts jobs from their own wrapper, as the job's user, "
+        "which cannot be trusted to take a GPU job's cores; no root-side loan is built for "
+        "HTCondor (issue 17: built for Slurm only)")
+
     def __init__(
         self, client: CondorClient, config: Config, clock: Callable[[], float] = time.time
     ) -> None:

@@ -69,6 +69,20 @@ class SlurmAdapter:
     #: plans that allocate ways (:func:`coshare.planner.ways_refusal`; issue 19).
     writes_llc_ways: ClassVar[bool] = True
 
+    @property
+    def applies_harvest(self) -> bool:
+        """Whether live cycles may place CPU-only jobs on running GPU jobs' idle cores
+        (``collocate``; :func:`coshare.planner.harvest_refusal`): with a lending partition
+        configured, Slurm starts them there, the Prolog takes their cores out of the GPU
+        job's cpuset first (:mod:`slurm_addon.node_hooks`), and requeues go through
+        ``scontrol requeuehold``."""
+        return self.config.slurm.lend_partition is not None
+
+    #: Why not, when :attr:`applies_harvest` is false.
+    harvest_unsupported_reason: ClassVar[str] = (
+        "slurm.lend_partition is not set, and Slurm starts no job on cores it has allocated "
+        "to a job of another partition (deploy/slurm/slurm.conf.snippet has the partition)")
+
     def __init__(
         self, client: SlurmClient, config: Config, clock: Callable[[], float] = time.time
     ) -> None:
@@ -98,6 +112,7 @@ class SlurmAdapter:
             replan_after_s=self.config.cycle.replan_after_s,
             now_s=self.clock(),
             node_facts_max_age_s=self.config.cycle.node_facts_max_age_s,
+            lend_partition=self.config.slurm.lend_partition,
         )
         return SourceResult(self.view.snapshot, self.view.rejected, self.view.waiting,
                             tuple(notes) + self.view.notes, self.view.unusable)  # fmt: skip
@@ -117,7 +132,8 @@ class SlurmAdapter:
         involved = {a.job for a in plan.assignments} | {u.job for u in plan.unplaced}
         involved |= {r.job for r in rejected} | set(view.to_close)
         current = self.client.read_job_fields(sorted(involved, key=_numeric))
-        edits = plan_edits(view, plan, rejected, current, now_s=self.clock())
+        edits = plan_edits(view, plan, rejected, current, now_s=self.clock(),
+                           lend_partition=self.config.slurm.lend_partition)  # fmt: skip
         # Informational and one process per job (the text has spaces, which scontrol's
         # stdin language cannot carry): bounded per cycle, the rest follow next cycle.
         reasons = wait_reason_updates(plan, current)[: self.config.slurm.update_batch]
@@ -126,11 +142,14 @@ class SlurmAdapter:
                 applied=tuple(w.job for w in edits.writes), unchanged=edits.unchanged,
                 skipped=edits.skipped, failed=edits.failed, rejected=edits.rejected,
                 withdrawn=edits.close, dry_run=True, noted=tuple(j for j, _ in reasons),
+                requeued=tuple(JobOutcome(u.job, u.reason) for u in plan.requeue),
             )  # fmt: skip
+        requeued, not_requeued = self._requeue(plan)
         withdrawn, blocked = self._close(edits.close)
         if blocked is not None:
             return ApplyReport(
-                unchanged=edits.unchanged, failed=edits.failed, withdrawn=withdrawn,
+                unchanged=edits.unchanged, failed=edits.failed + not_requeued,
+                withdrawn=withdrawn, requeued=requeued,
                 skipped=edits.skipped + tuple(JobOutcome(w.job, blocked) for w in edits.writes),
             )  # fmt: skip
         for job_id, text in edits.refusals:
@@ -142,11 +161,32 @@ class SlurmAdapter:
             applied=tuple(outcome.applied),
             unchanged=edits.unchanged,
             skipped=edits.skipped + tuple(outcome.skipped),
-            failed=edits.failed + tuple(outcome.failed),
+            failed=edits.failed + tuple(outcome.failed) + not_requeued,
             rejected=edits.rejected,
             withdrawn=withdrawn,
             noted=self._note(reasons),
+            requeued=requeued,
         )
+
+    def _requeue(self, plan: Plan) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
+        """Requeue the running jobs of ``plan.requeue`` (borrowers whose GPU job needs its
+        cores back) with ``scontrol requeuehold``: Slurm ends them (the Epilog's end of the
+        job gives the GPU job its cores back) and they wait held, to be placed again. Done
+        first: the cores come back before anything new is placed.
+
+        Returns:
+            the jobs requeued, with why; those Slurm refused, with its error (the plan asks
+            again next cycle while the load stays high).
+        """
+        requeued: list[JobOutcome] = []
+        refused: dict[str, str] = {}
+        for chunk in chunks([u.job for u in plan.requeue], JOBS_PER_CALL):
+            refused.update(self.client.requeue_hold(chunk))
+        for u in plan.requeue:
+            if u.job not in refused:
+                requeued.append(JobOutcome(u.job, u.reason))
+        failed = tuple(JobOutcome(j, f"not requeued: {e}") for j, e in refused.items())
+        return tuple(requeued), failed
 
     def _note(self, reasons: Sequence[tuple[str, str]]) -> tuple[str, ...]:
         """Write wait reasons; a failure is logged, never fails the cycle (informational).
@@ -203,7 +243,8 @@ class SlurmAdapter:
             try:
                 line = update_line(w.job, w.node, w.admin_comment, nodes=w.nodes,
                                    tasks=w.tasks, tasks_per_node=w.tasks_per_node,
-                                   min_cpus_per_node=w.min_cpus_per_node)  # fmt: skip
+                                   min_cpus_per_node=w.min_cpus_per_node,
+                                   partition=w.partition)  # fmt: skip
             except UnsafeValue as exc:
                 outcome.failed.append(JobOutcome(w.job, f"cannot be written safely: {exc}"))
                 continue

@@ -186,6 +186,11 @@ class SlurmClient:
         """Hold pending jobs; returns the error of each job that could not be held."""
         return self._jobs_verb("hold", job_ids)
 
+    def requeue_hold(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Requeue running jobs and hold them (``scontrol requeuehold``); returns the error of
+        each job that could not be requeued."""
+        return self._jobs_verb("requeuehold", job_ids)
+
     def admin_comment(self, job_id: str) -> str:
         """One job's AdminComment (``squeue -O admin_comment``: one small RPC, where
         ``squeue --json`` would print every job)."""

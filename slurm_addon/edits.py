@@ -63,6 +63,9 @@ class PlacementWrite:
             (TasksPerNode); 0 for an uneven split (see :func:`~slurm_addon.scontrol.update_line`).
         min_cpus_per_node: a gang's largest part's CPUs (MinCPUsNode): Slurm allocates that
             many on each node, as the ledger counts it (:func:`coshare.ledger.held`).
+        partition: the lending partition a job of a lent core moves into (``collocate``:
+            a CPU-only job placed on a GPU job's idle cores, or a GPU job that may lend);
+            ``None``: it stays where it is.
     """
 
     job: str
@@ -72,6 +75,7 @@ class PlacementWrite:
     tasks: int = 0
     tasks_per_node: int = 0
     min_cpus_per_node: int = 0
+    partition: str | None = None
 
     def confirmed(self, required_nodes: str) -> bool:
         """Whether a re-read ReqNodeList is this write's."""
@@ -138,6 +142,7 @@ def plan_edits(
     current_jobs: Mapping[str, SlurmJob],
     *,
     now_s: float,
+    lend_partition: str | None = None,
 ) -> Edits:
     """Decide the writes that apply ``plan`` (see the module docstring).
 
@@ -147,6 +152,7 @@ def plan_edits(
         rejected: the jobs refused by the read.
         current_jobs: the involved jobs as re-read just before writing.
         now_s: the time written into placements.
+        lend_partition: ``slurm.lend_partition``: where jobs of lent cores run.
     """
     now = {i: current(j, view.jobs.get(i)) for i, j in current_jobs.items()}
     pending = {j.id: j for j in view.snapshot.pending}
@@ -159,7 +165,12 @@ def plan_edits(
         # then records no parts, as a single-node job's (one with parts would be "gone").
         recorded = w.parts if len(w.parts) > 1 else ()
         target = Placement(w.node, w.devices, int(now_s), w.device_memory_mib, w.device_threads,
-                           recorded, w.llc_ways, w.spread)  # fmt: skip
+                           recorded, w.llc_ways, w.spread, w.harvest_from)  # fmt: skip
+        if w.harvest_from is not None and lend_partition is None:
+            failed.append(JobOutcome(w.job, "placed on lent cores, but slurm.lend_partition "
+                                     "is not set"))  # fmt: skip
+            continue
+        moved = lend_partition if w.shares_cores and not w.parts else None
         try:
             text = format_placement(target)
             if w.parts:
@@ -170,7 +181,7 @@ def plan_edits(
                                              else target.nodes, sum(counts), even,
                                              cpus))  # fmt: skip
             else:
-                writes.append(PlacementWrite(w.job, w.node, text))
+                writes.append(PlacementWrite(w.job, w.node, text, partition=moved))
         except PlacementError as exc:
             failed.append(JobOutcome(w.job, str(exc)))
     refusals = []

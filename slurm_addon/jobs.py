@@ -106,6 +106,8 @@ class SlurmJob:
         priority: Slurm's priority (0 when held).
         submit_time_s: submission time, seconds since the epoch.
         eligible_time_s: earliest start (``--begin``), seconds since the epoch; 0 if none.
+        start_time_s: when it started (a running job), seconds since the epoch; 0 if not.
+        time_limit_s: its time limit (``--time``), seconds; 0 when it has none (infinite).
         dependency: its dependency expression with Slurm's verdict, empty if none.
         array: whether it is (a task of) a job array.
         user: the owner's name.
@@ -135,6 +137,8 @@ class SlurmJob:
     priority: int = 0
     submit_time_s: float = 0.0
     eligible_time_s: float = 0.0
+    start_time_s: float = 0.0
+    time_limit_s: float = 0.0
     dependency: str = ""
     array: bool = False
     user: str = ""
@@ -213,6 +217,15 @@ def decode(output: str, command: str) -> Mapping[str, object]:
     return data
 
 
+#: Slurm's "no value" and "infinite" (``NO_VAL``, ``INFINITE``) as 22.05 prints a time limit.
+NO_LIMIT_MINUTES = 2**32 - 1
+
+
+def _minutes(limit: int) -> int:
+    """A time limit in minutes; 0 for none (Slurm's NO_VAL or INFINITE)."""
+    return 0 if limit >= NO_LIMIT_MINUTES - 1 else limit
+
+
 def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> SlurmJob:
     """One job record of ``squeue --json``.
 
@@ -277,6 +290,8 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
         priority=priority,
         submit_time_s=float(read("submit_time", 0, MAX_TIME_S, -MAX_TIME_S)),
         eligible_time_s=float(read("eligible_time", 0, MAX_TIME_S, -MAX_TIME_S)),
+        start_time_s=float(read("start_time", 0, MAX_TIME_S, -MAX_TIME_S)),
+        time_limit_s=60.0 * _minutes(read("time_limit", 0, NO_LIMIT_MINUTES)),
         dependency=text(record.get("dependency")),
         array=read("array_job_id", 0, MAX_JOB_ID) != 0
         or bool(text(record.get("array_task_string"))),

@@ -34,6 +34,16 @@ MBA. All are new fields of version 1: a reader that does not know them (an older
 ignores them, as every reader of this format ignores fields it does not know, so the version
 stays 1.
 
+A CPU-only job the ``collocate`` policy placed on the idle cores of a running GPU job (Wu &
+Hong; issue 17) carries the GPU job's id::
+
+    coshare-placement;v=1;node=n1;devices=;at=...;mem_mib=0;threads=0;harvest=12
+
+The Prolog then makes its group without cores of its own and has the node daemon move as
+many cores as Slurm allocated it out of job 12's cpuset into its own, before any of its tasks
+runs; when that cannot be done the job does not run (its TaskProlog fails it with why). A
+new field of version 1, as ``spread`` and ``ways``.
+
 A job refused for bad annotations stays held with ``AdminComment=coshare-refused: <why>``.
 
 A job coshare did not place this cycle carries why in the same field
@@ -80,6 +90,7 @@ WAYS_KEY = "ways"
 MEMBW_KEY = "membw"
 #: A bandwidth cap as written: GB/s with at most three decimals.
 _GBPS = re.compile(r"[0-9]{1,7}(?:\.[0-9]{1,3})?")
+HARVEST_KEY = "harvest"
 #: The most LLC ways a placement names per node (a CAT bit mask has at most 32 bits today;
 #: :mod:`coshare.node.spec` takes up to 64).
 MAX_LLC_WAYS = 64
@@ -111,6 +122,8 @@ class Placement:
         spread: scale factor, nodes and cores per node of a Spread-n-Share placement (its
             ``ways`` and ``note`` are not recorded: the per-node ways are); ``None``: other
             policies.
+        harvest_from: the running GPU job whose idle cores this CPU-only job borrows
+            (``collocate``); ``None``: cores of its own.
     """
 
     node: str
@@ -121,13 +134,15 @@ class Placement:
     parts: tuple[Part, ...] = ()
     llc_ways: int | None = None
     spread: Spread | None = None
+    harvest_from: str | None = None
 
     def same_spot(self, other: Placement) -> bool:
         """Same nodes, devices, ways and demands (the time may differ)."""
-        return (self.node, self.devices, self.device_memory_mib, self.device_threads,
-                self.parts, self.llc_ways) == (other.node, other.devices,
-                                               other.device_memory_mib, other.device_threads,
-                                               other.parts, other.llc_ways)  # fmt: skip
+        def key(p: Placement) -> tuple[object, ...]:
+            return (p.node, p.devices, p.device_memory_mib, p.device_threads, p.parts,
+                    p.llc_ways, p.harvest_from)  # fmt: skip
+
+        return key(self) == key(other)
 
     @property
     def ways_by_node(self) -> dict[str, int]:
@@ -150,7 +165,7 @@ class Placement:
             if part.node == node:
                 return Placement(part.node, part.devices, self.at_s, self.device_memory_mib,
                                  self.device_threads, self.parts, part.llc_ways,
-                                 self.spread)  # fmt: skip
+                                 self.spread, self.harvest_from)  # fmt: skip
         return None
 
 
@@ -181,6 +196,8 @@ def format_placement(placement: Placement) -> str:
         PlacementError: a node name or device id outside :data:`SAFE_TOKEN`.
     """
     tokens = [placement.node, *placement.devices]
+    if placement.harvest_from is not None:
+        tokens.append(placement.harvest_from)
     for part in placement.parts:
         tokens += [part.node, *part.devices]
     for token in tokens:
@@ -215,6 +232,10 @@ def format_placement(placement: Placement) -> str:
                                  f"(1..{MAX_LLC_WAYS})")  # fmt: skip
     if ways:
         text += f";{WAYS_KEY}=" + ",".join(f"{n}:{w}" for n, w in ways.items())
+    if placement.harvest_from is not None:
+        if placement.parts or placement.devices:
+            raise PlacementError("only a single-node CPU-only job borrows a GPU job's cores")
+        text += f";{HARVEST_KEY}={placement.harvest_from}"
     return text
 
 
@@ -271,9 +292,13 @@ def parse_placement(admin_comment: str) -> Placement | None:
     ways = _ways(fields[WAYS_KEY], {p.node for p in parts} or {node}) if WAYS_KEY in fields \
         else {}  # fmt: skip
     parts = tuple(Part(p.node, p.devices, p.processes, ways.get(p.node)) for p in parts)
+    harvest = fields.get(HARVEST_KEY)
+    if harvest is not None and (not is_safe_token(harvest) or parts or devices):
+        raise PlacementError(f"placement field {HARVEST_KEY}={shorten(harvest)} is not a job "
+                             "id of a single-node CPU-only placement")  # fmt: skip
     return Placement(placement.node, placement.devices, placement.at_s,
                      placement.device_memory_mib, placement.device_threads, parts,
-                     ways.get(node), spread)  # fmt: skip
+                     ways.get(node), spread, harvest)  # fmt: skip
 
 
 def _spread(text: str) -> Spread:

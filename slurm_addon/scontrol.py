@@ -52,7 +52,7 @@ CONTROLLER_DOWN = (
 
 def update_line(
     job_id: str, node: str, admin_comment: str, *, nodes: Sequence[str] = (), tasks: int = 0,
-    tasks_per_node: int = 0, min_cpus_per_node: int = 0,
+    tasks_per_node: int = 0, min_cpus_per_node: int = 0, partition: str | None = None,
 ) -> str:  # fmt: skip
     """One placement as a line for scontrol's standard input.
 
@@ -78,8 +78,13 @@ def update_line(
             raise UnsafeValue(f"node name {shorten(name)}")
     if not _LINE_VALUE.fullmatch(admin_comment):
         raise UnsafeValue(f"AdminComment {shorten(admin_comment)}")
+    if partition is not None and not is_safe_token(partition):
+        raise UnsafeValue(f"partition name {shorten(partition)}")
     if not nodes:
-        return f"update JobId={job_id} ReqNodeList={node} AdminComment={admin_comment}\n"
+        # A job of a lent core (collocate) moves into the lending partition in the same
+        # update: Slurm never sees it placed there without the placement, or the reverse.
+        moved = f" Partition={partition}" if partition is not None else ""
+        return f"update JobId={job_id} ReqNodeList={node}{moved} AdminComment={admin_comment}\n"
     if not (0 <= tasks_per_node <= tasks and len(nodes) <= tasks and min_cpus_per_node >= 1):
         raise UnsafeValue(f"tasks {tasks} / per node {tasks_per_node} on {len(nodes)} nodes, "
                           f"{min_cpus_per_node} CPUs per node")  # fmt: skip

@@ -41,12 +41,14 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from coshare.bounds import BadValue
+from coshare.errors import AnnotationError
 from coshare.facts import with_facts
 from coshare.gangs import share_of_node_request
 from coshare.ledger import (
     Placed,
     Queued,
     Shape,
+    declared_terms,
     find_kind,
     kind_index,
     read_node,
@@ -163,10 +165,12 @@ def _dependency_wait(job: SlurmJob, queued: set[str]) -> str | None:
     return f"waits for its dependency on job {', '.join(blocking)}"
 
 
-def _refusal(job: SlurmJob, partition: str | None) -> str | None:
+def _refusal(job: SlurmJob, partition: str | None, lend_partition: str | None = None) -> str | None:
     if job.array:
         return f"job {job.id}: job arrays are not supported by coshare; submit separate jobs"
-    if partition is not None and partition not in job.partition.split(","):
+    # A job coshare moved into the lending partition (collocate) is still the partition's.
+    managed = {partition, lend_partition} - {None}
+    if partition is not None and not managed & set(job.partition.split(",")):
         return (
             f"job {job.id}: partition {job.partition or '(default)'} is not managed by "
             f"coshare (it plans partition {partition}); submit with --partition={partition}"
@@ -205,7 +209,7 @@ def placed_of(placement: Placement | None, job: SlurmJob) -> Placed | None:
         return None  # fmt: skip
     return Placed(placement.node, placement.devices, float(placement.at_s),
                   placement.device_memory_mib, placement.device_threads,
-                  placement.parts, placement.llc_ways)  # fmt: skip
+                  placement.parts, placement.llc_ways, placement.harvest_from)  # fmt: skip
 
 
 def _queued(job: SlurmJob, placement: Placement | None) -> Queued:
@@ -250,6 +254,7 @@ def build_view(
     replan_after_s: float = 300.0,
     now_s: float,
     node_facts_max_age_s: float = 600.0,
+    lend_partition: str | None = None,
 ) -> ClusterView:
     """Turn what squeue and sinfo said into the cycle's view (see the module docstring)."""
     notes: list[str] = []
@@ -276,7 +281,7 @@ def build_view(
             if job.problem:
                 running.extend(_held_whole(job, by_name, notes))
                 continue
-            running.extend(_holding(job, placement, by_name, gres_name, notes))
+            running.extend(_holding(job, placement, by_name, gres_name, notes, annotated))
             if annotated and placement is None:
                 notes.append(
                     f"job {job.id} runs without a coshare placement (released by hand?); "
@@ -295,7 +300,7 @@ def build_view(
             if not job.held:
                 waiting_open[job.id] = "could start without a placement"
             continue
-        refusal = _refusal(job, partition)
+        refusal = _refusal(job, partition, lend_partition)
         if refusal is not None:
             queue.append(Rejected(job.id, refusal))
             continue
@@ -340,9 +345,14 @@ def _holding(
     nodes: Mapping[str, Node],
     gres_name: str,
     notes: list[str],
+    annotated: bool = False,
 ) -> list[RunningJob]:
-    """What a started job holds on each of its (managed, usable) nodes."""
+    """What a started job holds on each of its (managed, usable) nodes, with what the
+    ``collocate`` policy reads of it: its start, requested time (``CoshareWalltime``, else its
+    time limit), declared copy bandwidth, and the GPU job whose cores it borrows."""
     held: list[RunningJob] = []
+    terms = declared_terms(job.id, _annotations(job) if annotated else {},
+                           job.time_limit_s or None)  # fmt: skip
     cpu_milli = -(-job.cpus // max(len(job.nodes), 1)) * MILLI
     for index, name in enumerate(job.nodes):
         node = nodes.get(name)
@@ -385,6 +395,18 @@ def _holding(
                 memory_mib=job.memory_mib,
                 state="running",
                 llc_ways=ways,
+                start_time_s=job.start_time_s or None,
+                walltime_s=terms.walltime_s,
+                copy_bw_mbps=terms.copy_bw_mbps,
+                harvest_from=placement.harvest_from if placement is not None else None,
             )
         )
     return held
+
+
+def _annotations(job: SlurmJob) -> Mapping[str, object]:
+    """A running job's annotations; none when its comment no longer reads (it lends nothing)."""
+    try:
+        return read_annotations(job.id, job.comment)
+    except AnnotationError:  # unreadable annotations: nothing declared
+        return {}

@@ -477,6 +477,11 @@ class SlurmConfig:
             partitions are refused with a message. ``null``: every node and job.
         gres_name: the GRES whose devices coshare shares (``gpu``); each device's memory and
             threads come from ``device_kinds`` by its GRES type (``gpu:phi5110p:2``).
+        lend_partition: the partition (same nodes, ``OverSubscribe=FORCE``, submissions and
+            moves into it refused to all but operators by ``job_submit.lua``) that coshare
+            moves the jobs of a lent core into: GPU jobs the ``collocate`` policy may lend
+            cores of, and the CPU-only jobs placed on them (``deploy/slurm/slurm.conf.snippet``).
+            ``null``: ``collocate`` places no job on lent cores live (they wait, ``unsupported``).
         command_timeout_s: limit of each Slurm command.
         retry_attempts: tries of a command that failed because the controller was
             unreachable (tenacity, exponential wait).
@@ -493,6 +498,7 @@ class SlurmConfig:
     bin_dir: str | None = None
     partition: str | None = None
     gres_name: str = "gpu"
+    lend_partition: str | None = None
     command_timeout_s: float = field(default=30.0, metadata={"min": 0.1})
     retry_attempts: int = field(default=3, metadata={"min": 1})
     retry_wait_s: float = field(default=1.0, metadata={"min": 0})

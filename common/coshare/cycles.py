@@ -87,7 +87,8 @@ def log_report(name: str, report: CycleReport) -> None:
         log.info("refused job %s: %s", rejected.job, rejected.reason,
                  extra={"scheduler": name, "job": rejected.job, "outcome": "refused"})
     for outcomes, what in ((report.apply.skipped, "skipped"), (report.apply.failed, "failed"),
-                           (report.apply.withdrawn, "withdrew")):  # fmt: skip
+                           (report.apply.withdrawn, "withdrew"),
+                           (report.apply.requeued, "requeued")):  # fmt: skip
         for outcome in outcomes:
             log.info("%s job %s: %s", what, outcome.job, outcome.detail,
                      extra={"scheduler": name, "job": outcome.job, "outcome": what})

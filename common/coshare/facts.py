@@ -18,7 +18,10 @@ staleness rule and what the snapshot gains live here once::
 per second of its cgroup) and seconds. ``copy_mbps`` lists ``job:MB/s`` per running GPU job:
 its host<->device copy bandwidth (Wu & Hong section III-B3), NVML's PCIe throughput (TX + RX)
 of the GPUs it holds alone; a node without NVML publishes none, and the planner keeps the
-job's declaration (``CoshareCopyBandwidth``). Keys other than these are ignored (a newer node may
+job's declaration (``CoshareCopyBandwidth``). ``cpus`` lists ``job:cores`` per running job
+pinned to cores: how many its cpuset holds now, fewer than it asked for while it lends some
+(``collocate``): its load can never exceed them, so a lender whose load fills them may need
+its cores back. Keys other than these are ignored (a newer node may
 publish more); a known key with an unusable value, a key given twice, or another version
 makes the whole line unusable. Every number follows :func:`coshare.bounds.parse_number` and
 is bounded.
@@ -99,6 +102,19 @@ class JobCopy:
 
 
 @dataclass(frozen=True, slots=True)
+class JobCpus:
+    """How many cores one running job's cpuset holds now.
+
+    Attributes:
+        job: the job's id on the node.
+        cores: cores in its cpuset.
+    """
+
+    job: str
+    cores: int
+
+
+@dataclass(frozen=True, slots=True)
 class MembwFacts:
     """The last memory-bandwidth probe (poncos section 6).
 
@@ -132,6 +148,7 @@ class NodeFacts:
         llc_ways_free: ways no coshare job's resctrl group holds.
         loads: CPU load of each running coshare job.
         copies: copy bandwidth of each running GPU job, where the node measures it (NVML).
+        cpus: cores each running job pinned to cores holds now.
     """
 
     at_s: float
@@ -140,6 +157,7 @@ class NodeFacts:
     llc_ways_free: int | None = None
     loads: tuple[JobLoad, ...] = ()
     copies: tuple[JobCopy, ...] = ()
+    cpus: tuple[JobCpus, ...] = ()
 
 
 def _num(value: float, digits: int = 3) -> str:
@@ -176,6 +194,11 @@ def format_facts(facts: NodeFacts) -> str:
             if not _JOB.fullmatch(copy.job):
                 raise FactsError(f"job id {copy.job!r} cannot be carried in node facts")
         items.append("copy_mbps=" + ",".join(f"{c.job}:{_num(c.mbps)}" for c in facts.copies))
+    if facts.cpus:
+        for held in facts.cpus:
+            if not _JOB.fullmatch(held.job):
+                raise FactsError(f"job id {held.job!r} cannot be carried in node facts")
+        items.append("cpus=" + ",".join(f"{c.job}:{c.cores}" for c in facts.cpus))
     text = ";".join(items)
     parse_facts(text)  # what a node publishes, a planner must read back
     return text
@@ -219,7 +242,8 @@ def parse_facts(text: str) -> NodeFacts:
         free = _integer(fields, "llc_ways_free", 0, ways)
     loads = _loads(fields["load"]) if "load" in fields else ()
     copies = _copies(fields["copy_mbps"]) if "copy_mbps" in fields else ()
-    return NodeFacts(at_s, membw, ways, free, loads, copies)
+    cpus = _cpus(fields["cpus"]) if "cpus" in fields else ()
+    return NodeFacts(at_s, membw, ways, free, loads, copies, cpus)
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -309,6 +333,25 @@ def _copies(text: str) -> tuple[JobCopy, ...]:
     return tuple(copies)
 
 
+def _cpus(text: str) -> tuple[JobCpus, ...]:
+    if not text:
+        return ()
+    entries = text.split(",")
+    if len(entries) > MAX_LOADS:
+        raise FactsError(f"cpus lists {len(entries)} jobs (at most {MAX_LOADS})")
+    held: list[JobCpus] = []
+    seen: set[str] = set()
+    for entry in entries:
+        job, colon, value = entry.partition(":")
+        if not colon or not _JOB.fullmatch(job):
+            raise FactsError(f"cpus entry {_short(entry)!r} is not job:cores")
+        if job in seen:
+            raise FactsError(f"cpus lists job {job} twice")
+        seen.add(job)
+        held.append(JobCpus(job, _integer({"cpus": value}, "cpus", 1, MAX_CORES)))
+    return tuple(held)
+
+
 def age_problem(at_s: float, now_s: float, max_age_s: float) -> str | None:
     """Why facts measured at ``at_s`` are not used at ``now_s`` (too old, or from a clock
     that is ahead by more than ``max_age_s``); ``None`` when they are."""
@@ -334,12 +377,14 @@ def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
     running (not planned) jobs of that node; loads of jobs the snapshot does not list are
     ignored. A measured copy bandwidth replaces the job's declared one (``copy_bw_mbps``):
     what NVML sees beats what the user said; without a measurement the declaration stays.
+    The cores a running job's cpuset holds go into ``cpu_cores_held``.
     """
     if not facts:
         return snapshot
     nodes = tuple(_node_with(n, facts[n.name]) if n.name in facts else n for n in snapshot.nodes)
     loads = {name: {load.job: load for load in f.loads} for name, f in facts.items() if f.loads}
     copies = {name: {c.job: c.mbps for c in f.copies} for name, f in facts.items() if f.copies}
+    cpus = {name: {c.job: c.cores for c in f.cpus} for name, f in facts.items() if f.cpus}
     running = snapshot.running
     key = local_ids or (lambda r: r.id)
     if loads:
@@ -349,6 +394,10 @@ def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
     if copies:
         running = tuple(replace(r, copy_bw_mbps=copies[r.node][key(r)])
                         if r.state == "running" and key(r) in copies.get(r.node, {}) else r
+                        for r in running)  # fmt: skip
+    if cpus:
+        running = tuple(replace(r, cpu_cores_held=cpus[r.node][key(r)])
+                        if r.state == "running" and key(r) in cpus.get(r.node, {}) else r
                         for r in running)  # fmt: skip
     return replace(snapshot, nodes=nodes, running=running)
 

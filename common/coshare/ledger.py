@@ -61,6 +61,7 @@ from coshare.bounds import BadValue
 from coshare.errors import AnnotationError, ConfigError, FieldProblem
 from coshare.gangs import node_counts
 from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob, Spread
+from coshare.policies.collocate import may_lend
 from coshare.ports import JobOutcome, Rejected
 
 T = TypeVar("T")
@@ -210,6 +211,8 @@ class Placed:
         parts: a gang's nodes with their devices and processes (and LLC ways).
         llc_ways: LLC ways allocated on ``node`` (a gang's: its first part's), when the
             placement allocates them (``sns``; Slurm, issue 19).
+        harvest_from: the running GPU job whose idle cores this CPU-only job was placed on
+            (``collocate``; issue 17): it counts against that job's harvest, not the node.
     """
 
     node: str
@@ -219,6 +222,7 @@ class Placed:
     device_threads: int | None = None
     parts: tuple[Part, ...] = ()
     llc_ways: int | None = None
+    harvest_from: str | None = None
 
     @property
     def spots(self) -> tuple[Part, ...]:
@@ -470,6 +474,9 @@ def held(queued: Queued, job: Job) -> tuple[RunningJob, ...]:
         # what it declared of its bandwidth, for the membw policy (issue 18)
         program=job.program, membw_gbps=job.membw_gbps,
         llc_ways=part.llc_ways,  # the ways its resctrl group will hold there (sns)
+        # what the collocate policy reads of it (issue 17)
+        walltime_s=job.walltime_s, copy_bw_mbps=job.copy_bw_mbps,
+        harvest_from=placed.harvest_from,
     ) for part in placed.spots)  # fmt: skip
 
 
@@ -567,6 +574,34 @@ def declared_demand(job_id: str, annotations: Mapping[str, object]) -> tuple[int
     return job.device_memory_mib, job.device_threads
 
 
+@dataclass(frozen=True)
+class Declared:
+    """What a running job declared that the ``collocate`` policy reads (issue 17).
+
+    Attributes:
+        walltime_s: its requested time: ``CoshareWalltime``, else the scheduler's own time
+            limit (``None``: neither; such a GPU job never lends cores).
+        copy_bw_mbps: its declared host-device copy bandwidth (``CoshareCopyBandwidth``);
+            a node's measured figure replaces it (:func:`coshare.facts.attach`).
+    """
+
+    walltime_s: float | None = None
+    copy_bw_mbps: float | None = None
+
+
+def declared_terms(job_id: str, annotations: Mapping[str, object],
+                   time_limit_s: float | None) -> Declared:  # fmt: skip
+    """A running job's requested time and copy bandwidth, as both schedulers read them; a
+    declaration that cannot be read counts as none (the job then lends nothing)."""
+    keys = {k: v for k, v in annotations.items()
+            if squash(k) in ("walltime", "copybandwidth") and v not in (None, "")}  # fmt: skip
+    job = refuse_on_error(job_id, lambda: parse_job(job_id, keys))
+    if isinstance(job, Rejected):
+        return Declared(time_limit_s or None, None)
+    limit = job.walltime_s if job.walltime_s is not None else (time_limit_s or None)
+    return Declared(limit, job.copy_bw_mbps)
+
+
 def whole_devices(devices: Sequence[Device]) -> tuple[int, int]:
     """The demand of a job counted as using its devices whole (a device Slurm gave outside
     coshare, or a running job whose declaration is unreadable): never under-count."""
@@ -626,6 +661,13 @@ class Write:
         llc_ways: LLC ways on ``node`` (a gang's: each part has its own), when allocated.
         spread: how a Spread-n-Share policy placed it (scale factor, nodes, cores per node,
             ways), for the adapter to record; ``None`` for other policies.
+        harvest_from: the running GPU job whose idle cores it borrows (``collocate``): the
+            adapter records it, and its node side takes the cores out of that job's cpuset
+            before the job runs.
+        shares_cores: whether the scheduler must let it run on cores it believes taken, or
+            lend its own: a job placed on a harvest, or a GPU job a harvesting policy may
+            lend cores of later (:func:`coshare.policies.collocate.may_lend`). Slurm puts
+            such jobs in its lending partition (``slurm.lend_partition``).
     """
 
     job: str
@@ -636,6 +678,8 @@ class Write:
     parts: tuple[Part, ...] = ()
     llc_ways: int | None = None
     spread: Spread | None = None
+    harvest_from: str | None = None
+    shares_cores: bool = False
 
 
 @dataclass(frozen=True)
@@ -659,10 +703,10 @@ class Decisions:
     refuse: tuple[Rejected, ...] = ()
 
 
-def keeps(now: Current, parts: Sequence[Part], job: Job) -> bool:
+def keeps(now: Current, parts: Sequence[Part], job: Job, harvest_from: str | None = None) -> bool:
     """Whether a job's open placement already is what the plan asks (nothing to write):
-    the same nodes with the same devices (and, for a gang, processes), for at least the
-    demand it declares now."""
+    the same nodes with the same devices (and, for a gang, processes), on the same GPU job's
+    cores when it borrows, for at least the demand it declares now."""
     placed = now.placed
     if not now.gate_open or placed is None:
         return False
@@ -671,6 +715,8 @@ def keeps(now: Current, parts: Sequence[Part], job: Job) -> bool:
             return False
     elif (placed.node, placed.devices, placed.llc_ways) != (
             parts[0].node, parts[0].devices, parts[0].llc_ways):  # fmt: skip
+        return False
+    if placed.harvest_from != harvest_from:
         return False
     return (placed.device_memory_mib is None or placed.device_memory_mib >= job.device_memory_mib
             ) and (placed.device_threads is None
@@ -699,8 +745,11 @@ def decide(
             :attr:`Book.to_close` jobs); a job missing here left the queue.
     """
     spots: dict[str, list[Part]] = defaultdict(list)
+    harvest: dict[str, str] = {}
     for a in plan.assignments:
         spots[a.job].append(Part(a.node, tuple(a.devices), a.processes or 0, a.llc_ways))
+        if a.harvest_from is not None:
+            harvest[a.job] = a.harvest_from
     spreads = {s.job: s for s in plan.spreads}
     writes: list[Write] = []
     unchanged: list[str] = []
@@ -717,7 +766,7 @@ def decide(
             skipped.append(JobOutcome(job_id, "left the queue since it was read"))
         elif not now.pending:
             skipped.append(JobOutcome(job_id, f"is {now.state} now, no longer pending"))
-        elif keeps(now, places, job):
+        elif keeps(now, places, job, harvest.get(job_id)):
             unchanged.append(job_id)
         elif now.changed is not None:
             skipped.append(JobOutcome(job_id, now.changed))
@@ -726,7 +775,8 @@ def decide(
             parts = tuple(places) if job.is_gang else ()
             writes.append(Write(job_id, first.node, first.devices, job.device_memory_mib,
                                 job.device_threads, parts, first.llc_ways,
-                                spreads.get(job_id)))  # fmt: skip
+                                spreads.get(job_id), harvest.get(job_id),
+                                job_id in harvest or may_lend(plan.policy, job)))  # fmt: skip
     refused = {r.job for r in rejected}
     kept = set(unchanged)
     moves = {w.job: " + ".join(f"{p.node}/{','.join(p.devices)}" if p.devices else p.node

@@ -255,6 +255,8 @@ class RunningJob:
             as ``CoshareCopyBandwidth``; section III-B3), when known.
         harvest_from: the running GPU job whose idle cores this CPU job borrows (``collocate``);
             its cores then count against that job's harvest, not the node's free cores.
+        cpu_cores_held: node facts: the cores its cpuset holds now (fewer than it asked for
+            while it lends some); its measured load can never exceed them.
     """
 
     id: str
@@ -276,6 +278,7 @@ class RunningJob:
     walltime_s: float | None = None
     copy_bw_mbps: float | None = None
     harvest_from: str | None = None
+    cpu_cores_held: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

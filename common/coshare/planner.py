@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from coshare.errors import PlanInvariantError
 from coshare.model import Plan, Snapshot
 from coshare.policies.base import Policy
-from coshare.policies.collocate import without_harvest
+from coshare.policies.collocate import NO_HARVEST, without_harvest
 from coshare.ports import ApplyReport, Editor, JobOutcome, Rejected, Source, SourceResult, Waiting
 from coshare.verify import check_plan
 
@@ -144,8 +144,10 @@ def run_cycle(
     result = source.read()
     read_s = clock() - start
     tell("read", read_s)
-    # Harvest placements (collocate) are simulated only until their node side exists.
-    plan = without_harvest(timed_plan(policy, result.snapshot, clock))
+    plan = timed_plan(policy, result.snapshot, clock)
+    why = harvest_refusal(editor)
+    if why is not None:  # harvest placements (collocate) this Editor cannot apply wait
+        plan = without_harvest(plan, why)
     tell("plan", plan.seconds)
     start = clock()
     violations = check_plan(result.snapshot, plan, strict_threads=strict_threads)
@@ -180,6 +182,23 @@ def run_cycle(
         notes=result.notes,
         verify_s=verify_s,
     )
+
+
+def harvest_refusal(editor: object) -> str | None:
+    """Why ``editor`` cannot apply harvest placements (``collocate``: a CPU-only job on a
+    running GPU job's idle cores, and the requeue of borrowers whose GPU job needs its cores
+    back), or ``None`` when it can.
+
+    An Editor that can declares ``applies_harvest = True`` (a class attribute or property):
+    its scheduler lets the job start on cores it believes taken, its node side takes the
+    cores out of the GPU job's cpuset before the job runs, and it requeues
+    :attr:`~coshare.model.Plan.requeue` through the scheduler. It may give its own reason
+    when it cannot (``harvest_unsupported_reason``).
+    """
+    if getattr(editor, "applies_harvest", False) is True:
+        return None
+    reason = getattr(editor, "harvest_unsupported_reason", None)
+    return reason if isinstance(reason, str) and reason else NO_HARVEST
 
 
 def writes_llc_ways(editor: object) -> bool:

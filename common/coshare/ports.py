@@ -126,6 +126,8 @@ class ApplyReport:
         dry_run: whether nothing was written.
         noted: jobs whose wait reason was written or cleared (only those whose reason
             changed; :func:`coshare.explain.wait_reason_writes`).
+        requeued: running jobs requeued through the scheduler (``Plan.requeue``: CPU-only
+            jobs whose GPU job needs its lent cores back), with why.
     """
 
     applied: tuple[str, ...] = ()
@@ -136,6 +138,7 @@ class ApplyReport:
     withdrawn: tuple[JobOutcome, ...] = ()
     dry_run: bool = False
     noted: tuple[str, ...] = ()
+    requeued: tuple[JobOutcome, ...] = ()
 
 
 class Editor(Protocol):

@@ -188,6 +188,9 @@ def cycle_summary(report: CycleReport) -> str:
     verb = "would withdraw" if apply.dry_run else "withdrew"
     for outcome in apply.withdrawn:
         lines.append(f"  {verb} {outcome.job}: {outcome.detail}")
+    verb = "would requeue" if apply.dry_run else "requeued"
+    for outcome in apply.requeued:
+        lines.append(f"  {verb} {outcome.job}: {outcome.detail}")
     if apply.noted:
         verb = "would note" if apply.dry_run else "noted"
         lines.append(f"  {verb} the wait reason of {len(apply.noted)} jobs whose reason changed")
@@ -213,6 +216,8 @@ def cycle_to_dict(report: CycleReport) -> dict[str, Any]:
             "rejected": _outcomes(apply.rejected),
             "withdrawn": _outcomes(apply.withdrawn),
             "noted": list(apply.noted),
+            # borrowers given back through the scheduler (collocate); absent when none
+            **({"requeued": _outcomes(apply.requeued)} if apply.requeued else {}),
         },
         "rejected": [{"job": r.job, "reason": r.reason} for r in report.rejected],
         "waiting": [{"job": w.job, "reason": w.reason} for w in report.waiting],

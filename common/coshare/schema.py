@@ -82,7 +82,7 @@ RUNNING_FIELDS = (
     "id", "node", "device", "device_memory_mib", "device_threads", "cores", "memory_mib",
     "state", "membw_gbps", "llc_ways", "start_time", "program",
     "cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores", "cpu_load_window_s",
-    "walltime_s", "copy_bw_mbps", "harvest_from",
+    "walltime_s", "copy_bw_mbps", "harvest_from", "cpu_cores_held",
 )  # fmt: skip
 PENDING_FIELDS = (
     "id", "device_memory_mib", "device_threads", "device_count", "cores", "memory_mib",
@@ -705,6 +705,8 @@ def _load_facts(f: _Fields) -> dict[str, Any]:
     out = {key: f.number(key, None, maximum=MAX_CORES)
            for key in ("cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores")}
     out["cpu_load_window_s"] = f.number("cpu_load_window_s", None, maximum=MAX_TIME_S)
+    held = f.number("cpu_cores_held", None, maximum=MAX_CORES)
+    out["cpu_cores_held"] = None if held is None else int(held)
     return out  # fmt: skip
 
 
@@ -893,6 +895,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
                 ("walltime_s", r.walltime_s),
                 ("copy_bw_mbps", r.copy_bw_mbps),
                 ("harvest_from", r.harvest_from),
+                ("cpu_cores_held", r.cpu_cores_held),
             ]
         )
         for r in snapshot.running

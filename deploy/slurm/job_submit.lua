@@ -16,6 +16,23 @@
 
 local OPERATORS = { [0] = true }
 
+-- The lending partition (slurm.lend_partition in coshare's configuration; the collocate
+-- policy, issue 17): the same nodes as the partition coshare plans, OverSubscribe=FORCE, so
+-- that a CPU-only job coshare placed on a GPU job's idle cores can start beside it (Slurm
+-- shares cores only between jobs of one partition). Only coshare puts jobs there: a GPU job
+-- that may lend cores, and the jobs placed on them; the node side takes the borrower's cores
+-- out of the GPU job's cpuset before it runs. Nobody else may submit a job into it or move
+-- one there, or jobs would share cores unpartitioned. Keep in sync with slurm.conf.
+local LEND_PARTITION = "coshare-lend"
+
+local function names_lend(partition)
+   if partition == nil then return false end
+   for name in string.gmatch(partition, "[^,]+") do
+      if name == LEND_PARTITION then return true end
+   end
+   return false
+end
+
 local function annotated(comment)
    return comment ~= nil and string.find(string.lower(comment), "coshare", 1, true) ~= nil
 end
@@ -58,6 +75,11 @@ local function placement_changes(job_desc)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
+   if names_lend(job_desc.partition) and not OPERATORS[submit_uid] then
+      slurm.log_user("coshare: partition %s is for jobs coshare places on lent cores; " ..
+                     "submit to your usual partition", LEND_PARTITION)
+      return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+   end
    if not annotated(job_desc.comment) then
       return slurm.SUCCESS
    end
@@ -72,6 +94,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+   if names_lend(job_desc.partition) and not OPERATORS[modify_uid] then
+      slurm.log_info("coshare: refused uid %u's move of job %u into %s", modify_uid,
+                     job_rec.job_id, LEND_PARTITION)
+      return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+   end
    local comment = job_desc.comment or job_rec.comment
    if OPERATORS[modify_uid] or not (annotated(comment) or annotated(job_rec.comment)) then
       return slurm.SUCCESS

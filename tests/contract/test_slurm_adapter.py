@@ -250,3 +250,30 @@ def test_a_gang_whose_update_failed_in_part_is_not_released() -> None:
     assert report.apply.applied == ()
     assert "placement not taken" in report.apply.failed[0].detail
     assert "scontrol release" not in runner.verbs() and queue.jobs["1"]["priority"] == 0
+
+
+def test_borrowers_whose_gpu_job_needs_its_cores_back_are_requeued_first() -> None:
+    queue = FakeQueue(job_record(1, submit_time=NOW))
+    a, runner = adapter(queue, lend_partition="coshare-lend")
+    assert a.applies_harvest
+    a.read()
+    plan = Plan("collocate", assignments=(Assignment("1", "csl-n1", ("0",)),),
+                requeue=(Unplaced("7", "GPU job 5 on csl-n1 needs its cores back"),
+                         Unplaced("8", "GPU job 5 on csl-n1 needs its cores back")))  # fmt: skip
+    report = a.apply(plan, [], dry_run=False)
+    assert [(o.job, o.detail) for o in report.requeued] == [
+        ("7", "GPU job 5 on csl-n1 needs its cores back"),
+        ("8", "GPU job 5 on csl-n1 needs its cores back")]  # fmt: skip
+    verbs = runner.verbs()
+    assert verbs.index("scontrol requeuehold") < verbs.index("scontrol <stdin>"), verbs
+    assert report.applied == ("1",)
+    from coshare.planner import CycleReport
+    from coshare.render import cycle_summary, cycle_to_dict
+
+    cycle = CycleReport(plan=plan, apply=report)
+    assert cycle_to_dict(cycle)["apply"]["requeued"][0]["job"] == "7"
+    assert "requeued 8: GPU job 5 on csl-n1 needs its cores back" in cycle_summary(cycle)
+    # Without a lending partition nothing is placed on lent cores, and the cycle says why.
+    plain, _ = adapter(FakeQueue())
+    assert not plain.applies_harvest and "slurm.lend_partition is not set" in \
+        plain.harvest_unsupported_reason  # fmt: skip

@@ -142,6 +142,25 @@ def test_a_gpu_job_whose_load_rises_gets_its_cores_back_through_the_scheduler() 
                for p in check_plan(risen, grabbed))  # fmt: skip
 
 
+def test_a_lender_whose_load_fills_the_cores_it_kept_gets_all_of_them_back() -> None:
+    # On a live node the lent cores are out of its cpuset: its load cannot show more than the
+    # 6 cores it kept. A load of 5.6 of those 6 (node facts: cpu_cores_held) is taken as
+    # needing its cores back; without that fact (the simulator) the load is the demand.
+    older = RunningJob("c4", "n1", (), cpu_milli=4000, memory_mib=512, start_time_s=210.0,
+                       harvest_from="g1")  # fmt: skip
+    newer = replace(older, id="c2", cpu_milli=2000, start_time_s=230.0)
+    gpu = replace(gpu_job(walltime=1200.0), cpu_load_last_cores=5.6)
+    unknown = Snapshot((node(),), (gpu, older, newer), (), now_s=400.0)
+    assert plan_of(unknown).requeue == ()  # floor(12 - 5.6) = 6 may be lent, 6 are
+    full = replace(unknown, running=(replace(gpu, cpu_cores_held=6), older, newer))
+    plan = plan_of(full)
+    assert [u.job for u in plan.requeue] == ["c2", "c4"]
+    assert "its load 5.6 fills the 6 cores it kept while lending 6" in plan.requeue[0].reason
+    roomy = replace(unknown, running=(replace(gpu, cpu_load_last_cores=4.0, cpu_cores_held=6),
+                                      older, newer))  # fmt: skip
+    assert plan_of(roomy).requeue == ()  # 4 of its 6: not full
+
+
 def test_backfill_never_delays_the_first_waiting_job_s_reservation() -> None:
     # g1 requested until 600 s. c12 waits for n1 (reserved from 600 s); at 400 s a 300-s CPU
     # job would outlive the reservation, so it may not borrow there; a 150-s one may.
@@ -194,7 +213,10 @@ def test_live_cycles_turn_harvest_placements_into_unsupported_waits() -> None:
     assert live.assignments == (Assignment("a", "n1"),) and live.requeue == ()
     (u,) = live.unplaced
     assert u.code == "unsupported" and "idle cores of GPU job g1" in u.reason
-    assert "issue 17" in u.reason and any("requeued" in n for n in live.notes)
+    assert "cannot start a job on cores the scheduler believes taken" in u.reason
+    assert any("requeued" in n for n in live.notes)
+    told = without_harvest(plan, "slurm.lend_partition is not set")
+    assert "cannot apply: slurm.lend_partition is not set;" in told.unplaced[0].reason
     untouched = Plan("sharepack", (Assignment("a", "n1"),))
     assert without_harvest(untouched) is untouched
 
@@ -223,6 +245,34 @@ def test_a_live_cycle_writes_no_placement_on_lent_cores() -> None:
     assert written.unplaced[0].code == "unsupported"
 
 
+class _Lending(_Queue):
+    """An Editor whose scheduler and node side apply harvest placements."""
+
+    applies_harvest = True
+
+
+class _Refusing(_Queue):
+    harvest_unsupported_reason = "this pool has no lending slot"
+
+
+def test_an_editor_that_applies_harvest_gets_the_placement_and_the_requeue() -> None:
+    queue = _Lending(Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8),), now_s=250.0))
+    run_cycle(queue, CollocatePolicy(), queue)
+    (written,) = queue.written
+    assert written.assignments == (Assignment("c8", "n1", harvest_from="g1"),)
+    # The GPU job's load rose: the borrower is requeued through the Editor, not starved.
+    hot = replace(gpu_job(), cpu_load_cores=11.0)
+    borrower = RunningJob("c8", "n1", (), cpu_milli=8000, start_time_s=200.0,
+                          harvest_from="g1", state="running")  # fmt: skip
+    queue = _Lending(Snapshot((node(),), (hot, borrower), (), now_s=300.0))
+    run_cycle(queue, CollocatePolicy(), queue)
+    assert [u.job for u in queue.written[0].requeue] == ["c8"]
+    refusing = _Refusing(Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8),), now_s=250.0))
+    run_cycle(refusing, CollocatePolicy(), refusing)
+    (u,) = refusing.written[0].unplaced
+    assert "this pool has no lending slot" in u.reason and u.code == "unsupported"
+
+
 def test_harvest_fields_round_trip_through_the_contracts() -> None:
     borrower = RunningJob("c8", "n1", (), cpu_milli=8000, harvest_from="g1")
     snap = Snapshot((node(),), (gpu_job(), borrower), (), now_s=1.0)
@@ -235,6 +285,10 @@ def test_harvest_fields_round_trip_through_the_contracts() -> None:
     borrower = replace(borrower, cpu_load_max_cores=8.0, cpu_load_window_s=60.0)
     facts = replace(node(), membw_avail_gbps=10.0, membw_baseline_gbps=20.0, llc_ways_free=3,
                     facts_at_s=1.0)  # fmt: skip
+    held = replace(gpu_job(), cpu_cores_held=4)
+    with_held = Snapshot((node(),), (held, borrower), (), 1.0)
+    assert parse_snapshot(snapshot_to_dict(with_held)) == with_held
+    jsonschema.validate(snapshot_to_dict(with_held), json.loads(schema_text("snapshot")))
     jsonschema.validate(snapshot_to_dict(Snapshot((facts,), (gpu_job(), borrower), (), 1.0)),
                         json.loads(schema_text("snapshot")))  # fmt: skip
     jsonschema.validate(plan_to_dict(plan), json.loads(schema_text("plan")))

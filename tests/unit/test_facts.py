@@ -237,3 +237,18 @@ def test_bad_facts_fields_in_a_snapshot_are_refused_naming_them(
     with pytest.raises(SnapshotError) as refused:
         decode_json(json.dumps(doc), "s.json", parse_snapshot)
     assert message in str(refused.value)
+
+
+def test_the_cores_a_job_holds_are_carried_and_attached() -> None:
+    from coshare.facts import JobCpus, NodeFacts, attach, format_facts, parse_facts
+    from coshare.model import Node, RunningJob, Snapshot
+
+    facts = NodeFacts(100.0, cpus=(JobCpus("7", 1), JobCpus("8", 3)))
+    text = format_facts(facts)
+    assert text.endswith(";cpus=7:1,8:3") and parse_facts(text) == facts
+    for bad in ("cpus=7:0", "cpus=7:1,7:2", "cpus=7", "cpus=7:x"):
+        with pytest.raises(FactsError, match="cpus"):
+            parse_facts(f"coshare-facts;v=1;at=1;{bad}")
+    snap = Snapshot((Node("n1", 4000, 1024),), (RunningJob("7", "n1"), RunningJob("9", "n1")), ())
+    attached = attach(snap, {"n1": facts})
+    assert [r.cpu_cores_held for r in attached.running] == [1, None]

@@ -157,3 +157,39 @@ def test_wait_reasons_go_only_where_no_other_record_is() -> None:
     text = "coshare-waiting: no_room: needs 240 free device threads"
     assert wait_reason_updates(plan, current) == (("1", text), ("2", text))
     assert "refused" not in text and format_refusal("x").startswith("coshare-refused")
+
+
+def test_jobs_of_a_lent_core_move_into_the_lending_partition_with_their_placement() -> None:
+    from slurm_addon.edits import plan_edits
+    from slurm_addon.scontrol import update_line
+
+    gpu = job("1", comment="coshare: device-memory=1G device-threads=60 walltime=600")
+    cpu = job("2", comment="coshare: kind=cpu walltime=60")
+    plain_gpu = job("3")  # no requested time: it can never lend, so it stays where it is
+    running = SlurmJob("9", "active", "RUNNING", nodes=("n1",), cpus=2,
+                       comment="coshare: device-memory=1G device-threads=60 walltime=600",
+                       admin_comment=TARGET.replace("devices=1", "devices=0"),
+                       start_time_s=NOW - 100)  # fmt: skip
+    plan = Plan("collocate", assignments=(Assignment("1", "n1", ("1",)),
+                                          Assignment("2", "n1", harvest_from="9"),
+                                          Assignment("3", "n1", ("1",))))  # fmt: skip
+    jobs = [gpu, cpu, plain_gpu, running]
+    v = build_view(NODES, jobs, device_kinds=KINDS, now_s=NOW, lend_partition="coshare-lend")
+    (donor,) = [r for r in v.snapshot.running if r.id == "9"]
+    assert (donor.walltime_s, donor.start_time_s) == (600.0, NOW - 100)  # what P_M reads
+    e = plan_edits(v, plan, (), {j.id: j for j in jobs}, now_s=NOW, lend_partition="coshare-lend")
+    writes = {w.job: w for w in e.writes}
+    assert writes["1"].partition == "coshare-lend" and writes["3"].partition is None
+    assert writes["2"].partition == "coshare-lend"
+    assert writes["2"].admin_comment.endswith(";harvest=9")
+    line = update_line("2", "n1", writes["2"].admin_comment, partition="coshare-lend")
+    assert line.startswith("update JobId=2 ReqNodeList=n1 Partition=coshare-lend AdminComment=")
+    # Without a lending partition a placement on lent cores is not written, with why.
+    e = plan_edits(v, plan, (), {j.id: j for j in jobs}, now_s=NOW)
+    assert [(f.job, f.detail) for f in e.failed] == [
+        ("2", "placed on lent cores, but slurm.lend_partition is not set")]
+    # A job coshare moved there is still the managed partition's.
+    moved = replace(cpu, partition="coshare-lend")
+    v = build_view(NODES, [moved], device_kinds=KINDS, now_s=NOW, partition="main",
+                   lend_partition="coshare-lend")  # fmt: skip
+    assert [j.id for j in v.snapshot.pending] == ["2"]

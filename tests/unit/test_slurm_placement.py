@@ -127,3 +127,19 @@ def test_placement_numbers_are_ascii_digits_within_the_bounds(field: str, value:
 
 def test_tres_cpus_are_ascii_digits() -> None:
     assert parse_tres("cpu=\u00b2,mem=100M").cpus is None  # int("²") raised after isdigit()
+
+
+def test_a_harvest_placement_round_trips_and_only_a_single_node_cpu_job_carries_one() -> None:
+    on_loan = Placement("n1", (), 7, 0, 0, harvest_from="12")
+    text = format_placement(on_loan)
+    assert text.endswith(";harvest=12")
+    assert parse_placement(text) == on_loan
+    assert not on_loan.same_spot(Placement("n1", (), 7, 0, 0, harvest_from="13"))
+    with pytest.raises(PlacementError, match="single-node CPU-only"):
+        format_placement(Placement("n1", ("0",), 7, 0, 0, harvest_from="12"))
+    for bad in ("harvest=1 2", "harvest=", "devices=0;harvest=12"):
+        base = "coshare-placement;v=1;node=n1;devices=;at=1;mem_mib=0;threads=0"
+        text = base.replace("devices=;", "") + ";" + bad if bad.startswith("devices") \
+            else f"{base};{bad}"  # fmt: skip
+        with pytest.raises(PlacementError):
+            parse_placement(text)

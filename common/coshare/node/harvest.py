@@ -163,6 +163,22 @@ def lend(lender: Holding, borrower: Holding, cpus: Iterable[int],
     )  # fmt: skip
 
 
+def cores_to_lend(lender: Holding, count: int) -> Cores:
+    """Which ``count`` cores of ``lender`` a borrower placed on its harvest gets: its
+    highest-numbered cores it still holds (a job's own processes start on its lowest), and it
+    keeps at least one.
+
+    Raises:
+        JobSpecError: ``count`` below 1, or not that many cores left to lend, with the numbers.
+    """
+    if count < 1:
+        raise JobSpecError(f"job {lender.job}: lend at least one core, not {count}")
+    if count >= len(lender.cpus):
+        raise JobSpecError(f"job {lender.job} holds cpus {_text(lender.cpus)} now; lending "
+                           f"{count} would leave it no core (it keeps at least one)")  # fmt: skip
+    return _cores(lender.cpus[-count:])
+
+
 def give_back(lender: Holding, borrower: Holding, cpus: Iterable[int] | None = None) -> Change:
     """Give ``lender`` back ``cpus`` it lent to ``borrower`` (``None``: all of them).
 

@@ -27,7 +27,7 @@ from coshare.errors import CgroupError, JobSpecError, JobStateError, Unsupported
 from coshare.node.cgroups import Cgroups, JobGroup, open_cgroups
 from coshare.node.cgroups.base import remove_dirs, signal_all
 from coshare.node.gate.client import SOCKET_ENV
-from coshare.node.harvest import Holding, after_end
+from coshare.node.harvest import Holding, after_end, cores_to_lend, lend
 from coshare.node.jobs import JobRecord, JobStore, Launcher
 from coshare.node.procfs import is_alive
 from coshare.node.resctrl import Resctrl
@@ -384,6 +384,42 @@ def share_spare_ways(config: NodeConfig, store: JobStore, skip: str | None = Non
             node_resctrl(config).relayout(allocated_ways(store, skip=skip), share_spare=True)
     except (CgroupError, Unsupported) as exc:
         log.warning("spare LLC ways not shared out after job %s ended: %s", skip, exc)
+
+
+def job_borrow(config: NodeConfig, job: str, lender: str, count: int) -> JobRecord:
+    """Give job ``job`` (a CPU-only job whose group was just made without cores) ``count``
+    cores of running job ``lender`` (the GPU job it was placed on: ``collocate``, Wu & Hong
+    III-B1), taken out of the lender's cpuset: its highest-numbered ones
+    (:func:`coshare.node.harvest.cores_to_lend`). Slurm's Prolog calls it, as root, before
+    any task of ``job`` runs; the control socket's ``LEND`` is the operator's way to the same
+    decision (:func:`coshare.node.harvest.lend`).
+
+    Idempotent: a job that has its loan already keeps it.
+
+    Raises:
+        JobStateError: either job has no group here.
+        JobSpecError: the lender has not that many cores to lend (the message has the numbers).
+        CgroupError, CgroupUnavailable: the kernel refused a cpuset write (nothing is changed).
+    """
+    cgroups = node_cgroups(config)
+    store = node_store(config)
+    with store.lock():
+        records = {}
+        for name in (lender, job):
+            record = store.read(name)
+            if record is None or not record.group(config.kill_timeout_s).exists():
+                raise JobStateError(f"job {name} has no group on this node")
+            records[name] = record
+        cgroups.require(["cpuset"])
+        lender_h, borrower_h = records[lender].holding(), records[job].holding()
+        already = lender_h.lent_to.get(job, ())
+        wanted = already if len(already) == count else cores_to_lend(lender_h, count)
+        others = [r.holding() for r in store.records() if r.job not in (lender, job)]
+        change = lend(lender_h, borrower_h, wanted, others)
+        if change.changed:
+            written = apply_holdings(config, store, records, [change.lender, change.borrower])
+            return next(r for r in written if r.job == job)
+        return records[job]
 
 
 def apply_holdings(config: NodeConfig, store: JobStore, records: Mapping[str, JobRecord],

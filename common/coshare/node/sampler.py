@@ -25,7 +25,7 @@ from typing import Protocol
 
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError
-from coshare.facts import JobCopy, MembwFacts, NodeFacts, format_facts
+from coshare.facts import JobCopy, JobCpus, MembwFacts, NodeFacts, format_facts
 from coshare.node.cgroups import Cgroups
 from coshare.node.harvest import copy_bandwidths
 from coshare.node.jobs import JobRecord, JobStore
@@ -183,8 +183,11 @@ class Sampler:
         self.probe_if_due(records)
         self.loads(records)
         ways, free = self.ways()
+        # The cores each pinned job holds now: a lender's load never exceeds them (collocate).
+        held = tuple(JobCpus(r.job, len(r.spec.cpus)) for r in records if r.spec.cpus)
         facts = NodeFacts(self.clock(), self.membw(), ways, free,
-                          tuple(self.history.summaries()), self.copies(records))  # fmt: skip
+                          tuple(self.history.summaries()), self.copies(records),
+                          held)  # fmt: skip
         write_facts(facts_path(self.config), format_facts(facts))
         return facts
 

@@ -30,7 +30,12 @@ How coshare reads it:
   threshold or is unknown (a job the threshold cannot be checked for is not risked).
 - **Give back.** When a donor's load rises after its cores were lent, so that what is lent
   exceeds its pool, the newest borrowers are asked back through the scheduler
-  (:attr:`~coshare.model.Plan.requeue`), never left to starve on shared cores.
+  (:attr:`~coshare.model.Plan.requeue`), never left to starve on shared cores. On a live
+  node the lent cores are out of the donor's cpuset, so its measured load can never exceed
+  the cores it kept: a donor whose load fills at least :data:`SATURATED_SHARE` of the cores
+  its cpuset holds (node facts, ``cpu_cores_held``) may need more than can be measured, and
+  all its borrowers are asked back. (The simulator models no cpusets and publishes no such
+  fact: there, the load is the demand.)
 - **CPU jobs that fit no harvest** wait with the numbers: their cores, the most free on any
   node and the largest harvest open.
 
@@ -57,6 +62,9 @@ from coshare.policies.base import (
 DEFAULT_MONITOR_FRACTION = 1 / 3
 DEFAULT_MAX_HARVEST_CORES = 9
 DEFAULT_COPY_BW_LIMIT_MBPS = 300.0
+#: A lender whose load fills this share of the cores its cpuset still holds is taken to need
+#: its lent cores back (its load cannot show more than those cores).
+SATURATED_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ class Donor:
         lent_milli: cores CPU jobs borrow from it already.
         pool_milli: cores it may lend in all: ``min(P_B, floor(cores - load))``.
         load_cores: its measured load (the higher of mean and last interval).
+        saturated: its load fills the cores its cpuset kept while lending
+            (:data:`SATURATED_SHARE`): it lends nothing, and its borrowers are asked back.
     """
 
     job: RunningJob
@@ -76,6 +86,7 @@ class Donor:
     lent_milli: int
     pool_milli: int
     load_cores: float
+    saturated: bool = False
 
 
 def measured_load(job: RunningJob) -> float | None:
@@ -154,7 +165,12 @@ class CollocatePolicy:
             load = measured_load(r)
             if reason is None and load is not None:
                 pool = harvest_pool_milli(r, load, self.max_harvest_cores)
-                out.append(Donor(r, pool - lent.get(r.id, 0), lent.get(r.id, 0), pool, load))
+                given = lent.get(r.id, 0)
+                full = (given > 0 and r.cpu_cores_held is not None
+                        and load >= SATURATED_SHARE * r.cpu_cores_held)  # fmt: skip
+                if full:
+                    pool = 0
+                out.append(Donor(r, pool - given, given, pool, load, full))
             elif reason is not None:
                 why.setdefault(reason, []).append(r.id)
         notes = [f"GPU jobs {_names(ids)} lend no cores: {reason}" for reason, ids in why.items()]
@@ -322,15 +338,21 @@ def _give_back(snapshot: Snapshot, donors: list[Donor]) -> tuple[list[Unplaced],
         borrowers = sorted((r for r in snapshot.running if r.harvest_from == donor.job.id),
                            key=lambda r: (-(r.start_time_s or 0.0), r.id))  # fmt: skip
         over = -donor.open_milli
+        if donor.saturated:
+            why = (f"its load {donor.load_cores:g} fills the {donor.job.cpu_cores_held} cores "
+                   f"it kept while lending {donor.lent_milli / MILLI:g}, so it may need more "
+                   "than can be measured")  # fmt: skip
+        else:
+            why = (f"its load rose to {donor.load_cores:g} of {donor.job.cpu_milli / MILLI:g} "
+                   f"cores, so it can lend {donor.pool_milli // MILLI} where "
+                   f"{donor.lent_milli / MILLI:g} are lent")  # fmt: skip
         for r in borrowers:
             if over <= 0:
                 break
             over -= r.cpu_milli
             requeue.append(Unplaced(r.id, (
-                f"GPU job {donor.job.id} on {donor.job.node} needs its cores back: its load "
-                f"rose to {donor.load_cores:g} of {donor.job.cpu_milli / MILLI:g} cores, so it "
-                f"can lend {donor.pool_milli // MILLI} where {donor.lent_milli / MILLI:g} are "
-                "lent; requeued through the scheduler"), "no_room"))  # fmt: skip
+                f"GPU job {donor.job.id} on {donor.job.node} needs its cores back: {why}; "
+                "requeued through the scheduler"), "no_room"))  # fmt: skip
         # What the requeued jobs free is lent again only once they have left (next cycle).
         kept.append(replace(donor, open_milli=0))
     return requeue, kept
@@ -355,29 +377,42 @@ def _names(ids: Sequence[str], most: int = 5) -> str:
     return shown if len(ids) <= most else f"{shown} and {len(ids) - most} more"
 
 
-#: Why a live cycle does not apply a harvest placement yet (issue 17, items 2-3).
-NOT_LIVE_YET = ("placed on the idle cores of GPU job {donor}, which this version does not "
-                "apply on a live cluster: the node cpusets that keep its cores apart and the "
-                "scheduler settings that let it start there are not built yet (issue 17); it "
-                "waits for free cores")  # fmt: skip
+#: Policies whose plans lend the idle cores of running GPU jobs to CPU-only jobs.
+LENDING_POLICIES = frozenset({"collocate"})
 
 
-def without_harvest(plan: Plan) -> Plan:
-    """The plan a live cycle may apply: harvest placements become ``unsupported`` waits.
+def may_lend(policy: str, job: Job) -> bool:
+    """Whether a job a ``policy`` places may lend its cores later: a GPU job with a requested
+    time (without one no monitoring period ends, :meth:`CollocatePolicy._not_donor`), placed
+    by a lending policy. The scheduler must then let borrowers run on its cores (Slurm: it
+    runs in the lending partition)."""
+    return policy in LENDING_POLICIES and job.needs_device and job.walltime_s is not None
 
-    Neither scheduler lets a job start on cores it believes taken, and no node helper yet
-    carves a borrower's cores out of its donor's cpuset; applying such a placement would
-    either fail or share cores unpartitioned (what section III-B1 measured to be slower).
+
+#: Why a live cycle does not apply a harvest placement through an Editor that cannot.
+NOT_APPLIED = ("placed on the idle cores of GPU job {donor}, which this cycle cannot apply: "
+               "{why}; it waits for free cores")  # fmt: skip
+#: The reason of an Editor that says nothing of harvest placements.
+NO_HARVEST = ("its scheduler adapter cannot start a job on cores the scheduler believes taken, "
+              "nor have them taken out of the GPU job's cpuset first")  # fmt: skip
+
+
+def without_harvest(plan: Plan, why: str = NO_HARVEST) -> Plan:
+    """The plan a live cycle applies through an Editor that cannot apply harvest placements:
+    they become ``unsupported`` waits, saying ``why``, and nothing is requeued.
+
+    Applying one anyway would either fail (the scheduler believes the cores taken) or share
+    cores unpartitioned (what section III-B1 measured to be slower).
     """
     harvest = [a for a in plan.assignments if a.harvest_from is not None]
     if not harvest and not plan.requeue:
         return plan
     kept = tuple(a for a in plan.assignments if a.harvest_from is None)
-    waits = tuple(Unplaced(a.job, NOT_LIVE_YET.format(donor=a.harvest_from), "unsupported")
-                  for a in harvest)  # fmt: skip
+    waits = tuple(Unplaced(a.job, NOT_APPLIED.format(donor=a.harvest_from, why=why),
+                           "unsupported") for a in harvest)  # fmt: skip
     notes = plan.notes
     if plan.requeue:
-        notes += (f"{len(plan.requeue)} jobs on lent cores would be requeued; a live cycle "
+        notes += (f"{len(plan.requeue)} jobs on lent cores would be requeued; this cycle "
                   "places none there, so none is",)  # fmt: skip
     return replace(plan, assignments=kept, unplaced=plan.unplaced + waits, notes=notes,
                    requeue=())  # fmt: skip

@@ -55,10 +55,12 @@ def cluster(slurm_cluster: Cluster) -> Iterator[Cluster]:
     holds its devices in the next test's first cycle."""
     yield slurm_cluster
     slurm_cluster.run("scancel", "--quiet", "--partition=main", check=False)
+    slurm_cluster.run("scancel", "--quiet", "--partition=coshare-lend", check=False)
     slurm_cluster.run("scontrol", "update", "PartitionName=main", "State=UP", check=False)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        left = slurm_cluster.run("squeue", "--noheader", "--partition=main", "--format=%i",
+        left = slurm_cluster.run("squeue", "--noheader", "--partition=main,coshare-lend",
+                                 "--format=%i",
                                  check=False).stdout.split()  # fmt: skip
         if not left:
             return

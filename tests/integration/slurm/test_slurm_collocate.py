@@ -1,0 +1,209 @@
+"""The collocate policy live on the real Slurm cluster (issue 17 item 3): CPU-only jobs on the
+idle cores of a running GPU job, with the scheduler configuration of deploy/slurm (the lending
+partition ``coshare-lend``, OverSubscribe=FORCE, guarded by job_submit.lua) and the Prolog's
+loan, which takes the CPU job's cores out of the GPU job's cpuset before any task runs.
+
+Its own one-node cluster, 2 CPUs and 1 device: this host has 2 cores, and lent cores must be
+real ones (each node of the session's cluster advertises 4 CPUs on the same 2 cores, sharing
+them through ``node.cpu_overcommit``, where a loan would prove nothing). So the GPU job holds
+both cores and can lend one: the two CPU jobs borrow it one after the other (the second waits
+with the numbers meanwhile). Short settings: ``P_M`` 0.1 of a 40-s request (4 s), facts every
+second.
+
+What is checked is what Slurm and the kernel say: both CPU jobs run beside the GPU job while
+Slurm counts the node's CPUs all allocated; each one's ``cpuset.cpus`` (and the
+``Cpus_allowed_list`` its task printed) is disjoint from the GPU job's at that moment; an
+unannotated job of the same node stays pending the whole time (Slurm's reason: Resources), and
+a user can neither submit into the lending partition nor move a job there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from coshare.config import load_config
+from coshare.errors import CoshareError
+from coshare.node import lifecycle
+from coshare.node.spec import parse_cpu_list
+
+from slurm_addon.placement import parse_placement
+from tests.prometheus import free_port
+
+from .cluster import BIN, SCRIPT, Cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+USER = 65534
+NODE = "csl-n1"
+PREFIX = "coshare-lendtest"
+
+#: The GPU job: a low real load (busy 10 ms of every 100), for as long as it is asked to.
+LOW_LOAD = """import sys, time
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    t = time.time()
+    while time.time() - t < 0.01:
+        pass
+    time.sleep(0.09)
+"""
+
+
+@pytest.fixture(scope="module")
+def lend_cluster() -> Iterator[Cluster]:
+    if os.geteuid() != 0:
+        pytest.fail("the Slurm integration tests start real daemons and need root")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("lending a core needs a host with 2 cores")
+    directory = Path(tempfile.mkdtemp(prefix="coshare-lend-", dir="/var/tmp"))
+    directory.chmod(0o755)
+    env = {**os.environ, "COSHARE_SLURM_CTLD_PORT": str(free_port()),
+           "COSHARE_SLURM_NODE_PORT": str(free_port()),
+           "COSHARE_SLURM_DBD_PORT": str(free_port()),
+           "COSHARE_SLURM_CGROUP_PREFIX": PREFIX}  # fmt: skip
+    start = subprocess.run(
+        [str(SCRIPT), "start", str(directory), "--nodes", "1", "--devices", "1", "--cpus", "2",
+         "--coshare-bin", str(BIN)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    if start.returncode != 0:
+        subprocess.run([str(SCRIPT), "stop", str(directory)], timeout=120, env=env)
+        pytest.fail(f"local Slurm cluster did not start:\n{start.stderr}")
+    base = (directory / "coshare.yaml").read_text()
+    (directory / "test-coshare.yaml").write_text(
+        base + "policy: {name: collocate}\ncollocate: {monitor_fraction: 0.1}\n"
+        "cycle: {replan_after_s: 120}\n"
+    )  # fmt: skip
+    cluster = Cluster(directory)
+    try:
+        yield cluster
+    finally:
+        cluster.run("scancel", "--quiet", "--user=root", check=False)
+        cluster.run("scancel", "--quiet", f"--user={USER}", check=False)
+        subprocess.run([str(SCRIPT), "stop", str(directory)], timeout=180, env=env)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def wait_cycling(cluster: Cluster, check: object, timeout_s: float, what: str) -> None:
+    """Run a cycle every half second (as cron would, faster) until ``check()`` holds."""
+    assert callable(check)
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s: {what}"
+        result = cluster.cycle()
+        assert result.returncode == 0, result.stdout + result.stderr
+        time.sleep(0.5)
+
+
+def submit(cluster: Cluster, work: Path, name: str, body: str, *options: str) -> str:
+    script = work / f"{name}.sh"
+    lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --output={work}/%j.out"]
+    script.write_text("\n".join([*lines, *options, body]) + "\n")
+    script.chmod(0o755)
+    out = cluster.run("sbatch", "--parsable", f"--chdir={work}", str(script), user=USER)
+    return out.stdout.strip().split(";")[0]
+
+
+def cpuset(cluster: Cluster, job: str) -> set[int]:
+    """The job's cpuset on the node, read from the kernel's file (Slurm shows a job running
+    while its Prolog may still be making the group: waits for it up to 10 s)."""
+    config = load_config(cluster.dir / "node" / NODE / "coshare.yaml", environ={}).node
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return set(parse_cpu_list(lifecycle.node_cgroups(config).open(job).cpus_text()))
+        except CoshareError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def held_cores(cluster: Cluster, job: str) -> int | None:
+    """``cpu_cores_held`` of a running job in the snapshot (``coshare slurm show``)."""
+    shown = cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "slurm", "show",
+                        "--output", "json").stdout  # fmt: skip
+    for r in json.loads(shown)["running"]:
+        if r["id"] == job:
+            held = r.get("cpu_cores_held")
+            return None if held is None else int(held)
+    return None
+
+
+def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
+    lend_cluster: Cluster,
+) -> None:
+    cluster = lend_cluster
+    work = cluster.dir / "user-jobs"
+    work.mkdir(exist_ok=True)
+    work.chmod(0o1777)
+    (work / "low_load.py").write_text(LOW_LOAD)
+    report = "grep Cpus_allowed_list /proc/self/status; sleep 5"
+    gpu = submit(cluster, work, "gpu", f"exec /usr/bin/python3 -I {work}/low_load.py 35",
+                 "#SBATCH -c 2 --mem=100M",
+                 '#SBATCH --comment="coshare: device-memory=1000 device-threads=60 '
+                 'walltime=40 copy-bandwidth=10"')  # fmt: skip
+    cpu = [submit(cluster, work, f"cpu{i}", report, "#SBATCH -c 1 --mem=50M",
+                  '#SBATCH --comment="coshare: kind=cpu walltime=20"') for i in (1, 2)]
+    wait_cycling(cluster, lambda: cluster.jobs()[gpu].phase == "active", 30, "the GPU job to run")
+    jobs = cluster.jobs()
+    assert jobs[gpu].partition == "coshare-lend" and jobs[gpu].nodes == (NODE,)
+    assert cpuset(cluster, gpu) == {0, 1}
+    # An unannotated job of the same user: Slurm starts it nowhere while the GPU job runs (its
+    # cores are allocated in another partition), and it cannot get into the lending one.
+    plain = submit(cluster, work, "plain", "echo ran", "#SBATCH -c 1 --mem=50M")
+    refused = cluster.run("sbatch", "--parsable", "--partition=coshare-lend", "--wrap=true",
+                          check=False, user=USER)  # fmt: skip
+    assert refused.returncode != 0 and "Access/permission denied" in refused.stderr
+    moved = cluster.run("scontrol", "update", f"JobId={plain}", "Partition=coshare-lend",
+                        check=False, user=USER)  # fmt: skip
+    assert moved.returncode != 0 and "Access/permission denied" in moved.stderr, moved.stderr
+
+    seen: dict[str, tuple[set[int], set[int]]] = {}
+    for job in cpu:
+        def running(job: str = job) -> bool:
+            now = cluster.jobs()
+            assert now[plain].phase == "pending", now[plain]  # never beside the GPU job
+            assert now[gpu].phase == "active", "the GPU job ended before the CPU jobs ran"
+            if now[job].phase != "active":
+                return False
+            try:
+                seen[job] = (cpuset(cluster, job), cpuset(cluster, gpu))
+            except CoshareError as exc:
+                log = (cluster.dir / "log" / f"slurmd-{NODE}.log").read_text()
+                out = work / f"{job}.out"
+                pytest.fail(f"{exc}\n{out.read_text() if out.exists() else ''}\n"
+                            + "\n".join(line for line in log.splitlines()
+                                         if "coshare" in line)[-3000:])  # fmt: skip
+            return True
+
+        wait_cycling(cluster, running, 25, f"CPU job {job} to run on the lent core")
+        now = cluster.jobs()
+        assert now[job].partition == "coshare-lend" and now[job].nodes == (NODE,)
+        placement = parse_placement(now[job].admin_comment)
+        assert placement is not None and placement.harvest_from == gpu, now[job].admin_comment
+        mine, its = seen[job]
+        assert mine and its and mine.isdisjoint(its), (mine, its)
+        assert mine | its == {0, 1}
+        # The node's facts tell the planner how many cores the lender keeps (give-back reads
+        # it): one, while it lends the other (facts are published every second).
+        wait_cycling(cluster, lambda: held_cores(cluster, gpu) == 1, 4,
+                     "the facts to show the lender's one core")
+        if job == cpu[0]:  # one core to lend: the other waits, with the numbers
+            waiting = now[cpu[1]]
+            assert waiting.phase == "pending" and waiting.held, waiting
+            assert "largest harvest open is 0 cores of GPU job" in waiting.admin_comment, \
+                waiting.admin_comment  # fmt: skip
+        wait_cycling(cluster, lambda job=job: cluster.jobs()[job].phase == "ended", 30,
+                     f"CPU job {job} to end")  # fmt: skip
+        assert cpuset(cluster, gpu) == {0, 1}  # its end gave the core back
+        out = (work / f"{job}.out").read_text()
+        assert set(parse_cpu_list(out.split("Cpus_allowed_list:")[1].split()[0])) == mine, out
+        assert cluster.jobs()[job].state == "COMPLETED"
+    assert cluster.jobs()[plain].phase == "pending"
+    cluster.run("scancel", gpu)
