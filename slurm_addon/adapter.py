@@ -98,6 +98,7 @@ class SlurmAdapter:
             replan_after_s=self.config.cycle.replan_after_s,
             now_s=self.clock(),
             node_facts_max_age_s=self.config.cycle.node_facts_max_age_s,
+            shared=self.config.coordination.dsn is not None,
         )
         return SourceResult(self.view.snapshot, self.view.rejected, self.view.waiting,
                             tuple(notes) + self.view.notes, self.view.unusable)  # fmt: skip

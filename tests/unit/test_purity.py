@@ -26,7 +26,8 @@ PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies
         "explain", "exit_codes", "extras",
         "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
         "node.control.trust", "node.control.protocol", "node.harvest",
-        "facts", "node.load", "node.ways", "node.bandwidth", "gangs", "profiles"]  # fmt: skip
+        "facts", "node.load", "node.ways", "node.bandwidth", "gangs", "profiles",
+        "coord.claims"]  # fmt: skip
 
 #: The adapters' pure halves: records to snapshot (view), plan to writes (edits), and the
 #: parsers and builders they use. The HTCondor adapter's expressions module quotes through

@@ -9,29 +9,85 @@ standby (:class:`~coshare.errors.Standby`, exit 0: it did nothing). An unreachab
 either point: :class:`~coshare.errors.EngineUnavailable` naming the address, nothing written,
 exit 1; the next cycle connects afresh.
 
-Without ``coordination.dsn`` (the default) the fence is ``None`` and the cycle runs as it
-always did: one planner, no engine.
+With the lease comes the planner's *gate* (:class:`EngineGate`, the
+:class:`~coshare.ports.PlanGate` port): the plan's device memory is claimed in the engine
+before it is written, so several planners over the same nodes never book a device beyond its
+memory (:mod:`coshare.coord.claims` has the rules).
+
+Without ``coordination.dsn`` (the default) there is neither and the cycle runs as it always
+did: one planner, no engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
 
 from coshare.config import CoordinationConfig
+from coshare.coord import claims as rules
 from coshare.extras import load
+from coshare.model import Plan, Snapshot
 
 Fence = Callable[[], None]
 
 
+@dataclass(frozen=True)
+class Coordinated:
+    """What a coordinated cycle gets: the lease's fence and the planner's gate."""
+
+    fence: Fence
+    gate: EngineGate
+
+
+class EngineGate:
+    """The :class:`~coshare.ports.PlanGate` on the engine's claims.
+
+    Args:
+        claims: the planner's :class:`~coshare.coord.postgres.PostgresClaims`.
+    """
+
+    def __init__(self, claims: Any) -> None:
+        self.claims = claims
+        self.planner: str = claims.lease.planner
+        #: Figures of the last cycle, for its log: claims released, other planners' claims
+        #: counted, jobs granted and refused.
+        self.figures: dict[str, int] = {}
+
+    def settle(self, snapshot: Snapshot) -> Snapshot:
+        """Release this planner's claims of jobs no longer holding anything; add the other
+        planners' live claims the read does not show."""
+        gone = rules.stale(self.claims.own_jobs(), snapshot)
+        released = self.claims.release(gone)
+        live = self.claims.live()
+        self.figures = {"released": released,
+                        "others": sum(1 for c in live if c.planner != self.planner)}
+        return rules.with_claims(snapshot, self.planner, live)
+
+    def admit(self, snapshot: Snapshot, plan: Plan) -> Plan:
+        """Claim the plan's device parts; the plan without the jobs refused."""
+        wanted = rules.plan_parts(snapshot, plan)
+        decision = self.claims.claim(wanted, rules.capacities(snapshot), rules.seen(snapshot))
+        self.figures["granted"] = len(wanted) - len(decision.refused)
+        self.figures["refused"] = len(decision.refused)
+        admitted = rules.without(plan, decision.refused)
+        if decision.refused:
+            note = (f"{len(decision.refused)} job(s) lost their devices to another planner's "
+                    "claims made since this cycle read; they wait for the next cycle")
+            admitted = replace(admitted, notes=(*admitted.notes, note))
+        return admitted
+
+
 @contextmanager
 def coordination(config: CoordinationConfig, scheduler: str,
-                 dry_run: bool = False) -> Iterator[Fence | None]:  # fmt: skip
+                 dry_run: bool = False) -> Iterator[Coordinated | None]:  # fmt: skip
     """The lease of planner ``config.domain`` (else ``scheduler``) for one cycle.
 
     Yields:
-        the fence to call before writing, or ``None`` (no engine configured, or a dry run,
-        which writes nothing and so needs no lease).
+        the fence to call before writing and the gate to plan and claim through, or
+        ``None`` (no engine configured, or a dry run, which writes nothing and so needs no
+        lease).
 
     Raises:
         Standby: another instance holds the lease.
@@ -52,6 +108,6 @@ def coordination(config: CoordinationConfig, scheduler: str,
         def fence() -> None:
             lease.fence()
 
-        yield fence
+        yield Coordinated(fence, EngineGate(postgres.PostgresClaims(lease)))
     finally:
         engine.close()
