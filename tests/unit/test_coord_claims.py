@@ -3,9 +3,6 @@ what several planners over the same nodes may book, pure."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from coshare.coord.claims import (
     Claimed,
     Part,
@@ -21,6 +18,8 @@ from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snaps
 from coshare.planner import run_cycle
 from coshare.policies import make_policy
 from coshare.ports import ApplyReport, Rejected, SourceResult
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 CAP = {"n1/0": 8192, "n1/1": 8192, "n2/0": 8192}
 
