@@ -70,6 +70,10 @@ class CondorAdapter:
     #: HTCondor's placement records no LLC ways and its starter hooks make no resctrl group:
     #: a live cycle refuses a plan that allocates ways (:func:`coshare.planner.ways_refusal`).
     writes_llc_ways: ClassVar[bool] = False
+    #: A job id (``12.0``) is per schedd: two schedds' planners may both have a job 12.0, so
+    #: the engine never matches another planner's claim to a job read here by its id
+    #: (:func:`coshare.coord.claims.admit`; issue 20).
+    global_job_ids: ClassVar[bool] = False
     ways_unwritable_reason: ClassVar[str] = (
         "the HTCondor adapter records no LLC ways in a placement and its starter hooks make "
         "no resctrl group (only Slurm's Prolog does)")

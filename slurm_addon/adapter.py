@@ -68,6 +68,10 @@ class SlurmAdapter:
     #: resctrl group with them (:mod:`slurm_addon.prolog`): live cycles may apply ``sns``
     #: plans that allocate ways (:func:`coshare.planner.ways_refusal`; issue 19).
     writes_llc_ways: ClassVar[bool] = True
+    #: Slurm's job ids are unique in the cluster, across partitions and planners: the
+    #: engine's claims match another planner's claimed job to the same job read here
+    #: (:func:`coshare.coord.claims.admit`; issue 20).
+    global_job_ids: ClassVar[bool] = True
 
     def __init__(
         self, client: SlurmClient, config: Config, clock: Callable[[], float] = time.time

@@ -202,3 +202,17 @@ def test_a_claim_lost_between_plan_and_write_is_not_written() -> None:
     assert cluster.written == []
     assert {u.job for u in report.plan.unplaced} == {"8", "9"}
     assert all("another planner booked device" in u.reason for u in report.plan.unplaced)
+
+
+def test_without_global_ids_another_planners_claim_is_never_taken_for_a_job_read_here() -> None:
+    # HTCondor: schedd b's job 12.0 is not schedd a's job 12.0 on the same device.
+    live = [Claimed("b", Part("12.0", "n1", "0", 4000)),
+            Claimed("a", Part("13.0", "n1", "0", 1000))]
+    seen_here = {"n1/0": {"12.0": 3000, "13.0": 1000}}
+    wanted = {"14.0": (Part("14.0", "n1", "0", 1000),)}
+    assert admit("a", wanted, CAP, live, seen_here).refused == {}  # wrongly one job
+    refused = admit("a", wanted, CAP, live, seen_here, global_ids=False).refused
+    assert "8000 of 8192 MiB in use" in refused["14.0"]  # 4000 + 3000 + 1000 (13.0 once)
+    snap = with_claims(snapshot(), "a", [Claimed("b", Part("7", "n1", "0", 3000))],
+                       global_ids=False)  # fmt: skip
+    assert [(r.id, r.device_memory_mib) for r in snap.running] == [("7", 3000), ("b:7", 3000)]

@@ -116,6 +116,8 @@ def admit(
     capacity: Mapping[str, int],
     live: Iterable[Claimed],
     seen_use: Mapping[str, Mapping[str, int]],
+    *,
+    global_ids: bool = True,
 ) -> Decision:
     """Which of ``wanted``'s jobs may be booked, in order, each all or none.
 
@@ -124,6 +126,12 @@ def admit(
     claim). A job is granted when each of its parts fits beside that use and the parts
     granted before it; its parts then count for the jobs after it.
 
+    ``global_ids``: job ids are unique across the planners (Slurm's job ids are
+    cluster-wide), so a seen job and another planner's claim of the same id are one job.
+    When they are not (HTCondor's ``12.0`` is per schedd), only this planner's own claims
+    are matched to what it saw, and another planner's job seen and claimed counts twice
+    (over-counts, never under), until that planner releases the claim.
+
     Args:
         planner: the claiming planner (its own live claims of the same job are replaced).
         wanted: job -> its parts (:func:`plan_parts`).
@@ -131,7 +139,7 @@ def admit(
         live: the live claims on the devices involved.
         seen_use: the planner's read (:func:`seen`).
     """
-    claimed_jobs: dict[str, set[str]] = {}
+    claimed_jobs: dict[str, set[str]] = {}  # unit -> jobs whose claim stands for the seen job
     use: dict[str, int] = {}
     holders: dict[str, dict[str, str]] = {}  # unit -> job -> planner, for the message
     for c in live:
@@ -139,7 +147,8 @@ def admit(
             continue  # this planner claims the job again now
         unit = c.part.unit
         use[unit] = use.get(unit, 0) + c.part.memory_mib
-        claimed_jobs.setdefault(unit, set()).add(c.part.job)
+        if global_ids or c.planner == planner:
+            claimed_jobs.setdefault(unit, set()).add(c.part.job)
         holders.setdefault(unit, {})[c.part.job] = c.planner
     for unit, jobs in seen_use.items():
         for job, mib in jobs.items():
@@ -187,17 +196,22 @@ def without(plan: Plan, refused: Mapping[str, str]) -> Plan:
     )
 
 
-def with_claims(snapshot: Snapshot, planner: str, live: Iterable[Claimed]) -> Snapshot:
+def with_claims(snapshot: Snapshot, planner: str, live: Iterable[Claimed], *,
+                global_ids: bool = True) -> Snapshot:  # fmt: skip
     """``snapshot`` with the live claims of other planners that its read does not show as
-    planned placements (they hold their device memory until the read shows the job)."""
+    planned placements (they hold their device memory until the read shows the job; with
+    ``global_ids`` false, as :func:`admit`, a read never shows another planner's claim)."""
     shown = {(r.id, r.node, d) for r in snapshot.running for d in r.devices}
     known = {unit_of(n.name, d.id) for n in snapshot.nodes for d in n.devices}
     extra: dict[tuple[str, str], list[Part]] = {}
     for c in live:
         p = c.part
-        if c.planner == planner or (p.job, p.node, p.device) in shown or p.unit not in known:
+        if c.planner == planner or p.unit not in known:
             continue
-        extra.setdefault((p.job, p.node), []).append(p)
+        if global_ids and (p.job, p.node, p.device) in shown:
+            continue
+        extra.setdefault((f"{c.planner}:{p.job}" if not global_ids else p.job, p.node),
+                         []).append(p)  # fmt: skip
     if not extra:
         return snapshot
     added = tuple(

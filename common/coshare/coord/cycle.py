@@ -46,11 +46,16 @@ class EngineGate:
 
     Args:
         claims: the planner's :class:`~coshare.coord.postgres.PostgresClaims`.
+        global_ids: whether the scheduler's job ids are unique across the planners that
+            share the nodes (:func:`~coshare.coord.claims.admit`); an adapter says so with
+            the class attribute ``global_job_ids`` (:func:`global_job_ids`).
     """
 
-    def __init__(self, claims: Any) -> None:
+    def __init__(self, claims: Any, global_ids: bool = False) -> None:
         self.claims = claims
+        self.global_ids = global_ids
         self.planner: str = claims.lease.planner
+        self._read: Snapshot | None = None
         #: Figures of the last cycle, for its log: claims released, other planners' claims
         #: counted, jobs granted and refused.
         self.figures: dict[str, int] = {}
@@ -58,17 +63,21 @@ class EngineGate:
     def settle(self, snapshot: Snapshot) -> Snapshot:
         """Release this planner's claims of jobs no longer holding anything; add the other
         planners' live claims the read does not show."""
+        self._read = snapshot
         gone = rules.stale(self.claims.own_jobs(), snapshot)
         released = self.claims.release(gone)
         live = self.claims.live()
         self.figures = {"released": released,
                         "others": sum(1 for c in live if c.planner != self.planner)}
-        return rules.with_claims(snapshot, self.planner, live)
+        return rules.with_claims(snapshot, self.planner, live, global_ids=self.global_ids)
 
     def admit(self, snapshot: Snapshot, plan: Plan) -> Plan:
         """Claim the plan's device parts; the plan without the jobs refused."""
         wanted = rules.plan_parts(snapshot, plan)
-        decision = self.claims.claim(wanted, rules.capacities(snapshot), rules.seen(snapshot))
+        # What the scheduler showed, not the other planners' claims settle added to it.
+        read = self._read if self._read is not None else snapshot
+        decision = self.claims.claim(wanted, rules.capacities(snapshot), rules.seen(read),
+                                     global_ids=self.global_ids)  # fmt: skip
         self.figures["granted"] = len(wanted) - len(decision.refused)
         self.figures["refused"] = len(decision.refused)
         admitted = rules.without(plan, decision.refused)
@@ -77,6 +86,12 @@ class EngineGate:
                     "claims made since this cycle read; they wait for the next cycle")
             admitted = replace(admitted, notes=(*admitted.notes, note))
         return admitted
+
+
+def global_job_ids(adapter: object) -> bool:
+    """Whether an adapter declares its job ids unique across planners (class attribute
+    ``global_job_ids = True``; Slurm's are cluster-wide). One that declares nothing: not."""
+    return getattr(adapter, "global_job_ids", False) is True
 
 
 @contextmanager

@@ -639,7 +639,8 @@ class PostgresClaims:
         return self.engine.run(work) if jobs else 0
 
     def claim(self, wanted: Mapping[str, Sequence[Part]], capacity: Mapping[str, int],
-              seen_use: Mapping[str, Mapping[str, int]]) -> Decision:  # fmt: skip
+              seen_use: Mapping[str, Mapping[str, int]], *,
+              global_ids: bool = True) -> Decision:  # fmt: skip
         """Book ``wanted``'s jobs, each all or none, in one transaction (:func:`admit`).
 
         The devices involved are locked first (transaction-level advisory locks, in one
@@ -663,7 +664,8 @@ class PostgresClaims:
                         " WHERE unit = ANY(%s)", (units,))  # fmt: skip
             live = [_claimed(row) for row in cur.fetchall()]
             decision = admit(self.lease.planner, wanted, capacity, live,
-                             {u: seen_use[u] for u in units if u in seen_use})  # fmt: skip
+                             {u: seen_use[u] for u in units if u in seen_use},
+                             global_ids=global_ids)  # fmt: skip
             jobs = sorted({p.job for p in decision.granted})
             cur.execute("DELETE FROM coshare_claims WHERE planner = %s AND job = ANY(%s)",
                         (self.lease.planner, jobs))  # fmt: skip
