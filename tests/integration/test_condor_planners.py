@@ -1,0 +1,213 @@
+"""Two planners over the local HTCondor pool's nodes, one per schedd, sharing them through one
+PostgreSQL engine (issue 20 item 3, live). The pool runs a second schedd
+(``CONDOR_POOL_SCHEDDS=2``); ``coshare condor cycle`` of ``coshare-pool`` and of
+``coshare-pool2`` run at the same moment, cycle after cycle. What the jobs saw and when they
+ran (their outputs, each schedd's history) shows no device ever held beyond its memory, and
+devices running jobs of both schedds. A planner SIGKILLed mid-cycle leaves every open
+gate of both queues within every device's memory while its claims live, and its claims are
+gone once its lease expires."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from condor_addon.view import machine_of
+from tests.integration.condor_pool import (
+    CHROOT,
+    CLIENT_CONFIG,
+    POOL_SCRIPT,
+    WORK,
+    Pool,
+    pool,
+    start_pool,
+)
+from tests.integration.test_condor_pool import COSHARE, DEVICES, annotated
+from tests.postgres import Postgres, running_postgres
+
+pytestmark = [pytest.mark.integration, pytest.mark.condor, pytest.mark.postgres]
+
+SCHEDDS = {"a": "coshare-pool@127.0.0.1", "b": "coshare-pool2@127.0.0.1"}
+LEASE_S = 10.0
+SIZES = [2500, 3000, 3500, 2000]
+
+
+@pytest.fixture(scope="module")
+def two_schedds() -> Iterator[Pool]:
+    """The pool with two schedds, for this module only; a pool already running (another
+    module's, one schedd) is stopped first and started again afterwards."""
+    was_running = subprocess.run([str(POOL_SCRIPT), "status"], capture_output=True,
+                                 timeout=60).returncode == 0  # fmt: skip
+    if was_running:
+        pool("stop")
+    try:
+        yield from start_pool(schedds=2)
+    finally:
+        if was_running:
+            pool("start")
+
+
+@pytest.fixture
+def planners(two_schedds: Pool, tmp_path: Path) -> Iterator[dict[str, Path]]:
+    with running_postgres() as engine:
+        yield configs(engine, tmp_path)
+    for name in SCHEDDS.values():
+        schedd(two_schedds, name).act(two_schedds.htcondor.JobAction.Remove, "true")
+
+
+def configs(engine: Postgres, tmp_path: Path) -> dict[str, Path]:
+    dsn = engine.new_database()
+    out = {}
+    for planner, name in SCHEDDS.items():
+        config = {
+            "condor": {"config_file": str(CLIENT_CONFIG), "schedd": name,
+                       "lock_file": str(tmp_path / f"{planner}.lock")},
+            "coordination": {"dsn": dsn, "domain": f"condor-{planner}", "instance": "cm",
+                             "lease_s": LEASE_S},
+        }  # fmt: skip
+        out[planner] = tmp_path / f"{planner}.yaml"
+        out[planner].write_text(yaml.safe_dump(config))
+    return out
+
+
+def schedd(live: Pool, name: str) -> Any:
+    htc = live.htcondor
+    return htc.Schedd(htc.Collector(live.client.collector_name).locate(htc.DaemonType.Schedd,
+                                                                        name))  # fmt: skip
+
+
+def submit(live: Pool, planner: str, count: int, **extra: str) -> dict[str, int]:
+    """``count`` annotated jobs on ``planner``'s schedd; ``{planner:cluster.proc: memory}``."""
+    jobs = {}
+    for i in range(count):
+        memory = SIZES[(i + (planner == "b")) % len(SIZES)]
+        desc = {"executable": f"{WORK}/job.sh", "arguments": str(3 + i % 2),
+                "initialdir": WORK, "transfer_executable": "false", "request_memory": "64",
+                "output": f"{WORK}/out.{planner}.$(Cluster).$(Process)",
+                "error": f"{WORK}/err.{planner}.$(Cluster).$(Process)",
+                **annotated(memory, 60), **extra}  # fmt: skip
+        result = schedd(live, SCHEDDS[planner]).submit(live.htcondor.Submit(desc), count=1)
+        jobs[f"{planner}:{result.cluster()}.0"] = memory
+    return jobs
+
+
+def cycle(config: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([COSHARE, "--config", str(config), "condor", "cycle"], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def queued(live: Pool, planner: str) -> list[Any]:
+    return list(schedd(live, SCHEDDS[planner]).query("true", projection=[
+        "ClusterId", "ProcId", "CosharePlacedNode", "CosharePlacedDevices",
+        "CoshareDeviceMemory"]))  # fmt: skip
+
+
+def test_two_schedds_planners_never_book_a_device_beyond_its_memory(
+        two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
+    live = two_schedds
+    jobs = {**submit(live, "a", 10), **submit(live, "b", 10)}
+    deadline = time.monotonic() + 300
+    rounds = lost = 0
+    while any(queued(live, p) for p in SCHEDDS):
+        assert time.monotonic() < deadline, "jobs still queued after 300 s"
+        procs = [cycle(planners[p]) for p in SCHEDDS]
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, out + err
+            lost += (out + err).count("lost their devices to another planner")
+        rounds += 1
+        time.sleep(1)
+    nodes = live.node_of_machine()
+    spans: dict[tuple[str, str], list[tuple[float, float, int, str]]] = defaultdict(list)
+    for planner, name in SCHEDDS.items():
+        for ad in schedd(live, name).history("true", projection=[
+                "ClusterId", "ProcId", "LastRemoteHost", "CosharePlacedNode",
+                "CosharePlacedDevices", "ExitCode"]):  # fmt: skip
+            job = f"{planner}:{ad['ClusterId']}.{ad['ProcId']}"
+            node = nodes[machine_of(ad["LastRemoteHost"])]
+            devices = tuple(str(ad["CosharePlacedDevices"]).split(","))
+            assert ad["ExitCode"] == 0 and node == ad["CosharePlacedNode"], ad
+            out = (CHROOT / WORK.lstrip("/") / f"out.{planner}.{ad['ClusterId']}.{ad['ProcId']}")
+            start, end, seen = out.read_text().splitlines()[0].split()
+            assert seen == ",".join(devices)
+            for device in devices:
+                spans[(node, device)].append((float(start), float(end), jobs[job], planner))
+    assert sum(len(v) for v in spans.values()) == len(jobs)
+    at_once = 0
+    for device, runs in spans.items():
+        for start, _, _, _ in runs:  # the load at every start is the peak load
+            load = [(m, p) for s, e, m, p in runs if s <= start < e]
+            assert sum(m for m, _ in load) <= DEVICES[device][0], (device, load)
+            at_once += len({p for _, p in load}) == 2
+    # The planners shared the devices: some ran jobs of both schedds (at once or in turn;
+    # the policy packs each planner's jobs, so "at once" is up to the race).
+    shared = [d for d, runs in spans.items() if len({p for *_, p in runs}) == 2]
+    assert shared, f"no device ran jobs of both schedds: {dict(spans)}"
+    print(f"{rounds} rounds of two cycles; {lost} cycles lost jobs to the other's claims; "
+          f"{len(shared)} devices ran jobs of both schedds, {at_once} starts beside a job of "
+          "the other schedd")
+
+
+def open_gates(live: Pool) -> dict[tuple[str, str], int]:
+    """Device memory of the open gates (placed, idle) of both schedds, per device."""
+    load: dict[tuple[str, str], int] = defaultdict(int)
+    for planner in SCHEDDS:
+        for ad in queued(live, planner):
+            if ad.get("CosharePlacedNode"):
+                for device in str(ad["CosharePlacedDevices"]).split(","):
+                    load[(str(ad["CosharePlacedNode"]), device)] += int(ad["CoshareDeviceMemory"])
+    return load
+
+
+def live_claims(dsn: str, planner: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        try:
+            row = conn.execute("SELECT count(*) FROM coshare_live_claims WHERE planner = %s",
+                               (planner,)).fetchone()  # fmt: skip
+        except psycopg.errors.UndefinedTable:
+            return 0  # no cycle got as far as the engine yet
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
+        two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
+    live = two_schedds
+    never = {"requirements": "CoshareNeverStart =?= true"}  # open gates stay open
+    submit(live, "b", 16, **never)
+    submit(live, "a", 10, **never)
+    dsn = yaml.safe_load(planners["b"].read_text())["coordination"]["dsn"]
+    rng = random.Random(7)
+    killed_at = None
+    for _ in range(6):
+        proc = cycle(planners["b"])
+        time.sleep(rng.uniform(1.0, 3.0))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+        proc.communicate(timeout=60)
+        if killed_at is not None and live_claims(dsn, "condor-b"):
+            break  # killed after it claimed
+    assert killed_at is not None and live_claims(dsn, "condor-b"), "never killed mid-cycle"
+    # Within the dead planner's lease, the other planner plans around its claims.
+    done = subprocess.run([COSHARE, "--config", str(planners["a"]), "condor", "cycle"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() < killed_at + LEASE_S, "too slow: the claims expired meanwhile"
+    load = open_gates(live)
+    assert any(str(ad.get("CosharePlacedNode") or "") for ad in queued(live, "a"))
+    for device, memory in load.items():
+        assert memory <= DEVICES[device][0], (device, memory, dict(load))
+    time.sleep(max(0.0, killed_at + LEASE_S + 0.5 - time.monotonic()))
+    assert live_claims(dsn, "condor-b") == 0  # dead with its lease, nobody cleaned them
