@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from coshare.config import Config
-from coshare.coord.cycle import coordination, global_job_ids
+from coshare.coord.cycle import coordination, global_job_ids, job_key
 from coshare.errors import CoshareError, CycleBusy
 from coshare.lock import cycle_lock
 from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
@@ -59,6 +59,7 @@ def run_once(
             adapter = open_adapter(config)
             if coordinated is not None:
                 coordinated.gate.global_ids = global_job_ids(adapter)
+                coordinated.gate.key = job_key(adapter)
             report = run_cycle(adapter, policy, adapter, dry_run=dry_run,
                                strict_threads=config.policy.threads == "strict",
                                on_phase=metrics.phase,

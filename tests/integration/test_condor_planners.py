@@ -4,8 +4,9 @@ PostgreSQL engine (issue 20 item 3, live). The pool runs a second schedd
 ``coshare-pool2`` run at the same moment, cycle after cycle. What the jobs saw and when they
 ran (their outputs, each schedd's history) shows no device ever held beyond its memory, and
 devices running jobs of both schedds. A planner SIGKILLed mid-cycle leaves every open
-gate of both queues within every device's memory while its claims live, and its claims are
-gone once its lease expires."""
+gate of both queues within every device's memory while its claims live; its claims are gone
+once its lease expires, and its open gates, read from its schedd's queue, still keep the
+other planner off."""
 
 from __future__ import annotations
 
@@ -185,7 +186,7 @@ def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
         two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
     live = two_schedds
     never = {"requirements": "CoshareNeverStart =?= true"}  # open gates stay open
-    submit(live, "b", 16, **never)
+    submit(live, "b", 10, **never)
     submit(live, "a", 10, **never)
     dsn = yaml.safe_load(planners["b"].read_text())["coordination"]["dsn"]
     rng = random.Random(7)
@@ -206,8 +207,19 @@ def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
     assert done.returncode == 0, done.stdout + done.stderr
     assert time.monotonic() < killed_at + LEASE_S, "too slow: the claims expired meanwhile"
     load = open_gates(live)
-    assert any(str(ad.get("CosharePlacedNode") or "") for ad in queued(live, "a"))
+    assert any(str(ad.get("CosharePlacedNode") or "") for ad in queued(live, "a")), (
+        done.stdout + done.stderr)
     for device, memory in load.items():
         assert memory <= DEVICES[device][0], (device, memory, dict(load))
     time.sleep(max(0.0, killed_at + LEASE_S + 0.5 - time.monotonic()))
     assert live_claims(dsn, "condor-b") == 0  # dead with its lease, nobody cleaned them
+    # After it, the dead planner's open gates still hold their devices (the other planner
+    # reads them from that schedd's queue): more jobs of planner a book none of them twice.
+    assert any(ad.get("CosharePlacedNode") for ad in queued(live, "b")), "b wrote nothing"
+    submit(live, "a", 6, **never)
+    done = subprocess.run([COSHARE, "--config", str(planners["a"]), "condor", "cycle"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    load = open_gates(live)
+    for device, memory in load.items():
+        assert memory <= DEVICES[device][0], (device, memory, dict(load))

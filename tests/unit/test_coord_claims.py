@@ -216,3 +216,10 @@ def test_without_global_ids_another_planners_claim_is_never_taken_for_a_job_read
     snap = with_claims(snapshot(), "a", [Claimed("b", Part("7", "n1", "0", 3000))],
                        global_ids=False)  # fmt: skip
     assert [(r.id, r.device_memory_mib) for r in snap.running] == [("7", 3000), ("b:7", 3000)]
+
+
+def test_rekey_renames_every_job_of_the_snapshot() -> None:
+    from coshare.coord.claims import rekey
+
+    out = rekey(snapshot(), lambda job: f"s#{job}")
+    assert [r.id for r in out.running] == ["s#7"] and [j.id for j in out.pending] == ["s#8", "s#9"]

@@ -30,7 +30,7 @@ condition), so the reservation protocol of :mod:`coshare.alloc` is not needed fo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from coshare.model import Plan, RunningJob, Snapshot, Unplaced
@@ -226,6 +226,16 @@ def with_claims(snapshot: Snapshot, planner: str, live: Iterable[Claimed], *,
         for (job, node), parts in sorted(extra.items())
     )
     return replace(snapshot, running=snapshot.running + added)
+
+
+def rekey(snapshot: Snapshot, key: Callable[[str], str]) -> Snapshot:
+    """``snapshot`` with every job id as its claim key (:func:`key`: an adapter's own ids
+    made unique across planners, e.g. HTCondor's ``12.0`` as ``schedd#12.0``)."""
+    return replace(
+        snapshot,
+        running=tuple(replace(r, id=key(r.id)) for r in snapshot.running),
+        pending=tuple(replace(j, id=key(j.id)) for j in snapshot.pending),
+    )
 
 
 def stale(own: Iterable[str], snapshot: Snapshot) -> tuple[str, ...]:

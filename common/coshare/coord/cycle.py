@@ -46,14 +46,17 @@ class EngineGate:
 
     Args:
         claims: the planner's :class:`~coshare.coord.postgres.PostgresClaims`.
-        global_ids: whether the scheduler's job ids are unique across the planners that
-            share the nodes (:func:`~coshare.coord.claims.admit`); an adapter says so with
-            the class attribute ``global_job_ids`` (:func:`global_job_ids`).
+        global_ids: whether the claim keys are unique across the planners that share the
+            nodes (:func:`~coshare.coord.claims.admit`); an adapter says so with the class
+            attribute ``global_job_ids`` (:func:`global_job_ids`).
+        key: a job id as its claim key (an adapter's ``job_key``; :func:`job_key`).
     """
 
-    def __init__(self, claims: Any, global_ids: bool = False) -> None:
+    def __init__(self, claims: Any, global_ids: bool = False,
+                 key: Callable[[str], str] = str) -> None:  # fmt: skip
         self.claims = claims
         self.global_ids = global_ids
+        self.key = key
         self.planner: str = claims.lease.planner
         self._read: Snapshot | None = None
         #: Figures of the last cycle, for its log: claims released, other planners' claims
@@ -63,35 +66,48 @@ class EngineGate:
     def settle(self, snapshot: Snapshot) -> Snapshot:
         """Release this planner's claims of jobs no longer holding anything; add the other
         planners' live claims the read does not show."""
-        self._read = snapshot
-        gone = rules.stale(self.claims.own_jobs(), snapshot)
+        keyed = rules.rekey(snapshot, self.key)
+        self._read = keyed
+        gone = rules.stale(self.claims.own_jobs(), keyed)
         released = self.claims.release(gone)
         live = self.claims.live()
         self.figures = {"released": released,
                         "others": sum(1 for c in live if c.planner != self.planner)}
-        return rules.with_claims(snapshot, self.planner, live, global_ids=self.global_ids)
+        added = rules.with_claims(keyed, self.planner, live,
+                                  global_ids=self.global_ids).running[len(keyed.running):]
+        return replace(snapshot, running=snapshot.running + added)  # fmt: skip
 
     def admit(self, snapshot: Snapshot, plan: Plan) -> Plan:
         """Claim the plan's device parts; the plan without the jobs refused."""
-        wanted = rules.plan_parts(snapshot, plan)
+        job_of = {self.key(job): job for job in plan.placed_jobs}
+        wanted = {self.key(job): tuple(replace(p, job=self.key(job)) for p in parts)
+                  for job, parts in rules.plan_parts(snapshot, plan).items()}  # fmt: skip
         # What the scheduler showed, not the other planners' claims settle added to it.
-        read = self._read if self._read is not None else snapshot
+        read = self._read if self._read is not None else rules.rekey(snapshot, self.key)
         decision = self.claims.claim(wanted, rules.capacities(snapshot), rules.seen(read),
                                      global_ids=self.global_ids)  # fmt: skip
-        self.figures["granted"] = len(wanted) - len(decision.refused)
-        self.figures["refused"] = len(decision.refused)
-        admitted = rules.without(plan, decision.refused)
-        if decision.refused:
-            note = (f"{len(decision.refused)} job(s) lost their devices to another planner's "
+        refused = {job_of[k]: why for k, why in decision.refused.items()}
+        self.figures["granted"] = len(wanted) - len(refused)
+        self.figures["refused"] = len(refused)
+        admitted = rules.without(plan, refused)
+        if refused:
+            note = (f"{len(refused)} job(s) lost their devices to another planner's "
                     "claims made since this cycle read; they wait for the next cycle")
             admitted = replace(admitted, notes=(*admitted.notes, note))
         return admitted
 
 
 def global_job_ids(adapter: object) -> bool:
-    """Whether an adapter declares its job ids unique across planners (class attribute
-    ``global_job_ids = True``; Slurm's are cluster-wide). One that declares nothing: not."""
+    """Whether an adapter declares its claim keys unique across planners (class attribute
+    ``global_job_ids = True``; Slurm's job ids are cluster-wide, HTCondor's keys name the
+    schedd). One that declares nothing: not."""
     return getattr(adapter, "global_job_ids", False) is True
+
+
+def job_key(adapter: object) -> Callable[[str], str]:
+    """An adapter's ``job_key`` (a job id as its claim key), or the id itself."""
+    key = getattr(adapter, "job_key", None)
+    return key if callable(key) else str
 
 
 @contextmanager
