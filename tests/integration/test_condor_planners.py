@@ -10,10 +10,8 @@ other planner off."""
 
 from __future__ import annotations
 
-import os
-import random
-import signal
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -29,6 +27,7 @@ from tests.integration.condor_pool import (
     CHROOT,
     CLIENT_CONFIG,
     POOL_SCRIPT,
+    ROOT,
     WORK,
     Pool,
     pool,
@@ -160,10 +159,11 @@ def test_two_schedds_planners_never_book_a_device_beyond_its_memory(
           "the other schedd")
 
 
-def open_gates(live: Pool) -> dict[tuple[str, str], int]:
-    """Device memory of the open gates (placed, idle) of both schedds, per device."""
+def open_gates(live: Pool, only: str | None = None) -> dict[tuple[str, str], int]:
+    """Device memory of the open gates (placed, idle) of both schedds (or ``only`` one's),
+    per device."""
     load: dict[tuple[str, str], int] = defaultdict(int)
-    for planner in SCHEDDS:
+    for planner in [only] if only else SCHEDDS:
         for ad in queued(live, planner):
             if ad.get("CosharePlacedNode"):
                 for device in str(ad["CosharePlacedDevices"]).split(","):
@@ -171,55 +171,57 @@ def open_gates(live: Pool) -> dict[tuple[str, str], int]:
     return load
 
 
-def live_claims(dsn: str, planner: str) -> int:
+def live_claims(dsn: str, planner: str) -> dict[tuple[str, str], int]:
+    """The planner's live claims: device memory per device."""
     with psycopg.connect(dsn) as conn:
-        try:
-            row = conn.execute("SELECT count(*) FROM coshare_live_claims WHERE planner = %s",
-                               (planner,)).fetchone()  # fmt: skip
-        except psycopg.errors.UndefinedTable:
-            return 0  # no cycle got as far as the engine yet
-    assert row is not None
-    return int(row[0])
+        rows = conn.execute("SELECT node, device, sum(memory_mib) FROM coshare_live_claims "
+                            "WHERE planner = %s GROUP BY node, device", (planner,)).fetchall()
+    return {(str(node), str(device)): int(mib) for node, device, mib in rows}
+
+
+def cycle_of(config: Path) -> None:
+    done = subprocess.run([COSHARE, "--config", str(config), "condor", "cycle"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def within_memory(load: dict[tuple[str, str], int]) -> None:
+    for device, memory in load.items():
+        assert memory <= DEVICES[device][0], (device, memory, dict(load))
 
 
 def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
         two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
     live = two_schedds
     never = {"requirements": "CoshareNeverStart =?= true"}  # open gates stay open
-    submit(live, "b", 10, **never)
-    submit(live, "a", 10, **never)
     dsn = yaml.safe_load(planners["b"].read_text())["coordination"]["dsn"]
-    rng = random.Random(7)
-    killed_at = None
-    for _ in range(6):
-        proc = cycle(planners["b"])
-        time.sleep(rng.uniform(1.0, 3.0))
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            killed_at = time.monotonic()
-        proc.communicate(timeout=60)
-        if killed_at is not None and live_claims(dsn, "condor-b"):
-            break  # killed after it claimed
-    assert killed_at is not None and live_claims(dsn, "condor-b"), "never killed mid-cycle"
-    # Within the dead planner's lease, the other planner plans around its claims.
-    done = subprocess.run([COSHARE, "--config", str(planners["a"]), "condor", "cycle"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    submit(live, "b", 6, **never)
+    cycle_of(planners["b"])  # b's first jobs placed: open gates, claims held
+    gates = sum(1 for ad in queued(live, "b") if ad.get("CosharePlacedNode"))
+    assert gates == 6
+    submit(live, "b", 4, **never)
+    # b dies after two edits of its second cycle: claims made for the new jobs, their
+    # placements half written, no gate of them open.
+    killed = subprocess.run([sys.executable, "-m", "tests.integration.condor_cycle_with_faults",
+                             "--config", str(planners["b"]), "--kill-after-edit", "2"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    killed_at = time.monotonic()
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    claims = live_claims(dsn, "condor-b")
+    assert sum(claims.values()) > sum(int(ad["CoshareDeviceMemory"]) for ad in queued(live, "b")
+                                      if ad.get("CosharePlacedNode"))  # the unwritten ones too
+    # Within its lease, the other planner plans around its claims and its open gates.
+    submit(live, "a", 8, **never)
+    cycle_of(planners["a"])
     assert time.monotonic() < killed_at + LEASE_S, "too slow: the claims expired meanwhile"
-    load = open_gates(live)
-    assert any(str(ad.get("CosharePlacedNode") or "") for ad in queued(live, "a")), (
-        done.stdout + done.stderr)
-    for device, memory in load.items():
-        assert memory <= DEVICES[device][0], (device, memory, dict(load))
+    mine = {k: v for k, v in open_gates(live, only="a").items()}
+    assert mine, "planner a placed nothing"
+    within_memory({k: mine.get(k, 0) + claims.get(k, 0) for k in {*mine, *claims}})
+    within_memory(open_gates(live))
     time.sleep(max(0.0, killed_at + LEASE_S + 0.5 - time.monotonic()))
-    assert live_claims(dsn, "condor-b") == 0  # dead with its lease, nobody cleaned them
+    assert live_claims(dsn, "condor-b") == {}  # dead with its lease, nobody cleaned them
     # After it, the dead planner's open gates still hold their devices (the other planner
     # reads them from that schedd's queue): more jobs of planner a book none of them twice.
-    assert any(ad.get("CosharePlacedNode") for ad in queued(live, "b")), "b wrote nothing"
     submit(live, "a", 6, **never)
-    done = subprocess.run([COSHARE, "--config", str(planners["a"]), "condor", "cycle"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    load = open_gates(live)
-    for device, memory in load.items():
-        assert memory <= DEVICES[device][0], (device, memory, dict(load))
+    cycle_of(planners["a"])
+    within_memory(open_gates(live))
