@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from coshare.config import Config
@@ -40,7 +41,9 @@ from condor_addon.view import (
     QueueJob,
     QueueView,
     build_snapshot,
+    claim_key,
     current,
+    foreign_planned,
     parse_queue,
     parse_slots,
     read_job,
@@ -70,6 +73,10 @@ class CondorAdapter:
     #: HTCondor's placement records no LLC ways and its starter hooks make no resctrl group:
     #: a live cycle refuses a plan that allocates ways (:func:`coshare.planner.ways_refusal`).
     writes_llc_ways: ClassVar[bool] = False
+    #: A job id (``12.0``) is per schedd, so claims in the planners' engine go by
+    #: ``schedd#12.0`` (:meth:`job_key`), the same key whichever schedd's planner reads the
+    #: job: another planner's claim and the job read here are one (issue 20).
+    global_job_ids: ClassVar[bool] = True
     ways_unwritable_reason: ClassVar[str] = (
         "the HTCondor adapter records no LLC ways in a placement and its starter hooks make "
         "no resctrl group (only Slurm's Prolog does)")
@@ -113,16 +120,29 @@ class CondorAdapter:
                             parallel_may_double=self.config.condor.parallel_may_double)  # fmt: skip
         self.jobs, self.queue = jobs, queue
         snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
+        others: tuple[str, ...] = ()
+        if self.config.coordination.dsn is not None:
+            # Several planners, one per schedd (issue 20): the other schedds' open
+            # placements hold their devices here too.
+            ads, notes = self.client.other_job_ads(X.ACTIVE_MANAGED_JOBS)
+            foreign, unread = foreign_planned(
+                (j for j in (read_job(v) for _, v in ads) if j is not None), cluster)
+            snapshot = replace(snapshot, running=snapshot.running + foreign)
+            others = tuple(notes) + unread
         snapshot, facts_notes = with_node_facts(
             snapshot, cluster, jobs.values(), now_s=now_s,
             max_age_s=self.config.cycle.node_facts_max_age_s)  # fmt: skip
         return SourceResult(snapshot, queue.book.rejected,
-                            notes=cluster.warnings + queue.warnings + facts_notes,
+                            notes=cluster.warnings + queue.warnings + facts_notes + others,
                             unusable=cluster.unusable)  # fmt: skip
 
     def _jobs(self, constraint: str) -> dict[str, QueueJob]:
         jobs = (read_job(v) for v in self.client.job_ads(constraint))
         return {j.id: j for j in jobs if j is not None}
+
+    def job_key(self, job_id: str) -> str:
+        """A job's claim key in the planners' engine (:func:`condor_addon.view.claim_key`)."""
+        return claim_key(job_id, self.config.condor.schedd)
 
     # -- Editor ---------------------------------------------------------------------------
 

@@ -203,6 +203,39 @@ class CondorClient:
         ads = self._read("query the schedd", query)
         return [values_of(ad, projection) for ad in ads]
 
+    def other_job_ads(
+        self, constraint: str, projection: Sequence[str] = JOB_PROJECTION
+    ) -> tuple[list[tuple[str, dict[str, object]]], list[str]]:
+        """The jobs matching ``constraint`` of every *other* schedd the collector knows
+        (several planners, one per schedd, issue 20): ``(schedd name, values)`` pairs, and
+        a note for each schedd that could not be read (its jobs start nowhere while it is
+        unreachable, so the cycle goes on). Only with ``condor.schedd`` set; else none.
+
+        Raises:
+            SchedulerUnavailable: the collector cannot be asked for the schedds.
+        """
+        if not self.config.schedd:
+            return [], []
+        htc = self._htcondor
+        names = self._read(f"list the schedds via {self.collector_name}", lambda: [
+            str(ad.get("Name")) for ad in self._collector().query(
+                htc.AdTypes.Schedd, projection=["Name"])])  # fmt: skip
+        out: list[tuple[str, dict[str, object]]] = []
+        notes: list[str] = []
+        for name in sorted(set(names) - {self.config.schedd}):
+            def query(name: str = name) -> list[Any]:
+                other = htc.Schedd(self._collector().locate(htc.DaemonType.Schedd, name))
+                return list(other.query(constraint=constraint, projection=list(projection)))
+
+            try:
+                ads = query()
+            except (*self._error, *_CLASSAD_ERRORS) as exc:
+                notes.append(f"schedd {name} (another planner's) could not be read ({exc}); "
+                             "its placed jobs count only through its planner's claims")
+                continue
+            out += [(name, values_of(ad, projection)) for ad in ads]
+        return out, notes
+
     def negotiator_ads(self, projection: Sequence[str]) -> list[dict[str, object]]:
         """The negotiator ads of the pool, projected (none when no negotiator runs)."""
         def query() -> list[Any]:

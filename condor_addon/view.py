@@ -33,7 +33,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from coshare.annotations import squash
+from coshare.annotations import ClusterLimits, squash
 from coshare.bounds import (
     MAX_CORES,
     MAX_CPU_MILLI,
@@ -60,7 +60,9 @@ from coshare.ledger import (
     Queued,
     declared_demand,
     find_kind,
+    held,
     kind_index,
+    pending_job,
     read_node,
     refuse_on_error,
     settle,
@@ -767,6 +769,45 @@ def _running_part(
         device_threads=used[1], cpu_milli=host[0], memory_mib=host[1], state="running",
         start_time_s=q.placed_at,
     )  # fmt: skip
+
+
+def foreign_planned(
+    jobs: Iterable[QueueJob], cluster: ClusterView
+) -> tuple[tuple[RunningJob, ...], tuple[str, ...]]:
+    """What the idle jobs of *other* schedds hold on this pool's nodes (several planners, one
+    per schedd, issue 20): a job whose placement is open may start there any moment, so it
+    holds its devices (expired or not: only its own planner plans it again), under its
+    GlobalJobId (its ``cluster.proc`` is another schedd's). Notes for those unreadable."""
+    limits = ClusterLimits.of_nodes(cluster.nodes)
+    names = {n.name for n in cluster.nodes}
+    held_parts: list[RunningJob] = []
+    notes: list[str] = []
+    for q in jobs:
+        if q.status != A.IDLE or q.placed_node is None or q.placed is None:
+            continue
+
+        def holding(q: QueueJob = q) -> tuple[RunningJob, ...]:
+            fact = queued(q)
+            return held(fact, pending_job(fact, limits, gangs=True))
+
+        got = refuse_on_error(q.id, holding, q.annotations)
+        if isinstance(got, Rejected):
+            notes.append(f"another schedd's placed job {q.global_id or q.id} cannot be read "
+                         f"({got.reason}); it counts only through its planner's claims")
+            continue
+        held_parts += [replace(r, id=q.global_id or r.id) for r in got if r.node in names]
+    return tuple(held_parts), tuple(notes)
+
+
+def claim_key(job_id: str, schedd: str | None) -> str:
+    """A job's key in the planners' engine (issue 20), the same whichever schedd's planner
+    reads it: ``schedd#cluster.proc``. A GlobalJobId (``schedd#cluster.proc#qdate``: other
+    schedds' jobs) loses its submission time; this schedd's ``cluster.proc`` gets its name
+    (``None``: unnamed, only one planner, the id itself)."""
+    if "#" in job_id:
+        head = job_id.rpartition("#")[0]
+        return head if "#" in head else job_id
+    return f"{schedd}#{job_id}" if schedd else job_id
 
 
 def build_snapshot(

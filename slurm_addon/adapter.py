@@ -68,6 +68,10 @@ class SlurmAdapter:
     #: resctrl group with them (:mod:`slurm_addon.prolog`): live cycles may apply ``sns``
     #: plans that allocate ways (:func:`coshare.planner.ways_refusal`; issue 19).
     writes_llc_ways: ClassVar[bool] = True
+    #: Slurm's job ids are unique in the cluster, across partitions and planners: the
+    #: engine's claims match another planner's claimed job to the same job read here
+    #: (:func:`coshare.coord.claims.admit`; issue 20).
+    global_job_ids: ClassVar[bool] = True
 
     @property
     def applies_harvest(self) -> bool:
@@ -113,6 +117,7 @@ class SlurmAdapter:
             now_s=self.clock(),
             node_facts_max_age_s=self.config.cycle.node_facts_max_age_s,
             lend_partition=self.config.slurm.lend_partition,
+            shared=self.config.coordination.dsn is not None,
         )
         return SourceResult(self.view.snapshot, self.view.rejected, self.view.waiting,
                             tuple(notes) + self.view.notes, self.view.unusable)  # fmt: skip

@@ -17,6 +17,9 @@ the rules of a placement's life); a job's gate is open while it is not held::
     running, without                       -> holds Slurm's own GRES allocation, if any
     begin time in the future, or a dependency on a job still queued -> waits, not planned
     array, other partition, bad or unreadable annotations -> refused
+    other partition, with several planners (coordination.dsn): another planner's job, never
+                                              refused or written; placed and released, it
+                                              holds its devices here too
     multi-node (-N, --ntasks, --ntasks-per-node) -> a gang: planned on all its nodes at once
     a number of its record out of bounds (NaN, 1e300 CPUs) -> refused if pending; if it
                                               runs: holds its whole nodes
@@ -40,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from coshare.annotations import ClusterLimits
 from coshare.bounds import BadValue
 from coshare.errors import AnnotationError
 from coshare.facts import with_facts
@@ -50,7 +54,9 @@ from coshare.ledger import (
     Shape,
     declared_terms,
     find_kind,
+    held,
     kind_index,
+    pending_job,
     read_node,
     refuse_on_error,
     settle,
@@ -255,8 +261,13 @@ def build_view(
     now_s: float,
     node_facts_max_age_s: float = 600.0,
     lend_partition: str | None = None,
+    shared: bool = False,
 ) -> ClusterView:
-    """Turn what squeue and sinfo said into the cycle's view (see the module docstring)."""
+    """Turn what squeue and sinfo said into the cycle's view (see the module docstring).
+
+    ``shared``: other planners plan the other partitions over the same nodes (issue 20):
+    their jobs are theirs, never refused here; a placed one counts where it is placed.
+    """
     notes: list[str] = []
     usable, unusable = build_nodes(nodes, device_kinds, gres_name, partition, notes)
     by_name = {n.name: n for n in usable}
@@ -289,6 +300,11 @@ def build_view(
                 )
             continue
         if not annotated:
+            continue
+        if shared and partition is not None and not (
+                {partition, lend_partition} & set(job.partition.split(","))):  # fmt: skip
+            # another planner's (a job this one moved into its lending partition stays its own)
+            running.extend(_foreign(job, placement, usable, notes))
             continue
         if job.problem:
             queue.append(Rejected(job.id, f"job {job.id}: {job.problem}"))
@@ -326,6 +342,29 @@ def _wait(job: SlurmJob, now_s: float, queued: set[str]) -> str | None:
     if job.eligible_time_s > now_s:
         return "waits for its begin time"
     return _dependency_wait(job, queued)
+
+
+def _foreign(job: SlurmJob, placement: Placement | None, usable: Sequence[Node],
+             notes: list[str]) -> tuple[RunningJob, ...]:  # fmt: skip
+    """What a pending job of another planner's partition holds here: nothing unless it is
+    placed and released (then Slurm may start it on its placement any moment), and then
+    its placement's devices on the nodes this planner shares (expired or not: only its own
+    planner plans it again)."""
+    placed = placed_of(placement, job)
+    if job.held or job.problem or placed is None:
+        return ()
+
+    def holding() -> tuple[RunningJob, ...]:
+        queued = _queued(job, placement)
+        return held(queued, pending_job(queued, ClusterLimits.of_nodes(usable), gangs=True))
+
+    holds = refuse_on_error(job.id, holding)  # its record never stops this planner's cycle
+    if isinstance(holds, Rejected):
+        notes.append(f"job {job.id} of partition {job.partition} is placed but unreadable "
+                     f"here ({holds.reason}); its planner's claims count for it")  # fmt: skip
+        return ()
+    names = {n.name for n in usable}
+    return tuple(r for r in holds if r.node in names)
 
 
 def _held_whole(job: SlurmJob, nodes: Mapping[str, Node], notes: list[str]) -> list[RunningJob]:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from coshare.config import Config
-from coshare.coord.cycle import coordination
+from coshare.coord.cycle import coordination, global_job_ids, job_key
 from coshare.errors import CoshareError, CycleBusy
 from coshare.lock import cycle_lock
 from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
@@ -41,7 +41,8 @@ def run_once(
 
     With ``coordination.dsn`` set, the cycle also holds its planner's lease
     (:mod:`coshare.coord.cycle`): taken or renewed before reading, checked again right
-    before writing.
+    before writing; and its plan's device memory is claimed in the engine before it is
+    written (the other planners' claims count in its plan).
 
     Raises:
         CycleBusy: another cycle holds the lock, or (:class:`~coshare.errors.Standby`)
@@ -54,11 +55,16 @@ def run_once(
     metrics = CycleMetrics(name, config.metrics, totals=totals)
     try:
         with cycle_lock(lock_file, f"{name}.lock_file"), \
-                coordination(config.coordination, name, dry_run) as fence:
+                coordination(config.coordination, name, dry_run) as coordinated:
             adapter = open_adapter(config)
+            if coordinated is not None:
+                coordinated.gate.global_ids = global_job_ids(adapter)
+                coordinated.gate.key = job_key(adapter)
             report = run_cycle(adapter, policy, adapter, dry_run=dry_run,
                                strict_threads=config.policy.threads == "strict",
-                               on_phase=metrics.phase, before_write=fence)  # fmt: skip
+                               on_phase=metrics.phase,
+                               before_write=None if coordinated is None else coordinated.fence,
+                               gate=None if coordinated is None else coordinated.gate)  # fmt: skip
     except CycleBusy:
         raise
     except CoshareError as error:

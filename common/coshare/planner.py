@@ -39,7 +39,16 @@ from coshare.errors import PlanInvariantError
 from coshare.model import Plan, Snapshot
 from coshare.policies.base import Policy
 from coshare.policies.collocate import NO_HARVEST, without_harvest
-from coshare.ports import ApplyReport, Editor, JobOutcome, Rejected, Source, SourceResult, Waiting
+from coshare.ports import (
+    ApplyReport,
+    Editor,
+    JobOutcome,
+    PlanGate,
+    Rejected,
+    Source,
+    SourceResult,
+    Waiting,
+)
 from coshare.verify import check_plan
 
 # The ports used to live here: their names stay importable from the planner.
@@ -126,6 +135,7 @@ def run_cycle(
     clock: Callable[[], float] = time.perf_counter,
     on_phase: OnPhase | None = None,
     before_write: Callable[[], None] | None = None,
+    gate: PlanGate | None = None,
 ) -> CycleReport:
     """Run one planning cycle.
 
@@ -134,6 +144,9 @@ def run_cycle(
         before_write: called right before the plan is written (not in a dry run); it
             raises to stop the cycle with nothing written (the planner lease's fence,
             :mod:`coshare.coord.cycle`).
+        gate: with several planners over the same nodes (not in a dry run): settles the
+            snapshot before planning (the other planners' claims count) and books the plan
+            before it is written; only what it admits is written.
 
     Raises:
         SchedulerError: the scheduler could not be read, or nothing could be written.
@@ -144,13 +157,16 @@ def run_cycle(
     result = source.read()
     read_s = clock() - start
     tell("read", read_s)
-    plan = timed_plan(policy, result.snapshot, clock)
+    snapshot = result.snapshot
+    if gate is not None and not dry_run:
+        snapshot = gate.settle(snapshot)
+    plan = timed_plan(policy, snapshot, clock)
     why = harvest_refusal(editor)
     if why is not None:  # harvest placements (collocate) this Editor cannot apply wait
         plan = without_harvest(plan, why)
     tell("plan", plan.seconds)
     start = clock()
-    violations = check_plan(result.snapshot, plan, strict_threads=strict_threads)
+    violations = check_plan(snapshot, plan, strict_threads=strict_threads)
     if plan.trials:
         # Trial co-runs need the node to freeze, probe and thaw, and the scheduler to suspend
         # a pair that fails (poncos section 7); neither is wired yet (issue 18 items 2-3), so
@@ -165,6 +181,8 @@ def run_cycle(
     tell("verify", verify_s)
     if violations:
         raise PlanInvariantError(plan.policy, violations)
+    if gate is not None and not dry_run:
+        plan = gate.admit(snapshot, plan)
     if before_write is not None and not dry_run:
         before_write()
     start = clock()
@@ -177,7 +195,7 @@ def run_cycle(
         rejected=result.rejected,
         read_s=read_s,
         apply_s=apply_s,
-        snapshot=result.snapshot,
+        snapshot=snapshot,
         waiting=result.waiting,
         notes=result.notes,
         verify_s=verify_s,

@@ -5,6 +5,7 @@
     Source.read() ----------> SourceResult(snapshot, rejected, waiting, notes, unusable)
     Editor.apply(plan, rejected, dry_run) --> ApplyReport(applied, unchanged, skipped,
                                                           failed, rejected, withdrawn)
+    PlanGate.settle(snapshot) / .admit(snapshot, plan)    several planners (issue 20)
 
 Both scheduler adapters (``condor_addon``, ``slurm_addon``) implement the two protocols in
 one object, their ``adapter`` module; the simulator keeps its own in-memory ledger. The
@@ -161,3 +162,26 @@ class Editor(Protocol):
 class Adapter(Source, Editor, Protocol):
     """A scheduler adapter: its Source and Editor in one object (the Editor compares each job
     with what the Source read)."""
+
+
+class PlanGate(Protocol):
+    """Where a planner's cycle meets the other planners over the same nodes (issue 20; the
+    engine's claims, :mod:`coshare.coord.claims`).
+
+    Contract: :meth:`settle` is called after the read and before planning: it releases this
+    planner's claims of jobs the read no longer shows holding anything, and returns the
+    snapshot with the other planners' claims the read does not show yet, as planned
+    placements. :meth:`admit` is called after the plan was checked and before anything is
+    written: it books the plan's device parts, each job all or none, and returns the plan
+    with the jobs it could not book moved to ``unplaced`` with the reason; only what it
+    returns may be written. Both raise :class:`~coshare.errors.CoordinationError` (nothing
+    written) when the engine is unreachable or the lease is lost.
+    """
+
+    def settle(self, snapshot: Snapshot) -> Snapshot:
+        """Release stale claims; the snapshot with the other planners' live claims."""
+        ...
+
+    def admit(self, snapshot: Snapshot, plan: Plan) -> Plan:
+        """Book the plan's parts; the plan that may be written."""
+        ...

@@ -42,9 +42,11 @@ printf '%s\\n' "${COSHARE_NODE:--}"
 """
 
 
-def pool(*args: str, timeout_s: float = 600) -> str:
-    """Run deploy/condor/pool with ``args``; its output."""
-    env = {**os.environ, "CONDOR_POOL_COSHARE_BIN": COSHARE_BIN}
+def pool(*args: str, timeout_s: float = 600, schedds: int = 1) -> str:
+    """Run deploy/condor/pool with ``args`` (``schedds``: how many a start starts); its
+    output."""
+    env = {**os.environ, "CONDOR_POOL_COSHARE_BIN": COSHARE_BIN,
+           "CONDOR_POOL_SCHEDDS": str(schedds)}  # fmt: skip
     return run([str(POOL_SCRIPT), *args], timeout_s=timeout_s, env=env).stdout
 
 
@@ -140,12 +142,13 @@ def wait_for(check: Callable[[], object], timeout_s: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
-def start_pool() -> Iterator[Pool]:
-    """Start the pool (building the chroot the first time), yield it, stop it."""
+def start_pool(schedds: int = 1) -> Iterator[Pool]:
+    """Start the pool (building the chroot the first time) with ``schedds`` schedds, yield
+    it, stop it."""
     if os.geteuid() != 0:
         raise AssertionError("the HTCondor integration tests need root: deploy/condor/pool "
                              "builds a chroot and mounts into it (run make test as root)")
-    pool("start")
+    pool("start", schedds=schedds)
     work = CHROOT / WORK.lstrip("/")
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.sh").write_text(JOB_SCRIPT)

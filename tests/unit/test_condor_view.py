@@ -423,3 +423,32 @@ def test_node_facts_published_by_the_startd_cron_reach_the_snapshot(
     assert [(r.id, r.node, r.cpu_load_max_cores) for r in measured] == [("14.0", "node1", 0.9)]
     assert notes == ("node facts older than cycle.node_facts_max_age_s = 600 s on 1 node(s), "
                      "planned without them (node2: 7200 s old)",)  # fmt: skip
+
+
+def test_another_schedds_open_placements_hold_their_devices_under_their_global_id(
+    slots: list[dict[str, object]], jobs: list[QueueJob], now_s: float
+) -> None:
+    """Several planners, one per schedd (issue 20): the recorded queue read as another
+    schedd's. Its placed job 19.0 holds its device here, expired or not; nothing else."""
+    from condor_addon.view import foreign_planned
+
+    view = parse_slots(slots, KINDS)
+    own = parse_queue(jobs, view, now_s=now_s, replan_after_s=300)
+    foreign, notes = foreign_planned(jobs, view)
+    placed = {r.node: r for r in own.book.planned}
+    assert [(r.node, r.devices, r.device_memory_mib, r.state) for r in foreign] == [
+        (r.node, r.devices, r.device_memory_mib, "planned") for r in placed.values()]
+    job19 = next(j for j in jobs if j.id == "19.0")
+    assert [r.id for r in foreign] == [job19.global_id] and "#" in job19.global_id
+    assert notes == ()
+    later = parse_queue(jobs, view, now_s=now_s + 301, replan_after_s=300)
+    assert later.book.planned == () and foreign_planned(jobs, view)[0] == foreign
+
+
+def test_claim_keys_name_the_schedd_whoever_reads_the_job() -> None:
+    from condor_addon.view import claim_key
+
+    own = claim_key("12.0", "coshare-pool2@127.0.0.1")
+    seen_elsewhere = claim_key("coshare-pool2@127.0.0.1#12.0#1700000000", "coshare-pool@127.0.0.1")
+    assert own == seen_elsewhere == "coshare-pool2@127.0.0.1#12.0"
+    assert claim_key("12.0", None) == "12.0"

@@ -27,7 +27,7 @@ PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies
         "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
         "node.control.trust", "node.control.protocol", "node.harvest",
         "facts", "node.load", "node.ways", "node.bandwidth", "gangs", "profiles", "llc",
-        "node.perfstat"]  # fmt: skip
+        "node.perfstat", "coord.claims"]  # fmt: skip
 
 #: The adapters' pure halves: records to snapshot (view), plan to writes (edits), and the
 #: parsers and builders they use. The HTCondor adapter's expressions module quotes through

@@ -283,3 +283,27 @@ def test_sinfo_json_carries_each_nodes_extra_field() -> None:
     record["nodes"][0]["extra"] = "coshare-facts;v=1;at=5"
     (first, *_) = parse_sinfo_json(json.dumps(record))
     assert first.extra == "coshare-facts;v=1;at=5"
+
+
+def test_with_several_planners_other_partitions_jobs_are_theirs() -> None:
+    # issue 20: partition "second" is another planner's, over the same node.
+    both = replace(node(), partitions=("main", "second"))
+    placed = job("1", partition="second", held=False, admin_comment=PLACED.format(at=int(NOW)))
+    unplaced = job("2", partition="second")
+    expired = job("3", partition="second", held=False,
+                  admin_comment=PLACED.format(at=int(NOW) - 10_000))  # fmt: skip
+    v = view([both], [placed, unplaced, expired], partition="main", shared=True)
+    assert v.rejected == () and v.snapshot.pending == ()
+    # Placed and released: Slurm may start it any moment, so it holds its device here too,
+    # expired or not (only its own planner plans it again).
+    held = {(r.id, r.node, r.devices, r.device_memory_mib, r.state) for r in v.snapshot.running}
+    assert held == {("1", "n1", ("1",), 1024, "planned"), ("3", "n1", ("1",), 1024, "planned")}
+    assert "2" not in v.to_close and "1" not in v.to_close
+    # Without the engine the same jobs are refused, as before.
+    alone = view([both], [placed, unplaced], partition="main")
+    assert {r.job for r in alone.rejected} == {"1", "2"}
+    # A job this planner moved into its lending partition (collocate) stays its own: it is
+    # planned here, not counted as another planner's.
+    lent = job("4", partition="coshare-lend")
+    mine = view([both], [lent], partition="main", shared=True, lend_partition="coshare-lend")
+    assert [j.id for j in mine.snapshot.pending] == ["4"] and mine.snapshot.running == ()

@@ -9,29 +9,116 @@ standby (:class:`~coshare.errors.Standby`, exit 0: it did nothing). An unreachab
 either point: :class:`~coshare.errors.EngineUnavailable` naming the address, nothing written,
 exit 1; the next cycle connects afresh.
 
-Without ``coordination.dsn`` (the default) the fence is ``None`` and the cycle runs as it
-always did: one planner, no engine.
+With the lease comes the planner's *gate* (:class:`EngineGate`, the
+:class:`~coshare.ports.PlanGate` port): the plan's device memory is claimed in the engine
+before it is written, so several planners over the same nodes never book a device beyond its
+memory (:mod:`coshare.coord.claims` has the rules).
+
+Without ``coordination.dsn`` (the default) there is neither and the cycle runs as it always
+did: one planner, no engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
 
 from coshare.config import CoordinationConfig
+from coshare.coord import claims as rules
 from coshare.extras import load
+from coshare.model import Plan, Snapshot
 
 Fence = Callable[[], None]
 
 
+@dataclass(frozen=True)
+class Coordinated:
+    """What a coordinated cycle gets: the lease's fence and the planner's gate."""
+
+    fence: Fence
+    gate: EngineGate
+
+
+class EngineGate:
+    """The :class:`~coshare.ports.PlanGate` on the engine's claims.
+
+    Args:
+        claims: the planner's :class:`~coshare.coord.postgres.PostgresClaims`.
+        global_ids: whether the claim keys are unique across the planners that share the
+            nodes (:func:`~coshare.coord.claims.admit`); an adapter says so with the class
+            attribute ``global_job_ids`` (:func:`global_job_ids`).
+        key: a job id as its claim key (an adapter's ``job_key``; :func:`job_key`).
+    """
+
+    def __init__(self, claims: Any, global_ids: bool = False,
+                 key: Callable[[str], str] = str) -> None:  # fmt: skip
+        self.claims = claims
+        self.global_ids = global_ids
+        self.key = key
+        self.planner: str = claims.lease.planner
+        self._read: Snapshot | None = None
+        #: Figures of the last cycle, for its log: claims released, other planners' claims
+        #: counted, jobs granted and refused.
+        self.figures: dict[str, int] = {}
+
+    def settle(self, snapshot: Snapshot) -> Snapshot:
+        """Release this planner's claims of jobs no longer holding anything; add the other
+        planners' live claims the read does not show."""
+        keyed = rules.rekey(snapshot, self.key)
+        self._read = keyed
+        gone = rules.stale(self.claims.own_jobs(), keyed)
+        released = self.claims.release(gone)
+        live = self.claims.live()
+        self.figures = {"released": released,
+                        "others": sum(1 for c in live if c.planner != self.planner)}
+        added = rules.with_claims(keyed, self.planner, live,
+                                  global_ids=self.global_ids).running[len(keyed.running):]
+        return replace(snapshot, running=snapshot.running + added)  # fmt: skip
+
+    def admit(self, snapshot: Snapshot, plan: Plan) -> Plan:
+        """Claim the plan's device parts; the plan without the jobs refused."""
+        job_of = {self.key(job): job for job in plan.placed_jobs}
+        wanted = {self.key(job): tuple(replace(p, job=self.key(job)) for p in parts)
+                  for job, parts in rules.plan_parts(snapshot, plan).items()}  # fmt: skip
+        # What the scheduler showed, not the other planners' claims settle added to it.
+        read = self._read if self._read is not None else rules.rekey(snapshot, self.key)
+        decision = self.claims.claim(wanted, rules.capacities(snapshot), rules.seen(read),
+                                     global_ids=self.global_ids)  # fmt: skip
+        refused = {job_of[k]: why for k, why in decision.refused.items()}
+        self.figures["granted"] = len(wanted) - len(refused)
+        self.figures["refused"] = len(refused)
+        admitted = rules.without(plan, refused)
+        if refused:
+            note = (f"{len(refused)} job(s) lost their devices to another planner's "
+                    "claims made since this cycle read; they wait for the next cycle")
+            admitted = replace(admitted, notes=(*admitted.notes, note))
+        return admitted
+
+
+def global_job_ids(adapter: object) -> bool:
+    """Whether an adapter declares its claim keys unique across planners (class attribute
+    ``global_job_ids = True``; Slurm's job ids are cluster-wide, HTCondor's keys name the
+    schedd). One that declares nothing: not."""
+    return getattr(adapter, "global_job_ids", False) is True
+
+
+def job_key(adapter: object) -> Callable[[str], str]:
+    """An adapter's ``job_key`` (a job id as its claim key), or the id itself."""
+    key = getattr(adapter, "job_key", None)
+    return key if callable(key) else str
+
+
 @contextmanager
 def coordination(config: CoordinationConfig, scheduler: str,
-                 dry_run: bool = False) -> Iterator[Fence | None]:  # fmt: skip
+                 dry_run: bool = False) -> Iterator[Coordinated | None]:  # fmt: skip
     """The lease of planner ``config.domain`` (else ``scheduler``) for one cycle.
 
     Yields:
-        the fence to call before writing, or ``None`` (no engine configured, or a dry run,
-        which writes nothing and so needs no lease).
+        the fence to call before writing and the gate to plan and claim through, or
+        ``None`` (no engine configured, or a dry run, which writes nothing and so needs no
+        lease).
 
     Raises:
         Standby: another instance holds the lease.
@@ -52,6 +139,6 @@ def coordination(config: CoordinationConfig, scheduler: str,
         def fence() -> None:
             lease.fence()
 
-        yield fence
+        yield Coordinated(fence, EngineGate(postgres.PostgresClaims(lease)))
     finally:
         engine.close()

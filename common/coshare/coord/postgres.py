@@ -13,6 +13,11 @@ planners starting together do not race on the catalogue):
     job id: PICASO section 5) and the planner and epoch that wrote it. The primary key on the
     unit is what makes double booking impossible whatever the planners do: a second insert of
     a unit fails (or, with ``ON CONFLICT DO NOTHING``, is not made).
+``coshare_claims``
+    one row per device part of a job a planner's cycle placed (job, node, device, declared
+    memory), booked before the placement is written to the scheduler and kept until the
+    job ends or is removed (:class:`PostgresClaims`, the rules in
+    :mod:`coshare.coord.claims`); live while its planner's lease is, like a reservation.
 ``coshare_cancellations``
     the requests active cancellation took back, for their planner to learn (it requests
     them again, PICASO 4.2).
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -51,6 +56,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from coshare.alloc.layout import Layout
 from coshare.alloc.store import State
+from coshare.coord.claims import Claimed, Decision, Part, admit
 from coshare.errors import (
     ConfigError,
     CoordinationError,
@@ -94,10 +100,31 @@ CREATE TABLE IF NOT EXISTS coshare_cancellations (
     by_job  text NOT NULL,
     at      timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+CREATE TABLE IF NOT EXISTS coshare_claims (
+    job        text NOT NULL,
+    node       text NOT NULL,
+    device     text NOT NULL,
+    unit       text NOT NULL,
+    memory_mib bigint NOT NULL CHECK (memory_mib >= 0),
+    planner    text NOT NULL REFERENCES coshare_leases (planner),
+    epoch      bigint NOT NULL,
+    PRIMARY KEY (planner, job, node, device)
+);
+CREATE INDEX IF NOT EXISTS coshare_claims_unit ON coshare_claims (unit);
+CREATE OR REPLACE VIEW coshare_live_claims AS
+    SELECT c.* FROM coshare_claims c
+    JOIN coshare_leases l ON l.planner = c.planner AND l.epoch = c.epoch
+    WHERE l.lease_until > clock_timestamp();
 CREATE OR REPLACE VIEW coshare_live AS
     SELECT r.* FROM coshare_reservations r
     JOIN coshare_leases l ON l.planner = r.planner AND l.epoch = r.epoch
     WHERE l.lease_until > clock_timestamp();
+"""
+
+#: Deletes every dead claim (of planners whose lease expired or changed hands).
+_SWEEP_CLAIMS = """
+DELETE FROM coshare_claims c USING coshare_leases l
+WHERE l.planner = c.planner AND (l.epoch <> c.epoch OR l.lease_until <= clock_timestamp())
 """
 
 #: Deletes the dead bookings among ``units`` (all when ``units`` is NULL).
@@ -296,6 +323,7 @@ class PlannerLease:
                 assert other is not None
                 return str(other[0]), _float(other[1])
             cur.execute(_SWEEP, {"units": None})
+            cur.execute(_SWEEP_CLAIMS)
             return Held(_int(row[0]), _float(row[1]))
 
         got = self.engine.run(work)
@@ -568,6 +596,105 @@ class PostgresReservations:
     def _column(self, sql: str, params: tuple[object, ...]) -> list[str]:
         rows = self.engine.run(lambda cur: cur.execute(sql, params).fetchall())
         return [str(row[0]) for row in rows]
+
+
+class PostgresClaims:
+    """Device-memory claims of one planner's cycles (:mod:`coshare.coord.claims` has the
+    rules), written under its lease.
+
+    Args:
+        lease: the planner's lease (acquired first); every write checks it.
+    """
+
+    def __init__(self, lease: PlannerLease) -> None:
+        self.lease = lease
+        self.engine = lease.engine
+
+    def live(self) -> tuple[Claimed, ...]:
+        """Every live claim (all planners)."""
+        rows = self.engine.run(lambda cur: cur.execute(
+            "SELECT planner, job, node, device, memory_mib FROM coshare_live_claims").fetchall())
+        return tuple(_claimed(row) for row in rows)
+
+    def own_jobs(self) -> tuple[str, ...]:
+        """The jobs this planner holds live claims for."""
+        rows = self.engine.run(lambda cur: cur.execute(
+            "SELECT DISTINCT job FROM coshare_live_claims WHERE planner = %s",
+            (self.lease.planner,)).fetchall())  # fmt: skip
+        return tuple(sorted(str(row[0]) for row in rows))
+
+    def release(self, jobs: Sequence[str]) -> int:
+        """Release this planner's claims of ``jobs`` (ended, removed, pending again); how
+        many parts were released.
+
+        Raises:
+            LeaseLost: the lease is no longer this instance's (nothing is released).
+        """
+        def work(cur: psycopg.Cursor[tuple[object, ...]]) -> int:
+            self.lease.check(cur)
+            cur.execute("DELETE FROM coshare_claims WHERE planner = %s AND job = ANY(%s)",
+                        (self.lease.planner, list(jobs)))  # fmt: skip
+            return cur.rowcount
+
+        return self.engine.run(work) if jobs else 0
+
+    def claim(self, wanted: Mapping[str, Sequence[Part]], capacity: Mapping[str, int],
+              seen_use: Mapping[str, Mapping[str, int]], *,
+              global_ids: bool = True) -> Decision:  # fmt: skip
+        """Book ``wanted``'s jobs, each all or none, in one transaction (:func:`admit`).
+
+        The devices involved are locked first (transaction-level advisory locks, in one
+        global order, so two planners claiming overlapping devices never deadlock and the
+        second sees the first's claims); then the live claims on them are read and
+        :func:`~coshare.coord.claims.admit` decides; the granted parts are inserted (a job
+        claimed again replaces its earlier parts).
+
+        Raises:
+            LeaseLost: the lease is no longer this instance's (nothing is booked).
+        """
+        units = sorted({p.unit for parts in wanted.values() for p in parts})
+
+        def work(cur: psycopg.Cursor[tuple[object, ...]]) -> Decision:
+            epoch = self.lease.check(cur)
+            # hashtext collisions only serialize two devices more than needed.
+            cur.execute("SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT "
+                        "hashtext(u)::bigint + %s AS k FROM unnest(%s::text[]) AS u) x "
+                        "ORDER BY k", (_CLAIM_LOCKS, units))  # fmt: skip
+            cur.execute("SELECT planner, job, node, device, memory_mib FROM coshare_live_claims"
+                        " WHERE unit = ANY(%s)", (units,))  # fmt: skip
+            live = [_claimed(row) for row in cur.fetchall()]
+            decision = admit(self.lease.planner, wanted, capacity, live,
+                             {u: seen_use[u] for u in units if u in seen_use},
+                             global_ids=global_ids)  # fmt: skip
+            jobs = sorted({p.job for p in decision.granted})
+            cur.execute("DELETE FROM coshare_claims WHERE planner = %s AND job = ANY(%s)",
+                        (self.lease.planner, jobs))  # fmt: skip
+            rows: dict[tuple[str, str, str], int] = {}
+            for p in decision.granted:
+                key = (p.job, p.node, p.device)
+                rows[key] = rows.get(key, 0) + p.memory_mib
+            if rows:
+                cur.execute("""
+                    INSERT INTO coshare_claims (job, node, device, unit, memory_mib, planner,
+                                                epoch)
+                    SELECT j, n, d, n || '/' || d, m, %s, %s
+                    FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[]) AS x(j, n, d, m)
+                """, (self.lease.planner, epoch, [k[0] for k in rows], [k[1] for k in rows],
+                      [k[2] for k in rows], list(rows.values())))  # fmt: skip
+            return decision
+
+        if not wanted:
+            return Decision((), {})
+        return self.engine.run(work)
+
+
+#: Offset of the claim locks' keys (apart from other advisory locks of the database).
+_CLAIM_LOCKS = 0x636C << 32  # "cl"
+
+
+def _claimed(row: Sequence[object]) -> Claimed:
+    planner, job, node, device, memory = row
+    return Claimed(str(planner), Part(str(job), str(node), str(device), _int(memory)))
 
 
 class _Undo(Exception):

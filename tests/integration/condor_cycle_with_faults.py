@@ -1,0 +1,45 @@
+"""Run ``coshare condor cycle`` and SIGKILL it right after its N-th queue edit, for the
+several-planners tests (python -m tests.integration.condor_cycle_with_faults --config C
+--kill-after-edit N). The real command line runs against the real pool; only the client's
+edit calls are wrapped, so the process dies mid-apply: its claims are in the engine, some of
+its placements written, the rest not."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from typing import Any
+
+from condor_addon.client import CondorClient
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--kill-after-edit", type=int, required=True)
+    args = parser.parse_args()
+    edits = {"n": 0}
+    real_ids, real_where = CondorClient.edit_ids, CondorClient.edit_where
+
+    def counted(result: Any) -> Any:
+        edits["n"] += 1
+        if edits["n"] == args.kill_after_edit:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    def edit_ids(self: CondorClient, *a: Any, **k: Any) -> Any:
+        return counted(real_ids(self, *a, **k))
+
+    def edit_where(self: CondorClient, *a: Any, **k: Any) -> Any:
+        return counted(real_where(self, *a, **k))
+
+    CondorClient.edit_ids = edit_ids  # type: ignore[method-assign]
+    CondorClient.edit_where = edit_where  # type: ignore[method-assign]
+    from coshare.cli import main as coshare_main
+
+    coshare_main(["--config", args.config, "condor", "cycle"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Two planners over the local HTCondor pool's nodes, one per schedd, sharing them through one
+PostgreSQL engine (issue 20 item 3, live). The pool runs a second schedd
+(``CONDOR_POOL_SCHEDDS=2``); ``coshare condor cycle`` of ``coshare-pool`` and of
+``coshare-pool2`` run at the same moment, cycle after cycle. What the jobs saw and when they
+ran (their outputs, each schedd's history) shows no device ever held beyond its memory, and
+devices running jobs of both schedds. A planner SIGKILLed mid-cycle leaves every open
+gate of both queues within every device's memory while its claims live; its claims are gone
+once its lease expires, and its open gates, read from its schedd's queue, still keep the
+other planner off."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from condor_addon.view import machine_of
+from tests.integration.condor_pool import (
+    CHROOT,
+    CLIENT_CONFIG,
+    POOL_SCRIPT,
+    ROOT,
+    WORK,
+    Pool,
+    pool,
+    start_pool,
+)
+from tests.integration.test_condor_pool import COSHARE, DEVICES, annotated
+from tests.postgres import Postgres, running_postgres
+
+pytestmark = [pytest.mark.integration, pytest.mark.condor, pytest.mark.postgres]
+
+SCHEDDS = {"a": "coshare-pool@127.0.0.1", "b": "coshare-pool2@127.0.0.1"}
+LEASE_S = 10.0
+SIZES = [2500, 3000, 3500, 2000]
+
+
+@pytest.fixture(scope="module")
+def two_schedds() -> Iterator[Pool]:
+    """The pool with two schedds, for this module only; a pool already running (another
+    module's, one schedd) is stopped first and started again afterwards."""
+    was_running = subprocess.run([str(POOL_SCRIPT), "status"], capture_output=True,
+                                 timeout=60).returncode == 0  # fmt: skip
+    if was_running:
+        pool("stop")
+    try:
+        yield from start_pool(schedds=2)
+    finally:
+        if was_running:
+            pool("start")
+
+
+@pytest.fixture
+def planners(two_schedds: Pool, tmp_path: Path) -> Iterator[dict[str, Path]]:
+    with running_postgres() as engine:
+        yield configs(engine, tmp_path)
+    for name in SCHEDDS.values():
+        schedd(two_schedds, name).act(two_schedds.htcondor.JobAction.Remove, "true")
+
+
+def configs(engine: Postgres, tmp_path: Path) -> dict[str, Path]:
+    dsn = engine.new_database()
+    out = {}
+    for planner, name in SCHEDDS.items():
+        config = {
+            "condor": {"config_file": str(CLIENT_CONFIG), "schedd": name,
+                       "lock_file": str(tmp_path / f"{planner}.lock")},
+            "coordination": {"dsn": dsn, "domain": f"condor-{planner}", "instance": "cm",
+                             "lease_s": LEASE_S},
+        }  # fmt: skip
+        out[planner] = tmp_path / f"{planner}.yaml"
+        out[planner].write_text(yaml.safe_dump(config))
+    return out
+
+
+def schedd(live: Pool, name: str) -> Any:
+    htc = live.htcondor
+    return htc.Schedd(htc.Collector(live.client.collector_name).locate(htc.DaemonType.Schedd,
+                                                                        name))  # fmt: skip
+
+
+def submit(live: Pool, planner: str, count: int, memory_mib: int | None = None,
+           **extra: str) -> dict[str, int]:  # fmt: skip
+    """``count`` annotated jobs on ``planner``'s schedd; ``{planner:cluster.proc: memory}``."""
+    jobs = {}
+    for i in range(count):
+        memory = memory_mib or SIZES[(i + (planner == "b")) % len(SIZES)]
+        desc = {"executable": f"{WORK}/job.sh", "arguments": str(3 + i % 2),
+                "initialdir": WORK, "transfer_executable": "false", "request_memory": "64",
+                "output": f"{WORK}/out.{planner}.$(Cluster).$(Process)",
+                "error": f"{WORK}/err.{planner}.$(Cluster).$(Process)",
+                **annotated(memory, 60), **extra}  # fmt: skip
+        result = schedd(live, SCHEDDS[planner]).submit(live.htcondor.Submit(desc), count=1)
+        jobs[f"{planner}:{result.cluster()}.0"] = memory
+    return jobs
+
+
+def cycle(config: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([COSHARE, "--config", str(config), "condor", "cycle"], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def queued(live: Pool, planner: str) -> list[Any]:
+    return list(schedd(live, SCHEDDS[planner]).query("true", projection=[
+        "ClusterId", "ProcId", "CosharePlacedNode", "CosharePlacedDevices",
+        "CoshareDeviceMemory"]))  # fmt: skip
+
+
+def test_two_schedds_planners_never_book_a_device_beyond_its_memory(
+        two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
+    live = two_schedds
+    jobs = {**submit(live, "a", 10), **submit(live, "b", 10)}
+    deadline = time.monotonic() + 300
+    rounds = lost = 0
+    while any(queued(live, p) for p in SCHEDDS):
+        assert time.monotonic() < deadline, "jobs still queued after 300 s"
+        procs = [cycle(planners[p]) for p in SCHEDDS]
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, out + err
+            lost += (out + err).count("lost their devices to another planner")
+        rounds += 1
+        time.sleep(1)
+    nodes = live.node_of_machine()
+    spans: dict[tuple[str, str], list[tuple[float, float, int, str]]] = defaultdict(list)
+    for planner, name in SCHEDDS.items():
+        for ad in schedd(live, name).history("true", projection=[
+                "ClusterId", "ProcId", "LastRemoteHost", "CosharePlacedNode",
+                "CosharePlacedDevices", "ExitCode"]):  # fmt: skip
+            job = f"{planner}:{ad['ClusterId']}.{ad['ProcId']}"
+            node = nodes[machine_of(ad["LastRemoteHost"])]
+            devices = tuple(str(ad["CosharePlacedDevices"]).split(","))
+            assert ad["ExitCode"] == 0 and node == ad["CosharePlacedNode"], ad
+            out = (CHROOT / WORK.lstrip("/") / f"out.{planner}.{ad['ClusterId']}.{ad['ProcId']}")
+            start, end, seen = out.read_text().splitlines()[0].split()
+            assert seen == ",".join(devices)
+            for device in devices:
+                spans[(node, device)].append((float(start), float(end), jobs[job], planner))
+    assert sum(len(v) for v in spans.values()) == len(jobs)
+    at_once = 0
+    for device, runs in spans.items():
+        for start, _, _, _ in runs:  # the load at every start is the peak load
+            load = [(m, p) for s, e, m, p in runs if s <= start < e]
+            assert sum(m for m, _ in load) <= DEVICES[device][0], (device, load)
+            at_once += len({p for _, p in load}) == 2
+    # The planners shared the devices: some ran jobs of both schedds (at once or in turn;
+    # the policy packs each planner's jobs, so "at once" is up to the race).
+    shared = [d for d, runs in spans.items() if len({p for *_, p in runs}) == 2]
+    assert shared, f"no device ran jobs of both schedds: {dict(spans)}"
+    print(f"{rounds} rounds of two cycles; {lost} cycles lost jobs to the other's claims; "
+          f"{len(shared)} devices ran jobs of both schedds, {at_once} starts beside a job of "
+          "the other schedd")
+
+
+def open_gates(live: Pool, only: str | None = None) -> dict[tuple[str, str], int]:
+    """Device memory of the open gates (placed, idle) of both schedds (or ``only`` one's),
+    per device."""
+    load: dict[tuple[str, str], int] = defaultdict(int)
+    for planner in [only] if only else SCHEDDS:
+        for ad in queued(live, planner):
+            if ad.get("CosharePlacedNode"):
+                for device in str(ad["CosharePlacedDevices"]).split(","):
+                    load[(str(ad["CosharePlacedNode"]), device)] += int(ad["CoshareDeviceMemory"])
+    return load
+
+
+def live_claims(dsn: str, planner: str) -> dict[tuple[str, str], int]:
+    """The planner's live claims: device memory per device."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT node, device, sum(memory_mib) FROM coshare_live_claims "
+                            "WHERE planner = %s GROUP BY node, device", (planner,)).fetchall()
+    return {(str(node), str(device)): int(mib) for node, device, mib in rows}
+
+
+def cycle_of(config: Path) -> None:
+    done = subprocess.run([COSHARE, "--config", str(config), "condor", "cycle"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def within_memory(load: dict[tuple[str, str], int]) -> None:
+    for device, memory in load.items():
+        assert memory <= DEVICES[device][0], (device, memory, dict(load))
+
+
+def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
+        two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
+    live = two_schedds
+    never = {"requirements": "CoshareNeverStart =?= true"}  # open gates stay open
+    dsn = yaml.safe_load(planners["b"].read_text())["coordination"]["dsn"]
+    # Jobs of 5000 MiB: one on an 8 GiB device, three on the 16 GiB one; each node has two
+    # cores, so device memory, not cores, is what the planners can get wrong.
+    submit(live, "b", 3, 5000, **never)
+    cycle_of(planners["b"])  # b's first jobs placed: open gates, claims held
+    assert sum(1 for ad in queued(live, "b") if ad.get("CosharePlacedNode")) == 3
+    submit(live, "b", 2, 5000, **never)
+    # b dies after two edits of its second cycle: claims made for the new jobs, their
+    # placements half written, no gate of them open.
+    killed = subprocess.run([sys.executable, "-m", "tests.integration.condor_cycle_with_faults",
+                             "--config", str(planners["b"]), "--kill-after-edit", "2"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    killed_at = time.monotonic()
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    claims = live_claims(dsn, "condor-b")
+    assert sum(claims.values()) == 5 * 5000  # the unwritten ones too
+    # Within its lease, the other planner plans around its claims and its open gates.
+    submit(live, "a", 2, 5000, **never)
+    cycle_of(planners["a"])
+    assert time.monotonic() < killed_at + LEASE_S, "too slow: the claims expired meanwhile"
+    mine = open_gates(live, only="a")
+    assert mine, "planner a placed nothing"
+    within_memory({k: mine.get(k, 0) + claims.get(k, 0) for k in {*mine, *claims}})
+    time.sleep(max(0.0, killed_at + LEASE_S + 0.5 - time.monotonic()))
+    assert live_claims(dsn, "condor-b") == {}  # dead with its lease, nobody cleaned them
+    # After it, the dead planner's open gates still hold their devices (the other planner
+    # reads them from that schedd's queue): more jobs of planner a than the pool has room
+    # for book none of them twice.
+    submit(live, "a", 8, 5000, **never)
+    cycle_of(planners["a"])
+    assert len(open_gates(live, only="a")) > 2, "planner a placed nothing more"
+    within_memory(open_gates(live))
