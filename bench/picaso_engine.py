@@ -34,6 +34,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -140,9 +141,7 @@ def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int
           "(mean per planner and cycle)")
     for planners in planners_list:
         db = fresh_database(dsn, f"bench_{planners}")
-        with multiprocessing.get_context("spawn").Pool(planners) as pool:
-            results = pool.map(planner_main, [(db, i, planners, devices, jobs, cycles,
-                                               max_claims) for i in range(planners)])
+        results = planners_run(planner_main, db, planners, devices, jobs, cycles, max_claims)
         rows = [r for per in results for r in per]
 
         def mean(key: str, rows: list[dict[str, float]] = rows) -> float:
@@ -157,8 +156,24 @@ def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int
             [{k: round(v, 3) for k, v in r.items()} for r in results[0]]), flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+#: One planner process's arguments: database, index, planners, devices, jobs, cycles, claims.
+PlannerArgs = tuple[str, int, int, int, int, int, int]
+
+
+def planners_run(planner_main: Callable[[PlannerArgs], list[dict[str, float]]],
+                 db: str, planners: int, devices: int, jobs: int, cycles: int,
+                 max_claims: int) -> list[list[dict[str, float]]]:  # fmt: skip
+    """Each of ``planners`` processes runs ``planner_main`` against database ``db``; their
+    figures per cycle, planner by planner."""
+    with multiprocessing.get_context("spawn").Pool(planners) as pool:
+        return pool.map(planner_main, [(db, i, planners, devices, jobs, cycles, max_claims)
+                                       for i in range(planners)])  # fmt: skip
+
+
+def main_with(run: Callable[[str, list[int], int, int, int, int], None], doc: str) -> None:
+    """The command line both engine benchmarks share: ``run`` against ``--dsn`` or a
+    PostgreSQL started here."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--planners", default="2,4,8")
     parser.add_argument("--devices", type=int, default=10_000)
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -176,6 +191,10 @@ def main() -> None:
     with running_postgres() as server:
         run(server.dsn("postgres", tcp=False), planners, args.devices, args.jobs, args.cycles,
             args.max_claims)
+
+
+def main() -> None:
+    main_with(run, __doc__ or "")
 
 
 if __name__ == "__main__":

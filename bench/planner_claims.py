@@ -24,9 +24,7 @@ claim (the conflicts resolved). Printed per planner count: the mean over planner
 
 from __future__ import annotations
 
-import argparse
 import json
-import multiprocessing
 import random
 import statistics
 import sys
@@ -37,7 +35,7 @@ from coshare.coord.claims import Part, unit_of
 from coshare.coord.postgres import Engine, PlannerLease, PostgresClaims
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from picaso_engine import fresh_database
+from picaso_engine import fresh_database, main_with, planners_run
 
 DEVICES_PER_NODE = 8
 DEVICE_MIB = 8192
@@ -121,9 +119,7 @@ def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int
           "(mean per planner and cycle)")
     for planners in planners_list:
         db = fresh_database(dsn, f"claims_{planners}")
-        with multiprocessing.get_context("spawn").Pool(planners) as pool:
-            results = pool.map(planner_main, [(db, i, planners, devices, jobs, cycles,
-                                               max_claims) for i in range(planners)])
+        results = planners_run(planner_main, db, planners, devices, jobs, cycles, max_claims)
         rows = [r for per in results for r in per]
 
         def mean(key: str, rows: list[dict[str, float]] = rows) -> float:
@@ -138,24 +134,7 @@ def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--planners", default="2,4,8")
-    parser.add_argument("--devices", type=int, default=10_000)
-    parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--cycles", type=int, default=3)
-    parser.add_argument("--max-claims", type=int, default=2000)
-    parser.add_argument("--dsn", help="an existing PostgreSQL (default: start one here)")
-    args = parser.parse_args()
-    planners = [int(p) for p in args.planners.split(",")]
-    if args.dsn:
-        run(args.dsn, planners, args.devices, args.jobs, args.cycles, args.max_claims)
-        return
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.postgres import running_postgres
-
-    with running_postgres() as server:
-        run(server.dsn("postgres", tcp=False), planners, args.devices, args.jobs, args.cycles,
-            args.max_claims)
+    main_with(run, __doc__ or "")
 
 
 if __name__ == "__main__":
