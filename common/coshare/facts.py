@@ -313,43 +313,34 @@ def _loads(text: str) -> tuple[JobLoad, ...]:
     return tuple(loads)
 
 
-def _copies(text: str) -> tuple[JobCopy, ...]:
+def _job_values(text: str, key: str, unit: str) -> list[tuple[str, str]]:
+    """The ``job:value`` entries of a per-job fact (``copy_mbps``, ``cpus``), each job once."""
     if not text:
-        return ()
+        return []
     entries = text.split(",")
     if len(entries) > MAX_LOADS:
-        raise FactsError(f"copy_mbps lists {len(entries)} jobs (at most {MAX_LOADS})")
-    copies: list[JobCopy] = []
+        raise FactsError(f"{key} lists {len(entries)} jobs (at most {MAX_LOADS})")
+    pairs: list[tuple[str, str]] = []
     seen: set[str] = set()
     for entry in entries:
         job, colon, value = entry.partition(":")
         if not colon or not _JOB.fullmatch(job):
-            raise FactsError(f"copy_mbps entry {_short(entry)!r} is not job:MB/s")
+            raise FactsError(f"{key} entry {_short(entry)!r} is not job:{unit}")
         if job in seen:
-            raise FactsError(f"copy_mbps lists job {job} twice")
+            raise FactsError(f"{key} lists job {job} twice")
         seen.add(job)
-        copies.append(JobCopy(job, _value(f"copy_mbps of job {job}", value, 0,
-                                          MAX_COPY_BW_MBPS)))  # fmt: skip
-    return tuple(copies)
+        pairs.append((job, value))
+    return pairs
+
+
+def _copies(text: str) -> tuple[JobCopy, ...]:
+    return tuple(JobCopy(job, _value(f"copy_mbps of job {job}", value, 0, MAX_COPY_BW_MBPS))
+                 for job, value in _job_values(text, "copy_mbps", "MB/s"))  # fmt: skip
 
 
 def _cpus(text: str) -> tuple[JobCpus, ...]:
-    if not text:
-        return ()
-    entries = text.split(",")
-    if len(entries) > MAX_LOADS:
-        raise FactsError(f"cpus lists {len(entries)} jobs (at most {MAX_LOADS})")
-    held: list[JobCpus] = []
-    seen: set[str] = set()
-    for entry in entries:
-        job, colon, value = entry.partition(":")
-        if not colon or not _JOB.fullmatch(job):
-            raise FactsError(f"cpus entry {_short(entry)!r} is not job:cores")
-        if job in seen:
-            raise FactsError(f"cpus lists job {job} twice")
-        seen.add(job)
-        held.append(JobCpus(job, _integer({"cpus": value}, "cpus", 1, MAX_CORES)))
-    return tuple(held)
+    return tuple(JobCpus(job, _integer({"cpus": value}, "cpus", 1, MAX_CORES))
+                 for job, value in _job_values(text, "cpus", "cores"))  # fmt: skip
 
 
 def age_problem(at_s: float, now_s: float, max_age_s: float) -> str | None:
