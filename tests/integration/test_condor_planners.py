@@ -39,7 +39,9 @@ from tests.postgres import Postgres, running_postgres
 pytestmark = [pytest.mark.integration, pytest.mark.condor, pytest.mark.postgres]
 
 SCHEDDS = {"a": "coshare-pool@127.0.0.1", "b": "coshare-pool2@127.0.0.1"}
-LEASE_S = 10.0
+#: Long enough for the killed cycle's claims to outlive the checks after the kill on a loaded
+#: machine (at 10 s one full run found them expired before it could count them).
+LEASE_S = 25.0
 SIZES = [2500, 3000, 3500, 2000]
 
 
