@@ -106,6 +106,8 @@ class SlurmJob:
         priority: Slurm's priority (0 when held).
         submit_time_s: submission time, seconds since the epoch.
         eligible_time_s: earliest start (``--begin``), seconds since the epoch; 0 if none.
+        start_time_s: when it started (running or suspended), seconds since the epoch; 0
+            while pending (a trial co-run is measured ``init_s`` after it; issue 18).
         dependency: its dependency expression with Slurm's verdict, empty if none.
         array: whether it is (a task of) a job array.
         user: the owner's name.
@@ -135,6 +137,7 @@ class SlurmJob:
     priority: int = 0
     submit_time_s: float = 0.0
     eligible_time_s: float = 0.0
+    start_time_s: float = 0.0
     dependency: str = ""
     array: bool = False
     user: str = ""
@@ -277,6 +280,8 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
         priority=priority,
         submit_time_s=float(read("submit_time", 0, MAX_TIME_S, -MAX_TIME_S)),
         eligible_time_s=float(read("eligible_time", 0, MAX_TIME_S, -MAX_TIME_S)),
+        start_time_s=float(read("start_time", 0, MAX_TIME_S, -MAX_TIME_S)) if phase != "pending"
+        else 0.0,
         dependency=text(record.get("dependency")),
         array=read("array_job_id", 0, MAX_JOB_ID) != 0
         or bool(text(record.get("array_task_string"))),

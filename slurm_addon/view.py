@@ -40,7 +40,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from coshare.annotations import parse_job
 from coshare.bounds import BadValue
+from coshare.errors import CoshareError
 from coshare.facts import with_facts
 from coshare.gangs import share_of_node_request
 from coshare.ledger import (
@@ -276,7 +278,8 @@ def build_view(
             if job.problem:
                 running.extend(_held_whole(job, by_name, notes))
                 continue
-            running.extend(_holding(job, placement, by_name, gres_name, notes))
+            running.extend(_holding(job, placement, by_name, gres_name, notes,
+                                    declared_use(job) if annotated else (None, None)))
             if annotated and placement is None:
                 notes.append(
                     f"job {job.id} runs without a coshare placement (released by hand?); "
@@ -340,8 +343,10 @@ def _holding(
     nodes: Mapping[str, Node],
     gres_name: str,
     notes: list[str],
+    declared: tuple[str | None, float | None] = (None, None),
 ) -> list[RunningJob]:
-    """What a started job holds on each of its (managed, usable) nodes."""
+    """What a started job holds on each of its (managed, usable) nodes, with its declared
+    program and bandwidth and its start (the ``membw`` policy's estimate of its use)."""
     held: list[RunningJob] = []
     cpu_milli = -(-job.cpus // max(len(job.nodes), 1)) * MILLI
     for index, name in enumerate(job.nodes):
@@ -385,6 +390,19 @@ def _holding(
                 memory_mib=job.memory_mib,
                 state="running",
                 llc_ways=ways,
+                program=declared[0],
+                membw_gbps=declared[1],
+                start_time_s=job.start_time_s or None,
             )
         )
     return held
+
+
+def declared_use(job: SlurmJob) -> tuple[str | None, float | None]:
+    """A started job's ``CoshareProgram`` and ``CoshareMembw`` (both ``None`` when its
+    comment no longer reads: it then counts as of unknown use, the safe side)."""
+    try:
+        declared = parse_job(job.id, read_annotations(job.id, job.comment))
+    except CoshareError:
+        return None, None
+    return declared.program, declared.membw_gbps
