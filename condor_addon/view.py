@@ -755,7 +755,8 @@ def build_snapshot(
     running = [_declaring(replace(r, id=id_of.get(r.id, r.id)), by_id) for r in cluster.running]
     return Snapshot(
         nodes=cluster.nodes,
-        running=tuple(running) + queue.running + queue.book.planned,
+        running=tuple(running) + tuple(_declaring(r, by_id) for r in queue.running)
+        + queue.book.planned,
         pending=queue.book.pending,
         now_s=now_s,
     )

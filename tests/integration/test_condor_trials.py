@@ -1,0 +1,164 @@
+"""Trial co-runs of the ``membw`` policy live on the real HTCondor pool (issue 18 item 3),
+with the measurements injected through the probe's interface
+(``policy.membw.probe_inject_file``; the real probe ran end to end on the Slurm cluster):
+
+- a bandwidth-heavy job (a memory-copying loop, program recorded at 0.6) and a compute-bound
+  one (a spinning loop, unknown until its trial measures 0.05) run together on one node;
+- two bandwidth-heavy ones do not: the second is suspended through the schedd after its
+  trial (JobStatus 7, ``condor_suspend``'s), and continued by the cycle once the first ended.
+
+The cycle is the one ``coshare condor cycle`` runs: plan and apply, then the trials' step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from coshare.cli import policy_options
+from coshare.config import load_config
+from coshare.cycles import step_trials
+from coshare.planner import run_cycle
+from coshare.policies import make_policy
+from coshare.trials import TrialRecord, parse_trial
+
+from condor_addon.adapter import CondorAdapter
+from tests.integration.condor_pool import CHROOT, CLIENT_CONFIG, WORK, Pool, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.condor]
+
+COPY = """#!/usr/bin/python3
+import sys, time
+block = bytearray(1 << 24)  # twice this (the copy) within request_memory 64 MB
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    bytes(block)
+"""
+SPIN = """#!/usr/bin/python3
+import sys, time
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    pass
+"""
+RUNNING, SUSPENDED = 2, 7
+
+
+@pytest.fixture
+def live(condor_pool: Pool) -> Iterator[Pool]:
+    condor_pool.remove_all()
+    for name, text in (("copy.py", COPY), ("spin.py", SPIN)):
+        script = CHROOT / WORK.lstrip("/") / name
+        script.write_text(text)
+        script.chmod(0o755)
+    yield condor_pool
+    condor_pool.remove_all()
+
+
+class Cycles:
+    """``coshare condor cycle`` with ``policy: membw`` and trials on (``init_s`` 2 s)."""
+
+    def __init__(self, pool: Pool, tmp: Path, inject: dict[str, object]) -> None:
+        (tmp / "inject.json").write_text(json.dumps(inject))
+        path = tmp / "coshare.yaml"
+        path.write_text(
+            f"condor: {{config_file: {CLIENT_CONFIG}, retry_wait_s: 0.1}}\n"
+            "policy:\n  name: membw\n  membw:\n    trials: true\n    init_s: 2\n"
+            "    programs: {stream: 0.6}\n"
+            f"    record_file: {tmp / 'measured.json'}\n"
+            f"    probe_inject_file: {tmp / 'inject.json'}\n")  # fmt: skip
+        self.config = load_config(path, environ={})
+        self.pool = pool
+        self.lines: list[str] = []
+        self.running: list[tuple[str, str, str, str | None]] = []
+
+    def __call__(self) -> None:
+        adapter = CondorAdapter(self.pool.client, self.config)
+        policy = make_policy(self.config.policy.name, policy_options(self.config))
+        report = run_cycle(adapter, policy, adapter)
+        assert not report.apply.failed, report.apply.failed
+        assert report.snapshot is not None
+        self.running = [(r.id, r.node, r.state, r.program) for r in report.snapshot.running]
+        self.lines += step_trials(self.config, adapter, report, dry_run=False)
+
+    def until(self, check: object, timeout_s: float, what: str) -> None:
+        assert callable(check)
+
+        def once() -> bool:
+            self()
+            return bool(check())
+        wait_for(once, timeout_s, what)
+
+
+def submit(pool: Pool, script: str, program: str, seconds: int) -> str:
+    cluster = pool.submit(1, executable=f"{WORK}/{script}", arguments=str(seconds),
+                          **{"+CoshareProgram": f'"{program}"'})  # fmt: skip
+    return f"{cluster}.0"
+
+
+def status(pool: Pool, job: str) -> int | None:
+    value = pool.jobs().get(job, {}).get("JobStatus")
+    return value if isinstance(value, int) else None
+
+
+def record(pool: Pool, job: str) -> TrialRecord | None:
+    text = pool.jobs().get(job, {}).get("CoshareTrial")
+    return parse_trial(job, text) if isinstance(text, str) else None
+
+
+def start(pool: Pool, cycles: Cycles, script: str, program: str, seconds: int) -> str:
+    job = submit(pool, script, program, seconds)
+    cycles.until(lambda: status(pool, job) in (RUNNING, SUSPENDED), 120, f"job {job} to run")
+    return job
+
+
+def decided(pool: Pool, cycles: Cycles, job: str) -> TrialRecord:
+    try:
+        cycles.until(lambda: (r := record(pool, job)) is not None
+                     and r.state not in ("placed", "measuring"), 60,
+                     f"the trial of job {job} to be decided")  # fmt: skip
+    except AssertionError as exc:
+        shown = {i: {k: v for k, v in ad.items() if k.startswith("Coshare") or k == "JobStatus"}
+                 for i, ad in pool.jobs().items()}  # fmt: skip
+        raise AssertionError(f"{exc}; jobs: {shown}; trials said: {cycles.lines}") from None
+    found = record(pool, job)
+    assert found is not None, (pool.jobs(), cycles.lines)
+    return found
+
+
+def test_a_compute_bound_job_joins_a_bandwidth_heavy_one_after_its_trial(
+    live: Pool, tmp_path: Path
+) -> None:
+    cycles = Cycles(live, tmp_path, {"programs": {"spin": 0.05}})
+    heavy = start(live, cycles, "copy.py", "stream", 40)
+    spin = start(live, cycles, "spin.py", "spin", 30)
+    kept = decided(live, cycles, spin)
+    assert (kept.state, kept.share, kept.partners) == ("kept", 0.05, (heavy,)), \
+        (cycles.lines, cycles.running)  # fmt: skip
+    jobs = live.jobs()
+    assert jobs[heavy]["CosharePlacedNode"] == jobs[spin]["CosharePlacedNode"]
+    assert status(live, heavy) == status(live, spin) == RUNNING  # co-scheduled
+    assert json.loads((tmp_path / "measured.json").read_text()) == {"programs": {"spin": 0.05}}
+
+
+def test_a_second_bandwidth_heavy_job_is_suspended_and_continued_when_the_first_ends(
+    live: Pool, tmp_path: Path
+) -> None:
+    cycles = Cycles(live, tmp_path, {"programs": {"heavy": 0.6}})
+    first = start(live, cycles, "copy.py", "stream", 25)
+    second = start(live, cycles, "copy.py", "heavy", 8)
+    held = decided(live, cycles, second)
+    assert (held.state, held.share, held.why, held.partners) == \
+        ("suspended", 0.6, "over_limit", (first,)), cycles.lines  # fmt: skip
+    assert status(live, second) == SUSPENDED  # through the schedd, not a silent freeze
+    assert status(live, first) == RUNNING
+    cycles.until(lambda: status(live, first) is None or status(live, first) == 4, 120,
+                 "the first job to end")  # fmt: skip
+    cycles.until(lambda: status(live, second) != SUSPENDED, 60, "the second to continue")
+    resumed = record(live, second)
+    assert resumed is None or (resumed.state, resumed.why) == ("resumed", "partners_ended"), \
+        cycles.lines  # fmt: skip
+    assert any(f"job {second}: job {first} ended; resumed" in line for line in cycles.lines), \
+        cycles.lines  # fmt: skip
+    wait_for(lambda: status(live, second) in (None, 4), 120, "the continued job to finish")
