@@ -50,6 +50,7 @@ from condor_addon.view import (
     QueueView,
     build_snapshot,
     current,
+    node_job_id,
     parse_queue,
     parse_slots,
     read_job,
@@ -240,6 +241,12 @@ class CondorAdapter:
         except CoshareError as exc:
             return str(exc)
         return self._act("Vacate", job)
+
+    def node_job_id(self, job: str) -> str:
+        """The id the job wrapper gave the job on its node: its GlobalJobId in id characters
+        (:func:`condor_addon.view.node_job_id`); the queue id when the read has none."""
+        q = self.jobs.get(job)
+        return node_job_id(q.global_id) if q is not None and q.global_id else job
 
     def _act(self, action: str, job: str) -> str | None:
         try:

@@ -342,6 +342,10 @@ class SlurmAdapter:
         except UnsafeValue as exc:
             return str(exc)
 
+    def node_job_id(self, job: str) -> str:
+        """A Slurm job's node daemon knows it by its job id."""
+        return job
+
     def _verb(self, verb: str, job: str) -> str | None:
         try:
             return self.client.job_verb(verb, job)

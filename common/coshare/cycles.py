@@ -94,12 +94,14 @@ def step_trials(config: Config, adapter: Adapter, report: CycleReport,
         raise SchedulerError("policy.membw.trials: this scheduler's adapter does not run "
                              "trial co-runs")  # fmt: skip
     membw = config.policy.membw
-    probe: TrialProbe = InjectedProbe(membw.probe_inject_file) \
-        if membw.probe_inject_file is not None \
-        else SocketProbe(membw.probe_socket, membw.probe_timeout_s)  # fmt: skip
+    control = cast(TrialControl, adapter)
+    probe: TrialProbe
+    if membw.probe_inject_file is not None:
+        probe = InjectedProbe(membw.probe_inject_file)
+    else:
+        probe = SocketProbe(membw.probe_socket, membw.probe_timeout_s, control.node_job_id)
     assert report.snapshot is not None
     limits = TrialLimits(membw.max_share, membw.init_s, membw.max_suspend_s)
-    control = cast(TrialControl, adapter)
     done = run_trials(control, probe, report.snapshot, membw_programs(config), limits,
                       time.time(), dry_run=dry_run)  # fmt: skip
     if membw.record_file is not None and not dry_run and done.measured:

@@ -222,3 +222,8 @@ class TrialControl(Protocol):
     def requeue(self, job: str, reason: str) -> str | None:
         """Put a job back to pending with ``reason``."""
         ...
+
+    def node_job_id(self, job: str) -> str:
+        """The id the job's node daemon knows it by (Slurm: the job id; HTCondor: its
+        GlobalJobId in id characters), for the node's TRIAL request."""
+        ...

@@ -29,7 +29,7 @@ import math
 import os
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -269,15 +269,18 @@ class SocketProbe:
     and a daemon killed in between thaws them when it starts again (``node.max_freeze_s``).
     """
 
-    def __init__(self, socket_template: str, timeout_s: float) -> None:
+    def __init__(self, socket_template: str, timeout_s: float,
+                 node_job_id: Callable[[str], str] = str) -> None:  # fmt: skip
         self.template = socket_template
         self.timeout_s = timeout_s
+        self.node_job_id = node_job_id
 
     def measure(self, node: str, job: str, partners: Sequence[str],
                 program: str | None) -> ProbeResult:  # fmt: skip
         """Ask ``node``'s daemon to measure ``job`` with ``partners`` frozen."""
         path = self.template.replace("{node}", node)
-        request = f"TRIAL job={job} partners={','.join(partners)}\n"
+        ids = ",".join(self.node_job_id(p) for p in partners)
+        request = f"TRIAL job={self.node_job_id(job)} partners={ids}\n"
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
                 conn.settimeout(self.timeout_s)

@@ -1,6 +1,6 @@
 """Trial co-runs of the ``membw`` policy live on the real HTCondor pool (issue 18 item 3),
 with the measurements injected through the probe's interface
-(``policy.membw.probe_inject_file``; the real probe ran end to end on the Slurm cluster):
+(``policy.membw.probe_inject_file``), and the real probe once through the node daemon:
 
 - a bandwidth-heavy job (a memory-copying loop, program recorded at 0.6) and a compute-bound
   one (a spinning loop, unknown until its trial measures 0.05) run together on one node;
@@ -13,6 +13,8 @@ The cycle is the one ``coshare condor cycle`` runs: plan and apply, then the tri
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +27,15 @@ from coshare.policies import make_policy
 from coshare.trials import TrialRecord, parse_trial
 
 from condor_addon.adapter import CondorAdapter
-from tests.integration.condor_pool import CHROOT, CLIENT_CONFIG, WORK, Pool, wait_for
+from condor_addon.view import node_job_id
+from tests.integration.condor_pool import (
+    CHROOT,
+    CLIENT_CONFIG,
+    COSHARE_BIN,
+    WORK,
+    Pool,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.condor]
 
@@ -59,15 +69,18 @@ def live(condor_pool: Pool) -> Iterator[Pool]:
 class Cycles:
     """``coshare condor cycle`` with ``policy: membw`` and trials on (``init_s`` 2 s)."""
 
-    def __init__(self, pool: Pool, tmp: Path, inject: dict[str, object]) -> None:
-        (tmp / "inject.json").write_text(json.dumps(inject))
+    def __init__(self, pool: Pool, tmp: Path, inject: dict[str, object] | None) -> None:
         path = tmp / "coshare.yaml"
-        path.write_text(
-            f"condor: {{config_file: {CLIENT_CONFIG}, retry_wait_s: 0.1}}\n"
-            "policy:\n  name: membw\n  membw:\n    trials: true\n    init_s: 2\n"
-            "    programs: {stream: 0.6}\n"
-            f"    record_file: {tmp / 'measured.json'}\n"
-            f"    probe_inject_file: {tmp / 'inject.json'}\n")  # fmt: skip
+        text = (f"condor: {{config_file: {CLIENT_CONFIG}, retry_wait_s: 0.1}}\n"
+                "policy:\n  name: membw\n  membw:\n    trials: true\n    init_s: 2\n"
+                "    programs: {stream: 0.6}\n"
+                f"    record_file: {tmp / 'measured.json'}\n"
+                f"    probe_socket: {CHROOT}/run/coshare/{{node}}/control.sock\n"
+                "    probe_timeout_s: 60\n")  # fmt: skip
+        if inject is not None:
+            (tmp / "inject.json").write_text(json.dumps(inject))
+            text += f"    probe_inject_file: {tmp / 'inject.json'}\n"
+        path.write_text(text)
         self.config = load_config(path, environ={})
         self.pool = pool
         self.lines: list[str] = []
@@ -162,3 +175,28 @@ def test_a_second_bandwidth_heavy_job_is_suspended_and_continued_when_the_first_
     assert any(f"job {second}: job {first} ended; resumed" in line for line in cycles.lines), \
         cycles.lines  # fmt: skip
     wait_for(lambda: status(live, second) in (None, 4), 120, "the continued job to finish")
+
+
+def test_the_real_probe_through_the_nodes_daemon(live: Pool, tmp_path: Path) -> None:
+    """The real probe once through HTCondor too: the node daemon knows the jobs by their
+    node ids (GlobalJobId), freezes the first, probes its cores, thaws it."""
+    env = {**os.environ, "COSHARE_CONFIG": str(CHROOT / "pool" / "coshare" / "node1.yaml")}
+    init = subprocess.run([f"{COSHARE_BIN}/coshare", "node", "probe", "membw", "--init"],
+                          env=env, text=True, capture_output=True, timeout=300)  # fmt: skip
+    assert init.returncode == 0, init.stdout + init.stderr
+    cycles = Cycles(live, tmp_path, None)
+    heavy = start(live, cycles, "copy.py", "stream", 40)
+    other = start(live, cycles, "copy.py", "mystery", 20)
+    done = decided(live, cycles, other)
+    assert done.share is not None and 0 <= done.share <= 1, (done, cycles.lines)
+    over = done.share + 0.6 > 0.9 + 1e-9
+    assert (done.state, done.why) == (("suspended", "over_limit") if over
+                                      else ("kept", "within_limit")), cycles.lines  # fmt: skip
+    assert status(live, other) == (SUSPENDED if over else RUNNING)
+    ad = live.jobs()[heavy]
+    assert ad["CosharePlacedNode"] == "node1" and status(live, heavy) == RUNNING
+    local = node_job_id(str(ad["GlobalJobId"]))
+    freezer = Path("/sys/fs/cgroup/freezer") / "coshare-pool-node1" / f"job-{local}"
+    assert (freezer / "freezer.state").read_text().strip() == "THAWED"
+    print(f"real probe (HTCondor): job {other} measured {done.share:.3f} beside job {heavy} "
+          f"({done.state})")

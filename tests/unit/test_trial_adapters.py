@@ -97,7 +97,7 @@ def slurm(runner: Scontrol, jobs: Sequence[SlurmJob] = ()) -> SlurmAdapter:
 def test_slurm_suspends_resumes_and_requeues_through_scontrol() -> None:
     runner = Scontrol()
     adapter = slurm(runner)
-    assert runs_trials(adapter)
+    assert runs_trials(adapter) and adapter.node_job_id("7") == "7"
     assert adapter.suspend("7") is None and adapter.resume("7") is None
     assert adapter.requeue("7", "suspended for 3601 s; requeued") is None
     assert runner.calls == [
@@ -203,10 +203,14 @@ def test_condor_reads_trial_jobs_with_the_schedds_state() -> None:
     assert (found.job, found.node, found.program, found.phase, found.started_s) == \
         ("2.0", "n1", "stream", "suspended", NOW - 100)  # fmt: skip
     assert found.record == RECORD
+    # The node daemon knows it by its GlobalJobId in id characters (the job wrapper's).
+    adapter.jobs["2.0"] = replace(job, global_id="submit#2.0#1800000000")
+    assert adapter.node_job_id("2.0") == "submit_2.0_1800000000"
+    assert adapter.node_job_id("9.0") == "9.0"
 
 
 def test_both_adapters_offer_the_same_trial_verbs() -> None:
-    verbs = ("trial_jobs", "write_trial", "suspend", "resume", "requeue")
+    verbs = ("trial_jobs", "write_trial", "suspend", "resume", "requeue", "node_job_id")
     for adapter in (SlurmAdapter, CondorAdapter):
         assert all(callable(getattr(adapter, v)) for v in verbs)
     assert issubclass(EditFailed, CoshareError)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,6 +21,7 @@ from coshare.policies.membw import MembwPolicy
 from coshare.ports import ProbeResult
 from coshare.trial_cycle import (
     InjectedProbe,
+    SocketProbe,
     parse_trial_reply,
     read_record_file,
     run_trials,
@@ -409,3 +413,44 @@ def test_the_nodes_answer_to_trial_is_read_or_refused() -> None:
     assert parse_trial_reply("OK job=7 share=2").share is None
     assert parse_trial_reply("OK job=7").share is None
     assert parse_trial_reply("").error == "no answer"
+
+
+def serve_once(path: Path, reply: bytes | None, got: list[bytes]) -> threading.Thread:
+    """A one-request Unix socket server that records the request and answers ``reply``
+    (``None``: never answers)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def run() -> None:
+        conn, _ = server.accept()
+        with conn:
+            got.append(conn.recv(1024))
+            if reply is not None:
+                conn.sendall(reply)
+            else:
+                time.sleep(1.0)
+        server.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_socket_probe_asks_the_nodes_daemon_by_its_job_ids(tmp_path: Path) -> None:
+    got: list[bytes] = []
+    thread = serve_once(tmp_path / "n1.sock", b"OK job=x share=0.2500 available=0.75\n", got)
+    probe = SocketProbe(str(tmp_path / "{node}.sock"), 5.0, lambda j: f"host_{j}")
+    assert probe.measure("n1", "2.0", ["1.0"], "spin") == ProbeResult(0.25)
+    thread.join(5)
+    assert got == [b"TRIAL job=host_2.0 partners=host_1.0\n"]
+
+
+def test_a_probe_without_an_answer_or_a_daemon_fails_with_why(tmp_path: Path) -> None:
+    got: list[bytes] = []
+    thread = serve_once(tmp_path / "n1.sock", None, got)
+    slow = SocketProbe(str(tmp_path / "{node}.sock"), 0.2).measure("n1", "2", ["1"], None)
+    assert slow.share is None and "timed out after policy.membw.probe_timeout_s 0.2" in slow.error
+    thread.join(5)
+    missing = SocketProbe(str(tmp_path / "{node}.sock"), 1.0).measure("n9", "2", ["1"], None)
+    assert missing.share is None and f"{tmp_path}/n9.sock" in missing.error
