@@ -51,10 +51,12 @@ def one_node(cluster: Cluster) -> Iterator[Cluster]:
         cluster.run("scontrol", "update", f"NodeName={OTHERS}", "State=RESUME", check=False)
 
 
-def trials_cluster(cluster: Cluster, tmp: Path, inject: dict[str, object] | None) -> Cluster:
+def trials_cluster(cluster: Cluster, tmp: Path, inject: dict[str, object] | None,
+                   max_suspend_s: float = 600) -> Cluster:  # fmt: skip
     """The cluster with ``policy: membw`` and trials on (``init_s`` 2 s)."""
     tmp.chmod(0o755)
     lines = ["policy:", "  name: membw", "  membw:", "    trials: true", "    init_s: 2",
+             f"    max_suspend_s: {max_suspend_s}",
              "    programs: {stream: 0.6}", f"    record_file: {tmp / 'measured.json'}",
              f"    probe_socket: {cluster.dir}/node/{{node}}/control.sock",
              "    probe_timeout_s: 60"]  # fmt: skip
@@ -162,6 +164,36 @@ def test_a_second_bandwidth_heavy_job_is_suspended_and_resumed_when_the_first_en
     resumed = record(cluster, second)
     assert resumed is not None and (resumed.state, resumed.why) == ("resumed", "partners_ended")
     wait_for(lambda: state(cluster, second) == "COMPLETED", 60, "the resumed job to finish")
+
+
+def test_a_job_suspended_longer_than_max_suspend_s_is_requeued_with_the_reason(
+    one_node: Cluster, tmp_path: Path
+) -> None:
+    cluster = trials_cluster(one_node, tmp_path, {"programs": {"heavy": 0.6}}, max_suspend_s=3)
+    first = start(cluster, "stream", "stream", STREAM, 40)
+    second = start(cluster, "heavy", "heavy", STREAM, 8)
+    assert measure(cluster, second).state == "suspended"
+    cycles_until(cluster, lambda: cluster.jobs()[second].phase == "pending", 60,
+                 "the suspended job to be requeued")  # fmt: skip
+    job = cluster.jobs()[second]
+    assert job.held and trial_field(job.admin_comment) is None
+    assert job.admin_comment.startswith("coshare-waiting: "), job.admin_comment
+    assert job.admin_comment.startswith("coshare-waiting: trial: suspended for "), \
+        job.admin_comment  # fmt: skip
+    assert f"beside job {first}, longer than policy.membw.max_suspend_s 3; requeued" in \
+        job.admin_comment  # fmt: skip
+    # Slurm makes a requeued job eligible again only after its own delay (its begin time):
+    # until then coshare leaves it waiting; then it plans it again, and as its program is
+    # measured now (0.6) it waits for bandwidth beside the first job instead of a new trial.
+    cycle(cluster)
+    job = cluster.jobs()[second]
+    assert job.phase == "pending" and job.held, job
+    if job.eligible_time_s > time.time():
+        assert "max_suspend_s 3; requeued" in job.admin_comment, job.admin_comment
+    else:
+        assert "memory bandwidth" in job.admin_comment, job.admin_comment
+    print(f"requeued job {second}: eligible again in {job.eligible_time_s - time.time():.0f} s")
+    assert state(cluster, first) == "RUNNING"
 
 
 def test_the_real_probe_freezes_measures_and_thaws_end_to_end(
