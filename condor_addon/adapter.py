@@ -58,6 +58,10 @@ from condor_addon.view import (
 )
 
 log = logging.getLogger(__name__)
+#: How often, and how long at most, a trial's suspend or continue is checked until the
+#: schedd confirms it (the starter acts within seconds).
+CONFIRM_POLL_S = 0.25
+CONFIRM_TIMEOUT_S = 15.0
 
 
 def open_adapter(config: Config) -> CondorAdapter:
@@ -94,6 +98,7 @@ class CondorAdapter:
         self.config = config
         self.clock = clock
         self.jobs: dict[str, QueueJob] = {}
+        self.sleep: Callable[[float], None] = time.sleep
         self.queue: QueueView | None = None
 
     # -- Source ---------------------------------------------------------------------------
@@ -222,17 +227,39 @@ class CondorAdapter:
         return None
 
     def suspend(self, job: str) -> str | None:
-        """``condor_suspend``: the starter stops the job (SIGSTOP), its slot stays claimed."""
-        return self._act("Suspend", job)
+        """``condor_suspend``: the starter stops the job (SIGSTOP), its slot stays claimed.
+        Done once the schedd says so (JobStatus 7): the action returns before the starter
+        has acted, and a record written earlier would be contradicted by the next read."""
+        return self._act("Suspend", job) or self._confirm(job, A.SUSPENDED, "suspended")
 
     def resume(self, job: str) -> str | None:
-        """``condor_continue``."""
-        return self._act("Continue", job)
+        """``condor_continue``, done once the schedd no longer says suspended."""
+        return self._act("Continue", job) or self._confirm(job, A.SUSPENDED, "continued",
+                                                           leave=True)  # fmt: skip
+
+    def _confirm(self, job: str, status: int, what: str, *, leave: bool = False) -> str | None:
+        """Wait (:data:`CONFIRM_TIMEOUT_S` at most) until the job's JobStatus is ``status``
+        (``leave``: is no longer); the error when it does not."""
+        deadline = time.monotonic() + CONFIRM_TIMEOUT_S
+        seen: object = None
+        while True:
+            try:
+                ads = self.client.job_ads(X.job_clause(job), ("JobStatus",))
+            except CoshareError as exc:
+                return str(exc)
+            seen = ads[0].get("JobStatus") if ads else None
+            if seen is None or (seen != status) == leave:
+                return None
+            if time.monotonic() >= deadline:
+                return (f"asked, but JobStatus is {A.job_status_name(seen)} after "
+                        f"{CONFIRM_TIMEOUT_S:g} s; not {what} yet")  # fmt: skip
+            self.sleep(CONFIRM_POLL_S)
 
     def requeue(self, job: str, reason: str) -> str | None:
         """Close the job's gate (``CosharePlacedNode`` and ``CoshareTrial`` cleared), write
-        why into ``CoshareWaitReason``, then vacate it: it is idle again, and the next cycle
-        plans it."""
+        why into ``CoshareWaitReason``, continue it, then vacate it at once
+        (``condor_vacate_job -fast``): it is idle again, and the next cycle plans it. (The
+        test pool's schedd vacates no suspended job, soft or fast: it stays suspended.)"""
         try:
             self.client.edit_ids([job], A.WAIT_REASON,
                                  X.literal(f"trial: {' '.join(reason.split())}"))  # fmt: skip
@@ -240,7 +267,11 @@ class CondorAdapter:
             self.client.edit_ids([job], A.PLACED_NODE, "undefined")
         except CoshareError as exc:
             return str(exc)
-        return self._act("Vacate", job)
+        error = self._act("Continue", job) or self._confirm(job, A.SUSPENDED, "continued",
+                                                            leave=True)  # fmt: skip
+        if error is not None:
+            return error
+        return self._act("VacateFast", job) or self._confirm(job, A.IDLE, "idle")
 
     def node_job_id(self, job: str) -> str:
         """The id the job wrapper gave the job on its node: its GlobalJobId in id characters

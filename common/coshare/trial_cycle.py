@@ -150,9 +150,10 @@ def _act(control: TrialControl, job: TrialJob, step: Step, report: TrialReport) 
             report.notes.append(f"job {job.job}: could not {step.action} it ({error}); "
                                 "the next cycle tries again")  # fmt: skip
             return False
+        report.notes.append(step.note)  # done, whatever becomes of the record
         if step.action == "requeue":  # its record went with its placement
-            report.notes.append(step.note)
             return True
+        return step.record is None or _write(control, job.job, step, report)
     ok = step.record is None or _write(control, job.job, step, report)
     if ok:
         report.notes.append(step.note)

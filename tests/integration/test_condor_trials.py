@@ -39,17 +39,16 @@ from tests.integration.condor_pool import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.condor]
 
+# Both run for their own CPU seconds: time spent suspended does not count, as with work.
 COPY = """#!/usr/bin/python3
 import sys, time
 block = bytearray(1 << 24)  # twice this (the copy) within request_memory 64 MB
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
+while time.process_time() < float(sys.argv[1]):
     bytes(block)
 """
 SPIN = """#!/usr/bin/python3
 import sys, time
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
+while time.process_time() < float(sys.argv[1]):
     pass
 """
 RUNNING, SUSPENDED = 2, 7
@@ -69,10 +68,12 @@ def live(condor_pool: Pool) -> Iterator[Pool]:
 class Cycles:
     """``coshare condor cycle`` with ``policy: membw`` and trials on (``init_s`` 2 s)."""
 
-    def __init__(self, pool: Pool, tmp: Path, inject: dict[str, object] | None) -> None:
+    def __init__(self, pool: Pool, tmp: Path, inject: dict[str, object] | None,
+                 max_suspend_s: float = 600) -> None:  # fmt: skip
         path = tmp / "coshare.yaml"
         text = (f"condor: {{config_file: {CLIENT_CONFIG}, retry_wait_s: 0.1}}\n"
                 "policy:\n  name: membw\n  membw:\n    trials: true\n    init_s: 2\n"
+                f"    max_suspend_s: {max_suspend_s}\n"
                 "    programs: {stream: 0.6}\n"
                 f"    record_file: {tmp / 'measured.json'}\n"
                 f"    probe_socket: {CHROOT}/run/coshare/{{node}}/control.sock\n"
@@ -85,6 +86,7 @@ class Cycles:
         self.pool = pool
         self.lines: list[str] = []
         self.running: list[tuple[str, str, str, str | None]] = []
+        self.planned: list[str] = []
 
     def __call__(self) -> None:
         adapter = CondorAdapter(self.pool.client, self.config)
@@ -93,6 +95,9 @@ class Cycles:
         assert not report.apply.failed, report.apply.failed
         assert report.snapshot is not None
         self.running = [(r.id, r.node, r.state, r.program) for r in report.snapshot.running]
+        self.planned += [f"{a.job}->{a.node}" for a in report.plan.assignments]
+        self.planned += [f"trial {t.job} beside {t.partners}" for t in report.plan.trials]
+        self.planned += [f"{u.job} waits: {u.reason}" for u in report.plan.unplaced]
         self.lines += step_trials(self.config, adapter, report, dry_run=False)
 
     def until(self, check: object, timeout_s: float, what: str) -> None:
@@ -134,7 +139,8 @@ def decided(pool: Pool, cycles: Cycles, job: str) -> TrialRecord:
     except AssertionError as exc:
         shown = {i: {k: v for k, v in ad.items() if k.startswith("Coshare") or k == "JobStatus"}
                  for i, ad in pool.jobs().items()}  # fmt: skip
-        raise AssertionError(f"{exc}; jobs: {shown}; trials said: {cycles.lines}") from None
+        raise AssertionError(f"{exc}; jobs: {shown}; trials said: {cycles.lines}; planned: "
+                             f"{cycles.planned[-12:]}; running: {cycles.running}") from None
     found = record(pool, job)
     assert found is not None, (pool.jobs(), cycles.lines)
     return found
@@ -175,6 +181,29 @@ def test_a_second_bandwidth_heavy_job_is_suspended_and_continued_when_the_first_
     assert any(f"job {second}: job {first} ended; resumed" in line for line in cycles.lines), \
         cycles.lines  # fmt: skip
     wait_for(lambda: status(live, second) in (None, 4), 120, "the continued job to finish")
+
+
+def test_a_job_suspended_longer_than_max_suspend_s_is_requeued_with_the_reason(
+    live: Pool, tmp_path: Path
+) -> None:
+    cycles = Cycles(live, tmp_path, {"programs": {"heavy": 0.6}}, max_suspend_s=3)
+    first = start(live, cycles, "copy.py", "stream", 40)
+    second = start(live, cycles, "copy.py", "heavy", 8)
+    assert decided(live, cycles, second).state == "suspended"
+    try:
+        cycles.until(lambda: status(live, second) == 1, 60, "the suspended job to be idle")
+    except AssertionError as exc:
+        shown = {k: v for k, v in live.jobs().get(second, {}).items()
+                 if k.startswith("Coshare") or k in ("JobStatus", "HoldReason")}  # fmt: skip
+        raise AssertionError(f"{exc}: {shown}; {cycles.lines}") from None
+    ad = live.jobs()[second]
+    assert ad.get("CosharePlacedNode") is None and ad.get("CoshareTrial") is None, ad
+    reason = str(ad.get("CoshareWaitReason"))
+    # The requeue's reason, replaced by the plan's own once a cycle has planned it again.
+    assert reason.startswith("trial: suspended for ") or "memory bandwidth" in reason, reason
+    assert any("longer than policy.membw.max_suspend_s 3; requeued" in line
+               for line in cycles.lines), cycles.lines  # fmt: skip
+    assert status(live, first) == RUNNING
 
 
 def test_the_real_probe_through_the_nodes_daemon(live: Pool, tmp_path: Path) -> None:

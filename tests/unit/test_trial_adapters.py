@@ -18,6 +18,7 @@ from coshare.model import Assignment, Job, Plan, Trial
 from coshare.planner import runs_trials
 from coshare.trials import TrialRecord
 
+from condor_addon import adapter as condor_adapter
 from condor_addon import attributes as A
 from condor_addon.adapter import CondorAdapter
 from condor_addon.edits import plan_edits as condor_edits
@@ -150,11 +151,20 @@ def test_a_condor_job_placed_for_a_trial_gets_its_record_before_the_gate() -> No
 
 
 class Schedd:
-    """Stands in for the CondorClient: records edits and actions."""
+    """Stands in for the CondorClient: records edits and actions; the job's JobStatus
+    follows Suspend and Continue only after ``lag`` reads (the starter acts later)."""
 
-    def __init__(self, refuse: str = "") -> None:
+    def __init__(self, refuse: str = "", lag: int = 0, never: bool = False) -> None:
         self.calls: list[tuple[str, ...]] = []
         self.refuse = refuse
+        self.status, self.next_status, self.lag, self.never = A.RUNNING, A.RUNNING, lag, never
+
+    def job_ads(self, constraint: str, projection: Sequence[str]) -> list[dict[str, object]]:
+        if self.lag > 0:
+            self.lag -= 1
+        elif not self.never:
+            self.status = self.next_status
+        return [{"JobStatus": self.status}]
 
     def edit_ids(self, ids: Sequence[str], attribute: str, value: str) -> int:
         self.calls.append(("edit", ",".join(ids), attribute, value))
@@ -164,10 +174,22 @@ class Schedd:
         if action == self.refuse:
             raise EditFailed(action.lower(), "the jobs of a constraint", "no such job")
         self.calls.append(("act", action, constraint))
+        self.next_status = {"Suspend": A.SUSPENDED, "Continue": A.RUNNING}.get(action, A.IDLE)
 
 
 def condor(schedd: Schedd) -> CondorAdapter:
-    return CondorAdapter(schedd, Config(), clock=lambda: float(NOW))  # type: ignore[arg-type]
+    adapter = CondorAdapter(schedd, Config(), clock=lambda: float(NOW))  # type: ignore[arg-type]
+    adapter.sleep = lambda s: None
+    return adapter
+
+
+def test_condor_suspend_is_done_once_the_schedd_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedd = Schedd(lag=3)
+    assert condor(schedd).suspend("7.0") is None and schedd.status == A.SUSPENDED
+    assert condor(schedd).resume("7.0") is None and schedd.status == A.RUNNING
+    monkeypatch.setattr(condor_adapter, "CONFIRM_TIMEOUT_S", 0.0)
+    assert condor(Schedd(never=True)).suspend("7.0") == \
+        "asked, but JobStatus is running after 0 s; not suspended yet"  # fmt: skip
 
 
 def test_condor_suspends_continues_and_requeues_through_the_schedd() -> None:
@@ -183,7 +205,7 @@ def test_condor_suspends_continues_and_requeues_through_the_schedd() -> None:
         ("edit", "7.0", "CoshareWaitReason", '"trial: suspended too long"'),
         ("edit", "7.0", "CoshareTrial", "undefined"),
         ("edit", "7.0", "CosharePlacedNode", "undefined"),
-        ("act", "Vacate", clause),
+        ("act", "Continue", clause), ("act", "VacateFast", clause),
         ("edit", "7.0", "CoshareTrial", f'"suspended:{NOW}:0.6:1:over_limit"'),
     ]  # fmt: skip
     assert "no such job" in (condor(Schedd(refuse="Continue")).resume("7.0") or "")
