@@ -101,9 +101,12 @@ class Cycles:
         self.lines += step_trials(self.config, adapter, report, dry_run=False)
 
     def until(self, check: object, timeout_s: float, what: str) -> None:
+        """Run cycles until ``check`` holds (looked at before each cycle too)."""
         assert callable(check)
 
         def once() -> bool:
+            if check():
+                return True
             self()
             return bool(check())
         wait_for(once, timeout_s, what)
@@ -186,9 +189,9 @@ def test_a_second_bandwidth_heavy_job_is_suspended_and_continued_when_the_first_
 def test_a_job_suspended_longer_than_max_suspend_s_is_requeued_with_the_reason(
     live: Pool, tmp_path: Path
 ) -> None:
-    cycles = Cycles(live, tmp_path, {"programs": {"heavy": 0.6}}, max_suspend_s=3)
+    cycles = Cycles(live, tmp_path, {"programs": {"heavy3": 0.6}}, max_suspend_s=3)
     first = start(live, cycles, "copy.py", "stream", 40)
-    second = start(live, cycles, "copy.py", "heavy", 8)
+    second = start(live, cycles, "copy.py", "heavy3", 8)
     assert decided(live, cycles, second).state == "suspended"
     try:
         cycles.until(lambda: status(live, second) == 1, 60, "the suspended job to be idle")

@@ -118,13 +118,20 @@ def start(cluster: Cluster, name: str, program: str, body: str, seconds: int) ->
 
 
 def measure(cluster: Cluster, job: str) -> TrialRecord:
-    """Run cycles until the job's trial has been decided; its record then."""
+    """Run cycles until the job's trial has been decided; its record then (looked at before
+    each cycle: the one that decides may have run already, and the next may requeue it)."""
     def decided() -> TrialRecord | None:
-        cycle(cluster)
         found = record(cluster, job)
-        return found if found is not None and found.state not in ("placed", "measuring") \
-            else None  # fmt: skip
-    found = wait_for(decided, 60, f"the trial of job {job} to be decided")
+        if found is not None and found.state not in ("placed", "measuring"):
+            return found
+        cycle(cluster)
+        return None
+    try:
+        found = wait_for(decided, 60, f"the trial of job {job} to be decided")
+    except AssertionError as exc:
+        seen = {i: (j.state, j.nodes, j.admin_comment) for i, j in cluster.jobs().items()
+                if j.phase != "ended"}  # fmt: skip
+        raise AssertionError(f"{exc}; jobs: {seen}; last cycle: {cycle(cluster)}") from None
     assert isinstance(found, TrialRecord)
     return found
 
@@ -169,9 +176,13 @@ def test_a_second_bandwidth_heavy_job_is_suspended_and_resumed_when_the_first_en
 def test_a_job_suspended_longer_than_max_suspend_s_is_requeued_with_the_reason(
     one_node: Cluster, tmp_path: Path
 ) -> None:
-    cluster = trials_cluster(one_node, tmp_path, {"programs": {"heavy": 0.6}}, max_suspend_s=3)
+    # A program of its own: the records of finished jobs still in the queue (MinJobAge)
+    # remember what the other tests measured, and a measured program gets no trial.
+    cluster = trials_cluster(one_node, tmp_path, {"programs": {"heavy3": 0.6}},
+                             max_suspend_s=3)  # fmt: skip
     first = start(cluster, "stream", "stream", STREAM, 40)
-    second = start(cluster, "heavy", "heavy", STREAM, 8)
+    second = start(cluster, "heavy3", "heavy3", STREAM, 8)
+    assert record(cluster, second) is not None
     assert measure(cluster, second).state == "suspended"
     cycles_until(cluster, lambda: cluster.jobs()[second].phase == "pending", 60,
                  "the suspended job to be requeued")  # fmt: skip
