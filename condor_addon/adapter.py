@@ -26,11 +26,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import ClassVar
 
+from coshare.annotations import parse_job as parse_annotations
 from coshare.config import Config
-from coshare.errors import SchedulerError
+from coshare.errors import CoshareError, SchedulerError
 from coshare.ledger import gates_may_open
 from coshare.model import Plan
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
+from coshare.trials import (
+    JobPhase,
+    TrialJob,
+    TrialRecord,
+    TrialRecordError,
+    format_trial,
+    parse_trial,
+)
 
 from condor_addon import attributes as A
 from condor_addon import expressions as X
@@ -44,6 +53,7 @@ from condor_addon.view import (
     claim_key,
     current,
     foreign_planned,
+    node_job_id,
     parse_queue,
     parse_slots,
     read_job,
@@ -51,6 +61,10 @@ from condor_addon.view import (
 )
 
 log = logging.getLogger(__name__)
+#: How often, and how long at most, a trial's suspend or continue is checked until the
+#: schedd confirms it (the starter acts within seconds).
+CONFIRM_POLL_S = 0.25
+CONFIRM_TIMEOUT_S = 15.0
 
 
 def open_adapter(config: Config) -> CondorAdapter:
@@ -72,6 +86,9 @@ class CondorAdapter:
 
     #: HTCondor's placement records no LLC ways and its starter hooks make no resctrl group:
     #: a live cycle refuses a plan that allocates ways (:func:`coshare.planner.ways_refusal`).
+    #: Placements carry a trial co-run's record and the adapter offers the trial verbs
+    #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`, issue 18).
+    runs_trials: ClassVar[bool] = True
     writes_llc_ways: ClassVar[bool] = False
     #: A job id (``12.0``) is per schedd, so claims in the planners' engine go by
     #: ``schedd#12.0`` (:meth:`job_key`), the same key whichever schedd's planner reads the
@@ -102,6 +119,7 @@ class CondorAdapter:
         self.config = config
         self.clock = clock
         self.jobs: dict[str, QueueJob] = {}
+        self.sleep: Callable[[float], None] = time.sleep
         self.queue: QueueView | None = None
 
     # -- Source ---------------------------------------------------------------------------
@@ -159,7 +177,7 @@ class CondorAdapter:
             return ApplyReport(dry_run=dry_run)
         now_jobs = self._jobs(X.MANAGED_JOBS)
         now = {i: current(q, self.jobs.get(i)) for i, q in now_jobs.items()}
-        edits = plan_edits(plan, queue.book, rejected, now)
+        edits = plan_edits(plan, queue.book, rejected, now, now_s=self.clock())
         d = edits.decisions
         reasons = wait_reason_edits(plan, {i: q.wait_reason for i, q in now_jobs.items()
                                            if q.status == A.IDLE})  # fmt: skip
@@ -200,6 +218,8 @@ class CondorAdapter:
         """Steps 1-3 of :mod:`condor_addon.edits`: the node, which opens the gate, last (a gang's
         node list and devices before it)."""
         batch.edit_all(edits.placed, A.PLACED_AT, X.time_value(self.clock()))
+        for record, ids in edits.trials:  # before the gate opens (issue 18)
+            batch.edit_all(ids, A.TRIAL, X.literal(record))
         for devices, ids in edits.devices:
             batch.edit_all(ids, A.PLACED_DEVICES, X.devices_value(devices))
         for names, ids in edits.gang_nodes:  # a gang's nodes, then its devices on each
@@ -208,6 +228,98 @@ class CondorAdapter:
             batch.edit_all(ids, A.PLACED_NODE_DEVICES, X.node_devices_value(per_node))
         for node, ids in edits.nodes:
             batch.edit_all(ids, A.PLACED_NODE, X.node_value(node))
+
+
+    # -- TrialControl (issue 18) ------------------------------------------------------------
+
+    def trial_jobs(self) -> list[TrialJob]:
+        """The jobs with a ``CoshareTrial`` record, as the last read saw them (a record that
+        does not read is logged and left alone)."""
+        found = []
+        for q in self.jobs.values():
+            if q.trial is None or q.placed_node is None:
+                continue
+            try:
+                record = parse_trial(q.id, q.trial)
+            except TrialRecordError as exc:
+                log.warning("%s; left as it is", exc)
+                continue
+            try:
+                program = parse_annotations(q.id, q.annotations).program
+            except CoshareError:
+                program = None
+            found.append(TrialJob(q.id, q.placed_node, program,
+                                  _TRIAL_PHASES.get(q.status, "ended"), q.start_time_s,
+                                  record))  # fmt: skip
+        return found
+
+    def write_trial(self, job: str, record: TrialRecord) -> str | None:
+        """Set the job's ``CoshareTrial``."""
+        try:
+            self.client.edit_ids([job], A.TRIAL, X.literal(format_trial(record)))
+        except (CoshareError, ValueError) as exc:
+            return str(exc)
+        return None
+
+    def suspend(self, job: str) -> str | None:
+        """``condor_suspend``: the starter stops the job (SIGSTOP), its slot stays claimed.
+        Done once the schedd says so (JobStatus 7): the action returns before the starter
+        has acted, and a record written earlier would be contradicted by the next read."""
+        return self._act("Suspend", job) or self._confirm(job, A.SUSPENDED, "suspended")
+
+    def resume(self, job: str) -> str | None:
+        """``condor_continue``, done once the schedd no longer says suspended."""
+        return self._act("Continue", job) or self._confirm(job, A.SUSPENDED, "continued",
+                                                           leave=True)  # fmt: skip
+
+    def _confirm(self, job: str, status: int, what: str, *, leave: bool = False) -> str | None:
+        """Wait (:data:`CONFIRM_TIMEOUT_S` at most) until the job's JobStatus is ``status``
+        (``leave``: is no longer); the error when it does not."""
+        deadline = time.monotonic() + CONFIRM_TIMEOUT_S
+        seen: object = None
+        while True:
+            try:
+                ads = self.client.job_ads(X.job_clause(job), ("JobStatus",))
+            except CoshareError as exc:
+                return str(exc)
+            seen = ads[0].get("JobStatus") if ads else None
+            if seen is None or (seen != status) == leave:
+                return None
+            if time.monotonic() >= deadline:
+                return (f"asked, but JobStatus is {A.job_status_name(seen)} after "
+                        f"{CONFIRM_TIMEOUT_S:g} s; not {what} yet")  # fmt: skip
+            self.sleep(CONFIRM_POLL_S)
+
+    def requeue(self, job: str, reason: str) -> str | None:
+        """Close the job's gate (``CosharePlacedNode`` and ``CoshareTrial`` cleared), write
+        why into ``CoshareWaitReason``, continue it, then vacate it at once
+        (``condor_vacate_job -fast``): it is idle again, and the next cycle plans it. (The
+        test pool's schedd vacates no suspended job, soft or fast: it stays suspended.)"""
+        try:
+            self.client.edit_ids([job], A.WAIT_REASON,
+                                 X.literal(f"trial: {' '.join(reason.split())}"))  # fmt: skip
+            self.client.edit_ids([job], A.TRIAL, "undefined")
+            self.client.edit_ids([job], A.PLACED_NODE, "undefined")
+        except CoshareError as exc:
+            return str(exc)
+        error = self._act("Continue", job) or self._confirm(job, A.SUSPENDED, "continued",
+                                                            leave=True)  # fmt: skip
+        if error is not None:
+            return error
+        return self._act("VacateFast", job) or self._confirm(job, A.IDLE, "idle")
+
+    def node_job_id(self, job: str) -> str:
+        """The id the job wrapper gave the job on its node: its GlobalJobId in id characters
+        (:func:`condor_addon.view.node_job_id`); the queue id when the read has none."""
+        q = self.jobs.get(job)
+        return node_job_id(q.global_id) if q is not None and q.global_id else job
+
+    def _act(self, action: str, job: str) -> str | None:
+        try:
+            self.client.act_where(action, X.job_clause(job))
+        except CoshareError as exc:
+            return str(exc)
+        return None
 
 
 class _Batch:
@@ -306,3 +418,9 @@ class _Batch:
                 continue
             outcomes += [JobOutcome(j, f"held: {reason}") for j in ids]
         return outcomes
+
+
+#: HTCondor's JobStatus as trial co-runs see it.
+_TRIAL_PHASES: dict[int, JobPhase] = {A.IDLE: "pending", A.RUNNING: "running",
+                                      A.TRANSFERRING_OUTPUT: "running",
+                                      A.SUSPENDED: "suspended"}  # fmt: skip

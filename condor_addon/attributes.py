@@ -14,6 +14,9 @@ Job attributes (the schedd's queue is the planner's ledger)::
                              a list ({"node1", "node2"}); written before the gate opens
     CosharePlacedNodeDevices its device ids on each of those nodes, a list in the same order
                              ({"0,1", "0"}); written with CosharePlacedNodes
+    CoshareTrial             a trial co-run's record (membw, issue 18: coshare.trials), as a
+                             string "state:at:share:partners:why"; written before the gate
+                             opens, rewritten as the trial moves on
     CosharePlacedNode        the planned node (a gang: its first); written last: it opens the
                              gate. Requirements (the schedd transform):
                              ifThenElse(MY.CosharePlacedNodes is undefined,
@@ -49,12 +52,13 @@ PLACED_NODE = "CosharePlacedNode"
 PLACED_NODES = "CosharePlacedNodes"
 PLACED_NODE_DEVICES = "CosharePlacedNodeDevices"
 WAIT_REASON = "CoshareWaitReason"
+TRIAL = "CoshareTrial"
 
 #: Attributes coshare itself writes or the transform sets: never user annotations.
 RESERVED = frozenset(
     name.lower()
     for name in (MANAGED, USER_REQUIREMENTS, PLACED_AT, PLACED_DEVICES, PLACED_NODE, WAIT_REASON,
-                 PLACED_NODES, PLACED_NODE_DEVICES)
+                 PLACED_NODES, PLACED_NODE_DEVICES, TRIAL)
 )
 
 #: The annotation keys users write, as HTCondor attribute names.
@@ -72,6 +76,7 @@ JOB_PROJECTION: tuple[str, ...] = (
     "ClusterId", "ProcId", "GlobalJobId", "JobStatus", "QDate", "JobPrio", "RequestCpus",
     "RequestMemory", "RemoteHost", MANAGED, PLACED_AT, PLACED_DEVICES, PLACED_NODE, *ANNOTATIONS,
     WAIT_REASON, "JobUniverse", "MinHosts", "MaxHosts", PLACED_NODES, PLACED_NODE_DEVICES,
+    TRIAL, "JobCurrentStartDate",
 )  # fmt: skip
 
 #: What the Source asks the collector for, per slot.

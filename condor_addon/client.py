@@ -312,3 +312,19 @@ class CondorClient:
         except self._error as exc:
             self.forget_schedd()
             raise EditFailed("hold", "the jobs of a constraint", str(exc)) from exc
+
+    def act_where(self, action: str, constraint: str) -> None:
+        """A schedd action (``Suspend``, ``Continue``, ``VacateFast``: trial co-runs, issue 18) on
+        the jobs matching ``constraint``.
+
+        Raises:
+            EditFailed: the schedd refused or could not be reached.
+        """
+        if action not in ("Suspend", "Continue", "VacateFast"):
+            raise ValueError(f"not a trial action: {action!r}")
+        try:
+            self.schedd().act(getattr(self._htcondor.JobAction, action), constraint)
+        except self._error as exc:
+            self.forget_schedd()
+            raise EditFailed(action.lower(), "the jobs of a constraint", str(exc)) from exc
+

@@ -38,6 +38,7 @@ from coshare.explain import wait_reason_writes
 from coshare.ledger import Book, Current, Decisions, decide
 from coshare.model import Plan
 from coshare.ports import Rejected
+from coshare.trials import TrialRecord, format_trial
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class Edits:
         gang_devices: ``(device ids per node, jobs)`` per list of a gang's devices (step 2b).
         nodes: ``(node, jobs)`` per node (step 3).
         holds: ``(hold reason, jobs)`` of refused jobs per reason (step 4).
+        trials: ``(CoshareTrial record, jobs)`` of jobs placed for a trial co-run (step 1,
+            with ``CosharePlacedAt``; issue 18).
     """
 
     decisions: Decisions
@@ -61,10 +64,12 @@ class Edits:
     gang_devices: tuple[tuple[tuple[tuple[str, ...], ...], tuple[str, ...]], ...] = ()
     nodes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     holds: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    trials: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def plan_edits(
-    plan: Plan, book: Book, rejected: Sequence[Rejected], current: Mapping[str, Current]
+    plan: Plan, book: Book, rejected: Sequence[Rejected], current: Mapping[str, Current],
+    *, now_s: float = 0.0,
 ) -> Edits:
     """Decide and group the writes that apply ``plan`` (see the module docstring).
 
@@ -73,6 +78,7 @@ def plan_edits(
         book: the read's ledger (its pending jobs and open gates).
         rejected: the jobs refused by the read, to hold.
         current: the managed jobs as the schedd lists them now.
+        now_s: when the trial records start (epoch seconds).
     """
     decisions = decide(plan, {j.id: j for j in book.pending}, book.to_close, rejected,
                        current)  # fmt: skip
@@ -90,7 +96,14 @@ def plan_edits(
     by_reason: dict[str, list[str]] = defaultdict(list)
     for r in decisions.refuse:
         by_reason[hold_reason(r.reason, r.job)].append(r.job)
+    trials = {t.job: t for t in plan.trials}
+    by_trial: dict[str, list[str]] = defaultdict(list)
+    for w in decisions.writes:
+        if w.job in trials:
+            record = TrialRecord("placed", int(now_s), trials[w.job].partners)
+            by_trial[format_trial(record)].append(w.job)
     return Edits(
+        trials=tuple((t, tuple(ids)) for t, ids in sorted(by_trial.items())),
         decisions=decisions,
         placed=tuple(w.job for w in decisions.writes),
         devices=tuple((d, tuple(ids)) for d, ids in sorted(by_devices.items())),

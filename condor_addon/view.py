@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from coshare.annotations import ClusterLimits, squash
+from coshare.annotations import parse_job as parse_annotations
 from coshare.bounds import (
     MAX_CORES,
     MAX_CPU_MILLI,
@@ -49,7 +50,7 @@ from coshare.bounds import (
     bounded,
     shorten_text,
 )
-from coshare.errors import AnnotationError, FieldProblem
+from coshare.errors import AnnotationError, CoshareError, FieldProblem
 from coshare.facts import with_facts
 from coshare.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
 from coshare.ledger import (
@@ -403,6 +404,8 @@ class QueueJob:
         submit_time_s: ``QDate`` as evaluated.
         remote_host: the slot it runs in, while it runs.
         wait_reason: ``CoshareWaitReason``: why coshare last said it waits, or ``None``.
+        trial: ``CoshareTrial``: its trial co-run's record (:mod:`coshare.trials`), or ``None``.
+        start_time_s: ``JobCurrentStartDate``: when it last started running, or ``None``.
         universe: ``JobUniverse`` as evaluated (:data:`~condor_addon.attributes.PARALLEL_UNIVERSE`:
             a gang).
         min_hosts: ``MinHosts`` (``machine_count``) as evaluated.
@@ -428,6 +431,8 @@ class QueueJob:
     submit_time_s: object = 0.0
     remote_host: str | None = None
     wait_reason: str | None = None
+    trial: str | None = None
+    start_time_s: float | None = None
 
     @property
     def placed(self) -> Placed | None:
@@ -501,6 +506,7 @@ def read_job(ad: Values) -> QueueJob | None:
     universe = _number(ad.get("JobUniverse"))
     devices = ad.get(A.PLACED_DEVICES)
     placed_at = _number(ad.get(A.PLACED_AT))
+    start = _number(ad.get("JobCurrentStartDate"))
     return QueueJob(
         id=f"{int(cluster)}.{int(proc)}",
         global_id=_text(ad.get("GlobalJobId")) or "",
@@ -515,6 +521,8 @@ def read_job(ad: Values) -> QueueJob | None:
         submit_time_s=_or(ad.get("QDate"), 0.0),
         remote_host=_text(ad.get("RemoteHost")),
         wait_reason=_text(ad.get(A.WAIT_REASON)),
+        trial=_text(ad.get(A.TRIAL)),
+        start_time_s=start if start is not None and 0 < start <= MAX_TIME_S else None,
         universe=int(universe) if universe is not None and abs(universe) < 2**31 else None,
         min_hosts=ad.get("MinHosts"),
         max_hosts=ad.get("MaxHosts"),
@@ -817,14 +825,32 @@ def build_snapshot(
 
     Claimed slots of this schedd's jobs are renamed from GlobalJobId to ``cluster.proc``.
     """
-    id_of = {q.global_id: q.id for q in jobs if q.global_id}
-    running = [replace(r, id=id_of.get(r.id, r.id)) for r in cluster.running]
+    listed = list(jobs)
+    id_of = {q.global_id: q.id for q in listed if q.global_id}
+    by_id = {q.id: q for q in listed}
+    running = [_declaring(replace(r, id=id_of.get(r.id, r.id)), by_id) for r in cluster.running]
     return Snapshot(
         nodes=cluster.nodes,
-        running=tuple(running) + queue.running + queue.book.planned,
+        running=tuple(running) + tuple(_declaring(r, by_id) for r in queue.running)
+        + queue.book.planned,
         pending=queue.book.pending,
         now_s=now_s,
     )
+
+
+def _declaring(running: RunningJob, jobs: Mapping[str, QueueJob]) -> RunningJob:
+    """A running job of this schedd with its declared program and bandwidth and its start
+    (the ``membw`` policy's estimate of its use; issue 18). A declaration that does not
+    read leaves them unknown: the job then counts as bandwidth-bound, the safe side."""
+    q = jobs.get(running.id)
+    if q is None:
+        return running
+    try:
+        declared = parse_annotations(q.id, q.annotations)
+    except CoshareError:
+        return replace(running, start_time_s=q.start_time_s or running.start_time_s)
+    return replace(running, program=declared.program, membw_gbps=declared.membw_gbps,
+                   start_time_s=q.start_time_s or running.start_time_s)
 
 
 def current(now: QueueJob, then: QueueJob | None) -> Current:

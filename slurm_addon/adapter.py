@@ -34,15 +34,33 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from coshare.config import Config
-from coshare.errors import SchedulerError, UnsafeValue
+from coshare.errors import CoshareError, SchedulerError, UnsafeValue
 from coshare.ledger import gates_may_open
 from coshare.model import Plan
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
+from coshare.trials import (
+    JobPhase,
+    TrialJob,
+    TrialRecord,
+    TrialRecordError,
+    format_trial,
+    parse_trial,
+)
 
 from slurm_addon.client import SlurmClient
+from slurm_addon.comment import is_annotated
 from slurm_addon.edits import PlacementWrite, plan_edits, wait_reason_updates
+from slurm_addon.jobs import SlurmJob
+from slurm_addon.placement import (
+    MAX_REFUSAL_CHARS,
+    PlacementError,
+    format_waiting,
+    parse_placement,
+    trial_field,
+    with_trial,
+)
 from slurm_addon.scontrol import chunks, update_argv, update_line
-from slurm_addon.view import ClusterView, build_view
+from slurm_addon.view import ClusterView, build_view, declared_use
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +85,9 @@ class SlurmAdapter:
     #: The placement records each node's LLC ways (``ways=``) and the Prolog makes the job's
     #: resctrl group with them (:mod:`slurm_addon.prolog`): live cycles may apply ``sns``
     #: plans that allocate ways (:func:`coshare.planner.ways_refusal`; issue 19).
+    #: Placements carry a trial co-run's record and the adapter offers the trial verbs
+    #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`, issue 18).
+    runs_trials: ClassVar[bool] = True
     writes_llc_ways: ClassVar[bool] = True
     #: Slurm's job ids are unique in the cluster, across partitions and planners: the
     #: engine's claims match another planner's claimed job to the same job read here
@@ -312,6 +333,81 @@ class SlurmAdapter:
         return outcome
 
 
+    # -- TrialControl (issue 18) ------------------------------------------------------------
+
+    def trial_jobs(self) -> list[TrialJob]:
+        """The jobs whose placement carries a trial record, as the last read saw them (a
+        record that does not read is logged and left alone)."""
+        if self.view is None:
+            return []
+        found = []
+        for job in self.view.jobs.values():
+            text = trial_field(job.admin_comment) if is_annotated(job.comment) else None
+            if text is None:
+                continue
+            try:
+                record = parse_trial(job.id, text)
+                placement = parse_placement(job.admin_comment)
+            except (TrialRecordError, PlacementError) as exc:
+                log.warning("%s; left as it is", exc)
+                continue
+            assert placement is not None
+            found.append(TrialJob(job.id, placement.node, declared_use(job)[0],
+                                  _TRIAL_PHASES.get(job.state, _phase(job)),
+                                  job.start_time_s or None, record))  # fmt: skip
+        return found
+
+    def write_trial(self, job: str, record: TrialRecord) -> str | None:
+        """Write the trial record into the job's placement (re-read first: only the field
+        changes, whatever else the AdminComment holds)."""
+        try:
+            text = with_trial(self.client.admin_comment(job), format_trial(record))
+            return self.client.update(update_argv(job, text))
+        except (PlacementError, ValueError, UnsafeValue) as exc:
+            return str(exc)
+
+    def suspend(self, job: str) -> str | None:
+        """``scontrol suspend``: Slurm stops the job (SIGSTOP); its suspended time does not
+        count against its time limit."""
+        return self._verb("suspend", job)
+
+    def resume(self, job: str) -> str | None:
+        """``scontrol resume``."""
+        return self._verb("resume", job)
+
+    def requeue(self, job: str, reason: str) -> str | None:
+        """``scontrol requeuehold``: pending and held again (coshare releases a job it
+        places), its placement replaced by the reason (a waiting record), so the next
+        cycle plans it again."""
+        error = self._verb("requeuehold", job)
+        if error is not None:
+            return error
+        try:
+            return self.client.update(update_argv(job, format_waiting(
+                f"trial: {' '.join(reason.split())}")[:MAX_REFUSAL_CHARS]))  # fmt: skip
+        except UnsafeValue as exc:
+            return str(exc)
+
+    def node_job_id(self, job: str) -> str:
+        """A Slurm job's node daemon knows it by its job id."""
+        return job
+
+    def _verb(self, verb: str, job: str) -> str | None:
+        try:
+            return self.client.job_verb(verb, job)
+        except CoshareError as exc:
+            return str(exc)
+
+
+#: Slurm states of a started job, as trial co-runs see them.
+_TRIAL_PHASES: dict[str, JobPhase] = {"SUSPENDED": "suspended", "RUNNING": "running",
+                                      "COMPLETING": "ended"}  # fmt: skip
+
+
+def _phase(job: SlurmJob) -> JobPhase:
+    return {"pending": "pending", "active": "running"}.get(job.phase, "ended")  # type: ignore[return-value]
+
+
 @dataclass
 class _Outcome:
     """What happened to the placements of one batch."""
@@ -323,4 +419,3 @@ class _Outcome:
 
 def _numeric(job_id: str) -> tuple[int, str]:
     return (int(job_id), "") if job_id.isdigit() else (0, job_id)
-

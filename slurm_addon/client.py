@@ -191,6 +191,16 @@ class SlurmClient:
         each job that could not be requeued."""
         return self._jobs_verb("requeuehold", job_ids)
 
+    def job_verb(self, verb: str, job_id: str) -> str | None:
+        """``scontrol suspend|resume|requeuehold <job>`` (trial co-runs, issue 18); returns
+        its error text, or ``None`` on success."""
+        if verb not in ("suspend", "resume", "requeuehold"):
+            raise ValueError(f"not a trial verb: {verb!r}")
+        result = self._call([self._program("scontrol"), verb, job_list([job_id])], check=False)
+        if result.returncode == 0:
+            return None
+        return result.stderr.strip() or f"scontrol {verb} exited with status {result.returncode}"
+
     def admin_comment(self, job_id: str) -> str:
         """One job's AdminComment (``squeue -O admin_comment``: one small RPC, where
         ``squeue --json`` would print every job)."""

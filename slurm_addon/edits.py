@@ -35,6 +35,7 @@ from coshare.explain import wait_reason_writes
 from coshare.ledger import Current, decide
 from coshare.model import MILLI, Plan
 from coshare.ports import JobOutcome, Rejected
+from coshare.trials import TrialRecord, format_trial
 
 from slurm_addon.jobs import SlurmJob
 from slurm_addon.placement import (
@@ -45,6 +46,7 @@ from slurm_addon.placement import (
     format_waiting,
     parse_placement,
     waiting_reason,
+    with_trial,
 )
 from slurm_addon.view import ClusterView, placed_of, same_nodes
 
@@ -157,6 +159,7 @@ def plan_edits(
     now = {i: current(j, view.jobs.get(i)) for i, j in current_jobs.items()}
     pending = {j.id: j for j in view.snapshot.pending}
     d = decide(plan, pending, view.to_close, rejected, now)
+    trials = {t.job: t for t in plan.trials}
     writes: list[PlacementWrite] = []
     failed = list(d.failed)
     for w in d.writes:
@@ -173,6 +176,9 @@ def plan_edits(
         moved = lend_partition if w.shares_cores and not w.parts else None
         try:
             text = format_placement(target)
+            if w.job in trials:  # the trial's record starts with its placement (issue 18)
+                text = with_trial(text, format_trial(TrialRecord(
+                    "placed", int(now_s), trials[w.job].partners)))  # fmt: skip
             if w.parts:
                 counts = [p.processes for p in w.parts]
                 even = counts[0] if len(set(counts)) == 1 else 0
@@ -182,7 +188,7 @@ def plan_edits(
                                              cpus))  # fmt: skip
             else:
                 writes.append(PlacementWrite(w.job, w.node, text, partition=moved))
-        except PlacementError as exc:
+        except (PlacementError, ValueError) as exc:
             failed.append(JobOutcome(w.job, str(exc)))
     refusals = []
     for r in d.refuse:

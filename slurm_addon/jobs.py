@@ -106,7 +106,8 @@ class SlurmJob:
         priority: Slurm's priority (0 when held).
         submit_time_s: submission time, seconds since the epoch.
         eligible_time_s: earliest start (``--begin``), seconds since the epoch; 0 if none.
-        start_time_s: when it started (a running job), seconds since the epoch; 0 if not.
+        start_time_s: when it started (running or suspended), seconds since the epoch; 0
+            while pending (a trial co-run is measured ``init_s`` after it; issue 18).
         time_limit_s: its time limit (``--time``), seconds; 0 when it has none (infinite).
         dependency: its dependency expression with Slurm's verdict, empty if none.
         array: whether it is (a task of) a job array.
@@ -290,7 +291,8 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
         priority=priority,
         submit_time_s=float(read("submit_time", 0, MAX_TIME_S, -MAX_TIME_S)),
         eligible_time_s=float(read("eligible_time", 0, MAX_TIME_S, -MAX_TIME_S)),
-        start_time_s=float(read("start_time", 0, MAX_TIME_S, -MAX_TIME_S)),
+        start_time_s=float(read("start_time", 0, MAX_TIME_S, -MAX_TIME_S)) if phase != "pending"
+        else 0.0,
         time_limit_s=60.0 * _minutes(read("time_limit", 0, NO_LIMIT_MINUTES)),
         dependency=text(record.get("dependency")),
         array=read("array_job_id", 0, MAX_JOB_ID) != 0

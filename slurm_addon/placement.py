@@ -54,6 +54,14 @@ record when the job is placed, and a waiting record is written only over an empt
 AdminComment or an older waiting record, never over a placement, a refusal or an
 operator's own text.
 
+A job placed for a trial co-run of the ``membw`` policy (issue 18) carries its trial record
+(:mod:`coshare.trials`) in one more field, before any ``killed``::
+
+    coshare-placement;v=1;node=n1;...;trial=suspended:1732233445:0.62:12+13:over_limit
+
+The cycle rewrites that field as the trial moves on (``placed``, ``measuring``, ``kept``,
+``suspended``, ``resumed``); a reader that does not know it ignores it.
+
 When the node helpers killed a placed job (over its declared memory), the Epilog appends
 ``;killed=<why>`` to its placement; readers of the placement ignore that field.
 
@@ -86,6 +94,7 @@ KILLED_PREFIX = "coshare-killed"
 #: The kill reason is cut to this many characters in AdminComment.
 MAX_KILL_REASON_CHARS = 400
 SPREAD_KEY = "spread"
+TRIAL_KEY = "trial"
 WAYS_KEY = "ways"
 MEMBW_KEY = "membw"
 #: A bandwidth cap as written: GB/s with at most three decimals.
@@ -409,3 +418,36 @@ def waiting_reason(admin_comment: str) -> str | None:
     """The reason of a waiting record; ``None`` when the AdminComment is not one."""
     text = admin_comment.strip()
     return text[len(WAITING_PREFIX) :] if text.startswith(WAITING_PREFIX) else None
+
+
+def trial_field(admin_comment: str) -> str | None:
+    """The ``trial`` field of a placement (its record's text), if it has one."""
+    text = admin_comment.strip()
+    if not is_placement(text):
+        return None
+    body = text.split(f";{KILLED_KEY}=", 1)[0]
+    for part in body.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key == TRIAL_KEY:
+            return value
+    return None
+
+
+def with_trial(admin_comment: str, record: str) -> str:
+    """The placement with its ``trial`` field set to ``record`` (added before any
+    ``killed``, or replacing the one it has).
+
+    Raises:
+        PlacementError: the AdminComment is not a placement, or the record holds
+            characters a placement cannot carry.
+    """
+    text = admin_comment.strip()
+    if not is_placement(text):
+        raise PlacementError("the job carries no coshare placement to add a trial to")
+    if re.fullmatch(r"[A-Za-z0-9_.:+-]{1,2200}", record) is None:
+        raise PlacementError(f"cannot write trial={shorten(record)} into a placement")
+    marker = f";{KILLED_KEY}="
+    body, killed, reason = text.partition(marker)
+    parts = [p for p in body.split(";") if p.partition("=")[0] != TRIAL_KEY]
+    return ";".join([*parts, f"{TRIAL_KEY}={record}"]) + (killed + reason if killed else "")
+

@@ -43,9 +43,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from coshare.annotations import ClusterLimits
+from coshare.annotations import ClusterLimits, parse_job
 from coshare.bounds import BadValue
-from coshare.errors import AnnotationError
+from coshare.errors import AnnotationError, CoshareError
 from coshare.facts import with_facts
 from coshare.gangs import share_of_node_request
 from coshare.ledger import (
@@ -387,11 +387,13 @@ def _holding(
     annotated: bool = False,
 ) -> list[RunningJob]:
     """What a started job holds on each of its (managed, usable) nodes, with what the
-    ``collocate`` policy reads of it: its start, requested time (``CoshareWalltime``, else its
-    time limit), declared copy bandwidth, and the GPU job whose cores it borrows."""
+    ``collocate`` policy reads of it (its start, requested time (``CoshareWalltime``, else its
+    time limit), declared copy bandwidth, and the GPU job whose cores it borrows) and what
+    the ``membw`` policy estimates its use by (its declared program and bandwidth)."""
     held: list[RunningJob] = []
-    terms = declared_terms(job.id, _annotations(job) if annotated else {},
-                           job.time_limit_s or None)  # fmt: skip
+    annotations = _annotations(job) if annotated else {}
+    terms = declared_terms(job.id, annotations, job.time_limit_s or None)
+    declared = declared_use(job, annotations) if annotated else (None, None)
     cpu_milli = -(-job.cpus // max(len(job.nodes), 1)) * MILLI
     for index, name in enumerate(job.nodes):
         node = nodes.get(name)
@@ -438,6 +440,8 @@ def _holding(
                 walltime_s=terms.walltime_s,
                 copy_bw_mbps=terms.copy_bw_mbps,
                 harvest_from=placement.harvest_from if placement is not None else None,
+                program=declared[0],
+                membw_gbps=declared[1],
             )
         )
     return held
@@ -449,3 +453,18 @@ def _annotations(job: SlurmJob) -> Mapping[str, object]:
         return read_annotations(job.id, job.comment)
     except AnnotationError:  # unreadable annotations: nothing declared
         return {}
+
+
+def declared_use(
+    job: SlurmJob, annotations: Mapping[str, object] | None = None
+) -> tuple[str | None, float | None]:
+    """A started job's ``CoshareProgram`` and ``CoshareMembw`` (both ``None`` when its
+    comment no longer reads: it then counts as of unknown use, the safe side); from
+    ``annotations`` when the caller read them already."""
+    try:
+        if annotations is None:
+            annotations = read_annotations(job.id, job.comment)
+        declared = parse_job(job.id, annotations)
+    except CoshareError:
+        return None, None
+    return declared.program, declared.membw_gbps

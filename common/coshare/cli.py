@@ -45,6 +45,8 @@ from coshare.planner import timed_plan
 from coshare.policies import DEFAULT_POLICY, Policy, PolicyOptions, make_policy, policy_names
 from coshare.profiles import Profile
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
+from coshare.trial_cycle import read_record_file
+from coshare.trials import merge_programs
 
 #: Subcommands that live in other modules: name -> "module:attribute".
 LAZY_COMMANDS: dict[str, str] = {
@@ -159,6 +161,17 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
     ctx.obj = AppContext(config_path)
 
 
+def membw_programs(config: Config) -> dict[str, float]:
+    """The programs ``membw`` plans with: those measured by trial co-runs
+    (``policy.membw.record_file``), and ``policy.membw.programs`` over them.
+
+    Raises:
+        ConfigError: the record file cannot be read (naming it and the entry).
+    """
+    membw = config.policy.membw
+    return merge_programs(membw.programs, read_record_file(membw.record_file))
+
+
 def policy_options(config: Config) -> PolicyOptions:
     """The policy options of a configuration."""
     return PolicyOptions(
@@ -172,8 +185,9 @@ def policy_options(config: Config) -> PolicyOptions:
         max_memory_cells=config.knapsack.max_memory_cells,
         max_dp_cells=config.knapsack.max_dp_cells,
         membw_max_share=config.policy.membw.max_share,
-        membw_programs=config.policy.membw.programs,
+        membw_programs=membw_programs(config),
         membw_init_s=config.policy.membw.init_s,
+        membw_trials=config.policy.membw.trials,
         monitor_fraction=config.collocate.monitor_fraction,
         max_harvest_cores=config.collocate.max_harvest_cores,
         copy_bw_limit_mbps=config.collocate.copy_bw_limit_mbps,

@@ -109,9 +109,23 @@ class MembwConfig:
             long before the probe (poncos section 7 waits out the initialization phase with a
             timer).
         max_suspend_s: a job suspended after a failed trial co-run longer than this is
-            requeued with the reason (issue 18 item 2; used once trials are live).
+            requeued with the reason (issue 18 item 2).
         programs: recorded measurements: each program's (``CoshareProgram``) share of its
-            node's bandwidth, ``1 - available`` as the probe measured it (Table 1).
+            node's bandwidth, ``1 - available`` as the probe measured it (Table 1); an
+            entry here wins over a measured one.
+        trials: live trial co-runs (poncos section 7): a job of unknown use starts beside
+            jobs of known use, is measured after ``init_s`` with them frozen, and is kept or
+            suspended through the scheduler (:mod:`coshare.trials`); off: it waits for a
+            node of its own.
+        record_file: the JSON file where the cycle records each program's measured share,
+            so that the next job of that program needs no trial; ``null``: only the trial
+            records of jobs still in the queue remember it.
+        probe_inject_file: test hook: the trials' measurements are read from this JSON file
+            (``{"jobs": {ID: share}, "programs": {NAME: share}}``, ``null`` a failed
+            probe) instead of probing the node; for tests on noisy machines.
+        probe_socket: the node daemon's control socket a trial's probe asks (``{node}`` is
+            the node's name); it must be reachable from the planner's host.
+        probe_timeout_s: a trial's probe that takes longer fails (the job is unmeasured).
     """
 
     max_share: float = field(default=0.9, metadata={"min": 0, "max": 1})
@@ -119,6 +133,11 @@ class MembwConfig:
     max_suspend_s: float = field(default=3600.0, metadata={"min": 0})
     programs: Mapping[str, float] = field(default_factory=_default_membw_programs,
                                           metadata={"min": 0, "max": 1})  # fmt: skip
+    trials: bool = False
+    record_file: str | None = None
+    probe_inject_file: str | None = None
+    probe_socket: str = "/run/coshare/control.sock"
+    probe_timeout_s: float = field(default=30.0, metadata={"min": 0.1, "max": 3600})
 
     def __post_init__(self) -> None:
         # The keys are CoshareProgram values, so they follow that annotation's rule

@@ -9,16 +9,22 @@ metrics exported.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import replace
+from typing import cast
 
+from coshare.cli import membw_programs
 from coshare.config import Config
 from coshare.coord.cycle import coordination, global_job_ids, job_key
-from coshare.errors import CoshareError, CycleBusy
+from coshare.errors import CoshareError, CycleBusy, SchedulerError
 from coshare.lock import cycle_lock
 from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
-from coshare.planner import CycleReport, run_cycle
+from coshare.planner import CycleReport, run_cycle, runs_trials
 from coshare.policies import Policy
-from coshare.ports import Adapter
+from coshare.ports import Adapter, TrialControl, TrialProbe
+from coshare.trial_cycle import InjectedProbe, SocketProbe, run_trials, write_record_file
+from coshare.trials import TrialLimits
 
 log = logging.getLogger("coshare.cycle")
 
@@ -65,6 +71,8 @@ def run_once(
                                on_phase=metrics.phase,
                                before_write=None if coordinated is None else coordinated.fence,
                                gate=None if coordinated is None else coordinated.gate)  # fmt: skip
+            if policy.name == "membw" and config.policy.membw.trials:
+                report = replace(report, trials=step_trials(config, adapter, report, dry_run))
     except CycleBusy:
         raise
     except CoshareError as error:
@@ -80,6 +88,38 @@ def run_once(
     return report
 
 
+def step_trials(config: Config, adapter: Adapter, report: CycleReport,
+                dry_run: bool) -> tuple[str, ...]:  # fmt: skip
+    """Move the trial co-runs one step (:func:`coshare.trial_cycle.run_trials`) and record
+    what they measured per program; what was done, one line each.
+
+    Raises:
+        SchedulerError: the adapter offers no trial verbs (``policy.membw.trials`` needs them).
+    """
+    if not runs_trials(adapter):
+        raise SchedulerError("policy.membw.trials: this scheduler's adapter does not run "
+                             "trial co-runs")  # fmt: skip
+    membw = config.policy.membw
+    control = cast(TrialControl, adapter)
+    probe: TrialProbe
+    if membw.probe_inject_file is not None:
+        probe = InjectedProbe(membw.probe_inject_file)
+    else:
+        probe = SocketProbe(membw.probe_socket, membw.probe_timeout_s, control.node_job_id)
+    assert report.snapshot is not None
+    limits = TrialLimits(membw.max_share, membw.init_s, membw.max_suspend_s)
+    done = run_trials(control, probe, report.snapshot, membw_programs(config), limits,
+                      time.time(), dry_run=dry_run)  # fmt: skip
+    if membw.record_file is not None and not dry_run and done.measured:
+        try:
+            write_record_file(membw.record_file, done.measured)
+        except OSError as exc:
+            done.notes.append(f"policy.membw.record_file {membw.record_file}: not written "
+                              f"({exc.strerror or exc}); the queue's records still hold "
+                              "the measurements")  # fmt: skip
+    return tuple(done.notes)
+
+
 def log_report(name: str, report: CycleReport) -> None:
     """One record for the cycle (its figures as fields), and one per job it refused,
     skipped, failed or withdrew (the job id as a field), all at INFO."""
@@ -89,6 +129,8 @@ def log_report(name: str, report: CycleReport) -> None:
              extra={"scheduler": name, "policy": report.plan.policy,
                     "dry_run": report.apply.dry_run, "status": report.exit_status,
                     **figures})  # fmt: skip
+    for line in report.trials:
+        log.info("trial: %s", line, extra={"scheduler": name, "outcome": "trial"})
     for rejected in report.rejected:
         log.info("refused job %s: %s", rejected.job, rejected.reason,
                  extra={"scheduler": name, "job": rejected.job, "outcome": "refused"})

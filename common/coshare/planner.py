@@ -67,6 +67,7 @@ __all__ = [
     "SourceResult",
     "Waiting",
     "run_cycle",
+    "runs_trials",
     "timed_plan",
     "ways_refusal",
     "writes_llc_ways",
@@ -98,6 +99,8 @@ class CycleReport:
         snapshot: what was planned.
         waiting: annotated jobs the Source left for later, with why.
         notes: what the Source found an admin should fix.
+        trials: what the cycle did with the trial co-runs (``membw`` with
+            ``policy.membw.trials``; :mod:`coshare.trial_cycle`), one line each.
     """
 
     plan: Plan
@@ -109,6 +112,7 @@ class CycleReport:
     waiting: tuple[Waiting, ...] = ()
     notes: tuple[str, ...] = ()
     verify_s: float = 0.0
+    trials: tuple[str, ...] = ()
 
     @property
     def exit_status(self) -> int:
@@ -167,13 +171,12 @@ def run_cycle(
     tell("plan", plan.seconds)
     start = clock()
     violations = check_plan(snapshot, plan, strict_threads=strict_threads)
-    if plan.trials:
-        # Trial co-runs need the node to freeze, probe and thaw, and the scheduler to suspend
-        # a pair that fails (poncos section 7); neither is wired yet (issue 18 items 2-3), so
-        # a live cycle never starts one, whatever a policy was built with.
+    if plan.trials and not runs_trials(editor):
+        # Trial co-runs need the scheduler to carry each trial's record and to suspend a pair
+        # that fails (poncos section 7): an Editor that does not declare it never starts one.
         shown = ", ".join(t.job for t in plan.trials[:5])
-        violations.append(f"the plan starts trial co-runs ({shown}), which live cycles do not "
-                          "enforce yet (issue 18)")  # fmt: skip
+        violations.append(f"the plan starts trial co-runs ({shown}), which this scheduler's "
+                          "adapter does not run (issue 18)")  # fmt: skip
     refusal = ways_refusal(plan, editor)
     if refusal is not None:
         violations.append(refusal)
@@ -217,6 +220,13 @@ def harvest_refusal(editor: object) -> str | None:
         return None
     reason = getattr(editor, "harvest_unsupported_reason", None)
     return reason if isinstance(reason, str) and reason else NO_HARVEST
+
+
+def runs_trials(editor: object) -> bool:
+    """Whether an Editor declares that it writes a trial's record with its placement and
+    offers the trial verbs (:class:`coshare.ports.TrialControl`; class attribute
+    ``runs_trials = True``: both adapters, issue 18)."""
+    return getattr(editor, "runs_trials", False) is True
 
 
 def writes_llc_ways(editor: object) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from coshare.model import Plan, Snapshot
+from coshare.trials import TrialJob, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -184,4 +185,72 @@ class PlanGate(Protocol):
 
     def admit(self, snapshot: Snapshot, plan: Plan) -> Plan:
         """Book the plan's parts; the plan that may be written."""
+        ...
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a trial's probe measured.
+
+    Attributes:
+        share: the job on trial's share of its node's memory bandwidth (``1 - available``
+            on its partners' cores while they were frozen); ``None`` when the probe failed.
+        error: why it failed (empty when it did not).
+    """
+
+    share: float | None
+    error: str = ""
+
+
+class TrialProbe(Protocol):
+    """Measures a trial co-run (poncos section 7, steps 6-8).
+
+    Contract: freeze ``partners`` on ``node``, probe the memory bandwidth available on their
+    cores, thaw them whatever happened, and return the share of ``job``; a failure or a
+    timeout is a :class:`ProbeResult` with ``share=None`` and the reason, never raised.
+    A test may inject measurements through the same interface
+    (:class:`coshare.trial_cycle.InjectedProbe`).
+    """
+
+    def measure(self, node: str, job: str, partners: Sequence[str],
+                program: str | None) -> ProbeResult:  # fmt: skip
+        """Measure ``job`` on ``node`` with ``partners`` frozen."""
+        ...
+
+
+class TrialControl(Protocol):
+    """What a scheduler adapter offers trial co-runs: the jobs with a trial record (from its
+    last ``read``), and the scheduler's own verbs for the wait after a failed trial.
+
+    Contract: each verb acts on one job and returns ``None`` when done, else the error text
+    (never raised: one job never stops the others); ``suspend`` and ``resume`` use the
+    scheduler's suspension (Slurm ``scontrol suspend``/``resume``: the suspended time does
+    not count against the time limit; HTCondor ``condor_suspend``/``condor_continue``), never
+    a silent freeze; ``requeue`` puts a job back into the queue as pending, its placement
+    and trial record replaced by ``reason``, so the next cycle plans it again.
+    """
+
+    def trial_jobs(self) -> Sequence[TrialJob]:
+        """The jobs with a trial record, as the last ``read`` saw them."""
+        ...
+
+    def write_trial(self, job: str, record: TrialRecord) -> str | None:
+        """Write ``job``'s trial record (with its placement)."""
+        ...
+
+    def suspend(self, job: str) -> str | None:
+        """Suspend a running job through the scheduler."""
+        ...
+
+    def resume(self, job: str) -> str | None:
+        """Resume a job the scheduler suspended."""
+        ...
+
+    def requeue(self, job: str, reason: str) -> str | None:
+        """Put a job back to pending with ``reason``."""
+        ...
+
+    def node_job_id(self, job: str) -> str:
+        """The id the job's node daemon knows it by (Slurm: the job id; HTCondor: its
+        GlobalJobId in id characters), for the node's TRIAL request."""
         ...

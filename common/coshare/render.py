@@ -191,6 +191,8 @@ def cycle_summary(report: CycleReport) -> str:
     verb = "would requeue" if apply.dry_run else "requeued"
     for outcome in apply.requeued:
         lines.append(f"  {verb} {outcome.job}: {outcome.detail}")
+    for line in report.trials:
+        lines.append(f"  trial: {line}")
     if apply.noted:
         verb = "would note" if apply.dry_run else "noted"
         lines.append(f"  {verb} the wait reason of {len(apply.noted)} jobs whose reason changed")
@@ -222,6 +224,7 @@ def cycle_to_dict(report: CycleReport) -> dict[str, Any]:
         "rejected": [{"job": r.job, "reason": r.reason} for r in report.rejected],
         "waiting": [{"job": w.job, "reason": w.reason} for w in report.waiting],
         "notes": list(report.notes),
+        "trials": list(report.trials),
         "seconds": {"read": report.read_s, "plan": report.plan.seconds, "apply": report.apply_s},
         "exit_status": report.exit_status,
     }

@@ -53,7 +53,7 @@ def test_requests_parse_into_fields() -> None:
 @pytest.mark.parametrize(("line", "message"), [
     (b"", "empty request"),
     (b"STOP job=1",
-     "unknown request 'STOP' (known: START, JOIN, END, FREEZE, THAW, LEND, RECLAIM)"),
+     "unknown request 'STOP' (known: START, JOIN, END, FREEZE, THAW, LEND, RECLAIM, TRIAL)"),
     (b"FREEZE", "FREEZE needs job=<id>"),
     (b"THAW job=1 cores=2", "THAW takes no field 'cores' (fields: job)"),
     (b"START job=1 llc_ways=0", "job 1: llc_ways='0' is not an integer in 1.."),

@@ -97,7 +97,7 @@ def test_an_unknown_program_is_bandwidth_bound_and_waits_for_an_empty_node() -> 
     assert [(a.job, a.node) for a in out.assignments] == [("2", "n2")]
     (u,) = out.unplaced
     assert "'other' has no measurement" in u.reason
-    assert "trial co-runs are not live yet" in u.reason
+    assert "trial co-runs are off (policy.membw.trials)" in u.reason
     assert out.trials == ()
 
 

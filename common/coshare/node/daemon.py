@@ -149,6 +149,9 @@ async def serve(
     jobs = JobControl(config) if control else None
     controller = None
     if jobs is not None:
+        # A freeze is for one probe and no probe outlives the daemon that ran it: a job
+        # still marked frozen was left by a daemon that was killed (issue 18). Thaw it now.
+        jobs.thaw_all()
         # A control client sends its one request at once: no reason to stay silent longer.
         limits = Limits.of(config, CONTROL_MAX_LINE, idle_timeout_s=config.line_timeout_s)
         controller = ControlServer(jobs, limits)

@@ -236,3 +236,32 @@ def probe(
                              f"{format_cpu_list(chosen)}) but cannot be recorded in "
                              f"{files.last_path}: {exc.strerror}") from exc  # fmt: skip
     return result, made
+
+
+def trial_probe(
+    files: ProbeFiles,
+    allowed: Sequence[int],
+    cpus: Sequence[int],
+    *,
+    size_mib: int = 0,
+    seconds: float = PROBE_SECONDS,
+    clock: Callable[[], float] = time.time,
+) -> ProbeResult:
+    """Probe ``cpus`` for a trial co-run (poncos section 7, step 7: the cores of the frozen
+    old job), compared with the baseline; not recorded as the node's last probe (what it
+    measures holds only while the old job is frozen).
+
+    Raises:
+        ProbeError: cores outside ``allowed``, or no baseline.
+    """
+    chosen = check_cpus(cpus, allowed)
+    size = array_mib(size_mib, llc_bytes())
+    with files.lock():
+        baseline = files.baseline()
+        if baseline is None:
+            raise ProbeError(f"no membw baseline for this node ({files.baseline_path}); "
+                             f"{INIT_HINT}")  # fmt: skip
+        reached = measure(chosen, size, seconds, clock)
+        reference = baseline_for(baseline, chosen)
+    return ProbeResult(reached, reference.gbps, reference.source)
+

@@ -61,8 +61,8 @@ class PolicyOptions:
     from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
     ``None`` takes the largest node of each snapshot. ``max_reserved_gangs``: how many aged
     gangs may hold nodes per cycle (issue 14). ``membw_*`` are the ``membw`` policy's
-    (``policy.membw``); ``membw_trials`` plans trial co-runs, which only the simulator
-    enforces so far (the live cycles leave it off). ``monitor_fraction``,
+    (``policy.membw``); ``membw_trials`` plans trial co-runs (the simulator; live
+    cycles with ``policy.membw.trials``, :mod:`coshare.trials`). ``monitor_fraction``,
     ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
     and copy-bandwidth threshold (the ``collocate`` config section). ``sns_profiles`` are
     the program profiles of ``sns`` (the store of ``policy.sns.profiles_dir``),

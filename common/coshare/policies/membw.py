@@ -21,8 +21,8 @@ sum of their uses stays at most 90% (section 7). coshare plans the same rule:
 - **Trial co-runs** (section 7, steps 4-9; ``trials=True``): a job of unknown use may start
   beside jobs whose use is known and leaves room, as a trial the plan names
   (:class:`~coshare.model.Trial`); the node takes nothing else until it is measured. The
-  live cycles do not enforce trials yet (freeze, probe, thaw, suspend), so they plan with
-  ``trials=False``; the simulator plans with them.
+  simulator plans with them; a live cycle does where ``policy.membw.trials`` is on, and
+  runs them as :mod:`coshare.trials` describes (freeze, probe, thaw, keep or suspend).
 
 Pure: no I/O, no clock.
 """
@@ -128,7 +128,8 @@ class MembwPolicy:
         max_share: the limit of a node's summed use (``policy.membw.max_share``).
         programs: recorded use per program (``policy.membw.programs``).
         init_s: a job is in its node's probe once it ran this long before it.
-        trials: plan trial co-runs for jobs of unknown use (the simulator; not live yet).
+        trials: plan trial co-runs for jobs of unknown use (the simulator; live cycles with
+            ``policy.membw.trials``).
         threads: ``strict`` or ``soft`` device threads, as the other policies.
     """
 
@@ -211,7 +212,7 @@ class MembwPolicy:
         limit = f"policy.membw.max_share {self.max_share:g}"
         if share is None:
             what = f"program {job.program!r}" if job.program else "it (no CoshareProgram)"
-            live = "" if self.trials else "; trial co-runs are not live yet"
+            live = "" if self.trials else "; trial co-runs are off (policy.membw.trials)"
             reason = (f"memory bandwidth: {what} has no measurement and no CoshareMembw, so it "
                       f"is treated as bandwidth-bound and runs only on a node with no other "
                       f"job (least used with room: {nodes[i].name} at "

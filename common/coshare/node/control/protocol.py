@@ -20,6 +20,8 @@ applies the rules of :mod:`coshare.node.control.trust`::
         -> OK job=<id> frozen=1 changed=<0|1>
     THAW job=<id>
         -> OK job=<id> frozen=0 changed=<0|1>
+    TRIAL job=<new job> partners=<old job,old job>
+        -> OK job=<id> share=<0..1> available=<0..1> gbps=<GB/s> cpus=<list>
     LEND job=<gpu job> to=<cpu job> cpus=<list>
         -> OK job=<gpu job> to=<cpu job> cpus=<its cpus now> to_cpus=<the cpu job's now>
               lent=<all cores lent to it> changed=<0|1>
@@ -34,6 +36,14 @@ resume every process of the job's group (the cgroup freezer: v1 ``freezer.state`
 ``cgroup.freeze``; poncos section 7 freezes the old job while it probes the new one's
 bandwidth); only accounts of ``node.operator_uids`` may ask, and both are idempotent:
 ``changed=0`` says the job was frozen (thawed) already and nothing was done.
+
+TRIAL measures a trial co-run of the ``membw`` policy (poncos section 7, steps 6-8; issue
+18): it freezes the ``partners`` (the old jobs), probes the memory bandwidth available on
+their cores while only ``job`` (the new one) runs beside them, and thaws them whatever
+happened; ``share`` is ``1 - available``, the new job's use. Operators only. Each freeze is
+recorded before it is made, so a daemon killed during the probe thaws them when it starts
+again (``node.max_freeze_s``). Refused: ``unknown_job`` for a partner without a group,
+``unsupported`` without a freezer or a membw baseline.
 
 LEND and RECLAIM enforce a harvest placement (Wu & Hong, :mod:`coshare.node.harvest`):
 LEND takes the named cores *out* of the running GPU job's cpuset and gives them to the CPU-only
@@ -70,7 +80,7 @@ MAX_LINE = 1024
 #: Largest integer a field may carry.
 MAX_NUMBER = 2**31 - 1
 
-ControlVerb = Literal["START", "JOIN", "END", "FREEZE", "THAW", "LEND", "RECLAIM"]
+ControlVerb = Literal["START", "JOIN", "END", "FREEZE", "THAW", "LEND", "RECLAIM", "TRIAL"]
 
 _FIELDS: dict[str, tuple[str, ...]] = {
     "START": (
@@ -90,7 +100,10 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "THAW": ("job",),
     "LEND": ("job", "to", "cpus"),
     "RECLAIM": ("job", "from", "cpus"),
+    "TRIAL": ("job", "partners"),
 }
+#: The most partners one TRIAL names.
+MAX_PARTNERS = 64
 
 
 class ControlProtocolError(ReplyError):
@@ -115,6 +128,7 @@ class ControlRequest:
         target: ``self`` or ``parent`` (JOIN).
         other: the CPU job that borrows (LEND ``to``) or gives back (RECLAIM ``from``).
         cpus: the cores lent or given back (``None`` for RECLAIM: all lent to ``other``).
+        partners: the old jobs frozen while ``job`` is measured (TRIAL).
     """
 
     verb: ControlVerb
@@ -130,6 +144,7 @@ class ControlRequest:
     membw_percent: int | None = None
     other: str | None = None
     cpus: tuple[int, ...] | None = None
+    partners: tuple[str, ...] = ()
 
 
 def _integer(job: str, key: str, value: str, minimum: int = 1) -> int:
@@ -194,7 +209,26 @@ def parse_control(line: bytes) -> ControlRequest:
         return ControlRequest(verb, job)  # type: ignore[arg-type]
     if verb in ("LEND", "RECLAIM"):
         return _loan(verb, job, fields)
+    if verb == "TRIAL":
+        return _trial(job, fields)
     return _start(job, fields)
+
+
+def _trial(job: str, fields: dict[str, str]) -> ControlRequest:
+    names = [p for p in fields.get("partners", "").split(",") if p]
+    if not names:
+        raise ControlProtocolError("bad_request", f"job {job}: TRIAL needs partners=<job,...>")
+    if len(names) > MAX_PARTNERS:
+        raise ControlProtocolError("bad_request", f"job {job}: partners names {len(names)} "
+                                   f"jobs (at most {MAX_PARTNERS})")  # fmt: skip
+    try:
+        partners = tuple(check_job_id(p) for p in names)
+    except JobSpecError as exc:
+        raise ControlProtocolError("bad_request", f"job {job}: partners: {exc}") from None
+    if job in partners or len(set(partners)) != len(partners):
+        raise ControlProtocolError("bad_request", f"job {job}: partners names a job twice "
+                                   "or the job itself")  # fmt: skip
+    return ControlRequest("TRIAL", job, partners=partners)
 
 
 def _loan(verb: str, job: str, fields: dict[str, str]) -> ControlRequest:

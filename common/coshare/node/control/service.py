@@ -32,9 +32,11 @@ from coshare.errors import (
     CoshareError,
     JobSpecError,
     JobStateError,
+    ProbeError,
     Unsupported,
 )
 from coshare.node import harvest, lifecycle
+from coshare.node.bandwidth import ProbeResult
 from coshare.node.cgroups import Cgroups, JobGroup
 from coshare.node.cgroups.base import write_text
 from coshare.node.control.protocol import (
@@ -52,6 +54,7 @@ from coshare.node.control.trust import (
     job_of_launcher,
 )
 from coshare.node.jobs import JobRecord, JobStore, Launcher, job_of_pid, read_proc_cgroup
+from coshare.node.membw import ProbeFiles, trial_probe
 from coshare.node.process import ProcessInfo
 from coshare.node.procfs import (
     PROC,
@@ -67,6 +70,10 @@ from coshare.node.spec import format_cpu_list
 log = logging.getLogger("coshare.node.control")
 
 
+TrialMeasure = Callable[[tuple[int, ...]], ProbeResult]
+"""Probes the given cores for a TRIAL (tests pass a fake; the daemon the real probe)."""
+
+
 class JobControl:
     """Answers control requests for one node.
 
@@ -76,9 +83,11 @@ class JobControl:
     """
 
     def __init__(
-        self, config: NodeConfig, proc: Path = PROC, clock: Callable[[], float] = time.time
+        self, config: NodeConfig, proc: Path = PROC, clock: Callable[[], float] = time.time,
+        probe: TrialMeasure | None = None,
     ) -> None:
         self.config = config
+        self._probe = probe if probe is not None else self._membw_probe
         self.clock = clock
         self.policy = TrustPolicy(config.trusted_launchers, config.trusted_launcher_uids)
         self.store = lifecycle.node_store(config)
@@ -116,6 +125,8 @@ class JobControl:
                     return self._freeze(request, peer_uid, frozen=request.verb == "FREEZE")
                 if request.verb in ("LEND", "RECLAIM"):
                     return self._loan(request, peer_uid)
+                if request.verb == "TRIAL":
+                    return self._trial(request, peer_uid)
                 return self._end(request, caller, peer_uid)
         except Refused as exc:
             log.warning("refused %s from pid %d (uid %d): %s", request.verb, peer_pid,
@@ -308,6 +319,69 @@ class JobControl:
         log.info("job %s %s%s", request.job, "frozen" if frozen else "thawed",
                  "" if changed else " already; nothing done")  # fmt: skip
         return f"OK job={request.job} frozen={int(frozen)} changed={int(changed)}"
+
+    def _trial(self, request: ControlRequest, uid: int) -> str:
+        """TRIAL: freeze the partners, probe their cores, thaw them (whatever happened)."""
+        if uid not in self.config.operator_uids:
+            raise Refused("not_allowed", f"job {request.job}: TRIAL is for operators "
+                          f"(node.operator_uids), not uid {uid}")  # fmt: skip
+        self._live_record(request.job)
+        partners = [self._live_record(p) for p in request.partners]
+        groups = [r.group(self.config.kill_timeout_s) for r in partners]
+        cpus = tuple(sorted({c for r in partners for c in r.spec.cpus}))
+        if not cpus:
+            raise Refused("bad_spec", f"job {request.job}: its partners hold no cores to probe")
+        frozen: list[JobGroup] = []
+        try:
+            for group in groups:
+                # set_frozen records the freeze before making it: a daemon killed during
+                # the probe thaws the group when it starts again (thaw_overdue).
+                if set_frozen(self.store, self.cgroups, group, True, self.clock()):
+                    frozen.append(group)
+            result = self._probe(cpus)
+        finally:
+            for group in frozen:  # only what this request froze (an operator's stays)
+                try:
+                    set_frozen(self.store, self.cgroups, group, False, self.clock())
+                except CoshareError as exc:
+                    log.error("job %s: not thawed after its trial probe: %s (the daemon "
+                              "retries after node.max_freeze_s)", request.job, exc)  # fmt: skip
+        available = min(max(result.fraction, 0.0), 1.0)
+        log.info("job %s: trial beside %s: %.0f%% of the bandwidth available on cores %s",
+                 request.job, ",".join(request.partners), 100 * available,
+                 format_cpu_list(cpus))  # fmt: skip
+        return (f"OK job={request.job} share={1.0 - available:.4f} available={available:.4f} "
+                f"gbps={result.measurement.gbps:.3f} cpus={format_cpu_list(cpus)}")
+
+    def _membw_probe(self, cpus: tuple[int, ...]) -> ProbeResult:
+        """The real probe of a TRIAL (:func:`coshare.node.membw.trial_probe`)."""
+        try:
+            return trial_probe(ProbeFiles(Path(self.config.state_dir)),
+                               self.cgroups.allowed_cpus(), cpus,
+                               size_mib=self.config.probe_array_mib, clock=self.clock)  # fmt: skip
+        except ProbeError as exc:
+            raise Unsupported("membw probe", self.config.state_dir, str(exc)) from exc
+
+    def thaw_all(self) -> list[str]:
+        """Thaw every job with a freeze mark (the daemon's start: no probe outlives the
+        daemon that ran it, so a mark left is from one that was killed); the jobs thawed."""
+        thawed = []
+        now = self.clock()
+        with self._lock:
+            for record in self.store.records():
+                if self.store.frozen_since(record.job) is None:
+                    continue
+                group = record.group(self.config.kill_timeout_s)
+                try:
+                    if group.exists():
+                        set_frozen(self.store, self.cgroups, group, False, now)
+                    self.store.clear_frozen(record.job)
+                except CoshareError as exc:
+                    log.error("job %s: cannot thaw at start: %s", record.job, exc)
+                    continue
+                log.warning("job %s was left frozen by an earlier daemon; thawed", record.job)
+                thawed.append(record.job)
+        return thawed
 
     def _loan(self, request: ControlRequest, uid: int) -> str:
         """LEND or RECLAIM harvested cores (:mod:`coshare.node.harvest`); idempotent."""

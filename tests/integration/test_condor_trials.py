@@ -1,0 +1,234 @@
+"""Trial co-runs of the ``membw`` policy live on the real HTCondor pool (issue 18 item 3),
+with the measurements injected through the probe's interface
+(``policy.membw.probe_inject_file``), and the real probe once through the node daemon:
+
+- a bandwidth-heavy job (a memory-copying loop, program recorded at 0.6) and a compute-bound
+  one (a spinning loop, unknown until its trial measures 0.05) run together on one node;
+- two bandwidth-heavy ones do not: the second is suspended through the schedd after its
+  trial (JobStatus 7, ``condor_suspend``'s), and continued by the cycle once the first ended.
+
+The cycle is the one ``coshare condor cycle`` runs: plan and apply, then the trials' step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from coshare.cli import policy_options
+from coshare.config import load_config
+from coshare.cycles import step_trials
+from coshare.planner import run_cycle
+from coshare.policies import make_policy
+from coshare.trials import TrialRecord, parse_trial
+
+from condor_addon.adapter import CondorAdapter
+from condor_addon.view import node_job_id
+from tests.integration.condor_pool import (
+    CHROOT,
+    CLIENT_CONFIG,
+    COSHARE_BIN,
+    WORK,
+    Pool,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.condor]
+
+# Both run for their own CPU seconds: time spent suspended does not count, as with work.
+COPY = """#!/usr/bin/python3
+import sys, time
+block = bytearray(1 << 24)  # twice this (the copy) within request_memory 64 MB
+while time.process_time() < float(sys.argv[1]):
+    bytes(block)
+"""
+SPIN = """#!/usr/bin/python3
+import sys, time
+while time.process_time() < float(sys.argv[1]):
+    pass
+"""
+RUNNING, SUSPENDED = 2, 7
+
+
+@pytest.fixture
+def live(condor_pool: Pool) -> Iterator[Pool]:
+    condor_pool.remove_all()
+    for name, text in (("copy.py", COPY), ("spin.py", SPIN)):
+        script = CHROOT / WORK.lstrip("/") / name
+        script.write_text(text)
+        script.chmod(0o755)
+    yield condor_pool
+    condor_pool.remove_all()
+
+
+class Cycles:
+    """``coshare condor cycle`` with ``policy: membw`` and trials on (``init_s`` 2 s)."""
+
+    def __init__(self, pool: Pool, tmp: Path, inject: dict[str, object] | None,
+                 max_suspend_s: float = 600) -> None:  # fmt: skip
+        path = tmp / "coshare.yaml"
+        text = (f"condor: {{config_file: {CLIENT_CONFIG}, retry_wait_s: 0.1}}\n"
+                "policy:\n  name: membw\n  membw:\n    trials: true\n    init_s: 2\n"
+                f"    max_suspend_s: {max_suspend_s}\n"
+                "    programs: {stream: 0.6}\n"
+                f"    record_file: {tmp / 'measured.json'}\n"
+                f"    probe_socket: {CHROOT}/run/coshare/{{node}}/control.sock\n"
+                "    probe_timeout_s: 60\n")  # fmt: skip
+        if inject is not None:
+            (tmp / "inject.json").write_text(json.dumps(inject))
+            text += f"    probe_inject_file: {tmp / 'inject.json'}\n"
+        path.write_text(text)
+        self.config = load_config(path, environ={})
+        self.pool = pool
+        self.lines: list[str] = []
+        self.running: list[tuple[str, str, str, str | None]] = []
+        self.planned: list[str] = []
+
+    def __call__(self) -> None:
+        adapter = CondorAdapter(self.pool.client, self.config)
+        policy = make_policy(self.config.policy.name, policy_options(self.config))
+        report = run_cycle(adapter, policy, adapter)
+        assert not report.apply.failed, report.apply.failed
+        assert report.snapshot is not None
+        self.running = [(r.id, r.node, r.state, r.program) for r in report.snapshot.running]
+        self.planned += [f"{a.job}->{a.node}" for a in report.plan.assignments]
+        self.planned += [f"trial {t.job} beside {t.partners}" for t in report.plan.trials]
+        self.planned += [f"{u.job} waits: {u.reason}" for u in report.plan.unplaced]
+        self.lines += step_trials(self.config, adapter, report, dry_run=False)
+
+    def until(self, check: object, timeout_s: float, what: str) -> None:
+        """Run cycles until ``check`` holds (looked at before each cycle too)."""
+        assert callable(check)
+
+        def once() -> bool:
+            if check():
+                return True
+            self()
+            return bool(check())
+        wait_for(once, timeout_s, what)
+
+
+def submit(pool: Pool, script: str, program: str, seconds: int) -> str:
+    cluster = pool.submit(1, executable=f"{WORK}/{script}", arguments=str(seconds),
+                          **{"+CoshareProgram": f'"{program}"'})  # fmt: skip
+    return f"{cluster}.0"
+
+
+def status(pool: Pool, job: str) -> int | None:
+    value = pool.jobs().get(job, {}).get("JobStatus")
+    return value if isinstance(value, int) else None
+
+
+def record(pool: Pool, job: str) -> TrialRecord | None:
+    text = pool.jobs().get(job, {}).get("CoshareTrial")
+    return parse_trial(job, text) if isinstance(text, str) else None
+
+
+def start(pool: Pool, cycles: Cycles, script: str, program: str, seconds: int) -> str:
+    job = submit(pool, script, program, seconds)
+    cycles.until(lambda: status(pool, job) in (RUNNING, SUSPENDED), 120, f"job {job} to run")
+    return job
+
+
+def decided(pool: Pool, cycles: Cycles, job: str) -> TrialRecord:
+    try:
+        cycles.until(lambda: (r := record(pool, job)) is not None
+                     and r.state not in ("placed", "measuring"), 60,
+                     f"the trial of job {job} to be decided")  # fmt: skip
+    except AssertionError as exc:
+        shown = {i: {k: v for k, v in ad.items() if k.startswith("Coshare") or k == "JobStatus"}
+                 for i, ad in pool.jobs().items()}  # fmt: skip
+        raise AssertionError(f"{exc}; jobs: {shown}; trials said: {cycles.lines}; planned: "
+                             f"{cycles.planned[-12:]}; running: {cycles.running}") from None
+    found = record(pool, job)
+    assert found is not None, (pool.jobs(), cycles.lines)
+    return found
+
+
+def test_a_compute_bound_job_joins_a_bandwidth_heavy_one_after_its_trial(
+    live: Pool, tmp_path: Path
+) -> None:
+    cycles = Cycles(live, tmp_path, {"programs": {"spin": 0.05}})
+    heavy = start(live, cycles, "copy.py", "stream", 40)
+    spin = start(live, cycles, "spin.py", "spin", 30)
+    kept = decided(live, cycles, spin)
+    assert (kept.state, kept.share, kept.partners) == ("kept", 0.05, (heavy,)), \
+        (cycles.lines, cycles.running)  # fmt: skip
+    jobs = live.jobs()
+    assert jobs[heavy]["CosharePlacedNode"] == jobs[spin]["CosharePlacedNode"]
+    assert status(live, heavy) == status(live, spin) == RUNNING  # co-scheduled
+    assert json.loads((tmp_path / "measured.json").read_text()) == {"programs": {"spin": 0.05}}
+
+
+def test_a_second_bandwidth_heavy_job_is_suspended_and_continued_when_the_first_ends(
+    live: Pool, tmp_path: Path
+) -> None:
+    cycles = Cycles(live, tmp_path, {"programs": {"heavy": 0.6}})
+    first = start(live, cycles, "copy.py", "stream", 25)
+    second = start(live, cycles, "copy.py", "heavy", 8)
+    held = decided(live, cycles, second)
+    assert (held.state, held.share, held.why, held.partners) == \
+        ("suspended", 0.6, "over_limit", (first,)), cycles.lines  # fmt: skip
+    assert status(live, second) == SUSPENDED  # through the schedd, not a silent freeze
+    assert status(live, first) == RUNNING
+    cycles.until(lambda: status(live, first) is None or status(live, first) == 4, 120,
+                 "the first job to end")  # fmt: skip
+    cycles.until(lambda: status(live, second) != SUSPENDED, 60, "the second to continue")
+    resumed = record(live, second)
+    assert resumed is None or (resumed.state, resumed.why) == ("resumed", "partners_ended"), \
+        cycles.lines  # fmt: skip
+    assert any(f"job {second}: job {first} ended; resumed" in line for line in cycles.lines), \
+        cycles.lines  # fmt: skip
+    wait_for(lambda: status(live, second) in (None, 4), 120, "the continued job to finish")
+
+
+def test_a_job_suspended_longer_than_max_suspend_s_is_requeued_with_the_reason(
+    live: Pool, tmp_path: Path
+) -> None:
+    cycles = Cycles(live, tmp_path, {"programs": {"heavy3": 0.6}}, max_suspend_s=3)
+    first = start(live, cycles, "copy.py", "stream", 40)
+    second = start(live, cycles, "copy.py", "heavy3", 8)
+    assert decided(live, cycles, second).state == "suspended"
+    try:
+        cycles.until(lambda: status(live, second) == 1, 60, "the suspended job to be idle")
+    except AssertionError as exc:
+        shown = {k: v for k, v in live.jobs().get(second, {}).items()
+                 if k.startswith("Coshare") or k in ("JobStatus", "HoldReason")}  # fmt: skip
+        raise AssertionError(f"{exc}: {shown}; {cycles.lines}") from None
+    ad = live.jobs()[second]
+    assert ad.get("CosharePlacedNode") is None and ad.get("CoshareTrial") is None, ad
+    reason = str(ad.get("CoshareWaitReason"))
+    # The requeue's reason, replaced by the plan's own once a cycle has planned it again.
+    assert reason.startswith("trial: suspended for ") or "memory bandwidth" in reason, reason
+    assert any("longer than policy.membw.max_suspend_s 3; requeued" in line
+               for line in cycles.lines), cycles.lines  # fmt: skip
+    assert status(live, first) == RUNNING
+
+
+def test_the_real_probe_through_the_nodes_daemon(live: Pool, tmp_path: Path) -> None:
+    """The real probe once through HTCondor too: the node daemon knows the jobs by their
+    node ids (GlobalJobId), freezes the first, probes its cores, thaws it."""
+    env = {**os.environ, "COSHARE_CONFIG": str(CHROOT / "pool" / "coshare" / "node1.yaml")}
+    init = subprocess.run([f"{COSHARE_BIN}/coshare", "node", "probe", "membw", "--init"],
+                          env=env, text=True, capture_output=True, timeout=300)  # fmt: skip
+    assert init.returncode == 0, init.stdout + init.stderr
+    cycles = Cycles(live, tmp_path, None)
+    heavy = start(live, cycles, "copy.py", "stream", 40)
+    other = start(live, cycles, "copy.py", "mystery", 20)
+    done = decided(live, cycles, other)
+    assert done.share is not None and 0 <= done.share <= 1, (done, cycles.lines)
+    over = done.share + 0.6 > 0.9 + 1e-9
+    assert (done.state, done.why) == (("suspended", "over_limit") if over
+                                      else ("kept", "within_limit")), cycles.lines  # fmt: skip
+    assert status(live, other) == (SUSPENDED if over else RUNNING)
+    ad = live.jobs()[heavy]
+    assert ad["CosharePlacedNode"] == "node1" and status(live, heavy) == RUNNING
+    local = node_job_id(str(ad["GlobalJobId"]))
+    freezer = Path("/sys/fs/cgroup/freezer") / "coshare-pool-node1" / f"job-{local}"
+    assert (freezer / "freezer.state").read_text().strip() == "THAWED"
+    print(f"real probe (HTCondor): job {other} measured {done.share:.3f} beside job {heavy} "
+          f"({done.state})")

@@ -1,0 +1,238 @@
+"""Both adapters translate trial co-runs the same way (issue 18 item 2): the record is written
+with the placement and read back with the job; suspend, resume and requeue go through the
+scheduler's own verbs (Slurm's scontrol with a recording runner; HTCondor's schedd with a
+recording client), and a refused verb is an error text, never an exception."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from coshare.commands import CommandResult
+from coshare.config import Config, DeviceKind
+from coshare.errors import CoshareError
+from coshare.ledger import Book
+from coshare.model import Assignment, Job, Plan, Trial
+from coshare.planner import runs_trials
+from coshare.trials import TrialRecord
+
+from condor_addon import adapter as condor_adapter
+from condor_addon import attributes as A
+from condor_addon.adapter import CondorAdapter
+from condor_addon.edits import plan_edits as condor_edits
+from condor_addon.errors import EditFailed
+from condor_addon.view import QueueJob, current, read_job
+from slurm_addon.adapter import SlurmAdapter
+from slurm_addon.client import SlurmClient
+from slurm_addon.jobs import SlurmJob
+from slurm_addon.nodes import SlurmNode
+from slurm_addon.placement import PlacementError, parse_placement, trial_field, with_trial
+from slurm_addon.view import build_view
+
+NOW = 1_800_000_000
+PLACED = f"coshare-placement;v=1;node=n1;devices=;at={NOW};mem_mib=0;threads=0"
+RECORD = TrialRecord("suspended", NOW, ("1",), 0.6, "over_limit")
+
+
+# -- Slurm ---------------------------------------------------------------------------------
+
+
+def test_the_trial_field_rides_in_the_placement_before_a_kill_reason() -> None:
+    text = with_trial(PLACED, "placed:1:-:1:-")
+    assert text == PLACED + ";trial=placed:1:-:1:-"
+    assert trial_field(text) == "placed:1:-:1:-"
+    again = with_trial(text + ";killed=over its memory, 2 GiB", "kept:2:0.3:1:within_limit")
+    assert again == PLACED + ";trial=kept:2:0.3:1:within_limit;killed=over its memory, 2 GiB"
+    assert trial_field(again) == "kept:2:0.3:1:within_limit"
+    assert parse_placement(again) == parse_placement(PLACED)  # readers ignore the field
+    assert trial_field(PLACED) is None and trial_field("coshare-waiting: x") is None
+    with pytest.raises(PlacementError, match="no coshare placement"):
+        with_trial("an operator's note", "placed:1:-:1:-")
+    with pytest.raises(PlacementError, match="cannot write"):
+        with_trial(PLACED, "placed:1:-:1:-;node=n2")
+
+
+def test_a_slurm_job_placed_for_a_trial_carries_its_record() -> None:
+    from slurm_addon.edits import plan_edits
+
+    pending = SlurmJob("2", "pending", "PENDING", held=True,
+                       comment="coshare: program=stream")  # fmt: skip
+    nodes = [SlurmNode("n1", "idle", cpus=4, memory_mib=8192)]
+    view = build_view(nodes, [pending], device_kinds={}, now_s=NOW)
+    plan = Plan("membw", assignments=(Assignment("2", "n1"),), trials=(Trial("2", "n1", ("1",)),))
+    (write,) = plan_edits(view, plan, (), {"2": pending}, now_s=NOW).writes
+    assert trial_field(write.admin_comment) == f"placed:{NOW}:-:1:-"
+
+
+class Scontrol:
+    """Records every command; answers squeue's AdminComment read and refuses ``refuse``."""
+
+    def __init__(self, admin_comment: str = PLACED, refuse: str = "") -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.admin_comment = admin_comment
+        self.refuse = refuse
+
+    def __call__(self, argv: Sequence[str], *, timeout_s: float, check: bool = True,
+                 input_text: str | None = None, env: Mapping[str, str] | None = None,
+                 ) -> CommandResult:  # fmt: skip
+        self.calls.append(tuple(argv))
+        if argv[0] == "squeue":
+            return CommandResult(tuple(argv), 0, self.admin_comment + "\n", "")
+        if self.refuse and argv[1] == self.refuse:
+            return CommandResult(tuple(argv), 1, "", "Job is not suspended")
+        return CommandResult(tuple(argv), 0, "", "")
+
+
+def slurm(runner: Scontrol, jobs: Sequence[SlurmJob] = ()) -> SlurmAdapter:
+    config = Config()
+    adapter = SlurmAdapter(SlurmClient(config.slurm, runner=runner, environ={}), config,
+                           clock=lambda: float(NOW))  # fmt: skip
+    if jobs:
+        adapter.view = build_view([SlurmNode("n1", "mixed", cpus=4, memory_mib=8192)], jobs,
+                                  device_kinds={"k": DeviceKind(1, 1)}, now_s=NOW)  # fmt: skip
+    return adapter
+
+
+def test_slurm_suspends_resumes_and_requeues_through_scontrol() -> None:
+    runner = Scontrol()
+    adapter = slurm(runner)
+    assert runs_trials(adapter) and adapter.node_job_id("7") == "7"
+    assert adapter.suspend("7") is None and adapter.resume("7") is None
+    assert adapter.requeue("7", "suspended for 3601 s; requeued") is None
+    assert runner.calls == [
+        ("scontrol", "suspend", "7"), ("scontrol", "resume", "7"),
+        ("scontrol", "requeuehold", "7"),
+        ("scontrol", "update", "JobId=7",
+         "AdminComment=coshare-waiting: trial: suspended for 3601 s; requeued"),
+    ]  # fmt: skip
+
+
+def test_slurm_writes_the_record_into_the_placement_it_reads_back() -> None:
+    runner = Scontrol(PLACED + ";trial=placed:1:-:1:-")
+    assert slurm(runner).write_trial("7", RECORD) is None
+    assert runner.calls[-1] == ("scontrol", "update", "JobId=7",
+                                f"AdminComment={PLACED};trial=suspended:{NOW}:0.6:1:over_limit")
+
+
+def test_slurm_refusals_are_error_texts() -> None:
+    assert slurm(Scontrol(refuse="resume")).resume("7") == "Job is not suspended"
+    assert "no coshare placement" in (slurm(Scontrol("")).write_trial("7", RECORD) or "")
+    runner = Scontrol()
+    assert slurm(runner).suspend("7;x") == "job id '7;x'"  # refused before any command
+    assert runner.calls == []
+
+
+def test_slurm_reads_trial_jobs_with_the_schedulers_state() -> None:
+    comment = "coshare: program=stream"
+    text = PLACED + f";trial=suspended:{NOW}:0.6:1:over_limit"
+    jobs = [SlurmJob("2", "active", "SUSPENDED", comment=comment, admin_comment=text,
+                     nodes=("n1",), start_time_s=NOW - 100),
+            SlurmJob("3", "active", "RUNNING", comment=comment, nodes=("n1",),
+                     admin_comment=PLACED + ";trial=bogus"),
+            SlurmJob("4", "active", "RUNNING", comment="", admin_comment=text, nodes=("n1",))]
+    (found,) = slurm(Scontrol(), jobs).trial_jobs()  # 3's record is unreadable, 4 not ours
+    assert (found.job, found.node, found.program, found.phase, found.started_s) == \
+        ("2", "n1", "stream", "suspended", NOW - 100)  # fmt: skip
+    assert found.record == RECORD
+
+
+# -- HTCondor ------------------------------------------------------------------------------
+
+
+def test_a_condor_job_placed_for_a_trial_gets_its_record_before_the_gate() -> None:
+    idle = QueueJob(id="2.0", status=A.IDLE, annotations={"CoshareProgram": "stream"})
+    plan = Plan("membw", assignments=(Assignment("2.0", "n1"),),
+                trials=(Trial("2.0", "n1", ("1.0",)),))  # fmt: skip
+    e = condor_edits(plan, Book(pending=(Job("2.0", 0, 0, kind="cpu", device_count=0),)), (),
+                     {"2.0": current(idle, idle)}, now_s=NOW)  # fmt: skip
+    assert e.trials == ((f"placed:{NOW}:-:1.0:-", ("2.0",)),)
+
+
+class Schedd:
+    """Stands in for the CondorClient: records edits and actions; the job's JobStatus
+    follows Suspend and Continue only after ``lag`` reads (the starter acts later)."""
+
+    def __init__(self, refuse: str = "", lag: int = 0, never: bool = False) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.refuse = refuse
+        self.status, self.next_status, self.lag, self.never = A.RUNNING, A.RUNNING, lag, never
+
+    def job_ads(self, constraint: str, projection: Sequence[str]) -> list[dict[str, object]]:
+        if self.lag > 0:
+            self.lag -= 1
+        elif not self.never:
+            self.status = self.next_status
+        return [{"JobStatus": self.status}]
+
+    def edit_ids(self, ids: Sequence[str], attribute: str, value: str) -> int:
+        self.calls.append(("edit", ",".join(ids), attribute, value))
+        return 1
+
+    def act_where(self, action: str, constraint: str) -> None:
+        if action == self.refuse:
+            raise EditFailed(action.lower(), "the jobs of a constraint", "no such job")
+        self.calls.append(("act", action, constraint))
+        self.next_status = {"Suspend": A.SUSPENDED, "Continue": A.RUNNING}.get(action, A.IDLE)
+
+
+def condor(schedd: Schedd) -> CondorAdapter:
+    adapter = CondorAdapter(schedd, Config(), clock=lambda: float(NOW))  # type: ignore[arg-type]
+    adapter.sleep = lambda s: None
+    return adapter
+
+
+def test_condor_suspend_is_done_once_the_schedd_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedd = Schedd(lag=3)
+    assert condor(schedd).suspend("7.0") is None and schedd.status == A.SUSPENDED
+    assert condor(schedd).resume("7.0") is None and schedd.status == A.RUNNING
+    monkeypatch.setattr(condor_adapter, "CONFIRM_TIMEOUT_S", 0.0)
+    assert condor(Schedd(never=True)).suspend("7.0") == \
+        "asked, but JobStatus is running after 0 s; not suspended yet"  # fmt: skip
+
+
+def test_condor_suspends_continues_and_requeues_through_the_schedd() -> None:
+    schedd = Schedd()
+    adapter = condor(schedd)
+    assert runs_trials(adapter)
+    assert adapter.suspend("7.0") is None and adapter.resume("7.0") is None
+    assert adapter.requeue("7.0", "suspended too long") is None
+    assert adapter.write_trial("7.0", RECORD) is None
+    clause = "(ClusterId == 7 && ProcId == 0)"
+    assert schedd.calls == [
+        ("act", "Suspend", clause), ("act", "Continue", clause),
+        ("edit", "7.0", "CoshareWaitReason", '"trial: suspended too long"'),
+        ("edit", "7.0", "CoshareTrial", "undefined"),
+        ("edit", "7.0", "CosharePlacedNode", "undefined"),
+        ("act", "Continue", clause), ("act", "VacateFast", clause),
+        ("edit", "7.0", "CoshareTrial", f'"suspended:{NOW}:0.6:1:over_limit"'),
+    ]  # fmt: skip
+    assert "no such job" in (condor(Schedd(refuse="Continue")).resume("7.0") or "")
+
+
+def test_condor_reads_trial_jobs_with_the_schedds_state() -> None:
+    ad: dict[str, Any] = {"ClusterId": 2, "ProcId": 0, "JobStatus": A.SUSPENDED,
+                          "CosharePlacedNode": "n1", "CoshareProgram": "stream",
+                          "CoshareTrial": f"suspended:{NOW}:0.6:1:over_limit",
+                          "JobCurrentStartDate": NOW - 100}  # fmt: skip
+    adapter = condor(Schedd())
+    job = read_job(ad)
+    assert job is not None
+    bad = replace(job, id="3.0", trial="nonsense")
+    adapter.jobs = {"2.0": job, "3.0": bad}
+    (found,) = adapter.trial_jobs()
+    assert (found.job, found.node, found.program, found.phase, found.started_s) == \
+        ("2.0", "n1", "stream", "suspended", NOW - 100)  # fmt: skip
+    assert found.record == RECORD
+    # The node daemon knows it by its GlobalJobId in id characters (the job wrapper's).
+    adapter.jobs["2.0"] = replace(job, global_id="submit#2.0#1800000000")
+    assert adapter.node_job_id("2.0") == "submit_2.0_1800000000"
+    assert adapter.node_job_id("9.0") == "9.0"
+
+
+def test_both_adapters_offer_the_same_trial_verbs() -> None:
+    verbs = ("trial_jobs", "write_trial", "suspend", "resume", "requeue", "node_job_id")
+    for adapter in (SlurmAdapter, CondorAdapter):
+        assert all(callable(getattr(adapter, v)) for v in verbs)
+    assert issubclass(EditFailed, CoshareError)
