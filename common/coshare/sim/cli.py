@@ -16,8 +16,8 @@ Workloads: ``table1`` (Table II: 1000 jobs, 8 nodes), ``uniform``, ``normal``, `
 collocation paper's section IV-C, with a P_M x P_B sweep), ``picaso`` and ``picaso-PART``
 (the distributed allocation paper's tiles and scenarios, issue 20), ``sns`` (Spread-n-Share's
 section 6.2 job mixes; ``--sweep scaling_share=...``: section 6.3) and ``trace:FILE.swf``
-(replay an SWF log). This module does the I/O (trace files, the plot, the progress bar) and
-hands everything else to the pure ``coshare.sim``.
+(replay an SWF log; ``FILE.swf.gz`` too). This module does the I/O (trace files, the plot,
+the progress bar) and hands everything else to the pure ``coshare.sim``.
 """
 
 from __future__ import annotations
@@ -25,14 +25,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.markup import escape
 
 from coshare.bounds import (
+    MAX_CORES,
     MAX_SIM_JOBS,
     MAX_SIM_NODES,
     MAX_SIM_SEEDS,
@@ -85,7 +87,8 @@ from coshare.sim.report import (
     sweep_table,
 )
 from coshare.sim.runs import Executor, Failure, Task
-from coshare.sim.trace_files import ALIBABA_DIR, data_dir, read_alibaba
+from coshare.sim.trace_files import ALIBABA_DIR, data_dir, machines_path, read_alibaba
+from coshare.sim.traces import unmodelled_warning
 from coshare.sim.work import CompareSpec, SizesSpec, job_count, run_paper, task_count
 from coshare.sim.workloads import DISTRIBUTIONS
 
@@ -231,6 +234,7 @@ class Request:
     executor: Executor = field(default_factory=LocalExecutor)
     points: tuple[Point, ...] = ((),)
     metric: str = "makespan_s"
+    cores_per_node: int | None = None
 
     @property
     def swept(self) -> bool:
@@ -357,8 +361,15 @@ def _trace(request: Request) -> Outcome:
     """Replay an SWF log (``trace:PATH``) as a stream, once per policy, seed and point."""
     policies = parse_policies(request.policies_text, ALL_POLICIES)
     path = Path(request.workload[len("trace:"):])
-    cluster_of(path, request.nodes)  # refuse an unknown cluster before anything runs
-    check_log(path)  # and a bad record, naming its line (one pass; memory stays bounded)
+    machines = machines_path(path)
+    if request.cores_per_node is not None and machines is not None:
+        raise click.UsageError(f"--cores-per-node does not apply to {shorten(path.name)}: "
+                               f"{shorten(machines.name)} beside it gives the nodes")  # fmt: skip
+    cluster_of(path, request.nodes, request.cores_per_node)  # an unknown cluster, before runs
+    tally = check_log(path)  # and a bad record, naming its line (one pass; memory bounded)
+    warning = unmodelled_warning(tally, f"trace:{path.name}")
+    if warning:  # once per replay, not per job or per run
+        click.echo(f"coshare: warning: {warning}", err=True)
     tasks = []
     for point in request.points:
         setup = apply(point, request.setup)
@@ -366,7 +377,8 @@ def _trace(request: Request) -> Outcome:
         for s in request.seeds:
             tasks += [Task(" ".join(filter(None, [f"replay of {path.name}", name, f"seed {s}",
                                                   label(point)])),
-                           replay, (path, nodes, name, s, setup)) for name in policies]  # fmt: skip
+                           replay, (path, nodes, name, s, setup, request.cores_per_node))
+                      for name in policies]  # fmt: skip
     with progress_bar(len(tasks), f"replay {escape(path.name)}", unit="runs") as advance:
         results = request.executor.run(tasks, lambda _: advance(1))
     done: list[tuple[Task, Replay]] = [(t, r) for i, (t, r) in
@@ -380,7 +392,8 @@ def _trace(request: Request) -> Outcome:
                 for (task, r), (point, s) in zip(done, _trace_keys(request, policies, tasks,
                                                                    results.failed),
                                                  strict=True)]  # fmt: skip
-        return _sweep_outcome(request, runs, results.failures)
+        outcome = _sweep_outcome(request, runs, results.failures)
+        return replace(outcome, payload={**outcome.payload, "notes": [warning] if warning else []})
     replays = [r for _, r in done]
     summaries = [r.summary for r in replays]
     skipped = replays[0].skipped if replays else 0
@@ -389,7 +402,7 @@ def _trace(request: Request) -> Outcome:
              f"{summaries[0].nodes if summaries else 0} nodes; jobs wider than one node run "
              "as gangs")  # fmt: skip
     payload = {"trace": str(path), "nodes": summaries[0].nodes if summaries else 0,
-               "skipped_records": skipped,
+               "skipped_records": skipped, "notes": [warning] if warning else [],
                "runs": [{**summary_dict(r.summary), "events": r.events} for r in replays]}
     text = render(replay_table(summaries, title)) if summaries else ""
     return Outcome(text, payload, failures=results.failures)
@@ -528,6 +541,9 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
               help="Jobs (table1: 1000, synthetic: 400; pressure: jobs per node, 200).")
 @click.option("--nodes", type=click.IntRange(1, MAX_SIM_NODES), default=None,
               help=f"Cluster size in nodes (default {PAPER_NODES}).")
+@click.option("--cores-per-node", type=click.IntRange(1, MAX_CORES), default=None,
+              help="trace:PATH without a .machines file: cores of each of the --nodes nodes "
+              "(default: the header's MaxProcs / MaxNodes).")
 @click.option("--policies", "policies_text", default=None,
               help="Comma-separated policies (paper workloads: exclusive,random,knapsack; "
               "alibaba-2023 and traces: all five).")
@@ -578,7 +594,8 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
 @click.option("--verify", is_flag=True, help="Check every plan with coshare.verify (slower).")
 @pass_app
 def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None,
-             policies_text: str | None, footprint: bool, seed: int, seeds: int, output: str,
+             cores_per_node: int | None, policies_text: str | None, footprint: bool, seed: int,
+             seeds: int, output: str,
              plot: Path | None, sizes: str | None, threads: str, cycle_delay: float,
              age_limit: float | None, offload_share: float | None, protocol: str, batch: int,
              workers: int | None, executor: str | None, dask_scheduler: str | None,
@@ -590,6 +607,7 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
     if run is None:
         raise InputError(f"unknown workload {shorten(workload)} "
                          f"(known: {', '.join(WORKLOAD_NAMES)})")
+    _refuse_options_that_do_not_apply(workload, cores_per_node)
     if plot is not None:
         from coshare.sim.plot import require_matplotlib
 
@@ -605,7 +623,7 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
     with open_executor(config) as runner:
         request = Request(workload, jobs, nodes, policies_text, footprint, seed_list,
                           parse_sizes(sizes), setup, protocol, batch, config.sim.workers, data,
-                          runner, points, metric)  # fmt: skip
+                          runner, points, metric, cores_per_node)  # fmt: skip
         outcome = run(request)
     _emit(output, outcome.text, {**header, **outcome.payload})
     if plot is not None and outcome.figures:
@@ -621,6 +639,36 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
         more = f"; and {count - 10} more" if count > 10 else ""
         raise ExecutorError(f"{count} run{'s' if count != 1 else ''} failed (the results "
                             f"above are the others'): {shown}{more}")  # fmt: skip
+
+
+#: The options of ``coshare simulate`` that a trace replay does not use: the log gives the
+#: jobs and the cluster's use, so they are refused rather than silently ignored.
+_NOT_FOR_TRACES = {"jobs": "--jobs", "footprint": "--footprint", "sizes": "--sizes",
+                   "offload_share": "--offload-share", "protocol": "--protocol",
+                   "batch": "--batch"}  # fmt: skip
+
+
+def _refuse_options_that_do_not_apply(workload: str, cores_per_node: int | None) -> None:
+    """Refuse (exit 2) an option given on the command line that ``workload`` would ignore.
+
+    Raises:
+        click.UsageError: ``--cores-per-node`` for a workload that is not a trace, or an
+            option of :data:`_NOT_FOR_TRACES` for a trace.
+    """
+    if not workload.startswith("trace:"):
+        if cores_per_node is not None:
+            raise click.UsageError(f"--cores-per-node applies to trace:PATH replays only (the "
+                                   f"workload {shorten(workload)} sets its own nodes)")  # fmt: skip
+        return
+    context = click.get_current_context()
+    given = [flag for name, flag in _NOT_FOR_TRACES.items()
+             if context.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+             ]  # fmt: skip
+    if given:
+        raise click.UsageError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not "
+                               "apply to a trace replay: the log gives the jobs (options of a "
+                               "replay: --nodes, --cores-per-node, --policies, --seed(s), "
+                               "--sweep)")  # fmt: skip
 
 
 def _sweep_keys(workload: str) -> list[str] | None:

@@ -19,15 +19,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from coshare.bounds import shorten_text
+from coshare.bounds import MAX_CORES, MAX_MEMORY_MIB, shorten_text
 from coshare.errors import InputError
-from coshare.model import Node
+from coshare.model import MILLI, Node
 from coshare.sim.device import FixedModel
 from coshare.sim.engine import simulate
 from coshare.sim.experiments import Setup
 from coshare.sim.jobs import host_only
 from coshare.sim.metrics import RunSummary, StreamSummary
-from coshare.sim.trace_files import read_machines, stream_lines
+from coshare.sim.trace_files import machines_path, read_machines, stream_lines
 from coshare.sim.traces import (
     SwfTally,
     as_gang,
@@ -60,21 +60,40 @@ class Replay:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def cluster_of(path: Path, nodes: int | None) -> tuple[Node, ...]:
-    """The nodes of the log at ``path`` (its ``.machines`` file, else the cluster its header
-    states: :func:`~coshare.sim.traces.header_nodes`), the first ``nodes`` of them.
+def is_swf(path: Path) -> bool:
+    """Whether ``path`` names an SWF log coshare replays: ``.swf``, or ``.swf.gz`` as the
+    Parallel Workloads Archive publishes them."""
+    return path.name.endswith((".swf", ".swf.gz"))
+
+
+def cluster_of(path: Path, nodes: int | None,
+               cores_per_node: int | None = None) -> tuple[Node, ...]:  # fmt: skip
+    """The nodes of the log at ``path``: its ``.machines`` file (the first ``nodes`` of
+    them); else ``nodes`` nodes of ``cores_per_node`` cores when both are given; else the
+    cluster its header states (:func:`~coshare.sim.traces.header_nodes`, with
+    ``cores_per_node`` cores a node when given), the first ``nodes`` of it. Without a
+    ``.machines`` file the memory is unknown, so memory requests do not limit placement.
 
     Raises:
-        InputError: not an SWF log, or neither a ``.machines`` beside it nor ``MaxNodes`` /
-            ``MaxProcs`` in its header.
+        InputError: not an SWF log; ``cores_per_node`` with a ``.machines`` file (it fixes
+            the nodes) or out of range; neither a ``.machines`` file, both options, nor
+            ``MaxNodes`` / ``MaxProcs`` in its header.
     """
     where = f"trace:{shorten_text(str(path))}"
-    if path.suffix != ".swf":
-        raise InputError(f"{where}: only SWF logs (.swf) are replayed; the Alibaba pod list is "
-                         "the alibaba-2023 workload")  # fmt: skip
+    if not is_swf(path):
+        raise InputError(f"{where}: only SWF logs (.swf, .swf.gz) are replayed; the Alibaba "
+                         "pod list is the alibaba-2023 workload")  # fmt: skip
+    if cores_per_node is not None and not 1 <= cores_per_node <= MAX_CORES:
+        raise InputError(f"--cores-per-node {cores_per_node} (allowed: 1..{MAX_CORES})")
+    if cores_per_node is not None and machines_path(path) is not None:
+        raise InputError(f"{where}: --cores-per-node does not apply: "
+                         f"{shorten_text(str(machines_path(path)))} gives the nodes")  # fmt: skip
     machines = read_machines(path)
+    if machines is None and cores_per_node is not None and nodes:
+        return tuple(Node(f"n{i + 1:05d}", cores_per_node * MILLI, MAX_MEMORY_MIB)
+                     for i in range(nodes))  # fmt: skip
     if machines is None:  # the header's MaxNodes / MaxProcs (issue 14)
-        machines = header_nodes(_header(path), where)
+        machines = header_nodes(_header(path), where, cores_per_node)
     return machines[:nodes] if nodes else machines
 
 
@@ -91,26 +110,31 @@ def _header(path: Path) -> SwfTally:
     return tally
 
 
-def check_log(path: Path) -> None:
+def check_log(path: Path) -> SwfTally:
     """Read the whole log once, as a stream, so that a bad record stops the command with its
-    line (exit 2) before any run starts, instead of failing every run's task alike.
+    line (exit 2) before any run starts, instead of failing every run's task alike; what it
+    counted (the fields coshare cannot model among them, for one warning per replay).
 
     Raises:
         InputError: the log cannot be read, or a record is malformed or given twice.
     """
-    for _ in iter_swf(stream_lines(path), str(path)):
+    tally = SwfTally()
+    for _ in iter_swf(stream_lines(path), str(path), tally):
         pass
+    return tally
 
 
-def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup) -> Replay:
-    """Replay the SWF log at ``path`` under ``policy`` as a stream (FixedModel run times).
+def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
+           cores_per_node: int | None = None) -> Replay:  # fmt: skip
+    """Replay the SWF log at ``path`` under ``policy`` as a stream (FixedModel run times), on
+    :func:`cluster_of` ``(path, nodes, cores_per_node)``.
 
     Raises:
         InputError: the log or its machines cannot be read, or a record is malformed or out
             of submit order.
     """
     started = time.perf_counter()
-    cluster = cluster_of(path, nodes)
+    cluster = cluster_of(path, nodes, cores_per_node)
     tally = SwfTally()
     records = rebased(iter_swf(stream_lines(path), str(path), tally))
     # a job that one node cannot hold runs as a gang (issue 14)

@@ -7,8 +7,11 @@ place, never copied into the repository. ``COSHARE_TRACE_DIR`` or ``--data`` poi
 
 from __future__ import annotations
 
+import gzip
+import io
 import itertools
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,13 +89,16 @@ MAX_LINE_CHARS = 64 << 10
 
 def stream_lines(path: Path) -> Iterator[str]:
     """The lines of the UTF-8 text file at ``path``, read one at a time: no bound on the
-    file's size (memory holds one line), but each line at most :data:`MAX_LINE_CHARS`.
+    file's size (memory holds one line), but each line at most :data:`MAX_LINE_CHARS`. A name
+    ending in ``.gz`` is gzip-compressed (as the Parallel Workloads Archive publishes its
+    logs) and is decompressed as it is read.
 
     Raises:
-        InputError: the file cannot be opened or read, is not UTF-8, or has a longer line.
+        InputError: the file cannot be opened or read, is not UTF-8, is not valid gzip (a
+            ``.gz``), or has a longer line.
     """
     try:
-        with path.open(encoding="utf-8") as stream:
+        with _open_text(path) as stream:
             for number in itertools.count(1):
                 line = stream.readline(MAX_LINE_CHARS + 1)
                 if not line:
@@ -101,22 +107,44 @@ def stream_lines(path: Path) -> Iterator[str]:
                     raise InputError(f"trace {path} line {number}: longer than "
                                      f"{MAX_LINE_CHARS} characters")  # fmt: skip
                 yield line
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InputError(f"trace {path} is not a whole gzip file: {exc}") from exc
     except OSError as exc:
-        raise InputError(f"cannot read trace {path}: {exc.strerror}") from exc
+        raise InputError(f"cannot read trace {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise InputError(f"trace {path} is not UTF-8 text") from exc
 
 
+def _open_text(path: Path) -> io.TextIOWrapper:
+    """``path`` opened as UTF-8 text, through gzip when its name ends in ``.gz``."""
+    if path.name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def machines_path(path: Path) -> Path | None:
+    """The ``.machines`` file beside SWF file ``path``, if there is one: ``X.swf.machines``
+    for ``X.swf``; for a compressed ``X.swf.gz``, ``X.swf.gz.machines`` or else
+    ``X.swf.machines``."""
+    names = [path.name + ".machines"]
+    if path.name.endswith(".gz"):
+        names.append(path.name[: -len(".gz")] + ".machines")
+    return next((path.with_name(n) for n in names if path.with_name(n).exists()), None)
+
+
 def read_machines(path: Path) -> tuple[Node, ...] | None:
-    """The nodes of the ``.machines`` file beside SWF file ``path``, if there is one."""
-    machines = path.with_name(path.name + ".machines")
-    return parse_swf_machines(_read(machines), str(machines)) if machines.exists() else None
+    """The nodes of the ``.machines`` file beside SWF file ``path``, if there is one
+    (:func:`machines_path`)."""
+    machines = machines_path(path)
+    return parse_swf_machines(_read(machines), str(machines)) if machines is not None else None
 
 
 def read_swf(path: Path) -> tuple[SwfTrace, tuple[Node, ...] | None]:
-    """An SWF file and, when a ``.machines`` file sits beside it, its nodes.
+    """An SWF file (``.swf`` or ``.swf.gz``) and, when a ``.machines`` file sits beside it,
+    its nodes.
 
     Raises:
         InputError: the file is missing, unreadable or malformed.
     """
-    return parse_swf(_read(path).splitlines(), str(path)), read_machines(path)
+    lines = stream_lines(path) if path.name.endswith(".gz") else _read(path).splitlines()
+    return parse_swf(lines, str(path)), read_machines(path)

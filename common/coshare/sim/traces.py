@@ -12,6 +12,11 @@ are. The pod list has no GPU model request (``gpu_spec`` is empty), so any GPU w
 ``processes`` = allocated processors (else requested), one core and the requested (else
 used) memory per processor, run time from field 4, submit time from field 2. Records without
 a positive run time or processor count (cancelled before they ran) are skipped and counted.
+Memory (fields 7 and 10) is in KB per processor as the standard says, unless the header
+states another unit (:func:`header_memory_unit`); a KB is 1024 bytes. Columns after the 18th
+(an extended SWF, as Alea's workloads carry: node properties, GPUs) are accepted and not read;
+the fields coshare cannot model are counted per job (:attr:`SwfTally.unmodelled`), for one
+warning per replay (:func:`unmodelled_warning`).
 The ``.machines`` companion (``id name nodes cpus_per_node speed ram_kb``) gives the nodes.
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 import bisect
 import csv
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -167,14 +173,53 @@ _SWF_FIELDS = {1: ("job number", 2**53), 2: ("submit time", MAX_TIME_S),
                10: ("requested memory", MAX_MEMORY_MIB * 1024.0)}  # fmt: skip
 
 
-def _swf_values(fields: list[str], where: str) -> list[float]:
+#: The SWF fields that describe a job but that coshare does not model, by name: counted in
+#: each job where they hold a value (not ``-1``) and reported once (:func:`unmodelled_warning`).
+#: Fields 3, 6 and 11 (wait, CPU time, status) are what the log's own scheduler did, not
+#: what the job asked, and are not reported.
+SWF_UNMODELLED = {12: "user", 13: "group", 14: "executable", 15: "queue", 16: "partition",
+                  17: "preceding job", 18: "think time"}  # fmt: skip
+
+#: The memory units a header may state, in KB (1024 bytes).
+_MEMORY_UNITS_KB = {"b": 1 / 1024, "byte": 1 / 1024, "bytes": 1 / 1024, "kb": 1.0,
+                    "kib": 1.0, "kbytes": 1.0, "mb": 1024.0, "mib": 1024.0, "mbytes": 1024.0,
+                    "gb": 1024.0**2, "gib": 1024.0**2, "gbytes": 1024.0**2}  # fmt: skip
+_UNIT_KEY = re.compile(r"memory ?units?", re.IGNORECASE)
+_UNIT_NOTE = re.compile(r"\bmemory\b.*?\bin\s+(bytes|[kmg]i?b)\b", re.IGNORECASE)
+
+
+def header_memory_unit(text: str) -> float | None:
+    """The memory unit, in KB, that one header comment line states, if it states one: a
+    ``; MemoryUnit: MB`` line, or a note such as ``; Note: memory is in MB`` (SWF 2.2 has no
+    unit key; the standard's unit is KB per processor). A ``MemoryUnit`` coshare does not
+    know is refused rather than read in the wrong unit.
+
+    Raises:
+        TraceError: a ``MemoryUnit`` that is not one of bytes, KB, MB, GB, KiB, MiB, GiB.
+    """
+    key, colon, value = text.lstrip(";").partition(":")
+    if colon and _UNIT_KEY.fullmatch(key.strip()):
+        stated = value.strip()
+        unit = _MEMORY_UNITS_KB.get(stated.lower())
+        if unit is None:
+            raise TraceError(f"header {key.strip()} is {shorten(stated)} (allowed: bytes, KB, "
+                             "MB, GB, KiB, MiB, GiB)")  # fmt: skip
+        return unit
+    found = _UNIT_NOTE.search(text)
+    return _MEMORY_UNITS_KB[found.group(1).lower()] if found is not None else None
+
+
+def _swf_values(fields: list[str], where: str, unit_kb: float = 1.0) -> list[float]:
     """The 18 fields of a record as numbers (``-1``: unknown); the ones coshare reads must be
     finite and within their bounds, by the one number rule (``nan``, ``inf``, ``1e400`` and
-    digits of other scripts are refused, naming the line and the field)."""
+    digits of other scripts are refused, naming the line and the field). Memory fields are
+    bounded in the header's unit (``unit_kb`` KB)."""
     values = []
     for number, text in enumerate(fields[:18], start=1):
         value = parse_number(text)
         name, high = _SWF_FIELDS.get(number, (f"field {number}", math.inf))
+        if number in (7, 10):
+            high /= unit_kb
         if value is None or math.isinf(value) or (value > high and number in _SWF_FIELDS):
             raise TraceError(f"{where}: {name} (field {number}) is {shorten(text)} (allowed: a "
                              f"number -1..{high:g})")  # fmt: skip
@@ -197,12 +242,16 @@ def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
 
 @dataclass
 class SwfTally:
-    """What :func:`iter_swf` counted while it read: records skipped, jobs yielded, and the
-    header's ``; Key: value`` lines read so far (see :func:`swf_header_line`)."""
+    """What :func:`iter_swf` counted while it read: records skipped, jobs yielded, the
+    header's ``; Key: value`` lines read so far (see :func:`swf_header_line`), the memory
+    unit in KB (:func:`header_memory_unit`), and, per field coshare cannot model (its
+    description), the jobs that gave it a value."""
 
     skipped: int = 0
     jobs: int = 0
     header: dict[str, str] = field(default_factory=dict)
+    memory_unit_kb: float = 1.0
+    unmodelled: dict[str, int] = field(default_factory=dict)
 
 
 class _SeenNumbers:
@@ -254,13 +303,16 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
         text = line.strip()
         if text.startswith(";"):
             swf_header_line(text, tally.header)
+            if last is None and not tally.jobs and not tally.skipped:  # the header only
+                unit = header_memory_unit(text)
+                tally.memory_unit_kb = unit if unit is not None else tally.memory_unit_kb
         if not text or text.startswith(";"):
             continue
         fields = text.split()
         where = f"{source} line {number}"
         if len(fields) < 18:
             raise TraceError(f"{where}: {len(fields)} fields, SWF has 18")
-        values = _swf_values(fields, where)
+        values = _swf_values(fields, where, tally.memory_unit_kb)
         job_id, submit, _, run, alloc, _, used_kb, req, _, req_kb = values[:10]
         if not job_id.is_integer():
             raise TraceError(f"{where}: job number {shorten(fields[0])} is not a whole number")
@@ -282,8 +334,9 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
                              f"line {last[1]} ({last[0]:g}); SWF lists jobs in submit "
                              "order")  # fmt: skip
         last = (submit, number)
-        memory_kb = req_kb if req_kb > 0 else max(used_kb, 0)
+        memory_kb = (req_kb if req_kb > 0 else max(used_kb, 0)) * tally.memory_unit_kb
         tally.jobs += 1
+        _count_unmodelled(fields, values, tally.unmodelled)
         yield SwfJob(
             Job(
                 id=str(ident),
@@ -297,6 +350,27 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
             ),
             run,
         )
+def _count_unmodelled(fields: list[str], values: list[float], counts: dict[str, int]) -> None:
+    """Count, for one job, each field it gives that coshare does not model."""
+    for number, name in SWF_UNMODELLED.items():
+        if values[number - 1] != -1:
+            key = f"field {number} ({name})"
+            counts[key] = counts.get(key, 0) + 1
+    if len(fields) > 18:
+        key = "fields 19 and later (an extended SWF such as Alea's: node properties, GPUs)"
+        counts[key] = counts.get(key, 0) + 1
+
+
+def unmodelled_warning(tally: SwfTally, source: str) -> str | None:
+    """One warning naming each field coshare cannot model and in how many jobs the log gave
+    it (``None``: none), e.g. ``field 15 (queue) ignored in 3,145 jobs``."""
+    if not tally.unmodelled:
+        return None
+    parts = [f"{name} ignored in {count:,} job{'s' if count != 1 else ''}"
+             for name, count in tally.unmodelled.items()]  # fmt: skip
+    return f"{source}: coshare cannot model these fields: " + "; ".join(parts)
+
+
 #: How many header keys are kept, and how long a key or value may be (bounded input).
 _HEADER_KEYS, _HEADER_CHARS = 64, 256
 
@@ -311,11 +385,14 @@ def swf_header_line(text: str, header: dict[str, str]) -> None:
         header[key] = value.strip()[:_HEADER_CHARS]
 
 
-def header_nodes(trace: SwfTrace | SwfTally, source: str) -> tuple[Node, ...]:
+def header_nodes(trace: SwfTrace | SwfTally, source: str,
+                 cores_per_node: int | None = None) -> tuple[Node, ...]:  # fmt: skip
     """The cluster an SWF header describes when no ``.machines`` file does: ``MaxNodes``
     nodes of ``MaxProcs / MaxNodes`` cores each (SWF 2.2; ``MaxProcs`` alone: one core a
-    node). The header gives no memory, so a node's memory is the largest coshare accepts and
-    memory requests do not limit placement.
+    node). With ``cores_per_node`` (``--cores-per-node``), nodes of that many cores:
+    ``MaxNodes`` of them, else ``ceil(MaxProcs / cores_per_node)``. The header gives no
+    memory, so a node's memory is the largest coshare accepts and memory requests do not
+    limit placement.
 
     Raises:
         TraceError: neither key, or values that are not whole numbers in range.
@@ -329,11 +406,13 @@ def header_nodes(trace: SwfTrace | SwfTally, source: str) -> tuple[Node, ...]:
         if procs_text is not None else None  # fmt: skip
     count = _whole(nodes_text, "MaxNodes", f"{source} header", MAX_SIM_NODES) \
         if nodes_text is not None else procs  # fmt: skip
+    if cores_per_node is not None and nodes_text is None and procs is not None:
+        count = -(-procs // cores_per_node)
     if not count:
         raise TraceError(f"{source} header: MaxNodes is 0 (allowed: 1..{MAX_SIM_NODES})")
     if count > MAX_SIM_NODES:
         raise TraceError(f"{source} header: {count} nodes (allowed: 1..{MAX_SIM_NODES})")
-    cores = max((procs or count) // count, 1)
+    cores = cores_per_node if cores_per_node is not None else max((procs or count) // count, 1)
     return tuple(Node(f"n{i + 1:05d}", cores * MILLI, MAX_MEMORY_MIB) for i in range(count))
 
 
