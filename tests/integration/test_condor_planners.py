@@ -84,9 +84,20 @@ def configs(engine: Postgres, tmp_path: Path) -> dict[str, Path]:
 
 
 def schedd(live: Pool, name: str) -> Any:
+    """Schedd ``name``, located through the collector. The first query after this module
+    restarted the pool with two schedds failed once in a full run ("Failed communication
+    with collector", the previous pool's session at the same address): located again for up
+    to 60 s before that counts."""
     htc = live.htcondor
-    return htc.Schedd(htc.Collector(live.client.collector_name).locate(htc.DaemonType.Schedd,
-                                                                        name))  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return htc.Schedd(htc.Collector(live.client.collector_name).locate(
+                htc.DaemonType.Schedd, name))  # fmt: skip
+        except htc.HTCondorException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def submit(live: Pool, planner: str, count: int, memory_mib: int | None = None,

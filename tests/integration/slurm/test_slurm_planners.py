@@ -58,7 +58,10 @@ def planners(cluster: Cluster, engine: Postgres, tmp_path: Path) -> Iterator[dic
     configs = {}
     for part in PARTITIONS:
         config = yaml.safe_load(cluster.config.read_text())
-        config["slurm"].update(partition=part, lock_file=str(tmp_path / f"{part}.lock"))
+        # workers 1: batches one after another, so a kill after the first leaves the others
+        # unwritten (with several workers a loaded CI run wrote all 10 before the kill)
+        config["slurm"].update(partition=part, lock_file=str(tmp_path / f"{part}.lock"),
+                               workers=1)  # fmt: skip
         config["coordination"] = {"dsn": dsn, "domain": f"slurm-{part}", "instance": "head1",
                                   "lease_s": LEASE_S}  # fmt: skip
         configs[part] = tmp_path / f"{part}.yaml"
