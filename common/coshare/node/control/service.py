@@ -365,23 +365,9 @@ class JobControl:
     def thaw_all(self) -> list[str]:
         """Thaw every job with a freeze mark (the daemon's start: no probe outlives the
         daemon that ran it, so a mark left is from one that was killed); the jobs thawed."""
-        thawed = []
-        now = self.clock()
-        with self._lock:
-            for record in self.store.records():
-                if self.store.frozen_since(record.job) is None:
-                    continue
-                group = record.group(self.config.kill_timeout_s)
-                try:
-                    if group.exists():
-                        set_frozen(self.store, self.cgroups, group, False, now)
-                    self.store.clear_frozen(record.job)
-                except CoshareError as exc:
-                    log.error("job %s: cannot thaw at start: %s", record.job, exc)
-                    continue
-                log.warning("job %s was left frozen by an earlier daemon; thawed", record.job)
-                thawed.append(record.job)
-        return thawed
+        return self._thaw(lambda since, now: True, "at start",
+                          lambda job, since, now: f"job {job} was left frozen by an earlier "
+                          "daemon; thawed")  # fmt: skip
 
     def _loan(self, request: ControlRequest, uid: int) -> str:
         """LEND or RECLAIM harvested cores (:mod:`coshare.node.harvest`); idempotent."""
@@ -441,12 +427,22 @@ class JobControl:
     def thaw_overdue(self) -> list[str]:
         """Thaw every job frozen longer than ``node.max_freeze_s`` (a freeze is for a probe,
         never for good); the jobs thawed."""
+        limit = self.config.max_freeze_s
+        return self._thaw(
+            lambda since, now: now - since >= limit, "after node.max_freeze_s",
+            lambda job, since, now: f"job {job} was frozen for {now - since:.0f} s, longer "
+            "than node.max_freeze_s; thawed")  # fmt: skip
+
+    def _thaw(self, due: Callable[[float, float], bool], when: str,
+              said: Callable[[str, float, float], str]) -> list[str]:
+        """Thaw every job with a freeze mark for which ``due(since, now)``, clearing its mark;
+        a job that cannot be thawed is logged (``when``) and keeps its mark; the jobs thawed."""
         thawed = []
         now = self.clock()
         with self._lock:
             for record in self.store.records():
                 since = self.store.frozen_since(record.job)
-                if since is None or now - since < self.config.max_freeze_s:
+                if since is None or not due(since, now):
                     continue
                 group = record.group(self.config.kill_timeout_s)
                 try:
@@ -454,10 +450,9 @@ class JobControl:
                         set_frozen(self.store, self.cgroups, group, False, now)
                     self.store.clear_frozen(record.job)
                 except CoshareError as exc:
-                    log.error("job %s: cannot thaw after node.max_freeze_s: %s", record.job, exc)
+                    log.error("job %s: cannot thaw %s: %s", record.job, when, exc)
                     continue
-                log.warning("job %s was frozen for %.0f s, longer than node.max_freeze_s; "
-                            "thawed", record.job, now - since)  # fmt: skip
+                log.warning("%s", said(record.job, since, now))
                 thawed.append(record.job)
         return thawed
 
