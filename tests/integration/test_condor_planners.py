@@ -54,7 +54,13 @@ def two_schedds() -> Iterator[Pool]:
     if was_running:
         pool("stop")
     try:
-        yield from start_pool(schedds=2)
+        started = start_pool(schedds=2)
+        live = next(started)
+        try:
+            settle_sessions(live)
+            yield live
+        finally:
+            started.close()  # stops it (start_pool's own finally)
     finally:
         if was_running:
             pool("start")
@@ -81,6 +87,23 @@ def configs(engine: Postgres, tmp_path: Path) -> dict[str, Path]:
         out[planner] = tmp_path / f"{planner}.yaml"
         out[planner].write_text(yaml.safe_dump(config))
     return out
+
+
+def settle_sessions(live: Pool) -> None:
+    """Talk to both schedds until they answer. This process's security sessions with the
+    daemons of the pool that ran before the restart (the same addresses) are refused once
+    ("SECMAN:2004:Server rejected our session id", in a full run), which drops them; tried
+    again for up to 60 s, so the test's own calls find fresh sessions."""
+    deadline = time.monotonic() + 60
+    for name in SCHEDDS.values():
+        while True:
+            try:
+                schedd(live, name).query("false", projection=["ClusterId"])
+                break
+            except live.htcondor.HTCondorException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
 
 
 def schedd(live: Pool, name: str) -> Any:
