@@ -154,6 +154,9 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
         if lent[donor_id] > idle:
             problems.append(f"GPU job {donor_id} lends {lent[donor_id] / 1000:g} cores, more "
                             f"than its load {max(loads):g} leaves idle ({idle // 1000})")
+        elif lent[donor_id] >= donor.cpu_milli:
+            problems.append(f"GPU job {donor_id} lends all its {donor.cpu_milli / 1000:g} "
+                            "cores and keeps none for itself")  # fmt: skip
     return problems
 
 

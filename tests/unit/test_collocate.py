@@ -72,6 +72,16 @@ def test_p_b_caps_what_a_nearly_idle_gpu_job_lends() -> None:
     assert plan_of(snap, CollocatePolicy(max_harvest_cores=0)).assignments == ()
 
 
+def test_an_idle_gpu_job_keeps_one_core_however_large_p_b_is() -> None:
+    # load 0 of 12 and P_B = 12: lending all 12 would leave the GPU job's cpuset empty, which
+    # the node refuses (the borrower then fails); 11 are lent, 12 wait.
+    snap = Snapshot((node(),), (gpu_job(load=0.0),), (cpu_job("c12", 12), cpu_job("c11", 11)),
+                    now_s=250.0)  # fmt: skip
+    plan = plan_of(snap, CollocatePolicy(max_harvest_cores=12))
+    assert plan.assignments == (Assignment("c11", "n1", harvest_from="g1"),)
+    assert [u.job for u in plan.unplaced] == ["c12"]
+
+
 @pytest.mark.parametrize(
     ("running", "now", "says"),
     [
@@ -204,6 +214,10 @@ def test_the_verifier_refuses_unsound_harvests() -> None:
     elsewhere = Plan("x", (Assignment("c8", "n1", harvest_from="g9"),), (Unplaced("d", "r"),))
     assert "job c8 harvests from g9, which is no running GPU job on n1" in check_plan(snap,
                                                                                       elsewhere)
+    idle = Snapshot((node(),), (gpu_job(load=0.0),), (cpu_job("c12", 12),), now_s=250.0)
+    every = Plan("x", (Assignment("c12", "n1", harvest_from="g1"),), ())
+    assert check_plan(idle, every) == ["GPU job g1 lends all its 12 cores and keeps none for "
+                                       "itself"]  # fmt: skip
 
 
 def test_live_cycles_turn_harvest_placements_into_unsupported_waits() -> None:

@@ -19,8 +19,8 @@ How coshare reads it:
   only if their own requested time ends by then, so backfill never delays it. Without a
   clock in the snapshot no reservation is made.
 - **Harvest pool** of a running GPU job ``G`` (a *donor*): whole cores, because cpusets
-  partition cores (section III-B1, partitioned mode): ``min(P_B, floor(cores(G) - load(G)))``
-  less what CPU jobs already borrow from it. ``load(G)`` is the higher of its measured mean and
+  partition cores (section III-B1, partitioned mode): ``min(P_B, floor(cores(G) - load(G)),
+  cores(G) - 1)`` (it keeps one core however idle) less what CPU jobs already borrow from it. ``load(G)`` is the higher of its measured mean and
   last-interval load (node facts, :mod:`coshare.facts`): a load that rises shrinks the pool at
   once. Borrowed cores never exceed ``cores(G) - load(G)``, so the node's combined load stays
   within its cores (section III-B2) whenever each job stays within what it holds.
@@ -75,7 +75,7 @@ class Donor:
         job: the GPU job.
         open_milli: cores it can still lend this cycle, in thousandths (whole cores).
         lent_milli: cores CPU jobs borrow from it already.
-        pool_milli: cores it may lend in all: ``min(P_B, floor(cores - load))``.
+        pool_milli: cores it may lend in all: ``min(P_B, floor(cores - load), cores - 1)``.
         load_cores: its measured load (the higher of mean and last interval).
         saturated: its load fills the cores its cpuset kept while lending
             (:data:`SATURATED_SHARE`): it lends nothing, and its borrowers are asked back.
@@ -97,9 +97,14 @@ def measured_load(job: RunningJob) -> float | None:
 
 
 def harvest_pool_milli(job: RunningJob, load_cores: float, max_harvest_cores: int) -> int:
-    """Whole cores a GPU job's load leaves idle, at most ``max_harvest_cores``, in milli."""
+    """Whole cores a GPU job's load leaves idle, at most ``max_harvest_cores``, in milli.
+
+    The job always keeps one whole core of its own, however low its load: its process runs
+    somewhere, and the node refuses a loan that would leave its cpuset empty (a ``P_B`` equal
+    to its cores would otherwise lend them all; the paper's 9 of 12 never meets this)."""
     idle = math.floor((job.cpu_milli - load_cores * MILLI) / MILLI + 1e-9)
-    return max(0, min(idle, max_harvest_cores)) * MILLI
+    kept_one = math.ceil(job.cpu_milli / MILLI - 1e-9) - 1
+    return max(0, min(idle, kept_one, max_harvest_cores)) * MILLI
 
 
 @dataclass(frozen=True)
