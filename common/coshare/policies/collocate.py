@@ -20,10 +20,11 @@ How coshare reads it:
   clock in the snapshot no reservation is made.
 - **Harvest pool** of a running GPU job ``G`` (a *donor*): whole cores, because cpusets
   partition cores (section III-B1, partitioned mode): ``min(P_B, floor(cores(G) - load(G)),
-  cores(G) - 1)`` (it keeps one core however idle) less what CPU jobs already borrow from it. ``load(G)`` is the higher of its measured mean and
-  last-interval load (node facts, :mod:`coshare.facts`): a load that rises shrinks the pool at
-  once. Borrowed cores never exceed ``cores(G) - load(G)``, so the node's combined load stays
-  within its cores (section III-B2) whenever each job stays within what it holds.
+  cores(G) - 1)`` (it keeps one core however idle) less what CPU jobs already borrow from it.
+  ``load(G)`` is the higher of its measured mean and last-interval load (node facts,
+  :mod:`coshare.facts`): a load that rises shrinks the pool at once. Borrowed cores never
+  exceed ``cores(G) - load(G)``, so the node's combined load stays within its cores (section
+  III-B2) whenever each job stays within what it holds.
 - **Not harvested**, and the plan's notes say why, one note per reason: a GPU job that
   declared no requested time (no monitoring period can be defined), one still in its
   monitoring period, one with no measured load yet, one whose copy bandwidth exceeds the
