@@ -2,12 +2,14 @@
 
     python -m tests.integration.slurm.cycle_with_faults --config C [--kill-after-batch N]
         [--kill-before-release] [--stop-ctld-before-squeue N --cluster DIR]
+        [--stop-engine-after-batch N --engine DIR]
 
 The real command line runs against the real cluster; only the one choke point for commands
 (:func:`coshare.commands.run`) is wrapped, before the Slurm adapter imports it, so that this
 process SIGKILLs itself right after its N-th batch of placements was written, or right
 before it releases jobs; or stops slurmctld (by its pid file) just before its N-th squeue
-(the first is the read, the second the Editor's re-read before writing).
+(the first is the read, the second the Editor's re-read before writing); or stops the
+coordination engine (``deploy/postgres/local-postgres stop DIR``) right after its N-th batch.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 import coshare.commands
 from coshare.commands import CommandResult
 
-SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "slurm" / "local-cluster"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+SCRIPT = DEPLOY / "slurm" / "local-cluster"
 
 
 def main() -> None:
@@ -32,6 +35,8 @@ def main() -> None:
     parser.add_argument("--kill-before-release", action="store_true")
     parser.add_argument("--stop-ctld-before-squeue", type=int)
     parser.add_argument("--cluster")
+    parser.add_argument("--stop-engine-after-batch", type=int)
+    parser.add_argument("--engine")
     args = parser.parse_args()
     real = coshare.commands.run
     counts = {"batch": 0, "squeue": 0}
@@ -52,6 +57,9 @@ def main() -> None:
             counts["batch"] += 1
             if counts["batch"] == args.kill_after_batch:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if counts["batch"] == args.stop_engine_after_batch:
+                subprocess.run([str(DEPLOY / "postgres" / "local-postgres"), "stop",
+                                args.engine], check=True, capture_output=True)  # fmt: skip
         return result
 
     coshare.commands.run = faulty  # before slurm_addon.client binds it

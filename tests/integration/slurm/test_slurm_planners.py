@@ -198,3 +198,48 @@ def test_a_planner_sigkilled_mid_cycle_leaves_the_queue_consistent(
     assert set(records) == set(demands)  # none lost
     check_ran_where_placed(cluster, records)
     check_never_oversubscribed(list(records.values()), demands)
+
+
+def engine_runs(engine: Postgres) -> bool:
+    return "running" in engine.script("status", str(engine.dir)).stdout
+
+
+def test_the_engine_stopped_mid_cycle_and_restarted(
+        cluster: Cluster, planners: dict[str, Path], engine: Postgres) -> None:  # fmt: skip
+    """The engine stops right after a planner's first batch of placements was written: its
+    plan was claimed before any write, so it writes the rest and ends; the other planner's
+    cycle then finds no engine, writes nothing and exits 1 naming the address; once the
+    engine is started again both planners finish every job, none booked twice."""
+    dsn = yaml.safe_load(planners["second"].read_text())["coordination"]["dsn"]
+    second = submit(cluster, "second", 10)  # update_batch 4: three batches
+    main = submit(cluster, "main", 6)
+    try:
+        stopped = start_cycle(cluster, planners["second"], "--stop-engine-after-batch", "1",
+                              "--engine", str(engine.dir))  # fmt: skip
+        out, err = stopped.communicate(timeout=300)
+        assert not engine_runs(engine), "the engine still runs"
+        assert stopped.returncode == 0, out + err
+        assert_nothing_unplaced_can_run(cluster, list(second))
+        jobs = cluster.jobs()
+        written = [j for j in second if jobs[j].admin_comment.startswith("coshare-placement")]
+        assert len(written) > 4, (written, out + err)  # batches after the engine stopped too
+        other = subprocess.run([str(BIN / "coshare"), "--config", str(planners["main"]), "slurm",
+                                "cycle"], env=cluster.env, text=True, capture_output=True,
+                               timeout=300)  # fmt: skip
+        said = other.stdout + other.stderr
+        assert other.returncode == 1, said
+        assert f"127.0.0.1:{engine.port}" in said and "unreachable" in said, said
+        jobs = cluster.jobs()
+        assert not any(jobs[j].admin_comment.startswith("coshare-placement") for j in main)
+        assert_nothing_unplaced_can_run(cluster, list(main))
+    finally:
+        if not engine_runs(engine):
+            engine.start()
+    # The claims written before the stop are still there (committed), for the lease's time.
+    print(f"claims after the restart: {live_claims(dsn, 'slurm-second')}")
+    demands = {**second, **main}
+    cycles_together(cluster, planners, list(demands))
+    records = cluster.sacct(list(demands))
+    assert set(records) == set(demands)  # none lost
+    check_ran_where_placed(cluster, records)
+    check_never_oversubscribed(list(records.values()), demands)
