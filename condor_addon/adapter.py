@@ -106,6 +106,13 @@ class CondorAdapter:
     #: "Security limits"), so it cannot be trusted to take another job's cores; a loan made
     #: by something root runs before the job (as Slurm's Prolog does), the adapter writing
     #: the loan, and requeueing a borrower are all missing.
+    #: A trial's probe through the scheduler (``policy.membw.probe_via: step``,
+    #: :class:`coshare.trial_cycle.ProbeStep`) is not offered: HTCondor runs a command inside
+    #: a running job only through ``condor_ssh_to_job``, which needs sshd on every execute
+    #: node and runs as the job's owner, whom the node daemon does not let probe.
+    probe_step_unsupported_reason: ClassVar[str] = (
+        "HTCondor runs a command in a running job only through condor_ssh_to_job (sshd on "
+        "the execute node, as the job's owner, whom the node daemon does not let probe)")
     applies_harvest: ClassVar[bool] = False
     harvest_unsupported_reason: ClassVar[str] = (
         "coshare's HTCondor node side starts jobs from their own wrapper, as the job's user, "

@@ -33,8 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from coshare.commands import CommandResult
 from coshare.config import Config
-from coshare.errors import CoshareError, SchedulerError, UnsafeValue
+from coshare.errors import CommandFailed, CoshareError, SchedulerError, UnsafeValue
 from coshare.ledger import gates_may_open
 from coshare.model import Plan
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
@@ -55,6 +56,7 @@ from slurm_addon.placement import (
     MAX_REFUSAL_CHARS,
     PlacementError,
     format_waiting,
+    is_safe_token,
     parse_placement,
     trial_field,
     with_trial,
@@ -391,6 +393,15 @@ class SlurmAdapter:
     def node_job_id(self, job: str) -> str:
         """A Slurm job's node daemon knows it by its job id."""
         return job
+
+    def probe_step(self, node: str, job: str, argv: Sequence[str],
+                   timeout_s: float) -> CommandResult:  # fmt: skip
+        """A trial's probe on its node (``policy.membw.probe_via: step``;
+        :class:`coshare.trial_cycle.ProbeStep`): ``argv`` as a step of the trial job."""
+        if not is_safe_token(node) or not job.isdigit():
+            raise CommandFailed(["srun"], None, "", f"job {job} on node {node}: not a Slurm "
+                                "job id and node name to run a step with")  # fmt: skip
+        return self.client.step(job, node, argv, timeout_s)
 
     def _verb(self, verb: str, job: str) -> str | None:
         try:

@@ -201,6 +201,20 @@ class SlurmClient:
             return None
         return result.stderr.strip() or f"scontrol {verb} exited with status {result.returncode}"
 
+    def step(self, job_id: str, node: str, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        """Run ``argv`` as a step of running job ``job_id`` on its node ``node`` (``srun
+        --jobid --overlap``: beside the job's own tasks, on its cores; one task). The step
+        runs as whoever runs srun (the planner's account; srun's ``--uid`` is not used).
+
+        Raises:
+            CommandFailed: srun could not be run or took longer than ``timeout_s``.
+        """
+        return self._runner(
+            [self._program("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1",
+             "--ntasks=1", f"--nodelist={node}", "--quiet", "--", *argv],
+            timeout_s=timeout_s, check=False, env=self._env,
+        )  # fmt: skip
+
     def admin_comment(self, job_id: str) -> str:
         """One job's AdminComment (``squeue -O admin_comment``: one small RPC, where
         ``squeue --json`` would print every job)."""

@@ -93,6 +93,11 @@ def _default_device_kinds() -> Mapping[str, DeviceKind]:
 _PROGRAM_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
+#: A command on the nodes (``policy.membw.probe_command``): a name or a path, nothing a
+#: shell or srun would read otherwise.
+_COMMAND_PATH = re.compile(r"[A-Za-z0-9_./+-]{1,4096}")
+
+
 def _default_membw_programs() -> Mapping[str, float]:
     return {}
 
@@ -124,8 +129,15 @@ class MembwConfig:
             (``{"jobs": {ID: share}, "programs": {NAME: share}}``, ``null`` a failed
             probe) instead of probing the node; for tests on noisy machines.
         probe_socket: the node daemon's control socket a trial's probe asks (``{node}`` is
-            the node's name); it must be reachable from the planner's host.
+            the node's name), as seen where the probe is sent from (``probe_via``).
         probe_timeout_s: a trial's probe that takes longer fails (the job is unmeasured).
+        probe_via: how a trial's probe reaches the node's daemon: ``socket``, from the
+            planner's host (``probe_socket`` must be reachable there: the planner runs on
+            the node, or the nodes' sockets are on a shared path); ``step``, through the
+            scheduler, as a step of the trial job on its node that runs ``coshare node
+            trial`` (Slurm: ``srun --jobid=J --overlap``; HTCondor offers none).
+        probe_command: ``coshare`` on the nodes, for ``probe_via: step`` (a name found in
+            the step's ``PATH``, or an absolute path).
     """
 
     max_share: float = field(default=0.9, metadata={"min": 0, "max": 1})
@@ -138,8 +150,14 @@ class MembwConfig:
     probe_inject_file: str | None = None
     probe_socket: str = "/run/coshare/control.sock"
     probe_timeout_s: float = field(default=30.0, metadata={"min": 0.1, "max": 3600})
+    probe_via: Literal["socket", "step"] = "socket"
+    probe_command: str = "coshare"
 
     def __post_init__(self) -> None:
+        if _COMMAND_PATH.fullmatch(self.probe_command) is None:
+            raise ConfigError(f"policy.membw.probe_command: {shorten(self.probe_command)} is "
+                              "not a command name or path (allowed: 1-4096 of A-Z a-z 0-9 "
+                              "_ . / + -)")  # fmt: skip
         # The keys are CoshareProgram values, so they follow that annotation's rule
         # (coshare.annotations): a key no job can name would be a silent typo.
         for name in self.programs:

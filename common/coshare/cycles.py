@@ -23,7 +23,14 @@ from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
 from coshare.planner import CycleReport, run_cycle, runs_trials
 from coshare.policies import Policy
 from coshare.ports import Adapter, TrialControl, TrialProbe
-from coshare.trial_cycle import InjectedProbe, SocketProbe, run_trials, write_record_file
+from coshare.trial_cycle import (
+    InjectedProbe,
+    SocketProbe,
+    StepProbe,
+    probe_step_of,
+    run_trials,
+    write_record_file,
+)
 from coshare.trials import TrialLimits
 
 log = logging.getLogger("coshare.cycle")
@@ -102,10 +109,19 @@ def step_trials(config: Config, adapter: Adapter, report: CycleReport,
     membw = config.policy.membw
     control = cast(TrialControl, adapter)
     probe: TrialProbe
+    step = probe_step_of(adapter)
     if membw.probe_inject_file is not None:
         probe = InjectedProbe(membw.probe_inject_file)
-    else:
+    elif membw.probe_via == "socket":
         probe = SocketProbe(membw.probe_socket, membw.probe_timeout_s, control.node_job_id)
+    elif step is not None:
+        probe = StepProbe(step.probe_step, membw.probe_command, membw.probe_socket,
+                          membw.probe_timeout_s, control.node_job_id)  # fmt: skip
+    else:
+        reason = getattr(adapter, "probe_step_unsupported_reason", "")
+        raise SchedulerError("policy.membw.probe_via step: this scheduler's adapter runs no "
+                             f"command on a job's node{f' ({reason})' if reason else ''}; "
+                             "use probe_via: socket")  # fmt: skip
     assert report.snapshot is not None
     limits = TrialLimits(membw.max_share, membw.init_s, membw.max_suspend_s)
     done = run_trials(control, probe, report.snapshot, membw_programs(config), limits,

@@ -17,8 +17,11 @@ A failed scheduler verb or write is said in the report's notes and retried by th
 cycle (the record still says where the job stands); it never stops the other jobs.
 
 The probes: :class:`InjectedProbe` (the documented test hook, ``policy.membw.
-probe_inject_file``) and :class:`SocketProbe` (the node daemon's ``TRIAL`` request over its
-control socket, :mod:`coshare.node.control`).
+probe_inject_file``), :class:`SocketProbe` (the node daemon's ``TRIAL`` request over its
+control socket, :mod:`coshare.node.control`, reached from the planner's host:
+``policy.membw.probe_via: socket``) and :class:`StepProbe` (the same request sent on the
+job's node by ``coshare node trial``, which the scheduler runs there as a step of the trial
+job: ``probe_via: step``; the adapter says how, :class:`ProbeStep`).
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from coshare.errors import ConfigError
+from coshare.commands import CommandResult
+from coshare.errors import CommandFailed, ConfigError
 from coshare.files import TooLarge, read_bounded
 from coshare.model import Snapshot
 from coshare.policies.membw import UNKNOWN_SHARE, job_share
@@ -280,26 +285,112 @@ class SocketProbe:
                 program: str | None) -> ProbeResult:  # fmt: skip
         """Ask ``node``'s daemon to measure ``job`` with ``partners`` frozen."""
         path = self.template.replace("{node}", node)
-        ids = ",".join(self.node_job_id(p) for p in partners)
-        request = f"TRIAL job={self.node_job_id(job)} partners={ids}\n"
+        request = trial_request(self.node_job_id(job), [self.node_job_id(p) for p in partners])
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.settimeout(self.timeout_s)
-                conn.connect(path)
-                conn.sendall(request.encode())
-                reply = b""
-                while not reply.endswith(b"\n") and len(reply) < 4096:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    reply += chunk
+            reply = exchange(path, request, self.timeout_s)
         except TimeoutError:
             return ProbeResult(None, f"the probe on {node} timed out after policy.membw."
                                f"probe_timeout_s {self.timeout_s:g}")  # fmt: skip
         except OSError as exc:
             why = exc.strerror or exc
             return ProbeResult(None, f"node {node}'s control socket {path}: {why}")
-        return parse_trial_reply(reply.decode(errors="replace").strip())
+        return parse_trial_reply(reply)
+
+
+class ProbeStep(Protocol):
+    """An adapter whose scheduler runs a command on a running job's node as a step of that
+    job (Slurm: ``srun --jobid --overlap``): how a trial's probe reaches the node's daemon
+    from the planner's host (``policy.membw.probe_via: step``)."""
+
+    def probe_step(self, node: str, job: str, argv: Sequence[str],
+                   timeout_s: float) -> CommandResult:  # fmt: skip
+        """Run ``argv`` on ``node`` as a step of running job ``job``; what it printed.
+
+        Raises:
+            CommandFailed: the step could not be run or took longer than ``timeout_s``.
+        """
+        ...
+
+
+def probe_step_of(adapter: object) -> ProbeStep | None:
+    """The adapter as a :class:`ProbeStep`, or ``None`` when its scheduler offers none."""
+    return adapter if callable(getattr(adapter, "probe_step", None)) else None  # type: ignore[return-value]
+
+
+#: What a probe step may take beyond the probe itself (the scheduler starting the step).
+STEP_SLACK_S = 30.0
+
+
+class StepProbe:
+    """The real probe on the job's node, reached through the scheduler: the adapter runs
+    ``coshare node trial`` there as a step of the trial job (Slurm: ``srun --jobid
+    --overlap``), which sends the node daemon the same ``TRIAL`` request as
+    :class:`SocketProbe` and prints its answer. Nothing but the scheduler connects the
+    planner's host to the node.
+
+    Args:
+        step: the adapter's :meth:`ProbeStep.probe_step`.
+        command: ``coshare`` on the nodes (``policy.membw.probe_command``).
+        socket_template: the daemon's socket on the node (``policy.membw.probe_socket``).
+        timeout_s: the probe's limit (``policy.membw.probe_timeout_s``); the step gets
+            :data:`STEP_SLACK_S` more to start.
+    """
+
+    def __init__(self, step: Callable[[str, str, Sequence[str], float], CommandResult],
+                 command: str, socket_template: str, timeout_s: float,
+                 node_job_id: Callable[[str], str] = str) -> None:  # fmt: skip
+        self.step = step
+        self.command = command
+        self.template = socket_template
+        self.timeout_s = timeout_s
+        self.node_job_id = node_job_id
+
+    def measure(self, node: str, job: str, partners: Sequence[str],
+                program: str | None) -> ProbeResult:  # fmt: skip
+        """Run the probe step of ``job`` on ``node``; its printed answer."""
+        argv = [self.command, "node", "trial", "--socket", self.template.replace("{node}", node),
+                "--timeout-s", f"{self.timeout_s:g}", "--job", self.node_job_id(job),
+                "--partners", ",".join(self.node_job_id(p) for p in partners)]  # fmt: skip
+        try:
+            result = self.step(node, job, argv, self.timeout_s + STEP_SLACK_S)
+        except CommandFailed as exc:
+            return ProbeResult(None, f"the probe step of job {job} on {node}: "
+                               f"{_last_line(exc.stderr) or exc}")  # fmt: skip
+        answers = [line.strip() for line in result.stdout.splitlines()
+                   if line.startswith(("OK ", "ERR "))]  # fmt: skip
+        if answers:
+            return parse_trial_reply(answers[-1])
+        why = _last_line(result.stderr) or f"exit status {result.returncode}, no answer"
+        return ProbeResult(None, f"the probe step of job {job} on {node}: {why}")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def trial_request(job: str, partners: Sequence[str]) -> str:
+    """The ``TRIAL`` request line for the node daemon (ids as the node knows them)."""
+    return f"TRIAL job={job} partners={','.join(partners)}\n"
+
+
+def exchange(path: str, request: str, timeout_s: float) -> str:
+    """Send one request line to a node daemon's control socket; its answer line.
+
+    Raises:
+        OSError: the socket cannot be reached or answers not in time (``TimeoutError``).
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout_s)
+        conn.connect(path)
+        conn.sendall(request.encode())
+        reply = b""
+        while not reply.endswith(b"\n") and len(reply) < 4096:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return reply.decode(errors="replace").strip()
 
 
 def parse_trial_reply(line: str) -> ProbeResult:

@@ -134,3 +134,35 @@ def test_the_watchdog_alone_logs_its_kills_as_json(runner: CliRunner, tmp_path: 
     assert killed and killed[0]["level"] == "warning"
     assert killed[0]["resource"] == "host_memory"
     assert killed[0]["message"].startswith("coshare killed job frozen: its host memory")
+
+
+def test_node_trial_sends_trial_and_prints_the_daemons_answer(
+        runner: CliRunner, tmp_path: Path) -> None:  # fmt: skip
+    from tests.unit.test_trials import serve_once
+
+    got: list[bytes] = []
+    sock = tmp_path / "control.sock"
+    thread = serve_once(sock, b"OK job=8 share=0.2100 available=0.7900 gbps=3.2 cpus=0\n", got)
+    result = runner.invoke(cli, ["node", "trial", "--socket", str(sock), "--job", "8",
+                                 "--partners", "5,6"])  # fmt: skip
+    thread.join(5)
+    assert got == [b"TRIAL job=8 partners=5,6\n"]
+    assert result.exit_code == 0, result.output
+    assert result.output == "OK job=8 share=0.2100 available=0.7900 gbps=3.2 cpus=0\n"
+    refused = tmp_path / "refused.sock"
+    thread = serve_once(refused, b"ERR not_allowed job 8: TRIAL is for operators\n", got)
+    result = runner.invoke(cli, ["node", "trial", "--socket", str(refused), "--job", "8",
+                                 "--partners", "5"])  # fmt: skip
+    thread.join(5)
+    assert (result.exit_code, result.output) == \
+        (1, "ERR not_allowed job 8: TRIAL is for operators\n")  # fmt: skip
+    result = runner.invoke(cli, ["node", "trial", "--socket", str(tmp_path / "none.sock"),
+                                 "--job", "8", "--partners", "5"])  # fmt: skip
+    assert result.exit_code == 1 and result.output.startswith("ERR unreachable no coshare node "
+                                                              "daemon at ")  # fmt: skip
+
+
+def test_node_trial_refuses_bad_ids_before_asking(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["node", "trial", "--socket", str(tmp_path / "none.sock"),
+                                 "--job", "8", "--partners", "5,x y"])  # fmt: skip
+    assert result.exit_code == 2 and "job id 'x y' is not usable" in result.output

@@ -233,6 +233,9 @@ def test_the_policy_is_built_from_the_configuration() -> None:
     ({"programs": {"lama": float("inf")}}, "policy.membw.programs.lama"),
     ({"programs": {"a b": 0.5}}, "policy.membw.programs"),
     ({"init_s": -1}, "policy.membw.init_s"),
+    ({"probe_via": "ssh"}, "policy.membw.probe_via"),
+    ({"probe_command": "coshare; rm -rf /"}, "policy.membw.probe_command"),
+    ({"probe_command": ""}, "policy.membw.probe_command"),
 ])  # fmt: skip
 def test_bad_settings_are_refused_naming_the_key(section: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

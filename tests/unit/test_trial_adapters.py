@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 from coshare.commands import CommandResult
 from coshare.config import Config, DeviceKind
-from coshare.errors import CoshareError
+from coshare.errors import CommandFailed, CoshareError
 from coshare.ledger import Book
 from coshare.model import Assignment, Job, Plan, Trial
 from coshare.planner import runs_trials
+from coshare.ports import ProbeResult
+from coshare.trial_cycle import STEP_SLACK_S, StepProbe, probe_step_of
 from coshare.trials import TrialRecord
 
 from condor_addon import adapter as condor_adapter
@@ -236,3 +238,81 @@ def test_both_adapters_offer_the_same_trial_verbs() -> None:
     for adapter in (SlurmAdapter, CondorAdapter):
         assert all(callable(getattr(adapter, v)) for v in verbs)
     assert issubclass(EditFailed, CoshareError)
+
+
+class Srun(Scontrol):
+    """Scontrol's recorder that also answers srun with ``stdout`` (``None``: srun hangs)."""
+
+    def __init__(self, stdout: str | None, stderr: str = "", returncode: int = 0) -> None:
+        super().__init__()
+        self.stdout, self.stderr, self.returncode = stdout, stderr, returncode
+
+    def __call__(self, argv: Sequence[str], *, timeout_s: float, check: bool = True,
+                 input_text: str | None = None, env: Mapping[str, str] | None = None,
+                 ) -> CommandResult:  # fmt: skip
+        if argv[0] != "srun":
+            return super().__call__(argv, timeout_s=timeout_s, check=check, env=env)
+        self.calls.append((*argv, f"timeout={timeout_s:g}"))
+        if self.stdout is None:
+            raise CommandFailed(list(argv), None, "", "srun: job step creation temporarily "
+                                "disabled, retrying\n(timed out)")  # fmt: skip
+        return CommandResult(tuple(argv), self.returncode, self.stdout, self.stderr)
+
+
+def step_probe(adapter: SlurmAdapter) -> StepProbe:
+    return StepProbe(adapter.probe_step, "/opt/coshare/bin/coshare", "/run/coshare/control.sock",
+                     20.0, adapter.node_job_id)  # fmt: skip
+
+
+def test_slurm_probes_a_trial_on_its_node_as_a_step_of_the_trial_job() -> None:
+    runner = Srun("srun: some notice\nOK job=8 share=0.2100 available=0.7900 gbps=3.2\n")
+    adapter = slurm(runner)
+    assert probe_step_of(adapter) is adapter
+    assert step_probe(adapter).measure("n1", "8", ["5", "6"], "spin") == ProbeResult(0.21)
+    assert runner.calls == [(
+        "srun", "--jobid=8", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--quiet",
+        "--", "/opt/coshare/bin/coshare", "node", "trial", "--socket",
+        "/run/coshare/control.sock", "--timeout-s", "20", "--job", "8", "--partners", "5,6",
+        f"timeout={20 + STEP_SLACK_S:g}")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("runner", "says"),
+    [
+        (Srun("ERR not_allowed job 8: TRIAL is for operators (node.operator_uids), not uid 1000\n",
+              returncode=1), "ERR not_allowed job 8: TRIAL is for operators"),
+        (Srun("", "srun: error: Unable to create step for job 8: Job/step already completing",
+              returncode=1), "the probe step of job 8 on n1: srun: error: Unable to create step"),
+        (Srun("", "", returncode=0), "the probe step of job 8 on n1: exit status 0, no answer"),
+        (Srun(None), "the probe step of job 8 on n1: (timed out)"),
+    ],
+    ids=["daemon-refused", "srun-failed", "no-answer", "timed-out"],
+)
+def test_a_probe_step_that_fails_says_why(runner: Srun, says: str) -> None:
+    found = step_probe(slurm(runner)).measure("n1", "8", ["5"], None)
+    assert found.share is None and found.error.startswith(says), found
+
+
+def test_a_probe_step_is_never_run_with_ids_that_are_not_slurms() -> None:
+    runner = Srun("OK job=8 share=0.1\n")
+    found = step_probe(slurm(runner)).measure("n1;x", "8", ["5"], None)
+    assert found.share is None and "not a Slurm job id and node name" in found.error
+    assert runner.calls == []
+
+
+def test_htcondor_offers_no_probe_step_and_says_why() -> None:
+    assert probe_step_of(CondorAdapter.__new__(CondorAdapter)) is None
+    assert "condor_ssh_to_job" in CondorAdapter.probe_step_unsupported_reason
+
+
+def test_a_cycle_asked_to_probe_through_htcondor_stops_its_trials_with_the_reason() -> None:
+    from coshare.config import build
+    from coshare.cycles import step_trials
+    from coshare.errors import SchedulerError
+
+    config = build(Config, {"policy": {"name": "membw", "membw": {"trials": True,
+                                                                  "probe_via": "step"}}})
+    adapter = CondorAdapter.__new__(CondorAdapter)
+    with pytest.raises(SchedulerError, match=r"probe_via step: this scheduler's adapter runs "
+                                             r"no command on a job's node \(HTCondor runs"):
+        step_trials(config, adapter, None, dry_run=False)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@
     coshare node probe membw [--cpus LIST] [--init] [--output table|json]
     coshare node facts [--output table|json]
     coshare node freeze|thaw --job ID [--output table|json]
+    coshare node trial --job ID --partners ID,... [--socket PATH] [--timeout-s S]
     coshare node gate [--device ID=THREADS]... [--no-watch] [--log-format text|json]
     coshare node watch [--once] [--log-format text|json]
     coshare node offload [--threads N] [--device ID] -- CMD [ARG...]

@@ -1,5 +1,5 @@
-"""``coshare node check | probe membw | facts | freeze | thaw | lend | reclaim``: what the node
-measures and the controls an operator uses (issues 13 and 17).
+"""``coshare node check | probe membw | facts | freeze | thaw | lend | reclaim | trial``: what
+the node measures and the controls an operator uses (issues 13, 17 and 18).
 
 ::
 
@@ -10,6 +10,7 @@ measures and the controls an operator uses (issues 13 and 17).
     coshare node thaw --job ID [--socket PATH] [--output table|json]
     coshare node lend --job GPU_JOB --to CPU_JOB --cpus LIST [--socket PATH] [--output ...]
     coshare node reclaim --job GPU_JOB --from CPU_JOB [--cpus LIST] [--socket PATH] [--output ...]
+    coshare node trial --job ID --partners ID,... [--socket PATH] [--timeout-s S]
 
 ``check`` lists every capability found or missing and where it looked
 (:mod:`coshare.node.check`); ``probe membw`` streams on cores and compares with the idle
@@ -17,7 +18,8 @@ baseline ``--init`` records (:mod:`coshare.node.membw`); ``facts`` shows what th
 last wrote for the planner; ``freeze``/``thaw`` ask the daemon over the control socket
 (operators only; both idempotent, and they say when nothing was to do); ``lend``/``reclaim``
 move harvested cores between a GPU job's and a CPU job's cpusets (operators only, idempotent;
-:mod:`coshare.node.harvest`).
+:mod:`coshare.node.harvest`); ``trial`` asks the daemon to measure a ``membw`` trial co-run
+and prints its answer line (what a planner runs on the node through the scheduler).
 """
 
 from __future__ import annotations
@@ -244,6 +246,35 @@ def reclaim(app: AppContext, job: str, from_: str, cpus: str | None, socket_path
     _loan_reply(fields, output, text)
 
 
+@click.command(name="trial")
+@click.option("--job", required=True, help="The job on trial (as this node knows it).")
+@click.option("--partners", required=True, help="The jobs frozen while it is measured, "
+              "comma-separated.")  # fmt: skip
+@click.option("--socket", "socket_path", default=None,
+              help="Control socket (default: node.control_socket).")
+@click.option("--timeout-s", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="How long to wait for the daemon's answer.")  # fmt: skip
+@pass_app
+def trial(app: AppContext, job: str, partners: str, socket_path: str | None,
+          timeout_s: float) -> None:  # fmt: skip
+    """Measure a trial co-run of the ``membw`` policy on this node: the daemon freezes the
+    partners, probes the memory bandwidth left on their cores, and thaws them (operators
+    only). Prints the daemon's answer as one line, ``OK job=J share=S ...`` or ``ERR code
+    text`` (exit 1): what a planner runs here through the scheduler
+    (``policy.membw.probe_via: step``)."""
+    from coshare.node.control import launcher
+
+    line = f"TRIAL job={check_job_id(job)} partners=" \
+        f"{','.join(check_job_id(p) for p in partners.split(','))}"  # fmt: skip
+    path = socket_path or app.config.node.control_socket
+    try:
+        fields = launcher.request(path, line, timeout_s)
+    except launcher.ControlError as exc:
+        click.echo(f"ERR {exc.code} {' '.join(exc.text.split())}")
+        raise SystemExit(1) from None
+    click.echo("OK " + " ".join(f"{k}={v}" for k, v in fields.items()))
+
+
 def _request(line: str, socket_path: str) -> dict[str, str]:
     from coshare.node.control import launcher
 
@@ -262,3 +293,4 @@ def register(group: click.Group) -> None:
     group.add_command(thaw)
     group.add_command(lend)
     group.add_command(reclaim)
+    group.add_command(trial)

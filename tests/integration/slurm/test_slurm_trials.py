@@ -52,14 +52,16 @@ def one_node(cluster: Cluster) -> Iterator[Cluster]:
 
 
 def trials_cluster(cluster: Cluster, tmp: Path, inject: dict[str, object] | None,
-                   max_suspend_s: float = 600) -> Cluster:  # fmt: skip
-    """The cluster with ``policy: membw`` and trials on (``init_s`` 2 s)."""
+                   max_suspend_s: float = 600, probe_via: str = "socket") -> Cluster:  # fmt: skip
+    """The cluster with ``policy: membw`` and trials on (``init_s`` 2 s); the real probe
+    sent from here (``probe_via: socket``) or as a step of the job on its node (``step``)."""
     tmp.chmod(0o755)
     lines = ["policy:", "  name: membw", "  membw:", "    trials: true", "    init_s: 2",
              f"    max_suspend_s: {max_suspend_s}",
              "    programs: {stream: 0.6}", f"    record_file: {tmp / 'measured.json'}",
              f"    probe_socket: {cluster.dir}/node/{{node}}/control.sock",
-             "    probe_timeout_s: 60"]  # fmt: skip
+             "    probe_timeout_s: 60", f"    probe_via: {probe_via}",
+             f"    probe_command: {BIN / 'coshare'}"]  # fmt: skip
     if inject is not None:
         (tmp / "inject.json").write_text(json.dumps(inject))
         lines.append(f"    probe_inject_file: {tmp / 'inject.json'}")
@@ -207,10 +209,14 @@ def test_a_job_suspended_longer_than_max_suspend_s_is_requeued_with_the_reason(
     assert state(cluster, first) == "RUNNING"
 
 
+@pytest.mark.parametrize("probe_via", ["socket", "step"])
 def test_the_real_probe_freezes_measures_and_thaws_end_to_end(
-    one_node: Cluster, tmp_path: Path
+    one_node: Cluster, tmp_path: Path, probe_via: str
 ) -> None:
-    cluster = trials_cluster(one_node, tmp_path, None)
+    """``socket``: the planner's host asks the node daemon; ``step``: ``srun --jobid
+    --overlap`` runs ``coshare node trial`` on the job's node, the only path between a
+    central manager and its nodes on a real cluster."""
+    cluster = trials_cluster(one_node, tmp_path, None, probe_via=probe_via)
     env = {**cluster.env, "COSHARE_CONFIG": str(cluster.dir / "node" / "csl-n1" / "coshare.yaml")}
     init = subprocess.run([str(BIN / "coshare"), "node", "probe", "membw", "--init"], env=env,
                           text=True, capture_output=True, timeout=300)  # fmt: skip
