@@ -243,3 +243,60 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
     assert set(records) == set(demands)  # none lost
     check_ran_where_placed(cluster, records)
     check_never_oversubscribed(list(records.values()), demands)
+
+
+def device_use(records: list[Record], demands: dict[str, int]) -> dict[tuple[str, str], int]:
+    """Sweep each device's [start, end) intervals, every part of a gang included; fail if the
+    jobs on a device ever declared more memory than it has. The most jobs seen together on
+    each device."""
+    events: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
+    for r in records:
+        placement = r.placement
+        assert placement is not None, r
+        spots = [(p.node, d) for p in placement.parts for d in p.devices] if placement.parts \
+            else [(placement.node, d) for d in placement.devices]  # fmt: skip
+        for spot in spots:
+            events.setdefault(spot, []).extend([(r.start_s, 1, r.job), (r.end_s, -1, r.job)])
+    most = {}
+    for spot, items in events.items():
+        active: set[str] = set()
+        peak = 0
+        for _, kind, job in sorted(items, key=lambda e: (e[0], e[1])):
+            if kind < 0:
+                active.discard(job)
+                continue
+            active.add(job)
+            used = sum(demands[j] for j in active)
+            assert used <= DEVICE_MEMORY_MIB, f"{spot}: {sorted(active)} use {used} MiB"
+            peak = max(peak, len(active))
+        most[spot] = peak
+    return most
+
+
+def test_gangs_of_both_planners_share_the_nodes_and_are_never_booked_twice(
+        cluster: Cluster, planners: dict[str, Path]) -> None:  # fmt: skip
+    """Multi-node jobs of both planners at once (issue 20 item 3 with issue 14's gangs):
+    each needs devices on 2 or 3 of the 4 nodes the planners share, beside single-node jobs
+    of the other planner; every part of every gang is claimed in the engine before it is
+    written, so no device ever holds more than its memory, and every gang runs whole."""
+    from .test_slurm_gangs import GANG_MEMORY, submit_gang
+
+    gangs = {
+        submit_gang(cluster, "gang-main-0", shape="-N 3 --ntasks-per-node=1 --partition=main"),
+        submit_gang(cluster, "gang-second-0",
+                    shape="-N 2 --ntasks-per-node=1 --partition=second"),
+        submit_gang(cluster, "gang-main-1", shape="-N 2 --ntasks-per-node=1 --partition=main"),
+        submit_gang(cluster, "gang-second-1",
+                    shape="-N 3 --ntasks-per-node=1 --partition=second"),
+    }  # fmt: skip
+    singles = {**submit(cluster, "main", 4), **submit(cluster, "second", 4)}
+    demands = {**{g: GANG_MEMORY for g in gangs}, **{j: m for j, (m, _) in singles.items()}}
+    cycles_together(cluster, planners, list(demands))
+    records = cluster.sacct(list(demands))
+    assert set(records) == set(demands)  # none lost
+    for gang in gangs:
+        placement = records[gang].placement
+        assert records[gang].state == "COMPLETED" and placement is not None, records[gang]
+        assert len(placement.parts) in (2, 3) and len(set(placement.nodes)) == len(placement.parts)
+    most = device_use(list(records.values()), demands)
+    assert max(most.values()) >= 2, "no device was ever shared"
