@@ -141,8 +141,15 @@ def record(pool: Pool, job: str) -> TrialRecord | None:
 
 
 def start(pool: Pool, cycles: Cycles, script: str, program: str, seconds: int) -> str:
+    """Submit a job, run cycles until it runs, and wait until the collector shows its claim
+    by its GlobalJobId: before, a claimed slot without a job id reads as a job of unknown
+    use beside a queue entry running there (the safe side, which then plans the next job
+    elsewhere: a CI run placed the real-probe test's second job alone on node2 that way)."""
     job = submit(pool, script, program, seconds)
     cycles.until(lambda: status(pool, job) in (RUNNING, SUSPENDED), 120, f"job {job} to run")
+    global_id = pool.jobs()[job]["GlobalJobId"]
+    wait_for(lambda: global_id in {r.id for r in parse_slots(pool.client.slot_ads(), {}).running},
+             60, f"the collector to show job {job}'s claim")  # fmt: skip
     return job
 
 
