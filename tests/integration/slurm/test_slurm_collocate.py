@@ -251,8 +251,9 @@ def test_a_gpu_job_that_turns_busy_gets_its_lent_core_back_through_slurm(
                  "#SBATCH -c 2 --mem=100M",
                  '#SBATCH --comment="coshare: device-memory=1000 device-threads=60 '
                  'walltime=120 copy-bandwidth=10"')  # fmt: skip
-    borrower = submit(cluster, work, "borrower", "sleep 90", "#SBATCH -c 1 --mem=50M",
-                      '#SBATCH --comment="coshare: kind=cpu walltime=100"')  # fmt: skip
+    # Its requested time ends before the GPU job's (backfill: the node is reserved then).
+    borrower = submit(cluster, work, "borrower", "sleep 60", "#SBATCH -c 1 --mem=50M",
+                      '#SBATCH --comment="coshare: kind=cpu walltime=70"')  # fmt: skip
     try:
         wait_cycling(cluster, lambda: cluster.jobs()[gpu].phase == "active", 30,
                      "the GPU job to run")  # fmt: skip
