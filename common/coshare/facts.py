@@ -11,7 +11,8 @@ staleness rule and what the snapshot gains live here once::
 
     coshare-facts;v=1;at=1700000000.000;membw_gbps=9.80;membw_baseline_gbps=19.60;
         membw_cores=2;membw_at=1699999990.000;llc_ways=20;llc_ways_free=12;
-        load=1234:0.520:0.500:1.000:3600,1235:3.900:4.000:4.000:600;copy_mbps=1234:512.000
+        load=1234:0.520:0.500:1.000:3600,1235:3.900:4.000:4.000:600;copy_mbps=1234:512.000;
+        cpus=1234:6;wait=1234:0.010:0.020,1235:0.400:1.100
 
 (one line, no spaces; broken here for reading). Items are ``key=value`` separated by ``;``;
 ``load`` lists ``job:mean:last:max:window_s`` per running job, in cores busy (CPU seconds
@@ -21,9 +22,13 @@ of the GPUs it holds alone; a node without NVML publishes none, and the planner 
 job's declaration (``CoshareCopyBandwidth``). ``cpus`` lists ``job:cores`` per running job
 pinned to cores: how many its cpuset holds now, fewer than it asked for while it lends some
 (``collocate``): its load can never exceed them, so a lender whose load fills them may need
-its cores back. Keys other than these are ignored (a newer node may
-publish more); a known key with an unusable value, a key given twice, or another version
-makes the whole line unusable. Every number follows :func:`coshare.bounds.parse_number` and
+its cores back. ``wait`` lists ``job:mean:last`` per running job: its run-queue delay
+(:mod:`coshare.node.load`), the time its tasks were runnable but waiting for a CPU, per second,
+in cores, over the load's history and its last interval: what it wanted beyond its load. A
+node whose kernel keeps no per-task scheduler statistics publishes none. Keys other than
+these are ignored (a newer node may publish more; an older planner ignores ``wait``); a known
+key with an unusable value, a key given twice, or another version makes the whole line
+unusable. Every number follows :func:`coshare.bounds.parse_number` and
 is bounded.
 
 Facts older than ``cycle.node_facts_max_age_s`` (or dated in the future by more than that)
@@ -115,6 +120,22 @@ class JobCpus:
 
 
 @dataclass(frozen=True, slots=True)
+class JobWait:
+    """One running job's run-queue delay: cores' worth of its tasks runnable but waiting for
+    a CPU (``/proc/<tid>/schedstat``, summed over its tasks, per second of wall time).
+
+    Attributes:
+        job: the job's id on the node.
+        mean_cores: over the sampled history (the load's window).
+        last_cores: over the last sampling interval.
+    """
+
+    job: str
+    mean_cores: float
+    last_cores: float
+
+
+@dataclass(frozen=True, slots=True)
 class MembwFacts:
     """The last memory-bandwidth probe (poncos section 6).
 
@@ -149,6 +170,7 @@ class NodeFacts:
         loads: CPU load of each running coshare job.
         copies: copy bandwidth of each running GPU job, where the node measures it (NVML).
         cpus: cores each running job pinned to cores holds now.
+        waits: run-queue delay of each running coshare job, where the kernel counts it.
     """
 
     at_s: float
@@ -158,6 +180,7 @@ class NodeFacts:
     loads: tuple[JobLoad, ...] = ()
     copies: tuple[JobCopy, ...] = ()
     cpus: tuple[JobCpus, ...] = ()
+    waits: tuple[JobWait, ...] = ()
 
 
 def _num(value: float, digits: int = 3) -> str:
@@ -199,6 +222,12 @@ def format_facts(facts: NodeFacts) -> str:
             if not _JOB.fullmatch(held.job):
                 raise FactsError(f"job id {held.job!r} cannot be carried in node facts")
         items.append("cpus=" + ",".join(f"{c.job}:{c.cores}" for c in facts.cpus))
+    if facts.waits:
+        for wait in facts.waits:
+            if not _JOB.fullmatch(wait.job):
+                raise FactsError(f"job id {wait.job!r} cannot be carried in node facts")
+        items.append("wait=" + ",".join(f"{w.job}:{_num(w.mean_cores)}:{_num(w.last_cores)}"
+                                        for w in facts.waits))  # fmt: skip
     text = ";".join(items)
     parse_facts(text)  # what a node publishes, a planner must read back
     return text
@@ -243,7 +272,8 @@ def parse_facts(text: str) -> NodeFacts:
     loads = _loads(fields["load"]) if "load" in fields else ()
     copies = _copies(fields["copy_mbps"]) if "copy_mbps" in fields else ()
     cpus = _cpus(fields["cpus"]) if "cpus" in fields else ()
-    return NodeFacts(at_s, membw, ways, free, loads, copies, cpus)
+    waits = _waits(fields["wait"]) if "wait" in fields else ()
+    return NodeFacts(at_s, membw, ways, free, loads, copies, cpus, waits)
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -343,6 +373,17 @@ def _cpus(text: str) -> tuple[JobCpus, ...]:
                  for job, value in _job_values(text, "cpus", "cores"))  # fmt: skip
 
 
+def _waits(text: str) -> tuple[JobWait, ...]:
+    out = []
+    for job, value in _job_values(text, "wait", "mean:last"):
+        mean, colon, last = value.partition(":")
+        if not colon:
+            raise FactsError(f"wait entry {_short(job + ':' + value)!r} is not job:mean:last")
+        out.append(JobWait(job, *(_value(f"wait of job {job}: {name}", raw, 0, MAX_CORES)
+                                  for name, raw in (("mean", mean), ("last", last)))))
+    return tuple(out)
+
+
 def age_problem(at_s: float, now_s: float, max_age_s: float) -> str | None:
     """Why facts measured at ``at_s`` are not used at ``now_s`` (too old, or from a clock
     that is ahead by more than ``max_age_s``); ``None`` when they are."""
@@ -368,7 +409,8 @@ def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
     running (not planned) jobs of that node; loads of jobs the snapshot does not list are
     ignored. A measured copy bandwidth replaces the job's declared one (``copy_bw_mbps``):
     what NVML sees beats what the user said; without a measurement the declaration stays.
-    The cores a running job's cpuset holds go into ``cpu_cores_held``.
+    The cores a running job's cpuset holds go into ``cpu_cores_held``, its run-queue delay
+    into ``cpu_wait_cores`` and ``cpu_wait_last_cores``.
     """
     if not facts:
         return snapshot
@@ -376,6 +418,7 @@ def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
     loads = {name: {load.job: load for load in f.loads} for name, f in facts.items() if f.loads}
     copies = {name: {c.job: c.mbps for c in f.copies} for name, f in facts.items() if f.copies}
     cpus = {name: {c.job: c.cores for c in f.cpus} for name, f in facts.items() if f.cpus}
+    waits = {name: {w.job: w for w in f.waits} for name, f in facts.items() if f.waits}
     running = snapshot.running
     key = local_ids or (lambda r: r.id)
     if loads:
@@ -390,7 +433,15 @@ def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
         running = tuple(replace(r, cpu_cores_held=cpus[r.node][key(r)])
                         if r.state == "running" and key(r) in cpus.get(r.node, {}) else r
                         for r in running)  # fmt: skip
+    if waits:
+        running = tuple(_waiting(r, waits[r.node][key(r)])
+                        if r.state == "running" and key(r) in waits.get(r.node, {}) else r
+                        for r in running)  # fmt: skip
     return replace(snapshot, nodes=nodes, running=running)
+
+
+def _waiting(job: RunningJob, wait: JobWait) -> RunningJob:
+    return replace(job, cpu_wait_cores=wait.mean_cores, cpu_wait_last_cores=wait.last_cores)
 
 
 def _node_with(node: Node, facts: NodeFacts) -> Node:

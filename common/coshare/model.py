@@ -257,6 +257,10 @@ class RunningJob:
             its cores then count against that job's harvest, not the node's free cores.
         cpu_cores_held: node facts: the cores its cpuset holds now (fewer than it asked for
             while it lends some); its measured load can never exceed them.
+        cpu_wait_cores: node facts: its run-queue delay over the load's history, in cores
+            (its tasks' time runnable but waiting for a CPU per second): with the load, what
+            it wants, which the load alone cannot show on cores it shares or lent.
+        cpu_wait_last_cores: node facts: its run-queue delay over the last interval.
     """
 
     id: str
@@ -279,6 +283,8 @@ class RunningJob:
     copy_bw_mbps: float | None = None
     harvest_from: str | None = None
     cpu_cores_held: int | None = None
+    cpu_wait_cores: float | None = None
+    cpu_wait_last_cores: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

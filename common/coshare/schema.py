@@ -82,7 +82,8 @@ RUNNING_FIELDS = (
     "id", "node", "device", "device_memory_mib", "device_threads", "cores", "memory_mib",
     "state", "membw_gbps", "llc_ways", "start_time", "program",
     "cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores", "cpu_load_window_s",
-    "walltime_s", "copy_bw_mbps", "harvest_from", "cpu_cores_held",
+    "walltime_s", "copy_bw_mbps", "harvest_from", "cpu_cores_held", "cpu_wait_cores",
+    "cpu_wait_last_cores",
 )  # fmt: skip
 PENDING_FIELDS = (
     "id", "device_memory_mib", "device_threads", "device_count", "cores", "memory_mib",
@@ -707,6 +708,8 @@ def _load_facts(f: _Fields) -> dict[str, Any]:
     out["cpu_load_window_s"] = f.number("cpu_load_window_s", None, maximum=MAX_TIME_S)
     held = f.number("cpu_cores_held", None, maximum=MAX_CORES)
     out["cpu_cores_held"] = None if held is None else int(held)
+    for key in ("cpu_wait_cores", "cpu_wait_last_cores"):
+        out[key] = f.number(key, None, maximum=MAX_CORES)
     return out  # fmt: skip
 
 
@@ -896,6 +899,8 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
                 ("copy_bw_mbps", r.copy_bw_mbps),
                 ("harvest_from", r.harvest_from),
                 ("cpu_cores_held", r.cpu_cores_held),
+                ("cpu_wait_cores", r.cpu_wait_cores),
+                ("cpu_wait_last_cores", r.cpu_wait_last_cores),
             ]
         )
         for r in snapshot.running

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from coshare.model import Job, Plan, Snapshot
+from coshare.model import Job, Plan, RunningJob, Snapshot
+
+#: A lender whose demand fills this share of the cores its cpuset holds lends no more: the
+#: value of ``coshare.policies.collocate.SATURATED_SHARE``, kept here apart (a test checks).
+SATURATED_SHARE = 0.9
 
 
 def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> list[str]:
@@ -24,8 +28,10 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
     adds to it. A CPU job placed on a GPU job's idle cores (``harvest_from``, the
     ``collocate`` policy) counts against that job's cores, not the node's: it must be a CPU
     job on the node of a running GPU job with a measured load, and what all CPU jobs borrow
-    from it must stay within the whole cores its load leaves idle. Requeued jobs must be
-    running.
+    from it must stay within the whole cores its demand (load plus run-queue wait, the higher
+    over history or last interval) leaves idle; a GPU job whose demand fills
+    :data:`SATURATED_SHARE` of the cores its cpuset holds lends no more. Requeued jobs must
+    be running.
 
     Returns:
         One line per violation; empty when the plan is sound.
@@ -146,18 +152,34 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
         donor = donors[donor_id]
         if lent[donor_id] <= before_lent.get(donor_id, 0):
             continue
-        loads = [v for v in (donor.cpu_load_cores, donor.cpu_load_last_cores) if v is not None]
-        if not loads:
+        demand = _demand(donor)
+        if demand is None:
             problems.append(f"GPU job {donor_id} lends cores but has no measured load")
             continue
-        idle = max(0, (donor.cpu_milli - int(max(loads) * 1000 + 0.999999)) // 1000 * 1000)
+        what = "load" if donor.cpu_wait_cores is None and donor.cpu_wait_last_cores is None \
+            else "load and run-queue wait"  # fmt: skip
+        idle = max(0, (donor.cpu_milli - int(demand * 1000 + 0.999999)) // 1000 * 1000)
+        held = donor.cpu_cores_held
         if lent[donor_id] > idle:
             problems.append(f"GPU job {donor_id} lends {lent[donor_id] / 1000:g} cores, more "
-                            f"than its load {max(loads):g} leaves idle ({idle // 1000})")
+                            f"than its {what} {demand:g} leaves idle ({idle // 1000})")
+        elif held is not None and demand >= SATURATED_SHARE * held:
+            problems.append(f"GPU job {donor_id} lends more cores while its {what} {demand:g} "
+                            f"fills {SATURATED_SHARE:g} x the {held} cores it holds")
         elif lent[donor_id] >= donor.cpu_milli:
             problems.append(f"GPU job {donor_id} lends all its {donor.cpu_milli / 1000:g} "
                             "cores and keeps none for itself")  # fmt: skip
     return problems
+
+
+def _demand(job: RunningJob) -> float | None:
+    """Load plus run-queue wait, over the history or the last interval, whichever is higher."""
+    sums = []
+    if job.cpu_load_cores is not None:
+        sums.append(job.cpu_load_cores + (job.cpu_wait_cores or 0.0))
+    if job.cpu_load_last_cores is not None:
+        sums.append(job.cpu_load_last_cores + (job.cpu_wait_last_cores or 0.0))
+    return max(sums) if sums else None
 
 
 def _gang_problems(plan: Plan, pending: dict[str, Job]) -> list[str]:

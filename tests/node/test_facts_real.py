@@ -1,7 +1,8 @@
 """The node's measurements and controls on real cgroups and processes (root; issue 13).
 
 - The daemon samples a busy job's CPU time from its real group (v1 ``cpuacct.usage`` here;
-  v2 ``cpu.stat`` on the unified mount) and writes it to ``state_dir/facts``.
+  v2 ``cpu.stat`` on the unified mount) and writes it to ``state_dir/facts``; and the
+  run-queue delay of a job with more busy processes than cores (``/proc/<tid>/schedstat``).
 - FREEZE and THAW over the real control socket stop and resume the job's processes: the
   kernel's ``freezer.state`` says FROZEN, and the process gets no CPU; both are idempotent
   and say so; only operators may ask; an unknown job is ``ERR unknown_job``.
@@ -67,6 +68,37 @@ def test_the_daemon_publishes_a_busy_jobs_load_and_an_idle_ones(node_config: Nod
             loads = loads_of(node_config)
             assert loads["busy"] <= 1.2 and loads["idle"] < 0.1
             assert facts_path(node_config).stat().st_mode & 0o777 == 0o644
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+def waits_of(config: NodeConfig) -> dict[str, float]:
+    try:
+        text = facts_path(config).read_text().strip()
+    except FileNotFoundError:
+        return {}
+    return {w.job: w.last_cores for w in parse_facts(text).waits}
+
+
+def test_a_job_that_wants_more_cores_than_it_holds_shows_run_queue_wait(
+    node_config: NodeConfig,
+) -> None:
+    # Two busy processes on the one core of its cpuset: together they run at most one core
+    # (its load) and wait about one more (schedstat's run_delay), more where the host's other
+    # work shares that core. A sleeping job waits next to nothing.
+    crowded = job_start(node_config, "crowded", cores=1)
+    idle_job = job_start(node_config, "idle", cores=1)
+    env = node_env(node_config)
+    procs = [spawn_in_group(BUSY, crowded.group(), env) for _ in range(2)]
+    procs.append(spawn_in_group([PY, "-c", "import time; time.sleep(120)"], idle_job.group(),
+                                env))  # fmt: skip
+    try:
+        with running_daemon(node_config, env=SAMPLING):
+            wait_for(lambda: waits_of(node_config).get("crowded", 0) > 0.5, 30,
+                     "the crowded job's run-queue wait in the facts")  # fmt: skip
+            assert loads_of(node_config)["crowded"] <= 1.2  # its cpuset: one core
+            assert waits_of(node_config)["idle"] < 0.1
     finally:
         for proc in procs:
             stop(proc)

@@ -19,7 +19,12 @@ from coshare.errors import ConfigError
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
 from coshare.planner import run_cycle
 from coshare.policies import PolicyOptions, make_policy
-from coshare.policies.collocate import CollocatePolicy, without_harvest
+from coshare.policies.collocate import (
+    CollocatePolicy,
+    measured_demand,
+    saturated,
+    without_harvest,
+)
 from coshare.ports import ApplyReport, Rejected, SourceResult
 from coshare.schema import parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
 from coshare.verify import check_plan
@@ -169,6 +174,80 @@ def test_a_lender_whose_load_fills_the_cores_it_kept_gets_all_of_them_back() -> 
     roomy = replace(unknown, running=(replace(gpu, cpu_load_last_cores=4.0, cpu_cores_held=6),
                                       older, newer))  # fmt: skip
     assert plan_of(roomy).requeue == ()  # 4 of its 6: not full
+
+
+def test_a_contended_lender_s_run_queue_wait_shows_the_need_its_load_cannot() -> None:
+    # Other processes share the 6 cores it kept: a lender that wants all 6 gets a load of 3
+    # and spends 2.6 cores' worth runnable but waiting for a CPU (node facts: wait). Its load
+    # alone leaves 9 idle, so without the wait nothing comes back; with it, its demand 5.6
+    # fills 0.9 x its 6 cores, and all its borrowers are requeued with the numbers.
+    older = RunningJob("c4", "n1", (), cpu_milli=4000, memory_mib=512, start_time_s=210.0,
+                       harvest_from="g1")  # fmt: skip
+    newer = replace(older, id="c2", cpu_milli=2000, start_time_s=230.0)
+    gpu = replace(gpu_job(load=3.0, walltime=1200.0), cpu_cores_held=6)
+    blind = Snapshot((node(),), (gpu, older, newer), (cpu_job("c1", 1),), now_s=400.0)
+    assert plan_of(blind).requeue == ()
+    # the history's wait is low, the last interval's high: the higher sum counts
+    waiting = replace(blind, running=(replace(gpu, cpu_wait_cores=0.2, cpu_wait_last_cores=2.6),
+                                      older, newer))  # fmt: skip
+    plan = plan_of(waiting)
+    assert [u.job for u in plan.requeue] == ["c2", "c4"]
+    assert plan.requeue[0].reason == (
+        "GPU job g1 on n1 needs its cores back: its demand of 5.6 cores (load 3 plus 2.6 "
+        "waiting for a CPU, run-queue delay) is at least 0.9 x the 6 cores it kept while "
+        "lending 6; requeued through the scheduler")  # fmt: skip
+    assert plan.assignments == ()  # and it lends nothing meanwhile
+    # 1.9 of waiting: a demand of 4.9 is below 0.9 x 6, and leaves 7 idle for the 6 lent
+    calm = replace(waiting, running=(replace(gpu, cpu_wait_last_cores=1.9), older, newer))
+    assert plan_of(calm).requeue == ()
+
+
+def test_a_lender_whose_demand_fills_its_cores_lends_nothing_new() -> None:
+    # Nothing lent yet, it holds its 12 cores: load 6 plus 5 waiting is 11 >= 0.9 x 12. By
+    # load and wait alone one core would be idle; saturated, it lends none, and says why.
+    gpu = replace(gpu_job(load=6.0), cpu_wait_cores=5.0, cpu_wait_last_cores=5.0)
+    snap = Snapshot((node(),), (gpu,), (cpu_job("c1", 1),), now_s=250.0)
+    assert [a.job for a in plan_of(snap).assignments] == ["c1"]  # no cpuset fact: 1 idle
+    held = replace(snap, running=(replace(gpu, cpu_cores_held=12),))
+    plan = plan_of(held)
+    assert plan.assignments == () and plan.requeue == ()
+    assert any("GPU jobs g1 lend no cores: what they want (load plus run-queue wait) fills "
+               "0.9 x the cores their cpusets hold" in n for n in plan.notes), plan.notes
+    # Without wait facts (an older node, or no schedstat) its load 6 alone is the demand.
+    old = replace(snap, running=(replace(gpu_job(load=6.0), cpu_cores_held=12),))
+    assert [a.job for a in plan_of(old).assignments] == ["c1"]
+
+
+def test_a_risen_demand_asks_back_just_enough_with_the_numbers() -> None:
+    # The simulator's case (no cpuset fact): load 5 plus 2 waiting leaves 5 of 12 to lend,
+    # and 6 are lent: the newest 2-core borrower goes.
+    older = RunningJob("c4", "n1", (), cpu_milli=4000, memory_mib=512, start_time_s=210.0,
+                       harvest_from="g1")  # fmt: skip
+    newer = replace(older, id="c2", cpu_milli=2000, start_time_s=230.0)
+    gpu = replace(gpu_job(load=5.0, walltime=1200.0), cpu_wait_cores=2.0,
+                  cpu_wait_last_cores=2.0)  # fmt: skip
+    snap = Snapshot((node(),), (gpu, older, newer), (), now_s=400.0)
+    plan = plan_of(snap)
+    assert [u.job for u in plan.requeue] == ["c2"]
+    assert ("its demand rose to 7 of 12 cores (load 5 plus 2 waiting for a CPU, run-queue "
+            "delay), so it can lend 5 where 6 are lent") in plan.requeue[0].reason
+
+
+def test_the_verifier_counts_the_wait_and_refuses_lending_from_a_saturated_lender() -> None:
+    from coshare import verify
+    from coshare.policies import collocate
+
+    assert verify.SATURATED_SHARE == collocate.SATURATED_SHARE  # the two are kept apart
+    gpu = replace(gpu_job(load=6.0), cpu_wait_cores=5.0, cpu_wait_last_cores=5.0,
+                  cpu_cores_held=12)  # fmt: skip
+    snap = Snapshot((node(),), (gpu,), (cpu_job("c1", 1),), now_s=250.0)
+    lends = Plan("collocate", (Assignment("c1", "n1", harvest_from="g1"),))
+    assert check_plan(snap, lends) == ["GPU job g1 lends more cores while its load and "
+                                       "run-queue wait 11 fills 0.9 x the 12 cores it holds"]
+    two = replace(snap, pending=(cpu_job("c2", 2),))
+    assert check_plan(two, Plan("collocate", (Assignment("c2", "n1", harvest_from="g1"),))) \
+        == ["GPU job g1 lends 2 cores, more than its load and run-queue wait 11 leaves idle "
+            "(1)"]  # fmt: skip
 
 
 def test_backfill_never_delays_the_first_waiting_job_s_reservation() -> None:
@@ -355,11 +434,14 @@ def collocation_snapshots(draw: st.DrawFn) -> Snapshot:
         if not draw(st.booleans()):
             continue
         load = draw(st.one_of(st.none(), st.floats(0, cores + 2, allow_nan=False)))
+        wait = st.one_of(st.none(), st.floats(0, cores))
         g = RunningJob(f"g{i}", n.name, ("0", "1", "2"), 1024, 1024, cores * 1000, 2048,
                        start_time_s=draw(st.floats(0, 900)), cpu_load_cores=load,
                        cpu_load_last_cores=draw(st.one_of(st.none(), st.floats(0, cores))),
                        walltime_s=draw(st.one_of(st.none(), st.floats(1, 2000))),
-                       copy_bw_mbps=draw(st.one_of(st.none(), st.floats(0, 700))))  # fmt: skip
+                       copy_bw_mbps=draw(st.one_of(st.none(), st.floats(0, 700))),
+                       cpu_cores_held=draw(st.one_of(st.none(), st.integers(1, cores))),
+                       cpu_wait_cores=draw(wait), cpu_wait_last_cores=draw(wait))  # fmt: skip
         running.append(g)
         for k in range(draw(st.integers(0, 3))):
             running.append(RunningJob(f"b{i}-{k}", n.name, (), cpu_milli=draw(
@@ -398,3 +480,6 @@ def test_plans_keep_every_promise_and_give_back_what_a_risen_load_needs(
             assert donor.copy_bw_mbps is not None and donor.copy_bw_mbps <= limit
             assert snapshot.now_s is not None and donor.start_time_s is not None
             assert snapshot.now_s - donor.start_time_s >= p_m * donor.walltime_s
+            # never from a lender whose load plus run-queue wait fills the cores it holds
+            demand = measured_demand(donor)
+            assert demand is not None and not saturated(donor, demand)

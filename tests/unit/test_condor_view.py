@@ -398,7 +398,7 @@ def test_a_pending_job_with_a_hostile_number_is_refused_naming_the_field(
 def test_node_facts_published_by_the_startd_cron_reach_the_snapshot(
     slots: list[dict[str, object]], jobs: list[QueueJob], now_s: float
 ) -> None:
-    from coshare.facts import JobLoad, NodeFacts, format_facts
+    from coshare.facts import JobLoad, JobWait, NodeFacts, format_facts
 
     from condor_addon.attributes import NODE_FACTS
     from condor_addon.view import node_job_id, with_node_facts
@@ -407,7 +407,8 @@ def test_node_facts_published_by_the_startd_cron_reach_the_snapshot(
     assert node_job_id("pooluser@vm#14.0#1795308474") == "pooluser_vm_14.0_1795308474"
     assert node_job_id("a b\"é" + "x" * 200) == "a_b___" + "x" * 122
     facts = NodeFacts(now_s - 30, llc_ways=20, llc_ways_free=8,
-                      loads=(JobLoad("pooluser_vm_14.0_1795308474", 0.4, 0.5, 0.9, 600),))
+                      loads=(JobLoad("pooluser_vm_14.0_1795308474", 0.4, 0.5, 0.9, 600),),
+                      waits=(JobWait("pooluser_vm_14.0_1795308474", 0.1, 0.3),))  # fmt: skip
     stale = format_facts(NodeFacts(now_s - 7200))
     ads = [{**ad, NODE_FACTS: format_facts(facts) if ad.get("CoshareNodeName") == "node1"
             else stale if ad.get("CoshareNodeName") == "node2" else ad.get(NODE_FACTS)}
@@ -421,6 +422,7 @@ def test_node_facts_published_by_the_startd_cron_reach_the_snapshot(
     assert node2.facts_at_s is None and node3.facts_at_s is None
     measured = [r for r in snap.running if r.cpu_load_cores is not None]
     assert [(r.id, r.node, r.cpu_load_max_cores) for r in measured] == [("14.0", "node1", 0.9)]
+    assert [(r.cpu_wait_cores, r.cpu_wait_last_cores) for r in measured] == [(0.1, 0.3)]
     assert notes == ("node facts older than cycle.node_facts_max_age_s = 600 s on 1 node(s), "
                      "planned without them (node2: 7200 s old)",)  # fmt: skip
 

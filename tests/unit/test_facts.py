@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import jsonschema
 import pytest
+from coshare.cli import schema_text
 from coshare.errors import FactsError, SnapshotError
 from coshare.facts import (
     MAX_LOADS,
     JobCopy,
+    JobCpus,
     JobLoad,
+    JobWait,
     MembwFacts,
     NodeFacts,
     age_problem,
@@ -131,6 +135,10 @@ def test_any_text_is_read_or_refused_with_a_facts_error(text: str) -> None:
                                                      fullmatch=True),
                               st.integers(0, 10**9).map(lambda x: x / 1000)),
                     unique_by=lambda x: x.job, max_size=5).map(tuple),
+    waits=st.lists(st.builds(JobWait, st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,20}",
+                                                    fullmatch=True),
+                             *[st.integers(0, 10**6).map(lambda x: x / 1000)] * 2),
+                   unique_by=lambda x: x.job, max_size=5).map(tuple),
 ))  # fmt: skip
 def test_every_facts_value_round_trips(facts: NodeFacts) -> None:
     assert parse_facts(format_facts(facts)) == facts
@@ -228,6 +236,9 @@ def test_the_snapshot_contract_carries_the_facts_both_ways() -> None:
     ({}, {"cpu_load_cores": -1}, "field 'cpu_load_cores' is -1 (allowed: a number >= 0"),
     ({}, {"cpu_load_window_s": 1e13}, "'cpu_load_window_s' is 10000000000000.0 (allowed: a "
                                       "number >= 0 and <= 1000000000000)"),
+    ({}, {"cpu_wait_cores": -0.5}, "field 'cpu_wait_cores' is -0.5 (allowed: a number >= 0"),
+    ({}, {"cpu_wait_last_cores": 2e6}, "field 'cpu_wait_last_cores' is 2000000.0 (allowed: a "
+                                       "number >= 0 and <= 1048576)"),
 ])  # fmt: skip
 def test_bad_facts_fields_in_a_snapshot_are_refused_naming_them(
     node: dict[str, object], running: dict[str, object], message: str
@@ -252,3 +263,35 @@ def test_the_cores_a_job_holds_are_carried_and_attached() -> None:
     snap = Snapshot((Node("n1", 4000, 1024),), (RunningJob("7", "n1"), RunningJob("9", "n1")), ())
     attached = attach(snap, {"n1": facts})
     assert [r.cpu_cores_held for r in attached.running] == [1, None]
+
+
+def test_run_queue_waits_are_carried_bounded_and_attached() -> None:
+    facts = NodeFacts(100.0, cpus=(JobCpus("7", 1),),
+                      waits=(JobWait("7", 0.25, 1.5), JobWait("8", 0.0, 0.0)))  # fmt: skip
+    text = format_facts(facts)
+    assert text.endswith(";cpus=7:1;wait=7:0.250:1.500,8:0.000:0.000")
+    assert parse_facts(text) == facts
+    # A line without it (an older node) reads as before: no waits.
+    assert parse_facts("coshare-facts;v=1;at=1;cpus=7:1").waits == ()
+    for bad, says in (("wait=7:nan:1", "wait of job 7: mean='nan' is not a number"),
+                      ("wait=7:0.1:inf", "wait of job 7: last='inf'"),
+                      ("wait=7:-1:0", "wait of job 7: mean='-1'"),
+                      ("wait=7:0:2000000", "wait of job 7: last='2000000' is not a number in "
+                                           "0..1.04858e+06"),
+                      ("wait=7:0.5", "wait entry '7:0.5' is not job:mean:last"),
+                      ("wait=7:0.5:1:2", "wait of job 7: last='1:2'"),
+                      ("wait=7:0:0,7:1:1", "wait lists job 7 twice"),
+                      ("wait=x y:0:0", "holds the character ' '")):  # fmt: skip
+        with pytest.raises(FactsError) as refused:
+            parse_facts(f"coshare-facts;v=1;at=1;{bad}")
+        assert says in str(refused.value), str(refused.value)
+    with pytest.raises(FactsError, match="cannot be carried"):
+        format_facts(NodeFacts(1.0, waits=(JobWait("a:b", 0.0, 0.0),)))
+    snap = Snapshot((Node("n1", 4000, 1024),),
+                    (RunningJob("7", "n1"), RunningJob("9", "n1"),
+                     RunningJob("8", "n1", state="planned")), ())  # fmt: skip
+    attached = attach(snap, {"n1": facts})
+    assert [(r.cpu_wait_cores, r.cpu_wait_last_cores) for r in attached.running] == \
+        [(0.25, 1.5), (None, None), (None, None)]  # a planned job has no tasks yet  # fmt: skip
+    assert parse_snapshot(snapshot_to_dict(attached)) == attached
+    jsonschema.validate(snapshot_to_dict(attached), json.loads(schema_text("snapshot")))

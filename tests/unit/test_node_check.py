@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from coshare.cli import cli
 from coshare.facts import JobCopy, JobLoad, MembwFacts, NodeFacts, format_facts
-from coshare.node.check import counter_capability
+from coshare.node.check import counter_capability, wait_capability
 
 from tests.unit.fake_resctrl import make_resctrl
 
@@ -49,6 +49,7 @@ def test_check_lists_every_capability_with_where_it_looked(env: Path) -> None:
     mba = caps["memory bandwidth allocation (MBA)"]
     assert (mba["status"], mba["where"]) == ("missing", str(env / "resctrl/info/MB/min_bandwidth"))
     assert "perf_event_open(2)" in caps["hardware counters"]["where"]
+    assert caps["run-queue delay"]["where"] == f"/proc/{os.getpid()}/schedstat"
     assert caps["NVML"]["status"] in ("found", "missing")  # found where a GPU is lent
     pcie = caps["NVML PCIe throughput"]  # the GPU jobs' copy bandwidth (Wu & Hong III-B3)
     assert pcie["where"] == "libnvidia-ml.so.1 (pynvml)"
@@ -143,3 +144,22 @@ def test_lend_and_reclaim_refuse_bad_input_before_they_ask_the_daemon(env: Path)
     result = runner.invoke(cli, ["node", "reclaim", "--job", "7", "--from", "8"])
     assert result.exit_code == 1
     assert f"unreachable: no coshare node daemon at {env / 'none.sock'}" in result.output
+
+
+def test_the_run_queue_delay_is_found_only_where_the_kernel_counts_it(tmp_path: Path) -> None:
+    real = wait_capability()  # this machine's kernel (Linux with CONFIG_SCHED_INFO)
+    assert real.where == f"/proc/{os.getpid()}/schedstat"
+    if Path(real.where).exists():
+        assert real.status == "found" and "per task" in real.detail, real
+    else:
+        assert real.status == "missing" and real.detail.startswith("unsupported: "), real
+    (tmp_path / "5").mkdir()
+    missing = wait_capability(tmp_path, 5)
+    assert (missing.status, missing.where) == ("missing", str(tmp_path / "5" / "schedstat"))
+    assert missing.detail.startswith("unsupported: ") and "CONFIG_SCHED_INFO" in missing.detail
+    (tmp_path / "5" / "schedstat").write_text("0 0 0\n")  # accounting off (older kernels)
+    off = wait_capability(tmp_path, 5)
+    assert off.status == "missing" and "shows no CPU time" in off.detail
+    (tmp_path / "5" / "schedstat").write_text("12 7000000 3\n")
+    found = wait_capability(tmp_path, 5)
+    assert found.status == "found" and "waited 7.0 ms" in found.detail

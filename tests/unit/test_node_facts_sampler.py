@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from coshare.config import NodeConfig
-from coshare.facts import JobLoad, parse_facts
+from coshare.facts import JobLoad, JobWait, parse_facts
 from coshare.node.bandwidth import Measurement, ProbeResult
 from coshare.node.cgroups import V1Cgroups
 from coshare.node.control.service import JobControl
@@ -18,6 +18,7 @@ from coshare.node.sampler import Sampler, facts_path
 from coshare.node.spec import JobSpec
 
 from tests.unit.fake_resctrl import FakeResctrl, make_resctrl
+from tests.unit.test_node_load import fake_task
 
 CONTROLLERS = ("freezer", "cpuset", "memory", "cpuacct")
 
@@ -58,10 +59,11 @@ def add_job(config: NodeConfig, job: str, cpus: tuple[int, ...], usage_ns: int,
         JobRecord(JobSpec(job, cpus, llc_ways=llc_ways), "v1", str(root), "coshare"))
 
 
-def sampler(config: NodeConfig, clock: Clock, mono: Clock) -> Sampler:
+def sampler(config: NodeConfig, clock: Clock, mono: Clock, proc: Path | None = None) -> Sampler:
     resctrl = FakeResctrl(make_resctrl(Path(config.resctrl_root)), "coshare")
     return Sampler(config, JobStore(Path(config.state_dir)),
-                   V1Cgroups(Path(config.cgroup_root)), resctrl, clock, mono)  # fmt: skip
+                   V1Cgroups(Path(config.cgroup_root)), resctrl, clock, mono,
+                   proc=proc or Path(config.state_dir) / "no-proc")  # fmt: skip
 
 
 def test_each_round_writes_the_nodes_facts_for_the_publishers(node: NodeConfig) -> None:
@@ -99,6 +101,47 @@ def test_each_round_writes_the_nodes_facts_for_the_publishers(node: NodeConfig) 
     JobStore(Path(node.state_dir)).remove("7")
     measure.round()
     assert measure.history.jobs() == ["8"]  # the ended job is forgotten
+
+
+def test_each_jobs_run_queue_wait_is_published_in_cores(node: NodeConfig, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture,
+                                                        ) -> None:  # fmt: skip
+    proc = tmp_path / "proc"
+    add_job(node, "7", (0,), 0)
+    tasks = [job_dir(Path(node.cgroup_root), c, "7") / "tasks" for c in ("cpuset", "cpuacct")]
+    for listed in tasks:
+        listed.write_text("100\n101\n")
+    fake_task(proc, 100, 1_000_000_000)
+    fake_task(proc, 101, 0)
+    clock, mono = Clock(1_700_000_000.0), Clock(100.0)
+    measure = sampler(node, clock, mono, proc)
+    assert measure.round().waits == ()  # one reading: no rate yet
+    # in 10 s: task 100 waited 4 s more, task 101 3 s, and a new thread 102 1 s (all of it)
+    fake_task(proc, 100, 5_000_000_000)
+    fake_task(proc, 101, 3_000_000_000)
+    fake_task(proc, 102, 1_000_000_000)
+    tasks[0].write_text("100\n101\n102\n")
+    clock.now += 10
+    mono.now += 10
+    facts = measure.round()
+    assert facts.waits == (JobWait("7", 0.8, 0.8),)
+    assert parse_facts(facts_path(node).read_text().strip()).waits == facts.waits
+    # then 10 s with no waiting: the last interval says 0, the history 0.4
+    clock.now += 10
+    mono.now += 10
+    assert measure.round().waits == (JobWait("7", 0.4, 0.0),)
+    # A kernel without per-task statistics: no wait facts from then on, said once with the
+    # path; the loads go on.
+    (proc / "100" / "schedstat").unlink()
+    for _ in range(2):
+        clock.now += 10
+        mono.now += 10
+        facts = measure.round()
+        assert facts.waits == () and facts.loads
+    assert measure.wait_unsupported is not None
+    assert measure.wait_unsupported.path == str(proc / "100" / "schedstat")
+    said = [r.getMessage() for r in caplog.records if "run-queue delay" in r.getMessage()]
+    assert len(said) == 1 and str(proc / "100" / "schedstat") in said[0], said
 
 
 def test_a_periodic_probe_runs_on_free_cores_only_with_a_baseline(node: NodeConfig) -> None:

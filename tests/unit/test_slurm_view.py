@@ -252,10 +252,11 @@ def test_drained_and_down_nodes_are_listed_with_slurms_words() -> None:
 
 
 def test_node_facts_in_the_extra_field_reach_the_snapshot() -> None:
-    from coshare.facts import JobLoad, MembwFacts, NodeFacts, format_facts
+    from coshare.facts import JobCpus, JobLoad, JobWait, MembwFacts, NodeFacts, format_facts
 
     facts = NodeFacts(NOW - 20, MembwFacts(6.0, 12.0, 2, NOW - 40),
-                      loads=(JobLoad("7", 1.5, 1.0, 2.0, 300),))  # fmt: skip
+                      loads=(JobLoad("7", 1.5, 1.0, 2.0, 300),), cpus=(JobCpus("7", 2),),
+                      waits=(JobWait("7", 0.25, 0.75),))  # fmt: skip
     nodes = [node("n1", extra=format_facts(facts)), node("n2", extra="rack=12 owner=physics"),
              node("n3", extra=format_facts(NodeFacts(NOW - 5000))), node("n4")]
     running = job("7", phase="active", state="RUNNING", held=False, nodes=("n1",), cpus=2)
@@ -266,6 +267,7 @@ def test_node_facts_in_the_extra_field_reach_the_snapshot() -> None:
     (held,) = v.snapshot.running
     assert (held.cpu_load_cores, held.cpu_load_last_cores, held.cpu_load_window_s) == \
         (1.5, 1.0, 300)  # fmt: skip
+    assert (held.cpu_cores_held, held.cpu_wait_cores, held.cpu_wait_last_cores) == (2, 0.25, 0.75)
     assert any(note.startswith("node facts unreadable on 1 node(s), planned without them "
                                "(n2: holds the character ' '") for note in v.notes)
     assert any("older than cycle.node_facts_max_age_s = 600 s on 1 node(s)" in n

@@ -8,6 +8,7 @@ cgroups                ``node.cgroup_root``: a cgroup2 mount, or v1 hierarchies
 own cores, memory      v1 ``cpuset``/``memory`` hierarchies; v2 ``cgroup.controllers``
 freezer                v1 ``freezer`` hierarchy; v2 ``cgroup.freeze`` of coshare's group
 cpu accounting         v1 ``cpuacct`` hierarchy; v2 ``cpu.stat`` (each job's load)
+run-queue delay        ``/proc/<this pid>/schedstat`` (each job's wait for a CPU, any cgroup)
 group kill             v2 ``cgroup.kill`` (else freeze and signal)
 L3 cache ways (CAT)    ``node.resctrl_root/info/L3/cbm_mask`` (or ``L3CODE``, with CDP)
 memory bw alloc (MBA)  ``node.resctrl_root/info/MB/min_bandwidth``
@@ -38,7 +39,9 @@ from typing import Literal
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError, Unsupported
 from coshare.node.cgroups import Cgroups, V1Cgroups, V2Cgroups
+from coshare.node.load import parse_schedstat
 from coshare.node.membw import ProbeFiles
+from coshare.node.procfs import PROC
 from coshare.node.resctrl import Resctrl
 from coshare.node.ways import format_runs
 
@@ -95,6 +98,29 @@ def cgroup_capabilities(open_cgroups: Callable[[], Cgroups]) -> list[Capability]
         out.append(_cap("group kill", kill.exists(), kill, "cgroup.kill (Linux 5.14+)"
                         if kill.exists() else "older kernel: freeze and signal each process"))
     return out
+
+
+def wait_capability(proc: Path = PROC, pid: int | None = None) -> Capability:
+    """Whether the kernel counts each task's run-queue delay (``schedstat``): this process
+    has run, so a kernel that counts shows time on a CPU; all zeros mean it counts nothing
+    (older kernels print ``0 0 0`` with the accounting off)."""
+    name = "run-queue delay"
+    path = proc / str(os.getpid() if pid is None else pid) / "schedstat"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return _cap(name, False, path, f"unsupported: {exc.strerror or exc} (a kernel without "
+                    "CONFIG_SCHED_INFO): the node publishes no wait facts, and collocate "
+                    "judges a lender by its load alone")  # fmt: skip
+    try:
+        delay = parse_schedstat(text)
+    except ValueError as exc:
+        return _cap(name, False, path, f"unsupported: {exc}")
+    if text.split()[0] == "0":
+        return _cap(name, False, path, "unsupported: the kernel shows no CPU time for this "
+                    "process (scheduler statistics off): the node would publish zeros")
+    return _cap(name, True, path, f"per task (this process waited {delay / 1e6:.1f} ms): the "
+                "node publishes each job's wait facts")  # fmt: skip
 
 
 def _feature_path(cgroups: Cgroups, feature: str) -> Path:
@@ -242,6 +268,7 @@ def node_capabilities(config: NodeConfig, open_cgroups: Callable[[], Cgroups],
                       resctrl: Resctrl, *, nvml: bool = True) -> list[Capability]:  # fmt: skip
     """Every capability, in the order of the module's table."""
     out = cgroup_capabilities(open_cgroups)
+    out.append(wait_capability())
     out += resctrl_capabilities(resctrl)
     out.append(counter_capability())
     if nvml:

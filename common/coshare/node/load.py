@@ -12,6 +12,14 @@ ran, including ones that have exited:
   the cpu controller is enabled (cgroup-v2.rst, section "CPU": ``cpu.stat`` "exists whether
   the controller is enabled or not").
 
+A load cannot show more than the cores a job may run on, nor what it did not get on a
+contended node: a job that wants more CPU than it gets spends the rest *runnable, waiting
+for a CPU*. That is its run-queue delay, which the kernel counts per task in the second field
+of ``/proc/<tid>/schedstat`` (nanoseconds; Documentation/scheduler/sched-stats.rst: "time
+spent waiting on a runqueue"), on cgroup v1 and v2 alike. :class:`RunDelays` turns each
+round's per-task figures into one counter per job that never goes back (tasks come and go),
+and a second :class:`LoadHistory` turns that counter into a rate in cores, like the load.
+
 :class:`LoadHistory` keeps the last samples of every job and summarizes them as
 :class:`~coshare.facts.JobLoad`. Pure: it is given the samples and their (monotonic) times.
 """
@@ -19,7 +27,7 @@ ran, including ones that have exited:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from coshare.facts import JobLoad
 
@@ -50,6 +58,59 @@ def parse_cpu_stat(text: str) -> float:
                 break
             return int(value) / 1e6
     raise ValueError("cpu.stat has no usage_usec line")
+
+
+def parse_schedstat(text: str) -> int:
+    """Run-queue delay in nanoseconds from ``/proc/<tid>/schedstat``: its three fields are the
+    time on a CPU (ns), the time waiting on a run queue (ns) and the timeslices run.
+
+    Raises:
+        ValueError: for anything but three non-negative integers.
+    """
+    fields = text.split()
+    if len(fields) != 3 or not all(f.isdigit() and len(f) <= 20 for f in fields):
+        raise ValueError(f"schedstat holds {text.strip()[:60]!r}, not 'run_ns wait_ns slices'")
+    return int(fields[1])
+
+
+#: A task as the run-queue accounting tells tasks apart: its id and its start time (clock
+#: ticks after boot, ``/proc/<tid>/stat`` field 22), so that a reused id is a new task.
+TaskKey = tuple[int, int]
+
+
+class RunDelays:
+    """Each job's run-queue delay so far, in seconds, from per-task readings.
+
+    A job's figure counts, from its first reading on, the delay its tasks gained: for a task
+    read before, what it gained since; for a task not read before (born since, or moved in),
+    all its delay (it gained it since it was born, after the last reading, for a task the job
+    started). A task that ends between two readings takes the delay it gained after the last
+    one with it: that part is not counted (a job of short-lived tasks reads low, never high).
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, dict[TaskKey, int]] = {}
+        self._total_s: dict[str, float] = {}
+
+    def add(self, job: str, delays_ns: Mapping[TaskKey, int]) -> float:
+        """Record one reading of the job's tasks (task -> run delay in ns); the job's delay
+        counted so far, in seconds (0 at its first reading)."""
+        before = self._tasks.get(job)
+        total = self._total_s.get(job, 0.0)
+        if before is not None:
+            for task, ns in delays_ns.items():
+                last = before.get(task)
+                total += (ns - last if last is not None and ns >= last else ns) / 1e9
+        self._tasks[job] = dict(delays_ns)
+        self._total_s[job] = total
+        return total
+
+    def retain(self, jobs: Iterable[str]) -> None:
+        """Forget every job not in ``jobs`` (it ended)."""
+        keep = set(jobs)
+        for job in [j for j in self._tasks if j not in keep]:
+            del self._tasks[job]
+            del self._total_s[job]
 
 
 class LoadHistory:

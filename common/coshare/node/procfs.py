@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from coshare.errors import Unsupported
+from coshare.node.load import TaskKey, parse_schedstat
 from coshare.node.process import ProcessInfo, parse_stat, parse_uids
 
 PROC = Path("/proc")
@@ -38,6 +40,40 @@ def read_process(pid: int, proc: Path = PROC) -> ProcessInfo | None:
     if exe is not None and exe.endswith(_DELETED):
         exe = exe[: -len(_DELETED)]
     return ProcessInfo(pid, ppid, uid, euid, start, exe)
+
+
+def read_run_delays(tids: Iterable[int], proc: Path = PROC) -> dict[TaskKey, int]:
+    """Each task's run-queue delay in ns (``/proc/<tid>/schedstat``, second field), by task
+    (id and start time). A task that is gone, or ends while it is read, is left out.
+
+    Raises:
+        Unsupported: a task's ``/proc/<tid>`` is there but its ``schedstat`` is not (a kernel
+            built without scheduler statistics, ``CONFIG_SCHED_INFO``), or holds what this
+            code does not read; naming the path.
+    """
+    out: dict[TaskKey, int] = {}
+    for tid in tids:
+        base = proc / str(tid)
+        try:
+            text = (base / "schedstat").read_text()
+        except FileNotFoundError:
+            if base.is_dir():
+                raise Unsupported("run-queue delay", str(base / "schedstat"), "the kernel "
+                                  "keeps no per-task scheduler statistics (CONFIG_SCHED_INFO)"
+                                  ) from None  # fmt: skip
+            continue
+        except OSError:  # ESRCH: ended while read
+            continue
+        try:
+            delay = parse_schedstat(text)
+        except ValueError as exc:
+            raise Unsupported("run-queue delay", str(base / "schedstat"), str(exc)) from None
+        try:
+            _, _, start = parse_stat((base / "stat").read_text())
+        except (OSError, ValueError):  # ended while read
+            continue
+        out[(tid, start)] = delay
+    return out
 
 
 def read_cmdline(pid: int, proc: Path = PROC) -> list[str]:

@@ -2,8 +2,9 @@
 
 Every ``node.sample_interval_s`` (a minute by default, the collocation paper's resolution)
 the daemon reads each job's CPU time from its cgroup into the jobs' load history
-(:mod:`coshare.node.load`), the LLC ways resctrl has and coshare's groups hold
-(:mod:`coshare.node.resctrl`), the last memory-bandwidth probe
+(:mod:`coshare.node.load`), and its tasks' run-queue delay (``/proc/<tid>/schedstat`` of
+each task its group lists) into a second history of the same length, the LLC ways resctrl
+has and coshare's groups hold (:mod:`coshare.node.resctrl`), the last memory-bandwidth probe
 (:mod:`coshare.node.membw`), and, where NVML starts, each GPU job's copy bandwidth (PCIe
 throughput of the GPUs it holds alone, :func:`coshare.node.harvest.copy_bandwidths`); every
 ``node.probe_interval_s`` it first probes the cores no job holds, when the node has a
@@ -24,13 +25,14 @@ from pathlib import Path
 from typing import Protocol
 
 from coshare.config import NodeConfig
-from coshare.errors import CoshareError
-from coshare.facts import JobCopy, JobCpus, MembwFacts, NodeFacts, format_facts
+from coshare.errors import CoshareError, Unsupported
+from coshare.facts import JobCopy, JobCpus, JobWait, MembwFacts, NodeFacts, format_facts
 from coshare.node.cgroups import Cgroups
 from coshare.node.harvest import copy_bandwidths
 from coshare.node.jobs import JobRecord, JobStore
-from coshare.node.load import LoadHistory
+from coshare.node.load import LoadHistory, RunDelays
 from coshare.node.membw import ProbeFiles, probe
+from coshare.node.procfs import PROC, read_run_delays
 from coshare.node.resctrl import Resctrl
 from coshare.node.spec import format_cpu_list
 
@@ -68,6 +70,10 @@ class Sampler:
         clock: epoch seconds (the facts' time).
         monotonic: seconds for load intervals (never jumps).
         pcie: PCIe throughput of the node's GPUs; ``None``: no NVML here (no copy facts).
+        proc: the proc(5) mount (tasks' ``schedstat``).
+
+    Attributes:
+        wait_unsupported: why no run-queue delay is published (``None``: it is measured).
     """
 
     def __init__(
@@ -79,6 +85,7 @@ class Sampler:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         pcie: PcieThroughput | None = None,
+        proc: Path = PROC,
     ) -> None:
         self.config = config
         self.store = store
@@ -88,6 +95,10 @@ class Sampler:
         self.monotonic = monotonic
         self.pcie = pcie
         self.history = LoadHistory(config.load_history)
+        self.proc = proc
+        self.delays = RunDelays()
+        self.wait_history = LoadHistory(config.load_history)
+        self.wait_unsupported: Unsupported | None = None
         self.files = ProbeFiles(Path(config.state_dir))
         self.next_probe_s = 0.0
         self._said: set[str] = set()
@@ -99,16 +110,45 @@ class Sampler:
             log.warning(message, *args)
 
     def loads(self, records: list[JobRecord]) -> None:
-        """Add each job's CPU time to its history; forget jobs that ended."""
-        self.history.retain(r.job for r in records)
+        """Add each job's CPU time to its history, and its tasks' run-queue delay to the
+        other; forget jobs that ended."""
+        jobs = [r.job for r in records]
+        for kept in (self.history, self.delays, self.wait_history):
+            kept.retain(jobs)
         now = self.monotonic()
         for record in records:
             try:
-                used = record.group(self.config.kill_timeout_s).cpu_usage_s()
+                group = record.group(self.config.kill_timeout_s)
+                used = group.cpu_usage_s()
             except (CoshareError, OSError) as exc:  # one job's group must not hide the others
                 log.debug("job %s: no CPU time this round: %s", record.job, exc)
                 continue
             self.history.add(record.job, now, used)
+            self.wait(record.job, group.task_ids, now)
+
+    def wait(self, job: str, task_ids: Callable[[], tuple[int, ...]], now: float) -> None:
+        """Add the run-queue delay of ``job``'s tasks to its wait history. A kernel without
+        per-task scheduler statistics stops it for good (said once, with the path)."""
+        if self.wait_unsupported is not None:
+            return
+        try:
+            delays = read_run_delays(task_ids(), self.proc)
+        except Unsupported as exc:
+            self.wait_unsupported = exc
+            self._once("wait", "no run-queue delay facts: %s", exc)
+            return
+        except (CoshareError, OSError) as exc:
+            log.debug("job %s: no run-queue delay this round: %s", job, exc)
+            return
+        self.wait_history.add(job, now, self.delays.add(job, delays))
+
+    def waits(self) -> tuple[JobWait, ...]:
+        """Each job's run-queue delay, in cores, over the history and its last interval
+        (none where the kernel does not count it: never a figure it did not measure)."""
+        if self.wait_unsupported is not None:
+            return ()
+        return tuple(JobWait(s.job, s.mean_cores, s.last_cores)
+                     for s in self.wait_history.summaries())  # fmt: skip
 
     def ways(self) -> tuple[int | None, int | None]:
         """The node's LLC ways and the free ones; ``(None, None)`` without resctrl."""
@@ -187,7 +227,7 @@ class Sampler:
         held = tuple(JobCpus(r.job, len(r.spec.cpus)) for r in records if r.spec.cpus)
         facts = NodeFacts(self.clock(), self.membw(), ways, free,
                           tuple(self.history.summaries()), self.copies(records),
-                          held)  # fmt: skip
+                          held, self.waits())  # fmt: skip
         write_facts(facts_path(self.config), format_facts(facts))
         return facts
 

@@ -21,8 +21,10 @@ How coshare reads it:
 - **Harvest pool** of a running GPU job ``G`` (a *donor*): whole cores, because cpusets
   partition cores (section III-B1, partitioned mode): ``min(P_B, floor(cores(G) - load(G)),
   cores(G) - 1)`` (it keeps one core however idle) less what CPU jobs already borrow from it.
-  ``load(G)`` is the higher of its measured mean and last-interval load (node facts,
-  :mod:`coshare.facts`): a load that rises shrinks the pool at once. Borrowed cores never
+  ``load(G)`` is what it wants: its measured load plus its run-queue delay (the time its
+  tasks were runnable but waiting for a CPU, in cores; node facts, :mod:`coshare.facts`),
+  the higher of the two sums over the sampled history and over the last interval; without
+  wait facts, its load alone. A load that rises shrinks the pool at once. Borrowed cores never
   exceed ``cores(G) - load(G)``, so the node's combined load stays within its cores (section
   III-B2) whenever each job stays within what it holds.
 - **Not harvested**, and the plan's notes say why, one note per reason: a GPU job that
@@ -33,10 +35,12 @@ How coshare reads it:
   exceeds its pool, the newest borrowers are asked back through the scheduler
   (:attr:`~coshare.model.Plan.requeue`), never left to starve on shared cores. On a live
   node the lent cores are out of the donor's cpuset, so its measured load can never exceed
-  the cores it kept: a donor whose load fills at least :data:`SATURATED_SHARE` of the cores
-  its cpuset holds (node facts, ``cpu_cores_held``) may need more than can be measured, and
-  all its borrowers are asked back. (The simulator models no cpusets and publishes no such
-  fact: there, the load is the demand.)
+  the cores it kept: a donor whose demand (load plus run-queue wait) fills at least
+  :data:`SATURATED_SHARE` of the cores its cpuset holds (node facts, ``cpu_cores_held``)
+  may need more than it has; it lends nothing, and all its borrowers are asked back. The wait
+  is what shows that need where other processes share its cores: there its load alone stays
+  below what it kept. (The simulator models no cpusets and publishes no such facts: there,
+  the load is the demand.)
 - **CPU jobs that fit no harvest** wait with the numbers: their cores, the most free on any
   node and the largest harvest open.
 
@@ -77,9 +81,10 @@ class Donor:
         open_milli: cores it can still lend this cycle, in thousandths (whole cores).
         lent_milli: cores CPU jobs borrow from it already.
         pool_milli: cores it may lend in all: ``min(P_B, floor(cores - load), cores - 1)``.
-        load_cores: its measured load (the higher of mean and last interval).
-        saturated: its load fills the cores its cpuset kept while lending
-            (:data:`SATURATED_SHARE`): it lends nothing, and its borrowers are asked back.
+        load_cores: its demand (:func:`measured_demand`): load plus run-queue wait.
+        saturated: its demand fills the cores its cpuset holds (:data:`SATURATED_SHARE`): it
+            lends nothing, and its borrowers are asked back.
+        wait_cores: the run-queue wait within ``load_cores`` (``None``: no wait facts).
     """
 
     job: RunningJob
@@ -88,6 +93,7 @@ class Donor:
     pool_milli: int
     load_cores: float
     saturated: bool = False
+    wait_cores: float | None = None
 
 
 def measured_load(job: RunningJob) -> float | None:
@@ -95,6 +101,26 @@ def measured_load(job: RunningJob) -> float | None:
     interval (``None``: not measured yet)."""
     loads = [v for v in (job.cpu_load_cores, job.cpu_load_last_cores) if v is not None]
     return max(loads) if loads else None
+
+
+def demand_parts(job: RunningJob) -> tuple[float, float | None] | None:
+    """What a job wants, as ``(load, wait)``: its measured CPU load and its run-queue delay
+    (cores' worth of its tasks runnable but waiting for a CPU), taken over the sampled history
+    or over the last interval, whichever sums higher. ``wait`` is ``None`` without wait facts;
+    the whole is ``None`` before its load is measured."""
+    pairs = [(load, wait) for load, wait in ((job.cpu_load_cores, job.cpu_wait_cores),
+                                             (job.cpu_load_last_cores, job.cpu_wait_last_cores))
+             if load is not None]  # fmt: skip
+    if not pairs:
+        return None
+    return max(pairs, key=lambda p: p[0] + (p[1] or 0.0))
+
+
+def measured_demand(job: RunningJob) -> float | None:
+    """A job's demand for cores as the pool is computed from: load plus run-queue wait
+    (:func:`demand_parts`); its load alone without wait facts (``None``: not measured)."""
+    parts = demand_parts(job)
+    return None if parts is None else parts[0] + (parts[1] or 0.0)
 
 
 def harvest_pool_milli(job: RunningJob, load_cores: float, max_harvest_cores: int) -> int:
@@ -168,15 +194,19 @@ class CollocatePolicy:
             if not r.devices or r.state != "running" or r.cpu_milli < MILLI:
                 continue
             reason = self._not_donor(r, snapshot.now_s)
-            load = measured_load(r)
-            if reason is None and load is not None:
-                pool = harvest_pool_milli(r, load, self.max_harvest_cores)
+            parts = demand_parts(r)
+            if reason is None and parts is not None:
+                load, wait = parts
+                demand = load + (wait or 0.0)
+                pool = harvest_pool_milli(r, demand, self.max_harvest_cores)
                 given = lent.get(r.id, 0)
-                full = (given > 0 and r.cpu_cores_held is not None
-                        and load >= SATURATED_SHARE * r.cpu_cores_held)  # fmt: skip
+                full = saturated(r, demand)
                 if full:
                     pool = 0
-                out.append(Donor(r, pool - given, given, pool, load, full))
+                    why.setdefault(f"what they want (load plus run-queue wait) fills "
+                                   f"{SATURATED_SHARE:g} x the cores their cpusets hold",
+                                   []).append(r.id)  # fmt: skip
+                out.append(Donor(r, pool - given, given, pool, demand, full, wait))
             elif reason is not None:
                 why.setdefault(reason, []).append(r.id)
         notes = [f"GPU jobs {_names(ids)} lend no cores: {reason}" for reason, ids in why.items()]
@@ -344,13 +374,22 @@ def _give_back(snapshot: Snapshot, donors: list[Donor]) -> tuple[list[Unplaced],
         borrowers = sorted((r for r in snapshot.running if r.harvest_from == donor.job.id),
                            key=lambda r: (-(r.start_time_s or 0.0), r.id))  # fmt: skip
         over = -donor.open_milli
-        if donor.saturated:
-            why = (f"its load {donor.load_cores:g} fills the {donor.job.cpu_cores_held} cores "
-                   f"it kept while lending {donor.lent_milli / MILLI:g}, so it may need more "
-                   "than can be measured")  # fmt: skip
+        wait = donor.wait_cores
+        what = "its load" if wait is None else "its demand"
+        parts = "" if wait is None else (
+            f" (load {donor.load_cores - wait:.3g} plus {wait:.3g} waiting for a CPU, "
+            "run-queue delay)")  # fmt: skip
+        if donor.saturated and wait is None:
+            why = (f"its load {donor.load_cores:.3g} fills the {donor.job.cpu_cores_held} "
+                   f"cores it kept while lending {donor.lent_milli / MILLI:g}, so it may need "
+                   "more than can be measured")  # fmt: skip
+        elif donor.saturated:
+            why = (f"its demand of {donor.load_cores:.3g} cores{parts} is at least "
+                   f"{SATURATED_SHARE:g} x the {donor.job.cpu_cores_held} cores it kept while "
+                   f"lending {donor.lent_milli / MILLI:g}")  # fmt: skip
         else:
-            why = (f"its load rose to {donor.load_cores:g} of {donor.job.cpu_milli / MILLI:g} "
-                   f"cores, so it can lend {donor.pool_milli // MILLI} where "
+            why = (f"{what} rose to {donor.load_cores:.3g} of {donor.job.cpu_milli / MILLI:g} "
+                   f"cores{parts}, so it can lend {donor.pool_milli // MILLI} where "
                    f"{donor.lent_milli / MILLI:g} are lent")  # fmt: skip
         for r in borrowers:
             if over <= 0:
@@ -362,6 +401,14 @@ def _give_back(snapshot: Snapshot, donors: list[Donor]) -> tuple[list[Unplaced],
         # What the requeued jobs free is lent again only once they have left (next cycle).
         kept.append(replace(donor, open_milli=0))
     return requeue, kept
+
+
+def saturated(job: RunningJob, demand_cores: float) -> bool:
+    """Whether a GPU job whose demand is ``demand_cores`` needs every core it holds: its
+    demand fills :data:`SATURATED_SHARE` of the cores its cpuset holds (node facts; ``False``
+    without them)."""
+    held = job.cpu_cores_held
+    return held is not None and demand_cores >= SATURATED_SHARE * held
 
 
 def _with_harvest(u: Unplaced, job: Job, donors: Sequence[Donor]) -> Unplaced:

@@ -15,6 +15,14 @@ Slurm counts the node's CPUs all allocated; each one's ``cpuset.cpus`` (and the
 ``Cpus_allowed_list`` its task printed) is disjoint from the GPU job's at that moment; an
 unannotated job of the same node stays pending the whole time (Slurm's reason: Resources), and
 a user can neither submit into the lending partition nor move a job there.
+
+Give-back: a GPU job that idles through ``P_M`` lends its second core to a CPU job, then turns
+busy (three spinning processes on the one core it kept) while the host is contended (two more
+spinning processes on each core, outside Slurm). Its load alone cannot show that it wants
+more; its run-queue delay (node facts ``wait``) can.
+The next cycles requeue the borrower through Slurm (``scontrol requeuehold``, the cycle says
+why with the numbers), the borrower's end gives the core back (the GPU job's cpuset is both
+cores again), and the borrower waits held while the GPU job stays busy.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -90,13 +99,30 @@ def lend_cluster() -> Iterator[Cluster]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+#: The GPU job that turns busy: low load until the flag file exists, then three spinning
+#: processes (more than the two cores it asked for) until the end.
+IDLE_THEN_BUSY = LOW_LOAD.replace("while time.time() < end:", """flag = sys.argv[2]
+while time.time() < end and not os.path.exists(flag):""").replace("import sys, time",
+                                                                   "import os, sys, time") + """
+for _ in range(2):
+    if os.fork() == 0:
+        break
+while time.time() < end:
+    pass
+"""
+
+
 def wait_cycling(cluster: Cluster, check: object, timeout_s: float, what: str) -> None:
     """Run a cycle every half second (as cron would, faster) until ``check()`` holds."""
     assert callable(check)
     deadline = time.monotonic() + timeout_s
+    last = ""
     while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s: {what}"
+        assert time.monotonic() < deadline, (
+            f"timed out after {timeout_s:.0f} s: {what}\nthe last cycle said:\n{last}\n"
+            + cluster.run("squeue", "--format=%i %P %T %r %p", check=False).stdout)
         result = cluster.cycle()
+        last = result.stdout
         assert result.returncode == 0, result.stdout + result.stderr
         time.sleep(0.5)
 
@@ -124,15 +150,22 @@ def cpuset(cluster: Cluster, job: str) -> set[int]:
             time.sleep(0.2)
 
 
+def shown(cluster: Cluster, job: str) -> dict[str, object]:
+    """A running job as the snapshot has it (``coshare slurm show``); empty when it has none."""
+    out = cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "slurm", "show",
+                      "--output", "json").stdout  # fmt: skip
+    return next((r for r in json.loads(out)["running"] if r["id"] == job), {})
+
+
 def held_cores(cluster: Cluster, job: str) -> int | None:
     """``cpu_cores_held`` of a running job in the snapshot (``coshare slurm show``)."""
-    shown = cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "slurm", "show",
-                        "--output", "json").stdout  # fmt: skip
-    for r in json.loads(shown)["running"]:
-        if r["id"] == job:
-            held = r.get("cpu_cores_held")
-            return None if held is None else int(held)
-    return None
+    held = shown(cluster, job).get("cpu_cores_held")
+    return None if held is None else int(str(held))
+
+
+#: The node facts a lender is judged by, as the snapshot carries them.
+FIGURES = ("cpu_load_cores", "cpu_load_last_cores", "cpu_wait_cores", "cpu_wait_last_cores",
+           "cpu_cores_held")  # fmt: skip
 
 
 def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
@@ -207,3 +240,93 @@ def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
         assert cluster.jobs()[job].state == "COMPLETED"
     assert cluster.jobs()[plain].phase == "pending"
     cluster.run("scancel", gpu)
+
+
+def test_a_gpu_job_that_turns_busy_gets_its_lent_core_back_through_slurm(
+    lend_cluster: Cluster,
+) -> None:
+    cluster = lend_cluster
+    # What the test before left (its unannotated job) goes first: the node is ours alone.
+    cluster.run("scancel", "--quiet", f"--user={USER}", check=False)
+    deadline = time.monotonic() + 60
+    while cluster.run("squeue", "--noheader", "--format=%i", check=False).stdout.split():
+        assert time.monotonic() < deadline, cluster.run("squeue", check=False).stdout
+        time.sleep(0.5)
+    work = cluster.dir / "user-jobs"
+    work.mkdir(exist_ok=True)
+    work.chmod(0o1777)
+    (work / "idle_then_busy.py").write_text(IDLE_THEN_BUSY)
+    flag = work / "turn-busy"
+    flag.unlink(missing_ok=True)
+    gpu = submit(cluster, work, "gpu-busy",
+                 f"exec /usr/bin/python3 -I {work}/idle_then_busy.py 110 {flag}",
+                 "#SBATCH -c 2 --mem=100M",
+                 '#SBATCH --comment="coshare: device-memory=1000 device-threads=60 '
+                 'walltime=120 copy-bandwidth=10"')  # fmt: skip
+    # Its requested time ends before the GPU job's (backfill: the node is reserved then).
+    borrower = submit(cluster, work, "borrower", "sleep 60", "#SBATCH -c 1 --mem=50M",
+                      '#SBATCH --comment="coshare: kind=cpu walltime=70"')  # fmt: skip
+    contention: list[subprocess.Popen[bytes]] = []
+    try:
+        wait_cycling(cluster, lambda: cluster.jobs()[gpu].phase == "active", 30,
+                     "the GPU job to run")  # fmt: skip
+        # P_M is 0.1 of its 120-s request: 12 s of monitoring, then its idle core is lent.
+        wait_cycling(cluster, lambda: cluster.jobs()[borrower].phase == "active", 45,
+                     "the CPU job to run on the lent core")  # fmt: skip
+        mine, its = cpuset(cluster, borrower), cpuset(cluster, gpu)
+        assert mine.isdisjoint(its) and mine | its == {0, 1}, (mine, its)
+        placement = parse_placement(cluster.jobs()[borrower].admin_comment)
+        assert placement is not None and placement.harvest_from == gpu, placement
+        wait_cycling(cluster, lambda: held_cores(cluster, gpu) == 1, 5,
+                     "the facts to show the lender's one core")  # fmt: skip
+        calm = {k: shown(cluster, gpu).get(k) for k in FIGURES}
+        print(f"lender idle, lending 1 core: {calm}")
+
+        # A contended host, as this shared machine often is: two more spinning processes on
+        # each core, outside Slurm. The lender's load alone now stays below what it kept.
+        contention.extend(subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c",
+                                            "while True: pass"])
+                          for core in (0, 1, 0, 1))  # fmt: skip
+        flag.touch()  # the GPU job turns busy: 3 spinning processes on the core it kept
+        said: list[str] = []
+        seen: list[dict[str, object]] = []
+        deadline = time.monotonic() + 40
+        while not said:
+            figures = {k: shown(cluster, gpu).get(k) for k in FIGURES}
+            seen.append(figures)
+            assert time.monotonic() < deadline, (
+                "no give-back within 40 s of the GPU job turning busy; what the snapshot "
+                f"showed of it each cycle: {seen}")  # fmt: skip
+            result = cluster.cycle()
+            assert result.returncode == 0, result.stdout + result.stderr
+            said = [line.strip() for line in result.stdout.splitlines()
+                    if line.strip().startswith(f"requeued {borrower}:")]  # fmt: skip
+            time.sleep(0.5)
+        print(f"lender busy, each cycle until the give-back: {seen}")
+        print(said[0])
+        assert (f"requeued {borrower}: GPU job {gpu} on {NODE} needs its cores back: its demand "
+                "of ") in said[0], said  # fmt: skip
+        assert "waiting for a CPU, run-queue delay) is at least 0.9 x the 1 cores it kept " \
+            "while lending 1; requeued through the scheduler" in said[0], said  # fmt: skip
+        # Slurm requeued it (held: coshare places it again when a harvest opens), and its end
+        # gave the core back to the GPU job's cpuset.
+        wait_cycling(cluster, lambda: cluster.jobs()[borrower].phase == "pending", 20,
+                     "Slurm to requeue the borrower")  # fmt: skip
+        assert cluster.jobs()[borrower].held, cluster.jobs()[borrower]
+        deadline = time.monotonic() + 20
+        while cpuset(cluster, gpu) != {0, 1}:
+            assert time.monotonic() < deadline, f"the GPU job kept {cpuset(cluster, gpu)}"
+            time.sleep(0.5)
+        # While it stays busy, nothing is lent again: the borrower waits.
+        for _ in range(6):
+            result = cluster.cycle()
+            assert result.returncode == 0, result.stdout + result.stderr
+            now = cluster.jobs()
+            assert now[gpu].phase == "active" and now[borrower].phase == "pending", now[borrower]
+            time.sleep(0.5)
+        print(f"lender busy, its core back: {[shown(cluster, gpu).get(k) for k in FIGURES]}")
+    finally:
+        for spinner in contention:
+            spinner.kill()
+            spinner.wait()
+        cluster.run("scancel", gpu, borrower, check=False)

@@ -56,6 +56,11 @@ class JobGroup(Protocol):
         """The processes in the group and its sub-groups."""
         ...
 
+    def task_ids(self) -> tuple[int, ...]:
+        """The tasks (threads) in the group and its sub-groups: v1 ``tasks``, v2
+        ``cgroup.threads``; what the run-queue delay is summed over."""
+        ...
+
     def freeze(self) -> None:
         """Stop every process of the group; returns once they are all frozen."""
         ...
@@ -208,7 +213,8 @@ def write_text(path: Path, value: str) -> None:
 
 
 def read_pids(procs: Path) -> list[int]:
-    """The pids listed in a ``cgroup.procs`` file; none when the group is gone."""
+    """The ids listed in a ``cgroup.procs`` (or ``tasks``, ``cgroup.threads``) file; none when
+    the group is gone."""
     try:
         text = procs.read_text()
     except FileNotFoundError:

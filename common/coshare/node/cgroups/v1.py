@@ -91,6 +91,13 @@ class V1Group:
                 found.update(read_pids(group / "cgroup.procs"))
         return tuple(sorted(found))
 
+    def task_ids(self) -> tuple[int, ...]:
+        found: set[int] = set()
+        for directory in self.dirs.values():
+            for group in subtree(directory):
+                found.update(read_pids(group / "tasks"))
+        return tuple(sorted(found))
+
     def _freezer(self) -> Path:
         if "freezer" not in self.dirs:
             raise CgroupUnavailable(

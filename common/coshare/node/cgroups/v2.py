@@ -72,6 +72,12 @@ class V2Group:
             found.update(read_pids(group / "cgroup.procs"))
         return tuple(sorted(found))
 
+    def task_ids(self) -> tuple[int, ...]:
+        found: set[int] = set()
+        for group in subtree(self.directory):
+            found.update(read_pids(group / "cgroup.threads"))
+        return tuple(sorted(found))
+
     def _events(self) -> dict[str, int]:
         return read_keyed(self.directory / "cgroup.events")
 
