@@ -1,14 +1,18 @@
-"""Run ``coshare condor cycle`` and SIGKILL it right after its N-th queue edit, for the
-several-planners tests (python -m tests.integration.condor_cycle_with_faults --config C
---kill-after-edit N). The real command line runs against the real pool; only the client's
-edit calls are wrapped, so the process dies mid-apply: its claims are in the engine, some of
-its placements written, the rest not."""
+"""Run ``coshare condor cycle`` and SIGKILL it right after its N-th queue edit, or stop the
+coordination engine then, for the several-planners tests (python -m
+tests.integration.condor_cycle_with_faults --config C --kill-after-edit N | --stop-engine-after-edit
+N --engine DIR). The real command line runs against the real pool; only the client's edit
+calls are wrapped, so the process dies mid-apply (its claims are in the engine, some of its
+placements written, the rest not), or the engine stops mid-apply
+(``deploy/postgres/local-postgres stop DIR``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from condor_addon.client import CondorClient
@@ -17,8 +21,11 @@ from condor_addon.client import CondorClient
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", required=True)
-    parser.add_argument("--kill-after-edit", type=int, required=True)
+    parser.add_argument("--kill-after-edit", type=int)
+    parser.add_argument("--stop-engine-after-edit", type=int)
+    parser.add_argument("--engine")
     args = parser.parse_args()
+    engine_script = Path(__file__).resolve().parents[2] / "deploy" / "postgres" / "local-postgres"
     edits = {"n": 0}
     real_ids, real_where = CondorClient.edit_ids, CondorClient.edit_where
 
@@ -26,6 +33,9 @@ def main() -> None:
         edits["n"] += 1
         if edits["n"] == args.kill_after_edit:
             os.kill(os.getpid(), signal.SIGKILL)
+        if edits["n"] == args.stop_engine_after_edit:
+            subprocess.run([str(engine_script), "stop", args.engine], check=True,
+                           capture_output=True)  # fmt: skip
         return result
 
     def edit_ids(self: CondorClient, *a: Any, **k: Any) -> Any:

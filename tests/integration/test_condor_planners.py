@@ -67,11 +67,17 @@ def two_schedds() -> Iterator[Pool]:
 
 
 @pytest.fixture
-def planners(two_schedds: Pool, tmp_path: Path) -> Iterator[dict[str, Path]]:
+def engine_and_planners(two_schedds: Pool,
+                        tmp_path: Path) -> Iterator[tuple[Postgres, dict[str, Path]]]:  # fmt: skip
     with running_postgres() as engine:
-        yield configs(engine, tmp_path)
+        yield engine, configs(engine, tmp_path)
     for name in SCHEDDS.values():
         schedd(two_schedds, name).act(two_schedds.htcondor.JobAction.Remove, "true")
+
+
+@pytest.fixture
+def planners(engine_and_planners: tuple[Postgres, dict[str, Path]]) -> dict[str, Path]:
+    return engine_and_planners[1]
 
 
 def configs(engine: Postgres, tmp_path: Path) -> dict[str, Path]:
@@ -262,4 +268,45 @@ def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
     submit(live, "a", 8, 5000, **never)
     cycle_of(planners["a"])
     assert len(open_gates(live, only="a")) > 2, "planner a placed nothing more"
+    within_memory(open_gates(live))
+
+
+def engine_runs(engine: Postgres) -> bool:
+    return "running" in engine.script("status", str(engine.dir)).stdout
+
+
+Planners = tuple[Postgres, dict[str, Path]]
+
+
+def test_the_engine_stopped_mid_cycle_and_restarted(
+        two_schedds: Pool, engine_and_planners: Planners) -> None:  # fmt: skip
+    """The engine stops right after planner b's first queue edit: its plan was claimed before
+    any write, so it writes the rest and ends; planner a then finds no engine, writes
+    nothing and exits 1 naming the address; once the engine runs again, a plans around b's
+    open gates and claims, and no device holds more than its memory."""
+    live = two_schedds
+    engine, planners = engine_and_planners
+    never = {"requirements": "CoshareNeverStart =?= true"}  # open gates stay open
+    submit(live, "b", 4, 5000, **never)
+    try:
+        stopped = subprocess.run(
+            [sys.executable, "-m", "tests.integration.condor_cycle_with_faults", "--config",
+             str(planners["b"]), "--stop-engine-after-edit", "1", "--engine", str(engine.dir)],
+            cwd=ROOT, capture_output=True, text=True, timeout=180)  # fmt: skip
+        assert not engine_runs(engine), "the engine still runs"
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert sum(1 for ad in queued(live, "b") if ad.get("CosharePlacedNode")) == 4, \
+            stopped.stdout + stopped.stderr  # fmt: skip
+        submit(live, "a", 3, 5000, **never)
+        other = subprocess.run([COSHARE, "--config", str(planners["a"]), "condor", "cycle"],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        said = other.stdout + other.stderr
+        assert other.returncode == 1, said
+        assert f"127.0.0.1:{engine.port}" in said and "unreachable" in said, said
+        assert not open_gates(live, only="a")  # nothing written
+    finally:
+        if not engine_runs(engine):
+            engine.start()
+    cycle_of(planners["a"])
+    assert open_gates(live, only="a"), "planner a placed nothing after the restart"
     within_memory(open_gates(live))
