@@ -39,9 +39,9 @@ of the lender's cpuset before anything runs in it (the same decision as LEND); r
 (``bad_spec``) when it cannot lend that many and keep a core; the cores go back at its END.
 ``target=parent`` moves the caller's parent (Slurm's TaskProlog: its parent is the task that
 will ``exec`` the user's program). ``reason`` is why coshare killed the job, if it did.
-FREEZE and THAW stop and resume every process of the job's group (the cgroup freezer: v1 ``freezer.state``, v2
-``cgroup.freeze``; poncos section 7 freezes the old job while it probes the new one's
-bandwidth); only accounts of ``node.operator_uids`` may ask, and both are idempotent:
+FREEZE and THAW stop and resume every process of the job's group (the cgroup freezer: v1
+``freezer.state``, v2 ``cgroup.freeze``; poncos section 7 freezes the old job while it probes
+the new one's bandwidth); only accounts of ``node.operator_uids`` may ask, and both are idempotent:
 ``changed=0`` says the job was frozen (thawed) already and nothing was done.
 
 TRIAL measures a trial co-run of the ``membw`` policy (poncos section 7, steps 6-8; issue
