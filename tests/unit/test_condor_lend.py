@@ -242,3 +242,20 @@ def test_a_job_record_keeps_whether_it_lends_and_older_records_do_not() -> None:
     old = record.to_dict()
     del old["lends"]
     assert JobRecord.from_dict(old).lends is False
+
+
+def test_the_launcher_asks_for_the_loan_its_wrapper_names() -> None:
+    import argparse
+
+    from coshare.node.control import launcher
+
+    base = {"job": "cpu", "cores": "1", "memory_mib": "", "devices": "", "device_memory": "",
+            "device_threads": ""}  # fmt: skip
+    line = launcher.start_line(argparse.Namespace(**base, borrow="pool_12.0_1", lends=False))
+    assert parse_control(line.encode()).borrow == "pool_12.0_1"
+    line = launcher.start_line(argparse.Namespace(**{**base, "job": "gpu"}, borrow=None,
+                                                  lends=True))  # fmt: skip
+    assert parse_control(line.encode()).lends is True
+    parsed = launcher.parser().parse_args(["run", "--socket", "s", "--job", "cpu",
+                                           "--borrow=g", "--", "true"])  # fmt: skip
+    assert (parsed.borrow, parsed.lends) == ("g", False)
