@@ -99,7 +99,7 @@ SLOT_PROJECTION: tuple[str, ...] = (
     DEVICE_THREADS, DEVICE_MODELS, MANAGED, PLACED_NODE, PLACED_DEVICES, PLACED_NODES,
     PLACED_NODE_DEVICES,
     "CoshareDeviceMemory", "CoshareDeviceThreads", "DrainReason", NODE_FACTS, LEND_SLOT,
-    HARVEST_FROM,
+    "SlotTypeID", HARVEST_FROM,
 )  # fmt: skip
 
 #: HTCondor's JobUniverse code of the parallel universe (``universe = parallel``): the
