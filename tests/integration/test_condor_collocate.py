@@ -82,7 +82,8 @@ def wait_cycling(live: Pool, check: Callable[[], bool], timeout_s: float, what: 
             pytest.fail(f"timed out after {timeout_s:.0f} s: {what}{said}\nslots: {slots}\n"
                         f"jobs: {live.jobs()}")
         report = cycle(live)
-        said_now = "; ".join(f"{u.job}: {u.reason}" for u in report.plan.unplaced)
+        said_now = "; ".join([f"{u.job}: {u.reason}" for u in report.plan.unplaced]
+                             + [n for n in report.plan.notes if "lend" in n])
         if said_now != last:  # what the planner says, when it changes (shown with -s)
             print(f"{time.strftime('%H:%M:%S')} {said_now or '-'} "
                   f"placed {[a.job for a in report.plan.assignments]}", flush=True)
@@ -159,7 +160,7 @@ def test_cpu_jobs_run_on_the_gpu_jobs_lent_core_in_a_lend_slot_with_disjoint_cpu
                          cpuset(startd, gpu_global), str(now[job]["RemoteHost"]))  # fmt: skip
             return True
 
-        wait_cycling(live, running, 90, f"CPU job {job} to run on the lent core")
+        wait_cycling(live, running, 120, f"CPU job {job} to run on the lent core")
         mine, its, host = seen[job]
         assert host.startswith("slot2_") and machine_of(host).split("@")[0] == startd, host
         assert live.jobs()[job][A.HARVEST_FROM] == gpu_global
