@@ -6,9 +6,11 @@
              schedd: managed active jobs -> parse_queue --> the ledger: pending, placed, refused
                                              build_snapshot --> Snapshot
     apply(): schedd: managed jobs again (what changed since the read?) --> plan_edits()
+             --> vacate the borrowers the plan requeues (collocate), their gate closed
              --> close the open gates the plan does not keep; confirm
-             --> CosharePlacedAt, CosharePlacedDevices, a gang's CosharePlacedNodes and
-                 CosharePlacedNodeDevices, CosharePlacedNode (batched)
+             --> CosharePlacedAt, CosharePlacedDevices, a borrower's CoshareHarvestFrom, a
+                 gang's CosharePlacedNodes and CosharePlacedNodeDevices, CosharePlacedNode
+                 (batched)
              --> hold refused jobs with their reason
              --> CoshareWaitReason of waiting jobs whose reason changed (issue 21)
 
@@ -44,7 +46,7 @@ from coshare.trials import (
 from condor_addon import attributes as A
 from condor_addon import expressions as X
 from condor_addon.client import CondorClient, open_client
-from condor_addon.edits import Edits, plan_edits, wait_reason_edits
+from condor_addon.edits import Edits, Loans, plan_edits, wait_reason_edits
 from condor_addon.errors import EditFailed
 from condor_addon.view import (
     QueueJob,
@@ -53,6 +55,7 @@ from condor_addon.view import (
     claim_key,
     current,
     foreign_planned,
+    local_lenders,
     node_job_id,
     parse_queue,
     parse_slots,
@@ -98,14 +101,6 @@ class CondorAdapter:
         "the HTCondor adapter records no LLC ways in a placement and its starter hooks make "
         "no resctrl group (only Slurm's Prolog does)")
 
-    #: Harvest placements (``collocate``, issue 17) are not applied on HTCondor
-    #: (:func:`coshare.planner.harvest_refusal`). HTCondor itself could start such a job (a
-    #: startd slot whose START admits only jobs coshare placed on a lent core). What is not
-    #: built is the loan before the job runs: coshare's HTCondor node side starts a job from
-    #: its USER_JOB_WRAPPER, which runs as the job's user in the job's environment (README,
-    #: "Security limits"), so it cannot be trusted to take another job's cores; a loan made
-    #: by something root runs before the job (as Slurm's Prolog does), the adapter writing
-    #: the loan, and requeueing a borrower are all missing.
     #: A trial's probe through the scheduler (``policy.membw.probe_via: step``,
     #: :class:`coshare.trial_cycle.ProbeStep`) is not offered: HTCondor runs a command inside
     #: a running job only through ``condor_ssh_to_job``, which needs sshd on every execute
@@ -113,11 +108,22 @@ class CondorAdapter:
     probe_step_unsupported_reason: ClassVar[str] = (
         "HTCondor runs a command in a running job only through condor_ssh_to_job (sshd on "
         "the execute node, as the job's owner, whom the node daemon does not let probe)")
-    applies_harvest: ClassVar[bool] = False
+
+    @property
+    def applies_harvest(self) -> bool:
+        """Whether live cycles may place CPU-only jobs on running GPU jobs' idle cores
+        (``collocate``; :func:`coshare.planner.harvest_refusal`): with lend slots on the
+        execute nodes (``condor.lend_slots``), such a job carries its GPU job
+        (``CoshareHarvestFrom``) and only a lend slot of its node admits it; its wrapper has
+        the node daemon take its cores out of the GPU job's cpuset before it runs (START
+        ``borrow=``), and borrowers the plan requeues are vacated, their gate closed."""
+        return self.config.condor.lend_slots
+
+    #: Why not, when :attr:`applies_harvest` is false.
     harvest_unsupported_reason: ClassVar[str] = (
-        "coshare's HTCondor node side starts jobs from their own wrapper, as the job's user, "
-        "which cannot be trusted to take a GPU job's cores; no root-side loan is built for "
-        "HTCondor (issue 17: built for Slurm only)")
+        "condor.lend_slots is not set: HTCondor starts no job on cores it believes taken "
+        "unless the execute nodes have coshare's lend slots "
+        "(deploy/condor/config.d/20-coshare-execute.conf)")
 
     def __init__(
         self, client: CondorClient, config: Config, clock: Callable[[], float] = time.time
@@ -163,7 +169,7 @@ class CondorAdapter:
 
     def _jobs(self, constraint: str) -> dict[str, QueueJob]:
         jobs = (read_job(v) for v in self.client.job_ads(constraint))
-        return {j.id: j for j in jobs if j is not None}
+        return local_lenders(j for j in jobs if j is not None)
 
     def job_key(self, job_id: str) -> str:
         """A job's claim key in the planners' engine (:func:`condor_addon.view.claim_key`)."""
@@ -180,11 +186,16 @@ class CondorAdapter:
         queue = self.queue
         if queue is None:
             raise SchedulerError("apply() needs a read() first")
-        if not (plan.assignments or plan.unplaced or rejected or queue.book.to_close):
+        if not (plan.assignments or plan.unplaced or rejected or queue.book.to_close
+                or plan.requeue):  # fmt: skip
             return ApplyReport(dry_run=dry_run)
         now_jobs = self._jobs(X.MANAGED_JOBS)
         now = {i: current(q, self.jobs.get(i)) for i, q in now_jobs.items()}
-        edits = plan_edits(plan, queue.book, rejected, now, now_s=self.clock())
+        loans = Loans(self.config.condor.lend_slots,
+                      {q.id: q.global_id for q in self.jobs.values() if q.global_id},
+                      frozenset(i for i, q in now_jobs.items() if q.harvest_from is not None),
+                      frozenset(i for i, q in now_jobs.items() if q.lender))  # fmt: skip
+        edits = plan_edits(plan, queue.book, rejected, now, now_s=self.clock(), loans=loans)
         d = edits.decisions
         reasons = wait_reason_edits(plan, {i: q.wait_reason for i, q in now_jobs.items()
                                            if q.status == A.IDLE})  # fmt: skip
@@ -195,8 +206,11 @@ class CondorAdapter:
                 skipped=d.skipped, failed=d.failed, withdrawn=d.close, dry_run=True,
                 rejected=tuple(JobOutcome(r.job, f"{verb}: {r.reason}") for r in d.refuse),
                 noted=tuple(j for _, ids in reasons for j in ids),
+                requeued=tuple(JobOutcome(u.job, u.reason) for u in plan.requeue),
             )  # fmt: skip
+        requeued, not_requeued = self._requeue(plan)
         batch = _Batch(self.client, now_jobs)
+        batch.failed += not_requeued
         closed = batch.close_gates([o.job for o in d.close])
         withdrawn = tuple(o for o in d.close if o.job in closed)
         blocked = gates_may_open(batch.started, batch.not_closed)
@@ -205,6 +219,7 @@ class CondorAdapter:
                 unchanged=d.unchanged, failed=d.failed + tuple(batch.failed), withdrawn=withdrawn,
                 skipped=d.skipped + tuple(batch.skipped)
                 + tuple(JobOutcome(w.job, blocked) for w in d.writes if w.job in batch.alive),
+                requeued=requeued,
             )  # fmt: skip
         self._write(batch, edits)
         if self.config.condor.hold_invalid:
@@ -219,7 +234,37 @@ class CondorAdapter:
             rejected=tuple(marked),
             withdrawn=withdrawn,
             noted=batch.note(reasons),
+            requeued=requeued,
         )
+
+    def _requeue(self, plan: Plan) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
+        """Send the borrowers of ``plan.requeue`` (their GPU job needs its cores back) back
+        to idle, before anything is placed: their gate closed and their loan cleared
+        (``CosharePlacedNode``, ``CoshareHarvestFrom`` undefined), why in
+        ``CoshareWaitReason``, then vacated at once (``condor_vacate_job -fast``): the
+        starter ends the job, its wrapper's END gives the cores back, and the next cycle
+        plans it again. Never left running on cores its GPU job needs.
+
+        Returns:
+            the jobs sent back, with why; those the schedd refused, with its error.
+        """
+        requeued: list[JobOutcome] = []
+        failed: list[JobOutcome] = []
+        for u in plan.requeue:
+            try:
+                self.client.edit_ids([u.job], A.PLACED_NODE, X.UNDEFINED)
+                self.client.edit_ids([u.job], A.HARVEST_FROM, X.UNDEFINED)
+                self.client.edit_ids([u.job], A.WAIT_REASON,
+                                     X.literal(" ".join(f"requeued: {u.reason}".split())))
+            except (CoshareError, ValueError) as exc:
+                failed.append(JobOutcome(u.job, f"not requeued: {exc}"))
+                continue
+            error = self._act("VacateFast", u.job)
+            if error is not None:
+                failed.append(JobOutcome(u.job, f"not requeued: {error}"))
+                continue
+            requeued.append(JobOutcome(u.job, u.reason))
+        return tuple(requeued), tuple(failed)
 
     def _write(self, batch: _Batch, edits: Edits) -> None:
         """Steps 1-3 of :mod:`condor_addon.edits`: the node, which opens the gate, last (a gang's
@@ -229,6 +274,11 @@ class CondorAdapter:
             batch.edit_all(ids, A.TRIAL, X.literal(record))
         for devices, ids in edits.devices:
             batch.edit_all(ids, A.PLACED_DEVICES, X.devices_value(devices))
+        for lender, ids in edits.harvest:  # lent cores (collocate), before the gate opens
+            batch.edit_all(ids, A.HARVEST_FROM,
+                           X.UNDEFINED if lender is None else X.literal(lender))  # fmt: skip
+        for flag, ids in edits.lenders:
+            batch.edit_all(ids, A.LENDER, "true" if flag else X.UNDEFINED)
         for names, ids in edits.gang_nodes:  # a gang's nodes, then its devices on each
             batch.edit_all(ids, A.PLACED_NODES, X.nodes_value(names))
         for per_node, ids in edits.gang_devices:

@@ -17,6 +17,13 @@ Job attributes (the schedd's queue is the planner's ledger)::
     CoshareTrial             a trial co-run's record (membw, issue 18: coshare.trials), as a
                              string "state:at:share:partners:why"; written before the gate
                              opens, rewritten as the trial moves on
+    CoshareHarvestFrom       a CPU-only job placed on a running GPU job's idle cores (the
+                             collocate policy): that job's GlobalJobId; written before the
+                             gate opens, undefined otherwise. Only a lend slot admits it
+                             (deploy/condor/config.d/20-coshare-execute.conf), and its
+                             wrapper has the node take the cores out of that job's cpuset
+    CoshareLender            true: a GPU job placed as one whose idle cores may be lent later
+                             (its wrapper tells the node daemon: START lends=1)
     CosharePlacedNode        the planned node (a gang: its first); written last: it opens the
                              gate. Requirements (the schedd transform):
                              ifThenElse(MY.CosharePlacedNodes is undefined,
@@ -34,10 +41,13 @@ Machine (slot) attributes, advertised by every execute node::
     CoshareNodeDeviceModels    {"phi-5110p", ...}
     CoshareNodeFacts           "coshare-facts;v=1;at=...;..."  from coshare-facts (startd cron):
                                the node daemon's measurements (coshare.facts parses them)
+    CoshareLendSlot            true on a lend slot (collocate's lent cores): its cores and
+                               memory are not the node's; a claim on it borrows a GPU job's
 
 Claimed slots also carry the job's CoshareManaged, CosharePlacedNode, CosharePlacedDevices,
 CosharePlacedNodes, CosharePlacedNodeDevices, CoshareDeviceMemory and CoshareDeviceThreads
-(``STARTD_JOB_ATTRS``): what the job really started with, the truth of what runs where.
+(and, on a pool with lend slots, CoshareHarvestFrom; ``STARTD_JOB_ATTRS``): what the job
+really started with, the truth of what runs where.
 """
 
 from __future__ import annotations
@@ -53,12 +63,14 @@ PLACED_NODES = "CosharePlacedNodes"
 PLACED_NODE_DEVICES = "CosharePlacedNodeDevices"
 WAIT_REASON = "CoshareWaitReason"
 TRIAL = "CoshareTrial"
+HARVEST_FROM = "CoshareHarvestFrom"
+LENDER = "CoshareLender"
 
 #: Attributes coshare itself writes or the transform sets: never user annotations.
 RESERVED = frozenset(
     name.lower()
     for name in (MANAGED, USER_REQUIREMENTS, PLACED_AT, PLACED_DEVICES, PLACED_NODE, WAIT_REASON,
-                 PLACED_NODES, PLACED_NODE_DEVICES, TRIAL)
+                 PLACED_NODES, PLACED_NODE_DEVICES, TRIAL, HARVEST_FROM, LENDER)
 )
 
 #: The annotation keys users write, as HTCondor attribute names.
@@ -70,13 +82,14 @@ DEVICE_MEMORY = "CoshareNodeDeviceMemory"
 DEVICE_THREADS = "CoshareNodeDeviceThreads"
 DEVICE_MODELS = "CoshareNodeDeviceModels"
 NODE_FACTS = "CoshareNodeFacts"
+LEND_SLOT = "CoshareLendSlot"
 
 #: What the Source asks the schedd for (a projection keeps the query small).
 JOB_PROJECTION: tuple[str, ...] = (
     "ClusterId", "ProcId", "GlobalJobId", "JobStatus", "QDate", "JobPrio", "RequestCpus",
     "RequestMemory", "RemoteHost", MANAGED, PLACED_AT, PLACED_DEVICES, PLACED_NODE, *ANNOTATIONS,
     WAIT_REASON, "JobUniverse", "MinHosts", "MaxHosts", PLACED_NODES, PLACED_NODE_DEVICES,
-    TRIAL, "JobCurrentStartDate",
+    TRIAL, "JobCurrentStartDate", HARVEST_FROM, LENDER,
 )  # fmt: skip
 
 #: What the Source asks the collector for, per slot.
@@ -85,7 +98,8 @@ SLOT_PROJECTION: tuple[str, ...] = (
     "TotalSlotMemory", "GlobalJobId", "JobId", NODE_NAME, DEVICE_IDS, DEVICE_MEMORY,
     DEVICE_THREADS, DEVICE_MODELS, MANAGED, PLACED_NODE, PLACED_DEVICES, PLACED_NODES,
     PLACED_NODE_DEVICES,
-    "CoshareDeviceMemory", "CoshareDeviceThreads", "DrainReason", NODE_FACTS,
+    "CoshareDeviceMemory", "CoshareDeviceThreads", "DrainReason", NODE_FACTS, LEND_SLOT,
+    "SlotTypeID", HARVEST_FROM,
 )  # fmt: skip
 
 #: HTCondor's JobUniverse code of the parallel universe (``universe = parallel``): the

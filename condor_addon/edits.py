@@ -9,6 +9,10 @@ harmless::
                                        jobs only); confirmed before step 1
     1. CosharePlacedAt = <now>         all placements, one transaction
     2. CosharePlacedDevices = "0,1"    one transaction per device set (single-node jobs)
+    2a. CoshareHarvestFrom = "<GPU job's GlobalJobId>"   jobs placed on a running GPU job's
+                                       idle cores (collocate), one transaction per GPU job;
+                                       undefined for a job re-placed without one;
+        CoshareLender = true           GPU jobs placed as ones that may lend (with lend slots)
     2b. CosharePlacedNodes = {"n1", "n2"}, CosharePlacedNodeDevices = {"0,1", "0"}
                                        parallel-universe jobs (gangs): one transaction per
                                        node list and one per device list
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coshare.explain import wait_reason_writes
 from coshare.ledger import Book, Current, Decisions, decide
@@ -55,6 +59,8 @@ class Edits:
         holds: ``(hold reason, jobs)`` of refused jobs per reason (step 4).
         trials: ``(CoshareTrial record, jobs)`` of jobs placed for a trial co-run (step 1,
             with ``CosharePlacedAt``; issue 18).
+        harvest: ``(GPU job's GlobalJobId or None to clear, jobs)`` (step 2a).
+        lenders: ``(CoshareLender, jobs)`` (step 2a; ``False``: cleared).
     """
 
     decisions: Decisions
@@ -65,11 +71,32 @@ class Edits:
     nodes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     holds: tuple[tuple[str, tuple[str, ...]], ...] = ()
     trials: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    harvest: tuple[tuple[str | None, tuple[str, ...]], ...] = ()
+    lenders: tuple[tuple[bool, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Loans:
+    """What the Editor knows of lent cores when it writes (``collocate``).
+
+    Attributes:
+        lend_slots: the pool has lend slots (``condor.lend_slots``): GPU jobs that may lend
+            are marked ``CoshareLender``.
+        global_ids: GlobalJobId by ``cluster.proc`` (what ``CoshareHarvestFrom`` holds).
+        borrowing: the jobs whose ``CoshareHarvestFrom`` is set now (cleared when they are
+            placed without a loan).
+        lending: the jobs whose ``CoshareLender`` is true now (cleared likewise).
+    """
+
+    lend_slots: bool = False
+    global_ids: Mapping[str, str] = field(default_factory=dict)
+    borrowing: frozenset[str] = frozenset()
+    lending: frozenset[str] = frozenset()
 
 
 def plan_edits(
     plan: Plan, book: Book, rejected: Sequence[Rejected], current: Mapping[str, Current],
-    *, now_s: float = 0.0,
+    *, now_s: float = 0.0, loans: Loans | None = None,
 ) -> Edits:
     """Decide and group the writes that apply ``plan`` (see the module docstring).
 
@@ -79,6 +106,7 @@ def plan_edits(
         rejected: the jobs refused by the read, to hold.
         current: the managed jobs as the schedd lists them now.
         now_s: when the trial records start (epoch seconds).
+        loans: lent cores (``collocate``); ``None``: nothing of them is written.
     """
     decisions = decide(plan, {j.id: j for j in book.pending}, book.to_close, rejected,
                        current)  # fmt: skip
@@ -102,7 +130,22 @@ def plan_edits(
         if w.job in trials:
             record = TrialRecord("placed", int(now_s), trials[w.job].partners)
             by_trial[format_trial(record)].append(w.job)
+    harvest: dict[str | None, list[str]] = defaultdict(list)
+    lenders: dict[bool, list[str]] = defaultdict(list)
+    if loans is not None:
+        for w in decisions.writes:
+            if w.harvest_from is not None:
+                harvest[loans.global_ids.get(w.harvest_from, w.harvest_from)].append(w.job)
+            elif w.job in loans.borrowing:
+                harvest[None].append(w.job)
+            if loans.lend_slots and w.shares_cores and w.harvest_from is None and not w.parts:
+                lenders[True].append(w.job)
+            elif w.job in loans.lending:
+                lenders[False].append(w.job)
     return Edits(
+        harvest=tuple(sorted(((g, tuple(ids)) for g, ids in harvest.items()),
+                             key=lambda item: item[0] or "")),
+        lenders=tuple((flag, tuple(ids)) for flag, ids in sorted(lenders.items())),
         trials=tuple((t, tuple(ids)) for t, ids in sorted(by_trial.items())),
         decisions=decisions,
         placed=tuple(w.job for w in decisions.writes),

@@ -60,6 +60,7 @@ from coshare.ledger import (
     Placed,
     Queued,
     declared_demand,
+    declared_terms,
     find_kind,
     held,
     kind_index,
@@ -245,7 +246,8 @@ def _read_node(
     warnings: list[str],
 ) -> _NodeRead:  # fmt: skip
     """Capacity, devices, claims and state of one node from its slot ads. Capacities round
-    down, so a node is never promised more than it has (issue 11).
+    down, so a node is never promised more than it has (issue 11). A lend slot
+    (``CoshareLendSlot``) adds no capacity and no state; its claims are read as any other.
 
     Raises:
         BadValue: a total out of :mod:`coshare.bounds` (the node is left out).
@@ -256,7 +258,9 @@ def _read_node(
     states: list[str] = []
     for ad in ads:
         kind = _text(ad.get("SlotType")) or "Static"
-        if kind != "Dynamic":
+        if kind != "Dynamic" and ad.get(A.LEND_SLOT) is not True:
+            # A lend slot's cores and memory are not the node's: what runs there borrows
+            # a running GPU job's cores (collocate), counted against that job.
             cpus_name, cpus = _first(ad, "TotalSlotCpus", "Cpus")
             memory_name, memory = _first(ad, "TotalSlotMemory", "Memory")
             cpu_milli += capacity_cores_to_milli(bounded(cpus_name, cpus, MAX_CORES))
@@ -286,7 +290,10 @@ def _read_node(
 
 
 def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[str]) -> RunningJob:
-    """A claimed slot as a running job: its cores and memory are a demand (rounded up).
+    """A claimed slot as a running job: its cores and memory are a demand (rounded up). A
+    coshare job's claim on a lend slot borrows the cores of the GPU job its
+    ``CoshareHarvestFrom`` names (``harvest_from``, that job's GlobalJobId until
+    :func:`build_snapshot` names this schedd's jobs by ``cluster.proc``).
 
     Raises:
         BadValue: its size or ids out of bounds (the node is left out).
@@ -312,9 +319,15 @@ def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[st
             warnings.append(f"job {job_id} on {name}: device demand unreadable; "
                             "counted as using its whole devices")  # fmt: skip
         demand = declared or (0, 0)
+    harvest_from = None
+    lender = ad.get(A.HARVEST_FROM)
+    if ad.get(A.MANAGED) is True and ad.get(A.LEND_SLOT) is True and lender is not None:
+        # A borrower (collocate): its cores are the GPU job's, by its GlobalJobId.
+        harvest_from = checked_id(A.HARVEST_FROM, lender)
     return RunningJob(
         id=job_id, node=name, devices=used, device_memory_mib=demand[0],
         device_threads=demand[1], cpu_milli=cpu_milli, memory_mib=memory_mib, state="running",
+        harvest_from=harvest_from,
     )  # fmt: skip
 
 
@@ -412,6 +425,10 @@ class QueueJob:
         max_hosts: ``MaxHosts`` as evaluated.
         placed_parts: a gang's ``CosharePlacedNodes`` with its ``CosharePlacedNodeDevices``,
             pair by pair; empty when absent or unreadable (then it is not a whole placement).
+        harvest_from: ``CoshareHarvestFrom``: the GPU job whose idle cores it was placed on
+            (its GlobalJobId as written; :func:`local_lenders` names this schedd's jobs by
+            ``cluster.proc``), or ``None``.
+        lender: ``CoshareLender``: placed as a GPU job whose idle cores may be lent.
     """
 
     id: str
@@ -433,6 +450,8 @@ class QueueJob:
     wait_reason: str | None = None
     trial: str | None = None
     start_time_s: float | None = None
+    harvest_from: str | None = None
+    lender: bool = False
 
     @property
     def placed(self) -> Placed | None:
@@ -450,7 +469,8 @@ class QueueJob:
             share = self.processes_per_machine
             parts = tuple(Part(node, devices, share) for node, devices in pairs)
             return Placed(pairs[0][0], pairs[0][1], at_s, parts=parts)
-        return Placed(self.placed_node, split_ids(self.placed_devices), at_s)
+        return Placed(self.placed_node, split_ids(self.placed_devices), at_s,
+                      harvest_from=self.harvest_from)  # fmt: skip
 
     @property
     def processes_per_machine(self) -> int:
@@ -527,7 +547,19 @@ def read_job(ad: Values) -> QueueJob | None:
         min_hosts=ad.get("MinHosts"),
         max_hosts=ad.get("MaxHosts"),
         placed_parts=_gang_parts(ad.get(A.PLACED_NODES), ad.get(A.PLACED_NODE_DEVICES)),
+        harvest_from=_text(ad.get(A.HARVEST_FROM)),
+        lender=ad.get(A.LENDER) is True,
     )  # fmt: skip
+
+
+def local_lenders(jobs: Iterable[QueueJob]) -> dict[str, QueueJob]:
+    """The jobs by id, each borrower's ``harvest_from`` named as the snapshot names its GPU
+    job: ``cluster.proc`` when it is one of ``jobs`` (this schedd's), else the GlobalJobId as
+    written (another schedd's job, as the collector's claims name it)."""
+    listed = list(jobs)
+    local = {q.global_id: q.id for q in listed if q.global_id}
+    return {q.id: replace(q, harvest_from=local.get(q.harvest_from, q.harvest_from))
+            if q.harvest_from is not None else q for q in listed}  # fmt: skip
 
 
 def _whole(value: object) -> int | None:
@@ -775,7 +807,7 @@ def _running_part(
     return RunningJob(
         id=q.id, node=node, devices=devices, device_memory_mib=used[0],
         device_threads=used[1], cpu_milli=host[0], memory_mib=host[1], state="running",
-        start_time_s=q.placed_at,
+        start_time_s=q.placed_at, harvest_from=q.harvest_from,
     )  # fmt: skip
 
 
@@ -823,12 +855,15 @@ def build_snapshot(
 ) -> Snapshot:
     """The snapshot a policy plans: the collector's nodes and claims, the queue's plans.
 
-    Claimed slots of this schedd's jobs are renamed from GlobalJobId to ``cluster.proc``.
+    Claimed slots of this schedd's jobs are renamed from GlobalJobId to ``cluster.proc``,
+    and so are the GPU jobs that borrowers' claims name.
     """
     listed = list(jobs)
     id_of = {q.global_id: q.id for q in listed if q.global_id}
     by_id = {q.id: q for q in listed}
-    running = [_declaring(replace(r, id=id_of.get(r.id, r.id)), by_id) for r in cluster.running]
+    running = [_declaring(replace(r, id=id_of.get(r.id, r.id), harvest_from=id_of.get(
+        r.harvest_from, r.harvest_from) if r.harvest_from is not None else None), by_id)
+        for r in cluster.running]  # fmt: skip
     return Snapshot(
         nodes=cluster.nodes,
         running=tuple(running) + tuple(_declaring(r, by_id) for r in queue.running)
@@ -840,11 +875,16 @@ def build_snapshot(
 
 def _declaring(running: RunningJob, jobs: Mapping[str, QueueJob]) -> RunningJob:
     """A running job of this schedd with its declared program and bandwidth and its start
-    (the ``membw`` policy's estimate of its use; issue 18). A declaration that does not
-    read leaves them unknown: the job then counts as bandwidth-bound, the safe side."""
+    (the ``membw`` policy's estimate of its use; issue 18), and its requested time and copy
+    bandwidth (``CoshareWalltime``, ``CoshareCopyBandwidth``: ``collocate``, one rule for both
+    schedulers in :func:`coshare.ledger.declared_terms`; HTCondor has no time limit of its
+    own). A declaration that does not read leaves them unknown: the job then counts as
+    bandwidth-bound and lends no cores, the safe side."""
     q = jobs.get(running.id)
     if q is None:
         return running
+    terms = declared_terms(q.id, q.annotations, None)
+    running = replace(running, walltime_s=terms.walltime_s, copy_bw_mbps=terms.copy_bw_mbps)
     try:
         declared = parse_annotations(q.id, q.annotations)
     except CoshareError:
@@ -878,6 +918,7 @@ def _changed(now: QueueJob, then: QueueJob) -> bool:
         or now.placed_devices != then.placed_devices
         or now.placed_at != then.placed_at
         or now.placed_parts != then.placed_parts
+        or now.harvest_from != then.harvest_from
     )
 
 

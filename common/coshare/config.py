@@ -458,6 +458,11 @@ class CondorConfig:
             node helpers refuse the second, and the job is held with that reason). ``false``:
             such jobs are refused, saying so; a slot of more than half a node is never
             doubled.
+        lend_slots: the execute nodes have coshare's lend slots (``COSHARE_LEND_SLOT_TYPE`` in
+            ``deploy/condor/config.d/20-coshare-execute.conf``: a second partitionable slot
+            type that only jobs coshare placed on a running GPU job's idle cores can match),
+            so live cycles apply the ``collocate`` policy's lent-core placements. ``false``:
+            they wait (``unsupported``).
     """
 
     RENAMED: ClassVar[Mapping[str, str]] = {
@@ -474,6 +479,7 @@ class CondorConfig:
     trigger_poll_s: float = field(default=1.0, metadata={"min": 0.1, "max": 3600})
     trigger_reschedule: bool = True
     parallel_may_double: bool = False
+    lend_slots: bool = False
 
 
 @dataclass(frozen=True)

@@ -206,3 +206,60 @@ def test_the_daemon_publishes_a_gpu_jobs_pcie_throughput_and_none_without_nvml(
     finally:
         job_end(config, gpu.job)
         job_end(config, "cpu")
+
+
+def test_a_borrowers_start_takes_its_cores_out_of_a_lending_job_or_it_does_not_run(
+    gate_daemon: NodeConfig,
+) -> None:
+    """HTCondor's way (issue 17 item 3): the job wrapper, as the job's user, STARTs a job coshare
+    placed on a GPU job's idle cores with ``borrow=``; the daemon takes them out of the GPU
+    job's cpuset before the job runs, only from a job that started with ``lends=1`` and never
+    its last core; the borrower's end gives them back. A refused START leaves no group, and
+    the job does not run."""
+    from coshare.node.control import launcher
+
+    from tests.node.test_control_real import PYTHON, REPORT, finish, launch
+
+    config = gate_daemon
+    cpus = usable_cpus(config, 2)
+    env = node_env(config)
+
+    def refused(job: str, *extra: str) -> str:
+        status, out, err = finish(launch(config, job, [PYTHON, "-c", "print('ran')"], *extra))
+        assert status == launcher.SETUP_FAILED_STATUS and "ran" not in out, (status, out, err)
+        assert job not in lifecycle.node_cgroups(config).jobs()
+        return err
+
+    mute = job_start(config, "mute", cores=len(cpus))  # started without lends=1
+    proc = spawn_in_group(IDLE, mute.group(), env)
+    try:
+        assert "was not placed as a job whose cores may be lent" in refused(
+            "cpu0", "--cores", "1", "--borrow", "mute")
+        assert cpuset(config, "mute") == cpus
+    finally:
+        stop(proc)
+        job_end(config, "mute")
+    gpu = job_start(config, "gpu", cores=len(cpus), lends=True)
+    proc = spawn_in_group(IDLE, gpu.group(), env)
+    try:
+        borrower = launch(config, "cpu", [PYTHON, "-c", REPORT + "; import time; time.sleep(2)"],
+                          "--cores", "1", "--borrow", "gpu")  # fmt: skip
+        assert borrower.stdout is not None
+        first = borrower.stdout.readline().split()
+        if len(first) != 3:
+            pytest.fail(f"the borrower did not run: {finish(borrower)}")
+        mine, told, _ = first
+        assert parse_cpu_list(mine) == cpus[-1:] and told == mine
+        assert cpuset(config, "gpu") == cpus[:-1]  # disjoint, while it runs
+        wait_for(lambda: allowed(proc.pid) == cpus[:-1], what="the GPU job off the lent core")
+        status, _, err = finish(borrower)
+        assert status == 0, err
+        assert cpuset(config, "gpu") == cpus  # its end gave the core back
+        assert "would leave it no core" in refused("cpu1", "--cores", str(len(cpus)),
+                                                   "--borrow", "gpu")  # fmt: skip
+        assert "does not run on this node" in refused("cpu2", "--cores", "1",
+                                                      "--borrow", "nobody")  # fmt: skip
+        assert cpuset(config, "gpu") == cpus
+    finally:
+        stop(proc)
+        job_end(config, "gpu")

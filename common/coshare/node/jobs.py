@@ -62,6 +62,8 @@ class JobRecord:
             wrapper); ``None`` when root started it (Slurm's Prolog, ``job-start``).
         lent_to: borrower -> the cores of this job's it has (LEND).
         borrowed_from: lender -> the cores of that job's this job has.
+        lends: its scheduler placed it as a job whose idle cores may be lent (START
+            ``lends=1``): only such a job's cores are lent to a START ``borrow=``.
     """
 
     spec: JobSpec
@@ -72,6 +74,7 @@ class JobRecord:
     launcher: Launcher | None = None
     lent_to: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     borrowed_from: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    lends: bool = False
 
     @property
     def job(self) -> str:
@@ -110,6 +113,7 @@ class JobRecord:
             "lent_to": {job: list(cpus) for job, cpus in sorted(self.lent_to.items())},
             "borrowed_from": {job: list(cpus)
                               for job, cpus in sorted(self.borrowed_from.items())},
+            "lends": self.lends,
         }  # fmt: skip
 
     @classmethod
@@ -140,6 +144,9 @@ class JobRecord:
             and all(type(v) is int for v in launcher)
         ):
             raise JobSpecError(f"job record {data!r} is malformed: launcher {launcher!r}")
+        lends = data.get("lends", False)  # absent in records older than START lends=1
+        if type(lends) is not bool:
+            raise JobSpecError(f"job record {data!r} is malformed: lends {lends!r}")
         return cls(
             JobSpec.from_dict(spec),
             version,
@@ -149,6 +156,7 @@ class JobRecord:
             Launcher(*launcher) if launcher is not None else None,
             _loans(data, "lent_to"),
             _loans(data, "borrowed_from"),
+            lends,
         )
 
 

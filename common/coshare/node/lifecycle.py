@@ -104,6 +104,7 @@ def job_start(
     launcher: Launcher | None = None,
     llc_ways: int | None = None,
     membw_percent: int | None = None,
+    lends: bool = False,
 ) -> JobRecord:
     """Create the job's group with its own cores and memory limit, and record the job.
 
@@ -123,6 +124,9 @@ def job_start(
         llc_ways: LLC ways of its own: a resctrl group with that many contiguous ways no
             other job holds.
         membw_percent: its memory-bandwidth share (resctrl ``MB:``, where the node has MBA).
+        lends: its scheduler placed it as a job whose idle cores may be lent (HTCondor's
+            START ``lends=1``; :func:`job_borrow` checks it for a borrower the user's
+            wrapper started).
 
     Raises:
         JobSpecError: bad inputs, not enough free cores, or ways the node cannot give.
@@ -168,7 +172,7 @@ def job_start(
                 group.remove()  # no half-made job: the group goes with the refusal
                 raise
         record = JobRecord(
-            spec, cgroups.version, str(cgroups.root), cgroups.parent, uid, launcher
+            spec, cgroups.version, str(cgroups.root), cgroups.parent, uid, launcher, lends=lends
         )
         store.remove(job)  # an old record and kill reason of a finished run
         store.write(record)
@@ -386,7 +390,8 @@ def share_spare_ways(config: NodeConfig, store: JobStore, skip: str | None = Non
         log.warning("spare LLC ways not shared out after job %s ended: %s", skip, exc)
 
 
-def job_borrow(config: NodeConfig, job: str, lender: str, count: int) -> JobRecord:
+def job_borrow(config: NodeConfig, job: str, lender: str, count: int, *,
+               lender_must_lend: bool = False) -> JobRecord:  # fmt: skip
     """Give job ``job`` (a CPU-only job whose group was just made without cores) ``count``
     cores of running job ``lender`` (the GPU job it was placed on: ``collocate``, Wu & Hong
     III-B1), taken out of the lender's cpuset: its highest-numbered ones
@@ -396,8 +401,15 @@ def job_borrow(config: NodeConfig, job: str, lender: str, count: int) -> JobReco
 
     Idempotent: a job that has its loan already keeps it.
 
+    Args:
+        lender_must_lend: refuse unless the lender started marked as one that may lend
+            (``JobRecord.lends``): HTCondor's borrowers are started by a wrapper that runs as
+            the job's user, and may only take cores of a job coshare placed as a lender.
+
     Raises:
         JobStateError: either job has no group here.
+        JobSpecError: also when ``lender_must_lend`` and the lender was not placed as one
+            that may lend.
         JobSpecError: the lender has not that many cores to lend (the message has the numbers).
         CgroupError, CgroupUnavailable: the kernel refused a cpuset write (nothing is changed).
     """
@@ -410,6 +422,9 @@ def job_borrow(config: NodeConfig, job: str, lender: str, count: int) -> JobReco
             if record is None or not record.group(config.kill_timeout_s).exists():
                 raise JobStateError(f"job {name} has no group on this node")
             records[name] = record
+        if lender_must_lend and not records[lender].lends:
+            raise JobSpecError(f"job {lender} was not placed as a job whose cores may be lent "
+                               "(it did not start with lends=1); nothing is borrowed from it")
         cgroups.require(["cpuset"])
         lender_h, borrower_h = records[lender].holding(), records[job].holding()
         already = lender_h.lent_to.get(job, ())

@@ -171,6 +171,10 @@ def start_line(args: argparse.Namespace) -> str:
             raise ValueError(f"device memory: {exc}") from None
     if args.device_threads:
         words.append(f"device_threads={args.device_threads.strip().strip(chr(34))}")
+    if getattr(args, "lends", False):
+        words.append("lends=1")
+    if getattr(args, "borrow", None):
+        words.append(f"borrow={args.borrow}")
     for word in words[1:]:
         if not word.isascii() or not word.isprintable() or " " in word:
             raise ValueError(f"{word.partition('=')[0]} {word.partition('=')[2]!r} is unusable")
@@ -423,6 +427,10 @@ def parser() -> argparse.ArgumentParser:
     cmd.add_argument("--device-memory", help="declared device memory (2048, 2G)")
     cmd.add_argument("--device-threads", help="declared device threads")
     cmd.add_argument("--chirp", help="condor_chirp, to put the kill reason into the job's ad")
+    cmd.add_argument("--lends", action="store_true",
+                     help="coshare placed the job as one whose idle cores may be lent")
+    cmd.add_argument("--borrow", help="the job (its id on this node) whose idle cores this "
+                     "CPU-only job was placed on: --cores of them are taken out of its cpuset")
     cmd.add_argument("command", nargs="+", help="the job's command (after --)")
     task = sub.add_parser("task-prolog", help="Slurm's TaskProlog: join the job's group",
                           formatter_class=raw, epilog=exit_help("task-prolog"))  # fmt: skip

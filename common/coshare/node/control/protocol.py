@@ -9,7 +9,7 @@ applies the rules of :mod:`coshare.node.control.trust`::
 
     START job=<id> [cores=<n>] [memory_mib=<m>] [devices=<d1,d2>]
           [device_memory_mib=<m>] [device_threads=<t>] [llc_ways=<w>] [membw_percent=<p>]
-          [uid=<n>]
+          [uid=<n>] [lends=1] [borrow=<lender job>]
         -> OK job=<id> cpus=<list|-> memory_mib=<m|-> devices=<d1,d2|->
     JOIN job=<id> [target=self|parent]
         -> OK job=<id> pid=<moved pid> cpus=<list|-> devices=<d1,d2|->
@@ -29,12 +29,19 @@ applies the rules of :mod:`coshare.node.control.trust`::
         -> OK job=<gpu job> from=<cpu job> cpus=<its cpus now> from_cpus=<the cpu job's now>
               lent=<cores still lent to it|-> changed=<0|1> requeue=<0|1>
 
-``uid`` is for root only (the account of a job root starts). ``target=parent`` moves the
-caller's parent (Slurm's TaskProlog: its parent is the task that will ``exec`` the user's
-program). ``reason`` is why coshare killed the job, if it did. FREEZE and THAW stop and
-resume every process of the job's group (the cgroup freezer: v1 ``freezer.state``, v2
-``cgroup.freeze``; poncos section 7 freezes the old job while it probes the new one's
-bandwidth); only accounts of ``node.operator_uids`` may ask, and both are idempotent:
+``uid`` is for root only (the account of a job root starts). ``lends=1`` marks a job its
+scheduler placed as one whose idle cores may be lent (``collocate``; HTCondor's wrapper says
+so for a job coshare marked ``CoshareLender``). ``borrow=<lender>`` starts a CPU-only job on
+``cores`` cores of that running job (HTCondor's wrapper, for a job coshare placed on a lent
+core, ``CoshareHarvestFrom``): its group gets no cores of its own, and the cores are taken out
+of the lender's cpuset before anything runs in it (the same decision as LEND); refused
+(``not_allowed``) unless the lender runs here and started with ``lends=1``, and
+(``bad_spec``) when it cannot lend that many and keep a core; the cores go back at its END.
+``target=parent`` moves the caller's parent (Slurm's TaskProlog: its parent is the task that
+will ``exec`` the user's program). ``reason`` is why coshare killed the job, if it did.
+FREEZE and THAW stop and resume every process of the job's group (the cgroup freezer: v1
+``freezer.state``, v2 ``cgroup.freeze``; poncos section 7 freezes the old job while it probes
+the new one's bandwidth); only accounts of ``node.operator_uids`` may ask, and both are idempotent:
 ``changed=0`` says the job was frozen (thawed) already and nothing was done.
 
 TRIAL measures a trial co-run of the ``membw`` policy (poncos section 7, steps 6-8; issue
@@ -93,6 +100,8 @@ _FIELDS: dict[str, tuple[str, ...]] = {
         "uid",
         "llc_ways",
         "membw_percent",
+        "lends",
+        "borrow",
     ),
     "JOIN": ("job", "target"),
     "END": ("job",),
@@ -129,6 +138,8 @@ class ControlRequest:
         other: the CPU job that borrows (LEND ``to``) or gives back (RECLAIM ``from``).
         cpus: the cores lent or given back (``None`` for RECLAIM: all lent to ``other``).
         partners: the old jobs frozen while ``job`` is measured (TRIAL).
+        lends: its scheduler placed it as a job whose idle cores may be lent (START).
+        borrow: the running job whose cores it runs on (START; ``cores`` of them).
     """
 
     verb: ControlVerb
@@ -145,6 +156,8 @@ class ControlRequest:
     other: str | None = None
     cpus: tuple[int, ...] | None = None
     partners: tuple[str, ...] = ()
+    lends: bool = False
+    borrow: str | None = None
 
 
 def _integer(job: str, key: str, value: str, minimum: int = 1) -> int:
@@ -275,6 +288,24 @@ def _start(job: str, fields: dict[str, str]) -> ControlRequest:
                     "membw_percent")
         if key in fields
     }  # fmt: skip
+    lends = fields.get("lends", "0")
+    if lends not in ("0", "1"):
+        raise ControlProtocolError("bad_request", f"job {job}: lends={lends[:32]!r} "
+                                   "(allowed: 0, 1)")  # fmt: skip
+    borrow = None
+    if "borrow" in fields:
+        try:
+            borrow = check_job_id(fields["borrow"])
+        except JobSpecError as exc:
+            raise ControlProtocolError("bad_request", f"job {job}: borrow: {exc}") from None
+        if borrow == job:
+            raise ControlProtocolError("bad_request", f"job {job}: borrow names the job itself")
+        if cores is None:
+            raise ControlProtocolError("bad_request", f"job {job}: borrow= needs cores=<n>, "
+                                       "the cores it borrows")  # fmt: skip
+        if devices or lends == "1":
+            raise ControlProtocolError("bad_request", f"job {job}: a borrowing job is CPU-only "
+                                       "and lends nothing (no devices=, no lends=1)")  # fmt: skip
     return ControlRequest(
         "START",
         job,
@@ -286,6 +317,8 @@ def _start(job: str, fields: dict[str, str]) -> ControlRequest:
         uid=ints.get("uid"),
         llc_ways=ints.get("llc_ways"),
         membw_percent=ints.get("membw_percent"),
+        lends=lends == "1",
+        borrow=borrow,
     )
 
 
@@ -301,6 +334,10 @@ def format_start(request: ControlRequest) -> str:
             words.append(f"{key}={value}")
     if request.devices:
         words.append(f"devices={','.join(request.devices)}")
+    if request.lends:
+        words.append("lends=1")
+    if request.borrow is not None:
+        words.append(f"borrow={request.borrow}")
     return " ".join(words)
 
 

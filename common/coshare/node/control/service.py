@@ -19,6 +19,7 @@ round.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -179,9 +180,14 @@ class JobControl:
                         f"job {request.job}: process {caller.pid} already started job "
                         f"{other.job}; a launcher starts one job",
                     )
+        if request.borrow is not None:
+            return start_reply(self._start_on_loan(request, launcher,
+                                                   request.uid if request.uid is not None
+                                                   else uid))  # fmt: skip
         record = lifecycle.job_start(
             self.config,
             request.job,
+            lends=request.lends,
             cores=request.cores,
             memory_mib=request.memory_mib,
             devices=request.devices,
@@ -196,6 +202,45 @@ class JobControl:
                  record.job, caller.pid, record.uid, format_cpu_list(record.spec.cpus) or "-",
                  record.spec.memory_mib)  # fmt: skip
         return start_reply(record)
+
+    def _start_on_loan(self, request: ControlRequest, launcher: Launcher, uid: int) -> JobRecord:
+        """START ``borrow=``: a CPU-only job placed on the idle cores of a running job here
+        (``collocate``, HTCondor): its group is made without cores of its own, then ``cores``
+        cores are taken out of the lender's cpuset (:func:`coshare.node.lifecycle.job_borrow`,
+        the lender must have started with ``lends=1`` and keeps a core); when that cannot be
+        done the group is removed again and the START refused with why, so the job never runs
+        on cores it shares.
+
+        Raises:
+            Refused: ``not_allowed``: the lender does not run here or may not lend.
+            JobSpecError: it cannot lend that many cores (the numbers).
+        """
+        lender = request.borrow
+        assert lender is not None and request.cores is not None
+        count = math.ceil(request.cores)
+        found = self.store.read(lender)
+        if found is None or not found.group(self.config.kill_timeout_s).exists():
+            raise Refused("not_allowed", f"job {request.job} was placed on cores of job "
+                          f"{lender}, which does not run on this node")  # fmt: skip
+        if not found.lends:
+            raise Refused("not_allowed", f"job {request.job} was placed on cores of job "
+                          f"{lender}, which was not placed as a job whose cores may be lent "
+                          "(it did not start with lends=1)")  # fmt: skip
+        lifecycle.job_start(self.config, request.job, memory_mib=request.memory_mib, uid=uid,
+                            launcher=launcher)  # fmt: skip
+        try:
+            record = lifecycle.job_borrow(self.config, request.job, lender, count,
+                                          lender_must_lend=True)  # fmt: skip
+        except CoshareError as exc:
+            lifecycle.job_end(self.config, request.job)
+            raise JobSpecError(f"{count} idle cores of job {lender} cannot be lent to it here: "
+                               f"{exc}") from exc
+        except BaseException:
+            lifecycle.job_end(self.config, request.job)
+            raise
+        log.info("job %s started by process %d on %d cores of job %s: cpus %s", record.job,
+                 launcher.pid, count, lender, format_cpu_list(record.spec.cpus))  # fmt: skip
+        return record
 
     def _join(self, request: ControlRequest, caller: ProcessInfo | None, uid: int) -> str:
         if caller is None:
