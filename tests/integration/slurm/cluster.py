@@ -126,15 +126,18 @@ def _epoch(text: str) -> float:
 def check_never_oversubscribed(
     records: list[Record], demands: dict[str, tuple[int, int]]
 ) -> dict[tuple[str, str], int]:
-    """Sweep each device's [start, end) intervals from Slurm's records; fail if the jobs
-    sharing it ever declared more memory or threads than it has. Returns the most jobs seen
-    together on each device (to show that sharing happened)."""
+    """Sweep each device's [start, end) intervals from Slurm's records (every part of a gang
+    on its own node); fail if the jobs sharing it ever declared more memory or threads than
+    it has. Returns the most jobs seen together on each device (to show that sharing
+    happened)."""
     events: dict[tuple[str, str], list[tuple[float, int, str]]] = defaultdict(list)
     for r in records:
         placement = r.placement
         assert placement is not None, r
-        for device in placement.devices:
-            events[(r.node, device)] += [(r.start_s, 1, r.job), (r.end_s, -1, r.job)]
+        spots = [(p.node, d) for p in placement.parts for d in p.devices] if placement.parts \
+            else [(r.node, d) for d in placement.devices]  # fmt: skip
+        for spot in spots:
+            events[spot] += [(r.start_s, 1, r.job), (r.end_s, -1, r.job)]
     most: dict[tuple[str, str], int] = {}
     for key, items in events.items():
         active: set[str] = set()

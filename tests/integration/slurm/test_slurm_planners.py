@@ -116,6 +116,21 @@ def cycles_together(cluster: Cluster, configs: dict[str, Path], ids: list[str],
         time.sleep(0.5)
 
 
+def run_all_and_check(cluster: Cluster, planners: dict[str, Path],
+                      demands: dict[str, tuple[int, int]], where: bool = True,
+                      ) -> tuple[dict[str, Record], dict[tuple[str, str], int]]:  # fmt: skip
+    """Both planners' cycles until every job ended; none lost, each ran where it was placed
+    (``where``: single-node jobs; a gang's nodes are read from its tasks), no device ever
+    held more than it has. Slurm's records of the jobs, and the most jobs seen together on
+    each device."""
+    cycles_together(cluster, planners, list(demands))
+    records = cluster.sacct(list(demands))
+    assert set(records) == set(demands)  # none lost
+    if where:
+        check_ran_where_placed(cluster, records)
+    return records, check_never_oversubscribed(list(records.values()), demands)
+
+
 def shared_by_both(records: list[Record], mine: set[str]) -> int:
     """How many devices ran a job of each planner at the same time."""
     by_device: dict[tuple[str, str], list[Record]] = {}
@@ -192,12 +207,7 @@ def test_a_planner_sigkilled_mid_cycle_leaves_the_queue_consistent(
     assert max(use.values()) <= DEVICE_MEMORY_MIB, use
     time.sleep(max(0.0, killed_at + LEASE_S + 0.5 - time.monotonic()))
     assert live_claims(dsn, "slurm-second") == {}  # dead with the lease, nobody cleaned them
-    demands = {**second, **main}
-    cycles_together(cluster, planners, list(demands))
-    records = cluster.sacct(list(demands))
-    assert set(records) == set(demands)  # none lost
-    check_ran_where_placed(cluster, records)
-    check_never_oversubscribed(list(records.values()), demands)
+    run_all_and_check(cluster, planners, {**second, **main})
 
 
 def engine_runs(engine: Postgres) -> bool:
@@ -237,40 +247,7 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
             engine.start()
     # The claims written before the stop are still there (committed), for the lease's time.
     print(f"claims after the restart: {live_claims(dsn, 'slurm-second')}")
-    demands = {**second, **main}
-    cycles_together(cluster, planners, list(demands))
-    records = cluster.sacct(list(demands))
-    assert set(records) == set(demands)  # none lost
-    check_ran_where_placed(cluster, records)
-    check_never_oversubscribed(list(records.values()), demands)
-
-
-def device_use(records: list[Record], demands: dict[str, int]) -> dict[tuple[str, str], int]:
-    """Sweep each device's [start, end) intervals, every part of a gang included; fail if the
-    jobs on a device ever declared more memory than it has. The most jobs seen together on
-    each device."""
-    events: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
-    for r in records:
-        placement = r.placement
-        assert placement is not None, r
-        spots = [(p.node, d) for p in placement.parts for d in p.devices] if placement.parts \
-            else [(placement.node, d) for d in placement.devices]  # fmt: skip
-        for spot in spots:
-            events.setdefault(spot, []).extend([(r.start_s, 1, r.job), (r.end_s, -1, r.job)])
-    most = {}
-    for spot, items in events.items():
-        active: set[str] = set()
-        peak = 0
-        for _, kind, job in sorted(items, key=lambda e: (e[0], e[1])):
-            if kind < 0:
-                active.discard(job)
-                continue
-            active.add(job)
-            used = sum(demands[j] for j in active)
-            assert used <= DEVICE_MEMORY_MIB, f"{spot}: {sorted(active)} use {used} MiB"
-            peak = max(peak, len(active))
-        most[spot] = peak
-    return most
+    run_all_and_check(cluster, planners, {**second, **main})
 
 
 def test_gangs_of_both_planners_share_the_nodes_and_are_never_booked_twice(
@@ -279,7 +256,7 @@ def test_gangs_of_both_planners_share_the_nodes_and_are_never_booked_twice(
     each needs devices on 2 or 3 of the 4 nodes the planners share, beside single-node jobs
     of the other planner; every part of every gang is claimed in the engine before it is
     written, so no device ever holds more than its memory, and every gang runs whole."""
-    from .test_slurm_gangs import GANG_MEMORY, submit_gang
+    from .test_slurm_gangs import GANG_MEMORY, THREADS, submit_gang
 
     gangs = {
         submit_gang(cluster, "gang-main-0", shape="-N 3 --ntasks-per-node=1 --partition=main"),
@@ -290,13 +267,10 @@ def test_gangs_of_both_planners_share_the_nodes_and_are_never_booked_twice(
                     shape="-N 3 --ntasks-per-node=1 --partition=second"),
     }  # fmt: skip
     singles = {**submit(cluster, "main", 4), **submit(cluster, "second", 4)}
-    demands = {**{g: GANG_MEMORY for g in gangs}, **{j: m for j, (m, _) in singles.items()}}
-    cycles_together(cluster, planners, list(demands))
-    records = cluster.sacct(list(demands))
-    assert set(records) == set(demands)  # none lost
+    demands = {**{g: (GANG_MEMORY, THREADS) for g in gangs}, **singles}
+    records, most = run_all_and_check(cluster, planners, demands, where=False)
     for gang in gangs:
         placement = records[gang].placement
         assert records[gang].state == "COMPLETED" and placement is not None, records[gang]
         assert len(placement.parts) in (2, 3) and len(set(placement.nodes)) == len(placement.parts)
-    most = device_use(list(records.values()), demands)
     assert max(most.values()) >= 2, "no device was ever shared"

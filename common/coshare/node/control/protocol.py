@@ -234,24 +234,26 @@ def _trial(job: str, fields: dict[str, str]) -> ControlRequest:
     if len(names) > MAX_PARTNERS:
         raise ControlProtocolError("bad_request", f"job {job}: partners names {len(names)} "
                                    f"jobs (at most {MAX_PARTNERS})")  # fmt: skip
-    try:
-        partners = tuple(check_job_id(p) for p in names)
-    except JobSpecError as exc:
-        raise ControlProtocolError("bad_request", f"job {job}: partners: {exc}") from None
+    partners = tuple(_job_field(job, "partners", p) for p in names)
     if job in partners or len(set(partners)) != len(partners):
         raise ControlProtocolError("bad_request", f"job {job}: partners names a job twice "
                                    "or the job itself")  # fmt: skip
     return ControlRequest("TRIAL", job, partners=partners)
 
 
+def _job_field(job: str, key: str, value: str) -> str:
+    """A field that names another job: its id, or the refusal naming ``job`` and ``key``."""
+    try:
+        return check_job_id(value)
+    except JobSpecError as exc:
+        raise ControlProtocolError("bad_request", f"job {job}: {key}: {exc}") from None
+
+
 def _loan(verb: str, job: str, fields: dict[str, str]) -> ControlRequest:
     key = "to" if verb == "LEND" else "from"
     if key not in fields:
         raise ControlProtocolError("bad_request", f"job {job}: {verb} needs {key}=<job id>")
-    try:
-        other = check_job_id(fields[key])
-    except JobSpecError as exc:
-        raise ControlProtocolError("bad_request", f"job {job}: {key}: {exc}") from None
+    other = _job_field(job, key, fields[key])
     cpus = None
     if "cpus" in fields:
         try:
@@ -294,10 +296,7 @@ def _start(job: str, fields: dict[str, str]) -> ControlRequest:
                                    "(allowed: 0, 1)")  # fmt: skip
     borrow = None
     if "borrow" in fields:
-        try:
-            borrow = check_job_id(fields["borrow"])
-        except JobSpecError as exc:
-            raise ControlProtocolError("bad_request", f"job {job}: borrow: {exc}") from None
+        borrow = _job_field(job, "borrow", fields["borrow"])
         if borrow == job:
             raise ControlProtocolError("bad_request", f"job {job}: borrow names the job itself")
         if cores is None:
