@@ -56,6 +56,10 @@ class Postgres:
     def stop(self) -> None:
         self.script("stop", str(self.dir))
 
+    def running(self) -> bool:
+        """Whether the server runs (``local-postgres status``: by its pid file)."""
+        return "running" in self.script("status", str(self.dir)).stdout
+
 
 @contextmanager
 def running_postgres() -> Iterator[Postgres]:

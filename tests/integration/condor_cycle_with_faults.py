@@ -12,10 +12,10 @@ import argparse
 import os
 import signal
 import subprocess
-from pathlib import Path
 from typing import Any
 
 from condor_addon.client import CondorClient
+from tests.postgres import SCRIPT as ENGINE_SCRIPT
 
 
 def main() -> None:
@@ -25,7 +25,6 @@ def main() -> None:
     parser.add_argument("--stop-engine-after-edit", type=int)
     parser.add_argument("--engine")
     args = parser.parse_args()
-    engine_script = Path(__file__).resolve().parents[2] / "deploy" / "postgres" / "local-postgres"
     edits = {"n": 0}
     real_ids, real_where = CondorClient.edit_ids, CondorClient.edit_where
 
@@ -34,7 +33,7 @@ def main() -> None:
         if edits["n"] == args.kill_after_edit:
             os.kill(os.getpid(), signal.SIGKILL)
         if edits["n"] == args.stop_engine_after_edit:
-            subprocess.run([str(engine_script), "stop", args.engine], check=True,
+            subprocess.run([str(ENGINE_SCRIPT), "stop", args.engine], check=True,
                            capture_output=True)  # fmt: skip
         return result
 

@@ -271,10 +271,6 @@ def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
     within_memory(open_gates(live))
 
 
-def engine_runs(engine: Postgres) -> bool:
-    return "running" in engine.script("status", str(engine.dir)).stdout
-
-
 Planners = tuple[Postgres, dict[str, Path]]
 
 
@@ -293,7 +289,7 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
             [sys.executable, "-m", "tests.integration.condor_cycle_with_faults", "--config",
              str(planners["b"]), "--stop-engine-after-edit", "1", "--engine", str(engine.dir)],
             cwd=ROOT, capture_output=True, text=True, timeout=180)  # fmt: skip
-        assert not engine_runs(engine), "the engine still runs"
+        assert not engine.running(), "the engine still runs"
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert sum(1 for ad in queued(live, "b") if ad.get("CosharePlacedNode")) == 4, \
             stopped.stdout + stopped.stderr  # fmt: skip
@@ -305,7 +301,7 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
         assert f"127.0.0.1:{engine.port}" in said and "unreachable" in said, said
         assert not open_gates(live, only="a")  # nothing written
     finally:
-        if not engine_runs(engine):
+        if not engine.running():
             engine.start()
     cycle_of(planners["a"])
     assert open_gates(live, only="a"), "planner a placed nothing after the restart"

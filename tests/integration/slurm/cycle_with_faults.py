@@ -24,8 +24,9 @@ from pathlib import Path
 import coshare.commands
 from coshare.commands import CommandResult
 
-DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
-SCRIPT = DEPLOY / "slurm" / "local-cluster"
+from tests.postgres import SCRIPT as ENGINE_SCRIPT
+
+SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "slurm" / "local-cluster"
 
 
 def main() -> None:
@@ -58,7 +59,7 @@ def main() -> None:
             if counts["batch"] == args.kill_after_batch:
                 os.kill(os.getpid(), signal.SIGKILL)
             if counts["batch"] == args.stop_engine_after_batch:
-                subprocess.run([str(DEPLOY / "postgres" / "local-postgres"), "stop",
+                subprocess.run([str(ENGINE_SCRIPT), "stop",
                                 args.engine], check=True, capture_output=True)  # fmt: skip
         return result
 

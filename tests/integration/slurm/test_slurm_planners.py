@@ -210,10 +210,6 @@ def test_a_planner_sigkilled_mid_cycle_leaves_the_queue_consistent(
     run_all_and_check(cluster, planners, {**second, **main})
 
 
-def engine_runs(engine: Postgres) -> bool:
-    return "running" in engine.script("status", str(engine.dir)).stdout
-
-
 def test_the_engine_stopped_mid_cycle_and_restarted(
         cluster: Cluster, planners: dict[str, Path], engine: Postgres) -> None:  # fmt: skip
     """The engine stops right after a planner's first batch of placements was written: its
@@ -227,7 +223,7 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
         stopped = start_cycle(cluster, planners["second"], "--stop-engine-after-batch", "1",
                               "--engine", str(engine.dir))  # fmt: skip
         out, err = stopped.communicate(timeout=300)
-        assert not engine_runs(engine), "the engine still runs"
+        assert not engine.running(), "the engine still runs"
         assert stopped.returncode == 0, out + err
         assert_nothing_unplaced_can_run(cluster, list(second))
         jobs = cluster.jobs()
@@ -243,7 +239,7 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
         assert not any(jobs[j].admin_comment.startswith("coshare-placement") for j in main)
         assert_nothing_unplaced_can_run(cluster, list(main))
     finally:
-        if not engine_runs(engine):
+        if not engine.running():
             engine.start()
     # The claims written before the stop are still there (committed), for the lease's time.
     print(f"claims after the restart: {live_claims(dsn, 'slurm-second')}")
