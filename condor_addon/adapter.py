@@ -33,7 +33,7 @@ from coshare.config import Config
 from coshare.errors import CoshareError, SchedulerError
 from coshare.ledger import gates_may_open
 from coshare.model import Plan
-from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
+from coshare.ports import ApplyReport, Fence, JobOutcome, Rejected, SourceResult, no_fence
 from coshare.trials import (
     JobPhase,
     TrialJob,
@@ -109,6 +109,10 @@ class CondorAdapter:
         "HTCondor runs a command in a running job only through condor_ssh_to_job (sshd on "
         "the execute node, as the job's owner, whom the node daemon does not let probe)")
 
+    #: :meth:`apply` checks the planner lease's fence before each queue transaction that
+    #: places, withdraws or requeues (:class:`coshare.ports.BatchFencedEditor`; issue 20).
+    fences_batches: ClassVar[bool] = True
+
     @property
     def applies_harvest(self) -> bool:
         """Whether live cycles may place CPU-only jobs on running GPU jobs' idle cores
@@ -134,6 +138,7 @@ class CondorAdapter:
         self.jobs: dict[str, QueueJob] = {}
         self.sleep: Callable[[float], None] = time.sleep
         self.queue: QueueView | None = None
+        self._fence: Fence = no_fence
 
     # -- Source ---------------------------------------------------------------------------
 
@@ -177,12 +182,22 @@ class CondorAdapter:
 
     # -- Editor ---------------------------------------------------------------------------
 
-    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
-        """Write ``plan`` (and hold ``rejected`` jobs); see :class:`coshare.ports.Editor`.
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool,
+              fence: Fence | None = None) -> ApplyReport:  # fmt: skip
+        """Write ``plan`` (and hold ``rejected`` jobs); see :class:`coshare.ports.Editor`;
+        ``fence`` before each transaction that places, withdraws or requeues (what it raises
+        ends the writes there; the gate, ``CosharePlacedNode``, is written last).
 
         Raises:
             SchedulerUnavailable: the schedd cannot be reached to re-read the jobs.
         """
+        self._fence = no_fence if fence is None else fence
+        try:
+            return self._apply(plan, rejected, dry_run=dry_run)
+        finally:
+            self._fence = no_fence
+
+    def _apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
         queue = self.queue
         if queue is None:
             raise SchedulerError("apply() needs a read() first")
@@ -209,7 +224,7 @@ class CondorAdapter:
                 requeued=tuple(JobOutcome(u.job, u.reason) for u in plan.requeue),
             )  # fmt: skip
         requeued, not_requeued = self._requeue(plan)
-        batch = _Batch(self.client, now_jobs)
+        batch = _Batch(self.client, now_jobs, self._fence)
         batch.failed += not_requeued
         closed = batch.close_gates([o.job for o in d.close])
         withdrawn = tuple(o for o in d.close if o.job in closed)
@@ -251,6 +266,7 @@ class CondorAdapter:
         requeued: list[JobOutcome] = []
         failed: list[JobOutcome] = []
         for u in plan.requeue:
+            self._fence()
             try:
                 self.client.edit_ids([u.job], A.PLACED_NODE, X.UNDEFINED)
                 self.client.edit_ids([u.job], A.HARVEST_FROM, X.UNDEFINED)
@@ -382,8 +398,10 @@ class CondorAdapter:
 class _Batch:
     """The writes of one apply: which jobs are still going, skipped or failed."""
 
-    def __init__(self, client: CondorClient, jobs: Mapping[str, QueueJob]) -> None:
+    def __init__(self, client: CondorClient, jobs: Mapping[str, QueueJob],
+                 fence: Fence) -> None:  # fmt: skip
         self.client = client
+        self.fence = fence
         self.alive: set[str] = set(jobs)
         self.skipped: list[JobOutcome] = []
         self.failed: list[JobOutcome] = []
@@ -417,6 +435,7 @@ class _Batch:
         """
         if not ids:
             return set()
+        self.fence()
         try:
             edited = self.client.edit_where(X.idle_managed(ids), A.PLACED_NODE, X.UNDEFINED)
         except EditFailed as exc:
@@ -434,6 +453,7 @@ class _Batch:
         ids = [j for j in ids if j in self.alive]
         if not ids:
             return
+        self.fence()  # may raise: then nothing more is written
         try:
             self.client.edit_ids(ids, attribute, value)
             return

@@ -38,7 +38,7 @@ from coshare.config import Config
 from coshare.errors import CommandFailed, CoshareError, SchedulerError, UnsafeValue
 from coshare.ledger import gates_may_open
 from coshare.model import Plan
-from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
+from coshare.ports import ApplyReport, Fence, JobOutcome, Rejected, SourceResult, no_fence
 from coshare.trials import (
     JobPhase,
     TrialJob,
@@ -95,6 +95,9 @@ class SlurmAdapter:
     #: engine's claims match another planner's claimed job to the same job read here
     #: (:func:`coshare.coord.claims.admit`; issue 20).
     global_job_ids: ClassVar[bool] = True
+    #: :meth:`apply` checks the planner lease's fence before each batch it sends
+    #: (:class:`coshare.ports.BatchFencedEditor`; issue 20).
+    fences_batches: ClassVar[bool] = True
 
     @property
     def applies_harvest(self) -> bool:
@@ -117,6 +120,7 @@ class SlurmAdapter:
         self.config = config
         self.clock = clock
         self.view: ClusterView | None = None
+        self._fence: Fence = no_fence
 
     # -- Source ---------------------------------------------------------------------------
 
@@ -147,13 +151,23 @@ class SlurmAdapter:
 
     # -- Editor ---------------------------------------------------------------------------
 
-    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
-        """Write a plan (see the module docstring for the order of the writes).
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool,
+              fence: Fence | None = None) -> ApplyReport:  # fmt: skip
+        """Write a plan (see the module docstring for the order of the writes); ``fence``
+        before each batch of requeues, holds and placements (what it raises ends the writes
+        there, each batch sent complete).
 
         Raises:
             SlurmControllerDown: slurmctld stopped answering; what was written is consistent
                 and the next cycle completes it.
         """
+        self._fence = no_fence if fence is None else fence
+        try:
+            return self._apply(plan, rejected, dry_run=dry_run)
+        finally:
+            self._fence = no_fence
+
+    def _apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
         view = self.view
         if view is None:
             raise SchedulerError("apply() needs a read() first")
@@ -209,6 +223,7 @@ class SlurmAdapter:
         requeued: list[JobOutcome] = []
         refused: dict[str, str] = {}
         for chunk in chunks([u.job for u in plan.requeue], JOBS_PER_CALL):
+            self._fence()
             refused.update(self.client.requeue_hold(chunk))
         for u in plan.requeue:
             if u.job not in refused:
@@ -247,6 +262,7 @@ class SlurmAdapter:
         ids = [o.job for o in close]
         errors: dict[str, str] = {}
         for chunk in chunks(ids, JOBS_PER_CALL):
+            self._fence()
             errors.update(self.client.hold(chunk))
         after = self.client.read_job_fields(ids)
         started, not_closed = set(), set()
@@ -295,6 +311,7 @@ class SlurmAdapter:
         release of those whose placement is there and whose comment did not change."""
         assert self.view is not None
         seen = self.view.jobs
+        self._fence()  # may raise: then this batch sends nothing
         errors = self.client.run_script([line for _, line in batch])
         now = self.client.read_job_fields([w.job for w, _ in batch])
         outcome = _Outcome()

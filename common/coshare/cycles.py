@@ -63,7 +63,9 @@ def run_once(
             exported).
         CoshareError: the cycle failed (its metrics are exported first); with an engine,
             :class:`~coshare.errors.LeaseLost` or
-            :class:`~coshare.errors.EngineUnavailable` (nothing was written).
+            :class:`~coshare.errors.EngineUnavailable` (nothing was written), or
+            :class:`~coshare.errors.StoppedBetweenBatches` (either, found before a batch
+            after the first: the batches sent are complete, nothing after them written).
     """
     metrics = CycleMetrics(name, config.metrics, totals=totals)
     try:

@@ -229,14 +229,15 @@ class EngineUnavailable(CoordinationError):
 
     def __init__(self, address: str, detail: str) -> None:
         self.address = address
-        super().__init__(f"coordination engine (PostgreSQL) at {address} is unreachable: "
-                         f"{detail}; this cycle wrote nothing (the next cycle tries again)")
+        self.head = f"coordination engine (PostgreSQL) at {address} is unreachable: {detail}"
+        super().__init__(f"{self.head}; this cycle wrote nothing (the next cycle tries again)")
 
 
 class LeaseLost(CoordinationError):
     """This planner instance no longer holds its planner's lease: it expired (no cycle
     renewed it within ``coordination.lease_s``) or another instance took it over. Raised
-    before any write, which is then not made.
+    by the fence before a write (the first of a cycle, and each batch after it: both
+    adapters check before every batch), which is then not made.
 
     Attributes:
         planner: the planner's domain name.
@@ -248,8 +249,20 @@ class LeaseLost(CoordinationError):
         self.planner = planner
         self.instance = instance
         self.holder = holder
-        super().__init__(f"planner {planner!r}: instance {instance!r} lost its lease ({why}); "
-                         "it stopped before writing")
+        self.head = f"planner {planner!r}: instance {instance!r} lost its lease ({why})"
+        super().__init__(f"{self.head}; it stopped before writing")
+
+
+class StoppedBetweenBatches(CoordinationError):
+    """The fence failed before a batch after the first (:class:`EngineUnavailable` or
+    :class:`LeaseLost` mid-apply, the ``cause``): the batches sent before it are complete
+    and stay in the queue; nothing after it was written; the next cycle writes the rest."""
+
+    def __init__(self, cause: EngineUnavailable | LeaseLost) -> None:
+        self.cause = cause
+        super().__init__(f"{cause.head}; it stopped between two batches of its writes: those "
+                         "sent are complete, nothing after them was written (the next cycle "
+                         "writes the rest)")  # fmt: skip
 
 
 class FactsError(CoshareError, ValueError):

@@ -31,17 +31,26 @@ Killing the cycle at any point therefore loses nothing: the next one reads what 
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
-from coshare.errors import PlanInvariantError
+from coshare.errors import (
+    EngineUnavailable,
+    LeaseLost,
+    PlanInvariantError,
+    StoppedBetweenBatches,
+)
 from coshare.model import Plan, Snapshot
 from coshare.policies.base import Policy
 from coshare.policies.collocate import NO_HARVEST, without_harvest
 from coshare.ports import (
     ApplyReport,
+    BatchFencedEditor,
     Editor,
+    Fence,
     JobOutcome,
     PlanGate,
     Rejected,
@@ -147,7 +156,9 @@ def run_cycle(
         on_phase: told each phase's name and seconds as it ends (metrics).
         before_write: called right before the plan is written (not in a dry run); it
             raises to stop the cycle with nothing written (the planner lease's fence,
-            :mod:`coshare.coord.cycle`).
+            :mod:`coshare.coord.cycle`). An Editor that declares ``fences_batches``
+            calls it again before each batch it writes (:func:`fences_batches`): what it
+            raises then ends the writes there, the batches written complete.
         gate: with several planners over the same nodes (not in a dry run): settles the
             snapshot before planning (the other planners' claims count) and books the plan
             before it is written; only what it admits is written.
@@ -186,10 +197,12 @@ def run_cycle(
         raise PlanInvariantError(plan.policy, violations)
     if gate is not None and not dry_run:
         plan = gate.admit(snapshot, plan)
+    start = clock()
     if before_write is not None and not dry_run:
         before_write()
-    start = clock()
-    report = editor.apply(plan, result.rejected, dry_run=dry_run)
+        report = _apply_fenced(editor, plan, result.rejected, before_write)
+    else:
+        report = editor.apply(plan, result.rejected, dry_run=dry_run)
     apply_s = clock() - start
     tell("apply", apply_s)
     return CycleReport(
@@ -203,6 +216,34 @@ def run_cycle(
         notes=result.notes,
         verify_s=verify_s,
     )
+
+
+def fences_batches(editor: object) -> bool:
+    """Whether an Editor declares that it calls a fence before each batch it writes
+    (:class:`~coshare.ports.BatchFencedEditor`, class attribute ``fences_batches = True``)."""
+    return getattr(editor, "fences_batches", False) is True
+
+
+def _apply_fenced(editor: Editor, plan: Plan, rejected: Sequence[Rejected],
+                  fence: Fence) -> ApplyReport:  # fmt: skip
+    """``editor.apply`` with ``fence`` before each of its batches when it declares it can
+    (else the fence called once, before :func:`run_cycle` calls this, is the only one): the
+    gap in which a planner that lost its lease could still write is one batch, not a
+    whole plan. The fence is serialized (an Editor may write batches from several
+    threads; the engine's connection is one)."""
+    if not fences_batches(editor):
+        return editor.apply(plan, rejected, dry_run=False)
+    lock = threading.Lock()
+
+    def serialized() -> None:
+        with lock:
+            fence()
+
+    try:
+        return cast(BatchFencedEditor, editor).apply(plan, rejected, dry_run=False,
+                                                     fence=serialized)  # fmt: skip
+    except (EngineUnavailable, LeaseLost) as exc:  # "wrote nothing" is no longer true
+        raise StoppedBetweenBatches(exc) from exc
 
 
 def harvest_refusal(editor: object) -> str | None:

@@ -17,7 +17,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -157,6 +157,33 @@ class Editor(Protocol):
 
     def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
         """Apply a plan (and mark rejected jobs)."""
+        ...
+
+
+#: Called before each batch an Editor writes; raises to stop the writes (the planner lease's
+#: fence, :mod:`coshare.coord.cycle`).
+Fence = Callable[[], None]
+
+
+def no_fence() -> None:
+    """The fence of a cycle without a planners' engine: nothing to check."""
+
+
+class BatchFencedEditor(Editor, Protocol):
+    """An Editor that checks a fence before each batch of writes (class attribute
+    ``fences_batches = True``; both adapters, issue 20): a planner whose lease was lost, or
+    whose engine cannot be reached, stops before its next batch, not only before its first.
+
+    Contract: ``fence`` is called (from any of the Editor's threads; the caller serializes
+    it) before every batch of placements, holds or requeues is sent to the scheduler; what
+    it raises ends :meth:`apply` at once with that exception. Each batch already sent is
+    complete (written, confirmed, released or not) so the queue stays consistent and the next
+    cycle finishes the rest.
+    """
+
+    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool,
+              fence: Fence | None = None) -> ApplyReport:  # fmt: skip
+        """Apply a plan, calling ``fence`` before each batch."""
         ...
 
 

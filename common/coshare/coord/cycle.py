@@ -2,9 +2,12 @@
 
 With ``coordination.dsn`` set, :func:`coordination` takes or renews this planner's lease
 before the cycle reads anything, and yields a *fence* that the cycle calls right before it
-writes to the scheduler: the fence renews the lease only if it is still this instance's with
-the same epoch, so a planner that lost its lease stops before its next write and says so
-(:class:`~coshare.errors.LeaseLost`, exit 1). An instance that does not hold the lease is
+writes to the scheduler, and both adapters again before each batch they write
+(:class:`~coshare.ports.BatchFencedEditor`): the fence renews the lease only if it is still
+this instance's with the same epoch, so a planner that lost its lease stops before its next
+batch and says so (:class:`~coshare.errors.LeaseLost`, exit 1); so does one whose engine
+stopped answering mid-cycle. A write can thus outlive the lease by one batch at most (one per
+writing thread: ``slurm.workers``), not by a whole plan. An instance that does not hold the lease is
 standby (:class:`~coshare.errors.Standby`, exit 0: it did nothing). An unreachable engine at
 either point: :class:`~coshare.errors.EngineUnavailable` naming the address, nothing written,
 exit 1; the next cycle connects afresh.

@@ -212,10 +212,11 @@ def test_a_planner_sigkilled_mid_cycle_leaves_the_queue_consistent(
 
 def test_the_engine_stopped_mid_cycle_and_restarted(
         cluster: Cluster, planners: dict[str, Path], engine: Postgres) -> None:  # fmt: skip
-    """The engine stops right after a planner's first batch of placements was written: its
-    plan was claimed before any write, so it writes the rest and ends; the other planner's
-    cycle then finds no engine, writes nothing and exits 1 naming the address; once the
-    engine is started again both planners finish every job, none booked twice."""
+    """The engine stops right after a planner's first batch of placements was written: the
+    fence before its next batch finds no engine, so it stops there (that batch complete,
+    nothing after it) and exits 1 naming the address; the other planner's cycle then finds
+    no engine, writes nothing and exits 1 too; once the engine is started again both
+    planners finish every job, none booked twice."""
     dsn = yaml.safe_load(planners["second"].read_text())["coordination"]["dsn"]
     second = submit(cluster, "second", 10)  # update_batch 4: three batches
     main = submit(cluster, "main", 6)
@@ -224,11 +225,13 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
                               "--engine", str(engine.dir))  # fmt: skip
         out, err = stopped.communicate(timeout=300)
         assert not engine.running(), "the engine still runs"
-        assert stopped.returncode == 0, out + err
+        assert stopped.returncode == 1, out + err
+        assert f"127.0.0.1:{engine.port}" in out + err and "unreachable" in out + err, out + err
+        assert "stopped between two batches" in out + err, out + err
         assert_nothing_unplaced_can_run(cluster, list(second))
         jobs = cluster.jobs()
         written = [j for j in second if jobs[j].admin_comment.startswith("coshare-placement")]
-        assert len(written) > 4, (written, out + err)  # batches after the engine stopped too
+        assert len(written) == 4, (written, out + err)  # the first batch only (workers 1)
         other = subprocess.run([str(BIN / "coshare"), "--config", str(planners["main"]), "slurm",
                                 "cycle"], env=cluster.env, text=True, capture_output=True,
                                timeout=300)  # fmt: skip
