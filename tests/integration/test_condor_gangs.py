@@ -6,6 +6,7 @@ starts it on exactly those nodes, each process seeing its own node's devices."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,10 @@ from tests.integration.test_condor_pool import DEVICES, DyingClient, annotated
 pytestmark = [pytest.mark.integration, pytest.mark.condor]
 
 
-def submit_gang(live: Pool, machines: int = 2, sleep_s: float = 3, **extra: str) -> str:
-    """A parallel-universe job of ``machines`` machines; each node writes out.C.<node>."""
+def submit_gang(live: Pool, machines: int = 2, sleep_s: float = 3, to: Any = None,
+                **extra: str) -> str:  # fmt: skip
+    """A parallel-universe job of ``machines`` machines (to schedd ``to``, else the pool's
+    only one); each node writes out.C.<node>."""
     desc = {"universe": "parallel", "machine_count": str(machines),
             "executable": f"{WORK}/job.sh", "arguments": str(sleep_s), "initialdir": WORK,
             "transfer_executable": "false", "request_memory": "64", "request_cpus": "1",
@@ -26,7 +29,7 @@ def submit_gang(live: Pool, machines: int = 2, sleep_s: float = 3, **extra: str)
             "+ParallelShutdownPolicy": '"WAIT_FOR_ALL"',
             "output": f"{WORK}/out.$(Cluster).$(Node)", "error": f"{WORK}/err.$(Cluster).$(Node)",
             **extra}  # fmt: skip
-    return str(live.schedd.submit(live.htcondor.Submit(desc), count=1).cluster())
+    return str((to or live.schedd).submit(live.htcondor.Submit(desc), count=1).cluster())
 
 
 def gang_placement(live: Pool, job: str) -> list[tuple[str, str]]:
