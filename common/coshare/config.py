@@ -628,6 +628,11 @@ class CoordinationConfig:
             reservations are released. Longer than ``cycle.interval_s`` plus a cycle's run.
         connect_timeout_s: give up reaching the engine after this long (the cycle then
             writes nothing and exits 1 naming the address).
+        fence_every_s: how long after its last check of the lease a cycle checks it again
+            before the next batch it writes (it always checks before the first): ``0``
+            before every batch; ``null``: a quarter of ``lease_s``. Below ``lease_s``, so
+            every batch starts within the lease (no other instance can take it over
+            before); each check is one round trip to the engine.
     """
 
     dsn: str | None = None
@@ -635,14 +640,24 @@ class CoordinationConfig:
     instance: str | None = None
     lease_s: float = field(default=120.0, metadata={"min": 1, "max": MAX_LEASE_S})
     connect_timeout_s: float = field(default=5.0, metadata={"min": 0.1, "max": 300})
+    fence_every_s: float | None = field(default=None, metadata={"min": 0, "max": MAX_LEASE_S})
 
     def __post_init__(self) -> None:
+        if self.fence_every_s is not None and self.fence_every_s >= self.lease_s:
+            raise ConfigError(f"coordination.fence_every_s: {self.fence_every_s:g} is not below "
+                              f"coordination.lease_s {self.lease_s:g} (allowed: 0 to less "
+                              "than lease_s: every batch must start within the lease)")  # fmt: skip
         for key in ("domain", "instance"):
             value = getattr(self, key)
             if value is not None and not _PLANNER_NAME.fullmatch(value):
                 raise ConfigError(f"coordination.{key}: {shorten(value)} is not a name (allowed: "
                                   "1..128 of A-Z a-z 0-9 _ . : @ -, a letter or digit "
                                   "first)")  # fmt: skip
+
+    @property
+    def fence_interval_s(self) -> float:
+        """``fence_every_s``, its default (a quarter of the lease) filled in."""
+        return self.lease_s / 4 if self.fence_every_s is None else self.fence_every_s
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ def run_once(
                                strict_threads=config.policy.threads == "strict",
                                on_phase=metrics.phase,
                                before_write=None if coordinated is None else coordinated.fence,
-                               gate=None if coordinated is None else coordinated.gate)  # fmt: skip
+                               gate=None if coordinated is None else coordinated.gate,
+                               fence_every_s=config.coordination.fence_interval_s)  # fmt: skip
             if policy.name == "membw" and config.policy.membw.trials:
                 report = replace(report, trials=step_trials(config, adapter, report, dry_run))
     except CycleBusy:

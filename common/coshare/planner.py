@@ -149,6 +149,7 @@ def run_cycle(
     on_phase: OnPhase | None = None,
     before_write: Callable[[], None] | None = None,
     gate: PlanGate | None = None,
+    fence_every_s: float = 0.0,
 ) -> CycleReport:
     """Run one planning cycle.
 
@@ -157,8 +158,10 @@ def run_cycle(
         before_write: called right before the plan is written (not in a dry run); it
             raises to stop the cycle with nothing written (the planner lease's fence,
             :mod:`coshare.coord.cycle`). An Editor that declares ``fences_batches``
-            calls it again before each batch it writes (:func:`fences_batches`): what it
-            raises then ends the writes there, the batches written complete.
+            calls it again before each batch it writes once ``fence_every_s`` have
+            passed since the last call (:func:`fences_batches`; ``0``: before every
+            batch): what it raises then ends the writes there, the batches written
+            complete.
         gate: with several planners over the same nodes (not in a dry run): settles the
             snapshot before planning (the other planners' claims count) and books the plan
             before it is written; only what it admits is written.
@@ -199,8 +202,10 @@ def run_cycle(
         plan = gate.admit(snapshot, plan)
     start = clock()
     if before_write is not None and not dry_run:
+        checked = time.monotonic()  # taken before the check: the lease runs from later
         before_write()
-        report = _apply_fenced(editor, plan, result.rejected, before_write)
+        report = _apply_fenced(editor, plan, result.rejected, before_write,
+                               _Interval(checked, fence_every_s))  # fmt: skip
     else:
         report = editor.apply(plan, result.rejected, dry_run=dry_run)
     apply_s = clock() - start
@@ -224,20 +229,35 @@ def fences_batches(editor: object) -> bool:
     return getattr(editor, "fences_batches", False) is True
 
 
-def _apply_fenced(editor: Editor, plan: Plan, rejected: Sequence[Rejected],
-                  fence: Fence) -> ApplyReport:  # fmt: skip
-    """``editor.apply`` with ``fence`` before each of its batches when it declares it can
-    (else the fence called once, before :func:`run_cycle` calls this, is the only one): the
-    gap in which a planner that lost its lease could still write is one batch, not a
-    whole plan. The fence is serialized (an Editor may write batches from several
-    threads; the engine's connection is one)."""
+@dataclass
+class _Interval:
+    """When the fence last passed (``time.monotonic()`` taken before it was called), and
+    how long a pass counts."""
+
+    last: float
+    every_s: float
+
+
+def _apply_fenced(editor: Editor, plan: Plan, rejected: Sequence[Rejected], fence: Fence,
+                  interval: _Interval) -> ApplyReport:  # fmt: skip
+    """``editor.apply`` with ``fence`` before each of its batches that starts
+    ``interval.every_s`` or more after the fence last passed, when the editor declares it
+    can (else the fence called once, before :func:`run_cycle` calls this, is the only one).
+    The lease a pass renews runs ``lease_s`` from a moment after ``interval.last``, so with
+    ``every_s`` below ``lease_s`` every batch starts within the lease: a planner that lost
+    it writes at most the batches already started. The fence is serialized (an Editor may
+    write batches from several threads; the engine's connection is one)."""
     if not fences_batches(editor):
         return editor.apply(plan, rejected, dry_run=False)
     lock = threading.Lock()
 
     def serialized() -> None:
         with lock:
+            now = time.monotonic()
+            if now - interval.last < interval.every_s:
+                return
             fence()
+            interval.last = now
 
     try:
         return cast(BatchFencedEditor, editor).apply(plan, rejected, dry_run=False,

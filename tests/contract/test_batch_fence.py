@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 from coshare.config import Config, DeviceKind, SlurmConfig, load_config
-from coshare.errors import EngineUnavailable, LeaseLost, StoppedBetweenBatches
+from coshare.errors import ConfigError, EngineUnavailable, LeaseLost, StoppedBetweenBatches
 from coshare.ledger import Book
 from coshare.model import Assignment, Job, Plan
 from coshare.planner import fences_batches, run_cycle
@@ -140,3 +140,31 @@ def test_an_engine_gone_before_the_first_write_says_nothing_was_written() -> Non
     with pytest.raises(EngineUnavailable, match="this cycle wrote nothing"):
         run_cycle(adapter, make_policy("knapsack"), adapter, before_write=gone)
     assert "scontrol <stdin>" not in runner.verbs()
+
+
+def test_a_check_counts_for_fence_every_s_and_the_first_is_always_made() -> None:
+    """Every batch starts within ``fence_every_s`` of a passed check (below the lease, so
+    within the lease); the check before the first write is always made."""
+    queue = FakeQueue(*(job_record(j, submit_time=NOW - 10 + j) for j in (1, 2, 3)))
+    adapter, _ = slurm(queue)
+    fence = Fence(allow=1)  # the cycle's own check passes; any later one would fail
+    report = run_cycle(adapter, make_policy("knapsack"), adapter, before_write=fence,
+                       fence_every_s=3600)  # fmt: skip
+    assert sorted(report.apply.applied) == ["1", "2", "3"] and fence.calls == 1
+    queue = FakeQueue(job_record(1, submit_time=NOW))
+    adapter, runner = slurm(queue)
+    with pytest.raises(LeaseLost):
+        run_cycle(adapter, make_policy("knapsack"), adapter, before_write=Fence(allow=0),
+                  fence_every_s=3600)  # fmt: skip
+    assert "scontrol <stdin>" not in runner.verbs()
+
+
+def test_fence_every_s_defaults_to_a_quarter_of_the_lease_and_stays_below_it() -> None:
+    assert load_config(environ={}).coordination.fence_interval_s == 30.0
+    config = load_config(environ={"COSHARE_COORDINATION_FENCE_EVERY_S": "0"})
+    assert config.coordination.fence_interval_s == 0.0
+    with pytest.raises(ConfigError, match=r"coordination.fence_every_s: 120 is not below "
+                                          r"coordination.lease_s 120"):  # fmt: skip
+        load_config(environ={"COSHARE_COORDINATION_FENCE_EVERY_S": "120"})
+    with pytest.raises(ConfigError, match="fence_every_s"):
+        load_config(environ={"COSHARE_COORDINATION_FENCE_EVERY_S": "nan"})

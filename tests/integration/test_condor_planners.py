@@ -87,8 +87,10 @@ def configs(engine: Postgres, tmp_path: Path) -> dict[str, Path]:
         config = {
             "condor": {"config_file": str(CLIENT_CONFIG), "schedd": name,
                        "lock_file": str(tmp_path / f"{planner}.lock")},
+            # fence_every_s 0: the lease checked before every queue transaction (the
+            # engine-stop test stops the engine after the first)
             "coordination": {"dsn": dsn, "domain": f"condor-{planner}", "instance": "cm",
-                             "lease_s": LEASE_S},
+                             "lease_s": LEASE_S, "fence_every_s": 0},
         }  # fmt: skip
         out[planner] = tmp_path / f"{planner}.yaml"
         out[planner].write_text(yaml.safe_dump(config))

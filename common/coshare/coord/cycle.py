@@ -2,15 +2,17 @@
 
 With ``coordination.dsn`` set, :func:`coordination` takes or renews this planner's lease
 before the cycle reads anything, and yields a *fence* that the cycle calls right before it
-writes to the scheduler, and both adapters again before each batch they write
+writes to the scheduler, and both adapters again before each batch they write that starts
+``coordination.fence_every_s`` or more after the last check
 (:class:`~coshare.ports.BatchFencedEditor`): the fence renews the lease only if it is still
 this instance's with the same epoch, so a planner that lost its lease stops before its next
 batch and says so (:class:`~coshare.errors.LeaseLost`, exit 1); so does one whose engine
-stopped answering mid-cycle. A write can thus outlive the lease by one batch at most (one per
-writing thread: ``slurm.workers``), not by a whole plan. An instance that does not hold the lease is
-standby (:class:`~coshare.errors.Standby`, exit 0: it did nothing). An unreachable engine at
-either point: :class:`~coshare.errors.EngineUnavailable` naming the address, nothing written,
-exit 1; the next cycle connects afresh.
+stopped answering mid-cycle. Every batch thus starts within the lease; a write can outlive
+it by one batch at most (one per writing thread: ``slurm.workers``), not by a whole plan.
+An instance that does not hold the lease is standby (:class:`~coshare.errors.Standby`, exit
+0: it did nothing). An unreachable engine at either point: :class:`~coshare.errors.
+EngineUnavailable` naming the address, nothing written (mid-apply: nothing after the batches
+sent), exit 1; the next cycle connects afresh.
 
 With the lease comes the planner's *gate* (:class:`EngineGate`, the
 :class:`~coshare.ports.PlanGate` port): the plan's device memory is claimed in the engine

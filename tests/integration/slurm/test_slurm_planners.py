@@ -62,8 +62,11 @@ def planners(cluster: Cluster, engine: Postgres, tmp_path: Path) -> Iterator[dic
         # unwritten (with several workers a loaded CI run wrote all 10 before the kill)
         config["slurm"].update(partition=part, lock_file=str(tmp_path / f"{part}.lock"),
                                workers=1)  # fmt: skip
+        # fence_every_s 0: the lease checked before every batch, so an engine stopped
+        # after the first batch is found at the second (the default checks a quarter of
+        # the lease after the last check: 6 s, longer than these cycles' writes)
         config["coordination"] = {"dsn": dsn, "domain": f"slurm-{part}", "instance": "head1",
-                                  "lease_s": LEASE_S}  # fmt: skip
+                                  "lease_s": LEASE_S, "fence_every_s": 0}  # fmt: skip
         configs[part] = tmp_path / f"{part}.yaml"
         configs[part].write_text(yaml.safe_dump(config))
     try:
