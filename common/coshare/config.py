@@ -628,6 +628,12 @@ class CoordinationConfig:
             reservations are released. Longer than ``cycle.interval_s`` plus a cycle's run.
         connect_timeout_s: give up reaching the engine after this long (the cycle then
             writes nothing and exits 1 naming the address).
+        protocol: how reservations of gangs gathered piecewise resolve contention (PICASO
+            section 4): ``cancel`` (active cancellation: a higher request takes back lower
+            reservations, which wait again) or ``sequencer`` (every request draws a ticket
+            from the engine's sequence and each unit is granted in ticket order: nothing is
+            cancelled). Every planner over one engine uses the same: a cycle whose protocol
+            differs from a live planner's is refused, naming both.
     """
 
     dsn: str | None = None
@@ -635,6 +641,7 @@ class CoordinationConfig:
     instance: str | None = None
     lease_s: float = field(default=120.0, metadata={"min": 1, "max": MAX_LEASE_S})
     connect_timeout_s: float = field(default=5.0, metadata={"min": 0.1, "max": 300})
+    protocol: Literal["cancel", "sequencer"] = "cancel"
 
     def __post_init__(self) -> None:
         for key in ("domain", "instance"):
