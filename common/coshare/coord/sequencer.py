@@ -21,10 +21,11 @@ sequence and transaction-level advisory locks do it.
   the same lease) gets its ticket and its place back; it must name the same units (the ticket
   stands for them: to ask for others, :meth:`~SequencerReservations.release` the job, which
   leaves the queue, and request again, at the back).
-- **Grants**: a unit freed (a job released or spawned elsewhere, a dead planner's booking
-  swept) goes at once to the lowest live ticket waiting for it, whoever's planner it is;
-  the reservation is written under *that* planner's lease and epoch, so it lives and dies
-  with it like every booking. A planner learns its grants with :meth:`poll`.
+- **Grants**: a unit freed by a release or a spawn goes in the same transaction to the
+  lowest live ticket waiting for it, whoever's planner it is (one a dead planner's booking
+  kept: at the next poll or request on it); the reservation is written under *that*
+  planner's lease and epoch, so it lives and dies with it like every booking. A planner
+  learns its grants with :meth:`~SequencerReservations.poll`.
 - **Nothing is cancelled**: there is no cancellation here (:meth:`cancelled` is always
   empty); granted units stay reserved until the job holds or releases them.
 - **Dead planners**: tickets and waits carry the planner's lease epoch like reservations;
