@@ -633,6 +633,12 @@ class CoordinationConfig:
             before every batch; ``null``: a quarter of ``lease_s``. Below ``lease_s``, so
             every batch starts within the lease (no other instance can take it over
             before); each check is one round trip to the engine.
+        protocol: how reservations of gangs gathered piecewise resolve contention (PICASO
+            section 4): ``cancel`` (active cancellation: a higher request takes back lower
+            reservations, which wait again) or ``sequencer`` (every request draws a ticket
+            from the engine's sequence and each unit is granted in ticket order: nothing is
+            cancelled). Every planner over one engine uses the same: a cycle whose protocol
+            differs from a live planner's is refused, naming both.
     """
 
     dsn: str | None = None
@@ -641,6 +647,7 @@ class CoordinationConfig:
     lease_s: float = field(default=120.0, metadata={"min": 1, "max": MAX_LEASE_S})
     connect_timeout_s: float = field(default=5.0, metadata={"min": 0.1, "max": 300})
     fence_every_s: float | None = field(default=None, metadata={"min": 0, "max": MAX_LEASE_S})
+    protocol: Literal["cancel", "sequencer"] = "cancel"
 
     def __post_init__(self) -> None:
         if self.fence_every_s is not None and self.fence_every_s >= self.lease_s:

@@ -267,6 +267,13 @@ def test_coordination_is_absent_by_default() -> None:
     assert Config().coordination.dsn is None  # one planner, no engine: nothing changes
 
 
+def test_active_cancellation_is_the_default_protocol_and_the_sequencer_a_choice(
+        tmp_path: Path) -> None:  # fmt: skip
+    assert Config().coordination.protocol == "cancel"
+    config = load_config(write(tmp_path, "coordination: {protocol: sequencer}\n"), environ={})
+    assert config.coordination.protocol == "sequencer"
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("coordination: {lease_s: .nan}", "coordination.lease_s: nan is out of range (allowed: a "
                                       "number 1..86400)"),
@@ -278,6 +285,7 @@ def test_coordination_is_absent_by_default() -> None:
     ("coordination: {instance: '-x'}", "coordination.instance: '-x' is not a name"),
     ("coordination: {dsn: 5}", "coordination.dsn: expected a string, got 5"),
     ("coordination: {lease: 5}", "coordination: unknown key 'lease'"),
+    ("coordination: {protocol: paxos}", "coordination.protocol: 'paxos'"),
 ])  # fmt: skip
 def test_bad_coordination_settings_are_refused_by_key(tmp_path: Path, text: str,
                                                       message: str) -> None:  # fmt: skip

@@ -11,6 +11,9 @@ one machine by ``deploy/postgres/local-postgres``, its address in ``coordination
   :class:`~coshare.alloc.store.ReservationStore` port on a table keyed by core or device,
   with the global order and active cancellation (:meth:`claim`); every booking carries its
   planner's lease and is dead once the lease is.
+- :class:`~coshare.coord.sequencer.SequencerReservations`: the same port with the sequencer
+  instead (tickets from a PostgreSQL ``SEQUENCE``, each unit granted in ticket order, nothing
+  cancelled); ``coordination.protocol`` picks one for every planner over an engine.
 - :func:`~coshare.coord.cycle.coordination`: what a live cycle does with them (take or renew
   the lease before reading, check it again before writing); absent config, nothing.
 

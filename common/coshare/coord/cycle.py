@@ -19,6 +19,10 @@ With the lease comes the planner's *gate* (:class:`EngineGate`, the
 before it is written, so several planners over the same nodes never book a device beyond its
 memory (:mod:`coshare.coord.claims` has the rules).
 
+The planner's ``coordination.protocol`` (active cancellation or the sequencer,
+:mod:`coshare.coord.sequencer`) is recorded with its lease; a planner whose protocol differs
+from a live one's over the same engine is refused at the start of its cycle, naming both.
+
 Without ``coordination.dsn`` (the default) there is neither and the cycle runs as it always
 did: one planner, no engine.
 """
@@ -127,6 +131,8 @@ def coordination(config: CoordinationConfig, scheduler: str,
 
     Raises:
         Standby: another instance holds the lease.
+        ConfigError: a live planner over the same engine uses the other
+            ``coordination.protocol``.
         LeaseLost: (from the fence) the lease is no longer this instance's.
         EngineUnavailable: the engine cannot be reached.
         MissingExtra: psycopg is not installed (``coshare[coord]``).
@@ -140,6 +146,9 @@ def coordination(config: CoordinationConfig, scheduler: str,
         lease = postgres.PlannerLease(engine, config.domain or scheduler, config.instance,
                                       config.lease_s)  # fmt: skip
         lease.acquire()
+        # Every planner over one engine resolves contention the same way (cancel or
+        # sequencer): one of the other protocol still live refuses this one, naming both.
+        load("coshare.coord.sequencer", "coordination.dsn").agree(lease, config.protocol)
 
         def fence() -> None:
             lease.fence()

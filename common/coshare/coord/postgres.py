@@ -21,6 +21,13 @@ planners starting together do not race on the catalogue):
 ``coshare_cancellations``
     the requests active cancellation took back, for their planner to learn (it requests
     them again, PICASO 4.2).
+``coshare_tickets``, ``coshare_waits``, the sequence ``coshare_ticket_seq``
+    the sequencer alternative (PICASO 4.3, :mod:`coshare.coord.sequencer`): one ticket per
+    requesting job, and one wait per unit a ticket asks for and has not been granted yet;
+    live with their planner's lease like a reservation.
+``coshare_protocols``
+    which protocol (``cancel`` or ``sequencer``) each planner uses: planners of different
+    protocols over one engine are refused (:func:`coshare.coord.sequencer.agree`).
 
 A booking is *live* while its planner's lease row has the same epoch and has not expired
 (the view ``coshare_live``): a planner that dies leaves bookings that are dead from the
@@ -119,6 +126,39 @@ CREATE OR REPLACE VIEW coshare_live AS
     SELECT r.* FROM coshare_reservations r
     JOIN coshare_leases l ON l.planner = r.planner AND l.epoch = r.epoch
     WHERE l.lease_until > clock_timestamp();
+CREATE SEQUENCE IF NOT EXISTS coshare_ticket_seq;
+CREATE TABLE IF NOT EXISTS coshare_tickets (
+    job     text PRIMARY KEY,
+    ticket  bigint NOT NULL UNIQUE,
+    home    integer NOT NULL,
+    units   text[] NOT NULL,
+    planner text NOT NULL REFERENCES coshare_leases (planner),
+    epoch   bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS coshare_waits (
+    unit    text NOT NULL,
+    job     text NOT NULL,
+    domain  integer NOT NULL,
+    ticket  bigint NOT NULL,
+    home    integer NOT NULL,
+    planner text NOT NULL REFERENCES coshare_leases (planner),
+    epoch   bigint NOT NULL,
+    PRIMARY KEY (unit, job)
+);
+CREATE INDEX IF NOT EXISTS coshare_waits_ticket ON coshare_waits (unit, ticket);
+CREATE INDEX IF NOT EXISTS coshare_waits_job ON coshare_waits (job);
+CREATE TABLE IF NOT EXISTS coshare_protocols (
+    planner  text PRIMARY KEY REFERENCES coshare_leases (planner),
+    protocol text NOT NULL CHECK (protocol IN ('cancel', 'sequencer'))
+);
+CREATE OR REPLACE VIEW coshare_live_tickets AS
+    SELECT t.* FROM coshare_tickets t
+    JOIN coshare_leases l ON l.planner = t.planner AND l.epoch = t.epoch
+    WHERE l.lease_until > clock_timestamp();
+CREATE OR REPLACE VIEW coshare_live_waits AS
+    SELECT w.* FROM coshare_waits w
+    JOIN coshare_leases l ON l.planner = w.planner AND l.epoch = w.epoch
+    WHERE l.lease_until > clock_timestamp();
 """
 
 #: Deletes every dead claim (of planners whose lease expired or changed hands).
@@ -132,6 +172,23 @@ _SWEEP = """
 DELETE FROM coshare_reservations r USING coshare_leases l
 WHERE l.planner = r.planner AND (l.epoch <> r.epoch OR l.lease_until <= clock_timestamp())
   AND (%(units)s::text[] IS NULL OR r.unit = ANY(%(units)s::text[]))
+"""
+
+#: Deletes the sequencer's dead waits among ``units`` and dead tickets of ``jobs`` (each: all
+#: when NULL; :mod:`coshare.coord.sequencer`).
+_SWEEP_QUEUE = """
+WITH w AS (
+    DELETE FROM coshare_waits w USING coshare_leases l
+    WHERE l.planner = w.planner AND (l.epoch <> w.epoch OR l.lease_until <= clock_timestamp())
+      AND (%(units)s::text[] IS NULL OR w.unit = ANY(%(units)s::text[]))
+    RETURNING 1
+), t AS (
+    DELETE FROM coshare_tickets t USING coshare_leases l
+    WHERE l.planner = t.planner AND (l.epoch <> t.epoch OR l.lease_until <= clock_timestamp())
+      AND (%(jobs)s::text[] IS NULL OR t.job = ANY(%(jobs)s::text[]))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM w) + (SELECT count(*) FROM t)
 """
 
 
@@ -323,6 +380,7 @@ class PlannerLease:
                 assert other is not None
                 return str(other[0]), _float(other[1])
             cur.execute(_SWEEP, {"units": None})
+            cur.execute(_SWEEP_QUEUE, {"units": None, "jobs": None})
             cur.execute(_SWEEP_CLAIMS)
             return Held(_int(row[0]), _float(row[1]))
 

@@ -11,6 +11,9 @@ Modes:
       a lost lease is printed and ends it with status 3.
   reserve DSN PLANNER LEASE_S           take the lease once, then claim and release units in
       a loop (never renewing): "ready" once it holds some.
+  queue DSN PLANNER LEASE_S             the sequencer (:data:`SMALL`): take the lease once,
+      request half the units for PLANNER-0 and all of them for PLANNER-1 (granted what is
+      free, waiting behind PLANNER-0 for the rest), say "ready", then poll (never renewing).
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ import time
 
 from coshare.alloc.layout import tile
 from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
+from coshare.coord.sequencer import SequencerReservations
 from coshare.errors import DoubleBooking, EngineUnavailable, LeaseLost, Standby
 
 #: 4 domains of 2 nodes x 3 cores: 24 units the planners fight over.
 LAYOUT = tile(2, 2, cores_per_domain=6)
 UNITS = [(d, u) for d, domain in enumerate(LAYOUT.domains) for u in domain.cores()]
+#: 2 domains of 1 node x 4 cores (the sequencer's tests).
+SMALL = tile(1, 2, cores_per_domain=4)
+SMALL_UNITS = [(d, u) for d, domain in enumerate(SMALL.domains) for u in domain.cores()]
 
 
 def say(**fields: object) -> None:
@@ -121,6 +128,18 @@ def reserve_loop(dsn: str, planner: str, lease_s: float) -> None:
                 store.release(domain, f"{planner}-{n - 1}")
 
 
+def queue_loop(dsn: str, planner: str, lease_s: float) -> None:
+    lease = PlannerLease(Engine(dsn), planner, "doomed", lease_s)
+    lease.acquire()
+    store = SequencerReservations(lease, SMALL)
+    store.request(f"{planner}-0", SMALL_UNITS[::2])
+    store.request(f"{planner}-1", SMALL_UNITS)
+    say(event="ready")
+    while True:
+        time.sleep(0.05)
+        store.poll()
+
+
 def main(argv: list[str]) -> None:
     mode, dsn, planner, *rest = argv
     if mode == "hammer":
@@ -129,6 +148,8 @@ def main(argv: list[str]) -> None:
         lease_loop(dsn, planner, rest[0], float(rest[1]))
     elif mode == "reserve":
         reserve_loop(dsn, planner, float(rest[0]))
+    elif mode == "queue":
+        queue_loop(dsn, planner, float(rest[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")
 
