@@ -9,7 +9,9 @@ authorization, READ; no port of coshare's own, no connection from the planner to
 
     CoshareManaged =?= true && ((ClusterId == 12 && ProcId == 0) || (ClusterId == 13 && ...))
 
-A job whose ``CoshareTrial`` record says ``measuring`` and which runs is a request: its
+A job whose ``CoshareTrial`` record says ``measuring`` with ``why`` ``node_asked`` (the
+planner probes over ``probe_via: facts``; with ``socket`` or ``step`` it probes itself and
+writes no ``why``) and which runs is a request: its
 record's ``at`` and its partners, the ``cluster.proc`` ids of the same schedd named to the
 node by their GlobalJobIds (partners not on this node have ended, or are another node's:
 left out). The answers a schedd gives are kept only for the jobs whose GlobalJobId is one
@@ -31,7 +33,7 @@ from dataclasses import replace
 from coshare.config import CondorConfig, NodeConfig
 from coshare.errors import CoshareError
 from coshare.node.trial_requests import TrialRequest
-from coshare.trials import TrialRecordError, parse_trial
+from coshare.trials import NODE_ASKED, TrialRecordError, parse_trial
 
 from condor_addon import attributes as A
 from condor_addon.client import CondorClient, configure_bindings
@@ -92,8 +94,8 @@ def requests_of(ads: Iterable[Mapping[str, object]], jobs: Iterable[str]
         except TrialRecordError as exc:
             notes.append(f"{exc}; not probed")
             continue
-        if record.state != "measuring":
-            continue
+        if record.state != "measuring" or record.why != NODE_ASKED:
+            continue  # not a request (a planner probing over its socket asks no node)
         partners = tuple(local[p][0] for p in record.partners if p in local)
         out.append(TrialRequest(job, record.at_s, partners))
     return out, notes

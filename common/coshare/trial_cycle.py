@@ -39,7 +39,7 @@ import os
 import socket
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -51,9 +51,11 @@ from coshare.policies.membw import UNKNOWN_SHARE, job_share
 from coshare.ports import ProbeResult, TrialControl, TrialProbe
 from coshare.profiles import PROGRAM_NAME
 from coshare.trials import (
+    NODE_ASKED,
     Step,
     TrialJob,
     TrialLimits,
+    TrialWhy,
     advance,
     awaiting,
     decide,
@@ -120,6 +122,11 @@ def run_trials(
             done.append(job)
             continue
         if step.action == "probe":
+            why = getattr(probe, "request_why", None)  # the request a node reads itself
+            if step.record is not None and why is not None:
+                step = replace(step, record=replace(step.record, why=why))
+            elif why is not None and job.record.why != why:  # measuring, asked no node yet
+                step = replace(step, record=replace(job.record, at_s=int(now_s), why=why))
             if step.record is not None and not _write(control, job.job, step, report):
                 done.append(job)
                 continue
@@ -399,7 +406,14 @@ class FactsProbe:
     Args:
         snapshot: the cycle's snapshot (its nodes' usable facts, ``Node.trial_results``).
         node_job_id: a job's id as its node knows it.
+
+    Attributes:
+        request_why: the ``why`` the cycle writes into the ``measuring`` record: a node's
+            daemon probes only records that ask it to (a planner probing over its socket
+            writes none, and the node leaves the trial to it).
     """
+
+    request_why: TrialWhy = NODE_ASKED
 
     def __init__(self, snapshot: Snapshot, node_job_id: Callable[[str], str] = str) -> None:
         self.results: dict[str, dict[str, TrialResult]] = {

@@ -20,8 +20,9 @@ again in the next cycle. The states and what moves a job between them::
 
 ``kept``, ``resumed`` and ``requeued`` are final. Each step is written so that a cycle
 killed between the scheduler's action and the record's update is finished by the next one:
-the record goes to ``measuring`` *before* the probe (it is the request a node reads with
-``policy.membw.probe_via: facts``; the node daemon thaws a job frozen
+the record goes to ``measuring`` *before* the probe (with ``why`` :data:`NODE_ASKED`, it
+is the request a node reads with ``policy.membw.probe_via: facts``; the node daemon thaws
+a job frozen
 longer than ``node.max_freeze_s``, even across its own restart, so a probe cut off freezes
 nothing for good; the next cycle probes again); a suspend or resume is done *before* its
 record is written, and a record that disagrees with the job's state (``measuring`` or
@@ -50,9 +51,12 @@ STATES: tuple[TrialState, ...] = ("placed", "measuring", "kept", "suspended", "r
 FINAL: frozenset[str] = frozenset({"kept", "resumed", "requeued"})
 
 TrialWhy = Literal["within_limit", "over_limit", "probe_failed", "partners_ended",
-                   "max_suspend", "resumed_by_hand"]  # fmt: skip
+                   "max_suspend", "resumed_by_hand", "node_asked"]  # fmt: skip
 WHYS: tuple[TrialWhy, ...] = ("within_limit", "over_limit", "probe_failed", "partners_ended",
-                              "max_suspend", "resumed_by_hand")  # fmt: skip
+                              "max_suspend", "resumed_by_hand", "node_asked")  # fmt: skip
+#: The ``why`` of a ``measuring`` record that asks the node's daemon to probe it on its own
+#: and answer in its facts (``policy.membw.probe_via: facts``); a node probes no other.
+NODE_ASKED: TrialWhy = "node_asked"
 
 JobPhase = Literal["pending", "running", "suspended", "ended"]
 TrialAction = Literal["wait", "probe", "suspend", "resume", "requeue", "write", "none"]
@@ -221,7 +225,8 @@ def advance(job: TrialJob, alive: Iterable[str], now_s: float, limits: TrialLimi
         if job.phase == "suspended":
             # A cycle suspended it and was killed before writing so: write it now.
             return Step(job.job, "write", replace(rec, state="suspended", at_s=now,
-                                                  why=rec.why or "over_limit"),
+                                                  why="over_limit" if rec.why in
+                                                  (None, NODE_ASKED) else rec.why),
                         f"job {job.job} was suspended after its trial; recorded")  # fmt: skip
         if job.phase == "pending":
             return Step(job.job, "wait")

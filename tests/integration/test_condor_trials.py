@@ -299,5 +299,7 @@ def test_the_real_probe_through_the_nodes_facts(live: Pool, tmp_path: Path) -> N
     assert (freezer / "freezer.state").read_text().strip() == "THAWED"
     answers = json.loads((CHROOT / "run" / "coshare" / "node1" / "trials.json").read_text())
     assert answers["answers"][local][0] == published[0].at_s  # probed once, for that request
+    waited = pending[-1].split("asked ")[1].split(" s ago")[0]
     print(f"real probe via facts (HTCondor): job {other} measured {done.share:.3f} beside job "
-          f"{heavy} ({done.state}) after {len(pending)} pending cycle(s)")
+          f"{heavy} ({done.state}) after {len(pending)} pending cycle(s), the last {waited} s "
+          "after the request")

@@ -201,13 +201,13 @@ def test_a_nodes_job_ids_name_their_schedd_and_queue_ids() -> None:
 def test_measuring_records_of_this_nodes_running_jobs_are_the_requests() -> None:
     jobs = [node_job_id(gid(c)) for c in (12, 13, 14, 15)]
     ads = [ad(12),
-           ad(13, "measuring:1700000061:-:12.0+99.0:-"),   # 99.0 is not here: left out
+           ad(13, "measuring:1700000061:-:12.0+99.0:node_asked"),   # 99.0 not here: left out
            ad(14, "kept:1700000061:0.1:12.0:within_limit"),
-           ad(15, "measuring:1700000061:-:12.0:-", status=7),   # suspended: not probed
-           ad(16, "measuring:1700000061:-:12.0:-"),   # another node's job: never
-           ad(17, "measuring:oops")]  # fmt: skip
-    ads[5]["GlobalJobId"] = gid(17)
-    found, notes = requests_of(ads, [*jobs, node_job_id(gid(17))])
+           ad(15, "measuring:1700000061:-:12.0:node_asked", status=7),   # suspended: not probed
+           ad(16, "measuring:1700000061:-:12.0:node_asked"),   # another node's job: never
+           ad(17, "measuring:oops"),
+           ad(18, "measuring:1700000061:-:12.0:-")]  # its planner probes over its socket
+    found, notes = requests_of(ads, [*jobs, node_job_id(gid(17)), node_job_id(gid(18))])
     assert found == [TrialRequest(jobs[1], 1_700_000_061, (jobs[0],))]
     assert notes == ["job 17.0: trial record (text): 'measuring:oops' is not "
                      "state:at:share:partners:why; not probed"]  # fmt: skip
@@ -234,8 +234,8 @@ class Client:
 
 def test_only_the_schedds_of_this_nodes_jobs_are_asked_for_those_jobs_only() -> None:
     other = "other@host"
-    client = Client([SCHEDD, other, "idle@host"],
-                    {SCHEDD: [ad(12), ad(13, "measuring:1700000061:-:12.0:-")]})  # fmt: skip
+    asked = ad(13, "measuring:1700000061:-:12.0:node_asked")
+    client = Client([SCHEDD, other, "idle@host"], {SCHEDD: [ad(12), asked]})
     jobs = [node_job_id(gid(12)), node_job_id(gid(13)), node_job_id(gid(5, schedd=other)),
             "4711"]  # fmt: skip
     source = CondorTrialRequests(client)  # type: ignore[arg-type]

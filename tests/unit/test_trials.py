@@ -517,7 +517,9 @@ def test_the_cycle_keeps_a_pending_job_measuring_then_decides_by_the_nodes_answe
                        limits, T0 + 61)  # fmt: skip
     assert queue.log == ["write 2 measuring"] and first.steps == []
     asked = queue.jobs["2"].record
-    assert (asked.state, asked.at_s) == ("measuring", T0 + 61)
+    # The request asks the node to probe it (a planner probing over its socket does not).
+    assert (asked.state, asked.at_s, asked.why) == ("measuring", T0 + 61, "node_asked")
+    assert format_trial(asked) == f"measuring:{T0 + 61}:-:1:node_asked"
     assert any("probing beside job 1" in n for n in first.notes)
     assert any("its trial's probe is pending (node n1's facts carry no answer to the request "
                f"of {T0 + 61}" in n for n in first.notes), first.notes  # fmt: skip
@@ -533,10 +535,11 @@ def test_the_cycle_keeps_a_pending_job_measuring_then_decides_by_the_nodes_answe
     third = run_trials(queue, FactsProbe(answered, host), answered, programs, limits, T0 + 180)
     assert queue.log == ["write 2 measuring", "write 2 kept"]
     assert queue.jobs["2"].record.share == 0.3 and third.measured == {"stream": 0.3}
+    assert queue.jobs["2"].record.why == "within_limit"
 
 
 def test_a_job_whose_answer_never_comes_is_suspended_as_unmeasured() -> None:
-    queue = Queue({"2": tjob(rec("measuring", T0 + 61))})
+    queue = Queue({"2": tjob(rec("measuring", T0 + 61, why="node_asked"))})
     limits = replace(LIMITS, facts_wait_s=300)
     done = run_trials(queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), {}, limits,
                       T0 + 400)  # fmt: skip
@@ -545,3 +548,18 @@ def test_a_job_whose_answer_never_comes_is_suspended_as_unmeasured() -> None:
     assert any("failed (node n1's facts carry no answer to the request of "
                f"{T0 + 61} 339 s after it, longer than policy.membw.facts_wait_s 300)" in n
                for n in done.notes), done.notes  # fmt: skip
+
+
+def test_a_node_asked_job_found_suspended_is_recorded_over_the_limit() -> None:
+    step = advance(tjob(rec("measuring", T0, why="node_asked"), phase="suspended"), {"1"},
+                   T0 + 5, LIMITS)  # fmt: skip
+    assert step.record is not None and (step.record.state, step.record.why) == \
+        ("suspended", "over_limit")  # fmt: skip
+
+
+def test_a_measuring_record_that_asked_no_node_is_made_a_request() -> None:
+    # Left by a planner that probed over its socket before probe_via became facts.
+    queue = Queue({"2": tjob(rec("measuring", T0 + 61))})
+    run_trials(queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), {}, LIMITS, T0 + 90)
+    assert queue.log == ["write 2 measuring"]
+    assert (queue.jobs["2"].record.at_s, queue.jobs["2"].record.why) == (T0 + 90, "node_asked")
