@@ -104,10 +104,16 @@ class CondorAdapter:
     #: A trial's probe through the scheduler (``policy.membw.probe_via: step``,
     #: :class:`coshare.trial_cycle.ProbeStep`) is not offered: HTCondor runs a command inside
     #: a running job only through ``condor_ssh_to_job``, which needs sshd on every execute
-    #: node and runs as the job's owner, whom the node daemon does not let probe.
+    #: node and runs as the job's owner, whom the node daemon does not let probe
+    #: (``probe_via: facts`` reaches the node without either).
     probe_step_unsupported_reason: ClassVar[str] = (
         "HTCondor runs a command in a running job only through condor_ssh_to_job (sshd on "
         "the execute node, as the job's owner, whom the node daemon does not let probe)")
+    #: ``policy.membw.probe_via: facts`` (:class:`coshare.trial_cycle.FactsProbe`): each
+    #: execute node's daemon reads its jobs' ``measuring`` records from their schedd
+    #: (``node.trial_requests: condor``, :mod:`condor_addon.node_trials`) and answers in its
+    #: facts, which the startd cron publishes: no connection from the planner to the node.
+    probes_via_facts: ClassVar[bool] = True
 
     #: :meth:`apply` checks the planner lease's fence before each queue transaction that
     #: places, withdraws or requeues (:class:`coshare.ports.BatchFencedEditor`; issue 20).

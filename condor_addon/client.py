@@ -236,6 +236,34 @@ class CondorClient:
             out += [(name, values_of(ad, projection)) for ad in ads]
         return out, notes
 
+    def schedd_names(self) -> list[str]:
+        """The names of the schedds the collector knows.
+
+        Raises:
+            SchedulerUnavailable: the collector cannot be asked.
+        """
+        htc = self._htcondor
+        names: list[str] = self._read(f"list the schedds via {self.collector_name}", lambda: [
+            str(ad.get("Name")) for ad in self._collector().query(
+                htc.AdTypes.Schedd, projection=["Name"])])  # fmt: skip
+        return names
+
+    def schedd_job_ads(self, name: str, constraint: str,
+                       projection: Sequence[str]) -> list[dict[str, object]]:  # fmt: skip
+        """The jobs matching ``constraint`` of the schedd ``name`` (read-only), projected.
+
+        Raises:
+            SchedulerUnavailable: the schedd cannot be located or read.
+        """
+        htc = self._htcondor
+
+        def query() -> list[Any]:
+            schedd = htc.Schedd(self._collector().locate(htc.DaemonType.Schedd, name))
+            return list(schedd.query(constraint=constraint, projection=list(projection)))
+
+        ads = self._read(f"query the schedd {name}", query)
+        return [values_of(ad, projection) for ad in ads]
+
     def negotiator_ads(self, projection: Sequence[str]) -> list[dict[str, object]]:
         """The negotiator ads of the pool, projected (none when no negotiator runs)."""
         def query() -> list[Any]:

@@ -90,6 +90,13 @@ class SlurmAdapter:
     #: Placements carry a trial co-run's record and the adapter offers the trial verbs
     #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`, issue 18).
     runs_trials: ClassVar[bool] = True
+    #: ``policy.membw.probe_via: facts`` is not offered: Slurm's node daemons read no trial
+    #: requests from the queue (``node.trial_requests`` knows HTCondor's schedd only); the
+    #: probe reaches a Slurm node as a step of the job instead (``probe_via: step``).
+    probes_via_facts: ClassVar[bool] = False
+    probe_facts_unsupported_reason: ClassVar[str] = (
+        "node.trial_requests reads HTCondor's schedds only; on Slurm the probe reaches the "
+        "node as a step of the trial job: probe_via: step")
     writes_llc_ways: ClassVar[bool] = True
     #: Slurm's job ids are unique in the cluster, across partitions and planners: the
     #: engine's claims match another planner's claimed job to the same job read here

@@ -135,7 +135,15 @@ class MembwConfig:
             planner's host (``probe_socket`` must be reachable there: the planner runs on
             the node, or the nodes' sockets are on a shared path); ``step``, through the
             scheduler, as a step of the trial job on its node that runs ``coshare node
-            trial`` (Slurm: ``srun --jobid=J --overlap``; HTCondor offers none).
+            trial`` (Slurm: ``srun --jobid=J --overlap``; HTCondor offers none); ``facts``,
+            no connection to the node at all (HTCondor): the node's daemon reads the trial's
+            ``measuring`` record from the scheduler (``node.trial_requests``), probes, and
+            answers in its node facts (:class:`coshare.trial_cycle.FactsProbe`).
+        facts_wait_s: ``probe_via: facts``: a trial whose answer is not in its node's facts
+            this long after the request (the ``measuring`` record) failed its probe (the job
+            is unmeasured). The answer takes the daemon's ``node.sample_interval_s``, the
+            publisher's period (HTCondor's startd cron: 60 s) and the startd's collector
+            update (``UPDATE_INTERVAL``, 300 s by default) at most, and the next cycle.
         probe_command: ``coshare`` on the nodes, for ``probe_via: step`` (a name found in
             the step's ``PATH``, or an absolute path).
     """
@@ -150,8 +158,9 @@ class MembwConfig:
     probe_inject_file: str | None = None
     probe_socket: str = "/run/coshare/control.sock"
     probe_timeout_s: float = field(default=30.0, metadata={"min": 0.1, "max": 3600})
-    probe_via: Literal["socket", "step"] = "socket"
+    probe_via: Literal["socket", "step", "facts"] = "socket"
     probe_command: str = "coshare"
+    facts_wait_s: float = field(default=600.0, metadata={"min": 1, "max": 86400})
 
     def __post_init__(self) -> None:
         if _COMMAND_PATH.fullmatch(self.probe_command) is None:
@@ -332,6 +341,13 @@ class NodeConfig:
             equal shares, and take them back when a job comes (Spread-n-Share section 4.4);
             false: each job's group holds exactly its own ways.
         operator_uids: accounts that may FREEZE and THAW jobs over the control socket.
+        trial_requests: where the daemon reads the trial co-runs to probe for
+            ``policy.membw.probe_via: facts`` (answered in its facts, ``trial=``):
+            ``condor``, the schedds of this node's HTCondor jobs (read-only queries through
+            the ``htcondor`` bindings: the ``condor`` extra); ``none``: it reads none.
+        condor_config: ``trial_requests: condor``: the HTCondor configuration file the
+            bindings read (where the collector is); ``null``: HTCondor's own search
+            (``CONDOR_CONFIG``, ``/etc/condor/condor_config``).
         max_freeze_s: a job frozen longer than this is thawed by the daemon (a freeze is for
             a probe, never for good; issue 13).
     """
@@ -365,6 +381,8 @@ class NodeConfig:
     operator_uids: tuple[int, ...] = field(default=(0,), metadata={"max": 2**32 - 2})
     max_freeze_s: float = field(default=60.0, metadata={"min": 0.1})
     metrics_address: str | None = None
+    trial_requests: Literal["none", "condor"] = "none"
+    condor_config: str | None = None
 
     def __post_init__(self) -> None:
         if self.metrics_address is not None:

@@ -24,6 +24,7 @@ from coshare.planner import CycleReport, run_cycle, runs_trials
 from coshare.policies import Policy
 from coshare.ports import Adapter, TrialControl, TrialProbe
 from coshare.trial_cycle import (
+    FactsProbe,
     InjectedProbe,
     SocketProbe,
     StepProbe,
@@ -117,6 +118,15 @@ def step_trials(config: Config, adapter: Adapter, report: CycleReport,
         probe = InjectedProbe(membw.probe_inject_file)
     elif membw.probe_via == "socket":
         probe = SocketProbe(membw.probe_socket, membw.probe_timeout_s, control.node_job_id)
+    elif membw.probe_via == "facts":
+        if not getattr(adapter, "probes_via_facts", False):
+            reason = getattr(adapter, "probe_facts_unsupported_reason", "")
+            raise SchedulerError("policy.membw.probe_via facts: this scheduler's node "
+                                 "daemons read no trial requests"
+                                 f"{f' ({reason})' if reason else ''}; use probe_via: socket "
+                                 "or step")  # fmt: skip
+        assert report.snapshot is not None
+        probe = FactsProbe(report.snapshot, control.node_job_id)
     elif step is not None:
         probe = StepProbe(step.probe_step, membw.probe_command, membw.probe_socket,
                           membw.probe_timeout_s, control.node_job_id)  # fmt: skip
@@ -126,7 +136,8 @@ def step_trials(config: Config, adapter: Adapter, report: CycleReport,
                              f"command on a job's node{f' ({reason})' if reason else ''}; "
                              "use probe_via: socket")  # fmt: skip
     assert report.snapshot is not None
-    limits = TrialLimits(membw.max_share, membw.init_s, membw.max_suspend_s)
+    limits = TrialLimits(membw.max_share, membw.init_s, membw.max_suspend_s,
+                         membw.facts_wait_s)  # fmt: skip
     done = run_trials(control, probe, report.snapshot, membw_programs(config), limits,
                       time.time(), dry_run=dry_run)  # fmt: skip
     if membw.record_file is not None and not dry_run and done.measured:

@@ -12,7 +12,7 @@ staleness rule and what the snapshot gains live here once::
     coshare-facts;v=1;at=1700000000.000;membw_gbps=9.80;membw_baseline_gbps=19.60;
         membw_cores=2;membw_at=1699999990.000;llc_ways=20;llc_ways_free=12;
         load=1234:0.520:0.500:1.000:3600,1235:3.900:4.000:4.000:600;copy_mbps=1234:512.000;
-        cpus=1234:6;wait=1234:0.010:0.020,1235:0.400:1.100
+        cpus=1234:6;wait=1234:0.010:0.020,1235:0.400:1.100;trial=1235:1699999950:0.4300
 
 (one line, no spaces; broken here for reading). Items are ``key=value`` separated by ``;``;
 ``load`` lists ``job:mean:last:max:window_s`` per running job, in cores busy (CPU seconds
@@ -25,10 +25,16 @@ pinned to cores: how many its cpuset holds now, fewer than it asked for while it
 its cores back. ``wait`` lists ``job:mean:last`` per running job: its run-queue delay
 (:mod:`coshare.node.load`), the time its tasks were runnable but waiting for a CPU, per second,
 in cores, over the load's history and its last interval: what it wanted beyond its load. A
-node whose kernel keeps no per-task scheduler statistics publishes none. Keys other than
-these are ignored (a newer node may publish more; an older planner ignores ``wait``); a known
-key with an unusable value, a key given twice, or another version makes the whole line
-unusable. Every number follows :func:`coshare.bounds.parse_number` and
+node whose kernel keeps no per-task scheduler statistics publishes none. ``trial`` lists
+``job:at:result`` per trial co-run the node's daemon probed for a request it read from the
+scheduler's queue (``policy.membw.probe_via: facts``, :mod:`coshare.node.trial_requests`):
+``at`` is the request's (the ``at`` of the job's ``measuring`` record), ``result`` the job's
+measured share in 0..1 or, when the daemon could not measure, its error code (``a-z`` and
+``_``, e.g. ``unknown_job``). Keys other than these are ignored (a newer node may publish
+more; an older planner ignores ``wait`` and ``trial``); a known key with an unusable value, a
+key given twice, or another version makes the whole line unusable, except ``trial``: an
+unusable entry of it is left out with a note naming the node and the entry, and the rest of
+the line is used. Every number follows :func:`coshare.bounds.parse_number` and
 is bounded.
 
 Facts older than ``cycle.node_facts_max_age_s`` (or dated in the future by more than that)
@@ -55,7 +61,7 @@ from coshare.bounds import (
     parse_number,
 )
 from coshare.errors import FactsError
-from coshare.model import Node, RunningJob, Snapshot
+from coshare.model import Node, RunningJob, Snapshot, TrialResult
 
 #: The line's first item; a record whose text does not start with it holds no coshare facts.
 PREFIX = "coshare-facts"
@@ -69,6 +75,9 @@ _TEXT = re.compile(r"[A-Za-z0-9._:;=,+-]*")
 #: A job id as the node knows it (coshare.node.spec: HTCondor's GlobalJobId in id characters,
 #: Slurm's job id); never holds ``:`` or ``,``.
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+#: A trial's ``at`` (epoch seconds, as the trial record writes it) and a daemon's error code.
+_TRIAL_AT = re.compile(r"[0-9]{1,12}")
+_TRIAL_CODE = re.compile(r"[a-z][a-z_]{0,31}")
 #: How many nodes one grouped note names before it counts the rest.
 NOTE_NODES = 5
 
@@ -171,6 +180,9 @@ class NodeFacts:
         copies: copy bandwidth of each running GPU job, where the node measures it (NVML).
         cpus: cores each running job pinned to cores holds now.
         waits: run-queue delay of each running coshare job, where the kernel counts it.
+        trials: the trial probes the node's daemon ran for the scheduler's requests.
+        trial_problems: why ``trial`` entries were left out (node facts a planner reads:
+            the entry and what is wrong with it).
     """
 
     at_s: float
@@ -181,6 +193,8 @@ class NodeFacts:
     copies: tuple[JobCopy, ...] = ()
     cpus: tuple[JobCpus, ...] = ()
     waits: tuple[JobWait, ...] = ()
+    trials: tuple[TrialResult, ...] = ()
+    trial_problems: tuple[str, ...] = ()
 
 
 def _num(value: float, digits: int = 3) -> str:
@@ -228,6 +242,8 @@ def format_facts(facts: NodeFacts) -> str:
                 raise FactsError(f"job id {wait.job!r} cannot be carried in node facts")
         items.append("wait=" + ",".join(f"{w.job}:{_num(w.mean_cores)}:{_num(w.last_cores)}"
                                         for w in facts.waits))  # fmt: skip
+    if facts.trials:
+        items.append("trial=" + ",".join(_trial_entry(t) for t in facts.trials))
     text = ";".join(items)
     parse_facts(text)  # what a node publishes, a planner must read back
     return text
@@ -273,7 +289,77 @@ def parse_facts(text: str) -> NodeFacts:
     copies = _copies(fields["copy_mbps"]) if "copy_mbps" in fields else ()
     cpus = _cpus(fields["cpus"]) if "cpus" in fields else ()
     waits = _waits(fields["wait"]) if "wait" in fields else ()
-    return NodeFacts(at_s, membw, ways, free, loads, copies, cpus, waits)
+    trials, problems = _trials(fields["trial"]) if "trial" in fields else ((), ())
+    return NodeFacts(at_s, membw, ways, free, loads, copies, cpus, waits, trials, problems)
+
+
+def _trial_entry(trial: TrialResult) -> str:
+    """``job:at:result`` of one trial probe (see the module docstring)."""
+    if not _JOB.fullmatch(trial.job):
+        raise FactsError(f"job id {trial.job!r} cannot be carried in node facts")
+    if trial.share is not None:
+        if not (math.isfinite(trial.share) and 0.0 <= trial.share <= 1.0):
+            raise FactsError(f"trial of job {trial.job}: share {trial.share!r} is outside [0, 1]")
+        result = f"{trial.share:.4f}"
+    elif _is_code(trial.error):
+        result = trial.error
+    else:
+        raise FactsError(f"trial of job {trial.job}: error code {trial.error!r} is not a-z and _")
+    if not 0 <= trial.at_s < 10**12:
+        raise FactsError(f"trial of job {trial.job}: at {trial.at_s!r} is not 0..999999999999")
+    return f"{trial.job}:{trial.at_s}:{result}"
+
+
+def _is_code(text: str) -> bool:
+    """Whether ``text`` is an error code: ``a-z`` and ``_``, and no number (``nan``)."""
+    if _TRIAL_CODE.fullmatch(text) is None:
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return True
+    return False
+
+
+def _trials(text: str) -> tuple[tuple[TrialResult, ...], tuple[str, ...]]:
+    """The usable ``trial`` entries and why the others were left out: one bad entry (or a
+    job given twice: both left out, which one is right cannot be told) never costs the
+    node its other facts, nor a trial its other entries."""
+    if not text:
+        return (), ()
+    entries = text.split(",")
+    problems: list[str] = []
+    if len(entries) > MAX_LOADS:
+        problems.append(f"trial lists {len(entries)} entries; the {len(entries) - MAX_LOADS} "
+                        f"after the first {MAX_LOADS} are ignored")  # fmt: skip
+        entries = entries[:MAX_LOADS]
+    found: dict[str, TrialResult] = {}
+    twice: set[str] = set()
+    for entry in entries:
+        parts = entry.split(":")
+        if len(parts) != 3 or not _JOB.fullmatch(parts[0]):
+            problems.append(f"trial entry {_short(entry)!r} is not job:at:result")
+            continue
+        job, at, result = parts
+        if not _TRIAL_AT.fullmatch(at):
+            problems.append(f"trial entry of job {job}: at {_short(at)!r} is not epoch seconds")
+            continue
+        if _is_code(result):
+            trial = TrialResult(job, int(at), None, result)
+        else:
+            share = parse_number(result)
+            if share is None or not math.isfinite(share) or not 0 <= share <= 1:
+                problems.append(f"trial entry of job {job}: share {_short(result)!r} is not a "
+                                "number in 0..1 (nor an error code)")  # fmt: skip
+                continue
+            trial = TrialResult(job, int(at), share)
+        if job in found or job in twice:
+            twice.add(job)
+            found.pop(job, None)
+            continue
+        found[job] = trial
+    problems += [f"trial lists job {job} twice; both entries ignored" for job in sorted(twice)]
+    return tuple(found.values()), tuple(problems)
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -454,6 +540,7 @@ def _node_with(node: Node, facts: NodeFacts) -> Node:
         membw_baseline_gbps=membw.baseline_gbps if membw else None,
         llc_ways=node.llc_ways if node.llc_ways is not None else facts.llc_ways,
         llc_ways_free=facts.llc_ways_free,
+        trial_results=facts.trials,
     )
 
 
@@ -495,6 +582,8 @@ def usable_facts(
         if old is not None:
             problems.setdefault("stale", []).append((node, old))
             continue
+        for problem in facts.trial_problems:
+            problems.setdefault("trial", []).append((node, problem))
         if facts.membw is not None:
             probe_old = age_problem(facts.membw.at_s, now_s, max_age_s)
             if probe_old is not None:
@@ -508,6 +597,12 @@ def usable_facts(
         "probe": f"membw probe older than {limit}",
     }
     notes = tuple(_grouped(what[kind], problems[kind]) for kind in what if kind in problems)
+    if "trial" in problems:
+        found = problems["trial"]
+        shown = "; ".join(f"{node}: {detail}" for node, detail in found[:NOTE_NODES])
+        more = f"; and {len(found) - NOTE_NODES} more" if len(found) > NOTE_NODES else ""
+        notes += (f"node facts: {len(found)} trial entries unusable, ignored (the trials they "
+                  f"answer wait for a usable one: {shown}{more})",)  # fmt: skip
     return usable, notes
 
 

@@ -101,6 +101,25 @@ class Device:
 
 
 @dataclass(frozen=True, slots=True)
+class TrialResult:
+    """A trial co-run's probe as the node's daemon answered it in its facts
+    (``policy.membw.probe_via: facts``, :mod:`coshare.facts`'s ``trial=``).
+
+    Attributes:
+        job: the trial job's id on its node (HTCondor: its GlobalJobId in id characters).
+        at_s: the request it answers: the ``at`` of the job's ``measuring`` record.
+        share: the job's measured share of the node's bandwidth; ``None``: not measured.
+        error: the daemon's error code when it could not measure (``unknown_job``,
+            ``unsupported``, ``interrupted`` ...; its log says more).
+    """
+
+    job: str
+    at_s: int
+    share: float | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     """A compute node ("server") with its host resources and devices.
 
@@ -125,6 +144,9 @@ class Node:
         membw_at_s: node facts: when the probe behind ``membw_avail_gbps`` ran (it may be
             older than ``facts_at_s``: the daemon probes every ``node.probe_interval_s``);
             the ``membw`` policy counts a job as measured only if it ran before the probe.
+        trial_results: node facts: the trial probes the node's daemon ran for requests it
+            read from the scheduler's queue (``policy.membw.probe_via: facts``); read by the
+            trial cycle only, not part of the snapshot's JSON.
     """
 
     name: str
@@ -139,6 +161,7 @@ class Node:
     llc_ways_free: int | None = None
     facts_at_s: float | None = None
     membw_at_s: float | None = None
+    trial_results: tuple[TrialResult, ...] = ()
 
     @property
     def cores(self) -> int | float:

@@ -222,11 +222,15 @@ class ProbeResult:
     Attributes:
         share: the job on trial's share of its node's memory bandwidth (``1 - available``
             on its partners' cores while they were frozen); ``None`` when the probe failed.
-        error: why it failed (empty when it did not).
+        error: why it failed (empty when it did not); for a pending one, what it waits for.
+        pending: no result yet, and no failure either: the node answers later
+            (``policy.membw.probe_via: facts``: the result comes with the node's facts);
+            the job stays ``measuring`` and the next cycle looks again.
     """
 
     share: float | None
     error: str = ""
+    pending: bool = False
 
 
 class TrialProbe(Protocol):
@@ -234,14 +238,16 @@ class TrialProbe(Protocol):
 
     Contract: freeze ``partners`` on ``node``, probe the memory bandwidth available on their
     cores, thaw them whatever happened, and return the share of ``job``; a failure or a
-    timeout is a :class:`ProbeResult` with ``share=None`` and the reason, never raised.
-    A test may inject measurements through the same interface
-    (:class:`coshare.trial_cycle.InjectedProbe`).
+    timeout is a :class:`ProbeResult` with ``share=None`` and the reason, never raised. A
+    probe whose node answers later (through its facts) returns ``pending`` until the answer
+    to this request (``requested_at_s``) is there. A test may inject measurements through
+    the same interface (:class:`coshare.trial_cycle.InjectedProbe`).
     """
 
-    def measure(self, node: str, job: str, partners: Sequence[str],
-                program: str | None) -> ProbeResult:  # fmt: skip
-        """Measure ``job`` on ``node`` with ``partners`` frozen."""
+    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
+                *, requested_at_s: int) -> ProbeResult:  # fmt: skip
+        """Measure ``job`` on ``node`` with ``partners`` frozen; ``requested_at_s``: the
+        ``at`` of the job's ``measuring`` record (the request a later answer names)."""
         ...
 
 

@@ -8,6 +8,9 @@ through its scheduler's :class:`~coshare.ports.TrialControl` and a
         probe:   control.write_trial(measuring) --> probe.measure() --> trials.decide()
                    kept:      control.write_trial(kept, share)
                    suspended: control.suspend() --> control.write_trial(suspended)
+                 pending (the node answers later) --> trials.awaiting()
+                   wait:      nothing (measuring; the next cycle looks again)
+                   past policy.membw.facts_wait_s: suspended, as a failed probe
         resume:  control.resume()  --> control.write_trial(resumed)
         requeue: control.requeue(reason)           (placement and record replaced)
         write:   control.write_trial(...)          (a record brought in line with its job)
@@ -21,7 +24,10 @@ probe_inject_file``), :class:`SocketProbe` (the node daemon's ``TRIAL`` request 
 control socket, :mod:`coshare.node.control`, reached from the planner's host:
 ``policy.membw.probe_via: socket``) and :class:`StepProbe` (the same request sent on the
 job's node by ``coshare node trial``, which the scheduler runs there as a step of the trial
-job: ``probe_via: step``; the adapter says how, :class:`ProbeStep`).
+job: ``probe_via: step``; the adapter says how, :class:`ProbeStep`) and :class:`FactsProbe`
+(no connection to the node at all: the ``measuring`` record in the queue is the request,
+the node's daemon reads it from the scheduler, probes, and answers in its facts, which
+the snapshot carries: ``probe_via: facts``; pending until the answer is there).
 """
 
 from __future__ import annotations
@@ -33,22 +39,25 @@ import os
 import socket
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from coshare.commands import CommandResult
 from coshare.errors import CommandFailed, ConfigError
 from coshare.files import TooLarge, read_bounded
-from coshare.model import Snapshot
+from coshare.model import Snapshot, TrialResult
 from coshare.policies.membw import UNKNOWN_SHARE, job_share
 from coshare.ports import ProbeResult, TrialControl, TrialProbe
 from coshare.profiles import PROGRAM_NAME
 from coshare.trials import (
+    NODE_ASKED,
     Step,
     TrialJob,
     TrialLimits,
+    TrialWhy,
     advance,
+    awaiting,
     decide,
     measured_programs,
 )
@@ -113,12 +122,19 @@ def run_trials(
             done.append(job)
             continue
         if step.action == "probe":
+            why = getattr(probe, "request_why", None)  # the request a node reads itself
+            if step.record is not None and why is not None:
+                step = replace(step, record=replace(step.record, why=why))
+            elif why is not None and job.record.why != why:  # measuring, asked no node yet
+                step = replace(step, record=replace(job.record, at_s=int(now_s), why=why))
             if step.record is not None and not _write(control, job.job, step, report):
                 done.append(job)
                 continue
-            report.notes.append(step.note)
+            asked = step.record or job.record  # the measuring record: the request
             partners = [p for p in job.record.partners if p in alive]
-            result = _measure(probe, job, partners)
+            result = _measure(probe, job, partners, asked.at_s)
+            if not result.pending or step.record is not None:
+                report.notes.append(step.note)  # not "probing again" each pending cycle
             node = nodes.get(job.node)
             use = 0.0
             for partner in partners:
@@ -126,7 +142,15 @@ def run_trials(
                 share = None if held is None or node is None else \
                     job_share(held.program, held.membw_gbps, node, programs)  # fmt: skip
                 use += UNKNOWN_SHARE if share is None else share
-            step = decide(job, result.share, result.error, use, now_s, limits)
+            if result.pending:
+                job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s, asked)
+                step = awaiting(job, result.error, use, now_s, limits)
+                if step.action == "wait":
+                    report.notes.append(step.note)
+                    done.append(job)
+                    continue
+            else:
+                step = decide(job, result.share, result.error, use, now_s, limits)
         report.steps.append(step)
         if _act(control, job, step, report) and step.record is not None:
             job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s,
@@ -136,10 +160,12 @@ def run_trials(
     return report
 
 
-def _measure(probe: TrialProbe, job: TrialJob, partners: Sequence[str]) -> ProbeResult:
+def _measure(probe: TrialProbe, job: TrialJob, partners: Sequence[str],
+             requested_at_s: int) -> ProbeResult:  # fmt: skip
     """The probe's result; an exception of the probe is a failed probe, not a failed cycle."""
     try:
-        return probe.measure(job.node, job.job, partners, job.program)
+        return probe.measure(job.node, job.job, partners, job.program,
+                             requested_at_s=requested_at_s)  # fmt: skip
     except Exception as exc:
         return ProbeResult(None, f"{type(exc).__name__}: {exc}")
 
@@ -248,8 +274,8 @@ class InjectedProbe:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def measure(self, node: str, job: str, partners: Sequence[str],
-                program: str | None) -> ProbeResult:  # fmt: skip
+    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
+                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
         """The injected share of ``job`` (or of its program)."""
         try:
             data = json.loads(read_bounded(Path(self.path), MAX_RECORD_CHARS))
@@ -281,8 +307,8 @@ class SocketProbe:
         self.timeout_s = timeout_s
         self.node_job_id = node_job_id
 
-    def measure(self, node: str, job: str, partners: Sequence[str],
-                program: str | None) -> ProbeResult:  # fmt: skip
+    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
+                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
         """Ask ``node``'s daemon to measure ``job`` with ``partners`` frozen."""
         path = self.template.replace("{node}", node)
         request = trial_request(self.node_job_id(job), [self.node_job_id(p) for p in partners])
@@ -345,8 +371,8 @@ class StepProbe:
         self.timeout_s = timeout_s
         self.node_job_id = node_job_id
 
-    def measure(self, node: str, job: str, partners: Sequence[str],
-                program: str | None) -> ProbeResult:  # fmt: skip
+    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
+                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
         """Run the probe step of ``job`` on ``node``; its printed answer."""
         argv = [self.command, "node", "trial", "--socket", self.template.replace("{node}", node),
                 "--timeout-s", f"{self.timeout_s:g}", "--job", self.node_job_id(job),
@@ -362,6 +388,52 @@ class StepProbe:
             return parse_trial_reply(answers[-1])
         why = _last_line(result.stderr) or f"exit status {result.returncode}, no answer"
         return ProbeResult(None, f"the probe step of job {job} on {node}: {why}")
+
+
+class FactsProbe:
+    """The real probe without any connection to the node (``policy.membw.probe_via:
+    facts``): the ``measuring`` record the cycle writes into the job's queue entry is the
+    request; the node's daemon reads it from the scheduler (HTCondor: the schedd, read-only,
+    :mod:`condor_addon.node_trials`), sends itself the same ``TRIAL`` as
+    :class:`SocketProbe` would, at most once per request, and publishes the answer in its
+    node facts (``trial=job:at:result``, :mod:`coshare.facts`), which reach the planner the
+    way all facts do (HTCondor: the startd cron into the machine ad). This probe only looks
+    the answer up in the cycle's snapshot: an answer to this request (its ``at``) is the
+    result; none yet (or one to an earlier request) is ``pending``, and the trial waits in
+    ``measuring`` (:func:`coshare.trials.awaiting` fails it after
+    ``policy.membw.facts_wait_s``).
+
+    Args:
+        snapshot: the cycle's snapshot (its nodes' usable facts, ``Node.trial_results``).
+        node_job_id: a job's id as its node knows it.
+
+    Attributes:
+        request_why: the ``why`` the cycle writes into the ``measuring`` record: a node's
+            daemon probes only records that ask it to (a planner probing over its socket
+            writes none, and the node leaves the trial to it).
+    """
+
+    request_why: TrialWhy = NODE_ASKED
+
+    def __init__(self, snapshot: Snapshot, node_job_id: Callable[[str], str] = str) -> None:
+        self.results: dict[str, dict[str, TrialResult]] = {
+            n.name: {r.job: r for r in n.trial_results} for n in snapshot.nodes}
+        self.node_job_id = node_job_id
+
+    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
+                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
+        """The answer of ``node``'s daemon to the request of ``requested_at_s``, if it is in
+        the node's facts."""
+        local = self.node_job_id(job)
+        found = self.results.get(node, {}).get(local)
+        if found is None or found.at_s != requested_at_s:
+            earlier = "" if found is None else f" (only one of {found.at_s})"
+            return ProbeResult(None, f"node {node}'s facts carry no answer to the request of "
+                               f"{requested_at_s}{earlier}", pending=True)  # fmt: skip
+        if found.share is None:
+            return ProbeResult(None, f"node {node}'s daemon could not probe it "
+                               f"({found.error}; its log says why)")  # fmt: skip
+        return ProbeResult(found.share)
 
 
 def _last_line(text: str) -> str:

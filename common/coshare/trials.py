@@ -9,6 +9,8 @@ again in the next cycle. The states and what moves a job between them::
     plan names a trial --> placed --(running >= init_s)--> measuring
     placed or measuring --(every partner ended first)--> kept (alone, unmeasured)
     measuring --(killed planner: probed again next cycle)--> measuring
+    measuring --(probe pending: the node answers in its facts later)--> measuring
+    measuring --(still pending facts_wait_s after the request: probe failed)--> suspended
     measuring --(use + partners' <= max_share)--> kept (share recorded per program)
     measuring --(over the limit; or the probe failed: unmeasured = bandwidth-bound)-->
         suspended (through the scheduler)
@@ -18,7 +20,9 @@ again in the next cycle. The states and what moves a job between them::
 
 ``kept``, ``resumed`` and ``requeued`` are final. Each step is written so that a cycle
 killed between the scheduler's action and the record's update is finished by the next one:
-the record goes to ``measuring`` *before* the probe (the node daemon thaws a job frozen
+the record goes to ``measuring`` *before* the probe (with ``why`` :data:`NODE_ASKED`, it
+is the request a node reads with ``policy.membw.probe_via: facts``; the node daemon thaws
+a job frozen
 longer than ``node.max_freeze_s``, even across its own restart, so a probe cut off freezes
 nothing for good; the next cycle probes again); a suspend or resume is done *before* its
 record is written, and a record that disagrees with the job's state (``measuring`` or
@@ -47,9 +51,12 @@ STATES: tuple[TrialState, ...] = ("placed", "measuring", "kept", "suspended", "r
 FINAL: frozenset[str] = frozenset({"kept", "resumed", "requeued"})
 
 TrialWhy = Literal["within_limit", "over_limit", "probe_failed", "partners_ended",
-                   "max_suspend", "resumed_by_hand"]  # fmt: skip
+                   "max_suspend", "resumed_by_hand", "node_asked"]  # fmt: skip
 WHYS: tuple[TrialWhy, ...] = ("within_limit", "over_limit", "probe_failed", "partners_ended",
-                              "max_suspend", "resumed_by_hand")  # fmt: skip
+                              "max_suspend", "resumed_by_hand", "node_asked")  # fmt: skip
+#: The ``why`` of a ``measuring`` record that asks the node's daemon to probe it on its own
+#: and answer in its facts (``policy.membw.probe_via: facts``); a node probes no other.
+NODE_ASKED: TrialWhy = "node_asked"
 
 JobPhase = Literal["pending", "running", "suspended", "ended"]
 TrialAction = Literal["wait", "probe", "suspend", "resume", "requeue", "write", "none"]
@@ -168,11 +175,14 @@ class TrialLimits:
         max_share: the most the jobs of a node may use together.
         init_s: a trial is measured once the job ran this long (its initialization).
         max_suspend_s: a job suspended longer than this is requeued with the reason.
+        facts_wait_s: a probe still pending this long after its request (the ``at`` of
+            the ``measuring`` record) failed (``policy.membw.probe_via: facts``).
     """
 
     max_share: float = 0.9
     init_s: float = 60.0
     max_suspend_s: float = 3600.0
+    facts_wait_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -215,7 +225,8 @@ def advance(job: TrialJob, alive: Iterable[str], now_s: float, limits: TrialLimi
         if job.phase == "suspended":
             # A cycle suspended it and was killed before writing so: write it now.
             return Step(job.job, "write", replace(rec, state="suspended", at_s=now,
-                                                  why=rec.why or "over_limit"),
+                                                  why="over_limit" if rec.why in
+                                                  (None, NODE_ASKED) else rec.why),
                         f"job {job.job} was suspended after its trial; recorded")  # fmt: skip
         if job.phase == "pending":
             return Step(job.job, "wait")
@@ -287,6 +298,29 @@ def decide(job: TrialJob, share: float | None, error: str, partners_use: float, 
                 f"job {job.job}: measured {share:.2f}, with {_list(rec.partners)} "
                 f"{total:.2f} > policy.membw.max_share {limits.max_share:g}; suspended "
                 "until they end")  # fmt: skip
+
+
+def awaiting(job: TrialJob, pending: str, partners_use: float, now_s: float,
+             limits: TrialLimits) -> Step:  # fmt: skip
+    """The step when the trial's probe is pending (its node answers later, in its facts):
+    the job stays ``measuring`` (a ``wait`` with a note), unless the request (the record's
+    ``at``) is older than ``limits.facts_wait_s``: then the probe failed (:func:`decide`:
+    unmeasured, suspended).
+
+    Args:
+        job: the job, its record ``measuring`` since the request.
+        pending: why the probe has no result yet (for the notes).
+        partners_use: as for :func:`decide`.
+    """
+    waited = now_s - job.record.at_s
+    if waited > limits.facts_wait_s:
+        return decide(job, None, f"{pending} {waited:.0f} s after it, longer than "
+                      f"policy.membw.facts_wait_s {limits.facts_wait_s:g}", partners_use,
+                      now_s, limits)  # fmt: skip
+    return Step(job.job, "wait", None,
+                f"job {job.job}: its trial's probe is pending ({pending}; asked "
+                f"{max(waited, 0):.0f} s ago, waiting at most policy.membw.facts_wait_s "
+                f"{limits.facts_wait_s:g})")  # fmt: skip
 
 
 def measured_programs(jobs: Iterable[TrialJob]) -> dict[str, float]:

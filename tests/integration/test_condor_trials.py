@@ -1,6 +1,9 @@
 """Trial co-runs of the ``membw`` policy live on the real HTCondor pool (issue 18 item 3),
 with the measurements injected through the probe's interface
-(``policy.membw.probe_inject_file``), and the real probe once through the node daemon:
+(``policy.membw.probe_inject_file``), and the real probe once through the node daemon's
+control socket (``probe_via: socket``) and once with no connection to the node at all
+(``probe_via: facts``: the node's daemon reads the request from the schedd and answers in
+its facts, which the startd cron publishes):
 
 - a bandwidth-heavy job (a memory-copying loop, program recorded at 0.6) and a compute-bound
   one (a spinning loop, unknown until its trial measures 0.05) run together on one node;
@@ -22,6 +25,7 @@ import pytest
 from coshare.cli import policy_options
 from coshare.config import load_config
 from coshare.cycles import step_trials
+from coshare.facts import parse_facts
 from coshare.planner import run_cycle
 from coshare.policies import make_policy
 from coshare.policies.membw import node_uses
@@ -74,7 +78,7 @@ class Cycles:
     """``coshare condor cycle`` with ``policy: membw`` and trials on (``init_s`` 2 s)."""
 
     def __init__(self, pool: Pool, tmp: Path, inject: dict[str, object] | None,
-                 max_suspend_s: float = 600) -> None:  # fmt: skip
+                 max_suspend_s: float = 600, probe_via: str = "socket") -> None:  # fmt: skip
         path = tmp / "coshare.yaml"
         text = (f"condor: {{config_file: {CLIENT_CONFIG}, retry_wait_s: 0.1}}\n"
                 "policy:\n  name: membw\n  membw:\n    trials: true\n    init_s: 2\n"
@@ -82,7 +86,9 @@ class Cycles:
                 "    programs: {stream: 0.6}\n"
                 f"    record_file: {tmp / 'measured.json'}\n"
                 f"    probe_socket: {CHROOT}/run/coshare/{{node}}/control.sock\n"
-                "    probe_timeout_s: 60\n")  # fmt: skip
+                "    probe_timeout_s: 60\n"
+                f"    probe_via: {probe_via}\n"
+                "    facts_wait_s: 300\n")  # fmt: skip
         if inject is not None:
             (tmp / "inject.json").write_text(json.dumps(inject))
             text += f"    probe_inject_file: {tmp / 'inject.json'}\n"
@@ -153,10 +159,10 @@ def start(pool: Pool, cycles: Cycles, script: str, program: str, seconds: int) -
     return job
 
 
-def decided(pool: Pool, cycles: Cycles, job: str) -> TrialRecord:
+def decided(pool: Pool, cycles: Cycles, job: str, timeout_s: float = 60) -> TrialRecord:
     try:
         cycles.until(lambda: (r := record(pool, job)) is not None
-                     and r.state not in ("placed", "measuring"), 60,
+                     and r.state not in ("placed", "measuring"), timeout_s,
                      f"the trial of job {job} to be decided")  # fmt: skip
     except AssertionError as exc:
         shown = {i: {k: v for k, v in ad.items() if k.startswith("Coshare") or k == "JobStatus"}
@@ -252,3 +258,48 @@ def test_the_real_probe_through_the_nodes_daemon(live: Pool, tmp_path: Path) -> 
     assert (freezer / "freezer.state").read_text().strip() == "THAWED"
     print(f"real probe (HTCondor): job {other} measured {done.share:.3f} beside job {heavy} "
           f"({done.state})")
+
+
+def test_the_real_probe_through_the_nodes_facts(live: Pool, tmp_path: Path) -> None:
+    """``probe_via: facts``: nothing connects the planner to the node. The cycle writes the
+    trial's ``measuring`` record (the request); node1's daemon reads it from the schedd,
+    freezes the first job, probes, thaws it, and writes the answer into its facts; the
+    startd cron publishes them (every 60 s: the execute snippet's period); the cycle reads
+    the answer from the machine ad and keeps or suspends the job by it."""
+    env = {**os.environ, "COSHARE_CONFIG": str(CHROOT / "pool" / "coshare" / "node1.yaml")}
+    init = subprocess.run([f"{COSHARE_BIN}/coshare", "node", "probe", "membw", "--init"],
+                          env=env, text=True, capture_output=True, timeout=300)  # fmt: skip
+    assert init.returncode == 0, init.stdout + init.stderr
+    cycles = Cycles(live, tmp_path, None, probe_via="facts")
+    # CPU seconds, more than the answer can take to come (a cron period and the updates)
+    # on a machine others share.
+    heavy = start(live, cycles, "copy.py", "stream", 400)
+    other = start(live, cycles, "copy.py", "mystery2", 300)
+    done = decided(live, cycles, other, timeout_s=240)
+    assert done.share is not None and 0 <= done.share <= 1, (done, cycles.lines)
+    over = done.share + 0.6 > 0.9 + 1e-9
+    assert (done.state, done.why) == (("suspended", "over_limit") if over
+                                      else ("kept", "within_limit")), cycles.lines  # fmt: skip
+    assert status(live, other) == (SUSPENDED if over else RUNNING)
+    # It waited for the answer in measuring (the cycles said so) ...
+    pending = [line for line in cycles.lines if f"job {other}: its trial's probe is pending" in
+               line]  # fmt: skip
+    assert pending, cycles.lines
+    # ... and the answer it decided by is the one node1 published for its request.
+    ads = live.jobs()
+    assert ads[heavy]["CosharePlacedNode"] == ads[other]["CosharePlacedNode"] == "node1"
+    local = node_job_id(str(ads[other]["GlobalJobId"]))
+    published = [t for a in live.client.slot_ads() if a.get("CoshareNodeName") == "node1"
+                 and isinstance(a.get("CoshareNodeFacts"), str)
+                 for t in parse_facts(str(a["CoshareNodeFacts"])).trials if t.job == local]
+    assert published and {t.share for t in published} == {done.share}, (published, done)
+    assert status(live, heavy) == RUNNING
+    freezer = Path("/sys/fs/cgroup/freezer") / "coshare-pool-node1" / \
+        f"job-{node_job_id(str(ads[heavy]['GlobalJobId']))}"  # fmt: skip
+    assert (freezer / "freezer.state").read_text().strip() == "THAWED"
+    answers = json.loads((CHROOT / "run" / "coshare" / "node1" / "trials.json").read_text())
+    assert answers["answers"][local][0] == published[0].at_s  # probed once, for that request
+    waited = pending[-1].split("asked ")[1].split(" s ago")[0]
+    print(f"real probe via facts (HTCondor): job {other} measured {done.share:.3f} beside job "
+          f"{heavy} ({done.state}) after {len(pending)} pending cycle(s), the last {waited} s "
+          "after the request")

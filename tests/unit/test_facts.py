@@ -24,7 +24,7 @@ from coshare.facts import (
     usable_facts,
     with_facts,
 )
-from coshare.model import Node, RunningJob, Snapshot
+from coshare.model import Node, RunningJob, Snapshot, TrialResult
 from coshare.schema import decode_json, parse_snapshot, snapshot_to_dict
 from hypothesis import given
 from hypothesis import strategies as st
@@ -295,3 +295,60 @@ def test_run_queue_waits_are_carried_bounded_and_attached() -> None:
         [(0.25, 1.5), (None, None), (None, None)]  # a planned job has no tasks yet  # fmt: skip
     assert parse_snapshot(snapshot_to_dict(attached)) == attached
     jsonschema.validate(snapshot_to_dict(attached), json.loads(schema_text("snapshot")))
+
+
+def test_trial_answers_are_carried_and_attached_to_their_node() -> None:
+    facts = replace(FULL, trials=(TrialResult("node1_1.0_17", 1_699_999_950, 0.43),
+                                  TrialResult("1234", 1_699_999_960, None, "unknown_job")))
+    text = format_facts(facts)
+    assert text.endswith(";trial=node1_1.0_17:1699999950:0.4300,1234:1699999960:unknown_job")
+    assert parse_facts(text) == facts
+    # An older planner's reader ignores the key: the rest of the line reads as before.
+    assert parse_facts(text.replace(";trial=", ";zz_future=")).trials == ()
+    usable, notes = usable_facts({"n1": text}, now_s=NOW, max_age_s=600)
+    assert notes == ()
+    snap = attach(Snapshot((Node("n1", 4000, 1024), Node("n2", 4000, 1024)), (), ()), usable)
+    assert snap.nodes[0].trial_results == facts.trials and snap.nodes[1].trial_results == ()
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ("7:1699999950:1.5", "trial entry of job 7: share '1.5' is not a number in 0..1 (nor "
+     "an error code)"),
+    ("7:1699999950:-0.1", "trial entry of job 7: share '-0.1' is not a number in 0..1 (nor "
+     "an error code)"),
+    ("7:1699999950:nan", "trial entry of job 7: share 'nan' is not a number in 0..1 (nor "
+     "an error code)"),
+    ("7:1699999950:Bad", "trial entry of job 7: share 'Bad' is not a number in 0..1 (nor "
+     "an error code)"),
+    ("7:soon:0.5", "trial entry of job 7: at 'soon' is not epoch seconds"),
+    ("7:-5:0.5", "trial entry of job 7: at '-5' is not epoch seconds"),
+    ("7:1699999950", "trial entry '7:1699999950' is not job:at:result"),
+    ("7:1:0.5:x", "trial entry '7:1:0.5:x' is not job:at:result"),
+    (":1:0.5", "trial entry ':1:0.5' is not job:at:result"),
+])  # fmt: skip
+def test_a_bad_trial_entry_is_ignored_with_a_note_and_the_rest_is_used(
+    entry: str, problem: str
+) -> None:
+    good = "8:1699999950:0.2000"
+    text = format_facts(FULL) + f";trial={entry},{good}"
+    usable, notes = usable_facts({"n1": text, "n2": format_facts(FULL)}, now_s=NOW,
+                                 max_age_s=600)  # fmt: skip
+    assert set(usable) == {"n1", "n2"}
+    assert usable["n1"].trials == (TrialResult("8", 1_699_999_950, 0.2),)
+    assert usable["n1"].loads == FULL.loads  # the node's other facts are kept
+    assert notes == ("node facts: 1 trial entries unusable, ignored (the trials they answer "
+                     f"wait for a usable one: n1: {problem})",)  # fmt: skip
+
+
+def test_a_job_answered_twice_has_neither_answer() -> None:
+    text = format_facts(FULL) + ";trial=7:1:0.1,7:2:0.2,8:3:0.3"
+    facts = parse_facts(text)
+    assert facts.trials == (TrialResult("8", 3, 0.3),)
+    assert facts.trial_problems == ("trial lists job 7 twice; both entries ignored",)
+
+
+def test_a_trial_answer_the_line_cannot_carry_is_never_written() -> None:
+    for bad in (TrialResult("a b", 1, 0.5), TrialResult("7", 1, 1.5),
+                TrialResult("7", 1, None, "Not a code"), TrialResult("7", -1, 0.5)):
+        with pytest.raises(FactsError):
+            format_facts(replace(FULL, trials=(bad,)))

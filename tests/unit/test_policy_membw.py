@@ -234,6 +234,8 @@ def test_the_policy_is_built_from_the_configuration() -> None:
     ({"programs": {"a b": 0.5}}, "policy.membw.programs"),
     ({"init_s": -1}, "policy.membw.init_s"),
     ({"probe_via": "ssh"}, "policy.membw.probe_via"),
+    ({"facts_wait_s": 0}, "policy.membw.facts_wait_s"),
+    ({"facts_wait_s": float("nan")}, "policy.membw.facts_wait_s"),
     ({"probe_command": "coshare; rm -rf /"}, "policy.membw.probe_command"),
     ({"probe_command": ""}, "policy.membw.probe_command"),
 ])  # fmt: skip

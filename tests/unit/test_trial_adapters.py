@@ -316,3 +316,19 @@ def test_a_cycle_asked_to_probe_through_htcondor_stops_its_trials_with_the_reaso
     with pytest.raises(SchedulerError, match=r"probe_via step: this scheduler's adapter runs "
                                              r"no command on a job's node \(HTCondor runs"):
         step_trials(config, adapter, None, dry_run=False)  # type: ignore[arg-type]
+
+
+def test_probe_via_facts_is_htcondors_and_slurm_refuses_it_with_the_reason() -> None:
+    from coshare.config import build
+    from coshare.cycles import step_trials
+    from coshare.errors import SchedulerError
+
+    assert CondorAdapter.probes_via_facts and not SlurmAdapter.probes_via_facts
+    config = build(Config, {"policy": {"name": "membw", "membw": {"trials": True,
+                                                                  "probe_via": "facts"}}})
+    assert config.policy.membw.probe_via == "facts"
+    with pytest.raises(SchedulerError, match=r"probe_via facts: this scheduler's node daemons "
+                                             r"read no trial requests \(node.trial_requests "
+                                             r"reads HTCondor's schedds only"):
+        step_trials(config, SlurmAdapter.__new__(SlurmAdapter), None,  # type: ignore[arg-type]
+                    dry_run=False)

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 from coshare.errors import ConfigError
-from coshare.model import MILLI, Job, Node, RunningJob, Snapshot
+from coshare.model import MILLI, Job, Node, RunningJob, Snapshot, TrialResult
 from coshare.policies.membw import MembwPolicy
 from coshare.ports import ProbeResult
 from coshare.trial_cycle import (
+    FactsProbe,
     InjectedProbe,
     SocketProbe,
     parse_trial_reply,
@@ -34,6 +35,7 @@ from coshare.trials import (
     TrialRecord,
     TrialRecordError,
     advance,
+    awaiting,
     decide,
     format_trial,
     measured_programs,
@@ -273,8 +275,8 @@ class Probe:
     shares: list[float | None]
     asked: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
 
-    def measure(self, node: str, job: str, partners: Sequence[str],
-                program: str | None) -> ProbeResult:  # fmt: skip
+    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
+                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
         self.asked.append((node, job, tuple(partners)))
         share = self.shares.pop(0)
         if share is None:
@@ -454,3 +456,110 @@ def test_a_probe_without_an_answer_or_a_daemon_fails_with_why(tmp_path: Path) ->
     thread.join(5)
     missing = SocketProbe(str(tmp_path / "{node}.sock"), 1.0).measure("n9", "2", ["1"], None)
     assert missing.share is None and f"{tmp_path}/n9.sock" in missing.error
+
+
+# -- probe_via: facts -----------------------------------------------------------------------
+
+
+def facts_snapshot(*results: TrialResult, running: tuple[str, ...] = ("1", "2")) -> Snapshot:
+    """The cycle's snapshot with node n1's facts carrying ``results`` (job ids on the node:
+    ``host_<id>``)."""
+    n1 = Node("n1", 4 * MILLI, 8192, trial_results=results)
+    return Snapshot((n1,), tuple(RunningJob(r, "n1", program="spin") for r in running), ())
+
+
+def host(job: str) -> str:
+    return f"host_{job}"
+
+
+def test_the_facts_probe_finds_the_answer_to_its_request_only() -> None:
+    at = T0 + 61
+    answer = FactsProbe(facts_snapshot(TrialResult("host_2", at, 0.3)), host)
+    assert answer.measure("n1", "2", ["1"], None, requested_at_s=at) == ProbeResult(0.3)
+    none = FactsProbe(facts_snapshot(), host).measure("n1", "2", ["1"], None, requested_at_s=at)
+    assert none.pending and none.share is None
+    assert f"node n1's facts carry no answer to the request of {at}" in none.error
+    # An answer to an earlier request (a trial measured before, then requeued) is stale.
+    stale = FactsProbe(facts_snapshot(TrialResult("host_2", at - 600, 0.3)), host)
+    old = stale.measure("n1", "2", ["1"], None, requested_at_s=at)
+    assert old.pending and f"(only one of {at - 600})" in old.error
+    # Another node's answer, or another job's, is not this one's.
+    assert FactsProbe(facts_snapshot(TrialResult("host_2", at, 0.3)), host).measure(
+        "n2", "2", ["1"], None, requested_at_s=at).pending  # fmt: skip
+    assert FactsProbe(facts_snapshot(TrialResult("host_3", at, 0.3)), host).measure(
+        "n1", "2", ["1"], None, requested_at_s=at).pending  # fmt: skip
+    failed = FactsProbe(facts_snapshot(TrialResult("host_2", at, None, "unsupported")), host)
+    result = failed.measure("n1", "2", ["1"], None, requested_at_s=at)
+    assert not result.pending and result.share is None
+    assert "node n1's daemon could not probe it (unsupported" in result.error
+
+
+def test_a_pending_probe_waits_in_measuring_until_facts_wait_s_then_fails() -> None:
+    limits = replace(LIMITS, facts_wait_s=300)
+    job = tjob(rec("measuring", T0 + 61))
+    wait = awaiting(job, "no answer yet", 0.5, T0 + 61 + 300, limits)
+    assert (wait.action, wait.record) == ("wait", None)
+    assert "its trial's probe is pending (no answer yet; asked 300 s ago, waiting at most " \
+        "policy.membw.facts_wait_s 300)" in wait.note  # fmt: skip
+    late = awaiting(job, "no answer yet", 0.5, T0 + 61 + 301, limits)
+    assert late.action == "suspend" and late.record is not None
+    assert (late.record.state, late.record.why, late.record.share) == \
+        ("suspended", "probe_failed", None)  # fmt: skip
+    assert "no answer yet 301 s after it, longer than policy.membw.facts_wait_s 300" in late.note
+
+
+def test_the_cycle_keeps_a_pending_job_measuring_then_decides_by_the_nodes_answer() -> None:
+    queue = Queue({"2": tjob(rec())})
+    limits = replace(LIMITS, facts_wait_s=300)
+    programs = {"spin": 0.5}
+    # Cycle 1: past init_s: the record (the request) is written, no answer yet: it waits.
+    first = run_trials(queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), programs,
+                       limits, T0 + 61)  # fmt: skip
+    assert queue.log == ["write 2 measuring"] and first.steps == []
+    asked = queue.jobs["2"].record
+    # The request asks the node to probe it (a planner probing over its socket does not).
+    assert (asked.state, asked.at_s, asked.why) == ("measuring", T0 + 61, "node_asked")
+    assert format_trial(asked) == f"measuring:{T0 + 61}:-:1:node_asked"
+    assert any("probing beside job 1" in n for n in first.notes)
+    assert any("its trial's probe is pending (node n1's facts carry no answer to the request "
+               f"of {T0 + 61}" in n for n in first.notes), first.notes  # fmt: skip
+    # Cycle 2: still none (an answer to an older request does not count): still measuring,
+    # not "probing again".
+    stale = facts_snapshot(TrialResult("host_2", T0, 0.1))
+    second = run_trials(queue, FactsProbe(stale, host), stale, programs, limits, T0 + 120)
+    assert queue.log == ["write 2 measuring"] and queue.jobs["2"].record == asked
+    assert not any("probing again" in n for n in second.notes), second.notes
+    assert any("asked 59 s ago" in n for n in second.notes), second.notes
+    # Cycle 3: the node's facts answer the request: 0.3 + 0.5 <= 0.9, kept.
+    answered = facts_snapshot(TrialResult("host_2", T0 + 61, 0.3))
+    third = run_trials(queue, FactsProbe(answered, host), answered, programs, limits, T0 + 180)
+    assert queue.log == ["write 2 measuring", "write 2 kept"]
+    assert queue.jobs["2"].record.share == 0.3 and third.measured == {"stream": 0.3}
+    assert queue.jobs["2"].record.why == "within_limit"
+
+
+def test_a_job_whose_answer_never_comes_is_suspended_as_unmeasured() -> None:
+    queue = Queue({"2": tjob(rec("measuring", T0 + 61, why="node_asked"))})
+    limits = replace(LIMITS, facts_wait_s=300)
+    done = run_trials(queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), {}, limits,
+                      T0 + 400)  # fmt: skip
+    assert queue.log == ["suspend 2", "write 2 suspended"]
+    assert queue.jobs["2"].record.why == "probe_failed"
+    assert any("failed (node n1's facts carry no answer to the request of "
+               f"{T0 + 61} 339 s after it, longer than policy.membw.facts_wait_s 300)" in n
+               for n in done.notes), done.notes  # fmt: skip
+
+
+def test_a_node_asked_job_found_suspended_is_recorded_over_the_limit() -> None:
+    step = advance(tjob(rec("measuring", T0, why="node_asked"), phase="suspended"), {"1"},
+                   T0 + 5, LIMITS)  # fmt: skip
+    assert step.record is not None and (step.record.state, step.record.why) == \
+        ("suspended", "over_limit")  # fmt: skip
+
+
+def test_a_measuring_record_that_asked_no_node_is_made_a_request() -> None:
+    # Left by a planner that probed over its socket before probe_via became facts.
+    queue = Queue({"2": tjob(rec("measuring", T0 + 61))})
+    run_trials(queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), {}, LIMITS, T0 + 90)
+    assert queue.log == ["write 2 measuring"]
+    assert (queue.jobs["2"].record.at_s, queue.jobs["2"].record.why) == (T0 + 90, "node_asked")

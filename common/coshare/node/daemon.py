@@ -15,6 +15,9 @@ item 5). It never just carries on without a watchdog.
 The daemon also measures the node for the planner (:mod:`coshare.node.sampler`: each job's
 CPU load, LLC ways, the memory-bandwidth probe) every ``node.sample_interval_s`` and writes
 its facts to ``state_dir/facts``; a failing measurement is logged, never fatal (issue 13).
+With ``node.trial_requests`` set, each sampling round first probes the trial co-runs the
+scheduler's queue asks of this node and publishes the answers in the same facts
+(:mod:`coshare.node.trial_requests`, ``policy.membw.probe_via: facts``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from coshare.node.jobs import JobStore, job_of_pid
 from coshare.node.lifecycle import node_cgroups, node_resctrl, node_store
 from coshare.node.sampler import PcieThroughput, Sampler
 from coshare.node.sockets import Limits, raise_descriptor_limit
+from coshare.node.trial_requests import NodeTrials, open_node_trials
 from coshare.node.watchdog import DeviceMemory, Watchdog
 
 if TYPE_CHECKING:
@@ -147,6 +151,15 @@ async def serve(
             stop_metrics()
         raise
     jobs = JobControl(config) if control else None
+    node_trials = None
+    if jobs is not None and cgroups is not None:
+        try:  # a trial source that cannot be set up stops the start, sockets closed
+            node_trials = open_node_trials(config, jobs.trial)
+        except BaseException:
+            await server.close()
+            if stop_metrics is not None:
+                stop_metrics()
+            raise
     controller = None
     if jobs is not None:
         # A freeze is for one probe and no probe outlives the daemon that ran it: a job
@@ -168,8 +181,9 @@ async def serve(
         watcher = asyncio.ensure_future(_watch(watchdog, jobs, config, stop, observed))
     sampling: asyncio.Task[None] | None = None
     if cgroups is not None:
-        sampler = Sampler(config, store, cgroups, node_resctrl(config), pcie=pcie_backend())
-        sampling = asyncio.ensure_future(_sample(sampler, config, stop))
+        sampler = Sampler(config, store, cgroups, node_resctrl(config), pcie=pcie_backend(),
+                          trials=None if node_trials is None else node_trials.published)
+        sampling = asyncio.ensure_future(_sample(sampler, config, stop, node_trials))
     log.info("offload gate on %s, devices %s; job control on %s; at most %d connections "
              "per uid", config.gate_socket, dict(budgets),
              config.control_socket if control else "off", gate_limits.per_uid)  # fmt: skip
@@ -249,13 +263,25 @@ async def _watch(
             await asyncio.wait_for(stop.wait(), config.watch_interval_s)
 
 
-async def _sample(sampler: Sampler, config: NodeConfig, stop: asyncio.Event) -> None:
-    """Sampling rounds every ``sample_interval_s`` until ``stop``; a round that fails (or
-    takes longer than a minute and its interval) is logged and the next one tried."""
+async def _sample(sampler: Sampler, config: NodeConfig, stop: asyncio.Event,
+                  trials: NodeTrials | None = None) -> None:  # fmt: skip
+    """Sampling rounds every ``sample_interval_s`` until ``stop`` (each first probes the
+    node's trial requests, when it reads any, so that the facts it writes carry the
+    answers); a round that fails (or takes longer than a minute and its interval) is logged
+    and the next one tried."""
     limit_s = 60.0 + config.sample_interval_s
+
+    def one_round() -> object:
+        if trials is not None:
+            try:
+                trials.round([r.job for r in sampler.store.records()])
+            except Exception as exc:  # the facts are written all the same
+                log.error("trial requests: %s", exc, exc_info=not isinstance(exc, CoshareError))
+        return sampler.round()
+
     while not stop.is_set():
         try:
-            await in_thread(sampler.round, limit_s)
+            await in_thread(one_round, limit_s)
         except asyncio.TimeoutError:
             log.error("a sampling round did not finish in %.0f s; facts are not updated", limit_s)
         except Exception as exc:  # facts are advisory: the daemon serves on without them

@@ -9,7 +9,8 @@ has and coshare's groups hold (:mod:`coshare.node.resctrl`), the last memory-ban
 throughput of the GPUs it holds alone, :func:`coshare.node.harvest.copy_bandwidths`); every
 ``node.probe_interval_s`` it first probes the cores no job holds, when the node has a
 baseline. It writes the result as one line of facts
-(:func:`coshare.facts.format_facts`) to ``state_dir/facts``, readable by all, for the
+(:func:`coshare.facts.format_facts`), with the answers to the trial requests it probed
+(``trial=``, :mod:`coshare.node.trial_requests`), to ``state_dir/facts``, readable by all, for the
 scheduler's publisher: HTCondor's startd cron (``deploy/condor/coshare-facts``) or Slurm's
 (``coshare-slurm-facts``). A measurement that fails is logged and left out of that round's
 facts; it never stops the daemon.
@@ -20,13 +21,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError, Unsupported
 from coshare.facts import JobCopy, JobCpus, JobWait, MembwFacts, NodeFacts, format_facts
+from coshare.model import TrialResult
 from coshare.node.cgroups import Cgroups
 from coshare.node.harvest import copy_bandwidths
 from coshare.node.jobs import JobRecord, JobStore
@@ -71,6 +73,8 @@ class Sampler:
         monotonic: seconds for load intervals (never jumps).
         pcie: PCIe throughput of the node's GPUs; ``None``: no NVML here (no copy facts).
         proc: the proc(5) mount (tasks' ``schedstat``).
+        trials: the trial answers to publish for the node's jobs
+            (:meth:`coshare.node.trial_requests.NodeTrials.published`); ``None``: none.
 
     Attributes:
         wait_unsupported: why no run-queue delay is published (``None``: it is measured).
@@ -86,6 +90,7 @@ class Sampler:
         monotonic: Callable[[], float] = time.monotonic,
         pcie: PcieThroughput | None = None,
         proc: Path = PROC,
+        trials: Callable[[Sequence[str]], tuple[TrialResult, ...]] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -96,6 +101,7 @@ class Sampler:
         self.pcie = pcie
         self.history = LoadHistory(config.load_history)
         self.proc = proc
+        self.trials = trials
         self.delays = RunDelays()
         self.wait_history = LoadHistory(config.load_history)
         self.wait_unsupported: Unsupported | None = None
@@ -225,9 +231,10 @@ class Sampler:
         ways, free = self.ways()
         # The cores each pinned job holds now: a lender's load never exceeds them (collocate).
         held = tuple(JobCpus(r.job, len(r.spec.cpus)) for r in records if r.spec.cpus)
+        trials = self.trials([r.job for r in records]) if self.trials is not None else ()
         facts = NodeFacts(self.clock(), self.membw(), ways, free,
                           tuple(self.history.summaries()), self.copies(records),
-                          held, self.waits())  # fmt: skip
+                          held, self.waits(), trials)  # fmt: skip
         write_facts(facts_path(self.config), format_facts(facts))
         return facts
 

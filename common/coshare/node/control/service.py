@@ -23,7 +23,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from coshare.config import NodeConfig
@@ -113,7 +113,8 @@ class JobControl:
             request = parse_control(line)
         except ControlProtocolError as exc:
             return format_control_error(exc.code, exc.text)
-        try:
+
+        def dispatch() -> str:
             caller = read_process(peer_pid, self.proc)
             if caller is not None and peer_start is not None and caller.start_ticks != peer_start:
                 caller = None
@@ -129,9 +130,31 @@ class JobControl:
                 if request.verb == "TRIAL":
                     return self._trial(request, peer_uid)
                 return self._end(request, caller, peer_uid)
+
+        return self._answer(request, dispatch, f"pid {peer_pid} (uid {peer_uid})")
+
+    def trial(self, job: str, partners: Sequence[str]) -> str:
+        """TRIAL for the daemon itself: a request it read from the scheduler's queue
+        (``node.trial_requests``, :mod:`coshare.node.trial_requests`), measured as one over
+        the socket is (freeze the partners, probe, thaw whatever happens); the reply line.
+        Never raises."""
+        try:
+            request = parse_control(f"TRIAL job={job} partners={','.join(partners)}\n".encode())
+        except ControlProtocolError as exc:
+            return format_control_error(exc.code, exc.text)
+
+        def measure() -> str:
+            with self._lock:
+                return self._measure_trial(request)
+
+        return self._answer(request, measure, "the daemon's trial requests")
+
+    def _answer(self, request: ControlRequest, call: Callable[[], str], who: str) -> str:
+        """``call()``'s reply, or the error reply of what it raised."""
+        try:
+            return call()
         except Refused as exc:
-            log.warning("refused %s from pid %d (uid %d): %s", request.verb, peer_pid,
-                        peer_uid, exc.text)  # fmt: skip
+            log.warning("refused %s from %s: %s", request.verb, who, exc.text)
             return format_control_error(exc.code, exc.text)
         except JobSpecError as exc:
             return format_control_error("bad_spec", f"job {request.job}: {exc}")
@@ -370,6 +393,10 @@ class JobControl:
         if uid not in self.config.operator_uids:
             raise Refused("not_allowed", f"job {request.job}: TRIAL is for operators "
                           f"(node.operator_uids), not uid {uid}")  # fmt: skip
+        return self._measure_trial(request)
+
+    def _measure_trial(self, request: ControlRequest) -> str:
+        """TRIAL's measurement (the caller holds the lock and may ask)."""
         self._live_record(request.job)
         partners = [self._live_record(p) for p in request.partners]
         groups = [r.group(self.config.kill_timeout_s) for r in partners]
