@@ -530,21 +530,7 @@ class PostgresReservations:
 
         def work(cur: psycopg.Cursor[tuple[object, ...]]) -> tuple[str, ...]:
             self.lease.check(cur)
-            cur.execute("""
-                UPDATE coshare_reservations r SET state = 'held'
-                FROM coshare_live l
-                WHERE r.unit = l.unit AND r.unit = ANY(%s) AND r.job = %s AND r.state = 'reserved'
-                RETURNING r.unit""", (list(cores), job))  # fmt: skip
-            done = {str(row[0]) for row in cur.fetchall()}
-            missing = [c for c in cores if c not in done]
-            if missing:
-                holder = cur.execute("SELECT job FROM coshare_live WHERE unit = %s",
-                                     (missing[0],)).fetchone()  # fmt: skip
-                raise DoubleBooking(name, missing[0], str(holder[0]) if holder else "(nobody)",
-                                    job)
-            cur.execute("DELETE FROM coshare_reservations WHERE domain = %s AND job = %s AND "
-                        "state = 'reserved' RETURNING unit", (domain, job))  # fmt: skip
-            return tuple(sorted(str(row[0]) for row in cur.fetchall()))
+            return hold_reserved(cur, name, domain, job, cores)
 
         return self.engine.run(work)
 
@@ -748,6 +734,32 @@ class PostgresClaims:
 
 #: Offset of the claim locks' keys (apart from other advisory locks of the database).
 _CLAIM_LOCKS = 0x636C << 32  # "cl"
+
+
+def hold_reserved(cur: psycopg.Cursor[tuple[object, ...]], name: str, domain: int, job: str,
+                  cores: Sequence[str]) -> tuple[str, ...]:  # fmt: skip
+    """Inside a writer's transaction: ``job``'s live reservations of ``cores`` become held
+    and its other reservations in ``domain`` are released (the paper's spawn; both stores);
+    the units released.
+
+    Raises:
+        DoubleBooking: a core is not reserved for ``job`` (naming the domain ``name``, the
+            core and who holds it).
+    """
+    cur.execute("""
+        UPDATE coshare_reservations r SET state = 'held'
+        FROM coshare_live l
+        WHERE r.unit = l.unit AND r.unit = ANY(%s) AND r.job = %s AND r.state = 'reserved'
+        RETURNING r.unit""", (list(cores), job))  # fmt: skip
+    done = {str(row[0]) for row in cur.fetchall()}
+    missing = [c for c in cores if c not in done]
+    if missing:
+        holder = cur.execute("SELECT job FROM coshare_live WHERE unit = %s",
+                             (missing[0],)).fetchone()  # fmt: skip
+        raise DoubleBooking(name, missing[0], str(holder[0]) if holder else "(nobody)", job)
+    cur.execute("DELETE FROM coshare_reservations WHERE domain = %s AND job = %s AND "
+                "state = 'reserved' RETURNING unit", (domain, job))  # fmt: skip
+    return tuple(sorted(str(row[0]) for row in cur.fetchall()))
 
 
 def _claimed(row: Sequence[object]) -> Claimed:

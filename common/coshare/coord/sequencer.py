@@ -55,6 +55,7 @@ from coshare.coord.postgres import (
     PlannerLease,
     PostgresReservations,
     _int,
+    hold_reserved,
 )
 from coshare.errors import ConfigError, CoordinationError, DoubleBooking
 
@@ -275,21 +276,7 @@ class SequencerReservations:
             self.lease.check(cur)
             units = self._job_units(cur, domain, job, cores)
             _lock(cur, units)
-            cur.execute("""
-                UPDATE coshare_reservations r SET state = 'held'
-                FROM coshare_live l
-                WHERE r.unit = l.unit AND r.unit = ANY(%s) AND r.job = %s AND r.state = 'reserved'
-                RETURNING r.unit""", (list(cores), job))  # fmt: skip
-            done = {str(row[0]) for row in cur.fetchall()}
-            missing = [c for c in cores if c not in done]
-            if missing:
-                holder = cur.execute("SELECT job FROM coshare_live WHERE unit = %s",
-                                     (missing[0],)).fetchone()  # fmt: skip
-                raise DoubleBooking(name, missing[0], str(holder[0]) if holder else "(nobody)",
-                                    job)
-            cur.execute("DELETE FROM coshare_reservations WHERE domain = %s AND job = %s AND "
-                        "state = 'reserved' RETURNING unit", (domain, job))  # fmt: skip
-            released = tuple(sorted(str(row[0]) for row in cur.fetchall()))
+            released = hold_reserved(cur, name, domain, job, cores)
             self._leave(cur, domain, job, units)
             return released
 
