@@ -220,8 +220,8 @@ def compare(seed: int, runs: int) -> int:
         for policy in policies(rng, snapshot):
             fast, plain = policy.plan(snapshot), plain_plan(policy, snapshot)
             assert check_plan(snapshot, fast, strict_threads=policy.threads == "strict") == []
-            assert (fast.assignments, fast.unplaced) == (plain.assignments, plain.unplaced), (
-                snapshot, policy)
+            same = (fast.assignments, fast.unplaced) == (plain.assignments, plain.unplaced)
+            assert same, (snapshot, policy)
             placed += fast.placed
     return placed
 
