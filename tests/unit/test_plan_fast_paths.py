@@ -12,6 +12,7 @@ import random
 from dataclasses import fields
 
 import numpy as np
+import pytest
 from coshare.model import MILLI, Assignment, Device, Job, Node, RunningJob, Snapshot
 from coshare.policies.base import (
     ClusterState,
@@ -157,3 +158,56 @@ def test_an_assignment_in_the_plans_json_is_the_compact_form_of_its_fields() -> 
                             ("processes", a.processes), ("harvest_from", a.harvest_from),
                             ("llc_ways", a.llc_ways), ("membw_gbps", a.membw_gbps)])  # fmt: skip
         assert list(_assignment_dict(a).items()) == list(general.items()), a
+
+
+def test_a_first_pass_sharepack_would_throw_away_is_skipped_with_the_same_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """When the one-device jobs that fit need more host cores or memory than is free,
+    ``sharepack`` no longer makes its first pass by potential (it would leave one of them out
+    and be undone): the plans with and without that shortcut are the same, on random
+    snapshots (strict and soft threads, with aged jobs) and the Xeon Phi mix of
+    ``plan_scale.py`` with soft threads (memory enough for all, cores not), and the skipped
+    pass is one the plain path throws away."""
+    from coshare.policies import PolicyOptions, make_policy, sharepack
+    from coshare.sim.applications import phi_cluster, table1_jobs
+
+    real = sharepack._host_contended
+    skipped: list[bool] = []
+
+    def counting(*args: object) -> bool:
+        out = real(*args)  # type: ignore[arg-type]
+        skipped.append(out)
+        return out
+
+    def plans(snapshot: Snapshot, options: PolicyOptions) -> tuple[object, object]:
+        monkeypatch.setattr(sharepack, "_host_contended", counting)
+        skips, undone = len(skipped), len(thrown_away)
+        fast = make_policy("sharepack", options).plan(snapshot)
+        undone_fast = len(thrown_away) - undone
+        monkeypatch.setattr(sharepack, "_host_contended", lambda *args: False)
+        plain = make_policy("sharepack", options).plan(snapshot)
+        # where the pass was skipped, the plain path made it and undid it: one undo more
+        extra = len(thrown_away) - undone - 2 * undone_fast
+        assert extra == int(len(skipped) > skips and skipped[-1])
+        return (fast.assignments, fast.unplaced), (plain.assignments, plain.unplaced)
+
+    thrown_away: list[int] = []
+    restore = sharepack._Saved.restore
+
+    def counting_restore(self: sharepack._Saved, state: ClusterState) -> None:
+        thrown_away.append(1)
+        restore(self, state)
+
+    monkeypatch.setattr(sharepack._Saved, "restore", counting_restore)
+    rng = random.Random(18)
+    for _ in range(400):
+        snap = random_cluster(rng)
+        for threads in ("strict", "soft"):
+            options = PolicyOptions(threads=threads, age_limit_s=rng.choice([None, 1.0]))
+            fast, plain = plans(snap, options)
+            assert fast == plain, snap
+    assert sum(skipped) >= 30 and not all(skipped)  # both ways are taken
+    phi = Snapshot(phi_cluster(100, seed=1), (), table1_jobs(1000, 2))
+    skipped.clear()
+    fast, plain = plans(phi, PolicyOptions(threads="soft"))
+    assert skipped == [True] and fast == plain

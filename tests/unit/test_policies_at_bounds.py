@@ -135,14 +135,15 @@ def test_devices_that_score_alike_are_scored_once(
     import coshare.policies.potential as potential
 
     scored: list[int] = []
-    real = fgd.single_device_moves
+    real = fgd.distinct_moves
 
-    def counting(*args: object) -> object:
-        scored.append(len(args[-1]))  # type: ignore[arg-type]
-        return real(*args)  # type: ignore[arg-type]
+    def counting(*args: object) -> object:  # both score exactly the candidates it returns
+        out = real(*args)  # type: ignore[arg-type]
+        scored.append(len(out))
+        return out
 
-    monkeypatch.setattr(fgd, "single_device_moves", counting)
-    monkeypatch.setattr(potential, "single_device_moves", counting)
+    monkeypatch.setattr(fgd, "distinct_moves", counting)
+    monkeypatch.setattr(potential, "distinct_moves", counting)
     snapshot = _many_devices(MAX_DEVICES, 1, 3)
     plan = make_policy(policy).plan(snapshot)
     check_plan(snapshot, plan)

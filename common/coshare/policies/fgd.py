@@ -26,6 +26,10 @@ The device share is device memory (for the Alibaba mapping, GPU milli; for a Xeo
 Fragmentation is summed with integer counts as weights, so it is exact; the integer score
 divides by their total. Jobs are
 placed in scheduler order, one at a time, each seeing the ones before. Pure: no I/O, no clock.
+
+Speed (issue 15): a node's ``F`` is read from a table of the shapes' weights summed over
+their device counts, cores and shares (:class:`_Fragmentation`), a few reads per node rather
+than a pass over every shape; the same integers, so the same plans as the shape-by-shape sum.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import numpy.typing as npt
 from coshare.model import Job, Plan, Snapshot, ThreadMode
 from coshare.policies.base import (
     ClusterState,
+    Mask,
     explain_waiting,
     finish,
     never_fits,
@@ -117,13 +122,32 @@ class FgdPolicy:
         return finish(self.name, snapshot, state, unplaced)
 
 
+#: The summed-weight table of the fast path holds at most this many cells (8 bytes each);
+#: a workload with more distinct (device count, host cores, device share) steps is scored
+#: shape by shape, as before, a block of nodes at a time.
+TABLE_CELLS = 1 << 22
+#: Shape-by-shape scoring takes this many (node x slot x shape) cells at a time.
+DIRECT_BLOCK_CELLS = 1 << 22
+
+
 class _Fragmentation:
     """Per-node fragmentation of a :class:`ClusterState`, updated as jobs are placed.
 
     Devices sit in a node x slot matrix (a free amount of ``-1`` where a node has fewer
-    devices). For every
-    node and kept shape it holds how many devices could take one share of the shape
-    (``count``) and the free amounts of the devices that could not (``small``).
+    devices). ``F`` of a node reads only its free cores and its devices' free amounts:
+    with those sorted from most free down, ``f_1 >= ... >= f_D``, a shape of device share
+    ``g`` with ``f_{j+1} < g <= f_j`` fits on exactly ``j`` devices, the ``j`` most free,
+    whose free amounts add up to ``B_j``. Such a shape counts ``R_n - B_j`` if it runs on the
+    node (its ``k <= j`` devices and its cores ``<= `` the free cores) and ``R_n`` if not, so
+
+        ``F_n = R_n * sum_m p_m - sum_j B_j * P(k <= j, cores <= free cores,
+        f_{j+1} < g <= f_j)``
+
+    where ``P`` sums the weights of the device shapes in that box. ``P`` comes from a table
+    of weights summed over the shapes' distinct device counts, cores and shares (an
+    inclusive prefix sum in all three), so a node costs ``D`` table reads, not one pass
+    over every shape. The sums are of integers: the same ``F`` as the shape-by-shape sum
+    (``tests/unit/test_fgd_fast.py`` compares both with that sum, kept there as it was).
     """
 
     def __init__(self, state: ClusterState, workload: tuple[tuple[Shape, int], ...],
@@ -132,91 +156,130 @@ class _Fragmentation:
         self.exact = exact
         self.total = max(sum(w for _, w in workload), 1)
         n = len(state.nodes)
-        width = max((len(d) for d in state.node_devs), default=0)
+        width = max(max((len(d) for d in state.node_devs), default=0), 1)
         # slot -> global device index; missing slots point one past the last device
-        self.slot = np.full((n, max(width, 1)), state.device_count, dtype=np.int64)
+        self.slot = np.full((n, width), state.device_count, dtype=np.int64)
+        starts = np.zeros(n, dtype=np.int64)
         for i, devs in enumerate(state.node_devs):
             self.slot[i, : len(devs)] = devs
-        self.valid = self.slot < state.device_count
+            starts[i] = devs[0] if devs else 0
+        self.dev_slot = np.arange(state.device_count, dtype=np.int64) - starts[state.dev_node]
+        biggest = np.append(state.dev_total_mem, 0)[self.slot].max(axis=1)
+        has = np.array([bool(devs) for devs in state.node_devs], dtype=np.bool_)
+        self.node_scale = np.where(has, biggest, 1).astype(np.float64)
         self.cpu_m = np.array([s[0] for s, _ in workload], dtype=np.int64)
         self.dev_m = np.array([s[1] for s, _ in workload], dtype=np.int64)
         self.k_m = np.array([s[2] for s, _ in workload], dtype=np.int64)
         self.w_m = np.array([w for _, w in workload], dtype=np.int64)
-        self.count = np.zeros((n, len(workload)), dtype=np.int64)
-        self.small = np.zeros((n, len(workload)), dtype=np.int64)
-        self.free_total = np.zeros(n, dtype=np.int64)
-        self.frag = np.zeros(n, dtype=np.int64)
-        self._refresh(np.arange(n))
+        self.w_all = int(self.w_m.sum())
+        self.table = _weight_table(self.cpu_m, self.dev_m, self.k_m, self.w_m, width)
+        # free amounts (none below 0) and -1 for the missing slots' index; the ledger changes
+        # only where this class places jobs, and :meth:`_placed` copies those changes
+        self.dev_free = np.append(np.clip(state.dev_free_mem, 0, None), -1)
+        self.frag = self.of(self._free(np.arange(n)), state.node_free_cpu)
+        self.fits_nowhere: set[tuple[bool, int, int, int, int, int]] = set()
 
     def _free(self, rows: Ints) -> Ints:
-        free = np.append(np.clip(self.state.dev_free_mem, 0, None), -1)[self.slot[rows]]
-        out: Ints = free
+        out: Ints = self.dev_free[self.slot[rows]]
         return out
 
-    def _refresh(self, rows: Ints) -> None:
-        free = self._free(rows)
-        fits = free[:, :, None] >= self.dev_m[None, None, :]
-        self.count[rows] = fits.sum(axis=1)
-        self.small[rows] = (np.where(~fits & (free[:, :, None] >= 0), free[:, :, None], 0)).sum(1)
-        self.free_total[rows] = np.clip(free, 0, None).sum(axis=1)
-        self.frag[rows] = self._node_frag(
-            self.state.node_free_cpu[rows],
-            self.count[rows],
-            self.small[rows],
-            self.free_total[rows],
-        )
-
-    def _node_frag(self, cpu: Ints, count: Ints, small: Ints, free_total: Ints) -> Ints:
-        """F for rows of (free cores, per-shape counts, per-shape small sums, total free)."""
-        runs = (cpu[:, None] >= self.cpu_m[None, :]) & (count >= self.k_m[None, :])
-        runs &= self.k_m[None, :] > 0
-        frag_m = np.where(runs, small, free_total[:, None])
-        out: Ints = frag_m @ self.w_m
+    def of(self, free: Ints, cpu: Ints) -> Ints:
+        """``F`` of nodes in the given states: free amounts by slot (``-1``: no device), a
+        row each, and free cores."""
+        if self.table is None:
+            return self._direct(free, cpu)
+        t = self.table
+        top = np.sort(free, axis=1)[:, ::-1]  # most free first; missing slots (-1) last
+        most = np.cumsum(np.maximum(top, 0), axis=1)  # B_j: the j most free devices
+        if t.share_rank is not None:  # shares <= f_j
+            upper = t.share_rank[np.minimum(top, len(t.share_rank) - 2) + 1]
+        else:
+            upper = np.searchsorted(t.shares, top, side="right")
+        lower = np.zeros_like(upper)  # shares <= f_{j+1}
+        lower[:, :-1] = upper[:, 1:]
+        cores = np.searchsorted(t.cores, cpu, side="right")[:, None] * (len(t.shares) + 1)
+        base = t.layer_base[None, :] + cores
+        runs = t.cells[base + upper] - t.cells[base + lower]
+        out: Ints = most[:, -1] * self.w_all - (most * runs).sum(axis=1)
         return out
+
+    def _direct(self, free: Ints, cpu: Ints) -> Ints:
+        """``F`` shape by shape (a workload too varied for the table), a block at a time."""
+        out: Ints = np.zeros(len(free), dtype=np.int64)
+        block = max(1, DIRECT_BLOCK_CELLS // max(free.shape[1] * len(self.w_m), 1))
+        for at in range(0, len(free), block):
+            f = free[at : at + block, :, None]
+            fits = f >= self.dev_m[None, None, :]
+            small = np.where(~fits & (f >= 0), f, 0).sum(axis=1)
+            runs = (cpu[at : at + block, None] >= self.cpu_m[None, :]) & (
+                fits.sum(axis=1) >= self.k_m[None, :]
+            )
+            runs &= self.k_m[None, :] > 0
+            total = np.clip(f[:, :, 0], 0, None).sum(axis=1)
+            out[at : at + block] = np.where(runs, small, total[:, None]) @ self.w_m
+        return out
+
+    def _placed(self, node: int, frag: int) -> None:
+        """``node`` took a job, which leaves it with fragmentation ``frag`` (the ``F`` its
+        move was scored with: the state it was scored in is the state it is in now)."""
+        devs = self.state.node_devs[node]
+        if devs:
+            part = slice(devs[0], devs[-1] + 1)
+            self.dev_free[part] = np.clip(self.state.dev_free_mem[part], 0, None)
+        self.frag[node] = frag
 
     def place(self, job: Job) -> bool:
-        """Place ``job`` where fragmentation grows least; ``False`` when it fits nowhere now."""
+        """Place ``job`` where fragmentation grows least; ``False`` when it fits nowhere now.
+
+        Whether a job fits anywhere reads only its needs and the ledger, and placing jobs
+        only takes from the ledger: a job with the needs of one that fitted nowhere fits
+        nowhere either, and is not looked at again (on a full cluster most of a large batch
+        waits: tens of thousands of jobs of a few thousand needs)."""
+        needs = (job.needs_device, job.device_memory_mib, job.device_threads,
+                 job.device_count, job.total_cpu_milli, job.total_memory_mib)  # fmt: skip
+        if needs in self.fits_nowhere:
+            return False
+        if self._place(job):
+            return True
+        self.fits_nowhere.add(needs)
+        return False
+
+    def _place(self, job: Job) -> bool:
         s = self.state
         if not job.needs_device:
             nodes = np.flatnonzero(s.host_ok(job))
             if len(nodes) == 0:
                 return False
-            after = self._node_frag(
-                s.node_free_cpu[nodes] - job.total_cpu_milli,
-                self.count[nodes],
-                self.small[nodes],
-                self.free_total[nodes],
-            )
-            scale = np.array([max((int(s.dev_total_mem[d]) for d in s.node_devs[n]), default=1)
-                              for n in nodes.tolist()], dtype=np.float64)  # fmt: skip
-            best = int(nodes[self._best(self.frag[nodes] - after, scale)])
-            s.place(job, best)
-            self._refresh(np.array([best]))
+            after = self.of(self._free(nodes), s.node_free_cpu[nodes] - job.total_cpu_milli)
+            pick = self._best(self.frag[nodes] - after, self.node_scale[nodes])
+            s.place(job, int(nodes[pick]))
+            self._placed(int(nodes[pick]), int(after[pick]))
             return True
         ok = s.device_ok(job)
         if not ok.any():
             return False
         if job.device_count == 1:
-            node, device = self._best_single(job, np.flatnonzero(ok))
-            s.place(job, node, [device])
+            node, devices, frag = self._best_single(job, np.flatnonzero(ok))
         else:
             chosen = self._best_multi(job, ok)
             if chosen is None:
                 return False
-            node, devices = chosen
-            s.place(job, node, devices)
-        self._refresh(np.array([node]))
+            node, devices, frag = chosen
+        s.place(job, node, devices)
+        self._placed(node, frag)
         return True
 
-    def _best_single(self, job: Job, cand: Ints) -> tuple[int, int]:
+    def _best_single(self, job: Job, cand: Ints) -> tuple[int, list[int], int]:
+        """The node and device for one-device ``job`` among the devices ``cand``, and the
+        node's fragmentation after it."""
         s = self.state
         cand = distinct_moves(s, cand)
-        nodes, _, count, small = single_device_moves(s, self.dev_m, self.count, self.small,
-                                                     job, cand)  # fmt: skip
-        after = self._node_frag(s.node_free_cpu[nodes] - job.total_cpu_milli, count, small,
-                                self.free_total[nodes] - job.device_memory_mib)  # fmt: skip
+        nodes = s.dev_node[cand]
+        free = self._free(nodes)
+        free[np.arange(len(cand)), self.dev_slot[cand]] -= job.device_memory_mib
+        after = self.of(free, s.node_free_cpu[nodes] - job.total_cpu_milli)
         best = self._best(self.frag[nodes] - after, s.dev_total_mem[cand].astype(np.float64))
-        return int(nodes[best]), int(cand[best])
+        return int(nodes[best]), [int(cand[best])], int(after[best])
 
     def _best(self, decrease: Ints, scale: npt.NDArray[np.float64]) -> int:
         """Index of the best candidate; the first of equals (snapshot, then device order)."""
@@ -233,24 +296,71 @@ class _Fragmentation:
         out: Ints = (100.0 / (1.0 + np.exp(-x))).astype(np.int64)
         return out
 
-    def _best_multi(self, job: Job, ok: npt.NDArray[np.bool_]) -> tuple[int, list[int]] | None:
+    def _best_multi(self, job: Job, ok: Mask) -> tuple[int, list[int], int] | None:
+        """The node and devices for multi-device ``job`` (the least free that hold it on
+        each node), and the node's fragmentation after it."""
         s = self.state
-        best: tuple[float, int, list[int]] | None = None
-        for n in s.nodes_with_devices(job, ok).tolist():
-            devs = s.least_free_on(n, ok, job.device_count)
-            free = self._free(np.array([n]))
-            for d in devs:
-                free[0, self.state.node_devs[n].index(d)] -= job.device_memory_mib
-            fits = free[:, :, None] >= self.dev_m[None, None, :]
-            small = np.where(~fits & (free[:, :, None] >= 0), free[:, :, None], 0).sum(1)
-            after = self._node_frag(s.node_free_cpu[[n]] - job.total_cpu_milli, fits.sum(1),
-                                    small, np.clip(free, 0, None).sum(1))  # fmt: skip
-            decrease = np.array([self.frag[n] - after[0]])
-            scale = np.array([float(s.dev_total_mem[devs[0]])])
-            value = float(decrease[0] if self.exact else self._score(decrease, scale)[0])
-            if best is None or value > best[0]:
-                best = (value, n, sorted(devs))
-        return None if best is None else (best[1], best[2])
+        nodes = s.nodes_with_devices(job, ok)
+        if len(nodes) == 0:
+            return None
+        chosen = [s.least_free_on(n, ok, job.device_count) for n in nodes.tolist()]
+        free = self._free(nodes)
+        rows = np.repeat(np.arange(len(nodes)), job.device_count)
+        devs = np.array(chosen, dtype=np.int64).reshape(-1)
+        free[rows, self.dev_slot[devs]] -= job.device_memory_mib
+        after = self.of(free, s.node_free_cpu[nodes] - job.total_cpu_milli)
+        scale = s.dev_total_mem[[c[0] for c in chosen]].astype(np.float64)
+        best = self._best(self.frag[nodes] - after, scale)
+        return int(nodes[best]), sorted(chosen[best]), int(after[best])
+
+
+@dataclass(frozen=True)
+class _Table:
+    """The device shapes' weights summed over boxes, for :meth:`_Fragmentation.of`.
+
+    ``cores`` and ``shares`` are the distinct host cores and device shares of the shapes in
+    ascending order; ``cells[layer_base[j - 1] + a * (len(shares) + 1) + b]`` is the weight of
+    the shapes of 1 to ``j`` devices among the ``a`` least cores and the ``b`` least shares.
+    ``share_rank[f + 1]`` is how many shares are ``<= f`` for a free amount ``f`` from -1 to
+    the largest share (and beyond it: all), when that list is short enough to hold.
+    """
+
+    cores: Ints
+    shares: Ints
+    layer_base: Ints
+    cells: Ints
+    share_rank: Ints | None
+
+
+#: Free amounts are ranked among the shares by a list indexed by the amount up to this
+#: largest share (8 MiB of list); beyond it by binary search.
+RANK_LIST_UP_TO = 1 << 20
+
+
+def _weight_table(cpu_m: Ints, dev_m: Ints, k_m: Ints, w_m: Ints, width: int) -> _Table | None:
+    """The summed-weight table of a workload for nodes of up to ``width`` devices; ``None``
+    when it would take more than :data:`TABLE_CELLS` cells. Shapes of more devices than a
+    node has never run anywhere and are left out."""
+    use = (k_m > 0) & (k_m <= width)
+    cpu_at, cpu_i = np.unique(cpu_m[use], return_inverse=True)
+    dev_at, dev_i = np.unique(dev_m[use], return_inverse=True)
+    k_at, k_i = np.unique(k_m[use], return_inverse=True)
+    shape = (len(k_at) + 1, len(cpu_at) + 1, len(dev_at) + 1)
+    if shape[0] * shape[1] * shape[2] > TABLE_CELLS:
+        return None
+    cells = np.zeros(shape, dtype=np.int64)
+    np.add.at(cells, (k_i.reshape(-1) + 1, cpu_i.reshape(-1) + 1, dev_i.reshape(-1) + 1),
+              w_m[use])  # fmt: skip
+    for axis in range(3):
+        np.cumsum(cells, axis=axis, out=cells)
+    # the layer for j = 1..width devices that fit: how many distinct counts are <= j
+    layer = np.searchsorted(k_at, np.arange(1, width + 1), side="right").astype(np.int64)
+    largest = int(dev_at[-1]) if len(dev_at) else 0
+    rank = None
+    if largest <= RANK_LIST_UP_TO:
+        rank = np.searchsorted(dev_at, np.arange(-1, largest + 1), side="right").astype(np.int64)
+    return _Table(cpu_at.astype(np.int64), dev_at.astype(np.int64),
+                  layer * shape[1] * shape[2], cells.reshape(-1), rank)  # fmt: skip
 
 
 #: Fewer candidates than this are scored as they are (sorting them would cost more).
