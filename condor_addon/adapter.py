@@ -144,7 +144,6 @@ class CondorAdapter:
         self.jobs: dict[str, QueueJob] = {}
         self.sleep: Callable[[float], None] = time.sleep
         self.queue: QueueView | None = None
-        self._fence: Fence = no_fence
 
     # -- Source ---------------------------------------------------------------------------
 
@@ -197,13 +196,7 @@ class CondorAdapter:
         Raises:
             SchedulerUnavailable: the schedd cannot be reached to re-read the jobs.
         """
-        self._fence = no_fence if fence is None else fence
-        try:
-            return self._apply(plan, rejected, dry_run=dry_run)
-        finally:
-            self._fence = no_fence
-
-    def _apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
+        fence = no_fence if fence is None else fence
         queue = self.queue
         if queue is None:
             raise SchedulerError("apply() needs a read() first")
@@ -229,8 +222,8 @@ class CondorAdapter:
                 noted=tuple(j for _, ids in reasons for j in ids),
                 requeued=tuple(JobOutcome(u.job, u.reason) for u in plan.requeue),
             )  # fmt: skip
-        requeued, not_requeued = self._requeue(plan)
-        batch = _Batch(self.client, now_jobs, self._fence)
+        requeued, not_requeued = self._requeue(plan, fence)
+        batch = _Batch(self.client, now_jobs, fence)
         batch.failed += not_requeued
         closed = batch.close_gates([o.job for o in d.close])
         withdrawn = tuple(o for o in d.close if o.job in closed)
@@ -258,7 +251,8 @@ class CondorAdapter:
             requeued=requeued,
         )
 
-    def _requeue(self, plan: Plan) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
+    def _requeue(self, plan: Plan,
+                 fence: Fence) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
         """Send the borrowers of ``plan.requeue`` (their GPU job needs its cores back) back
         to idle, before anything is placed: their gate closed and their loan cleared
         (``CosharePlacedNode``, ``CoshareHarvestFrom`` undefined), why in
@@ -272,7 +266,7 @@ class CondorAdapter:
         requeued: list[JobOutcome] = []
         failed: list[JobOutcome] = []
         for u in plan.requeue:
-            self._fence()
+            fence()
             try:
                 self.client.edit_ids([u.job], A.PLACED_NODE, X.UNDEFINED)
                 self.client.edit_ids([u.job], A.HARVEST_FROM, X.UNDEFINED)

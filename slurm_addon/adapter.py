@@ -127,7 +127,6 @@ class SlurmAdapter:
         self.config = config
         self.clock = clock
         self.view: ClusterView | None = None
-        self._fence: Fence = no_fence
 
     # -- Source ---------------------------------------------------------------------------
 
@@ -168,13 +167,7 @@ class SlurmAdapter:
             SlurmControllerDown: slurmctld stopped answering; what was written is consistent
                 and the next cycle completes it.
         """
-        self._fence = no_fence if fence is None else fence
-        try:
-            return self._apply(plan, rejected, dry_run=dry_run)
-        finally:
-            self._fence = no_fence
-
-    def _apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
+        fence = no_fence if fence is None else fence
         view = self.view
         if view is None:
             raise SchedulerError("apply() needs a read() first")
@@ -193,8 +186,8 @@ class SlurmAdapter:
                 withdrawn=edits.close, dry_run=True, noted=tuple(j for j, _ in reasons),
                 requeued=tuple(JobOutcome(u.job, u.reason) for u in plan.requeue),
             )  # fmt: skip
-        requeued, not_requeued = self._requeue(plan)
-        withdrawn, blocked = self._close(edits.close)
+        requeued, not_requeued = self._requeue(plan, fence)
+        withdrawn, blocked = self._close(edits.close, fence)
         if blocked is not None:
             return ApplyReport(
                 unchanged=edits.unchanged, failed=edits.failed + not_requeued,
@@ -205,7 +198,7 @@ class SlurmAdapter:
             error = self.client.update(update_argv(job_id, text))
             if error is not None:
                 log.warning("job %s: could not write its refusal: %s", job_id, error)
-        outcome = self._place(edits.writes)
+        outcome = self._place(edits.writes, fence)
         return ApplyReport(
             applied=tuple(outcome.applied),
             unchanged=edits.unchanged,
@@ -217,7 +210,8 @@ class SlurmAdapter:
             requeued=requeued,
         )
 
-    def _requeue(self, plan: Plan) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
+    def _requeue(self, plan: Plan,
+                 fence: Fence) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
         """Requeue the running jobs of ``plan.requeue`` (borrowers whose GPU job needs its
         cores back) with ``scontrol requeuehold``: Slurm ends them (the Epilog's end of the
         job gives the GPU job its cores back) and they wait held, to be placed again. Done
@@ -230,7 +224,7 @@ class SlurmAdapter:
         requeued: list[JobOutcome] = []
         refused: dict[str, str] = {}
         for chunk in chunks([u.job for u in plan.requeue], JOBS_PER_CALL):
-            self._fence()
+            fence()
             refused.update(self.client.requeue_hold(chunk))
         for u in plan.requeue:
             if u.job not in refused:
@@ -258,7 +252,8 @@ class SlurmAdapter:
         with ThreadPoolExecutor(max_workers=self.config.slurm.workers) as pool:
             return tuple(j for j in pool.map(write, reasons) if j is not None)
 
-    def _close(self, close: Sequence[JobOutcome]) -> tuple[tuple[JobOutcome, ...], str | None]:
+    def _close(self, close: Sequence[JobOutcome],
+               fence: Fence) -> tuple[tuple[JobOutcome, ...], str | None]:
         """Hold the jobs whose gates the plan withdraws, and confirm it with a re-read.
 
         Returns:
@@ -269,7 +264,7 @@ class SlurmAdapter:
         ids = [o.job for o in close]
         errors: dict[str, str] = {}
         for chunk in chunks(ids, JOBS_PER_CALL):
-            self._fence()
+            fence()
             errors.update(self.client.hold(chunk))
         after = self.client.read_job_fields(ids)
         started, not_closed = set(), set()
@@ -286,7 +281,7 @@ class SlurmAdapter:
         held = tuple(o for o in close if o.job in after and after[o.job].held)
         return held, gates_may_open(started, not_closed)
 
-    def _place(self, writes: Sequence[PlacementWrite]) -> _Outcome:
+    def _place(self, writes: Sequence[PlacementWrite], fence: Fence) -> _Outcome:
         """Write, confirm and release placements, batch by batch, several batches at once."""
         outcome = _Outcome()
         batches: list[list[tuple[PlacementWrite, str]]] = [[]]
@@ -307,18 +302,19 @@ class SlurmAdapter:
             return outcome
         self.client.ping()  # a stopped controller would cost ~9 s per line, not one error
         with ThreadPoolExecutor(max_workers=self.config.slurm.workers) as pool:
-            for part in pool.map(self._place_batch, batches):
+            for part in pool.map(lambda b: self._place_batch(b, fence), batches):
                 outcome.applied += part.applied
                 outcome.skipped += part.skipped
                 outcome.failed += part.failed
         return outcome
 
-    def _place_batch(self, batch: Sequence[tuple[PlacementWrite, str]]) -> _Outcome:
+    def _place_batch(self, batch: Sequence[tuple[PlacementWrite, str]],
+                     fence: Fence) -> _Outcome:
         """One batch: its updates on scontrol's stdin, a re-read of just these jobs, and one
         release of those whose placement is there and whose comment did not change."""
         assert self.view is not None
         seen = self.view.jobs
-        self._fence()  # may raise: then this batch sends nothing
+        fence()  # may raise: then this batch sends nothing
         errors = self.client.run_script([line for _, line in batch])
         now = self.client.read_job_fields([w.job for w, _ in batch])
         outcome = _Outcome()
