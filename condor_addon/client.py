@@ -44,6 +44,13 @@ _CLASSAD_ERRORS: tuple[type[Exception], ...] = (
     else (RuntimeError, ValueError)
 )  # fmt: skip
 
+#: Said when the HTCondor configuration names no collector, and how to point coshare at one.
+NO_POOL_CONFIGURED = (
+    "no HTCondor pool is configured here (the HTCondor configuration has no COLLECTOR_HOST): "
+    "set condor.config_file (COSHARE_CONDOR_CONFIG_FILE, or CONDOR_CONFIG) to the pool's "
+    "condor_config, or condor.collector (COSHARE_CONDOR_COLLECTOR) to the collector's host:port"
+)
+
 
 def binding_errors(htcondor: Any) -> tuple[type[Exception], ...]:
     """The exceptions of failed calls to the daemons, for this version of the bindings."""
@@ -122,6 +129,9 @@ class CondorClient:
     # -- plumbing ------------------------------------------------------------------------------
 
     def _read(self, what: str, call: Callable[[], Any]) -> Any:
+        if not self.collector_name:
+            # A configuration that names no pool: asking again finds none either.
+            raise SchedulerUnavailable(NO_POOL_CONFIGURED)
         retrying = Retrying(
             stop=stop_after_attempt(self.config.retry_attempts),
             wait=wait_fixed(self.config.retry_wait_s),
@@ -145,10 +155,16 @@ class CondorClient:
 
     @property
     def collector_name(self) -> str:
-        """The collector as configured, for messages."""
+        """The collector's address as configured (``condor.collector``, else the HTCondor
+        configuration's ``COLLECTOR_HOST``); empty when neither names one."""
         if self.config.collector:
             return self.config.collector
-        return str(self._htcondor.param.get("COLLECTOR_HOST", "the configured collector"))
+        return str(self._htcondor.param.get("COLLECTOR_HOST", "") or "").strip()
+
+    @property
+    def _the_collector(self) -> str:
+        """The collector, for messages."""
+        return f"the collector {self.collector_name}" if self.collector_name else "the collector"
 
     def _collector(self) -> Any:
         if self.config.collector:
@@ -162,7 +178,7 @@ class CondorClient:
     def schedd(self) -> Any:
         """The schedd whose jobs are planned (located once, then reused)."""
         if self._schedd is None:
-            self._schedd = self._read(f"locate the schedd via {self.collector_name}",
+            self._schedd = self._read(f"locate the schedd via {self._the_collector}",
                                       self._locate_schedd)  # fmt: skip
         return self._schedd
 
@@ -175,7 +191,7 @@ class CondorClient:
         if len(ads) == 1:
             return htc.Schedd(collector.locate(htc.DaemonType.Schedd, ads[0]["Name"]))
         if not ads:
-            raise SchedulerUnavailable(f"the collector {self.collector_name} knows no schedd")
+            raise SchedulerUnavailable(f"{self._the_collector} knows no schedd")
         names = ", ".join(sorted(str(ad.get("Name")) for ad in ads))
         raise SchedulerUnavailable(
             f"the collector knows several schedds ({names}); set condor.schedd to one of them"
@@ -190,7 +206,7 @@ class CondorClient:
             return list(collector.query(self._htcondor.AdTypes.Startd,
                                         projection=list(SLOT_PROJECTION)))  # fmt: skip
 
-        ads = self._read(f"query the collector {self.collector_name}", query)
+        ads = self._read(f"query {self._the_collector}", query)
         return [values_of(ad, SLOT_PROJECTION) for ad in ads]
 
     def job_ads(
@@ -217,7 +233,7 @@ class CondorClient:
         if not self.config.schedd:
             return [], []
         htc = self._htcondor
-        names = self._read(f"list the schedds via {self.collector_name}", lambda: [
+        names = self._read(f"list the schedds via {self._the_collector}", lambda: [
             str(ad.get("Name")) for ad in self._collector().query(
                 htc.AdTypes.Schedd, projection=["Name"])])  # fmt: skip
         out: list[tuple[str, dict[str, object]]] = []
@@ -243,7 +259,7 @@ class CondorClient:
             SchedulerUnavailable: the collector cannot be asked.
         """
         htc = self._htcondor
-        names: list[str] = self._read(f"list the schedds via {self.collector_name}", lambda: [
+        names: list[str] = self._read(f"list the schedds via {self._the_collector}", lambda: [
             str(ad.get("Name")) for ad in self._collector().query(
                 htc.AdTypes.Schedd, projection=["Name"])])  # fmt: skip
         return names
@@ -270,7 +286,7 @@ class CondorClient:
             return list(self._collector().query(self._htcondor.AdTypes.Negotiator,
                                                 projection=list(projection)))  # fmt: skip
 
-        ads = self._read(f"query the collector {self.collector_name}", query)
+        ads = self._read(f"query {self._the_collector}", query)
         return [values_of(ad, projection) for ad in ads]
 
     def param_seconds(self, name: str) -> float | None:

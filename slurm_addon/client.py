@@ -17,7 +17,7 @@ from typing import TypeVar
 import tenacity
 from coshare.commands import CommandResult, CommandRunner, run
 from coshare.config import SlurmConfig
-from coshare.errors import CommandFailed
+from coshare.errors import CommandFailed, ProgramNotFound
 
 from slurm_addon.allocation import ALLOCATION_FORMAT, Allocation, parse_allocation_line
 from slurm_addon.errors import SlurmControllerDown
@@ -34,6 +34,11 @@ from slurm_addon.scontrol import (
 T = TypeVar("T")
 #: Job ids per ``squeue --jobs`` query (an argument of ~10 kB).
 JOBS_PER_QUERY = 1000
+#: How to point coshare at Slurm's commands, said when one of them cannot be started.
+SLURM_PROGRAM_HINT = (
+    "install Slurm's client commands (apt-get install slurm-client) or set slurm.bin_dir "
+    "(COSHARE_SLURM_BIN_DIR) to the directory that holds squeue, sinfo and scontrol"
+)
 Sleep = Callable[[float], None]
 
 
@@ -77,6 +82,8 @@ class SlurmClient:
                 input_text=input_text,
                 env=self._env,
             )
+        except ProgramNotFound as exc:
+            raise exc.with_hint(SLURM_PROGRAM_HINT) from exc
         except CommandFailed as exc:
             if exc.returncode is None and "timed out" in exc.stderr:
                 raise SlurmControllerDown(argv[0], "timed out") from exc

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from coshare.errors import CommandFailed
+from coshare.errors import CommandFailed, ProgramNotFound
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ class CommandRunner(Protocol):
 
     Contract: runs ``argv`` without a shell, waits at most ``timeout_s`` seconds, and returns
     its result when it exits with status 0 (or ``check`` is false); otherwise raises
-    :class:`~coshare.errors.CommandFailed` (``returncode=None`` on timeout or when the program
-    is missing).
+    :class:`~coshare.errors.CommandFailed` (``returncode=None`` on timeout; its subclass
+    :class:`~coshare.errors.ProgramNotFound` when the program is missing or not executable).
     """
 
     def __call__(
@@ -78,7 +78,8 @@ def run(
             args, None, _text(exc.stdout), _text(exc.stderr) + "\n(timed out)"
         ) from exc
     except OSError as exc:
-        raise CommandFailed(args, None, "", f"cannot run {args[0]}: {exc.strerror}") from exc
+        # Not a time-out: the program is missing or not executable, and stays so.
+        raise ProgramNotFound(args, exc.strerror or type(exc).__name__) from exc
     result = CommandResult(tuple(args), done.returncode, _text(done.stdout), _text(done.stderr))
     if check and done.returncode != 0:
         raise CommandFailed(args, done.returncode, result.stdout, result.stderr)

@@ -64,13 +64,25 @@ C = TypeVar("C")
 DEFAULT_CONFIG_PATH = Path("/etc/coshare/config.yaml")
 ENV_PREFIX = "COSHARE_"
 #: ``COSHARE_`` variables coshare itself uses that are not settings: where the config, the
-#: traces and the node scripts are, and what the node helpers export to a job. Like every
-#: variable that names no section and key they are ignored; these are never warned about.
-NOT_SETTINGS = frozenset({
-    "COSHARE_CONFIG", "COSHARE_TRACE_DIR", "COSHARE_LIBEXEC", "COSHARE_JOB_ID", "COSHARE_NODE",
-    "COSHARE_DEVICES", "COSHARE_CPUS", "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY",
-    "COSHARE_DEVICE_MEMORY_MIB", "COSHARE_DEVICE_THREADS",
-})  # fmt: skip
+#: traces and the node scripts are, what the node helpers export to a job, and what the
+#: deploy/ scripts read. Every other ``COSHARE_`` variable is a setting
+#: (``COSHARE_<SECTION>_<KEY>``) or is warned about; these are never warned about.
+NOT_SETTINGS = frozenset(
+    {
+        # where things are
+        "COSHARE_CONFIG", "COSHARE_TRACE_DIR", "COSHARE_LIBEXEC", "COSHARE_BIN",
+        # what a job is given by the node helpers
+        "COSHARE_JOB_ID", "COSHARE_NODE", "COSHARE_DEVICES", "COSHARE_CPUS",
+        "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY", "COSHARE_DEVICE_MEMORY_MIB",
+        "COSHARE_DEVICE_THREADS", "COSHARE_SPREAD", "COSHARE_LLC_WAYS", "COSHARE_MEMBW_PERCENT",
+        "COSHARE_LEND_SLOT_TYPE",
+        # the deploy/ scripts' own (local clusters, the trigger, the facts publisher)
+        "COSHARE_SLURM_CTLD_PORT", "COSHARE_SLURM_NODE_PORT", "COSHARE_SLURM_DBD_PORT",
+        "COSHARE_SLURM_CGROUP_PREFIX", "COSHARE_PG_PORT", "COSHARE_PG_LISTEN",
+        "COSHARE_TRIGGER", "COSHARE_TRIGGER_ARGS", "COSHARE_TRIGGER_CONFIG",
+        "COSHARE_TRIGGER_LOG", "COSHARE_FACTS",
+    }
+)  # fmt: skip
 
 
 class ConfigWarning(UserWarning):
@@ -963,10 +975,10 @@ def load_yaml(text: str, where: str) -> Any:
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """Read ``COSHARE_<SECTION>_<KEY>`` variables into a nested mapping.
 
-    Only a variable that names a real section and key is a setting (issue 21): coshare's own
-    variables (``COSHARE_TRACE_DIR``, ``COSHARE_JOB_ID`` in a job) and any other are ignored,
-    so they can never stop a command. One that names a section but no key of it, or that is
-    one letter off a setting, is ignored with a :class:`ConfigWarning` naming the nearest.
+    Only a variable that names a real section and key is a setting: coshare's own variables
+    (:data:`NOT_SETTINGS`: ``COSHARE_TRACE_DIR``, ``COSHARE_JOB_ID`` in a job) are ignored, so
+    they can never stop a command; any other is ignored with a :class:`ConfigWarning` naming
+    the nearest settings.
     Values are parsed as YAML scalars (``3600``, ``null``, ``soft``). Sections whose values
     are mappings of their own (``device_kinds``) are set in the file only.
 
@@ -997,18 +1009,29 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _warn_near(var: str, settings: Mapping[str, tuple[str, str]]) -> None:
-    """Warn about a variable that is not a setting but looks like a mistyped one."""
+    """Warn about a ``COSHARE_`` variable that is not a setting, with the nearest settings.
+
+    One rule names every setting, ``COSHARE_<SECTION>_<KEY>``; a variable that names only a
+    section (``COSHARE_POLICY``) or only a key (``COSHARE_SEED``) is the usual slip, so the
+    hint lists that section's keys or the settings with that key.
+    """
     sections = {section for section, _ in settings.values()}
+    rest = var[len(ENV_PREFIX):].lower()
     named = next((s for s in sorted(sections, key=len, reverse=True)
                   if var.startswith(f"{ENV_PREFIX}{s.upper()}_")), None)  # fmt: skip
     near = difflib.get_close_matches(var, list(settings), n=1, cutoff=0.9)
-    if named is None and not near:
-        return
+    by_key = sorted(name for name, (_, key) in settings.items() if key == rest)
     if near:
         hint = f"did you mean {near[0]}?"
+    elif by_key:
+        hint = f"did you mean {' or '.join(by_key)}?"
+    elif named is not None or rest in sections:
+        section = named or rest
+        keys = sorted(key for s, key in settings.values() if s == section)
+        hint = (f"settings are {ENV_PREFIX}<SECTION>_<KEY>; the {section} section's keys are "
+                f"{', '.join(keys)}")  # fmt: skip
     else:
-        keys = sorted(key for section, key in settings.values() if section == named)
-        hint = f"the {named} section's keys are {', '.join(keys)}"
+        hint = f"settings are {ENV_PREFIX}<SECTION>_<KEY>, listed by `coshare config show`"
     warnings.warn(f"environment variable {shorten_text(var)} is not a setting and is ignored "
                   f"({hint})", ConfigWarning, stacklevel=3)  # fmt: skip
 

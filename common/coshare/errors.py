@@ -34,6 +34,7 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
     │   ├── SchedulerUnavailable  daemon down or unreachable
     │   │   └── SlurmControllerDown      slurm_addon.errors
     │   ├── CommandFailed         one external command failed (argv, returncode, output)
+    │   │   └── ProgramNotFound   the program is not installed where coshare looked
     │   ├── EditFailed            an HTCondor queue edit was refused (condor_addon.errors)
     │   ├── SlurmOutputError      squeue/sinfo printed something unreadable (slurm_addon.errors)
     │   └── PlacementError        a Slurm placement that cannot be read back (also a ValueError)
@@ -298,6 +299,35 @@ class CommandFailed(SchedulerError):
         status = "timed out" if returncode is None else f"exited with status {returncode}"
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
         super().__init__(f"{' '.join(self.argv)} {status}" + (f": {detail}" if detail else ""))
+
+
+class ProgramNotFound(CommandFailed):
+    """An external program could not be started: not on ``PATH`` (or where configured), or not
+    executable. Never a time-out, and never retried: running it again finds the same nothing.
+
+    Attributes:
+        program: the program as it was named.
+        reason: the operating system's reason (``No such file or directory``).
+        hint: how to point coshare at it (empty when the caller knows no setting for it).
+    """
+
+    def __init__(self, argv: Sequence[str], reason: str, hint: str = "") -> None:
+        self.argv = tuple(str(a) for a in argv)
+        self.returncode = None
+        self.stdout = ""
+        self.stderr = f"cannot run {self.argv[0]}: {reason}"
+        self.program = self.argv[0]
+        self.reason = reason
+        self.hint = hint
+        # CommandFailed's message would say "exited" or "timed out": neither happened.
+        SchedulerError.__init__(
+            self, f"cannot run {self.program}: {reason[:1].lower()}{reason[1:]}"
+            + (f"; {hint}" if hint else "")
+        )
+
+    def with_hint(self, hint: str) -> ProgramNotFound:
+        """The same error, saying how to point coshare at the program."""
+        return ProgramNotFound(self.argv, self.reason, hint)
 
 
 class NodeError(CoshareError):

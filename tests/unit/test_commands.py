@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from coshare.commands import run
-from coshare.errors import CommandFailed
+from coshare.errors import CommandFailed, ProgramNotFound
 
 
 def test_success_returns_output() -> None:
@@ -38,8 +38,14 @@ def test_timeout_and_missing_program() -> None:
     with pytest.raises(CommandFailed, match="timed out") as info:
         run([sys.executable, "-c", "import time; time.sleep(5)"], timeout_s=0.2)
     assert info.value.returncode is None
-    with pytest.raises(CommandFailed, match="cannot run /no/such/program"):
+    with pytest.raises(ProgramNotFound) as missing:
         run(["/no/such/program"], timeout_s=1)
+    # a missing program is said as such, never as a time-out
+    assert str(missing.value) == "cannot run /no/such/program: no such file or directory"
+    assert isinstance(missing.value, CommandFailed) and missing.value.returncode is None
+    assert "timed out" not in str(missing.value)
+    hinted = missing.value.with_hint("set x.bin_dir")
+    assert str(hinted) == "cannot run /no/such/program: no such file or directory; set x.bin_dir"
 
 
 def test_input_text_is_passed_on_stdin() -> None:

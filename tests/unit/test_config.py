@@ -232,8 +232,11 @@ def test_coshare_variables_that_are_not_settings_are_left_alone() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not even a warning for these
         assert load_config(None, environ=environ) == Config()
-        unrelated = {"COSHARE_X": "1", "COSHARE_MY_TOOL_HOME": "/opt", "COSHARE_": ""}
+    # any other COSHARE_ variable is no setting either: ignored, and said (it may be a slip)
+    unrelated = {"COSHARE_X": "1", "COSHARE_MY_TOOL_HOME": "/opt", "COSHARE_": ""}
+    with pytest.warns(ConfigWarning) as said:
         assert load_config(None, environ={**environ, **unrelated}) == Config()
+    assert sorted(str(w.message).split()[2] for w in said) == sorted(unrelated)
     # a setting's variable is still read, and a bad value of one still refused
     assert load_config(None, environ={**environ, "COSHARE_POLICY_NAME": "random"}).policy.name \
         == "random"

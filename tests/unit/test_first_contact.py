@@ -79,7 +79,8 @@ def test_coshare_variables_that_are_not_settings_stop_nothing(tmp_path: Path) ->
     # The README tells the reader to set COSHARE_TRACE_DIR; coshare itself sets COSHARE_JOB_ID
     # (and the others) inside a job. Each of these exited 2 before issue 21.
     env = {"COSHARE_TRACE_DIR": "/work/shared/data", "COSHARE_JOB_ID": "12.0",
-           "COSHARE_DEVICES": "0", "COSHARE_NODE": "n1", "COSHARE_SOMETHING_ELSE": "x"}
+           "COSHARE_DEVICES": "0", "COSHARE_NODE": "n1", "COSHARE_SPREAD": "1",
+           "COSHARE_LLC_WAYS": "0-3", "COSHARE_SLURM_CTLD_PORT": "16817"}
     planned = coshare("plan", str(EXAMPLE), "--output", "json", env=env)
     assert planned.returncode == 0 and planned.stderr == ""
     shown = coshare("config", "show", env=env)
@@ -93,12 +94,12 @@ def test_coshare_variables_that_are_not_settings_stop_nothing(tmp_path: Path) ->
     slurm = coshare("slurm", "show", base_only=False,
                     env={**env, "COSHARE_SLURM_BIN_DIR": str(empty),
                          "COSHARE_SLURM_RETRY_ATTEMPTS": "1"})  # fmt: skip
-    assert slurm.returncode == 1 and "COSHARE_" not in slurm.stderr, slurm.stderr
+    assert slurm.returncode == 1 and "warning" not in slurm.stderr, slurm.stderr
     condor = coshare("condor", "show", base_only=False,
                      env={**env, "COSHARE_CONDOR_COLLECTOR": "127.0.0.1:9",
                           "COSHARE_CONDOR_RETRY_ATTEMPTS": "1",
                           "COSHARE_CONDOR_RETRY_WAIT_S": "0"})  # fmt: skip
-    assert condor.returncode == 1 and "COSHARE_" not in condor.stderr, condor.stderr
+    assert condor.returncode == 1 and "warning" not in condor.stderr, condor.stderr
 
 
 def test_a_mistyped_setting_is_said_once_and_ignored() -> None:
@@ -107,3 +108,49 @@ def test_a_mistyped_setting_is_said_once_and_ignored() -> None:
     assert ran.stderr == ("coshare: warning: environment variable COSHARE_POLICY_NAEM is not a "
                           "setting and is ignored (did you mean COSHARE_POLICY_NAME?)\n")
     assert "name: knapsack" in ran.stdout or "name: " in ran.stdout
+
+
+@pytest.mark.parametrize(("variable", "hint"), [
+    ("COSHARE_POLICY", "settings are COSHARE_<SECTION>_<KEY>; the policy section's keys are "
+                       "age_limit_s, "),
+    ("COSHARE_SEED", "did you mean COSHARE_POLICY_SEED?"),
+    ("COSHARE_THREADS", "did you mean COSHARE_POLICY_THREADS?"),
+    ("COSHARE_SOMETHING_ELSE", "settings are COSHARE_<SECTION>_<KEY>, listed by "
+                               "`coshare config show`"),
+])  # fmt: skip
+def test_every_coshare_variable_is_a_setting_or_warned_about(variable: str, hint: str) -> None:
+    ran = coshare("config", "show", "--output", "json", env={variable: "soft"})
+    assert ran.returncode == 0
+    assert ran.stderr.startswith(f"coshare: warning: environment variable {variable} is not a "
+                                 f"setting and is ignored ({hint}")  # fmt: skip
+    assert ran.stderr.count("\n") == 1
+
+
+def test_a_missing_scheduler_program_is_named_with_how_to_point_coshare_at_it(
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    ran = coshare("slurm", "show", base_only=False, env={"COSHARE_SLURM_BIN_DIR": str(empty)})
+    assert ran.returncode == 1
+    assert ran.stderr == (f"coshare: error: cannot run {empty}/sinfo: no such file or "
+                          "directory; install Slurm's client commands (apt-get install "
+                          "slurm-client) or set slurm.bin_dir (COSHARE_SLURM_BIN_DIR) to the "
+                          "directory that holds squeue, sinfo and scontrol\n")  # fmt: skip
+
+
+def test_htcondor_with_no_pool_configured_says_how_at_once(tmp_path: Path) -> None:
+    # An HTCondor configuration that names no collector: one line, no retries of a
+    # configuration error, and where to point coshare.
+    (tmp_path / "condor_config").write_text("# no pool here\n")
+    (tmp_path / "coshare.yaml").write_text(
+        f"condor: {{lock_file: {tmp_path / 'cycle.lock'}, retry_wait_s: 30}}\n")
+    ran = coshare("condor", "cycle", base_only=False,
+                  env={"CONDOR_CONFIG": str(tmp_path / "condor_config"),
+                       "COSHARE_CONFIG": str(tmp_path / "coshare.yaml")})  # fmt: skip
+    assert ran.returncode == 1
+    assert ran.stderr == ("coshare: error: no HTCondor pool is configured here (the HTCondor "
+                          "configuration has no COLLECTOR_HOST): set condor.config_file "
+                          "(COSHARE_CONDOR_CONFIG_FILE, or CONDOR_CONFIG) to the pool's "
+                          "condor_config, or condor.collector (COSHARE_CONDOR_COLLECTOR) to the "
+                          "collector's host:port\n")  # fmt: skip

@@ -163,3 +163,31 @@ def test_the_run_queue_delay_is_found_only_where_the_kernel_counts_it(tmp_path: 
     (tmp_path / "5" / "schedstat").write_text("12 7000000 3\n")
     found = wait_capability(tmp_path, 5)
     assert found.status == "found" and "waited 7.0 ms" in found.detail
+
+
+@pytest.mark.parametrize("missing", ["cpuset", "memory", "freezer"])
+def test_check_exits_1_when_a_capability_that_enforcement_needs_is_missing(
+    env: Path, missing: str
+) -> None:
+    # A node whose jobs would run without their own cores, memory limit or freezer is not
+    # ready for coshare's jobs, whatever else it has.
+    for name in ("cgroup.procs", "cpuset.effective_cpus"):
+        (env / "cgroup" / missing / name).unlink(missing_ok=True)
+    (env / "cgroup" / missing).rmdir()
+    table = CliRunner().invoke(cli, ["node", "check"])
+    assert table.exit_code == 1, table.output
+    assert "coshare: error: this node cannot enforce jobs' limits (" in table.output
+    assert "missing): jobs placed here would run without them" in table.output
+    as_json = CliRunner().invoke(cli, ["node", "check", "--output", "json"])
+    assert as_json.exit_code == 1
+    document = json.loads(as_json.stdout)
+    assert document["enforcement"] == "missing"
+
+
+def test_check_exits_1_without_cgroups(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COSHARE_NODE_CGROUP_ROOT", str(env / "no-cgroups"))
+    result = CliRunner().invoke(cli, ["node", "check", "--output", "json"])
+    assert result.exit_code == 1
+    caps = {c["name"]: c for c in json.loads(result.stdout)["capabilities"]}
+    assert caps["cgroups"]["status"] == "missing"
+    assert "(cgroups missing)" in result.stderr

@@ -20,7 +20,9 @@ node facts             ``state_dir/facts``, written by the node daemon
 =====================  ======================================================================
 
 Nothing is pretended: a capability is ``found`` only when the file is there or the call
-worked, and ``missing`` says what failed.
+worked, and ``missing`` says what failed. The command exits 1 while a capability that
+enforcement needs (:data:`ENFORCEMENT`) is missing: a node that cannot hold a job to its
+limits is not ready for coshare's jobs.
 """
 
 from __future__ import annotations
@@ -262,6 +264,18 @@ def state_capabilities(config: NodeConfig, now_s: float) -> list[Capability]:
         out.append(_cap("node facts", False, facts, "not written: is the node daemon "
                         "(coshare node gate) running?"))  # fmt: skip
     return out
+
+
+#: The capabilities without which a job placed here would run without its limits (its own
+#: cores, its memory limit, the freezer that trials and suspension use): ``coshare node
+#: check`` exits 1 while one of them is missing. The others only narrow what the node measures.
+ENFORCEMENT = ("cgroups", "own cores (cpuset)", "memory limit", "freezer")
+
+
+def missing_enforcement(caps: list[Capability]) -> list[Capability]:
+    """The capabilities of :data:`ENFORCEMENT` that ``caps`` lists as missing (when cgroups
+    cannot be opened at all, that one entry stands for the rest)."""
+    return [c for c in caps if c.name in ENFORCEMENT and c.status == "missing"]
 
 
 def node_capabilities(config: NodeConfig, open_cgroups: Callable[[], Cgroups],

@@ -36,9 +36,10 @@ from rich.table import Table
 
 from coshare.cli import AppContext, pass_app
 from coshare.errors import FactsError, NodeError, ReplyError
+from coshare.exit_codes import EXIT_RUNTIME
 from coshare.facts import NodeFacts, parse_facts
 from coshare.node import lifecycle
-from coshare.node.check import node_capabilities
+from coshare.node.check import missing_enforcement, node_capabilities
 from coshare.node.membw import ProbeFiles, probe
 from coshare.node.sampler import facts_path
 from coshare.node.spec import check_job_id, format_cpu_list, parse_cpu_list
@@ -59,16 +60,24 @@ def check(app: AppContext, output: str) -> None:
     config = app.config.node
     caps = node_capabilities(config, lambda: lifecycle.node_cgroups(config),
                              lifecycle.node_resctrl(config))  # fmt: skip
+    unenforced = missing_enforcement(caps)
     if output == "json":
-        click.echo(json.dumps({"capabilities": [c.to_dict() for c in caps]}, indent=1))
-        return
-    table = Table(box=box.SIMPLE, title="Node capabilities", title_justify="left")
-    for column in ("capability", "status", "where", "detail"):
-        table.add_column(column, overflow="fold")
-    for cap in caps:
-        table.add_row(cap.name, cap.status, cap.where, cap.detail)
-    missing = sum(c.status == "missing" for c in caps)
-    click.echo(render_text(table, f"{len(caps) - missing} found, {missing} missing"), nl=False)
+        click.echo(json.dumps({"capabilities": [c.to_dict() for c in caps],
+                               "enforcement": "missing" if unenforced else "found"}, indent=1))
+    else:
+        table = Table(box=box.SIMPLE, title="Node capabilities", title_justify="left")
+        for column in ("capability", "status", "where", "detail"):
+            table.add_column(column, overflow="fold")
+        for cap in caps:
+            table.add_row(cap.name, cap.status, cap.where, cap.detail)
+        missing = sum(c.status == "missing" for c in caps)
+        click.echo(render_text(table, f"{len(caps) - missing} found, {missing} missing"),
+                   nl=False)
+    if unenforced:
+        names = ", ".join(c.name for c in unenforced)
+        click.echo(f"coshare: error: this node cannot enforce jobs' limits ({names} missing): "
+                   "jobs placed here would run without them", err=True)
+        raise SystemExit(EXIT_RUNTIME)
 
 
 @click.group()
