@@ -40,6 +40,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import reprlib
@@ -148,6 +149,14 @@ def shorten_text(text: str) -> str:
     :data:`SHOWN_CHARS` characters, control characters and lone surrogates escaped."""
     cut = text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
     return cut if cut.isprintable() else repr(cut)[1:-1]
+
+
+def unknown_name(noun: str, value: object, known: list[str]) -> str:
+    """``unknown policy 'knapsak' (did you mean knapsack? known: ...)``: a name that is not
+    one of ``known``, shown bounded, with the nearest known name when one is close."""
+    near = difflib.get_close_matches(str(value)[:200], known, n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}? " if near else ""
+    return f"unknown {noun} {shorten(value)} ({hint}known: {', '.join(known)})"
 
 
 def shorten(value: object) -> str:

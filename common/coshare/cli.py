@@ -34,8 +34,9 @@ from typing import Any
 import click
 import yaml
 
+from coshare.bounds import unknown_name
 from coshare.config import Config, ConfigWarning, load_config, to_dict, with_overrides
-from coshare.errors import CoshareError, InputError, SnapshotError
+from coshare.errors import CoshareError, InputError, PolicyError, SnapshotError
 from coshare.exit_codes import exit_status_help
 from coshare.explain import Explanation, explain, explanation_to_dict
 from coshare.extras import MissingExtra, missing_extra
@@ -255,6 +256,9 @@ def policy_flags(func: Any) -> Any:
 def configured(app: AppContext, policy_name: str | None, threads: str | None,
                seed: int | None) -> Config:  # fmt: skip
     """The config with the command line's policy flags applied (flags win)."""
+    if policy_name is not None and policy_name not in policy_names():
+        # Blame the flag the person typed, not the setting it overrides.
+        raise PolicyError(f"--policy: {unknown_name('policy', policy_name, policy_names())}")
     return with_overrides(app.config, "policy", name=policy_name, threads=threads, seed=seed)
 
 

@@ -51,6 +51,7 @@ from coshare.bounds import (
     plain,
     shorten,
     shorten_text,
+    unknown_name,
 )
 from coshare.errors import ConfigError
 from coshare.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
@@ -770,8 +771,7 @@ def build(cls: type[C], data: object, where: str = "") -> C:
             continue
         noun, choices = CHOICES.get((cls, name), ("", None))
         if choices is not None and values[name] not in choices():
-            problems.append(f"{path}: unknown {noun} {shorten(values[name])} "
-                            f"(known: {', '.join(choices())})")  # fmt: skip
+            problems.append(f"{path}: {unknown_name(noun, values[name], choices())}")
     for n, f in fields.items():
         if (n not in values and n not in data and f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING):  # fmt: skip

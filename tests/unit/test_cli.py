@@ -80,8 +80,8 @@ def test_soft_threads_flag() -> None:
         (
             ["plan", "-", "--policy", "best"],
             "{}",
-            "unknown policy 'best' (known: bestfit, collocate, cs, exclusive, fgd, knapsack, "
-            "membw, random, sharepack, sns)",
+            "--policy: unknown policy 'best' (did you mean bestfit? known: bestfit, collocate, "
+            "cs, exclusive, fgd, knapsack, membw, random, sharepack, sns)",
         ),
     ],
 )
@@ -210,7 +210,7 @@ def test_config_check_lists_every_problem_and_an_unknown_policy(tmp_path: Path) 
     code, _, err = run("config", "check", str(bad))
     assert code == 2
     assert err.startswith(f"coshare: error: {bad}: 2 problems:\n")
-    assert "policy.name: unknown policy 'knapsak' (known: " in err
+    assert "policy.name: unknown policy 'knapsak' (did you mean knapsack? known: " in err
     assert "cycle.replan_after_s: -1 is out of range" in err
     good = tmp_path / "good.yaml"
     good.write_text("policy: {name: random}\n")

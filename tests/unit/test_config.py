@@ -257,7 +257,7 @@ def test_config_check_reports_every_problem_at_once(tmp_path: Path) -> None:
     message = str(caught.value)
     assert message.startswith(f"{tmp_path / 'c.yaml'}: 7 problems:")
     for expected in ("config: unknown key 'nodes'",
-                     "policy.name: unknown policy 'knapsak' (known: ",
+                     "policy.name: unknown policy 'knapsak' (did you mean knapsack? known: ",
                      "policy.threads: 'lax' is not one of", "policy.seed: -1 is out of range",
                      "knapsack.memory_grid_mib: 0 is out of range",
                      "cycle.replan_after_s: nan is out of range", "cycle: unknown key 'colour'"):

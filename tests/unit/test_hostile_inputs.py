@@ -366,7 +366,7 @@ def test_an_unknown_policy_name_is_echoed_bounded() -> None:
     code, _, err = plan_text(json.dumps({"nodes": []}), "--policy", "k" * 1000)
     assert code == 2
     message = one_error(err)
-    assert message.startswith("coshare: error: policy.name: unknown policy 'kkkk")
+    assert message.startswith("coshare: error: --policy: unknown policy 'kkkk")
     assert "(1000 characters)" in message
     # bounded: the name is cut; the list of known policies grows with each new one
     assert len(message) < 160 + len(", ".join(policy_names()))

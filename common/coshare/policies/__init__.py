@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from coshare.bounds import shorten
+from coshare.bounds import unknown_name
 from coshare.errors import PolicyError
 from coshare.model import ThreadMode
 from coshare.policies.base import Policy
@@ -175,7 +175,7 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     factory = FACTORIES.get(name)
     if factory is None:
         # The name may come from a flag, a config or COSHARE_POLICY: shown bounded (issue 11).
-        raise PolicyError(f"unknown policy {shorten(name)} (known: {', '.join(policy_names())})")
+        raise PolicyError(unknown_name("policy", name, policy_names()))
     options = options or PolicyOptions()
     # Gangs (multi-node jobs) are placed by one mechanism around every policy (issue 14).
     return GangPlanner(factory(options), whole_nodes=name == "exclusive",

@@ -43,6 +43,7 @@ from coshare.bounds import (
     MAX_SIM_WORKERS,
     SIM_KIB_PER_JOB,
     shorten,
+    unknown_name,
 )
 from coshare.cli import AppContext, pass_app
 from coshare.config import MAX_SETTING_S, with_overrides
@@ -101,9 +102,11 @@ def parse_policies(text: str | None, default: Sequence[str]) -> list[str]:
     """Policy names from ``a,b,c``; unknown ones are an input error listing the known."""
     names = [p.strip() for p in text.split(",") if p.strip()] if text else list(default)
     unknown = [n for n in names if n not in policy_names()]
+    if len(unknown) == 1:
+        raise InputError(f"--policies: {unknown_name('policy', unknown[0], policy_names())}")
     if unknown or not names:
         shown = ", ".join(map(shorten, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
-        raise InputError(f"unknown policy {shown or '(none)'} "
+        raise InputError(f"--policies: unknown policy {shown or '(none)'} "
                          f"(known: {', '.join(policy_names())})")  # fmt: skip
     return list(dict.fromkeys(names))
 
