@@ -164,3 +164,29 @@ def test_a_workload_is_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> No
     assert (code, out) == (0, "tiny on 3 nodes\n")
     code, out, _ = run("simulate", "--workload", "tiny", "--jobs", "5", "--output", "json")
     assert json.loads(out)["jobs"] == 5 and json.loads(out)["workload"] == "tiny"
+
+
+def test_a_plot_into_a_missing_folder_is_refused_before_the_simulation(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    code, out, err = run("simulate", "--workload", "table1", "--jobs", "50", "--nodes", "2",
+                         "--policies", "exclusive", "--plot", str(tmp_path / "no" / "x.png"))
+    assert code == 2
+    assert err == f"coshare: error: --plot {tmp_path / 'no' / 'x.png'}: no such folder " \
+                  f"{tmp_path / 'no'}\n"
+    assert out == ""  # nothing was simulated: no table
+
+
+def test_the_trace_folder_does_not_depend_on_where_coshare_is_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coshare.sim.trace_files import ALIBABA_DIR, data_dir
+
+    here = data_dir()
+    monkeypatch.chdir(tmp_path)
+    assert data_dir() == here
+    code, _, err = run("simulate", "--workload", "alibaba-2023", "--policies", "fgd",
+                       "--data", str(tmp_path / "none"))
+    assert code == 2
+    assert err == (f"coshare: error: no Alibaba trace folder at {tmp_path / 'none' / ALIBABA_DIR}"
+                   ": pass --data DIR (or set COSHARE_TRACE_DIR) to the folder that holds "
+                   f"{ALIBABA_DIR}/\n")

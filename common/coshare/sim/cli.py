@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -615,6 +616,7 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
         from coshare.sim.plot import require_matplotlib
 
         require_matplotlib()  # fail before hours of simulation, not after
+        _check_writable(plot)
     setup = Setup(threads=threads, age_limit_s=age_limit, cycle_delay_s=cycle_delay,  # type: ignore[arg-type]
                   verify=verify, offload_share=offload_share)  # fmt: skip
     seed_list = list(range(seed, seed + seeds))
@@ -642,6 +644,15 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
         more = f"; and {count - 10} more" if count > 10 else ""
         raise ExecutorError(f"{count} run{'s' if count != 1 else ''} failed (the results "
                             f"above are the others'): {shown}{more}")  # fmt: skip
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse an output file whose folder is missing or not writable, before the run."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise InputError(f"--plot {path}: no such folder {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"--plot {path}: folder {folder} is not writable")
 
 
 #: The options of ``coshare simulate`` that a trace replay does not use: the log gives the

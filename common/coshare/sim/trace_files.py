@@ -43,10 +43,8 @@ def data_dir(explicit: Path | None = None) -> Path:
     env = os.environ.get("COSHARE_TRACE_DIR")
     if env:
         return Path(env)
-    beside_checkout = Path(__file__).resolve().parents[3].parent / "shared" / "data"
-    if beside_checkout.is_dir():
-        return beside_checkout
-    return Path.cwd().parent / "shared" / "data"  # an installed copy, run from the project
+    # Never the current directory: a command must mean the same wherever it is run from.
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 
 def _read(path: Path) -> str:
@@ -75,6 +73,9 @@ def read_alibaba(folder: Path, nodes_file: str = ALIBABA_NODES,
     Raises:
         InputError: a file is missing, unreadable or malformed.
     """
+    if not folder.is_dir():
+        raise InputError(f"no Alibaba trace folder at {folder}: pass --data DIR (or set "
+                         f"COSHARE_TRACE_DIR) to the folder that holds {folder.name}/")
     nodes_path, pods_path = folder / nodes_file, folder / pods_file
     return AlibabaTrace(
         parse_alibaba_nodes(_read(nodes_path), str(nodes_path)),
