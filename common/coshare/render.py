@@ -8,6 +8,7 @@ Both scheduler adapters' ``cycle`` and ``show`` print through here (:func:`cycle
 from __future__ import annotations
 
 import io
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -33,8 +34,22 @@ def _ids(ids: Sequence[str]) -> str:
     return ", ".join(ids[:SHOWN_IDS]) + f" (+{len(ids) - SHOWN_IDS} more)"
 
 
-def render_text(*tables: Table | str, width: int = 120) -> str:
-    """Rich tables and lines as plain text, ``width`` columns wide.
+#: Columns of text written to a pipe or file with no ``COLUMNS`` (cron mail, logs).
+PIPE_WIDTH = 120
+
+
+def output_width(pipe_width: int = PIPE_WIDTH) -> int:
+    """The width tables are drawn to: ``COLUMNS`` when set, else the terminal's width when
+    standard output is one (rich's own rule), else ``pipe_width``."""
+    console = Console()
+    if console.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
+        return max(console.width, 40)
+    return pipe_width
+
+
+def render_text(*tables: Table | str, width: int | None = None) -> str:
+    """Rich tables and lines as plain text, ``width`` columns wide (default
+    :func:`output_width`), with no trailing spaces.
 
     Names and ids come from users and schedulers, so nothing in them is interpreted: no rich
     markup (``[/x]`` in a node name raised ``MarkupError``), no ``:emoji:`` codes, and control
@@ -42,11 +57,12 @@ def render_text(*tables: Table | str, width: int = 120) -> str:
     the admin's terminal (issue 11).
     """
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=False, color_system=None,
-                      markup=False, emoji=False, highlight=False)  # fmt: skip
+    console = Console(file=buffer, width=width or output_width(), force_terminal=False,
+                      color_system=None, markup=False, emoji=False, highlight=False)  # fmt: skip
     for table in tables:
         console.print(table)
-    return printable(buffer.getvalue())
+    text = "\n".join(line.rstrip() for line in buffer.getvalue().split("\n"))
+    return printable(text)
 
 
 def printable(text: str) -> str:
@@ -64,7 +80,9 @@ def _escape(char: str) -> str:
         else f"\\U{code:08x}"  # fmt: skip
 
 
-def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: int = 120) -> str:
+def plan_table(
+    snapshot: Snapshot, plan: Plan, show_all: bool = False, width: int | None = None
+) -> str:
     """The plan as text: one row per device (or node, for CPU jobs) that gets jobs, with its
     memory and threads after the plan, then the unplaced jobs grouped by reason.
 
@@ -152,7 +170,7 @@ def plan_table(snapshot: Snapshot, plan: Plan, show_all: bool = False, width: in
     return render_text(*parts, width=width)
 
 
-def policy_summary(rows: Sequence[tuple[str, Plan]], width: int = 120) -> str:
+def policy_summary(rows: Sequence[tuple[str, Plan]], width: int | None = None) -> str:
     """One line per policy: how many jobs each places, for side-by-side comparison."""
     table = Table(title="Policies on this snapshot", box=box.SIMPLE, title_justify="left")
     for column in ("policy", "placed", "waiting", "devices used", "seconds"):
@@ -230,7 +248,7 @@ def cycle_to_dict(report: CycleReport) -> dict[str, Any]:
     }
 
 
-def show_text(result: SourceResult, plan: Plan, width: int = 120) -> str:
+def show_text(result: SourceResult, plan: Plan, width: int | None = None) -> str:
     """What ``show`` prints: every node and device with what runs there, what is placed and
     not started, and what the next cycle would place; then every waiting annotated job with
     why it waits (or where the next cycle puts it); then the nodes that take no jobs now
@@ -308,7 +326,7 @@ def show_text(result: SourceResult, plan: Plan, width: int = 120) -> str:
     return render_text(*parts, width=width)
 
 
-def explanation_text(e: Explanation, width: int = 120) -> str:
+def explanation_text(e: Explanation, width: int | None = None) -> str:
     """What ``explain`` prints: where the job stands and why, the job as parsed, every node
     and device considered with the first limit that keeps it out, and what would make it
     fit."""

@@ -9,6 +9,7 @@ what ``import`` reports as not installed), so the test runs on any machine.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -154,3 +155,21 @@ def test_htcondor_with_no_pool_configured_says_how_at_once(tmp_path: Path) -> No
                           "(COSHARE_CONDOR_CONFIG_FILE, or CONDOR_CONFIG) to the pool's "
                           "condor_config, or condor.collector (COSHARE_CONDOR_COLLECTOR) to the "
                           "collector's host:port\n")  # fmt: skip
+
+
+def test_tables_fit_the_width_the_terminal_gives_and_json_is_unaffected() -> None:
+    narrow = coshare("plan", str(EXAMPLE), env={"COLUMNS": "60"}, base_only=False)
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert lines and max(map(len, lines)) <= 60
+    assert all(line == line.rstrip() for line in lines)  # no padding to the width
+    piped = coshare("plan", str(EXAMPLE), base_only=False)  # a pipe, no COLUMNS: 120
+    assert max(map(len, piped.stdout.splitlines())) > 60
+    assert all(line == line.rstrip() for line in piped.stdout.splitlines())
+    plans = []
+    for env in ({"COLUMNS": "60"}, {}):
+        ran = coshare("plan", str(EXAMPLE), "--output", "json", env=env, base_only=False)
+        plan = json.loads(ran.stdout)
+        del plan["stats"]["seconds"]  # the time it took, never the same twice
+        plans.append(plan)
+    assert plans[0] == plans[1] and plans[0]["assignments"]

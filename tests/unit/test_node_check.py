@@ -165,12 +165,12 @@ def test_the_run_queue_delay_is_found_only_where_the_kernel_counts_it(tmp_path: 
     assert found.status == "found" and "waited 7.0 ms" in found.detail
 
 
-@pytest.mark.parametrize("missing", ["cpuset", "memory", "freezer"])
+@pytest.mark.parametrize("missing", ["cpuset", "memory"])
 def test_check_exits_1_when_a_capability_that_enforcement_needs_is_missing(
     env: Path, missing: str
 ) -> None:
-    # A node whose jobs would run without their own cores, memory limit or freezer is not
-    # ready for coshare's jobs, whatever else it has.
+    # A node whose jobs would run without their own cores or memory limit is not ready for
+    # coshare's jobs, whatever else it has.
     for name in ("cgroup.procs", "cpuset.effective_cpus"):
         (env / "cgroup" / missing / name).unlink(missing_ok=True)
     (env / "cgroup" / missing).rmdir()

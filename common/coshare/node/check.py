@@ -267,9 +267,10 @@ def state_capabilities(config: NodeConfig, now_s: float) -> list[Capability]:
 
 
 #: The capabilities without which a job placed here would run without its limits (its own
-#: cores, its memory limit, the freezer that trials and suspension use): ``coshare node
-#: check`` exits 1 while one of them is missing. The others only narrow what the node measures.
-ENFORCEMENT = ("cgroups", "own cores (cpuset)", "memory limit", "freezer")
+#: cores, its memory limit): ``coshare node check`` exits 1 while one of them is missing.
+#: The others (the freezer that trials and suspension use, the measurements) narrow what the
+#: node does, never what holds a job to its limits.
+ENFORCEMENT = ("cgroups", "own cores (cpuset)", "memory limit")
 
 
 def missing_enforcement(caps: list[Capability]) -> list[Capability]:

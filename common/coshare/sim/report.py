@@ -17,7 +17,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from coshare.render import render_text
+from coshare.render import output_width, render_text
 from coshare.sim.experiments import BASELINE, Comparison, Sweep
 from coshare.sim.fragmentation import (
     ARRIVAL_LEVELS,
@@ -30,9 +30,9 @@ from coshare.sim.metrics import RunSummary, reduction
 from coshare.sim.paper import PAPER_NAMES
 
 
-def render(*items: Table | str, width: int = 132) -> str:
+def render(*items: Table | str, width: int | None = None) -> str:
     """Tables and lines as plain text."""
-    return render_text(*items, width=width)
+    return render_text(*items, width=width or output_width(pipe_width=132))
 
 
 def _table(title: str, columns: Sequence[str]) -> Table:
