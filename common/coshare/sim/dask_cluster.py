@@ -32,6 +32,7 @@ from typing import Any
 from coshare.bounds import shorten, shorten_text
 from coshare.config import Config, SimConfig
 from coshare.errors import ExecutorError, InputError
+from coshare.extras import MissingExtra
 from coshare.sim.executor import DaskExecutor, LocalExecutor
 from coshare.sim.runs import Executor
 
@@ -74,8 +75,7 @@ def _import_distributed() -> Any:
     try:
         import distributed
     except ImportError as exc:
-        raise InputError("--executor dask needs Dask: pip install 'coshare[dask]' (dask, "
-                         "distributed and dask-jobqueue)") from exc  # fmt: skip
+        raise MissingExtra("--executor dask", "dask", "distributed") from exc
     return distributed
 
 
@@ -157,8 +157,7 @@ def _start_cluster(distributed: Any, config: Config) -> Any:
     try:
         import dask_jobqueue
     except ImportError as exc:
-        raise InputError(f"sim.dask_cluster {sim.dask_cluster} needs dask-jobqueue: pip install "
-                         "'coshare[dask]'") from exc  # fmt: skip
+        raise MissingExtra(f"sim.dask_cluster {sim.dask_cluster}", "dask", "dask_jobqueue") from exc
     common: dict[str, Any] = {
         "cores": sim.worker_cores,
         "processes": 1,

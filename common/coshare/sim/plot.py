@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from coshare.errors import InputError
+from coshare.extras import MissingExtra
 from coshare.sim.experiments import (
     BASELINE,
     PAPER_NODES,
@@ -72,7 +73,7 @@ def require_matplotlib() -> Any:
     """The ``matplotlib.pyplot`` module, with a non-interactive backend.
 
     Raises:
-        InputError: matplotlib is not installed.
+        MissingExtra: matplotlib is not installed (exit status 1, as a missing extra is).
     """
     try:
         import matplotlib
@@ -80,9 +81,7 @@ def require_matplotlib() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise InputError(
-            "--plot needs matplotlib: pip install 'coshare[plot]' (or pip install matplotlib)"
-        ) from exc
+        raise MissingExtra("--plot", "plot", "matplotlib") from exc
     return plt
 
 
