@@ -91,6 +91,8 @@ class Explanation:
         job_fields: the job's values as parsed (snapshot fields); empty when refused.
         checks: every node and device considered, with its first excluding limit.
         remedies: what would make it fit, best first.
+        ahead: the jobs submitted after this one that this cycle placed where it could have
+            gone, each with why the policy let it go first.
     """
 
     job: str
@@ -101,6 +103,25 @@ class Explanation:
     job_fields: Mapping[str, object] = field(default_factory=dict)
     checks: tuple[Check, ...] = ()
     remedies: tuple[str, ...] = ()
+    ahead: tuple[str, ...] = ()
+
+
+#: Why a policy may place a later job where an earlier one waits: its order, by policy name.
+ORDER_RULES: Mapping[str, str] = {
+    "exclusive": "exclusive takes jobs in scheduler order (priority, then age) and gives each "
+                 "the first idle device it fits, passing over a job that fits nowhere now",
+    "random": "random takes jobs in a seeded random order, not in submit order",
+    "knapsack": "knapsack fills each device with the set of jobs that uses it best (device "
+                "memory and threads), not in submit order",
+    "sharepack": "sharepack fills each device with the set of jobs that uses it best and keeps "
+                 "room for the shapes to come, not in submit order",
+    "bestfit": "bestfit takes jobs in scheduler order and passes over a job that fits nowhere "
+               "now",
+    "fgd": "fgd places each job where it fragments the cluster least, passing over a job that "
+           "fits nowhere now",
+}  # fmt: skip
+#: Later jobs named at most in :attr:`Explanation.ahead`.
+MAX_AHEAD = 3
 
 
 @dataclass
@@ -188,8 +209,34 @@ def explain(
     else:
         checks = _node_checks(snapshot, job, free, exclusive)
     remedies = _remedies(snapshot, job, free, checks, strict_threads, names, unplaced)
+    ahead = _went_ahead(job, checks, free, pending, plan.policy)
     return Explanation(job.id, "waiting", unplaced.reason, unplaced.code, plan.policy, fields,
-                       tuple(checks), tuple(remedies[:MAX_REMEDIES]))  # fmt: skip
+                       tuple(checks), tuple(remedies[:MAX_REMEDIES]), ahead)  # fmt: skip
+
+
+def _went_ahead(job: Job, checks: Sequence[Check], free: _Free, pending: Mapping[str, Job],
+                policy: str) -> tuple[str, ...]:  # fmt: skip
+    """The later jobs this cycle placed on a node or device the job was kept out of, and why
+    the policy let them go first (the question a user asks when a newer job starts ahead)."""
+    out: list[str] = []
+    for c in checks:
+        for h in free.on_node.get(c.node, []):
+            later = pending.get(h.job)
+            if (h.what != "placed this cycle" or later is None
+                    or later.submit_time_s <= job.submit_time_s
+                    or (c.device is not None and c.device not in h.devices)):  # fmt: skip
+                continue
+            where = f"{c.node}/{c.device}" if c.device else c.node
+            line = (f"{h.job} (submitted {later.submit_time_s - job.submit_time_s:g} s later) "
+                    f"was placed on {where} this cycle")  # fmt: skip
+            if line not in out:
+                out.append(line)
+    if not out:
+        return ()
+    rule = ORDER_RULES.get(policy, f"{policy} does not place jobs in submit order")
+    shown = out[:MAX_AHEAD] + ([f"and {len(out) - MAX_AHEAD} more"] if len(out) > MAX_AHEAD
+                               else [])  # fmt: skip
+    return (*shown, f"why: {rule}; a job that waited policy.age_limit_s is placed first")
 
 
 def _not_pending(snapshot: Snapshot, job_id: str, policy: str) -> Explanation:
@@ -447,6 +494,7 @@ def explanation_to_dict(e: Explanation) -> dict[str, object]:
         "checks": [{"node": c.node, "device": c.device, "limit": c.limit, "detail": c.detail}
                    for c in e.checks],
         "remedies": list(e.remedies),
+        "ahead": list(e.ahead),
     }  # fmt: skip
 
 

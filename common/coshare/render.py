@@ -351,4 +351,7 @@ def explanation_text(e: Explanation, width: int | None = None) -> str:
     if e.remedies:
         lines.append("What would make it fit:")
         lines.extend(f"  - {r}" for r in e.remedies)
+    if e.ahead:
+        lines.append("Later jobs placed where it could go:")
+        lines.extend(f"  - {a}" for a in e.ahead)
     return render_text(*lines, width=width)

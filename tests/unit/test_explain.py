@@ -70,6 +70,31 @@ def test_a_job_that_waits_is_told_which_jobs_must_end_first() -> None:
     assert two.remedies == ("fits n2/0 once jobs 10.0, 11.0 end",)
 
 
+def test_a_waiting_job_is_told_which_later_jobs_went_first_and_why() -> None:
+    # Every device has about 3 GiB free; the earlier job needs 4000 MiB, the later 2000 fits.
+    snap = cluster(run("7.0", 5000, 60), run("8.0", 5000, 60, device="1"),
+                   run("10.0", 13000, 60, node="n2"),
+                   pending=(Job("12.0", 4000, 60, submit_time_s=100.0),
+                            Job("13.0", 2000, 60, submit_time_s=160.0)))  # fmt: skip
+    e = explain(snap, KNAPSACK, "12.0")
+    assert (e.state, e.code) == ("waiting", "no_room")
+    placed = next(a for a in KNAPSACK.plan(snap).assignments if a.job == "13.0")
+    where = f"{placed.node}/{placed.devices[0]}"
+    assert e.ahead == (
+        f"13.0 (submitted 60 s later) was placed on {where} this cycle",
+        "why: knapsack fills each device with the set of jobs that uses it best (device memory "
+        "and threads), not in submit order; a job that waited policy.age_limit_s is placed first",
+    )
+    assert explanation_to_dict(e)["ahead"] == list(e.ahead)
+    # an earlier job placed ahead is no surprise: nothing is said of it
+    first = explain(cluster(run("7.0", 5000, 60), run("8.0", 5000, 60, device="1"),
+                            run("10.0", 13000, 60, node="n2"),
+                            pending=(Job("12.0", 4000, 60, submit_time_s=200.0),
+                                     Job("13.0", 2000, 60, submit_time_s=160.0))),
+                    KNAPSACK, "12.0")  # fmt: skip
+    assert first.state == "waiting" and first.ahead == ()
+
+
 def test_limits_are_named_in_order_threads_cores_host_memory() -> None:
     snap = cluster(run("7.0", 1000, 200), run("8.0", 1000, 10, device="1", cores=7000),
                    run("10.0", 1000, 10, node="n2"),
