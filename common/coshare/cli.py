@@ -42,7 +42,7 @@ from coshare.explain import Explanation, explain, explanation_to_dict
 from coshare.extras import MissingExtra, missing_extra
 from coshare.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
 from coshare.model import Plan, Snapshot
-from coshare.planner import timed_plan
+from coshare.planner import checked_plan
 from coshare.policies import DEFAULT_POLICY, Policy, PolicyOptions, make_policy, policy_names
 from coshare.profiles import Profile
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
@@ -280,8 +280,8 @@ def plan(
     policy = make_policy(config.policy.name, policy_options(config))
     with collector_paused():  # until the plan is printed
         snap = read_snapshot(snapshot)
-        result = timed_plan(policy, snap)
-        print_plan(snap, result, policy, config, output, show_all, explain_job)
+        checked = checked_plan(policy, snap, strict_threads=config.policy.threads == "strict")
+        print_plan(snap, checked.plan, policy, config, output, show_all, explain_job)
 
 
 @contextmanager
@@ -365,7 +365,8 @@ def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
     rows = []
     plans = {}
     for name in ("exclusive", "random", "knapsack", DEFAULT_POLICY):
-        plans[name] = timed_plan(make_policy(name, policy_options(config)), snap)
+        plans[name] = checked_plan(make_policy(name, policy_options(config)), snap,
+                                   strict_threads=config.policy.threads == "strict").plan
         rows.append((name, plans[name]))
     from coshare.render import plan_table, policy_summary
 

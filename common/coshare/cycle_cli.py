@@ -47,7 +47,7 @@ from coshare.cycles import log_notes, run_once
 from coshare.errors import CoshareError, CycleBusy
 from coshare.explain import SNAPSHOT_NAMES, explain
 from coshare.logs import log_format_option, setup_logging
-from coshare.planner import timed_plan
+from coshare.planner import checked_plan
 from coshare.policies import make_policy
 from coshare.ports import Adapter
 from coshare.render import cycle_summary, cycle_to_dict, plan_table, show_text
@@ -156,8 +156,9 @@ def scheduler_group(
             _warn(result.notes)
             click.echo(json.dumps(snapshot_to_dict(result.snapshot), indent=1))
             return
-        plan = timed_plan(make_policy(config.policy.name, policy_options(config)),
-                          result.snapshot)  # fmt: skip
+        plan = checked_plan(make_policy(config.policy.name, policy_options(config)),
+                            result.snapshot,
+                            strict_threads=config.policy.threads == "strict").plan
         click.echo(show_text(result, plan), nl=False)
 
     @group.command("explain")

@@ -49,7 +49,9 @@ COSMIC); a single job never declares more than the device has in either mode."""
 PlacementState = Literal["running", "planned"]
 """``planned``: placed by coshare but not started yet; it holds its resources all the same."""
 
-UnplacedCode = Literal["invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported"]
+UnplacedCode = Literal[
+    "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported", "policy_failed"
+]
 """Why a pending job is not placed, for tools (the ``reason`` text is for people).
 
 - ``invalid``: its declared values are unusable (bad annotation); fix the job.
@@ -59,6 +61,8 @@ UnplacedCode = Literal["invalid", "never_fits", "no_room", "reserved", "not_chos
 - ``reserved``: it waits for a device that the policy holds back for it (aging).
 - ``not_chosen``: it fits somewhere now, but the policy preferred other jobs this cycle.
 - ``unsupported``: the policy cannot place this kind of job (e.g. multi-node gangs).
+- ``policy_failed``: the policy failed on this job (raised, or planned it unsoundly); the
+  cycle planned the others around it (:mod:`coshare.containment`); an admin looks at why.
 """
 
 

@@ -8,9 +8,9 @@
     Source.read() --> SourceResult(snapshot, rejected)      scheduler's queue + nodes
           |
           v
-    Policy.plan(snapshot) --> Plan                           pure, no I/O
-          |
-          v
+    Policy.plan(snapshot) --> Plan                           pure, no I/O; a job or node that
+          |                                                  makes it fail is left out, the
+          v                                                  rest planned (coshare.containment)
     check_plan(snapshot, plan)  -- violation? --> PlanInvariantError, nothing written
           |
           v
@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
+from coshare.containment import Contained, ContainedPlan, PolicyFailed, plan_contained
 from coshare.errors import (
     EngineUnavailable,
     LeaseLost,
@@ -75,6 +76,7 @@ __all__ = [
     "Source",
     "SourceResult",
     "Waiting",
+    "checked_plan",
     "run_cycle",
     "runs_trials",
     "timed_plan",
@@ -110,6 +112,8 @@ class CycleReport:
         notes: what the Source found an admin should fix.
         trials: what the cycle did with the trial co-runs (``membw`` with
             ``policy.membw.trials``; :mod:`coshare.trial_cycle`), one line each.
+        contained: the policy's failures the cycle planned around (:mod:`coshare.containment`):
+            the jobs and nodes left out, with the input that reproduces each.
     """
 
     plan: Plan
@@ -122,6 +126,7 @@ class CycleReport:
     notes: tuple[str, ...] = ()
     verify_s: float = 0.0
     trials: tuple[str, ...] = ()
+    contained: tuple[Contained, ...] = ()
 
     @property
     def exit_status(self) -> int:
@@ -178,7 +183,8 @@ def run_cycle(
     snapshot = result.snapshot
     if gate is not None and not dry_run:
         snapshot = gate.settle(snapshot)
-    plan = timed_plan(policy, snapshot, clock)
+    contained = checked_plan(policy, snapshot, strict_threads=strict_threads, clock=clock)
+    plan = contained.plan
     why = harvest_refusal(editor)
     if why is not None:  # harvest placements (collocate) this Editor cannot apply wait
         plan = without_harvest(plan, why)
@@ -220,7 +226,39 @@ def run_cycle(
         waiting=result.waiting,
         notes=result.notes,
         verify_s=verify_s,
+        contained=contained.contained,
     )
+
+
+def checked_plan(
+    policy: Policy,
+    snapshot: Snapshot,
+    *,
+    strict_threads: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ContainedPlan:
+    """The policy's plan of ``snapshot``, timed and checked as a live cycle checks it, with
+    its failures contained (:mod:`coshare.containment`): a job or node that makes the policy
+    raise, or its plan fail the check, is left out and the rest planned. ``coshare plan``,
+    ``show`` and every cycle plan through here, so what ``plan`` prints a cycle would write.
+
+    Raises:
+        PlanInvariantError: the policy's plans fail the check whatever is left out.
+        Exception: what the policy raises whatever is left out (as it raised before).
+    """
+    start = clock()
+    try:
+        contained = plan_contained(
+            policy.plan, snapshot,
+            lambda snap, plan: check_plan(snap, plan, strict_threads=strict_threads),
+            policy.name,
+        )  # fmt: skip
+    except PolicyFailed as failed:
+        if failed.raised is not None:
+            raise failed.raised from None
+        raise PlanInvariantError(policy.name, check_plan(
+            snapshot, policy.plan(snapshot), strict_threads=strict_threads)) from None
+    return replace(contained, plan=replace(contained.plan, seconds=clock() - start))
 
 
 def fences_batches(editor: object) -> bool:

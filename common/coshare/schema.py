@@ -98,7 +98,7 @@ ASSIGNMENT_FIELDS = ("job", "node", "device", "processes", "harvest_from", "llc_
                      "membw_gbps", "llc_ways_spare")
 UNPLACED_FIELDS = ("job", "reason", "code")
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
-    "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported",
+    "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported", "policy_failed",
 )  # fmt: skip
 
 #: Largest integer accepted where no field-specific maximum applies (sizes: see coshare.bounds).

@@ -64,12 +64,14 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
     dev_thr: dict[tuple[str, str], int] = defaultdict(int)
     node_cpu: dict[str, int] = defaultdict(int)
     node_mem: dict[str, int] = defaultdict(int)
-    donors = {r.id: r for r in snapshot.running if r.devices and r.state == "running"}
-    lent: dict[str, int] = defaultdict(int)
+    # A GPU job running on several nodes has one entry per node (the snapshot contract): it
+    # lends each node's cores apart, so lenders are known by job and node.
+    donors = {(r.id, r.node): r for r in snapshot.running if r.devices and r.state == "running"}
+    lent: dict[tuple[str, str], int] = defaultdict(int)
     for r in snapshot.running:
-        donor = donors.get(r.harvest_from or "")
-        if donor is not None and donor.node == r.node:
-            lent[donor.id] += r.cpu_milli
+        donor = donors.get((r.harvest_from or "", r.node))
+        if donor is not None:
+            lent[(donor.id, donor.node)] += r.cpu_milli
         else:
             node_cpu[r.node] += r.cpu_milli
         node_mem[r.node] += r.memory_mib
@@ -122,14 +124,14 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
         if a.harvest_from is None:
             node_cpu[a.node] += job.cpu_milli * processes
             continue
-        donor = donors.get(a.harvest_from)
+        donor = donors.get((a.harvest_from, a.node))
         if job.needs_device:
             problems.append(f"job {a.job} needs a device but is placed on harvested cores")
-        if donor is None or donor.node != a.node:
+        if donor is None:
             problems.append(f"job {a.job} harvests from {a.harvest_from}, which is no running "
                             f"GPU job on {a.node}")  # fmt: skip
         else:
-            lent[donor.id] += job.cpu_milli * processes
+            lent[(donor.id, donor.node)] += job.cpu_milli * processes
 
     for key in sorted(touched_devices):
         device = next(d for d in nodes[key[0]].devices if d.id == key[1])
@@ -148,9 +150,11 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
             problems.append(f"node {name} cores {node_cpu[name] / 1000:g} > {node.cores}")
         if node_mem[name] > node.memory_mib and node_mem[name] > before_node_mem.get(name, 0):
             problems.append(f"node {name} memory {node_mem[name]} > {node.memory_mib} MiB")
-    for donor_id in sorted(lent):
-        donor = donors[donor_id]
-        if lent[donor_id] <= before_lent.get(donor_id, 0):
+    parts = Counter(job_id for job_id, _ in donors)
+    for key in sorted(lent):
+        donor = donors[key]
+        donor_id = donor.id if parts[donor.id] == 1 else f"{donor.id} on {donor.node}"
+        if lent[key] <= before_lent.get(key, 0):
             continue
         demand = _demand(donor)
         if demand is None:
@@ -160,13 +164,13 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
             else "load and run-queue wait"  # fmt: skip
         idle = max(0, (donor.cpu_milli - int(demand * 1000 + 0.999999)) // 1000 * 1000)
         held = donor.cpu_cores_held
-        if lent[donor_id] > idle:
-            problems.append(f"GPU job {donor_id} lends {lent[donor_id] / 1000:g} cores, more "
+        if lent[key] > idle:
+            problems.append(f"GPU job {donor_id} lends {lent[key] / 1000:g} cores, more "
                             f"than its {what} {demand:g} leaves idle ({idle // 1000})")
         elif held is not None and demand >= SATURATED_SHARE * held:
             problems.append(f"GPU job {donor_id} lends more cores while its {what} {demand:g} "
                             f"fills {SATURATED_SHARE:g} x the {held} cores it holds")
-        elif lent[donor_id] >= donor.cpu_milli:
+        elif lent[key] >= donor.cpu_milli:
             problems.append(f"GPU job {donor_id} lends all its {donor.cpu_milli / 1000:g} "
                             "cores and keeps none for itself")  # fmt: skip
     return problems

@@ -299,6 +299,25 @@ def test_the_verifier_refuses_unsound_harvests() -> None:
                                        "itself"]  # fmt: skip
 
 
+def test_a_gpu_job_on_two_nodes_lends_each_node_s_cores_and_the_check_agrees() -> None:
+    # One running entry per node, as the snapshot contract says of a job on several nodes.
+    on_both = (gpu_job(on="n0"), gpu_job(on="n1"))
+    snap = Snapshot((node("n0"), node("n1")), on_both,
+                    (cpu_job("c0", 8), cpu_job("c1", 8)), now_s=250.0)  # fmt: skip
+    plan = plan_of(snap)  # the plan check agrees with the policy
+    assert sorted((a.job, a.node, a.harvest_from) for a in plan.assignments) == [
+        ("c0", "n0", "g1"), ("c1", "n1", "g1")]  # fmt: skip
+    # what each node's part lends is counted on that node: 8 of n0's 9 idle cores are lent
+    borrower = RunningJob("b", "n0", (), cpu_milli=8000, harvest_from="g1", state="running")
+    snap = Snapshot((node("n0"), node("n1")), (*on_both, borrower), (cpu_job("c0", 8),),
+                    now_s=250.0)  # fmt: skip
+    plan = plan_of(snap)
+    assert [(a.node, a.harvest_from) for a in plan.assignments] == [("n1", "g1")]
+    over = Plan("collocate", (Assignment("c0", "n0", harvest_from="g1"),))
+    assert check_plan(snap, over) == [
+        "GPU job g1 on n0 lends 16 cores, more than its load 2.5 leaves idle (9)"]
+
+
 def test_live_cycles_turn_harvest_placements_into_unsupported_waits() -> None:
     plan = Plan("collocate", (Assignment("a", "n1"), Assignment("c", "n1", harvest_from="g1")),
                 requeue=(Unplaced("b", "r"),))  # fmt: skip

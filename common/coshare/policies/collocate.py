@@ -183,10 +183,12 @@ class CollocatePolicy:
 
     def donors(self, snapshot: Snapshot) -> tuple[list[Donor], list[str]]:
         """The running GPU jobs whose cores may be lent now, and notes on those that may not."""
-        lent: dict[str, int] = {}
+        # By job and node: a GPU job on several nodes lends each node's cores apart.
+        lent: dict[tuple[str, str], int] = {}
         for r in snapshot.running:
             if r.harvest_from is not None:
-                lent[r.harvest_from] = lent.get(r.harvest_from, 0) + r.cpu_milli
+                key = (r.harvest_from, r.node)
+                lent[key] = lent.get(key, 0) + r.cpu_milli
         cores = {n.name: n.cpu_milli for n in snapshot.nodes}
         why: dict[str, list[str]] = {}
         out: list[Donor] = []
@@ -199,7 +201,7 @@ class CollocatePolicy:
                 load, wait = parts
                 demand = load + (wait or 0.0)
                 pool = harvest_pool_milli(r, demand, self.max_harvest_cores)
-                given = lent.get(r.id, 0)
+                given = lent.get((r.id, r.node), 0)
                 full = saturated(r, demand)
                 if full:
                     pool = 0
@@ -371,7 +373,8 @@ def _give_back(snapshot: Snapshot, donors: list[Donor]) -> tuple[list[Unplaced],
         if donor.open_milli >= 0:
             kept.append(donor)
             continue
-        borrowers = sorted((r for r in snapshot.running if r.harvest_from == donor.job.id),
+        borrowers = sorted((r for r in snapshot.running if r.harvest_from == donor.job.id
+                            and r.node == donor.job.node),
                            key=lambda r: (-(r.start_time_s or 0.0), r.id))  # fmt: skip
         over = -donor.open_milli
         wait = donor.wait_cores
