@@ -286,11 +286,15 @@ class CycleConfig:
             with a note: the node is planned without them. The default covers a node's
             sampling (``node.sample_interval_s``, 60 s), its publisher (HTCondor startd cron,
             Slurm timer: 60 s) and HTCondor's collector update (``UPDATE_INTERVAL``, 300 s).
+        failure_dir: where a cycle writes the snapshot that reproduces a policy failure it
+            planned around (:mod:`coshare.containment`; ``coshare plan FILE`` shows it), one
+            file per failure, named in the cycle's log; ``null``: written nowhere.
     """
 
     replan_after_s: float = field(default=300.0, metadata={"min": 0})
     interval_s: float = field(default=30.0, metadata={"min": 1})
     node_facts_max_age_s: float = field(default=600.0, metadata={"min": 1})
+    failure_dir: str | None = "/var/lib/coshare/failures"
 
 
 def _default_node_devices() -> Mapping[str, int]:

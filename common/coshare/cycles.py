@@ -8,10 +8,13 @@ metrics exported.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import cast
 
 from coshare.cli import membw_programs
@@ -23,6 +26,7 @@ from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
 from coshare.planner import CycleReport, run_cycle, runs_trials
 from coshare.policies import Policy
 from coshare.ports import Adapter, TrialControl, TrialProbe
+from coshare.schema import snapshot_to_dict
 from coshare.trial_cycle import (
     FactsProbe,
     InjectedProbe,
@@ -91,6 +95,7 @@ def run_once(
             metrics.failed(error)
             metrics.export()
         raise
+    log_contained(name, report, config.cycle.failure_dir)
     if log_cycle:
         log_report(name, report)
     if not dry_run:
@@ -170,6 +175,31 @@ def log_report(name: str, report: CycleReport) -> None:
         for outcome in outcomes:
             log.info("%s job %s: %s", what, outcome.job, outcome.detail,
                      extra={"scheduler": name, "job": outcome.job, "outcome": what})
+
+
+def log_contained(name: str, report: CycleReport, failure_dir: str | None) -> None:
+    """One error per policy failure the cycle planned around, naming what was left out and
+    the file that reproduces it (written into ``failure_dir``; a file that cannot be written
+    is said, and never fails the cycle, which has written the rest)."""
+    for number, contained in enumerate(report.contained, 1):
+        left = ", ".join((*contained.jobs, *(f"node {n}" for n in contained.nodes))[:10])
+        where = "not written (cycle.failure_dir is null)"
+        if failure_dir is not None:
+            path = Path(failure_dir) / (
+                f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{number}.json"
+            )
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(snapshot_to_dict(contained.snapshot), indent=1))
+                where = f"reproduce with: coshare plan {path} --policy {report.plan.policy}"
+            except OSError as exc:
+                where = f"its snapshot could not be written to {path}: {exc.strerror or exc}"
+        log.error(
+            "policy %s failed on %s and planned the rest without it: %s; %s",
+            report.plan.policy, left, contained.error, where,
+            extra={"scheduler": name, "outcome": "policy_failed",
+                   "jobs": list(contained.jobs), "nodes": list(contained.nodes)},
+        )  # fmt: skip
 
 
 def log_notes(name: str, notes: tuple[str, ...]) -> None:

@@ -25,6 +25,8 @@ Series (every one labelled ``scheduler``):
                                            the scheduler itself, e.g. a begin time)
 ``coshare_cycle_phase_seconds{phase}``     read, plan, verify, apply
 ``coshare_cycle_edits{result}``            written, unchanged, skipped, failed, withdrawn
+``coshare_cycle_contained_failures``       policy failures planned around (a job or node
+                                           left out; :mod:`coshare.containment`)
 ``coshare_cycle_plan_refused``             1 when the plan check refused the plan
 ``coshare_cycle_plan_violations``          what the plan check found (0 when sound)
 ``coshare_cycle_exit_status``              the cycle's exit status (0, 1, 3)
@@ -42,6 +44,7 @@ scrape: what one cycle did would be gone before a scrape saw it. It keeps
 ``coshare_trigger_placed_jobs_total``      jobs placed
 ``coshare_trigger_refused_jobs_total``     jobs refused before planning
 ``coshare_trigger_edits_total{result}``    edits, by result
+``coshare_trigger_contained_failures_total``  policy failures planned around
 =========================================  ============================================
 
 ``prometheus_client`` is imported only when an export is configured.
@@ -83,6 +86,8 @@ _FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("coshare_cycle_waiting_jobs", "Jobs the last cycle left waiting, by reason code.",
      ("reason",)),
     ("coshare_cycle_edits", "Jobs of the last cycle's edits, by result.", ("result",)),
+    ("coshare_cycle_contained_failures",
+     "Policy failures the last cycle planned around (jobs or nodes left out).", ()),
 )  # fmt: skip
 
 
@@ -109,6 +114,7 @@ def cycle_figures(report: CycleReport) -> dict[str, Any]:
         },
         "seconds": {"read": report.read_s, "plan": report.plan.seconds,
                     "verify": report.verify_s, "apply": report.apply_s},
+        "contained": len(report.contained),
     }  # fmt: skip
 
 
@@ -120,6 +126,7 @@ _TOTALS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("coshare_trigger_placed_jobs", "Jobs placed.", ()),
     ("coshare_trigger_refused_jobs", "Jobs refused before planning.", ()),
     ("coshare_trigger_edits", "Jobs of the cycles' edits, by result.", ("result",)),
+    ("coshare_trigger_contained_failures", "Policy failures the cycles planned around.", ()),
 )
 
 
@@ -133,6 +140,7 @@ class CycleTotals:
     placed: int = 0
     refused: int = 0
     edits: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EDIT_RESULTS, 0))
+    contained: int = 0
 
     def add(self, metrics: CycleMetrics) -> None:
         """Add one cycle."""
@@ -144,6 +152,7 @@ class CycleTotals:
             self.refused += metrics.figures["refused"]
             for result, count in metrics.figures["edits"].items():
                 self.edits[result] = self.edits.get(result, 0) + count
+            self.contained += metrics.figures["contained"]
 
 
 @dataclass
@@ -221,6 +230,7 @@ class CycleMetrics:
                 put("coshare_cycle_waiting_jobs", count, reason=reason)
             for result, count in self.figures["edits"].items():
                 put("coshare_cycle_edits", count, result=result)
+            put("coshare_cycle_contained_failures", self.figures["contained"])
         if self.totals is not None:
             self._put_totals(registry, self.totals)
         return registry
@@ -231,7 +241,7 @@ class CycleMetrics:
         families = []
         for name, doc, labels in _TOTALS:
             families.append(CounterMetricFamily(name, doc, labels=["scheduler", *labels]))
-        cycles, failures, refusals, placed, refused, edits = families
+        cycles, failures, refusals, placed, refused, edits, contained = families
         label = [self.scheduler]
         cycles.add_metric(label, totals.cycles)
         failures.add_metric(label, totals.failures)
@@ -240,6 +250,7 @@ class CycleMetrics:
         refused.add_metric(label, totals.refused)
         for result, count in totals.edits.items():
             edits.add_metric([*label, result], count)
+        contained.add_metric(label, totals.contained)
 
         class Totals:  # a collector of fixed values: no _created series
             def collect(self) -> Any:

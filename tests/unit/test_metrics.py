@@ -138,6 +138,58 @@ def test_run_once_exports_a_cycle_and_a_failure_but_not_a_dry_run(tmp_path: Path
     assert ("coshare_cycle_placed_jobs", s) not in found  # a failed cycle planned nothing
 
 
+class TwoJobs(Adapter):
+    def read(self) -> SourceResult:
+        node = Node("n1", 4000, 8192, (Device("0", 8192, 240),))
+        jobs = (Job("7", 1024, 60), Job("8", 1024, 60))
+        return SourceResult(Snapshot((node,), pending=jobs, now_s=0.0))
+
+
+def test_a_contained_policy_failure_is_counted_logged_and_its_input_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from click.testing import CliRunner
+    from coshare.cli import cli
+
+    from tests.faulty_policies import CrashesOnJob
+
+    config = load_config(environ={"COSHARE_METRICS_TEXTFILE_DIR": str(tmp_path),
+                                  "COSHARE_CYCLE_FAILURE_DIR": str(tmp_path / "failures")})
+    report = run_once("fake", config, CrashesOnJob(make_policy("knapsack"), "8"),
+                      lambda c: TwoJobs(), None)  # fmt: skip
+    assert report.plan.placed_jobs == {"7"}
+    s = (("scheduler", "fake"),)
+    found = samples((tmp_path / "coshare_fake.prom").read_text())
+    assert found[("coshare_cycle_contained_failures", s)] == 1
+    assert found[("coshare_cycle_waiting_jobs", (("reason", "policy_failed"), *s))] == 1
+    (record,) = [r for r in caplog.records if getattr(r, "outcome", "") == "policy_failed"]
+    assert record.levelname == "ERROR" and record.jobs == ["8"]  # type: ignore[attr-defined]
+    message = record.getMessage()
+    assert message.startswith("policy knapsack failed on 8 and planned the rest without it: "
+                              "IndexError: index 0 is out of bounds")  # fmt: skip
+    (saved,) = (tmp_path / "failures").iterdir()
+    assert f"reproduce with: coshare plan {saved} --policy knapsack" in message
+    # the file is a snapshot coshare plan reads: the job that failed, on the same cluster
+    shown = CliRunner().invoke(cli, ["plan", str(saved), "--output", "json"],
+                               env={"COSHARE_CONFIG": "/dev/null"})  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert '"job":"8"' in shown.stdout
+
+
+def test_an_unwritable_failure_dir_is_said_and_the_cycle_stands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.faulty_policies import CrashesOnJob
+
+    (tmp_path / "file").write_text("")
+    config = load_config(environ={"COSHARE_CYCLE_FAILURE_DIR": str(tmp_path / "file" / "x")})
+    report = run_once("fake", config, CrashesOnJob(make_policy("knapsack"), "8"),
+                      lambda c: TwoJobs(), None)  # fmt: skip
+    assert report.plan.placed_jobs == {"7"}
+    (record,) = [r for r in caplog.records if getattr(r, "outcome", "") == "policy_failed"]
+    assert "its snapshot could not be written to " in record.getMessage()
+
+
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("PUSHGATEWAY", "ftp://x", "metrics.pushgateway: 'ftp://x' is not a push gateway URL"),
     ("PUSHGATEWAY", "http://a b", "is not a push gateway URL"),
