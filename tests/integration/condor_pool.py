@@ -16,7 +16,7 @@ from coshare.commands import run
 from coshare.config import CondorConfig, Config, load_config
 from coshare.errors import SchedulerUnavailable
 from coshare.planner import CycleReport, run_cycle
-from coshare.policies import make_policy
+from coshare.policies import Policy, make_policy
 
 from condor_addon.adapter import CondorAdapter
 from condor_addon.attributes import JOB_PROJECTION
@@ -70,13 +70,15 @@ class Pool:
         )
 
     def cycle(self, *, replan_after_s: float = 300.0, client: CondorClient | None = None,
-              hold_invalid: bool = True, dry_run: bool = False) -> CycleReport:
-        """One real planning cycle (the default policy), as `coshare condor cycle` runs it."""
+              hold_invalid: bool = True, dry_run: bool = False,
+              policy: Policy | None = None) -> CycleReport:  # fmt: skip
+        """One real planning cycle (knapsack, unless ``policy``), as `coshare condor cycle`
+        runs it."""
         client = client or self.client
         config = self.config(replan_after_s=replan_after_s)
         config = replace(config, condor=replace(config.condor, hold_invalid=hold_invalid))
         adapter = CondorAdapter(client, config)
-        return run_cycle(adapter, make_policy("knapsack"), adapter, dry_run=dry_run)
+        return run_cycle(adapter, policy or make_policy("knapsack"), adapter, dry_run=dry_run)
 
     def submit(self, count: int = 1, sleep_s: float = 2, **extra: str) -> str:
         """Submit ``count`` test jobs; their cluster id."""

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 from coshare.config import CondorConfig
 from coshare.errors import SchedulerUnavailable
+from coshare.policies import make_policy
 
 from condor_addon.client import CondorClient, EditFailed, configure_bindings, open_client
 from condor_addon.view import machine_of
+from tests.faulty_policies import CrashesOnJob
 from tests.integration.condor_pool import (
     CHROOT,
     CLIENT_CONFIG,
@@ -137,6 +139,26 @@ def test_an_absurd_annotation_holds_that_job_and_the_others_are_placed(live: Poo
     job = live.jobs()[f"{absurd}.0"]
     assert job["JobStatus"] == 5, job  # held, with the reason naming the key
     assert str(job["HoldReason"]).startswith("coshare: CoshareDeviceMemory='9999")
+
+
+def test_a_policy_that_crashes_on_one_job_still_places_every_other_job(live: Pool) -> None:
+    cluster = live.submit(4, requirements="CoshareNeverStart =?= true", **annotated(1024, 60))
+    bad = f"{cluster}.2"
+    report = live.cycle(policy=CrashesOnJob(make_policy("knapsack"), bad))
+    assert report.exit_status == 0
+    assert set(report.apply.applied) == {f"{cluster}.{p}" for p in (0, 1, 3)}
+    assert [c.jobs for c in report.contained] == [(bad,)]
+    # in the queue: the others' placements, and the reason of the one left out, for its owner
+    jobs = live.jobs()
+    for p in (0, 1, 3):
+        assert jobs[f"{cluster}.{p}"].get("CosharePlacedNode"), jobs[f"{cluster}.{p}"]
+    assert not jobs[bad].get("CosharePlacedNode")
+    shown = pool("exec", "condor_q", "-af", "ClusterId", "ProcId",
+                 "CoshareWaitReason").splitlines()  # fmt: skip
+    reasons = {f"{line.split()[0]}.{line.split()[1]}": line.split(maxsplit=2)[2] for line in shown
+               if line.startswith(cluster)}  # fmt: skip
+    assert reasons[bad].startswith("policy_failed: the knapsack policy failed while planning "
+                                   "this job (IndexError: index 0 is out of bounds")  # fmt: skip
 
 
 def test_dry_run_writes_nothing_and_a_second_cycle_writes_nothing(live: Pool) -> None:

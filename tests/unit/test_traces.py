@@ -68,3 +68,39 @@ def test_swf_machines_give_whole_cores() -> None:
     nodes = parse_swf_machines("0 seth 2 4 1 1048576\n")
     assert [n.name for n in nodes] == ["seth001", "seth002"]
     assert nodes[0].cpu_milli == 4 * MILLI and nodes[0].memory_mib == 1024
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    (2, "-1e300", "submit time (field 2) is '-1e300' (allowed: -1 (unknown), 0 or 0.001..1e+12)"),
+    (4, "1e-300", "run time (field 4) is '1e-300' (allowed: -1 (unknown), 0 or 0.001..1e+12)"),
+    (5, "-3", "allocated processors (field 5) is '-3' (allowed: -1 (unknown) or 0.."),
+    (10, "-0.5", "requested memory (field 10) is '-0.5' (allowed: -1 (unknown) or 0.."),
+])  # fmt: skip
+def test_swf_values_below_their_range_are_refused(field: int, value: str, says: str) -> None:
+    fields = RECORD.format(id=1, procs=2, req_kb=1024).split()
+    fields[field - 1] = value
+    with pytest.raises(TraceError) as info:
+        parse_swf([" ".join(fields)], "log")
+    assert str(info.value).startswith(f"log line 1: {says}")
+
+
+def test_the_swf_keys_of_the_standard_are_kept_however_many_others_come_first() -> None:
+    header = [f"; Custom{k}: {k}" for k in range(100)] + ["; MaxNodes: 12", "; MaxProcs: 48"]
+    trace = parse_swf([*header, RECORD.format(id=1, procs=2, req_kb=1024)], "log")
+    keys = dict(trace.header)
+    assert keys["MaxNodes"] == "12" and keys["MaxProcs"] == "48"
+    assert sum(k.startswith("Custom") for k in keys) == 64  # the others stay bounded
+
+
+def test_swf_job_numbers_counting_down_are_one_run_and_duplicates_are_still_found() -> None:
+    from coshare.sim.traces import _SeenNumbers
+
+    seen = _SeenNumbers()
+    for line, ident in enumerate(range(1000, 0, -1), start=1):
+        assert seen.line_of(ident) is None
+        seen.add(ident, line)
+    assert len(seen.starts) == 1  # one run, not a thousand inserts at the front
+    assert seen.line_of(1000) == 1 and seen.line_of(1) == 1000 and seen.line_of(500) == 501
+    lines = [RECORD.format(id=i, procs=1, req_kb=1024) for i in (3, 2, 1, 2)]
+    with pytest.raises(TraceError, match="line 4: job 2 appears again \\(first on line 2\\)"):
+        parse_swf(lines, "log")

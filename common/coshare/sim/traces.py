@@ -220,11 +220,31 @@ def _swf_values(fields: list[str], where: str, unit_kb: float = 1.0) -> list[flo
         name, high = _SWF_FIELDS.get(number, (f"field {number}", math.inf))
         if number in (7, 10):
             high /= unit_kb
-        if value is None or math.isinf(value) or (value > high and number in _SWF_FIELDS):
-            raise TraceError(f"{where}: {name} (field {number}) is {shorten(text)} (allowed: a "
-                             f"number -1..{high:g})")  # fmt: skip
+        read = number in _SWF_FIELDS
+        if value is None or math.isinf(value) or (read and not _swf_allowed(number, value, high)):
+            low = "-1 (unknown) or 0"
+            if number in _SWF_TIMES:
+                low = f"-1 (unknown), 0 or {MIN_SWF_SECONDS:g}"
+            raise TraceError(f"{where}: {name} (field {number}) is {shorten(text)} (allowed: "
+                             f"{low}..{high:g})")  # fmt: skip
         values.append(value)
     return values
+
+
+#: The SWF fields coshare reads that are times, in seconds.
+_SWF_TIMES = frozenset({2, 4, 9})
+#: The shortest time a record may state (SWF's unit is the second; a run of 1e-300 s made a
+#: slowdown of 0).
+MIN_SWF_SECONDS = 0.001
+
+
+def _swf_allowed(number: int, value: float, high: float) -> bool:
+    """Whether a field coshare reads holds ``-1`` (unknown) or a value within its bounds."""
+    if value == -1:
+        return True
+    if value < 0 or value > high:
+        return False
+    return number not in _SWF_TIMES or value == 0 or value >= MIN_SWF_SECONDS
 
 
 def parse_swf(lines: Iterable[str], source: str = "SWF") -> SwfTrace:
@@ -258,30 +278,40 @@ class _SeenNumbers:
     """Job numbers seen so far, as sorted runs of consecutive numbers on consecutive lines
     (so each number's line is known): an SWF log numbers its jobs 1, 2, 3, ... line after
     line, so a log of a million jobs is one run, and the duplicate check of a stream costs
-    memory by the breaks in its numbering, not by its length."""
+    memory by the breaks in its numbering, not by its length. A run grows either way, so a
+    log whose numbers count down (..., 3, 2, 1) is one run too: each run keeps the number it
+    started from (its anchor) and that number's line, and the lines grow away from it."""
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.ends: list[int] = []  # inclusive
-        self.first_lines: list[int] = []
+        self.anchors: list[int] = []  # the run's first number read: its start or its end
+        self.anchor_lines: list[int] = []
 
     def line_of(self, ident: int) -> int | None:
         """The line where ``ident`` was seen, if it was."""
         k = bisect.bisect_right(self.starts, ident) - 1
         if k >= 0 and ident <= self.ends[k]:
-            return self.first_lines[k] + (ident - self.starts[k])
+            return self.anchor_lines[k] + abs(ident - self.anchors[k])
         return None
 
     def add(self, ident: int, line: int) -> None:
         """``ident`` seen on ``line`` (not seen before)."""
         k = bisect.bisect_right(self.starts, ident) - 1
-        if (k >= 0 and self.ends[k] + 1 == ident
-                and self.first_lines[k] + (ident - self.starts[k]) == line):  # fmt: skip
-            self.ends[k] = ident
+        if (k >= 0 and self.ends[k] + 1 == ident and self.anchors[k] == self.starts[k]
+                and self.anchor_lines[k] + (ident - self.anchors[k]) == line):  # fmt: skip
+            self.ends[k] = ident  # counting up
             return
-        self.starts.insert(k + 1, ident)
-        self.ends.insert(k + 1, ident)
-        self.first_lines.insert(k + 1, line)
+        after = k + 1
+        if (after < len(self.starts) and self.starts[after] - 1 == ident
+                and self.anchors[after] == self.ends[after]
+                and self.anchor_lines[after] + (self.anchors[after] - ident) == line):  # fmt: skip
+            self.starts[after] = ident  # counting down
+            return
+        self.starts.insert(after, ident)
+        self.ends.insert(after, ident)
+        self.anchors.insert(after, ident)
+        self.anchor_lines.insert(after, line)
 
 
 def iter_swf(lines: Iterable[str], source: str = "SWF",
@@ -371,17 +401,31 @@ def unmodelled_warning(tally: SwfTally, source: str) -> str | None:
     return f"{source}: coshare cannot model these fields: " + "; ".join(parts)
 
 
-#: How many header keys are kept, and how long a key or value may be (bounded input).
+#: How many header keys of other names are kept, and how long a key or value may be
+#: (bounded input).
 _HEADER_KEYS, _HEADER_CHARS = 64, 256
+#: The header keys SWF 2.2 defines: always kept, however many other keys come first (a log
+#: with 64 keys of its own before ``MaxNodes`` lost its cluster's size).
+SWF_HEADER_KEYS = frozenset({
+    "Version", "Computer", "Installation", "Acknowledge", "Information", "Conversion",
+    "MaxJobs", "MaxRecords", "Preemption", "UnixStartTime", "TimeZone", "TimeZoneString",
+    "StartTime", "EndTime", "MaxNodes", "MaxProcs", "MaxRuntime", "MaxMemory", "AllowOveruse",
+    "MaxQueues", "Queues", "Queue", "MaxPartitions", "Partitions", "Partition", "Note",
+})  # fmt: skip
 
 
 def swf_header_line(text: str, header: dict[str, str]) -> None:
-    """Record one ``; Key: value`` comment line of an SWF header (the first of each key; at
-    most :data:`_HEADER_KEYS` keys, values cut at :data:`_HEADER_CHARS`)."""
+    """Record one ``; Key: value`` comment line of an SWF header (the first of each key;
+    every key of :data:`SWF_HEADER_KEYS`, and at most :data:`_HEADER_KEYS` others; values cut
+    at :data:`_HEADER_CHARS`)."""
     key, colon, value = text.lstrip(";").partition(":")
     key = key.strip()
-    if (colon and key and len(key) <= _HEADER_CHARS and key.replace("_", "").isalnum()
-            and key not in header and len(header) < _HEADER_KEYS):  # fmt: skip
+    if not (colon and key and len(key) <= _HEADER_CHARS and key.replace("_", "").isalnum()):
+        return
+    if key in header:
+        return
+    others = len(header) - sum(k in SWF_HEADER_KEYS for k in header)
+    if key in SWF_HEADER_KEYS or others < _HEADER_KEYS:
         header[key] = value.strip()[:_HEADER_CHARS]
 
 

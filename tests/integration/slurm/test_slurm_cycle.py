@@ -58,3 +58,31 @@ def test_show_lists_devices_and_waiting_jobs(cluster: Cluster) -> None:
     assert big in flat and "8000/8192" in flat
     assert "placed on csl-n" in flat and "by the next cycle" in flat
     assert f"{bad} refused: job {bad}: device-memory='lots' is not a number" in flat
+
+
+def test_a_policy_that_crashes_on_one_job_still_places_every_other_job(cluster: Cluster) -> None:
+    from coshare.config import load_config
+    from coshare.planner import run_cycle
+    from coshare.policies import make_policy
+
+    from slurm_addon.adapter import open_adapter
+    from tests.faulty_policies import CrashesOnJob
+
+    # The partition is down: placed jobs stay queued, holding their placements.
+    cluster.run("scontrol", "update", "PartitionName=main", "State=DOWN")
+    ids = [cluster.submit(f"contain-{i}", comment="coshare: device-memory=1G device-threads=60")
+           for i in range(4)]  # fmt: skip
+    bad = ids[2]
+    adapter = open_adapter(load_config(cluster.config, environ={}))
+    report = run_cycle(adapter, CrashesOnJob(make_policy("knapsack"), bad), adapter)
+    assert report.exit_status == 0
+    assert sorted(report.apply.applied) == sorted(set(ids) - {bad})
+    assert [c.jobs for c in report.contained] == [(bad,)]
+    jobs = cluster.jobs()
+    for job_id in set(ids) - {bad}:
+        assert jobs[job_id].admin_comment.startswith("coshare-placement;v=1;"), jobs[job_id]
+    assert jobs[bad].held
+    shown = cluster.run("squeue", "--noheader", "--jobs", bad, "-O",
+                        "admin_comment:300").stdout.strip()  # fmt: skip
+    assert shown.startswith("coshare-waiting: policy_failed: the knapsack policy failed while "
+                            "planning this job (IndexError: index 0 is out of bounds"), shown
