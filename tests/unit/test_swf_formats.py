@@ -167,3 +167,22 @@ def check_log_of(text: str) -> object:
     tally = SwfTally()
     list(iter_swf(text.splitlines(), "t", tally))
     return tally
+
+
+def test_a_log_is_parsed_once_for_every_policy_and_again_when_it_changes(
+    tmp_path: Path, mocker: pytest.MockerFixture
+) -> None:
+    import coshare.sim.replay as replay_module
+
+    log = tmp_path / "a.swf"
+    log.write_text("; MaxNodes: 2\n; MaxProcs: 4\n" + records(30))
+    parses = mocker.spy(replay_module, "iter_swf")
+    args = ("simulate", "--workload", f"trace:{log}", "--policies", "exclusive,knapsack",
+            "--output", "json")  # fmt: skip
+    code, out, err = run(*args)
+    assert code == 0, err
+    assert parses.call_count == 1  # the check and both runs share one parse
+    first = json.loads(out)
+    log.write_text("; MaxNodes: 2\n; MaxProcs: 4\n" + records(20))  # the file changed
+    code, out, _ = run(*args)
+    assert parses.call_count == 2 and json.loads(out) != first

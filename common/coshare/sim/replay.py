@@ -9,8 +9,10 @@ length, a streamed log is not refused for its size (issue 16); each line is boun
 (:data:`coshare.sim.trace_files.MAX_LINE_CHARS`) and every field as before.
 
 Each task opens the log itself (a Dask worker elsewhere needs the path to be visible there,
-as on a shared file system) and reports its events per second. I/O: reads files, reads the
-clock.
+as on a shared file system) and reports its events per second. A log of up to
+:data:`KEEP_PARSED_BYTES` is parsed once per process and its records kept for every run of it
+there (each policy and seed): the parse, not the replay, was most of a short run. I/O: reads
+files, reads the clock.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from coshare.sim.jobs import host_only
 from coshare.sim.metrics import RunSummary, StreamSummary
 from coshare.sim.trace_files import machines_path, read_machines, stream_lines
 from coshare.sim.traces import (
+    SwfJob,
     SwfTally,
     as_gang,
     header_nodes,
@@ -110,14 +113,55 @@ def _header(path: Path) -> SwfTally:
     return tally
 
 
+#: A log up to this size is parsed once per process and its records kept for every run of
+#: it (each policy, each seed); a larger one is streamed by each run, as memory then holds
+#: only the jobs in flight.
+KEEP_PARSED_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A log's records, parsed once, and what the parse counted."""
+
+    key: tuple[str, int, int]  # path, modification time (ns), size: a changed file is read again
+    records: tuple[SwfJob, ...]
+    tally: SwfTally
+
+
+_parsed: _Parsed | None = None
+
+
+def _parse_once(path: Path) -> _Parsed | None:
+    """The records of the log at ``path``, parsed on the first call for this file as it is
+    now and kept; ``None`` for a log larger than :data:`KEEP_PARSED_BYTES` (streamed)."""
+    global _parsed
+    try:
+        stat = path.stat()
+    except OSError:
+        return None  # the stream says why
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if _parsed is not None and _parsed.key == key:
+        return _parsed
+    if stat.st_size > KEEP_PARSED_BYTES:
+        return None
+    tally = SwfTally()
+    records = tuple(iter_swf(stream_lines(path), str(path), tally))
+    _parsed = _Parsed(key, records, tally)
+    return _parsed
+
+
 def check_log(path: Path) -> SwfTally:
-    """Read the whole log once, as a stream, so that a bad record stops the command with its
-    line (exit 2) before any run starts, instead of failing every run's task alike; what it
-    counted (the fields coshare cannot model among them, for one warning per replay).
+    """Read the whole log once, so that a bad record stops the command with its line (exit
+    2) before any run starts, instead of failing every run's task alike; what it counted
+    (the fields coshare cannot model among them, for one warning per replay). The records
+    are kept for the runs when the log is small enough (:data:`KEEP_PARSED_BYTES`).
 
     Raises:
         InputError: the log cannot be read, or a record is malformed or given twice.
     """
+    parsed = _parse_once(path)
+    if parsed is not None:
+        return parsed.tally
     tally = SwfTally()
     for _ in iter_swf(stream_lines(path), str(path), tally):
         pass
@@ -135,8 +179,11 @@ def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
     """
     started = time.perf_counter()
     cluster = cluster_of(path, nodes, cores_per_node)
-    tally = SwfTally()
-    records = rebased(iter_swf(stream_lines(path), str(path), tally))
+    parsed = _parse_once(path)
+    tally = parsed.tally if parsed is not None else SwfTally()
+    records = rebased(
+        parsed.records if parsed is not None else iter_swf(stream_lines(path), str(path), tally)
+    )
     # a job that one node cannot hold runs as a gang (issue 14)
     jobs = (host_only(as_gang(j.job, cluster), j.run_s) for j in records)
     figures = StreamSummary()
