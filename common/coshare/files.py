@@ -8,6 +8,9 @@ read until memory ran out. Each reader stops one character past its limit and sa
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 from typing import TextIO
 
@@ -47,3 +50,37 @@ def read_bounded(path: Path, limit: int) -> str:
     """
     with path.open(encoding="utf-8") as stream:
         return read_stream(stream, limit)
+
+
+class NotAFile(OSError):
+    """A path that names something other than a regular file (a FIFO, a socket, a device), where
+    only a file may be: opening a FIFO waits for a writer that may never come."""
+
+
+def read_regular(path: Path, limit: int) -> str:
+    """As :func:`read_bounded`, for a path that must name a regular file: anything else is
+    refused before a byte is read (a FIFO is opened without waiting for a writer).
+
+    Raises:
+        NotAFile: ``path`` is a FIFO, socket, device or directory (its ``strerror`` says which).
+        OSError, UnicodeDecodeError, TooLarge: as :func:`read_bounded`.
+    """
+    _refuse_unless_regular(os.stat(path).st_mode, path)
+    # Opened without waiting, and checked again: it may have been swapped since the stat.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _refuse_unless_regular(os.fstat(fd).st_mode, path)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, encoding="utf-8") as stream:
+            fd = -1  # the stream closes it
+            return read_stream(stream, limit)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _refuse_unless_regular(mode: int, path: Path) -> None:
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a directory" if stat.S_ISDIR(mode) else "a device")  # fmt: skip
+        raise NotAFile(errno.EINVAL, f"not a regular file ({kind})", str(path))

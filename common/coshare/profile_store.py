@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from coshare.files import TooLarge, read_bounded
+from coshare.files import TooLarge, read_regular
 from coshare.profiles import PROGRAM_NAME, Profile, ProfileError, parse_profile, profile_to_json
 
 #: The largest profile file read (a profile is a few hundred bytes).
@@ -30,7 +30,7 @@ def read_profile(path: Path, program: str | None = None) -> Profile:
     """
     where = str(path)
     try:
-        text = read_bounded(path, MAX_PROFILE_CHARS)
+        text = read_regular(path, MAX_PROFILE_CHARS)
     except OSError as exc:
         raise ProfileError(where, "(file)", f"cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

@@ -143,6 +143,36 @@ def test_the_store_round_trips_and_a_bad_file_stops_the_load_naming_it(tmp_path:
         load_store(tmp_path)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "socket", "directory"])
+def test_a_profile_that_is_no_regular_file_is_refused_without_waiting(
+    tmp_path: Path, kind: str
+) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    write_profile(tmp_path, MG)
+    path = tmp_path / "EP.json"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it for reading would wait for a writer that never comes
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as bound:
+            bound.bind(str(path))  # the socket file stays after the socket is closed
+    else:
+        path.mkdir()
+    # in a process of its own: a reader that waits would hang the suite, not fail it
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from coshare.profile_store import load_store; load_store(Path(sys.argv[1]))",
+         str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert probe.returncode == 1
+    what = {"fifo": "a FIFO", "socket": "a socket", "directory": "a directory"}[kind]
+    assert f"EP.json: (file): cannot read: not a regular file ({what})" in probe.stderr
+
+
 # -- the sns policy ---------------------------------------------------------------------------
 
 
