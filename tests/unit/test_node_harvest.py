@@ -187,6 +187,17 @@ def test_lend_and_reclaim_requests_parse_and_bad_ones_are_refused() -> None:
             parse_control(line)
 
 
+def test_a_lend_naming_a_million_cpus_is_refused_before_it_is_expanded() -> None:
+    # 16 ranges of 65,536 cpus: 2^20 cpus from any peer of the socket, parsed before its
+    # permissions are known; refused while the ranges are counted, before any is expanded.
+    ranges = ",".join(f"{k * 65536}-{k * 65536 + 65535}" for k in range(16))
+    with pytest.raises(ControlProtocolError) as info:
+        parse_control(f"LEND job=7 to=8 cpus={ranges}\n".encode())
+    assert "names more than 8192 cpus (allowed: at most as many as a Linux kernel has)" in str(
+        info.value
+    )
+
+
 def test_copy_bandwidth_is_the_pcie_throughput_of_gpus_a_job_holds_alone() -> None:
     per_gpu = {"0": 250.0, "1": 120.5, "2": 40.0}
     found = copy_bandwidths({"a": ["0", "1"], "b": ["2"], "c": ["2"], "d": [], "e": ["7"]},

@@ -29,6 +29,8 @@ _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 #: One part of a CPU list (``0``, ``0-3``): ASCII digits only (``str.isdigit`` is true for
 #: digits of every script, which ``int`` refuses), CPU numbers below ``MAX_CORES``.
+#: The most cpus a cpu list may name, counting repeats: Linux's largest NR_CPUS.
+MAX_LISTED_CPUS = 8192
 _CPU_RANGE = re.compile(r"(?P<first>[0-9]{1,7})(?:-(?P<last>[0-9]{1,7}))?")
 #: A job's group is named ``job-<id>`` so that no id can be ``.``, ``..`` or a control file.
 GROUP_PREFIX = "job-"
@@ -81,10 +83,11 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
     Raises:
         JobSpecError: for anything else, quoting the text.
     """
-    cpus: set[int] = set()
     body = text.strip()
     if not body:
         return ()
+    ranges: list[tuple[int, int]] = []
+    listed = 0
     for part in body.split(","):
         found = _CPU_RANGE.fullmatch(part.strip())
         if found is None:
@@ -94,6 +97,15 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
         if last < first or last - first > 65536 or last >= MAX_CORES:
             raise JobSpecError(f"cpu list {shorten(text)}: range {shorten(part.strip())} is "
                                f"empty, too large or beyond cpu {MAX_CORES - 1}")  # fmt: skip
+        listed += last - first + 1
+        if listed > MAX_LISTED_CPUS:
+            # Counted before anything is expanded: a list from any peer of a node socket is
+            # parsed before its sender's permissions are known.
+            raise JobSpecError(f"cpu list {shorten(text)} names more than {MAX_LISTED_CPUS} "
+                               "cpus (allowed: at most as many as a Linux kernel has)")  # fmt: skip
+        ranges.append((first, last))
+    cpus: set[int] = set()
+    for first, last in ranges:
         cpus.update(range(first, last + 1))
     return tuple(sorted(cpus))
 
