@@ -101,13 +101,16 @@ def lend_cluster() -> Iterator[Cluster]:
 
 #: The GPU job that turns busy: low load until the flag file exists, then three spinning
 #: processes (more than the two cores it asked for) until the end.
+#: Idle (as LOW_LOAD) until the file ``argv[2]`` appears, then three processes busy until
+#: ``argv[2]`` + ".stop" appears: the test ends it, so a slow machine never outlives it (a
+#: fixed length once ended it while the test still waited for the requeued borrower).
 IDLE_THEN_BUSY = LOW_LOAD.replace("while time.time() < end:", """flag = sys.argv[2]
 while time.time() < end and not os.path.exists(flag):""").replace("import sys, time",
                                                                    "import os, sys, time") + """
 for _ in range(2):
     if os.fork() == 0:
         break
-while time.time() < end:
+while not os.path.exists(flag + ".stop") and time.time() < end + 600:
     pass
 """
 
@@ -258,8 +261,10 @@ def test_a_gpu_job_that_turns_busy_gets_its_lent_core_back_through_slurm(
     (work / "idle_then_busy.py").write_text(IDLE_THEN_BUSY)
     flag = work / "turn-busy"
     flag.unlink(missing_ok=True)
+    stop = work / "turn-busy.stop"
+    stop.unlink(missing_ok=True)
     gpu = submit(cluster, work, "gpu-busy",
-                 f"exec /usr/bin/python3 -I {work}/idle_then_busy.py 110 {flag}",
+                 f"exec /usr/bin/python3 -I {work}/idle_then_busy.py 600 {flag}",
                  "#SBATCH -c 2 --mem=100M",
                  '#SBATCH --comment="coshare: device-memory=1000 device-threads=60 '
                  'walltime=120 copy-bandwidth=10"')  # fmt: skip
@@ -326,6 +331,7 @@ def test_a_gpu_job_that_turns_busy_gets_its_lent_core_back_through_slurm(
             time.sleep(0.5)
         print(f"lender busy, its core back: {[shown(cluster, gpu).get(k) for k in FIGURES]}")
     finally:
+        stop.touch()
         for spinner in contention:
             spinner.kill()
             spinner.wait()
