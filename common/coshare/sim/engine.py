@@ -18,9 +18,11 @@ the same object the live cycle uses; the engine gives it the snapshot a live Sou
 Events at the same instant run in this order: job events, then arrivals, then the cycle, so
 a cycle sees everything that happened at its time. The engine keeps its own ledger of device
 memory and host resources and stops with :class:`SimulationError` if a plan would exceed
-them (or, with ``verify``, if :func:`coshare.verify.check_plan` finds anything). When no
-event is left but jobs still wait (they fit no node, or the policy holds them back), the run
-ends and reports them as not run. With a facts model (:mod:`coshare.sim.facts`) every
+them (or, with ``verify``, if :func:`coshare.verify.check_plan` finds anything). A job the
+plan says never fits (``never_fits``: no node of the cluster could hold it empty) is decided
+then and never planned again: the cluster does not change, and a log with many such jobs
+would otherwise cost every cycle each of them. When no event is left but jobs still wait
+(they fit no node, or the policy holds them back), the run ends and reports them as not run. With a facts model (:mod:`coshare.sim.facts`) every
 cycle's snapshot also carries the node facts a live cycle would read (each running job's CPU
 load, available memory bandwidth, LLC ways), attached by the same function the adapters use.
 Pure: no I/O, no clock.
@@ -327,6 +329,11 @@ class _Engine:
                 raise SimulationError(
                     f"policy {plan.policy} at t={now:g}: " + "; ".join(problems[:5])
                 )
+        for u in plan.unplaced:
+            if u.code == "never_fits":
+                # The simulated cluster never changes: a job no node can hold is decided once
+                # (it never runs), not planned again every cycle.
+                self.pending.pop(u.job, None)
         parts: dict[str, list[Assignment]] = {}
         for a in plan.assignments:  # a gang's nodes start together, all or nothing
             parts.setdefault(a.job, []).append(a)
