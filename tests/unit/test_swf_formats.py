@@ -186,3 +186,51 @@ def test_a_log_is_parsed_once_for_every_policy_and_again_when_it_changes(
     log.write_text("; MaxNodes: 2\n; MaxProcs: 4\n" + records(20))  # the file changed
     code, out, _ = run(*args)
     assert parses.call_count == 2 and json.loads(out) != first
+
+
+def alea_log(tmp_path: Path, jobs: int) -> Path:
+    """A log as Alea's extended SWF writes it: epoch submit times, field 10 the memory in
+    bytes for the whole job, node lists and queue properties after field 18; 68 nodes of 80
+    and 12 cores (a MetaCentrum 2013 shape)."""
+    lines = []
+    for k in range(jobs):
+        procs = (1, 2, 4, 8, 12)[k % 5]
+        memory_bytes = (1 + k % 7) * (1 << 30)  # 1-7 GiB for the whole job
+        lines.append(f"{k + 1} {1356994800 + 60 * k} -1 {300 + 10 * k % 900} {procs} -1 -1 "
+                     f"{procs} 3600 {memory_bytes} 1 {1 + k % 9} 1 -1 1 -1 -1 -1 "
+                     "zewura1 q_2h:infiniband")  # fmt: skip
+    log = tmp_path / "metacentrum.swf"
+    log.write_text("\n".join(lines) + "\n")
+    (tmp_path / "metacentrum.swf.machines").write_text(
+        "0 zewura 20 80 1 536870912\n1 minos 48 12 1 25165824\n")  # 512 GiB and 24 GiB
+    return log
+
+
+def test_a_log_with_memory_in_bytes_per_job_is_read_so_and_said_before_the_replay(
+    tmp_path: Path,
+) -> None:
+    log = alea_log(tmp_path, 200)
+    code, out, err = run("simulate", "--workload", f"trace:{log}", "--policies", "exclusive",
+                         "--output", "json")  # fmt: skip
+    assert code == 0, err
+    assert ("coshare: note: trace:metacentrum.swf: 200 of 200 jobs ask more memory than any "
+            "node has (524,288 MiB) with field 10 read as KB per processor (the SWF standard); "
+            "read as bytes for the whole job (Alea's extended SWF), 0 do: coshare reads it "
+            "so\n") in err  # fmt: skip
+    data = json.loads(out)
+    (run_,) = data["runs"]
+    assert run_["not_run"] == 0 and run_["jobs"] == 200, run_
+    assert any("Alea's extended SWF" in note for note in data["notes"])
+
+
+def test_a_standard_log_whose_jobs_cannot_fit_says_how_many_before_the_replay(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "big.swf"
+    log.write_text(records(10).replace(" 2048 1 ", " 99999999 1 ", 3))
+    (tmp_path / "big.swf.machines").write_text("0 n 2 2 1 1048576\n")
+    code, _, err = run("simulate", "--workload", f"trace:{log}", "--policies", "exclusive")
+    assert code == 0, err
+    assert ("coshare: note: trace:big.swf: 3 of 10 jobs ask more memory than any node has "
+            "(1,024 MiB) with field 10 read as KB per processor (the SWF standard): they will "
+            "not run\n") in err  # fmt: skip

@@ -72,7 +72,7 @@ from coshare.sim.paper import (
 from coshare.sim.params import Point, apply, label, parameters, parse_sweeps, value_of
 from coshare.sim.picaso import PARTS as PICASO_PARTS
 from coshare.sim.progress import progress_bar
-from coshare.sim.replay import Replay, check_log, cluster_of, replay
+from coshare.sim.replay import Replay, check_log, cluster_of, memory_reading_of, replay
 from coshare.sim.report import (
     GRID_METRICS,
     GridRun,
@@ -369,11 +369,15 @@ def _trace(request: Request) -> Outcome:
     if request.cores_per_node is not None and machines is not None:
         raise click.UsageError(f"--cores-per-node does not apply to {shorten(path.name)}: "
                                f"{shorten(machines.name)} beside it gives the nodes")  # fmt: skip
-    cluster_of(path, request.nodes, request.cores_per_node)  # an unknown cluster, before runs
+    cluster = cluster_of(path, request.nodes, request.cores_per_node)  # before any run
     tally = check_log(path)  # and a bad record, naming its line (one pass; memory bounded)
     warning = unmodelled_warning(tally, f"trace:{path.name}")
     if warning:  # once per replay, not per job or per run
         click.echo(f"coshare: warning: {warning}", err=True)
+    bytes_per_job, memory_note = memory_reading_of(path, cluster)
+    if memory_note:  # said before the replay: never a silent replay of jobs that cannot run
+        click.echo(f"coshare: note: {memory_note}", err=True)
+    notes = [n for n in (warning, memory_note) if n]
     tasks = []
     for point in request.points:
         setup = apply(point, request.setup)
@@ -381,7 +385,8 @@ def _trace(request: Request) -> Outcome:
         for s in request.seeds:
             tasks += [Task(" ".join(filter(None, [f"replay of {path.name}", name, f"seed {s}",
                                                   label(point)])),
-                           replay, (path, nodes, name, s, setup, request.cores_per_node))
+                           replay, (path, nodes, name, s, setup, request.cores_per_node,
+                                    bytes_per_job))
                       for name in policies]  # fmt: skip
     with progress_bar(len(tasks), f"replay {escape(path.name)}", unit="runs") as advance:
         results = request.executor.run(tasks, lambda _: advance(1))
@@ -397,7 +402,7 @@ def _trace(request: Request) -> Outcome:
                                                                    results.failed),
                                                  strict=True)]  # fmt: skip
         outcome = _sweep_outcome(request, runs, results.failures)
-        return replace(outcome, payload={**outcome.payload, "notes": [warning] if warning else []})
+        return replace(outcome, payload={**outcome.payload, "notes": notes})
     replays = [r for _, r in done]
     summaries = [r.summary for r in replays]
     skipped = replays[0].skipped if replays else 0
@@ -406,7 +411,7 @@ def _trace(request: Request) -> Outcome:
              f"{summaries[0].nodes if summaries else 0} nodes; jobs wider than one node run "
              "as gangs")  # fmt: skip
     payload = {"trace": str(path), "nodes": summaries[0].nodes if summaries else 0,
-               "skipped_records": skipped, "notes": [warning] if warning else [],
+               "skipped_records": skipped, "notes": notes,
                "runs": [{**summary_dict(r.summary), "events": r.events} for r in replays]}
     text = render(replay_table(summaries, title)) if summaries else ""
     return Outcome(text, payload, failures=results.failures)

@@ -22,9 +22,10 @@ them (or, with ``verify``, if :func:`coshare.verify.check_plan` finds anything).
 plan says never fits (``never_fits``: no node of the cluster could hold it empty) is decided
 then and never planned again: the cluster does not change, and a log with many such jobs
 would otherwise cost every cycle each of them. When no event is left but jobs still wait
-(they fit no node, or the policy holds them back), the run ends and reports them as not run. With a facts model (:mod:`coshare.sim.facts`) every
-cycle's snapshot also carries the node facts a live cycle would read (each running job's CPU
-load, available memory bandwidth, LLC ways), attached by the same function the adapters use.
+(they fit no node, or the policy holds them back), the run ends and reports them as not run.
+With a facts model (:mod:`coshare.sim.facts`) every cycle's snapshot also carries the node
+facts a live cycle would read (each running job's CPU load, available memory bandwidth, LLC
+ways), attached by the same function the adapters use.
 Pure: no I/O, no clock.
 """
 

@@ -36,6 +36,7 @@ from coshare.sim.traces import (
     as_gang,
     header_nodes,
     iter_swf,
+    memory_reading,
     rebased,
     swf_header_line,
 )
@@ -123,7 +124,7 @@ KEEP_PARSED_BYTES = 64 << 20
 class _Parsed:
     """A log's records, parsed once, and what the parse counted."""
 
-    key: tuple[str, int, int]  # path, modification time (ns), size: a changed file is read again
+    key: tuple[str, int, int, bool]  # path, mtime (ns), size, memory reading: a change rereads
     records: tuple[SwfJob, ...]
     tally: SwfTally
 
@@ -131,23 +132,32 @@ class _Parsed:
 _parsed: _Parsed | None = None
 
 
-def _parse_once(path: Path) -> _Parsed | None:
+def _parse_once(path: Path, bytes_per_job: bool = False) -> _Parsed | None:
     """The records of the log at ``path``, parsed on the first call for this file as it is
-    now and kept; ``None`` for a log larger than :data:`KEEP_PARSED_BYTES` (streamed)."""
+    now (and this reading of its memory fields) and kept; ``None`` for a log larger than
+    :data:`KEEP_PARSED_BYTES` (streamed)."""
     global _parsed
     try:
         stat = path.stat()
     except OSError:
         return None  # the stream says why
-    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    key = (str(path), stat.st_mtime_ns, stat.st_size, bytes_per_job)
     if _parsed is not None and _parsed.key == key:
         return _parsed
     if stat.st_size > KEEP_PARSED_BYTES:
         return None
     tally = SwfTally()
-    records = tuple(iter_swf(stream_lines(path), str(path), tally))
+    records = tuple(iter_swf(stream_lines(path), str(path), tally, bytes_per_job))
     _parsed = _Parsed(key, records, tally)
     return _parsed
+
+
+def memory_reading_of(path: Path, cluster: tuple[Node, ...]) -> tuple[bool, str | None]:
+    """How the log at ``path`` states memory (:func:`coshare.sim.traces.memory_reading`),
+    judged on ``cluster``, and what to tell the admin before the replay."""
+    parsed = _parse_once(path)
+    records = parsed.records if parsed is not None else iter_swf(stream_lines(path), str(path))
+    return memory_reading(records, cluster, f"trace:{shorten_text(path.name)}")
 
 
 def check_log(path: Path) -> SwfTally:
@@ -169,9 +179,10 @@ def check_log(path: Path) -> SwfTally:
 
 
 def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
-           cores_per_node: int | None = None) -> Replay:  # fmt: skip
+           cores_per_node: int | None = None, bytes_per_job: bool = False) -> Replay:  # fmt: skip
     """Replay the SWF log at ``path`` under ``policy`` as a stream (FixedModel run times), on
-    :func:`cluster_of` ``(path, nodes, cores_per_node)``.
+    :func:`cluster_of` ``(path, nodes, cores_per_node)``; ``bytes_per_job``: its memory
+    fields hold bytes for the whole job (:func:`memory_reading_of`).
 
     Raises:
         InputError: the log or its machines cannot be read, or a record is malformed or out
@@ -179,10 +190,12 @@ def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
     """
     started = time.perf_counter()
     cluster = cluster_of(path, nodes, cores_per_node)
-    parsed = _parse_once(path)
+    parsed = _parse_once(path, bytes_per_job)
     tally = parsed.tally if parsed is not None else SwfTally()
     records = rebased(
-        parsed.records if parsed is not None else iter_swf(stream_lines(path), str(path), tally)
+        parsed.records
+        if parsed is not None
+        else iter_swf(stream_lines(path), str(path), tally, bytes_per_job)
     )
     # a job that one node cannot hold runs as a gang (issue 14)
     jobs = (host_only(as_gang(j.job, cluster), j.run_s) for j in records)

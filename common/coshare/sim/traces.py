@@ -314,14 +314,16 @@ class _SeenNumbers:
         self.anchor_lines.insert(after, line)
 
 
-def iter_swf(lines: Iterable[str], source: str = "SWF",
-             tally: SwfTally | None = None) -> Iterator[SwfJob]:  # fmt: skip
+def iter_swf(lines: Iterable[str], source: str = "SWF", tally: SwfTally | None = None,
+             bytes_per_job: bool = False) -> Iterator[SwfJob]:  # fmt: skip
     """The jobs of SWF ``lines`` one at a time, as they are read (a stream: issue 16).
 
     Args:
         lines: the file's lines (read lazily).
         source: names the file in messages.
         tally: counts skipped records and jobs as the stream is read.
+        bytes_per_job: the memory fields hold bytes for the whole job (Alea's extended SWF,
+            :func:`memory_reading`), not KB per processor as the standard says.
 
     Raises:
         TraceError: as :func:`parse_swf`, when the bad line is reached.
@@ -365,6 +367,8 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
                              "order")  # fmt: skip
         last = (submit, number)
         memory_kb = (req_kb if req_kb > 0 else max(used_kb, 0)) * tally.memory_unit_kb
+        if bytes_per_job:
+            memory_kb = (req_kb if req_kb > 0 else max(used_kb, 0)) / 1024 / procs
         tally.jobs += 1
         _count_unmodelled(fields, values, tally.unmodelled)
         yield SwfJob(
@@ -380,6 +384,38 @@ def iter_swf(lines: Iterable[str], source: str = "SWF",
             ),
             run,
         )
+#: A log reads as Alea's (memory in bytes for the whole job) when more than this share of
+#: its jobs with a memory request could never fit as the standard reads it, and read so at
+#: most a tenth as many could not.
+ALEA_MEMORY_SHARE = 0.5
+
+
+def memory_reading(jobs: Iterable[SwfJob], nodes: Iterable[Node],
+                   source: str) -> tuple[bool, str | None]:  # fmt: skip
+    """Whether the memory fields of a log (read as the standard says: ``jobs``) hold bytes
+    for the whole job instead (as Alea's extended SWF writes them), judged by how many jobs
+    could ever fit ``nodes`` either way; and a note for the admin, said before any replay:
+    what was assumed, or how many jobs can never run and why (``None``: nothing to say).
+    """
+    largest = max((n.memory_mib for n in nodes), default=0)
+    asked = standard = per_job = 0
+    for record in jobs:
+        job = record.job
+        if job.memory_mib <= 0:
+            continue
+        asked += 1
+        standard += job.memory_mib > largest
+        per_job += math.ceil(job.memory_mib / 1024 / job.processes) > largest
+    if not asked or not standard:
+        return False, None
+    said = (f"{source}: {standard:,} of {asked:,} jobs ask more memory than any node has "
+            f"({largest:,} MiB) with field 10 read as KB per processor (the SWF standard)")
+    if standard > ALEA_MEMORY_SHARE * asked and per_job * 10 <= standard:
+        return True, (f"{said}; read as bytes for the whole job (Alea's extended SWF), "
+                      f"{per_job:,} do: coshare reads it so")  # fmt: skip
+    return False, f"{said}: they will not run"
+
+
 def _count_unmodelled(fields: list[str], values: list[float], counts: dict[str, int]) -> None:
     """Count, for one job, each field it gives that coshare does not model."""
     for number, name in SWF_UNMODELLED.items():
