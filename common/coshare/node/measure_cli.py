@@ -80,6 +80,28 @@ def check(app: AppContext, output: str) -> None:
         raise SystemExit(EXIT_RUNTIME)
 
 
+@click.command()
+@output_option
+def gpus(output: str) -> None:
+    """List each GPU and MIG instance NVML sees: id, UUID, memory, SMs, MIG profile and
+    parent, and which of them the planner may place jobs on."""
+    from coshare.node.gpus import discover
+    from coshare.node.nvml import start_nvml
+
+    found = discover(start_nvml())
+    if output == "json":
+        click.echo(json.dumps({"gpus": [d.to_dict() for d in found]}, indent=1))
+        return
+    table = Table(box=box.SIMPLE, title="GPUs (NVML)", title_justify="left")
+    for column in ("id", "kind", "memory MiB", "SMs", "profile", "planned", "uuid", "note"):
+        table.add_column(column, overflow="fold")
+    for d in found:
+        table.add_row(d.id, d.kind, str(d.memory_mib), "-" if d.sms is None else str(d.sms),
+                      d.profile or "-", "yes" if d.planned else "no", d.uuid, d.reason)
+    planned = sum(d.planned for d in found)
+    click.echo(render_text(table, f"{planned} of {len(found)} planned as devices"), nl=False)
+
+
 @click.group()
 def probe_group() -> None:
     """Measure the node (memory bandwidth)."""
@@ -296,6 +318,7 @@ def _request(line: str, socket_path: str) -> dict[str, str]:
 def register(group: click.Group) -> None:
     """Add these commands to ``coshare node``."""
     group.add_command(check)
+    group.add_command(gpus)
     group.add_command(probe_group, name="probe")
     group.add_command(facts)
     group.add_command(freeze)

@@ -17,6 +17,26 @@ from typing import Any
 from coshare.errors import NodeError
 
 
+def start_nvml() -> Any:
+    """The ``pynvml`` module, initialized.
+
+    Raises:
+        NodeError: ``nvidia-ml-py`` is not installed, or NVML cannot start (no driver, no
+            GPU), naming the library it looked for.
+    """
+    try:
+        nvml: Any = importlib.import_module("pynvml")
+    except ImportError as exc:
+        raise NodeError("NVML needs its bindings: pip install 'coshare[nvml]' (nvidia-ml-py)") \
+            from exc  # fmt: skip
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        raise NodeError(f"unsupported: NVML cannot start (libnvidia-ml.so.1; is the NVIDIA "
+                        f"driver loaded?): {exc}") from exc  # fmt: skip
+    return nvml
+
+
 class NvmlMemory:
     """Per-process device memory of every NVIDIA GPU of the node.
 
