@@ -44,6 +44,7 @@ from coshare.errors import (
     PlanInvariantError,
     StoppedBetweenBatches,
 )
+from coshare.mig import without_mig_parents
 from coshare.model import Plan, Snapshot
 from coshare.policies.base import Policy
 from coshare.policies.collocate import NO_HARVEST, without_harvest
@@ -247,6 +248,7 @@ def checked_plan(
         Exception: what the policy raises whatever is left out (as it raised before).
     """
     start = clock()
+    snapshot, mig_notes = without_mig_parents(snapshot)
     try:
         contained = plan_contained(
             policy.plan, snapshot,
@@ -258,7 +260,9 @@ def checked_plan(
             raise failed.raised from None
         raise PlanInvariantError(policy.name, check_plan(
             snapshot, policy.plan(snapshot), strict_threads=strict_threads)) from None
-    return replace(contained, plan=replace(contained.plan, seconds=clock() - start))
+    plan = contained.plan
+    return replace(contained, plan=replace(plan, seconds=clock() - start,
+                                           notes=(*mig_notes, *plan.notes)))  # fmt: skip
 
 
 def fences_batches(editor: object) -> bool:

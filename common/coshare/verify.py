@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from coshare.mig import mig_parents
 from coshare.model import Job, Plan, RunningJob, Snapshot
 
 #: A lender whose demand fills this share of the cores its cpuset holds lends no more: the
@@ -106,7 +107,12 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
         if len(set(a.devices)) != len(a.devices):
             problems.append(f"job {a.job} is given the same device twice on {a.node}")
         ids = {d.id: d for d in node.devices}
+        parents = mig_parents(node)
         for dev in a.devices:
+            if dev in parents:
+                problems.append(f"job {a.job} is placed on {a.node}/{dev}, a GPU in MIG mode "
+                                "(its instances are the devices)")  # fmt: skip
+                continue
             device = ids.get(dev)
             if device is None:
                 problems.append(f"job {a.job} is assigned to unknown device {a.node}/{dev}")

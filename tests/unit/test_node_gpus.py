@@ -87,3 +87,25 @@ def test_node_gpus_without_nvml_says_unsupported_and_where_it_looked() -> None:
         assert "unsupported: NVML cannot start (libnvidia-ml.so.1" in ran.stderr
         return
     pytest.skip("NVML starts on this machine: the no-GPU path is not shown here")
+
+
+def test_plans_never_place_on_a_mig_parent_nor_oversubscribe_an_instance() -> None:
+    from coshare.model import Assignment, Device, Job, Node, Plan, Snapshot
+    from coshare.planner import checked_plan
+    from coshare.policies import make_policy
+    from coshare.verify import check_plan
+
+    # A scheduler's discovery that lists the A100 and its two instances (3g.40gb, 2g.20gb).
+    node = Node("g1", 32_000, 262_144, (Device("0", 81920, 108), Device("0:0", 40192, 42),
+                                        Device("0:1", 19968, 28)))  # fmt: skip
+    jobs = tuple(Job(f"{k}", 30_000, 10, submit_time_s=float(k)) for k in range(3))
+    snap = Snapshot((node,), (), jobs, now_s=10.0)
+    for name in ("knapsack", "sharepack", "exclusive", "random", "bestfit", "fgd"):
+        plan = checked_plan(make_policy(name), snap).plan
+        assert [a.devices for a in plan.assignments] == [("0:0",)], (name, plan)
+        assert any("GPU 0 is in MIG mode" in n for n in plan.notes), name
+        assert check_plan(snap, plan) == []
+    on_parent = Plan("x", (Assignment("0", "g1", ("0",)),), ())
+    assert "job 0 is placed on g1/0, a GPU in MIG mode (its instances are the devices)" in (
+        check_plan(Snapshot((node,), (), jobs[:1], now_s=10.0), on_parent)
+    )
