@@ -465,3 +465,14 @@ def test_one_bad_job_never_stops_the_plan_for_the_others() -> None:
     assert check_plan(snap, plan) == []
     assert [(u.job, u.code) for u in plan.unplaced] == [("bad", "invalid")]
     assert "a" in plan.placed_jobs
+
+
+@pytest.mark.parametrize("mode", ["sns", "cs"])
+def test_jobs_that_wait_for_the_same_reason_share_one_reason(mode: str) -> None:
+    # Twenty-six jobs of one shape that can never fit: one group in plan's table, not 26.
+    snap = Snapshot(nodes(2), (), tuple(job(f"j{k}", processes=400, nodes_max=2)
+                                        for k in range(26)), now_s=0.0)  # fmt: skip
+    plan = SnsPolicy(PROFILES, mode).plan(snap)  # type: ignore[arg-type]
+    assert len(plan.unplaced) == 26
+    assert len({(u.code, u.reason) for u in plan.unplaced}) == 1, plan.unplaced[:2]
+    assert not any(u.job in u.reason for u in plan.unplaced)

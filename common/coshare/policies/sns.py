@@ -223,7 +223,7 @@ class SnsPolicy:
 
     def _refusal(self, job: Job, nodes: list[_Node]) -> Unplaced | None:
         if job.needs_device:
-            return Unplaced(job.id, f"job {job.id}: the {self.mode} policy places CPU jobs "
+            return Unplaced(job.id, f"the {self.mode} policy places CPU jobs "
                             "only (it needs a device)", "unsupported")  # fmt: skip
         if job.is_gang:
             bad = gang_refusal(job)
@@ -231,7 +231,7 @@ class SnsPolicy:
                 return bad
         demands, _ = self._demands(job, nodes)
         if not demands:
-            return Unplaced(job.id, f"job {job.id}: no scale factor gives a node count it allows "
+            return Unplaced(job.id, "no scale factor gives a node count it allows "
                             f"({job.nodes}..{job.nodes_max or job.nodes} nodes, cluster "
                             f"{len(nodes)})", "never_fits")  # fmt: skip
         for d in demands:
@@ -241,10 +241,10 @@ class SnsPolicy:
         most_ways = max((n.ways for n in nodes if n.ways is not None), default=None)
         if d.ways is not None and most_ways is not None and d.ways > most_ways and all(
                 n.ways is not None for n in nodes):  # fmt: skip
-            return Unplaced(job.id, f"job {job.id}: needs {d.ways} LLC ways per node (program "
+            return Unplaced(job.id, f"needs {d.ways} LLC ways per node (program "
                             f"{job.program} at alpha {self._alpha(job):g}); the nodes have at "
                             f"most {most_ways}", "never_fits")  # fmt: skip
-        return Unplaced(job.id, f"job {job.id}: needs {d.nodes} nodes with {d.cores_per_node} "
+        return Unplaced(job.id, f"needs {d.nodes} nodes with {d.cores_per_node} "
                         f"cores ({job.cpu_milli / 1000:g} per process) and {job.memory_mib} MiB "
                         "per process even when empty; no such set in the cluster",
                         "never_fits")  # fmt: skip
