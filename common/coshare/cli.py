@@ -418,9 +418,10 @@ def schema_command(contract: str) -> None:
 def deploy_files(directory: Path, force: bool) -> None:
     """Write the deployment files shipped in the package (systemd units, cron entries,
     HTCondor and Slurm configuration snippets, the job wrapper, the TaskProlog, the local
-    test cluster scripts) under DIRECTORY, as in the repository's deploy/."""
+    test cluster scripts) under DIRECTORY, as in the repository's deploy/, and coshare-launch
+    (the node daemon's user-side client) next to the job wrapper and the TaskProlog."""
     source = resources.files("coshare").joinpath("deploy")
-    files = sorted(_walk(source, ()))
+    files = sorted([*_walk(source, ()), *_launchers()])
     existing = [rel for rel, _ in files if (directory.joinpath(*rel)).exists()]
     if existing and not force:
         shown = ", ".join("/".join(rel) for rel in existing[:5])
@@ -434,6 +435,19 @@ def deploy_files(directory: Path, force: bool) -> None:
         # Scripts are executable in the repository; a wheel does not keep file modes.
         target.chmod(0o755 if data.startswith(b"#!") else 0o644)
         click.echo(str(target))
+
+
+#: Where coshare-launch goes among the deploy files: next to the HTCondor job wrapper and
+#: next to Slurm's TaskProlog, which run it from their own directory.
+LAUNCHER_PLACES = (("condor", "coshare-launch"), ("node", "coshare-launch"))
+
+
+def _launchers() -> Iterator[tuple[tuple[str, ...], Any]]:
+    """coshare-launch (the module :mod:`coshare.node.control.launcher`, one file, standard
+    library only) as a deploy file in each of :data:`LAUNCHER_PLACES`."""
+    launcher = resources.files("coshare").joinpath("node", "control", "launcher.py")
+    for rel in LAUNCHER_PLACES:
+        yield rel, launcher
 
 
 def _walk(item: Any, rel: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:

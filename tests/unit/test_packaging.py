@@ -42,9 +42,15 @@ def test_deploy_files_writes_what_deploy_holds(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["deploy-files", str(target)])
     assert result.exit_code == 0, result.output
     written = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
-    expected = sorted(p.relative_to(ROOT / "deploy").as_posix()
-                      for p in (ROOT / "deploy").rglob("*") if p.is_file())
+    expected = sorted([*(p.relative_to(ROOT / "deploy").as_posix()
+                         for p in (ROOT / "deploy").rglob("*") if p.is_file()),
+                       "condor/coshare-launch", "node/coshare-launch"])
     assert written == expected and len(result.stdout.splitlines()) == len(expected)
+    # coshare-launch next to the job wrapper and the TaskProlog, which run it from there.
+    launcher = (ROOT / "common/coshare/node/control/launcher.py").read_bytes()
+    for place in ("condor", "node"):
+        assert (target / place / "coshare-launch").read_bytes() == launcher
+        assert os.access(target / place / "coshare-launch", os.X_OK)
     wrapper = target / "condor" / "coshare-job-wrapper"
     assert wrapper.read_bytes() == (ROOT / "deploy/condor/coshare-job-wrapper").read_bytes()
     assert os.access(wrapper, os.X_OK)
