@@ -11,12 +11,12 @@ BIN    := $(VENV)/bin
 
 $(VENV)/.base: pyproject.toml
 	@scripts/ensure-venv $(PYTHON) $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[planner]'
 	@touch $@
 
 $(VENV)/.test: pyproject.toml
 	@scripts/ensure-venv $(PYTHON) $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,condor,slurm,nvml]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,planner,bound,condor,slurm,nvml]'
 	@touch $@ $(VENV)/.base
 
 demo: $(VENV)/.base
