@@ -38,9 +38,10 @@ bench: $(VENV)/.base
 	$(BIN)/python bench/plan_scale.py
 	$(BIN)/python bench/sim_scale.py
 
-# Man pages from the command line's own help, into build/man/man1 (MANPATH=build/man man coshare).
-man: $(VENV)/.base
-	$(BIN)/python -m coshare.reference man build/man
+# Man pages from the command line's own help and the config, into man/ (committed; the wheel
+# installs them under share/man: MANPATH=man man coshare here).
+man: $(VENV)/.test
+	$(BIN)/python -m coshare.reference man man
 
 # docs/cli.md and docs/config.md from the code (a test checks they are up to date).
 docs: $(VENV)/.base

@@ -27,8 +27,9 @@ RUNS = 5
 
 def sh(*argv: str | Path) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=True,
-                          env=env).stdout  # fmt: skip
+    return subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, check=True, env=env
+    ).stdout
 
 
 def site_packages_mib(venv: Path) -> float:
@@ -40,8 +41,9 @@ def timed(argv: list[str]) -> tuple[float, float]:
     """(wall s, CPU s of the child) of one run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, capture_output=True, check=True,
-                   env={**os.environ, "COSHARE_CONFIG": os.devnull})  # fmt: skip
+    subprocess.run(
+        argv, capture_output=True, check=True, env={**os.environ, "COSHARE_CONFIG": os.devnull}
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -60,15 +62,19 @@ def main(argv: list[str]) -> int:
         sh(tmp / "node/bin/python", "-m", "pip", "install", "-q", wheel)
         empty, node = site_packages_mib(tmp / "empty"), site_packages_mib(tmp / "node")
         print(f"wheel: {wheel.name}")
-        print(f"node install (base, no extras): {node - empty:.1f} MiB over an empty venv "
-              f"({node:.1f} - {empty:.1f} MiB of site-packages)")  # fmt: skip
+        print(
+            f"node install (base, no extras): {node - empty:.1f} MiB over an empty venv "
+            f"({node:.1f} - {empty:.1f} MiB of site-packages)"
+        )
         for args in (["--help"], ["node", "--help"]):
             runs = [timed([str(tmp / "node/bin/coshare"), *args]) for _ in range(RUNS)]
             wall = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[1] for r in runs)
-            print(f"coshare {' '.join(args)}: wall median {wall:.3f} s, CPU median {cpu:.3f} s "
-                  f"(of {RUNS}; min {min(r[0] for r in runs):.3f}, "
-                  f"max {max(r[0] for r in runs):.3f} s)")  # fmt: skip
+            print(
+                f"coshare {' '.join(args)}: wall median {wall:.3f} s, CPU median {cpu:.3f} s "
+                f"(of {RUNS}; min {min(r[0] for r in runs):.3f}, "
+                f"max {max(r[0] for r in runs):.3f} s)"
+            )
     return 0
 
 

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 #: Every name :func:`coshare.policies.make_policy` accepts, sorted.
 POLICY_NAMES: tuple[str, ...] = (
-    "bestfit", "collocate", "cs", "exclusive", "fgd", "knapsack", "membw", "random", "sharepack",
+    "bestfit",
+    "collocate",
+    "cs",
+    "exclusive",
+    "fgd",
+    "knapsack",
+    "membw",
+    "random",
+    "sharepack",
     "sns",
-)  # fmt: skip
+)
 
 #: The policy of a configuration that names none (:data:`coshare.policies.DEFAULT_POLICY`).
 DEFAULT_POLICY = "sharepack"

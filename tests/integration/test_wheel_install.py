@@ -22,15 +22,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def sh(*argv: str | Path, env: dict[str, str] | None = None,
-       check: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def sh(
+    *argv: str | Path, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run ``argv``; by default in this environment less PYTHONPATH and VIRTUAL_ENV (the fresh
     venv must not see this tree's sources or the test's own venv)."""
     if env is None:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.setdefault("COSHARE_CONFIG", os.devnull)
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=600,
-                          check=check, env=env)  # fmt: skip
+    return subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, timeout=600, check=check, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +60,26 @@ def test_the_wheel_deploys_every_documented_file(node_venv: Path, tmp_path: Path
     documented = documented_deploy_files()
     assert "condor/coshare-launch" in documented and "node/coshare-launch" in documented
     assert names == documented
-    for name in ("condor/coshare-job-wrapper", "condor/coshare-launch", "node/coshare-launch",
-                 "node/coshare-task-prolog"):  # fmt: skip
+    for name in (
+        "condor/coshare-job-wrapper",
+        "condor/coshare-launch",
+        "node/coshare-launch",
+        "node/coshare-task-prolog",
+    ):
         assert os.access(out / name, os.X_OK), name
     launcher = (ROOT / "common/coshare/node/control/launcher.py").read_bytes()
     assert (out / "condor/coshare-launch").read_bytes() == launcher
+
+
+def test_the_wheel_installs_the_man_pages(node_venv: Path) -> None:
+    pages = node_venv / "share/man"
+    for page in (
+        "man1/coshare.1",
+        "man1/coshare-deploy-files.1",
+        "man1/coshare-node-gate.1",
+        "man5/coshare.yaml.5",
+    ):
+        assert (pages / page).read_text() == (ROOT / "man" / page).read_text(), page
 
 
 def test_the_node_install_has_no_planner(node_venv: Path) -> None:
@@ -82,12 +99,16 @@ def test_the_deployed_wrapper_refuses_a_placed_job_without_coshare_launch(
     out = tmp_path / "deploy"
     sh(node_venv / "bin/coshare", "deploy-files", out)
     (out / "condor/coshare-launch").unlink()
-    (tmp_path / "job.ad").write_text('CoshareManaged = true\nCosharePlacedNode = "n1"\n'
-                                     'CosharePlacedDevices = "0"\n')  # fmt: skip
+    (tmp_path / "job.ad").write_text(
+        'CoshareManaged = true\nCosharePlacedNode = "n1"\nCosharePlacedDevices = "0"\n'
+    )
     (tmp_path / "machine.ad").write_text('CoshareNodeName = "n1"\n')
-    env = {"_CONDOR_JOB_AD": str(tmp_path / "job.ad"),
-           "_CONDOR_MACHINE_AD": str(tmp_path / "machine.ad"),
-           "_CONDOR_WRAPPER_ERROR_FILE": str(tmp_path / "error"), "PATH": "/usr/bin:/bin"}
+    env = {
+        "_CONDOR_JOB_AD": str(tmp_path / "job.ad"),
+        "_CONDOR_MACHINE_AD": str(tmp_path / "machine.ad"),
+        "_CONDOR_WRAPPER_ERROR_FILE": str(tmp_path / "error"),
+        "PATH": "/usr/bin:/bin",
+    }
     ran = sh(out / "condor/coshare-job-wrapper", "/bin/echo", "ran", env=env, check=False)
     assert ran.returncode == 1 and "ran" not in ran.stdout
     assert "coshare-launch is not installed" in (tmp_path / "error").read_text()

@@ -42,21 +42,37 @@ main(sys.argv[1:])
 """
 
 
-def coshare(*args: str, block: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str],
-                                                             list[str]]:  # fmt: skip
+def coshare(
+    *args: str, block: tuple[str, ...] = ()
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("COSHARE_")}
     environ["COSHARE_CONFIG"] = os.devnull
     code = RUN.format(block=list(block), heavy=HEAVY)
-    ran = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         env=environ, timeout=120, check=False)  # fmt: skip
+    ran = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
     *errors, loaded = ran.stderr.rstrip("\n").split("\n")
     ran.stderr = "".join(f"{line}\n" for line in errors)
     return ran, json.loads(loaded)
 
 
-@pytest.mark.parametrize("args", [("--help",), ("node", "--help"), ("node", "gate", "--help"),
-                                  ("node", "check"), ("node", "launch", "--help"),
-                                  ("config", "show"), ("deploy-files", "--help")])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--help",),
+        ("node", "--help"),
+        ("node", "gate", "--help"),
+        ("node", "check"),
+        ("node", "launch", "--help"),
+        ("config", "show"),
+        ("deploy-files", "--help"),
+    ],
+)
 def test_node_commands_and_help_load_no_planner(args: tuple[str, ...]) -> None:
     ran, loaded = coshare(*args)
     assert ran.returncode in (0, 1), ran.stderr  # node check: 1 where cgroups are missing
@@ -67,8 +83,10 @@ def test_node_commands_and_help_load_no_planner(args: tuple[str, ...]) -> None:
 def test_planning_without_numpy_says_which_extra_to_install() -> None:
     ran, _ = coshare("plan", str(EXAMPLE), block=("numpy",))
     assert ran.returncode == 1
-    assert ran.stderr == ("coshare: error: coshare plan needs the 'planner' extra (module "
-                          "'numpy' is not installed): pip install 'coshare[planner]'\n")
+    assert ran.stderr == (
+        "coshare: error: coshare plan needs the 'planner' extra (module "
+        "'numpy' is not installed): pip install 'coshare[planner]'\n"
+    )
     helped, _ = coshare("plan", "--help", block=("numpy",))
     assert helped.returncode == 0 and "Exit status:" in helped.stdout
 
