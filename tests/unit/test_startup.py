@@ -89,6 +89,9 @@ def test_planning_without_numpy_says_which_extra_to_install() -> None:
     )
     helped, _ = coshare("plan", "--help", block=("numpy",))
     assert helped.returncode == 0 and "Exit status:" in helped.stdout
+    assert "1  the scheduler, a node helper or a command failed, or an extra is missing" in (
+        helped.stdout
+    )
 
 
 def test_planning_with_numpy_still_plans() -> None:
