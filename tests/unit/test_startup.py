@@ -112,3 +112,13 @@ def test_the_lazy_commands_summaries_are_their_own_help() -> None:
         command = coshare_cli.cli.get_command(ctx, name)
         assert command is not None and command.help is not None
         assert " ".join(command.help.split()).startswith(summary.rstrip(".")), name
+
+
+def test_the_membw_probe_without_numpy_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A coshare error (which the node's sampler logs and survives), not an ImportError.
+    from coshare.extras import MissingExtra
+    from coshare.node.membw import measure
+
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    with pytest.raises(MissingExtra, match=r"pip install 'coshare\[planner\]'"):
+        measure([0], 1, seconds=0.01)
