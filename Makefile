@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean man docs
+.PHONY: demo test lint typecheck unit bench clean man docs dist
 
 $(VENV)/.base: pyproject.toml
 	@scripts/ensure-venv $(PYTHON) $(VENV)
@@ -47,5 +47,11 @@ man: $(VENV)/.test
 docs: $(VENV)/.base
 	$(BIN)/python -m coshare.reference docs docs
 
+# A release: dist/coshare-VERSION.tar.gz and the wheel (docs/install.md; CHANGELOG.md).
+dist: $(VENV)/.base
+	$(BIN)/python -m pip install -q --disable-pip-version-check build
+	rm -rf dist
+	$(BIN)/python -m build
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
