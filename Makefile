@@ -7,16 +7,16 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean man docs
+.PHONY: demo test lint typecheck unit bench clean man docs dist
 
 $(VENV)/.base: pyproject.toml
 	@scripts/ensure-venv $(PYTHON) $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[planner]'
 	@touch $@
 
 $(VENV)/.test: pyproject.toml
 	@scripts/ensure-venv $(PYTHON) $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,condor,slurm,nvml]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,planner,bound,condor,slurm,nvml]'
 	@touch $@ $(VENV)/.base
 
 demo: $(VENV)/.base
@@ -38,13 +38,20 @@ bench: $(VENV)/.base
 	$(BIN)/python bench/plan_scale.py
 	$(BIN)/python bench/sim_scale.py
 
-# Man pages from the command line's own help, into build/man/man1 (MANPATH=build/man man coshare).
-man: $(VENV)/.base
-	$(BIN)/python -m coshare.reference man build/man
+# Man pages from the command line's own help and the config, into man/ (committed; the wheel
+# installs them under share/man: MANPATH=man man coshare here).
+man: $(VENV)/.test
+	$(BIN)/python -m coshare.reference man man
 
 # docs/cli.md and docs/config.md from the code (a test checks they are up to date).
 docs: $(VENV)/.base
 	$(BIN)/python -m coshare.reference docs docs
 
+# A release: dist/coshare-VERSION.tar.gz and the wheel (docs/install.md; CHANGELOG.md).
+dist: $(VENV)/.base
+	$(BIN)/python -m pip install -q --disable-pip-version-check build
+	rm -rf dist
+	$(BIN)/python -m build
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist

@@ -139,7 +139,8 @@ def task_prolog_main() -> None:
     if joined is not None:
         print("\n".join(joined[0]))
         sys.exit(joined[1])
-    # Not set up by coshare's Prolog here (no node daemon on this node): the devices only.
+    # Not set up by coshare's Prolog here (no node daemon, or the Prolog is not coshare's): a
+    # job coshare placed must not run without its group and limits, so it is refused.
     try:
         placement = read_placement(environ)
     except (CoshareError, PlacementError) as exc:
@@ -147,11 +148,11 @@ def task_prolog_main() -> None:
         print(f"print coshare: warning: cannot read this job's placement: {exc}")
         return
     if placement is not None:
-        lines, status = task_environment(placement, environ.get("SLURMD_NODENAME", ""),
-                                         environ["SLURM_JOB_ID"])  # fmt: skip
-        print("\n".join(lines))
-        if status:
-            sys.exit(status)
+        node = environ.get("SLURMD_NODENAME", "") or "this node"
+        print(f"print coshare: job {environ['SLURM_JOB_ID']} cannot run on {node}: coshare's "
+              "Prolog did not set up its group here (is coshare-slurm-prolog the node's Prolog "
+              "and coshare's node daemon running?); it would run without coshare's limits")
+        sys.exit(1)
 
 
 def prolog_main() -> None:

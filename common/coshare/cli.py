@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -38,16 +38,20 @@ from coshare.bounds import unknown_name
 from coshare.config import Config, ConfigWarning, load_config, to_dict, with_overrides
 from coshare.errors import CoshareError, InputError, PolicyError, SnapshotError
 from coshare.exit_codes import exit_status_help
-from coshare.explain import Explanation, explain, explanation_to_dict
 from coshare.extras import MissingExtra, missing_extra
 from coshare.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
 from coshare.model import Plan, Snapshot
-from coshare.planner import checked_plan
-from coshare.policies import DEFAULT_POLICY, Policy, PolicyOptions, make_policy, policy_names
+from coshare.policy_names import DEFAULT_POLICY, POLICY_NAMES
 from coshare.profiles import Profile
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
-from coshare.trial_cycle import read_record_file
 from coshare.trials import merge_programs
+
+if TYPE_CHECKING:
+    from coshare.explain import Explanation
+    from coshare.policies import Policy, PolicyOptions
+
+# The planner (coshare.planner, coshare.policies, coshare.explain: numpy, the 'planner' extra)
+# is imported by the commands that plan, not here: a node's commands and --help stay light.
 
 #: Subcommands that live in other modules: name -> "module:attribute".
 LAZY_COMMANDS: dict[str, str] = {
@@ -56,6 +60,20 @@ LAZY_COMMANDS: dict[str, str] = {
     "profile": "coshare.profile_cli:profile",
     "simulate": "coshare.sim.cli:simulate",
     "slurm": "slurm_addon.cli:slurm",
+}
+
+#: What ``coshare --help`` says of each of :data:`LAZY_COMMANDS`, without importing it (the
+#: simulator loads Dask, the add-ons their bindings): the start of its help, which a unit test
+#: keeps equal to the command's own.
+LAZY_SUMMARIES: dict[str, str] = {
+    "condor": "The HTCondor add-on: plan annotated idle jobs onto shared devices.",
+    "node": "Node helpers: job cgroups, the offload gate, the memory watchdog.",
+    "profile": "Program profiles of the sns policy (Spread-n-Share): import, check, time runs, "
+    "sweep the LLC ways.",
+    "simulate": "Simulate policies on a workload and compare makespan, utilization, footprint "
+    "(or, on the Alibaba trace, unallocated GPU capacity).",
+    "slurm": "The Slurm add-on: plan annotated Slurm jobs onto shared devices, on the "
+    "controller.",
 }
 
 EXAMPLE_SNAPSHOT = "paper-cluster.json"
@@ -67,6 +85,22 @@ class CoshareGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list, as click writes it, without importing the lazy commands."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            if name in LAZY_SUMMARIES:
+                summary = click.Command(name, help=LAZY_SUMMARIES[name])
+                rows.append((name, summary.get_short_help_str(limit)))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command: click.Command | None
@@ -92,6 +126,13 @@ class CoshareGroup(click.Group):
         except CoshareError as exc:
             click.echo(f"coshare: error: {exc}", err=True)
             ctx.exit(exc.exit_status)
+        except ImportError as exc:  # a command's module needs an extra not installed here
+            found = missing_extra(exc)
+            if found is None:
+                raise
+            missing = MissingExtra(f"coshare {ctx.invoked_subcommand or ''}".strip(), *found)
+            click.echo(f"coshare: error: {missing}", err=True)
+            ctx.exit(missing.exit_status)
 
 
 def document_exit_statuses(command: click.Command, path: str) -> None:
@@ -169,12 +210,16 @@ def membw_programs(config: Config) -> dict[str, float]:
     Raises:
         ConfigError: the record file cannot be read (naming it and the entry).
     """
+    from coshare.trial_cycle import read_record_file
+
     membw = config.policy.membw
     return merge_programs(membw.programs, read_record_file(membw.record_file))
 
 
 def policy_options(config: Config) -> PolicyOptions:
     """The policy options of a configuration."""
+    from coshare.policies import PolicyOptions
+
     return PolicyOptions(
         threads=config.policy.threads,
         seed=config.policy.seed,
@@ -247,7 +292,7 @@ def policy_flags(func: Any) -> Any:
         "policy_name",
         type=str,
         default=None,
-        help=f"Policy: {', '.join(policy_names())} "
+        help=f"Policy: {', '.join(POLICY_NAMES)} "
         f"(config: policy.name, default {DEFAULT_POLICY}).",
     )(func)
     return func
@@ -256,9 +301,9 @@ def policy_flags(func: Any) -> Any:
 def configured(app: AppContext, policy_name: str | None, threads: str | None,
                seed: int | None) -> Config:  # fmt: skip
     """The config with the command line's policy flags applied (flags win)."""
-    if policy_name is not None and policy_name not in policy_names():
+    if policy_name is not None and policy_name not in POLICY_NAMES:
         # Blame the flag the person typed, not the setting it overrides.
-        raise PolicyError(f"--policy: {unknown_name('policy', policy_name, policy_names())}")
+        raise PolicyError(f"--policy: {unknown_name('policy', policy_name, list(POLICY_NAMES))}")
     return with_overrides(app.config, "policy", name=policy_name, threads=threads, seed=seed)
 
 
@@ -276,6 +321,9 @@ def plan(
     seed: int | None, output: str, show_all: bool, explain_job: str | None,
 ) -> None:  # fmt: skip
     """Plan the pending jobs of a snapshot (JSON file, or - for stdin) and print the plan."""
+    from coshare.planner import checked_plan
+    from coshare.policies import make_policy
+
     config = configured(app, policy_name, threads, seed)
     policy = make_policy(config.policy.name, policy_options(config))
     with collector_paused():  # until the plan is printed
@@ -312,6 +360,8 @@ def print_plan(
     for note in result.notes:
         click.echo(f"coshare: note: {note}", err=True)
     if explain_job is not None:
+        from coshare.explain import explain
+
         echo_explanation(explain(snap, policy, explain_job, plan=result,
                                  strict_threads=config.policy.threads == "strict"), output)
         return
@@ -326,6 +376,7 @@ def print_plan(
 
 def echo_explanation(explanation: Explanation, output: str) -> None:
     """Print one job's explanation as a table or JSON (every ``explain`` command)."""
+    from coshare.explain import explanation_to_dict
     from coshare.render import explanation_text  # rich loads only for tables
 
     if output == "json":
@@ -350,6 +401,8 @@ def example_snapshot() -> Snapshot:
 @pass_app
 def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
     """Reproduce the paper's Table II in simulation, then plan the bundled example snapshot."""
+    from coshare.planner import checked_plan
+    from coshare.policies import make_policy
     from coshare.sim.cli import table2_report  # the simulator loads only when needed
 
     text, _ = table2_report(jobs, nodes, tuple(range(seeds)))
@@ -395,6 +448,8 @@ def config_show(app: AppContext, output: str) -> None:
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
 def config_check(path: Path) -> None:
     """Check a config file; exit 2 with the problem if it is unusable."""
+    from coshare.policies import make_policy
+
     loaded = load_config(path, environ={})
     make_policy(loaded.policy.name, policy_options(loaded))  # an unknown policy fails every cycle
     click.echo(f"{path}: ok (policy {loaded.policy.name}, {len(loaded.device_kinds)} device kinds)")
@@ -423,9 +478,10 @@ def schema_command(contract: str) -> None:
 def deploy_files(directory: Path, force: bool) -> None:
     """Write the deployment files shipped in the package (systemd units, cron entries,
     HTCondor and Slurm configuration snippets, the job wrapper, the TaskProlog, the local
-    test cluster scripts) under DIRECTORY, as in the repository's deploy/."""
+    test cluster scripts) under DIRECTORY, as in the repository's deploy/, and coshare-launch
+    (the node daemon's user-side client) next to the job wrapper and the TaskProlog."""
     source = resources.files("coshare").joinpath("deploy")
-    files = sorted(_walk(source, ()))
+    files = sorted([*_walk(source, ()), *_launchers()])
     existing = [rel for rel, _ in files if (directory.joinpath(*rel)).exists()]
     if existing and not force:
         shown = ", ".join("/".join(rel) for rel in existing[:5])
@@ -439,6 +495,19 @@ def deploy_files(directory: Path, force: bool) -> None:
         # Scripts are executable in the repository; a wheel does not keep file modes.
         target.chmod(0o755 if data.startswith(b"#!") else 0o644)
         click.echo(str(target))
+
+
+#: Where coshare-launch goes among the deploy files: next to the HTCondor job wrapper and
+#: next to Slurm's TaskProlog, which run it from their own directory.
+LAUNCHER_PLACES = (("condor", "coshare-launch"), ("node", "coshare-launch"))
+
+
+def _launchers() -> Iterator[tuple[tuple[str, ...], Any]]:
+    """coshare-launch (the module :mod:`coshare.node.control.launcher`, one file, standard
+    library only) as a deploy file in each of :data:`LAUNCHER_PLACES`."""
+    launcher = resources.files("coshare.node.control").joinpath("launcher.py")
+    for rel in LAUNCHER_PLACES:
+        yield rel, launcher
 
 
 def _walk(item: Any, rel: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:

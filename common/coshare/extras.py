@@ -1,4 +1,4 @@
-"""Optional parts of coshare and the extra that installs each (issue 21).
+"""Optional parts of coshare and the extra that installs each.
 
 ``pip install coshare`` (what ``make demo`` does) installs the core only; the scheduler
 adapters and some node and simulator features need an *extra*::
@@ -8,6 +8,12 @@ adapters and some node and simulator features need an *extra*::
     pip install 'coshare[nvml]'      nvidia-ml-py (pynvml)
     pip install 'coshare[plot]'      matplotlib
     pip install 'coshare[coord]'     psycopg 3 (several planners over shared nodes, PostgreSQL)
+    pip install 'coshare[planner]'   numpy: planning (the central manager), the simulator, the
+                                     node's memory-bandwidth probe
+    pip install 'coshare[bound]'     scipy (and numpy): the simulator's packing bound
+
+Compute nodes need none of them: their commands (``coshare node ...``) and every ``--help``
+load no numpy.
 
 Commands are always listed and their ``--help`` always prints; a command that needs an
 extra that is missing says which one to install when it is run (:func:`load`), never a
@@ -33,6 +39,8 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "pynvml": "nvml",
     "matplotlib": "plot",
     "psycopg": "coord",
+    "numpy": "planner",
+    "scipy": "bound",
 }
 
 

@@ -61,7 +61,6 @@ from coshare.bounds import BadValue
 from coshare.errors import AnnotationError, ConfigError, FieldProblem
 from coshare.gangs import node_counts
 from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob, Spread
-from coshare.policies.collocate import may_lend
 from coshare.ports import JobOutcome, Rejected
 
 T = TypeVar("T")
@@ -744,6 +743,10 @@ def decide(
         current: the involved jobs as re-read just before writing (plan, refused and
             :attr:`Book.to_close` jobs); a job missing here left the queue.
     """
+    # Here, not at the top: the policies (numpy) load only where a plan is applied, not on
+    # the nodes, whose commands import the config (and through it this module).
+    from coshare.policies.collocate import may_lend
+
     spots: dict[str, list[Part]] = defaultdict(list)
     harvest: dict[str, str] = {}
     for a in plan.assignments:

@@ -1,14 +1,16 @@
 """Reference documents generated from the code itself, so they cannot drift from it
-(issue 21): man pages and ``docs/cli.md`` from the command line's own help (click), and
+man pages and ``docs/cli.md`` from the command line's own help (click), and
 ``docs/config.md`` from the configuration's dataclasses and their docstrings.
 
 ::
 
-    python -m coshare.reference man DIR     man pages, DIR/man1/coshare*.1 (make man)
+    python -m coshare.reference man DIR     man pages, DIR/man1/coshare*.1 and
+                                            DIR/man5/coshare.yaml.5 (make man: man/)
     python -m coshare.reference docs DIR    DIR/cli.md and DIR/config.md (make docs)
 
-``tests/unit/test_reference.py`` checks that the committed ``docs/cli.md`` and
-``docs/config.md`` are what this prints, and that every man page renders with groff.
+``tests/unit/test_reference.py`` checks that the committed ``docs/cli.md``,
+``docs/config.md`` and ``man/`` (installed with the wheel under ``share/man``) are what this
+prints, and that every man page renders with groff.
 A small generator rather than click-man: it walks lazily loaded groups too, adds each
 command's exit statuses (:mod:`coshare.exit_codes`), and needs no extra dependency.
 """
@@ -16,7 +18,6 @@ command's exit statuses (:mod:`coshare.exit_codes`), and needs no extra dependen
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import re
 import sys
 import typing
@@ -25,8 +26,9 @@ from pathlib import Path
 
 import click
 
+from coshare import __version__
 from coshare.cli import cli, document_exit_statuses
-from coshare.config import Config, to_dict
+from coshare.config import DEFAULT_CONFIG_PATH, Config, to_dict
 from coshare.exit_codes import HEADING, exit_status_lines
 
 #: Shell completion, documented on the root man page and in docs/cli.md.
@@ -35,6 +37,50 @@ COMPLETION = (
     '    eval "$(_COSHARE_COMPLETE=bash_source coshare)"\n'
     "(zsh: zsh_source in ~/.zshrc; fish: _COSHARE_COMPLETE=fish_source coshare | source)."
 )
+
+
+#: The EXAMPLES section of a command's man page, by command (``coshare`` and its words); a
+#: command not here gets its ``--help``.
+EXAMPLES: dict[str, list[tuple[str, str]]] = {
+    "coshare": [("Plan the bundled example's pending jobs and print the plan:",
+                 "coshare plan common/coshare/examples/paper-cluster.json"),
+                ("Write the deployment files (coshare-launch included) under /tmp/deploy:",
+                 "coshare deploy-files /tmp/deploy")],
+    "coshare plan": [("Plan a snapshot from standard input with another policy, as JSON:",
+                      "coshare show --output json | coshare plan - --policy knapsack "
+                      "--output json")],
+    "coshare deploy-files": [("Write every deployment file, then install the node's helpers:",
+                              "coshare deploy-files /tmp/deploy\n"
+                              "install -m 0755 /tmp/deploy/condor/coshare-job-wrapper "
+                              "/tmp/deploy/condor/coshare-launch /usr/libexec/coshare/")],
+    "coshare config check": [("Check a config file before installing it:",
+                              "coshare config check /etc/coshare/config.yaml")],
+    "coshare node gate": [("Run the offload gate of this node (root, from coshare-node.service):",
+                           "coshare node gate")],
+}
+
+
+def _environment_and_files(path: tuple[str, ...]) -> list[str]:
+    """The ENVIRONMENT, FILES and EXAMPLES sections of a command's page (roff lines)."""
+    node = to_dict(Config())["node"]
+    lines = [".SH ENVIRONMENT", ".TP", ".B COSHARE_CONFIG",
+             f"The configuration file, when --config names none (else {DEFAULT_CONFIG_PATH}).",
+             ".TP", ".B COSHARE_<SECTION>_<KEY>",
+             _roff("One setting of the configuration (COSHARE_POLICY_NAME=random), over the "
+                   "file's; see coshare.yaml(5)."),
+             ".SH FILES", ".TP", f".B {DEFAULT_CONFIG_PATH}",
+             "The configuration, when neither --config nor COSHARE_CONFIG names one; "
+             "see \\fBcoshare.yaml\\fR(5).",
+             ".TP", f".B {_roff(node['control_socket'])}",
+             "The node daemon's control socket (node.control_socket).",
+             ".TP", f".B {_roff(node['gate_socket'])}",
+             "The offload gate's socket (node.gate_socket).",
+             ".SH EXAMPLES"]
+    examples = EXAMPLES.get(" ".join(path)) or [(
+        "Print this command's help and exit statuses:", " ".join((*path, "--help")))]
+    for text, command in examples:
+        lines += [".PP", _roff(text), ".PP", ".RS 4", ".nf", _roff(command), ".fi", ".RE"]
+    return lines
 
 
 def commands(command: click.Command, path: tuple[str, ...] = ("coshare",)) -> Iterator[
@@ -92,7 +138,8 @@ def man_page(path: tuple[str, ...], command: click.Command, date: str) -> str:
     """One command's man page (section 1), from its click help."""
     name = "-".join(path)
     ctx = click.Context(command, info_name=" ".join(path))
-    lines = [f'.TH "{name.upper()}" "1" "{date}" "coshare" "coshare manual"', ".SH NAME",
+    lines = [f'.TH "{name.upper()}" "1" "{date}" "coshare {__version__}" "coshare manual"',
+             ".SH NAME",
              f"{_roff(name)} \\- {_roff(command.get_short_help_str(limit=120))}",
              ".SH SYNOPSIS", ".B " + _roff(_usage(path, command)), ".SH DESCRIPTION",
              _roff(_help_text(command))]  # fmt: skip
@@ -110,17 +157,55 @@ def man_page(path: tuple[str, ...], command: click.Command, date: str) -> str:
         lines.append(".SH EXIT STATUS")
         for code, meaning in exit_status_lines(" ".join(path[1:])):
             lines += [".TP", f".B {code}", _roff(meaning)]
+    lines += _environment_and_files(path)
     if len(path) == 1:
         lines += [".SH SHELL COMPLETION", ".nf", _roff(COMPLETION), ".fi"]
     others = ", ".join(f"\\fB{'-'.join(p)}\\fR(1)" for p, _ in commands(cli) if p != path
                        and len(p) <= 2)  # fmt: skip
-    lines += [".SH SEE ALSO", others]
+    lines += [".SH SEE ALSO", others + ", \\fBcoshare.yaml\\fR(5)"]
     return "\n".join(lines) + "\n"
 
 
 def man_pages(date: str) -> dict[str, str]:
     """Every command's man page, by file name (``coshare-condor-cycle.1``)."""
     return {"-".join(path) + ".1": man_page(path, command, date) for path, command in commands(cli)}
+
+
+def config_man_page(date: str) -> str:
+    """``coshare.yaml(5)``: the configuration file, every section and key with its default
+    and meaning (what docs/config.md says)."""
+    defaults = to_dict(Config())
+    hints = typing.get_type_hints(Config)
+    lines = [f'.TH "COSHARE.YAML" "5" "{date}" "coshare {__version__}" "coshare manual"',
+             ".SH NAME", "coshare.yaml \\- the configuration of coshare",
+             ".SH SYNOPSIS", f".B {DEFAULT_CONFIG_PATH}",
+             ".SH DESCRIPTION",
+             _roff("A YAML file at --config PATH, $COSHARE_CONFIG, or "
+                   f"{DEFAULT_CONFIG_PATH}. Precedence: defaults < file < environment < "
+                   "command-line flags. Every key can be set from the environment as "
+                   "COSHARE_<SECTION>_<KEY> (COSHARE_POLICY_NAME=random), except mappings. "
+                   "Unknown keys are errors listing the valid ones; coshare config check FILE "
+                   "reports every problem at once; coshare config show prints the effective "
+                   "values.")]
+    for section in (f.name for f in dataclasses.fields(Config)):
+        hint = hints[section]
+        lines += [".SH " + _roff(section.upper())]
+        if not dataclasses.is_dataclass(hint):
+            lines.append(_roff("Device kinds the scheduler does not advertise, by name: "
+                               "{memory_mib: M, threads: T} each. Default: "
+                               f"{defaults[section]}."))
+            continue
+        docs = _attributes(hint)
+        for f in dataclasses.fields(hint):
+            default = _roff(str(defaults[section][f.name]))
+            meaning = _roff(docs.get(f.name, ""))
+            lines += [".TP", f".B {_roff(f'{section}.{f.name}')}", f"{meaning} Default: {default}."]
+    lines += [".SH ENVIRONMENT", ".TP", ".B COSHARE_CONFIG", "The file, when --config names none.",
+              ".SH EXAMPLES", ".PP", ".RS 4", ".nf",
+              _roff("policy:\n  name: sharepack\n  threads: strict\nnode:\n"
+                    "  control_socket: /run/coshare/control.sock"),
+              ".fi", ".RE", ".SH SEE ALSO", "\\fBcoshare\\fR(1), \\fBcoshare\\-config\\fR(1)"]
+    return "\n".join(lines) + "\n"
 
 
 def cli_markdown() -> str:
@@ -215,13 +300,29 @@ def main(argv: list[str]) -> int:
         (target / "cli.md").write_text(cli_markdown())
         (target / "config.md").write_text(config_markdown())
         return 0
-    pages = target / "man1"
-    pages.mkdir(parents=True, exist_ok=True)
-    date = datetime.date.today().isoformat()
-    for name, text in man_pages(date).items():
-        (pages / name).write_text(text)
-    print(f"{len(list(pages.glob('*.1')))} man pages in {pages}")
+    write_man_pages(target, MAN_DATE)
+    print(f"{len(list(target.glob('man*/*')))} man pages in {target}")
     return 0
+
+
+#: The date on the shipped man pages: the release's, not the day they were generated (so
+#: that regenerating them changes nothing until the commands do).
+MAN_DATE = "2026-11-28"
+
+
+def write_man_pages(target: Path, date: str) -> dict[Path, str]:
+    """Every man page under ``target`` (``man1/``, ``man5/``), stale ones removed; returns
+    what it wrote."""
+    pages = {target / "man1" / name: text for name, text in man_pages(date).items()}
+    pages[target / "man5" / "coshare.yaml.5"] = config_man_page(date)
+    for section in ("man1", "man5"):
+        (target / section).mkdir(parents=True, exist_ok=True)
+        for old in (target / section).iterdir():
+            if old not in pages:
+                old.unlink()
+    for path, text in pages.items():
+        path.write_text(text)
+    return pages
 
 
 if __name__ == "__main__":

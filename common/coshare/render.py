@@ -11,18 +11,20 @@ import io
 import os
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from coshare.bounds import shorten_text
-from coshare.explain import Explanation
 from coshare.model import Plan, Snapshot, milli_to_cores
-from coshare.planner import CycleReport
 from coshare.ports import JobOutcome, SourceResult
 from coshare.schema import plan_to_dict
+
+if TYPE_CHECKING:  # the planner (numpy) stays unloaded where only node tables are rendered
+    from coshare.explain import Explanation
+    from coshare.planner import CycleReport
 
 #: Job ids listed per cell before "+N more".
 SHOWN_IDS = 6

@@ -6,6 +6,7 @@ library) and the job wrapper on each of its nodes (run for real on starter-like 
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -330,6 +331,15 @@ def test_gang_values_are_quoted_lists() -> None:
 SHOW = ["/bin/sh", "-c", 'echo "$COSHARE_NODE;$COSHARE_DEVICES;$CUDA_VISIBLE_DEVICES"']
 
 
+def installed_wrapper(tmp: Path) -> str:
+    """The wrapper next to a stand-in coshare-launch that runs the job's command as it is
+    (without coshare-launch the wrapper refuses every job coshare placed)."""
+    shutil.copy(WRAPPER, tmp / "coshare-job-wrapper")
+    (tmp / "coshare-launch").write_text(
+        "import os, sys; cmd = sys.argv[sys.argv.index('--') + 1:]; os.execv(cmd[0], cmd)\n")
+    return str(tmp / "coshare-job-wrapper")
+
+
 def wrapper_env(tmp: Path, job: str, node: str) -> dict[str, str]:
     (tmp / "job.ad").write_text("CoshareManaged = true\n" + job)
     (tmp / "machine.ad").write_text(f"CoshareNodeName = {node}\n")
@@ -359,7 +369,7 @@ def test_the_wrapper_gives_each_node_of_a_gang_its_own_devices(
            f"CosharePlacedNodeDevices = {per_node}\n"
            'CosharePlacedDevices = "9"\n')  # fmt: skip
     env = wrapper_env(tmp_path, job, written(X.node_value(node)))
-    out = run([WRAPPER, *SHOW], timeout_s=10, env=env).stdout.strip()
+    out = run([installed_wrapper(tmp_path), *SHOW], timeout_s=10, env=env).stdout.strip()
     assert out == f"{node};{devices};{devices}"
 
 

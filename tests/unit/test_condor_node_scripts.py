@@ -52,6 +52,19 @@ def write_ads(tmp: Path, job: str, machine: str) -> dict[str, str]:
             "_CONDOR_WRAPPER_ERROR_FILE": str(tmp / "error"), "PATH": "/usr/bin:/bin"}
 
 
+#: A stand-in coshare-launch that runs the job's command (what follows "--") as it is.
+PASS_THROUGH = "import os, sys; cmd = sys.argv[sys.argv.index('--') + 1:]; os.execv(cmd[0], cmd)\n"
+
+
+def installed_wrapper(tmp: Path, launcher: str | None = PASS_THROUGH) -> str:
+    """The wrapper installed as `coshare deploy-files` writes it: next to coshare-launch
+    (here a stand-in with ``launcher``'s code; ``None``: no coshare-launch)."""
+    shutil.copy(WRAPPER, tmp / "coshare-job-wrapper")
+    if launcher is not None:
+        (tmp / "coshare-launch").write_text(launcher)
+    return str(tmp / "coshare-job-wrapper")
+
+
 SHOW = ["/bin/sh", "-c", 'echo "$COSHARE_NODE;$COSHARE_DEVICES;$CUDA_VISIBLE_DEVICES;'
         '$OFFLOAD_DEVICES;$COSHARE_DEVICE_MEMORY;$COSHARE_DEVICE_THREADS"']
 
@@ -62,8 +75,21 @@ def test_wrapper_exposes_the_planned_devices(tmp_path: Path) -> None:
         'CoshareManaged = true\nCosharePlacedNode = "node2"\nCosharePlacedDevices = "0,1"\n'
         'CoshareDeviceMemory = "2G"\nCoshareDeviceThreads = 60\n',
         'CoshareNodeName = "node2"\n')
-    out = run([WRAPPER, *SHOW], timeout_s=10, env=env).stdout.strip()
+    out = run([installed_wrapper(tmp_path), *SHOW], timeout_s=10, env=env).stdout.strip()
     assert out == "node2;0,1;0,1;0,1;2G;60"
+
+
+def test_wrapper_refuses_a_managed_job_without_coshare_launch(tmp_path: Path) -> None:
+    # Without coshare-launch the job would run with no group, cores, memory limit or gate.
+    env = write_ads(tmp_path, 'CoshareManaged = true\nCosharePlacedNode = "node2"\n'
+                    'CosharePlacedDevices = "0"\n', 'CoshareNodeName = "node2"\n')
+    with pytest.raises(CommandFailed) as info:
+        run([installed_wrapper(tmp_path, launcher=None), "/bin/echo", "ran"], timeout_s=10,
+            env=env)
+    assert "ran" not in info.value.stdout
+    reason = (tmp_path / "error").read_text()
+    assert reason.startswith("coshare: coshare-launch is not installed next to the job wrapper")
+    assert "without coshare's limits" in reason and "coshare-launch" in info.value.stderr
 
 
 def test_wrapper_refuses_a_job_that_started_on_another_node(tmp_path: Path) -> None:
@@ -78,7 +104,7 @@ def test_wrapper_compares_quoted_names_exactly(tmp_path: Path) -> None:
     name = '"node4 \\" || true || \\""'
     env = write_ads(tmp_path, f'CoshareManaged = true\nCosharePlacedNode = {name}\n'
                     'CosharePlacedDevices = "1"\n', f"CoshareNodeName = {name}\n")
-    out = run([WRAPPER, *SHOW], timeout_s=10, env=env).stdout.strip()
+    out = run([installed_wrapper(tmp_path), *SHOW], timeout_s=10, env=env).stdout.strip()
     assert out.split(";")[:3] == ['node4 " || true || "', "1", "1"]
 
 
@@ -93,9 +119,7 @@ ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))\n"
 
 def wrapper_with_launcher(tmp: Path) -> str:
     """The wrapper installed next to a stand-in coshare-launch that prints its arguments."""
-    shutil.copy(WRAPPER, tmp / "coshare-job-wrapper")
-    (tmp / "coshare-launch").write_text(ARGV)
-    return str(tmp / "coshare-job-wrapper")
+    return installed_wrapper(tmp, ARGV)
 
 
 MANAGED = ('CoshareManaged = true\nCosharePlacedNode = "n"\nCosharePlacedDevices = "0,1"\n'

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 from coshare.cli import cli
-from coshare.reference import cli_markdown, commands, config_markdown, man_pages
+from coshare.reference import (
+    MAN_DATE,
+    cli_markdown,
+    commands,
+    config_markdown,
+    man_pages,
+    write_man_pages,
+)
 
 from tests.unit.test_first_contact import BASE_ONLY
 
@@ -42,7 +49,8 @@ def test_every_command_has_a_man_page_with_its_exit_statuses() -> None:
     assert "_COSHARE_COMPLETE=bash_source" in pages["coshare.1"]
     for name, page in pages.items():  # no text line that roff would take for a request
         for line in page.splitlines():
-            assert not re.match(r"^[.'](?!TH |SH |TP$|B |nf$|fi$)", line), (name, line)
+            request = r"^[.'](?!TH |SH |TP$|B |nf$|fi$|PP$|RS 4$|RE$)"
+            assert not re.match(request, line), (name, line)
 
 
 @pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed here")
@@ -109,3 +117,17 @@ def test_shell_completion_works_without_the_extras() -> None:
         "main(sys.argv[1:])", "sys.argv[0] = 'coshare'; main()")], capture_output=True,
         text=True, check=False, env={**os.environ, "_COSHARE_COMPLETE": "bash_source"})
     assert "complete -o nosort -F _coshare_completion coshare" in source.stdout
+
+
+def test_the_shipped_man_pages_are_up_to_date(tmp_path: Path) -> None:
+    # man/ is what the wheel installs under share/man (pyproject's data-files): make man.
+    written = write_man_pages(tmp_path, MAN_DATE)
+    shipped = sorted(p.relative_to(ROOT / "man").as_posix() for p in (ROOT / "man").rglob("*.[15]"))
+    assert shipped == sorted(p.relative_to(tmp_path).as_posix() for p in written)
+    assert "man5/coshare.yaml.5" in shipped and "man1/coshare-node-gate.1" in shipped
+    for path, text in written.items():
+        name = path.relative_to(tmp_path).as_posix()
+        assert (ROOT / "man" / name).read_text() == text, f"man/{name} is stale: make man"
+        if name.startswith("man1/"):
+            for section in (".SH ENVIRONMENT", ".SH FILES", ".SH EXAMPLES"):
+                assert section in text, (name, section)

@@ -59,17 +59,21 @@ def test_read_placement_asks_for_one_jobs_admin_comment() -> None:
     assert prolog.read_placement({"SLURM_JOB_ID": "42"}, client_answering("")[0]) is None
 
 
-def test_task_prolog_without_a_node_daemon_exports_the_placement(
+def test_task_prolog_refuses_a_placed_job_without_its_group(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # No record of the job in the node's state directory: coshare's Prolog did not set it up
-    # here (no node daemon), so only the placement's devices are exported.
+    # here (no node daemon), so the job coshare placed would run without its limits: refused.
     monkeypatch.setattr(prolog, "read_placement", lambda environ: P)
     monkeypatch.setenv("COSHARE_CONFIG", str(node_config_file(tmp_path)))
     monkeypatch.setenv("SLURMD_NODENAME", "csl-n1")
     monkeypatch.setenv("SLURM_JOB_ID", "42")
-    prolog.task_prolog_main()
-    assert "export CUDA_VISIBLE_DEVICES=0,1" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        prolog.task_prolog_main()
+    assert exited.value.code == 1
+    out = capsys.readouterr().out
+    assert out.startswith("print coshare: job 42 cannot run on csl-n1: ")
+    assert "without coshare's limits" in out and "export" not in out
 
 
 def test_task_prolog_ignores_the_users_coshare_overrides(

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from coshare.errors import ProbeError
+from coshare.extras import MissingExtra
 from coshare.node.bandwidth import (
     INIT_HINT,
     Baseline,
@@ -87,7 +88,10 @@ def measure(cpus: Sequence[int], size_mib: int, seconds: float = PROBE_SECONDS,
     Raises:
         ProbeError: a core this process may not run on, or an array that cannot be had.
     """
-    import numpy as np  # only the probe needs it, and the node daemon imports this lazily
+    try:
+        import numpy as np  # only the probe needs it: a node installs it with the planner extra
+    except ImportError as exc:  # a CoshareError: the sampler logs it and goes on
+        raise MissingExtra("the membw probe", "planner", "numpy") from exc
 
     cpus = tuple(cpus)
     share = max((size_mib << 20) // len(cpus) // LINE_BYTES, 1) * LINE_BYTES
