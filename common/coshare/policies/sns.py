@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
+from coshare.bounds import shorten_text
 from coshare.gangs import node_counts, split
 from coshare.llc import floor_share
 from coshare.model import Assignment, Job, Plan, RunningJob, Snapshot, Spread, Unplaced
@@ -201,7 +202,8 @@ class SnsPolicy:
             note = ""
         elif profile is None:
             scales = (1,)
-            note = f"no profile for {job.program}: runs compact at scale 1" if job.program \
+            note = f"no profile for {shorten_text(job.program)}: runs compact at scale 1" \
+                if job.program \
                 else "no CoshareProgram: runs compact at scale 1"  # fmt: skip
         else:
             alpha = self._alpha(job)
@@ -241,8 +243,9 @@ class SnsPolicy:
         most_ways = max((n.ways for n in nodes if n.ways is not None), default=None)
         if d.ways is not None and most_ways is not None and d.ways > most_ways and all(
                 n.ways is not None for n in nodes):  # fmt: skip
+            program = shorten_text(job.program or "")
             return Unplaced(job.id, f"job {job.id}: needs {d.ways} LLC ways per node (program "
-                            f"{job.program} at alpha {self._alpha(job):g}); the nodes have at "
+                            f"{program} at alpha {self._alpha(job):g}); the nodes have at "
                             f"most {most_ways}", "never_fits")  # fmt: skip
         return Unplaced(job.id, f"job {job.id}: needs {d.nodes} nodes with {d.cores_per_node} "
                         f"cores ({job.cpu_milli / 1000:g} per process) and {job.memory_mib} MiB "
@@ -310,8 +313,8 @@ class SnsPolicy:
                                         llc_ways=ways, membw_gbps=membw))  # fmt: skip
             text = note
             if self.mode == "sns" and d.ways is not None and no_cat:
-                text = (f"{', '.join(no_cat[:4])} without resctrl: runs there without way "
-                        "allocation")  # fmt: skip
+                shown = ", ".join(shorten_text(n) for n in no_cat[:4])
+                text = f"{shown} without resctrl: runs there without way allocation"  # fmt: skip
             all_ways = d.ways if self.mode == "sns" and not no_cat else None
             cap = d.membw_gbps if self.mode == "sns" and self.mba else None
             return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text,
