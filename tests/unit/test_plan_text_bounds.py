@@ -23,7 +23,7 @@ def _name(prefix: str, i: int) -> str:
 
 def _cpu(prefix: str, cpu_milli: int, memory_mib: int, program: str, **more: int) -> Job:
     return Job(_name(prefix, 0), 0, 0, 0, kind="cpu", cpu_milli=cpu_milli,
-               memory_mib=memory_mib, program=program, **more)  # fmt: skip
+               memory_mib=memory_mib, program=program, **more)
 
 
 def hostile() -> Snapshot:
