@@ -19,19 +19,20 @@ Prints, per case, the CPU seconds of this process spent in ``plan`` and the wall
 
     python bench/policy_scale.py [--cases membw,sns,cs,gang-exclusive,gang-sharepack]
                                  [--jobs 10000] [--nodes 10000] [--gangs 1000]
-                                 [--gang-nodes 5000] [--check]
+                                 [--gang-nodes 5000] [--check] [--write PREFIX]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
 
 from coshare.model import MILLI, Device, Job, Node, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.profiles import Profile, parse_profile
-from coshare.schema import parse_plan, plan_to_dict
+from coshare.schema import parse_plan, plan_to_dict, snapshot_to_dict
 from coshare.verify import check_plan
 
 GIB = 1024
@@ -113,10 +114,18 @@ def main() -> None:
     parser.add_argument("--gang-nodes", type=int, default=5_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--write", metavar="PREFIX",
+                        help="write the two snapshots as PREFIX-mixed.json and PREFIX-gang.json "
+                             "(for farm-bench of `coshare plan`) instead of planning")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     mixed = Snapshot(nodes=cluster(args.nodes, rng), pending=pending(args.jobs, rng))
     wide = Snapshot(nodes=cluster(args.gang_nodes, rng, gpu_every=0), pending=gangs(args.gangs))
+    if args.write:
+        for label, snap in (("mixed", mixed), ("gang", wide)):
+            with open(f"{args.write}-{label}.json", "w") as out:
+                json.dump(snapshot_to_dict(snap), out)
+        return
     for case in args.cases.split(","):
         run(case, wide if case.startswith("gang-") else mixed, args.check)
 
