@@ -203,22 +203,36 @@ def capacity(state: ClusterState, job: Job, idle_only: bool, *, empty: bool = Fa
 
 def fewest_nodes(job: Job, cap: Ints, weights: Ints | None = None) -> int | None:
     """The fewest nodes the job may take that ``cap`` holds; ``None`` when no count does.
-    ``weights``: how many nodes each entry of ``cap`` stands for (kinds of node)."""
+    ``weights``: how many nodes each entry of ``cap`` stands for (kinds of node).
+
+    Only the counts that can exist are tried: no fewer than the largest capacity needs to
+    hold every process, no more than the nodes that hold one; the counts in between are
+    tested together, a block at a time, so a range up to 2**20 costs little."""
+    counts = np.ones(len(cap), dtype=np.int64) if weights is None else weights
+    allowed = node_counts(job)
+    if not len(cap) or not len(allowed):
+        return None
+    top = int(cap.max())
+    if top <= 0 or int(np.dot(cap.astype(np.int64), counts)) < job.processes:
+        return None  # fewer places than processes, however the job is split
     order = np.argsort(cap, kind="stable")
     values = cap[order]
-    counts = np.ones(len(cap), dtype=np.int64) if weights is None else weights[order]
     # at_least[i]: nodes whose capacity is >= values[i] (a suffix sum), so "how many nodes
-    # hold x" is one binary search: a range up to 2**20 nodes costs little per count
-    at_least = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]]).tolist()
-    total = at_least[0] if len(cap) else 0
-    for n in node_counts(job):
-        if n > total:
-            break  # more nodes than the cluster has
-        q, r = divmod(job.processes, n)
-        have = at_least[int(np.searchsorted(values, q))]
-        have_big = at_least[int(np.searchsorted(values, q + 1))] if r else n
-        if have >= n and have_big >= r:
-            return n
+    # hold x" is one binary search
+    at_least = np.concatenate([np.cumsum(counts[order][::-1])[::-1], [0]])
+    low = max(allowed.start, -(-job.processes // top))
+    high = min(allowed.stop - 1, int(at_least[int(np.searchsorted(values, 1))]))
+    block = 64
+    while low <= high:
+        n = np.arange(low, min(high, low + block - 1) + 1, dtype=np.int64)
+        q, r = np.divmod(job.processes, n)
+        have = at_least[np.searchsorted(values, q)]
+        have_big = np.where(r > 0, at_least[np.searchsorted(values, q + 1)], n)
+        fits = np.flatnonzero((have >= n) & (have_big >= r))
+        if len(fits):
+            return int(n[fits[0]])
+        low += block
+        block *= 4
     return None
 
 

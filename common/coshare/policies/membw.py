@@ -150,25 +150,26 @@ class MembwPolicy:
         waiting: list[Job] = []
         blocked: dict[str, Unplaced] = {}
         for job in sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key):
-            shares = [job_share(job.program, job.membw_gbps, n, self.programs)
-                      for n in snapshot.nodes]  # fmt: skip
+            shares = _Shares(job, snapshot.nodes, self.programs)
             room = self._room(state, job)
-            admitted = [i for i in np.flatnonzero(room).tolist()
-                        if self._admits(uses[i], shares[i])]  # fmt: skip
-            if not admitted:
+            # first fit: the nodes with room in order, each job's share computed only for
+            # the nodes looked at (the first that admits it ends the search)
+            fits = (k for k in np.flatnonzero(room).tolist() if self._admits(uses[k], shares[k]))
+            i = next(fits, None)
+            if i is None:
                 waiting.append(job)
                 if room.any():
                     blocked[job.id] = self._why(job, snapshot.nodes, uses, shares, room)
                 continue
-            i = admitted[0]
             self._place(state, job, i)
             use = uses[i]
-            if shares[i] is None and use.jobs:
+            share = shares[i]
+            if share is None and use.jobs:
                 trials.append(Trial(job.id, snapshot.nodes[i].name, tuple(sorted(use.jobs))))
                 use.trial = True
-            if shares[i] is None:
+            if share is None:
                 use.unknown.append(job.id)
-            use.used += UNKNOWN_SHARE if shares[i] is None else shares[i]
+            use.used += UNKNOWN_SHARE if share is None else share
             use.jobs.append(job.id)
         others = [j for j in waiting if j.id not in blocked]
         unplaced.update(explain_waiting(state, others))
@@ -203,7 +204,7 @@ class MembwPolicy:
         return self.trials and not use.unknown and use.used < self.max_share - _EPS
 
     def _why(self, job: Job, nodes: Sequence[Node], uses: Sequence[NodeUse],
-             shares: Sequence[float | None], room: np.ndarray) -> Unplaced:  # fmt: skip
+             shares: _Shares, room: np.ndarray) -> Unplaced:  # fmt: skip
         """Why ``job`` waits though some node has room for it: bandwidth, with the figures of
         the node that came closest."""
         cand = np.flatnonzero(room).tolist()
@@ -223,6 +224,25 @@ class MembwPolicy:
                       f"{nodes[i].name} at {use.used:.2f}{_listing(use)}, with it "
                       f"{use.used + share:.2f})")  # fmt: skip
         return Unplaced(job.id, reason, "no_room")
+
+
+class _Shares:
+    """A job's share of each node's bandwidth (:func:`job_share`), computed when first asked
+    for: the same for every node unless it comes from a declared rate over each node's
+    baseline."""
+
+    def __init__(self, job: Job, nodes: Sequence[Node], programs: Mapping[str, float]) -> None:
+        self.job, self.nodes, self.programs = job, nodes, programs
+        known = job.program is not None and job.program in programs
+        self.same = known or job.membw_gbps is None
+        self.value = None
+        if self.same and nodes:
+            self.value = job_share(job.program, job.membw_gbps, nodes[0], programs)
+
+    def __getitem__(self, i: int) -> float | None:
+        if self.same:
+            return self.value
+        return job_share(self.job.program, self.job.membw_gbps, self.nodes[i], self.programs)
 
 
 def _listing(use: NodeUse) -> str:

@@ -45,6 +45,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
+import numpy as np
+
+from coshare.bounds import shorten_text
 from coshare.gangs import node_counts, split
 from coshare.llc import floor_share
 from coshare.model import Assignment, Job, Plan, RunningJob, Snapshot, Spread, Unplaced
@@ -96,6 +99,63 @@ class _Node:
         return c + b + ways_weight * w
 
 
+#: Larger than any node's cores or memory: a need above it fits nowhere.
+_MOST = 2**62
+
+
+class _Table:
+    """The nodes as columns, kept in step with the :class:`_Node` list as jobs are placed, so
+    that a demand's nodes are found with array operations rather than a loop per node (same
+    comparisons and the same score arithmetic, so the same choice)."""
+
+    def __init__(self, nodes: list[_Node]) -> None:
+        self.nodes = nodes
+        self.most_cores = max((n.cores for n in nodes), default=0)
+        self.cores = np.array([n.cores for n in nodes], dtype=np.int64)
+        self.memory = np.array([n.memory for n in nodes], dtype=np.int64)
+        self.used_cores = np.array([n.used_cores for n in nodes], dtype=np.int64)
+        self.used_memory = np.array([n.used_memory for n in nodes], dtype=np.int64)
+        self.has_ways = np.array([n.ways is not None for n in nodes], dtype=bool)
+        self.ways = np.array([n.ways or 0 for n in nodes], dtype=np.int64)
+        self.used_ways = np.array([n.used_ways for n in nodes], dtype=np.int64)
+        big = np.iinfo(np.int64).max
+        self.ways_cap = np.array([big if n.free_ways_cap is None else n.free_ways_cap
+                                  for n in nodes], dtype=np.int64)  # fmt: skip
+        self.has_membw = np.array([n.membw is not None for n in nodes], dtype=bool)
+        self.membw = np.array([n.membw or 0.0 for n in nodes], dtype=np.float64)
+        self.used_membw = np.array([n.used_membw for n in nodes], dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def add(self, i: int, cores: int, memory: int, ways: int, membw: float) -> None:
+        """Count a placed part on node ``i`` (in the node and in the columns)."""
+        node = self.nodes[i]
+        node.used_cores += cores
+        node.used_memory += memory
+        node.used_ways += ways
+        node.used_membw += membw
+        self.used_cores[i] = node.used_cores
+        self.used_memory[i] = node.used_memory
+        self.used_ways[i] = node.used_ways
+        self.used_membw[i] = node.used_membw
+
+    def free_cores(self) -> np.ndarray:
+        return self.cores - self.used_cores
+
+    def scores(self, idx: np.ndarray, ways_weight: float, cores_only: bool) -> np.ndarray:
+        """:meth:`_Node.score` of the nodes ``idx``."""
+        cores = self.cores[idx]
+        c = np.where(cores != 0, self.used_cores[idx] / np.where(cores != 0, cores, 1), 1.0)
+        if cores_only:
+            return c
+        membw = self.membw[idx]
+        b = np.where(membw != 0, self.used_membw[idx] / np.where(membw != 0, membw, 1.0), 0.0)
+        ways = self.ways[idx]
+        w = np.where(ways != 0, self.used_ways[idx] / np.where(ways != 0, ways, 1), 0.0)
+        return c + b + ways_weight * w
+
+
 @dataclass(frozen=True)
 class SnsPolicy:
     """Spread-n-Share (``mode="sns"``) or compact-share (``mode="cs"``); see the module
@@ -134,11 +194,13 @@ class SnsPolicy:
             i = index.get(r.node)
             if i is not None:
                 self._hold(nodes[i], r)
+        table = _Table(nodes)
         assignments: list[Assignment] = []
         spreads: list[Spread] = []
         unplaced: dict[str, Unplaced] = {}
         order = sorted(snapshot.pending, key=priority_key)
         aged, young = split_aged(snapshot, order, self.age_limit_s)
+        aged_ids = {j.id for j in aged}
         blocked: Job | None = None
         for job in aged + young:
             if blocked is not None:
@@ -146,14 +208,14 @@ class SnsPolicy:
                                             f"age_limit_s {self.age_limit_s:g}, which nothing "
                                             "overtakes", "not_chosen")  # fmt: skip
                 continue
-            refusal = self._refusal(job, nodes)
+            refusal = self._refusal(job, table)
             if refusal is not None:
                 unplaced[job.id] = refusal
                 continue
-            placed = self._place(job, nodes)
+            placed = self._place(job, table)
             if placed is None:
-                unplaced[job.id] = self._waiting(job, nodes)
-                if job in aged:
+                unplaced[job.id] = self._waiting(job, table)
+                if job.id in aged_ids:
                     blocked = job
                 continue
             parts, spread = placed
@@ -185,12 +247,12 @@ class SnsPolicy:
     def _alpha(self, job: Job) -> float:
         return job.alpha if job.alpha is not None else self.default_alpha
 
-    def _slots(self, job: Job, nodes: list[_Node]) -> int:
+    def _slots(self, job: Job, table: _Table) -> int:
         """``T``: the most of the job's processes one node holds (by cores)."""
-        most = max((n.cores for n in nodes), default=0)
+        most = table.most_cores
         return max(1, most // job.cpu_milli) if job.cpu_milli > 0 else max(1, job.processes)
 
-    def _demands(self, job: Job, nodes: list[_Node]) -> tuple[list[Demand], str]:
+    def _demands(self, job: Job, nodes: _Table) -> tuple[list[Demand], str]:
         """The scales to try, in order, with the note a placement carries."""
         profile = self.profiles.get(job.program or "") if self.mode == "sns" else None
         slots = self._slots(job, nodes)
@@ -201,7 +263,8 @@ class SnsPolicy:
             note = ""
         elif profile is None:
             scales = (1,)
-            note = f"no profile for {job.program}: runs compact at scale 1" if job.program \
+            note = f"no profile for {shorten_text(job.program)}: runs compact at scale 1" \
+                if job.program \
                 else "no CoshareProgram: runs compact at scale 1"  # fmt: skip
         else:
             alpha = self._alpha(job)
@@ -221,7 +284,8 @@ class SnsPolicy:
                                   base.speedup))  # fmt: skip
         return out, note
 
-    def _refusal(self, job: Job, nodes: list[_Node]) -> Unplaced | None:
+    def _refusal(self, job: Job, table: _Table) -> Unplaced | None:
+        nodes = table.nodes
         if job.needs_device:
             return Unplaced(job.id, f"the {self.mode} policy places CPU jobs "
                             "only (it needs a device)", "unsupported")  # fmt: skip
@@ -229,68 +293,76 @@ class SnsPolicy:
             bad = gang_refusal(job)
             if bad is not None:
                 return bad
-        demands, _ = self._demands(job, nodes)
+        demands, _ = self._demands(job, table)
         if not demands:
             return Unplaced(job.id, "no scale factor gives a node count it allows "
                             f"({job.nodes}..{job.nodes_max or job.nodes} nodes, cluster "
                             f"{len(nodes)})", "never_fits")  # fmt: skip
         for d in demands:
-            if self._fits(job, d, nodes, empty=True) is not None:
+            if self._fits(job, d, table, empty=True) is not None:
                 return None
         d = demands[0]
         most_ways = max((n.ways for n in nodes if n.ways is not None), default=None)
         if d.ways is not None and most_ways is not None and d.ways > most_ways and all(
                 n.ways is not None for n in nodes):  # fmt: skip
+            program = shorten_text(job.program or "")
             return Unplaced(job.id, f"needs {d.ways} LLC ways per node (program "
-                            f"{job.program} at alpha {self._alpha(job):g}); the nodes have at "
+                            f"{program} at alpha {self._alpha(job):g}); the nodes have at "
                             f"most {most_ways}", "never_fits")  # fmt: skip
         return Unplaced(job.id, f"needs {d.nodes} nodes with {d.cores_per_node} "
                         f"cores ({job.cpu_milli / 1000:g} per process) and {job.memory_mib} MiB "
                         "per process even when empty; no such set in the cluster",
                         "never_fits")  # fmt: skip
 
-    def _node_ok(self, job: Job, d: Demand, node: _Node, share: int, empty: bool) -> bool:
-        cores = node.cores if empty else node.free_cores
-        memory = node.memory - (0 if empty else node.used_memory)
-        if job.cpu_milli * share > cores or job.memory_mib * share > memory:
-            return False
+    def _ok(self, job: Job, d: Demand, t: _Table, share: int, empty: bool) -> np.ndarray:
+        """The nodes that take ``share`` of the job's processes at demand ``d`` (now, or
+        ``empty``)."""
+        cores = t.cores if empty else t.free_cores()
+        memory = t.memory if empty else t.memory - t.used_memory
+        need_cores, need_memory = job.cpu_milli * share, job.memory_mib * share
+        if max(need_cores, need_memory) > _MOST:
+            return np.zeros(len(t), dtype=bool)  # more than any node has (and than int64)
+        ok = (need_cores <= cores) & (need_memory <= memory)
         if self.mode == "cs":
-            return True
-        if d.ways is not None and node.ways is not None:
-            free = node.ways if empty else node.free_ways
-            if free is not None and d.ways > free:
-                return False
-        if d.membw_gbps is not None and node.membw is not None:
-            used = 0.0 if empty else node.used_membw
-            if used > 0 and used + d.membw_gbps * share / d.cores_per_node > node.membw:
-                return False  # a job alone on a node always fits its bandwidth
-        return True
+            return ok
+        if d.ways is not None:
+            free = t.ways if empty else np.minimum(t.ways - t.used_ways, t.ways_cap)
+            ok &= ~t.has_ways | (d.ways <= free)
+        if d.membw_gbps is not None and not empty:
+            more = d.membw_gbps * share / d.cores_per_node
+            used = t.used_membw
+            # a job alone on a node always fits its bandwidth
+            ok &= ~t.has_membw | (used <= 0) | (used + more <= t.membw)
+        return ok
 
-    def _fits(self, job: Job, d: Demand, nodes: list[_Node],
+    def _fits(self, job: Job, d: Demand, table: _Table,
               empty: bool = False) -> list[int] | None:  # fmt: skip
-        """The ``n`` nodes for demand ``d``, or ``None``."""
-        big = d.cores_per_node
-        ok = [i for i, n in enumerate(nodes) if self._node_ok(job, d, n, big, empty)]
+        """The ``n`` nodes for demand ``d``, or ``None``: within the group of nodes with the
+        fewest equal idle cores that holds ``n``, else the whole cluster, the idlest first
+        (by score, then position)."""
+        ok = np.flatnonzero(self._ok(job, d, table, d.cores_per_node, empty))
         if len(ok) < d.nodes:
             return None
         if empty:
-            return ok[: d.nodes]
-        cores_only = self.mode == "cs"
-        rank = sorted(ok, key=lambda i: (nodes[i].score(self.ways_weight, cores_only), i))
-        groups: dict[int, list[int]] = {}
-        for i in rank:
-            groups.setdefault(nodes[i].free_cores, []).append(i)
-        for idle in sorted(groups):
-            if len(groups[idle]) >= d.nodes:
-                return groups[idle][: d.nodes]
-        return rank[: d.nodes]
+            return [int(i) for i in ok[: d.nodes]]
+        idle = table.free_cores()[ok]
+        if d.nodes == 1:
+            within = ok[idle == idle.min()]
+        else:
+            values, counts = np.unique(idle, return_counts=True)
+            enough = np.flatnonzero(counts >= d.nodes)
+            within = ok[idle == values[enough[0]]] if len(enough) else ok
+        scores = table.scores(within, self.ways_weight, self.mode == "cs")
+        rank = within[np.lexsort((within, scores))]
+        return [int(i) for i in rank[: d.nodes]]
 
-    def _place(self, job: Job, nodes: list[_Node]) -> tuple[list[Assignment], Spread] | None:
-        demands, note = self._demands(job, nodes)
+    def _place(self, job: Job, table: _Table) -> tuple[list[Assignment], Spread] | None:
+        nodes = table.nodes
+        demands, note = self._demands(job, table)
         if self.mode == "cs":  # the lowest scale that fits now
             demands = sorted(demands, key=lambda d: d.scale)
         for d in demands:
-            chosen = self._fits(job, d, nodes)
+            chosen = self._fits(job, d, table)
             if chosen is None:
                 continue
             shares = split(job.processes, d.nodes)
@@ -301,25 +373,23 @@ class SnsPolicy:
                 ways = d.ways if (self.mode == "sns" and node.ways is not None) else None
                 membw = (d.membw_gbps * share / d.cores_per_node
                          if self.mode == "sns" and d.membw_gbps is not None else None)  # fmt: skip
-                node.used_cores += job.cpu_milli * share
-                node.used_memory += job.memory_mib * share
-                node.used_ways += ways or 0
-                node.used_membw += membw or 0.0
+                table.add(i, job.cpu_milli * share, job.memory_mib * share, ways or 0,
+                          membw or 0.0)
                 spread = d.nodes > 1 or job.is_gang
                 parts.append(Assignment(job.id, node.name, processes=share if spread else None,
                                         llc_ways=ways, membw_gbps=membw))  # fmt: skip
             text = note
             if self.mode == "sns" and d.ways is not None and no_cat:
-                text = (f"{', '.join(no_cat[:4])} without resctrl: runs there without way "
-                        "allocation")  # fmt: skip
+                shown = ", ".join(shorten_text(n) for n in no_cat[:4])
+                text = f"{shown} without resctrl: runs there without way allocation"  # fmt: skip
             all_ways = d.ways if self.mode == "sns" and not no_cat else None
             cap = d.membw_gbps if self.mode == "sns" and self.mba else None
             return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text,
                                  cap)  # fmt: skip
         return None
 
-    def _waiting(self, job: Job, nodes: list[_Node]) -> Unplaced:
-        demands, _ = self._demands(job, nodes)
+    def _waiting(self, job: Job, table: _Table) -> Unplaced:
+        demands, _ = self._demands(job, table)
         tried = "; ".join(f"scale {d.scale}: {d.nodes} nodes x {d.cores_per_node} cores"
                           + (f", {d.ways} ways, {d.membw_gbps:.1f} GB/s"
                              if self.mode == "sns" and d.ways is not None
