@@ -316,6 +316,12 @@ class NodeConfig:
         watch_interval_s: how often the watchdog checks memory use.
         device_memory: ``nvml`` enforces declared device memory with NVML (GPUs; needs the
             ``nvml`` extra); ``none`` does not watch device memory.
+        gpu_limits: ``mps`` sets each job's MPS limits (pinned device memory, active thread
+            percentage) from its placement where an MPS control daemon runs
+            (:mod:`coshare.node.mps`); ``none`` sets none. The watchdog stays the backstop.
+        mps_pipe_dir: the MPS control daemon's pipe directory; ``null``: the daemon's
+            ``CUDA_MPS_PIPE_DIRECTORY``, else NVIDIA's default ``nvidia-mps`` in the temporary
+            directory.
         device_env: variables set to the job's device ids (comma-separated) by ``job-exec``.
         kill_timeout_s: how long freezing, killing and removing a job's group may take.
         control_socket: the node daemon's job-control socket (START, JOIN, END), where job
@@ -379,6 +385,8 @@ class NodeConfig:
     )
     watch_interval_s: float = field(default=1.0, metadata={"min": 0.01})
     device_memory: Literal["none", "nvml"] = "none"
+    gpu_limits: Literal["none", "mps"] = "none"
+    mps_pipe_dir: str | None = None
     device_env: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
     kill_timeout_s: float = field(default=10.0, metadata={"min": 0.1})
     control_socket: str = "/run/coshare/control.sock"

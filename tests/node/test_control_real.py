@@ -334,3 +334,31 @@ def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes]:
             return proc
         stop(proc)
     pytest.fail(f"could not start a process with pid {pid}")
+
+
+MPS_REPORT = ("import os; print(os.environ.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'), "
+              "os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'), flush=True)")  # fmt: skip
+
+
+@pytest.mark.parametrize("mps", [True, False])
+def test_a_placed_gpu_job_starts_with_its_mps_limits_where_mps_runs(
+    node_config: NodeConfig, tmp_path: Path, mps: bool
+) -> None:
+    from tests.node.helpers import running_daemon
+
+    pipes = tmp_path / "mps"
+    pipes.mkdir()
+    if mps:
+        os.mkfifo(pipes / "control")  # what nvidia-cuda-mps-control makes in its pipe dir
+    env = {"COSHARE_NODE_GPU_LIMITS": "mps", "COSHARE_NODE_MPS_PIPE_DIR": str(pipes)}
+    with running_daemon(node_config, env=env, devices=("0=80", "1=80")):
+        job = launch(node_config, "gpujob", [PYTHON, "-I", "-c", MPS_REPORT], "--cores", "1",
+                     "--devices", "0,1", "--device-memory", "20G", "--device-threads", "20")
+        status, out, err = finish(job)
+    assert status == 0, err
+    if mps:  # its declared memory on each device it sees, and 20 of 80 threads: 25%
+        assert out.split() == ["0=20480M,1=20480M", "25"]
+    else:  # no control daemon: nothing set, and the daemon says the watchdog holds it alone
+        assert out.split() == ["None", "None"]
+        log = (Path(node_config.state_dir) / "daemon.log").read_text()
+        assert "node.gpu_limits is mps, but no MPS control pipe at" in log

@@ -15,6 +15,7 @@ memory bw alloc (MBA)  ``node.resctrl_root/info/MB/min_bandwidth``
 hardware counters      ``perf_event_open(2)``: a user-space instruction counter of this process
 NVML memory, PCIe      ``libnvidia-ml.so.1`` through pynvml: device memory per process, PCIe
                        throughput (the collocation paper's copy bandwidth, section III-B3)
+GPU memory limits      ``node.gpu_limits`` (MPS's control pipe) and ``node.device_memory``
 membw baseline         ``state_dir/membw-baseline.json`` (``probe membw --init``)
 node facts             ``state_dir/facts``, written by the node daemon
 =====================  ======================================================================
@@ -43,6 +44,7 @@ from coshare.errors import CoshareError, Unsupported
 from coshare.node.cgroups import Cgroups, V1Cgroups, V2Cgroups
 from coshare.node.load import parse_schedstat
 from coshare.node.membw import ProbeFiles
+from coshare.node.mps import mps_running, pipe_dir_of
 from coshare.node.procfs import PROC
 from coshare.node.resctrl import Resctrl
 from coshare.node.ways import format_runs
@@ -241,6 +243,24 @@ def _probe_nvml(name: str, where: str, call: Callable[[], object],
         return _cap(name, False, where, f"failed: {exc}")
 
 
+def gpu_limit_capability(config: NodeConfig) -> Capability:
+    """Which limit holds a GPU job to its declared device memory here: MPS (an allocation past
+    it fails; ``node.gpu_limits: mps`` with a control daemon running), the NVML watchdog (it
+    kills a job after it went past; ``node.device_memory: nvml``), or none."""
+    name = "GPU memory limits"
+    watchdog = config.device_memory == "nvml"
+    backstop = ("the NVML watchdog kills a job past its declared device memory"
+                if watchdog else "none: nothing holds a GPU job to its declared device memory")
+    if config.gpu_limits == "mps":
+        running, seen = mps_running(config.mps_pipe_dir)
+        where = str(pipe_dir_of(config.mps_pipe_dir))
+        if running:
+            return _cap(name, True, where, f"mps: each job's pinned memory and thread share "
+                        f"({seen}); backstop: {backstop if watchdog else 'none'}")
+        return _cap(name, watchdog, where, f"node.gpu_limits is mps, but {seen}; {backstop}")
+    return _cap(name, watchdog, "node.gpu_limits, node.device_memory", backstop)
+
+
 def state_capabilities(config: NodeConfig, now_s: float) -> list[Capability]:
     """The probe's baseline and the daemon's facts file."""
     files = ProbeFiles(Path(config.state_dir))
@@ -288,5 +308,6 @@ def node_capabilities(config: NodeConfig, open_cgroups: Callable[[], Cgroups],
     out.append(counter_capability())
     if nvml:
         out += nvml_capabilities()
+    out.append(gpu_limit_capability(config))
     out += state_capabilities(config, time.time())
     return out

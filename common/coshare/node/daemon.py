@@ -28,6 +28,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -150,7 +151,8 @@ async def serve(
         if stop_metrics is not None:
             stop_metrics()
         raise
-    jobs = JobControl(config) if control else None
+    # The devices' sizes as the gate has them (--device included): a job's MPS share is of them.
+    jobs = JobControl(replace(config, devices=dict(budgets))) if control else None
     node_trials = None
     if jobs is not None and cgroups is not None:
         try:  # a trial source that cannot be set up stops the start, sockets closed

@@ -280,6 +280,22 @@ def exit_like(status: int) -> None:
     sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
+def mps_environment(reply: dict[str, str], devices: str) -> dict[str, str]:
+    """NVIDIA MPS's limits for the job's CUDA clients, from the daemon's START or JOIN reply
+    (``mps_memory_mib``, ``mps_percent``: :mod:`coshare.node.mps`): its declared memory
+    pinned on each device it sees (ordinals 0.. in its ``CUDA_VISIBLE_DEVICES``) and its share
+    of their SMs; nothing when the daemon said nothing (no MPS on the node)."""
+    env: dict[str, str] = {}
+    count = len([d for d in devices.split(",") if d and d != "-"])
+    memory = reply.get("mps_memory_mib", "")
+    if count and memory.isdigit():
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={memory}M" for i in range(count))
+    percent = reply.get("mps_percent", "")
+    if count and percent.isdigit():
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = percent
+    return env
+
+
 def run(args: argparse.Namespace) -> None:
     """``coshare-launch run``: START, run the command joined, wait, END, report."""
     label = args.label or args.job
@@ -298,6 +314,7 @@ def run(args: argparse.Namespace) -> None:
     env["COSHARE_JOB_ID"] = args.job
     if started.get("cpus", "-") != "-":
         env["COSHARE_CPUS"] = started["cpus"]
+    env.update(mps_environment(started, started.get("devices", args.devices or "")))
     if args.gate_socket:
         env["COSHARE_GATE_SOCKET"] = args.gate_socket
     try:
@@ -369,6 +386,7 @@ def task_prolog(
                            ("device_threads", "COSHARE_DEVICE_THREADS")):  # fmt: skip
         if field(name):
             lines.append(f"export {variable}={field(name)}")
+    lines += [f"export {k}={v}" for k, v in mps_environment(joined, devices).items()]
     with contextlib.suppress(OSError), open(base + ".taskenv") as told:
         # What the Prolog (root) recorded for the tasks beside the group (a Spread-n-Share
         # job's spread and LLC ways, :func:`slurm_addon.node_hooks.sns_task_env`); only

@@ -56,6 +56,7 @@ from coshare.node.control.trust import (
 )
 from coshare.node.jobs import JobRecord, JobStore, Launcher, job_of_pid, read_proc_cgroup
 from coshare.node.membw import ProbeFiles, trial_probe
+from coshare.node.mps import mps_fields, mps_running
 from coshare.node.process import ProcessInfo
 from coshare.node.procfs import (
     PROC,
@@ -204,9 +205,9 @@ class JobControl:
                         f"{other.job}; a launcher starts one job",
                     )
         if request.borrow is not None:
-            return start_reply(self._start_on_loan(request, launcher,
-                                                   request.uid if request.uid is not None
-                                                   else uid))  # fmt: skip
+            loaned = self._start_on_loan(request, launcher,
+                                         request.uid if request.uid is not None else uid)
+            return start_reply(loaned, self._gpu_limits(loaned))
         record = lifecycle.job_start(
             self.config,
             request.job,
@@ -224,7 +225,7 @@ class JobControl:
         log.info("job %s started by process %d (uid %s): cpus %s, memory %s MiB",
                  record.job, caller.pid, record.uid, format_cpu_list(record.spec.cpus) or "-",
                  record.spec.memory_mib)  # fmt: skip
-        return start_reply(record)
+        return start_reply(record, self._gpu_limits(record))
 
     def _start_on_loan(self, request: ControlRequest, launcher: Launcher, uid: int) -> JobRecord:
         """START ``borrow=``: a CPU-only job placed on the idle cores of a running job here
@@ -296,7 +297,7 @@ class JobControl:
             if move:
                 self._move(record, target, pidfd)
                 log.info("job %s: process %d joined", request.job, target.pid)
-        return join_reply(record, target.pid)
+        return join_reply(record, target.pid, self._gpu_limits(record))
 
     def _still(self, process: ProcessInfo | None) -> ProcessInfo | None:
         """``process`` read again, ``None`` when its pid names another process now."""
@@ -484,6 +485,19 @@ class JobControl:
                 f"from_cpus={format_cpu_list(after_b.cpus) or '-'} lent={lent} "
                 f"changed={int(change.changed)} requeue={int(change.requeue)}")  # fmt: skip
 
+    def _gpu_limits(self, record: JobRecord) -> str:
+        """The MPS limits a job's processes start with (reply fields; :mod:`coshare.node.mps`),
+        or none: ``node.gpu_limits`` is not ``mps``, or no MPS control daemon runs (said)."""
+        if self.config.gpu_limits != "mps" or not record.spec.devices:
+            return ""
+        running, seen = mps_running(self.config.mps_pipe_dir)
+        if not running:
+            log.warning("job %s: node.gpu_limits is mps, but %s: its device memory is held "
+                        "by the watchdog alone", record.job, seen)  # fmt: skip
+            return ""
+        return mps_fields(record.spec.devices, record.spec.device_memory_mib,
+                          record.spec.device_threads, dict(self.config.devices))  # fmt: skip
+
     def _live_record(self, job: str) -> JobRecord:
         """The record of a job whose group exists on this node.
 
@@ -632,19 +646,19 @@ def set_frozen(store: JobStore, cgroups: Cgroups, group: JobGroup, frozen: bool,
     return True
 
 
-def start_reply(record: JobRecord) -> str:
-    """The START reply for a started job."""
+def start_reply(record: JobRecord, limits: str = "") -> str:
+    """The START reply for a started job (``limits``: its MPS fields, :mod:`coshare.node.mps`)."""
     spec = record.spec
     return (
         f"OK job={spec.job} cpus={format_cpu_list(spec.cpus) or '-'} "
         f"memory_mib={spec.memory_mib if spec.memory_mib is not None else '-'} "
-        f"devices={','.join(spec.devices) or '-'}"
+        f"devices={','.join(spec.devices) or '-'}{limits}"
     )
 
 
-def join_reply(record: JobRecord, pid: int) -> str:
+def join_reply(record: JobRecord, pid: int, limits: str = "") -> str:
     """The JOIN reply: the moved process, and what the job's processes need to know (its
-    cpus, devices and declared device memory and threads; ``-`` for none)."""
+    cpus, devices and declared device memory and threads; ``-`` for none; its MPS limits)."""
     spec = record.spec
 
     def text(value: int | None) -> str:
@@ -654,5 +668,5 @@ def join_reply(record: JobRecord, pid: int) -> str:
         f"OK job={spec.job} pid={pid} cpus={format_cpu_list(spec.cpus) or '-'} "
         f"devices={','.join(spec.devices) or '-'} "
         f"device_memory_mib={text(spec.device_memory_mib)} "
-        f"device_threads={text(spec.device_threads)}"
+        f"device_threads={text(spec.device_threads)}{limits}"
     )
