@@ -113,6 +113,8 @@ _DIGITS = re.compile(r"[0-9]{1,13}")
 
 #: Node names and device ids coshare writes: what Slurm node names and GRES indexes use.
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+#: What :data:`SAFE_TOKEN` allows, for messages.
+UNWRITABLE_NAME = "allowed: 1-128 of A-Z a-z 0-9 . _ -"
 
 
 @dataclass(frozen=True)

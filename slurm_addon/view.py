@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from coshare.annotations import ClusterLimits, parse_job
-from coshare.bounds import BadValue
+from coshare.bounds import BadValue, shorten_text
 from coshare.errors import AnnotationError, CoshareError
 from coshare.facts import with_facts
 from coshare.gangs import share_of_node_request
@@ -69,7 +69,13 @@ from coshare.ports import Rejected, Unusable, Waiting
 from slurm_addon.comment import is_annotated, read_annotations
 from slurm_addon.jobs import SlurmJob, expand_nodes
 from slurm_addon.nodes import SlurmNode, parse_gres_indexes
-from slurm_addon.placement import Placement, PlacementError, parse_placement
+from slurm_addon.placement import (
+    UNWRITABLE_NAME,
+    Placement,
+    PlacementError,
+    is_safe_token,
+    parse_placement,
+)
 
 _DEPENDENCY_JOB = re.compile(r":(\d+)")
 
@@ -123,6 +129,14 @@ def build_nodes(
     unknown: dict[str, list[str]] = {}
     for n in nodes:
         if partition is not None and partition not in n.partitions:
+            continue
+        if not is_safe_token(n.name):
+            # The writer refuses such a name in every placement (the same rule): planning jobs
+            # onto it would fail every write of every cycle while good nodes sit free.
+            notes.append(f"node {shorten_text(n.name)}: its name cannot be written into a "
+                         f"placement ({UNWRITABLE_NAME}); node left out of this cycle")
+            unusable.append(replace(n, state="unwritable", flags=(),
+                                    reason=f"name not writable ({UNWRITABLE_NAME})"))
             continue
         if not n.usable:
             unusable.append(n)

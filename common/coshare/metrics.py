@@ -25,6 +25,9 @@ Series (every one labelled ``scheduler``):
                                            the scheduler itself, e.g. a begin time)
 ``coshare_cycle_phase_seconds{phase}``     read, plan, verify, apply
 ``coshare_cycle_edits{result}``            written, unchanged, skipped, failed, withdrawn
+``coshare_cycle_unusable_nodes{kind}``     nodes left out: ``closed`` by the scheduler
+                                           (drained, down), ``unwritable`` (a name its
+                                           placements cannot hold)
 ``coshare_cycle_contained_failures``       policy failures planned around (a job or node
                                            left out; :mod:`coshare.containment`)
 ``coshare_cycle_plan_refused``             1 when the plan check refused the plan
@@ -86,6 +89,8 @@ _FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("coshare_cycle_waiting_jobs", "Jobs the last cycle left waiting, by reason code.",
      ("reason",)),
     ("coshare_cycle_edits", "Jobs of the last cycle's edits, by result.", ("result",)),
+    ("coshare_cycle_unusable_nodes",
+     "Nodes the last cycle left out: closed by the scheduler, or unwritable names.", ("kind",)),
     ("coshare_cycle_contained_failures",
      "Policy failures the last cycle planned around (jobs or nodes left out).", ()),
 )  # fmt: skip
@@ -115,6 +120,10 @@ def cycle_figures(report: CycleReport) -> dict[str, Any]:
         "seconds": {"read": report.read_s, "plan": report.plan.seconds,
                     "verify": report.verify_s, "apply": report.apply_s},
         "contained": len(report.contained),
+        "unusable": {
+            "closed": sum(u.state != "unwritable" for u in report.unusable),
+            "unwritable": sum(u.state == "unwritable" for u in report.unusable),
+        },
     }  # fmt: skip
 
 
@@ -231,6 +240,8 @@ class CycleMetrics:
             for result, count in self.figures["edits"].items():
                 put("coshare_cycle_edits", count, result=result)
             put("coshare_cycle_contained_failures", self.figures["contained"])
+            for kind, count in self.figures["unusable"].items():
+                put("coshare_cycle_unusable_nodes", count, kind=kind)
         if self.totals is not None:
             self._put_totals(registry, self.totals)
         return registry

@@ -58,6 +58,7 @@ from coshare.ports import (
     Rejected,
     Source,
     SourceResult,
+    Unusable,
     Waiting,
 )
 from coshare.verify import check_plan
@@ -115,6 +116,8 @@ class CycleReport:
             ``policy.membw.trials``; :mod:`coshare.trial_cycle`), one line each.
         contained: the policy's failures the cycle planned around (:mod:`coshare.containment`):
             the jobs and nodes left out, with the input that reproduces each.
+        unusable: the nodes the Source left out (closed by the scheduler, or ``unwritable``:
+            a name the scheduler's writer cannot write into a placement).
     """
 
     plan: Plan
@@ -128,6 +131,7 @@ class CycleReport:
     verify_s: float = 0.0
     trials: tuple[str, ...] = ()
     contained: tuple[Contained, ...] = ()
+    unusable: tuple[Unusable, ...] = ()
 
     @property
     def exit_status(self) -> int:
@@ -228,6 +232,7 @@ def run_cycle(
         notes=result.notes,
         verify_s=verify_s,
         contained=contained.contained,
+        unusable=result.unusable,
     )
 
 

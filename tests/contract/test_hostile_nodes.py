@@ -146,3 +146,47 @@ def test_show_says_why_closed_nodes_take_nothing_on_both_schedulers() -> None:
     assert "2 nodes, 4 devices (and 1 nodes taking no jobs)" in flat
     assert "node3 Drained/Retiring firmware\\x1b[2J update" in flat
     assert "\x1b" not in text
+
+
+@pytest.mark.parametrize("name", ["csl-n2;reboot", "n$(id)", "n 3", "n5,n6"])
+def test_slurm_a_node_whose_name_cannot_be_written_is_left_out_and_shown(name: str) -> None:
+    result = read_slurm("csl-n2", name=name)
+    notes = [n for n in result.notes if "its name cannot be written into a placement" in n]
+    assert len(notes) == 1 and notes[0].endswith("node left out of this cycle"), result.notes
+    assert name not in {n.name for n in result.snapshot.nodes}
+    assert [n.name for n in result.snapshot.nodes] == ["csl-n1"]
+    # every job is planned where it can be written, and the cycle writes them
+    plan = make_policy("knapsack").plan(result.snapshot)
+    assert {a.node for a in plan.assignments} == {"csl-n1"}
+    text = show_text(result, plan)
+    assert "unwritable" in text and "name not writable" in " ".join(text.split())
+
+
+def test_a_cycle_counts_the_nodes_it_left_out_by_kind(tmp_path: Path) -> None:
+    from coshare.config import MetricsConfig
+    from coshare.metrics import CycleMetrics
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sinfo = json.loads(recorded("sinfo-drain-down.json"))
+    for record in sinfo["nodes"]:
+        if record["name"] == "csl-n2":
+            record["name"] = "csl-n2;reboot"
+    jobs = [job_record(1, submit_time=NOW - 5)]
+
+    def answer(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
+        name = argv[0].rsplit("/", 1)[-1]
+        return ok(argv, json.dumps(sinfo) if name == "sinfo" else squeue_output(*jobs))
+
+    config = Config(device_kinds={"fakephi": DeviceKind(8192, 240)}, slurm=SlurmConfig())
+    client = SlurmClient(config.slurm, runner=Recorder(answer), sleep=lambda s: None, environ={})
+    adapter = SlurmAdapter(client, config, clock=lambda: NOW)
+    report = run_cycle(adapter, make_policy("knapsack"), adapter, dry_run=True)
+    metrics = CycleMetrics("slurm", MetricsConfig(textfile_dir=str(tmp_path)))
+    metrics.finished(report)
+    assert metrics.export() == []
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in text_string_to_metric_families((tmp_path / "coshare_slurm.prom").read_text())
+             for s in f.samples}  # fmt: skip
+    s = ("scheduler", "slurm")
+    assert found[("coshare_cycle_unusable_nodes", (("kind", "unwritable"), s))] == 1
+    assert found[("coshare_cycle_unusable_nodes", (("kind", "closed"), s))] == 2
