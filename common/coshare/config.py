@@ -882,6 +882,10 @@ def _convert(hint: Any, value: object, path: str, limits: Range) -> Any:
             if problem is not None:
                 raise ConfigError(f"{path}: the name {shorten(name)} {problem} "
                                   f"(allowed: {ALLOWED_ID})")  # fmt: skip
+            if name in out:
+                # 0 and "0" are two YAML keys but one name: neither silently wins.
+                raise ConfigError(f"{path}: the name {shorten(name)} is given twice (as "
+                                  f"{shorten(key)} and as another key that reads the same)")
             out[name] = _convert(value_type, item, f"{path}.{name}", limits)
         return out
     if origin is tuple:
@@ -1078,6 +1082,8 @@ def load_config(path: Path | None = None, environ: Mapping[str, str] | None = No
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not UTF-8 text") from exc
         loaded = load_yaml(text, str(path)) if text.strip() else {}
+        if loaded is None:  # only comments: as empty as an empty file
+            loaded = {}
         if not isinstance(loaded, Mapping):
             raise ConfigError(f"{path}: expected a mapping of sections, got {shorten(loaded)}")
         data = _sections_renamed(loaded)

@@ -311,3 +311,15 @@ def test_a_dsn_that_is_no_connection_string_is_a_config_error() -> None:
     assert address_of("postgresql://u:secret@db.example:6000/coshare") == "db.example:6000"
     with pytest.raises(ConfigError, match=r"coordination\.dsn: not a PostgreSQL connection"):
         address_of("nonsense")
+
+
+def test_two_keys_that_name_one_device_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, 'node:\n  devices: {0: 240, "0": 60}\n'), environ={})
+    assert "node.devices: the name '0' is given twice" in str(caught.value)
+
+
+def test_a_config_of_comments_only_is_an_empty_config(tmp_path: Path) -> None:
+    commented = load_config(write(tmp_path, "# nothing set yet\n# policy: {name: random}\n"),
+                            environ={})  # fmt: skip
+    assert commented == load_config(write(tmp_path, ""), environ={}) == Config()
