@@ -131,7 +131,7 @@ class _Fields:
     def _get(self, key: str, default: Any) -> Any:
         if key in self.obj and self.obj[key] is not None:
             return self.obj[key]
-        if default is _MISSING:
+        if default is _MISSING and self.ok:  # an entry that is no object: said once, above
             self.problems.append(f"{self.what}: missing field {key!r}")
         return default
 
@@ -817,6 +817,8 @@ def _cross_check(
                 )
     seen: set[str] = set()
     for job in pending:
+        if not isinstance(job.id, str):  # an entry already refused for having no id
+            continue
         if job.id in seen:
             problems.append(f'pending job "{job.id}": id appears more than once')
         if job.id in running_ids:

@@ -370,3 +370,15 @@ def test_an_unknown_policy_name_is_echoed_bounded() -> None:
     assert "(1000 characters)" in message
     # bounded: the name is cut; the list of known policies grows with each new one
     assert len(message) < 160 + len(", ".join(policy_names()))
+
+
+def test_entries_that_are_no_objects_are_one_problem_each_and_the_message_is_bounded() -> None:
+    # 100,000 nulls were 299,999 problems: "expected an object", "missing field 'id'", and a
+    # duplicate id made of the missing id's placeholder.
+    code, _, err = plan_text(json.dumps({"nodes": [], "pending": [None] * 100_000}))
+    assert code == 2
+    lines = err.splitlines()
+    assert lines[0].endswith(": 100000 problems:")
+    assert lines[1] == "  pending[0]: expected an object, got null"
+    assert lines[-1] == "  ... and 99980 more problems"
+    assert len(lines) == 22
