@@ -321,13 +321,17 @@ def plan(
     seed: int | None, output: str, show_all: bool, explain_job: str | None,
 ) -> None:  # fmt: skip
     """Plan the pending jobs of a snapshot (JSON file, or - for stdin) and print the plan."""
+    from coshare.facts import without_stale_probes
     from coshare.planner import checked_plan
     from coshare.policies import make_policy
 
     config = configured(app, policy_name, threads, seed)
     policy = make_policy(config.policy.name, policy_options(config))
     with collector_paused():  # until the plan is printed
-        snap = read_snapshot(snapshot)
+        snap, stale = without_stale_probes(read_snapshot(snapshot),
+                                           config.cycle.node_facts_max_age_s)  # fmt: skip
+        for note in stale:
+            click.echo(f"coshare: note: {note}", err=True)
         checked = checked_plan(policy, snap, strict_threads=config.policy.threads == "strict")
         print_plan(snap, checked.plan, policy, config, output, show_all, explain_job)
 

@@ -470,6 +470,31 @@ def _waits(text: str) -> tuple[JobWait, ...]:
     return tuple(out)
 
 
+def without_stale_probes(snapshot: Snapshot, max_age_s: float) -> tuple[Snapshot, tuple[str, ...]]:
+    """``snapshot`` with every node's membw probe that is too old, or dated in the future, by
+    :func:`age_problem` at its ``now`` dropped (a note per node): the rule the adapters apply
+    when they read facts, for a snapshot that carries its facts already (``coshare plan``).
+    A snapshot without ``now`` is returned as it is."""
+    now = snapshot.now_s
+    if now is None:
+        return snapshot, ()
+    nodes, notes = [], []
+    for node in snapshot.nodes:
+        at = node.membw_at_s if node.membw_at_s is not None else node.facts_at_s
+        old = age_problem(at, now, max_age_s) if node.membw_avail_gbps is not None and \
+            at is not None else None  # fmt: skip
+        if old is None:
+            nodes.append(node)
+            continue
+        notes.append(f"node {node.name}: membw probe {old}: not used (cycle.node_facts_max_age_s "
+                     f"= {max_age_s:g} s)")  # fmt: skip
+        nodes.append(replace(node, membw_avail_gbps=None, membw_baseline_gbps=None,
+                             membw_at_s=None))  # fmt: skip
+    if not notes:
+        return snapshot, ()
+    return replace(snapshot, nodes=tuple(nodes)), tuple(notes)
+
+
 def age_problem(at_s: float, now_s: float, max_age_s: float) -> str | None:
     """Why facts measured at ``at_s`` are not used at ``now_s`` (too old, or from a clock
     that is ahead by more than ``max_age_s``); ``None`` when they are."""

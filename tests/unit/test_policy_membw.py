@@ -345,3 +345,30 @@ def test_a_live_cycle_never_starts_a_trial_co_run() -> None:
     assert written == []
     run_cycle(Source(), MembwPolicy(programs=TABLE1), Editor())  # type: ignore[arg-type]
     assert written and written[0].trials == ()
+
+
+def test_plan_drops_a_probe_dated_in_the_future_as_the_adapters_do(tmp_path: Path) -> None:
+    # One node of 100 GB/s running an 80 GB/s job; its probe, dated 1e9 s ahead, says idle.
+    # Trusted, a second 80 GB/s job would join it: 1.6 of the node against the 0.9 limit.
+    from click.testing import CliRunner
+    from coshare.cli import cli
+
+    now = 1_700_000_000.0
+    snapshot = {
+        "now": now,
+        "nodes": [{"name": "n1", "cores": 32, "memory_mib": 65536, "membw_gbps": 100.0,
+                   "membw_avail_gbps": 100.0, "membw_baseline_gbps": 100.0,
+                   "facts_at_s": now, "membw_at_s": now + 1e9, "devices": []}],
+        "running": [{"id": "r", "node": "n1", "cores": 4, "memory_mib": 1024,
+                     "membw_gbps": 80.0, "start_time": now - 3600}],
+        "pending": [{"id": "p", "kind": "cpu", "cores": 4, "memory_mib": 1024,
+                     "membw_gbps": 80.0}],
+    }  # fmt: skip
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(snapshot))
+    ran = CliRunner().invoke(cli, ["plan", str(path), "--policy", "membw", "--output", "json"],
+                             env={"COSHARE_CONFIG": "/dev/null"})  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    plan = json.loads(ran.stdout)
+    assert plan["assignments"] == [] and [u["job"] for u in plan["unplaced"]] == ["p"]
+    assert "node n1: membw probe dated 1000000000 s in the future" in ran.stderr
