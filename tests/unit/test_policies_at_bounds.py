@@ -163,3 +163,17 @@ def test_scoring_each_kind_of_move_once_makes_the_same_plan(
     every = make_policy(policy).plan(snapshot)
     check_plan(snapshot, fewer)
     assert (fewer.assignments, fewer.unplaced) == (every.assignments, every.unplaced)
+
+
+@pytest.mark.parametrize("count", [256, 257, 1000])
+def test_every_policy_plans_a_large_cluster_without_devices(count: int) -> None:
+    # sharepack groups identical nodes past 256 of them; with no device on any node its
+    # per-device columns were empty and indexing them raised, stopping every cycle.
+    nodes = tuple(Node(f"n{i}", 8 * MILLI, 16384) for i in range(count))
+    jobs = tuple(Job(str(k), device_count=0, kind="cpu", cpu_milli=MILLI, memory_mib=100,
+                     submit_time_s=float(k)) for k in range(50))  # fmt: skip
+    snapshot = Snapshot(nodes, (), jobs, now_s=100.0)
+    for name in ("sharepack", "knapsack", "exclusive", "random", "bestfit", "fgd"):
+        plan = make_policy(name).plan(snapshot)
+        assert check_plan(snapshot, plan) == [], name
+        assert plan.placed == 50, name

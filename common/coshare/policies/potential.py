@@ -187,6 +187,9 @@ class Potential:
         idx = np.where(valid, self.slot[nodes], 0)
 
         def per_slot(values: Ints) -> Ints:
+            if not values.size:  # a cluster without devices: every slot is empty
+                empty: Ints = np.full(idx.shape, -1, dtype=np.int64)
+                return empty
             out: Ints = np.where(valid, values[idx], -1)
             return out
 
