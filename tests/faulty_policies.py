@@ -10,15 +10,21 @@ from coshare.policies.base import Policy
 
 
 @dataclass(frozen=True)
-class CrashesOnJob:
-    """Raises, as a policy's indexing bug does, whenever job ``job`` is pending."""
+class Wrapped:
+    """A real policy under the name it plans as."""
 
     inner: Policy
-    job: str
 
     @property
     def name(self) -> str:
         return self.inner.name
+
+
+@dataclass(frozen=True)
+class CrashesOnJob(Wrapped):
+    """Raises, as a policy's indexing bug does, whenever job ``job`` is pending."""
+
+    job: str
 
     def plan(self, snapshot: Snapshot) -> Plan:
         if any(j.id == self.job for j in snapshot.pending):
@@ -27,16 +33,11 @@ class CrashesOnJob:
 
 
 @dataclass(frozen=True)
-class MisplacesJob:
+class MisplacesJob(Wrapped):
     """Plans as ``inner`` does, but puts job ``job`` on a device its node does not have: a
     plan the cycle's check refuses."""
 
-    inner: Policy
     job: str
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
 
     def plan(self, snapshot: Snapshot) -> Plan:
         plan = self.inner.plan(snapshot)
@@ -54,15 +55,10 @@ class MisplacesJob:
 
 
 @dataclass(frozen=True)
-class CrashesOnNode:
+class CrashesOnNode(Wrapped):
     """Raises whenever node ``node`` is in the snapshot and a job is pending."""
 
-    inner: Policy
     node: str
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
 
     def plan(self, snapshot: Snapshot) -> Plan:
         if snapshot.pending and any(n.name == self.node for n in snapshot.nodes):

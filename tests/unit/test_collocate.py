@@ -7,7 +7,6 @@ against each GPU job's measured load with code of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,11 +24,12 @@ from coshare.policies.collocate import (
     saturated,
     without_harvest,
 )
-from coshare.ports import ApplyReport, Rejected, SourceResult
 from coshare.schema import parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
 from coshare.verify import check_plan
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.memory_queue import MemoryQueue
 
 GPUS = tuple(Device(str(i), 6144, 14 * 2048) for i in range(3))
 
@@ -333,23 +333,8 @@ def test_live_cycles_turn_harvest_placements_into_unsupported_waits() -> None:
     assert without_harvest(untouched) is untouched
 
 
-class _Queue:
-    """A Source and Editor in memory: what the cycle reads, and the plan it would write."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
-        self.written: list[Plan] = []
-
-    def read(self) -> SourceResult:
-        return SourceResult(self.snapshot)
-
-    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
-        self.written.append(plan)
-        return ApplyReport(applied=tuple(sorted(plan.placed_jobs)), dry_run=dry_run)
-
-
 def test_a_live_cycle_writes_no_placement_on_lent_cores() -> None:
-    queue = _Queue(Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8),), now_s=250.0))
+    queue = MemoryQueue(Snapshot((node(),), (gpu_job(),), (cpu_job("c8", 8),), now_s=250.0))
     assert CollocatePolicy().plan(queue.snapshot).assignments[0].harvest_from == "g1"
     report = run_cycle(queue, CollocatePolicy(), queue)
     (written,) = queue.written
@@ -357,13 +342,13 @@ def test_a_live_cycle_writes_no_placement_on_lent_cores() -> None:
     assert written.unplaced[0].code == "unsupported"
 
 
-class _Lending(_Queue):
+class _Lending(MemoryQueue):
     """An Editor whose scheduler and node side apply harvest placements."""
 
     applies_harvest = True
 
 
-class _Refusing(_Queue):
+class _Refusing(MemoryQueue):
     harvest_unsupported_reason = "this pool has no lending slot"
 
 

@@ -3,19 +3,17 @@ leaves that job or node out, and the cycle plans and writes everything else."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 from coshare.containment import MAX_ROUNDS, plan_contained
 from coshare.errors import PlanInvariantError
 from coshare.model import Device, Job, Node, Plan, Snapshot
 from coshare.planner import run_cycle
 from coshare.policies import make_policy
-from coshare.ports import ApplyReport, Rejected, SourceResult
 from coshare.schema import parse_snapshot, snapshot_to_dict
 from coshare.verify import check_plan
 
 from tests.faulty_policies import CrashesOnJob, CrashesOnNode, MisplacesJob
+from tests.memory_queue import MemoryQueue
 
 KNAPSACK = make_policy("knapsack")
 
@@ -30,28 +28,13 @@ def cluster(nodes: int = 4, jobs: int = 12) -> Snapshot:
     )
 
 
-class Queue:
-    """A Source and Editor in memory: what the cycle reads, and what it writes."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
-        self.written: list[Plan] = []
-
-    def read(self) -> SourceResult:
-        return SourceResult(self.snapshot)
-
-    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
-        self.written.append(plan)
-        return ApplyReport(applied=tuple(sorted(plan.placed_jobs)), dry_run=dry_run)
-
-
 def check(snapshot: Snapshot, plan: Plan) -> list[str]:
     return check_plan(snapshot, plan)
 
 
 def test_a_policy_that_crashes_on_one_job_places_every_other_job() -> None:
     snap = cluster()
-    queue = Queue(snap)
+    queue = MemoryQueue(snap)
     report = run_cycle(queue, CrashesOnJob(KNAPSACK, "7.0"), queue)
     (written,) = queue.written
     assert written.placed_jobs == {j.id for j in snap.pending} - {"7.0"}
@@ -71,7 +54,7 @@ def test_a_policy_that_crashes_on_one_job_places_every_other_job() -> None:
 
 def test_a_plan_that_fails_the_check_for_one_job_places_every_other_job() -> None:
     snap = cluster()
-    queue = Queue(snap)
+    queue = MemoryQueue(snap)
     report = run_cycle(queue, MisplacesJob(KNAPSACK, "3.0"), queue)
     (written,) = queue.written
     assert written.placed_jobs == {j.id for j in snap.pending} - {"3.0"}
@@ -114,7 +97,7 @@ def test_a_failure_that_needs_two_jobs_together_leaves_out_both() -> None:
 
 def test_a_node_whose_input_breaks_the_policy_is_left_out_and_the_rest_planned() -> None:
     snap = cluster()
-    queue = Queue(snap)
+    queue = MemoryQueue(snap)
     report = run_cycle(queue, CrashesOnNode(KNAPSACK, "n2"), queue)
     (written,) = queue.written
     assert written.placed_jobs == {j.id for j in snap.pending}  # every job, elsewhere
@@ -132,7 +115,7 @@ def test_a_policy_that_fails_on_everything_stops_the_cycle_as_before() -> None:
         def plan(self, snapshot: Snapshot) -> Plan:
             raise RuntimeError("broken setting")
 
-    queue = Queue(snap)
+    queue = MemoryQueue(snap)
     with pytest.raises(RuntimeError, match="broken setting"):
         run_cycle(queue, Always(KNAPSACK, "x"), queue)
     assert queue.written == []
@@ -157,7 +140,7 @@ def test_bisection_is_bounded_when_every_job_fails_alone() -> None:
             raise ValueError("any job")
         return KNAPSACK.plan(snapshot)
 
-    queue = Queue(snap)
+    queue = MemoryQueue(snap)
     with pytest.raises(ValueError, match="any job"):
         run_cycle(queue, as_policy(every_job), queue)
     assert queue.written == []
@@ -178,7 +161,7 @@ def test_the_usual_path_runs_the_policy_once() -> None:
 
 def test_the_reproducing_snapshot_round_trips_through_the_contract() -> None:
     snap = cluster()
-    report = run_cycle(Queue(snap), CrashesOnJob(KNAPSACK, "5.0"), Queue(snap))
+    report = run_cycle(MemoryQueue(snap), CrashesOnJob(KNAPSACK, "5.0"), MemoryQueue(snap))
     (contained,) = report.contained
     again = parse_snapshot(snapshot_to_dict(contained.snapshot))
     assert [j.id for j in again.pending] == ["5.0"]
