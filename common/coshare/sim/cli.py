@@ -62,7 +62,7 @@ from coshare.sim.experiments import (
     Sweep,
     compare,
 )
-from coshare.sim.fragmentation import PROTOCOLS, FragRun, run_benchmark
+from coshare.sim.fragmentation import PROTOCOLS, FragRun, benchmark_bound, run_benchmark
 from coshare.sim.paper import (
     TABLE_II_FOOTPRINT,
     TABLE_II_MAKESPAN_S,
@@ -239,6 +239,7 @@ class Request:
     points: tuple[Point, ...] = ((),)
     metric: str = "makespan_s"
     cores_per_node: int | None = None
+    bound: bool = False
 
     @property
     def swept(self) -> bool:
@@ -354,7 +355,7 @@ def _fragmentation(request: Request) -> Outcome:
                          "--protocol and --batch")  # fmt: skip
     policies = parse_policies(request.policies_text, ALL_POLICIES)
     runs, failures = _alibaba(policies, request.seeds, request.protocol, request.batch,
-                              request.data, request.executor)  # fmt: skip
+                              request.data, request.executor, request.bound)  # fmt: skip
     protocols = PROTOCOLS if request.protocol == "both" else (request.protocol,)
     text = render(*[frag_table(runs, p) for p in protocols if any(r.protocol == p for r in runs)])
     payload = {"protocols": list(protocols), "batch": request.batch, **frag_json(runs)}
@@ -601,6 +602,9 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
 @click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder of the traces (default: $COSHARE_TRACE_DIR, else ../shared/data).")
 @click.option("--verify", is_flag=True, help="Check every plan with coshare.verify (slower).")
+@click.option("--bound", is_flag=True,
+              help="alibaba-2023: also compute the least unallocated GPU %% any placement "
+              "can reach (once per protocol and seed, apart from the policies' runs).")
 @pass_app
 def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None,
              cores_per_node: int | None, policies_text: str | None, footprint: bool, seed: int,
@@ -609,7 +613,7 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
              age_limit: float | None, offload_share: float | None, protocol: str, batch: int,
              workers: int | None, executor: str | None, dask_scheduler: str | None,
              retries: int | None, sweeps: tuple[str, ...], metric: str, data: Path | None,
-             verify: bool) -> None:  # fmt: skip
+             verify: bool, bound: bool) -> None:  # fmt: skip
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
     run = WORKLOADS.get("trace" if workload.startswith("trace:") else workload)
@@ -633,7 +637,7 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
     with open_executor(config) as runner:
         request = Request(workload, jobs, nodes, policies_text, footprint, seed_list,
                           parse_sizes(sizes), setup, protocol, batch, config.sim.workers, data,
-                          runner, points, metric, cores_per_node)  # fmt: skip
+                          runner, points, metric, cores_per_node, bound)  # fmt: skip
         outcome = run(request)
     _emit(output, outcome.text, {**header, **outcome.payload})
     if plot is not None and outcome.figures:
@@ -732,7 +736,8 @@ def _paper_text(comparisons: dict[str, list[Comparison]], sweeps: dict[str, list
 
 
 def _alibaba(policies: Sequence[str], seeds: Sequence[int], protocol: str, batch: int,
-             data: Path | None, executor: Executor) -> tuple[list[FragRun], list[Failure]]:
+             data: Path | None, executor: Executor,
+             bound: bool = False) -> tuple[list[FragRun], list[Failure]]:  # fmt: skip
     trace = read_alibaba(data_dir(data) / ALIBABA_DIR)
     pods = tuple(p.job for p in trace.pods)
     protocols = PROTOCOLS if protocol == "both" else (protocol,)
@@ -740,7 +745,14 @@ def _alibaba(policies: Sequence[str], seeds: Sequence[int], protocol: str, batch
     tasks = [Task(f"alibaba-2023 {proto} {name} seed {s}", run_benchmark,
                   (nodes, shared_pods, name, proto, s, batch))
              for proto in protocols for name in policies for s in seeds]  # fmt: skip
+    keys = [(proto, s) for proto in protocols for s in seeds] if bound else []
+    tasks += [Task(f"alibaba-2023 {proto} bound seed {s}", benchmark_bound,
+                   (nodes, shared_pods, proto, s, batch)) for proto, s in keys]  # fmt: skip
     with progress_bar(len(tasks), "alibaba-2023", unit="runs") as advance:
         results = executor.run(tasks, lambda _: advance(1))
-    runs = [r for i, r in enumerate(results.values) if i not in results.failed]
+    count = len(tasks) - len(keys)
+    floors = {key: results.values[count + i] for i, key in enumerate(keys)
+              if count + i not in results.failed}  # fmt: skip
+    runs = [replace(r, bound=floors.get((r.protocol, r.seed), {}))
+            for i, r in enumerate(results.values[:count]) if i not in results.failed]  # fmt: skip
     return runs, results.failures

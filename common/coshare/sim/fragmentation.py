@@ -164,7 +164,6 @@ def run_benchmark(
     seed: int,
     batch: int = BATCH_PODS,
     step: Step | None = None,
-    bound: bool = True,
 ) -> FragRun:
     """Run the benchmark once.
 
@@ -176,7 +175,6 @@ def run_benchmark(
         seed: shuffles pods, clones, the node order and seeds the random policy.
         batch: pods per cycle (batch protocol).
         step: called with the number of pods submitted so far, every cycle.
-        bound: also compute the lower bound on unallocated capacity (:attr:`FragRun.bound`).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
@@ -214,14 +212,32 @@ def run_benchmark(
             at_100 = ledger.breakdown(capacity, min_cores)
         if step is not None:
             step(start + len(chunk))
-    floor: dict[float, float] = {}
-    if bound:
-        requests = [(p.device_memory_mib, p.device_count) if p.needs_device else (0, 0)
-                    for p in sequence]  # fmt: skip
-        floor = unallocated_bound(arrived, submitted, requests, capacity // GPU_MILLI, GPU_MILLI,
-                                  ARRIVAL_LEVELS)  # fmt: skip
     return FragRun(impl.name, protocol, seed, tuple(arrived), tuple(allocated), placed,
-                   len(sequence) - placed, at_100, floor)  # fmt: skip
+                   len(sequence) - placed, at_100)  # fmt: skip
+
+
+def benchmark_bound(nodes: Sequence[Node], pods: Sequence[Job], protocol: str, seed: int,
+                    batch: int = BATCH_PODS) -> dict[float, float]:  # fmt: skip
+    """The least unallocated GPU % any placement can leave at each arrival level
+    (:data:`ARRIVAL_LEVELS`) of the benchmark's arrivals for ``seed``
+    (:mod:`coshare.sim.packing_bound`). It depends on the arrivals only, never on a policy, so
+    it is computed once, and only where asked (``simulate --bound``, the benchmark's report),
+    never inside a policy's run (it costs about as much as a fast policy's whole run)."""
+    capacity = gpu_capacity(nodes)
+    sequence = arrivals(pods, capacity, seed)
+    size = 1 if protocol == "online" else max(1, batch)
+    arrived: list[float] = []
+    submitted: list[int] = []
+    arrived_milli = 0
+    for start in range(0, len(sequence), size):
+        chunk = sequence[start : start + size]
+        arrived_milli += sum(gpu_request(p) for p in chunk)
+        arrived.append(100.0 * arrived_milli / capacity)
+        submitted.append(start + len(chunk))
+    requests = [(p.device_memory_mib, p.device_count) if p.needs_device else (0, 0)
+                for p in sequence]  # fmt: skip
+    return unallocated_bound(arrived, submitted, requests, capacity // GPU_MILLI, GPU_MILLI,
+                             ARRIVAL_LEVELS)  # fmt: skip
 
 
 def median_unallocated(runs: Sequence[FragRun], level: float) -> float:
