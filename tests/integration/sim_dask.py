@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 COSHARE = str(Path(sys.executable).parent / "coshare")
-#: 18 runs of a few seconds each (about 30 s in one process here): long enough that a worker
-#: job is cancelled while it runs one.
+#: 18 runs of a few seconds each (about 37 CPU s, 20 s on two local processes on an idle
+#: machine): long enough that a worker job is cancelled while the sweep runs.
 SWEEP = ["simulate", "--workload", "uniform", "--nodes", "4", "--offload-share", "0.5",
-         "--seeds", "3", "--sweep", "jobs=400,600,800", "--policies", "exclusive,knapsack",
+         "--seeds", "3", "--sweep", "jobs=800,1200,1600", "--policies", "exclusive,knapsack",
          "--output", "json"]  # fmt: skip
 
 
@@ -33,8 +33,9 @@ def reference() -> str:
 def sweep_with_a_cancel(config: Path, env: Mapping[str, str], workers: Callable[[], list[str]],
                         cancel: Callable[[str], None]) -> subprocess.CompletedProcess[str]:
     """Run the sweep with ``config`` (2 worker jobs); once both worker jobs run (``workers``
-    lists the running ones) and have had time to start runs, ``cancel`` one of them."""
+    lists the running ones), ``cancel`` one of them."""
     reference()
+    out = err = None
     proc = subprocess.Popen([COSHARE, "--config", str(config), *SWEEP, "--workers", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **env})  # fmt: skip
@@ -47,12 +48,15 @@ def sweep_with_a_cancel(config: Path, env: Mapping[str, str], workers: Callable[
                 break
             time.sleep(0.5)
         assert len(running) >= 2, f"worker jobs never ran: {running}"
-        time.sleep(8)  # the workers join and start runs of several seconds each
+        # At once: on an idle machine the sweep needs little more than the workers' start, so
+        # waiting for them to start runs could outlast it. A worker cancelled before or while
+        # it runs one costs the sweep that run at most.
         assert proc.poll() is None, "the sweep ended before a worker could be cancelled"
         cancel(running[0])
         out, err = proc.communicate(timeout=600)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if out is None:  # not communicated: its pipes are still open (closed here)
+            if proc.poll() is None:
+                proc.kill()
             proc.communicate()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -99,3 +99,13 @@ def test_a_core_the_process_may_not_use_is_a_probe_error() -> None:
     outside = max(os.sched_getaffinity(0)) + 1
     with pytest.raises(ProbeError, match=f"cannot stream on cores {outside}: core {outside}"):
         measure((outside,), 8, seconds=0.01)
+
+
+def test_a_probe_record_read_back_says_the_same_share() -> None:
+    # 28.8617958 / 29.0755183 rounds to 0.9926; the figures as written, 28.8618 / 29.0755,
+    # to 0.9927: the record must say what its own figures give.
+    from coshare.node.bandwidth import Measurement, ProbeResult
+
+    result = ProbeResult(Measurement((0,), 28.861795808260084, 0.0204, 1795853870.387, 8,
+                                     "numpy"), 29.07551839093658, "cpus 0")  # fmt: skip
+    assert ProbeResult.from_dict(result.to_dict()).to_dict() == result.to_dict()

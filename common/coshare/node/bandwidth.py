@@ -196,8 +196,10 @@ class ProbeResult:
         return self.measurement.gbps / self.baseline_gbps
 
     def to_dict(self) -> dict[str, object]:
-        return {**self.measurement.to_dict(), "baseline_gbps": round(self.baseline_gbps, 4),
-                "baseline": self.baseline_source, "available": round(self.fraction, 4)}
+        # The share of the figures as written: a record read back says the same share.
+        gbps, baseline = round(self.measurement.gbps, 4), round(self.baseline_gbps, 4)
+        return {**self.measurement.to_dict(), "baseline_gbps": baseline,
+                "baseline": self.baseline_source, "available": round(gbps / baseline, 4)}
 
     @classmethod
     def from_dict(cls, data: object) -> ProbeResult:
