@@ -372,3 +372,19 @@ def test_plan_drops_a_probe_dated_in_the_future_as_the_adapters_do(tmp_path: Pat
     plan = json.loads(ran.stdout)
     assert plan["assignments"] == [] and [u["job"] for u in plan["unplaced"]] == ["p"]
     assert "node n1: membw probe dated 1000000000 s in the future" in ran.stderr
+
+
+@pytest.mark.parametrize("trials", [False, True])
+def test_nothing_joins_a_job_of_unknown_use_placed_alone_this_cycle(trials: bool) -> None:
+    # One node; a job of unknown use goes first (alone: allowed), then a job that declares no
+    # bandwidth use (a share of 0 fits beside the unknown one's estimate of 1.0 at
+    # max_share 1.0): it must not join, as the unknown job is no trial (hypothesis found it).
+    node = Node("n1", 8 * MILLI, 8192, membw_gbps=40.0)
+    jobs = (Job("a", kind="cpu", device_count=0, cpu_milli=250, program="mystery"),
+            Job("b", kind="cpu", device_count=0, cpu_milli=250, membw_gbps=0.0,
+                submit_time_s=1.0))  # fmt: skip
+    snapshot = Snapshot((node,), (), jobs, now_s=100.0)
+    policy = MembwPolicy(max_share=1.0, programs=TABLE1, trials=trials)
+    plan = policy.plan(snapshot)
+    assert check_membw(snapshot, plan, policy) == []
+    assert [a.job for a in plan.assignments] == ["a"]

@@ -91,6 +91,7 @@ class NodeUse:
     unknown: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     trial: bool = False
+    closed: bool = False
 
 
 def node_uses(snapshot: Snapshot, programs: Mapping[str, float], init_s: float) -> list[NodeUse]:
@@ -164,6 +165,10 @@ class MembwPolicy:
             self._place(state, job, i)
             use = uses[i]
             share = shares[i]
+            if share is None and not use.jobs:
+                # Alone, a job of unknown use is no trial: nothing joins it this cycle (its
+                # use could be anything; the next cycle's probe measures it).
+                use.closed = True
             if share is None and use.jobs:
                 trials.append(Trial(job.id, snapshot.nodes[i].name, tuple(sorted(use.jobs))))
                 use.trial = True
@@ -196,7 +201,7 @@ class MembwPolicy:
         """Whether a job of ``share`` (``None``: unknown) may join ``use``'s node."""
         if not use.jobs:
             return True  # alone: nothing is co-scheduled
-        if use.trial:
+        if use.trial or use.closed:
             return False  # a job of no use at all would still change what the trial measures
         if share is not None:
             return use.used + share <= self.max_share + _EPS
