@@ -45,7 +45,7 @@ from coshare.cli import (
 from coshare.config import Config
 from coshare.cycles import log_notes, run_once
 from coshare.errors import CoshareError, CycleBusy
-from coshare.explain import SNAPSHOT_NAMES, explain
+from coshare.explain import SNAPSHOT_NAMES, explain, find_job
 from coshare.logs import log_format_option, setup_logging
 from coshare.planner import checked_plan
 from coshare.policies import make_policy
@@ -175,9 +175,13 @@ def scheduler_group(
         policy = make_policy(config.policy.name, policy_options(config))
         result = open_adapter(config).read()
         _warn(result.notes)
-        echo_explanation(explain(result.snapshot, policy, job, rejected=result.rejected,
-                                 waiting=result.waiting, names=names,
-                                 strict_threads=config.policy.threads == "strict"),
-                         output)  # fmt: skip
+        strict = config.policy.threads == "strict"
+        plan = None
+        if find_job(job, [j.id for j in result.snapshot.pending]) is not None:
+            # planned as the cycle plans it: a job it leaves out is explained with its reason
+            plan = checked_plan(policy, result.snapshot, strict_threads=strict).plan
+        explanation = explain(result.snapshot, policy, job, plan=plan, rejected=result.rejected,
+                              waiting=result.waiting, names=names, strict_threads=strict)
+        echo_explanation(explanation, output)
 
     return group

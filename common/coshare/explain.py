@@ -378,6 +378,10 @@ def _node_checks(snapshot: Snapshot, job: Job, free: _Free, exclusive: bool) -> 
 
 def _remedies(snapshot: Snapshot, job: Job, free: _Free, checks: Sequence[Check], strict: bool,
               names: Mapping[str, str], unplaced: Unplaced) -> list[str]:  # fmt: skip
+    if unplaced.code == "policy_failed":  # the planner's bug: no device or end of job helps
+        return ["an admin: the cycle's log names the snapshot file that reproduces the "
+                "policy's failure (coshare plan FILE shows it); until the policy is fixed, "
+                "another policy may place this job"]
     short = {c.node for c in checks if c.device is None and c.limit is not None}
     fits = [c for c in checks if c.limit is None and c.node not in short]
     if fits:

@@ -3,8 +3,14 @@ leaves that job or node out, and the cycle plans and writes everything else."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 from coshare.containment import MAX_ROUNDS, plan_contained
+from coshare.cycle_cli import scheduler_group
 from coshare.errors import PlanInvariantError
 from coshare.model import Device, Job, Node, Plan, Snapshot
 from coshare.planner import run_cycle
@@ -180,3 +186,26 @@ class as_policy:  # used as a decorator, so named as a function
 
     def plan(self, snapshot: Snapshot) -> Plan:
         return self._plan(snapshot)  # type: ignore[operator,no-any-return]
+
+
+@pytest.mark.parametrize("faulty", [CrashesOnJob, MisplacesJob])
+def test_explain_says_why_a_job_left_out_waits_and_that_an_admin_acts(
+    faulty: type[CrashesOnJob] | type[MisplacesJob], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # coshare condor|slurm explain plans as the cycle does: the job the cycle leaves out is
+    # explained as waiting with the cycle's reason, not as placed (nor a traceback).
+    monkeypatch.setattr("coshare.cycle_cli.make_policy", lambda *a, **k: faulty(KNAPSACK, "3.0"))
+    monkeypatch.setattr("coshare.config.DEFAULT_CONFIG_PATH", Path("/nonexistent/coshare.yaml"))
+    for var in [v for v in os.environ if v.startswith("COSHARE_")]:
+        monkeypatch.delenv(var)
+    group = scheduler_group("fake", "A stand-in.", lambda c: MemoryQueue(cluster()), lambda c: None)
+    result = CliRunner().invoke(group, ["explain", "3", "--output", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["job"], data["state"], data["code"]) == ("3.0", "waiting", "policy_failed")
+    assert "failed while planning this job" in data["reason"]
+    # the remedy is the admin's, not a device that would take it now
+    (remedy,) = data["remedies"]
+    assert remedy.startswith("an admin:") and "reproduces" in remedy
+    other = json.loads(CliRunner().invoke(group, ["explain", "4", "--output", "json"]).stdout)
+    assert other["state"] == "placed"
