@@ -90,6 +90,8 @@ class _Runner:
         self._check = check
         #: What the policy raised the first time it raised (re-raised when nothing helps).
         self.first_exception: Exception | None = None
+        #: The violations of the first plan that failed the check (the whole snapshot's).
+        self.first_problems: tuple[str, ...] = ()
 
     def failure(self, snapshot: Snapshot) -> tuple[Plan | None, str | None]:
         """The plan and ``None``, or ``None`` (when the policy raised) and why it failed."""
@@ -103,6 +105,8 @@ class _Runner:
             return None, _cut(f"{type(exc).__name__}: {exc}")
         problems = self._check(snapshot, plan)
         if problems:
+            if not self.first_problems:
+                self.first_problems = tuple(problems)
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             return plan, _cut("the plan check found: " + "; ".join(problems[:3]) + more)
         return plan, None
@@ -156,7 +160,7 @@ def plan_contained(
         if error is None:
             assert plan is not None
             return ContainedPlan(_with_left_out(plan, contained, policy_name), tuple(contained))
-    raise PolicyFailed(policy_name, first_error, runner.first_exception)
+    raise PolicyFailed(policy_name, first_error, runner.first_exception, runner.first_problems)
 
 
 class PolicyFailed(Exception):
@@ -168,12 +172,16 @@ class PolicyFailed(Exception):
         error: the first failure, for a person.
         raised: what the policy raised, when it raised (the caller re-raises it: a failure
             of every input is the policy's or its settings' own, as before containment).
+        problems: the plan check's violations of the first plan that failed it.
     """
 
-    def __init__(self, policy: str, error: str, raised: Exception | None) -> None:
+    def __init__(
+        self, policy: str, error: str, raised: Exception | None, problems: tuple[str, ...] = ()
+    ) -> None:
         self.policy = policy
         self.error = error
         self.raised = raised
+        self.problems = problems
         super().__init__(f"policy {policy} failed on every input tried: {error}")
 
 

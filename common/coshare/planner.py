@@ -263,8 +263,8 @@ def checked_plan(
     except PolicyFailed as failed:
         if failed.raised is not None:
             raise failed.raised from None
-        raise PlanInvariantError(policy.name, check_plan(
-            snapshot, policy.plan(snapshot), strict_threads=strict_threads)) from None
+        # The violations the first check found: the whole snapshot's plan, not planned again.
+        raise PlanInvariantError(policy.name, list(failed.problems)) from None
     plan = contained.plan
     return replace(contained, plan=replace(plan, seconds=clock() - start,
                                            notes=(*mig_notes, *plan.notes)))  # fmt: skip
