@@ -234,7 +234,7 @@ class PolicyConfig:
             is held back for it if it fits none now; ``null`` disables aging.
         max_reserved_devices: at most this many devices are held back per cycle for aged jobs.
         max_reserved_gangs: at most this many aged multi-node jobs hold back nodes per cycle
-            (backfill's reservation, issue 14); 0 disables their reservations.
+            (backfill's reservation); 0 disables their reservations.
         membw: options of the ``membw`` policy (``policy.membw.max_share`` ...).
         sns: options of the ``sns`` and ``cs`` policies (``policy.sns.profiles_dir`` ...).
     """
@@ -372,7 +372,7 @@ class NodeConfig:
             bindings read (where the collector is); ``null``: HTCondor's own search
             (``CONDOR_CONFIG``, ``/etc/condor/condor_config``).
         max_freeze_s: a job frozen longer than this is thawed by the daemon (a freeze is for
-            a probe, never for good; issue 13).
+            a probe, never for good).
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
