@@ -36,13 +36,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coshare.explain import wait_reason_writes
-from coshare.ledger import Book, Current, Decisions, decide
+from coshare.ledger import Book, Current, Decisions, Write, decide
 from coshare.model import Plan
-from coshare.ports import Rejected
+from coshare.ports import JobOutcome, Rejected
 from coshare.trials import TrialRecord, format_trial
+
+from condor_addon.names import device_id_problem, node_name_problem
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,8 @@ def plan_edits(
         now_s: when the trial records start (epoch seconds).
         loans: lent cores (``collocate``); ``None``: nothing of them is written.
     """
-    decisions = decide(plan, {j.id: j for j in book.pending}, book.to_close, rejected,
-                       current)  # fmt: skip
+    pending = {j.id: j for j in book.pending}
+    decisions = writable(decide(plan, pending, book.to_close, rejected, current))
     by_devices: dict[tuple[str, ...], list[str]] = defaultdict(list)
     by_node: dict[str, list[str]] = defaultdict(list)
     by_nodes: dict[tuple[str, ...], list[str]] = defaultdict(list)
@@ -154,6 +156,35 @@ def plan_edits(
         gang_devices=tuple((d, tuple(ids)) for d, ids in sorted(by_node_devices.items())),
         nodes=tuple((n, tuple(ids)) for n, ids in sorted(by_node.items())),
         holds=tuple((r, tuple(ids)) for r, ids in by_reason.items()),
+    )
+
+
+def write_problem(write: Write) -> str | None:
+    """Why a placement cannot be written (a node name or device id
+    :mod:`condor_addon.names` refuses); ``None`` when it can."""
+    places = [(write.node, write.devices)] + [(p.node, p.devices) for p in write.parts]
+    for node, devices in places:
+        problem = node_name_problem(node)
+        if problem is not None:
+            return f"the node name {node!r} {problem}"
+        for device in devices:
+            problem = device_id_problem(device)
+            if problem is not None:
+                return f"the device id {device!r} on {node!r} {problem}"
+    return None
+
+
+def writable(decisions: Decisions) -> Decisions:
+    """``decisions`` with every write that cannot be written moved to ``failed`` with why:
+    that job is left as it is, and the others are written."""
+    problems = {w.job: p for w in decisions.writes if (p := write_problem(w)) is not None}
+    if not problems:
+        return decisions
+    failed = tuple(JobOutcome(job, f"not written: {why}") for job, why in problems.items())
+    return replace(
+        decisions,
+        writes=tuple(w for w in decisions.writes if w.job not in problems),
+        failed=decisions.failed + failed,
     )
 
 

@@ -5,6 +5,9 @@ through :func:`literal`, i.e. ``classad2.quote``, which escapes quotes and backs
 named ``n1" || true || "`` becomes one string literal, never an expression. Job ids are
 checked against ``cluster.proc`` before they enter a constraint. Nothing here talks to
 HTCondor.
+
+Node names and device ids are written only where :mod:`condor_addon.names` says they can be
+(the rule the reader applies too); anything else raises :class:`~coshare.errors.UnsafeValue`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from coshare.errors import UnsafeValue
 
 from condor_addon import attributes as A
 from condor_addon.edits import hold_reason
+from condor_addon.names import device_id_problem, node_name_problem
 
 __all__ = ["UNDEFINED", "devices_value", "hold_reason", "idle_managed", "job_clause",
            "literal", "node_devices_value", "node_value", "nodes_value",
@@ -36,26 +40,57 @@ def literal(text: str) -> str:
     return str(classad2.quote(text.replace("\x00", "")))
 
 
-def node_value(node: str) -> str:
-    """The value written to ``CosharePlacedNode``."""
+def _node(node: str) -> str:
+    problem = node_name_problem(node)
+    if problem is not None:
+        raise UnsafeValue(f"cannot write the node name {node!r}: it {problem}")
     return literal(node)
 
 
-def devices_value(devices: Sequence[str]) -> str:
-    """The value written to ``CosharePlacedDevices``: ids joined by commas, as a string."""
+def _devices(devices: Sequence[str]) -> str:
+    for device in devices:
+        problem = device_id_problem(device)
+        if problem is not None:
+            raise UnsafeValue(f"cannot write the device id {device!r}: it {problem}")
     return literal(",".join(devices))
+
+
+def node_value(node: str) -> str:
+    """The value written to ``CosharePlacedNode``.
+
+    Raises:
+        UnsafeValue: a name :func:`condor_addon.names.node_name_problem` refuses.
+    """
+    return _node(node)
+
+
+def devices_value(devices: Sequence[str]) -> str:
+    """The value written to ``CosharePlacedDevices``: ids joined by commas, as a string.
+
+    Raises:
+        UnsafeValue: an id :func:`condor_addon.names.device_id_problem` refuses.
+    """
+    return _devices(devices)
 
 
 def nodes_value(nodes: Sequence[str]) -> str:
     """The value written to ``CosharePlacedNodes``: a ClassAd list of the gang's node names,
-    each a quoted literal (``{"node1", "node2"}``)."""
-    return "{" + ", ".join(literal(n) for n in nodes) + "}"
+    each a quoted literal (``{"node1", "node2"}``).
+
+    Raises:
+        UnsafeValue: a name :func:`condor_addon.names.node_name_problem` refuses.
+    """
+    return "{" + ", ".join(_node(n) for n in nodes) + "}"
 
 
 def node_devices_value(per_node: Sequence[Sequence[str]]) -> str:
     """The value written to ``CosharePlacedNodeDevices``: a ClassAd list with each node's
-    device ids joined by commas, in the order of ``CosharePlacedNodes`` (``{"0,1", "0"}``)."""
-    return "{" + ", ".join(literal(",".join(d)) for d in per_node) + "}"
+    device ids joined by commas, in the order of ``CosharePlacedNodes`` (``{"0,1", "0"}``).
+
+    Raises:
+        UnsafeValue: an id :func:`condor_addon.names.device_id_problem` refuses.
+    """
+    return "{" + ", ".join(_devices(d) for d in per_node) + "}"
 
 
 def time_value(epoch_s: float) -> str:

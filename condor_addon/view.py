@@ -82,9 +82,15 @@ from coshare.model import (
     capacity_cores_to_milli,
     cores_to_milli,
 )
-from coshare.ports import Rejected, Unusable
+from coshare.ports import UNWRITABLE, Rejected, Unusable
 
 from condor_addon import attributes as A
+from condor_addon.names import (
+    UNWRITABLE_DEVICE,
+    UNWRITABLE_NAME,
+    device_id_problem,
+    node_name_problem,
+)
 
 Values = Mapping[str, object]
 
@@ -155,7 +161,8 @@ class ClusterView:
 
 def _device_id(raw: object) -> str:
     """One of ``CoshareNodeDeviceIds``: an id (integers as written) without a comma, since
-    placements join device ids with commas.
+    placements join device ids with commas, that the writer can write
+    (:func:`condor_addon.names.device_id_problem`).
 
     Raises:
         BadValue: anything else.
@@ -165,6 +172,9 @@ def _device_id(raw: object) -> str:
     dev_id = checked_id(A.DEVICE_IDS, raw)
     if "," in dev_id:
         raise BadValue(A.DEVICE_IDS, raw, "an id without a comma", "holds a comma")
+    problem = device_id_problem(dev_id)
+    if problem is not None:  # the writer would refuse every placement on it
+        raise BadValue(A.DEVICE_IDS, raw, UNWRITABLE_DEVICE, problem)
     return dev_id
 
 
@@ -338,7 +348,8 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
     ``CoshareNodeName`` cannot be a node name is ignored with a warning; a node whose slot ads
     hold a value out of bounds is left out with a warning naming it and the field, and the
     other nodes are read as usual (:func:`coshare.ledger.read_node`). Nodes whose slots are
-    all drained or closed take nothing and are listed in ``unusable``.
+    all drained or closed take nothing and are listed in ``unusable``; so are nodes whose name
+    the writer cannot write (:func:`condor_addon.names.node_name_problem`), with a warning.
 
     Args:
         slots: one mapping per slot ad (see :data:`~condor_addon.attributes.SLOT_PROJECTION`).
@@ -352,6 +363,7 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
     ads_of: dict[str, list[Values]] = {}
     node_of_machine: dict[str, str] = {}
     facts: dict[str, str] = {}
+    unwritable: dict[str, str] = {}
     for ad in slots:
         raw = ad.get(A.NODE_NAME)
         if raw is None:
@@ -363,6 +375,12 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
             warnings.append(f"slot {shorten_text(slot)}: {exc}; slot ignored")
             continue
         node_of_machine[machine_of(slot)] = name
+        problem = node_name_problem(name)
+        if problem is not None:
+            # The writer refuses such a name in every placement (the same rule): planning
+            # jobs onto it would fail every write of every cycle while good nodes sit free.
+            unwritable.setdefault(name, problem)
+            continue
         ads_of.setdefault(name, []).append(ad)
         text = ad.get(A.NODE_FACTS)
         if isinstance(text, str) and name not in facts:
@@ -373,6 +391,12 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
     unusable: list[Unusable] = []
     left_out: set[str] = set()
     global_ids: set[str] = set()
+    for name, problem in sorted(unwritable.items()):
+        warnings.append(f"node {shorten_text(name)}: its name cannot be written into a "
+                        f"placement: it {problem} ({UNWRITABLE_NAME}); node left out of this "
+                        "cycle")
+        unusable.append(Unusable(name, UNWRITABLE, f"name not writable ({UNWRITABLE_NAME})"))
+        left_out.add(name)
     for name in sorted(ads_of):
 
         def read(name: str = name) -> tuple[_NodeRead, list[RunningJob]]:

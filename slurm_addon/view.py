@@ -64,7 +64,7 @@ from coshare.ledger import (
     whole_node,
 )
 from coshare.model import MILLI, Device, DeviceKind, Node, RunningJob, Snapshot
-from coshare.ports import Rejected, Unusable, Waiting
+from coshare.ports import UNWRITABLE, Rejected, Unusable, Waiting
 
 from slurm_addon.comment import is_annotated, read_annotations
 from slurm_addon.jobs import SlurmJob, expand_nodes
@@ -135,7 +135,7 @@ def build_nodes(
             # onto it would fail every write of every cycle while good nodes sit free.
             notes.append(f"node {shorten_text(n.name)}: its name cannot be written into a "
                          f"placement ({UNWRITABLE_NAME}); node left out of this cycle")
-            unusable.append(replace(n, state="unwritable", flags=(),
+            unusable.append(replace(n, state=UNWRITABLE, flags=(),
                                     reason=f"name not writable ({UNWRITABLE_NAME})"))
             continue
         if not n.usable:

@@ -23,6 +23,7 @@ import gc
 import importlib
 import json
 import sys
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -328,8 +329,9 @@ def plan(
     config = configured(app, policy_name, threads, seed)
     policy = make_policy(config.policy.name, policy_options(config))
     with collector_paused():  # until the plan is printed
-        snap, stale = without_stale_probes(read_snapshot(snapshot),
-                                           config.cycle.node_facts_max_age_s)  # fmt: skip
+        # A snapshot without "now" is aged against this machine's clock, as a cycle's read.
+        max_age_s = config.cycle.node_facts_max_age_s
+        snap, stale = without_stale_probes(read_snapshot(snapshot), max_age_s, time.time())
         for note in stale:
             click.echo(f"coshare: note: {note}", err=True)
         checked = checked_plan(policy, snap, strict_threads=config.policy.threads == "strict")

@@ -470,20 +470,28 @@ def _waits(text: str) -> tuple[JobWait, ...]:
     return tuple(out)
 
 
-def without_stale_probes(snapshot: Snapshot, max_age_s: float) -> tuple[Snapshot, tuple[str, ...]]:
+def without_stale_probes(
+    snapshot: Snapshot, max_age_s: float, clock_s: float | None = None
+) -> tuple[Snapshot, tuple[str, ...]]:
     """``snapshot`` with every node's membw probe that is too old, or dated in the future, by
     :func:`age_problem` at its ``now`` dropped (a note per node): the rule the adapters apply
     when they read facts, for a snapshot that carries its facts already (``coshare plan``).
-    A snapshot without ``now`` is returned as it is."""
-    now = snapshot.now_s
+
+    A snapshot without ``now`` does not say when it was read (it may be an old one, planned
+    again), so the age of its probes is unknown; but no probe ran after the moment it is
+    planned: against ``clock_s`` (the planning machine's clock), a probe dated in the future
+    by more than ``max_age_s`` is dropped as the adapters would. With neither, the snapshot
+    is returned as it is."""
+    now = snapshot.now_s if snapshot.now_s is not None else clock_s
     if now is None:
         return snapshot, ()
+    future_only = snapshot.now_s is None
     nodes, notes = [], []
     for node in snapshot.nodes:
         at = node.membw_at_s if node.membw_at_s is not None else node.facts_at_s
         old = age_problem(at, now, max_age_s) if node.membw_avail_gbps is not None and \
             at is not None else None  # fmt: skip
-        if old is None:
+        if old is None or (future_only and at is not None and at <= now):
             nodes.append(node)
             continue
         notes.append(f"node {node.name}: membw probe {old}: not used (cycle.node_facts_max_age_s "

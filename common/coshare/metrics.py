@@ -67,6 +67,7 @@ from coshare.config import MetricsConfig
 from coshare.errors import CoshareError, PlanInvariantError
 from coshare.model import UnplacedCode
 from coshare.planner import PHASES, CycleReport
+from coshare.ports import UNWRITABLE
 
 log = logging.getLogger("coshare.metrics")
 
@@ -121,8 +122,8 @@ def cycle_figures(report: CycleReport) -> dict[str, Any]:
                     "verify": report.verify_s, "apply": report.apply_s},
         "contained": len(report.contained),
         "unusable": {
-            "closed": sum(u.state != "unwritable" for u in report.unusable),
-            "unwritable": sum(u.state == "unwritable" for u in report.unusable),
+            "closed": sum(u.state != UNWRITABLE for u in report.unusable),
+            UNWRITABLE: sum(u.state == UNWRITABLE for u in report.unusable),
         },
     }  # fmt: skip
 

@@ -52,11 +52,16 @@ class Waiting:
     reason: str
 
 
+#: The state of an :class:`Unusable` node left out because its name cannot be written.
+UNWRITABLE = "unwritable"
+
+
 @dataclass(frozen=True)
 class Unusable:
     """A node the scheduler starts no new job on now (Slurm: drained or down; HTCondor: its
-    slots drained, or its START expression false): left out of the snapshot, and shown by
-    ``show`` with the scheduler's own words, so an admin sees why it takes nothing.
+    slots drained, or its START expression false), or one whose name the adapter's writer
+    cannot write into a placement (state :data:`UNWRITABLE`): left out of the snapshot, and
+    shown by ``show`` with the scheduler's own words, so an admin sees why it takes nothing.
 
     Attributes:
         node: the node's name.

@@ -190,3 +190,80 @@ def test_a_cycle_counts_the_nodes_it_left_out_by_kind(tmp_path: Path) -> None:
     s = ("scheduler", "slurm")
     assert found[("coshare_cycle_unusable_nodes", (("kind", "unwritable"), s))] == 1
     assert found[("coshare_cycle_unusable_nodes", (("kind", "closed"), s))] == 2
+
+
+def read_condor_renamed(node: str, name: object) -> SourceResult:
+    """The recorded pool with every slot of ``node`` advertising ``CoshareNodeName = name``."""
+    now = float((FIXTURES / "condor/23.9.6/recorded_at").read_text())
+    pool = RecordedPool("")
+    for ad in pool.slots:
+        if ad["CoshareNodeName"] == node:
+            ad["CoshareNodeName"] = name
+    config = Config(device_kinds={"phi-5110p": DeviceKind(8192, 240)})
+    return CondorAdapter(pool, config, clock=lambda: now).read()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["node2$$(Name)", "node2$$([1+1])", "$$"])
+def test_condor_a_node_whose_name_cannot_be_written_is_left_out_and_shown(name: str) -> None:
+    # The schedd replaces $$(...) in a job's attributes when it starts the job: a placement
+    # on this node would not read back as its name, on every cycle.
+    result = read_condor_renamed("node2", name)
+    notes = [n for n in result.notes if "its name cannot be written into a placement" in n]
+    assert len(notes) == 1 and notes[0].endswith("node left out of this cycle"), result.notes
+    assert notes[0].startswith(f"node {name}: ") and "$$" in notes[0]
+    assert [n.name for n in result.snapshot.nodes] == ["node1", "node3"]
+    assert name not in {r.node for r in result.snapshot.running}
+    plan = make_policy("knapsack").plan(result.snapshot)
+    assert plan.placed > 0 and {a.node for a in plan.assignments} <= {"node1", "node3"}
+    text = show_text(result, plan)
+    assert "unwritable" in text and "name not writable" in " ".join(text.split())
+
+
+def test_condor_odd_but_writable_names_stay_planned() -> None:
+    # Quotes, spaces, one dollar: written as a quoted ClassAd string, the gate compares them.
+    for name in ['node4 " || true || "', "n$(id)", "n 3", "n5,n6", "csl-n2;reboot"]:
+        result = read_condor_renamed("node2", name)
+        assert name in {n.name for n in result.snapshot.nodes}, result.notes
+        assert not result.unusable
+
+
+def test_condor_a_device_whose_id_cannot_be_written_is_ignored_and_the_rest_planned() -> None:
+    now = float((FIXTURES / "condor/23.9.6/recorded_at").read_text())
+    pool = RecordedPool("")
+    for ad in pool.slots:
+        if ad["CoshareNodeName"] == "node3":
+            ad["CoshareNodeDeviceIds"] = ["gpu 0", "1"]
+            ad["CoshareNodeDeviceMemory"] = [8192, 8192]
+            ad["CoshareNodeDeviceThreads"] = [240, 240]
+            ad["CoshareNodeDeviceModels"] = ["phi-5110p", "phi-5110p"]
+    config = Config(device_kinds={"phi-5110p": DeviceKind(8192, 240)})
+    result = CondorAdapter(pool, config, clock=lambda: now).read()  # type: ignore[arg-type]
+    node3 = next(n for n in result.snapshot.nodes if n.name == "node3")
+    assert [d.id for d in node3.devices] == ["1"]
+    assert any(n.startswith("node node3 device gpu 0: CoshareNodeDeviceIds=") and
+               n.endswith("device ignored") for n in result.notes), result.notes
+
+
+def test_a_condor_cycle_counts_the_unwritable_nodes(tmp_path: Path) -> None:
+    from coshare.config import MetricsConfig
+    from coshare.metrics import CycleMetrics
+    from prometheus_client.parser import text_string_to_metric_families
+
+    now = float((FIXTURES / "condor/23.9.6/recorded_at").read_text())
+    pool = RecordedPool("")
+    for ad in pool.slots:
+        if ad["CoshareNodeName"] == "node2":
+            ad["CoshareNodeName"] = "node2$$(Name)"
+    config = Config(device_kinds={"phi-5110p": DeviceKind(8192, 240)})
+    adapter = CondorAdapter(pool, config, clock=lambda: now)  # type: ignore[arg-type]
+    report = run_cycle(adapter, make_policy("knapsack"), adapter, dry_run=True)
+    assert report.plan.placed > 0 and report.apply.applied and not report.apply.failed
+    metrics = CycleMetrics("condor", MetricsConfig(textfile_dir=str(tmp_path)))
+    metrics.finished(report)
+    assert metrics.export() == []
+    text = (tmp_path / "coshare_condor.prom").read_text()
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in text_string_to_metric_families(text) for s in f.samples}
+    s = ("scheduler", "condor")
+    assert found[("coshare_cycle_unusable_nodes", (("kind", "unwritable"), s))] == 1
+    assert found[("coshare_cycle_unusable_nodes", (("kind", "closed"), s))] == 0

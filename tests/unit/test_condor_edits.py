@@ -106,3 +106,17 @@ def test_wait_reasons_one_transaction_per_reason_only_when_changed() -> None:
     job = read_job(ad)
     assert job is not None and job.wait_reason == same
     assert "CoshareWaitReason" not in job.annotations  # coshare's own, never an annotation
+
+
+def test_a_placement_the_writer_cannot_write_fails_alone_and_the_others_are_written() -> None:
+    # The reader leaves such nodes and devices out; a plan that still names one (a policy's
+    # slip) fails that job with why, and every other job is written.
+    others = [replace(IDLE, id=i) for i in ("2.0", "3.0")]
+    p = plan(Assignment("1.0", "n1", ("0",)), Assignment("2.0", "n$$(Name)", ("0",)),
+             Assignment("3.0", "n1", ("gpu 0",)))
+    e = edits(p, book("1.0", "2.0", "3.0"), [IDLE, *others])
+    assert [w.job for w in e.decisions.writes] == ["1.0"]
+    assert e.nodes == (("n1", ("1.0",)),) and e.placed == ("1.0",)
+    failed = {o.job: o.detail for o in e.decisions.failed}
+    assert failed["2.0"].startswith("not written: the node name 'n$$(Name)' holds $$")
+    assert failed["3.0"].startswith("not written: the device id 'gpu 0' on 'n1'")

@@ -13,6 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from condor_addon import expressions as X
+from condor_addon.names import DEVICE_ID_CHARS
+
+WRAPPER = Path(__file__).resolve().parents[2] / "deploy/condor/coshare-job-wrapper"
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDD_CONF = ROOT / "deploy" / "condor" / "config.d" / "10-coshare-schedd.conf"
@@ -95,3 +98,28 @@ def test_a_job_id_ending_in_a_newline_is_refused() -> None:
     # "$" matches before a trailing newline; the check is a whole-string match (issue 11).
     with pytest.raises(ValueError):
         X.job_clause("1.0\n")
+
+
+@pytest.mark.parametrize("name", ["n$$(Name)", "n$$([1 + 1])", "$$"])
+def test_the_writer_refuses_a_node_name_the_schedd_would_rewrite(name: str) -> None:
+    # The schedd replaces $$(...) in every attribute of a job when it starts it.
+    for write in (lambda: X.node_value(name), lambda: X.nodes_value(["n1", name])):
+        with pytest.raises(ValueError, match=r"cannot write the node name .* holds \$\$"):
+            write()
+    assert classad2.ExprTree(X.node_value("n$(id)")).eval() == "n$(id)"
+
+
+@pytest.mark.parametrize("device", ["gpu 0", "0/1", "a\"b", "", "x" * 257])
+def test_the_writer_refuses_a_device_id_the_job_wrapper_refuses(device: str) -> None:
+    for write in (lambda: X.devices_value(["0", device]),
+                  lambda: X.node_devices_value([["0"], [device]])):
+        with pytest.raises(ValueError, match="cannot write the device id"):
+            write()
+    assert classad2.ExprTree(X.devices_value(["GPU-1a", "0:1"])).eval() == "GPU-1a,0:1"
+
+
+def test_device_ids_are_what_the_job_wrapper_passes_on() -> None:
+    # The wrapper's ``plain`` keeps a list of ids of these characters (and commas) only.
+    match = re.search(r"plain\(\) \{\n.*?\[([^\]]*)\]\*", WRAPPER.read_text(), re.S)
+    assert match is not None
+    assert match.group(1) == DEVICE_ID_CHARS.replace(":-", ":,-")

@@ -9,6 +9,7 @@ import json
 import random
 from itertools import product
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -388,3 +389,38 @@ def test_nothing_joins_a_job_of_unknown_use_placed_alone_this_cycle(trials: bool
     plan = policy.plan(snapshot)
     assert check_membw(snapshot, plan, policy) == []
     assert [a.job for a in plan.assignments] == ["a"]
+
+
+def test_plan_drops_a_future_probe_of_a_snapshot_without_now_and_keeps_an_old_one(
+    tmp_path: Path,
+) -> None:
+    # The same node and jobs with no "now": the snapshot may be an old one planned again, so
+    # an old probe stays; but no probe ran after this moment, so one dated 1e9 s ahead of this
+    # machine's clock goes, as a cycle's read drops it.
+    import time
+
+    from click.testing import CliRunner
+    from coshare.cli import cli
+
+    def planned(probe_at: float) -> tuple[dict[str, Any], str]:
+        snapshot = {
+            "nodes": [{"name": "n1", "cores": 32, "memory_mib": 65536, "membw_gbps": 100.0,
+                       "membw_avail_gbps": 100.0, "membw_baseline_gbps": 100.0,
+                       "facts_at_s": probe_at, "membw_at_s": probe_at, "devices": []}],
+            "running": [{"id": "r", "node": "n1", "cores": 4, "memory_mib": 1024,
+                         "membw_gbps": 80.0, "start_time": 1_000_000.0}],
+            "pending": [{"id": "p", "kind": "cpu", "cores": 4, "memory_mib": 1024,
+                         "membw_gbps": 80.0}],
+        }
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps(snapshot))
+        ran = CliRunner().invoke(cli, ["plan", str(path), "--policy", "membw", "--output",
+                                       "json"], env={"COSHARE_CONFIG": "/dev/null"})
+        assert ran.exit_code == 0, ran.output
+        return json.loads(ran.stdout), ran.stderr
+
+    plan, notes = planned(time.time() + 1e9)
+    assert plan["assignments"] == [] and [u["job"] for u in plan["unplaced"]] == ["p"]
+    assert "node n1: membw probe dated 1000000" in notes and "in the future" in notes
+    plan, notes = planned(1_000_000.0 + 7200)  # the probe says idle, its age unknown: trusted
+    assert [a["job"] for a in plan["assignments"]] == ["p"] and "membw probe" not in notes
