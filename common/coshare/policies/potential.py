@@ -175,7 +175,14 @@ class Potential:
     # -- the potential ------------------------------------------------------------------------
 
     def _free(self, rows: Ints) -> Ints:
-        free: Ints = np.append(np.clip(self.state.dev_free_mem, 0, None), -1)[self.slot[rows]]
+        """Free memory by slot (none below 0; ``-1`` for a missing slot), a row per node, read
+        for those nodes' devices only."""
+        slot = self.slot[rows]
+        missing = slot >= self.state.device_count
+        if not self.state.device_count:
+            return np.full(slot.shape, -1, dtype=np.int64)
+        free: Ints = np.where(missing, -1, np.maximum(
+            self.state.dev_free_mem[np.where(missing, 0, slot)], 0))
         return free
 
     def _refresh(self, rows: Ints) -> None:
