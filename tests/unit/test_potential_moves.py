@@ -169,3 +169,22 @@ def test_each_move_is_the_least_rise_then_best_fit_then_emptiest_node(seed: int)
         assert devices == [exact_choice(shapes, state, job, ok)], job.id
         state.place(job, node, devices)
         pot.changed(node)
+
+
+@pytest.mark.parametrize("nodes", [3, 300])
+def test_a_device_held_for_an_aged_job_leaves_its_twin_to_the_next_job(nodes: int) -> None:
+    # Identical nodes of two identical devices: only the first device of the first node is
+    # scored for the others. An aged job that fits nowhere now holds that device back; the
+    # next job still goes where the rule puts it, the held device's twin, not the next node.
+    made = tuple(Node(f"n{i:03d}", 8 * MILLI, 32768, (Device("0", 8192, 240),
+                                                       Device("1", 8192, 240)))
+                 for i in range(nodes))
+    running = tuple(RunningJob(f"r{i}.{d}", f"n{i:03d}", (str(d),), 1024, 10, MILLI, 1024)
+                    for i in range(nodes) for d in range(2))
+    aged = Job("old", 8192, 10, cpu_milli=MILLI, memory_mib=1024, submit_time_s=0.0)
+    fresh = Job("new", 1024, 10, cpu_milli=MILLI, memory_mib=1024, submit_time_s=99_000.0)
+    snapshot = Snapshot(made, running, (aged, fresh), now_s=100_000.0)
+    plan = make_policy("sharepack", PolicyOptions(age_limit_s=3600.0)).plan(snapshot)
+    assert [u.code for u in plan.unplaced] == ["reserved"]
+    assert "n000/0" in plan.unplaced[0].reason
+    assert [(a.job, a.node, a.devices) for a in plan.assignments] == [("new", "n000", ("1",))]

@@ -54,9 +54,10 @@ MAX_SHAPES = 64
 #: A cycle's first jobs of one device are scored shape by shape; from the next one on, from
 #: per-node sums kept as jobs are placed (:meth:`Potential._moves`).
 SCORED_BEFORE_SUMS = 2
-#: Equal moves on one node are left out before scoring (:func:`distinct_moves`) where a node
-#: has more devices than this; with two, scoring them costs less than finding them.
-DISTINCT_FROM_WIDTH = 2
+#: Equal moves on one node are left out as nodes change (:meth:`Potential._mark`) where
+#: nodes have at most this many devices; where some have more, at each job
+#: (:func:`distinct_moves`, which sorts the candidates).
+DISTINCT_FROM_WIDTH = 16
 #: Nodes are brought up to date device by shape at once up to this many cells, else by
 #: :meth:`Potential._refresh`'s pass over the devices.
 BROADCAST_CELLS = 4096
@@ -94,12 +95,13 @@ class LazyPotential:
     large contended one) does not pay for scoring every node."""
 
     def __init__(self, state: ClusterState, shapes: Callable[[], Sequence[tuple[Shape, int]]],
-                 stranding: float = 1.0) -> None:  # fmt: skip
+                 stranding: float = 1.0, held: Mask | None = None) -> None:  # fmt: skip
         self._state, self._shapes, self._stranding = state, shapes, stranding
+        self._held = held
         self._built: Potential | None = None
 
     def _make(self) -> Potential:
-        return Potential(self._state, self._shapes(), self._stranding)
+        return Potential(self._state, self._shapes(), self._stranding, self._held)
 
     def place(self, job: Job, ok: Mask) -> bool:
         """:meth:`Potential.place`."""
@@ -126,13 +128,19 @@ class Potential:
         state: the ledger to score and to place into.
         shapes: the expected job shapes with their weights.
         stranding: weight of the stranding part (1: a stranded MiB counts as a fragment MiB).
+        held: devices the caller keeps out of the masks it passes whatever their state (an
+            aged job's reservation; the caller may mark more as it goes). Only the first of
+            identical nodes or devices is scored on the ground that the others take a job
+            when it does; while any device is held, every device passed is scored.
     """
 
     def __init__(
-        self, state: ClusterState, shapes: Sequence[tuple[Shape, int]], stranding: float = 1.0
+        self, state: ClusterState, shapes: Sequence[tuple[Shape, int]], stranding: float = 1.0,
+        held: Mask | None = None,
     ) -> None:
         self.state = state
         self.stranding = stranding
+        self.held = held
         n = len(state.nodes)
         width = max((len(d) for d in state.node_devs), default=0)
         # slot -> global device index; missing slots point one past the last device
@@ -297,8 +305,10 @@ class Potential:
         self.groups: dict[bytes, list[int]] = {}
         self.key_of: list[bytes] = []
         self.grouped = n > GROUP_FROM_NODES
+        self.scored_dev = np.zeros(self.state.device_count, dtype=np.bool_)
         if not self.grouped:
             self.first = np.ones(n, dtype=np.bool_)
+            self._mark(np.arange(n, dtype=np.int64))
             return
         self.first = np.zeros(n, dtype=np.bool_)
         rows = self._rows(np.arange(n, dtype=np.int64))
@@ -314,18 +324,44 @@ class Potential:
             self.groups[key] = group
             for i in group:
                 self.key_of[i] = key
+        self._mark(np.arange(n, dtype=np.int64))
+
+    def _mark(self, nodes: Ints) -> None:
+        """Which devices of ``nodes`` a one-device job is scored on: those of the first node
+        of each group, less a device in the very state (free and total memory, free and
+        hardware threads) of one before it on its node, which takes the job if it does and
+        scores the same (ties go to the first). Nodes of more than
+        :data:`DISTINCT_FROM_WIDTH` devices leave the latter to :func:`distinct_moves`."""
+        s = self.state
+        slot = self.slot[nodes]
+        present = slot < s.device_count
+        if not present.any():
+            return
+        at = np.where(present, slot, 0)
+        keep = present & self.first[nodes][:, None]
+        if slot.shape[1] > 1 and slot.shape[1] <= DISTINCT_FROM_WIDTH:
+            state = np.stack([s.dev_free_mem[at], s.dev_total_mem[at], s.dev_free_thr[at],
+                              s.dev_threads[at]], axis=-1)
+            same = (state[:, :, None, :] == state[:, None, :, :]).all(axis=-1)
+            earlier = np.tri(slot.shape[1], k=-1, dtype=np.bool_)  # [j, i]: i before j
+            keep &= ~(same & earlier[None, :, :] & present[:, None, :]).any(axis=2)
+        self.scored_dev[slot[present]] = keep[present]
 
     def _regroup(self, i: int, key: bytes | None = None) -> None:
         """Move node ``i`` to the group of its state now (or of the state :meth:`_rows`
-        gave ``key`` for)."""
+        gave ``key`` for), and mark which devices are scored on it and on the nodes that
+        became or ceased to be the first of their group."""
         if not self.grouped:
+            self._mark(np.array([i], dtype=np.int64))
             return
+        heads = [i]
         old = self.key_of[i]
         members = self.groups[old]
         members.remove(i)
         self.first[i] = False
         if members:
             self.first[members[0]] = True
+            heads.append(members[0])
         else:
             del self.groups[old]
         if key is None:
@@ -337,9 +373,11 @@ class Potential:
         else:
             if members:
                 self.first[members[0]] = False
+                heads.append(members[0])
             members.insert(0, i)
             self.first[i] = True
         self.key_of[i] = key
+        self._mark(np.array(heads, dtype=np.int64))
 
     def _kept(self) -> list[np.ndarray]:
         kept = [self.count, self.small, self.free_total, self.value]
@@ -360,8 +398,7 @@ class Potential:
             return
         for target, row in zip(kept, saved[0], strict=True):
             target[node] = row
-        if saved[1] is not None:
-            self._regroup(node, saved[1])
+        self._regroup(node, saved[1])
 
     def reset(self) -> None:
         """Bring every node up to date after the ledger changed behind our back."""
@@ -381,16 +418,17 @@ class Potential:
         s = self.state
         if not job.needs_device:
             return self._best_host(job, ok)
-        cand = np.flatnonzero(ok & self.first[s.dev_node])
-        if len(cand) == 0:
-            return None
+        uniform = self.held is None or not self.held.any()
         if job.device_count == 1:
-            return self._best_single(job, cand)
-        return self._best_multi(job, ok)
+            cand = np.flatnonzero(ok & self.scored_dev if uniform else ok)
+            return None if len(cand) == 0 else self._best_single(job, cand, uniform)
+        if not ok.any():
+            return None
+        return self._best_multi(job, ok, ok & self.first[s.dev_node] if uniform else ok)
 
-    def _best_single(self, job: Job, cand: Ints) -> tuple[int, list[int]]:
+    def _best_single(self, job: Job, cand: Ints, marked: bool = True) -> tuple[int, list[int]]:
         s = self.state
-        if self.slot.shape[1] > DISTINCT_FROM_WIDTH:
+        if self.slot.shape[1] > DISTINCT_FROM_WIDTH or not marked:
             cand = distinct_moves(s, cand)  # the same choice, fewer candidates to score
         nodes = s.dev_node[cand]
         rise, b = self._moves(job, cand, nodes)
@@ -481,10 +519,12 @@ class Potential:
         out: Floats = np.maximum(np.maximum(-before, x - before + dx), y - before + dy)
         return out
 
-    def _best_multi(self, job: Job, ok: Mask) -> tuple[int, list[int]] | None:
+    def _best_multi(self, job: Job, ok: Mask, scored: Mask) -> tuple[int, list[int]] | None:
+        """The best node for multi-device ``job`` among the nodes of the devices ``scored``,
+        on its least free devices in ``ok``."""
         s = self.state
         best: tuple[float, int, list[int]] | None = None
-        for n in s.nodes_with_devices(job, ok & self.first[s.dev_node]).tolist():
+        for n in s.nodes_with_devices(job, scored).tolist():
             devs = s.least_free_on(n, ok, job.device_count)
             free = self._free(np.array([n]))
             for d in devs:
