@@ -6,7 +6,9 @@ Cases (``--cases``), each a snapshot written once under ``--dir``, then planned 
 
 - ``phi-1k``, ``phi-10k``, ``phi-100k``: 1,000 / 10,000 / 100,000 pending jobs of the paper's
   Table I mix (``coshare.sim.applications``) on 10,000 Xeon Phis (5,000 nodes of two);
-- ``gpu-10k``: 10,000 jobs of the modern GPU mix (``gpu_mix.py``) on 10,000 H100s.
+- ``gpu-10k``: 10,000 jobs of the modern GPU mix (``gpu_mix.py``) on 10,000 H100s;
+- ``phi-busy-1k``: 1,000 fresh jobs on the 10,000 Xeon Phis while half of a knapsack plan of
+  20,000 jobs still runs (devices hold many different mixes, so few nodes are alike).
 
 Prints, per case, the jobs placed, and the child's CPU seconds (user + system, the
 operating system's own accounting) and wall seconds: the best and the median of
@@ -14,7 +16,8 @@ operating system's own accounting) and wall seconds: the best and the median of
 ``coshare plan DIR/CASE.json``). ``--coshare`` names the command to time (default: the
 ``coshare`` of this interpreter's environment), so one script times two checkouts:
 
-    python bench/default_policy.py [--cases phi-1k,phi-10k,phi-100k,gpu-10k] [--repeat 3]
+    python bench/default_policy.py [--cases phi-1k,phi-10k,phi-100k,gpu-10k,phi-busy-1k]
+                                   [--repeat 3]
                                    [--dir /tmp/default-policy] [--write] [--coshare PATH]
 """
 
@@ -23,30 +26,53 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from coshare.model import Snapshot
+from coshare.model import RunningJob, Snapshot
+from coshare.policies import make_policy
 from coshare.schema import snapshot_to_dict
 from coshare.sim.applications import phi_cluster, table1_jobs
 from gpu_mix import gpu_cluster, gpu_jobs
 
 DEVICES = 10_000
 
+
+def busy(fresh: int) -> Snapshot:
+    """``fresh`` new Table I jobs while half of a knapsack plan of 20,000 still runs."""
+    nodes = phi_cluster(DEVICES, seed=1)
+    pool = table1_jobs(20_000, 7)
+    first = make_policy("knapsack").plan(Snapshot(nodes, (), pool))
+    by_id = {j.id: j for j in pool}
+    rng = random.Random(5)
+    running = []
+    for a in first.assignments:
+        if rng.random() < 0.5:
+            continue
+        j = by_id[a.job]
+        running.append(RunningJob(j.id, a.node, a.devices, j.device_memory_mib, j.device_threads,
+                                  j.total_cpu_milli, j.total_memory_mib))
+    jobs = tuple(replace(j, id=f"new{j.id}") for j in table1_jobs(fresh, 3))
+    return Snapshot(nodes, tuple(running), jobs)
+
+
 CASES: dict[str, Callable[[], Snapshot]] = {
     "phi-1k": lambda: Snapshot(phi_cluster(DEVICES, seed=1), (), table1_jobs(1_000, 2)),
     "phi-10k": lambda: Snapshot(phi_cluster(DEVICES, seed=1), (), table1_jobs(10_000, 2)),
     "phi-100k": lambda: Snapshot(phi_cluster(DEVICES, seed=1), (), table1_jobs(100_000, 2)),
     "gpu-10k": lambda: Snapshot(gpu_cluster(DEVICES), (), gpu_jobs(10_000, 2)),
+    "phi-busy-1k": lambda: busy(1_000),
 }
 
 #: case -> CPU seconds of the whole process the default policy should stay under
-TARGETS = {"phi-1k": 1.0, "phi-10k": 1.0, "phi-100k": 2.0, "gpu-10k": 1.0}
+TARGETS = {"phi-1k": 1.0, "phi-10k": 1.0, "phi-100k": 2.0, "gpu-10k": 1.0, "phi-busy-1k": 1.0}
 
 
 def write(case: str, folder: Path) -> Path:
