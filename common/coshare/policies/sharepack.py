@@ -83,7 +83,7 @@ class SharePackPolicy(TablePolicy):
         workload = self.workload
         potential = LazyPotential(
             state, lambda: workload if workload is not None else snapshot_shapes(snapshot),
-            self.stranding,
+            self.stranding, held=reserved,
         )
 
         aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
