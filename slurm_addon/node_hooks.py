@@ -8,10 +8,11 @@
   drain the whole node). A placed job that starts on another node than its placement is
   refused the same way (:func:`refuse`): its devices and limits were planned for that node.
   A CPU-only job placed on a GPU job's idle cores (``collocate``, placement field
-  ``harvest``) gets its group without cores of its own, and then as many cores as Slurm
-  allocated it taken out of the GPU job's cpuset (:func:`coshare.node.lifecycle.job_borrow`),
-  before any task runs; when the loan cannot be made its group is removed and the job is
-  refused the same way: it never runs on cores it shares with the GPU job.
+  ``harvest``) gets as many cores as Slurm allocated it taken out of the GPU job's cpuset
+  first, then its group made with exactly them
+  (:func:`coshare.node.lifecycle.job_start_on_loan`), before any task runs; when the loan
+  cannot be made no group is left and the job is refused the same way: it never runs on
+  cores it shares with the GPU job.
 - Epilog: :func:`on_job_end` kills what is left and removes the group; when coshare killed the
   job, :func:`report_kill` tells the user: a ``coshare: <why>`` line at the end of the job's
   error file, written as the job's user (never as root into a path the user chose), and
@@ -122,22 +123,19 @@ def membw_cap(config: NodeConfig, placement: Placement) -> tuple[int | None, Uns
 
 def _start_on_loan(config: NodeConfig, job_id: str, lender: str, allocation: Allocation,
                    uid: int) -> JobRecord:  # fmt: skip
-    """Make a harvesting job's group with no cores, then borrow its cores from ``lender``;
-    on any failure the group is removed again (no job runs on the parent's cores)."""
+    """Start a harvesting job on cores taken out of ``lender``'s cpuset
+    (:func:`coshare.node.lifecycle.job_start_on_loan`); when they cannot be lent no group is
+    left (no job runs on the parent's cores)."""
     cores = allocation.cpus
     if cores is None or cores < 1:
         raise JobSpecError(f"job {job_id} borrows the cores of job {lender}, but Slurm's "
                            "allocation here names no cores to borrow")  # fmt: skip
-    lifecycle.job_start(config, job_id, memory_mib=allocation.memory_mib, uid=uid)
     try:
-        return lifecycle.job_borrow(config, job_id, lender, cores)
-    except CoshareError as exc:
-        lifecycle.job_end(config, job_id)
+        return lifecycle.job_start_on_loan(config, job_id, lender, cores,
+                                           memory_mib=allocation.memory_mib, uid=uid)
+    except JobSpecError as exc:
         raise JobSpecError(f"job {job_id} was placed on {cores} idle cores of job {lender}, "
                            f"which cannot be lent here: {exc}") from exc
-    except BaseException:
-        lifecycle.job_end(config, job_id)
-        raise
 
 
 def _start(config: NodeConfig, job_id: str, placement: Placement, allocation: Allocation,

@@ -12,7 +12,9 @@ import pytest
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError
 from coshare.node import lifecycle
+from coshare.node.cgroups import Cgroups, JobGroup
 from coshare.node.lifecycle import job_end, job_start, spawn_in_group
+from pytest_mock import MockerFixture
 
 from slurm_addon import node_hooks
 from slurm_addon.allocation import Allocation
@@ -72,3 +74,29 @@ def test_a_loan_that_cannot_be_made_refuses_the_job_and_leaves_no_group(
         assert store.read("713") is None
     finally:
         job_end(node_config, "711")
+
+
+def test_the_cpu_jobs_group_never_holds_a_core_of_the_gpu_job(
+    node_config: NodeConfig, mocker: MockerFixture
+) -> None:
+    # Read both cpusets the moment the CPU job's group exists: its cores left the GPU job
+    # already, and it holds nothing but its loan (a group made first without cores would
+    # hold a copy of the parent's on cgroup v1 until the loan was written).
+    cpus = usable_cpus(node_config, 2)
+    job_start(node_config, "721", cpus=cpus, devices=("0",))
+    drivers = type(lifecycle.node_cgroups(node_config))
+    made = drivers.create
+    seen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def create(self: Cgroups, job: str, *args: object, **kwargs: object) -> JobGroup:
+        group = made(self, job, *args, **kwargs)
+        seen.append((cpuset(node_config, job), cpuset(node_config, "721")))
+        return group
+
+    mocker.patch.object(drivers, "create", create)
+    try:
+        node_hooks.on_job_start(node_config, "722", on_loan("721"), Allocation(1, 64), 0)
+        assert seen == [((cpus[-1],), cpus[:-1])]
+    finally:
+        job_end(node_config, "722")
+        job_end(node_config, "721")

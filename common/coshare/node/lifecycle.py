@@ -125,7 +125,7 @@ def job_start(
             other job holds.
         membw_percent: its memory-bandwidth share (resctrl ``MB:``, where the node has MBA).
         lends: its scheduler placed it as a job whose idle cores may be lent (HTCondor's
-            START ``lends=1``; :func:`job_borrow` checks it for a borrower the user's
+            START ``lends=1``; :func:`job_start_on_loan` checks it for a borrower the user's
             wrapper started).
 
     Raises:
@@ -140,17 +140,7 @@ def job_start(
     cgroups = node_cgroups(config)
     store = node_store(config)
     with store.lock():
-        old = store.read(job)
-        if old is not None and old.group().exists() and old.group().pids():
-            raise JobStateError(
-                f"job {job} already runs on this node ({len(old.group().pids())} "
-                "processes in its group)"
-            )
-        if old is not None and old.launcher is not None and is_alive(*old.launcher):
-            raise JobStateError(
-                f"job {job} already runs on this node (its launcher, process "
-                f"{old.launcher.pid}, is alive)"
-            )
+        _refuse_running(store, job)
         taken = {r.job: r.spec.cpus for r in store.records() if r.job != job}
         allowed = cgroups.allowed_cpus()
         chosen: tuple[int, ...] = ()
@@ -176,6 +166,97 @@ def job_start(
         )
         store.remove(job)  # an old record and kill reason of a finished run
         store.write(record)
+    return record
+
+
+def _refuse_running(store: JobStore, job: str) -> None:
+    """Raise :class:`JobStateError` when ``job`` runs here already (the caller holds the lock)."""
+    old = store.read(job)
+    if old is not None and old.group().exists() and old.group().pids():
+        raise JobStateError(
+            f"job {job} already runs on this node ({len(old.group().pids())} "
+            "processes in its group)"
+        )
+    if old is not None and old.launcher is not None and is_alive(*old.launcher):
+        raise JobStateError(
+            f"job {job} already runs on this node (its launcher, process "
+            f"{old.launcher.pid}, is alive)"
+        )
+
+
+def job_start_on_loan(
+    config: NodeConfig,
+    job: str,
+    lender: str,
+    count: int,
+    *,
+    memory_mib: int | None = None,
+    uid: int | None = None,
+    launcher: Launcher | None = None,
+    lender_must_lend: bool = False,
+) -> JobRecord:
+    """Start CPU-only job ``job`` on ``count`` cores of running job ``lender`` (the GPU job it
+    was placed on: ``collocate``, Wu & Hong III-B1): its highest-numbered ones
+    (:func:`coshare.node.harvest.cores_to_lend`) leave the lender's cpuset first, then the
+    job's group is made holding exactly them. So no core is in two groups at any moment, and
+    the job's group never holds cores that are not its loan (a group made first without
+    cores would hold the parent's until the loan was written: a copy on cgroup v1, inherited
+    on v2). Slurm's Prolog and the control socket's ``START borrow=`` call it before any task
+    of ``job`` runs.
+
+    Idempotent: a job that has its loan already keeps it. A crash between the lender's write
+    and the records leaves the lender a core short of its record (never a core in two
+    groups); the same start again lends the same cores.
+
+    Args:
+        lender_must_lend: refuse unless the lender started marked as one that may lend
+            (``JobRecord.lends``): HTCondor's borrowers are started by a wrapper that runs as
+            the job's user, and may only take cores of a job coshare placed as a lender.
+
+    Raises:
+        JobStateError: ``job`` runs here already, or ``lender`` has no group here.
+        JobSpecError: the lender may not lend (``lender_must_lend``) or has not ``count``
+            cores to lend (the message has the numbers).
+        CgroupError, CgroupUnavailable: the kernel refused a write (the lender's cpuset is
+            put back; no group is left).
+    """
+    check_job_id(job)
+    cgroups = node_cgroups(config)
+    store = node_store(config)
+    with store.lock():
+        _refuse_running(store, job)
+        found = store.read(lender)
+        lender_group = None if found is None else found.group(config.kill_timeout_s)
+        if found is None or lender_group is None or not lender_group.exists():
+            raise JobStateError(f"job {lender} has no group on this node")
+        if lender_must_lend and not found.lends:
+            raise JobSpecError(f"job {lender} was not placed as a job whose cores may be lent "
+                               "(it did not start with lends=1); nothing is borrowed from it")
+        cgroups.require(["cpuset"])
+        holding = found.holding()
+        others = [r.holding() for r in store.records() if r.job not in (lender, job)]
+        already = holding.lent_to.get(job, ())  # a start again (slurmd retries a Prolog)
+        wanted = already if len(already) == count else cores_to_lend(holding, count)
+        change = lend(holding, Holding(job), wanted, others)
+        lender_group.set_cpus(change.lender.cpus)
+        group = None
+        try:
+            group = cgroups.create(job, change.borrower.cpus, memory_mib)
+            spec = JobSpec(job, change.borrower.cpus, memory_mib)
+            record = JobRecord(spec, cgroups.version, str(cgroups.root), cgroups.parent, uid,
+                               launcher).with_holding(change.borrower)
+            store.write(found.with_holding(change.lender))
+            store.remove(job)  # an old record and kill reason of a finished run
+            store.write(record)
+        except BaseException:
+            if group is not None:
+                with contextlib.suppress(CgroupError, OSError):
+                    group.remove()
+            with contextlib.suppress(CgroupError):
+                lender_group.set_cpus(holding.cpus)
+            if store.read(lender) != found:
+                store.write(found)
+            raise
     return record
 
 
@@ -388,53 +469,6 @@ def share_spare_ways(config: NodeConfig, store: JobStore, skip: str | None = Non
             node_resctrl(config).relayout(allocated_ways(store, skip=skip), share_spare=True)
     except (CgroupError, Unsupported) as exc:
         log.warning("spare LLC ways not shared out after job %s ended: %s", skip, exc)
-
-
-def job_borrow(config: NodeConfig, job: str, lender: str, count: int, *,
-               lender_must_lend: bool = False) -> JobRecord:  # fmt: skip
-    """Give job ``job`` (a CPU-only job whose group was just made without cores) ``count``
-    cores of running job ``lender`` (the GPU job it was placed on: ``collocate``, Wu & Hong
-    III-B1), taken out of the lender's cpuset: its highest-numbered ones
-    (:func:`coshare.node.harvest.cores_to_lend`). Slurm's Prolog calls it, as root, before
-    any task of ``job`` runs; the control socket's ``LEND`` is the operator's way to the same
-    decision (:func:`coshare.node.harvest.lend`).
-
-    Idempotent: a job that has its loan already keeps it.
-
-    Args:
-        lender_must_lend: refuse unless the lender started marked as one that may lend
-            (``JobRecord.lends``): HTCondor's borrowers are started by a wrapper that runs as
-            the job's user, and may only take cores of a job coshare placed as a lender.
-
-    Raises:
-        JobStateError: either job has no group here.
-        JobSpecError: also when ``lender_must_lend`` and the lender was not placed as one
-            that may lend.
-        JobSpecError: the lender has not that many cores to lend (the message has the numbers).
-        CgroupError, CgroupUnavailable: the kernel refused a cpuset write (nothing is changed).
-    """
-    cgroups = node_cgroups(config)
-    store = node_store(config)
-    with store.lock():
-        records = {}
-        for name in (lender, job):
-            record = store.read(name)
-            if record is None or not record.group(config.kill_timeout_s).exists():
-                raise JobStateError(f"job {name} has no group on this node")
-            records[name] = record
-        if lender_must_lend and not records[lender].lends:
-            raise JobSpecError(f"job {lender} was not placed as a job whose cores may be lent "
-                               "(it did not start with lends=1); nothing is borrowed from it")
-        cgroups.require(["cpuset"])
-        lender_h, borrower_h = records[lender].holding(), records[job].holding()
-        already = lender_h.lent_to.get(job, ())
-        wanted = already if len(already) == count else cores_to_lend(lender_h, count)
-        others = [r.holding() for r in store.records() if r.job not in (lender, job)]
-        change = lend(lender_h, borrower_h, wanted, others)
-        if change.changed:
-            written = apply_holdings(config, store, records, [change.lender, change.borrower])
-            return next(r for r in written if r.job == job)
-        return records[job]
 
 
 def apply_holdings(config: NodeConfig, store: JobStore, records: Mapping[str, JobRecord],

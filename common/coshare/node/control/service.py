@@ -229,11 +229,10 @@ class JobControl:
 
     def _start_on_loan(self, request: ControlRequest, launcher: Launcher, uid: int) -> JobRecord:
         """START ``borrow=``: a CPU-only job placed on the idle cores of a running job here
-        (``collocate``, HTCondor): its group is made without cores of its own, then ``cores``
-        cores are taken out of the lender's cpuset (:func:`coshare.node.lifecycle.job_borrow`,
-        the lender must have started with ``lends=1`` and keeps a core); when that cannot be
-        done the group is removed again and the START refused with why, so the job never runs
-        on cores it shares.
+        (``collocate``, HTCondor): ``cores`` cores leave the lender's cpuset, then its group is
+        made with exactly them (:func:`coshare.node.lifecycle.job_start_on_loan`; the lender
+        must have started with ``lends=1`` and keeps a core); when that cannot be done no group
+        is left and the START is refused with why, so the job never runs on cores it shares.
 
         Raises:
             Refused: ``not_allowed``: the lender does not run here or may not lend.
@@ -250,18 +249,13 @@ class JobControl:
             raise Refused("not_allowed", f"job {request.job} was placed on cores of job "
                           f"{lender}, which was not placed as a job whose cores may be lent "
                           "(it did not start with lends=1)")  # fmt: skip
-        lifecycle.job_start(self.config, request.job, memory_mib=request.memory_mib, uid=uid,
-                            launcher=launcher)  # fmt: skip
         try:
-            record = lifecycle.job_borrow(self.config, request.job, lender, count,
-                                          lender_must_lend=True)  # fmt: skip
-        except CoshareError as exc:
-            lifecycle.job_end(self.config, request.job)
+            record = lifecycle.job_start_on_loan(self.config, request.job, lender, count,
+                                                 memory_mib=request.memory_mib, uid=uid,
+                                                 launcher=launcher, lender_must_lend=True)
+        except JobSpecError as exc:
             raise JobSpecError(f"{count} idle cores of job {lender} cannot be lent to it here: "
                                f"{exc}") from exc
-        except BaseException:
-            lifecycle.job_end(self.config, request.job)
-            raise
         log.info("job %s started by process %d on %d cores of job %s: cpus %s", record.job,
                  launcher.pid, count, lender, format_cpu_list(record.spec.cpus))  # fmt: skip
         return record
