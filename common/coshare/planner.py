@@ -201,7 +201,7 @@ def run_cycle(
         # that fails (poncos section 7): an Editor that does not declare it never starts one.
         shown = ", ".join(t.job for t in plan.trials[:5])
         violations.append(f"the plan starts trial co-runs ({shown}), which this scheduler's "
-                          "adapter does not run (issue 18)")  # fmt: skip
+                          "adapter does not run")  # fmt: skip
     refusal = ways_refusal(plan, editor)
     if refusal is not None:
         violations.append(refusal)
@@ -333,14 +333,14 @@ def harvest_refusal(editor: object) -> str | None:
 def runs_trials(editor: object) -> bool:
     """Whether an Editor declares that it writes a trial's record with its placement and
     offers the trial verbs (:class:`coshare.ports.TrialControl`; class attribute
-    ``runs_trials = True``: both adapters, issue 18)."""
+    ``runs_trials = True``: both adapters)."""
     return getattr(editor, "runs_trials", False) is True
 
 
 def writes_llc_ways(editor: object) -> bool:
     """Whether an Editor declares that its scheduler's node side makes each job's resctrl
     group with the ways its placement allocates (class attribute ``writes_llc_ways = True``;
-    Slurm's Prolog does, issue 19). An Editor that declares nothing cannot."""
+    Slurm's Prolog does). An Editor that declares nothing cannot."""
     return getattr(editor, "writes_llc_ways", False) is True
 
 
@@ -361,7 +361,7 @@ def ways_refusal(plan: Plan, editor: object) -> str | None:
         why = "this scheduler's adapter does not make resctrl groups"
     what = (f"allocates LLC ways ({', '.join(allocating[:5])})" if allocating else
             f"caps memory bandwidth with MBA ({', '.join(capping[:5])})")  # fmt: skip
-    return f"the plan {what}, which this live cycle cannot write: {why} (issue 19)"
+    return f"the plan {what}, which this live cycle cannot write: {why}"
 
 
 def _ignore(phase: str, seconds: float) -> None:
