@@ -1,2 +1,2 @@
 """The HTCondor adapter of coshare: Source and Editor over the htcondor2 bindings, the job
-wrapper, and configuration snippets (built in the HTCondor issue)."""
+wrapper, and configuration snippets."""

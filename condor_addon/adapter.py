@@ -12,7 +12,7 @@
                  gang's CosharePlacedNodes and CosharePlacedNodeDevices, CosharePlacedNode
                  (batched)
              --> hold refused jobs with their reason
-             --> CoshareWaitReason of waiting jobs whose reason changed (issue 21)
+             --> CoshareWaitReason of waiting jobs whose reason changed
 
 Slots are read before jobs, so a job that starts in between is still counted (from its queue
 entry, as running). One object is both Source and Editor because the Editor compares each
@@ -90,12 +90,12 @@ class CondorAdapter:
     #: HTCondor's placement records no LLC ways and its starter hooks make no resctrl group:
     #: a live cycle refuses a plan that allocates ways (:func:`coshare.planner.ways_refusal`).
     #: Placements carry a trial co-run's record and the adapter offers the trial verbs
-    #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`, issue 18).
+    #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`).
     runs_trials: ClassVar[bool] = True
     writes_llc_ways: ClassVar[bool] = False
     #: A job id (``12.0``) is per schedd, so claims in the planners' engine go by
     #: ``schedd#12.0`` (:meth:`job_key`), the same key whichever schedd's planner reads the
-    #: job: another planner's claim and the job read here are one (issue 20).
+    #: job: another planner's claim and the job read here are one.
     global_job_ids: ClassVar[bool] = True
     ways_unwritable_reason: ClassVar[str] = (
         "the HTCondor adapter records no LLC ways in a placement and its starter hooks make "
@@ -116,7 +116,7 @@ class CondorAdapter:
     probes_via_facts: ClassVar[bool] = True
 
     #: :meth:`apply` checks the planner lease's fence before each queue transaction that
-    #: places, withdraws or requeues (:class:`coshare.ports.BatchFencedEditor`; issue 20).
+    #: places, withdraws or requeues (:class:`coshare.ports.BatchFencedEditor`).
     fences_batches: ClassVar[bool] = True
 
     @property
@@ -163,7 +163,7 @@ class CondorAdapter:
         snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
         others: tuple[str, ...] = ()
         if self.config.coordination.dsn is not None:
-            # Several planners, one per schedd (issue 20): the other schedds' open
+            # Several planners, one per schedd: the other schedds' open
             # placements hold their devices here too.
             ads, notes = self.client.other_job_ads(X.ACTIVE_MANAGED_JOBS)
             foreign, unread = foreign_planned(
@@ -286,7 +286,7 @@ class CondorAdapter:
         """Steps 1-3 of :mod:`condor_addon.edits`: the node, which opens the gate, last (a gang's
         node list and devices before it)."""
         batch.edit_all(edits.placed, A.PLACED_AT, X.time_value(self.clock()))
-        for record, ids in edits.trials:  # before the gate opens (issue 18)
+        for record, ids in edits.trials:  # before the gate opens
             batch.edit_all(ids, A.TRIAL, X.literal(record))
         for devices, ids in edits.devices:
             batch.edit_all(ids, A.PLACED_DEVICES, X.devices_value(devices))
@@ -303,7 +303,7 @@ class CondorAdapter:
             batch.edit_all(ids, A.PLACED_NODE, X.node_value(node))
 
 
-    # -- TrialControl (issue 18) ------------------------------------------------------------
+    # -- TrialControl -----------------------------------------------------------------------
 
     def trial_jobs(self) -> list[TrialJob]:
         """The jobs with a ``CoshareTrial`` record, as the last read saw them (a record that

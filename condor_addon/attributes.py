@@ -9,12 +9,12 @@ Job attributes (the schedd's queue is the planner's ledger)::
     CosharePlacedDevices     the planned device ids, comma-separated ("0,1"); written second
     CoshareWaitReason        why the job waits ("no_room: needs 240 free device threads; ..."),
                              written only when it changed, cleared when the job is placed
-                             (``condor_q -af CoshareWaitReason``; issue 21)
-    CosharePlacedNodes       a parallel-universe job (a gang, issue 14): its planned nodes,
+                             (``condor_q -af CoshareWaitReason``)
+    CosharePlacedNodes       a parallel-universe job (a gang): its planned nodes,
                              a list ({"node1", "node2"}); written before the gate opens
     CosharePlacedNodeDevices its device ids on each of those nodes, a list in the same order
                              ({"0,1", "0"}); written with CosharePlacedNodes
-    CoshareTrial             a trial co-run's record (membw, issue 18: coshare.trials), as a
+    CoshareTrial             a trial co-run's record (membw: coshare.trials), as a
                              string "state:at:share:partners:why"; written before the gate
                              opens, rewritten as the trial moves on
     CoshareHarvestFrom       a CPU-only job placed on a running GPU job's idle cores (the

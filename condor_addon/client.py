@@ -223,7 +223,7 @@ class CondorClient:
         self, constraint: str, projection: Sequence[str] = JOB_PROJECTION
     ) -> tuple[list[tuple[str, dict[str, object]]], list[str]]:
         """The jobs matching ``constraint`` of every *other* schedd the collector knows
-        (several planners, one per schedd, issue 20): ``(schedd name, values)`` pairs, and
+        (several planners, one per schedd): ``(schedd name, values)`` pairs, and
         a note for each schedd that could not be read (its jobs start nowhere while it is
         unreachable, so the cycle goes on). Only with ``condor.schedd`` set; else none.
 
@@ -358,7 +358,7 @@ class CondorClient:
             raise EditFailed("hold", "the jobs of a constraint", str(exc)) from exc
 
     def act_where(self, action: str, constraint: str) -> None:
-        """A schedd action (``Suspend``, ``Continue``, ``VacateFast``: trial co-runs, issue 18) on
+        """A schedd action (``Suspend``, ``Continue``, ``VacateFast``: trial co-runs) on
         the jobs matching ``constraint``.
 
         Raises:

@@ -60,7 +60,7 @@ class Edits:
         nodes: ``(node, jobs)`` per node (step 3).
         holds: ``(hold reason, jobs)`` of refused jobs per reason (step 4).
         trials: ``(CoshareTrial record, jobs)`` of jobs placed for a trial co-run (step 1,
-            with ``CosharePlacedAt``; issue 18).
+            with ``CosharePlacedAt``).
         harvest: ``(GPU job's GlobalJobId or None to clear, jobs)`` (step 2a).
         lenders: ``(CoshareLender, jobs)`` (step 2a; ``False``: cleared).
     """

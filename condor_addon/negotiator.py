@@ -1,4 +1,4 @@
-"""When ``coshare condor trigger`` plans: in step with the negotiator (pure; issue 21).
+"""When ``coshare condor trigger`` plans: in step with the negotiator (pure).
 
 A job coshare places can match only in a negotiation cycle that starts after the placement
 was written. With a timer, a placed job waits for the next negotiation as well as for the

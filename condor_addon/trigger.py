@@ -1,5 +1,5 @@
 """``coshare condor trigger``: the planning cycle in step with the negotiator, as a daemon
-that ``condor_master`` starts, restarts and stops (issue 21).
+that ``condor_master`` starts, restarts and stops.
 
 ::
 

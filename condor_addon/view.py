@@ -256,7 +256,7 @@ def _read_node(
     warnings: list[str],
 ) -> _NodeRead:  # fmt: skip
     """Capacity, devices, claims and state of one node from its slot ads. Capacities round
-    down, so a node is never promised more than it has (issue 11). A lend slot
+    down, so a node is never promised more than it has. A lend slot
     (``CoshareLendSlot``) adds no capacity and no state; its claims are read as any other.
 
     Raises:
@@ -839,7 +839,7 @@ def foreign_planned(
     jobs: Iterable[QueueJob], cluster: ClusterView
 ) -> tuple[tuple[RunningJob, ...], tuple[str, ...]]:
     """What the idle jobs of *other* schedds hold on this pool's nodes (several planners, one
-    per schedd, issue 20): a job whose placement is open may start there any moment, so it
+    per schedd): a job whose placement is open may start there any moment, so it
     holds its devices (expired or not: only its own planner plans it again), under its
     GlobalJobId (its ``cluster.proc`` is another schedd's). Notes for those unreadable."""
     limits = ClusterLimits.of_nodes(cluster.nodes)
@@ -864,7 +864,7 @@ def foreign_planned(
 
 
 def claim_key(job_id: str, schedd: str | None) -> str:
-    """A job's key in the planners' engine (issue 20), the same whichever schedd's planner
+    """A job's key in the planners' engine, the same whichever schedd's planner
     reads it: ``schedd#cluster.proc``. A GlobalJobId (``schedd#cluster.proc#qdate``: other
     schedds' jobs) loses its submission time; this schedd's ``cluster.proc`` gets its name
     (``None``: unnamed, only one planner, the id itself)."""
@@ -899,7 +899,7 @@ def build_snapshot(
 
 def _declaring(running: RunningJob, jobs: Mapping[str, QueueJob]) -> RunningJob:
     """A running job of this schedd with its declared program and bandwidth and its start
-    (the ``membw`` policy's estimate of its use; issue 18), and its requested time and copy
+    (the ``membw`` policy's estimate of its use), and its requested time and copy
     bandwidth (``CoshareWalltime``, ``CoshareCopyBandwidth``: ``collocate``, one rule for both
     schedulers in :func:`coshare.ledger.declared_terms`; HTCondor has no time limit of its
     own). A declaration that does not read leaves them unknown: the job then counts as

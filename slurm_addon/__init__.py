@@ -1,2 +1,2 @@
 """The Slurm adapter of coshare: Source and Editor over the Slurm CLI's JSON output, the
-prolog, and configuration snippets (built in the Slurm issue)."""
+prolog, and configuration snippets."""

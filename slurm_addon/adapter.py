@@ -14,7 +14,7 @@
                    squeue --Format       (which of them are really written?)
                    scontrol release      (only those, one call for the batch)
              --> scontrol update      (wait reasons that changed, at most update_batch per
-                                       cycle, in several threads at once; issue 21)
+                                       cycle, in several threads at once)
 
 One object is both Source and Editor because the Editor compares each job with the state the
 Source read. The order of the writes is what makes a crash at any point harmless: a job is
@@ -86,9 +86,9 @@ class SlurmAdapter:
 
     #: The placement records each node's LLC ways (``ways=``) and the Prolog makes the job's
     #: resctrl group with them (:mod:`slurm_addon.prolog`): live cycles may apply ``sns``
-    #: plans that allocate ways (:func:`coshare.planner.ways_refusal`; issue 19).
+    #: plans that allocate ways (:func:`coshare.planner.ways_refusal`).
     #: Placements carry a trial co-run's record and the adapter offers the trial verbs
-    #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`, issue 18).
+    #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`).
     runs_trials: ClassVar[bool] = True
     #: ``policy.membw.probe_via: facts`` is not offered: Slurm's node daemons read no trial
     #: requests from the queue (``node.trial_requests`` knows HTCondor's schedd only); the
@@ -100,10 +100,10 @@ class SlurmAdapter:
     writes_llc_ways: ClassVar[bool] = True
     #: Slurm's job ids are unique in the cluster, across partitions and planners: the
     #: engine's claims match another planner's claimed job to the same job read here
-    #: (:func:`coshare.coord.claims.admit`; issue 20).
+    #: (:func:`coshare.coord.claims.admit`).
     global_job_ids: ClassVar[bool] = True
     #: :meth:`apply` checks the planner lease's fence before each batch it sends
-    #: (:class:`coshare.ports.BatchFencedEditor`; issue 20).
+    #: (:class:`coshare.ports.BatchFencedEditor`).
     fences_batches: ClassVar[bool] = True
 
     @property
@@ -355,7 +355,7 @@ class SlurmAdapter:
         return outcome
 
 
-    # -- TrialControl (issue 18) ------------------------------------------------------------
+    # -- TrialControl -----------------------------------------------------------------------
 
     def trial_jobs(self) -> list[TrialJob]:
         """The jobs whose placement carries a trial record, as the last read saw them (a

@@ -144,7 +144,7 @@ class SlurmClient:
         """The few fields the Editor compares, of these jobs only (``squeue --Format``: a
         fraction of the cost of ``--json``, which cannot filter in 22.05). Its text is
         framed by a marker drawn afresh for each call (:func:`~slurm_addon.jobs.fields_format`),
-        so no user's comment can pass for another job's record (issue 11)."""
+        so no user's comment can pass for another job's record."""
         found: dict[str, SlurmJob] = {}
         for chunk in chunks(list(job_ids), JOBS_PER_QUERY):
             marker = "cs" + secrets.token_hex(16)
@@ -199,7 +199,7 @@ class SlurmClient:
         return self._jobs_verb("requeuehold", job_ids)
 
     def job_verb(self, verb: str, job_id: str) -> str | None:
-        """``scontrol suspend|resume|requeuehold <job>`` (trial co-runs, issue 18); returns
+        """``scontrol suspend|resume|requeuehold <job>`` (trial co-runs); returns
         its error text, or ``None`` on success."""
         if verb not in ("suspend", "resume", "requeuehold"):
             raise ValueError(f"not a trial verb: {verb!r}")

@@ -28,7 +28,7 @@ EXAMPLE = "coshare: device-memory=2G device-threads=120"
 _SPLIT = re.compile(r"[\s,;]+")
 #: Most ``key=value`` annotations and problems read from one comment. A comment may be long
 #: (Slurm takes a megabyte), and every key is compared with the others: past these, the
-#: comment is refused rather than read on (issue 11: 4,000 keys took 24 s when every key
+#: comment is refused rather than read on (4,000 keys took 24 s when every key
 #: was compared with every other, so one user's comment could stall the cycle).
 MAX_KEYS = 32
 MAX_PROBLEMS = 8

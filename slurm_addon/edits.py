@@ -176,7 +176,7 @@ def plan_edits(
         moved = lend_partition if w.shares_cores and not w.parts else None
         try:
             text = format_placement(target)
-            if w.job in trials:  # the trial's record starts with its placement (issue 18)
+            if w.job in trials:  # the trial's record starts with its placement
                 text = with_trial(text, format_trial(TrialRecord(
                     "placed", int(now_s), trials[w.job].partners)))  # fmt: skip
             if w.parts:

@@ -107,7 +107,7 @@ class SlurmJob:
         submit_time_s: submission time, seconds since the epoch.
         eligible_time_s: earliest start (``--begin``), seconds since the epoch; 0 if none.
         start_time_s: when it started (running or suspended), seconds since the epoch; 0
-            while pending (a trial co-run is measured ``init_s`` after it; issue 18).
+            while pending (a trial co-run is measured ``init_s`` after it).
         time_limit_s: its time limit (``--time``), seconds; 0 when it has none (infinite).
         dependency: its dependency expression with Slurm's verdict, empty if none.
         array: whether it is (a task of) a job array.
@@ -247,7 +247,7 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
             notes.append(f"job {job_id} has unknown state {shorten_text(state)!r}; treating it "
                          "as holding its nodes")  # fmt: skip
         phase = "unknown"
-    # Where it runs must be read, or the record is skipped: node names are ids (issue 11).
+    # Where it runs must be read, or the record is skipped: node names are ids.
     nodes = tuple(checked_id("nodes", n) for n in expand_nodes(text(record.get("nodes"))))
     problems: list[str] = []
 
@@ -329,7 +329,7 @@ def parse_records(
             continue
         try:
             parsed.append(parse(record, sink))
-        except Exception as exc:  # one unreadable record must not stop the cycle (issue 11)
+        except Exception as exc:  # one unreadable record must not stop the cycle
             sink.append(f"{command}: {kind} record {index} skipped: {exc}")
     return parsed
 

@@ -52,9 +52,9 @@ def on_job_start(
         allocation: the cores and memory Slurm allocated to it here.
         uid: the job's account (``SLURM_JOB_UID``); only its tasks may join the group.
 
-    A Spread-n-Share placement (issue 19) that allocates LLC ways on this node gets its
+    A Spread-n-Share placement that allocates LLC ways on this node gets its
     resctrl group with them. On a node without resctrl the job runs *without* way
-    allocation (the issue's rule; the plan's notes say so too), and its tasks are told
+    allocation (the plan's notes say so too), and its tasks are told
     ``COSHARE_LLC_WAYS=unsupported`` with the path looked at (:func:`sns_task_env`):
     nothing is pretended. Ways the node has but cannot give (all held) fail the job with
     the reason, as any other limit that cannot be set. A placement with a bandwidth cap

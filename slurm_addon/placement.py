@@ -9,7 +9,7 @@ A placed job carries its placement in two fields of its own (the queue is the le
   node side (TaskProlog) reads the devices from here, and the cycle counts a placed job
   against its device with these values until it ends.
 
-A multi-node (gang) job (issue 14) carries every node of it, in the same single update
+A multi-node (gang) job carries every node of it, in the same single update
 (``ReqNodeList=n1,n2,n3 NumNodes=3-3 NumTasks=5 TasksPerNode=2``, see
 :mod:`slurm_addon.scontrol`), and one more field::
 
@@ -19,7 +19,7 @@ A multi-node (gang) job (issue 14) carries every node of it, in the same single 
 node name or device id); ``node`` and ``devices`` repeat the first part, so the format stays
 version 1. The Prolog of each node makes that node's group with that node's devices.
 
-A job a Spread-n-Share policy placed (``sns``, ``cs``; issue 19) carries two more fields::
+A job a Spread-n-Share policy placed (``sns``, ``cs``) carries two more fields::
 
     coshare-placement;v=1;node=n1;...;parts=n1:14,n2:14;spread=2:2:14;ways=n1:4,n2:4
 
@@ -35,7 +35,7 @@ ignores them, as every reader of this format ignores fields it does not know, so
 stays 1.
 
 A CPU-only job the ``collocate`` policy placed on the idle cores of a running GPU job (Wu &
-Hong; issue 17) carries the GPU job's id::
+Hong) carries the GPU job's id::
 
     coshare-placement;v=1;node=n1;devices=;at=...;mem_mib=0;threads=0;harvest=12
 
@@ -48,13 +48,13 @@ A job refused for bad annotations stays held with ``AdminComment=coshare-refused
 
 A job coshare did not place this cycle carries why in the same field
 (``AdminComment=coshare-waiting: no_room: needs 240 free device threads; ...``, shown by
-``squeue -O admin_comment``; issue 21). A job's AdminComment holds one of coshare's records
+``squeue -O admin_comment``). A job's AdminComment holds one of coshare's records
 at a time, so the placement's format stays as it was: a placement replaces the waiting
 record when the job is placed, and a waiting record is written only over an empty
 AdminComment or an older waiting record, never over a placement, a refusal or an
 operator's own text.
 
-A job placed for a trial co-run of the ``membw`` policy (issue 18) carries its trial record
+A job placed for a trial co-run of the ``membw`` policy carries its trial record
 (:mod:`coshare.trials`) in one more field, before any ``killed``::
 
     coshare-placement;v=1;node=n1;...;trial=suspended:1732233445:0.62:12+13:over_limit

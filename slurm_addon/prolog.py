@@ -3,9 +3,9 @@
 ``coshare-slurm-prolog`` (``Prolog=``, root, before the job starts on the node) reads the
 job's placement and allocation with one small ``squeue`` call and makes its group through
 :mod:`slurm_addon.node_hooks` (own cores, memory limit, devices, declared device threads).
-On each node of a multi-node job (issue 14) it makes that node's group: that node's devices
+On each node of a multi-node job it makes that node's group: that node's devices
 from the placement's part, that node's cores and memory from ``scontrol show job -d``. A
-Spread-n-Share placement (``sns``; issue 19) also gets its resctrl group with that node's LLC
+Spread-n-Share placement (``sns``) also gets its resctrl group with that node's LLC
 ways (the placement's ``ways`` field); on a node without resctrl the job runs without them and
 its tasks are told so (:func:`slurm_addon.node_hooks.sns_task_env`). A
 placed job that starts on another node than its placement (its node list was changed behind

@@ -29,7 +29,7 @@ from slurm_addon.placement import is_safe_token
 
 #: What may appear in a line of scontrol's command language that coshare writes. Checked with
 #: fullmatch: "$" would match before a trailing newline, and a value ending in "\n" would split
-#: one update into two commands (issue 11).
+#: one update into two commands.
 _LINE_VALUE = re.compile(r"[A-Za-z0-9._;=,:-]{1,3900}")
 #: The longest line coshare gives scontrol: scontrol built without readline reads its input
 #: through a 4096-byte buffer (src/scontrol/scontrol.c, ``_getline``), and drops longer lines.

@@ -279,7 +279,7 @@ def build_view(
 ) -> ClusterView:
     """Turn what squeue and sinfo said into the cycle's view (see the module docstring).
 
-    ``shared``: other planners plan the other partitions over the same nodes (issue 20):
+    ``shared``: other planners plan the other partitions over the same nodes:
     their jobs are theirs, never refused here; a placed one counts where it is placed.
     """
     notes: list[str] = []

@@ -19,7 +19,7 @@ CoshareAlpha           0 < a <= 1          tolerated slowdown factor (Spread-n-S
 CoshareMembw           GB/s                main-memory bandwidth used (Poncos)
 CoshareCopyBandwidth   MB/s                host-device copy bandwidth (collocation)
 CoshareWalltime        seconds             requested run time
-CoshareNodes           integer (1)         gang: fewest nodes it spans (issue 14)
+CoshareNodes           integer (1)         gang: fewest nodes it spans
 CoshareNodesMax        integer             gang: most nodes it may span (default: Nodes)
 CoshareProcessesPerNode integer            gang: most processes on one node
 =====================  ==================  =============================================

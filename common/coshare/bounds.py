@@ -2,7 +2,7 @@
 way to echo any input value in a message.
 
 Every number that reaches the planner from a job, a snapshot, a trace or a setting is checked
-against a maximum here before it is used (issue 11). The maxima are far above any real cluster
+against a maximum here before it is used. The maxima are far above any real cluster
 (a node of a million cores, a device of 1 TiB) yet small enough that sums of them over a whole
 cluster stay exact in the policies' 64-bit arrays: a value at its maximum must never crash a
 policy, only be refused when nothing can hold it.
@@ -67,7 +67,7 @@ MAX_PRIORITY = 2**53
 #: every run of the command. A run holds about :data:`SIM_KIB_PER_JOB` KiB per job (measured:
 #: table1 with 2,000 and 8,000 jobs, peak RSS 60 and 100 MB) and its time grows faster than
 #: its job count (8 nodes: 2,000 jobs 11 s, 8,000 jobs 146 s), so ``--jobs 1000000`` is
-#: refused with the estimate instead of running out of memory hours later (issue 11).
+#: refused with the estimate instead of running out of memory hours later.
 MAX_SIM_JOBS = 100_000
 MAX_SIM_NODES = 10_000
 MAX_SIM_SEEDS = 1_000
@@ -178,7 +178,7 @@ class BadValue(ValueError):
     """A value of a scheduler's record that coshare refuses (a node's cores of ``1e300``, a
     NaN, a device id with a line break): one message naming the field, the value (shortened)
     and what is allowed. A ``ValueError``, so that a reader that skips unreadable records
-    skips it too; the adapters say which node or job it belongs to (issue 11).
+    skips it too; the adapters say which node or job it belongs to.
 
     Attributes:
         field: the field as the scheduler names it (``TotalSlotCpus``, ``real_memory``).

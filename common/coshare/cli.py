@@ -341,7 +341,7 @@ def plan(
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while one command builds and drops a large
-    snapshot and plan (issue 15).
+    snapshot and plan.
 
     Decoding, validating and planning 100,000 jobs allocates millions of objects that hold no
     reference cycles (decoded JSON, jobs, tuples, the plan); each allocation-triggered pass of

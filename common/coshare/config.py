@@ -127,7 +127,7 @@ class MembwConfig:
             long before the probe (poncos section 7 waits out the initialization phase with a
             timer).
         max_suspend_s: a job suspended after a failed trial co-run longer than this is
-            requeued with the reason (issue 18 item 2).
+            requeued with the reason.
         programs: recorded measurements: each program's (``CoshareProgram``) share of its
             node's bandwidth, ``1 - available`` as the probe measured it (Table 1); an
             entry here wins over a measured one.
@@ -595,7 +595,7 @@ class SlurmConfig:
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Where ``coshare simulate`` runs its independent runs (issue 16; README "Simulator").
+    """Where ``coshare simulate`` runs its independent runs (README "Simulator").
 
     Attributes:
         executor: ``local`` (this process or local processes; nothing to install) or
@@ -652,7 +652,7 @@ MAX_LEASE_S = 86_400.0
 
 @dataclass(frozen=True)
 class CoordinationConfig:
-    """Several planners over shared nodes (issue 20; PICASO): the engine they coordinate
+    """Several planners over shared nodes (PICASO): the engine they coordinate
     through. Absent (``dsn: null``, the default): one planner, no engine, nothing changes.
 
     Attributes:

@@ -20,7 +20,7 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
     ├── PlanInvariantError        a plan that would oversubscribe something (a bug: never applied)
     ├── CycleBusy                 another cycle holds the queue's lock: exit status 0
     │   └── Standby               another instance of this planner holds its lease: exit 0
-    ├── CoordinationError         several planners' engine (issue 20): exit status 1
+    ├── CoordinationError         several planners' engine: exit status 1
     │   ├── EngineUnavailable     the engine (PostgreSQL) is unreachable: names its address
     │   └── LeaseLost             this planner lost its lease: it stopped before writing
     ├── SimulationError           the simulator's ledger caught an unsound plan
@@ -123,7 +123,7 @@ class FieldProblem:
     why: str
 
     def __str__(self) -> str:
-        # The key and value are the user's: bounded, whatever their size (issue 11).
+        # The key and value are the user's: bounded, whatever their size.
         key, value = shorten_text(self.key), shorten(self.value)
         return f"{key}={value} {self.why} (allowed: {self.allowed})"
 
@@ -196,8 +196,8 @@ class CycleBusy(CoshareError):
 
 
 class Standby(CycleBusy):
-    """Another instance of this planner holds the planner's lease (high availability, issue
-    20): this instance does nothing this cycle (exit status 0) and takes over once the lease
+    """Another instance of this planner holds the planner's lease (high availability):
+    this instance does nothing this cycle (exit status 0) and takes over once the lease
     expires.
 
     Attributes:
@@ -217,7 +217,7 @@ class Standby(CycleBusy):
 
 
 class CoordinationError(CoshareError):
-    """The engine several planners coordinate through (issue 20) failed this cycle: the
+    """The engine several planners coordinate through failed this cycle: the
     cycle wrote nothing (exit status 1); the next cycle starts afresh."""
 
 

@@ -1,4 +1,4 @@
-"""The exit statuses of every ``coshare`` command, in one table (issue 21).
+"""The exit statuses of every ``coshare`` command, in one table.
 
 Each command's ``--help`` ends with the statuses it can exit with (:func:`exit_status_help`),
 its man page lists them, and the code that exits uses these names: cron, systemd and

@@ -1,6 +1,6 @@
 """Why one job waits, and what would make it fit: the explainer behind ``coshare plan
 SNAPSHOT --explain JOB``, ``coshare condor explain JOB`` and ``coshare slurm explain JOB``
-(issue 21; HTCondor's ``condor_q -better-analyze`` is the model).
+(HTCondor's ``condor_q -better-analyze`` is the model).
 
 One pure function, :func:`explain`, fed by a snapshot and a policy (the adapters only read
 the snapshot). It plans the snapshot, then looks at every node and device the way the plan

@@ -1,6 +1,6 @@
 """Node facts: what a node measures about itself, as one line of text both schedulers carry.
 
-Three of the papers plan by what is measured on a node (issue 13): the CPU load of each
+Three of the papers plan by what is measured on a node: the CPU load of each
 running job (Wu & Hong, section IV-A: sampled every minute), the main-memory bandwidth the
 node still has on its free cores (poncos section 6, libDistGen's probe), and its LLC ways
 (Spread-n-Share, section 4.4: total and free). The node daemon measures them and writes

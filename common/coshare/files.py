@@ -2,8 +2,7 @@
 
 A snapshot, a config or a trace is read into memory and then parsed, so its size is the cost
 of the command: ``coshare plan /dev/zero`` (or a runaway pipe into ``coshare plan -``) would
-read until memory ran out. Each reader stops one character past its limit and says so
-(issue 11).
+read until memory ran out. Each reader stops one character past its limit and says so.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Multi-node (gang) jobs: what a job that spans nodes asks for, checked once for every reader.
 
-A gang (issue 14; Spread-n-Share section 4, a job of P processes on n = k * ceil(P/T) nodes;
+A gang (Spread-n-Share section 4, a job of P processes on n = k * ceil(P/T) nodes;
 the distributed allocation paper's gang jobs) asks for
 
 - ``nodes`` .. ``nodes_max`` nodes (Slurm's ``-N min[-max]``, HTCondor's ``machine_count``),

@@ -3,7 +3,7 @@
 
 Ids are compared as exact strings everywhere behind the boundary, so two ids that differ only
 in invisible ways must never both get in: ``" 0"`` and ``"0"`` would be two devices to the
-snapshot and one to a person (issue 11: a running job on ``" 0"`` was counted on ``"0"``).
+snapshot and one to a person (a running job on ``" 0"`` was counted on ``"0"``).
 Rather than guess which one was meant, an id with white space at either end, a control,
 format or line-separator character, a lone surrogate, or more than :data:`MAX_ID_CHARS`
 characters is refused where it enters (the snapshot parser, the adapters' readers), with

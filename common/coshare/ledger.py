@@ -155,7 +155,7 @@ def refuse_on_error(
         return Rejected(job_id, str(exc))
     except BadValue as exc:
         return Rejected(job_id, f"job {job_id}: {exc}")
-    except Exception as exc:  # no one job's record may stop a cycle (issue 11)
+    except Exception as exc:  # no one job's record may stop a cycle
         return Rejected(job_id, _unreadable(job_id, exc, annotations or {}))
 
 
@@ -171,7 +171,7 @@ def describe(exc: Exception) -> str:
 def read_node(name: str, read: Callable[[], T], notes: list[str]) -> T | None:
     """``read()`` of one node's records, or ``None`` with a note naming the node and the
     field when it raises anything: that node is left out of this cycle and the others are
-    planned (issue 11)."""
+    planned."""
     try:
         return read()
     except Exception as exc:  # no one node's record may stop a cycle
@@ -209,9 +209,9 @@ class Placed:
         device_threads: device threads it was placed for, when recorded (Slurm).
         parts: a gang's nodes with their devices and processes (and LLC ways).
         llc_ways: LLC ways allocated on ``node`` (a gang's: its first part's), when the
-            placement allocates them (``sns``; Slurm, issue 19).
+            placement allocates them (``sns``; Slurm).
         harvest_from: the running GPU job whose idle cores this CPU-only job was placed on
-            (``collocate``; issue 17): it counts against that job's harvest, not the node.
+            (``collocate``): it counts against that job's harvest, not the node.
     """
 
     node: str
@@ -232,7 +232,7 @@ class Placed:
 
 @dataclass(frozen=True)
 class Part:
-    """One node of a multi-node (gang) placement (issue 14).
+    """One node of a multi-node (gang) placement.
 
     Attributes:
         node: the node's name.
@@ -470,10 +470,10 @@ def held(queued: Queued, job: Job) -> tuple[RunningJob, ...]:
         id=job.id, node=part.node, devices=part.devices, device_memory_mib=memory,
         device_threads=threads, cpu_milli=cpu_milli, memory_mib=memory_mib, state="planned",
         start_time_s=placed.at_s,
-        # what it declared of its bandwidth, for the membw policy (issue 18)
+        # what it declared of its bandwidth, for the membw policy
         program=job.program, membw_gbps=job.membw_gbps,
         llc_ways=part.llc_ways,  # the ways its resctrl group will hold there (sns)
-        # what the collocate policy reads of it (issue 17)
+        # what the collocate policy reads of it
         walltime_s=job.walltime_s, copy_bw_mbps=job.copy_bw_mbps,
         harvest_from=placed.harvest_from,
     ) for part in placed.spots)  # fmt: skip
@@ -575,7 +575,7 @@ def declared_demand(job_id: str, annotations: Mapping[str, object]) -> tuple[int
 
 @dataclass(frozen=True)
 class Declared:
-    """What a running job declared that the ``collocate`` policy reads (issue 17).
+    """What a running job declared that the ``collocate`` policy reads.
 
     Attributes:
         walltime_s: its requested time: ``CoshareWalltime``, else the scheduler's own time

@@ -1,4 +1,4 @@
-"""How coshare's long-running commands log: one set-up, two formats (issue 21).
+"""How coshare's long-running commands log: one set-up, two formats.
 
 ::
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of planning cycles (issue 21), exported through ``prometheus_client``.
+"""Prometheus metrics of planning cycles, exported through ``prometheus_client``.
 
 ::
 

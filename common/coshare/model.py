@@ -197,7 +197,7 @@ class Job:
         membw_gbps: main-memory bandwidth the job uses (Poncos, Spread-n-Share).
         copy_bw_mbps: host-device copy bandwidth (collocation paper's cudaMemcpy threshold).
         walltime_s: requested run time, when the user gave one.
-        nodes: the fewest nodes the job spans (a gang, issue 14; 1: a single-node job).
+        nodes: the fewest nodes the job spans (a gang; 1: a single-node job).
         nodes_max: the most nodes it may span (Slurm's ``-N min-max``); ``None``: ``nodes``.
         processes_per_node: the most processes one node takes (Slurm's
             ``--ntasks-per-node``); ``None``: no limit. For a gang, ``device_count`` devices
@@ -276,7 +276,7 @@ class RunningJob:
         cpu_load_max_cores: node facts: the highest interval load of its history.
         cpu_load_window_s: node facts: the seconds the history covers.
         walltime_s: the job's requested run time, when known: with ``start_time_s`` it gives
-            the expected end a wide gang's reservation counts on (issue 14); ``collocate``'s
+            the expected end a wide gang's reservation counts on; ``collocate``'s
             monitoring period is ``P_M`` of it (Wu & Hong section IV-A).
         copy_bw_mbps: its host-device copy bandwidth, MB/s per process (measured, or declared
             as ``CoshareCopyBandwidth``; section III-B3), when known.

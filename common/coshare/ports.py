@@ -5,7 +5,7 @@
     Source.read() ----------> SourceResult(snapshot, rejected, waiting, notes, unusable)
     Editor.apply(plan, rejected, dry_run) --> ApplyReport(applied, unchanged, skipped,
                                                           failed, rejected, withdrawn)
-    PlanGate.settle(snapshot) / .admit(snapshot, plan)    several planners (issue 20)
+    PlanGate.settle(snapshot) / .admit(snapshot, plan)    several planners
 
 Both scheduler adapters (``condor_addon``, ``slurm_addon``) implement the two protocols in
 one object, their ``adapter`` module; the simulator keeps its own in-memory ledger. The
@@ -176,7 +176,7 @@ def no_fence() -> None:
 
 class BatchFencedEditor(Editor, Protocol):
     """An Editor that checks a fence before each batch of writes (class attribute
-    ``fences_batches = True``; both adapters, issue 20): a planner whose lease was lost, or
+    ``fences_batches = True``; both adapters): a planner whose lease was lost, or
     whose engine cannot be reached, stops before its next batch, not only before its first.
 
     Contract: ``fence`` is called (from any of the Editor's threads; the caller serializes
@@ -198,7 +198,7 @@ class Adapter(Source, Editor, Protocol):
 
 
 class PlanGate(Protocol):
-    """Where a planner's cycle meets the other planners over the same nodes (issue 20; the
+    """Where a planner's cycle meets the other planners over the same nodes (the
     engine's claims, :mod:`coshare.coord.claims`).
 
     Contract: :meth:`settle` is called after the read and before planning: it releases this

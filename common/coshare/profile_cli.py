@@ -1,5 +1,5 @@
 """``coshare profile``: build and check the program profiles of the ``sns`` policy
-(Spread-n-Share sections 4.1-4.2 and 5.1; issue 19 item 1).
+(Spread-n-Share sections 4.1-4.2 and 5.1).
 
 ::
 

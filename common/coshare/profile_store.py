@@ -1,5 +1,5 @@
 """The profile store: one JSON file per program, ``DIR/PROGRAM.json``, that an admin can read
-and edit (Spread-n-Share section 5.1 keeps its profiles in a JSON file; issue 19 item 1).
+and edit (Spread-n-Share section 5.1 keeps its profiles in a JSON file).
 
 Every file is checked when the store is loaded (:func:`coshare.profiles.parse_profile`); a
 bad one stops the load with a message naming the file and the field, so a typo never turns

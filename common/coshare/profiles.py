@@ -1,4 +1,4 @@
-"""Program profiles and per-job demand of Spread-n-Share (issue 19 items 1-2).
+"""Program profiles and per-job demand of Spread-n-Share.
 
 A profile (sections 4.1-4.2 and 5.1 of ``shared/papers/spread-n-share.md``) describes one
 program, the value jobs name with ``CoshareProgram``:

@@ -56,7 +56,7 @@ def render_text(*tables: Table | str, width: int | None = None) -> str:
     Names and ids come from users and schedulers, so nothing in them is interpreted: no rich
     markup (``[/x]`` in a node name raised ``MarkupError``), no ``:emoji:`` codes, and control
     characters or lone surrogates that got this far are written as escapes, never sent to
-    the admin's terminal (issue 11).
+    the admin's terminal.
     """
     buffer = io.StringIO()
     console = Console(file=buffer, width=width or output_width(), force_terminal=False,
@@ -162,7 +162,7 @@ def plan_table(
         for column in ("jobs", "count", "code", "reason"):
             waits.add_column(column, overflow="fold")
         for (code, reason), ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-            waits.add_row(", ".join(ids), str(len(ids)), code, reason)  # every id (issue 21)
+            waits.add_row(", ".join(ids), str(len(ids)), code, reason)  # every id
         parts.append(waits)
     if plan.requeue:
         parts.append("To requeue (their GPU job needs its cores back): "

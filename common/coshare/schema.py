@@ -215,7 +215,7 @@ class _Fields:
         return value
 
     def cores(self, key: str, default: Any = _MISSING, *, capacity: bool = False) -> Any:
-        """Cores in ``cpu_milli``: a node's capacity rounds down, a job's demand up (issue 11:
+        """Cores in ``cpu_milli``: a node's capacity rounds down, a job's demand up (so
         a 3.9995-core node must not take a 4-core job)."""
         value = self.number(key, default, minimum=0.0, maximum=MAX_CORES, exclusive_min=capacity)
         if value is default:
@@ -307,7 +307,7 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
     return Snapshot(tuple(nodes), tuple(running), tuple(pending), now)
 
 
-# The fast paths (issue 15: 100,000 jobs validated in a fraction of a second). A well-formed
+# The fast paths (100,000 jobs validated in a fraction of a second). A well-formed
 # object of the usual fields is checked here in a few inline comparisons per field and built
 # directly; anything else -- a wrong type, a value out of range, an optional field these paths
 # do not know, a non-ASCII id -- returns None, and the full per-field parser below checks it
@@ -830,7 +830,7 @@ def _assignment_dict(a: Assignment) -> dict[str, object]:
     """One assignment of the plan's JSON (optional fields only when set)."""
     if a.processes is None and a.harvest_from is None and a.llc_ways is None \
             and a.membw_gbps is None and a.llc_ways_spare is None:  # fmt: skip
-        # the usual one, directly (the same keys in the same order; issue 15: 50,000 a plan)
+        # the usual one, directly (the same keys in the same order: 50,000 a plan)
         device = ",".join(a.devices)
         return {"job": a.job, "node": a.node, "device": device} if device \
             else {"job": a.job, "node": a.node}  # fmt: skip

@@ -1,4 +1,4 @@
-"""Trial co-runs of the ``membw`` policy as a state machine (poncos section 7, issue 18 item 2).
+"""Trial co-runs of the ``membw`` policy as a state machine (poncos section 7).
 
 A job whose memory bandwidth use is unknown may start beside jobs whose use is known, as a
 *trial* the plan names (:class:`coshare.model.Trial`). Its record lives in the scheduler's
@@ -69,7 +69,7 @@ _RECORD = re.compile(r"(?P<state>[a-z]+):(?P<at>[0-9]{1,12}):(?P<share>-|[0-9]\.
                      r":(?P<with>-|[A-Za-z0-9_.+-]{1,2000}):(?P<why>-|[a-z_]{1,32})")  # fmt: skip
 #: Sums are compared with this slack, as the policy does (0.45 + 0.45 is within 0.9).
 _EPS = 1e-9
-#: The use a job is counted with when its probe failed: bandwidth-bound (issue 18).
+#: The use a job is counted with when its probe failed: bandwidth-bound.
 UNMEASURED_SHARE = 1.0
 
 

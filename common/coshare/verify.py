@@ -193,7 +193,7 @@ def _demand(job: RunningJob) -> float | None:
 
 
 def _gang_problems(plan: Plan, pending: dict[str, Job]) -> list[str]:
-    """All or nothing (issue 14): a gang is on a node count it allows, with every process
+    """All or nothing: a gang is on a node count it allows, with every process
     placed once and at most ``processes_per_node`` on a node; a single-node job on one node."""
     problems: list[str] = []
     parts: dict[str, list[int | None]] = defaultdict(list)

@@ -1,4 +1,4 @@
-"""Deadlock-free allocation of gangs over several scheduling domains (PICASO, issue 20).
+"""Deadlock-free allocation of gangs over several scheduling domains (PICASO).
 
 Ramachandran and Mueller, *Distributed Job Allocation for Large-Scale Manycores*
 (``shared/papers/distributed-job-allocation-manycores.md``): each domain has its own
@@ -17,7 +17,7 @@ Modules, all pure (no I/O, no clock, no randomness; ``tests/unit/test_purity.py`
 - :mod:`~coshare.alloc.store`: the reservation store port (a ``Protocol``) and its in-memory
   implementation; :class:`coshare.coord.postgres.PostgresReservations` (active
   cancellation) and :class:`coshare.coord.sequencer.SequencerReservations` (the sequencer)
-  back the same port with PostgreSQL (issue 20 item 3).
+  back the same port with PostgreSQL.
 - :mod:`~coshare.alloc.protocol`: the per-domain manager, a state machine that takes one
   message and returns the messages it sends (both policies), and the message-count formulas.
 

@@ -6,7 +6,7 @@ managers, section 6: 2 x 2 to 7 x 7) and talk to their four neighbours; the fixe
 pattern needs the mesh, the adaptive one only the links (section 4.4).
 
 Bad input is refused at construction with one message: a node claimed by two domains names
-both (issue 20: two planners over the same nodes would book a device twice), a domain
+both (two planners over the same nodes would book a device twice), a domain
 without cores, a mesh that does not match the domain count.
 """
 

@@ -2,7 +2,7 @@
 
 Each domain manager of :mod:`coshare.alloc.protocol` books its own domain's cores through a
 :class:`ReservationStore`; every write names the domain and the job, so a store shared by
-several planners (a database table keyed by core; issue 20 item 3) can back the same
+several planners (a database table keyed by core) can back the same
 protocol. :class:`InMemoryReservationStore` is the implementation the simulator and the
 tests use. Either way a core is booked by at most one job: a second booking raises
 :class:`~coshare.errors.DoubleBooking` and changes nothing.

@@ -1,4 +1,4 @@
-"""Several planners over shared nodes: the engine they coordinate through (issue 20 items 3-4).
+"""Several planners over shared nodes: the engine they coordinate through.
 
 The allocation protocol (:mod:`coshare.alloc`) is pure; here it meets a real, well-kept
 engine instead of a home-made server: PostgreSQL (:mod:`coshare.coord.postgres`), started on

@@ -1,4 +1,4 @@
-"""What a live cycle does with the coordination engine (issue 20 items 3-4).
+"""What a live cycle does with the coordination engine.
 
 With ``coordination.dsn`` set, :func:`coordination` takes or renews this planner's lease
 before the cycle reads anything, and yields a *fence* that the cycle calls right before it

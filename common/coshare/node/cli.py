@@ -435,5 +435,5 @@ def cleanup(app: AppContext, output: str) -> None:
         )
 
 
-# Measurements and controls of issue 13 (check, probe, facts, freeze, thaw): their own module.
+# The node's measurements and controls (check, probe, facts, freeze, thaw): their own module.
 register_measurements(node)

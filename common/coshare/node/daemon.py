@@ -9,12 +9,12 @@ The watchdog is what ends a job stopped at its cgroup v1 memory limit (the kerne
 killer is off in job groups, so such a job waits for it): a round that fails is logged and
 retried, and when ``node.watch_failure_limit`` rounds in a row fail, or one round does not
 finish in that many intervals, the daemon stops and exits non-zero, so that its service
-manager (``Restart=`` in deploy/node/coshare-node.service) starts a fresh one (issue 11,
-item 5). It never just carries on without a watchdog.
+manager (``Restart=`` in deploy/node/coshare-node.service) starts a fresh one.
+It never just carries on without a watchdog.
 
 The daemon also measures the node for the planner (:mod:`coshare.node.sampler`: each job's
 CPU load, LLC ways, the memory-bandwidth probe) every ``node.sample_interval_s`` and writes
-its facts to ``state_dir/facts``; a failing measurement is logged, never fatal (issue 13).
+its facts to ``state_dir/facts``; a failing measurement is logged, never fatal.
 With ``node.trial_requests`` set, each sampling round first probes the trial co-runs the
 scheduler's queue asks of this node and publishes the answers in the same facts
 (:mod:`coshare.node.trial_requests`, ``policy.membw.probe_via: facts``).
@@ -165,7 +165,7 @@ async def serve(
     controller = None
     if jobs is not None:
         # A freeze is for one probe and no probe outlives the daemon that ran it: a job
-        # still marked frozen was left by a daemon that was killed (issue 18). Thaw it now.
+        # still marked frozen was left by a daemon that was killed. Thaw it now.
         jobs.thaw_all()
         # A control client sends its one request at once: no reason to stay silent longer.
         limits = Limits.of(config, CONTROL_MAX_LINE, idle_timeout_s=config.line_timeout_s)

@@ -1,5 +1,5 @@
 """``coshare node check | probe membw | facts | freeze | thaw | lend | reclaim | trial``: what
-the node measures and the controls an operator uses (issues 13, 17 and 18).
+the node measures and the controls an operator uses.
 
 ::
 

@@ -1,5 +1,4 @@
-"""The node daemon's Prometheus metrics, served at ``http://<node.metrics_address>/metrics``
-(issue 21).
+"""The node daemon's Prometheus metrics, served at ``http://<node.metrics_address>/metrics``.
 
 ::
 

@@ -6,7 +6,7 @@ connect, and the kernel says who it is (``SO_PEERCRED``). So a connection costs 
 descriptor, buffers and a slot in its state before anything is known of its purpose, and a
 peer that opens many, or sends half a line and waits, would hold them for ever: about 1,000
 half-sent lines used to exhaust the daemon's descriptors, and every START, JOIN and ACQUIRE
-then timed out (issue 11, item 4). :class:`LineServer` bounds that once, for both sockets:
+then timed out. :class:`LineServer` bounds that once, for both sockets:
 
 - **connections per uid** (``node.max_connections_per_uid``, each socket on its own): the
   next one is answered ``ERR too_many ...`` and closed, so a flood from one uid leaves every

@@ -60,7 +60,7 @@ class PolicyOptions:
     counts) when the caller knows it, as the fragmentation benchmark does; ``None`` takes it
     from each snapshot. ``bestfit_scale`` is BestFit's (cpu_milli, devices) normalization;
     ``None`` takes the largest node of each snapshot. ``max_reserved_gangs``: how many aged
-    gangs may hold nodes per cycle (issue 14). ``membw_*`` are the ``membw`` policy's
+    gangs may hold nodes per cycle. ``membw_*`` are the ``membw`` policy's
     (``policy.membw``); ``membw_trials`` plans trial co-runs (the simulator; live
     cycles with ``policy.membw.trials``, :mod:`coshare.trials`). ``monitor_fraction``,
     ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
@@ -148,7 +148,7 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
 
 
 #: Policies whose own admission or reservation the shared gang mechanism would bypass: they
-#: refuse gangs (``unsupported``) and plan the other jobs as before (issue 14).
+#: refuse gangs (``unsupported``) and plan the other jobs as before.
 GANGS_UNSUPPORTED: dict[str, str] = {
     "membw": "the membw policy does not place multi-node jobs yet (its bandwidth admission "
              "is per node and would not see a gang's other parts)",
@@ -174,10 +174,10 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     """
     factory = FACTORIES.get(name)
     if factory is None:
-        # The name may come from a flag, a config or COSHARE_POLICY: shown bounded (issue 11).
+        # The name may come from a flag, a config or COSHARE_POLICY: shown bounded.
         raise PolicyError(unknown_name("policy", name, policy_names()))
     options = options or PolicyOptions()
-    # Gangs (multi-node jobs) are placed by one mechanism around every policy (issue 14).
+    # Gangs (multi-node jobs) are placed by one mechanism around every policy.
     return GangPlanner(factory(options), whole_nodes=name == "exclusive",
                        strict_threads=name == "exclusive" or options.threads == "strict",
                        age_limit_s=options.age_limit_s,

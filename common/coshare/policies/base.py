@@ -469,7 +469,7 @@ _new_object = object.__new__
 def _single_assignment(job: str, node: str, devices: tuple[str, ...]) -> Assignment:
     """``Assignment(job, node, devices)``, built slot by slot: the frozen class's ``__init__``
     sets each field through ``object.__setattr__`` by name, twice the time for the ~50,000
-    placements of a large cycle (issue 15; the test compares it with ``Assignment(...)``)."""
+    placements of a large cycle (the test compares it with ``Assignment(...)``)."""
     out: Assignment = _new_object(Assignment)
     _set_job(out, job)
     _set_node(out, node)
@@ -485,7 +485,7 @@ def _single_assignment(job: str, node: str, devices: tuple[str, ...]) -> Assignm
 def needs_of(jobs: Sequence[Job]) -> Ints:
     """Per job: device memory, device threads, host cores and host memory of all processes."""
     # the fields flat through numpy's iterator, the per-process products as columns: half
-    # the time of a tuple per job (issue 15; called on ~100,000 jobs several times a cycle)
+    # the time of a tuple per job (called on ~100,000 jobs several times a cycle)
     flat = chain.from_iterable(map(_NEED_FIELDS, jobs))
     fields = np.fromiter(flat, dtype=np.int64, count=5 * len(jobs)).reshape(-1, 5)
     out: Ints = fields[:, :4].copy()
@@ -506,7 +506,7 @@ def _undominated_rows(rows: Ints) -> Ints:
     rows (a beaten one beating another is itself beaten by a kept one: transitivity).
     First, the rows a few strong ones beat are dropped (the most of each column, the largest
     share of all columns): on 10,000 devices after a large cycle that leaves a few hundred
-    for the blocks (issue 15), and what it drops the blocks would have dropped."""
+    for the blocks, and what it drops the blocks would have dropped."""
     rows = _beaten_by_strong_rows(rows)
     rows = np.unique(rows, axis=0)[::-1]
     kept = np.zeros((0, rows.shape[1]), dtype=rows.dtype)
@@ -551,7 +551,7 @@ def _as_ranks(rows: Ints, wants: Ints) -> tuple[Ranks, Ranks, list[Ints]]:
     count of row values below the want), so every "some row has at least ..." and every
     "the most among rows with ..." has the same answer on ranks; ranks fit 16 bits where
     values take 64, and the jobs x rows comparisons of :func:`_explain_many` run at about
-    twice the speed on them (issue 15)."""
+    twice the speed on them."""
     dtype = np.int16 if len(rows) < (1 << 15) - 1 else np.int64
     row_ranks: Ranks = np.empty(rows.shape, dtype=dtype)
     want_ranks: Ranks = np.empty(wants.shape, dtype=dtype)
@@ -793,7 +793,7 @@ def _no_host_memory(job: Job, best_mem: int) -> Unplaced:
 
 
 # The reasons' texts depend on two numbers each, which tens of thousands of jobs left waiting
-# share: each text is written once (issue 15).
+# share: each text is written once.
 
 
 @lru_cache(maxsize=_TEXTS)

@@ -27,7 +27,7 @@ Fragmentation is summed with integer counts as weights, so it is exact; the inte
 divides by their total. Jobs are
 placed in scheduler order, one at a time, each seeing the ones before. Pure: no I/O, no clock.
 
-Speed (issue 15): a node's ``F`` is read from a table of the shapes' weights summed over
+Speed: a node's ``F`` is read from a table of the shapes' weights summed over
 their device counts, cores and shares (:class:`_Fragmentation`), a few reads per node rather
 than a pass over every shape; the same integers, so the same plans as the shape-by-shape sum.
 """
@@ -290,7 +290,7 @@ class _Fragmentation:
     def _score(self, decrease: Ints, scale: npt.NDArray[np.float64]) -> Ints:
         """The reference's integer score: ``int(100 * sigmoid(decrease / one device))``."""
         x = decrease / self.total / np.maximum(scale, 1.0)
-        # exp overflows past |x| ~ 709 (a node's devices of very different sizes: issue 11);
+        # exp overflows past |x| ~ 709 (a node's devices of very different sizes);
         # the integer score is already 0 or 100 from |x| = 50, so clipping changes no score.
         x = np.clip(x, -_SIGMOID_CLIP, _SIGMOID_CLIP)
         out: Ints = (100.0 / (1.0 + np.exp(-x))).astype(np.int64)
@@ -372,7 +372,7 @@ def distinct_moves(state: ClusterState, cand: Ints) -> Ints:
     before them: a move is scored by its node and the device's free and total memory alone
     (:func:`single_device_moves`), and ties go to the first device, so of the devices of one
     node with the same free and total memory only the first can be chosen. A node of 1,024
-    idle devices is then one candidate, not 1,024 (issue 11: 64 such nodes and 2,000 jobs,
+    idle devices is then one candidate, not 1,024 (64 such nodes and 2,000 jobs,
     a 5 MB snapshot within every bound, planned for minutes). ``cand`` is in ascending order
     and so is the result; in exact arithmetic the choice is the one over all of ``cand``
     (sharepack's potential is a matrix product, whose rounding can differ with a row's place

@@ -70,8 +70,8 @@ class GangPlanner:
     def plan(self, snapshot: Snapshot) -> Plan:
         """Place the gangs, then let the wrapped policy place the rest."""
         if getattr(self.inner, "places_gangs", False):
-            # a policy that chooses gangs' nodes itself (Spread-n-Share's scale factor, issue
-            # 19) sets ``places_gangs = True`` and uses this module's pieces as it sees fit
+            # a policy that chooses gangs' nodes itself (Spread-n-Share's scale factor)
+            # sets ``places_gangs = True`` and uses this module's pieces as it sees fit
             return self.inner.plan(snapshot)
         gangs = [j for j in snapshot.pending if j.is_gang]
         if self.refuse_gangs is not None and gangs:

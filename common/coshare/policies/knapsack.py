@@ -225,7 +225,7 @@ def types_affordable(jobs: Sequence[Job], grid: int, devices: int,
     """:func:`tables_affordable` for the exact types of ``jobs`` (:func:`job_types`),
     counted only until the answer is known: that holds while the types are at most
     ``max_work // devices`` or ``len(jobs) // BUCKET_FROM_COPIES``, and 100,000 jobs of
-    nearly as many types pass the larger bound within a quarter of them (issue 15)."""
+    nearly as many types pass the larger bound within a quarter of them."""
     limit = max(max_work // devices if devices > 0 else len(jobs),
                 len(jobs) // BUCKET_FROM_COPIES)  # fmt: skip
     if len(jobs) <= limit:

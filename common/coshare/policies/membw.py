@@ -38,7 +38,7 @@ from coshare.model import Job, Node, Plan, RunningJob, Snapshot, ThreadMode, Tri
 from coshare.policies.base import ClusterState, explain_waiting, finish, never_fits, priority_key
 
 #: The use a job of unknown bandwidth is planned with: all of it ("bandwidth-bound until
-#: measured", issue 18), so nothing is co-scheduled beside it.
+#: measured"), so nothing is co-scheduled beside it.
 UNKNOWN_SHARE = 1.0
 #: Sums are compared with this slack, so that 0.45 + 0.45 is within 0.9 in floating point.
 _EPS = 1e-9

@@ -303,7 +303,7 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     size = len(ranked)
     # the least each need takes from a rank on: a device that has less of one than that can
     # take no job from there on, and stops at once instead of after GREEDY_SKIPS misses (the
-    # same plan; issue 15: 70% fewer steps on the modern GPU mix)
+    # same plan: 70% fewer steps on the modern GPU mix)
     least_m, least_t, least_c, least_h = \
         np.minimum.accumulate(need[::-1], axis=0)[::-1].T.tolist()  # fmt: skip
     placed = [False] * size

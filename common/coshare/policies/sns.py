@@ -1,5 +1,5 @@
 """Spread-n-Share (``sns``) and compact-share (``cs``): Tang et al., SC '19, sections 3.2
-and 4.3-4.4 (``shared/papers/spread-n-share.md``; issue 19 item 3).
+and 4.3-4.4 (``shared/papers/spread-n-share.md``).
 
 Both place CPU jobs of ``P`` processes on ``n = k * ceil(P/T)`` nodes with ``ceil(P/n)``
 cores each (``T``: a node's cores in processes), sharing nodes with other jobs; they place

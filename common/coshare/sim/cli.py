@@ -14,7 +14,7 @@ Workloads: ``table1`` (Table II: 1000 jobs, 8 nodes), ``uniform``, ``normal``, `
 ``pressure`` (Fig. 10: ``--jobs`` per node, 200 by default, on 2 to 8 nodes),
 ``alibaba-2023`` (the fragmentation benchmark on the Alibaba trace), ``wu-hong`` (the
 collocation paper's section IV-C, with a P_M x P_B sweep), ``picaso`` and ``picaso-PART``
-(the distributed allocation paper's tiles and scenarios, issue 20), ``sns`` (Spread-n-Share's
+(the distributed allocation paper's tiles and scenarios), ``sns`` (Spread-n-Share's
 section 6.2 job mixes; ``--sweep scaling_share=...``: section 6.3) and ``trace:FILE.swf``
 (replay an SWF log; ``FILE.swf.gz`` too). This module does the I/O (trace files, the plot,
 the progress bar) and hands everything else to the pure ``coshare.sim``.
@@ -426,7 +426,7 @@ def _trace_keys(request: Request, policies: Sequence[str], tasks: Sequence[Task]
 
 
 def _poncos(request: Request) -> Outcome:
-    """poncos section 8: Table 1's admission matrix and the two queues (issue 18)."""
+    """poncos section 8: Table 1's admission matrix and the two queues."""
     from coshare.sim.poncos_report import poncos_outcome
 
     text, payload = poncos_outcome()
@@ -483,7 +483,7 @@ def _wu_hong(request: Request) -> Outcome:
 
 
 def _picaso(request: Request) -> Outcome:
-    """The distributed allocation paper (issue 20): waits and message counts of active
+    """The distributed allocation paper: waits and message counts of active
     cancellation against the sequencer on its tiles and scenarios (``picaso`` runs all)."""
     from coshare.sim.picaso_report import picaso_outcome
 
@@ -500,7 +500,7 @@ def _picaso(request: Request) -> Outcome:
 
 def _sns(request: Request) -> Outcome:
     """Spread-n-Share section 6.2 (36 sequences of 20 jobs per seed: exclusive = CE, cs, sns),
-    or with ``--sweep scaling_share=...`` section 6.3 (issue 19)."""
+    or with ``--sweep scaling_share=...`` section 6.3."""
     from coshare.sim.sns import PAPER_NODES, SEQUENCES
     from coshare.sim.sns_report import paper_outcome, ratio_outcome
 

@@ -186,7 +186,7 @@ def simulate(
     Args:
         nodes: the cluster.
         jobs: the jobs; each arrives at its ``job.submit_time_s``. Ids must be unique. An
-            *iterator* is a stream (a trace read as it is replayed, issue 16): its jobs must
+            *iterator* is a stream (a trace read as it is replayed): its jobs must
             come in submit order, each is read when the one before it arrives, and a job is
             forgotten when it ends (its record goes to ``record``; ``SimResult.jobs`` stays
             empty), so memory holds the jobs in flight, not the whole stream.
@@ -251,7 +251,7 @@ class _Engine:
         self.heap: list[tuple[float, int, int, Token]] = []
         self.seq = 0
         self.pending: dict[str, int] = {}
-        # keyed by (job, node): a gang holds one entry per node (issue 14)
+        # keyed by (job, node): a gang holds one entry per node
         self.running: dict[tuple[str, str], RunningJob] = {}
         self.placed: dict[int, list[tuple[str, tuple[str, ...], tuple[int, ...], int]]] = {}
         self.start: dict[int, float] = {}

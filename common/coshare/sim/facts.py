@@ -20,7 +20,7 @@ function the adapters use after parsing what the nodes published.
   section 6: it never reads 0);
 - **LLC ways**: the node's ways less those of the running jobs that hold some.
 
-What a job's traits are is its workload's business (issues 17-19 give them from the papers);
+What a job's traits are is its workload's business (the workloads give them from the papers);
 a job without traits contributes nothing, as a job the node cannot measure. Pure: no I/O.
 """
 
@@ -137,7 +137,7 @@ class MeasuredFacts:
                sampled: float) -> MembwFacts | None:  # fmt: skip
         if hardware.membw_baseline_gbps is None:
             return None
-        # The probe ran at ``sampled``: a job started since is not in it (issue 18).
+        # The probe ran at ``sampled``: a job started since is not in it.
         used = sum(self.traits.get(j.id, JobTraits()).membw_share or 0.0 for j in jobs
                    if j.start_time_s is None or j.start_time_s < sampled)  # fmt: skip
         available = max(1.0 - used, self.min_available)

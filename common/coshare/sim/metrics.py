@@ -92,8 +92,8 @@ SLOWDOWN_BUCKET = 1.001
 
 
 class StreamSummary:
-    """:class:`RunSummary` figures of a run whose job records are not kept (a streamed trace,
-    issue 16): fed each record as the job ends (``add``), in memory bounded by the spread of
+    """:class:`RunSummary` figures of a run whose job records are not kept (a streamed trace):
+    fed each record as the job ends (``add``), in memory bounded by the spread of
     the slowdowns, not by the job count.
 
     Means come from a compensated running sum (Neumaier; :func:`summarize`'s ``fsum`` would
@@ -106,7 +106,7 @@ class StreamSummary:
         self.not_run = 0
         self._slow = _RunningSum()
         self._wait = _RunningSum()
-        self._bounded = _RunningSum()  # bounded slowdown: the SWF replays' metric (issue 14)
+        self._bounded = _RunningSum()  # bounded slowdown: the SWF replays' metric
         self._slow_max = -math.inf
         self._buckets: dict[int, int] = {}
 

@@ -1,5 +1,5 @@
 """What ``coshare simulate --workload picaso-*`` prints: the distributed allocation
-protocol's waits and message counts beside the paper's (issue 20). It renders with rich, as
+protocol's waits and message counts beside the paper's. It renders with rich, as
 :mod:`coshare.sim.report` does, so it is one of the simulator's I/O modules
 (tests/unit/test_purity.py); the runs themselves are :mod:`coshare.sim.picaso`."""
 

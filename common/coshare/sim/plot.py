@@ -1,5 +1,5 @@
 """Figures of ``coshare simulate --plot FILE.png`` (matplotlib, the ``plot`` extra), made to
-be shown to others (issue 21): titles and axes in the reader's terms with units, node
+be shown to others: titles and axes in the reader's terms with units, node
 counts as integers, the spread over seeds as error bars or a band, legends outside the
 data, and the paper's published figure beside coshare's wherever the paper gives numbers.
 

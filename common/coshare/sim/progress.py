@@ -1,4 +1,4 @@
-"""The simulator's progress report on standard error (issue 21): simulated jobs done of the
+"""The simulator's progress report on standard error: simulated jobs done of the
 total, the rate in jobs per second and the time left.
 
 On a terminal it is a rich progress bar, gone when the run ends. Without one (cron, a pipe,

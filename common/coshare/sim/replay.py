@@ -5,7 +5,7 @@ with an iterator): a job is parsed when the one before it arrives and forgotten 
 and its figures are folded into a :class:`~coshare.sim.metrics.StreamSummary`, so memory
 holds the jobs in flight, not the log: a log of a million jobs replays in the memory of its
 busiest moment (``bench/sim_sweep.py`` measures it). Because nothing depends on the log's
-length, a streamed log is not refused for its size (issue 16); each line is bounded
+length, a streamed log is not refused for its size; each line is bounded
 (:data:`coshare.sim.trace_files.MAX_LINE_CHARS`) and every field as before.
 
 Each task opens the log itself (a Dask worker elsewhere needs the path to be visible there,
@@ -96,7 +96,7 @@ def cluster_of(path: Path, nodes: int | None,
     if machines is None and cores_per_node is not None and nodes:
         return tuple(Node(f"n{i + 1:05d}", cores_per_node * MILLI, MAX_MEMORY_MIB)
                      for i in range(nodes))  # fmt: skip
-    if machines is None:  # the header's MaxNodes / MaxProcs (issue 14)
+    if machines is None:  # the header's MaxNodes / MaxProcs
         machines = header_nodes(_header(path), where, cores_per_node)
     return machines[:nodes] if nodes else machines
 
@@ -197,7 +197,7 @@ def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
         if parsed is not None
         else iter_swf(stream_lines(path), str(path), tally, bytes_per_job)
     )
-    # a job that one node cannot hold runs as a gang (issue 14)
+    # a job that one node cannot hold runs as a gang
     jobs = (host_only(as_gang(j.job, cluster), j.run_s) for j in records)
     figures = StreamSummary()
     result = simulate(cluster, jobs, setup.policy(policy, seed), options=setup.options(),

@@ -1,5 +1,5 @@
 """The ``sns`` workload: Spread-n-Share's section 6.2 job mixes and section 6.3's scaling-ratio
-study, with an execution model driven by the program profiles (issue 19 item 5).
+study, with an execution model driven by the program profiles.
 
 What the paper gives and is used as input (``data/spread_n_share.json`` says, per value,
 where it comes from; :mod:`coshare.sim.sns_report` reads it):

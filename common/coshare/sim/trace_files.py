@@ -84,7 +84,7 @@ def read_alibaba(folder: Path, nodes_file: str = ALIBABA_NODES,
 
 
 #: The longest line a streamed trace may have (a record of 18 numbers is under 200 bytes):
-#: a stream is not bounded in length, so each line is (issue 16).
+#: a stream is not bounded in length, so each line is.
 MAX_LINE_CHARS = 64 << 10
 
 

@@ -316,7 +316,7 @@ class _SeenNumbers:
 
 def iter_swf(lines: Iterable[str], source: str = "SWF", tally: SwfTally | None = None,
              bytes_per_job: bool = False) -> Iterator[SwfJob]:  # fmt: skip
-    """The jobs of SWF ``lines`` one at a time, as they are read (a stream: issue 16).
+    """The jobs of SWF ``lines`` one at a time, as they are read (a stream).
 
     Args:
         lines: the file's lines (read lazily).
@@ -546,7 +546,7 @@ def _name(text: str | None, default: str, where: str) -> str:
 
 
 def as_gang(job: Job, nodes: tuple[Node, ...]) -> Job:
-    """An SWF job that one node cannot hold, as a gang (issue 14): on nodes of ``C`` cores
+    """An SWF job that one node cannot hold, as a gang: on nodes of ``C`` cores
     (the largest of the cluster), ``ceil(P / C)`` nodes at least, at most ``C`` processes each
     (one processor a process, as the log's machine ran it), and up to one process per node
     where a node's memory holds fewer (the planner takes the fewest nodes that fit). Jobs that

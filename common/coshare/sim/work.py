@@ -156,7 +156,7 @@ def run_paper(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], execu
     """Run every comparison and size sweep in three stages on ``executor``.
 
     ``done`` is called as each run ends with the number of jobs it simulated (a footprint
-    search counts its jobs once), so a progress bar counts simulated jobs (issue 21); the
+    search counts its jobs once), so a progress bar counts simulated jobs; the
     total is :func:`job_count`.
     """
     failures: list[Failure] = []

@@ -399,8 +399,8 @@ _TOLD = re.compile(r"export COSHARE_[A-Z_]{1,40}=[A-Za-z0-9:,._/-]{0,200}"
                    r"|print coshare: [ -~]{1,600}")  # fmt: skip
 
 
-#: The statuses of each action, for the ``Exit status:`` sections of ``--help`` (issue 21:
-#: every command lists its statuses; standard library only, so the rows are here, and a
+#: The statuses of each action, for the ``Exit status:`` sections of ``--help``
+#: (every command lists its statuses; standard library only, so the rows are here, and a
 #: test holds them to :data:`coshare.exit_codes.PASS_THROUGH`).
 _KILLED = "coshare killed the job (the reason on standard error, and with --chirp in the job's ad)"
 _REFUSED = "the node daemon refused to start it, or it could not be set up (the job did not run)"

@@ -44,8 +44,8 @@ FREEZE and THAW stop and resume every process of the job's group (the cgroup fre
 the new one's bandwidth); only accounts of ``node.operator_uids`` may ask, and both are idempotent:
 ``changed=0`` says the job was frozen (thawed) already and nothing was done.
 
-TRIAL measures a trial co-run of the ``membw`` policy (poncos section 7, steps 6-8; issue
-18): it freezes the ``partners`` (the old jobs), probes the memory bandwidth available on
+TRIAL measures a trial co-run of the ``membw`` policy (poncos section 7, steps 6-8):
+it freezes the ``partners`` (the old jobs), probes the memory bandwidth available on
 their cores while only ``job`` (the new one) runs beside them, and thaws them whatever
 happened; ``share`` is ``1 - available``, the new job's use. Operators only. Each freeze is
 recorded before it is made, so a daemon killed during the probe thaws them when it starts

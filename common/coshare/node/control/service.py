@@ -308,7 +308,7 @@ class JobControl:
 
     def _move(self, record: JobRecord, process: ProcessInfo, pidfd: int | None) -> None:
         """Move ``process`` into the job's group, and never another process that took its pid
-        between the checks and the write to ``cgroup.procs`` (issue 11).
+        between the checks and the write to ``cgroup.procs``.
 
         The pidfd (opened before the checks read anything) says whether the process exited
         meanwhile: if it did not, its pid was never free, and the write moved it. If it did,
