@@ -4,7 +4,7 @@ Runs the benchmark (``coshare.sim.fragmentation``) for one seed, every policy, b
 each in a process of its own, and prints its CPU seconds, peak resident memory and the
 unallocated GPU % at 100% arrival beside the lower bound. The peer's own simulator
 (kubernetes-scheduler-simulator) needs about 3,500 CPU seconds and 4 GB for one seed of one
-policy; issue 15 asks coshare to stay at least 100 times cheaper.
+policy; coshare's target is to stay at least 100 times cheaper.
 
     python bench/alibaba_cost.py [--seed 0] [--policies a,b] [--data DIR]
 """

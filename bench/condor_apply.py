@@ -6,7 +6,7 @@ Restarts the local pool (deploy/condor/pool) with 300 cores and plenty of memory
 host cores never limit the plan, then, per scenario and repetition: submits the jobs (their
 own Requirements never match, so placed jobs stay idle and the queue stays as planned),
 runs one cycle as ``coshare condor cycle`` does (in this process: no interpreter start-up),
-and prints read / plan / apply seconds. Target (issue 4): snapshot + apply under 3 s.
+and prints read / plan / apply seconds. Target: snapshot + apply under 3 s.
 
 Scenarios:
   table-i   Table I jobs of the coprocessor-sharing paper (60-240 threads, 300-3400 MiB):

@@ -12,7 +12,7 @@ not contention. Two loads:
 - paced: every client sleeps ``--pace-ms`` between round trips, like jobs that offload
   work between requests; this is the latency an offload sees.
 
-Target (issue 5): p50 < 200 us, p99 < 1 ms. Needs root (cgroups); ``--no-cgroups`` runs the
+Target: p50 < 200 us, p99 < 1 ms. Needs root (cgroups); ``--no-cgroups`` runs the
 same server with every client treated as one job, for machines without them.
 
     python bench/gate_latency.py [--clients 32] [--ops 2000] [--pace-ms 2] [--client python|c]

@@ -1,4 +1,4 @@
-"""Modern-GPU clusters and job mixes for the planning benchmarks (issue 15).
+"""Modern-GPU clusters and job mixes for the planning benchmarks.
 
 Devices are 80 GB GPUs (H100: 81,559 MiB, 132 SMs x 2,048 resident threads), 8 per node,
 on nodes of 128 cores and 2 TiB. Jobs are drawn from three kinds of work that share GPUs

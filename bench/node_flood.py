@@ -12,7 +12,7 @@ does: START a job (one core, device 0, one declared thread); a child JOINs it, t
 the job's group, ACQUIREs its thread from the gate and RELEASEs it; END. Each wait is timed
 from connect to reply (``perf_counter``), first without the flood, then with it.
 
-Target (issue 11): under 100 ms while 1,000 hostile connections are open.
+Target: under 100 ms while 1,000 hostile connections are open.
 
     flock /tmp/coshare-daemons.lock .venv/bin/python bench/node_flood.py [--hostile 1000]
         [--rounds 200] [--max-connections-per-uid N] [--line-timeout-s S] [--idle-timeout-s S]

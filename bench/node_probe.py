@@ -1,4 +1,4 @@
-"""Node facts and controls (issue 13): the membw probe, FREEZE+THAW, and the load sampler.
+"""Node facts and controls: the membw probe, FREEZE+THAW, and the load sampler.
 
 Four figures, each on the real thing:
 
@@ -9,7 +9,7 @@ Four figures, each on the real thing:
   On a shared 2-core machine only the shape means something.
 - **probe duration p50/p95**: the whole ``coshare node probe membw`` path
   (:func:`coshare.node.membw.probe`: allocation, warm pass, the measured passes, the files),
-  on one core and on all of them; the issue asks for under 1 s.
+  on one core and on all of them; the target is under 1 s.
 - **FREEZE+THAW round trip p50/p95**: over the real control socket of a real
   ``coshare node gate`` daemon (root, as an operator), on a job group with a busy process in
   it; a fresh connection per round trip, as ``coshare node freeze``/``thaw`` make.

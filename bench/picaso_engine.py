@@ -1,5 +1,5 @@
 """Several planners over one cluster through a real PostgreSQL: plan + commit seconds and
-conflicts per cycle (issue 20, "Measured", the live part).
+conflicts per cycle (the live part of the measurements).
 
 For each planner count (2, 4, 8) a fresh database on a PostgreSQL started here with
 ``deploy/postgres/local-postgres`` (or ``--dsn``), one simulated cluster of ``--devices``

@@ -1,6 +1,6 @@
 """Message counts of the distributed allocation protocol per policy, pattern and tile size.
 
-Issue 20, "Measured" (the simulated part; the live planners on a database are not built
+The simulated part of the measurements (the live planners on a database are not built
 yet): on every ``n x n`` tile of domain managers, n = 2..7, the messages each policy sends
 for two loads, counted by the message-level simulator (``coshare.sim.picaso``) beside
 section 4's count from the protocol's attempts and cancels:

@@ -4,8 +4,8 @@ Writes the snapshot (the idle Xeon Phi cluster of ``plan_scale.py``, or the mode
 with ``--cluster gpu``) to a temporary file, then:
 
 1. runs ``coshare plan FILE --output json`` as a new process, ``--repeat`` times, and reports
-   the wall time from process start to exit and the CPU time of the process (target,
-   issue 15: 2 s);
+   the wall time from process start to exit and the CPU time of the process (target:
+   2 s);
 2. runs the same steps inside one Python process with a timer around each (imports, reading
    the file, JSON decoding, the schema's validation into the model, planning, the plan to a
    dict, JSON encoding, writing), to show where the time goes; like ``coshare plan``, with the

@@ -13,11 +13,11 @@ Two scenarios: an idle cluster, and a busy one as a live cycle sees it (half of 
 first knapsack plan still run, so devices hold many different mixes) with fresh pending jobs.
 Every plan is checked with coshare.verify before its time is reported.
 
-Targets (issues 2 and 15): 100,000 pending jobs over 10,000 Xeon Phis by knapsack in under
+Targets: 100,000 pending jobs over 10,000 Xeon Phis by knapsack in under
 5 s; the default policy (sharepack) on the gpu mixes, 20,000 on 32 devices and 100,000 on
 10,000 devices, each in under 2 s.
 
-A third kind, ``gang`` (issue 14): the ``gpu`` mix with 10% of the jobs made multi-node gangs
+A third kind, ``gang``: the ``gpu`` mix with 10% of the jobs made multi-node gangs
 of 2-64 nodes (each node with the job's devices and processes), 100,000 pending over 10,000
 devices, within the same 2 s budget as single-node jobs.
 

@@ -1,5 +1,5 @@
 """Several planners claiming their cycles' device memory in one PostgreSQL, as live cycles
-with ``coordination:`` do (issue 20, "Measured": the live path; coshare.coord.claims).
+with ``coordination:`` do (the live path; coshare.coord.claims).
 
 For each planner count (2, 4, 8): a fresh database on a PostgreSQL started here with
 ``deploy/postgres/local-postgres`` (or ``--dsn``), one simulated cluster of ``--devices``

@@ -5,7 +5,7 @@ node (500 nodes); the jobs are the simulator's Table I set with the calibrated o
 (coshare.sim.workloads). All jobs arrive at time 0, cycles follow arrivals and job ends after
 the cycle delay, and every policy replans the whole pending set each cycle, as live.
 
-Target (issue 6): 10,000 jobs on 1,000 devices simulated in under 60 s.
+Target: 10,000 jobs on 1,000 devices simulated in under 60 s.
 
     python bench/sim_scale.py [--jobs 10000] [--devices 1000] [--policies knapsack,...]
 """

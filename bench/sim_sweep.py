@@ -1,4 +1,4 @@
-"""What-if sweeps on an executor (issue 16): wall time of one sweep on 1 local process, 2
+"""What-if sweeps on an executor: wall time of one sweep on 1 local process, 2
 local processes and a Dask cluster of 2 workers on this machine, and the peak memory of a
 streamed replay of a 1,000,000-job synthetic SWF log.
 

@@ -11,7 +11,7 @@ Each setting of placements per scontrol process (--batches) and parallel batches
 MinJobAge and would slow the later reads); --batches 1 is one scontrol process per job, the
 unbatched baseline.
 
-Target (issue 3): under 5 s for 1,000 pending jobs (one scontrol call is ~4 ms here).
+Target: under 5 s for 1,000 pending jobs (one scontrol call is ~4 ms here).
 
     python bench/slurm_apply.py [--jobs 1000] [--batches 250] [--workers 1,2,4]
                                 [--cluster DIR]

@@ -1,4 +1,4 @@
-"""Submit-to-start latency of annotated jobs with each way of starting coshare's cycle (issue 21).
+"""Submit-to-start latency of annotated jobs with each way of starting coshare's cycle.
 
     flock /tmp/coshare-daemons.lock .venv/bin/python bench/trigger_latency.py \
         [--jobs 10] [--interval 30] [--negotiator-interval 60] [--seed 1]

@@ -17,7 +17,7 @@
 local OPERATORS = { [0] = true }
 
 -- The lending partition (slurm.lend_partition in coshare's configuration; the collocate
--- policy, issue 17): the same nodes as the partition coshare plans, OverSubscribe=FORCE, so
+-- policy): the same nodes as the partition coshare plans, OverSubscribe=FORCE, so
 -- that a CPU-only job coshare placed on a GPU job's idle cores can start beside it (Slurm
 -- shares cores only between jobs of one partition). Only coshare puts jobs there: a GPU job
 -- that may lend cores, and the jobs placed on them; the node side takes the borrower's cores
@@ -41,7 +41,7 @@ local function placed(admin_comment)
    return admin_comment ~= nil and string.find(admin_comment, "coshare-placement", 1, true) == 1
 end
 
--- What a placement was planned for (issue 11): the node and its devices, the cores, memory and
+-- What a placement was planned for: the node and its devices, the cores, memory and
 -- device share the job asked for. On a pending job Slurm lets its owner change all of these
 -- with scontrol update (seen on Slurm 22.05: ReqNodeList, NodeList, ExcNodeList, NumNodes,
 -- Partition, NumCPUs, NumTasks, CPUsPerTask, MinCPUsNode, MinMemoryNode, Gres, TresPerNode
