@@ -1,4 +1,4 @@
-"""A real PostgreSQL for the coordination tests (issue 20): started by
+"""A real PostgreSQL for the coordination tests: started by
 deploy/postgres/local-postgres (Debian's package, installed with apt-get the first time) in a
 directory of its own, stopped by its pid file. Each test gets a schema of its own."""
 

@@ -1,4 +1,4 @@
-"""The planner lease's fence before every batch both Editors write (issue 20): a planner that
+"""The planner lease's fence before every batch both Editors write: a planner that
 lost its lease, or whose engine became unreachable, stops before its next batch, not only
 before its first; what was sent before is complete (placed and released on Slurm; on
 HTCondor the gate, written last, stays closed)."""

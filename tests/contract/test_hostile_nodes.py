@@ -1,5 +1,5 @@
-"""One node whose record is hostile never stops the cycle for the others, on both adapters
-(issue 11): each Source reads the recorded output of its scheduler (HTCondor slot and job ads,
+"""One node whose record is hostile never stops the cycle for the others, on both adapters:
+each Source reads the recorded output of its scheduler (HTCondor slot and job ads,
 Slurm ``sinfo``/``squeue --json``) with one node's record changed, and must leave that node
 out with a note naming it and the field, plan every other node, and list the nodes the
 scheduler itself closed (drained, down) for ``show``."""

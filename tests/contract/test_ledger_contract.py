@@ -53,7 +53,7 @@ class Spec:
         memory: its declared device memory (text: as the user wrote it).
         threads: its declared device threads.
         processes: its declared gang size, if any.
-        nodes: the nodes its gang asks for (issue 14), if any.
+        nodes: the nodes its gang asks for, if any.
         cpus: the scheduler's host cores request (the job's total).
         host_memory_mib: the scheduler's host memory request (the job's total).
         placed: ``(node, device, at_s)`` recorded in the job, if any.
@@ -359,8 +359,8 @@ def test_a_bad_or_absurd_annotation_refuses_that_job_and_the_others_are_planned(
 
 
 def test_a_gang_is_planned_whole_on_slurm_and_refused_on_htcondor(half: Half) -> None:
-    # issue 14: the Slurm adapter writes a gang's nodes in its one update; HTCondor places
-    # only parallel-universe gangs (item 5) and refuses gang keys on this vanilla job
+    # The Slurm adapter writes a gang's nodes in its one update; HTCondor places
+    # only parallel-universe gangs and refuses gang keys on this vanilla job
     out = run(half, [Spec(1, nodes=2), Spec(2)])
     if half.name == "slurm":
         assert (out.rejected, out.pending) == ((), (1, 2))

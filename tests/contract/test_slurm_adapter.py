@@ -128,7 +128,7 @@ def test_comment_changed_while_placing_is_not_released() -> None:
     assert queue.jobs["1"]["priority"] == 0  # still held, with its placement: planned again
 
 
-def test_a_comment_forging_another_jobs_line_does_not_stop_that_job(  # issue 11
+def test_a_comment_forging_another_jobs_line_does_not_stop_that_job(
 ) -> None:
     victim = job_record(2, submit_time=NOW - 4)
     forged = ("coshare: device-memory=1G device-threads=60\n"
@@ -143,7 +143,7 @@ def test_a_comment_forging_another_jobs_line_does_not_stop_that_job(  # issue 11
     assert queue.jobs["2"]["admin_comment"].startswith("coshare-placement;v=1;")
 
 
-# -- gangs (issue 14): one job, one update, all its nodes ------------------------------------
+# -- gangs: one job, one update, all its nodes -----------------------------------------------
 
 
 class GangQueue(FakeQueue):

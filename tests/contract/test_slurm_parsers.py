@@ -100,7 +100,7 @@ def test_unreadable_output_is_an_output_error() -> None:
                                     '{"jobs": [], "x": ' + "9" * 5000 + "}"])  # fmt: skip
 def test_output_python_cannot_decode_is_an_output_error_not_a_traceback(output: str) -> None:
     # json.loads raised RecursionError and ValueError (int-string limit), which no caller
-    # caught: one message of the boundary instead (issue 11, audited).
+    # caught: one message of the boundary instead.
     with pytest.raises(SlurmOutputError, match="not readable"):
         parse_squeue_json(output)
     with pytest.raises(SlurmOutputError, match="not readable"):
@@ -184,7 +184,7 @@ def test_quick_reread_fields_on_recorded_output() -> None:
 
 def test_a_comment_forging_another_jobs_line_changes_nothing_about_that_job() -> None:
     # Recorded on the real cluster: the forger's comment holds a whole line for the victim
-    # in the '|' format (and the victim's real record follows). Issue 11: the victim was
+    # in the '|' format (and the victim's real record follows). The victim was once
     # read as duplicated and skipped every cycle; now it reads as it is.
     text, marker, ids = fields_recording()
     victim, forger = ids["victim"], ids["forger"]
@@ -212,7 +212,7 @@ def test_record_script_uses_the_clients_format() -> None:
     assert f'format+="{FIELDS[-1]}:0${{marker}}end"' in script
 
 
-# -- issue 11 at the adapter's boundary: every number and name of a record is bounded -----
+# -- at the adapter's boundary: every number and name of a record is bounded --------------
 
 
 def sinfo_with(node: str, **fields: object) -> str:

@@ -1,4 +1,4 @@
-"""A what-if sweep whose Dask workers are jobs of a real scheduler (issue 16), shared by the
+"""A what-if sweep whose Dask workers are jobs of a real scheduler, shared by the
 Slurm and HTCondor tests: the same sweep runs locally (the reference) and on Dask worker jobs
 started by dask-jobqueue; one worker job is cancelled while the sweep runs; the printed JSON
 must be the reference's, byte for byte."""

@@ -1,4 +1,4 @@
-"""The collocate policy live on the real HTCondor pool (issue 17 item 3): CPU-only jobs on the
+"""The collocate policy live on the real HTCondor pool: CPU-only jobs on the
 idle cores of a running GPU job, with the startd configuration of deploy/condor (a lend slot
 type on every node that only jobs coshare placed on a GPU job's idle cores can match) and the
 job wrapper's loan (START ``borrow=``: the node daemon takes the CPU job's cores out of the GPU

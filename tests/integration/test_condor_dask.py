@@ -1,7 +1,7 @@
 """A sweep on Dask worker jobs of the real HTCondor pool (dask-jobqueue's HTCondorCluster):
 the jobs run in the pool's Debian 13 chroot with its own Python (deploy/condor/pool dask puts
 the workers' packages and coshare there); the same results as local processes, and a worker
-job removed with condor_rm mid-sweep costs only a retry of its run (issue 16)."""
+job removed with condor_rm mid-sweep costs only a retry of its run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Node facts through the real HTCondor pool (issue 13): measured by each node's daemon,
+"""Node facts through the real HTCondor pool: measured by each node's daemon,
 published by the startd cron script coshare-facts as the machine attribute CoshareNodeFacts,
 read by ``coshare condor show`` within one cycle; a running job frozen and thawed over its
 node's control socket is really frozen (the kernel's ``freezer.state``).

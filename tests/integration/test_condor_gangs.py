@@ -1,4 +1,4 @@
-"""Parallel-universe jobs (gangs, issue 14 item 5) on the real pool: deploy/condor/pool names
+"""Parallel-universe jobs (gangs) on the real pool: deploy/condor/pool names
 its schedd every node's dedicated scheduler, coshare plans a ``machine_count = 2`` job as a
 gang, writes its nodes and devices before its one gate, and HTCondor's dedicated scheduler
 starts it on exactly those nodes, each process seeing its own node's devices."""

@@ -1,5 +1,5 @@
 """Two planners over the local HTCondor pool's nodes, one per schedd, sharing them through one
-PostgreSQL engine (issue 20 item 3, live). The pool runs a second schedd
+PostgreSQL engine (live). The pool runs a second schedd
 (``CONDOR_POOL_SCHEDDS=2``); ``coshare condor cycle`` of ``coshare-pool`` and of
 ``coshare-pool2`` run at the same moment, cycle after cycle. What the jobs saw and when they
 ran (their outputs, each schedd's history) shows no device ever held beyond its memory, and
@@ -360,7 +360,7 @@ GANG_MEMORY_MIB = 3000
 
 def test_a_gang_of_one_planner_and_the_other_planners_jobs_never_book_a_device_twice(
         two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
-    """Gangs with two planners (issue 20 item 3 with issue 14's gangs), as HTCondor allows
+    """Gangs with two planners, as HTCondor allows
     them: parallel-universe jobs run from one dedicated scheduler per pool (deploy/condor/pool
     names schedd a), so the gang is planner a's, over two nodes, and planner b's single-node
     jobs want the same devices. Both planners cycle at the same moment until both queues are

@@ -127,7 +127,7 @@ def test_bad_annotations_hold_those_jobs_and_the_cycle_goes_on(live: Pool) -> No
 
 
 def test_an_absurd_annotation_holds_that_job_and_the_others_are_placed(live: Pool) -> None:
-    # Issue 11: a device memory of 400 digits crashed every cycle (OverflowError).
+    # A device memory of 400 digits crashed every cycle (OverflowError).
     good = live.submit(3, requirements="CoshareNeverStart =?= true", **annotated(1024, 60))
     absurd = live.submit(1, **annotated('"' + "9" * 400 + '"', 60))
     report = live.cycle()
@@ -352,7 +352,7 @@ def test_a_drained_node_takes_nothing_and_show_says_why(live: Pool, tmp_path: Pa
 
 def test_waiting_jobs_carry_their_reason_and_explain_says_what_would_make_them_fit(
         live: Pool, tmp_path: Path) -> None:  # fmt: skip
-    # 240 threads each: one job per device (7 devices), so 3 of 10 wait (issue 21).
+    # 240 threads each: one job per device (7 devices), so 3 of 10 wait.
     cluster = live.submit(10, requirements="CoshareNeverStart =?= true", **annotated(4096, 240))
     first = live.cycle()
     waiting = sorted(u.job for u in first.plan.unplaced)

@@ -1,4 +1,4 @@
-"""Trial co-runs of the ``membw`` policy live on the real HTCondor pool (issue 18 item 3),
+"""Trial co-runs of the ``membw`` policy live on the real HTCondor pool,
 with the measurements injected through the probe's interface
 (``policy.membw.probe_inject_file``), and the real probe once through the node daemon's
 control socket (``probe_via: socket``) and once with no connection to the node at all

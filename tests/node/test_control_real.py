@@ -273,7 +273,7 @@ print(os.stat(f"/proc/{launcher}/status").st_uid, "attached" if attached else os
 def test_the_job_cannot_trace_its_launcher(gate_daemon: NodeConfig) -> None:
     # coshare-launch runs as the job's user outside the job's group; the job is its child and
     # same-uid ptrace is allowed here (no Yama). The launcher made itself not dumpable: its
-    # /proc/PID files are root's (proc(5)), and the job's PTRACE_ATTACH is refused (issue 11).
+    # /proc/PID files are root's (proc(5)), and the job's PTRACE_ATTACH is refused.
     proc = launch(gate_daemon, "tracer", [PYTHON, "-c", TRACE_PARENT], "--cores", "1")
     status, out, err = finish(proc)
     assert status == 0, err
@@ -285,7 +285,7 @@ def test_a_pid_reused_while_joining_is_never_moved_into_the_group(
 ) -> None:
     # A task of root-started job 77 asks to JOIN; between the daemon's checks and its write of
     # the pid to cgroup.procs the task dies and a root process takes its pid (forced through
-    # ns_last_pid). The daemon must notice, refuse, and put that process back (issue 11).
+    # ns_last_pid). The daemon must notice, refuse, and put that process back.
     config = node_config
     record = job_start(config, "77", uid=USER)
     task = subprocess.Popen(under_starter(config, [*AS_USER, "sleep", "60"],

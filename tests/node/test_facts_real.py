@@ -1,4 +1,4 @@
-"""The node's measurements and controls on real cgroups and processes (root; issue 13).
+"""The node's measurements and controls on real cgroups and processes (root).
 
 - The daemon samples a busy job's CPU time from its real group (v1 ``cpuacct.usage`` here;
   v2 ``cpu.stat`` on the unified mount) and writes it to ``state_dir/facts``; and the

@@ -1,5 +1,5 @@
-"""A flood of the node daemon's sockets from one uid leaves other uids served (issue 11,
-item 4): the real daemon, real cgroups, real processes under two real uids (root).
+"""A flood of the node daemon's sockets from one uid leaves other uids served:
+the real daemon, real cgroups, real processes under two real uids (root).
 
 uid 65534 opens 1,000 connections to each socket, half of them sending half a line, half
 nothing, and keeps them; meanwhile uid 1 starts a job through the control socket (as a

@@ -1,5 +1,5 @@
-"""Slurm's Prolog for a CPU-only job placed on a GPU job's idle cores, on real cgroups (root;
-issue 17 item 3): the Prolog makes the CPU job's group and has its cores taken out of the
+"""Slurm's Prolog for a CPU-only job placed on a GPU job's idle cores, on real cgroups (root):
+the Prolog makes the CPU job's group and has its cores taken out of the
 running GPU job's cpuset before any task of it runs; the two cpusets, as the kernel has them
 (``cpuset.cpus`` and each process's ``Cpus_allowed_list``), are disjoint. A loan that cannot
 be made leaves no group behind and refuses the job with why (its TaskProlog fails it)."""

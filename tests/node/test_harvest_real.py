@@ -1,4 +1,4 @@
-"""Harvest placements on real cgroups (root; issue 17 item 2): the real node daemon lends cores
+"""Harvest placements on real cgroups (root): the real node daemon lends cores
 of a running "GPU" job to a CPU-only job over its control socket, and gives them back.
 
 What the kernel says is checked, not what coshare's records say: each group's ``cpuset.cpus``
@@ -211,7 +211,7 @@ def test_the_daemon_publishes_a_gpu_jobs_pcie_throughput_and_none_without_nvml(
 def test_a_borrowers_start_takes_its_cores_out_of_a_lending_job_or_it_does_not_run(
     gate_daemon: NodeConfig,
 ) -> None:
-    """HTCondor's way (issue 17 item 3): the job wrapper, as the job's user, STARTs a job coshare
+    """HTCondor's way: the job wrapper, as the job's user, STARTs a job coshare
     placed on a GPU job's idle cores with ``borrow=``; the daemon takes them out of the GPU
     job's cpuset before the job runs, only from a job that started with ``lends=1`` and never
     its last core; the borrower's end gives them back. A refused START leaves no group, and

@@ -1,4 +1,4 @@
-"""The node daemon's ``/metrics`` scraped by a real Prometheus (issue 21), and its
+"""The node daemon's ``/metrics`` scraped by a real Prometheus, and its
 ``--log-format json`` log: a job holds a device, a second job's ACQUIRE queues behind it and
 is granted when the first is killed; Prometheus' HTTP API then has the grants, the wait, its
 time in the histogram, the jobs, and the watchdog's rounds (root, real cgroups)."""

@@ -1,4 +1,4 @@
-"""Slurm's Prolog for a Spread-n-Share placement on real cgroups (root; issue 19 item 4):
+"""Slurm's Prolog for a Spread-n-Share placement on real cgroups (root):
 with resctrl (a temp dir with the kernel's layout: this machine has none) the job's resctrl
 group gets that node's ways from the placement; without resctrl the job still gets its group
 and runs *without* way allocation, and its tasks are told ``unsupported`` with the path."""

@@ -1,4 +1,4 @@
-"""The membw trial's node side on real cgroups and processes (root; issue 18):
+"""The membw trial's node side on real cgroups and processes (root):
 
 - TRIAL over the real control socket freezes the old job while the real probe runs on its
   cores, and leaves it running (the kernel's ``freezer.state`` THAWED, the process gets CPU);

@@ -1,5 +1,5 @@
 """The memory watchdog keeps running while its device memory backend fails, and the daemon
-exits non-zero when the watchdog cannot run (issue 11, item 5): the real daemon, a real job
+exits non-zero when the watchdog cannot run: the real daemon, a real job
 cgroup (root).
 
 The device memory backend is NVML: its bindings are replaced by tests/node/fake_nvml (one GPU

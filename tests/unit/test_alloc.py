@@ -1,4 +1,4 @@
-"""The distributed allocation protocol (issue 20, PICASO): layouts, section 4.4's trees, the
+"""The distributed allocation protocol (PICASO): layouts, section 4.4's trees, the
 reservation store, and the protocol's invariants on random layouts and arrival orders."""
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def test_extract_and_is_annotated() -> None:
     assert is_annotated(ad) and not is_annotated({"Owner": "bob"})
 
 
-# -- issue 11: every numeric key bounded, one rule for numbers, bounded messages ---------------
+# -- every numeric key bounded, one rule for numbers, bounded messages -------------------------
 
 #: Every numeric key, with a value that is fine for it.
 NUMERIC = {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1, "CoshareDeviceCount": 1,

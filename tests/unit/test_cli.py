@@ -113,7 +113,7 @@ def test_config_show_and_check(tmp_path: Path) -> None:
 
 
 def test_config_show_speaks_json_too(tmp_path: Path) -> None:
-    # Issue 21: --output on every show. The JSON is the same configuration as the YAML, and
+    # --output on every show. The JSON is the same configuration as the YAML, and
     # written back as a file (JSON is YAML) it checks.
     import yaml
 
@@ -182,7 +182,7 @@ def test_the_plan_table_lists_every_waiting_job() -> None:
 
 @pytest.mark.slow
 def test_the_readme_shows_what_make_demo_prints() -> None:
-    # Issue 21: the README's demo figures had drifted from the program (2408 vs 2412 s).
+    # The README's demo figures had drifted from the program (2408 vs 2412 s).
     # The simulated figures are deterministic per seed; planning times vary by machine.
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     code, out, _ = run("demo")
@@ -218,7 +218,7 @@ def test_config_check_lists_every_problem_and_an_unknown_policy(tmp_path: Path) 
 
 
 def test_plan_pauses_the_collector_only_while_it_runs() -> None:
-    """``coshare plan`` pauses the cyclic collector (issue 15) and turns it on again after,
+    """``coshare plan`` pauses the cyclic collector and turns it on again after,
     also when the command fails; a collector someone else turned off stays off."""
     assert gc.isenabled()
     with collector_paused():

@@ -95,7 +95,7 @@ def test_transform_recognizes_exactly_the_annotation_keys() -> None:
 
 
 def test_a_job_id_ending_in_a_newline_is_refused() -> None:
-    # "$" matches before a trailing newline; the check is a whole-string match (issue 11).
+    # "$" matches before a trailing newline; the check is a whole-string match.
     with pytest.raises(ValueError):
         X.job_clause("1.0\n")
 

@@ -1,4 +1,4 @@
-"""HTCondor's parallel universe as coshare's gangs (issue 14, item 5), without a pool: the
+"""HTCondor's parallel universe as coshare's gangs, without a pool: the
 translation of a parallel job's ad, the ledger's view of a gang's placement (whole, half
 written, gone), the writes that place it, the gate it opens (evaluated by the real ClassAd
 library) and the job wrapper on each of its nodes (run for real on starter-like ad files)."""

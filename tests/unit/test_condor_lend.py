@@ -1,4 +1,4 @@
-"""Lent cores on HTCondor (the collocate policy, issue 17 item 3), on plain data: a lend slot
+"""Lent cores on HTCondor (the collocate policy), on plain data: a lend slot
 adds nothing to its node and a claim on it borrows a GPU job's cores; placements carry the GPU
 job (``CoshareHarvestFrom``) before the gate opens; borrowers the plan requeues are vacated
 with their gate closed before anything is placed; ``condor.lend_slots`` says whether a live

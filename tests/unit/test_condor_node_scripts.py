@@ -169,7 +169,7 @@ def test_wrapper_refuses_device_ids_that_are_not_plain(tmp_path: Path) -> None:
 
 
 def test_a_device_spec_with_a_second_line_is_refused() -> None:
-    # grep checks each line on its own: "8192:240<newline>1:1" passed as two devices (issue 11).
+    # grep checks each line on its own: "8192:240<newline>1:1" passed as two devices.
     with pytest.raises(CommandFailed) as info:
         run([DEVICES, "--device", "8192:240\n1:1"], timeout_s=10)
     assert info.value.returncode == 2

@@ -146,7 +146,7 @@ def test_device_limits_fall_back_to_device_kinds(slots: list[dict[str, object]])
 @pytest.mark.parametrize("key", ["ClusterId", "ProcId", "JobStatus", "CosharePlacedAt"])
 def test_an_integer_too_large_for_a_float_reads_as_no_number(key: str) -> None:
     # math.isfinite(10**400) raises OverflowError: read_job, outside any per-job guard,
-    # would have stopped the cycle (issue 11, audited).
+    # would have stopped the cycle.
     ad: dict[str, object] = {"ClusterId": 5, "ProcId": 0, "JobStatus": 1,
                              "CosharePlacedAt": 1.0, key: 10**400}  # fmt: skip
     job = read_job(ad)
@@ -232,7 +232,7 @@ def test_an_absurd_value_refuses_that_job_only(slots: list[dict[str, object]]) -
                                       "accepts (allowed: a number 0..1048576)")
 
 
-# -- issue 11 at the adapter's boundary: every number and id of a slot ad is bounded ------
+# -- at the adapter's boundary: every number and id of a slot ad is bounded ---------------
 
 
 def changed(slots: list[dict[str, object]], name: str, **values: object) -> list[dict[str, object]]:
@@ -241,7 +241,7 @@ def changed(slots: list[dict[str, object]], name: str, **values: object) -> list
 
 
 def test_node_capacity_rounds_down(slots: list[dict[str, object]]) -> None:
-    # A 3.9995-core node offers 3999 milli: a 4-core job does not fit (issue 11.7).
+    # A 3.9995-core node offers 3999 milli: a 4-core job does not fit.
     view = parse_slots(changed(slots, "slot1@node3@vm", TotalSlotCpus=3.9995,
                                TotalSlotMemory=4095.9), KINDS)  # fmt: skip
     node3 = next(n for n in view.nodes if n.name == "node3")
@@ -430,7 +430,7 @@ def test_node_facts_published_by_the_startd_cron_reach_the_snapshot(
 def test_another_schedds_open_placements_hold_their_devices_under_their_global_id(
     slots: list[dict[str, object]], jobs: list[QueueJob], now_s: float
 ) -> None:
-    """Several planners, one per schedd (issue 20): the recorded queue read as another
+    """Several planners, one per schedd: the recorded queue read as another
     schedd's. Its placed job 19.0 holds its device here, expired or not; nothing else."""
     from condor_addon.view import foreign_planned
 

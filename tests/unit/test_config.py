@@ -106,7 +106,7 @@ def test_config_file_from_the_environment_and_bad_variables(tmp_path: Path) -> N
     assert load_config(None, environ={"COSHARE_CONFIG": str(path)}).policy.name == "exclusive"
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(None, environ={"COSHARE_CONFIG": str(tmp_path / "missing.yaml")})
-    # Not settings: ignored, with a warning naming the nearest setting (issue 21).
+    # Not settings: ignored, with a warning naming the nearest setting.
     with pytest.warns(ConfigWarning, match="COSHARE_POLCY_NAME .*did you mean COSHARE_POLICY_NAME"):
         assert load_config(None, environ={"COSHARE_POLCY_NAME": "x"}) == Config()
     with pytest.warns(ConfigWarning, match="COSHARE_POLICY_NAM is not a setting"):
@@ -126,7 +126,7 @@ def test_node_section_takes_files_and_environment(tmp_path: Path) -> None:
         load_config(write(tmp_path, "node: {device_memory: cuda}\n"), environ={})
 
 
-# -- issue 11: every number finite and in range, keys once, YAML errors as one message -------
+# -- every number finite and in range, keys once, YAML errors as one message -----------------
 
 
 def numeric_settings() -> list[tuple[str, str, dataclasses.Field[Any]]]:
@@ -265,7 +265,7 @@ def test_config_check_reports_every_problem_at_once(tmp_path: Path) -> None:
     assert len(caught.value.problems) == 7  # type: ignore[attr-defined]
 
 
-# -- coordination (issue 20: several planners through PostgreSQL) ------------------------------
+# -- coordination (several planners through PostgreSQL) ----------------------------------------
 def test_coordination_is_absent_by_default() -> None:
     assert Config().coordination.dsn is None  # one planner, no engine: nothing changes
 

@@ -1,6 +1,6 @@
 """The snapshot and plan contracts: the JSON Schema files shipped in the package agree with
 the parser, and every example and recorded snapshot in the repository, and what `coshare
-plan --output json` prints, is valid against them (issue 21)."""
+plan --output json` prints, is valid against them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rules of the engine's device-memory claims (coshare.coord.claims, issue 20 item 3):
+"""The rules of the engine's device-memory claims (coshare.coord.claims):
 what several planners over the same nodes may book, pure."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""FGD's fragmentation from a table of summed shape weights (issue 15) against the plain
+"""FGD's fragmentation from a table of summed shape weights against the plain
 shape-by-shape computation it replaced, which is kept here as it was.
 
 The fast ``fgd`` must make byte for byte the plans of the plain one (FGD is a named peer: its

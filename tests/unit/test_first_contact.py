@@ -1,4 +1,4 @@
-"""What a new admin meets first (issue 21): ``--help`` of every command with the base install
+"""What a new admin meets first: ``--help`` of every command with the base install
 alone, commands that need a missing extra say which to install, and ``COSHARE_*`` variables
 that are not settings never stop a command.
 
@@ -82,7 +82,7 @@ def test_a_command_whose_extra_is_missing_says_what_to_install(group: str, extra
 
 def test_coshare_variables_that_are_not_settings_stop_nothing(tmp_path: Path) -> None:
     # The README tells the reader to set COSHARE_TRACE_DIR; coshare itself sets COSHARE_JOB_ID
-    # (and the others) inside a job. Each of these exited 2 before issue 21.
+    # (and the others) inside a job. Each of these once exited 2: they are not settings.
     env = {"COSHARE_TRACE_DIR": "/work/shared/data", "COSHARE_JOB_ID": "12.0",
            "COSHARE_DEVICES": "0", "COSHARE_NODE": "n1", "COSHARE_SPREAD": "1",
            "COSHARE_LLC_WAYS": "0-3", "COSHARE_SLURM_CTLD_PORT": "16817"}

@@ -1,4 +1,4 @@
-"""Multi-node (gang) jobs (issue 14): the contract fields, the shared placement mechanism of
+"""Multi-node (gang) jobs: the contract fields, the shared placement mechanism of
 every policy, the aging reservation, and the verifier's completeness check."""
 
 from __future__ import annotations

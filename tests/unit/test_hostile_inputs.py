@@ -1,4 +1,4 @@
-"""Hostile input through the command line (issue 11): whatever an attacker or a careless admin
+"""Hostile input through the command line: whatever an attacker or a careless admin
 writes into a snapshot, a config or a trace ends in exit 2 with one message naming the place,
 or in a correct plan; never a traceback, a hang or unbounded memory."""
 
@@ -56,7 +56,7 @@ def snapshot(**parts: Any) -> str:
     return json.dumps({"nodes": [NODE], "pending": [JOB], **parts})
 
 
-# -- item 6: hostile snapshots ---------------------------------------------------------------
+# -- hostile snapshots -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -122,7 +122,7 @@ def test_lone_surrogates_and_markup_in_ids_never_break_the_table() -> None:
     assert "n[/x]:smile:" in out and "[/]" in out
 
 
-# -- item 7: capacity rounds down, demand up; ids differing in white space -------------------
+# -- capacity rounds down, demand up; ids differing in white space ---------------------------
 
 
 def test_a_fractional_node_never_takes_a_job_of_more_cores() -> None:
@@ -145,7 +145,7 @@ def test_device_ids_that_differ_only_in_white_space_are_refused() -> None:
     assert "device[1]: field 'id' is \" 0\"" in err and "white space" in err
 
 
-# -- item 3: NaN and infinities in config ------------------------------------------------------
+# -- NaN and infinities in config --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -198,7 +198,7 @@ def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path: Path) -> None:
     assert "'name' appears twice" in one_error(err)
 
 
-# -- item 8: unbounded work from small input ---------------------------------------------------
+# -- unbounded work from small input -----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -234,7 +234,7 @@ def test_demo_refuses_a_run_it_cannot_finish() -> None:
     assert code == 2 and "at most 10000 nodes" in one_error(err)
 
 
-# -- item 9: SWF fields that are not finite, duplicate ids -------------------------------------
+# -- SWF fields that are not finite, duplicate ids ---------------------------------------------
 
 
 def swf(tmp_path: Path, *records: str) -> Path:

@@ -87,7 +87,7 @@ def test_a_coshare_command_inside_a_job_reads_its_config(runner: CliRunner,
 
 
 def test_the_node_daemons_unit_restarts_it_for_good() -> None:
-    # The daemon exits 1 when its watchdog cannot run (issue 11): systemd must start a fresh
+    # The daemon exits 1 when its watchdog cannot run: systemd must start a fresh
     # one, however often, and give it the open files its connection limits count on.
     unit = (Path(__file__).parents[2] / "deploy" / "node" / "coshare-node.service").read_text()
     settings = dict(line.split("=", 1) for line in unit.splitlines()
@@ -118,7 +118,7 @@ def test_node_commands_that_print_a_result_speak_json(runner: CliRunner, tmp_pat
 
 
 def test_the_watchdog_alone_logs_its_kills_as_json(runner: CliRunner, tmp_path: Path) -> None:
-    # Issue 21: every long-running command takes --log-format json; `coshare node watch`
+    # Every long-running command takes --log-format json; `coshare node watch`
     # (the watchdog without the gate) had no such option. A faithful fake of a cgroup v1
     # memory group: a job at its limit with its OOM killer off, which the watchdog kills.
     from tests.unit.test_node_watchdog import frozen_job

@@ -168,7 +168,7 @@ def test_join_of_a_task_of_a_job_root_started() -> None:
 
 
 def test_a_task_of_another_job_of_the_same_user_cannot_join() -> None:
-    # The same user's task under the slurmstepd of job 78 asks to join job 77 (issue 11).
+    # The same user's task under the slurmstepd of job 78 asks to join job 77.
     other = refused(check_join, POLICY, "77", 1000, None, 1000, TASK, STEPD, None, "78")
     assert other.code == "not_allowed"
     assert "started by process 400 (slurmstepd, uid 0), which serves job 78" in other.text

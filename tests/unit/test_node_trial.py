@@ -1,4 +1,4 @@
-"""The node daemon's TRIAL request (issue 18, poncos section 7 steps 6-8): the partners are
+"""The node daemon's TRIAL request (poncos section 7 steps 6-8): the partners are
 frozen while the probe runs on their cores and thawed whatever happens; a daemon killed with
 a job frozen thaws it when it starts again. Against a temp dir with the kernel's cgroup v1
 layout (the fixture of test_node_facts_sampler); the probe is injected through the

@@ -95,7 +95,7 @@ def test_nvml_backend_without_a_gpu_says_so() -> None:
         NvmlMemory()
 
 
-# -- a watchdog that keeps going (issue 11, item 5) ------------------------------------------
+# -- a watchdog that keeps going -------------------------------------------------------------
 
 
 class GpuIsLost(Exception):

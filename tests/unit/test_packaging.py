@@ -1,4 +1,4 @@
-"""What the package ships (issue 21): the license, the JSON Schemas and the deploy/ files as
+"""What the package ships: the license, the JSON Schemas and the deploy/ files as
 package data, written out by `coshare deploy-files DIR`; metadata an index shows."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The large cycle's shortcuts (issue 15) against the plain computation they replace.
+"""The large cycle's shortcuts against the plain computation they replace.
 
 Each shortcut must give the same answer as the slow path on every input, so the plans stay
 byte for byte the same: the reasons of many waiting jobs at once (compared as ranks) against

@@ -239,7 +239,7 @@ def test_identical_devices_get_identical_mixes_and_ties_follow_priority() -> Non
 
 @pytest.mark.parametrize("name", ["knapsack", "sharepack"])
 def test_a_grid_too_fine_for_the_devices_is_coarsened_with_the_estimate(name: str) -> None:
-    # Issue 11 item 8: memory_grid_mib 1 on 80 GB devices once asked for a 93 GiB table.
+    # memory_grid_mib 1 on 80 GB devices once asked for a 93 GiB table.
     # The step now grows with the device (at most max_memory_cells cells), the plan says
     # what the finer step would have cost, and the plan is still sound.
     gpu = Node("g", 64 * MILLI, 1 << 20,

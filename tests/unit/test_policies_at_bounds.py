@@ -1,4 +1,4 @@
-"""The largest values coshare accepts never crash a policy (issue 11: ``CoshareProcesses =
+"""The largest values coshare accepts never crash a policy (``CoshareProcesses =
 "1e19"`` crashed ``fgd`` with an int64 overflow). Every policy plans snapshots whose values sit
 at the bounds of :mod:`coshare.bounds`, soundly; values past the bounds never get in."""
 
@@ -128,7 +128,7 @@ def _many_devices(per_node: int, nodes: int, jobs: int) -> Snapshot:
 @pytest.mark.parametrize("policy", ["sharepack", "fgd"])
 def test_devices_that_score_alike_are_scored_once(
         policy: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    # Issue 11 (unbounded work from small input): 64 nodes of 1,024 devices (the bound) and
+    # Unbounded work from small input: 64 nodes of 1,024 devices (the bound) and
     # 2,000 jobs, a 5 MB snapshot, planned for minutes with both: every device of a node was
     # scored for every job, though idle devices of one size all score the same.
     import coshare.policies.fgd as fgd

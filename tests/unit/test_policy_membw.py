@@ -1,4 +1,4 @@
-"""The ``membw`` policy (poncos, issue 18 item 1): a node's jobs use at most
+"""The ``membw`` policy (poncos): a node's jobs use at most
 ``policy.membw.max_share`` of its memory bandwidth together; unknown jobs are bandwidth-bound
 until measured; trial co-runs are expressed in the plan."""
 

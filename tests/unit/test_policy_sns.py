@@ -1,4 +1,4 @@
-"""Spread-n-Share (issue 19): program profiles checked on load, per-job demand, the ``sns``
+"""Spread-n-Share: program profiles checked on load, per-job demand, the ``sns``
 and ``cs`` policies, the plan's spreads, the live refusal of way allocation, ``coshare
 profile`` and the ``sns`` simulator workload."""
 

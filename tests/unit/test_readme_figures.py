@@ -1,5 +1,5 @@
-"""The pictures the README and docs/ show are in the repository (issue 21: "look at every PNG
-the README mentions"; docs/figures/fig10.png was shown but never committed)."""
+"""The pictures the README and docs/ show are in the repository (every PNG
+the README mentions; docs/figures/fig10.png was shown but never committed)."""
 
 from __future__ import annotations
 

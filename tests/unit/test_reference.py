@@ -1,6 +1,6 @@
 """The generated references (coshare.reference): docs/cli.md and docs/config.md are up to date
 with the code, the man pages cover every command and render, every help lists its exit
-statuses, and shell completion works without extras (issue 21)."""
+statuses, and shell completion works without extras."""
 
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ def test_every_command_help_lists_its_exit_statuses() -> None:
 
 def test_the_launchers_help_lists_its_exit_statuses() -> None:
     # `coshare node launch` hands --help to coshare-launch (standard library only), whose
-    # argparse help listed no exit status at all (issue 21: "exit codes listed in each
-    # command's --help"). Its statuses must be the ones coshare.exit_codes documents.
+    # argparse help listed no exit status at all, while every command's --help lists its
+    # exit statuses. Its statuses must be the ones coshare.exit_codes documents.
     from coshare.exit_codes import PASS_THROUGH
 
     outputs = {}

@@ -1,4 +1,4 @@
-"""The snapshot parser's fast paths (issue 15) against its full per-field path.
+"""The snapshot parser's fast paths against its full per-field path.
 
 A fast path may decline anything (the full path then checks it), but what it accepts must be
 exactly what the full path builds, with no problem reported: same fields, same types (``1.0``

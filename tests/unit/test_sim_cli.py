@@ -151,7 +151,7 @@ def test_swf_replay_runs_every_job_multi_node_included(tmp_path: Path) -> None:
                          "exclusive,random", "--output", "json")  # fmt: skip
     assert code == 0, err
     runs = {r["policy"]: r for r in json.loads(out)["runs"]}
-    assert all(r["not_run"] == 0 for r in runs.values())  # 3 processors: a gang (issue 14)
+    assert all(r["not_run"] == 0 for r in runs.values())  # 3 processors: a gang
     assert runs["random"]["makespan_s"] <= runs["exclusive"]["makespan_s"]
 
 

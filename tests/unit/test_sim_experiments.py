@@ -1,4 +1,4 @@
-"""The paper's experiments: calibration, workloads, footprint search, and the issue's
+"""The paper's experiments: calibration, workloads, footprint search, and the
 acceptance criterion (knapsack beats random beats exclusive on the Table I set)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The picaso workloads (issue 20 item 2): the paper's scenarios through the message-level
+"""The picaso workloads: the paper's scenarios through the message-level
 simulator, and ``coshare simulate --workload picaso-*``."""
 
 from __future__ import annotations

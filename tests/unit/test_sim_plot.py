@@ -1,4 +1,4 @@
-"""The simulator's figures are for showing others (issue 21): user terms and units in titles
+"""The simulator's figures are for showing others: user terms and units in titles
 and axes, integer node counts, the spread over seeds, legends outside the data, and the
 paper's values beside coshare's where the paper gives them."""
 

@@ -1,4 +1,4 @@
-"""The poncos workload (issue 18 item 4): Table 1's admission matrix under the 90% rule, the
+"""The poncos workload: Table 1's admission matrix under the 90% rule, the
 bandwidth execution model, and the queues of section 8 run by the live policy on simulated
 node facts."""
 

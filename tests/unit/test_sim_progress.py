@@ -1,5 +1,5 @@
 """The simulator's progress report (coshare.sim.progress): simulated jobs with a rate and the
-time left; without a terminal, a plain line every few seconds (issue 21)."""
+time left; without a terminal, a plain line every few seconds."""
 
 from __future__ import annotations
 

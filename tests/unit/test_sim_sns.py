@@ -1,4 +1,4 @@
-"""The ``sns`` simulator workload (issue 19 item 5): the paper's profiles from the data file,
+"""The ``sns`` simulator workload: the paper's profiles from the data file,
 the job mixes of sections 6.2 and 6.3, and the profile-driven execution model."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The simulator's runs as tasks (issue 16): cut into stages and put back together they give
+"""The simulator's runs as tasks: cut into stages and put back together they give
 what compare() and sweep() give in one process; executors return results in task order,
 retry a task whose worker died at most ``retries`` times and name what failed; --sweep grids;
 the streamed engine gives the in-memory figures with only the jobs in flight kept."""
@@ -159,7 +159,7 @@ def test_a_stream_replays_like_a_sequence() -> None:
 
 
 def test_a_stream_of_gangs_replays_like_a_sequence() -> None:
-    # every third job spans both nodes (issue 14): the streamed engine keeps a gang's parts
+    # every third job spans both nodes: the streamed engine keeps a gang's parts
     # per node and the figures match the whole run's
     def jobs() -> Iterator[SimJob]:
         for i, sim in enumerate(_cpu_jobs(300)):

@@ -58,7 +58,7 @@ def test_is_annotated_is_the_job_submit_plugins_rule(comment: str, annotated: bo
 
 def test_a_comment_with_thousands_of_keys_is_refused_not_read_on() -> None:
     # 4,000 keys took 24 s (every key compared with every other) and were all kept; a
-    # megabyte of comment could stall the whole cycle (issue 11).
+    # megabyte of comment could stall the whole cycle.
     comment = "coshare: " + " ".join(f"k{i}=1" for i in range(4000))
     with pytest.raises(AnnotationError, match="declares too many keys"
                        r" \(allowed: at most 32 key=value annotations\)"):

@@ -1,4 +1,4 @@
-"""Multi-node (gang) jobs on Slurm (issue 14): the ledger's rules for a gang's placement, and
+"""Multi-node (gang) jobs on Slurm: the ledger's rules for a gang's placement, and
 how the Slurm adapter reads, writes and sets up one (``-N``, ``--ntasks``,
 ``--ntasks-per-node``). tests/contract/test_slurm_adapter.py runs the Editor's writes;
 tests/integration/slurm/test_slurm_gangs.py runs a gang on the real cluster."""

@@ -107,7 +107,7 @@ def test_allocations_and_error_files_are_read_from_slurms_output() -> None:
 
 
 def test_a_token_ending_in_a_newline_is_not_safe() -> None:
-    # "$" matches before a trailing newline; the check is a whole-string match (issue 11).
+    # "$" matches before a trailing newline; the check is a whole-string match.
     assert is_safe_token("csl-n1") and not is_safe_token("csl-n1\n")
 
 

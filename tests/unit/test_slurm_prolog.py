@@ -121,7 +121,7 @@ def test_prolog_refuses_a_placed_job_that_starts_on_another_node(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # The placement names csl-n1; Slurm starts the job on csl-n2 (its ReqNodeList was changed):
-    # no group is made, and the TaskProlog fails the job with the reason (issue 11).
+    # no group is made, and the TaskProlog fails the job with the reason.
     monkeypatch.setattr(prolog, "prolog_client", lambda environ: allocation_client(
         f"cpu=2,mem=1500M,node=1,billing=2|{format_placement(P)}"))
     monkeypatch.setattr(prolog.node_hooks, "on_job_start", lambda *a: pytest.fail("set up"))

@@ -81,7 +81,7 @@ def test_controller_down_phrases() -> None:
     [("42\n", "n1", "x"), ("42", "n1\n", "x"), ("42", "n1", "x\n"), ("42", "n1", "x\r")],
 )
 def test_a_value_ending_in_a_newline_never_splits_a_line(job: str, node: str, text: str) -> None:
-    # "$" matches before a trailing newline; the checks are whole-string matches (issue 11).
+    # "$" matches before a trailing newline; the checks are whole-string matches.
     with pytest.raises(UnsafeValue):
         update_line(job, node, text)
 

@@ -1,4 +1,4 @@
-"""Spread-n-Share plans applied live on Slurm (issue 19 item 4): the placement text carries
+"""Spread-n-Share plans applied live on Slurm: the placement text carries
 the scale factor, nodes, cores per node and each node's LLC ways, and reads back the same;
 the ledger counts the ways a placed job holds; a live cycle applies an ``sns`` plan that
 allocates ways through Slurm (whose Prolog makes the resctrl groups) and refuses it through

@@ -180,7 +180,7 @@ def test_a_placement_whose_reqnodelist_differs_is_not_counted() -> None:
     assert v.snapshot.running == () and "1" in v.to_close
 
 
-def test_an_absurd_annotation_refuses_that_job_only() -> None:  # issue 11
+def test_an_absurd_annotation_refuses_that_job_only() -> None:
     huge = job("1", comment="coshare: device-memory=" + "9" * 400 + " device-threads=60")
     v = view([node()], [huge, job("2")])
     assert [j.id for j in v.snapshot.pending] == ["2"]
@@ -195,7 +195,7 @@ def test_unheld_job_waiting_for_its_begin_time_is_held() -> None:
     assert [w.job for w in v.waiting] == ["1"] and set(v.to_close) == {"1"}
 
 
-# -- issue 11 at the adapter's boundary ---------------------------------------------------
+# -- hostile input at the adapter's boundary ----------------------------------------------
 
 
 def test_a_node_with_more_devices_than_the_bound_is_left_out_and_the_others_planned() -> None:
@@ -288,7 +288,7 @@ def test_sinfo_json_carries_each_nodes_extra_field() -> None:
 
 
 def test_with_several_planners_other_partitions_jobs_are_theirs() -> None:
-    # issue 20: partition "second" is another planner's, over the same node.
+    # Partition "second" is another planner's, over the same node.
     both = replace(node(), partitions=("main", "second"))
     placed = job("1", partition="second", held=False, admin_comment=PLACED.format(at=int(NOW)))
     unplaced = job("2", partition="second")

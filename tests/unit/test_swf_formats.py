@@ -1,4 +1,4 @@
-"""SWF logs as they are published (issue 14, item 3): ``.swf.gz`` read directly (its
+"""SWF logs as they are published: ``.swf.gz`` read directly (its
 ``.machines`` beside it), ``--cores-per-node`` for a log without one, options that do not
 apply to a trace refused, memory in the header's unit, Alea's extended columns accepted, and
 one warning with counts for the fields coshare cannot model."""

@@ -1,5 +1,5 @@
 """The trace parsers refuse what is not a finite number within its bound, naming the line and
-the field; demands round up and capacities down (issue 11)."""
+the field; demands round up and capacities down."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Both adapters translate trial co-runs the same way (issue 18 item 2): the record is written
+"""Both adapters translate trial co-runs the same way: the record is written
 with the placement and read back with the job; suspend, resume and requeue go through the
 scheduler's own verbs (Slurm's scontrol with a recording runner; HTCondor's schedd with a
 recording client), and a refused verb is an error text, never an exception."""

@@ -1,4 +1,4 @@
-"""Trial co-runs of the ``membw`` policy (issue 18 items 2-3): every transition of the state
+"""Trial co-runs of the ``membw`` policy: every transition of the state
 machine (:mod:`coshare.trials`), its records, the cycle's driver (:mod:`coshare.trial_cycle`)
 against an in-memory scheduler that keeps the records as the real ones do, and the bad-input
 paths (unreadable records, probes that fail, verbs the scheduler refuses)."""

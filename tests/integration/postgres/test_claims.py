@@ -1,4 +1,4 @@
-"""Device-memory claims of several planners on a real PostgreSQL (issue 20 item 3): planners
+"""Device-memory claims of several planners on a real PostgreSQL: planners
 claiming concurrently never book a device beyond its memory, claims die with their planner's
 lease, and a cycle through ``run_once`` claims what it writes and releases it once its job is
 gone."""

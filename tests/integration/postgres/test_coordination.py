@@ -1,4 +1,4 @@
-"""Several planners over shared nodes, against a real PostgreSQL (issue 20 items 3-4):
+"""Several planners over shared nodes, against a real PostgreSQL:
 concurrent planner processes never double-book, a SIGKILLed planner's reservations are gone
 once its lease expires, a standby instance takes over a killed holder's lease within
 ``lease_s`` and a paused holder stops before its next write, and a live cycle survives the

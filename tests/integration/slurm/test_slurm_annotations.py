@@ -123,7 +123,7 @@ def submit_as_nobody(cluster: Cluster, comment: str) -> str:
 
 
 def test_a_comment_forging_other_jobs_lines_does_not_stop_them(cluster: Cluster) -> None:
-    # Issue 11: the confirming re-read printed comments verbatim, so a comment could forge
+    # The confirming re-read printed comments verbatim, so a comment could forge
     # whole lines for other jobs, which then read as duplicated and were never placed.
     victims = [submit_as_nobody(cluster, "coshare: device-memory=1G device-threads=60")
                for _ in range(3)]  # fmt: skip
@@ -144,7 +144,7 @@ def test_a_comment_forging_other_jobs_lines_does_not_stop_them(cluster: Cluster)
 
 
 def test_an_absurd_annotation_refuses_that_job_only(cluster: Cluster) -> None:
-    # Issue 11: a device memory of 400 digits crashed every cycle (OverflowError).
+    # A device memory of 400 digits crashed every cycle (OverflowError).
     others = [submit_as_nobody(cluster, "coshare: device-memory=1G device-threads=60")
               for _ in range(3)]  # fmt: skip
     absurd = cluster.submit("absurd", comment="coshare: device-memory=" + "9" * 400
@@ -163,7 +163,7 @@ def test_an_absurd_annotation_refuses_that_job_only(cluster: Cluster) -> None:
 def test_waiting_jobs_carry_their_reason_and_explain_says_what_would_make_them_fit(
         cluster: Cluster) -> None:  # fmt: skip
     # The partition is down, so placed jobs stay queued holding their devices; 240 threads
-    # each: one job per device (8 devices), so 2 of 10 wait (issue 21).
+    # each: one job per device (8 devices), so 2 of 10 wait.
     cluster.run("scontrol", "update", "PartitionName=main", "State=DOWN")
     ids = [cluster.submit(f"wait-{i}", comment="coshare: device-memory=1G device-threads=240")
            for i in range(10)]  # fmt: skip

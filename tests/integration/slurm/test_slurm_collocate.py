@@ -1,4 +1,4 @@
-"""The collocate policy live on the real Slurm cluster (issue 17 item 3): CPU-only jobs on the
+"""The collocate policy live on the real Slurm cluster: CPU-only jobs on the
 idle cores of a running GPU job, with the scheduler configuration of deploy/slurm (the lending
 partition ``coshare-lend``, OverSubscribe=FORCE, guarded by job_submit.lua) and the Prolog's
 loan, which takes the CPU job's cores out of the GPU job's cpuset before any task runs.

@@ -1,6 +1,6 @@
 """A sweep on Dask worker jobs of the real Slurm cluster (dask-jobqueue's SLURMCluster): the
 same results as local processes, and a worker job cancelled with scancel mid-sweep costs only
-a retry of its run (issue 16)."""
+a retry of its run."""
 
 from __future__ import annotations
 

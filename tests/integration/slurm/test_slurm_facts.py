@@ -1,4 +1,4 @@
-"""Node facts through the real Slurm cluster (issue 13): measured by each node's daemon, written
+"""Node facts through the real Slurm cluster: measured by each node's daemon, written
 into the node's Extra field by coshare-slurm-facts (local-cluster runs one per node), read by
 ``coshare slurm show`` within one cycle; a job frozen and thawed over the node's control
 socket is really frozen (the kernel's ``freezer.state``); and a user cannot forge facts.

@@ -1,4 +1,4 @@
-"""Multi-node (gang) jobs on the real cluster (issue 14): an ``sbatch -N 3 --ntasks-per-node=2``
+"""Multi-node (gang) jobs on the real cluster: an ``sbatch -N 3 --ntasks-per-node=2``
 job whose ``srun`` tasks report, from every node, the node and devices coshare planned for
 that node (each node's Prolog made its group, each task's TaskProlog joined it), running next
 to single-node jobs that share those very devices; and a cycle SIGKILLed between a gang's

@@ -1,4 +1,4 @@
-"""A Slurm cycle's metrics and JSON log on the real cluster (issue 21): ``coshare slurm cycle
+"""A Slurm cycle's metrics and JSON log on the real cluster: ``coshare slurm cycle
 --log-format json`` exports to a real push gateway and a real node exporter's textfile
 collector, and a real Prometheus scraping both has the cycle's figures."""
 

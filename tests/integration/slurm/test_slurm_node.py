@@ -7,7 +7,7 @@ its error file and its accounting record's AdminComment say why); its neighbour 
 Both report disjoint Cpus_allowed_list, get their declared threads from the offload gate and
 no more, and no coshare job group or record is left afterwards.
 
-A placed job keeps its placement (issue 11): its owner cannot move it or make it larger with
+A placed job keeps its placement: its owner cannot move it or make it larger with
 ``scontrol update`` (job_submit.lua), and when it starts on another node anyway (an operator
 moved it) coshare's Prolog refuses it, with the reason in its output. A task of one job cannot
 join another job of the same user, nor start a job of its own, over the control socket.

@@ -1,5 +1,5 @@
 """Two planners over the one local Slurm cluster, sharing its nodes through one PostgreSQL
-engine (issue 20 item 3, live): ``coshare slurm cycle`` for partition ``main`` and another
+engine (live): ``coshare slurm cycle`` for partition ``main`` and another
 for partition ``second``, both over all four nodes, each with its own lock and planner
 lease, run at the same moment cycle after cycle. Slurm's accounting (sacct) shows no device
 ever held beyond its memory, and devices shared by jobs of both planners at once. A planner
@@ -254,7 +254,7 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
 
 def test_gangs_of_both_planners_share_the_nodes_and_are_never_booked_twice(
         cluster: Cluster, planners: dict[str, Path]) -> None:  # fmt: skip
-    """Multi-node jobs of both planners at once (issue 20 item 3 with issue 14's gangs):
+    """Multi-node jobs of both planners at once:
     each needs devices on 2 or 3 of the 4 nodes the planners share, beside single-node jobs
     of the other planner; every part of every gang is claimed in the engine before it is
     written, so no device ever holds more than its memory, and every gang runs whole."""

@@ -1,4 +1,4 @@
-"""Spread-n-Share live on the real cluster (issue 19 item 4): under ``policy: sns`` a job
+"""Spread-n-Share live on the real cluster: under ``policy: sns`` a job
 whose profile runs faster spread is placed on twice the nodes with half the cores on each,
 beside a compact job placed on one node, in one cycle; the placement carries the scale
 factor, nodes and cores per node; Slurm runs each on exactly the planned nodes with the

@@ -1,4 +1,4 @@
-"""Trial co-runs of the ``membw`` policy live on the real Slurm cluster (issue 18 item 3).
+"""Trial co-runs of the ``membw`` policy live on the real Slurm cluster.
 
 Only node csl-n1 takes jobs here (the others are drained for the test), so every second job
 is tried beside the first. The measurements are injected through the probe's interface
