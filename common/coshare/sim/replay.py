@@ -204,3 +204,15 @@ def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
                       model=FixedModel(), record=figures.add)  # fmt: skip
     return Replay(figures.summary(result), tally.skipped, result.events,
                   time.perf_counter() - started)  # fmt: skip
+
+
+def replay_jobs(jobs: tuple[SwfJob, ...], cluster: tuple[Node, ...], policy: str, seed: int,
+                setup: Setup) -> Replay:  # fmt: skip
+    """Replay jobs already read (a cluster's history: :mod:`coshare.sim.history`) under
+    ``policy`` on ``cluster``, as :func:`replay` replays a log's (FixedModel run times)."""
+    started = time.perf_counter()
+    figures = StreamSummary()
+    result = simulate(cluster, (host_only(j.job, j.run_s) for j in jobs),
+                      setup.policy(policy, seed), options=setup.options(), model=FixedModel(),
+                      record=figures.add)  # fmt: skip
+    return Replay(figures.summary(result), 0, result.events, time.perf_counter() - started)

@@ -58,6 +58,23 @@ def _read(path: Path) -> str:
         raise InputError(f"trace {path} is not UTF-8 text") from exc
 
 
+def read_records(path: str, flag: str) -> str:
+    """A saved scheduler output (``sacct --json``, ``condor_history -json``, the nodes'
+    listing) named by option ``flag``, whole, up to the trace bound.
+
+    Raises:
+        InputError: it cannot be read, is too large or is not UTF-8 text (naming ``flag``).
+    """
+    try:
+        return read_bounded(Path(path), MAX_TRACE_CHARS)
+    except TooLarge as exc:
+        raise InputError(f"{flag} {path}: not read: {exc}") from exc
+    except OSError as exc:
+        raise InputError(f"{flag} {path}: cannot read it: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{flag} {path}: not UTF-8 text") from exc
+
+
 @dataclass(frozen=True)
 class AlibabaTrace:
     """The Alibaba GPU nodes and pods."""
