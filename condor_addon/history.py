@@ -21,7 +21,14 @@ from collections.abc import Mapping, Sequence
 from coshare.config import Config
 from coshare.errors import AnnotationError, InputError
 from coshare.model import Node
-from coshare.sim.history import DeviceMemoryRule, Finished, Workload, json_items, workload
+from coshare.sim.history import (
+    DeviceMemoryRule,
+    Finished,
+    Workload,
+    collect,
+    json_items,
+    workload,
+)
 
 from condor_addon import attributes as A
 from condor_addon.view import parse_slots
@@ -89,18 +96,7 @@ def finished(ad: Mapping[str, object]) -> Finished | str | None:
 
 def parse_history(ads: Sequence[object], source: str) -> tuple[list[Finished | str], int]:
     """The finished jobs of history ads (a message for each bad one), and how many never ran."""
-    out: list[Finished | str] = []
-    never = 0
-    for number, ad in enumerate(ads, start=1):
-        if not isinstance(ad, Mapping):
-            out.append(f"{source}: record {number} is not a JSON object")
-            continue
-        found = finished(ad)
-        if found is None:
-            never += 1
-        else:
-            out.append(found)
-    return out, never
+    return collect(ads, source, finished)
 
 
 def history_nodes(slots: Sequence[object], config: Config, notes: list[str]) -> list[Node]:

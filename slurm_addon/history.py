@@ -21,7 +21,14 @@ from coshare.bounds import BadValue
 from coshare.config import Config
 from coshare.errors import AnnotationError, CoshareError, InputError
 from coshare.model import Node
-from coshare.sim.history import DeviceMemoryRule, Finished, Workload, json_items, workload
+from coshare.sim.history import (
+    DeviceMemoryRule,
+    Finished,
+    Workload,
+    collect,
+    json_items,
+    workload,
+)
 
 from slurm_addon.comment import is_annotated, read_annotations
 from slurm_addon.jobs import number, text
@@ -101,18 +108,8 @@ def parse_accounting(
         InputError: not JSON with a ``jobs`` array.
     """
     items, note = json_items(output, source, "jobs")
-    out: list[Finished | str] = []
-    never = 0
-    for number_, item in enumerate(items, start=1):
-        if not isinstance(item, Mapping):
-            out.append(f"{source}: record {number_} is not a JSON object")
-            continue
-        found = finished(item, gres_name)
-        if found is None:
-            never += 1
-        else:
-            out.append(found)
-    return out, never, note
+    records, never = collect(items, source, lambda item: finished(item, gres_name))
+    return records, never, note
 
 
 def history_nodes(output: str, config: Config, notes: list[str]) -> list[Node]:

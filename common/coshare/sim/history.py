@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from coshare.annotations import parse_job
@@ -321,7 +321,23 @@ def _array_after(text: str, key: str) -> int:
     return -1 if found is None else found.end() - 1
 
 
-def iter_objects(items: Iterable[object]) -> Iterator[Mapping[str, object] | None]:
-    """Each item as a JSON object, ``None`` for one that is not."""
-    for item in items:
-        yield item if isinstance(item, Mapping) else None
+def collect(
+    items: Iterable[object],
+    source: str,
+    read: Callable[[Mapping[str, object]], Finished | str | None],
+) -> tuple[list[Finished | str], int]:
+    """Each record read by the adapter's ``read`` (a :class:`Finished`, a message, or ``None``
+    for a job that never ran), a message for an item that is not a JSON object; and how many
+    never ran."""
+    out: list[Finished | str] = []
+    never = 0
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, Mapping):
+            out.append(f"{source}: record {number} is not a JSON object")
+            continue
+        found = read(item)
+        if found is None:
+            never += 1
+        else:
+            out.append(found)
+    return out, never
