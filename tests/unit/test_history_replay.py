@@ -5,6 +5,7 @@ bad records (one message naming the job and the field; the rest replayed)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,14 @@ from coshare.cli import cli
 from coshare.config import load_config
 from coshare.errors import InputError
 from coshare.model import MILLI, Device, Node
-from coshare.sim.history import DeviceMemoryRule, Finished, json_items, parse_rule, workload
+from coshare.sim.history import (
+    DeviceMemoryRule,
+    Finished,
+    jain,
+    json_items,
+    parse_rule,
+    workload,
+)
 
 from condor_addon.history import finished as condor_finished
 from slurm_addon.history import finished as slurm_finished
@@ -182,6 +190,10 @@ def test_simulate_replays_a_saved_slurm_history_and_says_what_it_left_out(
     assert out["history"]["device_memory_from_rule"] == 4
     assert [j["id"] for j in out["jobs"]] == [str(i) for i in range(1, 9)]
     assert [r["jobs"] - r["not_run"] for r in out["runs"]] == [8, 8]
+    for run in out["runs"]:  # each user's waits, and how evenly the policy treats them
+        assert set(run["users"]) == {"alice", "bob"}
+        assert sum(u["jobs"] for u in run["users"].values()) == 8
+        assert 0.5 < run["fairness_jain"] <= 1.0
     assert "job 20: time.end is not set" in ran.stderr
     assert "4 jobs used devices without declaring their device memory" in ran.stderr
 
@@ -194,3 +206,10 @@ def test_history_options_belong_to_the_history_workloads(tmp_path: Path) -> None
     ran = invoke("--workload", "slurm-history", "--since", "now;reboot", config=config)
     assert ran.exit_code == 2 and "--since 'now;reboot'" in ran.output
     assert load_config(config, environ={}).slurm.gres_name == "gpu"
+
+
+def test_jains_index_is_one_when_equal_and_one_over_n_when_one_user_holds_all() -> None:
+    assert jain([2.0, 2.0, 2.0]) == 1.0
+    assert jain([3.0, 0.0, 0.0]) == pytest.approx(1 / 3)
+    assert jain([1.0, 3.0]) == pytest.approx(16 / 20)
+    assert math.isnan(jain([])) and math.isnan(jain([0.0, 0.0]))

@@ -88,6 +88,7 @@ from coshare.sim.report import (
     summary_dict,
     sweep_json,
     sweep_table,
+    user_table,
 )
 from coshare.sim.runs import Executor, Failure, Task
 from coshare.sim.trace_files import ALIBABA_DIR, data_dir, machines_path, read_alibaba
@@ -551,7 +552,7 @@ def _history(request: Request) -> Outcome:
     """Replay the cluster's own finished jobs, read from its scheduler (live or saved), once
     per policy and seed."""
     from coshare.extras import load
-    from coshare.sim.history import parse_rule
+    from coshare.sim.history import fairness, parse_rule
     from coshare.sim.replay import replay_jobs
 
     ask = request.history or HistoryAsk()
@@ -571,8 +572,9 @@ def _history(request: Request) -> Outcome:
                    "device)", err=True)  # fmt: skip
     policies = parse_policies(request.policies_text, ALL_POLICIES)
     cluster = tuple(found.nodes)
+    users = {f.id: f.user for f in found.finished}
     tasks = [Task(f"{request.workload} {name} seed {s}", replay_jobs,
-                  (found.jobs, cluster, name, s, request.setup))
+                  (found.jobs, cluster, name, s, request.setup, users))
              for s in request.seeds for name in policies]  # fmt: skip
     with progress_bar(len(tasks), request.workload, unit="runs") as advance:
         results = request.executor.run(tasks, lambda _: advance(1))
@@ -583,9 +585,21 @@ def _history(request: Request) -> Outcome:
              f"{len(cluster)} nodes")  # fmt: skip
     payload = {"history": summary, "nodes": len(cluster), "notes": list(notes),
                "jobs": found.records(),
-               "runs": [{**summary_dict(r.summary), "events": r.events} for r in replays]}
+               "runs": [{**summary_dict(r.summary), "events": r.events,
+                         "fairness_jain": _finite(fairness(r.users)),
+                         "users": {u: f.as_dict() for u, f in r.users.items()}}
+                        for r in replays]}  # fmt: skip
     text = render(replay_table(summaries, title)) if summaries else ""
+    if replays:  # how evenly each policy treats the users: Jain's index, and each one's wait
+        text += "\nFairness over users (Jain's index of their mean bounded slowdown; 1 is " \
+                "equal): " + ", ".join(f"{r.summary.policy} {fairness(r.users):.3f}"
+                                       for r in replays) + "\n"  # fmt: skip
+        text += render(user_table([(r.summary.policy, r.users) for r in replays]))
     return Outcome(text, payload, failures=results.failures)
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 #: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).

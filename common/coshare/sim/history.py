@@ -275,6 +275,33 @@ def workload(
                     tuple(nodes))
 
 
+def jain(values: Sequence[float]) -> float:
+    """Jain's fairness index of ``values``: 1 when all are equal, ``1/n`` when one holds
+    everything (NaN for none, or all zero)."""
+    total, squares = sum(values), sum(v * v for v in values)
+    return total * total / (len(values) * squares) if values and squares > 0 else math.nan
+
+
+@dataclass
+class UserFigures:
+    """One user's jobs in a replay: how many ran, their summed wait and bounded slowdown."""
+
+    jobs: int = 0
+    wait_s: float = 0.0
+    bounded: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """Means, for the report."""
+        n = max(self.jobs, 1)
+        return {"jobs": self.jobs, "wait_mean_s": round(self.wait_s / n, 3),
+                "bounded_slowdown_mean": round(self.bounded / n, 4)}  # fmt: skip
+
+
+def fairness(users: Mapping[str, UserFigures]) -> float:
+    """Jain's index over the users' mean bounded slowdowns (the jobs that ran)."""
+    return jain([u.bounded / u.jobs for u in users.values() if u.jobs])
+
+
 def json_items(text: str, source: str, key: str | None) -> tuple[list[object], str | None]:
     """The items of the JSON array in ``text`` (the top level, or the top-level object's
     ``key``), and a note when the text is cut short: the items complete before the cut are
