@@ -219,6 +219,15 @@ class CondorClient:
         ads = self._read("query the schedd", query)
         return [values_of(ad, projection) for ad in ads]
 
+    def history_ads(self, constraint: str, projection: Sequence[str]) -> list[dict[str, object]]:
+        """The schedd's history: jobs that left the queue and match ``constraint``, projected
+        (``condor_history``, through the bindings)."""
+        def query() -> list[Any]:
+            return list(self.schedd().history(constraint, list(projection), -1))
+
+        ads = self._read("read the schedd's history", query)
+        return [values_of(ad, projection) for ad in ads]
+
     def other_job_ads(
         self, constraint: str, projection: Sequence[str] = JOB_PROJECTION
     ) -> tuple[list[tuple[str, dict[str, object]]], list[str]]:

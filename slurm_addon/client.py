@@ -140,6 +140,18 @@ class SlurmClient:
 
         return self.retrying(read)
 
+    def read_sinfo_text(self) -> str:
+        """``sinfo --json`` as printed (the history replay keeps it as a saved file would)."""
+        return self.retrying(lambda: self._once([self._program("sinfo"), "--json"]).stdout)
+
+    def read_accounting(self, since: str, until: str | None) -> str:
+        """``sacct --json`` of every user's jobs from ``since`` to ``until`` (Slurm's time
+        forms: ``2026-11-01``, ``now-7days``), as printed; needs slurmdbd."""
+        argv = [self._program("sacct"), "--json", "--allusers", f"--starttime={since}"]
+        if until is not None:
+            argv.append(f"--endtime={until}")
+        return self.retrying(lambda: self._once(argv).stdout)
+
     def read_job_fields(self, job_ids: Sequence[str]) -> dict[str, SlurmJob]:
         """The few fields the Editor compares, of these jobs only (``squeue --Format``: a
         fraction of the cost of ``--json``, which cannot filter in 22.05). Its text is

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -87,6 +88,7 @@ from coshare.sim.report import (
     summary_dict,
     sweep_json,
     sweep_table,
+    user_table,
 )
 from coshare.sim.runs import Executor, Failure, Task
 from coshare.sim.trace_files import ALIBABA_DIR, data_dir, machines_path, read_alibaba
@@ -220,6 +222,18 @@ def _shares(comps: Sequence[Comparison]) -> str:
 
 
 @dataclass(frozen=True)
+class HistoryAsk:
+    """Where a history replay reads (``--workload slurm-history|condor-history``)."""
+
+    since: str | None = None
+    until: str | None = None
+    history_file: str | None = None
+    nodes_file: str | None = None
+    rule: tuple[str, ...] = ()
+    config: Any = None
+
+
+@dataclass(frozen=True)
 class Request:
     """What ``coshare simulate`` was asked, for a workload's runner."""
 
@@ -240,6 +254,7 @@ class Request:
     metric: str = "makespan_s"
     cores_per_node: int | None = None
     bound: bool = False
+    history: HistoryAsk | None = None
 
     @property
     def swept(self) -> bool:
@@ -527,6 +542,66 @@ def _sns(request: Request) -> Outcome:
     return Outcome(text, payload)
 
 
+#: Each scheduler's history reader (``module:function``, loaded when asked: the adapters'
+#: own code, as ``coshare condor`` and ``coshare slurm`` are).
+HISTORY_READERS = {"slurm-history": ("slurm_addon.history:read_history", "slurm"),
+                   "condor-history": ("condor_addon.history:read_history", "condor")}
+
+
+def _history(request: Request) -> Outcome:
+    """Replay the cluster's own finished jobs, read from its scheduler (live or saved), once
+    per policy and seed."""
+    from coshare.extras import load
+    from coshare.sim.history import fairness, parse_rule
+    from coshare.sim.replay import replay_jobs
+
+    ask = request.history or HistoryAsk()
+    target, scheduler = HISTORY_READERS[request.workload]
+    reader = load(target, f"coshare simulate --workload {request.workload}")
+    found, notes = reader(ask.config, since=ask.since, until=ask.until,
+                          history_file=ask.history_file, nodes_file=ask.nodes_file,
+                          rule=parse_rule(ask.rule))  # fmt: skip
+    summary = found.summary()
+    for problem in found.problems:  # one line each, before the replay: the rest still runs
+        click.echo(f"coshare: note: {problem}", err=True)
+    for note in notes:
+        click.echo(f"coshare: note: {note}", err=True)
+    if found.ruled:
+        click.echo(f"coshare: note: {found.ruled} jobs used devices without declaring their "
+                   "device memory: the --device-memory rule gave it (default: the whole "
+                   "device)", err=True)  # fmt: skip
+    policies = parse_policies(request.policies_text, ALL_POLICIES)
+    cluster = tuple(found.nodes)
+    users = {f.id: f.user for f in found.finished}
+    tasks = [Task(f"{request.workload} {name} seed {s}", replay_jobs,
+                  (found.jobs, cluster, name, s, request.setup, users))
+             for s in request.seeds for name in policies]  # fmt: skip
+    with progress_bar(len(tasks), request.workload, unit="runs") as advance:
+        results = request.executor.run(tasks, lambda _: advance(1))
+    replays = [r for i, r in enumerate(results.values) if i not in results.failed]
+    summaries = [r.summary for r in replays]
+    title = (f"{scheduler} history: {len(found.jobs)} jobs of {len(summary['users'])} users "
+             f"({len(found.problems)} records left out, {found.never_ran} never ran), "
+             f"{len(cluster)} nodes")  # fmt: skip
+    payload = {"history": summary, "nodes": len(cluster), "notes": list(notes),
+               "jobs": found.records(),
+               "runs": [{**summary_dict(r.summary), "events": r.events,
+                         "fairness_jain": _finite(fairness(r.users)),
+                         "users": {u: f.as_dict() for u, f in r.users.items()}}
+                        for r in replays]}  # fmt: skip
+    text = render(replay_table(summaries, title)) if summaries else ""
+    if replays:  # how evenly each policy treats the users: Jain's index, and each one's wait
+        text += "\nFairness over users (Jain's index of their mean bounded slowdown; 1 is " \
+                "equal): " + ", ".join(f"{r.summary.policy} {fairness(r.users):.3f}"
+                                       for r in replays) + "\n"  # fmt: skip
+        text += render(user_table([(r.summary.policy, r.users) for r in replays]))
+    return Outcome(text, payload, failures=results.failures)
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 #: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).
 WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "table1": _paper,
@@ -540,6 +615,7 @@ WORKLOADS: dict[str, Callable[[Request], Outcome]] = {
     "picaso": _picaso,
     **{f"picaso-{part}": _picaso for part in PICASO_PARTS},
     "sns": _sns,
+    **dict.fromkeys(HISTORY_READERS, _history),
 }
 WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WORKLOADS)
 
@@ -605,6 +681,21 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
 @click.option("--bound", is_flag=True,
               help="alibaba-2023: also compute the least unallocated GPU %% any placement "
               "can reach (once per protocol and seed, apart from the policies' runs).")
+@click.option("--since", default=None, metavar="WHEN",
+              help="slurm-history: sacct's --starttime (2026-11-01, now-30days); "
+              "condor-history: epoch seconds. Jobs that ended from then on.")
+@click.option("--until", default=None, metavar="WHEN",
+              help="slurm-history / condor-history: the end of the window (default: now).")
+@click.option("--history-file", default=None, metavar="PATH",
+              help="slurm-history / condor-history: a saved `sacct --json` or "
+              "`condor_history -json` output instead of asking the scheduler.")
+@click.option("--nodes-file", default=None, metavar="PATH",
+              help="slurm-history / condor-history: a saved `sinfo --json` or "
+              "`condor_status -json` output instead of asking the scheduler.")
+@click.option("--device-memory", "device_memory", multiple=True, metavar="RULE",
+              help="slurm-history / condor-history: device memory (MiB) of a job that used "
+              "devices but never declared it: MiB, user:NAME=MiB or program:NAME=MiB "
+              "(repeat; default: the whole device).")
 @pass_app
 def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None,
              cores_per_node: int | None, policies_text: str | None, footprint: bool, seed: int,
@@ -613,7 +704,9 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
              age_limit: float | None, offload_share: float | None, protocol: str, batch: int,
              workers: int | None, executor: str | None, dask_scheduler: str | None,
              retries: int | None, sweeps: tuple[str, ...], metric: str, data: Path | None,
-             verify: bool, bound: bool) -> None:  # fmt: skip
+             verify: bool, bound: bool, since: str | None, until: str | None,
+             history_file: str | None, nodes_file: str | None,
+             device_memory: tuple[str, ...]) -> None:  # fmt: skip
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
     run = WORKLOADS.get("trace" if workload.startswith("trace:") else workload)
@@ -621,6 +714,7 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
         raise InputError(f"unknown workload {shorten(workload)} "
                          f"(known: {', '.join(WORKLOAD_NAMES)})")
     _refuse_options_that_do_not_apply(workload, cores_per_node)
+    history = _history_ask(workload, app, since, until, history_file, nodes_file, device_memory)
     if plot is not None:
         from coshare.sim.plot import require_matplotlib
 
@@ -637,7 +731,7 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
     with open_executor(config) as runner:
         request = Request(workload, jobs, nodes, policies_text, footprint, seed_list,
                           parse_sizes(sizes), setup, protocol, batch, config.sim.workers, data,
-                          runner, points, metric, cores_per_node, bound)  # fmt: skip
+                          runner, points, metric, cores_per_node, bound, history)  # fmt: skip
         outcome = run(request)
     _emit(output, outcome.text, {**header, **outcome.payload})
     if plot is not None and outcome.figures:
@@ -653,6 +747,35 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
         more = f"; and {count - 10} more" if count > 10 else ""
         raise ExecutorError(f"{count} run{'s' if count != 1 else ''} failed (the results "
                             f"above are the others'): {shown}{more}")  # fmt: skip
+
+
+#: A time as sacct takes it (2026-11-01, 2026-11-01T08:00, now-30days) or epoch seconds:
+#: checked whole before it becomes an argument.
+_WHEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9:.+-]{0,39}")
+
+
+def _history_ask(workload: str, app: AppContext, since: str | None, until: str | None,
+                 history_file: str | None, nodes_file: str | None,
+                 rule: tuple[str, ...]) -> HistoryAsk | None:  # fmt: skip
+    """Where a history replay reads; ``None`` for other workloads.
+
+    Raises:
+        click.UsageError: a history option given to another workload.
+        InputError: a time that is not one of the allowed forms.
+    """
+    given = {"--since": since, "--until": until, "--history-file": history_file,
+             "--nodes-file": nodes_file, "--device-memory": rule or None}  # fmt: skip
+    if workload not in HISTORY_READERS:
+        named = [flag for flag, value in given.items() if value is not None]
+        if named:
+            raise click.UsageError(f"{', '.join(named)} apply to --workload slurm-history or "
+                                   "condor-history only")  # fmt: skip
+        return None
+    for flag, value in (("--since", since), ("--until", until)):
+        if value is not None and not _WHEN.fullmatch(value):
+            raise InputError(f"{flag} {shorten(value)}: a date (2026-11-01), a time "
+                             "(2026-11-01T08:00), now-30days or epoch seconds")  # fmt: skip
+    return HistoryAsk(since, until, history_file, nodes_file, rule, app.config)
 
 
 def _check_writable(path: Path) -> None:

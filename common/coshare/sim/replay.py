@@ -18,15 +18,17 @@ files, reads the clock.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from coshare.bounds import MAX_CORES, MAX_MEMORY_MIB, shorten_text
 from coshare.errors import InputError
 from coshare.model import MILLI, Node
 from coshare.sim.device import FixedModel
-from coshare.sim.engine import simulate
+from coshare.sim.engine import JobRecord, simulate
 from coshare.sim.experiments import Setup
+from coshare.sim.history import UserFigures
 from coshare.sim.jobs import host_only
 from coshare.sim.metrics import RunSummary, StreamSummary
 from coshare.sim.trace_files import machines_path, read_machines, stream_lines
@@ -57,6 +59,7 @@ class Replay:
     skipped: int
     events: int
     seconds: float
+    users: Mapping[str, UserFigures] = field(default_factory=dict)
 
     @property
     def events_per_s(self) -> float:
@@ -204,3 +207,29 @@ def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
                       model=FixedModel(), record=figures.add)  # fmt: skip
     return Replay(figures.summary(result), tally.skipped, result.events,
                   time.perf_counter() - started)  # fmt: skip
+
+
+def replay_jobs(jobs: tuple[SwfJob, ...], cluster: tuple[Node, ...], policy: str, seed: int,
+                setup: Setup, users: Mapping[str, str] | None = None) -> Replay:  # fmt: skip
+    """Replay jobs already read (a cluster's history: :mod:`coshare.sim.history`) under
+    ``policy`` on ``cluster``, as :func:`replay` replays a log's (FixedModel run times); with
+    ``users`` (job id -> user), each user's waits and bounded slowdowns too."""
+    started = time.perf_counter()
+    figures = StreamSummary()
+    per_user: dict[str, UserFigures] = {}
+
+    def record(done: JobRecord) -> None:
+        figures.add(done)
+        bounded = done.bounded_slowdown()
+        if users is None or done.start_s is None or bounded is None:
+            return
+        mine = per_user.setdefault(users.get(done.id, ""), UserFigures())
+        mine.jobs += 1
+        mine.wait_s += done.start_s - done.submit_s
+        mine.bounded += bounded
+
+    result = simulate(cluster, (host_only(j.job, j.run_s) for j in jobs),
+                      setup.policy(policy, seed), options=setup.options(), model=FixedModel(),
+                      record=record)  # fmt: skip
+    return Replay(figures.summary(result), 0, result.events, time.perf_counter() - started,
+                  dict(sorted(per_user.items())))  # fmt: skip

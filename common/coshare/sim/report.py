@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from coshare.sim.fragmentation import (
     median_bound,
     median_unallocated,
 )
+from coshare.sim.history import UserFigures
 from coshare.sim.metrics import RunSummary, reduction
 from coshare.sim.paper import PAPER_NAMES
 
@@ -300,6 +301,17 @@ def replay_table(runs: Sequence[RunSummary], title: str) -> Table:
             f"{run.core_utilization:.1%}", str(run.jobs - run.not_run), str(run.not_run),
             str(run.cycles),
         )  # fmt: skip
+    return table
+
+
+def user_table(runs: Sequence[tuple[str, Mapping[str, UserFigures]]]) -> Table:
+    """Each user's jobs and mean wait under each policy of a history replay."""
+    table = _table("mean wait per user, s", ["user", "jobs", *(policy for policy, _ in runs)])
+    for name in sorted({u for _, users in runs for u in users}):
+        figures = [users.get(name) for _, users in runs]
+        jobs = next((f.jobs for f in figures if f is not None), 0)
+        table.add_row(name or "(none)", str(jobs),
+                      *(f"{f.wait_s / f.jobs:.0f}" if f and f.jobs else "-" for f in figures))
     return table
 
 

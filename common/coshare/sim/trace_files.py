@@ -48,14 +48,24 @@ def data_dir(explicit: Path | None = None) -> Path:
 
 
 def _read(path: Path) -> str:
+    return read_records(str(path), "trace")
+
+
+def read_records(path: str, what: str) -> str:
+    """A trace, or a saved scheduler output (``sacct --json``, ``condor_history -json``, the
+    nodes' listing) named by option ``what``, whole, up to the trace bound.
+
+    Raises:
+        InputError: it cannot be read, is too large or is not UTF-8 text (naming ``what``).
+    """
     try:
-        return read_bounded(path, MAX_TRACE_CHARS)
+        return read_bounded(Path(path), MAX_TRACE_CHARS)
     except TooLarge as exc:
-        raise InputError(f"trace {path}: not read: {exc}") from exc
+        raise InputError(f"{what} {path}: not read: {exc}") from exc
     except OSError as exc:
-        raise InputError(f"cannot read trace {path}: {exc.strerror}") from exc
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
-        raise InputError(f"trace {path} is not UTF-8 text") from exc
+        raise InputError(f"{what} {path} is not UTF-8 text") from exc
 
 
 @dataclass(frozen=True)
