@@ -1,13 +1,14 @@
 # coshare: the two set-up commands of the README, and the pieces they are made of.
 #   make demo   set up .venv and run the main job on the bundled example (no cluster needed)
-#   make test   install the test dependencies, run ruff, mypy and the whole suite
+#   make test   install the test dependencies, run ruff, mypy, build the docs site strict, and the
+#               whole suite
 # Integration tests start a real Slurm cluster and HTCondor pool with deploy/ (root, apt).
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean man docs dist
+.PHONY: demo test lint typecheck docs-site unit bench clean man docs dist
 
 $(VENV)/.base: pyproject.toml
 	@scripts/ensure-venv $(PYTHON) $(VENV)
@@ -31,7 +32,7 @@ typecheck: $(VENV)/.test
 unit: $(VENV)/.test
 	$(BIN)/pytest tests/unit tests/contract
 
-test: lint typecheck
+test: lint typecheck docs-site
 	$(BIN)/pytest
 
 bench: $(VENV)/.base
@@ -47,6 +48,11 @@ man: $(VENV)/.test
 docs: $(VENV)/.base
 	$(BIN)/python -m coshare.reference docs docs
 
+# The documentation site from docs/ (mkdocs.yml) into site/; strict: a broken link or anchor
+# fails it.
+docs-site: $(VENV)/.test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # A release: dist/coshare-VERSION.tar.gz and the wheel (docs/install.md; CHANGELOG.md).
 dist: $(VENV)/.base
 	$(BIN)/python -m pip install -q --disable-pip-version-check build
@@ -54,4 +60,4 @@ dist: $(VENV)/.base
 	$(BIN)/python -m build
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist site

@@ -188,7 +188,8 @@ def _unreadable(job_id: str, exc: Exception, annotations: Mapping[str, object]) 
         except AnnotationError:
             continue
         except Exception:  # this key alone raises: name it
-            problem = FieldProblem(key, shown(str(value)), allowed.get(squash(key), "the README"),
+            allowed_here = allowed.get(squash(key), "docs/annotations.md")
+            problem = FieldProblem(key, shown(str(value)), allowed_here,
                                    f"cannot be read ({what})")  # fmt: skip
             return str(AnnotationError(job_id, [problem]))
     return f"job {job_id}: cannot be read ({what})"
