@@ -152,6 +152,17 @@ class SlurmClient:
             argv.append(f"--endtime={until}")
         return self.retrying(lambda: self._once(argv).stdout)
 
+    def read_accounting_users(self, since: str, until: str | None) -> dict[str, str]:
+        """Job id -> user name of the same window (``sacct --parsable2``, which names the user
+        from the uid where ``--json`` has no name: a user without an association)."""
+        argv = [self._program("sacct"), "--noheader", "--parsable2", "--allocations",
+                "--allusers", f"--starttime={since}", "--format=JobID,User"]  # fmt: skip
+        if until is not None:
+            argv.append(f"--endtime={until}")
+        out = self.retrying(lambda: self._once(argv).stdout)
+        pairs = (line.split("|", 1) for line in out.splitlines() if "|" in line)
+        return {job: user for job, user in pairs if user}
+
     def read_job_fields(self, job_ids: Sequence[str]) -> dict[str, SlurmJob]:
         """The few fields the Editor compares, of these jobs only (``squeue --Format``: a
         fraction of the cost of ``--json``, which cannot filter in 22.05). Its text is

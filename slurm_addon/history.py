@@ -77,10 +77,13 @@ def finished(record: Mapping[str, object], gres_name: str) -> Finished | str | N
         comment = record.get("comment")
         said = text(comment.get("job")) if isinstance(comment, Mapping) else text(comment)
         annotations = read_annotations(job, said) if is_annotated(said) else {}
+        # 22.05 leaves "user" empty where its association names the user
+        found = record.get("association")
+        association = found if isinstance(found, Mapping) else {}
         return Finished(
             id=job,
-            user=text(record.get("user")),
-            account=text(record.get("account")),
+            user=text(record.get("user")) or text(association.get("user")),
+            account=text(record.get("account")) or text(association.get("account")),
             program=text(record.get("name")),
             cores=given.get("cpu", 1.0),
             memory_mib=given.get("mem", 0.0),
@@ -147,6 +150,17 @@ def read_history(config: Config, *, since: str | None, until: str | None,
     records, never, cut = parse_accounting(output, source, config.slurm.gres_name)
     if cut:
         notes.append(cut)
+    nameless = [r for r in records if isinstance(r, Finished) and not r.user]
+    if nameless and history_file is None:
+        assert client is not None and since is not None
+        users = client.read_accounting_users(since, until)
+        records = [replace(r, user=users.get(r.id, "")) if isinstance(r, Finished) and not r.user
+                   else r for r in records]  # fmt: skip
+        nameless = [r for r in records if isinstance(r, Finished) and not r.user]
+    if nameless:
+        notes.append(f"{len(nameless)} jobs name no user in the accounting's JSON (Slurm leaves "
+                     "it out for a user without an association); they are replayed as user "
+                     "'' (the live read asks sacct --parsable2 for their names)")  # fmt: skip
     if nodes_file is not None:
         sinfo = read_records(nodes_file, "--nodes-file")
     else:
