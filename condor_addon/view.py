@@ -648,7 +648,7 @@ def doubling_problem(job: QueueJob, nodes: Sequence[Node]) -> FieldProblem | Non
 
     The dedicated scheduler matches every ``machine_count`` slot against one Requirements,
     so nothing in unmodified HTCondor keeps it from claiming two slots of one planned node
-    (README, "Parallel-universe jobs"); a slot larger than half of every node cannot be
+    (docs/deploy-htcondor.md); a slot larger than half of every node cannot be
     doubled. ``RequestCpus`` of a whole core is compared with whole cores."""
     cpu, memory = job.cpu_milli, job.memory_mib
     roomy = [n for n in nodes if 2 * cpu <= n.cpu_milli and 2 * memory <= n.memory_mib]
@@ -777,7 +777,7 @@ def parse_queue(
 def _doubled(q: QueueJob, cluster: ClusterView) -> list[str]:
     """A note for each node where the dedicated scheduler started more of a parallel job's
     processes than coshare planned there (one a node): unmodified HTCondor cannot prevent it
-    (README, "Parallel-universe jobs")."""
+    (docs/deploy-htcondor.md)."""
     slots: dict[str, int] = {}
     for r in cluster.running:
         if r.id == q.global_id:

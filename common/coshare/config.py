@@ -595,7 +595,7 @@ class SlurmConfig:
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Where ``coshare simulate`` runs its independent runs (README "Simulator").
+    """Where ``coshare simulate`` runs its independent runs (docs/sweeps.md).
 
     Attributes:
         executor: ``local`` (this process or local processes; nothing to install) or

@@ -22,8 +22,8 @@ fewest ways whose IPC is at least ``alpha`` x the IPC with the full cache, and t
 every scale (section 4.1); a coshare profile holds them at ``cores`` processes per node and
 reads them for ``c`` processes by per-process working sets: ``c`` processes with ``w`` ways
 behave as the profile's ``cores`` processes with ``w x cores / c`` ways, and use
-``c / cores`` of the bandwidth (an assumption the paper does not state; README). ``w`` is
-never below 2 (section 5.1).
+``c / cores`` of the bandwidth (an assumption the paper does not state; docs/policy-sns.md).
+``w`` is never below 2 (section 5.1).
 
 Everything here is pure: :func:`parse_profile` checks a decoded JSON object and raises
 :class:`ProfileError` naming the file and the field; :mod:`coshare.profile_store` reads the

@@ -41,7 +41,7 @@ def gang_placement(live: Pool, job: str) -> list[tuple[str, str]]:
 
 
 #: What the pool's SchedLog says when HTCondor's dedicated scheduler loses a claim it was
-#: given twice (README, "Parallel-universe jobs"): the negotiator hands it the same slot on
+#: given twice (docs/deploy-htcondor.md): the negotiator hands it the same slot on
 #: two cycles a second apart, the startd refuses the second claim, and the dedicated scheduler
 #: drops the first ("claim id not found ... ignoring this resource"); the gang then sits idle.
 RACE = ("claim id not found", "NOT accepted")
@@ -63,7 +63,7 @@ def test_a_two_node_parallel_job_runs_on_the_nodes_and_devices_coshare_planned(
     # Each machine's slot takes every core of a node (the pool's nodes have min(4, this
     # host's cores) with the node helpers): HTCondor's dedicated scheduler matches all
     # machine_count slots against one Requirements and can take two dynamic slots of one
-    # node for the same job (README, "Parallel-universe jobs"); a whole-node slot cannot be
+    # node for the same job (docs/deploy-htcondor.md); a whole-node slot cannot be
     # taken twice, so this checks the placement, not that race.
     # The dedicated scheduler's own claim race (RACE: the negotiator handing it one slot on
     # two cycles a second apart) is HTCondor's, not coshare's; deploy/condor/pool's

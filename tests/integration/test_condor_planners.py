@@ -373,7 +373,7 @@ def test_a_gang_of_one_planner_and_the_other_planners_jobs_never_book_a_device_t
     for attempt in (1, 2):
         since = schedlog_length()
         # Whole-node slots for the gang: HTCondor's dedicated scheduler may take two dynamic
-        # slots of one node for it otherwise (README, "Parallel-universe jobs").
+        # slots of one node for it otherwise (docs/deploy-htcondor.md).
         gang = submit_gang(live, to=schedd(live, SCHEDDS["a"]),
                            request_cpus=str(live.node_cores()),
                            **annotated(GANG_MEMORY_MIB, 60))  # fmt: skip

@@ -1,7 +1,7 @@
 """A job's life on its node: start (group, cores, limits, record), exec, end.
 
 The scheduler adapters call these through the command line (``coshare node job-start``,
-``job-exec``, ``job-end``, or ``job-run`` for all three); see the README's "Node helpers".
+``job-exec``, ``job-end``, or ``job-run`` for all three); see docs/node-helpers.md.
 Everything the planner decided arrives as arguments, so nothing here knows HTCondor or
 Slurm.
 

@@ -10,7 +10,7 @@ what the memory system moves.
 **The kernel is numpy**: a strided sum (``uint64[::8]``) is numpy's compiled inner loop, it
 releases the GIL, and it needs nothing beyond coshare's own dependencies, so it runs on
 nodes without a compiler. ``bench/node_probe.py`` compares it with a small C loop doing the
-same reads (built there with the C compiler where one exists): see the README's figures. A
+same reads (built there with the C compiler where one exists): see docs/benchmarks.md. A
 thread allocates its share itself, after pinning, so its pages sit on that core's memory node
 (first touch), and streams it once before the measured passes so page faults stay out.
 

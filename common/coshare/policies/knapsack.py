@@ -5,7 +5,7 @@ Each device is a 0-1 knapsack whose capacity is its *free* device memory; a job'
 optimum packs many jobs with few threads. Devices are filled one after another (greedy over
 the cluster, Fig. 4); a device that already runs jobs is refilled with what it has left.
 
-What the paper leaves open, decided the way an admin would want (README, "Knapsack policy"):
+What the paper leaves open, decided the way an admin would want (docs/policy-knapsack.md):
 
 - **Threads.** ``strict`` (default): the declared threads on a device never exceed ``T``; the
   table gets a thread dimension. The paper's "thread overflow = value 0" picks the same set

@@ -14,7 +14,7 @@ potential is the device memory it is expected to leave unused, in MiB, made of t
   ``max(0, F - C / rho_cpu, F - H / rho_mem)``. FGD sees the cores only through the shapes
   that no longer fit; a node drained of cores by CPU-heavy jobs then keeps its devices idle.
   On the Alibaba trace this term takes the idle GPUs on core-less nodes from 0.1-2% of the
-  cluster to nearly none (README, "The Alibaba fragmentation benchmark").
+  cluster to nearly none (docs/alibaba.md).
 
 Expected shapes are the most frequent (host cores, host memory, device memory, device count)
 among the jobs the caller names (the benchmark: the trace's pod list), or among the pending

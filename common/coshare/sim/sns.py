@@ -14,7 +14,7 @@ where it comes from; :mod:`coshare.sim.sns_report` reads it):
   HC 2), bandwidth on one node (MG 112.0, CG 42.9, EP 0.09, BFS 0.12 GB/s), the classes,
   CG's 13% at scale 2 and "over 30%" at 8 for MG, LU, TS and BW.
 
-What it does not give, and coshare assumes (README, "Spread-n-Share"): every other
+What it does not give, and coshare assumes (docs/paper-sns.md): every other
 profile value (its figures are not in the text we have); a job's CE run time, uniform in
 50..1200 s (section 6.1 sizes inputs "to make their execution time in close magnitude (50s
 to 1200s)"); and the execution model below.

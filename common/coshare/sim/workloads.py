@@ -4,7 +4,7 @@ Section V of the paper runs three kinds of job sets on Xeon Phi 5110P nodes (8 G
 threads, two 8-core host CPUs): 1000 instances of its Table I applications (Table II), four
 synthetic distributions of 400 jobs (Figs. 7-9, Table III), and normal-distribution sets of
 200 jobs per node on 2 to 8 nodes (Fig. 10). It gives each job's threads and memory range but
-not how long jobs run nor how they offload. The choices made here (README, "Simulator"):
+not how long jobs run nor how they offload. The choices made here (docs/simulator.md):
 
 - **Memory** is drawn uniformly within the application's range in 50 MB steps (the paper's
   own example of request granularity, section IV-C), read as MiB.
