@@ -25,6 +25,7 @@ demo: $(VENV)/.base
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(VENV)/.test
 	$(BIN)/mypy

@@ -48,10 +48,14 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(policy_names()))
     parser.add_argument("--data", default="", help="trace folder (default: as coshare finds it)")
     args = parser.parse_args()
-    print(f"Alibaba fragmentation benchmark, seed {args.seed}: one process per run (trace "
-          "reading included); the lower bound is a run of its own (row 'bound')")  # fmt: skip
-    print(f"  {'policy':10} {'protocol':8} {'CPU s':>8} {'peak MiB':>9} "
-          f"{'unallocated at 100%':>20} {'bound':>6} {'peer / coshare CPU':>19}")  # fmt: skip
+    print(
+        f"Alibaba fragmentation benchmark, seed {args.seed}: one process per run (trace "
+        "reading included); the lower bound is a run of its own (row 'bound')"
+    )
+    print(
+        f"  {'policy':10} {'protocol':8} {'CPU s':>8} {'peak MiB':>9} "
+        f"{'unallocated at 100%':>20} {'bound':>6} {'peer / coshare CPU':>19}"
+    )
     total = 0.0
     for protocol in PROTOCOLS:
         for name in [*args.policies.split(","), "bound"]:
@@ -62,11 +66,16 @@ def main() -> None:
             row = json.loads(done.stdout)
             total += row["cpu_s"]
             bound = "-" if row["bound"] is None else f"{row['bound']:.2f}"
-            print(f"  {name:10} {protocol:8} {row['cpu_s']:>8.1f} {row['peak_mib']:>9.0f} "
-                  f"{row['unallocated']:>20.2f} {bound:>6} "
-                  f"{PEER_CPU_S / max(row['cpu_s'], 1e-9):>18.0f}x", flush=True)  # fmt: skip
-    print(f"  all runs: {total:.1f} CPU s (the peer: about {PEER_CPU_S:.0f} CPU s and "
-          f"{PEER_MEMORY_GB:g} GB for one policy's seed)")  # fmt: skip
+            print(
+                f"  {name:10} {protocol:8} {row['cpu_s']:>8.1f} {row['peak_mib']:>9.0f} "
+                f"{row['unallocated']:>20.2f} {bound:>6} "
+                f"{PEER_CPU_S / max(row['cpu_s'], 1e-9):>18.0f}x",
+                flush=True,
+            )
+    print(
+        f"  all runs: {total:.1f} CPU s (the peer: about {PEER_CPU_S:.0f} CPU s and "
+        f"{PEER_MEMORY_GB:g} GB for one policy's seed)"
+    )
 
 
 if __name__ == "__main__":

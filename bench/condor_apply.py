@@ -55,11 +55,17 @@ def submit(client: CondorClient, htcondor: object, jobs: int, scenario: str) -> 
             job = table1_job(rng, str(i))
             memory, threads = job.device_memory_mib, job.device_threads
         items.append({"mem": str(memory), "thr": str(threads)})
-    desc = htcondor.Submit({  # type: ignore[attr-defined]
-        "executable": "/bin/true", "initialdir": "/tmp", "transfer_executable": "false",
-        "requirements": "CoshareNeverStart =?= true", "request_memory": "64",
-        "+CoshareDeviceMemory": "$(mem)", "+CoshareDeviceThreads": "$(thr)",
-    })
+    desc = htcondor.Submit(
+        {  # type: ignore[attr-defined]
+            "executable": "/bin/true",
+            "initialdir": "/tmp",
+            "transfer_executable": "false",
+            "requirements": "CoshareNeverStart =?= true",
+            "request_memory": "64",
+            "+CoshareDeviceMemory": "$(mem)",
+            "+CoshareDeviceThreads": "$(thr)",
+        }
+    )
     schedd.submit(desc, itemdata=iter(items))
 
 
@@ -82,10 +88,14 @@ def main() -> None:
 
     base = load_config(environ={})
     config = replace(base, condor=condor, cycle=replace(base.cycle, replan_after_s=300))
-    print(f"{args.jobs} idle annotated jobs, 4 nodes / 7 devices, knapsack; best of "
-          f"{args.repeat} (all runs listed)")
-    print(f"{'scenario':10} {'placed':>6} {'read s':>8} {'plan s':>8} {'apply s':>8} "
-          f"{'read+apply s':>13}")
+    print(
+        f"{args.jobs} idle annotated jobs, 4 nodes / 7 devices, knapsack; best of "
+        f"{args.repeat} (all runs listed)"
+    )
+    print(
+        f"{'scenario':10} {'placed':>6} {'read s':>8} {'plan s':>8} {'apply s':>8} "
+        f"{'read+apply s':>13}"
+    )
     try:
         for scenario in ("table-i", "tiny"):
             rows = []
@@ -99,8 +109,10 @@ def main() -> None:
                 assert report.exit_status == 0, report.apply
                 rows.append((report.read_s + report.apply_s, report))
             for total, report in sorted(rows, key=lambda r: r[0]):
-                print(f"{scenario:10} {len(report.apply.applied):>6} {report.read_s:>8.3f} "
-                      f"{report.plan.seconds:>8.3f} {report.apply_s:>8.3f} {total:>13.3f}")
+                print(
+                    f"{scenario:10} {len(report.apply.applied):>6} {report.read_s:>8.3f} "
+                    f"{report.plan.seconds:>8.3f} {report.apply_s:>8.3f} {total:>13.3f}"
+                )
     finally:
         remove_all(client, htcondor2)
         subprocess.run([str(ROOT / "deploy/condor/pool"), "stop"], check=True)

@@ -57,8 +57,17 @@ def busy(fresh: int) -> Snapshot:
         if rng.random() < 0.5:
             continue
         j = by_id[a.job]
-        running.append(RunningJob(j.id, a.node, a.devices, j.device_memory_mib, j.device_threads,
-                                  j.total_cpu_milli, j.total_memory_mib))
+        running.append(
+            RunningJob(
+                j.id,
+                a.node,
+                a.devices,
+                j.device_memory_mib,
+                j.device_threads,
+                j.total_cpu_milli,
+                j.total_memory_mib,
+            )
+        )
     jobs = tuple(replace(j, id=f"new{j.id}") for j in table1_jobs(fresh, 3))
     return Snapshot(nodes, tuple(running), jobs)
 
@@ -103,8 +112,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/default-policy"))
     parser.add_argument("--write", action="store_true", help="write the snapshots, plan none")
-    parser.add_argument("--coshare", default=os.path.join(os.path.dirname(sys.executable),
-                                                          "coshare"))
+    parser.add_argument(
+        "--coshare", default=os.path.join(os.path.dirname(sys.executable), "coshare")
+    )
     args = parser.parse_args()
     for case in args.cases.split(","):
         path = write(case, args.dir)
@@ -119,9 +129,12 @@ def main() -> None:
             placed = len({a["job"] for a in json.loads(out)["assignments"]})
         target = TARGETS[case]
         verdict = "met" if statistics.median(cpu) <= target else "MISSED"
-        print(f"{case:9} placed {placed:7d}  cpu s best {min(cpu):6.2f} median "
-              f"{statistics.median(cpu):6.2f}  wall s median {statistics.median(wall):6.2f}  "
-              f"target <= {target:g} CPU s: {verdict}", flush=True)
+        print(
+            f"{case:9} placed {placed:7d}  cpu s best {min(cpu):6.2f} median "
+            f"{statistics.median(cpu):6.2f}  wall s median {statistics.median(wall):6.2f}  "
+            f"target <= {target:g} CPU s: {verdict}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -126,14 +126,17 @@ asyncio.run(main())
 """
 
 
-def run_load(config: NodeConfig, args: argparse.Namespace, pace_ms: float, spawn: object,
-             workdir: Path) -> tuple[list[int], float]:  # fmt: skip
+def run_load(
+    config: NodeConfig, args: argparse.Namespace, pace_ms: float, spawn: object, workdir: Path
+) -> tuple[list[int], float]:
     """Start the clients, release them together, return all samples and the elapsed time."""
     assert callable(spawn)
     outs = [workdir / f"client-{pace_ms}-{i}.json" for i in range(args.clients)]
     client = [str(args.c_binary)] if args.c_binary else [sys.executable, "-c", CLIENT]
-    procs = [spawn(i, [*client, config.gate_socket, str(args.ops), str(pace_ms / 1000.0),
-                       str(out)]) for i, out in enumerate(outs)]  # fmt: skip
+    procs = [
+        spawn(i, [*client, config.gate_socket, str(args.ops), str(pace_ms / 1000.0), str(out)])
+        for i, out in enumerate(outs)
+    ]
     time.sleep(1.0)  # let every client connect and say HELLO
     start = time.perf_counter()
     for proc in procs:
@@ -154,18 +157,27 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=2000, help="round trips per client")
     parser.add_argument("--pace-ms", type=float, default=2.0)
     parser.add_argument("--no-cgroups", action="store_true")
-    parser.add_argument("--client", choices=["python", "c"], default="python",
-                        help="client processes in Python (GateClient-like) or C (cc)")
+    parser.add_argument(
+        "--client",
+        choices=["python", "c"],
+        default="python",
+        help="client processes in Python (GateClient-like) or C (cc)",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="cs-bench-"))
     parent = f"coshare-bench-{os.getpid()}"
-    config = NodeConfig(cgroup_parent=parent, state_dir=str(workdir),
-                        gate_socket=str(workdir / "gate.sock"))  # fmt: skip
-    env = dict(os.environ, COSHARE_CONFIG=str(workdir / "none.yaml"),
-               COSHARE_NODE_CGROUP_PARENT=parent, COSHARE_NODE_STATE_DIR=str(workdir),
-               COSHARE_NODE_GATE_SOCKET=config.gate_socket,
-               COSHARE_NODE_CONTROL_SOCKET=str(workdir / "control.sock"))  # fmt: skip
+    config = NodeConfig(
+        cgroup_parent=parent, state_dir=str(workdir), gate_socket=str(workdir / "gate.sock")
+    )
+    env = dict(
+        os.environ,
+        COSHARE_CONFIG=str(workdir / "none.yaml"),
+        COSHARE_NODE_CGROUP_PARENT=parent,
+        COSHARE_NODE_STATE_DIR=str(workdir),
+        COSHARE_NODE_GATE_SOCKET=config.gate_socket,
+        COSHARE_NODE_CONTROL_SOCKET=str(workdir / "control.sock"),
+    )
     (workdir / "none.yaml").write_text("")
     args.c_binary = None
     if args.client == "c":
@@ -175,18 +187,29 @@ def main() -> None:
         subprocess.run(["cc", "-O2", "-o", str(args.c_binary), str(source)], check=True)
     records = []
     if args.no_cgroups:
-        server = subprocess.Popen([sys.executable, "-c", SERVER_NO_CGROUPS, config.gate_socket,
-                                   str(args.clients), str(workdir)])  # fmt: skip
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                SERVER_NO_CGROUPS,
+                config.gate_socket,
+                str(args.clients),
+                str(workdir),
+            ]
+        )
     else:
         from coshare.node.lifecycle import job_start
 
         jobs = 4
         per_job = -(-args.clients // jobs)
-        records = [job_start(config, f"bench-{j}", devices=["0"], device_threads=per_job)
-                   for j in range(jobs)]  # fmt: skip
+        records = [
+            job_start(config, f"bench-{j}", devices=["0"], device_threads=per_job)
+            for j in range(jobs)
+        ]
         coshare = str(Path(sys.executable).parent / "coshare")
-        server = subprocess.Popen([coshare, "node", "gate", "--no-watch", "--device",
-                                   f"0={per_job * jobs}"], env=env)  # fmt: skip
+        server = subprocess.Popen(
+            [coshare, "node", "gate", "--no-watch", "--device", f"0={per_job * jobs}"], env=env
+        )
 
     def spawn(i: int, argv: list[str]) -> subprocess.Popen[bytes]:
         if not records:
@@ -196,9 +219,11 @@ def main() -> None:
         group = records[i % len(records)].group()
         fds = [os.open(p, os.O_WRONLY) for p in group.procs_files()]
         try:
-            return subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                    preexec_fn=lambda: [os.write(fd, str(os.getpid()).encode())
-                                                        for fd in fds])  # fmt: skip
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                preexec_fn=lambda: [os.write(fd, str(os.getpid()).encode()) for fd in fds],
+            )
         finally:
             for fd in fds:
                 os.close(fd)
@@ -206,15 +231,19 @@ def main() -> None:
 
     try:
         wait_listening(config.gate_socket, server)
-        print(f"gate_latency: {args.clients} concurrent {args.client} clients (processes"
-              f"{', in 4 job cgroups' if records else ', no cgroups'}), {args.ops} "
-              f"ACQUIRE+RELEASE round trips each, {os.cpu_count()} CPUs")  # fmt: skip
+        print(
+            f"gate_latency: {args.clients} concurrent {args.client} clients (processes"
+            f"{', in 4 job cgroups' if records else ', no cgroups'}), {args.ops} "
+            f"ACQUIRE+RELEASE round trips each, {os.cpu_count()} CPUs"
+        )
         print(f"{'load':<22} {'p50 (us)':>9} {'p99 (us)':>9} {'ops/s':>9}")
         for label, pace in (("closed loop", 0.0), (f"paced {args.pace_ms:g} ms", args.pace_ms)):
             samples, elapsed = run_load(config, args, pace, spawn, workdir)
             ops = len(samples) / elapsed
-            print(f"{label:<22} {percentile(samples, 0.5) / 1000:>9.0f} "
-                  f"{percentile(samples, 0.99) / 1000:>9.0f} {ops:>9.0f}")  # fmt: skip
+            print(
+                f"{label:<22} {percentile(samples, 0.5) / 1000:>9.0f} "
+                f"{percentile(samples, 0.99) / 1000:>9.0f} {ops:>9.0f}"
+            )
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)

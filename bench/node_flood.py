@@ -155,8 +155,21 @@ def as_uid(uid: int) -> list[str]:
 
 def run_client(workdir: Path, rounds: int, tag: str) -> dict[str, list[float]]:
     starter = workdir / STARTER
-    argv = [str(starter), "-c", '"$@"; exit $?', "sh", *as_uid(CLIENT_UID), PYTHON, "-I", "-c",
-            CLIENT, str(workdir / "control.sock"), str(workdir / "gate.sock"), str(rounds), tag]
+    argv = [
+        str(starter),
+        "-c",
+        '"$@"; exit $?',
+        "sh",
+        *as_uid(CLIENT_UID),
+        PYTHON,
+        "-I",
+        "-c",
+        CLIENT,
+        str(workdir / "control.sock"),
+        str(workdir / "gate.sock"),
+        str(rounds),
+        tag,
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"the well-behaved client failed:\n{done.stderr}")
@@ -167,9 +180,11 @@ def run_client(workdir: Path, rounds: int, tag: str) -> dict[str, list[float]]:
 def report(label: str, waits: dict[str, list[float]]) -> None:
     for op, samples in waits.items():
         s = sorted(samples)
-        print(f"{label:<26} {op:<8} {percentile(s, 0.5) * 1000:>8.2f} "
-              f"{percentile(s, 0.95) * 1000:>8.2f} "
-              f"{s[-1] * 1000:>8.2f} {len(s):>6}")  # fmt: skip
+        print(
+            f"{label:<26} {op:<8} {percentile(s, 0.5) * 1000:>8.2f} "
+            f"{percentile(s, 0.95) * 1000:>8.2f} "
+            f"{s[-1] * 1000:>8.2f} {len(s):>6}"
+        )
 
 
 def main() -> None:
@@ -190,37 +205,64 @@ def main() -> None:
     shutil.copy(os.path.realpath("/bin/sh"), workdir / STARTER)
     (workdir / "none.yaml").write_text("")
     parent = f"coshare-bench-{os.getpid()}"
-    env = dict(os.environ, COSHARE_CONFIG=str(workdir / "none.yaml"),
-               COSHARE_NODE_CGROUP_PARENT=parent, COSHARE_NODE_STATE_DIR=str(workdir),
-               COSHARE_NODE_GATE_SOCKET=str(workdir / "gate.sock"),
-               COSHARE_NODE_CONTROL_SOCKET=str(workdir / "control.sock"),
-               COSHARE_NODE_TRUSTED_LAUNCHERS=json.dumps([STARTER]),
-               COSHARE_NODE_CPU_OVERCOMMIT="64")  # fmt: skip
-    for option, variable in (("max_connections_per_uid", "MAX_CONNECTIONS_PER_UID"),
-                             ("line_timeout_s", "LINE_TIMEOUT_S"),
-                             ("idle_timeout_s", "IDLE_TIMEOUT_S")):  # fmt: skip
+    env = dict(
+        os.environ,
+        COSHARE_CONFIG=str(workdir / "none.yaml"),
+        COSHARE_NODE_CGROUP_PARENT=parent,
+        COSHARE_NODE_STATE_DIR=str(workdir),
+        COSHARE_NODE_GATE_SOCKET=str(workdir / "gate.sock"),
+        COSHARE_NODE_CONTROL_SOCKET=str(workdir / "control.sock"),
+        COSHARE_NODE_TRUSTED_LAUNCHERS=json.dumps([STARTER]),
+        COSHARE_NODE_CPU_OVERCOMMIT="64",
+    )
+    for option, variable in (
+        ("max_connections_per_uid", "MAX_CONNECTIONS_PER_UID"),
+        ("line_timeout_s", "LINE_TIMEOUT_S"),
+        ("idle_timeout_s", "IDLE_TIMEOUT_S"),
+    ):
         value = getattr(args, option)
         if value is not None:  # only when given: an older daemon has no such settings
             env[f"COSHARE_NODE_{variable}"] = str(value)
     daemon_log = (workdir / "daemon.log").open("wb")
     daemon = subprocess.Popen(
-        [sys.executable, "-c", "from coshare.cli import main; main()", "node", "gate",
-         "--device", "0=100000"],
-        env=env, stdout=subprocess.DEVNULL, stderr=daemon_log,
+        [
+            sys.executable,
+            "-c",
+            "from coshare.cli import main; main()",
+            "node",
+            "gate",
+            "--device",
+            "0=100000",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=daemon_log,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)),
-    )  # fmt: skip
+    )
     hostile = None
     try:
         wait_listening(str(workdir / "control.sock"), daemon)
-        print(f"node_flood: {args.rounds} job lives (START, JOIN, ACQUIRE, END) of uid "
-              f"{CLIENT_UID}; {os.cpu_count()} CPUs; daemon with 1024 open files")  # fmt: skip
+        print(
+            f"node_flood: {args.rounds} job lives (START, JOIN, ACQUIRE, END) of uid "
+            f"{CLIENT_UID}; {os.cpu_count()} CPUs; daemon with 1024 open files"
+        )
         print(f"{'':<26} {'request':<8} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'n':>6}")
         report("no flood", run_client(workdir, args.rounds, "quiet"))
         hostile = subprocess.Popen(
-            [*as_uid(HOSTILE_UID), PYTHON, "-I", "-c", HOSTILE, str(workdir / "gate.sock"),
-             str(workdir / "control.sock"), str(args.hostile)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                *as_uid(HOSTILE_UID),
+                PYTHON,
+                "-I",
+                "-c",
+                HOSTILE,
+                str(workdir / "gate.sock"),
+                str(workdir / "control.sock"),
+                str(args.hostile),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert hostile.stdout is not None and hostile.stdin is not None
         if hostile.stdout.readline().strip() != "open":
             raise SystemExit("the hostile client did not open its connections")
@@ -228,10 +270,12 @@ def main() -> None:
         report(f"{args.hostile} hostile conns", run_client(workdir, args.rounds, "flood"))
         hostile.stdin.close()
         stats = json.loads(hostile.stdout.readline())
-        print(f"hostile uid {HOSTILE_UID} over {time.monotonic() - started:.0f} s: "
-              f"{stats['refused']} connections refused (too_many), {stats['timeout']} hung "
-              f"up for half a line, {stats['closed']} closed idle, {stats['backlog_full']} "
-              f"connects found the backlog full; {stats['open']} open at the end")  # fmt: skip
+        print(
+            f"hostile uid {HOSTILE_UID} over {time.monotonic() - started:.0f} s: "
+            f"{stats['refused']} connections refused (too_many), {stats['timeout']} hung "
+            f"up for half a line, {stats['closed']} closed idle, {stats['backlog_full']} "
+            f"connects found the backlog full; {stats['open']} open at the end"
+        )
     finally:
         if hostile is not None and hostile.poll() is None:
             hostile.send_signal(signal.SIGKILL)
@@ -243,8 +287,12 @@ def main() -> None:
             daemon.send_signal(signal.SIGKILL)
             daemon.wait(timeout=30)
         daemon_log.close()
-        subprocess.run([sys.executable, "-c", "from coshare.cli import main; main()", "node",
-                        "cleanup"], env=env, stdout=subprocess.DEVNULL, check=False)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", "from coshare.cli import main; main()", "node", "cleanup"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
         shutil.rmtree(workdir, ignore_errors=True)
 
 

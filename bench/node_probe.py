@@ -103,16 +103,22 @@ def build_c_kernel(workdir: Path) -> Path | None:
 
 
 def bandwidth_by_cores(allowed: list[int], size_mib: int, kernel: Path | None) -> None:
-    print(f"\nprobe GB/s against cores (array {size_mib} MiB, "
-          f"{'numpy and C' if kernel else 'numpy only: no cc here'}):")  # fmt: skip
+    print(
+        f"\nprobe GB/s against cores (array {size_mib} MiB, "
+        f"{'numpy and C' if kernel else 'numpy only: no cc here'}):"
+    )
     print(f"{'cores':>5} {'numpy GB/s':>11} {'C GB/s':>8}")
     for n in core_counts(allowed):
         cpus = allowed[:n]
         numpy_gbps = measure(cpus, size_mib).gbps
         c_text = "-"
         if kernel is not None:
-            done = subprocess.run([str(kernel), str(size_mib), "0.25", *map(str, cpus)],
-                                  capture_output=True, text=True, check=True)  # fmt: skip
+            done = subprocess.run(
+                [str(kernel), str(size_mib), "0.25", *map(str, cpus)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             c_text = f"{float(done.stdout):.2f}"
         print(f"{n:>5} {numpy_gbps:>11.2f} {c_text:>8}")
 
@@ -131,8 +137,10 @@ def probe_durations(allowed: list[int], size_mib: int, repeats: int, workdir: Pa
             gbps.append(result.measurement.gbps)
         took.sort()
         gbps.sort()
-        print(f"{len(cpus):>5} {percentile(took, 0.5):>8.3f} {percentile(took, 0.95):>8.3f} "
-              f"{percentile(gbps, 0.5):>9.2f}")  # fmt: skip
+        print(
+            f"{len(cpus):>5} {percentile(took, 0.5):>8.3f} {percentile(took, 0.95):>8.3f} "
+            f"{percentile(gbps, 0.5):>9.2f}"
+        )
 
 
 def control(path: str, line: str) -> str:
@@ -154,8 +162,9 @@ def freeze_thaw(config: NodeConfig, env: dict[str, str], repeats: int) -> None:
 
     coshare = str(Path(sys.executable).parent / "coshare")
     log = (Path(config.state_dir) / "daemon.log").open("ab")  # a pipe nobody reads would fill
-    server = subprocess.Popen([coshare, "node", "gate", "--no-watch", "--device", "0=8"],
-                              env=env, stderr=log)  # fmt: skip
+    server = subprocess.Popen(
+        [coshare, "node", "gate", "--no-watch", "--device", "0=8"], env=env, stderr=log
+    )
     log.close()
     record = job_start(config, "bench-freeze")
     busy = spawn_in_group([sys.executable, "-c", "while True: pass"], record.group(), env)
@@ -170,10 +179,13 @@ def freeze_thaw(config: NodeConfig, env: dict[str, str], repeats: int) -> None:
             if not (frozen.endswith("changed=1") and thawed.endswith("changed=1")):
                 raise SystemExit(f"unexpected replies: {frozen!r}, {thawed!r}")
         took.sort()
-        print(f"\nFREEZE+THAW round trip over the control socket ({repeats} runs, a busy "
-              f"process in the group, {type(record.group()).__name__}):")  # fmt: skip
-        print(f"p50 {percentile(took, 0.5) * 1000:.2f} ms, "
-              f"p95 {percentile(took, 0.95) * 1000:.2f} ms")  # fmt: skip
+        print(
+            f"\nFREEZE+THAW round trip over the control socket ({repeats} runs, a busy "
+            f"process in the group, {type(record.group()).__name__}):"
+        )
+        print(
+            f"p50 {percentile(took, 0.5) * 1000:.2f} ms, p95 {percentile(took, 0.95) * 1000:.2f} ms"
+        )
     finally:
         busy.kill()
         busy.wait()
@@ -193,8 +205,9 @@ def sampler_cost(config: NodeConfig, jobs: list[int], rounds: int) -> None:
         for name in names:
             job_start(config, name)
         try:
-            sampler = Sampler(config, node_store(config), node_cgroups(config),
-                              node_resctrl(config))  # fmt: skip
+            sampler = Sampler(
+                config, node_store(config), node_cgroups(config), node_resctrl(config)
+            )
             sampler.round()  # the first round reads the store cold; leave it out
             start = time.process_time()
             for _ in range(rounds):
@@ -220,24 +233,32 @@ def main() -> None:
     size_mib = array_mib(args.array_mib, llc_bytes())
     workdir = Path(tempfile.mkdtemp(prefix="cs-probe-"))
     workdir.chmod(0o755)
-    print(f"node_probe: {len(allowed)} cores allowed, LLC {llc_bytes()} bytes, "
-          f"array {size_mib} MiB")  # fmt: skip
+    print(
+        f"node_probe: {len(allowed)} cores allowed, LLC {llc_bytes()} bytes, array {size_mib} MiB"
+    )
     parent = f"coshare-bench-{os.getpid()}"
     try:
         bandwidth_by_cores(allowed, size_mib, build_c_kernel(workdir))
         probe_durations(allowed, size_mib, args.repeats, workdir)
         if args.no_cgroups:
             return
-        config = NodeConfig(cgroup_parent=parent, state_dir=str(workdir),
-                            gate_socket=str(workdir / "gate.sock"),
-                            control_socket=str(workdir / "control.sock"),
-                            probe_interval_s=0)  # fmt: skip
+        config = NodeConfig(
+            cgroup_parent=parent,
+            state_dir=str(workdir),
+            gate_socket=str(workdir / "gate.sock"),
+            control_socket=str(workdir / "control.sock"),
+            probe_interval_s=0,
+        )
         (workdir / "none.yaml").write_text("")
-        env = dict(os.environ, COSHARE_CONFIG=str(workdir / "none.yaml"),
-                   COSHARE_NODE_CGROUP_PARENT=parent, COSHARE_NODE_STATE_DIR=str(workdir),
-                   COSHARE_NODE_GATE_SOCKET=config.gate_socket,
-                   COSHARE_NODE_CONTROL_SOCKET=config.control_socket,
-                   COSHARE_NODE_PROBE_INTERVAL_S="0")  # fmt: skip
+        env = dict(
+            os.environ,
+            COSHARE_CONFIG=str(workdir / "none.yaml"),
+            COSHARE_NODE_CGROUP_PARENT=parent,
+            COSHARE_NODE_STATE_DIR=str(workdir),
+            COSHARE_NODE_GATE_SOCKET=config.gate_socket,
+            COSHARE_NODE_CONTROL_SOCKET=config.control_socket,
+            COSHARE_NODE_PROBE_INTERVAL_S="0",
+        )
         freeze_thaw(config, env, args.repeats * 10)
         sampler_cost(config, [int(n) for n in args.jobs.split(",")], args.rounds)
     finally:

@@ -124,10 +124,18 @@ def planner_main(args: tuple[str, int, int, int, int, int, int]) -> list[dict[st
         pending = [p for p in pending if p[0] not in started]
         store.cancelled()
         commit_s = time.perf_counter() - start + release_s
-        figures.append({"plan_s": plan_s, "commit_s": commit_s, "claims": len(planned),
-                        "granted": granted, "refused": refused,
-                        "cancelled_others": cancelled_others, "lost_to_cancel": lost,
-                        "started": len(started)})  # fmt: skip
+        figures.append(
+            {
+                "plan_s": plan_s,
+                "commit_s": commit_s,
+                "claims": len(planned),
+                "granted": granted,
+                "refused": refused,
+                "cancelled_others": cancelled_others,
+                "lost_to_cancel": lost,
+                "started": len(started),
+            }
+        )
     lease.engine.close()
     return figures
 
@@ -150,8 +158,9 @@ def sequencer_main(args: tuple[str, int, int, int, int, int, int]) -> list[dict[
             del running[job]
         started: set[str] = set()
 
-        def spawn(job: str, run: int, units: list[str], cycle: int = cycle,
-                  started: set[str] = started) -> None:  # fmt: skip
+        def spawn(
+            job: str, run: int, units: list[str], cycle: int = cycle, started: set[str] = started
+        ) -> None:
             store.hold(0, job, units)  # granted whole: never taken back, so never refused
             running[job] = cycle + run
             started.add(job)
@@ -182,10 +191,19 @@ def sequencer_main(args: tuple[str, int, int, int, int, int, int]) -> list[dict[
         pending = [p for p in pending if p[0] not in started]
         cancelled = len(store.cancelled())
         commit_s = time.perf_counter() - start + release_s
-        figures.append({"plan_s": plan_s, "commit_s": commit_s, "claims": len(planned),
-                        "granted": granted, "refused": len(planned) - granted,
-                        "cancelled_others": cancelled, "lost_to_cancel": 0,
-                        "started": len(started), "waiting": len(waiting)})  # fmt: skip
+        figures.append(
+            {
+                "plan_s": plan_s,
+                "commit_s": commit_s,
+                "claims": len(planned),
+                "granted": granted,
+                "refused": len(planned) - granted,
+                "cancelled_others": cancelled,
+                "lost_to_cancel": 0,
+                "started": len(started),
+                "waiting": len(waiting),
+            }
+        )
     lease.engine.close()
     return figures
 
@@ -202,46 +220,70 @@ def fresh_database(dsn: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in parts.items()})
 
 
-def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int,
-        max_claims: int, protocols: tuple[str, ...] = ("cancel",)) -> None:  # fmt: skip
-    print(f"{devices} devices ({devices // DEVICES_PER_NODE} nodes x {DEVICES_PER_NODE}), "
-          f"{jobs} pending jobs, {cycles} cycles, at most {max_claims} claims per planner "
-          "and cycle; PostgreSQL on this machine (unix socket)")
-    print(f"{'protocol':>9} {'planners':>8} {'plan s':>8} {'commit s':>9} {'claims':>7} "
-          f"{'granted':>8} {'refused':>8} {'cancelled':>10} {'lost':>6} {'started':>8} "
-          f"{'ms/claim':>9}   (mean per planner and cycle; sequencer: refused = waiting)")
+def run(
+    dsn: str,
+    planners_list: list[int],
+    devices: int,
+    jobs: int,
+    cycles: int,
+    max_claims: int,
+    protocols: tuple[str, ...] = ("cancel",),
+) -> None:
+    print(
+        f"{devices} devices ({devices // DEVICES_PER_NODE} nodes x {DEVICES_PER_NODE}), "
+        f"{jobs} pending jobs, {cycles} cycles, at most {max_claims} claims per planner "
+        "and cycle; PostgreSQL on this machine (unix socket)"
+    )
+    print(
+        f"{'protocol':>9} {'planners':>8} {'plan s':>8} {'commit s':>9} {'claims':>7} "
+        f"{'granted':>8} {'refused':>8} {'cancelled':>10} {'lost':>6} {'started':>8} "
+        f"{'ms/claim':>9}   (mean per planner and cycle; sequencer: refused = waiting)"
+    )
     for protocol in protocols:
         for planners in planners_list:
             db = fresh_database(dsn, f"bench_{protocol}_{planners}")
-            results = planners_run(MAINS[protocol], db, planners, devices, jobs, cycles,
-                                   max_claims)  # fmt: skip
+            results = planners_run(MAINS[protocol], db, planners, devices, jobs, cycles, max_claims)
             rows = [r for per in results for r in per]
 
             def mean(key: str, rows: list[dict[str, float]] = rows) -> float:
                 return statistics.fmean(r[key] for r in rows)
 
             per_claim = 1000 * mean("commit_s") / max(1.0, mean("claims"))
-            print(f"{protocol:>9} {planners:>8} {mean('plan_s'):>8.3f} "
-                  f"{mean('commit_s'):>9.2f} {mean('claims'):>7.0f} {mean('granted'):>8.0f} "
-                  f"{mean('refused'):>8.0f} {mean('cancelled_others'):>10.1f} "
-                  f"{mean('lost_to_cancel'):>6.1f} {mean('started'):>8.0f} "
-                  f"{per_claim:>9.2f}", flush=True)
-            print("          per cycle: " + json.dumps(
-                [{k: round(v, 3) for k, v in r.items()} for r in results[0]]), flush=True)
+            print(
+                f"{protocol:>9} {planners:>8} {mean('plan_s'):>8.3f} "
+                f"{mean('commit_s'):>9.2f} {mean('claims'):>7.0f} {mean('granted'):>8.0f} "
+                f"{mean('refused'):>8.0f} {mean('cancelled_others'):>10.1f} "
+                f"{mean('lost_to_cancel'):>6.1f} {mean('started'):>8.0f} "
+                f"{per_claim:>9.2f}",
+                flush=True,
+            )
+            print(
+                "          per cycle: "
+                + json.dumps([{k: round(v, 3) for k, v in r.items()} for r in results[0]]),
+                flush=True,
+            )
 
 
 #: One planner process's arguments: database, index, planners, devices, jobs, cycles, claims.
 PlannerArgs = tuple[str, int, int, int, int, int, int]
 
 
-def planners_run(planner_main: Callable[[PlannerArgs], list[dict[str, float]]],
-                 db: str, planners: int, devices: int, jobs: int, cycles: int,
-                 max_claims: int) -> list[list[dict[str, float]]]:  # fmt: skip
+def planners_run(
+    planner_main: Callable[[PlannerArgs], list[dict[str, float]]],
+    db: str,
+    planners: int,
+    devices: int,
+    jobs: int,
+    cycles: int,
+    max_claims: int,
+) -> list[list[dict[str, float]]]:
     """Each of ``planners`` processes runs ``planner_main`` against database ``db``; their
     figures per cycle, planner by planner."""
     with multiprocessing.get_context("spawn").Pool(planners) as pool:
-        return pool.map(planner_main, [(db, i, planners, devices, jobs, cycles, max_claims)
-                                       for i in range(planners)])  # fmt: skip
+        return pool.map(
+            planner_main,
+            [(db, i, planners, devices, jobs, cycles, max_claims) for i in range(planners)],
+        )
 
 
 def main_with(run: Callable[..., None], doc: str, *, protocols: bool = False) -> None:
@@ -249,8 +291,9 @@ def main_with(run: Callable[..., None], doc: str, *, protocols: bool = False) ->
     PostgreSQL started here (``protocols``: with ``--protocol``, passed as ``protocols``)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     if protocols:
-        parser.add_argument("--protocol", default="cancel,sequencer",
-                            help="comma-separated: cancel, sequencer")  # fmt: skip
+        parser.add_argument(
+            "--protocol", default="cancel,sequencer", help="comma-separated: cancel, sequencer"
+        )
     parser.add_argument("--planners", default="2,4,8")
     parser.add_argument("--devices", type=int, default=10_000)
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -264,8 +307,7 @@ def main_with(run: Callable[..., None], doc: str, *, protocols: bool = False) ->
         extra["protocols"] = tuple(args.protocol.split(","))
         unknown = sorted(set(extra["protocols"]) - set(MAINS))
         if unknown:
-            parser.error(f"--protocol: unknown {', '.join(unknown)} (known: "
-                         f"{', '.join(MAINS)})")  # fmt: skip
+            parser.error(f"--protocol: unknown {', '.join(unknown)} (known: {', '.join(MAINS)})")
     if args.dsn:
         run(args.dsn, planners, args.devices, args.jobs, args.cycles, args.max_claims, **extra)
         return
@@ -273,8 +315,15 @@ def main_with(run: Callable[..., None], doc: str, *, protocols: bool = False) ->
     from tests.postgres import running_postgres
 
     with running_postgres() as server:
-        run(server.dsn("postgres", tcp=False), planners, args.devices, args.jobs, args.cycles,
-            args.max_claims, **extra)
+        run(
+            server.dsn("postgres", tcp=False),
+            planners,
+            args.devices,
+            args.jobs,
+            args.cycles,
+            args.max_claims,
+            **extra,
+        )
 
 
 def main() -> None:

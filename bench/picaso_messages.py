@@ -27,8 +27,7 @@ KINDS = ("request", "response", "spawn", "cancel", "submit")
 
 
 def jobs_of(n: int, domains_each: int) -> list[Gang]:
-    return [Gang(f"j{i + 1}", i * n + i, domains_each * CORES_PER_DOMAIN, 0, 500)
-            for i in range(n)]
+    return [Gang(f"j{i + 1}", i * n + i, domains_each * CORES_PER_DOMAIN, 0, 500) for i in range(n)]
 
 
 def row(load: str, n: int, run: ProtocolRun) -> str:
@@ -36,8 +35,10 @@ def row(load: str, n: int, run: ProtocolRun) -> str:
     formula = all(run.messages[k] == v for k, v in run.expected.items())
     props = sum(r.attempts + r.cancels for r in run.jobs)
     paper = 1 + 3 * (n - 1) if run.policy == "cancel" else n
-    return (f"{load:<6} {n}x{n}  {run.policy:<9} {run.pattern:<8} {counted} "
-            f"{run.total_messages:>6}  {'yes' if formula else 'NO':<7} {props:>5} / {paper:<5}")
+    return (
+        f"{load:<6} {n}x{n}  {run.policy:<9} {run.pattern:<8} {counted} "
+        f"{run.total_messages:>6}  {'yes' if formula else 'NO':<7} {props:>5} / {paper:<5}"
+    )
 
 
 def main() -> None:
@@ -46,8 +47,10 @@ def main() -> None:
     args = parser.parse_args()
     low, _, high = args.sides.partition("-")
     sides = range(int(low), int(high or low) + 1)
-    print("load   tile policy    pattern  request respns  spawn cancel submit  total  formula"
-          "  props / paper")
+    print(
+        "load   tile policy    pattern  request respns  spawn cancel submit  total  formula"
+        "  props / paper"
+    )
     handled = 0
     start = time.process_time()
     for load in ("tiles", "worst"):
@@ -55,14 +58,17 @@ def main() -> None:
             for policy in POLICIES:
                 for pattern in ("fixed", "adaptive"):
                     jobs = jobs_of(n, n if load == "tiles" else n * n)
-                    run = run_protocol(tile(n, cores_per_domain=CORES_PER_DOMAIN), jobs,
-                                       policy, pattern)  # fmt: skip
+                    run = run_protocol(
+                        tile(n, cores_per_domain=CORES_PER_DOMAIN), jobs, policy, pattern
+                    )
                     handled += run.events
                     print(row(load, n, run))
     cpu_s = time.process_time() - start
-    print(f"\n{handled} events handled in {cpu_s:.2f} CPU s ({handled / cpu_s:,.0f} per s); "
-          "props = request + cancel propagations (sequencer: one request each); paper = "
-          "section 7.3's 1 + 3(n - 1) for active cancellation, n for the sequencer")
+    print(
+        f"\n{handled} events handled in {cpu_s:.2f} CPU s ({handled / cpu_s:,.0f} per s); "
+        "props = request + cancel propagations (sequencer: one request each); paper = "
+        "section 7.3's 1 + 3(n - 1) for active cancellation, n for the sequencer"
+    )
 
 
 if __name__ == "__main__":

@@ -105,8 +105,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = args.snapshot or snapshot_file(args.cluster, Path(tmp))
         size = path.stat().st_size
-        what = path if args.snapshot else f"{args.cluster} snapshot: {JOBS} pending jobs, " \
-            f"{DEVICES} devices,"  # fmt: skip
+        what = (
+            path
+            if args.snapshot
+            else f"{args.cluster} snapshot: {JOBS} pending jobs, {DEVICES} devices,"
+        )
         print(f"coshare plan {what} {size / 2**20:.1f} MiB of JSON")
         command = [*coshare_command(), "plan", str(path), "--output", "json"]
         if args.policy:
@@ -115,20 +118,22 @@ def main() -> None:
         for _ in range(args.repeat):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, check=False)  # fmt: skip
+            done = subprocess.run(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+            )
             walls.append(time.perf_counter() - start)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             if done.returncode != 0:
                 raise SystemExit(f"coshare plan failed: {done.stderr.decode()[-2000:]}")
         best = min(walls)
-        print(f"end to end (process start to exit): best {best:.3f} s wall, "
-              f"{min(cpus):.3f} s CPU, of {args.repeat} (target {TARGET_S:g} s: "
-              f"{'met' if best <= TARGET_S else 'MISSED'})")  # fmt: skip
+        print(
+            f"end to end (process start to exit): best {best:.3f} s wall, "
+            f"{min(cpus):.3f} s CPU, of {args.repeat} (target {TARGET_S:g} s: "
+            f"{'met' if best <= TARGET_S else 'MISSED'})"
+        )
         print("where the time goes (one run, in-process timers):")
-        subprocess.run([sys.executable, "-c", STEPS, str(path), args.policy], env=env,
-                       check=True)  # fmt: skip
+        subprocess.run([sys.executable, "-c", STEPS, str(path), args.policy], env=env, check=True)
 
 
 if __name__ == "__main__":

@@ -41,12 +41,17 @@ from coshare.verify import check_plan
 from gpu_mix import gpu_cluster, gpu_jobs
 
 #: (cluster kind, pending jobs, devices)
-SIZES = [("phi", 1_000, 100), ("phi", 10_000, 1_000), ("phi", 100_000, 10_000),
-         ("gpu", 2_000, 32), ("gpu", 20_000, 32), ("gpu", 100_000, 10_000),
-         ("gang", 100_000, 10_000)]  # fmt: skip
+SIZES = [
+    ("phi", 1_000, 100),
+    ("phi", 10_000, 1_000),
+    ("phi", 100_000, 10_000),
+    ("gpu", 2_000, 32),
+    ("gpu", 20_000, 32),
+    ("gpu", 100_000, 10_000),
+    ("gang", 100_000, 10_000),
+]
 #: (cluster kind, pending jobs, devices) -> seconds the default policy should stay under
-TARGETS = {("gpu", 20_000, 32): 2.0, ("gpu", 100_000, 10_000): 2.0,
-           ("gang", 100_000, 10_000): 2.0}  # fmt: skip
+TARGETS = {("gpu", 20_000, 32): 2.0, ("gpu", 100_000, 10_000): 2.0, ("gang", 100_000, 10_000): 2.0}
 #: Share of the ``gang`` mix's jobs that span nodes, and how many nodes they span.
 GANG_SHARE, GANG_NODES = 0.1, (2, 64)
 
@@ -61,8 +66,9 @@ def gang_jobs(count: int, seed: int) -> tuple[Job, ...]:
     for job in gpu_jobs(count, seed):
         if rng.random() < GANG_SHARE:
             nodes = rng.randint(*GANG_NODES)
-            job = replace(job, nodes=nodes, processes=nodes * job.processes,
-                          processes_per_node=job.processes)  # fmt: skip
+            job = replace(
+                job, nodes=nodes, processes=nodes * job.processes, processes_per_node=job.processes
+            )
         out.append(job)
     return tuple(out)
 
@@ -86,8 +92,17 @@ def busy_snapshot(nodes: tuple[Node, ...], jobs: int, draw: Jobs) -> Snapshot:
             continue
         j = by_id[a.job]
         count = a.processes if a.processes is not None else j.processes  # a gang's part
-        running.append(RunningJob(j.id, a.node, a.devices, j.device_memory_mib, j.device_threads,
-                                  j.cpu_milli * count, j.memory_mib * count))  # fmt: skip
+        running.append(
+            RunningJob(
+                j.id,
+                a.node,
+                a.devices,
+                j.device_memory_mib,
+                j.device_threads,
+                j.cpu_milli * count,
+                j.memory_mib * count,
+            )
+        )
     return Snapshot(nodes, tuple(running), pool[jobs:])
 
 
@@ -98,25 +113,38 @@ def main() -> None:
     parser.add_argument("--scenarios", default="idle,busy")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", default="strict", choices=["strict", "soft"])
-    parser.add_argument("--largest", type=int, default=100_000,
-                        help="skip sizes with more pending jobs than this")
+    parser.add_argument(
+        "--largest", type=int, default=100_000, help="skip sizes with more pending jobs than this"
+    )
     args = parser.parse_args()
-    print(f"{'cluster':7} {'scenario':8} {'policy':10} {'jobs':>8} {'devices':>8} {'running':>8} "
-          f"{'placed':>8} {'seconds':>9} {'cpu s':>8} {'jobs/s':>10}  target")  # fmt: skip
+    print(
+        f"{'cluster':7} {'scenario':8} {'policy':10} {'jobs':>8} {'devices':>8} {'running':>8} "
+        f"{'placed':>8} {'seconds':>9} {'cpu s':>8} {'jobs/s':>10}  target"
+    )
     for kind, jobs, devices in SIZES:
         if kind not in args.clusters.split(",") or jobs > args.largest:
             continue
         cluster, draw = KINDS[kind]
         nodes = cluster(devices)
         for scenario in args.scenarios.split(","):
-            snapshot = (Snapshot(nodes, (), draw(jobs, 2)) if scenario == "idle"
-                        else busy_snapshot(nodes, jobs, draw))  # fmt: skip
+            snapshot = (
+                Snapshot(nodes, (), draw(jobs, 2))
+                if scenario == "idle"
+                else busy_snapshot(nodes, jobs, draw)
+            )
             for name in args.policies.split(","):
                 measure(kind, scenario, name, jobs, devices, snapshot, args)
 
 
-def measure(kind: str, scenario: str, name: str, jobs: int, devices: int, snapshot: Snapshot,
-            args: argparse.Namespace) -> None:  # fmt: skip
+def measure(
+    kind: str,
+    scenario: str,
+    name: str,
+    jobs: int,
+    devices: int,
+    snapshot: Snapshot,
+    args: argparse.Namespace,
+) -> None:
     """Plan ``snapshot`` ``args.repeat`` times with policy ``name`` and print the best."""
     policy = make_policy(name, PolicyOptions(threads=args.threads))
     times, cpu = [], []
@@ -131,10 +159,12 @@ def measure(kind: str, scenario: str, name: str, jobs: int, devices: int, snapsh
     best = min(times)
     target = TARGETS.get((kind, jobs, devices)) if name == DEFAULT_POLICY else None
     verdict = "" if target is None else f"<= {target:g} s: {'met' if best <= target else 'MISSED'}"
-    print(f"{kind:7} {scenario:8} {name:10} {jobs:>8} {devices:>8} {len(snapshot.running):>8} "
-          f"{plan.placed:>8} {best:>9.3f} {min(cpu):>8.3f} {jobs / best:>10.0f}  {verdict}"
-          + (f"   (median {statistics.median(times):.3f})" if args.repeat > 1 else ""),
-          flush=True)  # fmt: skip
+    print(
+        f"{kind:7} {scenario:8} {name:10} {jobs:>8} {devices:>8} {len(snapshot.running):>8} "
+        f"{plan.placed:>8} {best:>9.3f} {min(cpu):>8.3f} {jobs / best:>10.0f}  {verdict}"
+        + (f"   (median {statistics.median(times):.3f})" if args.repeat > 1 else ""),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

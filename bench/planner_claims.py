@@ -83,12 +83,14 @@ def planner_main(args: tuple[str, int, int, int, int, int, int]) -> list[dict[st
         for job, width, memory, run in pending:
             if len(wanted) >= max_claims:
                 break
-            while first < len(nodes) and all(free[unit_of(nodes[first], str(d))] < 1024
-                                             for d in range(DEVICES_PER_NODE)):  # fmt: skip
+            while first < len(nodes) and all(
+                free[unit_of(nodes[first], str(d))] < 1024 for d in range(DEVICES_PER_NODE)
+            ):
                 first += 1
             for node in nodes[first:]:
-                fits = [d for d in range(DEVICES_PER_NODE)
-                        if free[unit_of(node, str(d))] >= memory][:width]  # fmt: skip
+                fits = [
+                    d for d in range(DEVICES_PER_NODE) if free[unit_of(node, str(d))] >= memory
+                ][:width]
                 if len(fits) == width:
                     wanted[job] = [Part(job, node, str(d), memory) for d in fits]
                     for d in fits:
@@ -102,21 +104,34 @@ def planner_main(args: tuple[str, int, int, int, int, int, int]) -> list[dict[st
         started = {p.job for p in decision.granted}
         running.update({j: cycle + runs[j] for j in started})
         pending = [p for p in pending if p[0] not in started]
-        figures.append({"settle_s": settle_s, "plan_s": plan_s, "claim_s": claim_s,
-                        "claims": len(wanted), "granted": len(started),
-                        "refused": len(decision.refused), "live": len(live)})  # fmt: skip
+        figures.append(
+            {
+                "settle_s": settle_s,
+                "plan_s": plan_s,
+                "claim_s": claim_s,
+                "claims": len(wanted),
+                "granted": len(started),
+                "refused": len(decision.refused),
+                "live": len(live),
+            }
+        )
     lease.engine.close()
     return figures
 
 
-def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int,
-        max_claims: int) -> None:  # fmt: skip
-    print(f"{devices} devices of {DEVICE_MIB} MiB ({devices // DEVICES_PER_NODE} nodes x "
-          f"{DEVICES_PER_NODE}), {jobs} pending jobs, {cycles} cycles, at most {max_claims} "
-          "jobs claimed per planner and cycle; PostgreSQL on this machine (unix socket)")
-    print(f"{'planners':>8} {'settle s':>9} {'plan s':>7} {'claim s':>8} {'jobs':>6} "
-          f"{'granted':>8} {'refused':>8} {'live':>7} {'ms/job':>7}   "
-          "(mean per planner and cycle)")
+def run(
+    dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int, max_claims: int
+) -> None:
+    print(
+        f"{devices} devices of {DEVICE_MIB} MiB ({devices // DEVICES_PER_NODE} nodes x "
+        f"{DEVICES_PER_NODE}), {jobs} pending jobs, {cycles} cycles, at most {max_claims} "
+        "jobs claimed per planner and cycle; PostgreSQL on this machine (unix socket)"
+    )
+    print(
+        f"{'planners':>8} {'settle s':>9} {'plan s':>7} {'claim s':>8} {'jobs':>6} "
+        f"{'granted':>8} {'refused':>8} {'live':>7} {'ms/job':>7}   "
+        "(mean per planner and cycle)"
+    )
     for planners in planners_list:
         db = fresh_database(dsn, f"claims_{planners}")
         results = planners_run(planner_main, db, planners, devices, jobs, cycles, max_claims)
@@ -126,11 +141,17 @@ def run(dsn: str, planners_list: list[int], devices: int, jobs: int, cycles: int
             return statistics.fmean(r[key] for r in rows)
 
         per_job = 1000 * mean("claim_s") / max(1.0, mean("claims"))
-        print(f"{planners:>8} {mean('settle_s'):>9.3f} {mean('plan_s'):>7.3f} "
-              f"{mean('claim_s'):>8.3f} {mean('claims'):>6.0f} {mean('granted'):>8.0f} "
-              f"{mean('refused'):>8.1f} {mean('live'):>7.0f} {per_job:>7.3f}", flush=True)
-        print("         planner 0 per cycle: " + json.dumps(
-            [{k: round(v, 3) for k, v in r.items()} for r in results[0]]), flush=True)
+        print(
+            f"{planners:>8} {mean('settle_s'):>9.3f} {mean('plan_s'):>7.3f} "
+            f"{mean('claim_s'):>8.3f} {mean('claims'):>6.0f} {mean('granted'):>8.0f} "
+            f"{mean('refused'):>8.1f} {mean('live'):>7.0f} {per_job:>7.3f}",
+            flush=True,
+        )
+        print(
+            "         planner 0 per cycle: "
+            + json.dumps([{k: round(v, 3) for k, v in r.items()} for r in results[0]]),
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -42,16 +42,27 @@ H100_MIB = 81_559
 def profiles() -> dict[str, Profile]:
     """Three programs: bandwidth-bound (MG), cache-sensitive (BFS), compute-bound (EP)."""
     raw = {
-        "MG": ({"1": 100.0, "2": 89.0, "4": 82.0, "8": 76.0}, [2, 3, 20], [0.8, 0.9, 1.0],
-               [100.0, 96.0, 80.0]),
-        "BFS": ({"1": 100.0, "2": 120.0, "4": 130.0, "8": 150.0}, [2, 18, 20],
-                [0.5, 0.9, 1.0], [1.0, 1.0, 1.0]),
-        "EP": ({"1": 100.0, "2": 99.0, "4": 98.0, "8": 97.0}, [2, 20], [0.95, 1.0],
-               [0.1, 0.1]),
+        "MG": (
+            {"1": 100.0, "2": 89.0, "4": 82.0, "8": 76.0},
+            [2, 3, 20],
+            [0.8, 0.9, 1.0],
+            [100.0, 96.0, 80.0],
+        ),
+        "BFS": (
+            {"1": 100.0, "2": 120.0, "4": 130.0, "8": 150.0},
+            [2, 18, 20],
+            [0.5, 0.9, 1.0],
+            [1.0, 1.0, 1.0],
+        ),
+        "EP": ({"1": 100.0, "2": 99.0, "4": 98.0, "8": 97.0}, [2, 20], [0.95, 1.0], [0.1, 0.1]),
     }
-    return {name: parse_profile({"program": name, "run_time_s": rt, "ways": w, "ipc": ipc,
-                                 "membw_gbps": bw}, f"{name}.json")
-            for name, (rt, w, ipc, bw) in raw.items()}
+    return {
+        name: parse_profile(
+            {"program": name, "run_time_s": rt, "ways": w, "ipc": ipc, "membw_gbps": bw},
+            f"{name}.json",
+        )
+        for name, (rt, w, ipc, bw) in raw.items()
+    }
 
 
 def cluster(count: int, rng: random.Random, gpu_every: int = 10) -> tuple[Node, ...]:
@@ -64,8 +75,17 @@ def cluster(count: int, rng: random.Random, gpu_every: int = 10) -> tuple[Node, 
         devices: tuple[Device, ...] = ()
         if gpu_every and i % gpu_every == 0:
             devices = tuple(Device(f"g{i}-{d}", H100_MIB, 132) for d in range(8))
-        out.append(Node(f"node{i:05d}", cores * MILLI, memory, devices, membw_gbps=bw,
-                        llc_ways=ways, membw_baseline_gbps=bw))
+        out.append(
+            Node(
+                f"node{i:05d}",
+                cores * MILLI,
+                memory,
+                devices,
+                membw_gbps=bw,
+                llc_ways=ways,
+                membw_baseline_gbps=bw,
+            )
+        )
     return tuple(out)
 
 
@@ -74,31 +94,71 @@ def pending(count: int, rng: random.Random) -> tuple[Job, ...]:
     for i in range(count):
         program = rng.choice(("MG", "BFS", "EP", "EP", "unprofiled", None))
         if rng.random() < 0.1:
-            out.append(Job(f"j{i}", rng.randrange(1, 80) * GIB, rng.randrange(1, 133),
-                           rng.choice((1, 1, 2, 4, 8)), rng.randrange(1, 17) * MILLI,
-                           rng.randrange(1, 65) * GIB, rng.randrange(0, 3), float(i)))
+            out.append(
+                Job(
+                    f"j{i}",
+                    rng.randrange(1, 80) * GIB,
+                    rng.randrange(1, 133),
+                    rng.choice((1, 1, 2, 4, 8)),
+                    rng.randrange(1, 17) * MILLI,
+                    rng.randrange(1, 65) * GIB,
+                    rng.randrange(0, 3),
+                    float(i),
+                )
+            )
             continue
-        out.append(Job(f"j{i}", 0, 0, 0, rng.randrange(1, 9) * MILLI,
-                       rng.randrange(1, 17) * GIB, rng.randrange(0, 3), float(i), kind="cpu",
-                       processes=rng.choice((1, 1, 2, 4, 8, 16, 32)), program=program,
-                       membw_gbps=rng.choice((None, 5.0, 20.0, 60.0))))
+        out.append(
+            Job(
+                f"j{i}",
+                0,
+                0,
+                0,
+                rng.randrange(1, 9) * MILLI,
+                rng.randrange(1, 17) * GIB,
+                rng.randrange(0, 3),
+                float(i),
+                kind="cpu",
+                processes=rng.choice((1, 1, 2, 4, 8, 16, 32)),
+                program=program,
+                membw_gbps=rng.choice((None, 5.0, 20.0, 60.0)),
+            )
+        )
     return tuple(out)
 
 
 def gangs(count: int) -> tuple[Job, ...]:
-    return tuple(Job(f"g{i}", 0, 0, 0, MILLI, GIB, 0, float(i), kind="cpu",
-                     processes=2**20, nodes=1, nodes_max=2**20) for i in range(count))
+    return tuple(
+        Job(
+            f"g{i}",
+            0,
+            0,
+            0,
+            MILLI,
+            GIB,
+            0,
+            float(i),
+            kind="cpu",
+            processes=2**20,
+            nodes=1,
+            nodes_max=2**20,
+        )
+        for i in range(count)
+    )
 
 
 def run(case: str, snapshot: Snapshot, check: bool) -> None:
-    policy = make_policy(case.removeprefix("gang-"),
-                         PolicyOptions(sns_profiles=profiles(), threads="soft"))
+    policy = make_policy(
+        case.removeprefix("gang-"), PolicyOptions(sns_profiles=profiles(), threads="soft")
+    )
     cpu, wall = time.process_time(), time.perf_counter()
     plan = policy.plan(snapshot)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    print(f"{case:15s} jobs {len(snapshot.pending):6d} nodes {len(snapshot.nodes):6d}  "
-          f"placed {len({a.job for a in plan.assignments}):6d}  cpu {cpu:7.2f} s  "
-          f"wall {wall:7.2f} s", flush=True)
+    print(
+        f"{case:15s} jobs {len(snapshot.pending):6d} nodes {len(snapshot.nodes):6d}  "
+        f"placed {len({a.job for a in plan.assignments}):6d}  cpu {cpu:7.2f} s  "
+        f"wall {wall:7.2f} s",
+        flush=True,
+    )
     if check:
         problems = check_plan(snapshot, plan)
         assert not problems, problems[:3]
@@ -114,9 +174,12 @@ def main() -> None:
     parser.add_argument("--gang-nodes", type=int, default=5_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--write", metavar="PREFIX",
-                        help="write the two snapshots as PREFIX-mixed.json and PREFIX-gang.json "
-                             "(for farm-bench of `coshare plan`) instead of planning")
+    parser.add_argument(
+        "--write",
+        metavar="PREFIX",
+        help="write the two snapshots as PREFIX-mixed.json and PREFIX-gang.json "
+        "(for farm-bench of `coshare plan`) instead of planning",
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     mixed = Snapshot(nodes=cluster(args.nodes, rng), pending=pending(args.jobs, rng))

@@ -30,13 +30,16 @@ def alea_log(folder: Path, jobs: int) -> Path:
         procs = (1, 2, 4, 8, 12)[k % 5]
         memory_bytes = (1 + k % 7) * (1 << 30)
         run = 300 + (37 * k) % 7200
-        lines.append(f"{k + 1} {1356994800 + 90 * k} -1 {run} {procs} -1 -1 {procs} "
-                     f"{run * 2} {memory_bytes} 1 {1 + k % 40} 1 -1 1 -1 -1 -1 "
-                     "zewura1 q_2h:infiniband")  # fmt: skip
+        lines.append(
+            f"{k + 1} {1356994800 + 90 * k} -1 {run} {procs} -1 -1 {procs} "
+            f"{run * 2} {memory_bytes} 1 {1 + k % 40} 1 -1 1 -1 -1 -1 "
+            "zewura1 q_2h:infiniband"
+        )
     log = folder / "metacentrum.swf"
     log.write_text("\n".join(lines) + "\n")
     (folder / "metacentrum.swf.machines").write_text(
-        "0 zewura 20 80 1 536870912\n1 minos 48 12 1 25165824\n")
+        "0 zewura 20 80 1 536870912\n1 minos 48 12 1 25165824\n"
+    )
     return log
 
 
@@ -44,17 +47,30 @@ def replay(log: Path) -> None:
     env = {**os.environ, "COSHARE_CONFIG": os.devnull}
     start = time.perf_counter()
     coshare = str(Path(sys.executable).parent / "coshare")
-    argv = [coshare, "simulate", "--workload", f"trace:{log}", "--policies",
-            "exclusive,knapsack", "--output", "json"]  # fmt: skip
+    argv = [
+        coshare,
+        "simulate",
+        "--workload",
+        f"trace:{log}",
+        "--policies",
+        "exclusive,knapsack",
+        "--output",
+        "json",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     wall = time.perf_counter() - start
     for line in done.stderr.splitlines():
-        found = re.search(r"replay of (\S+) (\w+) seed \d+: (\d+) events in ([\d.]+) s "
-                          r"\(([\d,]+) events/s\)", line)  # fmt: skip
+        found = re.search(
+            r"replay of (\S+) (\w+) seed \d+: (\d+) events in ([\d.]+) s "
+            r"\(([\d,]+) events/s\)",
+            line,
+        )
         if found:
             name, policy, events, seconds, rate = found.groups()
-            print(f"{name:18s} {policy:10s} {int(events):>9,} events {float(seconds):7.1f} s "
-                  f"{rate:>10s} events/s")  # fmt: skip
+            print(
+                f"{name:18s} {policy:10s} {int(events):>9,} events {float(seconds):7.1f} s "
+                f"{rate:>10s} events/s"
+            )
     print(f"{log.name:18s} whole command (both policies): {wall:.1f} s wall")
 
 

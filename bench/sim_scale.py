@@ -50,17 +50,23 @@ def main() -> None:
     share = paper_calibration(args.seed, setup).offload_share
     jobs = realize(table1_draws(args.jobs, args.seed), share)
     nodes = phi_cluster(args.devices, seed=1)
-    print(f"{args.jobs} jobs, {args.devices} devices on {len(nodes)} nodes, threads "
-          f"{args.threads}, cycle delay {args.cycle_delay:g} s, offload share {share:.3f}")
-    print(f"{'policy':10} {'seconds':>8} {'planning':>9} {'cycles':>7} {'makespan s':>11} "
-          f"{'util':>6} {'not run':>8}")  # fmt: skip
+    print(
+        f"{args.jobs} jobs, {args.devices} devices on {len(nodes)} nodes, threads "
+        f"{args.threads}, cycle delay {args.cycle_delay:g} s, offload share {share:.3f}"
+    )
+    print(
+        f"{'policy':10} {'seconds':>8} {'planning':>9} {'cycles':>7} {'makespan s':>11} "
+        f"{'util':>6} {'not run':>8}"
+    )
     for name in args.policies.split(","):
         policy = Timed(setup.policy(name, args.seed))
         start = time.perf_counter()
         result = simulate(nodes, jobs, policy, options=SimOptions(cycle_delay_s=args.cycle_delay))
         wall = time.perf_counter() - start
-        print(f"{name:10} {wall:>8.1f} {policy.seconds:>9.1f} {result.cycles:>7} "
-              f"{result.makespan_s:>11.0f} {result.utilization:>6.1%} {len(result.not_run):>8}")
+        print(
+            f"{name:10} {wall:>8.1f} {policy.seconds:>9.1f} {result.cycles:>7} "
+            f"{result.makespan_s:>11.0f} {result.utilization:>6.1%} {len(result.not_run):>8}"
+        )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,7 @@ POINTS = (100, 150, 200, 250)
 
 def sweep(executor: Executor) -> tuple[float, list[object]]:
     setup = Setup(offload_share=0.5)
-    specs = [CompareSpec("uniform", jobs, 4, POLICIES, s, setup) for jobs in POINTS
-             for s in SEEDS]  # fmt: skip
+    specs = [CompareSpec("uniform", jobs, 4, POLICIES, s, setup) for jobs in POINTS for s in SEEDS]
     start = time.perf_counter()
     results = run_paper(specs, [], executor)
     elapsed = time.perf_counter() - start
@@ -71,11 +70,14 @@ print(r.summary.jobs, r.summary.not_run, r.events, f"{r.seconds:.1f}", f"{r.even
 def replay_peak(jobs: int, folder: Path) -> str:
     log = folder / f"synthetic-{jobs}.swf"
     write_log(log, jobs)
-    out = subprocess.run([sys.executable, "-c", REPLAY, str(log)], capture_output=True,
-                         text=True, check=True).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", REPLAY, str(log)], capture_output=True, text=True, check=True
+    ).stdout.split()
     done, not_run, events, seconds, rate, peak = out
-    return (f"| {jobs:,} | {log.stat().st_size / 2**20:.0f} MiB | {int(done) - int(not_run):,} "
-            f"| {int(events):,} | {seconds} s | {int(rate):,} | {peak} MiB |")
+    return (
+        f"| {jobs:,} | {log.stat().st_size / 2**20:.0f} MiB | {int(done) - int(not_run):,} "
+        f"| {int(events):,} | {seconds} s | {int(rate):,} | {peak} MiB |"
+    )
 
 
 def main() -> None:
@@ -84,8 +86,10 @@ def main() -> None:
     parser.add_argument("--skip-replay", action="store_true")
     args = parser.parse_args()
     runs = len(POLICIES) * len(SEEDS) * len(POINTS)
-    print(f"sweep: {len(POLICIES)} policies x {len(SEEDS)} seeds x {len(POINTS)} points = "
-          f"{runs} runs (uniform, 4 nodes, offload share 0.5)")
+    print(
+        f"sweep: {len(POLICIES)} policies x {len(SEEDS)} seeds x {len(POINTS)} points = "
+        f"{runs} runs (uniform, 4 nodes, offload share 0.5)"
+    )
     one, reference = sweep(LocalExecutor(1))
     two, same = sweep(LocalExecutor(2))
     assert same == reference
@@ -97,11 +101,16 @@ def main() -> None:
     assert same == reference
     print("| executor | wall s | vs 1 process |")
     print("|---|---|---|")
-    for name, seconds in (("1 local process", one), ("2 local processes", two),
-                          (f"Dask, 2 workers (+{startup:.1f} s to start them)", on_dask)):
+    for name, seconds in (
+        ("1 local process", one),
+        ("2 local processes", two),
+        (f"Dask, 2 workers (+{startup:.1f} s to start them)", on_dask),
+    ):
         print(f"| {name} | {seconds:.1f} | {one / seconds:.2f}x |")
-    print(f"Dask overhead per run: {(on_dask - two) / runs * 2 * 1000:.0f} ms "
-          f"((Dask - 2 processes) / {runs} runs x 2 workers)")
+    print(
+        f"Dask overhead per run: {(on_dask - two) / runs * 2 * 1000:.0f} ms "
+        f"((Dask - 2 processes) / {runs} runs x 2 workers)"
+    )
     if args.skip_replay:
         return
     print("\nstreamed replay (knapsack):")

@@ -42,12 +42,19 @@ SCRIPT = ROOT / "deploy" / "slurm" / "local-cluster"
 def submit(directory: Path, jobs: int, env: dict[str, str]) -> list[str]:
     """Submit ``jobs`` annotated jobs (held by the job_submit plugin); their ids."""
     script = directory / "bench-job.sh"
-    script.write_text('#!/bin/sh\n#SBATCH --comment="coshare: device-memory=64 '
-                      'device-threads=4"\n#SBATCH --output=/dev/null\nsleep 1\n')  # fmt: skip
+    script.write_text(
+        '#!/bin/sh\n#SBATCH --comment="coshare: device-memory=64 '
+        'device-threads=4"\n#SBATCH --output=/dev/null\nsleep 1\n'
+    )
     ids = []
     for _ in range(jobs):
-        done = subprocess.run(["sbatch", "--parsable", str(script)], env=env, check=True,
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            ["sbatch", "--parsable", str(script)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         ids.append(done.stdout.strip())
     return ids
 
@@ -61,42 +68,63 @@ def main() -> None:
     args = parser.parse_args()
 
     own = args.cluster is None
-    directory = args.cluster or Path(tempfile.mkdtemp(prefix="coshare-slurm-bench-",
-                                                      dir="/var/tmp"))  # fmt: skip
+    directory = args.cluster or Path(
+        tempfile.mkdtemp(prefix="coshare-slurm-bench-", dir="/var/tmp")
+    )
     directory.chmod(0o755)
     env = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
 
     def fresh_cluster() -> None:
         if own:
-            subprocess.run([str(SCRIPT), "stop", str(directory)], check=False,
-                           capture_output=True)  # fmt: skip
-            subprocess.run([str(SCRIPT), "start", str(directory), "--nodes", "8", "--devices",
-                            "4", "--cpus", "256", "--memory-mib", "131072"], check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run([str(SCRIPT), "stop", str(directory)], check=False, capture_output=True)
+            subprocess.run(
+                [
+                    str(SCRIPT),
+                    "start",
+                    str(directory),
+                    "--nodes",
+                    "8",
+                    "--devices",
+                    "4",
+                    "--cpus",
+                    "256",
+                    "--memory-mib",
+                    "131072",
+                ],
+                check=True,
+                capture_output=True,
+            )
 
     fresh_cluster()
     base = load_config(directory / "coshare.yaml", environ={})
     try:
         print(f"{args.jobs} pending jobs, 8 nodes x 4 devices; seconds per cycle phase")
-        print(f"{'batch':>6} {'workers':>8} {'placed':>7} {'read':>7} {'plan':>7} "
-              f"{'apply':>7} {'total':>7}")  # fmt: skip
+        print(
+            f"{'batch':>6} {'workers':>8} {'placed':>7} {'read':>7} {'plan':>7} "
+            f"{'apply':>7} {'total':>7}"
+        )
         for batch in (int(b) for b in args.batches.split(",")):
             for workers in (int(w) for w in args.workers.split(",")):
                 fresh_cluster()
                 subprocess.run(["scancel", "--quiet", "--partition=main"], env=env, check=False)
-                subprocess.run(["scontrol", "update", "PartitionName=main", "State=DOWN"],
-                               env=env, check=True)  # fmt: skip
+                subprocess.run(
+                    ["scontrol", "update", "PartitionName=main", "State=DOWN"], env=env, check=True
+                )
                 submit(directory, args.jobs, env)
-                config = replace(base, slurm=replace(base.slurm, update_batch=batch,
-                                                     workers=workers, lock_file=None))  # fmt: skip
+                config = replace(
+                    base,
+                    slurm=replace(base.slurm, update_batch=batch, workers=workers, lock_file=None),
+                )
                 adapter = SlurmAdapter(SlurmClient(config.slurm), config)
                 start = time.perf_counter()
                 report = run_cycle(adapter, make_policy("knapsack"), adapter)
                 total = time.perf_counter() - start
                 assert not report.apply.failed, report.apply.failed[:3]
-                print(f"{batch:>6} {workers:>8} {len(report.apply.applied):>7} "
-                      f"{report.read_s:>7.3f} {report.plan.seconds:>7.3f} "
-                      f"{report.apply_s:>7.3f} {total:>7.3f}")  # fmt: skip
+                print(
+                    f"{batch:>6} {workers:>8} {len(report.apply.applied):>7} "
+                    f"{report.read_s:>7.3f} {report.plan.seconds:>7.3f} "
+                    f"{report.apply_s:>7.3f} {total:>7.3f}"
+                )
     finally:
         subprocess.run(["scancel", "--quiet", "--partition=main"], env=env, check=False)
         if own:

@@ -30,8 +30,10 @@ def write_log(path: Path, records: int, down: bool, seed: int = 0) -> None:
         procs = rng.choice((1, 1, 2, 4, 8, 16, 32, 64))
         run = rng.randint(1, 36000)
         memory_kb = rng.choice((-1, 262144, 524288, 1048576))
-        lines.append(f"{ident} {submit} 0 {run} {procs} -1 -1 {procs} {run * 2} {memory_kb} "
-                     "1 1 1 1 1 1 -1 -1")  # fmt: skip
+        lines.append(
+            f"{ident} {submit} 0 {run} {procs} -1 -1 {procs} {run * 2} {memory_kb} "
+            "1 1 1 1 1 1 -1 -1"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -53,8 +55,10 @@ def main() -> None:
             path = Path(tmp) / f"{label.replace(' ', '-')}.swf"
             write_log(path, args.records, down)
             best = min(read_seconds(path) for _ in range(args.repeat))
-            print(f"{label:14s} {args.records:,} records: {best:.2f} s "
-                  f"({args.records / best:,.0f} records/s, best of {args.repeat})")  # fmt: skip
+            print(
+                f"{label:14s} {args.records:,} records: {best:.2f} s "
+                f"({args.records / best:,.0f} records/s, best of {args.repeat})"
+            )
 
 
 if __name__ == "__main__":

@@ -34,21 +34,28 @@ def main() -> None:
     total = Counter(program.values())
     apps = [a.name for a in TABLE_I]
     print(f"seed {args.seed}, threads {args.threads}, offload share {share:.3f}")
-    print(f"{'policy':10} {'makespan':>9} {'util':>6} {'util last 1/5':>14}   "
-          + " ".join(f"{a:>5}" for a in apps) + "   (% of each app starting in the last 1/5)")
+    print(
+        f"{'policy':10} {'makespan':>9} {'util':>6} {'util last 1/5':>14}   "
+        + " ".join(f"{a:>5}" for a in apps)
+        + "   (% of each app starting in the last 1/5)"
+    )
     for name in ("exclusive", "random", "knapsack"):
         model = OffloadModel(record=True)
         options = SimOptions(cycle_delay_s=args.cycle_delay)
-        result = simulate(paper_cluster(8), jobs, setup.policy(name, args.seed),
-                          options=options, model=model)  # fmt: skip
+        result = simulate(
+            paper_cluster(8), jobs, setup.policy(name, args.seed), options=options, model=model
+        )
         tail = 0.8 * result.makespan_s
-        busy = sum(t * (end - max(start, tail)) for _, start, end, t, _ in model.offloads
-                   if end > tail)  # fmt: skip
+        busy = sum(
+            t * (end - max(start, tail)) for _, start, end, t, _ in model.offloads if end > tail
+        )
         util_tail = busy / (sum(result.thread_capacity) * (result.makespan_s - tail))
         late = Counter(program[r.id] for r in result.jobs if (r.start_s or 0.0) >= tail)
         shares = " ".join(f"{100 * late[a] / total[a]:>5.0f}" for a in apps)
-        print(f"{name:10} {result.makespan_s:>9.0f} {result.utilization:>6.1%} "
-              f"{util_tail:>14.1%}   {shares}")
+        print(
+            f"{name:10} {result.makespan_s:>9.0f} {result.utilization:>6.1%} "
+            f"{util_tail:>14.1%}   {shares}"
+        )
 
 
 if __name__ == "__main__":

@@ -84,8 +84,9 @@ class Timer:
     start of the last run (OnUnitActiveSec) or from its end (``from_end``, OnUnitInactiveSec).
     Never two at once; :meth:`stop` ends a run in progress by its pid."""
 
-    def __init__(self, argv: Sequence[str], period_s: float, log: TextIO, *,
-                 from_end: bool) -> None:  # fmt: skip
+    def __init__(
+        self, argv: Sequence[str], period_s: float, log: TextIO, *, from_end: bool
+    ) -> None:
         self.argv = list(argv)
         self.period_s = period_s
         self.log = log
@@ -109,8 +110,7 @@ class Timer:
             with self._lock:
                 if self._stop.is_set():
                     return
-                self._proc = subprocess.Popen(self.argv, stdout=self.log,
-                                              stderr=subprocess.STDOUT)  # fmt: skip
+                self._proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
             status = self._proc.wait()
             if self._stop.is_set():  # ended by stop(): not the cycle's own outcome
                 return
@@ -146,8 +146,9 @@ def run(argv: Sequence[str], env: dict[str, str] | None = None, timeout_s: float
     return done.stdout
 
 
-def submit_spaced(jobs: int, max_gap_s: float, rng: random.Random,
-                  submit: Callable[[], str]) -> list[str]:  # fmt: skip
+def submit_spaced(
+    jobs: int, max_gap_s: float, rng: random.Random, submit: Callable[[], str]
+) -> list[str]:
     """Submit ``jobs`` jobs one at a time, each after a random gap; their ids."""
     ids = []
     for _ in range(jobs):
@@ -156,8 +157,9 @@ def submit_spaced(jobs: int, max_gap_s: float, rng: random.Random,
     return ids
 
 
-def wait_for_starts(ids: list[str], deadline_s: float, read: Callable[[], dict[str, float]],
-                    setting: Setting) -> None:  # fmt: skip
+def wait_for_starts(
+    ids: list[str], deadline_s: float, read: Callable[[], dict[str, float]], setting: Setting
+) -> None:
     """Poll ``read`` (job id -> latency of each started job) until every job in ``ids``
     started or ``deadline_s`` passed; record the latencies and the jobs that never started."""
     stop = time.monotonic() + deadline_s
@@ -183,18 +185,27 @@ def measured(setting: Setting) -> Iterator[Setting]:
 
 
 def pool(*args: str, negotiator_interval_s: int) -> str:
-    env = {**os.environ, "CONDOR_POOL_COSHARE_BIN": str(BIN),
-           "CONDOR_POOL_NEGOTIATOR_INTERVAL": str(negotiator_interval_s)}  # fmt: skip
+    env = {
+        **os.environ,
+        "CONDOR_POOL_COSHARE_BIN": str(BIN),
+        "CONDOR_POOL_NEGOTIATOR_INTERVAL": str(negotiator_interval_s),
+    }
     return run([str(POOL_SCRIPT), *args], env=env)
 
 
 def condor_submit(client: CondorClient, htcondor: Any) -> str:
     """One annotated job, then condor_reschedule as condor_submit sends it; its id."""
-    desc = {"executable": f"{WORK}/job.sh", "arguments": str(JOB_SLEEP_S), "initialdir": WORK,
-            "transfer_executable": "false", "request_memory": "64",
-            "output": f"{WORK}/out.$(Cluster)", "error": f"{WORK}/err.$(Cluster)",
-            "+CoshareDeviceMemory": str(DEVICE_MEMORY_MIB),
-            "+CoshareDeviceThreads": str(DEVICE_THREADS)}  # fmt: skip
+    desc = {
+        "executable": f"{WORK}/job.sh",
+        "arguments": str(JOB_SLEEP_S),
+        "initialdir": WORK,
+        "transfer_executable": "false",
+        "request_memory": "64",
+        "output": f"{WORK}/out.$(Cluster)",
+        "error": f"{WORK}/err.$(Cluster)",
+        "+CoshareDeviceMemory": str(DEVICE_MEMORY_MIB),
+        "+CoshareDeviceThreads": str(DEVICE_THREADS),
+    }
     cluster = client.schedd().submit(htcondor.Submit(desc), count=1).cluster()
     client.reschedule()
     return f"{cluster}.0"
@@ -233,36 +244,57 @@ def condor_settings(args: argparse.Namespace, rng: random.Random, work: Path) ->
         client = open_client(CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1))
         import htcondor2  # configured for the pool by open_client
 
-        names = ("NEGOTIATOR_INTERVAL", "NEGOTIATOR_MIN_INTERVAL", "NEGOTIATOR_CYCLE_DELAY",
-                 "SCHEDD_INTERVAL")  # fmt: skip
-        values = pool("exec", "condor_config_val", *names,
-                      negotiator_interval_s=args.negotiator_interval).split()  # fmt: skip
+        names = (
+            "NEGOTIATOR_INTERVAL",
+            "NEGOTIATOR_MIN_INTERVAL",
+            "NEGOTIATOR_CYCLE_DELAY",
+            "SCHEDD_INTERVAL",
+        )
+        values = pool(
+            "exec", "condor_config_val", *names, negotiator_interval_s=args.negotiator_interval
+        ).split()
         scheduler = ", ".join(f"{n} = {v} s" for n, v in zip(names, values, strict=True))
         # The negotiator's next cycle may start no sooner than its interval after the last.
         deadline_s = args.interval + 2 * args.negotiator_interval + 120
         config = work / "condor-timer.yaml"
-        config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}, "
-                          f"lock_file: {work}/condor-cycle.lock}}\n")  # fmt: skip
-        timer = Setting("condor-timer", f"coshare condor cycle every {args.interval:g} s "
-                        "(OnUnitActiveSec)", scheduler)  # fmt: skip
-        with (measured(timer), (work / "condor-timer.log").open("w") as log,
-              Timer([str(BIN / "coshare"), "--config", str(config), "condor", "cycle"],
-                    args.interval, log, from_end=False) as cycles):  # fmt: skip
-            ids = submit_spaced(args.jobs, args.interval, rng,
-                                lambda: condor_submit(client, htcondor2))
+        config.write_text(
+            f"condor: {{config_file: {CLIENT_CONFIG}, lock_file: {work}/condor-cycle.lock}}\n"
+        )
+        timer = Setting(
+            "condor-timer",
+            f"coshare condor cycle every {args.interval:g} s (OnUnitActiveSec)",
+            scheduler,
+        )
+        with (
+            measured(timer),
+            (work / "condor-timer.log").open("w") as log,
+            Timer(
+                [str(BIN / "coshare"), "--config", str(config), "condor", "cycle"],
+                args.interval,
+                log,
+                from_end=False,
+            ) as cycles,
+        ):
+            ids = submit_spaced(
+                args.jobs, args.interval, rng, lambda: condor_submit(client, htcondor2)
+            )
             wait_for_starts(ids, deadline_s, lambda: condor_latencies(client, ids), timer)
         timer.cycle_statuses = cycles.statuses
         remove_all(client, htcondor2)
 
-        trigger = Setting("condor-trigger", "coshare condor trigger under condor_master "
-                          "(trigger_lead_s 2, trigger_poll_s 1)", scheduler)  # fmt: skip
+        trigger = Setting(
+            "condor-trigger",
+            "coshare condor trigger under condor_master (trigger_lead_s 2, trigger_poll_s 1)",
+            scheduler,
+        )
         log_path = CHROOT / "pool" / "log" / "CoshareTriggerLog"
         log_start = log_path.stat().st_size if log_path.exists() else 0
         pool("trigger-on", negotiator_interval_s=args.negotiator_interval)
         try:
             with measured(trigger):
-                ids = submit_spaced(args.jobs, args.interval, rng,
-                                    lambda: condor_submit(client, htcondor2))
+                ids = submit_spaced(
+                    args.jobs, args.interval, rng, lambda: condor_submit(client, htcondor2)
+                )
                 wait_for_starts(ids, deadline_s, lambda: condor_latencies(client, ids), trigger)
         finally:
             pool("trigger-off", negotiator_interval_s=args.negotiator_interval)
@@ -270,8 +302,9 @@ def condor_settings(args: argparse.Namespace, rng: random.Random, work: Path) ->
             log_file.seek(log_start)
             log_text = log_file.read()
         (work / "CoshareTriggerLog").write_text(log_text)
-        trigger.cycle_statuses = ([0] * log_text.count("INFO cycle done")
-                                  + [1] * log_text.count("cycle failed"))  # fmt: skip
+        trigger.cycle_statuses = [0] * log_text.count("INFO cycle done") + [1] * log_text.count(
+            "cycle failed"
+        )
         remove_all(client, htcondor2)
         return [timer, trigger]
     finally:
@@ -287,11 +320,28 @@ def slurm_setting(args: argparse.Namespace, rng: random.Random, work: Path) -> S
     directory.chmod(0o755)  # jobs of the cluster read slurm.conf and the munge socket in it
     env = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
     try:
-        run([str(CLUSTER_SCRIPT), "start", str(directory), "--nodes", "4", "--devices", "2",
-             "--coshare-bin", str(BIN)])  # fmt: skip
+        run(
+            [
+                str(CLUSTER_SCRIPT),
+                "start",
+                str(directory),
+                "--nodes",
+                "4",
+                "--devices",
+                "2",
+                "--coshare-bin",
+                str(BIN),
+            ]
+        )
         shown = run(["scontrol", "show", "config"], env=env)
-        params = next((line.split("=", 1)[1].strip() for line in shown.splitlines()
-                       if line.startswith("SchedulerParameters")), "")  # fmt: skip
+        params = next(
+            (
+                line.split("=", 1)[1].strip()
+                for line in shown.splitlines()
+                if line.startswith("SchedulerParameters")
+            ),
+            "",
+        )
         default = "" if "sched_interval" in params else ", sched_interval = 60 s (default)"
         scheduler = f"SchedulerParameters = {params}{default}; slurmctld also schedules on events"
         script = directory / "latency-job.sh"
@@ -313,33 +363,54 @@ def slurm_setting(args: argparse.Namespace, rng: random.Random, work: Path) -> S
                     out[job_id] = float(job["start_time"] - job["submit_time"])
             return out
 
-        setting = Setting("slurm-timer", f"coshare slurm cycle {args.interval:g} s after the "
-                          "last (OnUnitInactiveSec)", scheduler)  # fmt: skip
-        with (measured(setting), (work / "slurm-timer.log").open("w") as log,
-              Timer([str(BIN / "coshare"), "--config", str(directory / "coshare.yaml"),
-                     "slurm", "cycle"], args.interval, log, from_end=True) as cycles):  # fmt: skip
+        setting = Setting(
+            "slurm-timer",
+            f"coshare slurm cycle {args.interval:g} s after the last (OnUnitInactiveSec)",
+            scheduler,
+        )
+        with (
+            measured(setting),
+            (work / "slurm-timer.log").open("w") as log,
+            Timer(
+                [
+                    str(BIN / "coshare"),
+                    "--config",
+                    str(directory / "coshare.yaml"),
+                    "slurm",
+                    "cycle",
+                ],
+                args.interval,
+                log,
+                from_end=True,
+            ) as cycles,
+        ):
             ids = submit_spaced(args.jobs, args.interval, rng, submit)
             wait_for_starts(ids, args.interval + 180, lambda: latencies(ids), setting)
         setting.cycle_statuses = cycles.statuses
         return setting
     finally:
-        subprocess.run(["scancel", "--quiet", "--partition=main"], env=env, check=False,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["scancel", "--quiet", "--partition=main"], env=env, check=False, capture_output=True
+        )
         subprocess.run([str(CLUSTER_SCRIPT), "stop", str(directory)], check=False, timeout=300)
         shutil.rmtree(directory, ignore_errors=True)
 
 
 def report(settings: list[Setting]) -> None:
-    print(f"\n{'setting':<15} {'jobs':>4} {'p50 s':>6} {'p95 s':>6} {'max s':>6}  "
-          "cycles (failed)  load 1m  trigger")  # fmt: skip
+    print(
+        f"\n{'setting':<15} {'jobs':>4} {'p50 s':>6} {'p95 s':>6} {'max s':>6}  "
+        "cycles (failed)  load 1m  trigger"
+    )
     for s in settings:
         values = np.array(s.latencies_s) if s.latencies_s else np.array([np.nan])
         p50, p95 = np.percentile(values, [50, 95])
         started = f"{len(s.latencies_s)}/{len(s.latencies_s) + len(s.not_started)}"
         failed = sum(1 for c in s.cycle_statuses if c != 0)
         cycles = f"{len(s.cycle_statuses)} ({failed})"
-        print(f"{s.name:<15} {started:>4} {p50:>6.0f} {p95:>6.0f} {values.max():>6.0f}  "
-              f"{cycles:<15}  {s.load[0]:.1f}-{s.load[1]:.1f}  {s.trigger}")  # fmt: skip
+        print(
+            f"{s.name:<15} {started:>4} {p50:>6.0f} {p95:>6.0f} {values.max():>6.0f}  "
+            f"{cycles:<15}  {s.load[0]:.1f}-{s.load[1]:.1f}  {s.trigger}"
+        )
     print()
     for s in settings:
         print(f"{s.name}: latencies {sorted(s.latencies_s)} s; scheduler: {s.scheduler}")
@@ -350,10 +421,18 @@ def report(settings: list[Setting]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10, help="jobs per setting (10)")
-    parser.add_argument("--interval", type=float, default=30.0,
-                        help="timer period, seconds (30, the documented cycle.interval_s)")
-    parser.add_argument("--negotiator-interval", type=int, default=60,
-                        help="HTCondor NEGOTIATOR_INTERVAL, seconds (60, HTCondor's default)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=30.0,
+        help="timer period, seconds (30, the documented cycle.interval_s)",
+    )
+    parser.add_argument(
+        "--negotiator-interval",
+        type=int,
+        default=60,
+        help="HTCondor NEGOTIATOR_INTERVAL, seconds (60, HTCondor's default)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", choices=("condor", "slurm"), default=None)
     args = parser.parse_args()
@@ -362,9 +441,11 @@ def main() -> None:
     signal.signal(signal.SIGTERM, raise_on_sigterm)
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="coshare-trigger-latency-"))
-    print(f"{args.jobs} annotated jobs per setting ({DEVICE_MEMORY_MIB} MiB, {DEVICE_THREADS} "
-          f"threads, {JOB_SLEEP_S} s), gaps uniform 0-{args.interval:g} s; logs in {work}",
-          flush=True)  # fmt: skip
+    print(
+        f"{args.jobs} annotated jobs per setting ({DEVICE_MEMORY_MIB} MiB, {DEVICE_THREADS} "
+        f"threads, {JOB_SLEEP_S} s), gaps uniform 0-{args.interval:g} s; logs in {work}",
+        flush=True,
+    )
     settings = []
     if args.only != "slurm":
         settings += condor_settings(args, rng, work)

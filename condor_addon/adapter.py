@@ -99,7 +99,8 @@ class CondorAdapter:
     global_job_ids: ClassVar[bool] = True
     ways_unwritable_reason: ClassVar[str] = (
         "the HTCondor adapter records no LLC ways in a placement and its starter hooks make "
-        "no resctrl group (only Slurm's Prolog does)")
+        "no resctrl group (only Slurm's Prolog does)"
+    )
 
     #: A trial's probe through the scheduler (``policy.membw.probe_via: step``,
     #: :class:`coshare.trial_cycle.ProbeStep`) is not offered: HTCondor runs a command inside
@@ -108,7 +109,8 @@ class CondorAdapter:
     #: (``probe_via: facts`` reaches the node without either).
     probe_step_unsupported_reason: ClassVar[str] = (
         "HTCondor runs a command in a running job only through condor_ssh_to_job (sshd on "
-        "the execute node, as the job's owner, whom the node daemon does not let probe)")
+        "the execute node, as the job's owner, whom the node daemon does not let probe)"
+    )
     #: ``policy.membw.probe_via: facts`` (:class:`coshare.trial_cycle.FactsProbe`): each
     #: execute node's daemon reads its jobs' ``measuring`` records from their schedd
     #: (``node.trial_requests: condor``, :mod:`condor_addon.node_trials`) and answers in its
@@ -133,7 +135,8 @@ class CondorAdapter:
     harvest_unsupported_reason: ClassVar[str] = (
         "condor.lend_slots is not set: HTCondor starts no job on cores it believes taken "
         "unless the execute nodes have coshare's lend slots "
-        "(deploy/condor/config.d/20-coshare-execute.conf)")
+        "(deploy/condor/config.d/20-coshare-execute.conf)"
+    )
 
     def __init__(
         self, client: CondorClient, config: Config, clock: Callable[[], float] = time.time
@@ -156,9 +159,13 @@ class CondorAdapter:
         cluster = parse_slots(self.client.slot_ads(), self.config.device_kinds)
         jobs = self._jobs(X.ACTIVE_MANAGED_JOBS)
         now_s = self.clock()
-        queue = parse_queue(jobs.values(), cluster, now_s=now_s,
-                            replan_after_s=self.config.cycle.replan_after_s,
-                            parallel_may_double=self.config.condor.parallel_may_double)  # fmt: skip
+        queue = parse_queue(
+            jobs.values(),
+            cluster,
+            now_s=now_s,
+            replan_after_s=self.config.cycle.replan_after_s,
+            parallel_may_double=self.config.condor.parallel_may_double,
+        )
         self.jobs, self.queue = jobs, queue
         snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
         others: tuple[str, ...] = ()
@@ -167,15 +174,23 @@ class CondorAdapter:
             # placements hold their devices here too.
             ads, notes = self.client.other_job_ads(X.ACTIVE_MANAGED_JOBS)
             foreign, unread = foreign_planned(
-                (j for j in (read_job(v) for _, v in ads) if j is not None), cluster)
+                (j for j in (read_job(v) for _, v in ads) if j is not None), cluster
+            )
             snapshot = replace(snapshot, running=snapshot.running + foreign)
             others = tuple(notes) + unread
         snapshot, facts_notes = with_node_facts(
-            snapshot, cluster, jobs.values(), now_s=now_s,
-            max_age_s=self.config.cycle.node_facts_max_age_s)  # fmt: skip
-        return SourceResult(snapshot, queue.book.rejected,
-                            notes=cluster.warnings + queue.warnings + facts_notes + others,
-                            unusable=cluster.unusable)  # fmt: skip
+            snapshot,
+            cluster,
+            jobs.values(),
+            now_s=now_s,
+            max_age_s=self.config.cycle.node_facts_max_age_s,
+        )
+        return SourceResult(
+            snapshot,
+            queue.book.rejected,
+            notes=cluster.warnings + queue.warnings + facts_notes + others,
+            unusable=cluster.unusable,
+        )
 
     def _jobs(self, constraint: str) -> dict[str, QueueJob]:
         jobs = (read_job(v) for v in self.client.job_ads(constraint))
@@ -187,8 +202,9 @@ class CondorAdapter:
 
     # -- Editor ---------------------------------------------------------------------------
 
-    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool,
-              fence: Fence | None = None) -> ApplyReport:  # fmt: skip
+    def apply(
+        self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool, fence: Fence | None = None
+    ) -> ApplyReport:
         """Write ``plan`` (and hold ``rejected`` jobs); see :class:`coshare.ports.Editor`;
         ``fence`` before each transaction that places, withdraws or requeues (what it raises
         ends the writes there; the gate, ``CosharePlacedNode``, is written last).
@@ -200,28 +216,36 @@ class CondorAdapter:
         queue = self.queue
         if queue is None:
             raise SchedulerError("apply() needs a read() first")
-        if not (plan.assignments or plan.unplaced or rejected or queue.book.to_close
-                or plan.requeue):  # fmt: skip
+        if not (
+            plan.assignments or plan.unplaced or rejected or queue.book.to_close or plan.requeue
+        ):
             return ApplyReport(dry_run=dry_run)
         now_jobs = self._jobs(X.MANAGED_JOBS)
         now = {i: current(q, self.jobs.get(i)) for i, q in now_jobs.items()}
-        loans = Loans(self.config.condor.lend_slots,
-                      {q.id: q.global_id for q in self.jobs.values() if q.global_id},
-                      frozenset(i for i, q in now_jobs.items() if q.harvest_from is not None),
-                      frozenset(i for i, q in now_jobs.items() if q.lender))  # fmt: skip
+        loans = Loans(
+            self.config.condor.lend_slots,
+            {q.id: q.global_id for q in self.jobs.values() if q.global_id},
+            frozenset(i for i, q in now_jobs.items() if q.harvest_from is not None),
+            frozenset(i for i, q in now_jobs.items() if q.lender),
+        )
         edits = plan_edits(plan, queue.book, rejected, now, now_s=self.clock(), loans=loans)
         d = edits.decisions
-        reasons = wait_reason_edits(plan, {i: q.wait_reason for i, q in now_jobs.items()
-                                           if q.status == A.IDLE})  # fmt: skip
+        reasons = wait_reason_edits(
+            plan, {i: q.wait_reason for i, q in now_jobs.items() if q.status == A.IDLE}
+        )
         verb = "would hold" if self.config.condor.hold_invalid else "left idle"
         if dry_run:
             return ApplyReport(
-                applied=tuple(w.job for w in d.writes), unchanged=d.unchanged,
-                skipped=d.skipped, failed=d.failed, withdrawn=d.close, dry_run=True,
+                applied=tuple(w.job for w in d.writes),
+                unchanged=d.unchanged,
+                skipped=d.skipped,
+                failed=d.failed,
+                withdrawn=d.close,
+                dry_run=True,
                 rejected=tuple(JobOutcome(r.job, f"{verb}: {r.reason}") for r in d.refuse),
                 noted=tuple(j for _, ids in reasons for j in ids),
                 requeued=tuple(JobOutcome(u.job, u.reason) for u in plan.requeue),
-            )  # fmt: skip
+            )
         requeued, not_requeued = self._requeue(plan, fence)
         batch = _Batch(self.client, now_jobs, fence)
         batch.failed += not_requeued
@@ -230,11 +254,14 @@ class CondorAdapter:
         blocked = gates_may_open(batch.started, batch.not_closed)
         if blocked is not None:
             return ApplyReport(
-                unchanged=d.unchanged, failed=d.failed + tuple(batch.failed), withdrawn=withdrawn,
-                skipped=d.skipped + tuple(batch.skipped)
+                unchanged=d.unchanged,
+                failed=d.failed + tuple(batch.failed),
+                withdrawn=withdrawn,
+                skipped=d.skipped
+                + tuple(batch.skipped)
                 + tuple(JobOutcome(w.job, blocked) for w in d.writes if w.job in batch.alive),
                 requeued=requeued,
-            )  # fmt: skip
+            )
         self._write(batch, edits)
         if self.config.condor.hold_invalid:
             marked = batch.hold(dict(edits.holds))
@@ -251,8 +278,9 @@ class CondorAdapter:
             requeued=requeued,
         )
 
-    def _requeue(self, plan: Plan,
-                 fence: Fence) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
+    def _requeue(
+        self, plan: Plan, fence: Fence
+    ) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
         """Send the borrowers of ``plan.requeue`` (their GPU job needs its cores back) back
         to idle, before anything is placed: their gate closed and their loan cleared
         (``CosharePlacedNode``, ``CoshareHarvestFrom`` undefined), why in
@@ -270,8 +298,9 @@ class CondorAdapter:
             try:
                 self.client.edit_ids([u.job], A.PLACED_NODE, X.UNDEFINED)
                 self.client.edit_ids([u.job], A.HARVEST_FROM, X.UNDEFINED)
-                self.client.edit_ids([u.job], A.WAIT_REASON,
-                                     X.literal(" ".join(f"requeued: {u.reason}".split())))
+                self.client.edit_ids(
+                    [u.job], A.WAIT_REASON, X.literal(" ".join(f"requeued: {u.reason}".split()))
+                )
             except (CoshareError, ValueError) as exc:
                 failed.append(JobOutcome(u.job, f"not requeued: {exc}"))
                 continue
@@ -291,8 +320,9 @@ class CondorAdapter:
         for devices, ids in edits.devices:
             batch.edit_all(ids, A.PLACED_DEVICES, X.devices_value(devices))
         for lender, ids in edits.harvest:  # lent cores (collocate), before the gate opens
-            batch.edit_all(ids, A.HARVEST_FROM,
-                           X.UNDEFINED if lender is None else X.literal(lender))  # fmt: skip
+            batch.edit_all(
+                ids, A.HARVEST_FROM, X.UNDEFINED if lender is None else X.literal(lender)
+            )
         for flag, ids in edits.lenders:
             batch.edit_all(ids, A.LENDER, "true" if flag else X.UNDEFINED)
         for names, ids in edits.gang_nodes:  # a gang's nodes, then its devices on each
@@ -301,7 +331,6 @@ class CondorAdapter:
             batch.edit_all(ids, A.PLACED_NODE_DEVICES, X.node_devices_value(per_node))
         for node, ids in edits.nodes:
             batch.edit_all(ids, A.PLACED_NODE, X.node_value(node))
-
 
     # -- TrialControl -----------------------------------------------------------------------
 
@@ -321,9 +350,16 @@ class CondorAdapter:
                 program = parse_annotations(q.id, q.annotations).program
             except CoshareError:
                 program = None
-            found.append(TrialJob(q.id, q.placed_node, program,
-                                  _TRIAL_PHASES.get(q.status, "ended"), q.start_time_s,
-                                  record))  # fmt: skip
+            found.append(
+                TrialJob(
+                    q.id,
+                    q.placed_node,
+                    program,
+                    _TRIAL_PHASES.get(q.status, "ended"),
+                    q.start_time_s,
+                    record,
+                )
+            )
         return found
 
     def write_trial(self, job: str, record: TrialRecord) -> str | None:
@@ -342,8 +378,9 @@ class CondorAdapter:
 
     def resume(self, job: str) -> str | None:
         """``condor_continue``, done once the schedd no longer says suspended."""
-        return self._act("Continue", job) or self._confirm(job, A.SUSPENDED, "continued",
-                                                           leave=True)  # fmt: skip
+        return self._act("Continue", job) or self._confirm(
+            job, A.SUSPENDED, "continued", leave=True
+        )
 
     def _confirm(self, job: str, status: int, what: str, *, leave: bool = False) -> str | None:
         """Wait (:data:`CONFIRM_TIMEOUT_S` at most) until the job's JobStatus is ``status``
@@ -359,8 +396,10 @@ class CondorAdapter:
             if seen is None or (seen != status) == leave:
                 return None
             if time.monotonic() >= deadline:
-                return (f"asked, but JobStatus is {A.job_status_name(seen)} after "
-                        f"{CONFIRM_TIMEOUT_S:g} s; not {what} yet")  # fmt: skip
+                return (
+                    f"asked, but JobStatus is {A.job_status_name(seen)} after "
+                    f"{CONFIRM_TIMEOUT_S:g} s; not {what} yet"
+                )
             self.sleep(CONFIRM_POLL_S)
 
     def requeue(self, job: str, reason: str) -> str | None:
@@ -369,14 +408,16 @@ class CondorAdapter:
         (``condor_vacate_job -fast``): it is idle again, and the next cycle plans it. (The
         test pool's schedd vacates no suspended job, soft or fast: it stays suspended.)"""
         try:
-            self.client.edit_ids([job], A.WAIT_REASON,
-                                 X.literal(f"trial: {' '.join(reason.split())}"))  # fmt: skip
+            self.client.edit_ids(
+                [job], A.WAIT_REASON, X.literal(f"trial: {' '.join(reason.split())}")
+            )
             self.client.edit_ids([job], A.TRIAL, "undefined")
             self.client.edit_ids([job], A.PLACED_NODE, "undefined")
         except CoshareError as exc:
             return str(exc)
-        error = self._act("Continue", job) or self._confirm(job, A.SUSPENDED, "continued",
-                                                            leave=True)  # fmt: skip
+        error = self._act("Continue", job) or self._confirm(
+            job, A.SUSPENDED, "continued", leave=True
+        )
         if error is not None:
             return error
         return self._act("VacateFast", job) or self._confirm(job, A.IDLE, "idle")
@@ -398,8 +439,7 @@ class CondorAdapter:
 class _Batch:
     """The writes of one apply: which jobs are still going, skipped or failed."""
 
-    def __init__(self, client: CondorClient, jobs: Mapping[str, QueueJob],
-                 fence: Fence) -> None:  # fmt: skip
+    def __init__(self, client: CondorClient, jobs: Mapping[str, QueueJob], fence: Fence) -> None:
         self.client = client
         self.fence = fence
         self.alive: set[str] = set(jobs)
@@ -410,8 +450,11 @@ class _Batch:
 
     def _drop_gone(self, ids: Sequence[str]) -> list[str]:
         """Re-read the queue; mark jobs no longer idle as skipped; return those still idle."""
-        fresh = {j.id: j for j in (read_job(v) for v in self.client.job_ads(X.MANAGED_JOBS))
-                 if j is not None}  # fmt: skip
+        fresh = {
+            j.id: j
+            for j in (read_job(v) for v in self.client.job_ads(X.MANAGED_JOBS))
+            if j is not None
+        }
         keep: list[str] = []
         for job_id in ids:
             now = fresh.get(job_id)
@@ -498,6 +541,9 @@ class _Batch:
 
 
 #: HTCondor's JobStatus as trial co-runs see it.
-_TRIAL_PHASES: dict[int, JobPhase] = {A.IDLE: "pending", A.RUNNING: "running",
-                                      A.TRANSFERRING_OUTPUT: "running",
-                                      A.SUSPENDED: "suspended"}  # fmt: skip
+_TRIAL_PHASES: dict[int, JobPhase] = {
+    A.IDLE: "pending",
+    A.RUNNING: "running",
+    A.TRANSFERRING_OUTPUT: "running",
+    A.SUSPENDED: "suspended",
+}

@@ -69,8 +69,19 @@ LENDER = "CoshareLender"
 #: Attributes coshare itself writes or the transform sets: never user annotations.
 RESERVED = frozenset(
     name.lower()
-    for name in (MANAGED, USER_REQUIREMENTS, PLACED_AT, PLACED_DEVICES, PLACED_NODE, WAIT_REASON,
-                 PLACED_NODES, PLACED_NODE_DEVICES, TRIAL, HARVEST_FROM, LENDER)
+    for name in (
+        MANAGED,
+        USER_REQUIREMENTS,
+        PLACED_AT,
+        PLACED_DEVICES,
+        PLACED_NODE,
+        WAIT_REASON,
+        PLACED_NODES,
+        PLACED_NODE_DEVICES,
+        TRIAL,
+        HARVEST_FROM,
+        LENDER,
+    )
 )
 
 #: The annotation keys users write, as HTCondor attribute names.
@@ -86,21 +97,63 @@ LEND_SLOT = "CoshareLendSlot"
 
 #: What the Source asks the schedd for (a projection keeps the query small).
 JOB_PROJECTION: tuple[str, ...] = (
-    "ClusterId", "ProcId", "GlobalJobId", "JobStatus", "QDate", "JobPrio", "RequestCpus",
-    "RequestMemory", "RemoteHost", MANAGED, PLACED_AT, PLACED_DEVICES, PLACED_NODE, *ANNOTATIONS,
-    WAIT_REASON, "JobUniverse", "MinHosts", "MaxHosts", PLACED_NODES, PLACED_NODE_DEVICES,
-    TRIAL, "JobCurrentStartDate", HARVEST_FROM, LENDER,
-)  # fmt: skip
+    "ClusterId",
+    "ProcId",
+    "GlobalJobId",
+    "JobStatus",
+    "QDate",
+    "JobPrio",
+    "RequestCpus",
+    "RequestMemory",
+    "RemoteHost",
+    MANAGED,
+    PLACED_AT,
+    PLACED_DEVICES,
+    PLACED_NODE,
+    *ANNOTATIONS,
+    WAIT_REASON,
+    "JobUniverse",
+    "MinHosts",
+    "MaxHosts",
+    PLACED_NODES,
+    PLACED_NODE_DEVICES,
+    TRIAL,
+    "JobCurrentStartDate",
+    HARVEST_FROM,
+    LENDER,
+)
 
 #: What the Source asks the collector for, per slot.
 SLOT_PROJECTION: tuple[str, ...] = (
-    "Name", "Machine", "SlotType", "State", "Activity", "Cpus", "Memory", "TotalSlotCpus",
-    "TotalSlotMemory", "GlobalJobId", "JobId", NODE_NAME, DEVICE_IDS, DEVICE_MEMORY,
-    DEVICE_THREADS, DEVICE_MODELS, MANAGED, PLACED_NODE, PLACED_DEVICES, PLACED_NODES,
+    "Name",
+    "Machine",
+    "SlotType",
+    "State",
+    "Activity",
+    "Cpus",
+    "Memory",
+    "TotalSlotCpus",
+    "TotalSlotMemory",
+    "GlobalJobId",
+    "JobId",
+    NODE_NAME,
+    DEVICE_IDS,
+    DEVICE_MEMORY,
+    DEVICE_THREADS,
+    DEVICE_MODELS,
+    MANAGED,
+    PLACED_NODE,
+    PLACED_DEVICES,
+    PLACED_NODES,
     PLACED_NODE_DEVICES,
-    "CoshareDeviceMemory", "CoshareDeviceThreads", "DrainReason", NODE_FACTS, LEND_SLOT,
-    "SlotTypeID", HARVEST_FROM,
-)  # fmt: skip
+    "CoshareDeviceMemory",
+    "CoshareDeviceThreads",
+    "DrainReason",
+    NODE_FACTS,
+    LEND_SLOT,
+    "SlotTypeID",
+    HARVEST_FROM,
+)
 
 #: HTCondor's JobUniverse code of the parallel universe (``universe = parallel``): the
 #: dedicated scheduler starts the job on ``machine_count`` machines at once (a gang).
@@ -116,9 +169,14 @@ TRANSFERRING_OUTPUT = 6
 SUSPENDED = 7
 
 JOB_STATUS_NAMES: dict[int, str] = {
-    IDLE: "idle", RUNNING: "running", REMOVED: "removed", COMPLETED: "completed", HELD: "held",
-    TRANSFERRING_OUTPUT: "transferring output", SUSPENDED: "suspended",
-}  # fmt: skip
+    IDLE: "idle",
+    RUNNING: "running",
+    REMOVED: "removed",
+    COMPLETED: "completed",
+    HELD: "held",
+    TRANSFERRING_OUTPUT: "transferring output",
+    SUSPENDED: "suspended",
+}
 
 
 def job_status_name(status: object) -> str:

@@ -33,10 +33,13 @@ from coshare.ports import Adapter
 
 #: How an HTCondor user sets each value ``explain`` may advise to lower (submit file).
 NAMES = {
-    "device_memory_mib": "CoshareDeviceMemory", "device_threads": "CoshareDeviceThreads",
-    "device_count": "CoshareDeviceCount", "cores": "request_cpus",
-    "memory_mib": "request_memory", "processes": "CoshareProcesses",
-}  # fmt: skip
+    "device_memory_mib": "CoshareDeviceMemory",
+    "device_threads": "CoshareDeviceThreads",
+    "device_count": "CoshareDeviceCount",
+    "cores": "request_cpus",
+    "memory_mib": "request_memory",
+    "processes": "CoshareProcesses",
+}
 
 
 def open_adapter(config: Config) -> Adapter:
@@ -59,23 +62,38 @@ condor = scheduler_group(
 
 @condor.command()
 @policy_flags
-@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Log here (rotated at 10 MB into FILE.old, as HTCondor's daemon logs) "
-              "instead of standard error; under condor_master: $(LOG)/CoshareTriggerLog.")
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Log here (rotated at 10 MB into FILE.old, as HTCondor's daemon logs) "
+    "instead of standard error; under condor_master: $(LOG)/CoshareTriggerLog.",
+)
 @log_format_option
 @click.option("--verbose", "-v", is_flag=True, help="Also log every negotiation cycle seen.")
 @pass_app
-def trigger(app: AppContext, policy_name: str | None, threads: str | None, seed: int | None,
-            log_file: Path | None, log_format: str, verbose: bool) -> None:  # fmt: skip
+def trigger(
+    app: AppContext,
+    policy_name: str | None,
+    threads: str | None,
+    seed: int | None,
+    log_file: Path | None,
+    log_format: str,
+    verbose: bool,
+) -> None:
     """Run planning cycles in step with the negotiator: each just before a negotiation cycle
     is due, so a job placed now matches in that negotiation. A daemon: condor_master starts
     it (DAEMON_LIST, deploy/condor/config.d/30-coshare-trigger.conf), restarts it when it
     exits, stops it with SIGTERM; SIGHUP reloads the configuration."""
     from condor_addon import trigger as daemon  # the bindings only when it runs
 
-    setup_logging(log_format, logging.DEBUG if verbose else logging.INFO,
-                  text_format="%(asctime)s (pid:%(process)d) %(levelname)s %(message)s",
-                  date_format=CONDOR_DATE_FORMAT, file=log_file)  # fmt: skip
+    setup_logging(
+        log_format,
+        logging.DEBUG if verbose else logging.INFO,
+        text_format="%(asctime)s (pid:%(process)d) %(levelname)s %(message)s",
+        date_format=CONDOR_DATE_FORMAT,
+        file=log_file,
+    )
 
     def load_config() -> Config:  # at start, and again on SIGHUP: the file as it is now
         return configured(AppContext(app.config_path), policy_name, threads, seed)

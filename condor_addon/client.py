@@ -30,8 +30,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
 from condor_addon.errors import EditFailed
 
-__all__ = ["CondorClient", "EditFailed", "configure_bindings", "open_client", "plain",
-           "values_of"]  # fmt: skip
+__all__ = ["CondorClient", "EditFailed", "configure_bindings", "open_client", "plain", "values_of"]
 
 
 #: What the bindings raise when a daemon cannot be reached or refuses a request, and when a
@@ -40,9 +39,10 @@ __all__ = ["CondorClient", "EditFailed", "configure_bindings", "open_client", "p
 #: htcondor2 that comes with Debian 13's condor 23.9, which ``coshare condor trigger`` runs
 #: on in the local pool (deploy/condor/pool trigger-on).
 _CLASSAD_ERRORS: tuple[type[Exception], ...] = (
-    (classad2.ClassAdException,) if hasattr(classad2, "ClassAdException")
+    (classad2.ClassAdException,)
+    if hasattr(classad2, "ClassAdException")
     else (RuntimeError, ValueError)
-)  # fmt: skip
+)
 
 #: Said when the HTCondor configuration names no collector, and how to point coshare at one.
 NO_POOL_CONFIGURED = (
@@ -139,6 +139,7 @@ class CondorClient:
             sleep=self._sleep,
             reraise=True,
         )
+
         def attempt() -> Any:
             try:
                 return call()
@@ -178,8 +179,9 @@ class CondorClient:
     def schedd(self) -> Any:
         """The schedd whose jobs are planned (located once, then reused)."""
         if self._schedd is None:
-            self._schedd = self._read(f"locate the schedd via {self._the_collector}",
-                                      self._locate_schedd)  # fmt: skip
+            self._schedd = self._read(
+                f"locate the schedd via {self._the_collector}", self._locate_schedd
+            )
         return self._schedd
 
     def _locate_schedd(self) -> Any:
@@ -201,10 +203,12 @@ class CondorClient:
 
     def slot_ads(self) -> list[dict[str, object]]:
         """Every slot ad of the pool, projected to what coshare reads."""
+
         def query() -> list[Any]:
             collector = self._collector()
-            return list(collector.query(self._htcondor.AdTypes.Startd,
-                                        projection=list(SLOT_PROJECTION)))  # fmt: skip
+            return list(
+                collector.query(self._htcondor.AdTypes.Startd, projection=list(SLOT_PROJECTION))
+            )
 
         ads = self._read(f"query {self._the_collector}", query)
         return [values_of(ad, SLOT_PROJECTION) for ad in ads]
@@ -213,6 +217,7 @@ class CondorClient:
         self, constraint: str, projection: Sequence[str] = JOB_PROJECTION
     ) -> list[dict[str, object]]:
         """The schedd's jobs matching ``constraint``, projected."""
+
         def query() -> list[Any]:
             return list(self.schedd().query(constraint=constraint, projection=list(projection)))
 
@@ -222,6 +227,7 @@ class CondorClient:
     def history_ads(self, constraint: str, projection: Sequence[str]) -> list[dict[str, object]]:
         """The schedd's history: jobs that left the queue and match ``constraint``, projected
         (``condor_history``, through the bindings)."""
+
         def query() -> list[Any]:
             return list(self.schedd().history(constraint, list(projection), -1))
 
@@ -242,12 +248,17 @@ class CondorClient:
         if not self.config.schedd:
             return [], []
         htc = self._htcondor
-        names = self._read(f"list the schedds via {self._the_collector}", lambda: [
-            str(ad.get("Name")) for ad in self._collector().query(
-                htc.AdTypes.Schedd, projection=["Name"])])  # fmt: skip
+        names = self._read(
+            f"list the schedds via {self._the_collector}",
+            lambda: [
+                str(ad.get("Name"))
+                for ad in self._collector().query(htc.AdTypes.Schedd, projection=["Name"])
+            ],
+        )
         out: list[tuple[str, dict[str, object]]] = []
         notes: list[str] = []
         for name in sorted(set(names) - {self.config.schedd}):
+
             def query(name: str = name) -> list[Any]:
                 other = htc.Schedd(self._collector().locate(htc.DaemonType.Schedd, name))
                 return list(other.query(constraint=constraint, projection=list(projection)))
@@ -255,8 +266,10 @@ class CondorClient:
             try:
                 ads = query()
             except (*self._error, *_CLASSAD_ERRORS) as exc:
-                notes.append(f"schedd {name} (another planner's) could not be read ({exc}); "
-                             "its placed jobs count only through its planner's claims")
+                notes.append(
+                    f"schedd {name} (another planner's) could not be read ({exc}); "
+                    "its placed jobs count only through its planner's claims"
+                )
                 continue
             out += [(name, values_of(ad, projection)) for ad in ads]
         return out, notes
@@ -268,13 +281,18 @@ class CondorClient:
             SchedulerUnavailable: the collector cannot be asked.
         """
         htc = self._htcondor
-        names: list[str] = self._read(f"list the schedds via {self._the_collector}", lambda: [
-            str(ad.get("Name")) for ad in self._collector().query(
-                htc.AdTypes.Schedd, projection=["Name"])])  # fmt: skip
+        names: list[str] = self._read(
+            f"list the schedds via {self._the_collector}",
+            lambda: [
+                str(ad.get("Name"))
+                for ad in self._collector().query(htc.AdTypes.Schedd, projection=["Name"])
+            ],
+        )
         return names
 
-    def schedd_job_ads(self, name: str, constraint: str,
-                       projection: Sequence[str]) -> list[dict[str, object]]:  # fmt: skip
+    def schedd_job_ads(
+        self, name: str, constraint: str, projection: Sequence[str]
+    ) -> list[dict[str, object]]:
         """The jobs matching ``constraint`` of the schedd ``name`` (read-only), projected.
 
         Raises:
@@ -291,9 +309,13 @@ class CondorClient:
 
     def negotiator_ads(self, projection: Sequence[str]) -> list[dict[str, object]]:
         """The negotiator ads of the pool, projected (none when no negotiator runs)."""
+
         def query() -> list[Any]:
-            return list(self._collector().query(self._htcondor.AdTypes.Negotiator,
-                                                projection=list(projection)))  # fmt: skip
+            return list(
+                self._collector().query(
+                    self._htcondor.AdTypes.Negotiator, projection=list(projection)
+                )
+            )
 
         ads = self._read(f"query {self._the_collector}", query)
         return [values_of(ad, projection) for ad in ads]
@@ -380,4 +402,3 @@ class CondorClient:
         except self._error as exc:
             self.forget_schedd()
             raise EditFailed(action.lower(), "the jobs of a constraint", str(exc)) from exc
-

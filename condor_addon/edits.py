@@ -97,8 +97,13 @@ class Loans:
 
 
 def plan_edits(
-    plan: Plan, book: Book, rejected: Sequence[Rejected], current: Mapping[str, Current],
-    *, now_s: float = 0.0, loans: Loans | None = None,
+    plan: Plan,
+    book: Book,
+    rejected: Sequence[Rejected],
+    current: Mapping[str, Current],
+    *,
+    now_s: float = 0.0,
+    loans: Loans | None = None,
 ) -> Edits:
     """Decide and group the writes that apply ``plan`` (see the module docstring).
 
@@ -145,8 +150,9 @@ def plan_edits(
             elif w.job in loans.lending:
                 lenders[False].append(w.job)
     return Edits(
-        harvest=tuple(sorted(((g, tuple(ids)) for g, ids in harvest.items()),
-                             key=lambda item: item[0] or "")),
+        harvest=tuple(
+            sorted(((g, tuple(ids)) for g, ids in harvest.items()), key=lambda item: item[0] or "")
+        ),
         lenders=tuple((flag, tuple(ids)) for flag, ids in sorted(lenders.items())),
         trials=tuple((t, tuple(ids)) for t, ids in sorted(by_trial.items())),
         decisions=decisions,
@@ -202,8 +208,9 @@ def hold_reason(message: str, job_id: str) -> str:
     return "coshare: " + text.replace("\\", "").replace('"', "'")
 
 
-def wait_reason_edits(plan: Plan, recorded: Mapping[str, str | None]) -> tuple[
-        tuple[str | None, tuple[str, ...]], ...]:  # fmt: skip
+def wait_reason_edits(
+    plan: Plan, recorded: Mapping[str, str | None]
+) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
     """Step 5: ``(reason, jobs)`` per distinct wait reason to write (``None``: clear it), for
     the jobs whose reason changed (:func:`coshare.explain.wait_reason_writes`).
 

@@ -1,8 +1,8 @@
 """Errors of the HTCondor adapter, under coshare's tree (:mod:`coshare.errors`)::
 
-    SchedulerError
-    ├── SchedulerUnavailable      the collector or schedd cannot be reached (client reads)
-    └── EditFailed                a queue edit was refused or did not reach the schedd
+SchedulerError
+├── SchedulerUnavailable      the collector or schedd cannot be reached (client reads)
+└── EditFailed                a queue edit was refused or did not reach the schedd
 """
 
 from __future__ import annotations

@@ -22,9 +22,18 @@ from condor_addon import attributes as A
 from condor_addon.edits import hold_reason
 from condor_addon.names import device_id_problem, node_name_problem
 
-__all__ = ["UNDEFINED", "devices_value", "hold_reason", "idle_managed", "job_clause",
-           "literal", "node_devices_value", "node_value", "nodes_value",
-           "time_value"]  # fmt: skip
+__all__ = [
+    "UNDEFINED",
+    "devices_value",
+    "hold_reason",
+    "idle_managed",
+    "job_clause",
+    "literal",
+    "node_devices_value",
+    "node_value",
+    "nodes_value",
+    "time_value",
+]
 
 _JOB_ID = re.compile(r"^([0-9]+)\.([0-9]+)$")
 

@@ -35,11 +35,26 @@ from condor_addon.view import parse_slots
 
 #: What a replay reads of each history ad.
 HISTORY_PROJECTION: tuple[str, ...] = (
-    "ClusterId", "ProcId", "Owner", "AcctGroup", "Cmd", "JobStatus", "QDate",
-    "JobCurrentStartDate", "CompletionDate", "EnteredCurrentStatus", "RequestCpus",
-    "RequestMemory", "RequestGPUs", "CpusProvisioned", "MemoryProvisioned", "GPUsProvisioned",
-    "MemoryUsage", "CpusUsage", *A.ANNOTATIONS,
-)  # fmt: skip
+    "ClusterId",
+    "ProcId",
+    "Owner",
+    "AcctGroup",
+    "Cmd",
+    "JobStatus",
+    "QDate",
+    "JobCurrentStartDate",
+    "CompletionDate",
+    "EnteredCurrentStatus",
+    "RequestCpus",
+    "RequestMemory",
+    "RequestGPUs",
+    "CpusProvisioned",
+    "MemoryProvisioned",
+    "GPUsProvisioned",
+    "MemoryUsage",
+    "CpusUsage",
+    *A.ANNOTATIONS,
+)
 
 #: Epoch seconds at most (year 33658), as HTCondor's times are read.
 MAX_EPOCH_S = 10**12
@@ -106,9 +121,15 @@ def history_nodes(slots: Sequence[object], config: Config, notes: list[str]) -> 
     return list(view.nodes)
 
 
-def read_history(config: Config, *, since: str | None, until: str | None,
-                 history_file: str | None, nodes_file: str | None,
-                 rule: DeviceMemoryRule) -> tuple[Workload, list[str]]:  # fmt: skip
+def read_history(
+    config: Config,
+    *,
+    since: str | None,
+    until: str | None,
+    history_file: str | None,
+    nodes_file: str | None,
+    rule: DeviceMemoryRule,
+) -> tuple[Workload, list[str]]:
     """The replay of HTCondor's history: from saved ``condor_history -json`` /
     ``condor_status -json`` files where given, else from the live pool (the schedd's jobs
     that completed from ``since`` to ``until``, epoch seconds).
@@ -133,8 +154,10 @@ def read_history(config: Config, *, since: str | None, until: str | None,
     else:
         assert live is not None
         if since is None:
-            raise InputError("--workload condor-history needs --since (epoch seconds) or a "
-                             "saved condor_history -json output as --history-file")  # fmt: skip
+            raise InputError(
+                "--workload condor-history needs --since (epoch seconds) or a "
+                "saved condor_history -json output as --history-file"
+            )
         ads = live.history_ads(_window(since, until), HISTORY_PROJECTION)
     records, never = parse_history(ads, history_file or "condor_history")
     slots: Sequence[object]
@@ -160,8 +183,10 @@ def _window(since: str, until: str | None) -> str:
     bounds = []
     for flag, value in (("--since", since), ("--until", until)):
         if value is not None and not (value.isascii() and value.isdigit() and len(value) <= 12):
-            raise InputError(f"{flag} {value[:40]!r}: HTCondor's history is asked by epoch "
-                             "seconds (e.g. $(date -d '30 days ago' +%s))")  # fmt: skip
+            raise InputError(
+                f"{flag} {value[:40]!r}: HTCondor's history is asked by epoch "
+                "seconds (e.g. $(date -d '30 days ago' +%s))"
+            )
         bounds.append(value)
     constraint = f"CompletionDate >= {int(bounds[0] or 0)}"
     if bounds[1] is not None:

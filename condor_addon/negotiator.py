@@ -37,8 +37,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 #: What the trigger reads of the negotiator's ad.
-NEGOTIATOR_PROJECTION = ("Name", "LastNegotiationCycleTime0", "LastNegotiationCycleEnd0",
-                         "LastNegotiationCyclePeriod0")  # fmt: skip
+NEGOTIATOR_PROJECTION = (
+    "Name",
+    "LastNegotiationCycleTime0",
+    "LastNegotiationCycleEnd0",
+    "LastNegotiationCyclePeriod0",
+)
 
 
 @dataclass(frozen=True)
@@ -149,8 +153,12 @@ class NegotiatorSchedule:
             due += math.ceil((now_s - self.poll_s - due) / period) * period
         return due
 
-    def step(self, now_s: float, cycle: NegotiationCycle | None,
-             newest_submit_s: Callable[[], float | None] | None = None) -> Step:  # fmt: skip
+    def step(
+        self,
+        now_s: float,
+        cycle: NegotiationCycle | None,
+        newest_submit_s: Callable[[], float | None] | None = None,
+    ) -> Step:
         """What to do at ``now_s``, given the latest negotiator ad; ``newest_submit_s`` tells,
         when asked (once per new negotiation cycle), when the newest waiting job was
         submitted (see :meth:`ready_for`)."""
@@ -163,8 +171,12 @@ class NegotiatorSchedule:
             self.seen_start_s = cycle.start_s
             newest = newest_submit_s() if newest_submit_s is not None else None
             if not self.ready_for(cycle.start_s, newest):
-                return Step(True, "after a negotiation cycle no plan was ready for",
-                            after_unready=True, due_s=self.due(cycle, now_s))  # fmt: skip
+                return Step(
+                    True,
+                    "after a negotiation cycle no plan was ready for",
+                    after_unready=True,
+                    due_s=self.due(cycle, now_s),
+                )
         due = self.due(cycle, now_s)
         plan_at = due - self.lead_s - self.last_plan_took_s
         last = self.last_plan_s
@@ -172,8 +184,9 @@ class NegotiatorSchedule:
         if now_s >= plan_at and not done:
             return Step(True, "before the negotiation cycle due", due_s=due)
         wait = plan_at - now_s if now_s < plan_at else self.poll_s
-        return Step(False, "waiting for the next negotiation cycle", min(wait, self.poll_s),
-                    due_s=due)  # fmt: skip
+        return Step(
+            False, "waiting for the next negotiation cycle", min(wait, self.poll_s), due_s=due
+        )
 
     def planned(self, started_s: float, took_s: float) -> None:
         """A plan started at ``started_s`` and took ``took_s``."""

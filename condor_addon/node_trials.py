@@ -42,8 +42,10 @@ from condor_addon.view import node_job_id
 log = logging.getLogger("coshare.node.trials")
 
 #: A job's id on its node: ``<schedd name in id characters>_<cluster>.<proc>_<qdate>``.
-_NODE_ID = re.compile(r"(?P<schedd>[A-Za-z0-9._+-]+)_(?P<cluster>[0-9]{1,12})\."
-                      r"(?P<proc>[0-9]{1,9})_[0-9]{1,12}")  # fmt: skip
+_NODE_ID = re.compile(
+    r"(?P<schedd>[A-Za-z0-9._+-]+)_(?P<cluster>[0-9]{1,12})\."
+    r"(?P<proc>[0-9]{1,9})_[0-9]{1,12}"
+)
 #: What a request needs of a job ad.
 PROJECTION = ("ClusterId", "ProcId", "GlobalJobId", A.TRIAL, "JobStatus")
 #: The most jobs one query names (a node runs a few dozen; a constraint stays small).
@@ -69,16 +71,20 @@ def jobs_constraint(ids: Iterable[tuple[int, int]]) -> str:
     return "CoshareManaged =?= true && (" + " || ".join(f"({t})" for t in terms) + ")"
 
 
-def requests_of(ads: Iterable[Mapping[str, object]], jobs: Iterable[str]
-                ) -> tuple[list[TrialRequest], list[str]]:  # fmt: skip
+def requests_of(
+    ads: Iterable[Mapping[str, object]], jobs: Iterable[str]
+) -> tuple[list[TrialRequest], list[str]]:
     """The trial requests among one schedd's ads of this node's ``jobs``, and notes on the
     records that could not be read. Pure."""
     here = set(jobs)
     local: dict[str, tuple[str, Mapping[str, object]]] = {}
     for ad in ads:
         global_id, cluster, proc = ad.get("GlobalJobId"), ad.get("ClusterId"), ad.get("ProcId")
-        if not isinstance(global_id, str) or not isinstance(cluster, int) \
-                or not isinstance(proc, int):  # fmt: skip
+        if (
+            not isinstance(global_id, str)
+            or not isinstance(cluster, int)
+            or not isinstance(proc, int)
+        ):
             continue
         job = node_job_id(global_id)
         if job in here:
@@ -134,7 +140,7 @@ class CondorTrialRequests:
             ads: list[dict[str, object]] = []
             try:
                 for start in range(0, len(ids), MAX_JOBS_PER_QUERY):
-                    constraint = jobs_constraint(ids[start:start + MAX_JOBS_PER_QUERY])
+                    constraint = jobs_constraint(ids[start : start + MAX_JOBS_PER_QUERY])
                     ads += self.client.schedd_job_ads(name, constraint, PROJECTION)
             except CoshareError as exc:  # one schedd never costs the others
                 log.warning("trial requests: schedd %s not read: %s", name, exc)
@@ -149,6 +155,11 @@ class CondorTrialRequests:
 def open_requests(config: NodeConfig) -> CondorTrialRequests:
     """The node daemon's source of trial requests: the pool ``node.condor_config`` names
     (the bindings are configured for the whole daemon process, once, here)."""
-    condor = replace(CondorConfig(), config_file=config.condor_config, retry_attempts=2,
-                     retry_wait_s=1.0, lock_file=None)  # fmt: skip
+    condor = replace(
+        CondorConfig(),
+        config_file=config.condor_config,
+        retry_attempts=2,
+        retry_wait_s=1.0,
+        lock_file=None,
+    )
     return CondorTrialRequests(CondorClient(condor, configure_bindings(config.condor_config)))

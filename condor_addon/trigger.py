@@ -73,16 +73,22 @@ class Trigger:
         condor = self.config.condor
         interval = self.client.param_seconds("NEGOTIATOR_INTERVAL")
         old = getattr(self, "schedule", None)
-        self.schedule = NegotiatorSchedule(interval, condor.trigger_lead_s, condor.trigger_poll_s,
-                                           self.config.cycle.interval_s)  # fmt: skip
+        self.schedule = NegotiatorSchedule(
+            interval, condor.trigger_lead_s, condor.trigger_poll_s, self.config.cycle.interval_s
+        )
         if old is not None:  # what it saw and did stays true across a reload
             self.schedule.seen_start_s = old.seen_start_s
             self.schedule.last_plan_s = old.last_plan_s
             self.schedule.last_plan_took_s = old.last_plan_took_s
-        log.info("in step with the negotiator: NEGOTIATOR_INTERVAL %s, lead %g s, poll %g s, "
-                 "reschedule %s", f"{interval:g} s" if interval else "unknown (from its ad)",
-                 condor.trigger_lead_s, condor.trigger_poll_s, condor.trigger_reschedule,
-                 extra={"negotiator_interval_s": interval})  # fmt: skip
+        log.info(
+            "in step with the negotiator: NEGOTIATOR_INTERVAL %s, lead %g s, poll %g s, "
+            "reschedule %s",
+            f"{interval:g} s" if interval else "unknown (from its ad)",
+            condor.trigger_lead_s,
+            condor.trigger_poll_s,
+            condor.trigger_reschedule,
+            extra={"negotiator_interval_s": interval},
+        )
 
     def run(self) -> None:
         """Step until :attr:`stop` is set."""
@@ -111,9 +117,14 @@ class Trigger:
         decision = schedule.step(now, cycle, self._newest_submit_s)
         if cycle is not None and (seen is None or cycle.start_s > seen):
             last = schedule.last_plan_s
-            log.debug("negotiation cycle started at %.3f", cycle.start_s,
-                      extra={"negotiation_start_s": cycle.start_s,
-                             "plan_lead_s": None if last is None else cycle.start_s - last})
+            log.debug(
+                "negotiation cycle started at %.3f",
+                cycle.start_s,
+                extra={
+                    "negotiation_start_s": cycle.start_s,
+                    "plan_lead_s": None if last is None else cycle.start_s - last,
+                },
+            )
         if not decision.plan:
             return decision.wait_s
         log.info("planning %s", decision.why, extra={"why": decision.why, "due_s": decision.due_s})
@@ -122,8 +133,11 @@ class Trigger:
         schedule.planned(now, took)
         if decision.due_s is not None and not decision.after_unready:
             ready_s = decision.due_s - now - took
-            log.info("plan ready %.2f s before the negotiation cycle due", ready_s,
-                     extra={"due_s": decision.due_s, "ready_s": ready_s})
+            log.info(
+                "plan ready %.2f s before the negotiation cycle due",
+                ready_s,
+                extra={"due_s": decision.due_s, "ready_s": ready_s},
+            )
         placed = report is not None and bool(report.apply.applied)
         if placed and decision.after_unready and self.config.condor.trigger_reschedule:
             try:
@@ -132,8 +146,11 @@ class Trigger:
                 log.warning("%s", exc)
             else:
                 assert report is not None
-                log.info("asked the schedd for a negotiation cycle now, for %d placed jobs",
-                         len(report.apply.applied), extra={"jobs": list(report.apply.applied)})
+                log.info(
+                    "asked the schedd for a negotiation cycle now, for %d placed jobs",
+                    len(report.apply.applied),
+                    extra={"jobs": list(report.apply.applied)},
+                )
         return 0.0
 
     def _newest_submit_s(self) -> float | None:
@@ -146,8 +163,12 @@ class Trigger:
         except SchedulerError as exc:
             log.warning("%s", exc)
             return None
-        dates = [float(d) for ad in ads for d in [ad.get("QDate")]
-                 if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d)]
+        dates = [
+            float(d)
+            for ad in ads
+            for d in [ad.get("QDate")]
+            if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d)
+        ]
         return max(dates, default=None)
 
     def _cycle(self) -> CycleReport | None:
@@ -157,8 +178,14 @@ class Trigger:
         assert client is not None
         policy = make_policy(config.policy.name, policy_options(config))
         try:
-            report = run_once("condor", config, policy, lambda c: CondorAdapter(client, c),
-                              config.condor.lock_file, totals=self.totals)  # fmt: skip
+            report = run_once(
+                "condor",
+                config,
+                policy,
+                lambda c: CondorAdapter(client, c),
+                config.condor.lock_file,
+                totals=self.totals,
+            )
         except CycleBusy as busy:
             log.info("%s", busy)
             return None

@@ -206,8 +206,9 @@ def _devices(
         try:
             dev_id = _device_id(raw_id)
             model = models[i] if i < len(models) and models[i] is not None else ""
-            problem = text_problem(model, MAX_TEXT_CHARS) if isinstance(model, str) else \
-                "is not a string"  # fmt: skip
+            problem = (
+                text_problem(model, MAX_TEXT_CHARS) if isinstance(model, str) else "is not a string"
+            )
             if problem is not None:
                 raise BadValue(A.DEVICE_MODELS, model, "a model name", problem)
             mem_mib = _device_number(A.DEVICE_MEMORY, memory, i, MAX_DEVICE_MEMORY_MIB)
@@ -252,9 +253,11 @@ class _NodeRead:
 
 
 def _read_node(
-    name: str, ads: Sequence[Values], kinds: Mapping[str, tuple[str, DeviceKind]],
+    name: str,
+    ads: Sequence[Values],
+    kinds: Mapping[str, tuple[str, DeviceKind]],
     warnings: list[str],
-) -> _NodeRead:  # fmt: skip
+) -> _NodeRead:
     """Capacity, devices, claims and state of one node from its slot ads. Capacities round
     down, so a node is never promised more than it has. A lend slot
     (``CoshareLendSlot``) adds no capacity and no state; its claims are read as any other.
@@ -281,21 +284,32 @@ def _read_node(
         if kind != "Partitionable" and ad.get("State") == "Claimed":
             claimed.append(ad)
     if not states:
-        raise BadValue("SlotType", "Dynamic only", "a Partitionable or Static slot",
-                       "shows no slot that holds the node's resources")  # fmt: skip
+        raise BadValue(
+            "SlotType",
+            "Dynamic only",
+            "a Partitionable or Static slot",
+            "shows no slot that holds the node's resources",
+        )
     if cpu_milli == 0:
         raise BadValue("TotalSlotCpus", 0, "at least a thousandth of a core on one node")
     if cpu_milli > MAX_CPU_MILLI or memory_mib > MAX_MEMORY_MIB:
         total = f"{cpu_milli // MILLI} cores, {memory_mib} MiB"
-        raise BadValue("TotalSlotCpus+TotalSlotMemory", total, f"at most {MAX_CORES} cores and "
-                       f"{MAX_MEMORY_MIB} MiB on one node", "summed over its slots is too much")
+        raise BadValue(
+            "TotalSlotCpus+TotalSlotMemory",
+            total,
+            f"at most {MAX_CORES} cores and {MAX_MEMORY_MIB} MiB on one node",
+            "summed over its slots is too much",
+        )
     closed = None
     if states and all(state in CLOSED_STATES for state in states):
         first = next(ad for ad in ads if (_text(ad.get("State")) or "") in CLOSED_STATES)
         activity = _text(first.get("Activity"))
         reason = _text(first.get("DrainReason")) or ""
-        closed = Unusable(name, "/".join(filter(None, (states[0], activity))),
-                          shorten_text(reason) if reason else "")  # fmt: skip
+        closed = Unusable(
+            name,
+            "/".join(filter(None, (states[0], activity))),
+            shorten_text(reason) if reason else "",
+        )
     return _NodeRead(Node(name, cpu_milli, memory_mib, devices or ()), tuple(claimed), closed)
 
 
@@ -309,8 +323,11 @@ def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[st
         BadValue: its size or ids out of bounds (the node is left out).
     """
     global_id = ad.get("GlobalJobId")
-    job_id = checked_id("GlobalJobId", global_id) if global_id is not None else \
-        checked_id("Name", ad.get("Name"))  # fmt: skip
+    job_id = (
+        checked_id("GlobalJobId", global_id)
+        if global_id is not None
+        else checked_id("Name", ad.get("Name"))
+    )
     cpu_milli = cores_to_milli(bounded("Cpus", ad.get("Cpus", 0), MAX_CORES))
     memory_mib = math.ceil(bounded("Memory", ad.get("Memory", 0), MAX_MEMORY_MIB))
     used: tuple[str, ...] = ()
@@ -320,14 +337,17 @@ def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[st
         gang = _gang_parts(ad.get(A.PLACED_NODES), ad.get(A.PLACED_NODE_DEVICES))
         if gang:  # a parallel job's slot: the devices it was given on this node
             placed = next((",".join(d) for n, d in gang if n == name), None)
-        used = tuple(d for d in split_ids(placed if isinstance(placed, str) else None)
-                     if d in known)  # fmt: skip
+        used = tuple(
+            d for d in split_ids(placed if isinstance(placed, str) else None) if d in known
+        )
         declared = declared_demand(job_id, ad)
         if declared is None and used:
             # Unreadable declaration on a running job: count whole devices (never under).
             declared = whole_devices([known[d] for d in used])
-            warnings.append(f"job {job_id} on {name}: device demand unreadable; "
-                            "counted as using its whole devices")  # fmt: skip
+            warnings.append(
+                f"job {job_id} on {name}: device demand unreadable; "
+                "counted as using its whole devices"
+            )
         demand = declared or (0, 0)
     harvest_from = None
     lender = ad.get(A.HARVEST_FROM)
@@ -335,10 +355,16 @@ def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[st
         # A borrower (collocate): its cores are the GPU job's, by its GlobalJobId.
         harvest_from = checked_id(A.HARVEST_FROM, lender)
     return RunningJob(
-        id=job_id, node=name, devices=used, device_memory_mib=demand[0],
-        device_threads=demand[1], cpu_milli=cpu_milli, memory_mib=memory_mib, state="running",
+        id=job_id,
+        node=name,
+        devices=used,
+        device_memory_mib=demand[0],
+        device_threads=demand[1],
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        state="running",
         harvest_from=harvest_from,
-    )  # fmt: skip
+    )
 
 
 def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> ClusterView:
@@ -392,9 +418,11 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
     left_out: set[str] = set()
     global_ids: set[str] = set()
     for name, problem in sorted(unwritable.items()):
-        warnings.append(f"node {shorten_text(name)}: its name cannot be written into a "
-                        f"placement: it {problem} ({UNWRITABLE_NAME}); node left out of this "
-                        "cycle")
+        warnings.append(
+            f"node {shorten_text(name)}: its name cannot be written into a "
+            f"placement: it {problem} ({UNWRITABLE_NAME}); node left out of this "
+            "cycle"
+        )
         unusable.append(Unusable(name, UNWRITABLE, f"name not writable ({UNWRITABLE_NAME})"))
         left_out.add(name)
     for name in sorted(ads_of):
@@ -413,11 +441,21 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
         else:
             nodes.append(result[0].node)
             running.extend(result[1])
-            global_ids.update(r.id for r, ad in zip(result[1], result[0].claimed, strict=True)
-                              if ad.get("GlobalJobId") is not None)  # fmt: skip
-    return ClusterView(tuple(nodes), tuple(running), frozenset(global_ids), node_of_machine,
-                       tuple(warnings), tuple(unusable), frozenset(left_out),
-                       {n: t for n, t in facts.items() if n not in left_out})  # fmt: skip
+            global_ids.update(
+                r.id
+                for r, ad in zip(result[1], result[0].claimed, strict=True)
+                if ad.get("GlobalJobId") is not None
+            )
+    return ClusterView(
+        tuple(nodes),
+        tuple(running),
+        frozenset(global_ids),
+        node_of_machine,
+        tuple(warnings),
+        tuple(unusable),
+        frozenset(left_out),
+        {n: t for n, t in facts.items() if n not in left_out},
+    )
 
 
 @dataclass(frozen=True)
@@ -488,24 +526,34 @@ class QueueJob:
             # A gang's gate is CosharePlacedNode; its nodes are the list written before it.
             # A list that does not start at that node is no whole placement (the ledger
             # finds it gone and the gate is closed).
-            pairs = self.placed_parts if self.placed_parts and \
-                self.placed_parts[0][0] == self.placed_node else ((self.placed_node, ()),) * 2
+            pairs = (
+                self.placed_parts
+                if self.placed_parts and self.placed_parts[0][0] == self.placed_node
+                else ((self.placed_node, ()),) * 2
+            )
             share = self.processes_per_machine
             parts = tuple(Part(node, devices, share) for node, devices in pairs)
             return Placed(pairs[0][0], pairs[0][1], at_s, parts=parts)
-        return Placed(self.placed_node, split_ids(self.placed_devices), at_s,
-                      harvest_from=self.harvest_from)  # fmt: skip
+        return Placed(
+            self.placed_node, split_ids(self.placed_devices), at_s, harvest_from=self.harvest_from
+        )
 
     @property
     def processes_per_machine(self) -> int:
         """A parallel job's processes on each machine: ``CoshareProcesses`` over
         ``MinHosts`` (one when unset); 0 when they do not divide (such a job is refused)."""
         machines = self.min_hosts
-        if isinstance(machines, bool) or not isinstance(machines, (int, float)) or machines < 1 \
-                or machines != int(machines):  # fmt: skip
+        if (
+            isinstance(machines, bool)
+            or not isinstance(machines, (int, float))
+            or machines < 1
+            or machines != int(machines)
+        ):
             return 0
-        raw = next((v for k, v in self.annotations.items()
-                    if squash(k) == squash("CoshareProcesses")), None)  # fmt: skip
+        raw = next(
+            (v for k, v in self.annotations.items() if squash(k) == squash("CoshareProcesses")),
+            None,
+        )
         total = _whole(raw) if raw is not None else int(machines)
         return total // int(machines) if total and total % int(machines) == 0 else 0
 
@@ -573,7 +621,7 @@ def read_job(ad: Values) -> QueueJob | None:
         placed_parts=_gang_parts(ad.get(A.PLACED_NODES), ad.get(A.PLACED_NODE_DEVICES)),
         harvest_from=_text(ad.get(A.HARVEST_FROM)),
         lender=ad.get(A.LENDER) is True,
-    )  # fmt: skip
+    )
 
 
 def local_lenders(jobs: Iterable[QueueJob]) -> dict[str, QueueJob]:
@@ -582,8 +630,12 @@ def local_lenders(jobs: Iterable[QueueJob]) -> dict[str, QueueJob]:
     written (another schedd's job, as the collector's claims name it)."""
     listed = list(jobs)
     local = {q.global_id: q.id for q in listed if q.global_id}
-    return {q.id: replace(q, harvest_from=local.get(q.harvest_from, q.harvest_from))
-            if q.harvest_from is not None else q for q in listed}  # fmt: skip
+    return {
+        q.id: replace(q, harvest_from=local.get(q.harvest_from, q.harvest_from))
+        if q.harvest_from is not None
+        else q
+        for q in listed
+    }
 
 
 def _whole(value: object) -> int | None:
@@ -598,8 +650,12 @@ def _whole(value: object) -> int | None:
 def _gang_parts(nodes: object, devices: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``CosharePlacedNodes`` and ``CosharePlacedNodeDevices`` paired; empty unless both are
     lists of strings of the same length (a half-written or edited placement is no placement)."""
-    if not isinstance(nodes, list) or not isinstance(devices, list) or not nodes \
-            or len(nodes) != len(devices):  # fmt: skip
+    if (
+        not isinstance(nodes, list)
+        or not isinstance(devices, list)
+        or not nodes
+        or len(nodes) != len(devices)
+    ):
         return ()
     if not all(isinstance(v, str) for v in (*nodes, *devices)):
         return ()
@@ -617,28 +673,45 @@ def _machine_count(job: QueueJob) -> int:
         AnnotationError: it is not a whole number of machines coshare can place, or the job
             also sets ``CoshareNodes``/``CoshareNodesMax``.
     """
+
     def refuse(name: str, value: object, allowed: str, why: str) -> AnnotationError:
         return AnnotationError(job.id, [FieldProblem(name, shown(str(value)), allowed, why)])
 
     count = bounded("MinHosts", job.min_hosts, MAX_JOB_NODES)
     if count != int(count) or count < 1:
-        raise refuse("MinHosts", job.min_hosts, f"a whole number 1..{MAX_JOB_NODES}",
-                     "is not a whole number of machines")  # fmt: skip
+        raise refuse(
+            "MinHosts",
+            job.min_hosts,
+            f"a whole number 1..{MAX_JOB_NODES}",
+            "is not a whole number of machines",
+        )
     if job.max_hosts is not None and job.max_hosts != job.min_hosts:
-        raise refuse("MaxHosts", job.max_hosts, f"MinHosts ({job.min_hosts}), as machine_count "
-                     "sets both", "asks for a range of machines, which coshare does not place on "
-                     "HTCondor")  # fmt: skip
+        raise refuse(
+            "MaxHosts",
+            job.max_hosts,
+            f"MinHosts ({job.min_hosts}), as machine_count sets both",
+            "asks for a range of machines, which coshare does not place on HTCondor",
+        )
     for key in _NODE_KEYS:
         if squash(key) in {squash(k) for k in job.annotations}:
-            raise refuse(key, "set", "unset on a parallel-universe job (machine_count gives "
-                         "its nodes)", "repeats machine_count")  # fmt: skip
-    processes = next((v for k, v in job.annotations.items()
-                      if squash(k) == squash("CoshareProcesses")), None)  # fmt: skip
+            raise refuse(
+                key,
+                "set",
+                "unset on a parallel-universe job (machine_count gives its nodes)",
+                "repeats machine_count",
+            )
+    processes = next(
+        (v for k, v in job.annotations.items() if squash(k) == squash("CoshareProcesses")), None
+    )
     number = _whole(processes)
     if number is not None and number % int(count) != 0:  # other values: parse_job refuses
-        raise refuse("CoshareProcesses", processes, f"a multiple of machine_count "
-                     f"({int(count)}): every machine's slot is RequestCpus and RequestMemory",
-                     "does not split evenly over the machines")  # fmt: skip
+        raise refuse(
+            "CoshareProcesses",
+            processes,
+            f"a multiple of machine_count "
+            f"({int(count)}): every machine's slot is RequestCpus and RequestMemory",
+            "does not split evenly over the machines",
+        )
     return int(count)
 
 
@@ -658,12 +731,14 @@ def doubling_problem(job: QueueJob, nodes: Sequence[Node]) -> FieldProblem | Non
     largest = max(nodes, key=lambda n: n.memory_mib)
     node = roomy[0]
     return FieldProblem(
-        "RequestCpus", f"{cpu / MILLI:g} (RequestMemory {memory} MiB)",
+        "RequestCpus",
+        f"{cpu / MILLI:g} (RequestMemory {memory} MiB)",
         f"more than half of every node's cores (> {widest.cpu_milli / MILLI / 2:g}, "
         f"{shorten_text(widest.name)} has {widest.cpu_milli / MILLI:g}) or memory "
         f"(> {largest.memory_mib / 2:g} MiB), or condor.parallel_may_double: true",
         f"two of its slots fit on {shorten_text(node.name)} ({node.cpu_milli / MILLI:g} "
-        f"cores, {node.memory_mib} MiB): HTCondor may run two of its processes there")  # fmt: skip
+        f"cores, {node.memory_mib} MiB): HTCondor may run two of its processes there",
+    )
 
 
 def queued(job: QueueJob, nodes: Sequence[Node] | None = None) -> Queued:
@@ -695,17 +770,29 @@ def queued(job: QueueJob, nodes: Sequence[Node] | None = None) -> Queued:
         for key in _NODE_KEYS:
             value = next((v for k, v in annotations.items() if squash(k) == squash(key)), None)
             if value is not None and value != 1:
-                raise AnnotationError(job.id, [FieldProblem(
-                    key, shown(str(value)), "1 on a vanilla-universe job (HTCondor runs it on "
-                    "one machine; submit it with universe = parallel and machine_count = N to "
-                    "span nodes)", "asks for several nodes")])  # fmt: skip
+                raise AnnotationError(
+                    job.id,
+                    [
+                        FieldProblem(
+                            key,
+                            shown(str(value)),
+                            "1 on a vanilla-universe job (HTCondor runs it on one "
+                            "machine; submit it with universe = parallel and machine_count = N to "
+                            "span nodes)",
+                            "asks for several nodes",
+                        )
+                    ],
+                )
     return Queued(
-        id=job.id, annotations=annotations, cpu_milli=job.cpu_milli * machines,
+        id=job.id,
+        annotations=annotations,
+        cpu_milli=job.cpu_milli * machines,
         memory_mib=job.memory_mib * machines,
         priority=int(bounded("JobPrio", job.priority, MAX_PRIORITY, minimum=-MAX_PRIORITY)),
         submit_time_s=bounded("QDate", job.submit_time_s, MAX_TIME_S, minimum=-MAX_TIME_S),
-        placed=job.placed, gate_open=job.placed_node is not None,
-    )  # fmt: skip
+        placed=job.placed,
+        gate_open=job.placed_node is not None,
+    )
 
 
 @dataclass(frozen=True)
@@ -730,7 +817,11 @@ class QueueView:
 
 
 def parse_queue(
-    jobs: Iterable[QueueJob], cluster: ClusterView, *, now_s: float, replan_after_s: float,
+    jobs: Iterable[QueueJob],
+    cluster: ClusterView,
+    *,
+    now_s: float,
+    replan_after_s: float,
     parallel_may_double: bool = False,
 ) -> QueueView:
     """Sort the managed jobs of a queue: idle ones through the ledger; running ones the
@@ -751,8 +842,13 @@ def parse_queue(
     warnings: list[str] = []
     for q in jobs:
         if q.status == A.IDLE:
-            idle.append(refuse_on_error(q.id, lambda q=q: queued(q, doubling_nodes),  # type: ignore[misc]
-                                        q.annotations))  # fmt: skip
+            idle.append(
+                refuse_on_error(
+                    q.id,
+                    lambda q=q: queued(q, doubling_nodes),  # type: ignore[misc]
+                    q.annotations,
+                )
+            )
             continue
         if q.status not in HOLDS_SLOT:
             continue  # held, removed, completed: holds nothing, waits for a person
@@ -766,8 +862,16 @@ def parse_queue(
         if node in cluster.left_out:
             continue  # nothing is planned there this cycle; its warning says why
         host = refuse_on_error(q.id, lambda q=q: (q.cpu_milli, q.memory_mib))  # type: ignore[misc]
-        part = _running_part(q, node, q.remote_host or node or "?", split_ids(q.placed_devices),
-                             host, declared_demand(q.id, q.annotations), nodes, warnings)
+        part = _running_part(
+            q,
+            node,
+            q.remote_host or node or "?",
+            split_ids(q.placed_devices),
+            host,
+            declared_demand(q.id, q.annotations),
+            nodes,
+            warnings,
+        )
         if part is not None:
             running.append(part)
     book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s, gangs=True)
@@ -783,10 +887,12 @@ def _doubled(q: QueueJob, cluster: ClusterView) -> list[str]:
         if r.id == q.global_id:
             slots[r.node] = slots.get(r.node, 0) + 1
     planned = {n for n, _ in q.placed_parts}
-    return [f"job {q.id}: the dedicated scheduler started {count} of its processes on "
-            f"{shorten_text(node)}, where coshare planned {1 if node in planned else 0}"
-            for node, count in sorted(slots.items())
-            if count > (1 if node in planned else 0)]  # fmt: skip
+    return [
+        f"job {q.id}: the dedicated scheduler started {count} of its processes on "
+        f"{shorten_text(node)}, where coshare planned {1 if node in planned else 0}"
+        for node, count in sorted(slots.items())
+        if count > (1 if node in planned else 0)
+    ]
 
 
 def _gang_running(
@@ -809,30 +915,42 @@ def _gang_running(
 
 
 def _running_part(
-    q: QueueJob, node: str | None, where: str, placed: Iterable[str],
-    host: tuple[int, int] | Rejected, demand: tuple[int, int] | None,
-    nodes: Mapping[str, Node], warnings: list[str],
+    q: QueueJob,
+    node: str | None,
+    where: str,
+    placed: Iterable[str],
+    host: tuple[int, int] | Rejected,
+    demand: tuple[int, int] | None,
+    nodes: Mapping[str, Node],
+    warnings: list[str],
 ) -> RunningJob | None:
     """What a running job (or one node's part of a running gang) holds on ``node``: its
     host request and the placed devices the node has, with its declared demand or, when that
     cannot be read, those devices whole; the whole node when its host request cannot be read;
     nothing, with a warning naming ``where``, on a node coshare does not manage."""
     if node is None or node not in nodes:
-        warnings.append(f"job {q.id} runs on {shorten_text(where)}, which is not a coshare "
-                        "node; not counted")  # fmt: skip
+        warnings.append(
+            f"job {q.id} runs on {shorten_text(where)}, which is not a coshare node; not counted"
+        )
         return None
     if isinstance(host, Rejected):
-        warnings.append(f"{host.reason}; it runs on {node}: counted as holding the whole "
-                        "node")  # fmt: skip
+        warnings.append(f"{host.reason}; it runs on {node}: counted as holding the whole node")
         return whole_node(q.id, nodes[node])
     known = {d.id: d for d in nodes[node].devices}
     devices = tuple(d for d in placed if d in known)
     used = demand or whole_devices([known[d] for d in devices])
     return RunningJob(
-        id=q.id, node=node, devices=devices, device_memory_mib=used[0],
-        device_threads=used[1], cpu_milli=host[0], memory_mib=host[1], state="running",
-        start_time_s=q.placed_at, harvest_from=q.harvest_from,
-    )  # fmt: skip
+        id=q.id,
+        node=node,
+        devices=devices,
+        device_memory_mib=used[0],
+        device_threads=used[1],
+        cpu_milli=host[0],
+        memory_mib=host[1],
+        state="running",
+        start_time_s=q.placed_at,
+        harvest_from=q.harvest_from,
+    )
 
 
 def foreign_planned(
@@ -856,8 +974,10 @@ def foreign_planned(
 
         got = refuse_on_error(q.id, holding, q.annotations)
         if isinstance(got, Rejected):
-            notes.append(f"another schedd's placed job {q.global_id or q.id} cannot be read "
-                         f"({got.reason}); it counts only through its planner's claims")
+            notes.append(
+                f"another schedd's placed job {q.global_id or q.id} cannot be read "
+                f"({got.reason}); it counts only through its planner's claims"
+            )
             continue
         held_parts += [replace(r, id=q.global_id or r.id) for r in got if r.node in names]
     return tuple(held_parts), tuple(notes)
@@ -885,12 +1005,23 @@ def build_snapshot(
     listed = list(jobs)
     id_of = {q.global_id: q.id for q in listed if q.global_id}
     by_id = {q.id: q for q in listed}
-    running = [_declaring(replace(r, id=id_of.get(r.id, r.id), harvest_from=id_of.get(
-        r.harvest_from, r.harvest_from) if r.harvest_from is not None else None), by_id)
-        for r in cluster.running]  # fmt: skip
+    running = [
+        _declaring(
+            replace(
+                r,
+                id=id_of.get(r.id, r.id),
+                harvest_from=id_of.get(r.harvest_from, r.harvest_from)
+                if r.harvest_from is not None
+                else None,
+            ),
+            by_id,
+        )
+        for r in cluster.running
+    ]
     return Snapshot(
         nodes=cluster.nodes,
-        running=tuple(running) + tuple(_declaring(r, by_id) for r in queue.running)
+        running=tuple(running)
+        + tuple(_declaring(r, by_id) for r in queue.running)
         + queue.book.planned,
         pending=queue.book.pending,
         now_s=now_s,
@@ -913,8 +1044,12 @@ def _declaring(running: RunningJob, jobs: Mapping[str, QueueJob]) -> RunningJob:
         declared = parse_annotations(q.id, q.annotations)
     except CoshareError:
         return replace(running, start_time_s=q.start_time_s or running.start_time_s)
-    return replace(running, program=declared.program, membw_gbps=declared.membw_gbps,
-                   start_time_s=q.start_time_s or running.start_time_s)
+    return replace(
+        running,
+        program=declared.program,
+        membw_gbps=declared.membw_gbps,
+        start_time_s=q.start_time_s or running.start_time_s,
+    )
 
 
 def current(now: QueueJob, then: QueueJob | None) -> Current:
@@ -928,9 +1063,13 @@ def current(now: QueueJob, then: QueueJob | None) -> Current:
     if then is not None and _changed(now, then):
         changed = "changed since it was read; planned next cycle"
     return Current(
-        id=now.id, state=A.job_status_name(now.status), pending=now.status == A.IDLE,
-        gate_open=now.placed_node is not None, placed=now.placed, changed=changed,
-    )  # fmt: skip
+        id=now.id,
+        state=A.job_status_name(now.status),
+        pending=now.status == A.IDLE,
+        gate_open=now.placed_node is not None,
+        placed=now.placed,
+        changed=changed,
+    )
 
 
 def _changed(now: QueueJob, then: QueueJob) -> bool:
@@ -957,9 +1096,13 @@ _NODE_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 
 
 def with_node_facts(
-    snapshot: Snapshot, cluster: ClusterView, jobs: Iterable[QueueJob], *, now_s: float,
+    snapshot: Snapshot,
+    cluster: ClusterView,
+    jobs: Iterable[QueueJob],
+    *,
+    now_s: float,
     max_age_s: float,
-) -> tuple[Snapshot, tuple[str, ...]]:  # fmt: skip
+) -> tuple[Snapshot, tuple[str, ...]]:
     """``snapshot`` with the facts the nodes published (:func:`coshare.facts.with_facts`),
     and the notes about the unusable ones. A running job is found in its node's loads by its
     GlobalJobId in id characters."""
@@ -968,5 +1111,4 @@ def with_node_facts(
     def local_id(job: RunningJob) -> str:
         return node_job_id(global_of.get(job.id, job.id))
 
-    return with_facts(snapshot, cluster.facts, now_s=now_s, max_age_s=max_age_s,
-                      local_ids=local_id)  # fmt: skip
+    return with_facts(snapshot, cluster.facts, now_s=now_s, max_age_s=max_age_s, local_ids=local_id)

@@ -96,7 +96,8 @@ class SlurmAdapter:
     probes_via_facts: ClassVar[bool] = False
     probe_facts_unsupported_reason: ClassVar[str] = (
         "node.trial_requests reads HTCondor's schedds only; on Slurm the probe reaches the "
-        "node as a step of the trial job: probe_via: step")
+        "node as a step of the trial job: probe_via: step"
+    )
     writes_llc_ways: ClassVar[bool] = True
     #: Slurm's job ids are unique in the cluster, across partitions and planners: the
     #: engine's claims match another planner's claimed job to the same job read here
@@ -118,7 +119,8 @@ class SlurmAdapter:
     #: Why not, when :attr:`applies_harvest` is false.
     harvest_unsupported_reason: ClassVar[str] = (
         "slurm.lend_partition is not set, and Slurm starts no job on cores it has allocated "
-        "to a job of another partition (deploy/slurm/slurm.conf.snippet has the partition)")
+        "to a job of another partition (deploy/slurm/slurm.conf.snippet has the partition)"
+    )
 
     def __init__(
         self, client: SlurmClient, config: Config, clock: Callable[[], float] = time.time
@@ -152,13 +154,19 @@ class SlurmAdapter:
             lend_partition=self.config.slurm.lend_partition,
             shared=self.config.coordination.dsn is not None,
         )
-        return SourceResult(self.view.snapshot, self.view.rejected, self.view.waiting,
-                            tuple(notes) + self.view.notes, self.view.unusable)  # fmt: skip
+        return SourceResult(
+            self.view.snapshot,
+            self.view.rejected,
+            self.view.waiting,
+            tuple(notes) + self.view.notes,
+            self.view.unusable,
+        )
 
     # -- Editor ---------------------------------------------------------------------------
 
-    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool,
-              fence: Fence | None = None) -> ApplyReport:  # fmt: skip
+    def apply(
+        self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool, fence: Fence | None = None
+    ) -> ApplyReport:
         """Write a plan (see the module docstring for the order of the writes); ``fence``
         before each batch of requeues, holds and placements (what it raises ends the writes
         there, each batch sent complete).
@@ -174,26 +182,39 @@ class SlurmAdapter:
         involved = {a.job for a in plan.assignments} | {u.job for u in plan.unplaced}
         involved |= {r.job for r in rejected} | set(view.to_close)
         current = self.client.read_job_fields(sorted(involved, key=_numeric))
-        edits = plan_edits(view, plan, rejected, current, now_s=self.clock(),
-                           lend_partition=self.config.slurm.lend_partition)  # fmt: skip
+        edits = plan_edits(
+            view,
+            plan,
+            rejected,
+            current,
+            now_s=self.clock(),
+            lend_partition=self.config.slurm.lend_partition,
+        )
         # Informational and one process per job (the text has spaces, which scontrol's
         # stdin language cannot carry): bounded per cycle, the rest follow next cycle.
         reasons = wait_reason_updates(plan, current)[: self.config.slurm.update_batch]
         if dry_run:
             return ApplyReport(
-                applied=tuple(w.job for w in edits.writes), unchanged=edits.unchanged,
-                skipped=edits.skipped, failed=edits.failed, rejected=edits.rejected,
-                withdrawn=edits.close, dry_run=True, noted=tuple(j for j, _ in reasons),
+                applied=tuple(w.job for w in edits.writes),
+                unchanged=edits.unchanged,
+                skipped=edits.skipped,
+                failed=edits.failed,
+                rejected=edits.rejected,
+                withdrawn=edits.close,
+                dry_run=True,
+                noted=tuple(j for j, _ in reasons),
                 requeued=tuple(JobOutcome(u.job, u.reason) for u in plan.requeue),
-            )  # fmt: skip
+            )
         requeued, not_requeued = self._requeue(plan, fence)
         withdrawn, blocked = self._close(edits.close, fence)
         if blocked is not None:
             return ApplyReport(
-                unchanged=edits.unchanged, failed=edits.failed + not_requeued,
-                withdrawn=withdrawn, requeued=requeued,
+                unchanged=edits.unchanged,
+                failed=edits.failed + not_requeued,
+                withdrawn=withdrawn,
+                requeued=requeued,
                 skipped=edits.skipped + tuple(JobOutcome(w.job, blocked) for w in edits.writes),
-            )  # fmt: skip
+            )
         for job_id, text in edits.refusals:
             error = self.client.update(update_argv(job_id, text))
             if error is not None:
@@ -210,8 +231,9 @@ class SlurmAdapter:
             requeued=requeued,
         )
 
-    def _requeue(self, plan: Plan,
-                 fence: Fence) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
+    def _requeue(
+        self, plan: Plan, fence: Fence
+    ) -> tuple[tuple[JobOutcome, ...], tuple[JobOutcome, ...]]:
         """Requeue the running jobs of ``plan.requeue`` (borrowers whose GPU job needs its
         cores back) with ``scontrol requeuehold``: Slurm ends them (the Epilog's end of the
         job gives the GPU job its cores back) and they wait held, to be placed again. Done
@@ -252,8 +274,9 @@ class SlurmAdapter:
         with ThreadPoolExecutor(max_workers=self.config.slurm.workers) as pool:
             return tuple(j for j in pool.map(write, reasons) if j is not None)
 
-    def _close(self, close: Sequence[JobOutcome],
-               fence: Fence) -> tuple[tuple[JobOutcome, ...], str | None]:
+    def _close(
+        self, close: Sequence[JobOutcome], fence: Fence
+    ) -> tuple[tuple[JobOutcome, ...], str | None]:
         """Hold the jobs whose gates the plan withdraws, and confirm it with a re-read.
 
         Returns:
@@ -276,8 +299,9 @@ class SlurmAdapter:
                 started.add(job_id)
             elif not job.held:
                 not_closed.add(job_id)
-                log.warning("job %s could not be held: %s", job_id,
-                            errors.get(job_id, "no error given"))  # fmt: skip
+                log.warning(
+                    "job %s could not be held: %s", job_id, errors.get(job_id, "no error given")
+                )
         held = tuple(o for o in close if o.job in after and after[o.job].held)
         return held, gates_may_open(started, not_closed)
 
@@ -287,10 +311,16 @@ class SlurmAdapter:
         batches: list[list[tuple[PlacementWrite, str]]] = [[]]
         for w in writes:
             try:
-                line = update_line(w.job, w.node, w.admin_comment, nodes=w.nodes,
-                                   tasks=w.tasks, tasks_per_node=w.tasks_per_node,
-                                   min_cpus_per_node=w.min_cpus_per_node,
-                                   partition=w.partition)  # fmt: skip
+                line = update_line(
+                    w.job,
+                    w.node,
+                    w.admin_comment,
+                    nodes=w.nodes,
+                    tasks=w.tasks,
+                    tasks_per_node=w.tasks_per_node,
+                    min_cpus_per_node=w.min_cpus_per_node,
+                    partition=w.partition,
+                )
             except UnsafeValue as exc:
                 outcome.failed.append(JobOutcome(w.job, f"cannot be written safely: {exc}"))
                 continue
@@ -308,8 +338,7 @@ class SlurmAdapter:
                 outcome.failed += part.failed
         return outcome
 
-    def _place_batch(self, batch: Sequence[tuple[PlacementWrite, str]],
-                     fence: Fence) -> _Outcome:
+    def _place_batch(self, batch: Sequence[tuple[PlacementWrite, str]], fence: Fence) -> _Outcome:
         """One batch: its updates on scontrol's stdin, a re-read of just these jobs, and one
         release of those whose placement is there and whose comment did not change."""
         assert self.view is not None
@@ -354,7 +383,6 @@ class SlurmAdapter:
                     outcome.applied.append(job_id)
         return outcome
 
-
     # -- TrialControl -----------------------------------------------------------------------
 
     def trial_jobs(self) -> list[TrialJob]:
@@ -374,9 +402,16 @@ class SlurmAdapter:
                 log.warning("%s; left as it is", exc)
                 continue
             assert placement is not None
-            found.append(TrialJob(job.id, placement.node, declared_use(job)[0],
-                                  _TRIAL_PHASES.get(job.state, _phase(job)),
-                                  job.start_time_s or None, record))  # fmt: skip
+            found.append(
+                TrialJob(
+                    job.id,
+                    placement.node,
+                    declared_use(job)[0],
+                    _TRIAL_PHASES.get(job.state, _phase(job)),
+                    job.start_time_s or None,
+                    record,
+                )
+            )
         return found
 
     def write_trial(self, job: str, record: TrialRecord) -> str | None:
@@ -405,8 +440,11 @@ class SlurmAdapter:
         if error is not None:
             return error
         try:
-            return self.client.update(update_argv(job, format_waiting(
-                f"trial: {' '.join(reason.split())}")[:MAX_REFUSAL_CHARS]))  # fmt: skip
+            return self.client.update(
+                update_argv(
+                    job, format_waiting(f"trial: {' '.join(reason.split())}")[:MAX_REFUSAL_CHARS]
+                )
+            )
         except UnsafeValue as exc:
             return str(exc)
 
@@ -414,13 +452,18 @@ class SlurmAdapter:
         """A Slurm job's node daemon knows it by its job id."""
         return job
 
-    def probe_step(self, node: str, job: str, argv: Sequence[str],
-                   timeout_s: float) -> CommandResult:  # fmt: skip
+    def probe_step(
+        self, node: str, job: str, argv: Sequence[str], timeout_s: float
+    ) -> CommandResult:
         """A trial's probe on its node (``policy.membw.probe_via: step``;
         :class:`coshare.trial_cycle.ProbeStep`): ``argv`` as a step of the trial job."""
         if not is_safe_token(node) or not job.isdigit():
-            raise CommandFailed(["srun"], None, "", f"job {job} on node {node}: not a Slurm "
-                                "job id and node name to run a step with")  # fmt: skip
+            raise CommandFailed(
+                ["srun"],
+                None,
+                "",
+                f"job {job} on node {node}: not a Slurm job id and node name to run a step with",
+            )
         return self.client.step(job, node, argv, timeout_s)
 
     def _verb(self, verb: str, job: str) -> str | None:
@@ -431,8 +474,11 @@ class SlurmAdapter:
 
 
 #: Slurm states of a started job, as trial co-runs see them.
-_TRIAL_PHASES: dict[str, JobPhase] = {"SUSPENDED": "suspended", "RUNNING": "running",
-                                      "COMPLETING": "ended"}  # fmt: skip
+_TRIAL_PHASES: dict[str, JobPhase] = {
+    "SUSPENDED": "suspended",
+    "RUNNING": "running",
+    "COMPLETING": "ended",
+}
 
 
 def _phase(job: SlurmJob) -> JobPhase:

@@ -23,10 +23,13 @@ from coshare.ports import Adapter
 #: How a Slurm user sets each value ``explain`` may advise to lower (the job's comment and
 #: sbatch's own options).
 NAMES = {
-    "device_memory_mib": "device-memory", "device_threads": "device-threads",
-    "device_count": "device-count", "cores": "--cpus-per-task", "memory_mib": "--mem",
+    "device_memory_mib": "device-memory",
+    "device_threads": "device-threads",
+    "device_count": "device-count",
+    "cores": "--cpus-per-task",
+    "memory_mib": "--mem",
     "processes": "processes",
-}  # fmt: skip
+}
 
 
 def open_adapter(config: Config) -> Adapter:

@@ -155,8 +155,15 @@ class SlurmClient:
     def read_accounting_users(self, since: str, until: str | None) -> dict[str, str]:
         """Job id -> user name of the same window (``sacct --parsable2``, which names the user
         from the uid where ``--json`` has no name: a user without an association)."""
-        argv = [self._program("sacct"), "--noheader", "--parsable2", "--allocations",
-                "--allusers", f"--starttime={since}", "--format=JobID,User"]  # fmt: skip
+        argv = [
+            self._program("sacct"),
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            "--allusers",
+            f"--starttime={since}",
+            "--format=JobID,User",
+        ]
         if until is not None:
             argv.append(f"--endtime={until}")
         out = self.retrying(lambda: self._once(argv).stdout)
@@ -171,14 +178,20 @@ class SlurmClient:
         found: dict[str, SlurmJob] = {}
         for chunk in chunks(list(job_ids), JOBS_PER_QUERY):
             marker = "cs" + secrets.token_hex(16)
-            argv = [self._program("squeue"), "--noheader", "--states=all",
-                    f"--jobs={job_list(chunk)}", f"--Format={fields_format(marker)}"]  # fmt: skip
+            argv = [
+                self._program("squeue"),
+                "--noheader",
+                "--states=all",
+                f"--jobs={job_list(chunk)}",
+                f"--Format={fields_format(marker)}",
+            ]
             found.update(parse_squeue_fields(self._call(argv).stdout, chunk, marker))
         return found
 
     def ping(self) -> None:
         """Make sure slurmctld answers (``scontrol ping`` is instant, where a write to a
         stopped controller waits ~9 s per job before failing)."""
+
         def call() -> None:
             result = self._once([self._program("scontrol"), "ping"], check=False)
             if result.returncode != 0 or "is UP" not in result.stdout:
@@ -240,35 +253,59 @@ class SlurmClient:
             CommandFailed: srun could not be run or took longer than ``timeout_s``.
         """
         return self._runner(
-            [self._program("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1",
-             "--ntasks=1", f"--nodelist={node}", "--quiet", "--", *argv],
-            timeout_s=timeout_s, check=False, env=self._env,
-        )  # fmt: skip
+            [
+                self._program("srun"),
+                f"--jobid={job_id}",
+                "--overlap",
+                "--nodes=1",
+                "--ntasks=1",
+                f"--nodelist={node}",
+                "--quiet",
+                "--",
+                *argv,
+            ],
+            timeout_s=timeout_s,
+            check=False,
+            env=self._env,
+        )
 
     def admin_comment(self, job_id: str) -> str:
         """One job's AdminComment (``squeue -O admin_comment``: one small RPC, where
         ``squeue --json`` would print every job)."""
         result = self._call(
-            [self._program("squeue"), "--noheader", "--jobs", job_id, "--Format",
-             "admin_comment:0"]
-        )  # fmt: skip
+            [self._program("squeue"), "--noheader", "--jobs", job_id, "--Format", "admin_comment:0"]
+        )
         return result.stdout.strip()
 
     def job_allocation(self, job_id: str) -> tuple[Allocation, str]:
         """One job's allocated cores and memory, and its AdminComment (one ``squeue``)."""
         result = self._call(
-            [self._program("squeue"), "--noheader", "--jobs", job_id,
-             f"--Format={ALLOCATION_FORMAT}"]
-        )  # fmt: skip
+            [
+                self._program("squeue"),
+                "--noheader",
+                "--jobs",
+                job_id,
+                f"--Format={ALLOCATION_FORMAT}",
+            ]
+        )
         return parse_allocation_line(result.stdout)
 
     def update_accounting(self, job_id: str, assignment: str) -> str | None:
         """Set a field of a finished job in the accounting database (``sacctmgr modify
         job``, e.g. ``AdminComment=...``); its error text, or ``None`` on success."""
         result = self._call(
-            [self._program("sacctmgr"), "-i", "modify", "job", "where", f"jobid={job_id}",
-             "set", assignment], check=False,
-        )  # fmt: skip
+            [
+                self._program("sacctmgr"),
+                "-i",
+                "modify",
+                "job",
+                "where",
+                f"jobid={job_id}",
+                "set",
+                assignment,
+            ],
+            check=False,
+        )
         if result.returncode == 0 and "Modified" in result.stdout + result.stderr:
             return None
         return (result.stderr or result.stdout).strip() or f"sacctmgr exited {result.returncode}"

@@ -61,8 +61,14 @@ def read_annotations(job_id: str, comment: str) -> dict[str, str]:
         if len(problems) >= MAX_PROBLEMS:
             break
         if len(found) > MAX_KEYS:
-            problems.append(FieldProblem("comment", comment, f"at most {MAX_KEYS} key=value "
-                                         "annotations", "declares too many keys"))  # fmt: skip
+            problems.append(
+                FieldProblem(
+                    "comment",
+                    comment,
+                    f"at most {MAX_KEYS} key=value annotations",
+                    "declares too many keys",
+                )
+            )
             break
         lower = token.lower()
         if lower.startswith(MARKER + ":"):
@@ -86,9 +92,7 @@ def read_annotations(job_id: str, comment: str) -> dict[str, str]:
         found[key] = value
     if not found and not problems:
         problems.append(
-            FieldProblem(
-                "comment", comment, EXAMPLE, "mentions coshare but declares no key=value"
-            )
+            FieldProblem("comment", comment, EXAMPLE, "mentions coshare but declares no key=value")
         )
     if problems:
         raise AnnotationError(job_id, problems)

@@ -167,25 +167,44 @@ def plan_edits(
         # to NumNodes=1-1 by its write, so read back it is a single-node job: its placement
         # then records no parts, as a single-node job's (one with parts would be "gone").
         recorded = w.parts if len(w.parts) > 1 else ()
-        target = Placement(w.node, w.devices, int(now_s), w.device_memory_mib, w.device_threads,
-                           recorded, w.llc_ways, w.spread, w.harvest_from)  # fmt: skip
+        target = Placement(
+            w.node,
+            w.devices,
+            int(now_s),
+            w.device_memory_mib,
+            w.device_threads,
+            recorded,
+            w.llc_ways,
+            w.spread,
+            w.harvest_from,
+        )
         if w.harvest_from is not None and lend_partition is None:
-            failed.append(JobOutcome(w.job, "placed on lent cores, but slurm.lend_partition "
-                                     "is not set"))  # fmt: skip
+            failed.append(
+                JobOutcome(w.job, "placed on lent cores, but slurm.lend_partition is not set")
+            )
             continue
         moved = lend_partition if w.shares_cores and not w.parts else None
         try:
             text = format_placement(target)
             if w.job in trials:  # the trial's record starts with its placement
-                text = with_trial(text, format_trial(TrialRecord(
-                    "placed", int(now_s), trials[w.job].partners)))  # fmt: skip
+                text = with_trial(
+                    text, format_trial(TrialRecord("placed", int(now_s), trials[w.job].partners))
+                )
             if w.parts:
                 counts = [p.processes for p in w.parts]
                 even = counts[0] if len(set(counts)) == 1 else 0
                 cpus = max(counts) * -(-pending[w.job].cpu_milli // MILLI)  # CPUs per task
-                writes.append(PlacementWrite(w.job, w.node, text, (w.node,) if not recorded
-                                             else target.nodes, sum(counts), even,
-                                             cpus))  # fmt: skip
+                writes.append(
+                    PlacementWrite(
+                        w.job,
+                        w.node,
+                        text,
+                        (w.node,) if not recorded else target.nodes,
+                        sum(counts),
+                        even,
+                        cpus,
+                    )
+                )
             else:
                 writes.append(PlacementWrite(w.job, w.node, text, partition=moved))
         except (PlacementError, ValueError) as exc:
@@ -206,8 +225,9 @@ def plan_edits(
     )
 
 
-def wait_reason_updates(plan: Plan, current_jobs: Mapping[str, SlurmJob]) -> tuple[
-        tuple[str, str], ...]:  # fmt: skip
+def wait_reason_updates(
+    plan: Plan, current_jobs: Mapping[str, SlurmJob]
+) -> tuple[tuple[str, str], ...]:
     """``(job, AdminComment)`` of the waiting jobs whose reason changed.
 
     Only a pending, held job whose AdminComment is empty or an older waiting record is

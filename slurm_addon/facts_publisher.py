@@ -56,8 +56,9 @@ def read_facts(path: Path) -> str:
         with path.open("rb") as handle:
             data = handle.read(MAX_FACTS_CHARS + 2)
     except OSError as exc:
-        raise FactsError(f"cannot read {path}: {exc.strerror} (is the node daemon running?)") \
-            from exc  # fmt: skip
+        raise FactsError(
+            f"cannot read {path}: {exc.strerror} (is the node daemon running?)"
+        ) from exc
     text = data.decode("ascii", errors="replace").strip()
     parse_facts(text)
     return text
@@ -77,8 +78,9 @@ def interval_s(text: str) -> float:
     """
     value = parse_number(text)
     if value is None or not math.isfinite(value) or not 0 <= value <= MAX_INTERVAL_S:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds in "
-                                         f"0..{MAX_INTERVAL_S:g}")  # fmt: skip
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a number of seconds in 0..{MAX_INTERVAL_S:g}"
+        )
     return value
 
 
@@ -115,11 +117,18 @@ def publish(client: SlurmClient, node: str, path: Path, last: str | None = None)
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``coshare-slurm-facts``."""
-    parser = argparse.ArgumentParser(prog="coshare-slurm-facts", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="coshare-slurm-facts",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--node", default=None, help="the node's Slurm name")
-    parser.add_argument("--interval-s", type=interval_s, default=0.0,
-                        help="write every S seconds until SIGTERM (default: once)")
+    parser.add_argument(
+        "--interval-s",
+        type=interval_s,
+        default=0.0,
+        help="write every S seconds until SIGTERM (default: once)",
+    )
     args = parser.parse_args(argv)
     environ = dict(os.environ)
     try:

@@ -123,9 +123,15 @@ def history_nodes(output: str, config: Config, notes: list[str]) -> list[Node]:
     return usable
 
 
-def read_history(config: Config, *, since: str | None, until: str | None,
-                 history_file: str | None, nodes_file: str | None,
-                 rule: DeviceMemoryRule) -> tuple[Workload, list[str]]:  # fmt: skip
+def read_history(
+    config: Config,
+    *,
+    since: str | None,
+    until: str | None,
+    history_file: str | None,
+    nodes_file: str | None,
+    rule: DeviceMemoryRule,
+) -> tuple[Workload, list[str]]:
     """The replay of Slurm's accounting: from saved ``sacct --json`` / ``sinfo --json`` files
     where given, else from the live cluster (``sacct`` from ``since`` to ``until``).
 
@@ -144,8 +150,10 @@ def read_history(config: Config, *, since: str | None, until: str | None,
     else:
         assert client is not None
         if since is None:
-            raise InputError("--workload slurm-history needs --since (e.g. now-30days) or a "
-                             "saved sacct --json output as --history-file")  # fmt: skip
+            raise InputError(
+                "--workload slurm-history needs --since (e.g. now-30days) or a "
+                "saved sacct --json output as --history-file"
+            )
         output, source = client.read_accounting(since, until), "sacct --json"
     records, never, cut = parse_accounting(output, source, config.slurm.gres_name)
     if cut:
@@ -154,13 +162,17 @@ def read_history(config: Config, *, since: str | None, until: str | None,
     if nameless and history_file is None:
         assert client is not None and since is not None
         users = client.read_accounting_users(since, until)
-        records = [replace(r, user=users.get(r.id, "")) if isinstance(r, Finished) and not r.user
-                   else r for r in records]  # fmt: skip
+        records = [
+            replace(r, user=users.get(r.id, "")) if isinstance(r, Finished) and not r.user else r
+            for r in records
+        ]
         nameless = [r for r in records if isinstance(r, Finished) and not r.user]
     if nameless:
-        notes.append(f"{len(nameless)} jobs name no user in the accounting's JSON (Slurm leaves "
-                     "it out for a user without an association); they are replayed as user "
-                     "'' (the live read asks sacct --parsable2 for their names)")  # fmt: skip
+        notes.append(
+            f"{len(nameless)} jobs name no user in the accounting's JSON (Slurm leaves "
+            "it out for a user without an association); they are replayed as user "
+            "'' (the live read asks sacct --parsable2 for their names)"
+        )
     if nodes_file is not None:
         sinfo = read_records(nodes_file, "--nodes-file")
     else:
@@ -171,4 +183,3 @@ def read_history(config: Config, *, since: str | None, until: str | None,
     except CoshareError as exc:
         raise InputError(f"{nodes_file or 'sinfo --json'}: {exc}") from exc
     return workload(records, nodes, rule, never), notes
-

@@ -147,9 +147,14 @@ class SlurmJob:
 
 
 def number(
-    value: object, default: int = 0, *, field: str = "number", maximum: float = MAX_PRIORITY,
-    minimum: float = 0, capacity: bool = False,
-) -> int:  # fmt: skip
+    value: object,
+    default: int = 0,
+    *,
+    field: str = "number",
+    maximum: float = MAX_PRIORITY,
+    minimum: float = 0,
+    capacity: bool = False,
+) -> int:
     """An integer field of Slurm's JSON: plain (22.05) or ``{"set", "number"}`` (23.02+);
     ``default`` when null, unset or infinite (Slurm's "no limit"). A fraction rounds up, or
     down for a ``capacity`` (never promise more than there is).
@@ -165,8 +170,14 @@ def number(
     if isinstance(value, Mapping):
         if value.get("infinite") or not value.get("set", True):
             return default
-        return number(value.get("number"), default, field=field, maximum=maximum,
-                      minimum=minimum, capacity=capacity)  # fmt: skip
+        return number(
+            value.get("number"),
+            default,
+            field=field,
+            maximum=maximum,
+            minimum=minimum,
+            capacity=capacity,
+        )
     found = bounded(field, value, maximum, minimum=minimum)
     return math.floor(found) if capacity else math.ceil(found)
 
@@ -244,8 +255,10 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
     phase = JOB_STATES.get(state)
     if phase is None:
         if notes is not None:
-            notes.append(f"job {job_id} has unknown state {shorten_text(state)!r}; treating it "
-                         "as holding its nodes")  # fmt: skip
+            notes.append(
+                f"job {job_id} has unknown state {shorten_text(state)!r}; treating it "
+                "as holding its nodes"
+            )
         phase = "unknown"
     # Where it runs must be read, or the record is skipped: node names are ids.
     nodes = tuple(checked_id("nodes", n) for n in expand_nodes(text(record.get("nodes"))))
@@ -291,7 +304,8 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
         priority=priority,
         submit_time_s=float(read("submit_time", 0, MAX_TIME_S, -MAX_TIME_S)),
         eligible_time_s=float(read("eligible_time", 0, MAX_TIME_S, -MAX_TIME_S)),
-        start_time_s=float(read("start_time", 0, MAX_TIME_S, -MAX_TIME_S)) if phase != "pending"
+        start_time_s=float(read("start_time", 0, MAX_TIME_S, -MAX_TIME_S))
+        if phase != "pending"
         else 0.0,
         time_limit_s=60.0 * _minutes(read("time_limit", 0, NO_LIMIT_MINUTES)),
         dependency=text(record.get("dependency")),
@@ -365,8 +379,9 @@ def fields_format(marker: str) -> str:
     if not marker or not marker[0].isalpha() or not marker.isalnum():
         raise ValueError(f"marker {marker!r}: letters and digits, starting with a letter")
     last = len(FIELDS) - 1
-    return ",".join(f"{name}:0{marker}{_RECORD_END if i == last else ''}"
-                    for i, name in enumerate(FIELDS))  # fmt: skip
+    return ",".join(
+        f"{name}:0{marker}{_RECORD_END if i == last else ''}" for i, name in enumerate(FIELDS)
+    )
 
 
 def parse_squeue_fields(output: str, job_ids: Collection[str], marker: str) -> dict[str, SlurmJob]:

@@ -113,33 +113,50 @@ def membw_cap(config: NodeConfig, placement: Placement) -> tuple[int | None, Uns
     try:
         baseline = files.baseline()
     except ProbeError as exc:
-        return None, Unsupported("node memory bandwidth (for the MBA cap)",
-                                 str(files.baseline_path), str(exc))  # fmt: skip
+        return None, Unsupported(
+            "node memory bandwidth (for the MBA cap)", str(files.baseline_path), str(exc)
+        )
     if baseline is None or not baseline.by_cpus:
-        return None, Unsupported("node memory bandwidth (for the MBA cap)",
-                                 str(files.baseline_path), f"no baseline: {INIT_HINT}")
+        return None, Unsupported(
+            "node memory bandwidth (for the MBA cap)",
+            str(files.baseline_path),
+            f"no baseline: {INIT_HINT}",
+        )
     return cap_percent(spread.membw_gbps, node_peak_gbps(baseline)), None
 
 
-def _start_on_loan(config: NodeConfig, job_id: str, lender: str, allocation: Allocation,
-                   uid: int) -> JobRecord:  # fmt: skip
+def _start_on_loan(
+    config: NodeConfig, job_id: str, lender: str, allocation: Allocation, uid: int
+) -> JobRecord:
     """Start a harvesting job on cores taken out of ``lender``'s cpuset
     (:func:`coshare.node.lifecycle.job_start_on_loan`); when they cannot be lent no group is
     left (no job runs on the parent's cores)."""
     cores = allocation.cpus
     if cores is None or cores < 1:
-        raise JobSpecError(f"job {job_id} borrows the cores of job {lender}, but Slurm's "
-                           "allocation here names no cores to borrow")  # fmt: skip
+        raise JobSpecError(
+            f"job {job_id} borrows the cores of job {lender}, but Slurm's "
+            "allocation here names no cores to borrow"
+        )
     try:
-        return lifecycle.job_start_on_loan(config, job_id, lender, cores,
-                                           memory_mib=allocation.memory_mib, uid=uid)
+        return lifecycle.job_start_on_loan(
+            config, job_id, lender, cores, memory_mib=allocation.memory_mib, uid=uid
+        )
     except JobSpecError as exc:
-        raise JobSpecError(f"job {job_id} was placed on {cores} idle cores of job {lender}, "
-                           f"which cannot be lent here: {exc}") from exc
+        raise JobSpecError(
+            f"job {job_id} was placed on {cores} idle cores of job {lender}, "
+            f"which cannot be lent here: {exc}"
+        ) from exc
 
 
-def _start(config: NodeConfig, job_id: str, placement: Placement, allocation: Allocation,
-           uid: int, llc_ways: int | None, membw_percent: int | None) -> JobRecord:  # fmt: skip
+def _start(
+    config: NodeConfig,
+    job_id: str,
+    placement: Placement,
+    allocation: Allocation,
+    uid: int,
+    llc_ways: int | None,
+    membw_percent: int | None,
+) -> JobRecord:
     return lifecycle.job_start(
         config,
         job_id,
@@ -154,9 +171,14 @@ def _start(config: NodeConfig, job_id: str, placement: Placement, allocation: Al
     )
 
 
-def sns_task_env(config: NodeConfig, job_id: str, placement: Placement, record: JobRecord,
-                 without: Unsupported | None = None,
-                 no_cap: Unsupported | None = None) -> list[str]:  # fmt: skip
+def sns_task_env(
+    config: NodeConfig,
+    job_id: str,
+    placement: Placement,
+    record: JobRecord,
+    without: Unsupported | None = None,
+    no_cap: Unsupported | None = None,
+) -> list[str]:
     """What each task of a Spread-n-Share job is told on this node (empty for other jobs):
 
     - ``COSHARE_SPREAD=<scale>:<nodes>:<cores_per_node>``, from the placement;
@@ -184,14 +206,21 @@ def sns_task_env(config: NodeConfig, job_id: str, placement: Placement, record: 
         if record.spec.membw_percent is not None:
             lines.append(f"export COSHARE_MEMBW_PERCENT={record.spec.membw_percent}")
         else:
-            lines += ["export COSHARE_MEMBW_PERCENT=unsupported",
-                      f"print coshare: job {job_id} runs on {placement.node} without its memory "
-                      f"bandwidth cap ({cap:g} GB/s): {no_cap}"]  # fmt: skip
+            lines += [
+                "export COSHARE_MEMBW_PERCENT=unsupported",
+                f"print coshare: job {job_id} runs on {placement.node} without its memory "
+                f"bandwidth cap ({cap:g} GB/s): {no_cap}",
+            ]
     return lines
 
 
-def _ways_lines(config: NodeConfig, job_id: str, placement: Placement, record: JobRecord,
-                without: Unsupported | None) -> list[str]:  # fmt: skip
+def _ways_lines(
+    config: NodeConfig,
+    job_id: str,
+    placement: Placement,
+    record: JobRecord,
+    without: Unsupported | None,
+) -> list[str]:
     if record.spec.llc_ways is not None:
         return [f"export COSHARE_LLC_WAYS={record.spec.llc_ways}"]
     problem = without
@@ -203,9 +232,11 @@ def _ways_lines(config: NodeConfig, job_id: str, placement: Placement, record: J
     if problem is None:
         return ["export COSHARE_LLC_WAYS=none"]
     asked = f" (its placement asks {placement.llc_ways})" if without is not None else ""
-    return ["export COSHARE_LLC_WAYS=unsupported",
-            f"print coshare: job {job_id} runs on {placement.node} without LLC way "
-            f"allocation{asked}: {problem}"]  # fmt: skip
+    return [
+        "export COSHARE_LLC_WAYS=unsupported",
+        f"print coshare: job {job_id} runs on {placement.node} without LLC way "
+        f"allocation{asked}: {problem}",
+    ]
 
 
 def refuse(config: NodeConfig, job_id: str, reason: str) -> None:
@@ -263,7 +294,17 @@ def append_as_user(path: str, text: str, uid: int, gid: int, runner: CommandRunn
         CommandFailed: when it cannot be written.
     """
     runner(
-        ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "dd", f"of={path}",
-         "oflag=append,nofollow", "conv=notrunc,nocreat", "status=none"],
-        timeout_s=30, input_text=text,
-    )  # fmt: skip
+        [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            "dd",
+            f"of={path}",
+            "oflag=append,nofollow",
+            "conv=notrunc,nocreat",
+            "status=none",
+        ],
+        timeout_s=30,
+        input_text=text,
+    )

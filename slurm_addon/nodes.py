@@ -33,11 +33,24 @@ from slurm_addon.jobs import number, parse_records, text
 #: Base node states in which a node takes jobs.
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
 #: State flags that keep new jobs off a node.
-BLOCKING_FLAGS = frozenset({
-    "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "MAINTENANCE", "NOT_RESPONDING",
-    "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "REBOOT_REQUESTED",
-    "REBOOT_ISSUED", "INVALID_REG",
-})  # fmt: skip
+BLOCKING_FLAGS = frozenset(
+    {
+        "DRAIN",
+        "DRAINING",
+        "DRAINED",
+        "FAIL",
+        "FAILING",
+        "MAINTENANCE",
+        "NOT_RESPONDING",
+        "POWER_DOWN",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "INVALID_REG",
+    }
+)
 
 #: One GRES entry (``gpu:phi5110p:2(S:0-1)``, ``gpumem:16G``), matched whole. The count has
 #: at most 12 digits (a ``16G`` of memory is 16 x 2**30), so reading it costs nothing.
@@ -171,9 +184,12 @@ def parse_gres_indexes(detail: str, gres_name: str) -> tuple[str, ...]:
         low = int(found["low"]) if found else 0
         high = int(found["high"] or low) if found else 0
         if found is None or high < low or high >= MAX_DEVICES:
-            raise BadValue("gres_detail", detail,
-                           f"device indexes 0..{MAX_DEVICES - 1} as Slurm prints them (0-1,3)",
-                           f"has an unreadable index {shorten_text(part)!r}")  # fmt: skip
+            raise BadValue(
+                "gres_detail",
+                detail,
+                f"device indexes 0..{MAX_DEVICES - 1} as Slurm prints them (0-1,3)",
+                f"has an unreadable index {shorten_text(part)!r}",
+            )
         ids.extend(str(i) for i in range(low, high + 1))
     return tuple(ids)
 
@@ -188,8 +204,9 @@ def parse_node(record: Mapping[str, object], notes: list[str] | None = None) -> 
     name = checked_id("name", record.get("name"))
     flags = record.get("state_flags")
     partitions = record.get("partitions")
-    memory_mib = number(record.get("real_memory"), 0, field="real_memory",
-                        maximum=MAX_MEMORY_MIB, capacity=True)  # fmt: skip
+    memory_mib = number(
+        record.get("real_memory"), 0, field="real_memory", maximum=MAX_MEMORY_MIB, capacity=True
+    )
     unread: list[str] = []
     gres = parse_gres(text(record.get("gres")), unread)
     if notes is not None:

@@ -149,9 +149,17 @@ class Placement:
 
     def same_spot(self, other: Placement) -> bool:
         """Same nodes, devices, ways and demands (the time may differ)."""
+
         def key(p: Placement) -> tuple[object, ...]:
-            return (p.node, p.devices, p.device_memory_mib, p.device_threads, p.parts,
-                    p.llc_ways, p.harvest_from)  # fmt: skip
+            return (
+                p.node,
+                p.devices,
+                p.device_memory_mib,
+                p.device_threads,
+                p.parts,
+                p.llc_ways,
+                p.harvest_from,
+            )
 
         return key(self) == key(other)
 
@@ -174,9 +182,17 @@ class Placement:
             return self if node == self.node else None
         for part in self.parts:
             if part.node == node:
-                return Placement(part.node, part.devices, self.at_s, self.device_memory_mib,
-                                 self.device_threads, self.parts, part.llc_ways,
-                                 self.spread, self.harvest_from)  # fmt: skip
+                return Placement(
+                    part.node,
+                    part.devices,
+                    self.at_s,
+                    self.device_memory_mib,
+                    self.device_threads,
+                    self.parts,
+                    part.llc_ways,
+                    self.spread,
+                    self.harvest_from,
+                )
         return None
 
 
@@ -190,8 +206,7 @@ def _integer(fields: dict[str, str], key: str, maximum: int) -> int:
     """
     text = fields[key]
     if not _DIGITS.fullmatch(text) or int(text) > maximum:
-        raise PlacementError(f"placement field {key}={shorten(text)} is not a number "
-                             f"0..{maximum}")  # fmt: skip
+        raise PlacementError(f"placement field {key}={shorten(text)} is not a number 0..{maximum}")
     return int(text)
 
 
@@ -220,27 +235,35 @@ def format_placement(placement: Placement) -> str:
         f"mem_mib={placement.device_memory_mib};threads={placement.device_threads}"
     )
     if placement.parts:
-        text += ";parts=" + ",".join(":".join((p.node, str(p.processes), *p.devices))
-                                     for p in placement.parts)  # fmt: skip
+        text += ";parts=" + ",".join(
+            ":".join((p.node, str(p.processes), *p.devices)) for p in placement.parts
+        )
     if placement.spread is not None:
         s = placement.spread
-        for name, value in (("scale", s.scale), ("nodes", s.nodes),
-                            ("cores_per_node", s.cores_per_node)):  # fmt: skip
+        for name, value in (
+            ("scale", s.scale),
+            ("nodes", s.nodes),
+            ("cores_per_node", s.cores_per_node),
+        ):
             if not 1 <= value <= MAX_PROCESSES:
-                raise PlacementError(f"cannot write {name}={value} into a placement "
-                                     f"(1..{MAX_PROCESSES})")  # fmt: skip
+                raise PlacementError(
+                    f"cannot write {name}={value} into a placement (1..{MAX_PROCESSES})"
+                )
         text += f";{SPREAD_KEY}={s.scale}:{s.nodes}:{s.cores_per_node}"
         if s.membw_gbps is not None:
             gbps = f"{s.membw_gbps:.3f}".rstrip("0").rstrip(".")
             if _GBPS.fullmatch(gbps) is None or float(gbps) <= 0:
-                raise PlacementError(f"cannot write membw={shorten(str(s.membw_gbps))} into a "
-                                     "placement (GB/s above 0, below 10**7)")  # fmt: skip
+                raise PlacementError(
+                    f"cannot write membw={shorten(str(s.membw_gbps))} into a "
+                    "placement (GB/s above 0, below 10**7)"
+                )
             text += f";{MEMBW_KEY}={gbps}"
     ways = placement.ways_by_node
     for ways_here in ways.values():
         if not 1 <= ways_here <= MAX_LLC_WAYS:
-            raise PlacementError(f"cannot write llc_ways={ways_here} into a placement "
-                                 f"(1..{MAX_LLC_WAYS})")  # fmt: skip
+            raise PlacementError(
+                f"cannot write llc_ways={ways_here} into a placement (1..{MAX_LLC_WAYS})"
+            )
     if ways:
         text += f";{WAYS_KEY}=" + ",".join(f"{n}:{w}" for n, w in ways.items())
     if placement.harvest_from is not None:
@@ -298,18 +321,28 @@ def parse_placement(admin_comment: str) -> Placement | None:
         text = fields[MEMBW_KEY]
         if _GBPS.fullmatch(text) is None or float(text) <= 0:
             raise PlacementError(f"placement field membw={shorten(text)} is not GB/s above 0")
-        spread = Spread("", spread.scale, spread.nodes, spread.cores_per_node,
-                        membw_gbps=float(text))  # fmt: skip
-    ways = _ways(fields[WAYS_KEY], {p.node for p in parts} or {node}) if WAYS_KEY in fields \
-        else {}  # fmt: skip
+        spread = Spread(
+            "", spread.scale, spread.nodes, spread.cores_per_node, membw_gbps=float(text)
+        )
+    ways = _ways(fields[WAYS_KEY], {p.node for p in parts} or {node}) if WAYS_KEY in fields else {}
     parts = tuple(Part(p.node, p.devices, p.processes, ways.get(p.node)) for p in parts)
     harvest = fields.get(HARVEST_KEY)
     if harvest is not None and (not is_safe_token(harvest) or parts or devices):
-        raise PlacementError(f"placement field {HARVEST_KEY}={shorten(harvest)} is not a job "
-                             "id of a single-node CPU-only placement")  # fmt: skip
-    return Placement(placement.node, placement.devices, placement.at_s,
-                     placement.device_memory_mib, placement.device_threads, parts,
-                     ways.get(node), spread, harvest)  # fmt: skip
+        raise PlacementError(
+            f"placement field {HARVEST_KEY}={shorten(harvest)} is not a job "
+            "id of a single-node CPU-only placement"
+        )
+    return Placement(
+        placement.node,
+        placement.devices,
+        placement.at_s,
+        placement.device_memory_mib,
+        placement.device_threads,
+        parts,
+        ways.get(node),
+        spread,
+        harvest,
+    )
 
 
 def _spread(text: str) -> Spread:
@@ -319,10 +352,12 @@ def _spread(text: str) -> Spread:
         PlacementError: not three numbers 1..MAX_PROCESSES.
     """
     numbers = text.split(":")
-    if len(numbers) != 3 or not all(_DIGITS.fullmatch(n) and 1 <= int(n) <= MAX_PROCESSES
-                                    for n in numbers):  # fmt: skip
-        raise PlacementError(f"placement field spread={shorten(text)} is not "
-                             "scale:nodes:cores_per_node")  # fmt: skip
+    if len(numbers) != 3 or not all(
+        _DIGITS.fullmatch(n) and 1 <= int(n) <= MAX_PROCESSES for n in numbers
+    ):
+        raise PlacementError(
+            f"placement field spread={shorten(text)} is not scale:nodes:cores_per_node"
+        )
     scale, nodes, cores = (int(n) for n in numbers)
     return Spread("", scale, nodes, cores)
 
@@ -337,13 +372,17 @@ def _ways(text: str, nodes: set[str]) -> dict[str, int]:
     ways: dict[str, int] = {}
     for item in text.split(","):
         node, _, count = item.partition(":")
-        if not (is_safe_token(node) and _DIGITS.fullmatch(count)
-                and 1 <= int(count) <= MAX_LLC_WAYS):  # fmt: skip
-            raise PlacementError(f"placement field ways item {shorten(item)} is not "
-                                 f"node:ways (1..{MAX_LLC_WAYS})")  # fmt: skip
+        if not (
+            is_safe_token(node) and _DIGITS.fullmatch(count) and 1 <= int(count) <= MAX_LLC_WAYS
+        ):
+            raise PlacementError(
+                f"placement field ways item {shorten(item)} is not node:ways (1..{MAX_LLC_WAYS})"
+            )
         if node not in nodes or node in ways:
-            raise PlacementError(f"placement field ways names node {node}, which is not "
-                                 "one of its nodes or is named twice")  # fmt: skip
+            raise PlacementError(
+                f"placement field ways names node {node}, which is not "
+                "one of its nodes or is named twice"
+            )
         ways[node] = int(count)
     return ways
 
@@ -358,10 +397,12 @@ def _parts(text: str) -> tuple[Part, ...]:
     for item in text.split(","):
         node, _, rest = item.partition(":")
         count, _, devices = rest.partition(":")
-        if not (is_safe_token(node) and _DIGITS.fullmatch(count)
-                and 1 <= int(count) <= MAX_PROCESSES):  # fmt: skip
-            raise PlacementError(f"placement part {shorten(item)} is not "
-                                 "node:processes[:device...]")
+        if not (
+            is_safe_token(node) and _DIGITS.fullmatch(count) and 1 <= int(count) <= MAX_PROCESSES
+        ):
+            raise PlacementError(
+                f"placement part {shorten(item)} is not node:processes[:device...]"
+            )
         ids = tuple(devices.split(":")) if devices else ()
         if not all(is_safe_token(d) for d in ids):
             raise PlacementError(f"placement part {shorten(item)} names an invalid device")
@@ -452,4 +493,3 @@ def with_trial(admin_comment: str, record: str) -> str:
     body, killed, reason = text.partition(marker)
     parts = [p for p in body.split(";") if p.partition("=")[0] != TRIAL_KEY]
     return ";".join([*parts, f"{TRIAL_KEY}={record}"]) + (killed + reason if killed else "")
-

@@ -77,14 +77,18 @@ def task_environment(placement: Placement, node: str, job_id: str) -> tuple[list
         s = placement.spread
         lines.append(f"export COSHARE_SPREAD={s.scale}:{s.nodes}:{s.cores_per_node}")
     if placement.llc_ways is not None:  # no node daemon here: nobody made a resctrl group
-        lines += ["export COSHARE_LLC_WAYS=unsupported",
-                  f"print coshare: job {job_id} runs on {placement.node} without its "
-                  f"{placement.llc_ways} LLC ways: no coshare node daemon here"]  # fmt: skip
+        lines += [
+            "export COSHARE_LLC_WAYS=unsupported",
+            f"print coshare: job {job_id} runs on {placement.node} without its "
+            f"{placement.llc_ways} LLC ways: no coshare node daemon here",
+        ]
     if placement.spread is not None and placement.spread.membw_gbps is not None:
-        lines += ["export COSHARE_MEMBW_PERCENT=unsupported",
-                  f"print coshare: job {job_id} runs on {placement.node} without its memory "
-                  f"bandwidth cap ({placement.spread.membw_gbps:g} GB/s): no coshare node "
-                  "daemon here"]  # fmt: skip
+        lines += [
+            "export COSHARE_MEMBW_PERCENT=unsupported",
+            f"print coshare: job {job_id} runs on {placement.node} without its memory "
+            f"bandwidth cap ({placement.spread.membw_gbps:g} GB/s): no coshare node "
+            "daemon here",
+        ]
     return lines, 0
 
 
@@ -149,9 +153,11 @@ def task_prolog_main() -> None:
         return
     if placement is not None:
         node = environ.get("SLURMD_NODENAME", "") or "this node"
-        print(f"print coshare: job {environ['SLURM_JOB_ID']} cannot run on {node}: coshare's "
-              "Prolog did not set up its group here (is coshare-slurm-prolog the node's Prolog "
-              "and coshare's node daemon running?); it would run without coshare's limits")
+        print(
+            f"print coshare: job {environ['SLURM_JOB_ID']} cannot run on {node}: coshare's "
+            "Prolog did not set up its group here (is coshare-slurm-prolog the node's Prolog "
+            "and coshare's node daemon running?); it would run without coshare's limits"
+        )
         sys.exit(1)
 
 
@@ -180,11 +186,12 @@ def prolog_main() -> None:
             detail = prolog_client(environ).show_job_detail(job_id)
             allocation = parse_node_allocation(detail, node) or Allocation(None, None)
         uid = int(environ["SLURM_JOB_UID"])
-        record = node_hooks.on_job_start(node_config(environ), job_id, here, allocation,
-                                         uid)  # fmt: skip
+        record = node_hooks.on_job_start(node_config(environ), job_id, here, allocation, uid)
         ways = "" if record.spec.llc_ways is None else f", {record.spec.llc_ways} LLC ways"
-        _say(f"job {job_id}: group with cpus {','.join(map(str, record.spec.cpus)) or '-'}, "
-             f"memory {record.spec.memory_mib} MiB{ways}")  # fmt: skip
+        _say(
+            f"job {job_id}: group with cpus {','.join(map(str, record.spec.cpus)) or '-'}, "
+            f"memory {record.spec.memory_mib} MiB{ways}"
+        )
     except Exception as exc:  # never drain a node for one job's problem
         _say(f"prolog of job {job_id}: {exc}")
 
@@ -199,9 +206,12 @@ def epilog_main() -> None:
         result = node_hooks.on_job_end(node_config(environ), job_id)
         if result.reason is not None:
             problems = node_hooks.report_kill(
-                prolog_client(environ), job_id, result.reason,
-                int(environ["SLURM_JOB_UID"]), int(environ["SLURM_JOB_GID"]),
-            )  # fmt: skip
+                prolog_client(environ),
+                job_id,
+                result.reason,
+                int(environ["SLURM_JOB_UID"]),
+                int(environ["SLURM_JOB_GID"]),
+            )
             for problem in problems:
                 _say(problem)
     except Exception as exc:  # never drain a node for one job's problem

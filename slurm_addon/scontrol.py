@@ -51,9 +51,16 @@ CONTROLLER_DOWN = (
 
 
 def update_line(
-    job_id: str, node: str, admin_comment: str, *, nodes: Sequence[str] = (), tasks: int = 0,
-    tasks_per_node: int = 0, min_cpus_per_node: int = 0, partition: str | None = None,
-) -> str:  # fmt: skip
+    job_id: str,
+    node: str,
+    admin_comment: str,
+    *,
+    nodes: Sequence[str] = (),
+    tasks: int = 0,
+    tasks_per_node: int = 0,
+    min_cpus_per_node: int = 0,
+    partition: str | None = None,
+) -> str:
     """One placement as a line for scontrol's standard input.
 
     A gang's (``nodes`` given) names all its nodes in the same one update, with the node
@@ -86,15 +93,21 @@ def update_line(
         moved = f" Partition={partition}" if partition is not None else ""
         return f"update JobId={job_id} ReqNodeList={node}{moved} AdminComment={admin_comment}\n"
     if not (0 <= tasks_per_node <= tasks and len(nodes) <= tasks and min_cpus_per_node >= 1):
-        raise UnsafeValue(f"tasks {tasks} / per node {tasks_per_node} on {len(nodes)} nodes, "
-                          f"{min_cpus_per_node} CPUs per node")  # fmt: skip
+        raise UnsafeValue(
+            f"tasks {tasks} / per node {tasks_per_node} on {len(nodes)} nodes, "
+            f"{min_cpus_per_node} CPUs per node"
+        )
     per_node = f"TasksPerNode={tasks_per_node} " if tasks_per_node else ""
-    line = (f"update JobId={job_id} ReqNodeList={','.join(nodes)} "
-            f"NumNodes={len(nodes)}-{len(nodes)} NumTasks={tasks} {per_node}"
-            f"MinCPUsNode={min_cpus_per_node} AdminComment={admin_comment}\n")  # fmt: skip
+    line = (
+        f"update JobId={job_id} ReqNodeList={','.join(nodes)} "
+        f"NumNodes={len(nodes)}-{len(nodes)} NumTasks={tasks} {per_node}"
+        f"MinCPUsNode={min_cpus_per_node} AdminComment={admin_comment}\n"
+    )
     if len(line) > MAX_LINE_CHARS:
-        raise UnsafeValue(f"a placement of {len(nodes)} nodes ({len(line)} characters, more "
-                          f"than scontrol reads in one line: {MAX_LINE_CHARS})")  # fmt: skip
+        raise UnsafeValue(
+            f"a placement of {len(nodes)} nodes ({len(line)} characters, more "
+            f"than scontrol reads in one line: {MAX_LINE_CHARS})"
+        )
     return line
 
 

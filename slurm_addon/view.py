@@ -107,8 +107,9 @@ class ClusterView:
     @property
     def unusable(self) -> tuple[Unusable, ...]:
         """The nodes Slurm starts nothing on, with Slurm's state and reason (for ``show``)."""
-        return tuple(Unusable(n.name, "+".join((n.state, *n.flags)), n.reason)
-                     for n in self.unusable_nodes)  # fmt: skip
+        return tuple(
+            Unusable(n.name, "+".join((n.state, *n.flags)), n.reason) for n in self.unusable_nodes
+        )
 
 
 def build_nodes(
@@ -133,10 +134,15 @@ def build_nodes(
         if not is_safe_token(n.name):
             # The writer refuses such a name in every placement (the same rule): planning jobs
             # onto it would fail every write of every cycle while good nodes sit free.
-            notes.append(f"node {shorten_text(n.name)}: its name cannot be written into a "
-                         f"placement ({UNWRITABLE_NAME}); node left out of this cycle")
-            unusable.append(replace(n, state=UNWRITABLE, flags=(),
-                                    reason=f"name not writable ({UNWRITABLE_NAME})"))
+            notes.append(
+                f"node {shorten_text(n.name)}: its name cannot be written into a "
+                f"placement ({UNWRITABLE_NAME}); node left out of this cycle"
+            )
+            unusable.append(
+                replace(
+                    n, state=UNWRITABLE, flags=(), reason=f"name not writable ({UNWRITABLE_NAME})"
+                )
+            )
             continue
         if not n.usable:
             unusable.append(n)
@@ -206,9 +212,13 @@ def shape_of(job: SlurmJob) -> Shape:
     """A job's nodes and tasks as Slurm holds them (``-N min-max``, ``--ntasks``,
     ``--ntasks-per-node``)."""
     high = job.max_nodes if job.max_nodes > job.node_count else None
-    return Shape(nodes=job.node_count, nodes_max=high, processes=job.tasks,
-                 processes_per_node=job.tasks_per_node or None,
-                 source=SHAPE_SOURCE)  # fmt: skip
+    return Shape(
+        nodes=job.node_count,
+        nodes_max=high,
+        processes=job.tasks,
+        processes_per_node=job.tasks_per_node or None,
+        source=SHAPE_SOURCE,
+    )
 
 
 def same_nodes(required_nodes: str, nodes: Sequence[str]) -> bool:
@@ -224,12 +234,20 @@ def placed_of(placement: Placement | None, job: SlurmJob) -> Placed | None:
     ReqNodeList is not the placement's nodes (then Slurm could start it elsewhere)."""
     if placement is None:
         return None
-    if job.required_nodes and not (job.required_nodes == placement.node
-                                   or same_nodes(job.required_nodes, placement.nodes)):
-        return None  # fmt: skip
-    return Placed(placement.node, placement.devices, float(placement.at_s),
-                  placement.device_memory_mib, placement.device_threads,
-                  placement.parts, placement.llc_ways, placement.harvest_from)  # fmt: skip
+    if job.required_nodes and not (
+        job.required_nodes == placement.node or same_nodes(job.required_nodes, placement.nodes)
+    ):
+        return None
+    return Placed(
+        placement.node,
+        placement.devices,
+        float(placement.at_s),
+        placement.device_memory_mib,
+        placement.device_threads,
+        placement.parts,
+        placement.llc_ways,
+        placement.harvest_from,
+    )
 
 
 def _queued(job: SlurmJob, placement: Placement | None) -> Queued:
@@ -250,8 +268,7 @@ def _queued(job: SlurmJob, placement: Placement | None) -> Queued:
             memory = job.memory_per_cpu_mib * job.cpus
         else:
             high = min(shape.nodes_max or shape.nodes, shape.processes)
-            memory = share_of_node_request(job.memory_mib, shape.processes,
-                                           high) * shape.processes  # fmt: skip
+            memory = share_of_node_request(job.memory_mib, shape.processes, high) * shape.processes
     return Queued(
         id=job.id,
         annotations=read_annotations(job.id, job.comment),
@@ -315,8 +332,11 @@ def build_view(
             continue
         if not annotated:
             continue
-        if shared and partition is not None and not (
-                {partition, lend_partition} & set(job.partition.split(","))):  # fmt: skip
+        if (
+            shared
+            and partition is not None
+            and not ({partition, lend_partition} & set(job.partition.split(",")))
+        ):
             # another planner's (a job this one moved into its lending partition stays its own)
             running.extend(_foreign(job, placement, usable, notes))
             continue
@@ -338,8 +358,9 @@ def build_view(
 
     book = settle(queue, usable, now_s=now_s, replan_after_s=replan_after_s, gangs=True)
     snapshot = Snapshot(tuple(usable), tuple(running) + book.planned, book.pending, now_s=now_s)
-    snapshot, facts_notes = with_facts(snapshot, {n.name: n.extra for n in nodes},
-                                       now_s=now_s, max_age_s=node_facts_max_age_s)  # fmt: skip
+    snapshot, facts_notes = with_facts(
+        snapshot, {n.name: n.extra for n in nodes}, now_s=now_s, max_age_s=node_facts_max_age_s
+    )
     return ClusterView(
         snapshot=snapshot,
         rejected=book.rejected,
@@ -358,8 +379,9 @@ def _wait(job: SlurmJob, now_s: float, queued: set[str]) -> str | None:
     return _dependency_wait(job, queued)
 
 
-def _foreign(job: SlurmJob, placement: Placement | None, usable: Sequence[Node],
-             notes: list[str]) -> tuple[RunningJob, ...]:  # fmt: skip
+def _foreign(
+    job: SlurmJob, placement: Placement | None, usable: Sequence[Node], notes: list[str]
+) -> tuple[RunningJob, ...]:
     """What a pending job of another planner's partition holds here: nothing unless it is
     placed and released (then Slurm may start it on its placement any moment), and then
     its placement's devices on the nodes this planner shares (expired or not: only its own
@@ -374,8 +396,10 @@ def _foreign(job: SlurmJob, placement: Placement | None, usable: Sequence[Node],
 
     holds = refuse_on_error(job.id, holding)  # its record never stops this planner's cycle
     if isinstance(holds, Rejected):
-        notes.append(f"job {job.id} of partition {job.partition} is placed but unreadable "
-                     f"here ({holds.reason}); its planner's claims count for it")  # fmt: skip
+        notes.append(
+            f"job {job.id} of partition {job.partition} is placed but unreadable "
+            f"here ({holds.reason}); its planner's claims count for it"
+        )
         return ()
     names = {n.name for n in usable}
     return tuple(r for r in holds if r.node in names)
@@ -387,8 +411,10 @@ def _held_whole(job: SlurmJob, nodes: Mapping[str, Node], notes: list[str]) -> l
     held = [whole_node(job.id, nodes[name]) for name in job.nodes if name in nodes]
     if held:
         where = ", ".join(r.node for r in held)
-        notes.append(f"job {job.id} runs on {where} but its record cannot be read "
-                     f"({job.problem}): counted as holding the whole node")  # fmt: skip
+        notes.append(
+            f"job {job.id} runs on {where} but its record cannot be read "
+            f"({job.problem}): counted as holding the whole node"
+        )
     return held
 
 

@@ -44,12 +44,12 @@ class Postgres:
         return f"{self.dsn()} options='-c search_path={name}'"
 
     def script(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True,
-                              timeout=300)  # fmt: skip
+        return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
 
     def start(self) -> None:
-        done = self.script("start", str(self.dir), "--port", str(self.port),
-                           "--listen", "127.0.0.1")  # fmt: skip
+        done = self.script(
+            "start", str(self.dir), "--port", str(self.port), "--listen", "127.0.0.1"
+        )
         if done.returncode != 0:
             raise RuntimeError(f"local-postgres start failed:\n{done.stderr}")
 

@@ -56,15 +56,22 @@ class Prometheus:
         for item in self.query(expr):
             metric = item["metric"]
             assert isinstance(metric, dict)
-            labels = tuple(sorted((k, v) for k, v in metric.items()
-                                  if k not in ("__name__", "instance", "job")))  # fmt: skip
+            labels = tuple(
+                sorted(
+                    (k, v) for k, v in metric.items() if k not in ("__name__", "instance", "job")
+                )
+            )
             value = item["value"]
             assert isinstance(value, list)
             out[labels] = float(value[1])
         return out
 
-    def wait_for(self, expr: str, check: Callable[[dict[tuple[tuple[str, str], ...], float]], bool],
-                 timeout_s: float = 60) -> dict[tuple[tuple[str, str], ...], float]:  # fmt: skip
+    def wait_for(
+        self,
+        expr: str,
+        check: Callable[[dict[tuple[tuple[str, str], ...], float]], bool],
+        timeout_s: float = 60,
+    ) -> dict[tuple[tuple[str, str], ...], float]:
         """Poll ``expr`` until ``check(values)`` holds (scrapes come every second); the
         values. Fails with what Prometheus last said."""
         deadline = time.monotonic() + timeout_s
@@ -84,13 +91,18 @@ class Prometheus:
         url = f"http://127.0.0.1:{self.port}/api/v1/targets"
         with urllib.request.urlopen(url, timeout=10) as reply:
             data = json.load(reply)
-        return [(t["labels"]["job"], t["health"], t["lastError"])
-                for t in data["data"]["activeTargets"]]  # fmt: skip
+        return [
+            (t["labels"]["job"], t["health"], t["lastError"]) for t in data["data"]["activeTargets"]
+        ]
 
 
 @contextlib.contextmanager
-def running_prometheus(scrape: dict[str, str] | None = None, *, pushgateway: bool = False,
-                       textfile_dir: Path | None = None) -> Iterator[Prometheus]:  # fmt: skip
+def running_prometheus(
+    scrape: dict[str, str] | None = None,
+    *,
+    pushgateway: bool = False,
+    textfile_dir: Path | None = None,
+) -> Iterator[Prometheus]:
     """Prometheus scraping ``scrape`` (job -> host:port), plus a push gateway (job
     ``pushgateway``, its series keep their own job label) and a node exporter reading
     ``textfile_dir`` (job ``node``) when asked; stopped (by pid) when the block ends."""

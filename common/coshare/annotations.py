@@ -117,24 +117,37 @@ class KeySpec:
 
 
 KEYS: tuple[KeySpec, ...] = (
-    KeySpec("CoshareDeviceMemory", "device_memory_mib", "integer MiB >= 1, or with a unit (2G)",
-            MAX_DEVICE_MEMORY_MIB),
+    KeySpec(
+        "CoshareDeviceMemory",
+        "device_memory_mib",
+        "integer MiB >= 1, or with a unit (2G)",
+        MAX_DEVICE_MEMORY_MIB,
+    ),
     KeySpec("CoshareDeviceThreads", "device_threads", "integer >= 1", MAX_DEVICE_THREADS),
     KeySpec("CoshareDeviceCount", "device_count", "integer >= 1", MAX_DEVICES),
     KeySpec("CoshareKind", "kind", "device or cpu"),
     KeySpec("CoshareProcesses", "processes", "integer >= 1", MAX_PROCESSES),
     KeySpec("CoshareProgram", "program", "a name of letters, digits, '.', '_', '-'"),
     KeySpec("CoshareAlpha", "alpha", "a number in (0, 1]", 1.0),
-    KeySpec("CoshareMembw", "membw_gbps", f"a number of GB/s in [0, {MAX_MEMBW_GBPS}]",
-            MAX_MEMBW_GBPS),
-    KeySpec("CoshareCopyBandwidth", "copy_bw_mbps", f"a number of MB/s in [0, {MAX_COPY_BW_MBPS}]",
-            MAX_COPY_BW_MBPS),
-    KeySpec("CoshareWalltime", "walltime_s", f"a number of seconds in (0, {MAX_WALLTIME_S}]",
-            MAX_WALLTIME_S),
+    KeySpec(
+        "CoshareMembw", "membw_gbps", f"a number of GB/s in [0, {MAX_MEMBW_GBPS}]", MAX_MEMBW_GBPS
+    ),
+    KeySpec(
+        "CoshareCopyBandwidth",
+        "copy_bw_mbps",
+        f"a number of MB/s in [0, {MAX_COPY_BW_MBPS}]",
+        MAX_COPY_BW_MBPS,
+    ),
+    KeySpec(
+        "CoshareWalltime",
+        "walltime_s",
+        f"a number of seconds in (0, {MAX_WALLTIME_S}]",
+        MAX_WALLTIME_S,
+    ),
     KeySpec("CoshareNodes", "nodes", "integer >= 1", MAX_JOB_NODES),
     KeySpec("CoshareNodesMax", "nodes_max", "integer >= CoshareNodes", MAX_JOB_NODES),
     KeySpec("CoshareProcessesPerNode", "processes_per_node", "integer >= 1", MAX_PROCESSES),
-)  # fmt: skip
+)
 
 
 def squash(key: str) -> str:
@@ -149,9 +162,21 @@ for _spec in KEYS:
     _BY_SQUASHED[squash(_spec.attribute)] = _spec
     _BY_SQUASHED[squash(_spec.field)] = _spec  # device_memory_mib, membw_gbps, ...
 
-_UNIT_MIB = {"": 1, "m": 1, "mb": 1, "mib": 1, "g": 1024, "gb": 1024, "gib": 1024,
-             "t": 1024**2, "tb": 1024**2, "tib": 1024**2, "k": 1 / 1024, "kb": 1 / 1024,
-             "kib": 1 / 1024}  # fmt: skip
+_UNIT_MIB = {
+    "": 1,
+    "m": 1,
+    "mb": 1,
+    "mib": 1,
+    "g": 1024,
+    "gb": 1024,
+    "gib": 1024,
+    "t": 1024**2,
+    "tb": 1024**2,
+    "tib": 1024**2,
+    "k": 1 / 1024,
+    "kb": 1 / 1024,
+    "kib": 1 / 1024,
+}
 _MEMORY = re.compile(rf"({NUMBER_PATTERN})\s*([a-zA-Z]{{0,3}})")
 _PROGRAM = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -207,9 +232,13 @@ class _Checker:
         self.problems.append(FieldProblem(key, _text(self.raw[key]), allowed or spec.allowed, why))
 
     def integer(
-        self, spec: KeySpec, key: str, cap: int | None, too_big: str,
+        self,
+        spec: KeySpec,
+        key: str,
+        cap: int | None,
+        too_big: str,
         read: Callable[[object], float | None] = _number,
-    ) -> int | None:  # fmt: skip
+    ) -> int | None:
         """A whole number in ``1..maximum``: the key's own maximum, or the cluster's ``cap``
         when smaller (then ``too_big`` says why)."""
         number = read(self.raw[key])
@@ -294,10 +323,12 @@ def parse_job(
         if spec.field in keys:  # device-memory and device-memory-mib: which one was meant?
             check.problems.append(
                 FieldProblem(
-                    key, _text(annotations[key]), f"{spec.attribute} once, in one spelling",
+                    key,
+                    _text(annotations[key]),
+                    f"{spec.attribute} once, in one spelling",
                     f"names the same key as {keys[spec.field]} (given twice)",
                 )
-            )  # fmt: skip
+            )
             continue
         keys[spec.field] = key
         value = _read(check, spec, key, limits)
@@ -346,14 +377,24 @@ def parse_job(
     nodes = whole("nodes", 1)
     nodes_max = values.get("nodes_max")
     per_node = values.get("processes_per_node")
-    gang = Job(id=job_id, nodes=nodes, nodes_max=nodes_max if isinstance(nodes_max, int) else None,
-               processes_per_node=per_node if isinstance(per_node, int) else None)  # fmt: skip
+    gang = Job(
+        id=job_id,
+        nodes=nodes,
+        nodes_max=nodes_max if isinstance(nodes_max, int) else None,
+        processes_per_node=per_node if isinstance(per_node, int) else None,
+    )
     default = min(nodes * (gang.processes_per_node or 1), MAX_PROCESSES) if gang.is_gang else 1
     gang = replace(gang, processes=whole("processes", max(processes, default)))
     attribute = {s.field: s.attribute for s in KEYS}
-    problems = [FieldProblem(keys.get(name, attribute[name]), _text(value), allowed,
-                             "does not fit the job's other gang keys")
-                for name, value, allowed in gang_problems(gang)]  # fmt: skip
+    problems = [
+        FieldProblem(
+            keys.get(name, attribute[name]),
+            _text(value),
+            allowed,
+            "does not fit the job's other gang keys",
+        )
+        for name, value, allowed in gang_problems(gang)
+    ]
     if problems:
         raise AnnotationError(job_id, problems)
     return Job(
@@ -401,8 +442,9 @@ def _read(
     has_cluster = limits is not None and limits.device_memory_mib > 0
     if spec.field == "device_memory_mib":
         cap = limits.device_memory_mib if has_cluster and limits else None
-        return check.integer(spec, key, cap, f"exceeds every device (largest: {cap} MiB)",
-                             read=_memory_mib)  # fmt: skip
+        return check.integer(
+            spec, key, cap, f"exceeds every device (largest: {cap} MiB)", read=_memory_mib
+        )
     if spec.field == "device_threads":
         cap = limits.device_threads if has_cluster and limits else None
         return check.integer(

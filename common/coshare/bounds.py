@@ -170,8 +170,9 @@ def shorten(value: object) -> str:
         text = f"<a {type(value).__name__}>"
     if len(text) > 4 * SHOWN_CHARS:
         text = text[: 4 * SHOWN_CHARS] + "..."
-    return text.encode("ascii", "backslashreplace").decode("ascii") if not text.isprintable() \
-        else text  # fmt: skip
+    return (
+        text.encode("ascii", "backslashreplace").decode("ascii") if not text.isprintable() else text
+    )
 
 
 class BadValue(ValueError):
@@ -187,8 +188,9 @@ class BadValue(ValueError):
         allowed: the allowed range or form.
     """
 
-    def __init__(self, field: str, value: object, allowed: str,
-                 why: str = "is outside what coshare accepts") -> None:  # fmt: skip
+    def __init__(
+        self, field: str, value: object, allowed: str, why: str = "is outside what coshare accepts"
+    ) -> None:
         self.field = field
         self.shown = shorten(value)
         self.why = why
@@ -206,9 +208,12 @@ def bounded(field: str, value: object, maximum: float, *, minimum: float = 0.0) 
     """
     number = as_float(value)
     if number is None or not minimum <= number <= maximum:
-        why = ("is not a number" if number is None
-               else "is outside what coshare accepts"
-               if math.isfinite(number) or isinstance(value, int)
-               else "is not a finite number")  # fmt: skip
+        why = (
+            "is not a number"
+            if number is None
+            else "is outside what coshare accepts"
+            if math.isfinite(number) or isinstance(value, int)
+            else "is not a finite number"
+        )
         raise BadValue(field, value, f"a number {plain(minimum)}..{plain(maximum)}", why)
     return number

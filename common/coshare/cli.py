@@ -73,8 +73,7 @@ LAZY_SUMMARIES: dict[str, str] = {
     "sweep the LLC ways.",
     "simulate": "Simulate policies on a workload and compare makespan, utilization, footprint "
     "(or, on the Alibaba trace, unallocated GPU capacity).",
-    "slurm": "The Slurm add-on: plan annotated Slurm jobs onto shared devices, on the "
-    "controller.",
+    "slurm": "The Slurm add-on: plan annotated Slurm jobs onto shared devices, on the controller.",
 }
 
 EXAMPLE_SNAPSHOT = "paper-cluster.json"
@@ -157,12 +156,14 @@ def _needs_extra(name: str, extra: str, module: str) -> click.Command:
         raise MissingExtra(f"coshare {name}", extra, module)
 
     return click.Command(
-        name, callback=refuse, short_help=f"(needs: pip install 'coshare[{extra}]')",
+        name,
+        callback=refuse,
+        short_help=f"(needs: pip install 'coshare[{extra}]')",
         help=f"Not installed here: coshare {name} needs the '{extra}' extra "
         f"(pip install 'coshare[{extra}]').",
         params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -293,14 +294,14 @@ def policy_flags(func: Any) -> Any:
         "policy_name",
         type=str,
         default=None,
-        help=f"Policy: {', '.join(POLICY_NAMES)} "
-        f"(config: policy.name, default {DEFAULT_POLICY}).",
+        help=f"Policy: {', '.join(POLICY_NAMES)} (config: policy.name, default {DEFAULT_POLICY}).",
     )(func)
     return func
 
 
-def configured(app: AppContext, policy_name: str | None, threads: str | None,
-               seed: int | None) -> Config:  # fmt: skip
+def configured(
+    app: AppContext, policy_name: str | None, threads: str | None, seed: int | None
+) -> Config:
     """The config with the command line's policy flags applied (flags win)."""
     if policy_name is not None and policy_name not in POLICY_NAMES:
         # Blame the flag the person typed, not the setting it overrides.
@@ -313,14 +314,25 @@ def configured(app: AppContext, policy_name: str | None, threads: str | None,
 @policy_flags
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--all", "show_all", is_flag=True, help="Table: also list devices that get nothing.")
-@click.option("--explain", "explain_job", metavar="JOB", default=None,
-              help="Explain one job instead: every node and device considered, the first "
-              "limit that keeps it out, and what would make it fit.")  # fmt: skip
+@click.option(
+    "--explain",
+    "explain_job",
+    metavar="JOB",
+    default=None,
+    help="Explain one job instead: every node and device considered, the first "
+    "limit that keeps it out, and what would make it fit.",
+)
 @pass_app
 def plan(
-    app: AppContext, snapshot: str, policy_name: str | None, threads: str | None,
-    seed: int | None, output: str, show_all: bool, explain_job: str | None,
-) -> None:  # fmt: skip
+    app: AppContext,
+    snapshot: str,
+    policy_name: str | None,
+    threads: str | None,
+    seed: int | None,
+    output: str,
+    show_all: bool,
+    explain_job: str | None,
+) -> None:
     """Plan the pending jobs of a snapshot (JSON file, or - for stdin) and print the plan."""
     from coshare.facts import without_stale_probes
     from coshare.planner import checked_plan
@@ -359,17 +371,30 @@ def collector_paused() -> Iterator[None]:
 
 
 def print_plan(
-    snap: Snapshot, result: Plan, policy: Policy, config: Config, output: str, show_all: bool,
+    snap: Snapshot,
+    result: Plan,
+    policy: Policy,
+    config: Config,
+    output: str,
+    show_all: bool,
     explain_job: str | None,
-) -> None:  # fmt: skip
+) -> None:
     """``coshare plan``'s output: the notes, then the plan or one job's explanation."""
     for note in result.notes:
         click.echo(f"coshare: note: {note}", err=True)
     if explain_job is not None:
         from coshare.explain import explain
 
-        echo_explanation(explain(snap, policy, explain_job, plan=result,
-                                 strict_threads=config.policy.threads == "strict"), output)
+        echo_explanation(
+            explain(
+                snap,
+                policy,
+                explain_job,
+                plan=result,
+                strict_threads=config.policy.threads == "strict",
+            ),
+            output,
+        )
         return
     if output == "json":
         # compact: the C encoder (an indent takes Python's, 0.7 s for 100,000 jobs)
@@ -398,12 +423,27 @@ def example_snapshot() -> Snapshot:
 
 
 @cli.command()
-@click.option("--jobs", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Table I jobs in the reproduction.")
-@click.option("--nodes", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Cluster size of the reproduction.")
-@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Seeds 0..K-1 (mean and range).")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Table I jobs in the reproduction.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Cluster size of the reproduction.",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Seeds 0..K-1 (mean and range).",
+)
 @pass_app
 def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
     """Reproduce the paper's Table II in simulation, then plan the bundled example snapshot."""
@@ -424,8 +464,11 @@ def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
     rows = []
     plans = {}
     for name in ("exclusive", "random", "knapsack", DEFAULT_POLICY):
-        plans[name] = checked_plan(make_policy(name, policy_options(config)), snap,
-                                   strict_threads=config.policy.threads == "strict").plan
+        plans[name] = checked_plan(
+            make_policy(name, policy_options(config)),
+            snap,
+            strict_threads=config.policy.threads == "strict",
+        ).plan
         rows.append((name, plans[name]))
     from coshare.render import plan_table, policy_summary
 
@@ -439,8 +482,13 @@ def config() -> None:
 
 
 @config.command("show")
-@click.option("--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
-              help="yaml: as a config file is written; json: for tools.")  # fmt: skip
+@click.option(
+    "--output",
+    type=click.Choice(["yaml", "json"]),
+    default="yaml",
+    show_default=True,
+    help="yaml: as a config file is written; json: for tools.",
+)
 @pass_app
 def config_show(app: AppContext, output: str) -> None:
     """Print the effective configuration (defaults < file < environment)."""
@@ -491,8 +539,10 @@ def deploy_files(directory: Path, force: bool) -> None:
     existing = [rel for rel, _ in files if (directory.joinpath(*rel)).exists()]
     if existing and not force:
         shown = ", ".join("/".join(rel) for rel in existing[:5])
-        raise InputError(f"{directory}: {len(existing)} files exist ({shown}); nothing written "
-                         "(--force overwrites them)")  # fmt: skip
+        raise InputError(
+            f"{directory}: {len(existing)} files exist ({shown}); nothing written "
+            "(--force overwrites them)"
+        )
     for rel, item in files:
         target = directory.joinpath(*rel)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -71,19 +71,37 @@ ENV_PREFIX = "COSHARE_"
 NOT_SETTINGS = frozenset(
     {
         # where things are
-        "COSHARE_CONFIG", "COSHARE_TRACE_DIR", "COSHARE_LIBEXEC", "COSHARE_BIN",
+        "COSHARE_CONFIG",
+        "COSHARE_TRACE_DIR",
+        "COSHARE_LIBEXEC",
+        "COSHARE_BIN",
         # what a job is given by the node helpers
-        "COSHARE_JOB_ID", "COSHARE_NODE", "COSHARE_DEVICES", "COSHARE_CPUS",
-        "COSHARE_GATE_SOCKET", "COSHARE_DEVICE_MEMORY", "COSHARE_DEVICE_MEMORY_MIB",
-        "COSHARE_DEVICE_THREADS", "COSHARE_SPREAD", "COSHARE_LLC_WAYS", "COSHARE_MEMBW_PERCENT",
+        "COSHARE_JOB_ID",
+        "COSHARE_NODE",
+        "COSHARE_DEVICES",
+        "COSHARE_CPUS",
+        "COSHARE_GATE_SOCKET",
+        "COSHARE_DEVICE_MEMORY",
+        "COSHARE_DEVICE_MEMORY_MIB",
+        "COSHARE_DEVICE_THREADS",
+        "COSHARE_SPREAD",
+        "COSHARE_LLC_WAYS",
+        "COSHARE_MEMBW_PERCENT",
         "COSHARE_LEND_SLOT_TYPE",
         # the deploy/ scripts' own (local clusters, the trigger, the facts publisher)
-        "COSHARE_SLURM_CTLD_PORT", "COSHARE_SLURM_NODE_PORT", "COSHARE_SLURM_DBD_PORT",
-        "COSHARE_SLURM_CGROUP_PREFIX", "COSHARE_PG_PORT", "COSHARE_PG_LISTEN",
-        "COSHARE_TRIGGER", "COSHARE_TRIGGER_ARGS", "COSHARE_TRIGGER_CONFIG",
-        "COSHARE_TRIGGER_LOG", "COSHARE_FACTS",
+        "COSHARE_SLURM_CTLD_PORT",
+        "COSHARE_SLURM_NODE_PORT",
+        "COSHARE_SLURM_DBD_PORT",
+        "COSHARE_SLURM_CGROUP_PREFIX",
+        "COSHARE_PG_PORT",
+        "COSHARE_PG_LISTEN",
+        "COSHARE_TRIGGER",
+        "COSHARE_TRIGGER_ARGS",
+        "COSHARE_TRIGGER_CONFIG",
+        "COSHARE_TRIGGER_LOG",
+        "COSHARE_FACTS",
     }
-)  # fmt: skip
+)
 
 
 class ConfigWarning(UserWarning):
@@ -164,8 +182,9 @@ class MembwConfig:
     max_share: float = field(default=0.9, metadata={"min": 0, "max": 1})
     init_s: float = field(default=60.0, metadata={"min": 0})
     max_suspend_s: float = field(default=3600.0, metadata={"min": 0})
-    programs: Mapping[str, float] = field(default_factory=_default_membw_programs,
-                                          metadata={"min": 0, "max": 1})  # fmt: skip
+    programs: Mapping[str, float] = field(
+        default_factory=_default_membw_programs, metadata={"min": 0, "max": 1}
+    )
     trials: bool = False
     record_file: str | None = None
     probe_inject_file: str | None = None
@@ -177,15 +196,19 @@ class MembwConfig:
 
     def __post_init__(self) -> None:
         if _COMMAND_PATH.fullmatch(self.probe_command) is None:
-            raise ConfigError(f"policy.membw.probe_command: {shorten(self.probe_command)} is "
-                              "not a command name or path (allowed: 1-4096 of A-Z a-z 0-9 "
-                              "_ . / + -)")  # fmt: skip
+            raise ConfigError(
+                f"policy.membw.probe_command: {shorten(self.probe_command)} is "
+                "not a command name or path (allowed: 1-4096 of A-Z a-z 0-9 "
+                "_ . / + -)"
+            )
         # The keys are CoshareProgram values, so they follow that annotation's rule
         # (coshare.annotations): a key no job can name would be a silent typo.
         for name in self.programs:
             if _PROGRAM_NAME.fullmatch(name) is None:
-                raise ConfigError(f"policy.membw.programs: {shorten(name)} is not a program "
-                                  "name (allowed: 1-64 of A-Z a-z 0-9 _ . -, as CoshareProgram)")
+                raise ConfigError(
+                    f"policy.membw.programs: {shorten(name)} is not a program "
+                    "name (allowed: 1-64 of A-Z a-z 0-9 _ . -, as CoshareProgram)"
+                )
 
 
 @dataclass(frozen=True)
@@ -216,8 +239,10 @@ class SnsConfig:
 
     def __post_init__(self) -> None:
         if self.default_alpha <= 0:
-            raise ConfigError(f"policy.sns.default_alpha: {plain(self.default_alpha)} is out of "
-                              "range (allowed: a number in (0, 1])")
+            raise ConfigError(
+                f"policy.sns.default_alpha: {plain(self.default_alpha)} is out of "
+                "range (allowed: a number in (0, 1])"
+            )
 
 
 @dataclass(frozen=True)
@@ -415,8 +440,10 @@ class NodeConfig:
 
 
 #: ``HOST:PORT`` where a daemon listens: a host name or IPv4 address, or ``[IPv6]``.
-_ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])"
-                      r":(?P<port>[0-9]{1,5})")  # fmt: skip
+_ADDRESS = re.compile(
+    r"(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])"
+    r":(?P<port>[0-9]{1,5})"
+)
 
 
 def listen_address(text: str, key: str) -> tuple[str, int]:
@@ -429,8 +456,10 @@ def listen_address(text: str, key: str) -> tuple[str, int]:
     match = _ADDRESS.fullmatch(text)
     port = int(match["port"]) if match else 0
     if match is None or not 1 <= port <= 65535:
-        raise ConfigError(f"{key}: {shorten(text)} is not an address to listen on (allowed: "
-                          "HOST:PORT, e.g. 127.0.0.1:9810 or [::1]:9810, port 1..65535)")
+        raise ConfigError(
+            f"{key}: {shorten(text)} is not an address to listen on (allowed: "
+            "HOST:PORT, e.g. 127.0.0.1:9810 or [::1]:9810, port 1..65535)"
+        )
     return match["host"].strip("[]"), port
 
 
@@ -463,11 +492,15 @@ class MetricsConfig:
 
     def __post_init__(self) -> None:
         if self.pushgateway is not None and _URL.fullmatch(self.pushgateway) is None:
-            raise ConfigError(f"metrics.pushgateway: {shorten(self.pushgateway)} is not a push "
-                              "gateway URL (allowed: http(s)://HOST[:PORT][/PATH])")
+            raise ConfigError(
+                f"metrics.pushgateway: {shorten(self.pushgateway)} is not a push "
+                "gateway URL (allowed: http(s)://HOST[:PORT][/PATH])"
+            )
         if _JOB_LABEL.fullmatch(self.push_job) is None:
-            raise ConfigError(f"metrics.push_job: {shorten(self.push_job)} is not a job label "
-                              "(allowed: 1-64 of A-Z a-z 0-9 _ . -)")
+            raise ConfigError(
+                f"metrics.push_job: {shorten(self.push_job)} is not a job label "
+                "(allowed: 1-64 of A-Z a-z 0-9 _ . -)"
+            )
 
 
 @dataclass(frozen=True)
@@ -509,7 +542,9 @@ class CondorConfig:
     """
 
     RENAMED: ClassVar[Mapping[str, str]] = {
-        "condor_config": "config_file", "retries": "retry_attempts"}
+        "condor_config": "config_file",
+        "retries": "retry_attempts",
+    }
 
     config_file: str | None = None
     collector: str | None = None
@@ -547,8 +582,10 @@ class CollocateConfig:
     def __post_init__(self) -> None:
         # The range check allows 0; a monitoring period of nothing harvests on no evidence.
         if self.monitor_fraction <= 0:
-            raise ConfigError(f"collocate.monitor_fraction: {plain(self.monitor_fraction)} is "
-                              "out of range (allowed: a number in (0, 1], P_M of the paper)")
+            raise ConfigError(
+                f"collocate.monitor_fraction: {plain(self.monitor_fraction)} is "
+                "out of range (allowed: a number in (0, 1], P_M of the paper)"
+            )
 
 
 @dataclass(frozen=True)
@@ -694,15 +731,19 @@ class CoordinationConfig:
 
     def __post_init__(self) -> None:
         if self.fence_every_s is not None and self.fence_every_s >= self.lease_s:
-            raise ConfigError(f"coordination.fence_every_s: {self.fence_every_s:g} is not below "
-                              f"coordination.lease_s {self.lease_s:g} (allowed: 0 to less "
-                              "than lease_s: every batch must start within the lease)")  # fmt: skip
+            raise ConfigError(
+                f"coordination.fence_every_s: {self.fence_every_s:g} is not below "
+                f"coordination.lease_s {self.lease_s:g} (allowed: 0 to less "
+                "than lease_s: every batch must start within the lease)"
+            )
         for key in ("domain", "instance"):
             value = getattr(self, key)
             if value is not None and not _PLANNER_NAME.fullmatch(value):
-                raise ConfigError(f"coordination.{key}: {shorten(value)} is not a name (allowed: "
-                                  "1..128 of A-Z a-z 0-9 _ . : @ -, a letter or digit "
-                                  "first)")  # fmt: skip
+                raise ConfigError(
+                    f"coordination.{key}: {shorten(value)} is not a name (allowed: "
+                    "1..128 of A-Z a-z 0-9 _ . : @ -, a letter or digit "
+                    "first)"
+                )
 
     @property
     def fence_interval_s(self) -> float:
@@ -767,8 +808,10 @@ def build(cls: type[C], data: object, where: str = "") -> C:
     problems: list[str] = []
     for key in data:
         if key not in fields:
-            problems.append(f"{where or 'config'}: unknown key {shorten(key)} "
-                            f"(valid keys: {', '.join(sorted(fields))})")  # fmt: skip
+            problems.append(
+                f"{where or 'config'}: unknown key {shorten(key)} "
+                f"(valid keys: {', '.join(sorted(fields))})"
+            )
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for name, value in data.items():
@@ -776,8 +819,7 @@ def build(cls: type[C], data: object, where: str = "") -> C:
             continue
         path = f"{where}.{name}" if where else name
         try:
-            values[name] = _convert(hints[name], value, path,
-                                    _range(name, fields[name].metadata))  # fmt: skip
+            values[name] = _convert(hints[name], value, path, _range(name, fields[name].metadata))
         except ConfigError as exc:
             problems.extend(problems_of(exc))
             continue
@@ -785,8 +827,12 @@ def build(cls: type[C], data: object, where: str = "") -> C:
         if choices is not None and values[name] not in choices():
             problems.append(f"{path}: {unknown_name(noun, values[name], choices())}")
     for n, f in fields.items():
-        if (n not in values and n not in data and f.default is dataclasses.MISSING
-                and f.default_factory is dataclasses.MISSING):  # fmt: skip
+        if (
+            n not in values
+            and n not in data
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ):
             problems.append(f"{where or 'config'}: missing key {n!r}")
     if problems:
         raise config_error(problems)
@@ -839,10 +885,16 @@ def renamed(cls: type[Any], data: Mapping[str, Any], where: str) -> Mapping[str,
             continue
         prefix = f"{where}." if where else ""
         if new in out:
-            raise ConfigError(f"{prefix}{old} and {prefix}{new} are the same setting (its old "
-                              f"and new name); give it once, as {new}")  # fmt: skip
-        warnings.warn(f"config key {prefix}{old} is deprecated and goes in the next release; "
-                      f"call it {prefix}{new}", FutureWarning, stacklevel=2)  # fmt: skip
+            raise ConfigError(
+                f"{prefix}{old} and {prefix}{new} are the same setting (its old "
+                f"and new name); give it once, as {new}"
+            )
+        warnings.warn(
+            f"config key {prefix}{old} is deprecated and goes in the next release; "
+            f"call it {prefix}{new}",
+            FutureWarning,
+            stacklevel=2,
+        )
         out[new] = out.pop(old)
     return out
 
@@ -868,8 +920,9 @@ def _convert(hint: Any, value: object, path: str, limits: Range) -> Any:
         return _convert(inner[0], value, path, limits)
     if origin is Literal:
         if not isinstance(value, str) or value not in args:
-            raise ConfigError(f"{path}: {shorten(value)} is not one of "
-                              f"{', '.join(map(repr, args))}")  # fmt: skip
+            raise ConfigError(
+                f"{path}: {shorten(value)} is not one of {', '.join(map(repr, args))}"
+            )
         return value
     if origin in (Mapping, dict, typing.Mapping) or hint is dict:
         if not isinstance(value, Mapping):
@@ -880,12 +933,15 @@ def _convert(hint: Any, value: object, path: str, limits: Range) -> Any:
             name = str(key)
             problem = id_problem(name)
             if problem is not None:
-                raise ConfigError(f"{path}: the name {shorten(name)} {problem} "
-                                  f"(allowed: {ALLOWED_ID})")  # fmt: skip
+                raise ConfigError(
+                    f"{path}: the name {shorten(name)} {problem} (allowed: {ALLOWED_ID})"
+                )
             if name in out:
                 # 0 and "0" are two YAML keys but one name: neither silently wins.
-                raise ConfigError(f"{path}: the name {shorten(name)} is given twice (as "
-                                  f"{shorten(key)} and as another key that reads the same)")
+                raise ConfigError(
+                    f"{path}: the name {shorten(name)} is given twice (as "
+                    f"{shorten(key)} and as another key that reads the same)"
+                )
             out[name] = _convert(value_type, item, f"{path}.{name}", limits)
         return out
     if origin is tuple:
@@ -905,8 +961,10 @@ def _convert(hint: Any, value: object, path: str, limits: Range) -> Any:
             raise ConfigError(f"{path}: expected a string, got {shorten(value)}")
         problem = text_problem(value, MAX_TEXT_CHARS)
         if problem is not None:
-            raise ConfigError(f"{path}: {shorten(value)} {problem} (allowed: text of at most "
-                              f"{MAX_TEXT_CHARS} characters, no control characters)")  # fmt: skip
+            raise ConfigError(
+                f"{path}: {shorten(value)} {problem} (allowed: text of at most "
+                f"{MAX_TEXT_CHARS} characters, no control characters)"
+            )
         return value
     raise ConfigError(f"{path}: unsupported setting type {hint!r}")  # pragma: no cover
 
@@ -959,9 +1017,11 @@ def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
             if key in seen:
                 first = seen[key].start_mark.line + 1
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {shorten(key)} appears twice (first on line {first})",
+                    None,
+                    None,
+                    f"key {shorten(key)} appears twice (first on line {first})",
                     key_node.start_mark,
-                )  # fmt: skip
+                )
             seen[key] = key_node
     return loader.construct_mapping(node, deep=True)
 
@@ -1004,13 +1064,15 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     hints = typing.get_type_hints(Config)
     settings = {
         f"{ENV_PREFIX}{section}_{f.name}".upper(): (section, f.name)
-        for section, hint in hints.items() if dataclasses.is_dataclass(hint)
+        for section, hint in hints.items()
+        if dataclasses.is_dataclass(hint)
         for f in dataclasses.fields(hint)
-    }  # fmt: skip
+    }
     renamed_keys = {
         f"{ENV_PREFIX}{section}_{old}".upper(): (section, old)
-        for section, hint in hints.items() for old in getattr(hint, "RENAMED", {})
-    }  # fmt: skip
+        for section, hint in hints.items()
+        for old in getattr(hint, "RENAMED", {})
+    }
     out: dict[str, dict[str, Any]] = {}
     for var, text in environ.items():
         if not var.startswith(ENV_PREFIX) or var in NOT_SETTINGS:
@@ -1032,9 +1094,15 @@ def _warn_near(var: str, settings: Mapping[str, tuple[str, str]]) -> None:
     hint lists that section's keys or the settings with that key.
     """
     sections = {section for section, _ in settings.values()}
-    rest = var[len(ENV_PREFIX):].lower()
-    named = next((s for s in sorted(sections, key=len, reverse=True)
-                  if var.startswith(f"{ENV_PREFIX}{s.upper()}_")), None)  # fmt: skip
+    rest = var[len(ENV_PREFIX) :].lower()
+    named = next(
+        (
+            s
+            for s in sorted(sections, key=len, reverse=True)
+            if var.startswith(f"{ENV_PREFIX}{s.upper()}_")
+        ),
+        None,
+    )
     near = difflib.get_close_matches(var, list(settings), n=1, cutoff=0.9)
     by_key = sorted(name for name, (_, key) in settings.items() if key == rest)
     if near:
@@ -1044,12 +1112,17 @@ def _warn_near(var: str, settings: Mapping[str, tuple[str, str]]) -> None:
     elif named is not None or rest in sections:
         section = named or rest
         keys = sorted(key for s, key in settings.values() if s == section)
-        hint = (f"settings are {ENV_PREFIX}<SECTION>_<KEY>; the {section} section's keys are "
-                f"{', '.join(keys)}")  # fmt: skip
+        hint = (
+            f"settings are {ENV_PREFIX}<SECTION>_<KEY>; the {section} section's keys are "
+            f"{', '.join(keys)}"
+        )
     else:
         hint = f"settings are {ENV_PREFIX}<SECTION>_<KEY>, listed by `coshare config show`"
-    warnings.warn(f"environment variable {shorten_text(var)} is not a setting and is ignored "
-                  f"({hint})", ConfigWarning, stacklevel=3)  # fmt: skip
+    warnings.warn(
+        f"environment variable {shorten_text(var)} is not a setting and is ignored ({hint})",
+        ConfigWarning,
+        stacklevel=3,
+    )
 
 
 def load_config(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:

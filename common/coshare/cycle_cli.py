@@ -58,16 +58,23 @@ OpenAdapter = Callable[[Config], Adapter]
 
 
 def _verbose_flag(func: Any) -> Any:
-    return click.option("--verbose", "-v", is_flag=True,
-                        help="Also log what the adapter does, and print the plan per device.",
-                        )(func)  # fmt: skip
+    return click.option(
+        "--verbose",
+        "-v",
+        is_flag=True,
+        help="Also log what the adapter does, and print the plan per device.",
+    )(func)
 
 
 def _output_flag(func: Any) -> Any:
-    return click.option("--output", type=click.Choice(["table", "json"]), default="table",
-                        show_default=True,
-                        help="json: for tools (cycle: the plan and what was written; show: "
-                        "the snapshot, input of `coshare plan`).")(func)  # fmt: skip
+    return click.option(
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="json: for tools (cycle: the plan and what was written; show: "
+        "the snapshot, input of `coshare plan`).",
+    )(func)
 
 
 def _logging(verbose: bool, log_format: str = "text") -> None:
@@ -82,9 +89,12 @@ def _warn(notes: tuple[str, ...]) -> None:
 
 
 def scheduler_group(
-    name: str, summary: str, open_adapter: OpenAdapter, lock_file: Callable[[Config], str | None],
+    name: str,
+    summary: str,
+    open_adapter: OpenAdapter,
+    lock_file: Callable[[Config], str | None],
     names: Mapping[str, str] = SNAPSHOT_NAMES,
-) -> click.Group:  # fmt: skip
+) -> click.Group:
     """The ``coshare NAME`` group with its ``cycle``, ``show`` and ``explain`` commands.
 
     Args:
@@ -101,23 +111,39 @@ def scheduler_group(
 
     @group.command()
     @policy_flags
-    @click.option("--dry-run", is_flag=True,
-                  help="Read and plan, write nothing; say what would be written.")  # fmt: skip
+    @click.option(
+        "--dry-run", is_flag=True, help="Read and plan, write nothing; say what would be written."
+    )
     @_verbose_flag
     @_output_flag
     @log_format_option
     @pass_app
     @click.pass_context
-    def cycle(ctx: click.Context, app: AppContext, policy_name: str | None, threads: str | None,
-              seed: int | None, dry_run: bool, verbose: bool, output: str,
-              log_format: str) -> None:  # fmt: skip
+    def cycle(
+        ctx: click.Context,
+        app: AppContext,
+        policy_name: str | None,
+        threads: str | None,
+        seed: int | None,
+        dry_run: bool,
+        verbose: bool,
+        output: str,
+        log_format: str,
+    ) -> None:
         """Run one planning cycle: read the queue, plan, check the plan, write it in batches."""
         _logging(verbose, log_format)
         config = configured(app, policy_name, threads, seed)
         policy = make_policy(config.policy.name, policy_options(config))
         try:
-            report = run_once(name, config, policy, open_adapter, lock_file(config),
-                              dry_run=dry_run, log_cycle=log_format == "json")  # fmt: skip
+            report = run_once(
+                name,
+                config,
+                policy,
+                open_adapter,
+                lock_file(config),
+                dry_run=dry_run,
+                log_cycle=log_format == "json",
+            )
         except CycleBusy as busy:
             click.echo(f"coshare: {busy}")
             return
@@ -126,7 +152,8 @@ def scheduler_group(
                 raise  # one plain message from the command line's error handler
             # Standard error stays one JSON object per line.
             logging.getLogger("coshare.cycle").error(
-                "cycle failed: %s", error, extra={"scheduler": name, "status": error.exit_status})
+                "cycle failed: %s", error, extra={"scheduler": name, "status": error.exit_status}
+            )
             ctx.exit(error.exit_status)
         if log_format == "json":
             log_notes(name, report.notes)
@@ -145,8 +172,14 @@ def scheduler_group(
     @_verbose_flag
     @_output_flag
     @pass_app
-    def show(app: AppContext, policy_name: str | None, threads: str | None, seed: int | None,
-             verbose: bool, output: str) -> None:  # fmt: skip
+    def show(
+        app: AppContext,
+        policy_name: str | None,
+        threads: str | None,
+        seed: int | None,
+        verbose: bool,
+        output: str,
+    ) -> None:
         """Show the queue as coshare reads it: every node and device with what runs and is
         planned there, and why each waiting job waits (writes nothing)."""
         _logging(verbose)
@@ -156,19 +189,32 @@ def scheduler_group(
             _warn(result.notes)
             click.echo(json.dumps(snapshot_to_dict(result.snapshot), indent=1))
             return
-        plan = checked_plan(make_policy(config.policy.name, policy_options(config)),
-                            result.snapshot,
-                            strict_threads=config.policy.threads == "strict").plan
+        plan = checked_plan(
+            make_policy(config.policy.name, policy_options(config)),
+            result.snapshot,
+            strict_threads=config.policy.threads == "strict",
+        ).plan
         click.echo(show_text(result, plan), nl=False)
 
     @group.command("explain")
     @click.argument("job")
     @policy_flags
-    @click.option("--output", type=click.Choice(["table", "json"]), default="table",
-                  show_default=True, help="json: for tools.")  # fmt: skip
+    @click.option(
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="json: for tools.",
+    )
     @pass_app
-    def explain_command(app: AppContext, job: str, policy_name: str | None, threads: str | None,
-                        seed: int | None, output: str) -> None:  # fmt: skip
+    def explain_command(
+        app: AppContext,
+        job: str,
+        policy_name: str | None,
+        threads: str | None,
+        seed: int | None,
+        output: str,
+    ) -> None:
         """Explain one job: its annotations as parsed, every node and device considered with
         the first limit that keeps it out, and what would make it fit (writes nothing)."""
         config = configured(app, policy_name, threads, seed)
@@ -180,8 +226,16 @@ def scheduler_group(
         if find_job(job, [j.id for j in result.snapshot.pending]) is not None:
             # planned as the cycle plans it: a job it leaves out is explained with its reason
             plan = checked_plan(policy, result.snapshot, strict_threads=strict).plan
-        explanation = explain(result.snapshot, policy, job, plan=plan, rejected=result.rejected,
-                              waiting=result.waiting, names=names, strict_threads=strict)
+        explanation = explain(
+            result.snapshot,
+            policy,
+            job,
+            plan=plan,
+            rejected=result.rejected,
+            waiting=result.waiting,
+            names=names,
+            strict_threads=strict,
+        )
         echo_explanation(explanation, output)
 
     return group

@@ -74,18 +74,25 @@ def run_once(
     """
     metrics = CycleMetrics(name, config.metrics, totals=totals)
     try:
-        with cycle_lock(lock_file, f"{name}.lock_file"), \
-                coordination(config.coordination, name, dry_run) as coordinated:
+        with (
+            cycle_lock(lock_file, f"{name}.lock_file"),
+            coordination(config.coordination, name, dry_run) as coordinated,
+        ):
             adapter = open_adapter(config)
             if coordinated is not None:
                 coordinated.gate.global_ids = global_job_ids(adapter)
                 coordinated.gate.key = job_key(adapter)
-            report = run_cycle(adapter, policy, adapter, dry_run=dry_run,
-                               strict_threads=config.policy.threads == "strict",
-                               on_phase=metrics.phase,
-                               before_write=None if coordinated is None else coordinated.fence,
-                               gate=None if coordinated is None else coordinated.gate,
-                               fence_every_s=config.coordination.fence_interval_s)  # fmt: skip
+            report = run_cycle(
+                adapter,
+                policy,
+                adapter,
+                dry_run=dry_run,
+                strict_threads=config.policy.threads == "strict",
+                on_phase=metrics.phase,
+                before_write=None if coordinated is None else coordinated.fence,
+                gate=None if coordinated is None else coordinated.gate,
+                fence_every_s=config.coordination.fence_interval_s,
+            )
             if policy.name == "membw" and config.policy.membw.trials:
                 report = replace(report, trials=step_trials(config, adapter, report, dry_run))
     except CycleBusy:
@@ -104,8 +111,9 @@ def run_once(
     return report
 
 
-def step_trials(config: Config, adapter: Adapter, report: CycleReport,
-                dry_run: bool) -> tuple[str, ...]:  # fmt: skip
+def step_trials(
+    config: Config, adapter: Adapter, report: CycleReport, dry_run: bool
+) -> tuple[str, ...]:
     """Move the trial co-runs one step (:func:`coshare.trial_cycle.run_trials`) and record
     what they measured per program; what was done, one line each.
 
@@ -113,8 +121,9 @@ def step_trials(config: Config, adapter: Adapter, report: CycleReport,
         SchedulerError: the adapter offers no trial verbs (``policy.membw.trials`` needs them).
     """
     if not runs_trials(adapter):
-        raise SchedulerError("policy.membw.trials: this scheduler's adapter does not run "
-                             "trial co-runs")  # fmt: skip
+        raise SchedulerError(
+            "policy.membw.trials: this scheduler's adapter does not run trial co-runs"
+        )
     membw = config.policy.membw
     control = cast(TrialControl, adapter)
     probe: TrialProbe
@@ -126,32 +135,49 @@ def step_trials(config: Config, adapter: Adapter, report: CycleReport,
     elif membw.probe_via == "facts":
         if not getattr(adapter, "probes_via_facts", False):
             reason = getattr(adapter, "probe_facts_unsupported_reason", "")
-            raise SchedulerError("policy.membw.probe_via facts: this scheduler's node "
-                                 "daemons read no trial requests"
-                                 f"{f' ({reason})' if reason else ''}; use probe_via: socket "
-                                 "or step")  # fmt: skip
+            raise SchedulerError(
+                "policy.membw.probe_via facts: this scheduler's node "
+                "daemons read no trial requests"
+                f"{f' ({reason})' if reason else ''}; use probe_via: socket "
+                "or step"
+            )
         assert report.snapshot is not None
         probe = FactsProbe(report.snapshot, control.node_job_id)
     elif step is not None:
-        probe = StepProbe(step.probe_step, membw.probe_command, membw.probe_socket,
-                          membw.probe_timeout_s, control.node_job_id)  # fmt: skip
+        probe = StepProbe(
+            step.probe_step,
+            membw.probe_command,
+            membw.probe_socket,
+            membw.probe_timeout_s,
+            control.node_job_id,
+        )
     else:
         reason = getattr(adapter, "probe_step_unsupported_reason", "")
-        raise SchedulerError("policy.membw.probe_via step: this scheduler's adapter runs no "
-                             f"command on a job's node{f' ({reason})' if reason else ''}; "
-                             "use probe_via: socket")  # fmt: skip
+        raise SchedulerError(
+            "policy.membw.probe_via step: this scheduler's adapter runs no "
+            f"command on a job's node{f' ({reason})' if reason else ''}; "
+            "use probe_via: socket"
+        )
     assert report.snapshot is not None
-    limits = TrialLimits(membw.max_share, membw.init_s, membw.max_suspend_s,
-                         membw.facts_wait_s)  # fmt: skip
-    done = run_trials(control, probe, report.snapshot, membw_programs(config), limits,
-                      time.time(), dry_run=dry_run)  # fmt: skip
+    limits = TrialLimits(membw.max_share, membw.init_s, membw.max_suspend_s, membw.facts_wait_s)
+    done = run_trials(
+        control,
+        probe,
+        report.snapshot,
+        membw_programs(config),
+        limits,
+        time.time(),
+        dry_run=dry_run,
+    )
     if membw.record_file is not None and not dry_run and done.measured:
         try:
             write_record_file(membw.record_file, done.measured)
         except OSError as exc:
-            done.notes.append(f"policy.membw.record_file {membw.record_file}: not written "
-                              f"({exc.strerror or exc}); the queue's records still hold "
-                              "the measurements")  # fmt: skip
+            done.notes.append(
+                f"policy.membw.record_file {membw.record_file}: not written "
+                f"({exc.strerror or exc}); the queue's records still hold "
+                "the measurements"
+            )
     return tuple(done.notes)
 
 
@@ -159,22 +185,43 @@ def log_report(name: str, report: CycleReport) -> None:
     """One record for the cycle (its figures as fields), and one per job it refused,
     skipped, failed or withdrew (the job id as a field), all at INFO."""
     figures = cycle_figures(report)
-    log.info("cycle %s: %d pending, %d placed, wrote %d", "(dry run) " if report.apply.dry_run
-             else "done", figures["pending"], figures["placed"], figures["edits"]["written"],
-             extra={"scheduler": name, "policy": report.plan.policy,
-                    "dry_run": report.apply.dry_run, "status": report.exit_status,
-                    **figures})  # fmt: skip
+    log.info(
+        "cycle %s: %d pending, %d placed, wrote %d",
+        "(dry run) " if report.apply.dry_run else "done",
+        figures["pending"],
+        figures["placed"],
+        figures["edits"]["written"],
+        extra={
+            "scheduler": name,
+            "policy": report.plan.policy,
+            "dry_run": report.apply.dry_run,
+            "status": report.exit_status,
+            **figures,
+        },
+    )
     for line in report.trials:
         log.info("trial: %s", line, extra={"scheduler": name, "outcome": "trial"})
     for rejected in report.rejected:
-        log.info("refused job %s: %s", rejected.job, rejected.reason,
-                 extra={"scheduler": name, "job": rejected.job, "outcome": "refused"})
-    for outcomes, what in ((report.apply.skipped, "skipped"), (report.apply.failed, "failed"),
-                           (report.apply.withdrawn, "withdrew"),
-                           (report.apply.requeued, "requeued")):  # fmt: skip
+        log.info(
+            "refused job %s: %s",
+            rejected.job,
+            rejected.reason,
+            extra={"scheduler": name, "job": rejected.job, "outcome": "refused"},
+        )
+    for outcomes, what in (
+        (report.apply.skipped, "skipped"),
+        (report.apply.failed, "failed"),
+        (report.apply.withdrawn, "withdrew"),
+        (report.apply.requeued, "requeued"),
+    ):
         for outcome in outcomes:
-            log.info("%s job %s: %s", what, outcome.job, outcome.detail,
-                     extra={"scheduler": name, "job": outcome.job, "outcome": what})
+            log.info(
+                "%s job %s: %s",
+                what,
+                outcome.job,
+                outcome.detail,
+                extra={"scheduler": name, "job": outcome.job, "outcome": what},
+            )
 
 
 def log_contained(name: str, report: CycleReport, failure_dir: str | None) -> None:
@@ -196,10 +243,17 @@ def log_contained(name: str, report: CycleReport, failure_dir: str | None) -> No
                 where = f"its snapshot could not be written to {path}: {exc.strerror or exc}"
         log.error(
             "policy %s failed on %s and planned the rest without it: %s; %s",
-            report.plan.policy, left, contained.error, where,
-            extra={"scheduler": name, "outcome": "policy_failed",
-                   "jobs": list(contained.jobs), "nodes": list(contained.nodes)},
-        )  # fmt: skip
+            report.plan.policy,
+            left,
+            contained.error,
+            where,
+            extra={
+                "scheduler": name,
+                "outcome": "policy_failed",
+                "jobs": list(contained.jobs),
+                "nodes": list(contained.nodes),
+            },
+        )
 
 
 def log_notes(name: str, notes: tuple[str, ...]) -> None:

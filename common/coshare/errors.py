@@ -176,8 +176,10 @@ class DoubleBooking(CoshareError):
         self.core = core
         self.holder = holder
         self.job = job
-        super().__init__(f"domain {domain!r}: core {core} is booked by job {holder!r}; job "
-                         f"{job!r} may not book it too (refused)")
+        super().__init__(
+            f"domain {domain!r}: core {core} is booked by job {holder!r}; job "
+            f"{job!r} may not book it too (refused)"
+        )
 
 
 class CycleBusy(CoshareError):
@@ -211,8 +213,10 @@ class Standby(CycleBusy):
         self.holder = holder
         self.left_s = left_s
         CoshareError.__init__(
-            self, f"planner {planner!r}: instance {holder!r} holds the lease for {left_s:.1f} s "
-            f"more; this instance ({instance!r}) is standby and did nothing")
+            self,
+            f"planner {planner!r}: instance {holder!r} holds the lease for {left_s:.1f} s "
+            f"more; this instance ({instance!r}) is standby and did nothing",
+        )
         self.path = f"lease of {planner}"
 
 
@@ -261,9 +265,11 @@ class StoppedBetweenBatches(CoordinationError):
 
     def __init__(self, cause: EngineUnavailable | LeaseLost) -> None:
         self.cause = cause
-        super().__init__(f"{cause.head}; it stopped between two batches of its writes: those "
-                         "sent are complete, nothing after them was written (the next cycle "
-                         "writes the rest)")  # fmt: skip
+        super().__init__(
+            f"{cause.head}; it stopped between two batches of its writes: those "
+            "sent are complete, nothing after them was written (the next cycle "
+            "writes the rest)"
+        )
 
 
 class FactsError(CoshareError, ValueError):
@@ -321,8 +327,9 @@ class ProgramNotFound(CommandFailed):
         self.hint = hint
         # CommandFailed's message would say "exited" or "timed out": neither happened.
         SchedulerError.__init__(
-            self, f"cannot run {self.program}: {reason[:1].lower()}{reason[1:]}"
-            + (f"; {hint}" if hint else "")
+            self,
+            f"cannot run {self.program}: {reason[:1].lower()}{reason[1:]}"
+            + (f"; {hint}" if hint else ""),
         )
 
     def with_hint(self, hint: str) -> ProgramNotFound:

@@ -41,16 +41,26 @@ State = Literal["placed", "waiting", "refused", "held_back", "planned", "running
 planned (placed by an earlier cycle, not started); running."""
 
 #: The limits in the order they are checked (the first one that excludes a device is named).
-DEVICE_LIMITS = ("device memory", "device threads", "cores", "host memory", "reservation",
-                 "policy", "device count")  # fmt: skip
+DEVICE_LIMITS = (
+    "device memory",
+    "device threads",
+    "cores",
+    "host memory",
+    "reservation",
+    "policy",
+    "device count",
+)
 
 #: How a user sets each value of a snapshot's job, by field; an adapter passes its own
 #: (HTCondor: ``CoshareDeviceMemory``, ``request_cpus``; Slurm: ``device-memory``, ``--mem``).
 SNAPSHOT_NAMES: Mapping[str, str] = {
-    "device_memory_mib": "device_memory_mib", "device_threads": "device_threads",
-    "device_count": "device_count", "cores": "cores", "memory_mib": "memory_mib",
+    "device_memory_mib": "device_memory_mib",
+    "device_threads": "device_threads",
+    "device_count": "device_count",
+    "cores": "cores",
+    "memory_mib": "memory_mib",
     "processes": "processes",
-}  # fmt: skip
+}
 
 #: Remedies listed at most (the best first).
 MAX_REMEDIES = 3
@@ -109,17 +119,16 @@ class Explanation:
 #: Why a policy may place a later job where an earlier one waits: its order, by policy name.
 ORDER_RULES: Mapping[str, str] = {
     "exclusive": "exclusive takes jobs in scheduler order (priority, then age) and gives each "
-                 "the first idle device it fits, passing over a job that fits nowhere now",
+    "the first idle device it fits, passing over a job that fits nowhere now",
     "random": "random takes jobs in a seeded random order, not in submit order",
     "knapsack": "knapsack fills each device with the set of jobs that uses it best (device "
-                "memory and threads), not in submit order",
+    "memory and threads), not in submit order",
     "sharepack": "sharepack fills each device with the set of jobs that uses it best and keeps "
-                 "room for the shapes to come, not in submit order",
-    "bestfit": "bestfit takes jobs in scheduler order and passes over a job that fits nowhere "
-               "now",
+    "room for the shapes to come, not in submit order",
+    "bestfit": "bestfit takes jobs in scheduler order and passes over a job that fits nowhere now",
     "fgd": "fgd places each job where it fragments the cluster least, passing over a job that "
-           "fits nowhere now",
-}  # fmt: skip
+    "fits nowhere now",
+}
 #: Later jobs named at most in :attr:`Explanation.ahead`.
 MAX_AHEAD = 3
 
@@ -198,8 +207,9 @@ def explain(
     for a in plan.assignments:
         if a.job == job.id:
             where = f"{a.node}/{','.join(a.devices)}" if a.devices else a.node
-            return Explanation(job.id, "placed", f"placed on {where} by this cycle", None,
-                               plan.policy, fields)  # fmt: skip
+            return Explanation(
+                job.id, "placed", f"placed on {where} by this cycle", None, plan.policy, fields
+            )
     unplaced = next(u for u in plan.unplaced if u.job == job.id)
     free = _free_after(snapshot, plan, pending)
     reserved = _reserved(plan.unplaced, job.id)
@@ -210,44 +220,65 @@ def explain(
         checks = _node_checks(snapshot, job, free, exclusive)
     remedies = _remedies(snapshot, job, free, checks, strict_threads, names, unplaced)
     ahead = _went_ahead(job, checks, free, pending, plan.policy)
-    return Explanation(job.id, "waiting", unplaced.reason, unplaced.code, plan.policy, fields,
-                       tuple(checks), tuple(remedies[:MAX_REMEDIES]), ahead)  # fmt: skip
+    return Explanation(
+        job.id,
+        "waiting",
+        unplaced.reason,
+        unplaced.code,
+        plan.policy,
+        fields,
+        tuple(checks),
+        tuple(remedies[:MAX_REMEDIES]),
+        ahead,
+    )
 
 
-def _went_ahead(job: Job, checks: Sequence[Check], free: _Free, pending: Mapping[str, Job],
-                policy: str) -> tuple[str, ...]:  # fmt: skip
+def _went_ahead(
+    job: Job, checks: Sequence[Check], free: _Free, pending: Mapping[str, Job], policy: str
+) -> tuple[str, ...]:
     """The later jobs this cycle placed on a node or device the job was kept out of, and why
     the policy let them go first (the question a user asks when a newer job starts ahead)."""
     out: list[str] = []
     for c in checks:
         for h in free.on_node.get(c.node, []):
             later = pending.get(h.job)
-            if (h.what != "placed this cycle" or later is None
-                    or later.submit_time_s <= job.submit_time_s
-                    or (c.device is not None and c.device not in h.devices)):  # fmt: skip
+            if (
+                h.what != "placed this cycle"
+                or later is None
+                or later.submit_time_s <= job.submit_time_s
+                or (c.device is not None and c.device not in h.devices)
+            ):
                 continue
             where = f"{c.node}/{c.device}" if c.device else c.node
-            line = (f"{h.job} (submitted {later.submit_time_s - job.submit_time_s:g} s later) "
-                    f"was placed on {where} this cycle")  # fmt: skip
+            line = (
+                f"{h.job} (submitted {later.submit_time_s - job.submit_time_s:g} s later) "
+                f"was placed on {where} this cycle"
+            )
             if line not in out:
                 out.append(line)
     if not out:
         return ()
     rule = ORDER_RULES.get(policy, f"{policy} does not place jobs in submit order")
-    shown = out[:MAX_AHEAD] + ([f"and {len(out) - MAX_AHEAD} more"] if len(out) > MAX_AHEAD
-                               else [])  # fmt: skip
+    shown = out[:MAX_AHEAD] + ([f"and {len(out) - MAX_AHEAD} more"] if len(out) > MAX_AHEAD else [])
     return (*shown, f"why: {rule}; a job that waited policy.age_limit_s is placed first")
 
 
 def _not_pending(snapshot: Snapshot, job_id: str, policy: str) -> Explanation:
     holds = [r for r in snapshot.running if find_job(job_id, [r.id]) is not None]
     if not holds:
-        raise InputError(f"job {job_id} is not an annotated job waiting, placed or running here "
-                         "(unknown, not annotated, or ended)")  # fmt: skip
+        raise InputError(
+            f"job {job_id} is not an annotated job waiting, placed or running here "
+            "(unknown, not annotated, or ended)"
+        )
     where = ", ".join(f"{r.node}/{','.join(r.devices)}" if r.devices else r.node for r in holds)
     if holds[0].state == "planned":
-        return Explanation(holds[0].id, "planned", f"placed on {where}, not started yet (it "
-                           "holds its place until cycle.replan_after_s)", None, policy)
+        return Explanation(
+            holds[0].id,
+            "planned",
+            f"placed on {where}, not started yet (it holds its place until cycle.replan_after_s)",
+            None,
+            policy,
+        )
     return Explanation(holds[0].id, "running", f"running on {where}", None, policy)
 
 
@@ -260,19 +291,38 @@ def _free_after(snapshot: Snapshot, plan: Plan, pending: Mapping[str, Job]) -> _
         on_node=defaultdict(list),
     )
     holders = [
-        (r.node, _Holder(r.id, "running" if r.state == "running" else "placed, not started",
-                         r.devices, r.device_memory_mib, r.device_threads, r.cpu_milli,
-                         r.memory_mib))
+        (
+            r.node,
+            _Holder(
+                r.id,
+                "running" if r.state == "running" else "placed, not started",
+                r.devices,
+                r.device_memory_mib,
+                r.device_threads,
+                r.cpu_milli,
+                r.memory_mib,
+            ),
+        )
         for r in snapshot.running
-    ]  # fmt: skip
+    ]
     for a in plan.assignments:
         j = pending.get(a.job)
         if j is not None:
             processes = a.processes or j.processes
-            holders.append((a.node, _Holder(a.job, "placed this cycle", a.devices,
-                                            j.device_memory_mib, j.device_threads,
-                                            j.cpu_milli * processes,
-                                            j.memory_mib * processes)))  # fmt: skip
+            holders.append(
+                (
+                    a.node,
+                    _Holder(
+                        a.job,
+                        "placed this cycle",
+                        a.devices,
+                        j.device_memory_mib,
+                        j.device_threads,
+                        j.cpu_milli * processes,
+                        j.memory_mib * processes,
+                    ),
+                )
+            )
     for node, h in holders:
         if node not in free.cpu:
             continue
@@ -312,17 +362,29 @@ def _cores(milli: int) -> str:
 def _host_check(job: Job, node: str, free: _Free) -> tuple[str, str] | None:
     per = f" ({job.processes} processes)" if job.processes > 1 else ""
     if free.cpu[node] < job.total_cpu_milli:
-        return ("cores", f"needs {_cores(job.total_cpu_milli)} cores{per}, "
-                         f"{_cores(free.cpu[node])} free{_holders_text(free.on_node[node], None)}")
+        return (
+            "cores",
+            f"needs {_cores(job.total_cpu_milli)} cores{per}, "
+            f"{_cores(free.cpu[node])} free{_holders_text(free.on_node[node], None)}",
+        )
     if free.mem[node] < job.total_memory_mib:
-        return ("host memory", f"needs {job.total_memory_mib} MiB{per}, "
-                               f"{max(free.mem[node], 0)} MiB free"
-                               f"{_holders_text(free.on_node[node], None)}")  # fmt: skip
+        return (
+            "host memory",
+            f"needs {job.total_memory_mib} MiB{per}, "
+            f"{max(free.mem[node], 0)} MiB free"
+            f"{_holders_text(free.on_node[node], None)}",
+        )
     return None
 
 
-def _device_checks(snapshot: Snapshot, job: Job, free: _Free, reserved: Mapping[str, str],
-                   strict: bool, exclusive: bool) -> list[Check]:  # fmt: skip
+def _device_checks(
+    snapshot: Snapshot,
+    job: Job,
+    free: _Free,
+    reserved: Mapping[str, str],
+    strict: bool,
+    exclusive: bool,
+) -> list[Check]:
     checks: list[Check] = []
     m, t = job.device_memory_mib, job.device_threads
     for node in snapshot.nodes:
@@ -338,16 +400,24 @@ def _device_checks(snapshot: Snapshot, job: Job, free: _Free, reserved: Mapping[
             elif t > d.threads:
                 verdict = ("device threads", f"needs {t} threads, the device has {d.threads}")
             elif free.dev_mem[key] < m:
-                verdict = ("device memory", f"needs {m} MiB, {max(free.dev_mem[key], 0)} "
-                                            f"free{held}")  # fmt: skip
+                verdict = (
+                    "device memory",
+                    f"needs {m} MiB, {max(free.dev_mem[key], 0)} free{held}",
+                )
             elif strict and free.dev_thr[key] < t:
-                verdict = ("device threads", f"needs {t} threads, {max(free.dev_thr[key], 0)} "
-                                             f"free{held} (strict thread limit)")  # fmt: skip
+                verdict = (
+                    "device threads",
+                    f"needs {t} threads, {max(free.dev_thr[key], 0)} "
+                    f"free{held} (strict thread limit)",
+                )
             elif host is not None:
                 verdict = host
             elif label in reserved:
-                verdict = ("reservation", f"held back for job {reserved[label]}, which has "
-                                          "waited past policy.age_limit_s")  # fmt: skip
+                verdict = (
+                    "reservation",
+                    f"held back for job {reserved[label]}, which has "
+                    "waited past policy.age_limit_s",
+                )
             elif exclusive and (held or any(not h.devices for h in free.on_node[node.name])):
                 verdict = ("policy", f"the exclusive policy takes only idle devices{held}")
             else:
@@ -358,9 +428,14 @@ def _device_checks(snapshot: Snapshot, job: Job, free: _Free, reserved: Mapping[
         if not node.devices:
             checks.append(Check(node.name, None, "device count", "the node has no devices"))
         elif job.device_count > 1 and fitting < job.device_count:
-            checks.append(Check(node.name, None, "device count",
-                                f"needs {job.device_count} devices on one node, "
-                                f"{fitting} fit here"))  # fmt: skip
+            checks.append(
+                Check(
+                    node.name,
+                    None,
+                    "device count",
+                    f"needs {job.device_count} devices on one node, {fitting} fit here",
+                )
+            )
     return checks
 
 
@@ -369,32 +444,47 @@ def _node_checks(snapshot: Snapshot, job: Job, free: _Free, exclusive: bool) -> 
     for node in snapshot.nodes:
         verdict = _host_check(job, node.name, free)
         if verdict is None and exclusive and free.on_node[node.name]:
-            verdict = ("policy", "the exclusive policy gives a CPU job a node to itself"
-                                 f"{_holders_text(free.on_node[node.name], None)}")  # fmt: skip
+            verdict = (
+                "policy",
+                "the exclusive policy gives a CPU job a node to itself"
+                f"{_holders_text(free.on_node[node.name], None)}",
+            )
         limit, detail = verdict if verdict is not None else (None, "fits now")
         checks.append(Check(node.name, None, limit, detail))
     return checks
 
 
-def _remedies(snapshot: Snapshot, job: Job, free: _Free, checks: Sequence[Check], strict: bool,
-              names: Mapping[str, str], unplaced: Unplaced) -> list[str]:  # fmt: skip
+def _remedies(
+    snapshot: Snapshot,
+    job: Job,
+    free: _Free,
+    checks: Sequence[Check],
+    strict: bool,
+    names: Mapping[str, str],
+    unplaced: Unplaced,
+) -> list[str]:
     if unplaced.code == "policy_failed":  # the planner's bug: no device or end of job helps
-        return ["an admin: the cycle's log names the snapshot file that reproduces the "
-                "policy's failure (coshare plan FILE shows it); until the policy is fixed, "
-                "another policy may place this job"]
+        return [
+            "an admin: the cycle's log names the snapshot file that reproduces the "
+            "policy's failure (coshare plan FILE shows it); until the policy is fixed, "
+            "another policy may place this job"
+        ]
     short = {c.node for c in checks if c.device is None and c.limit is not None}
     fits = [c for c in checks if c.limit is None and c.node not in short]
     if fits:
         where = f"{fits[0].node}/{fits[0].device}" if fits[0].device else fits[0].node
-        return [f"fits {where} now; the policy chose other jobs this cycle and reconsiders it "
-                "next cycle"]  # fmt: skip
+        return [
+            f"fits {where} now; the policy chose other jobs this cycle and reconsiders it "
+            "next cycle"
+        ]
     never = _never(snapshot, job, names)
     if never:
         return never
     out: list[tuple[int, int, str]] = []
     for order, node in enumerate(snapshot.nodes):
-        targets: list[tuple[str, ...]] = [(d.id,) for d in node.devices] if job.needs_device \
-            else [()]  # fmt: skip
+        targets: list[tuple[str, ...]] = (
+            [(d.id,) for d in node.devices] if job.needs_device else [()]
+        )
         if job.needs_device and job.device_count > 1:
             targets = [tuple(d.id for d in node.devices)]
         for devices in targets:
@@ -421,26 +511,57 @@ def _never(snapshot: Snapshot, job: Job, names: Mapping[str, str]) -> list[str]:
     most_host = max((n.memory_mib for n in snapshot.nodes), default=0)
     gang = f" or {names['processes']}" if job.processes > 1 else ""
     # (what it asks, the most there is, what no device/node has, the key, the most, in words)
-    limits = [
-        (job.device_memory_mib, most_mem, f"no device has {job.device_memory_mib} MiB",
-         names["device_memory_mib"], f"largest device: {most_mem} MiB"),
-        (job.device_threads, most_thr, f"no device has {job.device_threads} threads",
-         names["device_threads"], f"most: {most_thr}"),
-        (job.device_count, most_devs, f"no node has {job.device_count} devices",
-         names["device_count"], f"most on one node: {most_devs}"),
-    ] if job.needs_device else []
+    limits = (
+        [
+            (
+                job.device_memory_mib,
+                most_mem,
+                f"no device has {job.device_memory_mib} MiB",
+                names["device_memory_mib"],
+                f"largest device: {most_mem} MiB",
+            ),
+            (
+                job.device_threads,
+                most_thr,
+                f"no device has {job.device_threads} threads",
+                names["device_threads"],
+                f"most: {most_thr}",
+            ),
+            (
+                job.device_count,
+                most_devs,
+                f"no node has {job.device_count} devices",
+                names["device_count"],
+                f"most on one node: {most_devs}",
+            ),
+        ]
+        if job.needs_device
+        else []
+    )
     limits += [
-        (job.total_cpu_milli, most_cpu, f"no node has {_cores(job.total_cpu_milli)} cores",
-         names["cores"] + gang, f"largest node: {_cores(most_cpu)}"),
-        (job.total_memory_mib, most_host, f"no node has {job.total_memory_mib} MiB of host "
-         "memory", names["memory_mib"] + gang, f"largest node: {most_host} MiB"),
-    ]  # fmt: skip
-    return [f"{what}: lower {key} ({most})" for asked, limit, what, key, most in limits
-            if asked > limit]  # fmt: skip
+        (
+            job.total_cpu_milli,
+            most_cpu,
+            f"no node has {_cores(job.total_cpu_milli)} cores",
+            names["cores"] + gang,
+            f"largest node: {_cores(most_cpu)}",
+        ),
+        (
+            job.total_memory_mib,
+            most_host,
+            f"no node has {job.total_memory_mib} MiB of host memory",
+            names["memory_mib"] + gang,
+            f"largest node: {most_host} MiB",
+        ),
+    ]
+    return [
+        f"{what}: lower {key} ({most})" for asked, limit, what, key, most in limits if asked > limit
+    ]
 
 
-def _to_end(job: Job, node: str, devices: Sequence[str], free: _Free,
-            strict: bool) -> list[str] | None:  # fmt: skip
+def _to_end(
+    job: Job, node: str, devices: Sequence[str], free: _Free, strict: bool
+) -> list[str] | None:
     """The fewest jobs (greedy, largest help first) whose end lets ``job`` onto ``devices``
     of ``node``; ``None`` when ending them all would not do (the device is too small)."""
     deficits = _deficits(job, node, devices, free, strict, [])
@@ -462,44 +583,67 @@ def _to_end(job: Job, node: str, devices: Sequence[str], free: _Free,
     return [h.job for h in chosen]
 
 
-def _deficits(job: Job, node: str, devices: Sequence[str], free: _Free, strict: bool,
-              ended: Sequence[_Holder]) -> tuple[int, ...] | None:  # fmt: skip
+def _deficits(
+    job: Job, node: str, devices: Sequence[str], free: _Free, strict: bool, ended: Sequence[_Holder]
+) -> tuple[int, ...] | None:
     """What is missing (per device memory and threads, then cores and host memory) once
     ``ended`` jobs end; ``None`` when the devices themselves are too small."""
     gained_cpu = sum(h.cpu_milli for h in ended)
     gained_mem = sum(h.memory_mib for h in ended)
-    out = [max(job.total_cpu_milli - free.cpu[node] - gained_cpu, 0),
-           max(job.total_memory_mib - free.mem[node] - gained_mem, 0)]  # fmt: skip
+    out = [
+        max(job.total_cpu_milli - free.cpu[node] - gained_cpu, 0),
+        max(job.total_memory_mib - free.mem[node] - gained_mem, 0),
+    ]
     for d in devices:
         mem = free.dev_mem[(node, d)] + sum(h.device_memory_mib for h in ended if d in h.devices)
         thr = free.dev_thr[(node, d)] + sum(h.device_threads for h in ended if d in h.devices)
-        if mem + sum(h.device_memory_mib for h in free.on_node[node]
-                     if d in h.devices and h not in ended) < job.device_memory_mib:
+        if (
+            mem
+            + sum(
+                h.device_memory_mib for h in free.on_node[node] if d in h.devices and h not in ended
+            )
+            < job.device_memory_mib
+        ):
             return None
         out.append(max(job.device_memory_mib - mem, 0))
         out.append(max(job.device_threads - thr, 0) if strict else 0)
     return tuple(out)
 
 
-def _help(h: _Holder, job: Job, node: str, devices: Sequence[str], free: _Free, strict: bool,
-          chosen: Sequence[_Holder]) -> float:  # fmt: skip
+def _help(
+    h: _Holder,
+    job: Job,
+    node: str,
+    devices: Sequence[str],
+    free: _Free,
+    strict: bool,
+    chosen: Sequence[_Holder],
+) -> float:
     before = _deficits(job, node, devices, free, strict, chosen) or ()
     after = _deficits(job, node, devices, free, strict, [*chosen, h]) or ()
     scale = [max(job.total_cpu_milli, 1), max(job.total_memory_mib, 1)] + [
-        max(job.device_memory_mib, 1), max(job.device_threads, 1)] * len(devices)
+        max(job.device_memory_mib, 1),
+        max(job.device_threads, 1),
+    ] * len(devices)
     return sum((b - a) / s for b, a, s in zip(before, after, scale, strict=False))
 
 
 def explanation_to_dict(e: Explanation) -> dict[str, object]:
     """An explanation as JSON (``explain --output json``)."""
     return {
-        "job": e.job, "state": e.state, "reason": e.reason, "code": e.code, "policy": e.policy,
+        "job": e.job,
+        "state": e.state,
+        "reason": e.reason,
+        "code": e.code,
+        "policy": e.policy,
         "job_fields": dict(e.job_fields),
-        "checks": [{"node": c.node, "device": c.device, "limit": c.limit, "detail": c.detail}
-                   for c in e.checks],
+        "checks": [
+            {"node": c.node, "device": c.device, "limit": c.limit, "detail": c.detail}
+            for c in e.checks
+        ],
         "remedies": list(e.remedies),
         "ahead": list(e.ahead),
-    }  # fmt: skip
+    }
 
 
 # -- the short reason written into each waiting job -----------------------------------------

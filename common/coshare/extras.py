@@ -55,8 +55,10 @@ class MissingExtra(CoshareError):
     def __init__(self, what: str, extra: str, module: str) -> None:
         self.extra = extra
         self.module = module
-        super().__init__(f"{what} needs the '{extra}' extra (module {module!r} is not "
-                         f"installed): pip install 'coshare[{extra}]'")  # fmt: skip
+        super().__init__(
+            f"{what} needs the '{extra}' extra (module {module!r} is not "
+            f"installed): pip install 'coshare[{extra}]'"
+        )
 
 
 def missing_extra(exc: ImportError) -> tuple[str, str] | None:

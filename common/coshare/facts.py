@@ -211,9 +211,12 @@ def format_facts(facts: NodeFacts) -> str:
     items = [PREFIX, f"v={VERSION}", f"at={_num(facts.at_s)}"]
     if facts.membw is not None:
         m = facts.membw
-        items += [f"membw_gbps={_num(m.avail_gbps)}",
-                  f"membw_baseline_gbps={_num(m.baseline_gbps)}",
-                  f"membw_cores={m.cores}", f"membw_at={_num(m.at_s)}"]  # fmt: skip
+        items += [
+            f"membw_gbps={_num(m.avail_gbps)}",
+            f"membw_baseline_gbps={_num(m.baseline_gbps)}",
+            f"membw_cores={m.cores}",
+            f"membw_at={_num(m.at_s)}",
+        ]
     if facts.llc_ways is not None:
         items.append(f"llc_ways={facts.llc_ways}")
     if facts.llc_ways_free is not None:
@@ -223,8 +226,17 @@ def format_facts(facts: NodeFacts) -> str:
         for load in facts.loads:
             if not _JOB.fullmatch(load.job):
                 raise FactsError(f"job id {load.job!r} cannot be carried in node facts")
-            entries.append(":".join([load.job, _num(load.mean_cores), _num(load.last_cores),
-                                     _num(load.max_cores), _num(load.window_s, 0)]))  # fmt: skip
+            entries.append(
+                ":".join(
+                    [
+                        load.job,
+                        _num(load.mean_cores),
+                        _num(load.last_cores),
+                        _num(load.max_cores),
+                        _num(load.window_s, 0),
+                    ]
+                )
+            )
         items.append("load=" + ",".join(entries))
     if facts.copies:
         for copy in facts.copies:
@@ -240,8 +252,10 @@ def format_facts(facts: NodeFacts) -> str:
         for wait in facts.waits:
             if not _JOB.fullmatch(wait.job):
                 raise FactsError(f"job id {wait.job!r} cannot be carried in node facts")
-        items.append("wait=" + ",".join(f"{w.job}:{_num(w.mean_cores)}:{_num(w.last_cores)}"
-                                        for w in facts.waits))  # fmt: skip
+        items.append(
+            "wait="
+            + ",".join(f"{w.job}:{_num(w.mean_cores)}:{_num(w.last_cores)}" for w in facts.waits)
+        )
     if facts.trials:
         items.append("trial=" + ",".join(_trial_entry(t) for t in facts.trials))
     text = ";".join(items)
@@ -273,8 +287,10 @@ def parse_facts(text: str) -> NodeFacts:
             raise FactsError(f"item {_short(key)!r} is given twice")
         fields[key] = value
     if fields.get("v") != str(VERSION):
-        raise FactsError(f"is version {_short(fields.get('v', '(none)'))!r}; this coshare reads "
-                         f"version {VERSION}")  # fmt: skip
+        raise FactsError(
+            f"is version {_short(fields.get('v', '(none)'))!r}; this coshare reads "
+            f"version {VERSION}"
+        )
     if "at" not in fields:
         raise FactsError("has no time (at=)")
     at_s = _number(fields, "at", 0, MAX_TIME_S)
@@ -330,8 +346,10 @@ def _trials(text: str) -> tuple[tuple[TrialResult, ...], tuple[str, ...]]:
     entries = text.split(",")
     problems: list[str] = []
     if len(entries) > MAX_LOADS:
-        problems.append(f"trial lists {len(entries)} entries; the {len(entries) - MAX_LOADS} "
-                        f"after the first {MAX_LOADS} are ignored")  # fmt: skip
+        problems.append(
+            f"trial lists {len(entries)} entries; the {len(entries) - MAX_LOADS} "
+            f"after the first {MAX_LOADS} are ignored"
+        )
         entries = entries[:MAX_LOADS]
     found: dict[str, TrialResult] = {}
     twice: set[str] = set()
@@ -349,8 +367,10 @@ def _trials(text: str) -> tuple[tuple[TrialResult, ...], tuple[str, ...]]:
         else:
             share = parse_number(result)
             if share is None or not math.isfinite(share) or not 0 <= share <= 1:
-                problems.append(f"trial entry of job {job}: share {_short(result)!r} is not a "
-                                "number in 0..1 (nor an error code)")  # fmt: skip
+                problems.append(
+                    f"trial entry of job {job}: share {_short(result)!r} is not a "
+                    "number in 0..1 (nor an error code)"
+                )
                 continue
             trial = TrialResult(job, int(at), share)
         if job in found or job in twice:
@@ -422,8 +442,10 @@ def _loads(text: str) -> tuple[JobLoad, ...]:
             raise FactsError(f"load lists job {job} twice")
         seen.add(job)
         what = f"load of job {job}:"
-        mean, last, peak = (_value(f"{what} {name}", parts[i], 0, MAX_CORES)
-                            for i, name in ((1, "mean"), (2, "last"), (3, "max")))  # fmt: skip
+        mean, last, peak = (
+            _value(f"{what} {name}", parts[i], 0, MAX_CORES)
+            for i, name in ((1, "mean"), (2, "last"), (3, "max"))
+        )
         window = _value(f"{what} window_s", parts[4], 0, MAX_TIME_S)
         loads.append(JobLoad(job, mean, last, peak, window))
     return tuple(loads)
@@ -450,13 +472,17 @@ def _job_values(text: str, key: str, unit: str) -> list[tuple[str, str]]:
 
 
 def _copies(text: str) -> tuple[JobCopy, ...]:
-    return tuple(JobCopy(job, _value(f"copy_mbps of job {job}", value, 0, MAX_COPY_BW_MBPS))
-                 for job, value in _job_values(text, "copy_mbps", "MB/s"))  # fmt: skip
+    return tuple(
+        JobCopy(job, _value(f"copy_mbps of job {job}", value, 0, MAX_COPY_BW_MBPS))
+        for job, value in _job_values(text, "copy_mbps", "MB/s")
+    )
 
 
 def _cpus(text: str) -> tuple[JobCpus, ...]:
-    return tuple(JobCpus(job, _integer({"cpus": value}, "cpus", 1, MAX_CORES))
-                 for job, value in _job_values(text, "cpus", "cores"))  # fmt: skip
+    return tuple(
+        JobCpus(job, _integer({"cpus": value}, "cpus", 1, MAX_CORES))
+        for job, value in _job_values(text, "cpus", "cores")
+    )
 
 
 def _waits(text: str) -> tuple[JobWait, ...]:
@@ -465,8 +491,15 @@ def _waits(text: str) -> tuple[JobWait, ...]:
         mean, colon, last = value.partition(":")
         if not colon:
             raise FactsError(f"wait entry {_short(job + ':' + value)!r} is not job:mean:last")
-        out.append(JobWait(job, *(_value(f"wait of job {job}: {name}", raw, 0, MAX_CORES)
-                                  for name, raw in (("mean", mean), ("last", last)))))
+        out.append(
+            JobWait(
+                job,
+                *(
+                    _value(f"wait of job {job}: {name}", raw, 0, MAX_CORES)
+                    for name, raw in (("mean", mean), ("last", last))
+                ),
+            )
+        )
     return tuple(out)
 
 
@@ -489,15 +522,21 @@ def without_stale_probes(
     nodes, notes = [], []
     for node in snapshot.nodes:
         at = node.membw_at_s if node.membw_at_s is not None else node.facts_at_s
-        old = age_problem(at, now, max_age_s) if node.membw_avail_gbps is not None and \
-            at is not None else None  # fmt: skip
+        old = (
+            age_problem(at, now, max_age_s)
+            if node.membw_avail_gbps is not None and at is not None
+            else None
+        )
         if old is None or (future_only and at is not None and at <= now):
             nodes.append(node)
             continue
-        notes.append(f"node {node.name}: membw probe {old}: not used (cycle.node_facts_max_age_s "
-                     f"= {max_age_s:g} s)")  # fmt: skip
-        nodes.append(replace(node, membw_avail_gbps=None, membw_baseline_gbps=None,
-                             membw_at_s=None))  # fmt: skip
+        notes.append(
+            f"node {node.name}: membw probe {old}: not used (cycle.node_facts_max_age_s "
+            f"= {max_age_s:g} s)"
+        )
+        nodes.append(
+            replace(node, membw_avail_gbps=None, membw_baseline_gbps=None, membw_at_s=None)
+        )
     if not notes:
         return snapshot, ()
     return replace(snapshot, nodes=tuple(nodes)), tuple(notes)
@@ -514,8 +553,11 @@ def age_problem(at_s: float, now_s: float, max_age_s: float) -> str | None:
     return None
 
 
-def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
-           local_ids: Callable[[RunningJob], str] | None = None) -> Snapshot:  # fmt: skip
+def attach(
+    snapshot: Snapshot,
+    facts: Mapping[str, NodeFacts],
+    local_ids: Callable[[RunningJob], str] | None = None,
+) -> Snapshot:
     """``snapshot`` with each node's (usable) facts in its optional fields.
 
     Args:
@@ -541,21 +583,33 @@ def attach(snapshot: Snapshot, facts: Mapping[str, NodeFacts],
     running = snapshot.running
     key = local_ids or (lambda r: r.id)
     if loads:
-        running = tuple(_running_with(r, loads[r.node].get(key(r)))
-                        if r.state == "running" and r.node in loads else r
-                        for r in running)  # fmt: skip
+        running = tuple(
+            _running_with(r, loads[r.node].get(key(r)))
+            if r.state == "running" and r.node in loads
+            else r
+            for r in running
+        )
     if copies:
-        running = tuple(replace(r, copy_bw_mbps=copies[r.node][key(r)])
-                        if r.state == "running" and key(r) in copies.get(r.node, {}) else r
-                        for r in running)  # fmt: skip
+        running = tuple(
+            replace(r, copy_bw_mbps=copies[r.node][key(r)])
+            if r.state == "running" and key(r) in copies.get(r.node, {})
+            else r
+            for r in running
+        )
     if cpus:
-        running = tuple(replace(r, cpu_cores_held=cpus[r.node][key(r)])
-                        if r.state == "running" and key(r) in cpus.get(r.node, {}) else r
-                        for r in running)  # fmt: skip
+        running = tuple(
+            replace(r, cpu_cores_held=cpus[r.node][key(r)])
+            if r.state == "running" and key(r) in cpus.get(r.node, {})
+            else r
+            for r in running
+        )
     if waits:
-        running = tuple(_waiting(r, waits[r.node][key(r)])
-                        if r.state == "running" and key(r) in waits.get(r.node, {}) else r
-                        for r in running)  # fmt: skip
+        running = tuple(
+            _waiting(r, waits[r.node][key(r)])
+            if r.state == "running" and key(r) in waits.get(r.node, {})
+            else r
+            for r in running
+        )
     return replace(snapshot, nodes=nodes, running=running)
 
 
@@ -580,8 +634,13 @@ def _node_with(node: Node, facts: NodeFacts) -> Node:
 def _running_with(job: RunningJob, load: JobLoad | None) -> RunningJob:
     if load is None:
         return job
-    return replace(job, cpu_load_cores=load.mean_cores, cpu_load_last_cores=load.last_cores,
-                   cpu_load_max_cores=load.max_cores, cpu_load_window_s=load.window_s)  # fmt: skip
+    return replace(
+        job,
+        cpu_load_cores=load.mean_cores,
+        cpu_load_last_cores=load.last_cores,
+        cpu_load_max_cores=load.max_cores,
+        cpu_load_window_s=load.window_s,
+    )
 
 
 def usable_facts(
@@ -634,8 +693,10 @@ def usable_facts(
         found = problems["trial"]
         shown = "; ".join(f"{node}: {detail}" for node, detail in found[:NOTE_NODES])
         more = f"; and {len(found) - NOTE_NODES} more" if len(found) > NOTE_NODES else ""
-        notes += (f"node facts: {len(found)} trial entries unusable, ignored (the trials they "
-                  f"answer wait for a usable one: {shown}{more})",)  # fmt: skip
+        notes += (
+            f"node facts: {len(found)} trial entries unusable, ignored (the trials they "
+            f"answer wait for a usable one: {shown}{more})",
+        )
     return usable, notes
 
 
@@ -656,6 +717,7 @@ def with_facts(
     """What both adapters call: ``snapshot`` with the usable facts of its nodes, and the
     cycle's notes about the unusable ones (see :func:`usable_facts` and :func:`attach`)."""
     names = {n.name for n in snapshot.nodes}
-    usable, notes = usable_facts({k: v for k, v in texts.items() if k in names},
-                                 now_s=now_s, max_age_s=max_age_s)  # fmt: skip
+    usable, notes = usable_facts(
+        {k: v for k, v in texts.items() if k in names}, now_s=now_s, max_age_s=max_age_s
+    )
     return attach(snapshot, usable, local_ids), notes

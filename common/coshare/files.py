@@ -80,6 +80,13 @@ def read_regular(path: Path, limit: int) -> str:
 
 def _refuse_unless_regular(mode: int, path: Path) -> None:
     if not stat.S_ISREG(mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "a directory" if stat.S_ISDIR(mode) else "a device")  # fmt: skip
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "a device"
+        )
         raise NotAFile(errno.EINVAL, f"not a regular file ({kind})", str(path))

@@ -35,10 +35,15 @@ def gang_problems(job: Job) -> list[tuple[str, object, str]]:
         problems.append(("processes", job.processes, every))
     ppn = job.processes_per_node
     if ppn is not None and job.processes > ppn * high:
-        problems.append(("processes_per_node", ppn,
-                         f"an integer >= ceil(processes / nodes) = "
-                         f"{-(-job.processes // high)} ({job.processes} processes on at most "
-                         f"{high} nodes)"))  # fmt: skip
+        problems.append(
+            (
+                "processes_per_node",
+                ppn,
+                f"an integer >= ceil(processes / nodes) = "
+                f"{-(-job.processes // high)} ({job.processes} processes on at most "
+                f"{high} nodes)",
+            )
+        )
     return problems
 
 

@@ -31,9 +31,7 @@ MAX_TEXT_CHARS = 1024
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 #: For messages: what an id may be.
-ALLOWED_ID = (
-    f"1..{MAX_ID_CHARS} characters, no white space at either end, no control characters"
-)
+ALLOWED_ID = f"1..{MAX_ID_CHARS} characters, no white space at either end, no control characters"
 
 
 def text_problem(text: str, max_chars: int) -> str | None:

@@ -77,6 +77,7 @@ def shown(value: str, limit: int = SHOWN_CHARS) -> str:
         return value
     return f"{value[:limit]}... ({len(value)} characters)"
 
+
 # -- device kinds --------------------------------------------------------------------------
 
 _KIND_NOISE = re.compile(r"[\s_-]+")
@@ -189,8 +190,7 @@ def _unreadable(job_id: str, exc: Exception, annotations: Mapping[str, object]) 
             continue
         except Exception:  # this key alone raises: name it
             allowed_here = allowed.get(squash(key), "docs/annotations.md")
-            problem = FieldProblem(key, shown(str(value)), allowed_here,
-                                   f"cannot be read ({what})")  # fmt: skip
+            problem = FieldProblem(key, shown(str(value)), allowed_here, f"cannot be read ({what})")
             return str(AnnotationError(job_id, [problem]))
     return f"job {job_id}: cannot be read ({what})"
 
@@ -324,28 +324,47 @@ def pending_job(queued: Queued, limits: ClusterLimits | None, *, gangs: bool = F
     if queued.shape is not None:
         annotations = with_shape(queued.id, annotations, queued.shape)
     job = parse_job(
-        queued.id, annotations, limits=limits, cpu_milli=queued.cpu_milli,
-        memory_mib=queued.memory_mib, priority=queued.priority,
+        queued.id,
+        annotations,
+        limits=limits,
+        cpu_milli=queued.cpu_milli,
+        memory_mib=queued.memory_mib,
+        priority=queued.priority,
         submit_time_s=queued.submit_time_s,
-    )  # fmt: skip
+    )
     if job.is_gang and not gangs:
         # The policies plan gangs (coshare.gangs), but this adapter does not write a
         # multi-node placement: refused here, never half-placed.
         key = "CoshareNodesMax" if job.nodes == 1 else "CoshareNodes"
         value = job.nodes_max if job.nodes == 1 else job.nodes
-        raise AnnotationError(job.id, [FieldProblem(
-            key, str(value), "1 (multi-node jobs are planned by coshare but not yet placed on "
-            "a live scheduler)", "asks for a multi-node gang")])  # fmt: skip
+        raise AnnotationError(
+            job.id,
+            [
+                FieldProblem(
+                    key,
+                    str(value),
+                    "1 (multi-node jobs are planned by coshare but not yet placed on "
+                    "a live scheduler)",
+                    "asks for a multi-node gang",
+                )
+            ],
+        )
     if job.processes > 1:
-        job = replace(job, cpu_milli=per_process(queued.cpu_milli, job.processes),
-                      memory_mib=per_process(queued.memory_mib, job.processes))  # fmt: skip
+        job = replace(
+            job,
+            cpu_milli=per_process(queued.cpu_milli, job.processes),
+            memory_mib=per_process(queued.memory_mib, job.processes),
+        )
     return job
 
 
 #: The Job fields of a gang's shape, and their annotation keys.
-_SHAPE_KEYS = {"nodes": "CoshareNodes", "nodes_max": "CoshareNodesMax",
-               "processes": "CoshareProcesses",
-               "processes_per_node": "CoshareProcessesPerNode"}  # fmt: skip
+_SHAPE_KEYS = {
+    "nodes": "CoshareNodes",
+    "nodes_max": "CoshareNodesMax",
+    "processes": "CoshareProcesses",
+    "processes_per_node": "CoshareProcessesPerNode",
+}
 
 
 def with_shape(job_id: str, annotations: Mapping[str, object], shape: Shape) -> dict[str, object]:
@@ -358,19 +377,21 @@ def with_shape(job_id: str, annotations: Mapping[str, object], shape: Shape) -> 
     Raises:
         AnnotationError: a shape key disagrees with the request, or cannot be read.
     """
-    field_of = {squash(s.attribute): s.field for s in KEYS} | {squash(s.field): s.field
-                                                                for s in KEYS}  # fmt: skip
-    declared = {k: field_of[squash(k)] for k in annotations
-                if field_of.get(squash(k)) in _SHAPE_KEYS}  # fmt: skip
+    field_of = {squash(s.attribute): s.field for s in KEYS} | {
+        squash(s.field): s.field for s in KEYS
+    }
+    declared = {
+        k: field_of[squash(k)] for k in annotations if field_of.get(squash(k)) in _SHAPE_KEYS
+    }
     if not declared:
         return _shaped(dict(annotations), shape)
-    job = parse_job(job_id, {k: annotations[k] for k in declared}
-                    | {"CoshareKind": "cpu"})  # fmt: skip
+    job = parse_job(job_id, {k: annotations[k] for k in declared} | {"CoshareKind": "cpu"})
     wanted: dict[str, int | None] = {
-        "nodes": shape.nodes, "nodes_max": shape.nodes_max or shape.nodes,
+        "nodes": shape.nodes,
+        "nodes_max": shape.nodes_max or shape.nodes,
         "processes": shape.processes if shape.is_gang else None,
         "processes_per_node": shape.processes_per_node,
-    }  # fmt: skip
+    }
     problems = []
     for key, name in declared.items():
         have = getattr(job, name)
@@ -381,13 +402,21 @@ def with_shape(job_id: str, annotations: Mapping[str, object], shape: Shape) -> 
             continue  # a single-node job's own per-process shares
         if have != want:
             shown_want = "unset" if want is None else str(want)
-            problems.append(FieldProblem(key, shown(str(annotations[key])),
-                                         f"{shown_want}, as {shape.source} asks (set it there)",
-                                         "differs from the job's own request"))  # fmt: skip
+            problems.append(
+                FieldProblem(
+                    key,
+                    shown(str(annotations[key])),
+                    f"{shown_want}, as {shape.source} asks (set it there)",
+                    "differs from the job's own request",
+                )
+            )
     if problems:
         raise AnnotationError(job_id, problems)
-    kept = {k: v for k, v in annotations.items()
-            if not (k in declared and (shape.is_gang or declared[k] != "processes"))}
+    kept = {
+        k: v
+        for k, v in annotations.items()
+        if not (k in declared and (shape.is_gang or declared[k] != "processes"))
+    }
     return _shaped(kept, shape)
 
 
@@ -432,10 +461,15 @@ def placement_status(
             return "gone"
     if job.is_gang or placed.parts:
         counts = [p.processes for p in spots]
-        if (not job.is_gang or len({p.node for p in spots}) != len(spots)
-                or len(spots) not in node_counts(job) or sum(counts) != job.processes
-                or min(counts) < 1 or max(counts) > (job.processes_per_node or job.processes)):
-            return "gone"  # fmt: skip
+        if (
+            not job.is_gang
+            or len({p.node for p in spots}) != len(spots)
+            or len(spots) not in node_counts(job)
+            or sum(counts) != job.processes
+            or min(counts) < 1
+            or max(counts) > (job.processes_per_node or job.processes)
+        ):
+            return "gone"
     if not now_s - placed.at_s < replan_after_s:
         return "expired"
     return "placed"
@@ -467,17 +501,28 @@ def held(queued: Queued, job: Job) -> tuple[RunningJob, ...]:
     else:
         cpu_milli = max(job.total_cpu_milli, queued.cpu_milli)
         memory_mib = max(job.total_memory_mib, queued.memory_mib)
-    return tuple(RunningJob(
-        id=job.id, node=part.node, devices=part.devices, device_memory_mib=memory,
-        device_threads=threads, cpu_milli=cpu_milli, memory_mib=memory_mib, state="planned",
-        start_time_s=placed.at_s,
-        # what it declared of its bandwidth, for the membw policy
-        program=job.program, membw_gbps=job.membw_gbps,
-        llc_ways=part.llc_ways,  # the ways its resctrl group will hold there (sns)
-        # what the collocate policy reads of it
-        walltime_s=job.walltime_s, copy_bw_mbps=job.copy_bw_mbps,
-        harvest_from=placed.harvest_from,
-    ) for part in placed.spots)  # fmt: skip
+    return tuple(
+        RunningJob(
+            id=job.id,
+            node=part.node,
+            devices=part.devices,
+            device_memory_mib=memory,
+            device_threads=threads,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
+            state="planned",
+            start_time_s=placed.at_s,
+            # what it declared of its bandwidth, for the membw policy
+            program=job.program,
+            membw_gbps=job.membw_gbps,
+            llc_ways=part.llc_ways,  # the ways its resctrl group will hold there (sns)
+            # what the collocate policy reads of it
+            walltime_s=job.walltime_s,
+            copy_bw_mbps=job.copy_bw_mbps,
+            harvest_from=placed.harvest_from,
+        )
+        for part in placed.spots
+    )
 
 
 @dataclass(frozen=True)
@@ -529,13 +574,18 @@ def settle(
         if isinstance(item, Rejected):
             rejected.append(item)
             continue
-        job = refuse_on_error(item.id, partial(pending_job, item, limits, gangs=gangs),
-                              item.annotations)  # fmt: skip
+        job = refuse_on_error(
+            item.id, partial(pending_job, item, limits, gangs=gangs), item.annotations
+        )
         if isinstance(job, Rejected):
             rejected.append(job)
             continue
-        status = refuse_on_error(item.id, partial(placement_status, item, job, by_name,
-                                                  now_s=now_s, replan_after_s=replan_after_s))
+        status = refuse_on_error(
+            item.id,
+            partial(
+                placement_status, item, job, by_name, now_s=now_s, replan_after_s=replan_after_s
+            ),
+        )
         if isinstance(status, Rejected):
             rejected.append(status)
         elif status == "placed":
@@ -546,8 +596,10 @@ def settle(
                 to_close[item.id] = _OPEN_GATE[status]
             if status == "gone" and item.placed is not None:
                 where = " + ".join(f"{p.node}/{','.join(p.devices)}" for p in item.placed.spots)
-                notes.append(f"job {item.id} is placed on {where}, which cannot take it now; "
-                             "it is planned again")  # fmt: skip
+                notes.append(
+                    f"job {item.id} is placed on {where}, which cannot take it now; "
+                    "it is planned again"
+                )
     return Book(tuple(pending), tuple(planned), tuple(rejected), to_close, tuple(notes))
 
 
@@ -566,8 +618,11 @@ _OPEN_GATE: dict[PlacementStatus, str] = {
 def declared_demand(job_id: str, annotations: Mapping[str, object]) -> tuple[int, int] | None:
     """A running job's declared device memory and threads per device, or ``None`` when its
     declaration cannot be read (whatever the reason)."""
-    keys = {k: v for k, v in annotations.items()
-            if squash(k) in ("devicememory", "devicethreads") and v not in (None, "")}  # fmt: skip
+    keys = {
+        k: v
+        for k, v in annotations.items()
+        if squash(k) in ("devicememory", "devicethreads") and v not in (None, "")
+    }
     job = refuse_on_error(job_id, lambda: parse_job(job_id, keys))
     if isinstance(job, Rejected):
         return None
@@ -589,12 +644,16 @@ class Declared:
     copy_bw_mbps: float | None = None
 
 
-def declared_terms(job_id: str, annotations: Mapping[str, object],
-                   time_limit_s: float | None) -> Declared:  # fmt: skip
+def declared_terms(
+    job_id: str, annotations: Mapping[str, object], time_limit_s: float | None
+) -> Declared:
     """A running job's requested time and copy bandwidth, as both schedulers read them; a
     declaration that cannot be read counts as none (the job then lends nothing)."""
-    keys = {k: v for k, v in annotations.items()
-            if squash(k) in ("walltime", "copybandwidth") and v not in (None, "")}  # fmt: skip
+    keys = {
+        k: v
+        for k, v in annotations.items()
+        if squash(k) in ("walltime", "copybandwidth") and v not in (None, "")
+    }
     job = refuse_on_error(job_id, lambda: parse_job(job_id, keys))
     if isinstance(job, Rejected):
         return Declared(time_limit_s or None, None)
@@ -605,8 +664,10 @@ def declared_terms(job_id: str, annotations: Mapping[str, object],
 def whole_devices(devices: Sequence[Device]) -> tuple[int, int]:
     """The demand of a job counted as using its devices whole (a device Slurm gave outside
     coshare, or a running job whose declaration is unreadable): never under-count."""
-    return (max((d.memory_mib for d in devices), default=0),
-            max((d.threads for d in devices), default=0))  # fmt: skip
+    return (
+        max((d.memory_mib for d in devices), default=0),
+        max((d.threads for d in devices), default=0),
+    )
 
 
 def whole_node(job_id: str, node: Node) -> RunningJob:
@@ -615,10 +676,15 @@ def whole_node(job_id: str, node: Node) -> RunningJob:
     Nothing is placed beside it until its record reads again; nothing is oversubscribed."""
     memory, threads = whole_devices(node.devices)
     return RunningJob(
-        id=job_id, node=node.name, devices=tuple(d.id for d in node.devices),
-        device_memory_mib=memory, device_threads=threads, cpu_milli=node.cpu_milli,
-        memory_mib=node.memory_mib, state="running",
-    )  # fmt: skip
+        id=job_id,
+        node=node.name,
+        devices=tuple(d.id for d in node.devices),
+        device_memory_mib=memory,
+        device_threads=threads,
+        cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib,
+        state="running",
+    )
 
 
 # -- the Editor's decisions ----------------------------------------------------------------
@@ -714,13 +780,16 @@ def keeps(now: Current, parts: Sequence[Part], job: Job, harvest_from: str | Non
         if set(placed.parts) != set(parts):
             return False
     elif (placed.node, placed.devices, placed.llc_ways) != (
-            parts[0].node, parts[0].devices, parts[0].llc_ways):  # fmt: skip
+        parts[0].node,
+        parts[0].devices,
+        parts[0].llc_ways,
+    ):
         return False
     if placed.harvest_from != harvest_from:
         return False
-    return (placed.device_memory_mib is None or placed.device_memory_mib >= job.device_memory_mib
-            ) and (placed.device_threads is None
-                   or placed.device_threads >= job.device_threads)  # fmt: skip
+    return (
+        placed.device_memory_mib is None or placed.device_memory_mib >= job.device_memory_mib
+    ) and (placed.device_threads is None or placed.device_threads >= job.device_threads)
 
 
 def decide(
@@ -777,15 +846,29 @@ def decide(
         else:
             first = places[0]
             parts = tuple(places) if job.is_gang else ()
-            writes.append(Write(job_id, first.node, first.devices, job.device_memory_mib,
-                                job.device_threads, parts, first.llc_ways,
-                                spreads.get(job_id), harvest.get(job_id),
-                                job_id in harvest or may_lend(plan.policy, job)))  # fmt: skip
+            writes.append(
+                Write(
+                    job_id,
+                    first.node,
+                    first.devices,
+                    job.device_memory_mib,
+                    job.device_threads,
+                    parts,
+                    first.llc_ways,
+                    spreads.get(job_id),
+                    harvest.get(job_id),
+                    job_id in harvest or may_lend(plan.policy, job),
+                )
+            )
     refused = {r.job for r in rejected}
     kept = set(unchanged)
-    moves = {w.job: " + ".join(f"{p.node}/{','.join(p.devices)}" if p.devices else p.node
-                               for p in (w.parts or (Part(w.node, w.devices, 0),)))
-             for w in writes}  # fmt: skip
+    moves = {
+        w.job: " + ".join(
+            f"{p.node}/{','.join(p.devices)}" if p.devices else p.node
+            for p in (w.parts or (Part(w.node, w.devices, 0),))
+        )
+        for w in writes
+    }
     close: list[JobOutcome] = []
     for c in sorted(current.values(), key=lambda c: _job_order(c.id)):
         if c.id in kept or not (c.pending and c.gate_open):
@@ -810,8 +893,9 @@ def decide(
             skipped.append(JobOutcome(r.job, f"not marked ({now.changed}): {r.reason}"))
         else:
             refuse.append(r)
-    return Decisions(tuple(close), tuple(writes), tuple(unchanged), tuple(skipped),
-                     tuple(failed), tuple(refuse))  # fmt: skip
+    return Decisions(
+        tuple(close), tuple(writes), tuple(unchanged), tuple(skipped), tuple(failed), tuple(refuse)
+    )
 
 
 def gates_may_open(started: Collection[str], not_closed: Collection[str]) -> str | None:
@@ -819,11 +903,15 @@ def gates_may_open(started: Collection[str], not_closed: Collection[str]) -> str
     this cycle (a job started at the placement being withdrawn, or a gate did not close: the
     plan may oversubscribe that device; the next cycle reads the truth)."""
     if started:
-        return (f"not written: {', '.join(sorted(started, key=_job_order))} started at an "
-                "expired placement while this cycle planned; planning again next cycle")
+        return (
+            f"not written: {', '.join(sorted(started, key=_job_order))} started at an "
+            "expired placement while this cycle planned; planning again next cycle"
+        )
     if not_closed:
-        return (f"not written: the placement of {', '.join(sorted(not_closed, key=_job_order))} "
-                "could not be withdrawn; planning again next cycle")
+        return (
+            f"not written: the placement of {', '.join(sorted(not_closed, key=_job_order))} "
+            "could not be withdrawn; planning again next cycle"
+        )
     return None
 
 

@@ -37,9 +37,11 @@ LOG_FORMATS = ("text", "json")
 
 #: Attributes every ``LogRecord`` has (plus those ``Formatter.format`` adds): the rest of a
 #: record's ``__dict__`` are the structured fields its caller gave in ``extra``.
-_STANDARD = frozenset(
-    vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None))
-) | {"message", "asctime", "taskName"}
+_STANDARD = frozenset(vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
 
 #: HTCondor's daemon logs start each line with the date as ``%m/%d/%y %H:%M:%S``; the
 #: trigger daemon under condor_master writes its text lines the same way.
@@ -144,8 +146,9 @@ def setup_logging(
     """
     handler: logging.Handler
     if file is not None:
-        rotating = logging.handlers.RotatingFileHandler(file, maxBytes=MAX_LOG_BYTES,
-                                                        backupCount=1, encoding="utf-8")
+        rotating = logging.handlers.RotatingFileHandler(
+            file, maxBytes=MAX_LOG_BYTES, backupCount=1, encoding="utf-8"
+        )
         rotating.namer = _old_name
         handler = rotating
     else:
@@ -170,7 +173,10 @@ def _old_name(name: str) -> str:
 def log_format_option(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--log-format text|json``: the one definition every long-running command shares."""
     return click.option(
-        "--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+        "--log-format",
+        type=click.Choice(LOG_FORMATS),
+        default="text",
+        show_default=True,
         help="json: each log record as one JSON object per line (time, level, logger, "
         "message, and fields such as job and phase), for log shippers.",
-    )(func)  # fmt: skip
+    )(func)

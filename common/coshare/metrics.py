@@ -78,8 +78,11 @@ EDIT_RESULTS = ("written", "unchanged", "skipped", "failed", "withdrawn")
 
 #: Every series: name, help, labels besides ``scheduler``.
 _FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("coshare_cycle_exit_status",
-     "Exit status of the last cycle (0 ok, 1 failed, 3 some writes failed).", ()),
+    (
+        "coshare_cycle_exit_status",
+        "Exit status of the last cycle (0 ok, 1 failed, 3 some writes failed).",
+        (),
+    ),
     ("coshare_cycle_timestamp_seconds", "When the last cycle ended (Unix time).", ()),
     ("coshare_cycle_plan_refused", "1 when the plan check refused the last plan.", ()),
     ("coshare_cycle_plan_violations", "Violations the plan check found in the last plan.", ()),
@@ -87,14 +90,23 @@ _FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("coshare_cycle_pending_jobs", "Pending annotated jobs the last cycle planned.", ()),
     ("coshare_cycle_placed_jobs", "Jobs the last cycle's plan placed.", ()),
     ("coshare_cycle_refused_jobs", "Jobs refused before planning (unusable annotations).", ()),
-    ("coshare_cycle_waiting_jobs", "Jobs the last cycle left waiting, by reason code.",
-     ("reason",)),
+    (
+        "coshare_cycle_waiting_jobs",
+        "Jobs the last cycle left waiting, by reason code.",
+        ("reason",),
+    ),
     ("coshare_cycle_edits", "Jobs of the last cycle's edits, by result.", ("result",)),
-    ("coshare_cycle_unusable_nodes",
-     "Nodes the last cycle left out: closed by the scheduler, or unwritable names.", ("kind",)),
-    ("coshare_cycle_contained_failures",
-     "Policy failures the last cycle planned around (jobs or nodes left out).", ()),
-)  # fmt: skip
+    (
+        "coshare_cycle_unusable_nodes",
+        "Nodes the last cycle left out: closed by the scheduler, or unwritable names.",
+        ("kind",),
+    ),
+    (
+        "coshare_cycle_contained_failures",
+        "Policy failures the last cycle planned around (jobs or nodes left out).",
+        (),
+    ),
+)
 
 
 def cycle_figures(report: CycleReport) -> dict[str, Any]:
@@ -114,18 +126,24 @@ def cycle_figures(report: CycleReport) -> dict[str, Any]:
         "refused": len(report.rejected),
         "waiting": waiting,
         "edits": {
-            "written": len(apply.applied), "unchanged": len(apply.unchanged),
-            "skipped": len(apply.skipped), "failed": len(apply.failed),
+            "written": len(apply.applied),
+            "unchanged": len(apply.unchanged),
+            "skipped": len(apply.skipped),
+            "failed": len(apply.failed),
             "withdrawn": len(apply.withdrawn),
         },
-        "seconds": {"read": report.read_s, "plan": report.plan.seconds,
-                    "verify": report.verify_s, "apply": report.apply_s},
+        "seconds": {
+            "read": report.read_s,
+            "plan": report.plan.seconds,
+            "verify": report.verify_s,
+            "apply": report.apply_s,
+        },
         "contained": len(report.contained),
         "unusable": {
             "closed": sum(u.state != UNWRITABLE for u in report.unusable),
             UNWRITABLE: sum(u.state == UNWRITABLE for u in report.unusable),
         },
-    }  # fmt: skip
+    }
 
 
 #: The counters of :class:`CycleTotals`: name, help, labels besides ``scheduler``.
@@ -287,9 +305,13 @@ class CycleMetrics:
                 problems.append(f"cannot write the metrics file {path}: {exc.strerror or exc}")
         if self.config.pushgateway is not None:
             try:
-                push_to_gateway(self.config.pushgateway, job=self.config.push_job,
-                                registry=registry, grouping_key={"scheduler": self.scheduler},
-                                timeout=self.config.push_timeout_s)  # fmt: skip
+                push_to_gateway(
+                    self.config.pushgateway,
+                    job=self.config.push_job,
+                    registry=registry,
+                    grouping_key={"scheduler": self.scheduler},
+                    timeout=self.config.push_timeout_s,
+                )
             except OSError as exc:  # urllib's URLError and HTTPError are OSErrors
                 problems.append(f"cannot push the metrics to {self.config.pushgateway}: {exc}")
         for problem in problems:

@@ -34,8 +34,10 @@ def without_mig_parents(snapshot: Snapshot) -> tuple[Snapshot, tuple[str, ...]]:
             nodes.append(node)
             continue
         shown = ", ".join(sorted(parents))
-        notes.append(f"node {node.name}: GPU {shown} is in MIG mode: planned by its instances, "
-                     "never as a whole device")  # fmt: skip
+        notes.append(
+            f"node {node.name}: GPU {shown} is in MIG mode: planned by its instances, "
+            "never as a whole device"
+        )
         nodes.append(replace(node, devices=tuple(d for d in node.devices if d.id not in parents)))
     if not notes:
         return snapshot, ()

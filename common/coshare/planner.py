@@ -84,7 +84,7 @@ __all__ = [
     "timed_plan",
     "ways_refusal",
     "writes_llc_ways",
-]  # fmt: skip
+]
 
 #: Exit statuses of a cycle, for cron and systemd.
 EXIT_OK = 0
@@ -200,8 +200,9 @@ def run_cycle(
         # Trial co-runs need the scheduler to carry each trial's record and to suspend a pair
         # that fails (poncos section 7): an Editor that does not declare it never starts one.
         shown = ", ".join(t.job for t in plan.trials[:5])
-        violations.append(f"the plan starts trial co-runs ({shown}), which this scheduler's "
-                          "adapter does not run")  # fmt: skip
+        violations.append(
+            f"the plan starts trial co-runs ({shown}), which this scheduler's adapter does not run"
+        )
     refusal = ways_refusal(plan, editor)
     if refusal is not None:
         violations.append(refusal)
@@ -215,8 +216,9 @@ def run_cycle(
     if before_write is not None and not dry_run:
         checked = time.monotonic()  # taken before the check: the lease runs from later
         before_write()
-        report = _apply_fenced(editor, plan, result.rejected, before_write,
-                               _Interval(checked, fence_every_s))  # fmt: skip
+        report = _apply_fenced(
+            editor, plan, result.rejected, before_write, _Interval(checked, fence_every_s)
+        )
     else:
         report = editor.apply(plan, result.rejected, dry_run=dry_run)
     apply_s = clock() - start
@@ -256,18 +258,20 @@ def checked_plan(
     snapshot, mig_notes = without_mig_parents(snapshot)
     try:
         contained = plan_contained(
-            policy.plan, snapshot,
+            policy.plan,
+            snapshot,
             lambda snap, plan: check_plan(snap, plan, strict_threads=strict_threads),
             policy.name,
-        )  # fmt: skip
+        )
     except PolicyFailed as failed:
         if failed.raised is not None:
             raise failed.raised from None
         # The violations the first check found: the whole snapshot's plan, not planned again.
         raise PlanInvariantError(policy.name, list(failed.problems)) from None
     plan = contained.plan
-    return replace(contained, plan=replace(plan, seconds=clock() - start,
-                                           notes=(*mig_notes, *plan.notes)))  # fmt: skip
+    return replace(
+        contained, plan=replace(plan, seconds=clock() - start, notes=(*mig_notes, *plan.notes))
+    )
 
 
 def fences_batches(editor: object) -> bool:
@@ -285,8 +289,9 @@ class _Interval:
     every_s: float
 
 
-def _apply_fenced(editor: Editor, plan: Plan, rejected: Sequence[Rejected], fence: Fence,
-                  interval: _Interval) -> ApplyReport:  # fmt: skip
+def _apply_fenced(
+    editor: Editor, plan: Plan, rejected: Sequence[Rejected], fence: Fence, interval: _Interval
+) -> ApplyReport:
     """``editor.apply`` with ``fence`` before each of its batches that starts
     ``interval.every_s`` or more after the fence last passed, when the editor declares it
     can (else the fence called once, before :func:`run_cycle` calls this, is the only one).
@@ -307,8 +312,9 @@ def _apply_fenced(editor: Editor, plan: Plan, rejected: Sequence[Rejected], fenc
             interval.last = now
 
     try:
-        return cast(BatchFencedEditor, editor).apply(plan, rejected, dry_run=False,
-                                                     fence=serialized)  # fmt: skip
+        return cast(BatchFencedEditor, editor).apply(
+            plan, rejected, dry_run=False, fence=serialized
+        )
     except (EngineUnavailable, LeaseLost) as exc:  # "wrote nothing" is no longer true
         raise StoppedBetweenBatches(exc) from exc
 
@@ -351,16 +357,21 @@ def ways_refusal(plan: Plan, editor: object) -> str | None:
     may.
 
     The Editor may give its own reason (``ways_unwritable_reason``)."""
-    allocating = sorted({s.job for s in plan.spreads if s.ways is not None}
-                        | {a.job for a in plan.assignments if a.llc_ways is not None})
+    allocating = sorted(
+        {s.job for s in plan.spreads if s.ways is not None}
+        | {a.job for a in plan.assignments if a.llc_ways is not None}
+    )
     capping = sorted({s.job for s in plan.spreads if s.membw_gbps is not None})
     if not (allocating or capping) or writes_llc_ways(editor):
         return None
     why = getattr(editor, "ways_unwritable_reason", None)
     if not isinstance(why, str) or not why:
         why = "this scheduler's adapter does not make resctrl groups"
-    what = (f"allocates LLC ways ({', '.join(allocating[:5])})" if allocating else
-            f"caps memory bandwidth with MBA ({', '.join(capping[:5])})")  # fmt: skip
+    what = (
+        f"allocates LLC ways ({', '.join(allocating[:5])})"
+        if allocating
+        else f"caps memory bandwidth with MBA ({', '.join(capping[:5])})"
+    )
     return f"the plan {what}, which this live cycle cannot write: {why}"
 
 

@@ -186,8 +186,9 @@ class BatchFencedEditor(Editor, Protocol):
     cycle finishes the rest.
     """
 
-    def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool,
-              fence: Fence | None = None) -> ApplyReport:  # fmt: skip
+    def apply(
+        self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool, fence: Fence | None = None
+    ) -> ApplyReport:
         """Apply a plan, calling ``fence`` before each batch."""
         ...
 
@@ -249,8 +250,15 @@ class TrialProbe(Protocol):
     the same interface (:class:`coshare.trial_cycle.InjectedProbe`).
     """
 
-    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
-                *, requested_at_s: int) -> ProbeResult:  # fmt: skip
+    def measure(
+        self,
+        node: str,
+        job: str,
+        partners: Sequence[str],
+        program: str | None,
+        *,
+        requested_at_s: int,
+    ) -> ProbeResult:
         """Measure ``job`` on ``node`` with ``partners`` frozen; ``requested_at_s``: the
         ``at`` of the job's ``measuring`` record (the request a later answer names)."""
         ...

@@ -56,21 +56,31 @@ def profile() -> None:
 
 @profile.command("import")
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--store", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="The profile store (default: policy.sns.profiles_dir).")
+@click.option(
+    "--store",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The profile store (default: policy.sns.profiles_dir).",
+)
 @pass_app
 def import_command(app: AppContext, path: Path, store: Path | None) -> None:
     """Check the profile in PATH (measured values) and write it to the store as
     PROGRAM.json; a bad field is refused naming the file and the field (exit 2)."""
     found = read_profile(path)
     target = write_profile(_store(app, store), found)
-    click.echo(f"{target}: {found.program} ({found.program_class}, best scale "
-               f"{found.best_scale}, {found.ways_for(0.9)} ways for 90%)")
+    click.echo(
+        f"{target}: {found.program} ({found.program_class}, best scale "
+        f"{found.best_scale}, {found.ways_for(0.9)} ways for 90%)"
+    )
 
 
 @profile.command("check")
-@click.option("--store", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="The profile store (default: policy.sns.profiles_dir).")
+@click.option(
+    "--store",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The profile store (default: policy.sns.profiles_dir).",
+)
 @pass_app
 def check_command(app: AppContext, store: Path | None) -> None:
     """Check every profile of the store, as a cycle loads them; list each one."""
@@ -78,9 +88,11 @@ def check_command(app: AppContext, store: Path | None) -> None:
     profiles = load_store(directory)
     for name, p in profiles.items():
         speedups = ", ".join(f"{k}: {p.speedup(k):.2f}" for k in p.scales)
-        click.echo(f"{name}: {p.program_class}, speedup {speedups}; {p.ways_for(0.9)} of "
-                   f"{p.full_ways} ways for 90%, {p.membw_at(p.ways_for(0.9)):g} GB/s at "
-                   f"{p.cores} cores")  # fmt: skip
+        click.echo(
+            f"{name}: {p.program_class}, speedup {speedups}; {p.ways_for(0.9)} of "
+            f"{p.full_ways} ways for 90%, {p.membw_at(p.ways_for(0.9)):g} GB/s at "
+            f"{p.cores} cores"
+        )
     click.echo(f"{directory}: {len(profiles)} profiles ok")
 
 
@@ -91,8 +103,9 @@ def _draft(program: str, draft: Path) -> dict[str, object]:
         InputError: a bad program name, or a draft that is not JSON or not the program's.
     """
     if PROGRAM_NAME.fullmatch(program) is None:
-        raise InputError(f"program {program[:64]!r}: want 1-64 of A-Z a-z 0-9 _ . - (as "
-                         "CoshareProgram)")  # fmt: skip
+        raise InputError(
+            f"program {program[:64]!r}: want 1-64 of A-Z a-z 0-9 _ . - (as CoshareProgram)"
+        )
     if not draft.exists():
         return {"program": program}
     try:
@@ -106,15 +119,31 @@ def _draft(program: str, draft: Path) -> dict[str, object]:
 
 @profile.command("run", context_settings={"ignore_unknown_options": True})
 @click.argument("program")
-@click.option("--scale", type=click.Choice([str(k) for k in SCALES]), required=True,
-              help="The scale factor this run is at (the command must run at it).")
-@click.option("--into", "draft", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="The draft profile to record the run time in (created if absent).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1, 7 * 24 * 3600), default=24 * 3600,
-              show_default=True, help="Seconds before the run is stopped (and not recorded).")
+@click.option(
+    "--scale",
+    type=click.Choice([str(k) for k in SCALES]),
+    required=True,
+    help="The scale factor this run is at (the command must run at it).",
+)
+@click.option(
+    "--into",
+    "draft",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="The draft profile to record the run time in (created if absent).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(1, 7 * 24 * 3600),
+    default=24 * 3600,
+    show_default=True,
+    help="Seconds before the run is stopped (and not recorded).",
+)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_command_cli(program: str, scale: str, draft: Path, timeout_s: float,
-                    argv: tuple[str, ...]) -> None:  # fmt: skip
+def run_command_cli(
+    program: str, scale: str, draft: Path, timeout_s: float, argv: tuple[str, ...]
+) -> None:
     """Run ARGV once (no shell) as PROGRAM's exclusive run at SCALE and record its wall time
     in the draft's run_time_s; a failed run records nothing (exit 1)."""
     data = _draft(program, draft)
@@ -127,8 +156,10 @@ def run_command_cli(program: str, scale: str, draft: Path, timeout_s: float,
     data["run_time_s"] = runs
     draft.write_text(json.dumps(data, indent=1) + "\n")
     missing = [str(k) for k in SCALES if str(k) not in runs]
-    click.echo(f"{draft}: {program} at scale {scale}: {seconds:.3f} s"
-               + (f" (still missing scales {', '.join(missing)})" if missing else ""))
+    click.echo(
+        f"{draft}: {program} at scale {scale}: {seconds:.3f} s"
+        + (f" (still missing scales {', '.join(missing)})" if missing else "")
+    )
 
 
 #: How the ``ways`` command opens the node's resctrl mount (a test hands in its fake kernel).
@@ -137,25 +168,68 @@ open_resctrl: Callable[[Path, str], Resctrl] = Resctrl
 
 @profile.command("ways", context_settings={"ignore_unknown_options": True})
 @click.argument("program")
-@click.option("--into", "draft", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="The draft profile to record the curves in (created if absent).")
-@click.option("--cores", type=click.IntRange(1, MAX_CORES), required=True,
-              help="Processes the command runs on this node (the profile's cores).")
-@click.option("--ways", "way_list", default=None, metavar="K,K,...",
-              help="Way counts of the sweep [default: 2, 4, 8, ... and all the node's].")
-@click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
-              help="Runs per way count; the median is recorded.")
-@click.option("--resctrl", "root", type=click.Path(path_type=Path, file_okay=False),
-              default=None, help="The resctrl mount [default: node.resctrl_root].")
-@click.option("--perf", default="perf", show_default=True,
-              help="The perf program that counts instructions and cycles.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1, 7 * 24 * 3600), default=3600,
-              show_default=True, help="Seconds before one run is stopped (nothing recorded).")
+@click.option(
+    "--into",
+    "draft",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="The draft profile to record the curves in (created if absent).",
+)
+@click.option(
+    "--cores",
+    type=click.IntRange(1, MAX_CORES),
+    required=True,
+    help="Processes the command runs on this node (the profile's cores).",
+)
+@click.option(
+    "--ways",
+    "way_list",
+    default=None,
+    metavar="K,K,...",
+    help="Way counts of the sweep [default: 2, 4, 8, ... and all the node's].",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="Runs per way count; the median is recorded.",
+)
+@click.option(
+    "--resctrl",
+    "root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The resctrl mount [default: node.resctrl_root].",
+)
+@click.option(
+    "--perf",
+    default="perf",
+    show_default=True,
+    help="The perf program that counts instructions and cycles.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(1, 7 * 24 * 3600),
+    default=3600,
+    show_default=True,
+    help="Seconds before one run is stopped (nothing recorded).",
+)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_app
-def ways_command(app: AppContext, program: str, draft: Path, cores: int, way_list: str | None,
-                 repeat: int, root: Path | None, perf: str, timeout_s: float,
-                 argv: tuple[str, ...]) -> None:  # fmt: skip
+def ways_command(
+    app: AppContext,
+    program: str,
+    draft: Path,
+    cores: int,
+    way_list: str | None,
+    repeat: int,
+    root: Path | None,
+    perf: str,
+    timeout_s: float,
+    argv: tuple[str, ...],
+) -> None:
     """The IPC-LLC and BW-LLC curves of PROGRAM (sections 4.1, 5.1): run ARGV (no shell) once
     per way count in a resctrl group holding that many LLC ways, count instructions and cycles
     with perf stat and the group's memory traffic with resctrl MBM, and record the curves in
@@ -169,21 +243,28 @@ def ways_command(app: AppContext, program: str, draft: Path, cores: int, way_lis
         except ValueError as exc:
             raise InputError(f"--ways {way_list[:40]!r}: want way counts like 2,4,8,20") from exc
     node = app.config.node
-    resctrl = open_resctrl(root if root is not None else Path(node.resctrl_root),
-                           node.cgroup_parent)  # fmt: skip
-    found = sweep(resctrl, program, list(argv), counts, perf=perf, repeat=repeat,
-                  timeout_s=timeout_s)  # fmt: skip
+    resctrl = open_resctrl(
+        root if root is not None else Path(node.resctrl_root), node.cgroup_parent
+    )
+    found = sweep(
+        resctrl, program, list(argv), counts, perf=perf, repeat=repeat, timeout_s=timeout_s
+    )
     for p in found.points:
         bandwidth = f"{p.membw_gbps:.3f} GB/s" if p.membw_gbps is not None else "- GB/s"
-        click.echo(f"{p.ways:>3} of {found.node_ways} ways: IPC {p.ipc:.4f}, {bandwidth}, "
-                   + ", ".join(f"{s:.2f}" for s in p.seconds) + " s")
+        click.echo(
+            f"{p.ways:>3} of {found.node_ways} ways: IPC {p.ipc:.4f}, {bandwidth}, "
+            + ", ".join(f"{s:.2f}" for s in p.seconds)
+            + " s"
+        )
     data["ways"] = [p.ways for p in found.points]
     data["ipc"] = [round(p.ipc, 6) for p in found.points]
     data["cores"] = cores
     sources = data.get("sources")
     sources = dict(sources) if isinstance(sources, dict) else {}
-    how = (f"coshare profile ways on {socket.gethostname()}: {cores} processes, "
-           f"{repeat} run(s) per way count, median")
+    how = (
+        f"coshare profile ways on {socket.gethostname()}: {cores} processes, "
+        f"{repeat} run(s) per way count, median"
+    )
     sources["ipc"] = f"{how}; perf stat instructions/cycles"
     if found.membw_unsupported is None:
         data["membw_gbps"] = [round(p.membw_gbps or 0.0, 6) for p in found.points]
@@ -195,8 +276,9 @@ def ways_command(app: AppContext, program: str, draft: Path, cores: int, way_lis
     draft.write_text(json.dumps(data, indent=1) + "\n")
     click.echo(f"{draft}: {program}: IPC at {len(found.points)} way counts recorded")
     if found.membw_unsupported is not None:
-        click.echo(f"membw_gbps not measured ({found.membw_unsupported}): add it to the draft "
-                   "before coshare profile import")  # fmt: skip
+        click.echo(
+            f"membw_gbps not measured ({found.membw_unsupported}): add it to the draft "
+            "before coshare profile import"
+        )
     for fall in found.falls():
-        click.echo(f"warning: {fall}: import refuses a falling curve; measure again with "
-                   "--repeat")  # fmt: skip
+        click.echo(f"warning: {fall}: import refuses a falling curve; measure again with --repeat")

@@ -59,14 +59,18 @@ def load_store(directory: Path) -> dict[str, Profile]:
     except OSError as exc:
         raise ProfileError(str(directory), "(directory)", f"cannot list: {exc.strerror}") from exc
     if len(names) > MAX_PROFILES:
-        raise ProfileError(str(directory), "(directory)", f"{len(names)} profiles; at most "
-                           f"{MAX_PROFILES}")  # fmt: skip
+        raise ProfileError(
+            str(directory), "(directory)", f"{len(names)} profiles; at most {MAX_PROFILES}"
+        )
     out: dict[str, Profile] = {}
     for name in names:
         program = name[: -len(".json")]
         if PROGRAM_NAME.fullmatch(program) is None:
-            raise ProfileError(str(directory / name), "(file name)", "want PROGRAM.json with a "
-                               "CoshareProgram name (1-64 of A-Z a-z 0-9 _ . -)")  # fmt: skip
+            raise ProfileError(
+                str(directory / name),
+                "(file name)",
+                "want PROGRAM.json with a CoshareProgram name (1-64 of A-Z a-z 0-9 _ . -)",
+            )
         out[program] = read_profile(directory / name, program)
     return out
 

@@ -201,8 +201,9 @@ def nodes_at(scale: int, processes: int, node_cores: int) -> tuple[int, int]:
     return n, -(-processes // n)
 
 
-def demand(profile: Profile | None, alpha: float, processes: int, node_cores: int,
-           scale: int) -> Demand:  # fmt: skip
+def demand(
+    profile: Profile | None, alpha: float, processes: int, node_cores: int, scale: int
+) -> Demand:
     """The job's :class:`Demand` at ``scale`` (no profile: cores only)."""
     n, c = nodes_at(scale, processes, node_cores)
     if profile is None:
@@ -226,12 +227,22 @@ def parse_profile(data: object, where: str, program: str | None = None) -> Profi
     """
     if not isinstance(data, Mapping):
         raise ProfileError(where, "(top level)", "not a JSON object")
-    known = {"program", "run_time_s", "ways", "ipc", "membw_gbps", "cores", "single_node",
-             "sources", "class"}  # fmt: skip
+    known = {
+        "program",
+        "run_time_s",
+        "ways",
+        "ipc",
+        "membw_gbps",
+        "cores",
+        "single_node",
+        "sources",
+        "class",
+    }
     for key in data:
         if key not in known:
-            raise ProfileError(where, str(key)[:64],
-                               f"unknown field (known: {', '.join(sorted(known))})")
+            raise ProfileError(
+                where, str(key)[:64], f"unknown field (known: {', '.join(sorted(known))})"
+            )
     name = data.get("program", program)
     if not isinstance(name, str) or PROGRAM_NAME.fullmatch(name) is None:
         raise ProfileError(where, "program", "want 1-64 of A-Z a-z 0-9 _ . - (as CoshareProgram)")
@@ -252,22 +263,38 @@ def parse_profile(data: object, where: str, program: str | None = None) -> Profi
         raise ProfileError(where, "ipc", "want numbers above 0")
     for i in range(1, len(ipc)):
         if ipc[i] < ipc[i - 1]:
-            raise ProfileError(where, f"ipc[{i}]", f"IPC falls from {ipc[i - 1]:g} to {ipc[i]:g} "
-                               f"as ways grow from {ways[i - 1]:g} to {ways[i]:g} (a larger LLC "
-                               "allocation never lowers IPC, section 4.1)")  # fmt: skip
-    membw = _samples(data.get("membw_gbps"), where, "membw_gbps", low=0.0, high=MAX_MEMBW_GBPS,
-                     count=len(ways))  # fmt: skip
+            raise ProfileError(
+                where,
+                f"ipc[{i}]",
+                f"IPC falls from {ipc[i - 1]:g} to {ipc[i]:g} "
+                f"as ways grow from {ways[i - 1]:g} to {ways[i]:g} (a larger LLC "
+                "allocation never lowers IPC, section 4.1)",
+            )
+    membw = _samples(
+        data.get("membw_gbps"), where, "membw_gbps", low=0.0, high=MAX_MEMBW_GBPS, count=len(ways)
+    )
     sources = data.get("sources", {})
     if not isinstance(sources, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) and len(v) <= 4096
-            for k, v in sources.items()):  # fmt: skip
+        isinstance(k, str) and isinstance(v, str) and len(v) <= 4096 for k, v in sources.items()
+    ):
         raise ProfileError(where, "sources", "want an object of field name to text")
-    profile = Profile(name, runs, tuple(int(w) for w in ways), tuple(ipc), tuple(membw), cores,
-                      single, dict(sources))  # fmt: skip
+    profile = Profile(
+        name,
+        runs,
+        tuple(int(w) for w in ways),
+        tuple(ipc),
+        tuple(membw),
+        cores,
+        single,
+        dict(sources),
+    )
     stated = data.get("class")
     if stated is not None and stated != profile.program_class:
-        raise ProfileError(where, "class", f"says {str(stated)[:20]} but the run times make it "
-                           f"{profile.program_class}")  # fmt: skip
+        raise ProfileError(
+            where,
+            "class",
+            f"says {str(stated)[:20]} but the run times make it {profile.program_class}",
+        )
     return profile
 
 
@@ -281,31 +308,52 @@ def _number(value: object) -> float | None:
 def _run_times(value: object, where: str, single: bool) -> dict[int, float]:
     wanted = (1,) if single else SCALES
     if not isinstance(value, Mapping):
-        raise ProfileError(where, "run_time_s", "want an object of scale factor to seconds, "
-                           f"scales {', '.join(map(str, wanted))}")  # fmt: skip
+        raise ProfileError(
+            where,
+            "run_time_s",
+            f"want an object of scale factor to seconds, scales {', '.join(map(str, wanted))}",
+        )
     out: dict[int, float] = {}
     for key, seconds in value.items():
         text = str(key)
         if not text.isdigit() or int(text) not in SCALES:
-            raise ProfileError(where, f"run_time_s.{text[:16]}", "not a scale factor (allowed: "
-                               f"{', '.join(map(str, SCALES))})")  # fmt: skip
+            raise ProfileError(
+                where,
+                f"run_time_s.{text[:16]}",
+                f"not a scale factor (allowed: {', '.join(map(str, SCALES))})",
+            )
         number = _number(seconds)
         if number is None or not 0 < number <= MAX_RUN_S:
             raise ProfileError(where, f"run_time_s.{text}", f"want seconds in (0, {MAX_RUN_S:g}]")
         out[int(text)] = number
     missing = [k for k in wanted if k not in out]
     if missing:
-        raise ProfileError(where, "run_time_s", "missing scale point"
-                           f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
-                           + (" (a program that runs on one node only says "
-                              "\"single_node\": true)" if not single else ""))  # fmt: skip
+        raise ProfileError(
+            where,
+            "run_time_s",
+            "missing scale point"
+            f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+            + (
+                ' (a program that runs on one node only says "single_node": true)'
+                if not single
+                else ""
+            ),
+        )
     if single and set(out) != {1}:
         raise ProfileError(where, "run_time_s", "a single_node program has scale 1 only")
     return out
 
 
-def _samples(value: object, where: str, name: str, *, integer: bool = False, low: float,
-             high: float, count: int | None = None) -> list[float]:  # fmt: skip
+def _samples(
+    value: object,
+    where: str,
+    name: str,
+    *,
+    integer: bool = False,
+    low: float,
+    high: float,
+    count: int | None = None,
+) -> list[float]:
     if not isinstance(value, list) or not 2 <= len(value) <= MAX_SAMPLES:
         raise ProfileError(where, name, f"want a list of 2..{MAX_SAMPLES} numbers")
     if count is not None and len(value) != count:

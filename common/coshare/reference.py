@@ -42,49 +42,83 @@ COMPLETION = (
 #: The EXAMPLES section of a command's man page, by command (``coshare`` and its words); a
 #: command not here gets its ``--help``.
 EXAMPLES: dict[str, list[tuple[str, str]]] = {
-    "coshare": [("Plan the bundled example's pending jobs and print the plan:",
-                 "coshare plan common/coshare/examples/paper-cluster.json"),
-                ("Write the deployment files (coshare-launch included) under /tmp/deploy:",
-                 "coshare deploy-files /tmp/deploy")],
-    "coshare plan": [("Plan a snapshot from standard input with another policy, as JSON:",
-                      "coshare show --output json | coshare plan - --policy knapsack "
-                      "--output json")],
-    "coshare deploy-files": [("Write every deployment file, then install the node's helpers:",
-                              "coshare deploy-files /tmp/deploy\n"
-                              "install -m 0755 /tmp/deploy/condor/coshare-job-wrapper "
-                              "/tmp/deploy/condor/coshare-launch /usr/libexec/coshare/")],
-    "coshare config check": [("Check a config file before installing it:",
-                              "coshare config check /etc/coshare/config.yaml")],
-    "coshare node gate": [("Run the offload gate of this node (root, from coshare-node.service):",
-                           "coshare node gate")],
+    "coshare": [
+        (
+            "Plan the bundled example's pending jobs and print the plan:",
+            "coshare plan common/coshare/examples/paper-cluster.json",
+        ),
+        (
+            "Write the deployment files (coshare-launch included) under /tmp/deploy:",
+            "coshare deploy-files /tmp/deploy",
+        ),
+    ],
+    "coshare plan": [
+        (
+            "Plan a snapshot from standard input with another policy, as JSON:",
+            "coshare show --output json | coshare plan - --policy knapsack --output json",
+        )
+    ],
+    "coshare deploy-files": [
+        (
+            "Write every deployment file, then install the node's helpers:",
+            "coshare deploy-files /tmp/deploy\n"
+            "install -m 0755 /tmp/deploy/condor/coshare-job-wrapper "
+            "/tmp/deploy/condor/coshare-launch /usr/libexec/coshare/",
+        )
+    ],
+    "coshare config check": [
+        (
+            "Check a config file before installing it:",
+            "coshare config check /etc/coshare/config.yaml",
+        )
+    ],
+    "coshare node gate": [
+        (
+            "Run the offload gate of this node (root, from coshare-node.service):",
+            "coshare node gate",
+        )
+    ],
 }
 
 
 def _environment_and_files(path: tuple[str, ...]) -> list[str]:
     """The ENVIRONMENT, FILES and EXAMPLES sections of a command's page (roff lines)."""
     node = to_dict(Config())["node"]
-    lines = [".SH ENVIRONMENT", ".TP", ".B COSHARE_CONFIG",
-             f"The configuration file, when --config names none (else {DEFAULT_CONFIG_PATH}).",
-             ".TP", ".B COSHARE_<SECTION>_<KEY>",
-             _roff("One setting of the configuration (COSHARE_POLICY_NAME=random), over the "
-                   "file's; see coshare.yaml(5)."),
-             ".SH FILES", ".TP", f".B {DEFAULT_CONFIG_PATH}",
-             "The configuration, when neither --config nor COSHARE_CONFIG names one; "
-             "see \\fBcoshare.yaml\\fR(5).",
-             ".TP", f".B {_roff(node['control_socket'])}",
-             "The node daemon's control socket (node.control_socket).",
-             ".TP", f".B {_roff(node['gate_socket'])}",
-             "The offload gate's socket (node.gate_socket).",
-             ".SH EXAMPLES"]
-    examples = EXAMPLES.get(" ".join(path)) or [(
-        "Print this command's help and exit statuses:", " ".join((*path, "--help")))]
+    lines = [
+        ".SH ENVIRONMENT",
+        ".TP",
+        ".B COSHARE_CONFIG",
+        f"The configuration file, when --config names none (else {DEFAULT_CONFIG_PATH}).",
+        ".TP",
+        ".B COSHARE_<SECTION>_<KEY>",
+        _roff(
+            "One setting of the configuration (COSHARE_POLICY_NAME=random), over the "
+            "file's; see coshare.yaml(5)."
+        ),
+        ".SH FILES",
+        ".TP",
+        f".B {DEFAULT_CONFIG_PATH}",
+        "The configuration, when neither --config nor COSHARE_CONFIG names one; "
+        "see \\fBcoshare.yaml\\fR(5).",
+        ".TP",
+        f".B {_roff(node['control_socket'])}",
+        "The node daemon's control socket (node.control_socket).",
+        ".TP",
+        f".B {_roff(node['gate_socket'])}",
+        "The offload gate's socket (node.gate_socket).",
+        ".SH EXAMPLES",
+    ]
+    examples = EXAMPLES.get(" ".join(path)) or [
+        ("Print this command's help and exit statuses:", " ".join((*path, "--help")))
+    ]
     for text, command in examples:
         lines += [".PP", _roff(text), ".PP", ".RS 4", ".nf", _roff(command), ".fi", ".RE"]
     return lines
 
 
-def commands(command: click.Command, path: tuple[str, ...] = ("coshare",)) -> Iterator[
-        tuple[tuple[str, ...], click.Command]]:  # fmt: skip
+def commands(
+    command: click.Command, path: tuple[str, ...] = ("coshare",)
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     """Every command under ``command`` (groups included, lazy ones loaded), depth first."""
     yield path, command
     if isinstance(command, click.Group):
@@ -130,19 +164,22 @@ def _subcommands(path: tuple[str, ...], command: click.Command) -> list[tuple[st
 def _roff(text: str) -> str:
     """Text escaped for roff: backslashes, and a leading dot or quote."""
     text = text.replace("\\", "\\e").replace("-", "\\-")
-    return "\n".join("\\&" + line if line[:1] in (".", "'") else line
-                     for line in text.splitlines())  # fmt: skip
+    return "\n".join("\\&" + line if line[:1] in (".", "'") else line for line in text.splitlines())
 
 
 def man_page(path: tuple[str, ...], command: click.Command, date: str) -> str:
     """One command's man page (section 1), from its click help."""
     name = "-".join(path)
     ctx = click.Context(command, info_name=" ".join(path))
-    lines = [f'.TH "{name.upper()}" "1" "{date}" "coshare {__version__}" "coshare manual"',
-             ".SH NAME",
-             f"{_roff(name)} \\- {_roff(command.get_short_help_str(limit=120))}",
-             ".SH SYNOPSIS", ".B " + _roff(_usage(path, command)), ".SH DESCRIPTION",
-             _roff(_help_text(command))]  # fmt: skip
+    lines = [
+        f'.TH "{name.upper()}" "1" "{date}" "coshare {__version__}" "coshare manual"',
+        ".SH NAME",
+        f"{_roff(name)} \\- {_roff(command.get_short_help_str(limit=120))}",
+        ".SH SYNOPSIS",
+        ".B " + _roff(_usage(path, command)),
+        ".SH DESCRIPTION",
+        _roff(_help_text(command)),
+    ]
     options = _options(command, ctx)
     if options:
         lines.append(".SH OPTIONS")
@@ -160,8 +197,9 @@ def man_page(path: tuple[str, ...], command: click.Command, date: str) -> str:
     lines += _environment_and_files(path)
     if len(path) == 1:
         lines += [".SH SHELL COMPLETION", ".nf", _roff(COMPLETION), ".fi"]
-    others = ", ".join(f"\\fB{'-'.join(p)}\\fR(1)" for p, _ in commands(cli) if p != path
-                       and len(p) <= 2)  # fmt: skip
+    others = ", ".join(
+        f"\\fB{'-'.join(p)}\\fR(1)" for p, _ in commands(cli) if p != path and len(p) <= 2
+    )
     lines += [".SH SEE ALSO", others + ", \\fBcoshare.yaml\\fR(5)"]
     return "\n".join(lines) + "\n"
 
@@ -176,48 +214,86 @@ def config_man_page(date: str) -> str:
     and meaning (what docs/config.md says)."""
     defaults = to_dict(Config())
     hints = typing.get_type_hints(Config)
-    lines = [f'.TH "COSHARE.YAML" "5" "{date}" "coshare {__version__}" "coshare manual"',
-             ".SH NAME", "coshare.yaml \\- the configuration of coshare",
-             ".SH SYNOPSIS", f".B {DEFAULT_CONFIG_PATH}",
-             ".SH DESCRIPTION",
-             _roff("A YAML file at --config PATH, $COSHARE_CONFIG, or "
-                   f"{DEFAULT_CONFIG_PATH}. Precedence: defaults < file < environment < "
-                   "command-line flags. Every key can be set from the environment as "
-                   "COSHARE_<SECTION>_<KEY> (COSHARE_POLICY_NAME=random), except mappings. "
-                   "Unknown keys are errors listing the valid ones; coshare config check FILE "
-                   "reports every problem at once; coshare config show prints the effective "
-                   "values.")]
+    lines = [
+        f'.TH "COSHARE.YAML" "5" "{date}" "coshare {__version__}" "coshare manual"',
+        ".SH NAME",
+        "coshare.yaml \\- the configuration of coshare",
+        ".SH SYNOPSIS",
+        f".B {DEFAULT_CONFIG_PATH}",
+        ".SH DESCRIPTION",
+        _roff(
+            "A YAML file at --config PATH, $COSHARE_CONFIG, or "
+            f"{DEFAULT_CONFIG_PATH}. Precedence: defaults < file < environment < "
+            "command-line flags. Every key can be set from the environment as "
+            "COSHARE_<SECTION>_<KEY> (COSHARE_POLICY_NAME=random), except mappings. "
+            "Unknown keys are errors listing the valid ones; coshare config check FILE "
+            "reports every problem at once; coshare config show prints the effective "
+            "values."
+        ),
+    ]
     for section in (f.name for f in dataclasses.fields(Config)):
         hint = hints[section]
         lines += [".SH " + _roff(section.upper())]
         if not dataclasses.is_dataclass(hint):
-            lines.append(_roff("Device kinds the scheduler does not advertise, by name: "
-                               "{memory_mib: M, threads: T} each. Default: "
-                               f"{defaults[section]}."))
+            lines.append(
+                _roff(
+                    "Device kinds the scheduler does not advertise, by name: "
+                    "{memory_mib: M, threads: T} each. Default: "
+                    f"{defaults[section]}."
+                )
+            )
             continue
         docs = _attributes(hint)
         for f in dataclasses.fields(hint):
             default = _roff(str(defaults[section][f.name]))
             meaning = _roff(docs.get(f.name, ""))
             lines += [".TP", f".B {_roff(f'{section}.{f.name}')}", f"{meaning} Default: {default}."]
-    lines += [".SH ENVIRONMENT", ".TP", ".B COSHARE_CONFIG", "The file, when --config names none.",
-              ".SH EXAMPLES", ".PP", ".RS 4", ".nf",
-              _roff("policy:\n  name: sharepack\n  threads: strict\nnode:\n"
-                    "  control_socket: /run/coshare/control.sock"),
-              ".fi", ".RE", ".SH SEE ALSO", "\\fBcoshare\\fR(1), \\fBcoshare\\-config\\fR(1)"]
+    lines += [
+        ".SH ENVIRONMENT",
+        ".TP",
+        ".B COSHARE_CONFIG",
+        "The file, when --config names none.",
+        ".SH EXAMPLES",
+        ".PP",
+        ".RS 4",
+        ".nf",
+        _roff(
+            "policy:\n  name: sharepack\n  threads: strict\nnode:\n"
+            "  control_socket: /run/coshare/control.sock"
+        ),
+        ".fi",
+        ".RE",
+        ".SH SEE ALSO",
+        "\\fBcoshare\\fR(1), \\fBcoshare\\-config\\fR(1)",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def cli_markdown() -> str:
     """``docs/cli.md``: every command's usage, help, options and exit statuses."""
-    out = ["# Command line reference", "",
-           "Generated from the commands' own help by `make docs` (`python -m coshare.reference "
-           "docs docs`); `coshare COMMAND --help` prints the same.", "",
-           "```", COMPLETION, "```", ""]  # fmt: skip
+    out = [
+        "# Command line reference",
+        "",
+        "Generated from the commands' own help by `make docs` (`python -m coshare.reference "
+        "docs docs`); `coshare COMMAND --help` prints the same.",
+        "",
+        "```",
+        COMPLETION,
+        "```",
+        "",
+    ]
     for path, command in commands(cli):
         ctx = click.Context(command, info_name=" ".join(path))
-        out += [f"## {' '.join(path)}", "", "```", _usage(path, command), "```", "",
-                _help_text(command), ""]  # fmt: skip
+        out += [
+            f"## {' '.join(path)}",
+            "",
+            "```",
+            _usage(path, command),
+            "```",
+            "",
+            _help_text(command),
+            "",
+        ]
         options = _options(command, ctx)
         if options:
             out += ["| option | meaning |", "|---|---|"]
@@ -254,27 +330,35 @@ def _attributes(cls: object) -> dict[str, str]:
 def config_markdown() -> str:
     """``docs/config.md``: every section and key with its default and meaning."""
     defaults = to_dict(Config())
-    out = ["# Configuration reference", "",
-           "Generated from `coshare/config.py` by `make docs` (`python -m coshare.reference docs "
-           "docs`); `coshare config show` prints the effective values.", "",
-           "A YAML file at `--config PATH`, `$COSHARE_CONFIG`, or `/etc/coshare/config.yaml`. "
-           "Precedence: defaults < file < environment < command-line flags. Every key can be "
-           "set from the environment as `COSHARE_<SECTION>_<KEY>` (`COSHARE_POLICY_NAME="
-           "random`), except mappings (`device_kinds`, `node.devices`); only variables that "
-           "name a section and key are settings, any other `COSHARE_` variable is ignored "
-           "(one that looks like a mistyped setting with a warning). Unknown keys in the "
-           "file are errors listing the valid ones; `coshare config check FILE` reports every "
-           "problem at once. Numbers must be finite and in range: a key's own bounds, else "
-           "0 up to a year for durations (`_s`), 2^30 for sizes in MiB (`_mib`), and 1,000 "
-           "for counts.", ""]  # fmt: skip
+    out = [
+        "# Configuration reference",
+        "",
+        "Generated from `coshare/config.py` by `make docs` (`python -m coshare.reference docs "
+        "docs`); `coshare config show` prints the effective values.",
+        "",
+        "A YAML file at `--config PATH`, `$COSHARE_CONFIG`, or `/etc/coshare/config.yaml`. "
+        "Precedence: defaults < file < environment < command-line flags. Every key can be "
+        "set from the environment as `COSHARE_<SECTION>_<KEY>` (`COSHARE_POLICY_NAME="
+        "random`), except mappings (`device_kinds`, `node.devices`); only variables that "
+        "name a section and key are settings, any other `COSHARE_` variable is ignored "
+        "(one that looks like a mistyped setting with a warning). Unknown keys in the "
+        "file are errors listing the valid ones; `coshare config check FILE` reports every "
+        "problem at once. Numbers must be finite and in range: a key's own bounds, else "
+        "0 up to a year for durations (`_s`), 2^30 for sizes in MiB (`_mib`), and 1,000 "
+        "for counts.",
+        "",
+    ]
     hints = typing.get_type_hints(Config)
     for section in (f.name for f in dataclasses.fields(Config)):
         hint = hints[section]
         out += [f"## `{section}`", ""]
         if not dataclasses.is_dataclass(hint):
-            out += ["Device kinds the scheduler does not advertise, by name (compared ignoring "
-                    "case, spaces, `-` and `_`): `{memory_mib: M, threads: T}` each. "
-                    f"Default: `{defaults[section]}`.", ""]  # fmt: skip
+            out += [
+                "Device kinds the scheduler does not advertise, by name (compared ignoring "
+                "case, spaces, `-` and `_`): `{memory_mib: M, threads: T}` each. "
+                f"Default: `{defaults[section]}`.",
+                "",
+            ]
             continue
         docs = _attributes(hint)
         renamed = getattr(hint, "RENAMED", {})

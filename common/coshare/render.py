@@ -59,8 +59,15 @@ def render_text(*tables: Table | str, width: int | None = None) -> str:
     the admin's terminal.
     """
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width or output_width(), force_terminal=False,
-                      color_system=None, markup=False, emoji=False, highlight=False)  # fmt: skip
+    console = Console(
+        file=buffer,
+        width=width or output_width(),
+        force_terminal=False,
+        color_system=None,
+        markup=False,
+        emoji=False,
+        highlight=False,
+    )
     for table in tables:
         console.print(table)
     text = "\n".join(line.rstrip() for line in buffer.getvalue().split("\n"))
@@ -78,8 +85,13 @@ def _escape(char: str) -> str:
     if char.isprintable() or char == "\n":
         return char
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 \
-        else f"\\U{code:08x}"  # fmt: skip
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
 
 
 def plan_table(
@@ -115,8 +127,9 @@ def plan_table(
         if a.harvest_from is None:
             node_cpu[a.node] += job.cpu_milli * (a.processes or job.processes)
         for d in a.devices or ("-",):
-            planned[(a.node, d)].append(a.job if a.harvest_from is None
-                                        else f"{a.job} (cores of {a.harvest_from})")
+            planned[(a.node, d)].append(
+                a.job if a.harvest_from is None else f"{a.job} (cores of {a.harvest_from})"
+            )
             new_mem[(a.node, d)] += job.device_memory_mib
             used_mem[(a.node, d)] += job.device_memory_mib
             used_thr[(a.node, d)] += job.device_threads
@@ -126,8 +139,15 @@ def plan_table(
         f"({plan.seconds:.3f} s)"
     )
     table = Table(title=title, box=box.SIMPLE, title_justify="left", expand=False)
-    for column in ("node", "device", "device memory MiB", "threads", "cores", "running",
-                   "planned now"):  # fmt: skip
+    for column in (
+        "node",
+        "device",
+        "device memory MiB",
+        "threads",
+        "cores",
+        "running",
+        "planned now",
+    ):
         table.add_column(column, overflow="fold")
     hidden = 0
     for node in snapshot.nodes:
@@ -145,8 +165,9 @@ def plan_table(
                 threads = f"{used_thr[key]}/{device.threads}"
             else:
                 memory, threads = "-", "-"
-            table.add_row(name, dev_id, memory, threads, cores, _ids(running[key]),
-                          _ids(planned[key]))  # fmt: skip
+            table.add_row(
+                name, dev_id, memory, threads, cores, _ids(running[key]), _ids(planned[key])
+            )
     parts: list[Table | str] = [table]
     if hidden:
         parts.append(f"{hidden} devices get no new job (--all lists them)")
@@ -165,8 +186,10 @@ def plan_table(
             waits.add_row(", ".join(ids), str(len(ids)), code, reason)  # every id
         parts.append(waits)
     if plan.requeue:
-        parts.append("To requeue (their GPU job needs its cores back): "
-                     + "; ".join(f"{u.job}: {u.reason}" for u in plan.requeue))
+        parts.append(
+            "To requeue (their GPU job needs its cores back): "
+            + "; ".join(f"{u.job}: {u.reason}" for u in plan.requeue)
+        )
     if any(len(v) > SHOWN_IDS for cells in (running, planned) for v in cells.values()):
         parts.append(f"Cells list {SHOWN_IDS} jobs each; --output json lists every job.")
     return render_text(*parts, width=width)
@@ -179,8 +202,13 @@ def policy_summary(rows: Sequence[tuple[str, Plan]], width: int | None = None) -
         table.add_column(column)
     for name, plan in rows:
         devices = {(a.node, d) for a in plan.assignments for d in a.devices}
-        table.add_row(name, str(plan.placed), str(len(plan.unplaced)), str(len(devices)),
-                      f"{plan.seconds:.4f}")  # fmt: skip
+        table.add_row(
+            name,
+            str(plan.placed),
+            str(len(plan.unplaced)),
+            str(len(devices)),
+            f"{plan.seconds:.4f}",
+        )
     return render_text(table, width=width)
 
 
@@ -269,7 +297,10 @@ def show_text(result: SourceResult, plan: Plan, width: int | None = None) -> str
     thr: dict[tuple[str, str], int] = defaultdict(int)
     new_mem: dict[tuple[str, str], int] = defaultdict(int)
     cells: dict[str, dict[tuple[str, str], list[str]]] = {
-        "running": defaultdict(list), "planned": defaultdict(list), "next": defaultdict(list)}
+        "running": defaultdict(list),
+        "planned": defaultdict(list),
+        "next": defaultdict(list),
+    }
     cpu: dict[str, int] = defaultdict(int)
     for r in snap.running:
         cpu[r.node] += r.cpu_milli
@@ -285,10 +316,22 @@ def show_text(result: SourceResult, plan: Plan, width: int | None = None) -> str
             cells["next"][(a.node, dev)].append(a.job)
             new_mem[(a.node, dev)] += job.device_memory_mib
 
-    table = Table(title="Devices: running, planned (placed, not started) and next-cycle jobs",
-                  box=box.SIMPLE, title_justify="left")  # fmt: skip
-    for column in ("node", "device", "kind", "memory MiB", "threads", "cores", "running",
-                   "planned", "next cycle"):  # fmt: skip
+    table = Table(
+        title="Devices: running, planned (placed, not started) and next-cycle jobs",
+        box=box.SIMPLE,
+        title_justify="left",
+    )
+    for column in (
+        "node",
+        "device",
+        "kind",
+        "memory MiB",
+        "threads",
+        "cores",
+        "running",
+        "planned",
+        "next cycle",
+    ):
         table.add_column(column, overflow="fold")
     for node in snap.nodes:
         cores = f"{milli_to_cores(cpu[node.name])}/{node.cores}"
@@ -296,8 +339,7 @@ def show_text(result: SourceResult, plan: Plan, width: int | None = None) -> str
             key = (node.name, d.id)
             memory = f"{mem[key]}/{d.memory_mib}" + (f" (+{new_mem[key]})" if new_mem[key] else "")
             jobs = (_ids(cells[c][key]) for c in ("running", "planned", "next"))
-            table.add_row(node.name, d.id, d.model, memory, f"{thr[key]}/{d.threads}", cores,
-                          *jobs)  # fmt: skip
+            table.add_row(node.name, d.id, d.model, memory, f"{thr[key]}/{d.threads}", cores, *jobs)
         key = (node.name, "-")
         if not node.devices or any(cells[c][key] for c in cells):
             jobs = (_ids(cells[c][key]) for c in ("running", "planned", "next"))
@@ -333,8 +375,7 @@ def explanation_text(e: Explanation, width: int | None = None) -> str:
     and device considered with the first limit that keeps it out, and what would make it
     fit."""
     code = f" ({e.code})" if e.code else ""
-    lines: list[Table | str] = [f"job {e.job}: {e.state.replace('_', ' ')}{code}",
-                                f"  {e.reason}"]  # fmt: skip
+    lines: list[Table | str] = [f"job {e.job}: {e.state.replace('_', ' ')}{code}", f"  {e.reason}"]
     if e.job_fields:
         values = " ".join(f"{k}={v}" for k, v in e.job_fields.items() if k != "id")
         lines.append(f"as parsed: {values}")
@@ -343,8 +384,11 @@ def explanation_text(e: Explanation, width: int | None = None) -> str:
         for c in e.checks:
             counts[c.limit or "fits"] += 1
         summary = ", ".join(f"{limit} {n}" for limit, n in counts.items())
-        table = Table(title=f"Considered by policy {e.policy} ({summary})", box=box.SIMPLE,
-                      title_justify="left")  # fmt: skip
+        table = Table(
+            title=f"Considered by policy {e.policy} ({summary})",
+            box=box.SIMPLE,
+            title_justify="left",
+        )
         for column in ("node", "device", "first limit", "detail"):
             table.add_column(column, overflow="fold")
         for c in e.checks:

@@ -74,32 +74,86 @@ MAX_SNAPSHOT_NODES = 1_000_000
 
 _MISSING: Any = object()
 
-NODE_FIELDS = ("name", "cores", "memory_mib", "membw_gbps", "llc_ways", "domain", "devices",
-               *("membw_avail_gbps", "membw_baseline_gbps", "llc_ways_free", "facts_at_s"),
-               "membw_at_s")
+NODE_FIELDS = (
+    "name",
+    "cores",
+    "memory_mib",
+    "membw_gbps",
+    "llc_ways",
+    "domain",
+    "devices",
+    *("membw_avail_gbps", "membw_baseline_gbps", "llc_ways_free", "facts_at_s"),
+    "membw_at_s",
+)
 DEVICE_FIELDS = ("id", "memory_mib", "threads", "model")
 RUNNING_FIELDS = (
-    "id", "node", "device", "device_memory_mib", "device_threads", "cores", "memory_mib",
-    "state", "membw_gbps", "llc_ways", "start_time", "program",
-    "cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores", "cpu_load_window_s",
-    "walltime_s", "copy_bw_mbps", "harvest_from", "cpu_cores_held", "cpu_wait_cores",
+    "id",
+    "node",
+    "device",
+    "device_memory_mib",
+    "device_threads",
+    "cores",
+    "memory_mib",
+    "state",
+    "membw_gbps",
+    "llc_ways",
+    "start_time",
+    "program",
+    "cpu_load_cores",
+    "cpu_load_last_cores",
+    "cpu_load_max_cores",
+    "cpu_load_window_s",
+    "walltime_s",
+    "copy_bw_mbps",
+    "harvest_from",
+    "cpu_cores_held",
+    "cpu_wait_cores",
     "cpu_wait_last_cores",
-)  # fmt: skip
+)
 PENDING_FIELDS = (
-    "id", "device_memory_mib", "device_threads", "device_count", "cores", "memory_mib",
-    "priority", "submit_time", "kind", "processes", "program", "alpha", "membw_gbps",
-    "copy_bw_mbps", "walltime_s", "nodes", "nodes_max", "processes_per_node",
-)  # fmt: skip
+    "id",
+    "device_memory_mib",
+    "device_threads",
+    "device_count",
+    "cores",
+    "memory_mib",
+    "priority",
+    "submit_time",
+    "kind",
+    "processes",
+    "program",
+    "alpha",
+    "membw_gbps",
+    "copy_bw_mbps",
+    "walltime_s",
+    "nodes",
+    "nodes_max",
+    "processes_per_node",
+)
 SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
 PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue", "spreads")
 SPREAD_FIELDS = ("job", "scale", "nodes", "cores_per_node", "ways", "note", "membw_gbps")
 TRIAL_FIELDS = ("job", "node", "partners")
-ASSIGNMENT_FIELDS = ("job", "node", "device", "processes", "harvest_from", "llc_ways",
-                     "membw_gbps", "llc_ways_spare")
+ASSIGNMENT_FIELDS = (
+    "job",
+    "node",
+    "device",
+    "processes",
+    "harvest_from",
+    "llc_ways",
+    "membw_gbps",
+    "llc_ways_spare",
+)
 UNPLACED_FIELDS = ("job", "reason", "code")
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
-    "invalid", "never_fits", "no_room", "reserved", "not_chosen", "unsupported", "policy_failed",
-)  # fmt: skip
+    "invalid",
+    "never_fits",
+    "no_room",
+    "reserved",
+    "not_chosen",
+    "unsupported",
+    "policy_failed",
+)
 
 #: Largest integer accepted where no field-specific maximum applies (sizes: see coshare.bounds).
 MAX_INT = MAX_PRIORITY
@@ -148,8 +202,12 @@ class _Fields:
             return value
         problem = text_problem(value, MAX_TEXT_CHARS) if isinstance(value, str) else None
         if not isinstance(value, str) or not value.strip() or problem:
-            self._bad(key, value, f"a string of 1..{MAX_TEXT_CHARS} characters, no control "
-                                  "characters", problem or "")  # fmt: skip
+            self._bad(
+                key,
+                value,
+                f"a string of 1..{MAX_TEXT_CHARS} characters, no control characters",
+                problem or "",
+            )
             return default if default is not _MISSING else ""
         return value
 
@@ -166,8 +224,9 @@ class _Fields:
             return default if default is not _MISSING else ""
         return value
 
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 0,
-                maximum: int = MAX_INT) -> Any:  # fmt: skip
+    def integer(
+        self, key: str, default: Any = _MISSING, *, minimum: int = 0, maximum: int = MAX_INT
+    ) -> Any:
         value = self._get(key, default)
         if value is default:
             return value
@@ -179,16 +238,24 @@ class _Fields:
             or (isinstance(value, float) and not value.is_integer())
             or not minimum <= number <= maximum
         ):
-            allowed = f"an integer >= {minimum}" if maximum == MAX_INT else \
-                f"an integer {minimum}..{maximum}"  # fmt: skip
+            allowed = (
+                f"an integer >= {minimum}"
+                if maximum == MAX_INT
+                else f"an integer {minimum}..{maximum}"
+            )
             self._bad(key, value, allowed)
             return minimum
         return int(value)
 
     def number(
-        self, key: str, default: Any = _MISSING, *, minimum: float = 0.0,
-        maximum: float = _NO_MAXIMUM, exclusive_min: bool = False,
-    ) -> Any:  # fmt: skip
+        self,
+        key: str,
+        default: Any = _MISSING,
+        *,
+        minimum: float = 0.0,
+        maximum: float = _NO_MAXIMUM,
+        exclusive_min: bool = False,
+    ) -> Any:
         value = self._get(key, default)
         if value is default:
             return value
@@ -229,8 +296,9 @@ class _Fields:
             return ()
         ids = split_ids(value) if isinstance(value, str) else ()
         if not ids or any(id_problem(i) is not None for i in ids):
-            self._bad(key, value, f'device ids joined by commas ("0,1"), each of {ALLOWED_ID}; '
-                                  "or null")  # fmt: skip
+            self._bad(
+                key, value, f'device ids joined by commas ("0,1"), each of {ALLOWED_ID}; or null'
+            )
             return ()
         return ids
 
@@ -249,8 +317,10 @@ class _Fields:
             self._bad(key, value, "an array")
             return []
         if max_items is not None and len(value) > max_items:
-            self.problems.append(f"{self.what}: field {key!r} has {len(value)} entries "
-                                 f"(allowed: at most {max_items})")  # fmt: skip
+            self.problems.append(
+                f"{self.what}: field {key!r} has {len(value)} entries "
+                f"(allowed: at most {max_items})"
+            )
             return value[:max_items]
         return value
 
@@ -292,14 +362,17 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
     if not top.ok:
         raise SnapshotError(problems, source)
     top.unknown(SNAPSHOT_FIELDS)
-    nodes = [_fast_node(obj) or _parse_node(obj, i, problems)
-             for i, obj in enumerate(top.array("nodes", max_items=MAX_SNAPSHOT_NODES))]
+    nodes = [
+        _fast_node(obj) or _parse_node(obj, i, problems)
+        for i, obj in enumerate(top.array("nodes", max_items=MAX_SNAPSHOT_NODES))
+    ]
     running = [_parse_running(obj, i, problems) for i, obj in enumerate(top.array("running", []))]
     listed = top.array("pending", [])
     pending = _fast_pending_all(listed)
     if pending is None:
-        pending = [_fast_pending(obj) or _parse_pending(obj, i, problems)
-                   for i, obj in enumerate(listed)]  # fmt: skip
+        pending = [
+            _fast_pending(obj) or _parse_pending(obj, i, problems) for i, obj in enumerate(listed)
+        ]
     now = top.number("now", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S)
     _cross_check(nodes, running, pending, problems)
     if problems:
@@ -405,8 +478,11 @@ def _fast_pending(obj: object) -> Job | None:
             return None
     elif device_count < 1:
         return None
-    if get("nodes") is not None or get("nodes_max") is not None \
-            or get("processes_per_node") is not None:  # fmt: skip
+    if (
+        get("nodes") is not None
+        or get("nodes_max") is not None
+        or get("processes_per_node") is not None
+    ):
         return None  # gangs: the full path, with coshare.gangs' consistency rules
     value = get("processes")
     processes = 1 if value is None else _fast_int(value, 1, MAX_PROCESSES)
@@ -418,8 +494,13 @@ def _fast_pending(obj: object) -> Job | None:
     priority = 0 if value is None else _fast_int(value, -MAX_PRIORITY, MAX_PRIORITY)
     value = get("submit_time")
     submit = 0.0 if value is None else _fast_number(value, -MAX_TIME_S, MAX_TIME_S)
-    if processes is None or cores is _MISSING or memory is None or priority is None \
-            or submit is _MISSING:  # fmt: skip
+    if (
+        processes is None
+        or cores is _MISSING
+        or memory is None
+        or priority is None
+        or submit is _MISSING
+    ):
         return None
     program = get("program")
     if program is not None and not _fast_text(program):
@@ -436,8 +517,23 @@ def _fast_pending(obj: object) -> Job | None:
     cpu_milli = MILLI if cores is None else cores_to_milli(cores)
     # positionally, in the model's field order (a third cheaper than by keyword; the test
     # compares every field with the full path's job): a single-node job, nodes 1
-    return Job(ident, device_memory, device_threads, device_count, cpu_milli, memory, priority,
-               submit, kind, processes, program, alpha, membw, copy_bw, walltime)  # fmt: skip
+    return Job(
+        ident,
+        device_memory,
+        device_threads,
+        device_count,
+        cpu_milli,
+        memory,
+        priority,
+        submit,
+        kind,
+        processes,
+        program,
+        alpha,
+        membw,
+        copy_bw,
+        walltime,
+    )
 
 
 def _fast_pending_all(objs: list[Any]) -> list[Job] | None:
@@ -473,8 +569,10 @@ def _fast_pending_all(objs: list[Any]) -> list[Job] | None:
         return None
     counts = column("device_count")
     if counts is not None and None in counts:
-        counts = [(1 if k == "device" else 0) if c is None else c
-                  for c, k in zip(counts, kinds, strict=True)]  # fmt: skip
+        counts = [
+            (1 if k == "device" else 0) if c is None else c
+            for c, k in zip(counts, kinds, strict=True)
+        ]
     if counts is None:
         counts = [1 if k == "device" else 0 for k in kinds]
     counts = _int_column(counts, n, 0, 0, MAX_DEVICES)
@@ -489,8 +587,13 @@ def _fast_pending_all(objs: list[Any]) -> list[Job] | None:
     priority = _int_column(column("priority"), n, 0, -MAX_PRIORITY, MAX_PRIORITY)
     cpu_milli = _cores_column(column("cores"), n)
     submit = _number_column(column("submit_time"), n, 0.0, -MAX_TIME_S, MAX_TIME_S)
-    if processes is None or memory is None or priority is None or cpu_milli is None \
-            or submit is None:  # fmt: skip
+    if (
+        processes is None
+        or memory is None
+        or priority is None
+        or cpu_milli is None
+        or submit is None
+    ):
         return None
     programs = column("program")
     if programs is not None and not _fast_texts(programs):
@@ -501,8 +604,23 @@ def _fast_pending_all(objs: list[Any]) -> list[Job] | None:
         if values is None:
             return None
         optional.append(values)
-    return list(map(_new_job, ids, memory_dev, threads, counts, cpu_milli, memory, priority,
-                    submit, kinds, processes, programs or repeat(None, n), *optional))  # fmt: skip
+    return list(
+        map(
+            _new_job,
+            ids,
+            memory_dev,
+            threads,
+            counts,
+            cpu_milli,
+            memory,
+            priority,
+            submit,
+            kinds,
+            processes,
+            programs or repeat(None, n),
+            *optional,
+        )
+    )
 
 
 #: The fields :func:`_fast_pending_all` reads (a gang's go through the full path).
@@ -515,8 +633,12 @@ def _fast_ids(ids: list[Any]) -> bool:
         return False
     joined = "".join(ids)
     lengths = list(map(len, ids))
-    if not (joined.isascii() and joined.isprintable()) or "," in joined \
-            or min(lengths) < 1 or max(lengths) > MAX_ID_CHARS:  # fmt: skip
+    if (
+        not (joined.isascii() and joined.isprintable())
+        or "," in joined
+        or min(lengths) < 1
+        or max(lengths) > MAX_ID_CHARS
+    ):
         return False
     return " " not in joined or not any(i[0] == " " or i[-1] == " " for i in ids)
 
@@ -530,8 +652,13 @@ def _fast_texts(values: list[Any]) -> bool:
         return False
     joined = "".join(texts)
     lengths = list(map(len, texts))
-    return (joined.isascii() and joined.isprintable() and min(lengths) >= 1
-            and max(lengths) <= MAX_TEXT_CHARS and not any(map(str.isspace, texts)))  # fmt: skip
+    return (
+        joined.isascii()
+        and joined.isprintable()
+        and min(lengths) >= 1
+        and max(lengths) <= MAX_TEXT_CHARS
+        and not any(map(str.isspace, texts))
+    )
 
 
 def _int_column(values: list[Any] | None, n: int, default: int, low: int, high: int) -> Any:
@@ -547,9 +674,13 @@ def _int_column(values: list[Any] | None, n: int, default: int, low: int, high: 
 
 
 def _number_column(
-    values: list[Any] | None, n: int, default: float | None, low: float, high: float,
+    values: list[Any] | None,
+    n: int,
+    default: float | None,
+    low: float,
+    high: float,
     exclusive_low: bool = False,
-) -> Any:  # fmt: skip
+) -> Any:
     """``values`` as :func:`_fast_number` returns them (ints as floats; None: ``default``)
     when all are numbers in range; ``n`` defaults for an absent field; else None."""
     if values is None:
@@ -578,8 +709,9 @@ def _cores_column(values: list[Any] | None, n: int) -> Any:
         return None if checked is None else [MILLI] * n
     if set(map(type, values)) == {int}:
         return [c * MILLI for c in values]
-    return [MILLI if c is None else c * MILLI if type(c) is int else cores_to_milli(c)
-            for c in values]  # fmt: skip
+    return [
+        MILLI if c is None else c * MILLI if type(c) is int else cores_to_milli(c) for c in values
+    ]
 
 
 def _kinds(values: list[Any] | None, device_memory: Any, threads: Any) -> list[Any] | None:
@@ -590,24 +722,52 @@ def _kinds(values: list[Any] | None, device_memory: Any, threads: Any) -> list[A
         return None
     if values is not None and len(given) == len(values):
         return values
-    return [("device" if (m or t) else "cpu") if k is None else k
-            for k, m, t in zip(values or [None] * len(threads), device_memory, threads,
-                               strict=True)]  # fmt: skip
+    return [
+        ("device" if (m or t) else "cpu") if k is None else k
+        for k, m, t in zip(values or [None] * len(threads), device_memory, threads, strict=True)
+    ]
 
 
 _new_object = object.__new__
-(_set_id, _set_device_memory, _set_device_threads, _set_device_count, _set_cpu_milli,
- _set_memory, _set_priority, _set_submit, _set_kind, _set_processes, _set_program, _set_alpha,
- _set_membw, _set_copy_bw, _set_walltime, _set_nodes, _set_nodes_max,
- _set_per_node) = (getattr(Job, f.name).__set__ for f in fields(Job))  # fmt: skip
+(
+    _set_id,
+    _set_device_memory,
+    _set_device_threads,
+    _set_device_count,
+    _set_cpu_milli,
+    _set_memory,
+    _set_priority,
+    _set_submit,
+    _set_kind,
+    _set_processes,
+    _set_program,
+    _set_alpha,
+    _set_membw,
+    _set_copy_bw,
+    _set_walltime,
+    _set_nodes,
+    _set_nodes_max,
+    _set_per_node,
+) = (getattr(Job, f.name).__set__ for f in fields(Job))
 
 
 def _new_job(
-    ident: str, device_memory: int, device_threads: int, device_count: int, cpu_milli: int,
-    memory: int, priority: int, submit: float, kind: JobKind, processes: int,
-    program: str | None, alpha: float | None, membw: float | None, copy_bw: float | None,
+    ident: str,
+    device_memory: int,
+    device_threads: int,
+    device_count: int,
+    cpu_milli: int,
+    memory: int,
+    priority: int,
+    submit: float,
+    kind: JobKind,
+    processes: int,
+    program: str | None,
+    alpha: float | None,
+    membw: float | None,
+    copy_bw: float | None,
     walltime: float | None,
-) -> Job:  # fmt: skip
+) -> Job:
     """A single-node :class:`Job` of checked values, built slot by slot: the frozen class's
     ``__init__`` sets each field through ``object.__setattr__`` by name, twice the time for
     100,000 jobs (the test compares every field with ``Job(...)``'s)."""
@@ -642,9 +802,13 @@ def _fast_node(obj: object) -> Node | None:
     cores = _fast_number(obj.get("cores"), 0.0, MAX_CORES, True)
     memory = _fast_int(obj.get("memory_mib"), 1, MAX_MEMORY_MIB)
     listed = obj.get("devices")
-    if name is None or cores is _MISSING or memory is None \
-            or (listed is not None and type(listed) is not list) \
-            or (listed is not None and len(listed) > MAX_DEVICES):  # fmt: skip
+    if (
+        name is None
+        or cores is _MISSING
+        or memory is None
+        or (listed is not None and type(listed) is not list)
+        or (listed is not None and len(listed) > MAX_DEVICES)
+    ):
         return None  # the full parser says what is wrong (the devices' bound too)
     devices = []
     for dev in listed or ():
@@ -654,8 +818,12 @@ def _fast_node(obj: object) -> Node | None:
         device_memory = _fast_int(dev.get("memory_mib"), 1, MAX_DEVICE_MEMORY_MIB)
         threads = _fast_int(dev.get("threads"), 1, MAX_DEVICE_THREADS)
         model = dev.get("model")
-        if ident is None or device_memory is None or threads is None \
-                or (model is not None and not _fast_text(model)):  # fmt: skip
+        if (
+            ident is None
+            or device_memory is None
+            or threads is None
+            or (model is not None and not _fast_text(model))
+        ):
             return None
         devices.append(Device(ident, device_memory, threads, model or ""))
     return Node(name, capacity_cores_to_milli(cores), memory, tuple(devices))
@@ -693,24 +861,27 @@ def _node_facts(f: _Fields) -> dict[str, Any]:
     """A node's optional facts fields (coshare.facts), checked like every other field."""
     return {
         "membw_avail_gbps": f.number("membw_avail_gbps", None, maximum=MAX_MEMBW_GBPS),
-        "membw_baseline_gbps": f.number("membw_baseline_gbps", None, exclusive_min=True,
-                                        maximum=MAX_MEMBW_GBPS),
+        "membw_baseline_gbps": f.number(
+            "membw_baseline_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS
+        ),
         "llc_ways_free": f.integer("llc_ways_free", None, maximum=MAX_LLC_WAYS),
         "facts_at_s": f.number("facts_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
         "membw_at_s": f.number("membw_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
-    }  # fmt: skip
+    }
 
 
 def _load_facts(f: _Fields) -> dict[str, Any]:
     """A running job's optional CPU load fields (coshare.facts), in cores and seconds."""
-    out = {key: f.number(key, None, maximum=MAX_CORES)
-           for key in ("cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores")}
+    out = {
+        key: f.number(key, None, maximum=MAX_CORES)
+        for key in ("cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores")
+    }
     out["cpu_load_window_s"] = f.number("cpu_load_window_s", None, maximum=MAX_TIME_S)
     held = f.number("cpu_cores_held", None, maximum=MAX_CORES)
     out["cpu_cores_held"] = None if held is None else int(held)
     for key in ("cpu_wait_cores", "cpu_wait_last_cores"):
         out[key] = f.number(key, None, maximum=MAX_CORES)
-    return out  # fmt: skip
+    return out
 
 
 def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
@@ -757,10 +928,12 @@ def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
     nodes_max = f.integer("nodes_max", None, minimum=1, maximum=MAX_JOB_NODES)
     per_node = f.integer("processes_per_node", None, minimum=1, maximum=MAX_PROCESSES)
     # a gang without "processes" runs nodes x processes_per_node (one per node): coshare.gangs
-    processes = f.integer("processes", min(nodes * (per_node or 1), MAX_PROCESSES), minimum=1,
-                          maximum=MAX_PROCESSES)  # fmt: skip
-    gang = Job(id="", processes=processes, nodes=nodes, nodes_max=nodes_max,
-               processes_per_node=per_node)  # fmt: skip
+    processes = f.integer(
+        "processes", min(nodes * (per_node or 1), MAX_PROCESSES), minimum=1, maximum=MAX_PROCESSES
+    )
+    gang = Job(
+        id="", processes=processes, nodes=nodes, nodes_max=nodes_max, processes_per_node=per_node
+    )
     for key, value, allowed in gang_problems(gang):
         f._bad(key, value, allowed)
     return Job(
@@ -793,8 +966,10 @@ def _cross_check(
         if node.name and node.name in devices_of:
             problems.append(f'node "{node.name}": name appears more than once')
         if node.llc_ways_free is not None and node.llc_ways_free > (node.llc_ways or 0):
-            problems.append(f'node "{node.name}": llc_ways_free {node.llc_ways_free} exceeds '
-                            f"llc_ways {node.llc_ways} (allowed: 0..llc_ways)")  # fmt: skip
+            problems.append(
+                f'node "{node.name}": llc_ways_free {node.llc_ways_free} exceeds '
+                f"llc_ways {node.llc_ways} (allowed: 0..llc_ways)"
+            )
         ids = [d.id for d in node.devices]
         for dup in sorted({i for i in ids if ids.count(i) > 1}):
             problems.append(f'node "{node.name}": device id "{dup}" appears more than once')
@@ -828,16 +1003,32 @@ def _cross_check(
 
 def _assignment_dict(a: Assignment) -> dict[str, object]:
     """One assignment of the plan's JSON (optional fields only when set)."""
-    if a.processes is None and a.harvest_from is None and a.llc_ways is None \
-            and a.membw_gbps is None and a.llc_ways_spare is None:  # fmt: skip
+    if (
+        a.processes is None
+        and a.harvest_from is None
+        and a.llc_ways is None
+        and a.membw_gbps is None
+        and a.llc_ways_spare is None
+    ):
         # the usual one, directly (the same keys in the same order: 50,000 a plan)
         device = ",".join(a.devices)
-        return {"job": a.job, "node": a.node, "device": device} if device \
-            else {"job": a.job, "node": a.node}  # fmt: skip
-    return _compact([("job", a.job), ("node", a.node), ("device", ",".join(a.devices) or None),
-                     ("processes", a.processes), ("harvest_from", a.harvest_from),
-                     ("llc_ways", a.llc_ways), ("membw_gbps", a.membw_gbps),
-                     ("llc_ways_spare", a.llc_ways_spare)])  # fmt: skip
+        return (
+            {"job": a.job, "node": a.node, "device": device}
+            if device
+            else {"job": a.job, "node": a.node}
+        )
+    return _compact(
+        [
+            ("job", a.job),
+            ("node", a.node),
+            ("device", ",".join(a.devices) or None),
+            ("processes", a.processes),
+            ("harvest_from", a.harvest_from),
+            ("llc_ways", a.llc_ways),
+            ("membw_gbps", a.membw_gbps),
+            ("llc_ways_spare", a.llc_ways_spare),
+        ]
+    )
 
 
 def _compact(pairs: Iterable[tuple[str, object]]) -> dict[str, object]:
@@ -946,13 +1137,24 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
     some, so the plans of every other policy read as before)."""
     out = _plan_dict(plan)
     if plan.trials:
-        out["trials"] = [{"job": t.job, "node": t.node, "partners": list(t.partners)}
-                         for t in plan.trials]  # fmt: skip
+        out["trials"] = [
+            {"job": t.job, "node": t.node, "partners": list(t.partners)} for t in plan.trials
+        ]
     if plan.spreads:
-        out["spreads"] = [_compact([("job", s.job), ("scale", s.scale), ("nodes", s.nodes),
-                                    ("cores_per_node", s.cores_per_node), ("ways", s.ways),
-                                    ("note", s.note or None), ("membw_gbps", s.membw_gbps)])
-                          for s in plan.spreads]  # fmt: skip
+        out["spreads"] = [
+            _compact(
+                [
+                    ("job", s.job),
+                    ("scale", s.scale),
+                    ("nodes", s.nodes),
+                    ("cores_per_node", s.cores_per_node),
+                    ("ways", s.ways),
+                    ("note", s.note or None),
+                    ("membw_gbps", s.membw_gbps),
+                ]
+            )
+            for s in plan.spreads
+        ]
     return out
 
 
@@ -961,8 +1163,11 @@ def _plan_dict(plan: Plan) -> dict[str, object]:
         "policy": plan.policy,
         "assignments": list(map(_assignment_dict, plan.assignments)),
         "unplaced": [{"job": u.job, "reason": u.reason, "code": u.code} for u in plan.unplaced],
-        **({"requeue": [{"job": u.job, "reason": u.reason, "code": u.code} for u in plan.requeue]}
-           if plan.requeue else {}),
+        **(
+            {"requeue": [{"job": u.job, "reason": u.reason, "code": u.code} for u in plan.requeue]}
+            if plan.requeue
+            else {}
+        ),
         "stats": {
             "pending": plan.pending,
             "placed": plan.placed,
@@ -1010,21 +1215,28 @@ def parse_plan(data: object, source: str = "") -> Plan:
         f = _Fields(obj, _label("trial of job", obj, i, "job"), problems)
         f.unknown(TRIAL_FIELDS)
         partners = f.array("partners", [])
-        trials.append(Trial(job=f.ident("job"), node=f.ident("node"),
-                            partners=tuple(_trial_partners(partners, f, problems))))  # fmt: skip
+        trials.append(
+            Trial(
+                job=f.ident("job"),
+                node=f.ident("node"),
+                partners=tuple(_trial_partners(partners, f, problems)),
+            )
+        )
     spreads = []
     for i, obj in enumerate(top.array("spreads", [])):
         f = _Fields(obj, _label("spread of job", obj, i, "job"), problems)
         f.unknown(SPREAD_FIELDS)
-        spreads.append(Spread(job=f.ident("job"), scale=f.integer("scale", minimum=1,
-                                                                   maximum=MAX_JOB_NODES),
-                              nodes=f.integer("nodes", minimum=1, maximum=MAX_JOB_NODES),
-                              cores_per_node=f.integer("cores_per_node", minimum=1,
-                                                       maximum=MAX_CORES),
-                              ways=f.integer("ways", None, minimum=1, maximum=MAX_LLC_WAYS),
-                              note=f.string("note", ""),
-                              membw_gbps=f.number("membw_gbps", None, exclusive_min=True,
-                                                  maximum=MAX_MEMBW_GBPS)))  # fmt: skip
+        spreads.append(
+            Spread(
+                job=f.ident("job"),
+                scale=f.integer("scale", minimum=1, maximum=MAX_JOB_NODES),
+                nodes=f.integer("nodes", minimum=1, maximum=MAX_JOB_NODES),
+                cores_per_node=f.integer("cores_per_node", minimum=1, maximum=MAX_CORES),
+                ways=f.integer("ways", None, minimum=1, maximum=MAX_LLC_WAYS),
+                note=f.string("note", ""),
+                membw_gbps=f.number("membw_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS),
+            )
+        )
     requeue = []
     for i, obj in enumerate(top.array("requeue", [])):
         f = _Fields(obj, _label("requeued job", obj, i, "job"), problems)
@@ -1037,8 +1249,15 @@ def parse_plan(data: object, source: str = "") -> Plan:
         seconds = _Fields(stats, "plan stats", problems).number("seconds", 0.0)
     if problems:
         raise SnapshotError(problems, source)
-    return Plan(policy, tuple(assignments), tuple(unplaced), seconds, trials=tuple(trials),
-                requeue=tuple(requeue), spreads=tuple(spreads))
+    return Plan(
+        policy,
+        tuple(assignments),
+        tuple(unplaced),
+        seconds,
+        trials=tuple(trials),
+        requeue=tuple(requeue),
+        spreads=tuple(spreads),
+    )
 
 
 def _trial_partners(items: list[Any], f: _Fields, problems: list[str]) -> list[str]:
@@ -1075,8 +1294,9 @@ def decode_json(text: str, source: str, parse: Callable[[object, str], T]) -> T:
     try:
         data = json.loads(text, parse_constant=_constant, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
-        raise SnapshotError([f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"],
-                            source) from exc  # fmt: skip
+        raise SnapshotError(
+            [f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"], source
+        ) from exc
     except _Refused as exc:
         raise SnapshotError([str(exc)], source) from exc
     except RecursionError as exc:

@@ -139,8 +139,11 @@ def run_trials(
             use = 0.0
             for partner in partners:
                 held = by_id.get(partner)
-                share = None if held is None or node is None else \
-                    job_share(held.program, held.membw_gbps, node, programs)  # fmt: skip
+                share = (
+                    None
+                    if held is None or node is None
+                    else job_share(held.program, held.membw_gbps, node, programs)
+                )
                 use += UNKNOWN_SHARE if share is None else share
             if result.pending:
                 job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s, asked)
@@ -153,33 +156,37 @@ def run_trials(
                 step = decide(job, result.share, result.error, use, now_s, limits)
         report.steps.append(step)
         if _act(control, job, step, report) and step.record is not None:
-            job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s,
-                           step.record)  # fmt: skip
+            job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s, step.record)
         done.append(job)
     report.measured = measured_programs(done)
     return report
 
 
-def _measure(probe: TrialProbe, job: TrialJob, partners: Sequence[str],
-             requested_at_s: int) -> ProbeResult:  # fmt: skip
+def _measure(
+    probe: TrialProbe, job: TrialJob, partners: Sequence[str], requested_at_s: int
+) -> ProbeResult:
     """The probe's result; an exception of the probe is a failed probe, not a failed cycle."""
     try:
-        return probe.measure(job.node, job.job, partners, job.program,
-                             requested_at_s=requested_at_s)  # fmt: skip
+        return probe.measure(
+            job.node, job.job, partners, job.program, requested_at_s=requested_at_s
+        )
     except Exception as exc:
         return ProbeResult(None, f"{type(exc).__name__}: {exc}")
 
 
 def _act(control: TrialControl, job: TrialJob, step: Step, report: TrialReport) -> bool:
     """Do a step's scheduler verb, then write its record; whether both went through."""
-    verb = {"suspend": lambda: control.suspend(job.job),
-            "resume": lambda: control.resume(job.job),
-            "requeue": lambda: control.requeue(job.job, step.reason)}.get(step.action)  # fmt: skip
+    verb = {
+        "suspend": lambda: control.suspend(job.job),
+        "resume": lambda: control.resume(job.job),
+        "requeue": lambda: control.requeue(job.job, step.reason),
+    }.get(step.action)
     if verb is not None:
         error = verb()
         if error is not None:
-            report.notes.append(f"job {job.job}: could not {step.action} it ({error}); "
-                                "the next cycle tries again")  # fmt: skip
+            report.notes.append(
+                f"job {job.job}: could not {step.action} it ({error}); the next cycle tries again"
+            )
             return False
         report.notes.append(step.note)  # done, whatever becomes of the record
         if step.action == "requeue":  # its record went with its placement
@@ -195,8 +202,10 @@ def _write(control: TrialControl, job: str, step: Step, report: TrialReport) -> 
     assert step.record is not None
     error = control.write_trial(job, step.record)
     if error is not None:
-        report.notes.append(f"job {job}: its trial record ({step.record.state}) was not "
-                            f"written ({error}); the next cycle tries again")  # fmt: skip
+        report.notes.append(
+            f"job {job}: its trial record ({step.record.state}) was not "
+            f"written ({error}); the next cycle tries again"
+        )
         return False
     return True
 
@@ -225,16 +234,24 @@ def read_record_file(path: str | None) -> dict[str, float]:
         raise ConfigError(f"policy.membw.record_file {path}: not JSON ({exc})") from exc
     shares = data.get("programs") if isinstance(data, dict) else None
     if not isinstance(shares, dict):
-        raise ConfigError(f"policy.membw.record_file {path}: no \"programs\" object")
+        raise ConfigError(f'policy.membw.record_file {path}: no "programs" object')
     out: dict[str, float] = {}
     for name, share in shares.items():
         if PROGRAM_NAME.fullmatch(str(name)) is None:
-            raise ConfigError(f"policy.membw.record_file {path}: {str(name)[:80]!r} is not a "
-                              "program name (1-64 of A-Z a-z 0-9 _ . -)")  # fmt: skip
-        if isinstance(share, bool) or not isinstance(share, int | float) \
-                or not math.isfinite(share) or not 0 <= share <= 1:  # fmt: skip
-            raise ConfigError(f"policy.membw.record_file {path}: programs.{name} = {share!r} "
-                              "is not a share in [0, 1]")  # fmt: skip
+            raise ConfigError(
+                f"policy.membw.record_file {path}: {str(name)[:80]!r} is not a "
+                "program name (1-64 of A-Z a-z 0-9 _ . -)"
+            )
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, int | float)
+            or not math.isfinite(share)
+            or not 0 <= share <= 1
+        ):
+            raise ConfigError(
+                f"policy.membw.record_file {path}: programs.{name} = {share!r} "
+                "is not a share in [0, 1]"
+            )
         out[str(name)] = float(share)
     return out
 
@@ -274,8 +291,15 @@ class InjectedProbe:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
-                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
+    def measure(
+        self,
+        node: str,
+        job: str,
+        partners: Sequence[str],
+        program: str | None,
+        *,
+        requested_at_s: int = 0,
+    ) -> ProbeResult:
         """The injected share of ``job`` (or of its program)."""
         try:
             data = json.loads(read_bounded(Path(self.path), MAX_RECORD_CHARS))
@@ -290,8 +314,9 @@ class InjectedProbe:
                 if isinstance(share, bool) or not isinstance(share, int | float):
                     return ProbeResult(None, f"injected {table}.{key} is not a number")
                 return ProbeResult(float(share))
-        return ProbeResult(None, f"no injected measurement for job {job} or program "
-                                 f"{program} in {self.path}")  # fmt: skip
+        return ProbeResult(
+            None, f"no injected measurement for job {job} or program {program} in {self.path}"
+        )
 
 
 class SocketProbe:
@@ -301,22 +326,33 @@ class SocketProbe:
     and a daemon killed in between thaws them when it starts again (``node.max_freeze_s``).
     """
 
-    def __init__(self, socket_template: str, timeout_s: float,
-                 node_job_id: Callable[[str], str] = str) -> None:  # fmt: skip
+    def __init__(
+        self, socket_template: str, timeout_s: float, node_job_id: Callable[[str], str] = str
+    ) -> None:
         self.template = socket_template
         self.timeout_s = timeout_s
         self.node_job_id = node_job_id
 
-    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
-                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
+    def measure(
+        self,
+        node: str,
+        job: str,
+        partners: Sequence[str],
+        program: str | None,
+        *,
+        requested_at_s: int = 0,
+    ) -> ProbeResult:
         """Ask ``node``'s daemon to measure ``job`` with ``partners`` frozen."""
         path = self.template.replace("{node}", node)
         request = trial_request(self.node_job_id(job), [self.node_job_id(p) for p in partners])
         try:
             reply = exchange(path, request, self.timeout_s)
         except TimeoutError:
-            return ProbeResult(None, f"the probe on {node} timed out after policy.membw."
-                               f"probe_timeout_s {self.timeout_s:g}")  # fmt: skip
+            return ProbeResult(
+                None,
+                f"the probe on {node} timed out after policy.membw."
+                f"probe_timeout_s {self.timeout_s:g}",
+            )
         except OSError as exc:
             why = exc.strerror or exc
             return ProbeResult(None, f"node {node}'s control socket {path}: {why}")
@@ -328,8 +364,9 @@ class ProbeStep(Protocol):
     job (Slurm: ``srun --jobid --overlap``): how a trial's probe reaches the node's daemon
     from the planner's host (``policy.membw.probe_via: step``)."""
 
-    def probe_step(self, node: str, job: str, argv: Sequence[str],
-                   timeout_s: float) -> CommandResult:  # fmt: skip
+    def probe_step(
+        self, node: str, job: str, argv: Sequence[str], timeout_s: float
+    ) -> CommandResult:
         """Run ``argv`` on ``node`` as a step of running job ``job``; what it printed.
 
         Raises:
@@ -362,28 +399,52 @@ class StepProbe:
             :data:`STEP_SLACK_S` more to start.
     """
 
-    def __init__(self, step: Callable[[str, str, Sequence[str], float], CommandResult],
-                 command: str, socket_template: str, timeout_s: float,
-                 node_job_id: Callable[[str], str] = str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        step: Callable[[str, str, Sequence[str], float], CommandResult],
+        command: str,
+        socket_template: str,
+        timeout_s: float,
+        node_job_id: Callable[[str], str] = str,
+    ) -> None:
         self.step = step
         self.command = command
         self.template = socket_template
         self.timeout_s = timeout_s
         self.node_job_id = node_job_id
 
-    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
-                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
+    def measure(
+        self,
+        node: str,
+        job: str,
+        partners: Sequence[str],
+        program: str | None,
+        *,
+        requested_at_s: int = 0,
+    ) -> ProbeResult:
         """Run the probe step of ``job`` on ``node``; its printed answer."""
-        argv = [self.command, "node", "trial", "--socket", self.template.replace("{node}", node),
-                "--timeout-s", f"{self.timeout_s:g}", "--job", self.node_job_id(job),
-                "--partners", ",".join(self.node_job_id(p) for p in partners)]  # fmt: skip
+        argv = [
+            self.command,
+            "node",
+            "trial",
+            "--socket",
+            self.template.replace("{node}", node),
+            "--timeout-s",
+            f"{self.timeout_s:g}",
+            "--job",
+            self.node_job_id(job),
+            "--partners",
+            ",".join(self.node_job_id(p) for p in partners),
+        ]
         try:
             result = self.step(node, job, argv, self.timeout_s + STEP_SLACK_S)
         except CommandFailed as exc:
-            return ProbeResult(None, f"the probe step of job {job} on {node}: "
-                               f"{_last_line(exc.stderr) or exc}")  # fmt: skip
-        answers = [line.strip() for line in result.stdout.splitlines()
-                   if line.startswith(("OK ", "ERR "))]  # fmt: skip
+            return ProbeResult(
+                None, f"the probe step of job {job} on {node}: {_last_line(exc.stderr) or exc}"
+            )
+        answers = [
+            line.strip() for line in result.stdout.splitlines() if line.startswith(("OK ", "ERR "))
+        ]
         if answers:
             return parse_trial_reply(answers[-1])
         why = _last_line(result.stderr) or f"exit status {result.returncode}, no answer"
@@ -417,22 +478,34 @@ class FactsProbe:
 
     def __init__(self, snapshot: Snapshot, node_job_id: Callable[[str], str] = str) -> None:
         self.results: dict[str, dict[str, TrialResult]] = {
-            n.name: {r.job: r for r in n.trial_results} for n in snapshot.nodes}
+            n.name: {r.job: r for r in n.trial_results} for n in snapshot.nodes
+        }
         self.node_job_id = node_job_id
 
-    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
-                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
+    def measure(
+        self,
+        node: str,
+        job: str,
+        partners: Sequence[str],
+        program: str | None,
+        *,
+        requested_at_s: int = 0,
+    ) -> ProbeResult:
         """The answer of ``node``'s daemon to the request of ``requested_at_s``, if it is in
         the node's facts."""
         local = self.node_job_id(job)
         found = self.results.get(node, {}).get(local)
         if found is None or found.at_s != requested_at_s:
             earlier = "" if found is None else f" (only one of {found.at_s})"
-            return ProbeResult(None, f"node {node}'s facts carry no answer to the request of "
-                               f"{requested_at_s}{earlier}", pending=True)  # fmt: skip
+            return ProbeResult(
+                None,
+                f"node {node}'s facts carry no answer to the request of {requested_at_s}{earlier}",
+                pending=True,
+            )
         if found.share is None:
-            return ProbeResult(None, f"node {node}'s daemon could not probe it "
-                               f"({found.error}; its log says why)")  # fmt: skip
+            return ProbeResult(
+                None, f"node {node}'s daemon could not probe it ({found.error}; its log says why)"
+            )
         return ProbeResult(found.share)
 
 

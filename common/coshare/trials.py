@@ -45,15 +45,28 @@ from coshare.errors import CoshareError
 
 TrialState = Literal["placed", "measuring", "kept", "suspended", "resumed", "requeued"]
 #: Every state, in the order of the diagram.
-STATES: tuple[TrialState, ...] = ("placed", "measuring", "kept", "suspended", "resumed",
-                                  "requeued")  # fmt: skip
+STATES: tuple[TrialState, ...] = ("placed", "measuring", "kept", "suspended", "resumed", "requeued")
 #: States a trial does not leave.
 FINAL: frozenset[str] = frozenset({"kept", "resumed", "requeued"})
 
-TrialWhy = Literal["within_limit", "over_limit", "probe_failed", "partners_ended",
-                   "max_suspend", "resumed_by_hand", "node_asked"]  # fmt: skip
-WHYS: tuple[TrialWhy, ...] = ("within_limit", "over_limit", "probe_failed", "partners_ended",
-                              "max_suspend", "resumed_by_hand", "node_asked")  # fmt: skip
+TrialWhy = Literal[
+    "within_limit",
+    "over_limit",
+    "probe_failed",
+    "partners_ended",
+    "max_suspend",
+    "resumed_by_hand",
+    "node_asked",
+]
+WHYS: tuple[TrialWhy, ...] = (
+    "within_limit",
+    "over_limit",
+    "probe_failed",
+    "partners_ended",
+    "max_suspend",
+    "resumed_by_hand",
+    "node_asked",
+)
 #: The ``why`` of a ``measuring`` record that asks the node's daemon to probe it on its own
 #: and answer in its facts (``policy.membw.probe_via: facts``); a node probes no other.
 NODE_ASKED: TrialWhy = "node_asked"
@@ -65,8 +78,10 @@ TrialAction = Literal["wait", "probe", "suspend", "resume", "requeue", "write", 
 #: ``+``, ``;``, ``,``, spaces or quotes (the record is written through scontrol's command
 #: language and as a ClassAd string).
 _JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_RECORD = re.compile(r"(?P<state>[a-z]+):(?P<at>[0-9]{1,12}):(?P<share>-|[0-9]\.[0-9]{1,4}|1|0)"
-                     r":(?P<with>-|[A-Za-z0-9_.+-]{1,2000}):(?P<why>-|[a-z_]{1,32})")  # fmt: skip
+_RECORD = re.compile(
+    r"(?P<state>[a-z]+):(?P<at>[0-9]{1,12}):(?P<share>-|[0-9]\.[0-9]{1,4}|1|0)"
+    r":(?P<with>-|[A-Za-z0-9_.+-]{1,2000}):(?P<why>-|[a-z_]{1,32})"
+)
 #: Sums are compared with this slack, as the policy does (0.45 + 0.45 is within 0.9).
 _EPS = 1e-9
 #: The use a job is counted with when its probe failed: bandwidth-bound.
@@ -224,50 +239,86 @@ def advance(job: TrialJob, alive: Iterable[str], now_s: float, limits: TrialLimi
     if rec.state in ("placed", "measuring"):
         if job.phase == "suspended":
             # A cycle suspended it and was killed before writing so: write it now.
-            return Step(job.job, "write", replace(rec, state="suspended", at_s=now,
-                                                  why="over_limit" if rec.why in
-                                                  (None, NODE_ASKED) else rec.why),
-                        f"job {job.job} was suspended after its trial; recorded")  # fmt: skip
+            return Step(
+                job.job,
+                "write",
+                replace(
+                    rec,
+                    state="suspended",
+                    at_s=now,
+                    why="over_limit" if rec.why in (None, NODE_ASKED) else rec.why,
+                ),
+                f"job {job.job} was suspended after its trial; recorded",
+            )
         if job.phase == "pending":
             return Step(job.job, "wait")
         if not partners:
-            return Step(job.job, "write",
-                        replace(rec, state="kept", at_s=now, why="partners_ended"),
-                        f"job {job.job}: every job of its trial ({_list(rec.partners)}) ended "
-                        "before it was measured; it runs alone, unmeasured")  # fmt: skip
+            return Step(
+                job.job,
+                "write",
+                replace(rec, state="kept", at_s=now, why="partners_ended"),
+                f"job {job.job}: every job of its trial ({_list(rec.partners)}) ended "
+                "before it was measured; it runs alone, unmeasured",
+            )
         if rec.state == "measuring":
-            return Step(job.job, "probe", None,
-                        f"job {job.job}: its trial's probe did not finish; probing again")
+            return Step(
+                job.job,
+                "probe",
+                None,
+                f"job {job.job}: its trial's probe did not finish; probing again",
+            )
         if job.started_s is not None and job.started_s + limits.init_s <= now_s:
-            return Step(job.job, "probe", replace(rec, state="measuring", at_s=now),
-                        f"job {job.job}: past its initialization "
-                        f"(policy.membw.init_s {limits.init_s:g}); probing beside "
-                        f"{_list(partners)}")  # fmt: skip
+            return Step(
+                job.job,
+                "probe",
+                replace(rec, state="measuring", at_s=now),
+                f"job {job.job}: past its initialization "
+                f"(policy.membw.init_s {limits.init_s:g}); probing beside "
+                f"{_list(partners)}",
+            )
         return Step(job.job, "wait")
     # suspended
     if job.phase == "running":
-        return Step(job.job, "write", replace(rec, state="resumed", at_s=now,
-                                              why="resumed_by_hand"),
-                    f"job {job.job} runs again though its trial suspended it "
-                    "(resumed outside coshare); recorded as resumed")  # fmt: skip
+        return Step(
+            job.job,
+            "write",
+            replace(rec, state="resumed", at_s=now, why="resumed_by_hand"),
+            f"job {job.job} runs again though its trial suspended it "
+            "(resumed outside coshare); recorded as resumed",
+        )
     if job.phase == "pending":
         return Step(job.job, "none")
     if not partners:
-        return Step(job.job, "resume", replace(rec, state="resumed", at_s=now,
-                                               why="partners_ended"),
-                    f"job {job.job}: {_list(rec.partners)} ended; resumed")  # fmt: skip
+        return Step(
+            job.job,
+            "resume",
+            replace(rec, state="resumed", at_s=now, why="partners_ended"),
+            f"job {job.job}: {_list(rec.partners)} ended; resumed",
+        )
     if now_s - rec.at_s > limits.max_suspend_s:
-        reason = (f"suspended for {now_s - rec.at_s:.0f} s after its trial co-run beside "
-                  f"{_list(partners)}, longer than policy.membw.max_suspend_s "
-                  f"{limits.max_suspend_s:g}; requeued")  # fmt: skip
-        return Step(job.job, "requeue", replace(rec, state="requeued", at_s=now,
-                                                why="max_suspend"),
-                    f"job {job.job}: {reason}", reason)  # fmt: skip
+        reason = (
+            f"suspended for {now_s - rec.at_s:.0f} s after its trial co-run beside "
+            f"{_list(partners)}, longer than policy.membw.max_suspend_s "
+            f"{limits.max_suspend_s:g}; requeued"
+        )
+        return Step(
+            job.job,
+            "requeue",
+            replace(rec, state="requeued", at_s=now, why="max_suspend"),
+            f"job {job.job}: {reason}",
+            reason,
+        )
     return Step(job.job, "wait")
 
 
-def decide(job: TrialJob, share: float | None, error: str, partners_use: float, now_s: float,
-           limits: TrialLimits) -> Step:  # fmt: skip
+def decide(
+    job: TrialJob,
+    share: float | None,
+    error: str,
+    partners_use: float,
+    now_s: float,
+    limits: TrialLimits,
+) -> Step:
     """The step after a trial's probe: keep the pair, or suspend the new job.
 
     Args:
@@ -282,26 +333,39 @@ def decide(job: TrialJob, share: float | None, error: str, partners_use: float, 
     use = UNMEASURED_SHARE if share is None else share
     total = use + partners_use
     if share is not None and total <= limits.max_share + _EPS:
-        return Step(job.job, "write", replace(rec, state="kept", at_s=now, share=share,
-                                              why="within_limit"),
-                    f"job {job.job}: measured {share:.2f}, with {_list(rec.partners)} "
-                    f"{total:.2f} <= policy.membw.max_share {limits.max_share:g}; "
-                    "kept")  # fmt: skip
+        return Step(
+            job.job,
+            "write",
+            replace(rec, state="kept", at_s=now, share=share, why="within_limit"),
+            f"job {job.job}: measured {share:.2f}, with {_list(rec.partners)} "
+            f"{total:.2f} <= policy.membw.max_share {limits.max_share:g}; "
+            "kept",
+        )
     if share is None:
-        note = (f"job {job.job}: the probe of its trial failed ({error}); it is unmeasured, "
-                f"treated as bandwidth-bound, and suspended until {_list(rec.partners)} "
-                "end")  # fmt: skip
-        return Step(job.job, "suspend", replace(rec, state="suspended", at_s=now, share=None,
-                                                why="probe_failed"), note)  # fmt: skip
-    return Step(job.job, "suspend", replace(rec, state="suspended", at_s=now, share=share,
-                                            why="over_limit"),
-                f"job {job.job}: measured {share:.2f}, with {_list(rec.partners)} "
-                f"{total:.2f} > policy.membw.max_share {limits.max_share:g}; suspended "
-                "until they end")  # fmt: skip
+        note = (
+            f"job {job.job}: the probe of its trial failed ({error}); it is unmeasured, "
+            f"treated as bandwidth-bound, and suspended until {_list(rec.partners)} "
+            "end"
+        )
+        return Step(
+            job.job,
+            "suspend",
+            replace(rec, state="suspended", at_s=now, share=None, why="probe_failed"),
+            note,
+        )
+    return Step(
+        job.job,
+        "suspend",
+        replace(rec, state="suspended", at_s=now, share=share, why="over_limit"),
+        f"job {job.job}: measured {share:.2f}, with {_list(rec.partners)} "
+        f"{total:.2f} > policy.membw.max_share {limits.max_share:g}; suspended "
+        "until they end",
+    )
 
 
-def awaiting(job: TrialJob, pending: str, partners_use: float, now_s: float,
-             limits: TrialLimits) -> Step:  # fmt: skip
+def awaiting(
+    job: TrialJob, pending: str, partners_use: float, now_s: float, limits: TrialLimits
+) -> Step:
     """The step when the trial's probe is pending (its node answers later, in its facts):
     the job stays ``measuring`` (a ``wait`` with a note), unless the request (the record's
     ``at``) is older than ``limits.facts_wait_s``: then the probe failed (:func:`decide`:
@@ -314,13 +378,23 @@ def awaiting(job: TrialJob, pending: str, partners_use: float, now_s: float,
     """
     waited = now_s - job.record.at_s
     if waited > limits.facts_wait_s:
-        return decide(job, None, f"{pending} {waited:.0f} s after it, longer than "
-                      f"policy.membw.facts_wait_s {limits.facts_wait_s:g}", partners_use,
-                      now_s, limits)  # fmt: skip
-    return Step(job.job, "wait", None,
-                f"job {job.job}: its trial's probe is pending ({pending}; asked "
-                f"{max(waited, 0):.0f} s ago, waiting at most policy.membw.facts_wait_s "
-                f"{limits.facts_wait_s:g})")  # fmt: skip
+        return decide(
+            job,
+            None,
+            f"{pending} {waited:.0f} s after it, longer than "
+            f"policy.membw.facts_wait_s {limits.facts_wait_s:g}",
+            partners_use,
+            now_s,
+            limits,
+        )
+    return Step(
+        job.job,
+        "wait",
+        None,
+        f"job {job.job}: its trial's probe is pending ({pending}; asked "
+        f"{max(waited, 0):.0f} s ago, waiting at most policy.membw.facts_wait_s "
+        f"{limits.facts_wait_s:g})",
+    )
 
 
 def measured_programs(jobs: Iterable[TrialJob]) -> dict[str, float]:
@@ -336,8 +410,9 @@ def measured_programs(jobs: Iterable[TrialJob]) -> dict[str, float]:
     return {p: s for p, (_, s) in latest.items()}
 
 
-def merge_programs(configured: Mapping[str, float], measured: Mapping[str, float]
-                   ) -> dict[str, float]:  # fmt: skip
+def merge_programs(
+    configured: Mapping[str, float], measured: Mapping[str, float]
+) -> dict[str, float]:
     """The programs the policy plans with: the measured ones, and the configured
     ``policy.membw.programs`` over them (an admin's figure is the admin's word)."""
     return {**measured, **configured}

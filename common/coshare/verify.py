@@ -110,8 +110,10 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
         parents = mig_parents(node)
         for dev in a.devices:
             if dev in parents:
-                problems.append(f"job {a.job} is placed on {a.node}/{dev}, a GPU in MIG mode "
-                                "(its instances are the devices)")  # fmt: skip
+                problems.append(
+                    f"job {a.job} is placed on {a.node}/{dev}, a GPU in MIG mode "
+                    "(its instances are the devices)"
+                )
                 continue
             device = ids.get(dev)
             if device is None:
@@ -134,8 +136,10 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
         if job.needs_device:
             problems.append(f"job {a.job} needs a device but is placed on harvested cores")
         if donor is None:
-            problems.append(f"job {a.job} harvests from {a.harvest_from}, which is no running "
-                            f"GPU job on {a.node}")  # fmt: skip
+            problems.append(
+                f"job {a.job} harvests from {a.harvest_from}, which is no running "
+                f"GPU job on {a.node}"
+            )
         else:
             lent[(donor.id, donor.node)] += job.cpu_milli * processes
 
@@ -166,19 +170,28 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
         if demand is None:
             problems.append(f"GPU job {donor_id} lends cores but has no measured load")
             continue
-        what = "load" if donor.cpu_wait_cores is None and donor.cpu_wait_last_cores is None \
-            else "load and run-queue wait"  # fmt: skip
+        what = (
+            "load"
+            if donor.cpu_wait_cores is None and donor.cpu_wait_last_cores is None
+            else "load and run-queue wait"
+        )
         idle = max(0, (donor.cpu_milli - int(demand * 1000 + 0.999999)) // 1000 * 1000)
         held = donor.cpu_cores_held
         if lent[key] > idle:
-            problems.append(f"GPU job {donor_id} lends {lent[key] / 1000:g} cores, more "
-                            f"than its {what} {demand:g} leaves idle ({idle // 1000})")
+            problems.append(
+                f"GPU job {donor_id} lends {lent[key] / 1000:g} cores, more "
+                f"than its {what} {demand:g} leaves idle ({idle // 1000})"
+            )
         elif held is not None and demand >= SATURATED_SHARE * held:
-            problems.append(f"GPU job {donor_id} lends more cores while its {what} {demand:g} "
-                            f"fills {SATURATED_SHARE:g} x the {held} cores it holds")
+            problems.append(
+                f"GPU job {donor_id} lends more cores while its {what} {demand:g} "
+                f"fills {SATURATED_SHARE:g} x the {held} cores it holds"
+            )
         elif lent[key] >= donor.cpu_milli:
-            problems.append(f"GPU job {donor_id} lends all its {donor.cpu_milli / 1000:g} "
-                            "cores and keeps none for itself")  # fmt: skip
+            problems.append(
+                f"GPU job {donor_id} lends all its {donor.cpu_milli / 1000:g} "
+                "cores and keeps none for itself"
+            )
     return problems
 
 

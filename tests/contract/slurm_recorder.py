@@ -75,9 +75,15 @@ def ok(argv: list[str], stdout: str = "", stderr: str = "", code: int = 0) -> Co
 
 
 #: squeue --Format field -> key of a squeue --json job record.
-FORMAT_FIELDS = {"JobID": "job_id", "State": "job_state", "Reason": "state_reason",
-                 "PriorityLong": "priority", "ReqNodes": "required_nodes",
-                 "admin_comment": "admin_comment", "Comment": "comment"}  # fmt: skip
+FORMAT_FIELDS = {
+    "JobID": "job_id",
+    "State": "job_state",
+    "Reason": "state_reason",
+    "PriorityLong": "priority",
+    "ReqNodes": "required_nodes",
+    "admin_comment": "admin_comment",
+    "Comment": "comment",
+}
 
 
 def format_output(records: Sequence[dict[str, Any]], argv: Sequence[str]) -> str:

@@ -41,8 +41,10 @@ class Fence:
 
 def slurm(queue: FakeQueue) -> tuple[SlurmAdapter, Recorder]:
     runner = Recorder(queue)
-    config = Config(device_kinds={"fakephi": DeviceKind(8192, 240)},
-                    slurm=SlurmConfig(update_batch=1, workers=1))  # fmt: skip
+    config = Config(
+        device_kinds={"fakephi": DeviceKind(8192, 240)},
+        slurm=SlurmConfig(update_batch=1, workers=1),
+    )
     client = SlurmClient(config.slurm, runner=runner, sleep=lambda s: None, environ={})
     return SlurmAdapter(client, config, clock=lambda: NOW), runner
 
@@ -62,10 +64,12 @@ def test_slurm_stops_before_the_batch_after_the_lease_was_lost() -> None:
     assert str(stopped.value) == (
         "planner 'gpu': instance 'a' lost its lease (another instance took it over); it "
         "stopped between two batches of its writes: those sent are complete, nothing after "
-        "them was written (the next cycle writes the rest)")
+        "them was written (the next cycle writes the rest)"
+    )
     assert fence.calls == 4  # the cycle's, then one before each batch: the 2nd and 3rd refused
-    placed = [j for j, r in queue.jobs.items()
-              if r["admin_comment"].startswith("coshare-placement")]  # fmt: skip
+    placed = [
+        j for j, r in queue.jobs.items() if r["admin_comment"].startswith("coshare-placement")
+    ]
     assert len(placed) == 1, placed
     # The batch sent before was completed: written, confirmed and released.
     assert queue.jobs[placed[0]]["priority"] == 1000
@@ -83,8 +87,11 @@ def test_slurm_with_its_lease_writes_every_batch_and_checks_before_each() -> Non
     # Without a fence (no engine) the same writes, none checked.
     queue = FakeQueue(*(job_record(j, submit_time=NOW - 10 + j) for j in (1, 2, 3)))
     adapter, _ = slurm(queue)
-    assert sorted(run_cycle(adapter, make_policy("knapsack"), adapter).apply.applied) == \
-        ["1", "2", "3"]  # fmt: skip
+    assert sorted(run_cycle(adapter, make_policy("knapsack"), adapter).apply.applied) == [
+        "1",
+        "2",
+        "3",
+    ]
 
 
 class Schedd:
@@ -94,16 +101,16 @@ class Schedd:
         self.calls: list[tuple[str, str, str]] = []
 
     def job_ads(self, constraint: str, projection: Sequence[str] = ()) -> list[dict[str, object]]:
-        return [{"ClusterId": c, "ProcId": 0, "JobStatus": A.IDLE, A.MANAGED: True}
-                for c in (1, 2)]  # fmt: skip
+        return [{"ClusterId": c, "ProcId": 0, "JobStatus": A.IDLE, A.MANAGED: True} for c in (1, 2)]
 
     def edit_ids(self, ids: Sequence[str], attribute: str, value: str) -> int:
         self.calls.append((",".join(ids), attribute, value))
         return len(ids)
 
 
-PLAN = Plan("knapsack", assignments=(Assignment("1.0", "node1", ("0",)),
-                                     Assignment("2.0", "node2", ("0",))))  # fmt: skip
+PLAN = Plan(
+    "knapsack", assignments=(Assignment("1.0", "node1", ("0",)), Assignment("2.0", "node2", ("0",)))
+)
 
 
 def condor(schedd: Schedd) -> CondorAdapter:
@@ -117,8 +124,12 @@ def test_condor_checks_before_each_transaction_and_never_opens_a_gate_after_a_lo
     report = condor(schedd).apply(PLAN, (), dry_run=False, fence=(fence := Fence(allow=99)))
     assert report.applied == ("1.0", "2.0")
     # placed at, devices, then each node's gate: one check before each transaction
-    assert [c[1] for c in schedd.calls] == [A.PLACED_AT, A.PLACED_DEVICES, A.PLACED_NODE,
-                                            A.PLACED_NODE]  # fmt: skip
+    assert [c[1] for c in schedd.calls] == [
+        A.PLACED_AT,
+        A.PLACED_DEVICES,
+        A.PLACED_NODE,
+        A.PLACED_NODE,
+    ]
     assert fence.calls == len(schedd.calls)
     for allow in range(len(schedd.calls)):
         lost = Schedd()
@@ -148,14 +159,20 @@ def test_a_check_counts_for_fence_every_s_and_the_first_is_always_made() -> None
     queue = FakeQueue(*(job_record(j, submit_time=NOW - 10 + j) for j in (1, 2, 3)))
     adapter, _ = slurm(queue)
     fence = Fence(allow=1)  # the cycle's own check passes; any later one would fail
-    report = run_cycle(adapter, make_policy("knapsack"), adapter, before_write=fence,
-                       fence_every_s=3600)  # fmt: skip
+    report = run_cycle(
+        adapter, make_policy("knapsack"), adapter, before_write=fence, fence_every_s=3600
+    )
     assert sorted(report.apply.applied) == ["1", "2", "3"] and fence.calls == 1
     queue = FakeQueue(job_record(1, submit_time=NOW))
     adapter, runner = slurm(queue)
     with pytest.raises(LeaseLost):
-        run_cycle(adapter, make_policy("knapsack"), adapter, before_write=Fence(allow=0),
-                  fence_every_s=3600)  # fmt: skip
+        run_cycle(
+            adapter,
+            make_policy("knapsack"),
+            adapter,
+            before_write=Fence(allow=0),
+            fence_every_s=3600,
+        )
     assert "scontrol <stdin>" not in runner.verbs()
 
 
@@ -163,8 +180,11 @@ def test_fence_every_s_defaults_to_a_quarter_of_the_lease_and_stays_below_it() -
     assert load_config(environ={}).coordination.fence_interval_s == 30.0
     config = load_config(environ={"COSHARE_COORDINATION_FENCE_EVERY_S": "0"})
     assert config.coordination.fence_interval_s == 0.0
-    with pytest.raises(ConfigError, match=r"coordination.fence_every_s: 120 is not below "
-                                          r"coordination.lease_s 120"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"coordination.fence_every_s: 120 is not below "
+        r"coordination.lease_s 120",
+    ):
         load_config(environ={"COSHARE_COORDINATION_FENCE_EVERY_S": "120"})
     with pytest.raises(ConfigError, match="fence_every_s"):
         load_config(environ={"COSHARE_COORDINATION_FENCE_EVERY_S": "nan"})

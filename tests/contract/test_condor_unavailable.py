@@ -24,10 +24,12 @@ def closed_port() -> str:
 def test_collector_down_is_retried_then_reported() -> None:
     slept: list[float] = []
     where = closed_port()
-    client = open_client(CondorConfig(collector=where, retry_attempts=3, retry_wait_s=2.5),
-                          sleep=slept.append)
-    with pytest.raises(SchedulerUnavailable, match=f"cannot query the collector {where} "
-                       "after 3 attempts"):
+    client = open_client(
+        CondorConfig(collector=where, retry_attempts=3, retry_wait_s=2.5), sleep=slept.append
+    )
+    with pytest.raises(
+        SchedulerUnavailable, match=f"cannot query the collector {where} after 3 attempts"
+    ):
         client.slot_ads()
     assert slept == [2.5, 2.5]
 
@@ -35,11 +37,16 @@ def test_collector_down_is_retried_then_reported() -> None:
 def test_cycle_with_the_collector_down_exits_1_with_one_message(tmp_path: Path) -> None:
     where = closed_port()
     (tmp_path / "config.yaml").write_text(
-        f"cycle: {{replan_after_s: 60}}\ncondor: {{lock_file: {tmp_path / 'cycle.lock'}}}\n")
+        f"cycle: {{replan_after_s: 60}}\ncondor: {{lock_file: {tmp_path / 'cycle.lock'}}}\n"
+    )
     result = CliRunner().invoke(
-        cli, ["condor", "cycle"],
-        env={"COSHARE_CONDOR_COLLECTOR": where, "COSHARE_CONDOR_RETRY_ATTEMPTS": "1",
-             "COSHARE_CONFIG": str(tmp_path / "config.yaml")},
+        cli,
+        ["condor", "cycle"],
+        env={
+            "COSHARE_CONDOR_COLLECTOR": where,
+            "COSHARE_CONDOR_RETRY_ATTEMPTS": "1",
+            "COSHARE_CONFIG": str(tmp_path / "config.yaml"),
+        },
     )
     assert result.exit_code == 1
     assert f"coshare: error: cannot query the collector {where} after 1 attempts" in result.output

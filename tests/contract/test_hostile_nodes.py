@@ -66,9 +66,20 @@ def read_slurm(node: str, **changes: object) -> SourceResult:
         if record["name"] == node:
             record.update(changes)
     # One annotated pending job per usable node's worth of room, and one running on csl-n2.
-    jobs = [job_record(1, submit_time=NOW - 5), job_record(2, submit_time=NOW - 4),
-            job_record(3, job_state="RUNNING", nodes="csl-n2", comment="", priority=1,
-                       state_reason="None", cpus=1, memory_per_node=100)]  # fmt: skip
+    jobs = [
+        job_record(1, submit_time=NOW - 5),
+        job_record(2, submit_time=NOW - 4),
+        job_record(
+            3,
+            job_state="RUNNING",
+            nodes="csl-n2",
+            comment="",
+            priority=1,
+            state_reason="None",
+            cpus=1,
+            memory_per_node=100,
+        ),
+    ]
 
     def answer(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
         name = argv[0].rsplit("/", 1)[-1]
@@ -139,8 +150,9 @@ def test_show_says_why_closed_nodes_take_nothing_on_both_schedulers() -> None:
     assert "Nodes that take no jobs now" in text
     assert "csl-n3 idle+DRAIN maintenance" in flat and "csl-n4 down broken" in flat
 
-    condor = read_condor("slot1@node3@vm", State="Drained", Activity="Retiring",
-                         DrainReason="firmware\x1b[2J update")  # fmt: skip
+    condor = read_condor(
+        "slot1@node3@vm", State="Drained", Activity="Retiring", DrainReason="firmware\x1b[2J update"
+    )
     text = show_text(condor, make_policy("knapsack").plan(condor.snapshot))
     flat = " ".join(text.split())
     assert "2 nodes, 4 devices (and 1 nodes taking no jobs)" in flat
@@ -184,9 +196,11 @@ def test_a_cycle_counts_the_nodes_it_left_out_by_kind(tmp_path: Path) -> None:
     metrics = CycleMetrics("slurm", MetricsConfig(textfile_dir=str(tmp_path)))
     metrics.finished(report)
     assert metrics.export() == []
-    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
-             for f in text_string_to_metric_families((tmp_path / "coshare_slurm.prom").read_text())
-             for s in f.samples}  # fmt: skip
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families((tmp_path / "coshare_slurm.prom").read_text())
+        for s in f.samples
+    }
     s = ("scheduler", "slurm")
     assert found[("coshare_cycle_unusable_nodes", (("kind", "unwritable"), s))] == 1
     assert found[("coshare_cycle_unusable_nodes", (("kind", "closed"), s))] == 2
@@ -240,8 +254,11 @@ def test_condor_a_device_whose_id_cannot_be_written_is_ignored_and_the_rest_plan
     result = CondorAdapter(pool, config, clock=lambda: now).read()  # type: ignore[arg-type]
     node3 = next(n for n in result.snapshot.nodes if n.name == "node3")
     assert [d.id for d in node3.devices] == ["1"]
-    assert any(n.startswith("node node3 device gpu 0: CoshareNodeDeviceIds=") and
-               n.endswith("device ignored") for n in result.notes), result.notes
+    assert any(
+        n.startswith("node node3 device gpu 0: CoshareNodeDeviceIds=")
+        and n.endswith("device ignored")
+        for n in result.notes
+    ), result.notes
 
 
 def test_a_condor_cycle_counts_the_unwritable_nodes(tmp_path: Path) -> None:
@@ -262,8 +279,11 @@ def test_a_condor_cycle_counts_the_unwritable_nodes(tmp_path: Path) -> None:
     metrics.finished(report)
     assert metrics.export() == []
     text = (tmp_path / "coshare_condor.prom").read_text()
-    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
-             for f in text_string_to_metric_families(text) for s in f.samples}
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
     s = ("scheduler", "condor")
     assert found[("coshare_cycle_unusable_nodes", (("kind", "unwritable"), s))] == 1
     assert found[("coshare_cycle_unusable_nodes", (("kind", "closed"), s))] == 0

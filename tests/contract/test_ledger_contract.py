@@ -107,14 +107,18 @@ class Half(Protocol):
 
 
 def _condor_templates() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
-    slots = [values_of(ad, SLOT_PROJECTION)
-             for ad in classad2.parseAds((FIXTURES / "condor/23.9.6/slots.ads").read_text())]
-    jobs = [values_of(ad, JOB_PROJECTION)
-            for ad in classad2.parseAds((FIXTURES / "condor/23.9.6/jobs.ads").read_text())]
+    slots = [
+        values_of(ad, SLOT_PROJECTION)
+        for ad in classad2.parseAds((FIXTURES / "condor/23.9.6/slots.ads").read_text())
+    ]
+    jobs = [
+        values_of(ad, JOB_PROJECTION)
+        for ad in classad2.parseAds((FIXTURES / "condor/23.9.6/jobs.ads").read_text())
+    ]
     partitionable = next(s for s in slots if s.get("SlotType") == "Partitionable")
     claimed = next(s for s in slots if s.get("State") == "Claimed" and s.get("CoshareManaged"))
     idle = next(j for j in jobs if j.get("JobStatus") == 1)
-    return partitionable, claimed, idle  # fmt: skip
+    return partitionable, claimed, idle
 
 
 class CondorHalf:
@@ -132,34 +136,57 @@ class CondorHalf:
         return f"{number}.0"
 
     def _slots(self, jobs: list[Spec]) -> list[dict[str, object]]:
-        devices = {"CoshareNodeDeviceIds": ["0", "1"], "CoshareNodeDeviceMemory": [0, 0],
-                   "CoshareNodeDeviceThreads": [0, 0],
-                   "CoshareNodeDeviceModels": ["Fake Phi", "FakePhi"]}  # fmt: skip
+        devices = {
+            "CoshareNodeDeviceIds": ["0", "1"],
+            "CoshareNodeDeviceMemory": [0, 0],
+            "CoshareNodeDeviceThreads": [0, 0],
+            "CoshareNodeDeviceModels": ["Fake Phi", "FakePhi"],
+        }
         slots: list[dict[str, object]] = [
-            {**self.partitionable, "Name": f"slot1@{n}@vm", "CoshareNodeName": n,
-             "TotalSlotCpus": 8, "TotalSlotMemory": 16384, **devices}
+            {
+                **self.partitionable,
+                "Name": f"slot1@{n}@vm",
+                "CoshareNodeName": n,
+                "TotalSlotCpus": 8,
+                "TotalSlotMemory": 16384,
+                **devices,
+            }
             for n in NODES
-        ]  # fmt: skip
+        ]
         for s in jobs:
             if s.running_on is None:
                 continue
             node, device, _ = s.placed or ("", "", 0)
-            slots.append({
-                **self.claimed, "Name": f"slot1_{s.id}@{s.running_on}@vm",
-                "CoshareNodeName": s.running_on, "GlobalJobId": f"vm#{s.id}.0#1",
-                "Cpus": s.cpus, "Memory": s.host_memory_mib, "CosharePlacedNode": node,
-                "CosharePlacedDevices": device, "CoshareDeviceMemory": s.memory,
-                "CoshareDeviceThreads": s.threads, **devices,
-            })  # fmt: skip
+            slots.append(
+                {
+                    **self.claimed,
+                    "Name": f"slot1_{s.id}@{s.running_on}@vm",
+                    "CoshareNodeName": s.running_on,
+                    "GlobalJobId": f"vm#{s.id}.0#1",
+                    "Cpus": s.cpus,
+                    "Memory": s.host_memory_mib,
+                    "CosharePlacedNode": node,
+                    "CosharePlacedDevices": device,
+                    "CoshareDeviceMemory": s.memory,
+                    "CoshareDeviceThreads": s.threads,
+                    **devices,
+                }
+            )
         return slots
 
     def _job(self, s: Spec) -> condor_view.QueueJob:
         ad: dict[str, object] = {
-            **self.idle, "ClusterId": s.id, "ProcId": 0, "GlobalJobId": f"vm#{s.id}.0#1",
-            "JobStatus": 2 if s.running_on else 1, "RequestCpus": s.cpus,
-            "RequestMemory": s.host_memory_mib, "QDate": NOW - 100 + s.id,
-            "CoshareDeviceMemory": s.memory, "CoshareDeviceThreads": s.threads,
-        }  # fmt: skip
+            **self.idle,
+            "ClusterId": s.id,
+            "ProcId": 0,
+            "GlobalJobId": f"vm#{s.id}.0#1",
+            "JobStatus": 2 if s.running_on else 1,
+            "RequestCpus": s.cpus,
+            "RequestMemory": s.host_memory_mib,
+            "QDate": NOW - 100 + s.id,
+            "CoshareDeviceMemory": s.memory,
+            "CoshareDeviceThreads": s.threads,
+        }
         if s.processes is not None:
             ad["CoshareProcesses"] = s.processes
         if s.nodes is not None:
@@ -178,19 +205,27 @@ class CondorHalf:
     def read(self, jobs: list[Spec]) -> tuple[Snapshot, tuple[Rejected, ...]]:
         cluster = condor_view.parse_slots(self._slots(jobs), KINDS)
         queued = [self._job(s) for s in jobs]
-        self.queue = condor_view.parse_queue(queued, cluster, now_s=NOW,
-                                             replan_after_s=REPLAN_AFTER_S)  # fmt: skip
+        self.queue = condor_view.parse_queue(
+            queued, cluster, now_s=NOW, replan_after_s=REPLAN_AFTER_S
+        )
         self.seen = {q.id: q for q in queued}
         snapshot = condor_view.build_snapshot(cluster, self.queue, queued, NOW)
         return snapshot, self.queue.rejected
 
     def decide(self, plan: Plan, now: list[Spec]) -> Outcome:
         assert self.queue is not None
-        current = {q.id: condor_view.current(q, self.seen.get(q.id))
-                   for q in (self._job(s) for s in now)}  # fmt: skip
+        current = {
+            q.id: condor_view.current(q, self.seen.get(q.id)) for q in (self._job(s) for s in now)
+        }
         d = condor_edits.plan_edits(plan, self.queue.book, self.queue.rejected, current).decisions
-        return _decided(self, d.close, [(w.job, w.node, w.devices) for w in d.writes],
-                        d.unchanged, d.skipped, d.refuse)  # fmt: skip
+        return _decided(
+            self,
+            d.close,
+            [(w.job, w.node, w.devices) for w in d.writes],
+            d.unchanged,
+            d.skipped,
+            d.refuse,
+        )
 
 
 # -- Slurm ---------------------------------------------------------------------------------
@@ -216,15 +251,26 @@ class SlurmHalf:
             comment += f" processes={s.processes}"
         held = not s.gate_open and s.running_on is None
         record = job_record(
-            s.id, job_state="RUNNING" if s.running_on else "PENDING", comment=comment,
-            state_reason="JobHeldUser" if held else "None", priority=0 if held else 1000,
-            cpus=s.cpus, memory_per_node=s.host_memory_mib, memory_per_cpu=0,
-            submit_time=int(NOW) - 100 + s.id, nodes=s.running_on or "", admin_comment="",
-            required_nodes="", node_count=1, eligible_time=0, dependency="",
-        )  # fmt: skip
+            s.id,
+            job_state="RUNNING" if s.running_on else "PENDING",
+            comment=comment,
+            state_reason="JobHeldUser" if held else "None",
+            priority=0 if held else 1000,
+            cpus=s.cpus,
+            memory_per_node=s.host_memory_mib,
+            memory_per_cpu=0,
+            submit_time=int(NOW) - 100 + s.id,
+            nodes=s.running_on or "",
+            admin_comment="",
+            required_nodes="",
+            node_count=1,
+            eligible_time=0,
+            dependency="",
+        )
         if s.nodes is not None:  # sbatch -N: Slurm's own request, as squeue shows it
-            record.update(node_count=s.nodes, max_nodes=s.nodes, tasks=s.nodes,
-                          cpus=s.cpus * s.nodes)  # fmt: skip
+            record.update(
+                node_count=s.nodes, max_nodes=s.nodes, tasks=s.nodes, cpus=s.cpus * s.nodes
+            )
         if s.placed is not None:
             node, device, at = s.placed
             memory = int(s.memory) if str(s.memory).isdigit() else 0
@@ -233,12 +279,23 @@ class SlurmHalf:
         return record
 
     def read(self, jobs: list[Spec]) -> tuple[Snapshot, tuple[Rejected, ...]]:
-        nodes = [parse_node({**self.node_template, "name": n, "state": "idle",
-                             "gres": "gpu:FakePhi:2", "cpus": 8, "real_memory": 16384})
-                 for n in NODES]  # fmt: skip
+        nodes = [
+            parse_node(
+                {
+                    **self.node_template,
+                    "name": n,
+                    "state": "idle",
+                    "gres": "gpu:FakePhi:2",
+                    "cpus": 8,
+                    "real_memory": 16384,
+                }
+            )
+            for n in NODES
+        ]
         parsed = [parse_job(self._record(s)) for s in jobs]
-        self.view = build_view(nodes, parsed, device_kinds=KINDS, now_s=NOW,
-                               replan_after_s=REPLAN_AFTER_S)  # fmt: skip
+        self.view = build_view(
+            nodes, parsed, device_kinds=KINDS, now_s=NOW, replan_after_s=REPLAN_AFTER_S
+        )
         return self.view.snapshot, self.view.rejected
 
     def decide(self, plan: Plan, now: list[Spec]) -> Outcome:
@@ -249,18 +306,28 @@ class SlurmHalf:
             placement = parse_placement(w.admin_comment)
             assert placement is not None and placement.node == w.node
             writes.append((w.job, w.node, placement.devices))
-        return _decided(self, e.close, writes, e.unchanged, e.skipped,
-                        [Rejected(o.job, o.detail) for o in e.rejected])  # fmt: skip
+        return _decided(
+            self,
+            e.close,
+            writes,
+            e.unchanged,
+            e.skipped,
+            [Rejected(o.job, o.detail) for o in e.rejected],
+        )
 
 
 # -- the contract --------------------------------------------------------------------------
 
 
-def _decided(half: Half, close: Any, writes: Any, unchanged: Any, skipped: Any,
-             refuse: Any) -> Outcome:  # fmt: skip
+def _decided(
+    half: Half, close: Any, writes: Any, unchanged: Any, skipped: Any, refuse: Any
+) -> Outcome:
     n = half.number
     return Outcome(
-        pending=(), holding={}, rejected=(), plan=(),
+        pending=(),
+        holding={},
+        rejected=(),
+        plan=(),
         close=tuple(n(o.job) for o in close),
         writes=tuple((n(j), node, tuple(d)) for j, node, d in writes),
         unchanged=tuple(n(j) for j in unchanged),
@@ -269,8 +336,12 @@ def _decided(half: Half, close: Any, writes: Any, unchanged: Any, skipped: Any,
     )
 
 
-def run(half: Half, jobs: list[Spec], now: list[Spec] | None = None,
-        plan: tuple[int, str, str] | None = None) -> Outcome:  # fmt: skip
+def run(
+    half: Half,
+    jobs: list[Spec],
+    now: list[Spec] | None = None,
+    plan: tuple[int, str, str] | None = None,
+) -> Outcome:
     """Read ``jobs``, plan (knapsack, or ``plan``: job number, node, device; ``()``: place
     nothing), and decide the writes from ``now`` (default: as read)."""
     snapshot, rejected = half.read(jobs)
@@ -284,8 +355,10 @@ def run(half: Half, jobs: list[Spec], now: list[Spec] | None = None,
     return replace(
         decided,
         pending=tuple(sorted(n(j.id) for j in snapshot.pending)),
-        holding={n(r.id): (r.state, r.node, r.devices, r.device_memory_mib, r.device_threads)
-                 for r in snapshot.running},
+        holding={
+            n(r.id): (r.state, r.node, r.devices, r.device_memory_mib, r.device_threads)
+            for r in snapshot.running
+        },
         rejected=tuple(sorted(n(r.job) for r in rejected)),
         plan=tuple(sorted((n(a.job), a.node, a.devices) for a in made.assignments)),
         shares={n(j.id): (j.cpu_milli, j.memory_mib) for j in snapshot.pending},
@@ -308,8 +381,10 @@ def test_a_new_job_is_planned_and_written(half: Half) -> None:
 
 
 def test_a_placed_job_not_started_holds_its_device_and_nothing_is_written(half: Half) -> None:
-    out = run(half, [Spec(1, memory=7000, placed=("n1", "0", FRESH), gate_open=True), Spec(2,
-              memory=2000)])  # fmt: skip
+    out = run(
+        half,
+        [Spec(1, memory=7000, placed=("n1", "0", FRESH), gate_open=True), Spec(2, memory=2000)],
+    )
     assert out.holding == {1: ("planned", "n1", ("0",), 7000, 60)}
     assert out.pending == (2,) and out.plan == ((2, "n2", ("0",)),)  # not on top of job 1
     assert (out.writes, out.close) == (((2, "n2", ("0",)),), ())

@@ -59,8 +59,7 @@ class FakeQueue:
 
 def adapter(queue: FakeQueue, **slurm: object) -> tuple[SlurmAdapter, Recorder]:
     runner = Recorder(queue)
-    config = Config(device_kinds={"fakephi": DeviceKind(8192, 240)},
-                    slurm=SlurmConfig(**slurm))  # type: ignore[arg-type]  # fmt: skip
+    config = Config(device_kinds={"fakephi": DeviceKind(8192, 240)}, slurm=SlurmConfig(**slurm))  # type: ignore[arg-type]
     client = SlurmClient(config.slurm, runner=runner, sleep=lambda s: None, environ={})
     return SlurmAdapter(client, config, clock=lambda: NOW), runner
 
@@ -72,9 +71,18 @@ def test_cycle_writes_confirms_then_releases() -> None:
     assert sorted(report.apply.applied) == ["1", "2"]
     verbs = runner.verbs()
     # read (sinfo, squeue), re-read, ping, then per batch: write, confirm, release
-    assert verbs == ["sinfo", "squeue", "squeue", "scontrol ping",
-                     "scontrol <stdin>", "squeue", "scontrol release",
-                     "scontrol <stdin>", "squeue", "scontrol release"]  # fmt: skip
+    assert verbs == [
+        "sinfo",
+        "squeue",
+        "squeue",
+        "scontrol ping",
+        "scontrol <stdin>",
+        "squeue",
+        "scontrol release",
+        "scontrol <stdin>",
+        "squeue",
+        "scontrol release",
+    ]
     assert all(j["admin_comment"].startswith("coshare-placement") for j in queue.jobs.values())
 
     # The next cycle sees them as planned: nothing more to write.
@@ -95,17 +103,22 @@ def test_failed_write_is_reported_and_never_released() -> None:
 
 
 def test_dry_run_reads_but_writes_nothing() -> None:
-    queue = FakeQueue(job_record(1, submit_time=NOW), job_record(2, priority=5,
-                                                                 state_reason="None"))  # fmt: skip
+    queue = FakeQueue(
+        job_record(1, submit_time=NOW), job_record(2, priority=5, state_reason="None")
+    )
     a, runner = adapter(queue)
     a.read()
-    plan = Plan("knapsack", assignments=(Assignment("1", "csl-n1", ("0",)),),
-                unplaced=(Unplaced("2", "no room"),))  # fmt: skip
+    plan = Plan(
+        "knapsack",
+        assignments=(Assignment("1", "csl-n1", ("0",)),),
+        unplaced=(Unplaced("2", "no room"),),
+    )
     report = a.apply(plan, [], dry_run=True)
     assert report.dry_run and report.applied == ("1",)
     # It would be held: not held and not placed.
     assert [(w.job, w.detail) for w in report.withdrawn] == [
-        ("2", "could start without a placement; not placed this cycle")]
+        ("2", "could start without a placement; not placed this cycle")
+    ]
     assert set(runner.verbs()) == {"sinfo", "squeue"}
 
 
@@ -128,12 +141,13 @@ def test_comment_changed_while_placing_is_not_released() -> None:
     assert queue.jobs["1"]["priority"] == 0  # still held, with its placement: planned again
 
 
-def test_a_comment_forging_another_jobs_line_does_not_stop_that_job(
-) -> None:
+def test_a_comment_forging_another_jobs_line_does_not_stop_that_job() -> None:
     victim = job_record(2, submit_time=NOW - 4)
-    forged = ("coshare: device-memory=1G device-threads=60\n"
-              "2|PENDING|None|1|csl-n1|coshare-placement;v=1;node=csl-n1;devices=0;at=1;"
-              "mem_mib=1;threads=1|x")  # fmt: skip
+    forged = (
+        "coshare: device-memory=1G device-threads=60\n"
+        "2|PENDING|None|1|csl-n1|coshare-placement;v=1;node=csl-n1;devices=0;at=1;"
+        "mem_mib=1;threads=1|x"
+    )
     queue = FakeQueue(job_record(1, submit_time=NOW - 5, comment=forged), victim)
     a, _ = adapter(queue)
     report = run_cycle(a, make_policy("knapsack"), a)
@@ -156,13 +170,15 @@ class GangQueue(FakeQueue):
             for line in stdin.splitlines():
                 fields = dict(part.split("=", 1) for part in line.split()[1:])
                 job = self.jobs[fields["JobId"]]
-                job["required_nodes"] = hostlist.collect_hostlist(
-                    fields["ReqNodeList"].split(","))
+                job["required_nodes"] = hostlist.collect_hostlist(fields["ReqNodeList"].split(","))
                 if "NumNodes" in fields:
                     low, high = fields["NumNodes"].split("-")
-                    job.update(node_count=int(low), max_nodes=int(high),
-                               tasks=int(fields["NumTasks"]),
-                               minimum_cpus_per_node=int(fields["MinCPUsNode"]))  # fmt: skip
+                    job.update(
+                        node_count=int(low),
+                        max_nodes=int(high),
+                        tasks=int(fields["NumTasks"]),
+                        minimum_cpus_per_node=int(fields["MinCPUsNode"]),
+                    )
                     if "TasksPerNode" in fields:
                         job["tasks_per_node"] = int(fields["TasksPerNode"])
         return result
@@ -171,8 +187,7 @@ class GangQueue(FakeQueue):
 def gang_record(job_id: int, **fields: object) -> dict:  # type: ignore[type-arg]
     """sbatch -N 2 --ntasks-per-node=2: as squeue --json shows such a job (the recorded
     -N 2 job, with two tasks per node)."""
-    base = dict(node_count=2, max_nodes=2, tasks=4, tasks_per_node=2, cpus=4,
-                submit_time=NOW - 5)  # fmt: skip
+    base = dict(node_count=2, max_nodes=2, tasks=4, tasks_per_node=2, cpus=4, submit_time=NOW - 5)
     return job_record(job_id, **(base | fields))
 
 
@@ -184,13 +199,19 @@ def test_a_gang_is_written_in_one_update_confirmed_and_released_whole() -> None:
     [script] = [stdin for argv, stdin in runner.calls if stdin is not None]
     [line] = [line for line in script.splitlines() if line.startswith("update JobId=1 ")]
     fields = dict(part.split("=", 1) for part in line.split()[1:])
-    assert (fields["ReqNodeList"], fields["NumNodes"], fields["NumTasks"],
-            fields["TasksPerNode"], fields["MinCPUsNode"]) == ("csl-n1,csl-n2", "2-2", "4", "2",
-                                                               "2")  # fmt: skip
+    assert (
+        fields["ReqNodeList"],
+        fields["NumNodes"],
+        fields["NumTasks"],
+        fields["TasksPerNode"],
+        fields["MinCPUsNode"],
+    ) == ("csl-n1,csl-n2", "2-2", "4", "2", "2")
     placement = parse_placement(fields["AdminComment"])
     assert placement is not None
     assert [(p.node, p.processes, len(p.devices)) for p in placement.parts] == [
-        ("csl-n1", 2, 1), ("csl-n2", 2, 1)]
+        ("csl-n1", 2, 1),
+        ("csl-n2", 2, 1),
+    ]
     # released once, with the single-node job, after the re-read confirmed both
     assert runner.verbs()[-3:] == ["scontrol <stdin>", "squeue", "scontrol release"]
     assert queue.jobs["1"]["priority"] != 0
@@ -241,8 +262,7 @@ def test_a_gang_whose_update_failed_in_part_is_not_released() -> None:
     def numnodes_refused(argv: list[str], stdin: str | None):  # type: ignore[no-untyped-def]
         result = real(argv, stdin)  # ReqNodeList and AdminComment taken, then an error
         if stdin is not None:
-            return ok(argv, "", "Requested node configuration is not available for job 1",
-                      code=1)  # fmt: skip
+            return ok(argv, "", "Requested node configuration is not available for job 1", code=1)
         return result
 
     runner.answer = numnodes_refused
@@ -257,13 +277,19 @@ def test_borrowers_whose_gpu_job_needs_its_cores_back_are_requeued_first() -> No
     a, runner = adapter(queue, lend_partition="coshare-lend")
     assert a.applies_harvest
     a.read()
-    plan = Plan("collocate", assignments=(Assignment("1", "csl-n1", ("0",)),),
-                requeue=(Unplaced("7", "GPU job 5 on csl-n1 needs its cores back"),
-                         Unplaced("8", "GPU job 5 on csl-n1 needs its cores back")))  # fmt: skip
+    plan = Plan(
+        "collocate",
+        assignments=(Assignment("1", "csl-n1", ("0",)),),
+        requeue=(
+            Unplaced("7", "GPU job 5 on csl-n1 needs its cores back"),
+            Unplaced("8", "GPU job 5 on csl-n1 needs its cores back"),
+        ),
+    )
     report = a.apply(plan, [], dry_run=False)
     assert [(o.job, o.detail) for o in report.requeued] == [
         ("7", "GPU job 5 on csl-n1 needs its cores back"),
-        ("8", "GPU job 5 on csl-n1 needs its cores back")]  # fmt: skip
+        ("8", "GPU job 5 on csl-n1 needs its cores back"),
+    ]
     verbs = runner.verbs()
     assert verbs.index("scontrol requeuehold") < verbs.index("scontrol <stdin>"), verbs
     assert report.applied == ("1",)
@@ -275,5 +301,7 @@ def test_borrowers_whose_gpu_job_needs_its_cores_back_are_requeued_first() -> No
     assert "requeued 8: GPU job 5 on csl-n1 needs its cores back" in cycle_summary(cycle)
     # Without a lending partition nothing is placed on lent cores, and the cycle says why.
     plain, _ = adapter(FakeQueue())
-    assert not plain.applies_harvest and "slurm.lend_partition is not set" in \
-        plain.harvest_unsupported_reason  # fmt: skip
+    assert (
+        not plain.applies_harvest
+        and "slurm.lend_partition is not set" in plain.harvest_unsupported_reason
+    )

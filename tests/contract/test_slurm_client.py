@@ -21,8 +21,11 @@ def client(answer, attempts: int = 3, sleeps: list[float] | None = None, **kw): 
 
 
 def test_reads_recorded_outputs_and_passes_slurm_conf() -> None:
-    c, runner = client(lambda a, s: ok(a, recorded("squeue-mixed.json")),
-                       config_file="/x/slurm.conf", bin_dir="/opt/slurm/bin")  # fmt: skip
+    c, runner = client(
+        lambda a, s: ok(a, recorded("squeue-mixed.json")),
+        config_file="/x/slurm.conf",
+        bin_dir="/opt/slurm/bin",
+    )
     assert len(c.read_jobs()) == 11
     assert runner.calls[0][0] == ["/opt/slurm/bin/squeue", "--json"]
 

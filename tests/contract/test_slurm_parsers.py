@@ -96,8 +96,9 @@ def test_unreadable_output_is_an_output_error() -> None:
         parse_sinfo_json("{}")
 
 
-@pytest.mark.parametrize("output", ['{"jobs": [' * 100_000 + "]}" * 100_000,
-                                    '{"jobs": [], "x": ' + "9" * 5000 + "}"])  # fmt: skip
+@pytest.mark.parametrize(
+    "output", ['{"jobs": [' * 100_000 + "]}" * 100_000, '{"jobs": [], "x": ' + "9" * 5000 + "}"]
+)
 def test_output_python_cannot_decode_is_an_output_error_not_a_traceback(output: str) -> None:
     # json.loads raised RecursionError and ValueError (int-string limit), which no caller
     # caught: one message of the boundary instead.
@@ -228,16 +229,21 @@ def sinfo_with(node: str, **fields: object) -> str:
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
-        ({"cpus": 1e30}, "node csl-n2: cpus=1e+30 is outside what coshare accepts (allowed: a "
-                         "number 0..1048576); node left out of this cycle"),
+        (
+            {"cpus": 1e30},
+            "node csl-n2: cpus=1e+30 is outside what coshare accepts (allowed: a "
+            "number 0..1048576); node left out of this cycle",
+        ),
         ({"cpus": float("nan")}, "node csl-n2: cpus=nan is not a number"),
         ({"real_memory": float("inf")}, "node csl-n2: real_memory=inf is not a finite number"),
         ({"real_memory": 2**40}, "node csl-n2: real_memory=1099511627776 is outside"),
         ({"cpus": {"set": True, "number": 2**21}}, "node csl-n2: cpus=2097152 is outside"),
-        ({"gres": "gpu:fakephi:2\x1b[2J"}, "node csl-n2: gres='gpu:fakephi:2\\x1b[2J' holds "
-                                           "the character '\\x1b'"),
+        (
+            {"gres": "gpu:fakephi:2\x1b[2J"},
+            "node csl-n2: gres='gpu:fakephi:2\\x1b[2J' holds the character '\\x1b'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_hostile_node_record_is_left_out_naming_node_and_field(
     fields: dict[str, object], says: str
 ) -> None:
@@ -258,30 +264,46 @@ def test_a_node_whose_name_is_not_an_id_is_skipped_with_a_note(name: object) -> 
 
 
 def test_capacities_round_down() -> None:
-    [n2] = [n for n in parse_sinfo_json(sinfo_with("csl-n2", cpus=7.9, real_memory=16383.5))
-            if n.name == "csl-n2"]  # fmt: skip
+    [n2] = [
+        n
+        for n in parse_sinfo_json(sinfo_with("csl-n2", cpus=7.9, real_memory=16383.5))
+        if n.name == "csl-n2"
+    ]
     assert (n2.cpus, n2.memory_mib) == (7, 16383)
 
 
 def test_a_gres_count_beyond_the_bound_builds_no_list() -> None:
-    [n2] = [n for n in parse_sinfo_json(sinfo_with("csl-n2", gres="gpu:fakephi:99999999999"))
-            if n.name == "csl-n2"]  # fmt: skip
+    [n2] = [
+        n
+        for n in parse_sinfo_json(sinfo_with("csl-n2", gres="gpu:fakephi:99999999999"))
+        if n.name == "csl-n2"
+    ]
     assert n2.gres[0].count == 99999999999  # read as written, counted only when asked
-    with pytest.raises(ValueError, match=r"gres='gpu:99999999999' is outside what coshare "
-                                         r"accepts \(allowed: at most 1024 devices\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"gres='gpu:99999999999' is outside what coshare "
+        r"accepts \(allowed: at most 1024 devices\)",
+    ):
         n2.devices("gpu")
     assert n2.devices("mps") == []
     # Whole matches only: 13 digits, or anything after the entry, is no GRES entry.
     notes: list[str] = []
     assert parse_gres("gpu:2x,gpu:1234567890123,gpu:1", notes) == parse_gres("gpu:1")
-    assert notes == ["cannot read GRES 'gpu:2x'; ignored",
-                     "cannot read GRES 'gpu:1234567890123'; ignored"]
+    assert notes == [
+        "cannot read GRES 'gpu:2x'; ignored",
+        "cannot read GRES 'gpu:1234567890123'; ignored",
+    ]
 
 
 @pytest.mark.parametrize(
     "detail",
-    ["gpu:fakephi:1(IDX:0-999999999)", "gpu:fakephi:1(IDX:١)", "gpu:fakephi:1(IDX:0-1024)",
-     "gpu:fakephi:1(IDX:3-1)", "gpu:fakephi:1(IDX:0,x)"],
+    [
+        "gpu:fakephi:1(IDX:0-999999999)",
+        "gpu:fakephi:1(IDX:١)",
+        "gpu:fakephi:1(IDX:0-1024)",
+        "gpu:fakephi:1(IDX:3-1)",
+        "gpu:fakephi:1(IDX:0,x)",
+    ],
 )
 def test_gres_indexes_beyond_the_bound_or_in_other_scripts_are_refused(detail: str) -> None:
     with pytest.raises(ValueError, match=r"gres_detail=.* has an unreadable index"):
@@ -298,7 +320,7 @@ def test_gres_indexes_beyond_the_bound_or_in_other_scripts_are_refused(detail: s
         ({"submit_time": 1e300}, "submit_time=1e+300 is outside"),
         ({"cpus": "8"}, "cpus='8' is not a number"),
     ],
-)  # fmt: skip
+)
 def test_a_job_number_that_is_not_finite_or_out_of_bounds_is_named(
     fields: dict[str, object], says: str
 ) -> None:
@@ -327,5 +349,7 @@ def test_a_node_in_two_partitions_is_left_out_whole_and_noted_once() -> None:
     notes: list[str] = []
     nodes = parse_sinfo_json(json.dumps(data), notes)
     assert [n.name for n in nodes] == ["csl-n1", "csl-n3", "csl-n4"]
-    assert notes == ["node csl-n2: cpus=nan is not a number (allowed: a number 0..1048576); "
-                     "node left out of this cycle"]
+    assert notes == [
+        "node csl-n2: cpus=nan is not a number (allowed: a number 0..1048576); "
+        "node left out of this cycle"
+    ]

@@ -33,8 +33,9 @@ def main() -> None:
         if edits["n"] == args.kill_after_edit:
             os.kill(os.getpid(), signal.SIGKILL)
         if edits["n"] == args.stop_engine_after_edit:
-            subprocess.run([str(ENGINE_SCRIPT), "stop", args.engine], check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                [str(ENGINE_SCRIPT), "stop", args.engine], check=True, capture_output=True
+            )
         return result
 
     def edit_ids(self: CondorClient, *a: Any, **k: Any) -> Any:

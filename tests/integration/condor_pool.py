@@ -45,8 +45,11 @@ printf '%s\\n' "${COSHARE_NODE:--}"
 def pool(*args: str, timeout_s: float = 600, schedds: int = 1) -> str:
     """Run deploy/condor/pool with ``args`` (``schedds``: how many a start starts); its
     output."""
-    env = {**os.environ, "CONDOR_POOL_COSHARE_BIN": COSHARE_BIN,
-           "CONDOR_POOL_SCHEDDS": str(schedds)}  # fmt: skip
+    env = {
+        **os.environ,
+        "CONDOR_POOL_COSHARE_BIN": COSHARE_BIN,
+        "CONDOR_POOL_SCHEDDS": str(schedds),
+    }
     return run([str(POOL_SCRIPT), *args], timeout_s=timeout_s, env=env).stdout
 
 
@@ -64,14 +67,22 @@ class Pool:
     def config(self, **cycle: float) -> Config:
         base = load_config(environ={})
         return base.__class__(
-            device_kinds=base.device_kinds, policy=base.policy, knapsack=base.knapsack,
+            device_kinds=base.device_kinds,
+            policy=base.policy,
+            knapsack=base.knapsack,
             cycle=base.cycle.__class__(**{"replan_after_s": 300.0, "interval_s": 30.0, **cycle}),
             condor=CondorConfig(config_file=str(CLIENT_CONFIG), retry_wait_s=0.1),
         )
 
-    def cycle(self, *, replan_after_s: float = 300.0, client: CondorClient | None = None,
-              hold_invalid: bool = True, dry_run: bool = False,
-              policy: Policy | None = None) -> CycleReport:  # fmt: skip
+    def cycle(
+        self,
+        *,
+        replan_after_s: float = 300.0,
+        client: CondorClient | None = None,
+        hold_invalid: bool = True,
+        dry_run: bool = False,
+        policy: Policy | None = None,
+    ) -> CycleReport:
         """One real planning cycle (knapsack, unless ``policy``), as `coshare condor cycle`
         runs it."""
         client = client or self.client
@@ -82,27 +93,48 @@ class Pool:
 
     def submit(self, count: int = 1, sleep_s: float = 2, **extra: str) -> str:
         """Submit ``count`` test jobs; their cluster id."""
-        desc = {"executable": f"{WORK}/job.sh", "arguments": str(sleep_s), "initialdir": WORK,
-                "transfer_executable": "false", "request_memory": "64",
-                "output": f"{WORK}/out.$(Cluster).$(Process)",
-                "error": f"{WORK}/err.$(Cluster).$(Process)", **extra}
+        desc = {
+            "executable": f"{WORK}/job.sh",
+            "arguments": str(sleep_s),
+            "initialdir": WORK,
+            "transfer_executable": "false",
+            "request_memory": "64",
+            "output": f"{WORK}/out.$(Cluster).$(Process)",
+            "error": f"{WORK}/err.$(Cluster).$(Process)",
+            **extra,
+        }
         return str(self.schedd.submit(self.htcondor.Submit(desc), count=count).cluster())
 
     def jobs(self, constraint: str = "true") -> dict[str, dict[str, object]]:
         """The queue's jobs (projected like the Source reads them), by id."""
         out = {}
-        for values in self.client.job_ads(constraint, (*JOB_PROJECTION, "HoldReason",
-                                                       "Requirements", "CoshareUserRequirements")):
+        for values in self.client.job_ads(
+            constraint, (*JOB_PROJECTION, "HoldReason", "Requirements", "CoshareUserRequirements")
+        ):
             job = read_job(values)
             if job is not None:
                 out[job.id] = values
         return out
 
     def history(self, cluster: str) -> list[Any]:
-        return list(self.schedd.history(f"ClusterId == {cluster}", projection=[
-            "ClusterId", "ProcId", "LastRemoteHost", "CosharePlacedNode", "CosharePlacedDevices",
-            "CoshareManaged", "CoshareUserRequirements", "Requirements", "ExitCode",
-            "CoshareDeviceMemory", "CoshareDeviceThreads"]))
+        return list(
+            self.schedd.history(
+                f"ClusterId == {cluster}",
+                projection=[
+                    "ClusterId",
+                    "ProcId",
+                    "LastRemoteHost",
+                    "CosharePlacedNode",
+                    "CosharePlacedDevices",
+                    "CoshareManaged",
+                    "CoshareUserRequirements",
+                    "Requirements",
+                    "ExitCode",
+                    "CoshareDeviceMemory",
+                    "CoshareDeviceThreads",
+                ],
+            )
+        )
 
     def node_cores(self) -> int:
         """The cores of node1 (every node of the pool has as many)."""
@@ -126,8 +158,9 @@ class Pool:
                     raise
                 self.client.forget_schedd()
                 time.sleep(1)
-        wait_for(lambda: not self.client.job_ads("true", ("ClusterId",)), 60,
-                 "jobs to leave the queue")
+        wait_for(
+            lambda: not self.client.job_ads("true", ("ClusterId",)), 60, "jobs to leave the queue"
+        )
 
     def output(self, job_id: str) -> str:
         cluster, proc = job_id.split(".")
@@ -148,8 +181,10 @@ def start_pool(schedds: int = 1) -> Iterator[Pool]:
     """Start the pool (building the chroot the first time) with ``schedds`` schedds, yield
     it, stop it."""
     if os.geteuid() != 0:
-        raise AssertionError("the HTCondor integration tests need root: deploy/condor/pool "
-                             "builds a chroot and mounts into it (run make test as root)")
+        raise AssertionError(
+            "the HTCondor integration tests need root: deploy/condor/pool "
+            "builds a chroot and mounts into it (run make test as root)"
+        )
     pool("start", schedds=schedds)
     work = CHROOT / WORK.lstrip("/")
     work.mkdir(parents=True, exist_ok=True)
@@ -166,4 +201,3 @@ def start_pool(schedds: int = 1) -> Iterator[Pool]:
         yield Pool(client, htcondor2)
     finally:
         pool("stop")
-

@@ -16,29 +16,56 @@ from pathlib import Path
 COSHARE = str(Path(sys.executable).parent / "coshare")
 #: 18 runs of a few seconds each (about 37 CPU s, 20 s on two local processes on an idle
 #: machine): long enough that a worker job is cancelled while the sweep runs.
-SWEEP = ["simulate", "--workload", "uniform", "--nodes", "4", "--offload-share", "0.5",
-         "--seeds", "3", "--sweep", "jobs=800,1200,1600", "--policies", "exclusive,knapsack",
-         "--output", "json"]  # fmt: skip
+SWEEP = [
+    "simulate",
+    "--workload",
+    "uniform",
+    "--nodes",
+    "4",
+    "--offload-share",
+    "0.5",
+    "--seeds",
+    "3",
+    "--sweep",
+    "jobs=800,1200,1600",
+    "--policies",
+    "exclusive,knapsack",
+    "--output",
+    "json",
+]
 
 
 @functools.lru_cache(maxsize=1)
 def reference() -> str:
     """The sweep's JSON from local processes (computed once per test session)."""
-    done = subprocess.run([COSHARE, *SWEEP, "--workers", "2"], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "COSHARE_CONFIG": "/dev/null"})
+    done = subprocess.run(
+        [COSHARE, *SWEEP, "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COSHARE_CONFIG": "/dev/null"},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def sweep_with_a_cancel(config: Path, env: Mapping[str, str], workers: Callable[[], list[str]],
-                        cancel: Callable[[str], None]) -> subprocess.CompletedProcess[str]:
+def sweep_with_a_cancel(
+    config: Path,
+    env: Mapping[str, str],
+    workers: Callable[[], list[str]],
+    cancel: Callable[[str], None],
+) -> subprocess.CompletedProcess[str]:
     """Run the sweep with ``config`` (2 worker jobs); once both worker jobs run (``workers``
     lists the running ones), ``cancel`` one of them."""
     reference()
     out = err = None
-    proc = subprocess.Popen([COSHARE, "--config", str(config), *SWEEP, "--workers", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env})  # fmt: skip
+    proc = subprocess.Popen(
+        [COSHARE, "--config", str(config), *SWEEP, "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
     try:
         deadline = time.monotonic() + 180
         running: list[str] = []

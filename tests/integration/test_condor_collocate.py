@@ -59,9 +59,12 @@ IDLE = 1
 def cycle(live: Pool) -> CycleReport:
     """One real cycle of the collocate policy with lend slots on, as `coshare condor cycle`."""
     base = live.config()
-    config = replace(base, condor=replace(base.condor, lend_slots=True),
-                     collocate=replace(base.collocate, monitor_fraction=0.02),
-                     policy=replace(base.policy, name="collocate"))  # fmt: skip
+    config = replace(
+        base,
+        condor=replace(base.condor, lend_slots=True),
+        collocate=replace(base.collocate, monitor_fraction=0.02),
+        policy=replace(base.policy, name="collocate"),
+    )
     adapter = CondorAdapter(live.client, config)
     return run_cycle(adapter, make_policy("collocate", policy_options(config)), adapter)
 
@@ -73,20 +76,36 @@ def wait_cycling(live: Pool, check: Callable[[], bool], timeout_s: float, what: 
     last = ""
     while not check():
         if time.monotonic() >= deadline:
-            said = "" if report is None else (
-                f"\nlast plan: {report.plan.assignments}\nwaiting: {report.plan.unplaced}"
-                f"\nnotes: {report.plan.notes} {report.notes}\napplied: {report.apply}")
-            slots = [{k: a.get(k) for k in ("Name", "State", "Cpus", A.LEND_SLOT,
-                                            "GlobalJobId", A.HARVEST_FROM)}
-                     for a in live.client.slot_ads()]  # fmt: skip
-            pytest.fail(f"timed out after {timeout_s:.0f} s: {what}{said}\nslots: {slots}\n"
-                        f"jobs: {live.jobs()}")
+            said = (
+                ""
+                if report is None
+                else (
+                    f"\nlast plan: {report.plan.assignments}\nwaiting: {report.plan.unplaced}"
+                    f"\nnotes: {report.plan.notes} {report.notes}\napplied: {report.apply}"
+                )
+            )
+            slots = [
+                {
+                    k: a.get(k)
+                    for k in ("Name", "State", "Cpus", A.LEND_SLOT, "GlobalJobId", A.HARVEST_FROM)
+                }
+                for a in live.client.slot_ads()
+            ]
+            pytest.fail(
+                f"timed out after {timeout_s:.0f} s: {what}{said}\nslots: {slots}\n"
+                f"jobs: {live.jobs()}"
+            )
         report = cycle(live)
-        said_now = "; ".join([f"{u.job}: {u.reason}" for u in report.plan.unplaced]
-                             + [n for n in report.plan.notes if "lend" in n])
+        said_now = "; ".join(
+            [f"{u.job}: {u.reason}" for u in report.plan.unplaced]
+            + [n for n in report.plan.notes if "lend" in n]
+        )
         if said_now != last:  # what the planner says, when it changes (shown with -s)
-            print(f"{time.strftime('%H:%M:%S')} {said_now or '-'} "
-                  f"placed {[a.job for a in report.plan.assignments]}", flush=True)
+            print(
+                f"{time.strftime('%H:%M:%S')} {said_now or '-'} "
+                f"placed {[a.job for a in report.plan.assignments]}",
+                flush=True,
+            )
             last = said_now
         time.sleep(0.5)
 
@@ -116,11 +135,24 @@ def test_cpu_jobs_run_on_the_gpu_jobs_lent_core_in_a_lend_slot_with_disjoint_cpu
         (work / name).write_text(text)
         (work / name).chmod(0o755)
     nodes = len(live.node_of_machine())
-    gpu = live.submit(1, executable=f"{WORK}/low_load.py", arguments="200", request_cpus="2",
-                      **{"+CoshareDeviceMemory": "1000", "+CoshareDeviceThreads": "60",
-                         "+CoshareWalltime": "300", "+CoshareCopyBandwidth": "10"}) + ".0"
-    wait_cycling(live, lambda: live.jobs().get(gpu, {}).get("JobStatus") == RUNNING, 90,
-                 "the GPU job to run")  # fmt: skip
+    gpu = (
+        live.submit(
+            1,
+            executable=f"{WORK}/low_load.py",
+            arguments="200",
+            request_cpus="2",
+            **{
+                "+CoshareDeviceMemory": "1000",
+                "+CoshareDeviceThreads": "60",
+                "+CoshareWalltime": "300",
+                "+CoshareCopyBandwidth": "10",
+            },
+        )
+        + ".0"
+    )
+    wait_cycling(
+        live, lambda: live.jobs().get(gpu, {}).get("JobStatus") == RUNNING, 90, "the GPU job to run"
+    )
     ad = live.jobs()[gpu]
     startd = machine_of(str(ad["RemoteHost"])).split("@")[0]  # node1 .. node4
     gpu_global = str(ad["GlobalJobId"])
@@ -128,36 +160,81 @@ def test_cpu_jobs_run_on_the_gpu_jobs_lent_core_in_a_lend_slot_with_disjoint_cpu
     assert cpuset(startd, gpu_global) == {0, 1}
     # Every other node's own slot taken by an unannotated job: the lent core is the only room.
     fillers = live.submit(nodes - 1, sleep_s=300, request_cpus="2")
-    wait_cycling(live, lambda: sum(1 for i, j in live.jobs().items() if i.startswith(
-        fillers + ".") and j.get("JobStatus") == RUNNING) == nodes - 1, 90,
-        "the other nodes to fill")  # fmt: skip
+    wait_cycling(
+        live,
+        lambda: (
+            sum(
+                1
+                for i, j in live.jobs().items()
+                if i.startswith(fillers + ".") and j.get("JobStatus") == RUNNING
+            )
+            == nodes - 1
+        ),
+        90,
+        "the other nodes to fill",
+    )
     # The planner sees unannotated jobs only through the collector's claimed slots, which
     # lag the schedd by an update interval: wait until it shows them all.
-    wait_cycling(live, lambda: len({r.node for r in parse_slots(live.client.slot_ads(), {}).running
-                                    if r.cpu_milli == 2000}) == nodes, 30,
-                 "the collector to show every node's own slot claimed")  # fmt: skip
+    wait_cycling(
+        live,
+        lambda: (
+            len(
+                {
+                    r.node
+                    for r in parse_slots(live.client.slot_ads(), {}).running
+                    if r.cpu_milli == 2000
+                }
+            )
+            == nodes
+        ),
+        30,
+        "the collector to show every node's own slot claimed",
+    )
     # An unannotated job that would fit only a lend slot: it never runs while they are full.
     plain = live.submit(1, sleep_s=1, request_cpus="1") + ".0"
-    cpu = [live.submit(1, executable=f"{WORK}/report.sh", arguments="", request_cpus="1",
-                       **{"+CoshareKind": '"cpu"', "+CoshareWalltime": "40"}) + ".0"
-           for _ in range(2)]  # fmt: skip
+    cpu = [
+        live.submit(
+            1,
+            executable=f"{WORK}/report.sh",
+            arguments="",
+            request_cpus="1",
+            **{"+CoshareKind": '"cpu"', "+CoshareWalltime": "40"},
+        )
+        + ".0"
+        for _ in range(2)
+    ]
 
     seen: dict[str, tuple[set[int], set[int], str]] = {}
     for job in cpu:
+
         def running(job: str = job) -> bool:
             now = live.jobs()
             assert now[plain]["JobStatus"] == IDLE, now[plain]  # never in a lend slot
             if now.get(gpu, {}).get("JobStatus") != RUNNING:
-                gone = live.schedd.history(f"ClusterId == {gpu.split('.')[0]}", projection=[
-                    "ExitCode", "ExitBySignal", "HoldReason", "RemoveReason", "JobStatus",
-                    "RemoteWallClockTime", "NumJobStarts"])  # fmt: skip
-                pytest.fail(f"the GPU job ended before the CPU jobs ran: {now.get(gpu)} "
-                            f"{[dict(a) for a in gone]}\n{now}\n{live.output(gpu)}")
+                gone = live.schedd.history(
+                    f"ClusterId == {gpu.split('.')[0]}",
+                    projection=[
+                        "ExitCode",
+                        "ExitBySignal",
+                        "HoldReason",
+                        "RemoveReason",
+                        "JobStatus",
+                        "RemoteWallClockTime",
+                        "NumJobStarts",
+                    ],
+                )
+                pytest.fail(
+                    f"the GPU job ended before the CPU jobs ran: {now.get(gpu)} "
+                    f"{[dict(a) for a in gone]}\n{now}\n{live.output(gpu)}"
+                )
             assert now[job]["JobStatus"] in (IDLE, RUNNING), now[job]
             if now[job]["JobStatus"] != RUNNING:
                 return False
-            seen[job] = (cpuset(startd, str(now[job]["GlobalJobId"])),
-                         cpuset(startd, gpu_global), str(now[job]["RemoteHost"]))  # fmt: skip
+            seen[job] = (
+                cpuset(startd, str(now[job]["GlobalJobId"])),
+                cpuset(startd, gpu_global),
+                str(now[job]["RemoteHost"]),
+            )
             return True
 
         wait_cycling(live, running, 120, f"CPU job {job} to run on the lent core")
@@ -169,17 +246,23 @@ def test_cpu_jobs_run_on_the_gpu_jobs_lent_core_in_a_lend_slot_with_disjoint_cpu
         if job == cpu[0]:  # one core to lend: the other waits, with the numbers
             waiting = live.jobs()[cpu[1]]
             assert waiting["JobStatus"] == IDLE
-            assert "largest harvest open is 0 cores of GPU job" in \
-                str(waiting.get(A.WAIT_REASON)), waiting.get(A.WAIT_REASON)  # fmt: skip
-        wait_cycling(live, lambda job=job: job not in live.jobs(), 60,  # type: ignore[misc]
-                     f"CPU job {job} to end")  # fmt: skip
+            assert "largest harvest open is 0 cores of GPU job" in str(
+                waiting.get(A.WAIT_REASON)
+            ), waiting.get(A.WAIT_REASON)
+        wait_cycling(
+            live,
+            lambda job=job: job not in live.jobs(),
+            60,  # type: ignore[misc]
+            f"CPU job {job} to end",
+        )
         deadline = time.monotonic() + 10
         while cpuset(startd, gpu_global) != {0, 1}:  # its end gave the core back
             assert time.monotonic() < deadline, cpuset(startd, gpu_global)
             time.sleep(0.2)
         out = live.output(job)
         assert set(parse_cpu_list(out.split("Cpus_allowed_list:")[1].split()[0])) == mine, out
-        [done] = live.schedd.history(f"ClusterId == {job.split('.')[0]}",
-                                     projection=["ExitCode", "LastRemoteHost"])  # fmt: skip
+        [done] = live.schedd.history(
+            f"ClusterId == {job.split('.')[0]}", projection=["ExitCode", "LastRemoteHost"]
+        )
         assert done["ExitCode"] == 0 and str(done["LastRemoteHost"]).startswith("slot2_")
     assert live.jobs()[plain]["JobStatus"] == IDLE

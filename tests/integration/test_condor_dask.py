@@ -21,8 +21,9 @@ def test_sweep_on_condor_worker_jobs_matches_local_and_survives_condor_rm(live: 
     config = CHROOT / "pool" / "dask.yaml"
 
     def workers() -> list[str]:
-        ads = live.client.job_ads("DaskWorkerName =!= undefined && JobStatus == 2",
-                                  ("ClusterId", "ProcId"))  # fmt: skip
+        ads = live.client.job_ads(
+            "DaskWorkerName =!= undefined && JobStatus == 2", ("ClusterId", "ProcId")
+        )
         return [f"{ad['ClusterId']}.{ad['ProcId']}" for ad in ads]
 
     cancelled: list[str] = []

@@ -33,16 +33,25 @@ def node_command(index: str, *argv: str) -> str:
     """``coshare node ...`` with one pool node's configuration (root on the host, as the
     pool's node daemons run)."""
     env = {**os.environ, "COSHARE_CONFIG": str(CHROOT / "pool" / "coshare" / f"{index}.yaml")}
-    done = subprocess.run([f"{COSHARE_BIN}/coshare", "node", *argv], env=env, text=True,
-                          capture_output=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [f"{COSHARE_BIN}/coshare", "node", *argv],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
 def show(config: Path) -> dict[str, object]:
-    done = subprocess.run([f"{COSHARE_BIN}/coshare", "--config", str(config), "condor", "show",
-                           "--output", "json"], capture_output=True, text=True, timeout=120,
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        [f"{COSHARE_BIN}/coshare", "--config", str(config), "condor", "show", "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
@@ -50,14 +59,19 @@ def test_probe_and_load_reach_the_planner_and_a_frozen_job_is_frozen(
     live: Pool, tmp_path: Path
 ) -> None:
     core = min(os.sched_getaffinity(0))
-    probed = json.loads(node_command("node1", "probe", "membw", "--init", "--cpus", str(core),
-                                     "--output", "json"))  # fmt: skip
+    probed = json.loads(
+        node_command("node1", "probe", "membw", "--init", "--cpus", str(core), "--output", "json")
+    )
     gbps = probed["probe"]["gbps"]
     script = CHROOT / WORK.lstrip("/") / "busy.py"
     script.write_text(BUSY)
     script.chmod(0o755)
-    cluster = live.submit(1, executable=f"{WORK}/busy.py", arguments="",
-                          **{"+CoshareDeviceMemory": "512", "+CoshareDeviceThreads": "10"})
+    cluster = live.submit(
+        1,
+        executable=f"{WORK}/busy.py",
+        arguments="",
+        **{"+CoshareDeviceMemory": "512", "+CoshareDeviceThreads": "10"},
+    )
     job = f"{cluster}.0"
     report = live.cycle()
     assert [a.job for a in report.plan.assignments] == [job], report.plan.unplaced
@@ -71,8 +85,11 @@ def test_probe_and_load_reach_the_planner_and_a_frozen_job_is_frozen(
         snap = show(config)
         nodes = {n["name"]: n for n in snap["nodes"]}  # type: ignore[index,union-attr]
         running = [r for r in snap["running"] if r["id"] == job]  # type: ignore[index,union-attr]
-        if nodes["node1"].get("membw_avail_gbps") is None or not running or \
-                running[0].get("cpu_load_cores") is None:  # fmt: skip
+        if (
+            nodes["node1"].get("membw_avail_gbps") is None
+            or not running
+            or running[0].get("cpu_load_cores") is None
+        ):
             return None
         return {"node": nodes["node1"], "job": running[0]}
 
@@ -92,16 +109,22 @@ def test_probe_and_load_reach_the_planner_and_a_frozen_job_is_frozen(
     # The machine ad carries the line the node daemon wrote, and the job under its node id.
     local = node_job_id(str(ad["GlobalJobId"]))
     name = live.node_of_machine()[machine_of(str(ad["RemoteHost"]))]
-    texts = {str(a["CoshareNodeFacts"]) for a in live.client.slot_ads()
-             if a.get("CoshareNodeName") == name and a.get("CoshareNodeFacts")}  # fmt: skip
+    texts = {
+        str(a["CoshareNodeFacts"])
+        for a in live.client.slot_ads()
+        if a.get("CoshareNodeName") == name and a.get("CoshareNodeFacts")
+    }
     assert any(local in {x.job for x in parse_facts(t).loads} for t in texts)
 
     # FREEZE over the job's node's control socket: the kernel's freezer says FROZEN; THAW.
-    state = Path("/sys/fs/cgroup/freezer") / f"coshare-pool-{startd}" / f"job-{local}" / \
-        "freezer.state"  # fmt: skip
+    state = (
+        Path("/sys/fs/cgroup/freezer") / f"coshare-pool-{startd}" / f"job-{local}" / "freezer.state"
+    )
     assert node_command(startd, "freeze", "--job", local).strip() == f"job {local} frozen"
     assert state.read_text().strip() == "FROZEN"
     assert node_command(startd, "thaw", "--job", local).strip() == f"job {local} thawed"
-    assert node_command(startd, "thaw", "--job", local).strip() == \
-        f"job {local} was not frozen; nothing done"  # fmt: skip
+    assert (
+        node_command(startd, "thaw", "--job", local).strip()
+        == f"job {local} was not frozen; nothing done"
+    )
     assert state.read_text().strip() == "THAWED"

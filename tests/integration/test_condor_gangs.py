@@ -16,19 +16,28 @@ from tests.integration.test_condor_pool import DEVICES, DyingClient, annotated
 pytestmark = [pytest.mark.integration, pytest.mark.condor]
 
 
-def submit_gang(live: Pool, machines: int = 2, sleep_s: float = 3, to: Any = None,
-                **extra: str) -> str:  # fmt: skip
+def submit_gang(
+    live: Pool, machines: int = 2, sleep_s: float = 3, to: Any = None, **extra: str
+) -> str:
     """A parallel-universe job of ``machines`` machines (to schedd ``to``, else the pool's
     only one); each node writes out.C.<node>."""
-    desc = {"universe": "parallel", "machine_count": str(machines),
-            "executable": f"{WORK}/job.sh", "arguments": str(sleep_s), "initialdir": WORK,
-            "transfer_executable": "false", "request_memory": "64", "request_cpus": "1",
-            "should_transfer_files": "NO",
-            # the job ends when every node's process has (by default node 0's end kills the
-            # others, perhaps before they print what they saw)
-            "+ParallelShutdownPolicy": '"WAIT_FOR_ALL"',
-            "output": f"{WORK}/out.$(Cluster).$(Node)", "error": f"{WORK}/err.$(Cluster).$(Node)",
-            **extra}  # fmt: skip
+    desc = {
+        "universe": "parallel",
+        "machine_count": str(machines),
+        "executable": f"{WORK}/job.sh",
+        "arguments": str(sleep_s),
+        "initialdir": WORK,
+        "transfer_executable": "false",
+        "request_memory": "64",
+        "request_cpus": "1",
+        "should_transfer_files": "NO",
+        # the job ends when every node's process has (by default node 0's end kills the
+        # others, perhaps before they print what they saw)
+        "+ParallelShutdownPolicy": '"WAIT_FOR_ALL"',
+        "output": f"{WORK}/out.$(Cluster).$(Node)",
+        "error": f"{WORK}/err.$(Cluster).$(Node)",
+        **extra,
+    }
     return str((to or live.schedd).submit(live.htcondor.Submit(desc), count=1).cluster())
 
 
@@ -57,9 +66,7 @@ def schedlog_length() -> int:
     return len((CHROOT / "pool" / "log" / "SchedLog").read_text(errors="replace").splitlines())
 
 
-def test_a_two_node_parallel_job_runs_on_the_nodes_and_devices_coshare_planned(
-    live: Pool
-) -> None:
+def test_a_two_node_parallel_job_runs_on_the_nodes_and_devices_coshare_planned(live: Pool) -> None:
     # Each machine's slot takes every core of a node (the pool's nodes have min(4, this
     # host's cores) with the node helpers): HTCondor's dedicated scheduler matches all
     # machine_count slots against one Requirements and can take two dynamic slots of one
@@ -102,8 +109,11 @@ def _two_node_gang_runs_as_planned(live: Pool) -> None:
     assert others == {f"{singles}.0", f"{singles}.1"}
 
     try:
-        wait_for(lambda: not live.jobs(f"ClusterId == {cluster} || ClusterId == {singles}"), 180,
-                 "the parallel job and the single-node jobs to finish")  # fmt: skip
+        wait_for(
+            lambda: not live.jobs(f"ClusterId == {cluster} || ClusterId == {singles}"),
+            180,
+            "the parallel job and the single-node jobs to finish",
+        )
     except AssertionError as exc:  # say what the queue and the dedicated scheduler show
         left = {j: (ad.get("JobStatus"), ad.get("HoldReason")) for j, ad in live.jobs().items()}
         said = race_lines(0)
@@ -155,8 +165,12 @@ def assert_gangs_whole(live: Pool) -> int:
 
 def test_a_cycle_killed_between_a_gangs_writes_leaves_it_whole_or_unplaced(live: Pool) -> None:
     for _ in range(3):
-        submit_gang(live, requirements="CoshareNeverStart =?= true",
-                    request_cpus=str(live.node_cores()), **annotated(3000, 60))  # fmt: skip
+        submit_gang(
+            live,
+            requirements="CoshareNeverStart =?= true",
+            request_cpus=str(live.node_cores()),
+            **annotated(3000, 60),
+        )
     deaths = 0
     for budget in range(30):  # die after 0, 1, 2, ... transactions, until a cycle completes
         try:

@@ -20,24 +20,55 @@ SHAPES = ((4, 1, 64, 1), (4, 2, 128, 2), (4, 1, 256, 3))
 
 
 def simulate(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([COSHARE, "--config", str(config), "simulate", "--workload",
-                           "condor-history", "--policies", "exclusive,knapsack", "--output",
-                           "json", *args], capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [
+            COSHARE,
+            "--config",
+            str(config),
+            "simulate",
+            "--workload",
+            "condor-history",
+            "--policies",
+            "exclusive,knapsack",
+            "--output",
+            "json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_replay_has_the_jobs_that_ran_with_their_cores_memory_run_times_and_owners(
-    live: Pool, tmp_path: Path,
+    live: Pool,
+    tmp_path: Path,
 ) -> None:
     since = int(time.time()) - 1
-    clusters = {live.submit(count, sleep_s=sleep, request_cpus=str(cores),
-                            request_memory=str(memory)): (cores, memory, sleep)
-                for count, cores, memory, sleep in SHAPES}  # fmt: skip
+    clusters = {
+        live.submit(count, sleep_s=sleep, request_cpus=str(cores), request_memory=str(memory)): (
+            cores,
+            memory,
+            sleep,
+        )
+        for count, cores, memory, sleep in SHAPES
+    }
     wait_for(lambda: not live.jobs(), 180, "the jobs to run and leave the queue")
     truth = {}
     for cluster, (cores, memory, sleep) in clusters.items():
-        ads = list(live.schedd.history(f"ClusterId == {cluster}", projection=[
-            "ClusterId", "ProcId", "Owner", "JobCurrentStartDate", "CompletionDate",
-            "ExitCode"]))  # fmt: skip
+        ads = list(
+            live.schedd.history(
+                f"ClusterId == {cluster}",
+                projection=[
+                    "ClusterId",
+                    "ProcId",
+                    "Owner",
+                    "JobCurrentStartDate",
+                    "CompletionDate",
+                    "ExitCode",
+                ],
+            )
+        )
         assert len(ads) == 4
         for ad in ads:
             assert ad["ExitCode"] == 0
@@ -62,15 +93,17 @@ def test_the_replay_has_the_jobs_that_ran_with_their_cores_memory_run_times_and_
 
     # The same from saved files, as an admin copies them off the central manager.
     history = tmp_path / "history.json"
-    history.write_text(pool_exec("condor_history", "-json", "-constraint",
-                                 f"CompletionDate >= {since}"))  # fmt: skip
+    history.write_text(
+        pool_exec("condor_history", "-json", "-constraint", f"CompletionDate >= {since}")
+    )
     slots = tmp_path / "slots.json"
     slots.write_text(pool_exec("condor_status", "-json"))
     saved = simulate(config, "--history-file", str(history), "--nodes-file", str(slots))
     assert saved.returncode == 0, saved.stderr
     again = {j["id"]: j for j in json.loads(saved.stdout)["jobs"]}
-    assert {k: (v["user"], v["cores"], v["run_s"]) for k, v in again.items() if k in truth} \
-        == {k: (o, c, r) for k, (o, c, _, r) in truth.items()}  # fmt: skip
+    assert {k: (v["user"], v["cores"], v["run_s"]) for k, v in again.items() if k in truth} == {
+        k: (o, c, r) for k, (o, c, _, r) in truth.items()
+    }
 
     # Bad records: one message each, naming the job and the field; the rest replay.
     ads = json.loads(history.read_text())
@@ -89,5 +122,6 @@ def test_the_replay_has_the_jobs_that_ran_with_their_cores_memory_run_times_and_
 
 
 def pool_exec(*argv: str) -> str:
-    return subprocess.run([str(POOL_SCRIPT), "exec", *argv], capture_output=True, text=True,
-                          check=True, timeout=120).stdout  # fmt: skip
+    return subprocess.run(
+        [str(POOL_SCRIPT), "exec", *argv], capture_output=True, text=True, check=True, timeout=120
+    ).stdout

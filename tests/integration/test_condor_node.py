@@ -41,8 +41,12 @@ def test_colocated_jobs_are_confined_and_a_hog_is_held_with_the_reason(live: Poo
     script.chmod(0o755)
     tag = f"{os.getpid()}-{next(_tags)}"
     hog_mark, calm_mark = f"{WORK}/hog-{tag}", f"{WORK}/calm-{tag}"
-    common = {"executable": f"{WORK}/node_job.py", "request_memory": "100",
-              "+CoshareDeviceMemory": "1024", "+CoshareDeviceThreads": "60"}  # fmt: skip
+    common = {
+        "executable": f"{WORK}/node_job.py",
+        "request_memory": "100",
+        "+CoshareDeviceMemory": "1024",
+        "+CoshareDeviceThreads": "60",
+    }
     hog = live.submit(1, **common, arguments=f"400 {hog_mark} {calm_mark}")
     calm = live.submit(1, **common, arguments=f"0 {calm_mark} {hog_mark}")
     report = live.cycle()
@@ -56,7 +60,8 @@ def test_colocated_jobs_are_confined_and_a_hog_is_held_with_the_reason(live: Poo
 
     wait_for(hold_reason, 120, "the memory hog to be held")
     assert hold_reason().startswith(
-        f"coshare killed job {hog}.0: its host memory went over the declared 100 MiB")
+        f"coshare killed job {hog}.0: its host memory went over the declared 100 MiB"
+    )
     wait_for(lambda: f"{calm}.0" not in live.jobs(), 120, "the neighbour to complete")
     (calm_ad,) = live.history(calm)
     assert calm_ad["ExitCode"] == 0

@@ -49,8 +49,10 @@ SIZES = [2500, 3000, 3500, 2000]
 def two_schedds() -> Iterator[Pool]:
     """The pool with two schedds, for this module only; a pool already running (another
     module's, one schedd) is stopped first and started again afterwards."""
-    was_running = subprocess.run([str(POOL_SCRIPT), "status"], capture_output=True,
-                                 timeout=60).returncode == 0  # fmt: skip
+    was_running = (
+        subprocess.run([str(POOL_SCRIPT), "status"], capture_output=True, timeout=60).returncode
+        == 0
+    )
     if was_running:
         pool("stop")
     try:
@@ -67,8 +69,9 @@ def two_schedds() -> Iterator[Pool]:
 
 
 @pytest.fixture
-def engine_and_planners(two_schedds: Pool,
-                        tmp_path: Path) -> Iterator[tuple[Postgres, dict[str, Path]]]:  # fmt: skip
+def engine_and_planners(
+    two_schedds: Pool, tmp_path: Path
+) -> Iterator[tuple[Postgres, dict[str, Path]]]:
     with running_postgres() as engine:
         yield engine, configs(engine, tmp_path)
     for name in SCHEDDS.values():
@@ -85,13 +88,21 @@ def configs(engine: Postgres, tmp_path: Path) -> dict[str, Path]:
     out = {}
     for planner, name in SCHEDDS.items():
         config = {
-            "condor": {"config_file": str(CLIENT_CONFIG), "schedd": name,
-                       "lock_file": str(tmp_path / f"{planner}.lock")},
+            "condor": {
+                "config_file": str(CLIENT_CONFIG),
+                "schedd": name,
+                "lock_file": str(tmp_path / f"{planner}.lock"),
+            },
             # fence_every_s 0: the lease checked before every queue transaction (the
             # engine-stop test stops the engine after the first)
-            "coordination": {"dsn": dsn, "domain": f"condor-{planner}", "instance": "cm",
-                             "lease_s": LEASE_S, "fence_every_s": 0},
-        }  # fmt: skip
+            "coordination": {
+                "dsn": dsn,
+                "domain": f"condor-{planner}",
+                "instance": "cm",
+                "lease_s": LEASE_S,
+                "fence_every_s": 0,
+            },
+        }
         out[planner] = tmp_path / f"{planner}.yaml"
         out[planner].write_text(yaml.safe_dump(config))
     return out
@@ -123,57 +134,87 @@ def schedd(live: Pool, name: str) -> Any:
     deadline = time.monotonic() + 60
     while True:
         try:
-            return htc.Schedd(htc.Collector(live.client.collector_name).locate(
-                htc.DaemonType.Schedd, name))  # fmt: skip
+            return htc.Schedd(
+                htc.Collector(live.client.collector_name).locate(htc.DaemonType.Schedd, name)
+            )
         except htc.HTCondorException:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
 
 
-def submit(live: Pool, planner: str, count: int, memory_mib: int | None = None,
-           **extra: str) -> dict[str, int]:  # fmt: skip
+def submit(
+    live: Pool, planner: str, count: int, memory_mib: int | None = None, **extra: str
+) -> dict[str, int]:
     """``count`` annotated jobs on ``planner``'s schedd; ``{planner:cluster.proc: memory}``."""
     jobs = {}
     for i in range(count):
         memory = memory_mib or SIZES[(i + (planner == "b")) % len(SIZES)]
-        desc = {"executable": f"{WORK}/job.sh", "arguments": str(3 + i % 2),
-                "initialdir": WORK, "transfer_executable": "false", "request_memory": "64",
-                "output": f"{WORK}/out.{planner}.$(Cluster).$(Process)",
-                "error": f"{WORK}/err.{planner}.$(Cluster).$(Process)",
-                **annotated(memory, 60), **extra}  # fmt: skip
+        desc = {
+            "executable": f"{WORK}/job.sh",
+            "arguments": str(3 + i % 2),
+            "initialdir": WORK,
+            "transfer_executable": "false",
+            "request_memory": "64",
+            "output": f"{WORK}/out.{planner}.$(Cluster).$(Process)",
+            "error": f"{WORK}/err.{planner}.$(Cluster).$(Process)",
+            **annotated(memory, 60),
+            **extra,
+        }
         result = schedd(live, SCHEDDS[planner]).submit(live.htcondor.Submit(desc), count=1)
         jobs[f"{planner}:{result.cluster()}.0"] = memory
     return jobs
 
 
 def cycle(config: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([COSHARE, "--config", str(config), "condor", "cycle"], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [COSHARE, "--config", str(config), "condor", "cycle"],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def queued(live: Pool, planner: str) -> list[Any]:
-    return list(schedd(live, SCHEDDS[planner]).query("true", projection=[
-        "ClusterId", "ProcId", "CosharePlacedNode", "CosharePlacedDevices",
-        "CoshareDeviceMemory"]))  # fmt: skip
+    return list(
+        schedd(live, SCHEDDS[planner]).query(
+            "true",
+            projection=[
+                "ClusterId",
+                "ProcId",
+                "CosharePlacedNode",
+                "CosharePlacedDevices",
+                "CoshareDeviceMemory",
+            ],
+        )
+    )
 
 
 def test_two_schedds_planners_never_book_a_device_beyond_its_memory(
-        two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
+    two_schedds: Pool, planners: dict[str, Path]
+) -> None:
     live = two_schedds
     jobs = {**submit(live, "a", 10), **submit(live, "b", 10)}
     rounds, lost = cycle_both_until_done(live, planners, 300)
     nodes = live.node_of_machine()
     spans: Spans = defaultdict(list)
     for planner, name in SCHEDDS.items():
-        for ad in schedd(live, name).history("true", projection=[
-                "ClusterId", "ProcId", "LastRemoteHost", "CosharePlacedNode",
-                "CosharePlacedDevices", "ExitCode"]):  # fmt: skip
+        for ad in schedd(live, name).history(
+            "true",
+            projection=[
+                "ClusterId",
+                "ProcId",
+                "LastRemoteHost",
+                "CosharePlacedNode",
+                "CosharePlacedDevices",
+                "ExitCode",
+            ],
+        ):
             job = f"{planner}:{ad['ClusterId']}.{ad['ProcId']}"
             node = nodes[machine_of(ad["LastRemoteHost"])]
             devices = tuple(str(ad["CosharePlacedDevices"]).split(","))
             assert ad["ExitCode"] == 0 and node == ad["CosharePlacedNode"], ad
-            out = (CHROOT / WORK.lstrip("/") / f"out.{planner}.{ad['ClusterId']}.{ad['ProcId']}")
+            out = CHROOT / WORK.lstrip("/") / f"out.{planner}.{ad['ClusterId']}.{ad['ProcId']}"
             start, end, seen = out.read_text().splitlines()[0].split()
             assert seen == ",".join(devices)
             for device in devices:
@@ -184,16 +225,22 @@ def test_two_schedds_planners_never_book_a_device_beyond_its_memory(
     # the policy packs each planner's jobs, so "at once" is up to the race).
     shared = [d for d, runs in spans.items() if len({p for *_, p in runs}) == 2]
     assert shared, f"no device ran jobs of both schedds: {dict(spans)}"
-    print(f"{rounds} rounds of two cycles; {lost} cycles lost jobs to the other's claims; "
-          f"{len(shared)} devices ran jobs of both schedds, {at_once} starts beside a job of "
-          "the other schedd")
+    print(
+        f"{rounds} rounds of two cycles; {lost} cycles lost jobs to the other's claims; "
+        f"{len(shared)} devices ran jobs of both schedds, {at_once} starts beside a job of "
+        "the other schedd"
+    )
 
 
 Spans = dict[tuple[str, str], list[tuple[float, float, int, str]]]
 
 
-def cycle_both_until_done(live: Pool, planners: dict[str, Path], within_s: float,
-                          each_round: Callable[[], None] | None = None) -> tuple[int, int]:
+def cycle_both_until_done(
+    live: Pool,
+    planners: dict[str, Path],
+    within_s: float,
+    each_round: Callable[[], None] | None = None,
+) -> tuple[int, int]:
     """Both planners' cycles at the same moment, round after round (``each_round`` after
     each), until both queues are empty; how many rounds, and how many cycles lost jobs to
     the other's claims."""
@@ -242,9 +289,16 @@ def booked(live: Pool) -> dict[tuple[str, str], int]:
     on each of its nodes, per device."""
     load: dict[tuple[str, str], int] = defaultdict(int)
     for name in SCHEDDS.values():
-        for ad in schedd(live, name).query("true", projection=[
-                "CosharePlacedNode", "CosharePlacedDevices", "CosharePlacedNodes",
-                "CosharePlacedNodeDevices", "CoshareDeviceMemory"]):  # fmt: skip
+        for ad in schedd(live, name).query(
+            "true",
+            projection=[
+                "CosharePlacedNode",
+                "CosharePlacedDevices",
+                "CosharePlacedNodes",
+                "CosharePlacedNodeDevices",
+                "CoshareDeviceMemory",
+            ],
+        ):
             if ad.get("CosharePlacedNodes"):
                 parts = zip(ad["CosharePlacedNodes"], ad["CosharePlacedNodeDevices"], strict=True)
             elif ad.get("CosharePlacedNode"):
@@ -260,14 +314,21 @@ def booked(live: Pool) -> dict[tuple[str, str], int]:
 def live_claims(dsn: str, planner: str) -> dict[tuple[str, str], int]:
     """The planner's live claims: device memory per device."""
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT node, device, sum(memory_mib) FROM coshare_live_claims "
-                            "WHERE planner = %s GROUP BY node, device", (planner,)).fetchall()
+        rows = conn.execute(
+            "SELECT node, device, sum(memory_mib) FROM coshare_live_claims "
+            "WHERE planner = %s GROUP BY node, device",
+            (planner,),
+        ).fetchall()
     return {(str(node), str(device)): int(mib) for node, device, mib in rows}
 
 
 def cycle_of(config: Path) -> None:
-    done = subprocess.run([COSHARE, "--config", str(config), "condor", "cycle"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [COSHARE, "--config", str(config), "condor", "cycle"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -277,7 +338,8 @@ def within_memory(load: dict[tuple[str, str], int]) -> None:
 
 
 def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
-        two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
+    two_schedds: Pool, planners: dict[str, Path]
+) -> None:
     live = two_schedds
     never = {"requirements": "CoshareNeverStart =?= true"}  # open gates stay open
     dsn = yaml.safe_load(planners["b"].read_text())["coordination"]["dsn"]
@@ -289,9 +351,21 @@ def test_a_planner_sigkilled_mid_cycle_leaves_both_queues_consistent(
     submit(live, "b", 2, 5000, **never)
     # b dies after two edits of its second cycle: claims made for the new jobs, their
     # placements half written, no gate of them open.
-    killed = subprocess.run([sys.executable, "-m", "tests.integration.condor_cycle_with_faults",
-                             "--config", str(planners["b"]), "--kill-after-edit", "2"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.condor_cycle_with_faults",
+            "--config",
+            str(planners["b"]),
+            "--kill-after-edit",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     killed_at = time.monotonic()
     assert killed.returncode == -9, killed.stdout + killed.stderr
     claims = live_claims(dsn, "condor-b")
@@ -318,7 +392,8 @@ Planners = tuple[Postgres, dict[str, Path]]
 
 
 def test_the_engine_stopped_mid_cycle_and_restarted(
-        two_schedds: Pool, engine_and_planners: Planners) -> None:  # fmt: skip
+    two_schedds: Pool, engine_and_planners: Planners
+) -> None:
     """The engine stops right after planner b's first queue edit: the fence before its next
     transaction finds no engine, so it stops there with no gate opened (the gate is written
     last) and exits 1 naming the address; planner a then finds no engine, writes nothing
@@ -330,17 +405,34 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
     submit(live, "b", 4, 5000, **never)
     try:
         stopped = subprocess.run(
-            [sys.executable, "-m", "tests.integration.condor_cycle_with_faults", "--config",
-             str(planners["b"]), "--stop-engine-after-edit", "1", "--engine", str(engine.dir)],
-            cwd=ROOT, capture_output=True, text=True, timeout=180)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.condor_cycle_with_faults",
+                "--config",
+                str(planners["b"]),
+                "--stop-engine-after-edit",
+                "1",
+                "--engine",
+                str(engine.dir),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert not engine.running(), "the engine still runs"
         said = stopped.stdout + stopped.stderr
         assert stopped.returncode == 1, said
         assert f"127.0.0.1:{engine.port}" in said and "stopped between two batches" in said, said
         assert not any(ad.get("CosharePlacedNode") for ad in queued(live, "b")), said
         submit(live, "a", 3, 5000, **never)
-        other = subprocess.run([COSHARE, "--config", str(planners["a"]), "condor", "cycle"],
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        other = subprocess.run(
+            [COSHARE, "--config", str(planners["a"]), "condor", "cycle"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         said = other.stdout + other.stderr
         assert other.returncode == 1, said
         assert f"127.0.0.1:{engine.port}" in said and "unreachable" in said, said
@@ -359,7 +451,8 @@ GANG_MEMORY_MIB = 3000
 
 
 def test_a_gang_of_one_planner_and_the_other_planners_jobs_never_book_a_device_twice(
-        two_schedds: Pool, planners: dict[str, Path]) -> None:  # fmt: skip
+    two_schedds: Pool, planners: dict[str, Path]
+) -> None:
     """Gangs with two planners, as HTCondor allows
     them: parallel-universe jobs run from one dedicated scheduler per pool (deploy/condor/pool
     names schedd a), so the gang is planner a's, over two nodes, and planner b's single-node
@@ -374,15 +467,19 @@ def test_a_gang_of_one_planner_and_the_other_planners_jobs_never_book_a_device_t
         since = schedlog_length()
         # Whole-node slots for the gang: HTCondor's dedicated scheduler may take two dynamic
         # slots of one node for it otherwise (docs/deploy-htcondor.md).
-        gang = submit_gang(live, to=schedd(live, SCHEDDS["a"]),
-                           request_cpus=str(live.node_cores()),
-                           **annotated(GANG_MEMORY_MIB, 60))  # fmt: skip
+        gang = submit_gang(
+            live,
+            to=schedd(live, SCHEDDS["a"]),
+            request_cpus=str(live.node_cores()),
+            **annotated(GANG_MEMORY_MIB, 60),
+        )
         singles = submit(live, "b", 6)
         try:
             # After every round: what both queues have placed (open gates, running jobs,
             # the gang on both its nodes) within every device's memory.
-            rounds, lost = cycle_both_until_done(live, planners, 300,
-                                                 lambda: within_memory(booked(live)))
+            rounds, lost = cycle_both_until_done(
+                live, planners, 300, lambda: within_memory(booked(live))
+            )
             break
         except AssertionError as exc:
             # HTCondor's own claim race of the dedicated scheduler (test_condor_gangs.RACE)
@@ -392,10 +489,14 @@ def test_a_gang_of_one_planner_and_the_other_planners_jobs_never_book_a_device_t
                 raise
             for name in SCHEDDS.values():
                 schedd(live, name).act(live.htcondor.JobAction.Remove, "true")
-    [ended] = schedd(live, SCHEDDS["a"]).history(f"ClusterId == {gang}", projection=[
-        "ExitCode", "CosharePlacedNodes", "CosharePlacedNodeDevices"])  # fmt: skip
-    placed = [(str(n), str(d)) for n, d in zip(ended["CosharePlacedNodes"],
-                                               ended["CosharePlacedNodeDevices"], strict=True)]
+    [ended] = schedd(live, SCHEDDS["a"]).history(
+        f"ClusterId == {gang}",
+        projection=["ExitCode", "CosharePlacedNodes", "CosharePlacedNodeDevices"],
+    )
+    placed = [
+        (str(n), str(d))
+        for n, d in zip(ended["CosharePlacedNodes"], ended["CosharePlacedNodeDevices"], strict=True)
+    ]
     assert ended["ExitCode"] == 0 and len({n for n, _ in placed}) == 2, ended
     spans: Spans = defaultdict(list)
     seen = []
@@ -410,7 +511,7 @@ def test_a_gang_of_one_planner_and_the_other_planners_jobs_never_book_a_device_t
         job = f"b:{ad['ClusterId']}.{ad['ProcId']}"
         if job not in singles:
             continue  # an earlier attempt's, removed
-        out = (CHROOT / WORK.lstrip("/") / f"out.b.{ad['ClusterId']}.{ad['ProcId']}")
+        out = CHROOT / WORK.lstrip("/") / f"out.b.{ad['ClusterId']}.{ad['ProcId']}"
         start, end, devices = out.read_text().splitlines()[0].split()
         node = out.read_text().splitlines()[1]
         for device in devices.split(","):
@@ -419,6 +520,8 @@ def test_a_gang_of_one_planner_and_the_other_planners_jobs_never_book_a_device_t
     at_once = never_beyond_memory(spans)
     gang_devices = {(n, d) for n, d in placed}
     shared = [d for d in gang_devices if len({p for *_, p in spans[d]}) == 2]
-    print(f"{rounds} rounds of two cycles; {lost} cycles lost jobs to the other's claims; "
-          f"the gang on {placed}; {len(shared)} of its devices ran b's jobs too, "
-          f"{at_once} starts beside a job of the other planner")
+    print(
+        f"{rounds} rounds of two cycles; {lost} cycles lost jobs to the other's claims; "
+        f"the gang on {placed}; {len(shared)} of its devices ran b's jobs too, "
+        f"{at_once} starts beside a job of the other planner"
+    )

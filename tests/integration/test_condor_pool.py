@@ -40,11 +40,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.condor]
 COSHARE = str(Path(sys.executable).with_name("coshare"))
 
 DEVICES = {  # the pool's devices (deploy/condor/pool): memory MiB, hardware threads
-    ("node1", "0"): (8192, 240), ("node1", "1"): (8192, 240),
-    ("node2", "0"): (8192, 240), ("node2", "1"): (8192, 240),
+    ("node1", "0"): (8192, 240),
+    ("node1", "1"): (8192, 240),
+    ("node2", "0"): (8192, 240),
+    ("node2", "1"): (8192, 240),
     ("node3", "0"): (16384, 240),
-    ('node4 " || true || "', "0"): (8192, 240), ('node4 " || true || "', "1"): (8192, 240),
-}  # fmt: skip
+    ('node4 " || true || "', "0"): (8192, 240),
+    ('node4 " || true || "', "1"): (8192, 240),
+}
 QUOTED = 'node4 " || true || "'
 
 
@@ -54,12 +57,21 @@ def annotated(memory: int | str, threads: int | str) -> dict[str, str]:
 
 
 def test_jobs_run_where_planned_and_no_device_is_oversubscribed(live: Pool) -> None:
-    sizes = [(1024, 30), (2048, 60), (3072, 120), (5000, 60), (6000, 240), (9000, 120),
-             (512, 240), (2048, 120)]
+    sizes = [
+        (1024, 30),
+        (2048, 60),
+        (3072, 120),
+        (5000, 60),
+        (6000, 240),
+        (9000, 120),
+        (512, 240),
+        (2048, 120),
+    ]
     clusters: dict[str, tuple[int, int]] = {}
     for memory, threads in sizes:
-        cluster = live.submit(3, sleep_s=random.Random(memory).choice([2, 3, 4]),
-                              **annotated(memory, threads))
+        cluster = live.submit(
+            3, sleep_s=random.Random(memory).choice([2, 3, 4]), **annotated(memory, threads)
+        )
         clusters[cluster] = (memory, threads)
     plain = live.submit(6, sleep_s=2)
     planned: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -122,8 +134,13 @@ def test_bad_annotations_hold_those_jobs_and_the_cycle_goes_on(live: Pool) -> No
         assert job["JobStatus"] == 5  # held, with the reason naming key and allowed range
         assert str(job["HoldReason"]).startswith("coshare: CoshareDevice"), sorted(job.items())
         assert "allowed:" in str(job["HoldReason"])
-    wait_for(lambda: all(j["JobStatus"] == 2 for i, j in live.jobs().items()
-                         if i.startswith(f"{good}.")), 60, "the good jobs to start")
+    wait_for(
+        lambda: all(
+            j["JobStatus"] == 2 for i, j in live.jobs().items() if i.startswith(f"{good}.")
+        ),
+        60,
+        "the good jobs to start",
+    )
 
 
 def test_an_absurd_annotation_holds_that_job_and_the_others_are_placed(live: Pool) -> None:
@@ -153,12 +170,16 @@ def test_a_policy_that_crashes_on_one_job_still_places_every_other_job(live: Poo
     for p in (0, 1, 3):
         assert jobs[f"{cluster}.{p}"].get("CosharePlacedNode"), jobs[f"{cluster}.{p}"]
     assert not jobs[bad].get("CosharePlacedNode")
-    shown = pool("exec", "condor_q", "-af", "ClusterId", "ProcId",
-                 "CoshareWaitReason").splitlines()  # fmt: skip
-    reasons = {f"{line.split()[0]}.{line.split()[1]}": line.split(maxsplit=2)[2] for line in shown
-               if line.startswith(cluster)}  # fmt: skip
-    assert reasons[bad].startswith("policy_failed: the knapsack policy failed while planning "
-                                   "this job (IndexError: index 0 is out of bounds")  # fmt: skip
+    shown = pool("exec", "condor_q", "-af", "ClusterId", "ProcId", "CoshareWaitReason").splitlines()
+    reasons = {
+        f"{line.split()[0]}.{line.split()[1]}": line.split(maxsplit=2)[2]
+        for line in shown
+        if line.startswith(cluster)
+    }
+    assert reasons[bad].startswith(
+        "policy_failed: the knapsack policy failed while planning "
+        "this job (IndexError: index 0 is out of bounds"
+    )
 
 
 def test_dry_run_writes_nothing_and_a_second_cycle_writes_nothing(live: Pool) -> None:
@@ -278,26 +299,41 @@ def test_schedd_or_collector_down_is_a_clear_error_and_exit_1(live: Pool, tmp_pa
     coshare = [COSHARE, "--config", str(config)]
     # 29619: in coshare's port range, used by no daemon of the pool (collector 29618, others
     # 29620-29699), so nothing answers there.
-    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}, collector: '127.0.0.1:29619',"
-                      " retry_attempts: 2, retry_wait_s: 0}\n")
+    config.write_text(
+        f"condor: {{config_file: {CLIENT_CONFIG}, collector: '127.0.0.1:29619',"
+        " retry_attempts: 2, retry_wait_s: 0}\n"
+    )
     down = subprocess.run([*coshare, "condor", "cycle"], capture_output=True, text=True)
     assert down.returncode == 1
     assert "coshare: error: cannot query the collector 127.0.0.1:29619 after 2 attempts" in (
-        down.stderr)
-    config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}, retry_attempts: 2, "
-                      "retry_wait_s: 0}\n")
-    subprocess.run([str(ROOT / "deploy/condor/pool"), "exec", "condor_off", "-schedd"],
-                   check=True, capture_output=True)
+        down.stderr
+    )
+    config.write_text(
+        f"condor: {{config_file: {CLIENT_CONFIG}, retry_attempts: 2, retry_wait_s: 0}}\n"
+    )
+    subprocess.run(
+        [str(ROOT / "deploy/condor/pool"), "exec", "condor_off", "-schedd"],
+        check=True,
+        capture_output=True,
+    )
     try:
-        wait_for(lambda: subprocess.run([*coshare, "condor", "cycle"], capture_output=True)
-                 .returncode == 1, 30, "the cycle to notice the schedd is gone")
+        wait_for(
+            lambda: (
+                subprocess.run([*coshare, "condor", "cycle"], capture_output=True).returncode == 1
+            ),
+            30,
+            "the cycle to notice the schedd is gone",
+        )
         gone = subprocess.run([*coshare, "condor", "cycle"], capture_output=True, text=True)
         assert gone.returncode == 1
         assert gone.stderr.startswith("coshare: error: ") and "schedd" in gone.stderr
         assert "Traceback" not in gone.stderr
     finally:
-        subprocess.run([str(ROOT / "deploy/condor/pool"), "exec", "condor_on", "-schedd"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [str(ROOT / "deploy/condor/pool"), "exec", "condor_on", "-schedd"],
+            check=True,
+            capture_output=True,
+        )
         wait_for(lambda: _schedd_up(), 60, "the schedd to come back")
         live.client.forget_schedd()
 
@@ -315,8 +351,12 @@ def test_show_prints_the_pool_and_the_next_plan(live: Pool, tmp_path: Path) -> N
     live.submit(2, requirements="CoshareNeverStart =?= true", **annotated(2048, 60))
     config = tmp_path / "coshare.yaml"
     config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\n")
-    shown = subprocess.run([COSHARE, "--config", str(config), "condor",
-                            "show"], capture_output=True, text=True, check=True).stdout
+    shown = subprocess.run(
+        [COSHARE, "--config", str(config), "condor", "show"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "4 nodes, 7 devices" in shown and "2 pending" in shown
     assert os.path.exists(CHROOT / "pool" / "client_config")
 
@@ -332,8 +372,12 @@ def test_a_drained_node_takes_nothing_and_show_says_why(live: Pool, tmp_path: Pa
     config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\n")
 
     def show() -> str:
-        return subprocess.run([COSHARE, "--config", str(config), "condor", "show"],
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return subprocess.run(
+            [COSHARE, "--config", str(config), "condor", "show"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
 
     try:
         wait_for(lambda: "Nodes that take no jobs now" in show(), 60, "node3 to be drained")
@@ -351,7 +395,8 @@ def test_a_drained_node_takes_nothing_and_show_says_why(live: Pool, tmp_path: Pa
 
 
 def test_waiting_jobs_carry_their_reason_and_explain_says_what_would_make_them_fit(
-        live: Pool, tmp_path: Path) -> None:  # fmt: skip
+    live: Pool, tmp_path: Path
+) -> None:
     # 240 threads each: one job per device (7 devices), so 3 of 10 wait.
     cluster = live.submit(10, requirements="CoshareNeverStart =?= true", **annotated(4096, 240))
     first = live.cycle()
@@ -359,10 +404,12 @@ def test_waiting_jobs_carry_their_reason_and_explain_says_what_would_make_them_f
     assert len(first.apply.applied) == 7 and len(waiting) == 3
     assert sorted(first.apply.noted) == waiting
     # what the owner sees with HTCondor's own tool
-    shown = pool("exec", "condor_q", "-af", "ClusterId", "ProcId",
-                 "CoshareWaitReason").splitlines()  # fmt: skip
-    reasons = {f"{line.split()[0]}.{line.split()[1]}": line.split(maxsplit=2)[2] for line in shown
-               if line.startswith(cluster)}  # fmt: skip
+    shown = pool("exec", "condor_q", "-af", "ClusterId", "ProcId", "CoshareWaitReason").splitlines()
+    reasons = {
+        f"{line.split()[0]}.{line.split()[1]}": line.split(maxsplit=2)[2]
+        for line in shown
+        if line.startswith(cluster)
+    }
     for job in waiting:
         assert reasons[job].startswith("no_room: needs 240 free device threads"), reasons[job]
     placed = sorted(set(reasons) - set(waiting))
@@ -372,19 +419,28 @@ def test_waiting_jobs_carry_their_reason_and_explain_says_what_would_make_them_f
     # explain, as the admin runs it
     config = tmp_path / "coshare.yaml"
     config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\n")
-    explained = subprocess.run([COSHARE, "--config", str(config), "condor", "explain",
-                                waiting[0], "--output", "json"], capture_output=True, text=True,
-                               check=True)  # fmt: skip
+    explained = subprocess.run(
+        [COSHARE, "--config", str(config), "condor", "explain", waiting[0], "--output", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data = json.loads(explained.stdout)
     assert (data["state"], data["code"]) == ("waiting", "no_room")
     assert len(data["checks"]) == 7 and {c["limit"] for c in data["checks"]} == {"device threads"}
     assert data["remedies"][0].startswith("fits ") and " once job " in data["remedies"][0]
-    table = subprocess.run([COSHARE, "--config", str(config), "condor", "explain", waiting[0]],
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    table = subprocess.run(
+        [COSHARE, "--config", str(config), "condor", "explain", waiting[0]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert f"job {waiting[0]}: waiting (no_room)" in table and "What would make it fit:" in table
     # a job placed later has its reason cleared
-    live.schedd.act(live.htcondor.JobAction.Remove, f"ClusterId == {cluster} && ProcId == "
-                    f"{placed[0].split('.')[1]}")  # fmt: skip
+    live.schedd.act(
+        live.htcondor.JobAction.Remove,
+        f"ClusterId == {cluster} && ProcId == {placed[0].split('.')[1]}",
+    )
     wait_for(lambda: placed[0] not in live.jobs(), 60, "the removed job to leave")
     third = live.cycle()
     moved = [a.job for a in third.plan.assignments]

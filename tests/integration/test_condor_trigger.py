@@ -55,8 +55,9 @@ def test_the_trigger_places_jobs_and_prometheus_has_its_cycles(
     triggered: tuple[Pool, Prometheus],
 ) -> None:
     live, prom = triggered
-    cluster = live.submit(4, sleep_s=1, **{"+CoshareDeviceMemory": "1024",
-                                           "+CoshareDeviceThreads": "60"})  # fmt: skip
+    cluster = live.submit(
+        4, sleep_s=1, **{"+CoshareDeviceMemory": "1024", "+CoshareDeviceThreads": "60"}
+    )
     bad = live.submit(1, **{"+CoshareDeviceMemory": "20000", "+CoshareDeviceThreads": "60"})
     wait_for(lambda: len(live.history(cluster)) == 4, 120, "the trigger's jobs to finish")
     nodes = live.node_of_machine()
@@ -73,8 +74,12 @@ def test_the_trigger_places_jobs_and_prometheus_has_its_cycles(
     # negotiation (2 s here): what it did shows in its counters, the last cycle in gauges.
     for job in ("coshare", "node"):
         selector = f'{{scheduler="condor",job="{job}"}}'
-        for name, want in (("placed_jobs", 4), ("refused_jobs", 1), ("cycle_failures", 0),
-                           ("plan_refusals", 0)):  # fmt: skip
+        for name, want in (
+            ("placed_jobs", 4),
+            ("refused_jobs", 1),
+            ("cycle_failures", 0),
+            ("plan_refusals", 0),
+        ):
             prom.wait_for(
                 f"coshare_trigger_{name}_total{selector}",
                 lambda v, want=want: list(v.values()) == [want],
@@ -84,8 +89,9 @@ def test_the_trigger_places_jobs_and_prometheus_has_its_cycles(
             lambda v: list(v.values()) == [4],
         )
         # the one that placed them, and later ones (a scrape may still see only the first)
-        cycles = prom.wait_for(f"coshare_trigger_cycles_total{selector}",
-                               lambda v: bool(v) and min(v.values()) >= 2)  # fmt: skip
+        cycles = prom.wait_for(
+            f"coshare_trigger_cycles_total{selector}", lambda v: bool(v) and min(v.values()) >= 2
+        )
         assert min(cycles.values()) >= 2
         status = prom.wait_for(f"coshare_cycle_exit_status{selector}", lambda v: bool(v))
         assert list(status.values()) == [0]

@@ -44,25 +44,30 @@ def test_a_node_whose_name_the_schedd_would_rewrite_takes_nothing_and_the_others
     try:
         config = tmp_path / "coshare.yaml"
         config.write_text(f"condor: {{config_file: {CLIENT_CONFIG}}}\n")
-        shown = subprocess.run([COSHARE, "--config", str(config), "condor", "show"],
-                               capture_output=True, text=True, check=True).stdout
+        shown = subprocess.run(
+            [COSHARE, "--config", str(config), "condor", "show"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         flat = " ".join(shown.split())
         assert "3 nodes, 5 devices (and 1 nodes taking no jobs)" in flat, flat
         assert f"{RENAMED} {UNWRITABLE} name not writable" in flat, flat
 
-        cluster = live.submit(6, sleep_s=2, **{"+CoshareDeviceMemory": "3000",
-                                               "+CoshareDeviceThreads": "120"})
+        cluster = live.submit(
+            6, sleep_s=2, **{"+CoshareDeviceMemory": "3000", "+CoshareDeviceThreads": "120"}
+        )
         planned: set[str] = set()
         deadline = time.monotonic() + 240
         while live.jobs() and time.monotonic() < deadline:
             report = live.cycle()
             assert report.exit_status == 0, report.apply
             assert [u.node for u in report.unusable if u.state == UNWRITABLE] == [RENAMED]
-            assert any(n.startswith(f"node {RENAMED}: its name cannot be written")
-                       for n in report.notes), report.notes
+            assert any(
+                n.startswith(f"node {RENAMED}: its name cannot be written") for n in report.notes
+            ), report.notes
             planned |= {a.node for a in report.plan.assignments}
-            held = {i: j.get("HoldReason") for i, j in live.jobs().items()
-                    if j["JobStatus"] == 5}
+            held = {i: j.get("HoldReason") for i, j in live.jobs().items() if j["JobStatus"] == 5}
             assert not held, held
             time.sleep(1)
         assert not live.jobs(), "jobs still queued after 240 s"

@@ -35,10 +35,15 @@ def node_config() -> Iterator[NodeConfig]:
     state = Path(tempfile.mkdtemp(prefix="cs-node-"))  # short: unix socket paths are short
     state.chmod(0o755)  # jobs of other users reach the sockets and their records here
     config = NodeConfig(
-        cgroup_root=str(CGROUP_ROOT), cgroup_parent=unique_parent(), state_dir=str(state),
-        gate_socket=str(state / "gate.sock"), control_socket=str(state / "control.sock"),
-        watch_interval_s=0.05, kill_timeout_s=10.0, trusted_launchers=(LAUNCHER_NAME,),
-    )  # fmt: skip
+        cgroup_root=str(CGROUP_ROOT),
+        cgroup_parent=unique_parent(),
+        state_dir=str(state),
+        gate_socket=str(state / "gate.sock"),
+        control_socket=str(state / "control.sock"),
+        watch_interval_s=0.05,
+        kill_timeout_s=10.0,
+        trusted_launchers=(LAUNCHER_NAME,),
+    )
     try:
         yield config
     finally:

@@ -62,8 +62,10 @@ def node_env(config: NodeConfig) -> dict[str, str]:
     empty.write_text("")
     env = dict(os.environ)
     env.update(
-        COSHARE_CONFIG=str(empty), COSHARE_NODE_CGROUP_ROOT=config.cgroup_root,
-        COSHARE_NODE_CGROUP_PARENT=config.cgroup_parent, COSHARE_NODE_STATE_DIR=config.state_dir,
+        COSHARE_CONFIG=str(empty),
+        COSHARE_NODE_CGROUP_ROOT=config.cgroup_root,
+        COSHARE_NODE_CGROUP_PARENT=config.cgroup_parent,
+        COSHARE_NODE_STATE_DIR=config.state_dir,
         COSHARE_NODE_GATE_SOCKET=config.gate_socket,
         COSHARE_NODE_CONTROL_SOCKET=config.control_socket,
         COSHARE_NODE_TRUSTED_LAUNCHERS=json.dumps(list(config.trusted_launchers)),
@@ -73,7 +75,7 @@ def node_env(config: NodeConfig) -> dict[str, str]:
         COSHARE_NODE_LINE_TIMEOUT_S=str(config.line_timeout_s),
         COSHARE_NODE_IDLE_TIMEOUT_S=str(config.idle_timeout_s),
         COSHARE_NODE_WATCH_FAILURE_LIMIT=str(config.watch_failure_limit),
-    )  # fmt: skip
+    )
     return env
 
 
@@ -124,9 +126,13 @@ def running_daemon(
         argv += ["--device", device]
     # The daemon logs to a file (a pipe nobody reads would stop it once full).
     log = daemon_log(config).open("ab")
-    proc = subprocess.Popen(argv, env={**node_env(config), **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=log,
-                            preexec_fn=preexec_fn)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        env={**node_env(config), **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        preexec_fn=preexec_fn,
+    )
     log.close()
 
     def answers() -> bool:

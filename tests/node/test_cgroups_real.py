@@ -44,10 +44,24 @@ def test_job_over_its_memory_is_killed_whole_and_its_neighbour_survives(
         reason_file = tmp_path / "reason"
         # The job: a sleeper in the background, and a process allocating 200 MiB of 64.
         done = subprocess.run(
-            [COSHARE, "node", "job-exec", "--job", "mem-hog", "--reason-file", str(reason_file),
-             "--", "sh", "-c", f"sleep 120 & exec {PY} -c 'x = bytearray(200 << 20)'"],
-            env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                COSHARE,
+                "node",
+                "job-exec",
+                "--job",
+                "mem-hog",
+                "--reason-file",
+                str(reason_file),
+                "--",
+                "sh",
+                "-c",
+                f"sleep 120 & exec {PY} -c 'x = bytearray(200 << 20)'",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 137, done.stderr
         assert "host memory went over the declared 64 MiB" in done.stderr
         assert "host memory" in reason_file.read_text()
@@ -64,8 +78,9 @@ def test_watchdog_kills_a_job_whose_processes_were_attached(gate_daemon: NodeCon
     # No job-exec here (as with a scheduler that starts the job itself): the daemon watches.
     record = job_start(gate_daemon, "attached", memory_mib=64)
     sleeper = subprocess.Popen(SLEEPER)
-    hog = subprocess.Popen([PY, "-c", "import sys; sys.stdin.read(); x = bytearray(200 << 20)"],
-                           stdin=subprocess.PIPE)  # fmt: skip
+    hog = subprocess.Popen(
+        [PY, "-c", "import sys; sys.stdin.read(); x = bytearray(200 << 20)"], stdin=subprocess.PIPE
+    )
     try:
         job_attach(gate_daemon, "attached", [sleeper.pid, hog.pid])
         assert hog.stdin is not None
@@ -132,8 +147,9 @@ def test_end_kills_leftovers_and_leaves_no_group_behind(node_config: NodeConfig)
     record = job_start(node_config, "cleanup", cores=1, memory_mib=128)
     group = record.group()
     # A job that leaves daemons behind: two background sleepers outlive its shell.
-    shell = spawn_in_group(["sh", "-c", "sleep 120 & sleep 120 & echo started"], group,
-                           node_env(node_config))  # fmt: skip
+    shell = spawn_in_group(
+        ["sh", "-c", "sleep 120 & sleep 120 & echo started"], group, node_env(node_config)
+    )
     assert shell.wait(timeout=30) == 0
     wait_for(lambda: len(group.pids()) == 2, what="the two sleepers")
     end = job_end(node_config, "cleanup")
@@ -165,11 +181,30 @@ def test_parent_removal_leaves_nothing_of_the_test_behind() -> None:
 
 def test_job_run_passes_the_exit_status_on_and_cleans_up(node_config: NodeConfig) -> None:
     done = subprocess.run(
-        [COSHARE, "node", "job-run", "--job", "run-1", "--cores", "1", "--memory-mib", "128",
-         "--device", "0", "--device-threads", "4", "--",
-         "sh", "-c", 'echo "$COSHARE_JOB_ID $CUDA_VISIBLE_DEVICES $COSHARE_CPUS"; exit 3'],
-        env=node_env(node_config), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            COSHARE,
+            "node",
+            "job-run",
+            "--job",
+            "run-1",
+            "--cores",
+            "1",
+            "--memory-mib",
+            "128",
+            "--device",
+            "0",
+            "--device-threads",
+            "4",
+            "--",
+            "sh",
+            "-c",
+            'echo "$COSHARE_JOB_ID $CUDA_VISIBLE_DEVICES $COSHARE_CPUS"; exit 3',
+        ],
+        env=node_env(node_config),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 3, done.stderr
     job, devices, cpus = done.stdout.split()
     assert (job, devices) == ("run-1", "0") and len(parse_cpu_list(cpus)) == 1

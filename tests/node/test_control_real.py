@@ -51,8 +51,18 @@ def under_starter(config: NodeConfig, argv: Sequence[str], title: str | None = N
     (slurmstepd names its job there: ``slurmstepd: [77.batch]``)."""
     starter = str(make_starter(Path(config.state_dir)))
     retitle = "import os, sys; os.execv(sys.argv[1], sys.argv[2:])"
-    return [PYTHON, "-I", "-c", retitle, starter, title or LAUNCHER_NAME, "-c", '"$@"; exit $?',
-            "sh", *argv]  # fmt: skip
+    return [
+        PYTHON,
+        "-I",
+        "-c",
+        retitle,
+        starter,
+        title or LAUNCHER_NAME,
+        "-c",
+        '"$@"; exit $?',
+        "sh",
+        *argv,
+    ]
 
 
 def ask(config: NodeConfig, line: str, *, starter: bool = False, user: bool = True) -> str:
@@ -64,13 +74,27 @@ def ask(config: NodeConfig, line: str, *, starter: bool = False, user: bool = Tr
     return done.stdout.strip()
 
 
-def launch(config: NodeConfig, job: str, command: Sequence[str], *extra: str,
-           user: bool = True) -> subprocess.Popen[str]:  # fmt: skip
+def launch(
+    config: NodeConfig, job: str, command: Sequence[str], *extra: str, user: bool = True
+) -> subprocess.Popen[str]:
     """coshare-launch run for ``job``, started by the trusted starter, as the job's user."""
-    argv = [*(AS_USER if user else []), *LAUNCH, "run", "--socket", config.control_socket,
-            "--gate-socket", config.gate_socket, "--job", job, *extra, "--", *command]  # fmt: skip
-    return subprocess.Popen(under_starter(config, argv), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    argv = [
+        *(AS_USER if user else []),
+        *LAUNCH,
+        "run",
+        "--socket",
+        config.control_socket,
+        "--gate-socket",
+        config.gate_socket,
+        "--job",
+        job,
+        *extra,
+        "--",
+        *command,
+    ]
+    return subprocess.Popen(
+        under_starter(config, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -98,13 +122,33 @@ def test_launched_jobs_get_disjoint_cores_and_a_hog_is_killed_whole(
     gate_daemon: NodeConfig,
 ) -> None:
     config = gate_daemon
-    neighbour = launch(config, "calm", [PYTHON, "-c", REPORT + "; import time; time.sleep(3)"],
-                       "--cores", "1", "--memory-mib", "64")  # fmt: skip
+    neighbour = launch(
+        config,
+        "calm",
+        [PYTHON, "-c", REPORT + "; import time; time.sleep(3)"],
+        "--cores",
+        "1",
+        "--memory-mib",
+        "64",
+    )
     assert neighbour.stdout is not None
     calm_cpus, calm_env, calm_job = neighbour.stdout.readline().split()
-    hog = launch(config, "hog", ["sh", "-c", f"{PYTHON} -c \"{REPORT}\"; sleep 30 & "
-                                 f"{PYTHON} -c 'x = bytearray(300 << 20)'; echo survived"],
-                 "--cores", "1", "--memory-mib", "64", "--label", "7.0")  # fmt: skip
+    hog = launch(
+        config,
+        "hog",
+        [
+            "sh",
+            "-c",
+            f'{PYTHON} -c "{REPORT}"; sleep 30 & '
+            f"{PYTHON} -c 'x = bytearray(300 << 20)'; echo survived",
+        ],
+        "--cores",
+        "1",
+        "--memory-mib",
+        "64",
+        "--label",
+        "7.0",
+    )
     status, out, err = finish(hog)
     hog_cpus, hog_env, _ = out.splitlines()[0].split()
     assert status == launcher.KILLED_STATUS, err
@@ -133,8 +177,19 @@ def test_a_job_cannot_start_another_or_join_another_jobs_group(gate_daemon: Node
     for n, line in enumerate(("START job=bigger cores=1", "JOIN job=other")):
         out = Path(config.state_dir) / f"reply-{n}"
         # A process of job "mine" (inside its group) asks; its reply goes to a file.
-        argv = ["sh", "-c", '"$@" > "$0"', str(out), *AS_USER, PYTHON, "-I", "-c", ASK,
-                config.control_socket, line]  # fmt: skip
+        argv = [
+            "sh",
+            "-c",
+            '"$@" > "$0"',
+            str(out),
+            *AS_USER,
+            PYTHON,
+            "-I",
+            "-c",
+            ASK,
+            config.control_socket,
+            line,
+        ]
         assert spawn_in_group(argv, mine.group(), node_env(config)).wait(timeout=60) == 0
         replies.append(out.read_text().strip())
     assert replies[0].startswith("ERR in_group job bigger: process ")
@@ -165,18 +220,34 @@ def test_join_is_refused_to_other_users_and_to_processes_the_launcher_did_not_st
     config = gate_daemon
     # A launcher (as the job's user) that started job "j" and waits.
     holder = subprocess.Popen(
-        under_starter(config, [*AS_USER, PYTHON, "-I", "-c", ASK, config.control_socket,
-                               "START job=j cores=1", "wait"]),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        under_starter(
+            config,
+            [
+                *AS_USER,
+                PYTHON,
+                "-I",
+                "-c",
+                ASK,
+                config.control_socket,
+                "START job=j cores=1",
+                "wait",
+            ],
+        ),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().startswith("OK job=j cpus=")
         # Another account, even root's own test process as a non-child, may not join it.
         other_uid = ["setpriv", "--reuid=1", "--regid=1", "--clear-groups"]
-        reply = subprocess.run([*other_uid, PYTHON, "-I", "-c", ASK, config.control_socket,
-                                "JOIN job=j"], capture_output=True, text=True,
-                               timeout=60).stdout.strip()  # fmt: skip
+        reply = subprocess.run(
+            [*other_uid, PYTHON, "-I", "-c", ASK, config.control_socket, "JOIN job=j"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
         assert reply.startswith("ERR wrong_user job j runs as uid 65534")
         reply = ask(config, "JOIN job=j")  # the right user, but no child of the launcher
         assert reply.startswith("ERR not_allowed job j: process ")
@@ -201,8 +272,10 @@ def test_a_sigkilled_launchers_job_is_reaped(gate_daemon: NodeConfig) -> None:
     assert node_store(config).jobs() == ["orphan"]  # the job still runs: nothing is reaped
     os.kill(sleeper, signal.SIGKILL)
     finish(proc)
-    wait_for(lambda: node_store(config).jobs() == [] and groups_left(config) == [],
-             what="the daemon to reap the abandoned group")  # fmt: skip
+    wait_for(
+        lambda: node_store(config).jobs() == [] and groups_left(config) == [],
+        what="the daemon to reap the abandoned group",
+    )
 
 
 def test_task_prolog_joins_its_task_and_the_daemon_adopts_tasks_that_skipped_it(
@@ -212,12 +285,19 @@ def test_task_prolog_joins_its_task_and_the_daemon_adopts_tasks_that_skipped_it(
     # task as the user, and the TaskProlog, a child of the task, JOINs its parent.
     config = gate_daemon
     record = job_start(config, "77", cores=1, devices=["0"], device_threads=4, uid=USER)
-    script = (f'{" ".join(LAUNCH)} task-prolog --socket {config.control_socket} '
-              f'--gate-socket {config.gate_socket} --state-dir {config.state_dir}; '
-              f'{PYTHON} -c "{REPORT}"')  # fmt: skip
+    script = (
+        f"{' '.join(LAUNCH)} task-prolog --socket {config.control_socket} "
+        f"--gate-socket {config.gate_socket} --state-dir {config.state_dir}; "
+        f'{PYTHON} -c "{REPORT}"'
+    )
     task = under_starter(config, [*AS_USER, "sh", "-c", script], title="slurmstepd: [77.batch]")
-    done = subprocess.run(task, capture_output=True, text=True, timeout=60,
-                          env={"SLURM_JOB_ID": "77", "SLURMD_NODENAME": "n1", "PATH": "/usr/bin:/bin"})  # fmt: skip  # noqa: E501
+    done = subprocess.run(
+        task,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"SLURM_JOB_ID": "77", "SLURMD_NODENAME": "n1", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr
     exports, report = done.stdout.splitlines()[:-1], done.stdout.splitlines()[-1]
     assert f"export COSHARE_CPUS={','.join(map(str, record.spec.cpus))}" in exports
@@ -225,7 +305,8 @@ def test_task_prolog_joins_its_task_and_the_daemon_adopts_tasks_that_skipped_it(
     assert report.split()[0] == ",".join(map(str, record.spec.cpus))  # the task ran pinned
     # A task whose TaskProlog never ran: the daemon moves it into the job's group.
     skipped = subprocess.Popen(
-        under_starter(config, [*AS_USER, "sleep", "60"], title="slurmstepd: [77.0]"))
+        under_starter(config, [*AS_USER, "sleep", "60"], title="slurmstepd: [77.0]")
+    )
     try:
         wait_for(lambda: len(record.group().pids()) == 1, what="the daemon to adopt the task")
     finally:
@@ -288,16 +369,19 @@ def test_a_pid_reused_while_joining_is_never_moved_into_the_group(
     # ns_last_pid). The daemon must notice, refuse, and put that process back.
     config = node_config
     record = job_start(config, "77", uid=USER)
-    task = subprocess.Popen(under_starter(config, [*AS_USER, "sleep", "60"],
-                                          title="slurmstepd: [77.batch]"))  # fmt: skip
+    task = subprocess.Popen(
+        under_starter(config, [*AS_USER, "sleep", "60"], title="slurmstepd: [77.batch]")
+    )
     victim: list[subprocess.Popen[bytes]] = []
     try:
         children = Path(f"/proc/{task.pid}/task/{task.pid}/children")
         wait_for(lambda: children.read_text().split() != [], what="the task to start")
         (target,) = map(int, children.read_text().split())
         # setpriv, then (same pid) the sleep it execs as the user.
-        wait_for(lambda: (info := read_process(target)) is not None and info.uid == USER,
-                 what="the task to run as the user")  # fmt: skip
+        wait_for(
+            lambda: (info := read_process(target)) is not None and info.uid == USER,
+            what="the task to run as the user",
+        )
         start = read_process(target)
         assert start is not None
         group_type = type(record.group())
@@ -316,8 +400,9 @@ def test_a_pid_reused_while_joining_is_never_moved_into_the_group(
         (taken,) = victim
         assert taken.pid == target
         assert job_of_pid(taken.pid, node_cgroups(config)) is None  # put back where it was
-        assert (Path(f"/proc/{taken.pid}/cgroup").read_text()
-                == Path("/proc/self/cgroup").read_text())  # fmt: skip
+        assert (
+            Path(f"/proc/{taken.pid}/cgroup").read_text() == Path("/proc/self/cgroup").read_text()
+        )
         assert record.group().pids() == ()
     finally:
         for proc in (*victim, task):
@@ -336,8 +421,10 @@ def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes]:
     pytest.fail(f"could not start a process with pid {pid}")
 
 
-MPS_REPORT = ("import os; print(os.environ.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'), "
-              "os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'), flush=True)")  # fmt: skip
+MPS_REPORT = (
+    "import os; print(os.environ.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'), "
+    "os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'), flush=True)"
+)
 
 
 @pytest.mark.parametrize("mps", [True, False])
@@ -352,8 +439,19 @@ def test_a_placed_gpu_job_starts_with_its_mps_limits_where_mps_runs(
         os.mkfifo(pipes / "control")  # what nvidia-cuda-mps-control makes in its pipe dir
     env = {"COSHARE_NODE_GPU_LIMITS": "mps", "COSHARE_NODE_MPS_PIPE_DIR": str(pipes)}
     with running_daemon(node_config, env=env, devices=("0=80", "1=80")):
-        job = launch(node_config, "gpujob", [PYTHON, "-I", "-c", MPS_REPORT], "--cores", "1",
-                     "--devices", "0,1", "--device-memory", "20G", "--device-threads", "20")
+        job = launch(
+            node_config,
+            "gpujob",
+            [PYTHON, "-I", "-c", MPS_REPORT],
+            "--cores",
+            "1",
+            "--devices",
+            "0,1",
+            "--device-memory",
+            "20G",
+            "--device-threads",
+            "20",
+        )
         status, out, err = finish(job)
     assert status == 0, err
     if mps:  # its declared memory on each device it sees, and 20 of 80 threads: 25%

@@ -58,13 +58,18 @@ def test_the_daemon_publishes_a_busy_jobs_load_and_an_idle_ones(node_config: Nod
     busy_job = job_start(node_config, "busy", cores=1)
     idle_job = job_start(node_config, "idle", cores=1)
     env = node_env(node_config)
-    procs = [spawn_in_group(BUSY, busy_job.group(), env),
-             spawn_in_group([PY, "-c", "import time; time.sleep(120)"], idle_job.group(), env)]
+    procs = [
+        spawn_in_group(BUSY, busy_job.group(), env),
+        spawn_in_group([PY, "-c", "import time; time.sleep(120)"], idle_job.group(), env),
+    ]
     try:
         with running_daemon(node_config, env=SAMPLING):
             # A busy loop keeps about one core busy; the shared test machine may give it less.
-            wait_for(lambda: loads_of(node_config).get("busy", 0) > 0.3, 30,
-                     "the busy job's load in the facts")  # fmt: skip
+            wait_for(
+                lambda: loads_of(node_config).get("busy", 0) > 0.3,
+                30,
+                "the busy job's load in the facts",
+            )
             loads = loads_of(node_config)
             assert loads["busy"] <= 1.2 and loads["idle"] < 0.1
             assert facts_path(node_config).stat().st_mode & 0o777 == 0o644
@@ -91,12 +96,14 @@ def test_a_job_that_wants_more_cores_than_it_holds_shows_run_queue_wait(
     idle_job = job_start(node_config, "idle", cores=1)
     env = node_env(node_config)
     procs = [spawn_in_group(BUSY, crowded.group(), env) for _ in range(2)]
-    procs.append(spawn_in_group([PY, "-c", "import time; time.sleep(120)"], idle_job.group(),
-                                env))  # fmt: skip
+    procs.append(spawn_in_group([PY, "-c", "import time; time.sleep(120)"], idle_job.group(), env))
     try:
         with running_daemon(node_config, env=SAMPLING):
-            wait_for(lambda: waits_of(node_config).get("crowded", 0) > 0.5, 30,
-                     "the crowded job's run-queue wait in the facts")  # fmt: skip
+            wait_for(
+                lambda: waits_of(node_config).get("crowded", 0) > 0.5,
+                30,
+                "the crowded job's run-queue wait in the facts",
+            )
             assert loads_of(node_config)["crowded"] <= 1.2  # its cpuset: one core
             assert waits_of(node_config)["idle"] < 0.1
     finally:
@@ -117,30 +124,39 @@ def test_freeze_and_thaw_over_the_control_socket(gate_daemon: NodeConfig) -> Non
     try:
         start = cpu_ticks(busy.pid)
         wait_for(lambda: cpu_ticks(busy.pid) > start + 2, what="the busy loop to run")
-        assert ask(gate_daemon, "FREEZE job=trial", user=False) == \
-            "OK job=trial frozen=1 changed=1"  # fmt: skip
+        assert ask(gate_daemon, "FREEZE job=trial", user=False) == "OK job=trial frozen=1 changed=1"
         assert freezer_state(gate_daemon, "trial") == "FROZEN"  # the kernel's word for it
         frozen_at = cpu_ticks(busy.pid)
         time.sleep(0.3)
         assert cpu_ticks(busy.pid) == frozen_at
-        assert ask(gate_daemon, "FREEZE job=trial", user=False) == \
-            "OK job=trial frozen=1 changed=0"  # fmt: skip
+        assert ask(gate_daemon, "FREEZE job=trial", user=False) == "OK job=trial frozen=1 changed=0"
         # Only operators (node.operator_uids: root) may freeze or thaw.
-        assert ask(gate_daemon, "THAW job=trial").startswith("ERR not_allowed job trial: THAW "
-                                                             "is for operators")  # fmt: skip
+        assert ask(gate_daemon, "THAW job=trial").startswith(
+            "ERR not_allowed job trial: THAW is for operators"
+        )
         assert freezer_state(gate_daemon, "trial") == "FROZEN"
-        done = subprocess.run([COSHARE, "node", "thaw", "--job", "trial"],
-                              env=node_env(gate_daemon), capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [COSHARE, "node", "thaw", "--job", "trial"],
+            env=node_env(gate_daemon),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0 and done.stdout.strip() == "job trial thawed", done.stderr
         assert freezer_state(gate_daemon, "trial") == "THAWED"
         wait_for(lambda: cpu_ticks(busy.pid) > frozen_at + 2, what="the thawed loop to run")
-        again = subprocess.run([COSHARE, "node", "thaw", "--job", "trial"],
-                               env=node_env(gate_daemon), capture_output=True, text=True,
-                               timeout=60)  # fmt: skip
+        again = subprocess.run(
+            [COSHARE, "node", "thaw", "--job", "trial"],
+            env=node_env(gate_daemon),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert again.stdout.strip() == "job trial was not frozen; nothing done"
-        assert ask(gate_daemon, "FREEZE job=nobody", user=False) == \
-            "ERR unknown_job job nobody has no group on this node"  # fmt: skip
+        assert (
+            ask(gate_daemon, "FREEZE job=nobody", user=False)
+            == "ERR unknown_job job nobody has no group on this node"
+        )
     finally:
         stop(busy)
 
@@ -191,8 +207,11 @@ def test_a_job_with_llc_ways_runs_in_its_resctrl_group(
     # its 4 ways and, alone on the node, the 16 spare ones as its share (node.llc_share_spare)
     assert (group / "schemata").read_text() == "L3:0=fffff;1=fffff\nMB:0=40;1=40\n"
     pid_file = tmp_path / "pid"
-    result = job_exec(node_config, "ways", [PY, "-c", f"import os; open({str(pid_file)!r}, "
-                                                       "'w').write(str(os.getpid()))"])
+    result = job_exec(
+        node_config,
+        "ways",
+        [PY, "-c", f"import os; open({str(pid_file)!r}, 'w').write(str(os.getpid()))"],
+    )
     assert result.status == 0
     # The job's process wrote its pid to the group's tasks before it ran (children inherit).
     assert (group / "tasks").read_text() == pid_file.read_text()

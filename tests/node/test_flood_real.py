@@ -110,15 +110,26 @@ def small_descriptor_limit() -> None:
 
 
 def test_a_flood_from_one_uid_leaves_other_uids_served(node_config: NodeConfig) -> None:
-    config = replace(node_config, max_connections_per_uid=PER_UID, line_timeout_s=6.0,
-                     idle_timeout_s=8.0)  # fmt: skip
+    config = replace(
+        node_config, max_connections_per_uid=PER_UID, line_timeout_s=6.0, idle_timeout_s=8.0
+    )
     starter = str(make_starter(Path(config.state_dir)))
     with running_daemon(config, preexec_fn=small_descriptor_limit):
         hostile = subprocess.Popen(
-            [*as_uid(HOSTILE_UID), PYTHON, "-I", "-c", HOSTILE, config.gate_socket,
-             config.control_socket, str(FLOOD)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                *as_uid(HOSTILE_UID),
+                PYTHON,
+                "-I",
+                "-c",
+                HOSTILE,
+                config.gate_socket,
+                config.control_socket,
+                str(FLOOD),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert hostile.stdin is not None and hostile.stdout is not None
             assert hostile.stdout.readline().strip() == "open"
@@ -133,39 +144,84 @@ def test_a_flood_from_one_uid_leaves_other_uids_served(node_config: NodeConfig) 
             # The flooding uid gets its share of each socket, no more: the rest is refused.
             def shares() -> list[tuple[int, int]]:
                 got = report()
-                return [(counts.get("open", 0),
-                         counts.get("too_many", 0) + counts.get("too_many/partial", 0)
-                         + counts.get("unaccepted", 0))
-                        for counts in got.values()]  # fmt: skip
+                return [
+                    (
+                        counts.get("open", 0),
+                        counts.get("too_many", 0)
+                        + counts.get("too_many/partial", 0)
+                        + counts.get("unaccepted", 0),
+                    )
+                    for counts in got.values()
+                ]
 
-            wait_for(lambda: shares() == [(PER_UID, FLOOD - PER_UID)] * 2, timeout_s=30,
-                     what="the flood's connections beyond the limit to be refused")  # fmt: skip
+            wait_for(
+                lambda: shares() == [(PER_UID, FLOOD - PER_UID)] * 2,
+                timeout_s=30,
+                what="the flood's connections beyond the limit to be refused",
+            )
             assert all(c.get("unaccepted", 0) == 0 for c in report().values())  # none waited 2 s
 
             # uid 1 is served meanwhile: a launcher's START and an unknown job's END on the
             # control socket, and an ACQUIRE from inside a job's group on the gate.
-            start = ask([starter, "-c", '"$@"; exit $?', "sh", *as_uid(OTHER_UID), PYTHON,
-                         "-I", "-c", ASK, config.control_socket,
-                         "START job=served cores=1"])  # fmt: skip
+            start = ask(
+                [
+                    starter,
+                    "-c",
+                    '"$@"; exit $?',
+                    "sh",
+                    *as_uid(OTHER_UID),
+                    PYTHON,
+                    "-I",
+                    "-c",
+                    ASK,
+                    config.control_socket,
+                    "START job=served cores=1",
+                ]
+            )
             assert start.startswith("OK job=served cpus="), start
-            assert ask([*as_uid(OTHER_UID), PYTHON, "-I", "-c", ASK, config.control_socket,
-                        "END job=nothing"]).startswith("ERR unknown_job")  # fmt: skip
-            record = job_start(config, "served-gate", devices=["0"], device_threads=2,
-                               uid=OTHER_UID)  # fmt: skip
+            assert ask(
+                [
+                    *as_uid(OTHER_UID),
+                    PYTHON,
+                    "-I",
+                    "-c",
+                    ASK,
+                    config.control_socket,
+                    "END job=nothing",
+                ]
+            ).startswith("ERR unknown_job")
+            record = job_start(
+                config, "served-gate", devices=["0"], device_threads=2, uid=OTHER_UID
+            )
             out = Path(config.state_dir) / "acquired"
             proc = spawn_in_group(
-                ["sh", "-c", '"$@" > "$0"', str(out), *as_uid(OTHER_UID), PYTHON, "-I", "-c",
-                 ASK, config.gate_socket, "ACQUIRE 2"],
-                record.group(), job_env(config, record, node_env(config)),
-            )  # fmt: skip
+                [
+                    "sh",
+                    "-c",
+                    '"$@" > "$0"',
+                    str(out),
+                    *as_uid(OTHER_UID),
+                    PYTHON,
+                    "-I",
+                    "-c",
+                    ASK,
+                    config.gate_socket,
+                    "ACQUIRE 2",
+                ],
+                record.group(),
+                job_env(config, record, node_env(config)),
+            )
             assert proc.wait(timeout=60) == 0
             assert out.read_text().startswith("OK "), out.read_text()
             during = report()  # the flood was still there while uid 1 was served
             assert all(counts.get("open", 0) > 0 for counts in during.values()), during
 
             # Half-sent lines are answered "timeout" and hung up; silent ones closed, silently.
-            wait_for(lambda: all("open" not in counts for counts in report().values()),
-                     timeout_s=30, what="the flood's connections to time out")  # fmt: skip
+            wait_for(
+                lambda: all("open" not in counts for counts in report().values()),
+                timeout_s=30,
+                what="the flood's connections to time out",
+            )
             last = report()
             for path in (config.gate_socket, config.control_socket):
                 assert last[path]["timeout/partial"] == PER_UID // 2, last

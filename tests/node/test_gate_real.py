@@ -58,8 +58,11 @@ def job_connections(config: NodeConfig, record: JobRecord, n: int) -> list[socke
     listener.bind(str(back_path))
     listener.listen(1)
     listener.settimeout(30)
-    proc = spawn_in_group([PY, "-c", HANDOVER, config.gate_socket, str(back_path), str(n)],
-                          record.group(), env_of(config, record))  # fmt: skip
+    proc = spawn_in_group(
+        [PY, "-c", HANDOVER, config.gate_socket, str(back_path), str(n)],
+        record.group(),
+        env_of(config, record),
+    )
     try:
         conn, _ = listener.accept()
         fds: list[int] = []
@@ -130,16 +133,22 @@ with GateClient() as client:
 
 def test_concurrent_clients_never_hold_more_than_the_budget(gate_daemon: NodeConfig) -> None:
     declared = {"conc-a": 4, "conc-b": 4, "conc-c": 6}
-    records = [job_start(gate_daemon, job, devices=["0"], device_threads=threads)
-               for job, threads in declared.items()]  # fmt: skip
+    records = [
+        job_start(gate_daemon, job, devices=["0"], device_threads=threads)
+        for job, threads in declared.items()
+    ]
     log = Path(gate_daemon.state_dir) / "offloads.log"
     log.write_text("")
     rounds = 25
     clients = [
-        spawn_in_group([PY, "-c", CLIENT, str(log), str(rounds), str(declared[r.job])],
-                       r.group(), env_of(gate_daemon, r))
-        for r in records for _ in range(2)
-    ]  # fmt: skip
+        spawn_in_group(
+            [PY, "-c", CLIENT, str(log), str(rounds), str(declared[r.job])],
+            r.group(),
+            env_of(gate_daemon, r),
+        )
+        for r in records
+        for _ in range(2)
+    ]
     try:
         assert [c.wait(timeout=120) for c in clients] == [0] * len(clients)
     finally:
@@ -175,8 +184,7 @@ time.sleep(120)
 def test_a_sigkilled_clients_threads_come_back_at_once(gate_daemon: NodeConfig) -> None:
     holder_job = job_start(gate_daemon, "kill-a", devices=["0"], device_threads=8)
     waiter_job = job_start(gate_daemon, "kill-b", devices=["0"], device_threads=2)
-    holder = spawn_in_group([PY, "-c", HOLDER], holder_job.group(),
-                            env_of(gate_daemon, holder_job))
+    holder = spawn_in_group([PY, "-c", HOLDER], holder_job.group(), env_of(gate_daemon, holder_job))
     try:
         assert holder.stdout is None  # inherits ours; wait through the gate instead
         wait_for(lambda: free_threads(gate_daemon) == 0, what="the holder's grant")
@@ -214,10 +222,20 @@ def test_a_client_cannot_claim_another_jobs_threads_or_more_than_declared(
         assert free_threads(gate_daemon) == 8
 
 
-valid_ish = st.sampled_from([
-    b"ACQUIRE 0 3\n", b"ACQUIRE 4\n", b"TRY 1\n", b"RELEASE 1\n", b"RELEASE 999999\n",
-    b"HELLO\n", b"STATUS\n", b"ACQUIRE 1 1\n", b"ACQUIRE 0 2147483648\n", b"\r\n",
-])  # fmt: skip
+valid_ish = st.sampled_from(
+    [
+        b"ACQUIRE 0 3\n",
+        b"ACQUIRE 4\n",
+        b"TRY 1\n",
+        b"RELEASE 1\n",
+        b"RELEASE 999999\n",
+        b"HELLO\n",
+        b"STATUS\n",
+        b"ACQUIRE 1 1\n",
+        b"ACQUIRE 0 2147483648\n",
+        b"\r\n",
+    ]
+)
 chunks = st.lists(st.one_of(st.binary(max_size=300), valid_ish), max_size=6)
 
 
@@ -269,17 +287,46 @@ def test_context_manager_and_offload_command_inside_a_job(gate_daemon: NodeConfi
         "    print('free', GateClient().status()['0']['free'])\n"
     )
     done = subprocess.run(
-        [COSHARE, "node", "job-exec", "--job", "ctx", "--", "sh", "-c",
-         f"{PY} -c \"$0\" && {COSHARE} node offload -- sh -c 'echo offloaded'", script],
-        env=node_env(gate_daemon), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            COSHARE,
+            "node",
+            "job-exec",
+            "--job",
+            "ctx",
+            "--",
+            "sh",
+            "-c",
+            f"{PY} -c \"$0\" && {COSHARE} node offload -- sh -c 'echo offloaded'",
+            script,
+        ],
+        env=node_env(gate_daemon),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:3] == ["grant 0 2", "free 6", "offloaded"]
     refused = subprocess.run(
-        [COSHARE, "node", "job-exec", "--job", "ctx", "--", COSHARE, "node", "offload",
-         "--threads", "4", "--", "true"],
-        env=node_env(gate_daemon), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            COSHARE,
+            "node",
+            "job-exec",
+            "--job",
+            "ctx",
+            "--",
+            COSHARE,
+            "node",
+            "offload",
+            "--threads",
+            "4",
+            "--",
+            "true",
+        ],
+        env=node_env(gate_daemon),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 1
     assert "over_declared: 4 threads asked, job ctx declared 3" in refused.stderr
 
@@ -288,13 +335,17 @@ def test_context_manager_and_offload_command_inside_a_job(gate_daemon: NodeConfi
 def test_a_c_program_speaks_the_protocol(gate_daemon: NodeConfig, tmp_path: Path) -> None:
     source = Path(__file__).resolve().parents[2] / "common/coshare/node/gate/examples/offload.c"
     binary = tmp_path / "offload"
-    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(binary), str(source)],
-                   check=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        ["cc", "-O2", "-Wall", "-Werror", "-o", str(binary), str(source)], check=True, timeout=120
+    )
     job_start(gate_daemon, "c-job", devices=["0"], device_threads=5)
     done = subprocess.run(
         [COSHARE, "node", "job-exec", "--job", "c-job", "--", str(binary), "5"],
-        env=node_env(gate_daemon), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=node_env(gate_daemon),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"granted: OK \d+ 0 5\nreleased\n", done.stdout)
     assert os.path.exists(gate_daemon.gate_socket)

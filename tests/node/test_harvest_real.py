@@ -57,8 +57,9 @@ def allowed(pid: int) -> tuple[int, ...]:
 
 def coshare(config: NodeConfig, *args: str) -> str:
     """``coshare node ARGS`` as root; its standard output."""
-    done = subprocess.run([COSHARE, "node", *args], env=node_env(config), capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [COSHARE, "node", *args], env=node_env(config), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -90,41 +91,56 @@ def test_lend_makes_disjoint_cpusets_survives_a_restart_and_the_cpu_job_is_repor
     try:
         with running_daemon(config):
             assert ask(config, f"LEND job=gpu to=cpu cpus={text}", user=False) == (
-                f"OK job=gpu to=cpu cpus={rest} to_cpus={text} lent={text} changed=1")
+                f"OK job=gpu to=cpu cpus={rest} to_cpus={text} lent={text} changed=1"
+            )
             assert cpuset(config, "gpu") == cpus[:-1] and cpuset(config, "cpu") == lent
             assert not set(cpuset(config, "gpu")) & set(cpuset(config, "cpu"))
             wait_for(lambda: allowed(cpu_pid) == lent, what="the CPU job on the lent core")
             assert allowed(gpu_pid) == cpus[:-1]
             # Idempotent, and said so (here through the operator's command).
-            again = coshare(config, "lend", "--job", "gpu", "--to", "cpu", "--cpus", text,
-                            "--output", "json")  # fmt: skip
-            assert json.loads(again) == {"job": "gpu", "to": "cpu", "cpus": rest,
-                                         "to_cpus": text, "lent": text, "changed": False}
+            again = coshare(
+                config, "lend", "--job", "gpu", "--to", "cpu", "--cpus", text, "--output", "json"
+            )
+            assert json.loads(again) == {
+                "job": "gpu",
+                "to": "cpu",
+                "cpus": rest,
+                "to_cpus": text,
+                "lent": text,
+                "changed": False,
+            }
             # Refused: not an operator, a core the GPU job does not hold, its last core, and
             # jobs the node does not run.
             assert ask(config, f"LEND job=gpu to=cpu cpus={text}").startswith(
-                "ERR not_allowed job gpu: LEND is for operators")
+                "ERR not_allowed job gpu: LEND is for operators"
+            )
             assert ask(config, "LEND job=gpu to=cpu cpus=1000", user=False).startswith(
-                "ERR bad_spec job gpu: job gpu does not hold cpus 1000")
+                "ERR bad_spec job gpu: job gpu does not hold cpus 1000"
+            )
             assert "would leave it no core" in ask(
-                config, f"LEND job=gpu to=cpu cpus={rest}", user=False)
+                config, f"LEND job=gpu to=cpu cpus={rest}", user=False
+            )
             assert ask(config, "LEND job=nobody to=cpu cpus=0", user=False) == (
-                "ERR unknown_job job nobody has no group on this node")
+                "ERR unknown_job job nobody has no group on this node"
+            )
             assert ask(config, "RECLAIM job=gpu from=nobody", user=False) == (
-                "ERR unknown_job job nobody has no group on this node")
+                "ERR unknown_job job nobody has no group on this node"
+            )
         assert cpuset(config, "cpu") == lent  # the loan outlives the daemon...
         with running_daemon(config):  # ...and the next one knows it (the job records)
             # The CPU job has no core of its own: giving back would starve it. Nothing is
             # changed; the reply says the planner must requeue it.
             assert ask(config, "RECLAIM job=gpu from=cpu", user=False) == (
-                f"OK job=gpu from=cpu cpus={rest} from_cpus={text} lent={text} changed=0 "
-                "requeue=1")
+                f"OK job=gpu from=cpu cpus={rest} from_cpus={text} lent={text} changed=0 requeue=1"
+            )
             assert cpuset(config, "cpu") == lent and allowed(cpu_pid) == lent
             said = coshare(config, "reclaim", "--job", "gpu", "--from", "cpu")
-            assert said.strip() == (f"job cpu has no core of its own: giving back cpus {text} "
-                                    "would leave it none; nothing done: requeue job cpu "
-                                    "through the scheduler (its end gives job gpu the cores "
-                                    "back)")  # fmt: skip
+            assert said.strip() == (
+                f"job cpu has no core of its own: giving back cpus {text} "
+                "would leave it none; nothing done: requeue job cpu "
+                "through the scheduler (its end gives job gpu the cores "
+                "back)"
+            )
             # The scheduler requeues it: its end gives the GPU job its cores back.
             stop(procs[1])
             assert ask(config, "END job=cpu", user=False).startswith("OK job=cpu started=1")
@@ -234,7 +250,8 @@ def test_a_borrowers_start_takes_its_cores_out_of_a_lending_job_or_it_does_not_r
     proc = spawn_in_group(IDLE, mute.group(), env)
     try:
         assert "was not placed as a job whose cores may be lent" in refused(
-            "cpu0", "--cores", "1", "--borrow", "mute")
+            "cpu0", "--cores", "1", "--borrow", "mute"
+        )
         assert cpuset(config, "mute") == cpus
     finally:
         stop(proc)
@@ -242,8 +259,15 @@ def test_a_borrowers_start_takes_its_cores_out_of_a_lending_job_or_it_does_not_r
     gpu = job_start(config, "gpu", cores=len(cpus), lends=True)
     proc = spawn_in_group(IDLE, gpu.group(), env)
     try:
-        borrower = launch(config, "cpu", [PYTHON, "-c", REPORT + "; import time; time.sleep(2)"],
-                          "--cores", "1", "--borrow", "gpu")  # fmt: skip
+        borrower = launch(
+            config,
+            "cpu",
+            [PYTHON, "-c", REPORT + "; import time; time.sleep(2)"],
+            "--cores",
+            "1",
+            "--borrow",
+            "gpu",
+        )
         assert borrower.stdout is not None
         first = borrower.stdout.readline().split()
         if len(first) != 3:
@@ -255,10 +279,10 @@ def test_a_borrowers_start_takes_its_cores_out_of_a_lending_job_or_it_does_not_r
         status, _, err = finish(borrower)
         assert status == 0, err
         assert cpuset(config, "gpu") == cpus  # its end gave the core back
-        assert "would leave it no core" in refused("cpu1", "--cores", str(len(cpus)),
-                                                   "--borrow", "gpu")  # fmt: skip
-        assert "does not run on this node" in refused("cpu2", "--cores", "1",
-                                                      "--borrow", "nobody")  # fmt: skip
+        assert "would leave it no core" in refused(
+            "cpu1", "--cores", str(len(cpus)), "--borrow", "gpu"
+        )
+        assert "does not run on this node" in refused("cpu2", "--cores", "1", "--borrow", "nobody")
         assert cpuset(config, "gpu") == cpus
     finally:
         stop(proc)

@@ -35,26 +35,27 @@ def test_prometheus_scrapes_the_gates_grants_waits_and_the_watchdog(
     address = f"127.0.0.1:{free_port()}"
     config = replace(node_config, metrics_address=address)
     env = {"COSHARE_NODE_METRICS_ADDRESS": address}
-    with (running_daemon(config, env=env, options=("--log-format", "json")),
-          running_prometheus({"node-daemon": address}) as prom):  # fmt: skip
+    with (
+        running_daemon(config, env=env, options=("--log-format", "json")),
+        running_prometheus({"node-daemon": address}) as prom,
+    ):
         holder_job = job_start(config, "metrics-a", devices=["0"], device_threads=8)
         waiter_job = job_start(config, "metrics-b", devices=["0"], device_threads=2)
-        holder = spawn_in_group([PY, "-c", HOLDER], holder_job.group(),
-                                env_of(config, holder_job))  # fmt: skip
+        holder = spawn_in_group([PY, "-c", HOLDER], holder_job.group(), env_of(config, holder_job))
         try:
             wait_for(lambda: free_threads(config) == 0, what="the holder's grant")
             (waiter,) = job_connections(config, waiter_job, 1)
             with waiter:
                 waiter.sendall(b"ACQUIRE 0 2\n")  # queues behind the holder
-                held = prom.wait_for('coshare_node_gate_queued{device="0"}',
-                                     lambda v: list(v.values()) == [1])  # fmt: skip
+                held = prom.wait_for(
+                    'coshare_node_gate_queued{device="0"}', lambda v: list(v.values()) == [1]
+                )
                 assert held
                 holder.send_signal(signal.SIGKILL)
                 assert holder.wait(timeout=10) == -signal.SIGKILL
                 assert re.fullmatch(r"OK \d+ 0 2", read_line(waiter))
                 d0 = (("device", "0"),)
-                prom.wait_for('coshare_node_gate_threads_held{device="0"}',
-                              lambda v: v == {d0: 2})  # fmt: skip
+                prom.wait_for('coshare_node_gate_threads_held{device="0"}', lambda v: v == {d0: 2})
         finally:
             stop(holder)
         d0 = (("device", "0"),)

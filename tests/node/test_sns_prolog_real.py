@@ -23,8 +23,9 @@ from tests.unit.fake_resctrl import FakeResctrl, make_resctrl
 
 pytestmark = pytest.mark.cgroups
 
-GANG = Placement("n1", (), 5, 0, 0, (Part("n1", (), 2, 4), Part("n2", (), 2, 4)), 4,
-                 Spread("", 2, 2, 2))  # fmt: skip
+GANG = Placement(
+    "n1", (), 5, 0, 0, (Part("n1", (), 2, 4), Part("n2", (), 2, 4)), 4, Spread("", 2, 2, 2)
+)
 
 
 def told(config: NodeConfig, job: str) -> list[str]:
@@ -44,8 +45,7 @@ def test_the_prolog_makes_the_resctrl_group_with_this_nodes_ways(
     # Alone on the node it holds its 4 ways and, as its share of the spare ones, the other 16
     # (Spread-n-Share 4.4); the node still counts 16 free for the next job.
     assert (fake.path("sns1") / "schemata").read_text().startswith("L3:0=fffff;1=fffff\n")
-    assert told(node_config, "sns1") == ["export COSHARE_SPREAD=2:2:2",
-                                         "export COSHARE_LLC_WAYS=4"]  # fmt: skip
+    assert told(node_config, "sns1") == ["export COSHARE_SPREAD=2:2:2", "export COSHARE_LLC_WAYS=4"]
     allocated = lifecycle.allocated_ways(lifecycle.node_store(node_config))
     assert allocated == {"sns1": 4} and fake.ways_free(allocated) == 16
     # A second job takes its 4 back from sns1's share; the 12 spare split 6 and 6.
@@ -89,14 +89,24 @@ def test_without_resctrl_the_job_runs_without_ways_and_its_tasks_are_told(
     assert lifecycle.node_store(config).error("sns2") is None  # not refused: it runs
     path = tmp_path / "no-resctrl" / "info" / "L3" / "cbm_mask"
     assert told(config, "sns2") == [
-        "export COSHARE_SPREAD=2:2:2", "export COSHARE_LLC_WAYS=unsupported",
+        "export COSHARE_SPREAD=2:2:2",
+        "export COSHARE_LLC_WAYS=unsupported",
         f"print coshare: job sns2 runs on n1 without LLC way allocation (its placement asks "
-        f"4): unsupported: resctrl L3 (cache ways): resctrl is not mounted there ({path})"]
+        f"4): unsupported: resctrl L3 (cache ways): resctrl is not mounted there ({path})",
+    ]
     job_end(config, "sns2")
 
 
-CAPPED = Placement("n1", (), 5, 0, 0, (Part("n1", (), 2, 4), Part("n2", (), 2, 4)), 4,
-                   Spread("", 2, 2, 2, membw_gbps=23.5))  # fmt: skip
+CAPPED = Placement(
+    "n1",
+    (),
+    5,
+    0,
+    0,
+    (Part("n1", (), 2, 4), Part("n2", (), 2, 4)),
+    4,
+    Spread("", 2, 2, 2, membw_gbps=23.5),
+)
 
 
 def write_baseline(config: NodeConfig, gbps: float) -> None:
@@ -104,8 +114,10 @@ def write_baseline(config: NodeConfig, gbps: float) -> None:
     from coshare.node.membw import ProbeFiles
 
     files = ProbeFiles(Path(config.state_dir))
-    files.write(files.baseline_path, Baseline({(0,): 18.8, (0, 1, 2, 3): gbps}, 1.7e9,
-                                              "numpy", 256).to_dict())  # fmt: skip
+    files.write(
+        files.baseline_path,
+        Baseline({(0,): 18.8, (0, 1, 2, 3): gbps}, 1.7e9, "numpy", 256).to_dict(),
+    )
 
 
 def test_the_prolog_caps_the_jobs_bandwidth_with_mba_as_a_share_of_the_node(
@@ -119,9 +131,11 @@ def test_the_prolog_caps_the_jobs_bandwidth_with_mba_as_a_share_of_the_node(
     record = node_hooks.on_job_start(node_config, "mba1", here, Allocation(1, 64), 0)
     assert (record.spec.llc_ways, record.spec.membw_percent) == (4, 20)
     assert (fake.path("mba1") / "schemata").read_text() == "L3:0=fffff;1=fffff\nMB:0=20;1=20\n"
-    assert told(node_config, "mba1") == ["export COSHARE_SPREAD=2:2:2",
-                                         "export COSHARE_LLC_WAYS=4",
-                                         "export COSHARE_MEMBW_PERCENT=20"]  # fmt: skip
+    assert told(node_config, "mba1") == [
+        "export COSHARE_SPREAD=2:2:2",
+        "export COSHARE_LLC_WAYS=4",
+        "export COSHARE_MEMBW_PERCENT=20",
+    ]
     job_end(node_config, "mba1")
 
 
@@ -141,7 +155,8 @@ def test_without_mba_or_a_baseline_the_job_runs_uncapped_and_is_told_why(
         "export COSHARE_MEMBW_PERCENT=unsupported",
         "print coshare: job mba2 runs on n2 without its memory bandwidth cap (23.5 GB/s): "
         "unsupported: node memory bandwidth (for the MBA cap): no baseline: run `coshare node "
-        f"probe membw --init` on an idle node ({baseline})"]
+        f"probe membw --init` on an idle node ({baseline})",
+    ]
     job_end(node_config, "mba2")
     # a baseline but no MBA: the ways are still allocated, the cap is not
     write_baseline(node_config, 100.0)
@@ -154,7 +169,8 @@ def test_without_mba_or_a_baseline_the_job_runs_uncapped_and_is_told_why(
         "export COSHARE_MEMBW_PERCENT=unsupported",
         "print coshare: job mba3 runs on n2 without its memory bandwidth cap (23.5 GB/s): "
         "unsupported: resctrl MB (memory bandwidth allocation): the processor or kernel "
-        f"offers no MBA here ({path})"]
+        f"offers no MBA here ({path})",
+    ]
     job_end(node_config, "mba3")
 
 

@@ -108,8 +108,10 @@ def test_a_uid_holds_at_most_its_connections_and_gets_one_back_when_one_closes(
             assert call(sock, "STATUS").startswith("OK 0:free=8")
         with connect(gate) as refused:
             (line,) = lines_until_closed(refused)
-        assert line == (f"ERR too_many uid {os.getuid()} holds {LIMITS.per_uid} connections "
-                        "to this socket, the most one uid may (node.max_connections_per_uid)")
+        assert line == (
+            f"ERR too_many uid {os.getuid()} holds {LIMITS.per_uid} connections "
+            "to this socket, the most one uid may (node.max_connections_per_uid)"
+        )
         held.pop().close()
         deadline = time.monotonic() + 5
         while gate.call(lambda: gate.server.held_by(os.getuid())) != LIMITS.per_uid - 1:
@@ -127,7 +129,8 @@ def test_a_half_sent_line_is_answered_timeout_and_hung_up(gate: Running) -> None
         sock.sendall(b"ACQUI")
         started = time.monotonic()
         assert lines_until_closed(sock) == [
-            f"ERR timeout a request line must arrive whole within {LIMITS.line_timeout_s:g} s"]
+            f"ERR timeout a request line must arrive whole within {LIMITS.line_timeout_s:g} s"
+        ]
         assert time.monotonic() - started >= LIMITS.line_timeout_s
     # Dribbling a byte at a time does not reset the clock of the line.
     with connect(gate) as sock:
@@ -183,8 +186,11 @@ def test_a_peer_that_does_not_read_its_replies_is_dropped_and_holds_little(
         # The gate stops answering it once its unread replies fill the socket buffers and a
         # little of the gate's own, and drops it when it sends on regardless (read-ahead) or
         # does not read within line_timeout_s: its replies wait in the kernel, not the daemon.
-        buffered = gate.call(lambda: [c.transport.get_write_buffer_size()
-                                      for c in gate.server._connections if c.transport])
+        buffered = gate.call(
+            lambda: [
+                c.transport.get_write_buffer_size() for c in gate.server._connections if c.transport
+            ]
+        )
         assert isinstance(buffered, list) and max(buffered, default=0) <= 2 * 64 * 1024
         assert call(other, "STATUS").startswith("OK")  # others are served meanwhile
         sock.setblocking(True)
@@ -202,13 +208,20 @@ def test_a_peer_that_stops_reading_is_dropped_after_the_line_timeout(gate: Runni
         assert call(sock, "STATUS").startswith("OK")
         # A small kernel buffer on the gate's side, so that a few thousand unread replies fill
         # it and the gate's own 64 KiB while the requests still fit the read-ahead.
-        gate.call(lambda: [c.transport.get_extra_info("socket").setsockopt(
-            socket.SOL_SOCKET, socket.SO_SNDBUF, 4096) for c in gate.server._connections
-            if c.transport])  # fmt: skip
+        gate.call(
+            lambda: [
+                c.transport.get_extra_info("socket").setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+                )
+                for c in gate.server._connections
+                if c.transport
+            ]
+        )
         sock.sendall(b"STATUS\n" * 2500)
         time.sleep(0.1)
-        paused = gate.call(lambda: [c.write_paused_at is not None
-                                    for c in gate.server._connections])  # fmt: skip
+        paused = gate.call(
+            lambda: [c.write_paused_at is not None for c in gate.server._connections]
+        )
         assert paused == [True]
         started = time.monotonic()
         time.sleep(LIMITS.line_timeout_s * 2)
@@ -227,7 +240,8 @@ def test_too_long_lines_and_read_ahead_are_bounded(gate: Running) -> None:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             waiter.sendall(b"ACQUIRE 4\n" + b"STATUS\n" * 1000)
         assert lines_until_closed(waiter) == [
-            "ERR too_long at most 16 request lines may be sent ahead"]
+            "ERR too_long at most 16 request lines may be sent ahead"
+        ]
         assert call(holder, "STATUS") == "OK 0:free=4,total=8,queued=0"
 
 

@@ -53,10 +53,13 @@ def test_trial_freezes_the_old_job_around_a_real_probe_of_its_cores(
     busy = spawn_in_group(BUSY, old.group(), node_env(gate_daemon))
     try:
         cpus = ",".join(str(c) for c in old.spec.cpus)
-        init = subprocess.run([COSHARE, "node", "probe", "membw", "--init", "--cpus", cpus,
-                               "--output", "json"], env={**node_env(gate_daemon),
-                                                         "COSHARE_NODE_PROBE_ARRAY_MIB": "64"},
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        init = subprocess.run(
+            [COSHARE, "node", "probe", "membw", "--init", "--cpus", cpus, "--output", "json"],
+            env={**node_env(gate_daemon), "COSHARE_NODE_PROBE_ARRAY_MIB": "64"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert init.returncode == 0, init.stderr
         assert json.loads(init.stdout)["probe"]["gbps"] > 0
         reply = ask(gate_daemon, "TRIAL job=new partners=old", user=False)
@@ -84,8 +87,11 @@ def test_a_daemon_killed_with_a_job_frozen_thaws_it_when_it_starts_again(
             daemon.wait(30)
         assert freezer_state(node_config, "left") == "FROZEN"  # what a killed probe leaves
         with running_daemon(node_config):
-            wait_for(lambda: freezer_state(node_config, "left") == "THAWED", 10,
-                     "the restarted daemon to thaw the job")  # fmt: skip
+            wait_for(
+                lambda: freezer_state(node_config, "left") == "THAWED",
+                10,
+                "the restarted daemon to thaw the job",
+            )
         frozen_at = cpu_ticks(busy.pid)
         wait_for(lambda: cpu_ticks(busy.pid) > frozen_at + 2, what="the job to run again")
     finally:

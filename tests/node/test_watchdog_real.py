@@ -33,24 +33,31 @@ def nvml_env(mode: str) -> dict[str, str]:
 def test_a_lost_gpu_does_not_stop_the_host_memory_watchdog(node_config: NodeConfig) -> None:
     config = node_config
     with running_daemon(config, env=nvml_env("lost")) as daemon:
-        record = job_start(config, "frozen", cores=1, memory_mib=64, devices=["0"],
-                           device_memory_mib=100)  # fmt: skip
-        hog = spawn_in_group([PY, "-c", "x = bytearray(300 << 20); print('survived')"],
-                             record.group(), node_env(config))  # fmt: skip
+        record = job_start(
+            config, "frozen", cores=1, memory_mib=64, devices=["0"], device_memory_mib=100
+        )
+        hog = spawn_in_group(
+            [PY, "-c", "x = bytearray(300 << 20); print('survived')"],
+            record.group(),
+            node_env(config),
+        )
         try:
             # Every round NVML fails for the GPU; host memory is still watched: the job that
             # reached its limit is killed as a whole, with the reason.
             assert hog.wait(timeout=60) == -9
             reason = node_store(config).reason("frozen")
             assert reason is not None and reason.startswith(
-                "coshare killed job frozen: its host memory went over the declared 64 MiB")
+                "coshare killed job frozen: its host memory went over the declared 64 MiB"
+            )
             assert daemon.poll() is None
         finally:
             stop(hog)
     assert daemon.returncode == 0  # it served on, and stopped when told
     log = daemon_log(config).read_text()
-    assert "device memory cannot be read (1 rounds in a row); host memory is still watched: " \
-           "NVML cannot list the processes of GPU 0" in log, log
+    assert (
+        "device memory cannot be read (1 rounds in a row); host memory is still watched: "
+        "NVML cannot list the processes of GPU 0" in log
+    ), log
 
 
 def test_the_daemon_exits_non_zero_when_a_watchdog_round_never_ends(
@@ -71,11 +78,20 @@ def test_without_the_nvml_bindings_the_daemon_says_so_and_exits_1(
     node_config: NodeConfig,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.modules['pynvml'] = None; "
-         "from coshare.cli import main; main()", "node", "gate", "--device", "0=8"],
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['pynvml'] = None; from coshare.cli import main; main()",
+            "node",
+            "gate",
+            "--device",
+            "0=8",
+        ],
         env={**node_env(node_config), "COSHARE_NODE_DEVICE_MEMORY": "nvml"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert "device memory watching needs NVML bindings" in done.stderr
     wait_for(lambda: not Path(node_config.gate_socket).exists(), what="the socket removed")

@@ -32,9 +32,17 @@ from coshare.errors import CgroupError
 from coshare.node.resctrl import Resctrl
 
 
-def make_resctrl(root: Path, *, cbm_mask: str = "fffff", min_cbm_bits: int = 1,
-                 closids: int = 16, domains: tuple[str, ...] = ("0", "1"), mba: bool = True,
-                 cdp: bool = False, mbm: bool = False) -> Path:  # fmt: skip
+def make_resctrl(
+    root: Path,
+    *,
+    cbm_mask: str = "fffff",
+    min_cbm_bits: int = 1,
+    closids: int = 16,
+    domains: tuple[str, ...] = ("0", "1"),
+    mba: bool = True,
+    cdp: bool = False,
+    mbm: bool = False,
+) -> Path:
     """A resctrl mount: ``info/L3`` (or ``L3CODE``/``L3DATA``), ``info/MB``, ``info/L3_MON``
     (with ``mbm``), and the default group's files at the top."""
     names = ("L3CODE", "L3DATA") if cdp else ("L3",)
@@ -148,13 +156,16 @@ class FakeResctrl(Resctrl):
                     self._refuse(path, text, "Missing '=' or non-numeric domain")
                 if domain not in lines[resource]:
                     self._refuse(path, text, f"Unknown domain {domain}")
-                why = (self._bw_invalid(value) if resource == "MB"
-                       else self._cbm_invalid(value))  # fmt: skip
+                why = self._bw_invalid(value) if resource == "MB" else self._cbm_invalid(value)
                 if why is not None:
                     self._refuse(path, text, why)
                 lines[resource][domain] = value if resource == "MB" else f"{int(value, 16):x}"
-        path.write_text("".join(f"{r}:" + ";".join(f"{d}={v}" for d, v in values.items()) + "\n"
-                                for r, values in lines.items()))  # fmt: skip
+        path.write_text(
+            "".join(
+                f"{r}:" + ";".join(f"{d}={v}" for d, v in values.items()) + "\n"
+                for r, values in lines.items()
+            )
+        )
         self._status("ok")
 
     def _cbm_invalid(self, value: str) -> str | None:

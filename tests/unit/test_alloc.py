@@ -30,19 +30,26 @@ from hypothesis import strategies as st
 def test_two_domains_claiming_one_node_are_refused_naming_both() -> None:
     a = Domain("schedd-a", (("node1", 8), ("node2", 8)))
     b = Domain("schedd-b", (("node3", 8), ("node2", 4)))
-    with pytest.raises(InputError, match=r"node 'node2' is claimed by domain 'schedd-a' and "
-                                         r"domain 'schedd-b'"):
+    with pytest.raises(
+        InputError,
+        match=r"node 'node2' is claimed by domain 'schedd-a' and "
+        r"domain 'schedd-b'",
+    ):
         Layout((a, b), 1, 2)
 
 
-@pytest.mark.parametrize(("domains", "rows", "cols", "message"), [
-    ((Domain("a", ()),), 1, 1, "nodes is empty"),
-    ((Domain("a", (("n", 0),)),), 1, 1, "has 0 cores; allowed 1..4096"),
-    ((Domain("a", (("n", 1),)), Domain("a", (("m", 1),))), 1, 2, "two domains are named 'a'"),
-    ((Domain("a", (("n", 1),)),), 1, 2, "holds 2 domains, not 1"),
-])  # fmt: skip
-def test_bad_layouts_are_refused(domains: tuple[Domain, ...], rows: int, cols: int,
-                                 message: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("domains", "rows", "cols", "message"),
+    [
+        ((Domain("a", ()),), 1, 1, "nodes is empty"),
+        ((Domain("a", (("n", 0),)),), 1, 1, "has 0 cores; allowed 1..4096"),
+        ((Domain("a", (("n", 1),)), Domain("a", (("m", 1),))), 1, 2, "two domains are named 'a'"),
+        ((Domain("a", (("n", 1),)),), 1, 2, "holds 2 domains, not 1"),
+    ],
+)
+def test_bad_layouts_are_refused(
+    domains: tuple[Domain, ...], rows: int, cols: int, message: str
+) -> None:
     with pytest.raises(InputError, match=message):
         Layout(domains, rows, cols)
 
@@ -71,8 +78,9 @@ def _depth(parents: dict[int, int], node: int) -> int:
 
 
 @given(meshes, st.data())
-def test_both_patterns_are_shortest_path_spanning_trees(mesh: tuple[int, int],
-                                                        data: st.DataObject) -> None:
+def test_both_patterns_are_shortest_path_spanning_trees(
+    mesh: tuple[int, int], data: st.DataObject
+) -> None:
     layout = tile(*mesh, cores_per_domain=1)
     source = data.draw(st.integers(0, layout.size - 1))
     dist = distances(layout, source)
@@ -92,8 +100,9 @@ def test_broadcast_counts_match_section_7_6(mesh: tuple[int, int], data: st.Data
     assert broadcast_messages(layout, source, "adaptive") == layout.size - 1
     # A mesh is bipartite: under unit latency flooding crosses every link exactly once.
     assert flooding_messages(layout, source) == layout.links()
-    assert Propagation(layout, "adaptive").setup_messages(source) == \
-        layout.links() + layout.size - 1
+    assert (
+        Propagation(layout, "adaptive").setup_messages(source) == layout.links() + layout.size - 1
+    )
 
 
 @pytest.mark.parametrize("n", range(2, 8))
@@ -167,16 +176,21 @@ def test_a_gang_wider_than_all_domains_never_fits_and_the_others_run() -> None:
     jobs = [Gang("wide", 0, 33, 0, 1), Gang("ok", 1, 20, 0, 1), Gang("bad", 7, 1, 0, 1)]
     run = run_protocol(layout, jobs, "cancel")
     assert [(r.job, r.code) for r in run.refused] == [("wide", "never_fits"), ("bad", "invalid")]
-    assert run.refused[0].message == ("job wide: asks for 33 cores; all 4 domains together "
-                                      "have 32 (never_fits)")
+    assert run.refused[0].message == (
+        "job wide: asks for 33 cores; all 4 domains together have 32 (never_fits)"
+    )
     assert run.refused[1].message == "job bad: home is 7; allowed a domain index 0..3"
     assert [r.job.id for r in run.jobs] == ["ok"] and run.jobs[0].allocated_at is not None
 
 
-@pytest.mark.parametrize(("job", "field"), [
-    (Gang("x", 0, 0), "cores is 0"), (Gang("x", 0, 1, -1), "submit is -1"),
-    (Gang("x", 0, 1, 0, 10**13), "run is 10000000000000"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        (Gang("x", 0, 0), "cores is 0"),
+        (Gang("x", 0, 1, -1), "submit is -1"),
+        (Gang("x", 0, 1, 0, 10**13), "run is 10000000000000"),
+    ],
+)
 def test_out_of_range_fields_are_refused_by_name(job: Gang, field: str) -> None:
     refusal = check_gang(job, tile(2))
     assert refusal is not None and refusal.code == "invalid" and field in refusal.message
@@ -209,10 +223,16 @@ def worlds(draw: st.DrawFn) -> tuple[Layout, list[Gang]]:
         nodes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=2))
         domains.append(Domain(f"d{i}", tuple((f"n{i}-{k}", c) for k, c in enumerate(nodes))))
     layout = Layout(tuple(domains), rows, cols)
-    jobs = [Gang(f"j{k}", draw(st.integers(0, layout.size - 1)),
-                 draw(st.integers(1, layout.total_cores)), draw(st.integers(0, 15)),
-                 draw(st.integers(1, 25)))
-            for k in range(draw(st.integers(1, 7)))]  # fmt: skip
+    jobs = [
+        Gang(
+            f"j{k}",
+            draw(st.integers(0, layout.size - 1)),
+            draw(st.integers(1, layout.total_cores)),
+            draw(st.integers(0, 15)),
+            draw(st.integers(1, 25)),
+        )
+        for k in range(draw(st.integers(1, 7)))
+    ]
     return layout, jobs
 
 
@@ -220,8 +240,7 @@ def _check(run: ProtocolRun, jobs: list[Gang]) -> None:
     # Every gang is allocated, the oldest included, and the run drained (no deadlock: a
     # stuck job raises ProtocolStuck, a double booking DoubleBooking, inside run_protocol).
     assert sorted(r.job.id for r in run.jobs) == sorted(j.id for j in jobs)
-    assert all(r.allocated_at is not None and r.wait is not None and r.wait >= 0
-               for r in run.jobs)  # fmt: skip
+    assert all(r.allocated_at is not None and r.wait is not None and r.wait >= 0 for r in run.jobs)
     for result in run.jobs:
         used = [c for _, cores in result.use for c in cores]
         assert len(used) == len(set(used)) == result.job.cores
@@ -234,7 +253,8 @@ def _check(run: ProtocolRun, jobs: list[Gang]) -> None:
 
 @given(worlds(), st.sampled_from(["cancel", "sequencer"]), st.sampled_from(["fixed", "adaptive"]))
 def test_every_gang_is_allocated_once_with_the_formula_counts(
-        world: tuple[Layout, list[Gang]], policy: str, pattern: str) -> None:  # fmt: skip
+    world: tuple[Layout, list[Gang]], policy: str, pattern: str
+) -> None:
     layout, jobs = world
     run = run_protocol(layout, jobs, policy, pattern)  # type: ignore[arg-type]
     _check(run, jobs)
@@ -242,7 +262,8 @@ def test_every_gang_is_allocated_once_with_the_formula_counts(
 
 @given(worlds())
 def test_simultaneous_full_width_gangs_are_served_one_by_one(
-        world: tuple[Layout, list[Gang]]) -> None:  # fmt: skip
+    world: tuple[Layout, list[Gang]],
+) -> None:
     # The worst case of section 7.4 on random layouts: every job needs every core.
     layout, drawn = world
     jobs = [Gang(j.id, j.home, layout.total_cores, 0, j.run) for j in drawn]

@@ -21,8 +21,12 @@ def test_condor_style_keys_parse_into_a_job() -> None:
     job = parse_job(
         "12.0",
         {"CoshareDeviceMemory": 2048, "CoshareDeviceThreads": 120, "CoshareProgram": "KM"},
-        limits=LIMITS, cpu_milli=2000, memory_mib=1024, priority=3, submit_time_s=7.0,
-    )  # fmt: skip
+        limits=LIMITS,
+        cpu_milli=2000,
+        memory_mib=1024,
+        priority=3,
+        submit_time_s=7.0,
+    )
     assert (job.id, job.device_memory_mib, job.device_threads, job.program) == (
         "12.0",
         2048,
@@ -54,10 +58,18 @@ def test_memory_with_a_unit_rounds_up() -> None:
 def test_optional_keys() -> None:
     job = parse_job(
         "1",
-        {"DeviceMemory": 1, "DeviceThreads": 1, "DeviceCount": 2, "Processes": 4, "Alpha": "0.9",
-         "Membw": 12.5, "CopyBandwidth": 300, "Walltime": 60},
+        {
+            "DeviceMemory": 1,
+            "DeviceThreads": 1,
+            "DeviceCount": 2,
+            "Processes": 4,
+            "Alpha": "0.9",
+            "Membw": 12.5,
+            "CopyBandwidth": 300,
+            "Walltime": 60,
+        },
         limits=LIMITS,
-    )  # fmt: skip
+    )
     assert (job.device_count, job.processes, job.alpha, job.membw_gbps) == (2, 4, 0.9, 12.5)
     assert (job.copy_bw_mbps, job.walltime_s) == (300.0, 60.0)
 
@@ -68,8 +80,7 @@ def test_cpu_jobs() -> None:
     assert parse_job("2", {"CoshareProgram": "EP"}).kind == "cpu"
 
 
-def message(job_id: str, keys: dict[str, object],
-            limits: ClusterLimits | None = LIMITS) -> str:  # fmt: skip
+def message(job_id: str, keys: dict[str, object], limits: ClusterLimits | None = LIMITS) -> str:
     with pytest.raises(AnnotationError) as info:
         parse_job(job_id, keys, limits=limits)
     assert info.value.job == job_id
@@ -160,15 +171,39 @@ def test_extract_and_is_annotated() -> None:
 # -- every numeric key bounded, one rule for numbers, bounded messages -------------------------
 
 #: Every numeric key, with a value that is fine for it.
-NUMERIC = {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1, "CoshareDeviceCount": 1,
-           "CoshareProcesses": 1, "CoshareAlpha": 0.5, "CoshareMembw": 1,
-           "CoshareCopyBandwidth": 1, "CoshareWalltime": 1}  # fmt: skip
+NUMERIC = {
+    "CoshareDeviceMemory": 1,
+    "CoshareDeviceThreads": 1,
+    "CoshareDeviceCount": 1,
+    "CoshareProcesses": 1,
+    "CoshareAlpha": 0.5,
+    "CoshareMembw": 1,
+    "CoshareCopyBandwidth": 1,
+    "CoshareWalltime": 1,
+}
 
 HOSTILE_NUMBERS = [
-    "9" * 400, "1" + "0" * 50, "1e400", "-1e400", "inf", "-inf", "nan", "Infinity", "1_000",
-    "0x10", "١٢٠", "１２", 10**400, -(10**400), float("inf"), float("-inf"), float("nan"),
-    True, [1], "1e19",
-]  # fmt: skip
+    "9" * 400,
+    "1" + "0" * 50,
+    "1e400",
+    "-1e400",
+    "inf",
+    "-inf",
+    "nan",
+    "Infinity",
+    "1_000",
+    "0x10",
+    "١٢٠",
+    "１２",
+    10**400,
+    -(10**400),
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    True,
+    [1],
+    "1e19",
+]
 
 
 @pytest.mark.parametrize("key", sorted(NUMERIC))
@@ -182,8 +217,9 @@ def test_hostile_numbers_are_refused_for_every_numeric_key(key: str, value: obje
     assert len(text) < 300
 
 
-@pytest.mark.parametrize("key", ["CoshareDeviceMemory", "CoshareDeviceThreads",
-                                 "CoshareDeviceCount", "CoshareProcesses"])  # fmt: skip
+@pytest.mark.parametrize(
+    "key", ["CoshareDeviceMemory", "CoshareDeviceThreads", "CoshareDeviceCount", "CoshareProcesses"]
+)
 def test_the_largest_allowed_value_parses_and_one_more_is_refused_saying_the_bound(
     key: str,
 ) -> None:
@@ -197,16 +233,22 @@ def test_the_largest_allowed_value_parses_and_one_more_is_refused_saying_the_bou
 
 
 def test_numbers_follow_one_rule_for_every_key() -> None:
-    job = parse_job("1", {"CoshareDeviceMemory": " 1.5e3 ", "CoshareDeviceThreads": "+120",
-                          "CoshareWalltime": ".5", "CoshareAlpha": "1"})  # fmt: skip
+    job = parse_job(
+        "1",
+        {
+            "CoshareDeviceMemory": " 1.5e3 ",
+            "CoshareDeviceThreads": "+120",
+            "CoshareWalltime": ".5",
+            "CoshareAlpha": "1",
+        },
+    )
     assert (job.device_memory_mib, job.device_threads, job.walltime_s) == (1500, 120, 0.5)
     for key in ("CoshareDeviceMemory", "CoshareDeviceThreads"):  # Arabic-Indic 120
         assert "is not a number" in message("1", {**NUMERIC, key: "١٢٠"}, limits=None)
 
 
 def test_a_key_given_twice_under_two_spellings_is_refused_naming_both() -> None:
-    text = message("5.0", {"device-memory": "1G", "device-memory-mib": "2G",
-                           "device-threads": 1})  # fmt: skip
+    text = message("5.0", {"device-memory": "1G", "device-memory-mib": "2G", "device-threads": 1})
     assert "device-memory-mib='2G' names the same key as device-memory (given twice)" in text
 
 
@@ -229,22 +271,28 @@ def test_values_and_keys_in_messages_are_bounded_and_printable() -> None:
 def test_program_names_are_checked_whole() -> None:
     assert parse_job("1", {**NUMERIC, "CoshareProgram": " KM\n"}).program == "KM"
     for name in ("KM\nX", "KM\n\n;x", "K" * 65):
-        assert "is not a valid program name" in message("1", {**NUMERIC, "CoshareProgram": name},
-                                                        limits=None)  # fmt: skip
+        assert "is not a valid program name" in message(
+            "1", {**NUMERIC, "CoshareProgram": name}, limits=None
+        )
 
 
 ANY_VALUE = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=50),
-    st.sampled_from(HOSTILE_NUMBERS), st.lists(st.integers(), max_size=3),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=50),
+    st.sampled_from(HOSTILE_NUMBERS),
+    st.lists(st.integers(), max_size=3),
     st.builds(lambda n: f"{n}{'G' if n % 2 else 'k'}", st.integers(-(10**20), 10**20)),
-)  # fmt: skip
-ANY_KEY = st.one_of(st.sampled_from([s.attribute for s in KEYS] + ["device-memory-mib",
-                                                                   "DEVICE_THREADS"]),
-                    st.text(max_size=20))  # fmt: skip
+)
+ANY_KEY = st.one_of(
+    st.sampled_from([s.attribute for s in KEYS] + ["device-memory-mib", "DEVICE_THREADS"]),
+    st.text(max_size=20),
+)
 
 
-@given(keys=st.dictionaries(ANY_KEY, ANY_VALUE, max_size=6),
-       limits=st.sampled_from([None, LIMITS]))  # fmt: skip
+@given(keys=st.dictionaries(ANY_KEY, ANY_VALUE, max_size=6), limits=st.sampled_from([None, LIMITS]))
 def test_any_annotations_give_a_job_within_the_bounds_or_one_bounded_error(
     keys: dict[str, object], limits: ClusterLimits | None
 ) -> None:

@@ -23,27 +23,57 @@ from hypothesis import strategies as st
 
 @pytest.mark.parametrize(
     ("text", "number"),
-    [("120", 120.0), (" +1.5e3 ", 1500.0), (".5", 0.5), ("7.", 7.0), ("-2", -2.0),
-     ("1e400", math.inf), ("-1e400", -math.inf)],
-)  # fmt: skip
+    [
+        ("120", 120.0),
+        (" +1.5e3 ", 1500.0),
+        (".5", 0.5),
+        ("7.", 7.0),
+        ("-2", -2.0),
+        ("1e400", math.inf),
+        ("-1e400", -math.inf),
+    ],
+)
 def test_numbers_written_in_ascii_digits_are_numbers(text: str, number: float) -> None:
     assert parse_number(text) == number
 
 
 @pytest.mark.parametrize(
     "text",
-    ["", "inf", "nan", "Infinity", "1_000", "0x10", "١٢٠", "１２", "²", "1e", "e1", "--1",
-     "1 2", "9" * 41],
-)  # fmt: skip
+    [
+        "",
+        "inf",
+        "nan",
+        "Infinity",
+        "1_000",
+        "0x10",
+        "١٢٠",
+        "１２",
+        "²",
+        "1e",
+        "e1",
+        "--1",
+        "1 2",
+        "9" * 41,
+    ],
+)
 def test_anything_else_is_not_a_number(text: str) -> None:
     assert parse_number(text) is None
 
 
 @pytest.mark.parametrize(
     ("value", "number"),
-    [(5, 5.0), (2.5, 2.5), (10**400, math.inf), (-(10**400), -math.inf), (math.inf, math.inf),
-     (math.nan, None), (True, None), ("5", None), (None, None)],
-)  # fmt: skip
+    [
+        (5, 5.0),
+        (2.5, 2.5),
+        (10**400, math.inf),
+        (-(10**400), -math.inf),
+        (math.inf, math.inf),
+        (math.nan, None),
+        (True, None),
+        ("5", None),
+        (None, None),
+    ],
+)
 def test_as_float(value: object, number: float | None) -> None:
     assert as_float(value) == number
 
@@ -57,8 +87,14 @@ def billion_laughs() -> list[Any]:
 
 @pytest.mark.parametrize(
     "value",
-    [billion_laughs(), 10**5000, "x" * 10**6, {"k" * 10**5: [1] * 10**5}, b"\x00" * 10**5,
-     "\ud800\x1b[2J"],
+    [
+        billion_laughs(),
+        10**5000,
+        "x" * 10**6,
+        {"k" * 10**5: [1] * 10**5},
+        b"\x00" * 10**5,
+        "\ud800\x1b[2J",
+    ],
     ids=["laughs", "int", "str", "dict", "bytes", "controls"],
 )
 def test_shorten_is_bounded_and_printable_whatever_the_value(value: object) -> None:
@@ -82,15 +118,25 @@ def test_recursive_values_are_shown_without_recursing_forever() -> None:
 
 @pytest.mark.parametrize(
     ("value", "problem"),
-    [("0", None), ("node4 \" || true || \"", None), ("csl-n1", None), ("é", None),
-     (" 0", "has white space at its start or end"), ("0\n", "has white space at its start or end"),
-     ("0\u00a0", "has white space at its start or end"), ("", "is empty"),
-     ("a\x1bb", "holds the character '\\x1b'"), ("a\ud800", "holds the character '\\ud800'"),
-     ("a\u202eb", "holds the character '\\u202e'"), ("a\u2028b", "holds the character '\\u2028'"),
-     ("a\u200bb", "holds the character '\\u200b'"),
-     ("x" * (MAX_ID_CHARS + 1), f"is longer than {MAX_ID_CHARS} characters"),
-     (5, "is not a string"), (None, "is not a string")],
-)  # fmt: skip
+    [
+        ("0", None),
+        ('node4 " || true || "', None),
+        ("csl-n1", None),
+        ("é", None),
+        (" 0", "has white space at its start or end"),
+        ("0\n", "has white space at its start or end"),
+        ("0\u00a0", "has white space at its start or end"),
+        ("", "is empty"),
+        ("a\x1bb", "holds the character '\\x1b'"),
+        ("a\ud800", "holds the character '\\ud800'"),
+        ("a\u202eb", "holds the character '\\u202e'"),
+        ("a\u2028b", "holds the character '\\u2028'"),
+        ("a\u200bb", "holds the character '\\u200b'"),
+        ("x" * (MAX_ID_CHARS + 1), f"is longer than {MAX_ID_CHARS} characters"),
+        (5, "is not a string"),
+        (None, "is not a string"),
+    ],
+)
 def test_what_an_id_may_be(value: object, problem: str | None) -> None:
     assert id_problem(value) == problem
 
@@ -117,12 +163,17 @@ def test_printable_output_never_holds_a_control_character_or_a_surrogate(text: s
 
 @pytest.mark.parametrize(
     ("value", "says"),
-    [(1e300, "f=1e+300 is outside what coshare accepts (allowed: a number 0..100)"),
-     (10**400, "f=<an integer of about 401 digits> is outside what coshare accepts"),
-     (math.nan, "f=nan is not a number"), (math.inf, "f=inf is not a finite number"),
-     (-1, "f=-1 is outside"), ("5", "f='5' is not a number"), (True, "f=True is not a number"),
-     (None, "f=None is not a number")],
-)  # fmt: skip
+    [
+        (1e300, "f=1e+300 is outside what coshare accepts (allowed: a number 0..100)"),
+        (10**400, "f=<an integer of about 401 digits> is outside what coshare accepts"),
+        (math.nan, "f=nan is not a number"),
+        (math.inf, "f=inf is not a finite number"),
+        (-1, "f=-1 is outside"),
+        ("5", "f='5' is not a number"),
+        (True, "f=True is not a number"),
+        (None, "f=None is not a number"),
+    ],
+)
 def test_bounded_refuses_naming_field_value_and_range(value: object, says: str) -> None:
     with pytest.raises(BadValue) as caught:
         bounded("f", value, 100)

@@ -52,8 +52,9 @@ def test_plan_reads_stdin_and_flags_override_config(tmp_path: Path) -> None:
     text = EXAMPLE.read_text()
     code, out, _ = run("--config", str(config), "plan", "-", "--output", "json", stdin=text)
     assert code == 0 and json.loads(out)["policy"] == "exclusive"
-    code, out, _ = run("--config", str(config), "plan", "-", "--policy", "random", "--output",
-                       "json", stdin=text)  # fmt: skip
+    code, out, _ = run(
+        "--config", str(config), "plan", "-", "--policy", "random", "--output", "json", stdin=text
+    )
     assert code == 0 and json.loads(out)["policy"] == "random"
 
 
@@ -131,8 +132,11 @@ def test_demo_reproduces_table2_then_plans_the_example() -> None:
     assert code == 0
     assert "Table II reproduction: 150 Table I jobs on 3 nodes" in " ".join(out.split())
     reproduction, _, example = out.partition("Live planning on the bundled example")
-    rows = {line.split()[0]: line.split() for line in reproduction.splitlines()
-            if line.strip().split(" ")[0] in ("exclusive", "random", "knapsack")}  # fmt: skip
+    rows = {
+        line.split()[0]: line.split()
+        for line in reproduction.splitlines()
+        if line.strip().split(" ")[0] in ("exclusive", "random", "knapsack")
+    }
     assert set(rows) == {"exclusive", "random", "knapsack"}
     makespans = {name: float(cells[1]) for name, cells in rows.items()}
     assert makespans["random"] < makespans["exclusive"]
@@ -154,11 +158,13 @@ def test_cycle_summary_lists_every_refused_skipped_and_failed_job() -> None:
     report = CycleReport(
         plan=Plan("knapsack", (), (Unplaced("3", "waits"),)),
         apply=ApplyReport(
-            applied=("1",), skipped=(JobOutcome("2", "ended before the edit"),),
-            failed=(JobOutcome("4", "scontrol: Invalid job id"),), dry_run=True,
+            applied=("1",),
+            skipped=(JobOutcome("2", "ended before the edit"),),
+            failed=(JobOutcome("4", "scontrol: Invalid job id"),),
+            dry_run=True,
         ),
         rejected=(Rejected("5", "CoshareDeviceMemory='x' is not a number"),),
-    )  # fmt: skip
+    )
     text = cycle_summary(report)
     assert "dry run" in text and "would write 1" in text
     assert "skipped 2: ended before the edit" in text
@@ -169,10 +175,15 @@ def test_cycle_summary_lists_every_refused_skipped_and_failed_job() -> None:
 
 def test_the_plan_table_lists_every_waiting_job() -> None:
     # 40 jobs that fit nowhere: every id is in the table, none hidden behind "+N more".
-    nodes = [{"name": "n1", "cores": 4, "memory_mib": 4096,
-              "devices": [{"id": "0", "memory_mib": 1024, "threads": 60}]}]
-    pending = [{"id": f"{i}.0", "device_memory_mib": 2048, "device_threads": 10}
-               for i in range(40)]  # fmt: skip
+    nodes = [
+        {
+            "name": "n1",
+            "cores": 4,
+            "memory_mib": 4096,
+            "devices": [{"id": "0", "memory_mib": 1024, "threads": 60}],
+        }
+    ]
+    pending = [{"id": f"{i}.0", "device_memory_mib": 2048, "device_threads": 10} for i in range(40)]
     code, out, _ = run("plan", "-", stdin=json.dumps({"nodes": nodes, "pending": pending}))
     assert code == 0 and "more" not in out
     flat = "".join(out.split())
@@ -200,8 +211,9 @@ def test_the_readme_shows_what_make_demo_prints() -> None:
     sim_readme, _, plan_readme = readme.partition("Then it plans")
     sim_out, _, plan_out = out.partition("Live planning on the bundled example")
     assert rows(sim_readme, table2, False) == rows(sim_out, table2, False)
-    assert rows(plan_readme.split("## How it works")[0], table2, True) == \
-        rows(plan_out.split("Policies on this snapshot")[1], table2, True)  # fmt: skip
+    assert rows(plan_readme.split("## How it works")[0], table2, True) == rows(
+        plan_out.split("Policies on this snapshot")[1], table2, True
+    )
 
 
 def test_config_check_lists_every_problem_and_an_unknown_policy(tmp_path: Path) -> None:

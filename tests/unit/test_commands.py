@@ -49,6 +49,9 @@ def test_timeout_and_missing_program() -> None:
 
 
 def test_input_text_is_passed_on_stdin() -> None:
-    result = run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"],
-                 timeout_s=30, input_text="abc")  # fmt: skip
+    result = run(
+        [sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"],
+        timeout_s=30,
+        input_text="abc",
+    )
     assert result.stdout.strip() == "ABC"

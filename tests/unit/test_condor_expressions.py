@@ -73,17 +73,21 @@ def test_job_clauses_accept_only_job_ids() -> None:
         with pytest.raises(ValueError, match="not an HTCondor job id"):
             X.job_clause(bad)
     constraint = X.idle_managed(["1.0", "2.5"])
-    assert constraint == ("JobStatus == 1 && CoshareManaged =?= true && "
-                          "((ClusterId == 1 && ProcId == 0) || (ClusterId == 2 && ProcId == 5))")
+    assert constraint == (
+        "JobStatus == 1 && CoshareManaged =?= true && "
+        "((ClusterId == 1 && ProcId == 0) || (ClusterId == 2 && ProcId == 5))"
+    )
     classad2.ExprTree(constraint)  # parses
     assert X.idle_managed([]).endswith("(false)")
 
 
 def test_hold_reason_drops_the_job_prefix_and_double_quotes() -> None:
     assert X.hold_reason("job 3.0: CoshareDeviceMemory='x' is bad", "3.0") == (
-        "coshare: CoshareDeviceMemory='x' is bad")
-    assert X.hold_reason('job 3.0: CoshareDeviceMemory=\'1\\" || true\' bad', "3.0") == (
-        "coshare: CoshareDeviceMemory='1' || true' bad")
+        "coshare: CoshareDeviceMemory='x' is bad"
+    )
+    assert X.hold_reason("job 3.0: CoshareDeviceMemory='1\\\" || true' bad", "3.0") == (
+        "coshare: CoshareDeviceMemory='1' || true' bad"
+    )
 
 
 def test_transform_recognizes_exactly_the_annotation_keys() -> None:
@@ -109,10 +113,12 @@ def test_the_writer_refuses_a_node_name_the_schedd_would_rewrite(name: str) -> N
     assert classad2.ExprTree(X.node_value("n$(id)")).eval() == "n$(id)"
 
 
-@pytest.mark.parametrize("device", ["gpu 0", "0/1", "a\"b", "", "x" * 257])
+@pytest.mark.parametrize("device", ["gpu 0", "0/1", 'a"b', "", "x" * 257])
 def test_the_writer_refuses_a_device_id_the_job_wrapper_refuses(device: str) -> None:
-    for write in (lambda: X.devices_value(["0", device]),
-                  lambda: X.node_devices_value([["0"], [device]])):
+    for write in (
+        lambda: X.devices_value(["0", device]),
+        lambda: X.node_devices_value([["0"], [device]]),
+    ):
         with pytest.raises(ValueError, match="cannot write the device id"):
             write()
     assert classad2.ExprTree(X.devices_value(["GPU-1a", "0:1"])).eval() == "GPU-1a,0:1"

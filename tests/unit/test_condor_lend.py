@@ -35,14 +35,26 @@ from condor_addon.view import (
 
 GPU_GLOBAL = "pool#12.0#1700000000"
 CPU_GLOBAL = "pool#13.0#1700000001"
-DEVICES = {A.DEVICE_IDS: ["0"], A.DEVICE_MEMORY: [8192], A.DEVICE_THREADS: [240],
-           A.DEVICE_MODELS: ["phi-5110p"]}  # fmt: skip
+DEVICES = {
+    A.DEVICE_IDS: ["0"],
+    A.DEVICE_MEMORY: [8192],
+    A.DEVICE_THREADS: [240],
+    A.DEVICE_MODELS: ["phi-5110p"],
+}
 
 
-def slot(name: str, kind: str, state: str, cpus: int, memory: int, **extra: object) -> dict[
-        str, object]:  # fmt: skip
-    ad: dict[str, object] = {"Name": f"{name}@node1", "SlotType": kind, "State": state,
-                             "Cpus": cpus, "Memory": memory, A.NODE_NAME: "node1", **DEVICES}
+def slot(
+    name: str, kind: str, state: str, cpus: int, memory: int, **extra: object
+) -> dict[str, object]:
+    ad: dict[str, object] = {
+        "Name": f"{name}@node1",
+        "SlotType": kind,
+        "State": state,
+        "Cpus": cpus,
+        "Memory": memory,
+        A.NODE_NAME: "node1",
+        **DEVICES,
+    }
     if kind != "Dynamic":
         ad |= {"TotalSlotCpus": cpus, "TotalSlotMemory": memory}
     ad.update(extra)
@@ -55,18 +67,36 @@ def pool_slots(*, borrower: dict[str, object] | None = None) -> list[dict[str, o
     ads = [
         slot("slot1", "Partitionable", "Unclaimed", 0, 3996),
         slot("slot2", "Partitionable", "Owner", 1, 1024, **{A.LEND_SLOT: True}),
-        slot("slot1_1", "Dynamic", "Claimed", 2, 100, GlobalJobId=GPU_GLOBAL,
-             **{A.MANAGED: True, A.PLACED_DEVICES: "0", "CoshareDeviceMemory": 1000,
-                "CoshareDeviceThreads": 60}),
-    ]  # fmt: skip
+        slot(
+            "slot1_1",
+            "Dynamic",
+            "Claimed",
+            2,
+            100,
+            GlobalJobId=GPU_GLOBAL,
+            **{
+                A.MANAGED: True,
+                A.PLACED_DEVICES: "0",
+                "CoshareDeviceMemory": 1000,
+                "CoshareDeviceThreads": 60,
+            },
+        ),
+    ]
     ads[0] |= {"TotalSlotCpus": 2, "TotalSlotMemory": 4096}
     if borrower is not None:
         ads.append(borrower)
     return ads
 
 
-BORROWER = slot("slot2_1", "Dynamic", "Claimed", 1, 50, GlobalJobId=CPU_GLOBAL,
-                **{A.MANAGED: True, A.LEND_SLOT: True, A.HARVEST_FROM: GPU_GLOBAL})  # fmt: skip
+BORROWER = slot(
+    "slot2_1",
+    "Dynamic",
+    "Claimed",
+    1,
+    50,
+    GlobalJobId=CPU_GLOBAL,
+    **{A.MANAGED: True, A.LEND_SLOT: True, A.HARVEST_FROM: GPU_GLOBAL},
+)
 
 
 def test_a_lend_slot_adds_no_capacity_and_does_not_close_its_node() -> None:
@@ -83,12 +113,31 @@ def test_a_claim_on_a_lend_slot_borrows_the_gpu_jobs_cores_named_as_the_snapshot
     by_id = {r.id: r for r in cluster.running}
     assert by_id[CPU_GLOBAL].harvest_from == GPU_GLOBAL and by_id[CPU_GLOBAL].cpu_milli == 1000
     jobs = [
-        read_job({"ClusterId": 12, "ProcId": 0, "GlobalJobId": GPU_GLOBAL, "JobStatus": 2,
-                  A.MANAGED: True, "CoshareDeviceMemory": 1000, "CoshareDeviceThreads": 60,
-                  "CoshareWalltime": 40, "CoshareCopyBandwidth": 10}),
-        read_job({"ClusterId": 13, "ProcId": 0, "GlobalJobId": CPU_GLOBAL, "JobStatus": 2,
-                  A.MANAGED: True, "CoshareKind": "cpu", A.HARVEST_FROM: GPU_GLOBAL}),
-    ]  # fmt: skip
+        read_job(
+            {
+                "ClusterId": 12,
+                "ProcId": 0,
+                "GlobalJobId": GPU_GLOBAL,
+                "JobStatus": 2,
+                A.MANAGED: True,
+                "CoshareDeviceMemory": 1000,
+                "CoshareDeviceThreads": 60,
+                "CoshareWalltime": 40,
+                "CoshareCopyBandwidth": 10,
+            }
+        ),
+        read_job(
+            {
+                "ClusterId": 13,
+                "ProcId": 0,
+                "GlobalJobId": CPU_GLOBAL,
+                "JobStatus": 2,
+                A.MANAGED: True,
+                "CoshareKind": "cpu",
+                A.HARVEST_FROM: GPU_GLOBAL,
+            }
+        ),
+    ]
     listed = local_lenders(j for j in jobs if j is not None)
     assert listed["13.0"].harvest_from == "12.0"  # this schedd's job, by its queue id
     queue = parse_queue(listed.values(), cluster, now_s=100.0, replan_after_s=300)
@@ -107,9 +156,18 @@ def test_an_unmanaged_claim_on_a_lend_slot_borrows_nothing() -> None:
 
 
 def test_a_placed_borrower_carries_its_gpu_job_and_a_change_of_it_is_a_change() -> None:
-    q = read_job({"ClusterId": 13, "ProcId": 0, "JobStatus": 1, A.MANAGED: True,
-                  A.PLACED_NODE: "node1", A.PLACED_AT: 5.0, A.HARVEST_FROM: GPU_GLOBAL,
-                  A.LENDER: True})  # fmt: skip
+    q = read_job(
+        {
+            "ClusterId": 13,
+            "ProcId": 0,
+            "JobStatus": 1,
+            A.MANAGED: True,
+            A.PLACED_NODE: "node1",
+            A.PLACED_AT: 5.0,
+            A.HARVEST_FROM: GPU_GLOBAL,
+            A.LENDER: True,
+        }
+    )
     assert q is not None and q.placed is not None and q.lender
     assert q.placed.harvest_from == GPU_GLOBAL
     other = replace(q, harvest_from="pool#14.0#1")
@@ -118,42 +176,75 @@ def test_a_placed_borrower_carries_its_gpu_job_and_a_change_of_it_is_a_change() 
 
 GPU_JOB = Job("12.0", 1000, 60, walltime_s=40.0, cpu_milli=2000)
 CPU_JOB = Job("13.0", 0, 0, kind="cpu", device_count=0, cpu_milli=1000)
-IDLE_CPU = read_job({"ClusterId": 13, "ProcId": 0, "JobStatus": 1, A.MANAGED: True,
-                     "CoshareKind": "cpu"})  # fmt: skip
-IDLE_GPU = read_job({"ClusterId": 12, "ProcId": 0, "JobStatus": 1, A.MANAGED: True,
-                     "CoshareDeviceMemory": 1000, "CoshareDeviceThreads": 60,
-                     "CoshareWalltime": 40})  # fmt: skip
+IDLE_CPU = read_job(
+    {"ClusterId": 13, "ProcId": 0, "JobStatus": 1, A.MANAGED: True, "CoshareKind": "cpu"}
+)
+IDLE_GPU = read_job(
+    {
+        "ClusterId": 12,
+        "ProcId": 0,
+        "JobStatus": 1,
+        A.MANAGED: True,
+        "CoshareDeviceMemory": 1000,
+        "CoshareDeviceThreads": 60,
+        "CoshareWalltime": 40,
+    }
+)
 
 
 def edits(plan: Plan, pending: Sequence[Job], loans: Loans | None):  # type: ignore[no-untyped-def]
     jobs = [j for j in (IDLE_CPU, IDLE_GPU) if j is not None and j.id in {p.id for p in pending}]
-    return plan_edits(plan, Book(pending=tuple(pending)), (),
-                      {j.id: current(j, j) for j in jobs}, loans=loans)  # fmt: skip
+    return plan_edits(
+        plan, Book(pending=tuple(pending)), (), {j.id: current(j, j) for j in jobs}, loans=loans
+    )
 
 
 def test_a_borrower_gets_its_gpu_jobs_global_id_and_a_lender_its_mark_before_the_gate() -> None:
     loans = Loans(True, {"12.0": GPU_GLOBAL})
-    e = edits(Plan("collocate", assignments=(Assignment("13.0", "node1", harvest_from="12.0"),)),
-              [CPU_JOB], loans)  # fmt: skip
+    e = edits(
+        Plan("collocate", assignments=(Assignment("13.0", "node1", harvest_from="12.0"),)),
+        [CPU_JOB],
+        loans,
+    )
     assert e.harvest == ((GPU_GLOBAL, ("13.0",)),) and e.lenders == ()
     assert e.nodes == (("node1", ("13.0",)),)
-    gpu = edits(Plan("collocate", assignments=(Assignment("12.0", "node1", ("0",)),)),
-                [GPU_JOB], loans)  # fmt: skip
+    gpu = edits(
+        Plan("collocate", assignments=(Assignment("12.0", "node1", ("0",)),)), [GPU_JOB], loans
+    )
     assert gpu.lenders == ((True, ("12.0",)),) and gpu.harvest == ()
     # Without lend slots nothing of it is written; another policy's GPU job lends nothing.
-    assert edits(Plan("collocate", assignments=(Assignment("12.0", "node1", ("0",)),)),
-                 [GPU_JOB], Loans(False)).lenders == ()  # fmt: skip
-    assert edits(Plan("knapsack", assignments=(Assignment("12.0", "node1", ("0",)),)),
-                 [GPU_JOB], loans).lenders == ()  # fmt: skip
-    assert edits(Plan("collocate", assignments=(Assignment("12.0", "node1", ("0",)),)),
-                 [GPU_JOB], None).lenders == ()  # fmt: skip
+    assert (
+        edits(
+            Plan("collocate", assignments=(Assignment("12.0", "node1", ("0",)),)),
+            [GPU_JOB],
+            Loans(False),
+        ).lenders
+        == ()
+    )
+    assert (
+        edits(
+            Plan("knapsack", assignments=(Assignment("12.0", "node1", ("0",)),)), [GPU_JOB], loans
+        ).lenders
+        == ()
+    )
+    assert (
+        edits(
+            Plan("collocate", assignments=(Assignment("12.0", "node1", ("0",)),)), [GPU_JOB], None
+        ).lenders
+        == ()
+    )
 
 
 def test_a_job_placed_again_without_a_loan_has_its_old_one_cleared() -> None:
     loans = Loans(True, {}, borrowing=frozenset({"13.0"}), lending=frozenset({"12.0"}))
-    e = edits(Plan("knapsack", assignments=(Assignment("13.0", "node1"),
-                                            Assignment("12.0", "node1", ("0",)))),
-              [CPU_JOB, GPU_JOB], loans)  # fmt: skip
+    e = edits(
+        Plan(
+            "knapsack",
+            assignments=(Assignment("13.0", "node1"), Assignment("12.0", "node1", ("0",))),
+        ),
+        [CPU_JOB, GPU_JOB],
+        loans,
+    )
     assert e.harvest == ((None, ("13.0",)),) and e.lenders == ((False, ("12.0",)),)
 
 
@@ -183,8 +274,16 @@ class Schedd:
         self.calls: list[tuple[str, ...]] = []
 
     def job_ads(self, constraint: str, projection: Sequence[str] = ()) -> list[dict[str, object]]:
-        return [{"ClusterId": 13, "ProcId": 0, "JobStatus": 2, A.MANAGED: True,
-                 A.HARVEST_FROM: GPU_GLOBAL, A.PLACED_NODE: "node1"}]  # fmt: skip
+        return [
+            {
+                "ClusterId": 13,
+                "ProcId": 0,
+                "JobStatus": 2,
+                A.MANAGED: True,
+                A.HARVEST_FROM: GPU_GLOBAL,
+                A.PLACED_NODE: "node1",
+            }
+        ]
 
     def edit_ids(self, ids: Sequence[str], attribute: str, value: str) -> int:
         self.calls.append(("edit", ",".join(ids), attribute, value))
@@ -212,7 +311,7 @@ def test_a_requeued_borrower_is_vacated_with_its_gate_closed_before_anything_is_
         ("edit", "13.0", A.HARVEST_FROM, "undefined"),
         ("edit", "13.0", A.WAIT_REASON, f'"requeued: {why}"'),
         ("act", "VacateFast", clause),
-    ]  # fmt: skip
+    ]
     dry = CondorAdapter(Schedd(), config(lend_slots=True))  # type: ignore[arg-type]
     dry.queue = QueueView()
     assert [o.job for o in dry.apply(plan, (), dry_run=True).requeued] == ["13.0"]
@@ -249,13 +348,21 @@ def test_the_launcher_asks_for_the_loan_its_wrapper_names() -> None:
 
     from coshare.node.control import launcher
 
-    base = {"job": "cpu", "cores": "1", "memory_mib": "", "devices": "", "device_memory": "",
-            "device_threads": ""}  # fmt: skip
+    base = {
+        "job": "cpu",
+        "cores": "1",
+        "memory_mib": "",
+        "devices": "",
+        "device_memory": "",
+        "device_threads": "",
+    }
     line = launcher.start_line(argparse.Namespace(**base, borrow="pool_12.0_1", lends=False))
     assert parse_control(line.encode()).borrow == "pool_12.0_1"
-    line = launcher.start_line(argparse.Namespace(**{**base, "job": "gpu"}, borrow=None,
-                                                  lends=True))  # fmt: skip
+    line = launcher.start_line(
+        argparse.Namespace(**{**base, "job": "gpu"}, borrow=None, lends=True)
+    )
     assert parse_control(line.encode()).lends is True
-    parsed = launcher.parser().parse_args(["run", "--socket", "s", "--job", "cpu",
-                                           "--borrow=g", "--", "true"])  # fmt: skip
+    parsed = launcher.parser().parse_args(
+        ["run", "--socket", "s", "--job", "cpu", "--borrow=g", "--", "true"]
+    )
     assert (parsed.borrow, parsed.lends) == ("g", False)

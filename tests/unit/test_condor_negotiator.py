@@ -18,12 +18,16 @@ def schedule(interval_s: float | None = 60.0) -> NegotiatorSchedule:
 
 def test_the_latest_negotiator_ad_is_read_and_unusable_values_are_not() -> None:
     ads = [
-        {"Name": "a", "LastNegotiationCycleTime0": 100, "LastNegotiationCycleEnd0": 103,
-         "LastNegotiationCyclePeriod0": 60},
+        {
+            "Name": "a",
+            "LastNegotiationCycleTime0": 100,
+            "LastNegotiationCycleEnd0": 103,
+            "LastNegotiationCyclePeriod0": 60,
+        },
         {"Name": "b", "LastNegotiationCycleTime0": 160, "LastNegotiationCycleEnd0": 161},
         {"Name": "c", "LastNegotiationCycleTime0": "soon"},
         {"Name": "d", "LastNegotiationCycleTime0": float("nan")},
-    ]  # fmt: skip
+    ]
     assert parse_negotiator(ads) == NegotiationCycle(160.0, 161.0, 0.0)
     assert parse_negotiator(ads[:1]) == NegotiationCycle(100.0, 103.0, 60.0)
     assert parse_negotiator([{"Name": "never ran"}]) is None
@@ -132,8 +136,13 @@ def test_without_a_negotiator_it_is_a_timer() -> None:
     assert s.step(30.0, None).plan
 
 
-@given(start=st.floats(0, 1e6), interval=st.floats(1, 600), lead=st.floats(0, 30),
-       took=st.floats(0, 30), late=st.floats(0, 5000))  # fmt: skip
+@given(
+    start=st.floats(0, 1e6),
+    interval=st.floats(1, 600),
+    lead=st.floats(0, 30),
+    took=st.floats(0, 30),
+    late=st.floats(0, 5000),
+)
 def test_a_plan_is_never_later_than_the_due_cycle_and_never_repeated_for_it(
     start: float, interval: float, lead: float, took: float, late: float
 ) -> None:

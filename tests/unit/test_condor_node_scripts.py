@@ -48,8 +48,12 @@ def test_a_bad_device_spec_is_refused(spec: str) -> None:
 def write_ads(tmp: Path, job: str, machine: str) -> dict[str, str]:
     (tmp / "job.ad").write_text(job)
     (tmp / "machine.ad").write_text(machine)
-    return {"_CONDOR_JOB_AD": str(tmp / "job.ad"), "_CONDOR_MACHINE_AD": str(tmp / "machine.ad"),
-            "_CONDOR_WRAPPER_ERROR_FILE": str(tmp / "error"), "PATH": "/usr/bin:/bin"}
+    return {
+        "_CONDOR_JOB_AD": str(tmp / "job.ad"),
+        "_CONDOR_MACHINE_AD": str(tmp / "machine.ad"),
+        "_CONDOR_WRAPPER_ERROR_FILE": str(tmp / "error"),
+        "PATH": "/usr/bin:/bin",
+    }
 
 
 #: A stand-in coshare-launch that runs the job's command (what follows "--") as it is.
@@ -65,8 +69,12 @@ def installed_wrapper(tmp: Path, launcher: str | None = PASS_THROUGH) -> str:
     return str(tmp / "coshare-job-wrapper")
 
 
-SHOW = ["/bin/sh", "-c", 'echo "$COSHARE_NODE;$COSHARE_DEVICES;$CUDA_VISIBLE_DEVICES;'
-        '$OFFLOAD_DEVICES;$COSHARE_DEVICE_MEMORY;$COSHARE_DEVICE_THREADS"']
+SHOW = [
+    "/bin/sh",
+    "-c",
+    'echo "$COSHARE_NODE;$COSHARE_DEVICES;$CUDA_VISIBLE_DEVICES;'
+    '$OFFLOAD_DEVICES;$COSHARE_DEVICE_MEMORY;$COSHARE_DEVICE_THREADS"',
+]
 
 
 def test_wrapper_exposes_the_planned_devices(tmp_path: Path) -> None:
@@ -74,18 +82,21 @@ def test_wrapper_exposes_the_planned_devices(tmp_path: Path) -> None:
         tmp_path,
         'CoshareManaged = true\nCosharePlacedNode = "node2"\nCosharePlacedDevices = "0,1"\n'
         'CoshareDeviceMemory = "2G"\nCoshareDeviceThreads = 60\n',
-        'CoshareNodeName = "node2"\n')
+        'CoshareNodeName = "node2"\n',
+    )
     out = run([installed_wrapper(tmp_path), *SHOW], timeout_s=10, env=env).stdout.strip()
     assert out == "node2;0,1;0,1;0,1;2G;60"
 
 
 def test_wrapper_refuses_a_managed_job_without_coshare_launch(tmp_path: Path) -> None:
     # Without coshare-launch the job would run with no group, cores, memory limit or gate.
-    env = write_ads(tmp_path, 'CoshareManaged = true\nCosharePlacedNode = "node2"\n'
-                    'CosharePlacedDevices = "0"\n', 'CoshareNodeName = "node2"\n')
+    env = write_ads(
+        tmp_path,
+        'CoshareManaged = true\nCosharePlacedNode = "node2"\nCosharePlacedDevices = "0"\n',
+        'CoshareNodeName = "node2"\n',
+    )
     with pytest.raises(CommandFailed) as info:
-        run([installed_wrapper(tmp_path, launcher=None), "/bin/echo", "ran"], timeout_s=10,
-            env=env)
+        run([installed_wrapper(tmp_path, launcher=None), "/bin/echo", "ran"], timeout_s=10, env=env)
     assert "ran" not in info.value.stdout
     reason = (tmp_path / "error").read_text()
     assert reason.startswith("coshare: coshare-launch is not installed next to the job wrapper")
@@ -93,23 +104,29 @@ def test_wrapper_refuses_a_managed_job_without_coshare_launch(tmp_path: Path) ->
 
 
 def test_wrapper_refuses_a_job_that_started_on_another_node(tmp_path: Path) -> None:
-    env = write_ads(tmp_path, 'CoshareManaged = true\nCosharePlacedNode = "node1"\n'
-                    'CosharePlacedDevices = "0"\n', 'CoshareNodeName = "node2"\n')
+    env = write_ads(
+        tmp_path,
+        'CoshareManaged = true\nCosharePlacedNode = "node1"\nCosharePlacedDevices = "0"\n',
+        'CoshareNodeName = "node2"\n',
+    )
     with pytest.raises(CommandFailed):
         run([WRAPPER, *SHOW], timeout_s=10, env=env)
-    assert "planned for node \"node1\" started on \"node2\"" in (tmp_path / "error").read_text()
+    assert 'planned for node "node1" started on "node2"' in (tmp_path / "error").read_text()
 
 
 def test_wrapper_compares_quoted_names_exactly(tmp_path: Path) -> None:
     name = '"node4 \\" || true || \\""'
-    env = write_ads(tmp_path, f'CoshareManaged = true\nCosharePlacedNode = {name}\n'
-                    'CosharePlacedDevices = "1"\n', f"CoshareNodeName = {name}\n")
+    env = write_ads(
+        tmp_path,
+        f'CoshareManaged = true\nCosharePlacedNode = {name}\nCosharePlacedDevices = "1"\n',
+        f"CoshareNodeName = {name}\n",
+    )
     out = run([installed_wrapper(tmp_path), *SHOW], timeout_s=10, env=env).stdout.strip()
     assert out.split(";")[:3] == ['node4 " || true || "', "1", "1"]
 
 
 def test_wrapper_leaves_unmanaged_jobs_alone(tmp_path: Path) -> None:
-    env = write_ads(tmp_path, "Owner = \"u\"\n", 'CoshareNodeName = "node2"\n')
+    env = write_ads(tmp_path, 'Owner = "u"\n', 'CoshareNodeName = "node2"\n')
     out = run([WRAPPER, *SHOW], timeout_s=10, env=env).stdout.strip()
     assert out == ";;;;;"
 
@@ -122,47 +139,73 @@ def wrapper_with_launcher(tmp: Path) -> str:
     return installed_wrapper(tmp, ARGV)
 
 
-MANAGED = ('CoshareManaged = true\nCosharePlacedNode = "n"\nCosharePlacedDevices = "0,1"\n'
-           'ClusterId = 12\nProcId = 3\nGlobalJobId = "sub@host#12.3#1700000000"\n'
-           'CoshareDeviceMemory = "2G"\nCoshareDeviceThreads = 60\n')
+MANAGED = (
+    'CoshareManaged = true\nCosharePlacedNode = "n"\nCosharePlacedDevices = "0,1"\n'
+    'ClusterId = 12\nProcId = 3\nGlobalJobId = "sub@host#12.3#1700000000"\n'
+    'CoshareDeviceMemory = "2G"\nCoshareDeviceThreads = 60\n'
+)
 
 
 def test_wrapper_runs_a_managed_job_through_coshare_launch(tmp_path: Path) -> None:
-    env = write_ads(tmp_path, MANAGED + "RequestMemory = 300\n",
-                    'CoshareNodeName = "n"\nCpus = 2\nMemory = 384\n'
-                    'CoshareSocketDir = "/run/coshare/node2"\n')
+    env = write_ads(
+        tmp_path,
+        MANAGED + "RequestMemory = 300\n",
+        'CoshareNodeName = "n"\nCpus = 2\nMemory = 384\nCoshareSocketDir = "/run/coshare/node2"\n',
+    )
     out = run([wrapper_with_launcher(tmp_path), "/bin/echo", "a b"], timeout_s=10, env=env)
     assert json.loads(out.stdout) == [
-        "run", "--socket", "/run/coshare/node2/control.sock",
-        "--gate-socket", "/run/coshare/node2/gate.sock",
-        "--job", "sub_host_12.3_1700000000", "--label", "12.3", "--cores", "2",
-        "--memory-mib", "300", "--devices", "0,1", "--device-memory", "2G",
-        "--device-threads", "60", "--chirp", "/usr/libexec/condor/condor_chirp",
-        "--", "/bin/echo", "a b",
-    ]  # fmt: skip
+        "run",
+        "--socket",
+        "/run/coshare/node2/control.sock",
+        "--gate-socket",
+        "/run/coshare/node2/gate.sock",
+        "--job",
+        "sub_host_12.3_1700000000",
+        "--label",
+        "12.3",
+        "--cores",
+        "2",
+        "--memory-mib",
+        "300",
+        "--devices",
+        "0,1",
+        "--device-memory",
+        "2G",
+        "--device-threads",
+        "60",
+        "--chirp",
+        "/usr/libexec/condor/condor_chirp",
+        "--",
+        "/bin/echo",
+        "a b",
+    ]
 
 
 def test_wrapper_falls_back_to_the_slots_memory_and_the_default_sockets(tmp_path: Path) -> None:
     # HTCondor's default RequestMemory is an expression; the slot's Memory is a number. A
     # socket directory that is not a plain absolute path is not used.
-    env = write_ads(tmp_path, MANAGED + "RequestMemory = ifThenElse(MemoryUsage > 0, 1, 2)\n",
-                    'CoshareNodeName = "n"\nCpus = 1\nMemory = 128\n'
-                    'CoshareSocketDir = "/tmp/$(x)"\n')
-    argv = json.loads(run([wrapper_with_launcher(tmp_path), "true"], timeout_s=10,
-                          env=env).stdout)  # fmt: skip
+    env = write_ads(
+        tmp_path,
+        MANAGED + "RequestMemory = ifThenElse(MemoryUsage > 0, 1, 2)\n",
+        'CoshareNodeName = "n"\nCpus = 1\nMemory = 128\nCoshareSocketDir = "/tmp/$(x)"\n',
+    )
+    argv = json.loads(run([wrapper_with_launcher(tmp_path), "true"], timeout_s=10, env=env).stdout)
     assert argv[argv.index("--memory-mib") + 1] == "128"
     assert argv[argv.index("--socket") + 1] == "/run/coshare/control.sock"
 
 
 def test_wrapper_runs_unmanaged_jobs_without_coshare_launch(tmp_path: Path) -> None:
-    env = write_ads(tmp_path, "Owner = \"u\"\n", 'CoshareNodeName = "n"\n')
+    env = write_ads(tmp_path, 'Owner = "u"\n', 'CoshareNodeName = "n"\n')
     out = run([wrapper_with_launcher(tmp_path), "/bin/echo", "plain"], timeout_s=10, env=env)
     assert out.stdout == "plain\n"
 
 
 def test_wrapper_refuses_device_ids_that_are_not_plain(tmp_path: Path) -> None:
-    env = write_ads(tmp_path, 'CoshareManaged = true\nCosharePlacedNode = "n"\n'
-                    'CosharePlacedDevices = "0;rm -rf /"\n', 'CoshareNodeName = "n"\n')
+    env = write_ads(
+        tmp_path,
+        'CoshareManaged = true\nCosharePlacedNode = "n"\nCosharePlacedDevices = "0;rm -rf /"\n',
+        'CoshareNodeName = "n"\n',
+    )
     with pytest.raises(CommandFailed):
         run([WRAPPER, *SHOW], timeout_s=10, env=env)
     assert "not a plain id list" in (tmp_path / "error").read_text()
@@ -186,8 +229,14 @@ def published(path: Path) -> tuple[str, str]:
 def test_the_facts_line_is_published_as_one_classad_string(tmp_path: Path) -> None:
     from coshare.facts import JobLoad, NodeFacts, format_facts, parse_facts
 
-    line = format_facts(NodeFacts(1_700_000_000.0, llc_ways=20, llc_ways_free=8,
-                                  loads=(JobLoad("pool_vm_14.0_1795308474", 0.4, 0.5, 0.9, 600),)))
+    line = format_facts(
+        NodeFacts(
+            1_700_000_000.0,
+            llc_ways=20,
+            llc_ways_free=8,
+            loads=(JobLoad("pool_vm_14.0_1795308474", 0.4, 0.5, 0.9, 600),),
+        )
+    )
     facts = tmp_path / "facts"
     facts.write_text(line + "\nsecond line ignored\n")
     out, _ = published(facts)
@@ -197,15 +246,21 @@ def test_the_facts_line_is_published_as_one_classad_string(tmp_path: Path) -> No
     assert published(tmp_path / "none") == ("", "")  # no file yet: nothing, and no error
 
 
-@pytest.mark.parametrize("text", [
-    'coshare-facts;v=1;at=5;x="];Evil=1;["', "coshare-facts;v=1;at=5;x=\\\\", "rack=12",
-    # longer than the 128 KiB a node may publish: refused whole, not cut short (a cut
-    # window_s=3600 would read as 36)
-    "coshare-facts;v=1;at=5;load=" + ",".join(f"j{i}:0.500:0.500:1.000:3600"
-                                               for i in range(5000)),
-])  # fmt: skip
-def test_a_facts_file_that_is_not_one_facts_line_is_not_published(tmp_path: Path,
-                                                                   text: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        'coshare-facts;v=1;at=5;x="];Evil=1;["',
+        "coshare-facts;v=1;at=5;x=\\\\",
+        "rack=12",
+        # longer than the 128 KiB a node may publish: refused whole, not cut short (a cut
+        # window_s=3600 would read as 36)
+        "coshare-facts;v=1;at=5;load="
+        + ",".join(f"j{i}:0.500:0.500:1.000:3600" for i in range(5000)),
+    ],
+)
+def test_a_facts_file_that_is_not_one_facts_line_is_not_published(
+    tmp_path: Path, text: str
+) -> None:
     facts = tmp_path / "facts"
     facts.write_text(text + "\n")
     out, err = published(facts)

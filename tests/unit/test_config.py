@@ -37,11 +37,14 @@ def test_defaults_without_any_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_file_values_are_loaded_into_frozen_dataclasses(tmp_path: Path) -> None:
     config = load_config(
-        write(tmp_path, "device_kinds:\n  mic: {memory_mib: 8192, threads: 240}\n"
-                        "policy: {name: random, threads: soft, age_limit_s: null}\n"
-                        "knapsack: {memory_grid_mib: 50}\n"),
+        write(
+            tmp_path,
+            "device_kinds:\n  mic: {memory_mib: 8192, threads: 240}\n"
+            "policy: {name: random, threads: soft, age_limit_s: null}\n"
+            "knapsack: {memory_grid_mib: 50}\n",
+        ),
         environ={},
-    )  # fmt: skip
+    )
     assert config.device_kinds["mic"].threads == 240
     assert (config.policy.name, config.policy.threads, config.policy.age_limit_s) == (
         "random",
@@ -144,8 +147,9 @@ def numeric_settings() -> list[tuple[str, str, dataclasses.Field[Any]]]:
     return out
 
 
-@pytest.mark.parametrize(("section", "key", "spec"), numeric_settings(),
-                         ids=lambda v: v if isinstance(v, str) else "")  # fmt: skip
+@pytest.mark.parametrize(
+    ("section", "key", "spec"), numeric_settings(), ids=lambda v: v if isinstance(v, str) else ""
+)
 @pytest.mark.parametrize("bad", [".nan", ".inf", "-.inf", "1e400", "-1", "above"])
 def test_every_numeric_setting_refuses_nan_infinity_and_out_of_range_naming_key_and_range(
     tmp_path: Path, section: str, key: str, spec: dataclasses.Field[Any], bad: str
@@ -180,8 +184,9 @@ def test_every_default_is_within_its_own_range(section: str) -> None:
 
 def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, "policy:\n  name: knapsack\n  seed: 1\n  name: random\n"),
-                    environ={})  # fmt: skip
+        load_config(
+            write(tmp_path, "policy:\n  name: knapsack\n  seed: 1\n  name: random\n"), environ={}
+        )
     assert "key 'name' appears twice (first on line 2)" in str(info.value)
     assert "line 4" in str(info.value)
 
@@ -194,9 +199,13 @@ def test_merge_keys_still_override_what_they_merge(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("value", "says"),
-    [("[unclosed", "not valid YAML"), ("{a: 1, a: 2}", "appears twice"),
-     ("9" * 5000, "too many digits"), ("[" * 5000 + "]" * 5000, "nested too deeply")],
-)  # fmt: skip
+    [
+        ("[unclosed", "not valid YAML"),
+        ("{a: 1, a: 2}", "appears twice"),
+        ("9" * 5000, "too many digits"),
+        ("[" * 5000 + "]" * 5000, "nested too deeply"),
+    ],
+)
 def test_bad_yaml_in_an_environment_variable_names_the_variable(value: str, says: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, environ={"COSHARE_POLICY_SEED": value, "COSHARE_CONFIG": "/dev/null"})
@@ -226,9 +235,14 @@ def test_a_file_that_is_not_utf8_is_one_message(tmp_path: Path) -> None:
 def test_coshare_variables_that_are_not_settings_are_left_alone() -> None:
     # With COSHARE_TRACE_DIR set (as the suite is run), every node command refused to start;
     # a coshare tool run inside a job sees the variables the node helpers export to it.
-    environ = {"COSHARE_TRACE_DIR": "/x", "COSHARE_NODE": "n1", "COSHARE_DEVICES": "0",
-               "COSHARE_CPUS": "0-1", "COSHARE_JOB_ID": "7",
-               "COSHARE_CONFIG": "/dev/null"}  # fmt: skip
+    environ = {
+        "COSHARE_TRACE_DIR": "/x",
+        "COSHARE_NODE": "n1",
+        "COSHARE_DEVICES": "0",
+        "COSHARE_CPUS": "0-1",
+        "COSHARE_JOB_ID": "7",
+        "COSHARE_CONFIG": "/dev/null",
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not even a warning for these
         assert load_config(None, environ=environ) == Config()
@@ -238,29 +252,36 @@ def test_coshare_variables_that_are_not_settings_are_left_alone() -> None:
         assert load_config(None, environ={**environ, **unrelated}) == Config()
     assert sorted(str(w.message).split()[2] for w in said) == sorted(unrelated)
     # a setting's variable is still read, and a bad value of one still refused
-    assert load_config(None, environ={**environ, "COSHARE_POLICY_NAME": "random"}).policy.name \
+    assert (
+        load_config(None, environ={**environ, "COSHARE_POLICY_NAME": "random"}).policy.name
         == "random"
+    )
     with pytest.raises(ConfigError, match="environment variable COSHARE_POLICY_SEED"):
         load_config(None, environ={**environ, "COSHARE_POLICY_SEED": "[1"})
     # renamed keys keep working from the environment too
     with pytest.warns(FutureWarning, match="condor.retries is deprecated"):
-        assert load_config(None, environ={"COSHARE_CONDOR_RETRIES": "5"}).condor.retry_attempts \
-            == 5
+        assert load_config(None, environ={"COSHARE_CONDOR_RETRIES": "5"}).condor.retry_attempts == 5
 
 
 def test_config_check_reports_every_problem_at_once(tmp_path: Path) -> None:
-    text = ("policy: {name: knapsak, threads: lax, seed: -1}\n"
-            "knapsack: {memory_grid_mib: 0}\ncycle: {replan_after_s: .nan, colour: red}\n"
-            "nodes: {}\n")
+    text = (
+        "policy: {name: knapsak, threads: lax, seed: -1}\n"
+        "knapsack: {memory_grid_mib: 0}\ncycle: {replan_after_s: .nan, colour: red}\n"
+        "nodes: {}\n"
+    )
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text), environ={})
     message = str(caught.value)
     assert message.startswith(f"{tmp_path / 'c.yaml'}: 7 problems:")
-    for expected in ("config: unknown key 'nodes'",
-                     "policy.name: unknown policy 'knapsak' (did you mean knapsack? known: ",
-                     "policy.threads: 'lax' is not one of", "policy.seed: -1 is out of range",
-                     "knapsack.memory_grid_mib: 0 is out of range",
-                     "cycle.replan_after_s: nan is out of range", "cycle: unknown key 'colour'"):
+    for expected in (
+        "config: unknown key 'nodes'",
+        "policy.name: unknown policy 'knapsak' (did you mean knapsack? known: ",
+        "policy.threads: 'lax' is not one of",
+        "policy.seed: -1 is out of range",
+        "knapsack.memory_grid_mib: 0 is out of range",
+        "cycle.replan_after_s: nan is out of range",
+        "cycle: unknown key 'colour'",
+    ):
         assert expected in message, expected
     assert len(caught.value.problems) == 7  # type: ignore[attr-defined]
 
@@ -271,35 +292,51 @@ def test_coordination_is_absent_by_default() -> None:
 
 
 def test_active_cancellation_is_the_default_protocol_and_the_sequencer_a_choice(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     assert Config().coordination.protocol == "cancel"
     config = load_config(write(tmp_path, "coordination: {protocol: sequencer}\n"), environ={})
     assert config.coordination.protocol == "sequencer"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("coordination: {lease_s: .nan}", "coordination.lease_s: nan is out of range (allowed: a "
-                                      "number 1..86400)"),
-    ("coordination: {lease_s: 0.5}", "coordination.lease_s: 0.5 is out of range"),
-    ("coordination: {connect_timeout_s: .inf}", "coordination.connect_timeout_s: inf is out of "
-                                                "range (allowed: a number 0.1..300)"),
-    ("coordination: {domain: 'a b'}", "coordination.domain: 'a b' is not a name (allowed: "
-                                      "1..128 of A-Z"),
-    ("coordination: {instance: '-x'}", "coordination.instance: '-x' is not a name"),
-    ("coordination: {dsn: 5}", "coordination.dsn: expected a string, got 5"),
-    ("coordination: {lease: 5}", "coordination: unknown key 'lease'"),
-    ("coordination: {protocol: paxos}", "coordination.protocol: 'paxos'"),
-])  # fmt: skip
-def test_bad_coordination_settings_are_refused_by_key(tmp_path: Path, text: str,
-                                                      message: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "coordination: {lease_s: .nan}",
+            "coordination.lease_s: nan is out of range (allowed: a number 1..86400)",
+        ),
+        ("coordination: {lease_s: 0.5}", "coordination.lease_s: 0.5 is out of range"),
+        (
+            "coordination: {connect_timeout_s: .inf}",
+            "coordination.connect_timeout_s: inf is out of range (allowed: a number 0.1..300)",
+        ),
+        (
+            "coordination: {domain: 'a b'}",
+            "coordination.domain: 'a b' is not a name (allowed: 1..128 of A-Z",
+        ),
+        ("coordination: {instance: '-x'}", "coordination.instance: '-x' is not a name"),
+        ("coordination: {dsn: 5}", "coordination.dsn: expected a string, got 5"),
+        ("coordination: {lease: 5}", "coordination: unknown key 'lease'"),
+        ("coordination: {protocol: paxos}", "coordination.protocol: 'paxos'"),
+    ],
+)
+def test_bad_coordination_settings_are_refused_by_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text + "\n"), environ={})
     assert message in str(info.value), str(info.value)
 
 
 def test_coordination_settings_from_the_environment() -> None:
-    config = load_config(None, environ={"COSHARE_COORDINATION_DSN": "host=/run/pg port=5433",
-                                        "COSHARE_COORDINATION_LEASE_S": "45"})  # fmt: skip
+    config = load_config(
+        None,
+        environ={
+            "COSHARE_COORDINATION_DSN": "host=/run/pg port=5433",
+            "COSHARE_COORDINATION_LEASE_S": "45",
+        },
+    )
     assert config.coordination.dsn == "host=/run/pg port=5433"
     assert config.coordination.lease_s == 45.0
 
@@ -320,6 +357,7 @@ def test_two_keys_that_name_one_device_are_refused(tmp_path: Path) -> None:
 
 
 def test_a_config_of_comments_only_is_an_empty_config(tmp_path: Path) -> None:
-    commented = load_config(write(tmp_path, "# nothing set yet\n# policy: {name: random}\n"),
-                            environ={})  # fmt: skip
+    commented = load_config(
+        write(tmp_path, "# nothing set yet\n# policy: {name: random}\n"), environ={}
+    )
     assert commented == load_config(write(tmp_path, ""), environ={}) == Config()

@@ -43,8 +43,7 @@ def doc_examples(kind: str) -> list[tuple[str, str]]:
     """The ```json KIND blocks of docs/*.md and README.md."""
     out = []
     for path in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
-        for i, block in enumerate(re.findall(rf"```json {kind}\n(.*?)```", path.read_text(),
-                                             re.S)):  # fmt: skip
+        for i, block in enumerate(re.findall(rf"```json {kind}\n(.*?)```", path.read_text(), re.S)):
             out.append((f"{path.name}#{i}", block))
     return out
 
@@ -90,8 +89,9 @@ def test_snapshots_built_from_recorded_scheduler_output_are_valid() -> None:
     condor = snapshot_to_dict(build_snapshot(slots, queue, jobs, now))
     assert condor["running"] and valid(SNAPSHOT, condor) == []
     nodes, squeue, _ = recorded()
-    slurm = snapshot_to_dict(build_view(nodes, squeue, device_kinds=KINDS,
-                                        now_s=squeue[0].submit_time_s + 60).snapshot)
+    slurm = snapshot_to_dict(
+        build_view(nodes, squeue, device_kinds=KINDS, now_s=squeue[0].submit_time_s + 60).snapshot
+    )
     assert slurm["pending"] and valid(SNAPSHOT, slurm) == []
 
 
@@ -114,9 +114,18 @@ def test_any_snapshot_and_its_plans_are_valid(snap: Any) -> None:
 
 BAD = [
     {"nodes": [{"name": "n1", "cores": 4, "memory_mib": 1024, "colour": "red"}]},
-    {"nodes": [{"name": "n1", "cores": 4, "memory_mib": 1024,
-                "devices": [{"id": "0", "memory_mib": bounds.MAX_DEVICE_MEMORY_MIB + 1,
-                             "threads": 240}]}]},
+    {
+        "nodes": [
+            {
+                "name": "n1",
+                "cores": 4,
+                "memory_mib": 1024,
+                "devices": [
+                    {"id": "0", "memory_mib": bounds.MAX_DEVICE_MEMORY_MIB + 1, "threads": 240}
+                ],
+            }
+        ]
+    },
     {"nodes": [{"name": "n1", "cores": -1, "memory_mib": 1024}]},
     {"nodes": [{"name": " n1", "cores": 4, "memory_mib": 1024}]},
     {"nodes": [], "pending": [{"id": "1", "device_threads": bounds.MAX_DEVICE_THREADS + 1}]},
@@ -126,7 +135,7 @@ BAD = [
     {"nodes": [], "pending": [{"id": "1,2"}]},
     {"nodes": [], "pending": [{"id": "1", "alpha": 0}]},
     {"nodes": [], "now": bounds.MAX_TIME_S * 10},
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("document", BAD)

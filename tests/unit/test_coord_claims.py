@@ -26,26 +26,30 @@ CAP = {"n1/0": 8192, "n1/1": 8192, "n2/0": 8192}
 
 def test_a_job_seen_and_claimed_counts_once() -> None:
     live = [Claimed("b", Part("7", "n1", "0", 4000))]
-    decision = admit("a", {"8": (Part("8", "n1", "0", 4000),)}, CAP, live,
-                     {"n1/0": {"7": 4000}})  # fmt: skip
+    decision = admit("a", {"8": (Part("8", "n1", "0", 4000),)}, CAP, live, {"n1/0": {"7": 4000}})
     assert decision.refused == {} and [p.job for p in decision.granted] == ["8"]
 
 
 def test_claims_and_seen_jobs_add_up_and_the_refusal_names_device_and_planner() -> None:
     live = [Claimed("b", Part("7", "n1", "0", 4000))]
-    decision = admit("a", {"8": (Part("8", "n1", "0", 3000),)}, CAP, live,
-                     {"n1/0": {"6": 2000}})  # fmt: skip
+    decision = admit("a", {"8": (Part("8", "n1", "0", 3000),)}, CAP, live, {"n1/0": {"6": 2000}})
     assert decision.granted == ()
     assert decision.refused["8"] == (
         "job 8: another planner booked device n1/0 first: 6000 of 8192 MiB in use (claims of "
-        "planner b), 3000 MiB more do not fit; it waits for the next cycle")
+        "planner b), 3000 MiB more do not fit; it waits for the next cycle"
+    )
 
 
 def test_a_gang_is_granted_whole_or_not_at_all_and_later_jobs_see_earlier_ones() -> None:
     gang = (Part("g", "n1", "0", 5000), Part("g", "n2", "0", 5000))
     live = [Claimed("b", Part("x", "n2", "0", 4000))]
-    decision = admit("a", {"g": gang, "s": (Part("s", "n1", "0", 5000),),
-                           "t": (Part("t", "n1", "0", 5000),)}, CAP, live, {})  # fmt: skip
+    decision = admit(
+        "a",
+        {"g": gang, "s": (Part("s", "n1", "0", 5000),), "t": (Part("t", "n1", "0", 5000),)},
+        CAP,
+        live,
+        {},
+    )
     assert set(decision.refused) == {"g", "t"}  # g: n2/0 full; t: s took n1/0 first
     assert decision.granted == (Part("s", "n1", "0", 5000),)
 
@@ -62,8 +66,17 @@ def test_an_unknown_device_refuses_the_job() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from(sorted(CAP)),
-                          st.integers(1, 9000), st.booleans()), max_size=40))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from("abc"),
+            st.sampled_from(sorted(CAP)),
+            st.integers(1, 9000),
+            st.booleans(),
+        ),
+        max_size=40,
+    )
+)
 def test_interleaved_planners_never_book_a_device_beyond_its_memory(
     steps: list[tuple[str, str, int, bool]],
 ) -> None:
@@ -92,8 +105,10 @@ def test_interleaved_planners_never_book_a_device_beyond_its_memory(
 
 
 def snapshot() -> Snapshot:
-    nodes = (Node("n1", 8000, 16384, (Device("0", 8192, 240), Device("1", 8192, 240))),
-             Node("n2", 8000, 16384, (Device("0", 8192, 240),)))  # fmt: skip
+    nodes = (
+        Node("n1", 8000, 16384, (Device("0", 8192, 240), Device("1", 8192, 240))),
+        Node("n2", 8000, 16384, (Device("0", 8192, 240),)),
+    )
     running = (RunningJob("7", "n1", ("0",), 3000, 60, state="planned"),)
     pending = (Job("8", 5000, 60, memory_mib=512), Job("9", 2000, 60, memory_mib=512))
     return Snapshot(nodes, running, pending)
@@ -103,8 +118,11 @@ def test_capacities_seen_and_plan_parts() -> None:
     snap = snapshot()
     assert capacities(snap) == CAP
     assert seen(snap) == {"n1/0": {"7": 3000}}
-    plan = Plan("x", (Assignment("8", "n1", ("1",)), Assignment("9", "n2", ())),
-                (Unplaced("10", "no room"),))  # fmt: skip
+    plan = Plan(
+        "x",
+        (Assignment("8", "n1", ("1",)), Assignment("9", "n2", ())),
+        (Unplaced("10", "no room"),),
+    )
     assert plan_parts(snap, plan) == {"8": (Part("8", "n1", "1", 5000),)}
 
 
@@ -118,14 +136,17 @@ def test_without_moves_refused_jobs_to_unplaced() -> None:
 
 def test_with_claims_adds_only_other_planners_claims_the_read_does_not_show() -> None:
     snap = snapshot()
-    live = [Claimed("b", Part("7", "n1", "0", 3000)),   # shown by the read already
-            Claimed("a", Part("5", "n1", "1", 1000)),   # our own
-            Claimed("b", Part("6", "n1", "1", 2500)),   # another planner's, not shown yet
-            Claimed("b", Part("4", "n9", "0", 100))]    # a node this planner does not plan
+    live = [
+        Claimed("b", Part("7", "n1", "0", 3000)),  # shown by the read already
+        Claimed("a", Part("5", "n1", "1", 1000)),  # our own
+        Claimed("b", Part("6", "n1", "1", 2500)),  # another planner's, not shown yet
+        Claimed("b", Part("4", "n9", "0", 100)),
+    ]  # a node this planner does not plan
     out = with_claims(snap, "a", live)
-    added = out.running[len(snap.running):]
+    added = out.running[len(snap.running) :]
     assert [(r.id, r.node, r.devices, r.device_memory_mib, r.state) for r in added] == [
-        ("6", "n1", ("1",), 2500, "planned")]
+        ("6", "n1", ("1",), 2500, "planned")
+    ]
 
 
 def test_stale_claims_are_those_of_jobs_the_read_no_longer_shows_holding() -> None:
@@ -161,8 +182,9 @@ class _Gate:
 
     def admit(self, snap: Snapshot, plan: Plan) -> Plan:
         self.calls.append("admit")
-        decision = admit(self.planner, plan_parts(snap, plan), capacities(snap), self.live,
-                         seen(snap))  # fmt: skip
+        decision = admit(
+            self.planner, plan_parts(snap, plan), capacities(snap), self.live, seen(snap)
+        )
         self.live += [Claimed(self.planner, p) for p in decision.granted]
         return without(plan, decision.refused)
 
@@ -193,8 +215,10 @@ def test_a_claim_lost_between_plan_and_write_is_not_written() -> None:
     real_admit = gate.admit
 
     def late(snap: Snapshot, plan: Plan) -> Plan:
-        live.extend(Claimed("b", Part(f"b{d}", n, d, 8192)) for n, d in
-                    (("n1", "0"), ("n1", "1"), ("n2", "0")))  # fmt: skip
+        live.extend(
+            Claimed("b", Part(f"b{d}", n, d, 8192))
+            for n, d in (("n1", "0"), ("n1", "1"), ("n2", "0"))
+        )
         return real_admit(snap, plan)
 
     gate.admit = late  # type: ignore[method-assign]
@@ -206,15 +230,18 @@ def test_a_claim_lost_between_plan_and_write_is_not_written() -> None:
 
 def test_without_global_ids_another_planners_claim_is_never_taken_for_a_job_read_here() -> None:
     # HTCondor: schedd b's job 12.0 is not schedd a's job 12.0 on the same device.
-    live = [Claimed("b", Part("12.0", "n1", "0", 4000)),
-            Claimed("a", Part("13.0", "n1", "0", 1000))]
+    live = [
+        Claimed("b", Part("12.0", "n1", "0", 4000)),
+        Claimed("a", Part("13.0", "n1", "0", 1000)),
+    ]
     seen_here = {"n1/0": {"12.0": 3000, "13.0": 1000}}
     wanted = {"14.0": (Part("14.0", "n1", "0", 1000),)}
     assert admit("a", wanted, CAP, live, seen_here).refused == {}  # wrongly one job
     refused = admit("a", wanted, CAP, live, seen_here, global_ids=False).refused
     assert "8000 of 8192 MiB in use" in refused["14.0"]  # 4000 + 3000 + 1000 (13.0 once)
-    snap = with_claims(snapshot(), "a", [Claimed("b", Part("7", "n1", "0", 3000))],
-                       global_ids=False)  # fmt: skip
+    snap = with_claims(
+        snapshot(), "a", [Claimed("b", Part("7", "n1", "0", 3000))], global_ids=False
+    )
     assert [(r.id, r.device_memory_mib) for r in snap.running] == [("7", 3000), ("b:7", 3000)]
 
 

@@ -35,19 +35,25 @@ class StandIn:
     def read(self) -> SourceResult:
         node = Node("n1", 4000, 8192, (Device("0", 8192, 240, model="phi-5110p"),))
         snapshot = Snapshot((node,), pending=(Job("7", 1024, 60),), now_s=0.0)
-        return SourceResult(snapshot, (Rejected("8", "job 8: bad"),), (Waiting("9", "later"),),
-                            ("check node n2",))  # fmt: skip
+        return SourceResult(
+            snapshot, (Rejected("8", "job 8: bad"),), (Waiting("9", "later"),), ("check node n2",)
+        )
 
     def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
         self.applied.append((plan, dry_run))
         moved = JobOutcome("5", "placed but not started; moved")
-        return ApplyReport(applied=tuple(a.job for a in plan.assignments), dry_run=dry_run,
-                           withdrawn=(moved,))  # fmt: skip
+        return ApplyReport(
+            applied=tuple(a.job for a in plan.assignments), dry_run=dry_run, withdrawn=(moved,)
+        )
 
 
 def group(tmp_path: Path, adapter: StandIn) -> click.Group:
-    return scheduler_group("fake", "A stand-in scheduler.", lambda config: adapter,
-                           lambda config: str(tmp_path / "cycle.lock"))  # fmt: skip
+    return scheduler_group(
+        "fake",
+        "A stand-in scheduler.",
+        lambda config: adapter,
+        lambda config: str(tmp_path / "cycle.lock"),
+    )
 
 
 def invoke(g: click.Group, *args: str) -> click.testing.Result:
@@ -85,15 +91,19 @@ def test_a_second_cycle_on_the_same_queue_does_nothing(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert result.exit_code == 0 and adapter.applied == []
-    assert result.stdout == f"coshare: another cycle holds {tmp_path / 'cycle.lock'}; this one " \
-                            "did nothing\n"
+    assert (
+        result.stdout == f"coshare: another cycle holds {tmp_path / 'cycle.lock'}; this one "
+        "did nothing\n"
+    )
 
 
 def test_show_lists_devices_and_every_waiting_job(tmp_path: Path) -> None:
     result = invoke(group(tmp_path, StandIn()), "show")
     flat = " ".join(result.stdout.split())
-    assert "1 nodes, 1 devices; 0 running, 0 planned not started, 1 pending, 1 refused, " \
-           "1 waiting" in flat
+    assert (
+        "1 nodes, 1 devices; 0 running, 0 planned not started, 1 pending, 1 refused, "
+        "1 waiting" in flat
+    )
     assert "n1 0 phi-5110p 0/8192 (+1024) 0/240" in flat
     assert "7 placed on n1/0 by the next cycle" in flat and "9 later" in flat
     assert "8 refused: job 8: bad" in flat and "note: check node n2" in flat
@@ -134,8 +144,7 @@ def test_explain_reads_the_adapter_and_explains_one_job(tmp_path: Path) -> None:
 
 def test_cycle_json_lists_the_jobs_whose_wait_reason_was_noted(tmp_path: Path) -> None:
     class Noting(StandIn):
-        def apply(self, plan: Plan, rejected: Sequence[Rejected], *,
-                  dry_run: bool) -> ApplyReport:  # fmt: skip
+        def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
             return ApplyReport(dry_run=dry_run, noted=("9",))
 
     result = invoke(group(tmp_path, Noting()), "cycle", "--output", "json")
@@ -145,14 +154,16 @@ def test_cycle_json_lists_the_jobs_whose_wait_reason_was_noted(tmp_path: Path) -
 
 
 def test_an_unreachable_engine_stops_the_cycle_before_it_writes_naming_the_address(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import socket
 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    monkeypatch.setenv("COSHARE_COORDINATION_DSN",
-                       f"host=127.0.0.1 port={port} dbname=coshare user=coshare")
+    monkeypatch.setenv(
+        "COSHARE_COORDINATION_DSN", f"host=127.0.0.1 port={port} dbname=coshare user=coshare"
+    )
     adapter = StandIn()
     result = invoke(group(tmp_path, adapter), "cycle")
     # The command line's error handler prints it and exits with its status (1).

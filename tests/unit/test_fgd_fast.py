@@ -40,8 +40,9 @@ Ints = npt.NDArray[np.int64]
 class _Plain:
     """Per-node, per-shape counts of devices with room and free amounts too small."""
 
-    def __init__(self, state: ClusterState, workload: tuple[tuple[Shape, int], ...],
-                 exact: bool) -> None:  # fmt: skip
+    def __init__(
+        self, state: ClusterState, workload: tuple[tuple[Shape, int], ...], exact: bool
+    ) -> None:
         self.state = state
         self.exact = exact
         self.total = max(sum(w for _, w in workload), 1)
@@ -70,8 +71,12 @@ class _Plain:
         self.count[rows] = fits.sum(axis=1)
         self.small[rows] = (np.where(~fits & (free[:, :, None] >= 0), free[:, :, None], 0)).sum(1)
         self.free_total[rows] = np.clip(free, 0, None).sum(axis=1)
-        self.frag[rows] = self._node_frag(self.state.node_free_cpu[rows], self.count[rows],
-                                          self.small[rows], self.free_total[rows])  # fmt: skip
+        self.frag[rows] = self._node_frag(
+            self.state.node_free_cpu[rows],
+            self.count[rows],
+            self.small[rows],
+            self.free_total[rows],
+        )
 
     def _node_frag(self, cpu: Ints, count: Ints, small: Ints, free_total: Ints) -> Ints:
         runs = (cpu[:, None] >= self.cpu_m[None, :]) & (count >= self.k_m[None, :])
@@ -85,11 +90,19 @@ class _Plain:
             nodes = np.flatnonzero(s.host_ok(job))
             if len(nodes) == 0:
                 return False
-            after = self._node_frag(s.node_free_cpu[nodes] - job.total_cpu_milli,
-                                    self.count[nodes], self.small[nodes],
-                                    self.free_total[nodes])  # fmt: skip
-            scale = np.array([max((int(s.dev_total_mem[d]) for d in s.node_devs[n]), default=1)
-                              for n in nodes.tolist()], dtype=np.float64)  # fmt: skip
+            after = self._node_frag(
+                s.node_free_cpu[nodes] - job.total_cpu_milli,
+                self.count[nodes],
+                self.small[nodes],
+                self.free_total[nodes],
+            )
+            scale = np.array(
+                [
+                    max((int(s.dev_total_mem[d]) for d in s.node_devs[n]), default=1)
+                    for n in nodes.tolist()
+                ],
+                dtype=np.float64,
+            )
             best = int(nodes[self._best(self.frag[nodes] - after, scale)])
             s.place(job, best)
             self._refresh(np.array([best]))
@@ -99,10 +112,15 @@ class _Plain:
             return False
         if job.device_count == 1:
             cand = distinct_moves(s, np.flatnonzero(ok))
-            nodes, _, count, small = single_device_moves(s, self.dev_m, self.count, self.small,
-                                                         job, cand)  # fmt: skip
-            after = self._node_frag(s.node_free_cpu[nodes] - job.total_cpu_milli, count, small,
-                                    self.free_total[nodes] - job.device_memory_mib)  # fmt: skip
+            nodes, _, count, small = single_device_moves(
+                s, self.dev_m, self.count, self.small, job, cand
+            )
+            after = self._node_frag(
+                s.node_free_cpu[nodes] - job.total_cpu_milli,
+                count,
+                small,
+                self.free_total[nodes] - job.device_memory_mib,
+            )
             pick = self._best(self.frag[nodes] - after, s.dev_total_mem[cand].astype(np.float64))
             node = int(nodes[pick])
             s.place(job, node, [int(cand[pick])])
@@ -131,14 +149,19 @@ class _Plain:
                 free[0, s.node_devs[n].index(d)] -= job.device_memory_mib
             fits = free[:, :, None] >= self.dev_m[None, None, :]
             small = np.where(~fits & (free[:, :, None] >= 0), free[:, :, None], 0).sum(1)
-            after = self._node_frag(s.node_free_cpu[[n]] - job.total_cpu_milli, fits.sum(1),
-                                    small, np.clip(free, 0, None).sum(1))  # fmt: skip
+            after = self._node_frag(
+                s.node_free_cpu[[n]] - job.total_cpu_milli,
+                fits.sum(1),
+                small,
+                np.clip(free, 0, None).sum(1),
+            )
             decrease = self.frag[n] - after[0]
             if self.exact:
                 value = float(decrease)
             else:
-                x = np.clip(decrease / self.total / max(float(s.dev_total_mem[devs[0]]), 1.0),
-                            -50.0, 50.0)  # fmt: skip
+                x = np.clip(
+                    decrease / self.total / max(float(s.dev_total_mem[devs[0]]), 1.0), -50.0, 50.0
+                )
                 value = float(int(100.0 / (1.0 + np.exp(-x))))
             if best is None or value > best[0]:
                 best = (value, n, sorted(devs))
@@ -168,15 +191,25 @@ def random_snapshot(rng: random.Random) -> Snapshot:
     nodes, running = [], []
     for i in range(rng.randint(1, 7)):
         sizes = rng.choice([[8], [8, 8, 8, 8], [4, 8], [2, 6, 8, 16], []])
-        devices = tuple(Device(str(d), size * unit, rng.choice([60, 240]))
-                        for d, size in enumerate(sizes[: rng.randint(0, 5)]))  # fmt: skip
+        devices = tuple(
+            Device(str(d), size * unit, rng.choice([60, 240]))
+            for d, size in enumerate(sizes[: rng.randint(0, 5)])
+        )
         cores = rng.choice([4, 8, 16])
         nodes.append(Node(f"n{i}", cores * MILLI, rng.choice([16384, 65536]), devices))
         for dev in devices:
             if rng.random() < 0.5:
-                running.append(RunningJob(f"r{i}.{dev.id}", f"n{i}", (dev.id,),
-                                          rng.randint(0, dev.memory_mib // unit) * unit, 10,
-                                          rng.randint(0, cores // 2) * MILLI, 100))  # fmt: skip
+                running.append(
+                    RunningJob(
+                        f"r{i}.{dev.id}",
+                        f"n{i}",
+                        (dev.id,),
+                        rng.randint(0, dev.memory_mib // unit) * unit,
+                        10,
+                        rng.randint(0, cores // 2) * MILLI,
+                        100,
+                    )
+                )
     pending: list[Job] = []
     for j in range(rng.randint(1, 40)):
         if pending and rng.random() < 0.3:  # the needs of an earlier job, or all but one
@@ -187,28 +220,39 @@ def random_snapshot(rng: random.Random) -> Snapshot:
             continue
         kind = rng.choice(["device"] * 6 + ["multi", "cpu"])
         count = {"device": 1, "multi": rng.choice([2, 3, 4]), "cpu": 0}[kind]
-        pending.append(Job(
-            f"p{j}", device_memory_mib=0 if kind == "cpu" else rng.randint(0, 16) * unit // 2,
-            device_threads=0 if kind == "cpu" else rng.choice([1, 10, 60, 120]), device_count=count,
-            cpu_milli=rng.randint(0, 6) * MILLI, memory_mib=rng.choice([64, 9000, 30000]),
-            kind="cpu" if kind == "cpu" else "device",
-            processes=rng.choice([1, 1, 1, 2])))  # fmt: skip
+        pending.append(
+            Job(
+                f"p{j}",
+                device_memory_mib=0 if kind == "cpu" else rng.randint(0, 16) * unit // 2,
+                device_threads=0 if kind == "cpu" else rng.choice([1, 10, 60, 120]),
+                device_count=count,
+                cpu_milli=rng.randint(0, 6) * MILLI,
+                memory_mib=rng.choice([64, 9000, 30000]),
+                kind="cpu" if kind == "cpu" else "device",
+                processes=rng.choice([1, 1, 1, 2]),
+            )
+        )
     return Snapshot(tuple(nodes), tuple(running), tuple(pending))
 
 
 def random_workload(rng: random.Random) -> tuple[tuple[Shape, int], ...]:
     """Shapes of shares 0-16 units of 50 (equal to free amounts, or between), counts of
     0-6 devices (6: more than any node has), with weights."""
-    shapes = {(rng.randint(0, 8) * MILLI, rng.randint(0, 16) * 50, rng.randint(0, 6))
-              for _ in range(rng.randint(0, 30))}  # fmt: skip
+    shapes = {
+        (rng.randint(0, 8) * MILLI, rng.randint(0, 16) * 50, rng.randint(0, 6))
+        for _ in range(rng.randint(0, 30))
+    }
     return tuple((shape, rng.randint(1, 9)) for shape in sorted(shapes))
 
 
 def policies(rng: random.Random, snapshot: Snapshot) -> list[FgdPolicy]:
     given = random_workload(rng)
-    return [FgdPolicy(threads=threads, workload=workload, exact=exact)
-            for threads in ("strict", "soft") for exact in (False, True)
-            for workload in (None, given)]  # fmt: skip
+    return [
+        FgdPolicy(threads=threads, workload=workload, exact=exact)
+        for threads in ("strict", "soft")
+        for exact in (False, True)
+        for workload in (None, given)
+    ]
 
 
 def compare(seed: int, runs: int) -> int:
@@ -238,7 +282,8 @@ def test_the_shape_by_shape_fallback_plans_the_same(monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize("way", ["ranked by list", "ranked by search", "shape by shape"])
 def test_fragmentation_of_any_node_state_is_the_shape_by_shape_sum(
-        way: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    way: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # F of arbitrary rows (free amounts incl. 0 and missing slots, any free cores, negative
     # too) from the table (free amounts ranked among the shares by a list, or by binary
     # search), and from the fallback, against the plain per-shape sum.
@@ -257,12 +302,20 @@ def test_fragmentation_of_any_node_state_is_the_shape_by_shape_sum(
         assert (fast.table is None) == (not table)
         if table:
             assert (fast.table.share_rank is None) == (way == "ranked by search")  # type: ignore[union-attr]
-        rows = np.array([[rng.choice([-1, 0, 50, 100, rng.randint(0, 800)]) for _ in range(width)]
-                         for _ in range(30)], dtype=np.int64)  # fmt: skip
+        rows = np.array(
+            [
+                [rng.choice([-1, 0, 50, 100, rng.randint(0, 800)]) for _ in range(width)]
+                for _ in range(30)
+            ],
+            dtype=np.int64,
+        )
         cpu = np.array([rng.randint(-2, 9) * MILLI for _ in range(30)], dtype=np.int64)
         count = (rows[:, :, None] >= plain.dev_m[None, None, :]).sum(axis=1)
-        small = np.where((rows[:, :, None] < plain.dev_m[None, None, :]) & (rows[:, :, None] >= 0),
-                         rows[:, :, None], 0).sum(axis=1)  # fmt: skip
+        small = np.where(
+            (rows[:, :, None] < plain.dev_m[None, None, :]) & (rows[:, :, None] >= 0),
+            rows[:, :, None],
+            0,
+        ).sum(axis=1)
         expected = plain._node_frag(cpu, count, small, np.clip(rows, 0, None).sum(axis=1))
         assert fast.of(rows, cpu).tolist() == expected.tolist()
 

@@ -42,9 +42,17 @@ def pod_lists(draw: st.DrawFn) -> list[Job]:
     for i in range(draw(st.integers(5, 40))):
         count = draw(st.sampled_from((0, 1, 1, 1, 1, 2)))
         share = draw(st.sampled_from((100, 250, 470, 500, 810))) if count == 1 else 1000
-        pods.append(Job(f"p{i}", share if count else 0, share if count else 0, count,
-                        cpu_milli=draw(st.sampled_from((1000, 4000, 8000))), memory_mib=1024,
-                        kind="device" if count else "cpu"))  # fmt: skip
+        pods.append(
+            Job(
+                f"p{i}",
+                share if count else 0,
+                share if count else 0,
+                count,
+                cpu_milli=draw(st.sampled_from((1000, 4000, 8000))),
+                memory_mib=1024,
+                kind="device" if count else "cpu",
+            )
+        )
     return pods
 
 
@@ -80,15 +88,18 @@ def test_arrivals_shuffle_then_clone_until_the_limit() -> None:
 def test_benchmark_records_arrivals_and_allocations(name: str, protocol: str) -> None:
     rng = random.Random(4)
     nodes = gpu_nodes([(2, 16), (8, 96)], copies=4)
-    pods = [Job(f"p{i}", s, s, 1, cpu_milli=rng.choice((1000, 6000)), memory_mib=512)
-            for i, s in enumerate(rng.choice((230, 470, 1000)) for _ in range(60))]  # fmt: skip
+    pods = [
+        Job(f"p{i}", s, s, 1, cpu_milli=rng.choice((1000, 6000)), memory_mib=512)
+        for i, s in enumerate(rng.choice((230, 470, 1000)) for _ in range(60))
+    ]
     run = frag.run_benchmark(nodes, pods, name, protocol, seed=3, batch=7)
     assert list(run.arrived) == sorted(run.arrived) and run.arrived[-1] >= 130.0
     assert all(0 <= a <= 100.0 for a in run.allocated)
     assert all(a <= b + 1e-9 for a, b in zip(run.allocated, run.arrived))
     assert run.placed + run.dropped == len(frag.arrivals(pods, frag.gpu_capacity(nodes), 3))
-    assert run.unallocated_at(50) == pytest.approx(100 - float(
-        __import__("numpy").interp(50, run.arrived, run.allocated)))  # fmt: skip
+    assert run.unallocated_at(50) == pytest.approx(
+        100 - float(__import__("numpy").interp(50, run.arrived, run.allocated))
+    )
     assert 0 <= run.unallocated_at(130) <= 100
     crossing = next(i for i, a in enumerate(run.arrived) if a >= 100.0)
     parts = run.at_100
@@ -97,8 +108,9 @@ def test_benchmark_records_arrivals_and_allocations(name: str, protocol: str) ->
 
 
 def test_parsers_read_the_alibaba_and_swf_formats() -> None:
-    nodes = parse_alibaba_nodes("sn,cpu_milli,memory_mib,gpu,model\nn1,96000,393216,8,G2\n"
-                                "n2,8000,32768,1,\n")  # fmt: skip
+    nodes = parse_alibaba_nodes(
+        "sn,cpu_milli,memory_mib,gpu,model\nn1,96000,393216,8,G2\nn2,8000,32768,1,\n"
+    )
     assert [len(n.devices) for n in nodes] == [8, 1]
     assert nodes[0].devices[0].model == "G2" and nodes[0].cpu_milli == 96000
     pods = parse_alibaba_pods(
@@ -109,7 +121,10 @@ def test_parsers_read_the_alibaba_and_swf_formats() -> None:
         "c,32000,65536,4,1000,,LS,Running,9,90,9\n"
     )
     assert [(p.job.device_memory_mib, p.job.device_count, p.job.kind) for p in pods] == [
-        (460, 1, "device"), (0, 0, "cpu"), (1000, 4, "device")]  # fmt: skip
+        (460, 1, "device"),
+        (0, 0, "cpu"),
+        (1000, 4, "device"),
+    ]
     assert [p.gpu_milli for p in pods] == [460, 0, 4000]
     assert pods[1].deleted_s is None
     with pytest.raises(TraceError, match="gpu_milli"):
@@ -117,20 +132,27 @@ def test_parsers_read_the_alibaba_and_swf_formats() -> None:
     with pytest.raises(InputError, match="cpu_milli"):
         parse_alibaba_nodes("sn,cpu_milli,memory_mib,gpu,model\nn1,many,1,1,G\n")
 
-    swf = parse_swf([
-        "; Version: 2.2",
-        "1   0 308434 31405 30 31405   -1 30 37980   -1 1 1 1 -1 -1 1 -1 -1",
-        "2   8     10    -1  2    -1   -1  2   100   -1 5 1 1 -1 -1 1 -1 -1",
-        "3  12      5    60  2    60 2048  2   100 4096 1 1 1 -1 -1 1 -1 -1",
-    ])  # fmt: skip
+    swf = parse_swf(
+        [
+            "; Version: 2.2",
+            "1   0 308434 31405 30 31405   -1 30 37980   -1 1 1 1 -1 -1 1 -1 -1",
+            "2   8     10    -1  2    -1   -1  2   100   -1 5 1 1 -1 -1 1 -1 -1",
+            "3  12      5    60  2    60 2048  2   100 4096 1 1 1 -1 -1 1 -1 -1",
+        ]
+    )
     assert swf.skipped == 1
     assert [(j.job.processes, j.run_s, j.job.memory_mib) for j in swf.jobs] == [
-        (30, 31405.0, 0), (2, 60.0, 4)]  # fmt: skip
+        (30, 31405.0, 0),
+        (2, 60.0, 4),
+    ]
     with pytest.raises(TraceError, match="18"):
         parse_swf(["1 2 3"])
     machines = parse_swf_machines("0 seth 3 2 1 1048576\n")
     assert [(n.name, n.cpu_milli, n.memory_mib) for n in machines] == [
-        ("seth001", 2000, 1024), ("seth002", 2000, 1024), ("seth003", 2000, 1024)]  # fmt: skip
+        ("seth001", 2000, 1024),
+        ("seth002", 2000, 1024),
+        ("seth003", 2000, 1024),
+    ]
 
 
 @pytest.mark.skipif(not ALIBABA.is_dir(), reason="no shared traces")

@@ -22,25 +22,48 @@ def every_count(job: Job, cap: np.ndarray, weights: np.ndarray | None) -> int | 
     return None
 
 
-@given(processes=st.integers(1, 400), low=st.integers(1, 40), span=st.integers(0, 2**20),
-       per_node=st.none() | st.integers(1, 50),
-       cap=st.lists(st.integers(0, 60), max_size=30),
-       weighted=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    processes=st.integers(1, 400),
+    low=st.integers(1, 40),
+    span=st.integers(0, 2**20),
+    per_node=st.none() | st.integers(1, 50),
+    cap=st.lists(st.integers(0, 60), max_size=30),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_the_fewest_count_is_the_one_every_count_in_turn_finds(
-    processes: int, low: int, span: int, per_node: int | None, cap: list[int],
-    weighted: bool, seed: int,
+    processes: int,
+    low: int,
+    span: int,
+    per_node: int | None,
+    cap: list[int],
+    weighted: bool,
+    seed: int,
 ) -> None:
-    job = Job("g", 0, 0, 0, MILLI, 0, kind="cpu", processes=processes, nodes=low,
-              nodes_max=low + span, processes_per_node=per_node)
+    job = Job(
+        "g",
+        0,
+        0,
+        0,
+        MILLI,
+        0,
+        kind="cpu",
+        processes=processes,
+        nodes=low,
+        nodes_max=low + span,
+        processes_per_node=per_node,
+    )
     caps = np.array(cap, dtype=np.int64)
-    weights = (np.random.default_rng(seed).integers(1, 5, len(cap)).astype(np.int64)
-               if weighted else None)
+    weights = (
+        np.random.default_rng(seed).integers(1, 5, len(cap)).astype(np.int64) if weighted else None
+    )
     assert fewest_nodes(job, caps, weights) == every_count(job, caps, weights)
 
 
 def test_a_gang_no_cluster_holds_is_refused_without_trying_each_count() -> None:
     job = Job("g", 0, 0, 0, MILLI, 0, kind="cpu", processes=2**20, nodes=1, nodes_max=2**20)
     assert fewest_nodes(job, np.full(5_000, 64, dtype=np.int64)) is None
-    fits = Job("g", 0, 0, 0, MILLI, 0, kind="cpu", processes=64 * 4_999 + 1, nodes=1,
-               nodes_max=2**20)
+    fits = Job(
+        "g", 0, 0, 0, MILLI, 0, kind="cpu", processes=64 * 4_999 + 1, nodes=1, nodes_max=2**20
+    )
     assert fewest_nodes(fits, np.full(5_000, 64, dtype=np.int64)) == 5_000

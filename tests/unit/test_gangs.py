@@ -21,8 +21,11 @@ from hypothesis import strategies as st
 
 GPU = (Device("0", 16000, 100), Device("1", 16000, 100))
 #: Policies that place gangs themselves (``places_gangs``): Spread-n-Share's sns and cs.
-SELF_PLACED = {n for n in policy_names()
-               if getattr(getattr(make_policy(n), "inner", None), "places_gangs", False)}
+SELF_PLACED = {
+    n
+    for n in policy_names()
+    if getattr(getattr(make_policy(n), "inner", None), "places_gangs", False)
+}
 
 
 def cluster(count: int, cores: int = 8, devices: tuple[Device, ...] = GPU) -> tuple[Node, ...]:
@@ -45,8 +48,9 @@ def parts(plan: Plan, job: str) -> list[Assignment]:
 def test_processes_split_evenly_larger_shares_first() -> None:
     assert split(7, 3) == [3, 2, 2]
     assert split(6, 3) == [2, 2, 2]
-    assert node_counts(Job("a", nodes=2, nodes_max=5, processes=8, processes_per_node=3)) == \
-        range(3, 6)  # fmt: skip
+    assert node_counts(Job("a", nodes=2, nodes_max=5, processes=8, processes_per_node=3)) == range(
+        3, 6
+    )
 
 
 @pytest.mark.parametrize(
@@ -62,13 +66,19 @@ def test_inconsistent_gang_fields_are_refused_naming_the_field(job: Job, field: 
 
 
 def test_snapshot_json_round_trips_gang_fields_and_old_files_stay_valid() -> None:
-    snap = Snapshot(cluster(2), (RunningJob("r", "n0", walltime_s=60.0, start_time_s=0.0),),
-                    (gang("g", 2, 4, nodes_max=3, processes_per_node=2),), 5.0)  # fmt: skip
+    snap = Snapshot(
+        cluster(2),
+        (RunningJob("r", "n0", walltime_s=60.0, start_time_s=0.0),),
+        (gang("g", 2, 4, nodes_max=3, processes_per_node=2),),
+        5.0,
+    )
     text = json.dumps(snapshot_to_dict(snap))
     back = decode_json(text, "t", parse_snapshot)
     assert back == snap
-    old = {"nodes": [{"name": "n0", "cores": 4, "memory_mib": 100}],
-           "pending": [{"id": "a", "kind": "cpu", "processes": 2}]}  # fmt: skip
+    old = {
+        "nodes": [{"name": "n0", "cores": 4, "memory_mib": 100}],
+        "pending": [{"id": "a", "kind": "cpu", "processes": 2}],
+    }
     assert parse_snapshot(old).pending[0].nodes == 1
 
 
@@ -79,19 +89,29 @@ def test_a_gang_without_processes_runs_nodes_times_per_node() -> None:
 
 
 def test_inconsistent_gang_in_a_snapshot_names_the_job_and_field() -> None:
-    data = {"nodes": [{"name": "n0", "cores": 4, "memory_mib": 100}],
-            "pending": [{"id": "a", "kind": "cpu", "nodes": 3, "processes": 2}]}  # fmt: skip
+    data = {
+        "nodes": [{"name": "n0", "cores": 4, "memory_mib": 100}],
+        "pending": [{"id": "a", "kind": "cpu", "nodes": 3, "processes": 2}],
+    }
     with pytest.raises(SnapshotError, match=r'pending job "a".*processes.*nodes \(3\)'):
         parse_snapshot(data)
 
 
 def test_annotations_read_gang_keys_and_refuse_inconsistent_ones() -> None:
-    job = parse_job("7", {"CoshareKind": "cpu", "CoshareNodes": "3",
-                          "CoshareProcessesPerNode": "4"})  # fmt: skip
+    job = parse_job(
+        "7", {"CoshareKind": "cpu", "CoshareNodes": "3", "CoshareProcessesPerNode": "4"}
+    )
     assert (job.nodes, job.processes, job.processes_per_node) == (3, 12, 4)
     with pytest.raises(AnnotationError, match="CoshareProcessesPerNode"):
-        parse_job("8", {"CoshareKind": "cpu", "CoshareNodes": "2", "CoshareProcesses": "9",
-                        "CoshareProcessesPerNode": "4"})  # fmt: skip
+        parse_job(
+            "8",
+            {
+                "CoshareKind": "cpu",
+                "CoshareNodes": "2",
+                "CoshareProcesses": "9",
+                "CoshareProcessesPerNode": "4",
+            },
+        )
     with pytest.raises(AnnotationError, match="CoshareNodes"):
         parse_job("9", {"CoshareKind": "cpu", "CoshareNodes": "nan"})
 
@@ -160,8 +180,9 @@ def test_all_or_nothing_when_too_few_nodes_are_free() -> None:
         assert plan.assignments == ()
         assert plan.unplaced[0].code == "no_room"
         assert "0 have it now" in plan.unplaced[0].reason
-    busy = Snapshot(cluster(4), (*running[:2], RunningJob("c", "n2", cpu_milli=8000)),
-                    (gang("g", 2, 2),), 0.0)  # fmt: skip
+    busy = Snapshot(
+        cluster(4), (*running[:2], RunningJob("c", "n2", cpu_milli=8000)), (gang("g", 2, 2),), 0.0
+    )
     plan = make_policy("knapsack").plan(busy)
     assert "fewer than 2 have room" in plan.unplaced[0].reason
 
@@ -185,10 +206,21 @@ def test_a_range_takes_the_fewest_nodes_that_fit() -> None:
 
 def test_an_aged_gang_reserves_the_nodes_that_free_first_and_backfill_respects_it() -> None:
     # 4 nodes, 3 busy until t=100, 200, 300; the gang needs 3 whole nodes (8 cores each)
-    running = tuple(RunningJob(f"r{i}", f"n{i}", cpu_milli=8000, start_time_s=0.0,
-                               walltime_s=100.0 * (i + 1)) for i in range(3))  # fmt: skip
-    wide = gang("g", 3, 3, kind="cpu", device_count=0, device_memory_mib=0, device_threads=0,
-                cpu_milli=8000, submit_time_s=0.0)  # fmt: skip
+    running = tuple(
+        RunningJob(f"r{i}", f"n{i}", cpu_milli=8000, start_time_s=0.0, walltime_s=100.0 * (i + 1))
+        for i in range(3)
+    )
+    wide = gang(
+        "g",
+        3,
+        3,
+        kind="cpu",
+        device_count=0,
+        device_memory_mib=0,
+        device_threads=0,
+        cpu_milli=8000,
+        submit_time_s=0.0,
+    )
     short = Job("short", kind="cpu", device_count=0, submit_time_s=50.0, walltime_s=100.0)
     long = Job("long", kind="cpu", device_count=0, submit_time_s=50.0, walltime_s=1000.0)
     snap = Snapshot(cluster(4), running, (wide, short, long), now_s=60.0)
@@ -205,8 +237,9 @@ def test_an_aged_gang_reserves_the_nodes_that_free_first_and_backfill_respects_i
 
 def test_without_aging_small_jobs_take_the_free_node() -> None:
     running = tuple(RunningJob(f"r{i}", f"n{i}", cpu_milli=8000) for i in range(3))
-    wide = gang("g", 2, 2, kind="cpu", device_count=0, device_memory_mib=0, device_threads=0,
-                cpu_milli=8000)  # fmt: skip
+    wide = gang(
+        "g", 2, 2, kind="cpu", device_count=0, device_memory_mib=0, device_threads=0, cpu_milli=8000
+    )
     long = Job("long", kind="cpu", device_count=0, submit_time_s=50.0)
     snap = Snapshot(cluster(4), running, (wide, long), now_s=60.0)
     plan = make_policy("knapsack", PolicyOptions(age_limit_s=None)).plan(snap)
@@ -223,8 +256,14 @@ def test_verifier_refuses_half_placed_and_miscounted_gangs() -> None:
     assert any("on 2 nodes (allowed: 3..3)" in p for p in check_plan(snap, half))
     wrong = Plan("x", tuple(Assignment("g", f"n{i}", ("0",), 1) for i in range(3)))
     assert any("places 3 processes of 6" in p for p in check_plan(snap, wrong))
-    heavy = Plan("x", (Assignment("g", "n0", ("0",), 4), Assignment("g", "n1", ("0",), 1),
-                       Assignment("g", "n2", ("0",), 1)))  # fmt: skip
+    heavy = Plan(
+        "x",
+        (
+            Assignment("g", "n0", ("0",), 4),
+            Assignment("g", "n1", ("0",), 1),
+            Assignment("g", "n2", ("0",), 1),
+        ),
+    )
     assert any("more than 3 processes" in p for p in check_plan(snap, heavy))
     single = Snapshot(cluster(2), (), (Job("s", 1000, 10, processes=2),), 0.0)
     spread = Plan("x", (Assignment("s", "n0", ("0",), 1), Assignment("s", "n1", ("0",), 1)))
@@ -244,23 +283,41 @@ def gang_snapshots(draw: st.DrawFn) -> Snapshot:
         procs = draw(st.integers(wide, wide * 3))
         cpu = draw(st.booleans())
         extra = draw(st.sampled_from([{}, {"nodes_max": wide + 2}, {"processes_per_node": 3}]))
-        job = gang(f"j{i}", wide, procs, cpu_milli=draw(st.sampled_from([500, 1000, 3000])),
-                   submit_time_s=float(draw(st.integers(0, 100))),
-                   walltime_s=draw(st.sampled_from([None, 50.0])),
-                   **({"kind": "cpu", "device_count": 0, "device_memory_mib": 0,
-                       "device_threads": 0} if cpu else {}), **extra)  # fmt: skip
+        job = gang(
+            f"j{i}",
+            wide,
+            procs,
+            cpu_milli=draw(st.sampled_from([500, 1000, 3000])),
+            submit_time_s=float(draw(st.integers(0, 100))),
+            walltime_s=draw(st.sampled_from([None, 50.0])),
+            **(
+                {"kind": "cpu", "device_count": 0, "device_memory_mib": 0, "device_threads": 0}
+                if cpu
+                else {}
+            ),
+            **extra,
+        )
         if not gang_problems(job):
             jobs.append(job)
-    running = tuple(RunningJob(f"r{i}", n.name, cpu_milli=draw(st.integers(0, n.cpu_milli)),
-                               start_time_s=0.0, walltime_s=draw(st.sampled_from([None, 80.0])))
-                    for i, n in enumerate(nodes) if draw(st.booleans()))  # fmt: skip
+    running = tuple(
+        RunningJob(
+            f"r{i}",
+            n.name,
+            cpu_milli=draw(st.integers(0, n.cpu_milli)),
+            start_time_s=0.0,
+            walltime_s=draw(st.sampled_from([None, 80.0])),
+        )
+        for i, n in enumerate(nodes)
+        if draw(st.booleans())
+    )
     return Snapshot(nodes, running, tuple(jobs), now_s=100.0)
 
 
 @settings(deadline=None)
 @given(gang_snapshots(), st.sampled_from(policy_names()), st.sampled_from([None, 10.0]))
-def test_every_policy_places_gangs_whole_and_sound(snap: Snapshot, name: str,
-                                                   age: float | None) -> None:  # fmt: skip
+def test_every_policy_places_gangs_whole_and_sound(
+    snap: Snapshot, name: str, age: float | None
+) -> None:
     plan = make_policy(name, PolicyOptions(age_limit_s=age)).plan(snap)
     assert check_plan(snap, plan) == []
     on = Counter(a.job for a in plan.assignments)
@@ -281,24 +338,30 @@ def test_the_simulator_runs_a_gang_on_all_its_nodes_at_once() -> None:
     cpu = {"kind": "cpu", "device_count": 0, "device_memory_mib": 0, "device_threads": 0}
     first = host_only(Job("a", cpu_milli=8000, **cpu), 100.0)  # type: ignore[arg-type]
     wide = host_only(gang("g", 3, 24, submit_time_s=5.0, **cpu), 50.0)
-    result = simulate(nodes, [first, wide], make_policy("exclusive"),
-                      options=SimOptions(verify=True), model=FixedModel())  # fmt: skip
+    result = simulate(
+        nodes,
+        [first, wide],
+        make_policy("exclusive"),
+        options=SimOptions(verify=True),
+        model=FixedModel(),
+    )
     runs = {r.id: r for r in result.jobs}
     assert runs["g"].start_s is not None and runs["a"].end_s is not None
     assert runs["g"].start_s >= runs["a"].end_s  # all three nodes, or it waits
     assert sorted(runs["g"].node.split(",")) == ["n0", "n1", "n2"]
     held = 8 * 100.0 + 24 * 50.0
     assert result.core_utilization == pytest.approx(held / (24 * result.makespan_s))
-    assert runs["g"].bounded_slowdown() == pytest.approx(
-        (runs["g"].end_s - 5.0) / 50.0)  # type: ignore[operator]
+    assert runs["g"].bounded_slowdown() == pytest.approx((runs["g"].end_s - 5.0) / 50.0)  # type: ignore[operator]
 
 
 def test_swf_jobs_wider_than_a_node_become_gangs() -> None:
     from coshare.sim.traces import as_gang
 
     nodes = tuple(Node(f"m{i}", 2000, 1024) for i in range(10))
-    assert as_gang(Job("1", kind="cpu", device_count=0, processes=2, memory_mib=100), nodes) \
-        .is_gang is False  # fmt: skip
+    assert (
+        as_gang(Job("1", kind="cpu", device_count=0, processes=2, memory_mib=100), nodes).is_gang
+        is False
+    )
     wide = as_gang(Job("2", kind="cpu", device_count=0, processes=16, memory_mib=900), nodes)
     assert (wide.nodes, wide.nodes_max, wide.processes_per_node) == (8, 10, 2)
     plan = make_policy("exclusive").plan(Snapshot(nodes, (), (wide,), 0.0))
@@ -324,8 +387,9 @@ def test_an_swf_log_without_machines_takes_its_cluster_from_the_header() -> None
 
     record = "1 1000 0 50 4 -1 -1 4 100 -1 1 1 1 -1 -1 1 -1 -1"
     later = "2 1060 0 50 1 -1 -1 1 100 -1 1 1 1 -1 -1 1 -1 -1"
-    trace = parse_swf(["; Version: 2.2", "; MaxNodes: 3", "; MaxProcs: 6", "; MaxNodes: 9",
-                       record, later])  # fmt: skip
+    trace = parse_swf(
+        ["; Version: 2.2", "; MaxNodes: 3", "; MaxProcs: 6", "; MaxNodes: 9", record, later]
+    )
     assert dict(trace.header)["MaxNodes"] == "3"  # the first of a key
     nodes = header_nodes(trace, "t.swf")
     assert [(n.name, n.cores) for n in nodes] == [("n00001", 2), ("n00002", 2), ("n00003", 2)]
@@ -341,11 +405,26 @@ def test_an_swf_replay_without_machines_runs_on_the_header_cluster(tmp_path: Pat
     from coshare.cli import cli
 
     log = tmp_path / "plain.swf"
-    log.write_text("; MaxNodes: 2\n; MaxProcs: 4\n" + "".join(
-        f"{i + 1} {1_000_000 + 10 * i} 0 50 {1 + i % 4} -1 -1 {1 + i % 4} 100 -1 1 1 1 -1 -1 1 "
-        "-1 -1\n" for i in range(8)))  # fmt: skip
-    result = CliRunner().invoke(cli, ["simulate", "--workload", f"trace:{log}", "--policies",
-                                      "exclusive,sharepack", "--output", "json"])  # fmt: skip
+    log.write_text(
+        "; MaxNodes: 2\n; MaxProcs: 4\n"
+        + "".join(
+            f"{i + 1} {1_000_000 + 10 * i} 0 50 {1 + i % 4} -1 -1 {1 + i % 4} 100 -1 1 1 1 -1 -1 1 "
+            "-1 -1\n"
+            for i in range(8)
+        )
+    )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "--workload",
+            f"trace:{log}",
+            "--policies",
+            "exclusive,sharepack",
+            "--output",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     runs = json.loads(result.stdout)["runs"]
     assert [r["not_run"] for r in runs] == [0, 0]  # the 3- and 4-processor jobs are gangs

@@ -31,9 +31,18 @@ from slurm_addon.history import parse_accounting
 T0 = 1_700_000_000
 
 
-def sacct_job(job: int, *, user: str = "alice", cpus: int = 2, mem: int = 512, gpus: int = 0,
-              start: float = T0 + 10, end: float = T0 + 110, comment: str | None = None,
-              nodes: int = 1) -> dict[str, Any]:  # fmt: skip
+def sacct_job(
+    job: int,
+    *,
+    user: str = "alice",
+    cpus: int = 2,
+    mem: int = 512,
+    gpus: int = 0,
+    start: float = T0 + 10,
+    end: float = T0 + 110,
+    comment: str | None = None,
+    nodes: int = 1,
+) -> dict[str, Any]:
     """A job as Slurm 22.05's ``sacct --json`` prints it (the fields coshare reads)."""
     allocated: list[dict[str, Any]] = [
         {"type": "cpu", "name": None, "id": 1, "count": cpus},
@@ -43,23 +52,45 @@ def sacct_job(job: int, *, user: str = "alice", cpus: int = 2, mem: int = 512, g
     ]
     if gpus:
         allocated.append({"type": "gres", "name": "gpu", "id": 1001, "count": gpus * nodes})
-    return {"job_id": job, "user": user, "account": "physics", "name": f"prog{job % 2}",
-            "time": {"submission": T0 + job, "start": start, "end": end, "limit": 10,
-                     "elapsed": end - start},
-            "tres": {"allocated": allocated, "requested": []},
-            "comment": {"job": comment, "administrator": None, "system": None},
-            "state": {"current": "COMPLETED", "reason": "None"}}  # fmt: skip
+    return {
+        "job_id": job,
+        "user": user,
+        "account": "physics",
+        "name": f"prog{job % 2}",
+        "time": {
+            "submission": T0 + job,
+            "start": start,
+            "end": end,
+            "limit": 10,
+            "elapsed": end - start,
+        },
+        "tres": {"allocated": allocated, "requested": []},
+        "comment": {"job": comment, "administrator": None, "system": None},
+        "state": {"current": "COMPLETED", "reason": "None"},
+    }
 
 
 def sinfo(nodes: int = 2, gpus: int = 2) -> dict[str, Any]:
-    return {"nodes": [{"name": f"n{i}", "state": "idle", "cpus": 8, "real_memory": 16000,
-                       "gres": f"gpu:a100:{gpus}", "partitions": ["main"]}
-                      for i in range(1, nodes + 1)]}  # fmt: skip
+    return {
+        "nodes": [
+            {
+                "name": f"n{i}",
+                "state": "idle",
+                "cpus": 8,
+                "real_memory": 16000,
+                "gres": f"gpu:a100:{gpus}",
+                "partitions": ["main"],
+            }
+            for i in range(1, nodes + 1)
+        ]
+    }
 
 
 CONFIG = "slurm:\n  gres_name: gpu\ndevice_kinds:\n  a100: {memory_mib: 81920, threads: 2048}\n"
-NODES = tuple(Node(f"n{i}", 8 * MILLI, 16000, (Device("0", 81920, 2048), Device("1", 81920, 2048)))
-              for i in (1, 2))  # fmt: skip
+NODES = tuple(
+    Node(f"n{i}", 8 * MILLI, 16000, (Device("0", 81920, 2048), Device("1", 81920, 2048)))
+    for i in (1, 2)
+)
 
 
 def test_a_sacct_record_is_the_job_as_it_ran() -> None:
@@ -110,8 +141,9 @@ def test_a_cut_short_history_replays_its_whole_records_with_a_note() -> None:
 
 
 def test_device_memory_comes_from_the_declaration_else_the_rule_else_the_whole_device() -> None:
-    declared = slurm_finished(sacct_job(1, gpus=1, comment="coshare: device-memory=2G "
-                                        "device-threads=60"), "gpu")  # fmt: skip
+    declared = slurm_finished(
+        sacct_job(1, gpus=1, comment="coshare: device-memory=2G device-threads=60"), "gpu"
+    )
     alice = slurm_finished(sacct_job(2, gpus=1, user="alice"), "gpu")
     bob = slurm_finished(sacct_job(4, gpus=1, user="bob"), "gpu")  # program prog0
     prog = slurm_finished(sacct_job(5, gpus=1, user="bob"), "gpu")  # program prog1
@@ -139,22 +171,39 @@ def test_a_job_on_several_nodes_is_a_gang_of_one_process_per_node() -> None:
 
 def condor_ad(job: int, **extra: object) -> dict[str, object]:
     """A job as ``condor_history -json`` prints it (the fields coshare reads)."""
-    return {"ClusterId": job, "ProcId": 0, "Owner": "carol", "AcctGroup": "group_bio",
-            "Cmd": "/home/carol/bin/align", "JobStatus": 4, "QDate": T0,
-            "JobCurrentStartDate": T0 + 5, "CompletionDate": T0 + 65,
-            "EnteredCurrentStatus": T0 + 65, "RequestCpus": 2,
-            "RequestMemory": "ifthenelse(MemoryUsage =!= undefined,MemoryUsage,"
-                             "(ImageSize + 1023) / 1024)",
-            "CpusProvisioned": 2, "MemoryProvisioned": 1024, "MemoryUsage": 300,
-            "CpusUsage": 1.5, **extra}  # fmt: skip
+    return {
+        "ClusterId": job,
+        "ProcId": 0,
+        "Owner": "carol",
+        "AcctGroup": "group_bio",
+        "Cmd": "/home/carol/bin/align",
+        "JobStatus": 4,
+        "QDate": T0,
+        "JobCurrentStartDate": T0 + 5,
+        "CompletionDate": T0 + 65,
+        "EnteredCurrentStatus": T0 + 65,
+        "RequestCpus": 2,
+        "RequestMemory": "ifthenelse(MemoryUsage =!= undefined,MemoryUsage,"
+        "(ImageSize + 1023) / 1024)",
+        "CpusProvisioned": 2,
+        "MemoryProvisioned": 1024,
+        "MemoryUsage": 300,
+        "CpusUsage": 1.5,
+        **extra,
+    }
 
 
 def test_a_condor_history_ad_is_the_job_as_it_ran() -> None:
-    found = condor_finished(condor_ad(12, RequestGPUs=1, CoshareDeviceMemory=4096,
-                                      CoshareDeviceThreads=120))  # fmt: skip
+    found = condor_finished(
+        condor_ad(12, RequestGPUs=1, CoshareDeviceMemory=4096, CoshareDeviceThreads=120)
+    )
     assert isinstance(found, Finished)
-    assert (found.id, found.user, found.account, found.program) == ("12.0", "carol",
-                                                                    "group_bio", "align")
+    assert (found.id, found.user, found.account, found.program) == (
+        "12.0",
+        "carol",
+        "group_bio",
+        "align",
+    )
     assert (found.cores, found.memory_mib, found.devices, found.run_s) == (2, 1024, 1, 60)
     assert (found.used_cores, found.used_memory_mib) == (1.5, 300)
     assert found.annotations == {"CoshareDeviceMemory": 4096, "CoshareDeviceThreads": 120}
@@ -164,7 +213,8 @@ def test_a_condor_history_ad_is_the_job_as_it_ran() -> None:
     # Never started: never ran.
     assert condor_finished(condor_ad(14, JobCurrentStartDate=None)) is None
     assert condor_finished(condor_ad(15, CompletionDate=0)) == (
-        "job 15.0: CompletionDate is not set (allowed: a finished job's end time)")
+        "job 15.0: CompletionDate is not set (allowed: a finished job's end time)"
+    )
 
 
 def invoke(*args: str, config: Path) -> Any:
@@ -181,9 +231,19 @@ def test_simulate_replays_a_saved_slurm_history_and_says_what_it_left_out(
     history.write_text(json.dumps({"jobs": [*jobs, sacct_job(20, end=0)]}))
     nodes = tmp_path / "sinfo.json"
     nodes.write_text(json.dumps(sinfo()))
-    ran = invoke("--workload", "slurm-history", "--history-file", str(history), "--nodes-file",
-                 str(nodes), "--policies", "exclusive,knapsack", "--output", "json",
-                 config=config)  # fmt: skip
+    ran = invoke(
+        "--workload",
+        "slurm-history",
+        "--history-file",
+        str(history),
+        "--nodes-file",
+        str(nodes),
+        "--policies",
+        "exclusive,knapsack",
+        "--output",
+        "json",
+        config=config,
+    )
     assert ran.exit_code == 0, ran.output
     out = json.loads(ran.stdout)
     assert out["history"]["jobs"] == 8 and out["history"]["users"] == {"alice": 4, "bob": 4}

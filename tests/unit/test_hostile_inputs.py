@@ -27,8 +27,9 @@ def no_system_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(var)
 
 
-def run(*args: str, stdin: str | None = None, env: dict[str, str] | None = None
-        ) -> tuple[int, str, str]:  # fmt: skip
+def run(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     result = CliRunner().invoke(cli, list(args), input=stdin, env=env)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"traceback for {args}: {result.exception!r}") from result.exception
@@ -47,8 +48,12 @@ def one_error(err: str) -> str:
     return err
 
 
-NODE = {"name": "n", "cores": 4, "memory_mib": 1000,
-        "devices": [{"id": "0", "memory_mib": 1000, "threads": 8}]}  # fmt: skip
+NODE = {
+    "name": "n",
+    "cores": 4,
+    "memory_mib": 1000,
+    "devices": [{"id": "0", "memory_mib": 1000, "threads": 8}],
+}
 JOB = {"id": "j", "device_memory_mib": 10, "device_threads": 1}
 
 
@@ -69,7 +74,7 @@ def snapshot(**parts: Any) -> str:
         ('{"nodes": [' + "9" * 5000 + "]}", "more than 4300 digits"),
         ('{"nodes": [], "pending": [NaN]}', "not valid JSON: NaN"),
         ('{"nodes": [], "nodes": []}', "key 'nodes' appears twice"),
-        (snapshot(pending=[{**JOB, "id": "j\ud800"}]), 'pending[0]: field \'id\' is'),
+        (snapshot(pending=[{**JOB, "id": "j\ud800"}]), "pending[0]: field 'id' is"),
         (snapshot(pending=[{**JOB, "id": "j\u001b[2J"}]), "holds the character '\\x1b'"),
         (snapshot(pending=[{**JOB, "id": "x" * 10**6}]), "is longer than 256 characters"),
     ],
@@ -91,12 +96,14 @@ def test_a_node_of_more_devices_than_the_bound_is_refused_with_the_bound() -> No
     # The JSON Schema and coshare.bounds said at most 1,024 devices a node, but the parser
     # took any number: 200,000 devices on one node (a 12 MB snapshot) planned for an hour.
     devices = [{"id": str(i), "memory_mib": 1000, "threads": 8} for i in range(1025)]
-    code, _, err = plan_text(json.dumps({"nodes": [{**NODE, "devices": devices}],
-                                         "pending": [JOB]}))  # fmt: skip
+    code, _, err = plan_text(
+        json.dumps({"nodes": [{**NODE, "devices": devices}], "pending": [JOB]})
+    )
     assert code == 2
     assert "node \"n\": field 'devices' has 1025 entries (allowed: at most 1024)" in one_error(err)
-    code, _, err = plan_text(json.dumps({"nodes": [{**NODE, "devices": devices[:1024]}],
-                                         "pending": [JOB]}))  # fmt: skip
+    code, _, err = plan_text(
+        json.dumps({"nodes": [{**NODE, "devices": devices[:1024]}], "pending": [JOB]})
+    )
     assert code == 0, err
 
 
@@ -126,8 +133,12 @@ def test_lone_surrogates_and_markup_in_ids_never_break_the_table() -> None:
 
 
 def test_a_fractional_node_never_takes_a_job_of_more_cores() -> None:
-    text = json.dumps({"nodes": [{"name": "n", "cores": 3.9995, "memory_mib": 100}],
-                       "pending": [{"id": "j", "cores": 4}]})  # fmt: skip
+    text = json.dumps(
+        {
+            "nodes": [{"name": "n", "cores": 3.9995, "memory_mib": 100}],
+            "pending": [{"id": "j", "cores": 4}],
+        }
+    )
     code, out, err = plan_text(text, "--output", "json")
     assert code == 0, err
     plan = json.loads(out)
@@ -135,11 +146,14 @@ def test_a_fractional_node_never_takes_a_job_of_more_cores() -> None:
 
 
 def test_device_ids_that_differ_only_in_white_space_are_refused() -> None:
-    devices = [{"id": "0", "memory_mib": 100, "threads": 4},
-               {"id": " 0", "memory_mib": 100, "threads": 4}]  # fmt: skip
+    devices = [
+        {"id": "0", "memory_mib": 100, "threads": 4},
+        {"id": " 0", "memory_mib": 100, "threads": 4},
+    ]
     running = [{"id": "r", "node": "n", "device": "0", "device_memory_mib": 100}]
-    text = json.dumps({"nodes": [{**NODE, "devices": devices}], "running": running,
-                       "pending": [JOB]})  # fmt: skip
+    text = json.dumps(
+        {"nodes": [{**NODE, "devices": devices}], "running": running, "pending": [JOB]}
+    )
     code, _, err = plan_text(text)
     assert code == 2
     assert "device[1]: field 'id' is \" 0\"" in err and "white space" in err
@@ -150,12 +164,18 @@ def test_device_ids_that_differ_only_in_white_space_are_refused() -> None:
 
 @pytest.mark.parametrize(
     "setting",
-    ["policy: {age_limit_s: .nan}", "cycle: {replan_after_s: .nan}",
-     "cycle: {replan_after_s: .inf}", "slurm: {retry_wait_s: -.inf}",
-     "node: {watch_interval_s: .nan}", "cycle: {interval_s: 1e400}"],
-)  # fmt: skip
-def test_nan_and_infinity_in_config_are_refused_naming_the_key(tmp_path: Path,
-                                                               setting: str) -> None:  # fmt: skip
+    [
+        "policy: {age_limit_s: .nan}",
+        "cycle: {replan_after_s: .nan}",
+        "cycle: {replan_after_s: .inf}",
+        "slurm: {retry_wait_s: -.inf}",
+        "node: {watch_interval_s: .nan}",
+        "cycle: {interval_s: 1e400}",
+    ],
+)
+def test_nan_and_infinity_in_config_are_refused_naming_the_key(
+    tmp_path: Path, setting: str
+) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(setting + "\n")
     code, _, err = run("config", "check", str(path))
@@ -203,14 +223,17 @@ def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("args", "says"),
-    [(["--jobs", "1000000"], "one run would simulate 1000000 jobs (about 6835 MiB"),
-     (["--workload", "pressure", "--jobs", "1000000"], "at most 100000 jobs per run"),
-     (["--jobs", "50000", "--seeds", "20"], "would simulate 3000000 jobs; at most 2000000"),
-     (["--sizes", "1-1000000000000", "--jobs", "10"], "sizes are node counts 1..10000"),
-     (["--sizes", "1-100", "--jobs", "10"], "100 sizes; at most 64")],
-)  # fmt: skip
-def test_simulate_refuses_work_it_cannot_finish_with_the_estimate(args: list[str],
-                                                                  says: str) -> None:  # fmt: skip
+    [
+        (["--jobs", "1000000"], "one run would simulate 1000000 jobs (about 6835 MiB"),
+        (["--workload", "pressure", "--jobs", "1000000"], "at most 100000 jobs per run"),
+        (["--jobs", "50000", "--seeds", "20"], "would simulate 3000000 jobs; at most 2000000"),
+        (["--sizes", "1-1000000000000", "--jobs", "10"], "sizes are node counts 1..10000"),
+        (["--sizes", "1-100", "--jobs", "10"], "100 sizes; at most 64"),
+    ],
+)
+def test_simulate_refuses_work_it_cannot_finish_with_the_estimate(
+    args: list[str], says: str
+) -> None:
     code, _, err = run("simulate", *args)
     assert code == 2
     assert says in one_error(err)
@@ -218,9 +241,15 @@ def test_simulate_refuses_work_it_cannot_finish_with_the_estimate(args: list[str
 
 @pytest.mark.parametrize(
     "args",
-    [["--nodes", "1000000"], ["--seeds", "100000"], ["--workers", "100000"],
-     ["--cycle-delay", "nan"], ["--age-limit", "inf"], ["--offload-share", "nan"]],
-)  # fmt: skip
+    [
+        ["--nodes", "1000000"],
+        ["--seeds", "100000"],
+        ["--workers", "100000"],
+        ["--cycle-delay", "nan"],
+        ["--age-limit", "inf"],
+        ["--offload-share", "nan"],
+    ],
+)
 def test_simulate_flags_out_of_range_are_click_errors_naming_the_flag(args: list[str]) -> None:
     code, _, err = run("simulate", "--jobs", "10", *args)
     assert code == 2
@@ -248,21 +277,29 @@ RECORD = "{id} {submit} 0 {run} 1 -1 -1 1 -1 -1 1 1 1 1 1 1 -1 -1"
 
 
 @pytest.mark.parametrize(
-    ("submit", "run_s"), [("0", "nan"), ("inf", "10"), ("0", "inf"), ("1e400", "10"),
-                          ("0", "١٠")],
-)  # fmt: skip
-def test_swf_fields_that_are_not_finite_numbers_are_refused(tmp_path: Path, submit: str,
-                                                            run_s: str) -> None:  # fmt: skip
-    path = swf(tmp_path, RECORD.format(id=1, submit=0, run=10),
-               RECORD.format(id=2, submit=submit, run=run_s))  # fmt: skip
+    ("submit", "run_s"),
+    [("0", "nan"), ("inf", "10"), ("0", "inf"), ("1e400", "10"), ("0", "١٠")],
+)
+def test_swf_fields_that_are_not_finite_numbers_are_refused(
+    tmp_path: Path, submit: str, run_s: str
+) -> None:
+    path = swf(
+        tmp_path,
+        RECORD.format(id=1, submit=0, run=10),
+        RECORD.format(id=2, submit=submit, run=run_s),
+    )
     code, _, err = run("simulate", "--workload", f"trace:{path}")
     assert code == 2
     assert "line 2" in one_error(err)
 
 
 def test_duplicate_swf_ids_name_the_id_and_both_lines(tmp_path: Path) -> None:
-    path = swf(tmp_path, RECORD.format(id=1, submit=0, run=10), "; a comment",
-               RECORD.format(id=1, submit=5, run=10))  # fmt: skip
+    path = swf(
+        tmp_path,
+        RECORD.format(id=1, submit=0, run=10),
+        "; a comment",
+        RECORD.format(id=1, submit=5, run=10),
+    )
     code, _, err = run("simulate", "--workload", f"trace:{path}")
     assert code == 2
     assert "job 1" in one_error(err) and "line 1" in err and "line 3" in err
@@ -271,8 +308,12 @@ def test_duplicate_swf_ids_name_the_id_and_both_lines(tmp_path: Path) -> None:
 def test_swf_jobs_out_of_submit_order_are_refused_before_any_run(tmp_path: Path) -> None:
     # The replay streams the log and its engine stopped every run alike (exit 1, "6 runs
     # failed"); a log out of order is bad input, named by its line once.
-    path = swf(tmp_path, RECORD.format(id=1, submit=100, run=10), "; a comment",
-               RECORD.format(id=2, submit=0, run=10))  # fmt: skip
+    path = swf(
+        tmp_path,
+        RECORD.format(id=1, submit=100, run=10),
+        "; a comment",
+        RECORD.format(id=2, submit=0, run=10),
+    )
     code, _, err = run("simulate", "--workload", f"trace:{path}")
     assert code == 2
     assert "line 3: job 2 submits at 0, before the job on line 1 (100)" in one_error(err)
@@ -281,35 +322,76 @@ def test_swf_jobs_out_of_submit_order_are_refused_before_any_run(tmp_path: Path)
 # -- hostile JSON values anywhere: exit 2 or a sound plan ---------------------------------------
 
 HOSTILE_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=2**60),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=2**60),
     st.integers(max_value=-(2**60)),
-    st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([1e308, -1e308, 1e16, 0.5]),
-    st.text(max_size=12), st.sampled_from(["", " 0", "0 ", "\ud800", "[/]", "0,1", "\n"]),
-)  # fmt: skip
-HOSTILE = st.recursive(HOSTILE_SCALARS, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
-    max_leaves=8)  # fmt: skip
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([1e308, -1e308, 1e16, 0.5]),
+    st.text(max_size=12),
+    st.sampled_from(["", " 0", "0 ", "\ud800", "[/]", "0,1", "\n"]),
+)
+HOSTILE = st.recursive(
+    HOSTILE_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 @st.composite
 def hostile_snapshots(draw: st.DrawFn) -> dict[str, Any]:
     """A valid snapshot with a few fields replaced by hostile values."""
     doc: dict[str, Any] = {
-        "nodes": [{"name": "n1", "cores": 4, "memory_mib": 4096,
-                   "devices": [{"id": "0", "memory_mib": 8192, "threads": 240},
-                               {"id": "1", "memory_mib": 8192, "threads": 240}]},
-                  {"name": "n2", "cores": 2.5, "memory_mib": 2048}],
-        "running": [{"id": "r", "node": "n1", "device": "0", "device_memory_mib": 1000,
-                     "device_threads": 60, "cores": 1, "memory_mib": 100},
-                    {"id": "g", "node": "n1", "device": "1", "cores": 2, "start_time": 0,
-                     "walltime_s": 60, "copy_bw_mbps": 10, "cpu_load_cores": 0.5},
-                    {"id": "b", "node": "n1", "cores": 1, "harvest_from": "g"}],
-        "pending": [{"id": "p1", "device_memory_mib": 2000, "device_threads": 60},
-                    {"id": "p2", "device_memory_mib": 100, "device_threads": 1,
-                     "device_count": 2, "processes": 2},
-                    {"id": "p3", "kind": "cpu", "cores": 1.5, "memory_mib": 10}],
+        "nodes": [
+            {
+                "name": "n1",
+                "cores": 4,
+                "memory_mib": 4096,
+                "devices": [
+                    {"id": "0", "memory_mib": 8192, "threads": 240},
+                    {"id": "1", "memory_mib": 8192, "threads": 240},
+                ],
+            },
+            {"name": "n2", "cores": 2.5, "memory_mib": 2048},
+        ],
+        "running": [
+            {
+                "id": "r",
+                "node": "n1",
+                "device": "0",
+                "device_memory_mib": 1000,
+                "device_threads": 60,
+                "cores": 1,
+                "memory_mib": 100,
+            },
+            {
+                "id": "g",
+                "node": "n1",
+                "device": "1",
+                "cores": 2,
+                "start_time": 0,
+                "walltime_s": 60,
+                "copy_bw_mbps": 10,
+                "cpu_load_cores": 0.5,
+            },
+            {"id": "b", "node": "n1", "cores": 1, "harvest_from": "g"},
+        ],
+        "pending": [
+            {"id": "p1", "device_memory_mib": 2000, "device_threads": 60},
+            {
+                "id": "p2",
+                "device_memory_mib": 100,
+                "device_threads": 1,
+                "device_count": 2,
+                "processes": 2,
+            },
+            {"id": "p3", "kind": "cpu", "cores": 1.5, "memory_mib": 10},
+        ],
         "now": 100,
-    }  # fmt: skip
+    }
     places: list[tuple[Any, Any]] = [(doc, k) for k in ("nodes", "running", "pending", "now")]
     for group in ("nodes", "running", "pending"):
         for obj in doc[group]:
@@ -322,8 +404,10 @@ def hostile_snapshots(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
-@given(doc=hostile_snapshots(), policy=st.sampled_from(["knapsack", "fgd", "bestfit", "random",
-                                                        "exclusive", "collocate"]))  # fmt: skip
+@given(
+    doc=hostile_snapshots(),
+    policy=st.sampled_from(["knapsack", "fgd", "bestfit", "random", "exclusive", "collocate"]),
+)
 def test_hostile_json_values_give_exit_2_or_a_sound_plan(doc: dict[str, Any], policy: str) -> None:
     text = json.dumps(doc)
     code, out, err = plan_text(text, "--policy", policy, "--output", "json")

@@ -29,10 +29,15 @@ def brute_force(items: list[ItemType], capacity: int, thread_capacity: int | Non
 
 def item_lists(max_weight: int = 12, max_size: int = 5) -> st.SearchStrategy[list[ItemType]]:
     return st.lists(
-        st.builds(ItemType, weight=st.integers(1, max_weight), units=st.integers(0, 5),
-                  value=st.integers(0, 50), count=st.integers(0, 3)),
+        st.builds(
+            ItemType,
+            weight=st.integers(1, max_weight),
+            units=st.integers(0, 5),
+            value=st.integers(0, 50),
+            count=st.integers(0, 3),
+        ),
         max_size=max_size,
-    )  # fmt: skip
+    )
 
 
 item_types = item_lists()
@@ -95,8 +100,10 @@ def test_policy_packs_one_device_optimally(
 def arrays(items: list[ItemType]) -> tuple[object, object, object, object]:
     import numpy as np
 
-    return tuple(np.array([getattr(i, f) for i in items], dtype=np.int64).reshape(-1)
-                 for f in ("weight", "units", "value", "count"))  # type: ignore[return-value]
+    return tuple(
+        np.array([getattr(i, f) for i in items], dtype=np.int64).reshape(-1)
+        for f in ("weight", "units", "value", "count")
+    )  # type: ignore[return-value]
 
 
 def value_of(items: list[ItemType], counts: list[int]) -> int:

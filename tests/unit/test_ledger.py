@@ -35,8 +35,9 @@ def test_two_kinds_with_one_name_are_a_config_error_naming_both(tmp_path) -> Non
     with pytest.raises(ConfigError, match="'V100' and 'v-100' name the same kind"):
         Config(device_kinds={"V100": DeviceKind(1, 1), "v-100": DeviceKind(1, 1)})
     path = tmp_path / "c.yaml"
-    path.write_text("device_kinds: {Phi: {memory_mib: 1, threads: 1}, phi: "
-                    "{memory_mib: 2, threads: 2}}\n")  # fmt: skip
+    path.write_text(
+        "device_kinds: {Phi: {memory_mib: 1, threads: 1}, phi: {memory_mib: 2, threads: 2}}\n"
+    )
     with pytest.raises(ConfigError, match=r"c\.yaml: device_kinds: 'Phi' and 'phi'"):
         load_config(path, environ={})
 
@@ -58,8 +59,9 @@ def test_any_error_reading_one_job_refuses_it_naming_the_field(
         return real(job_id, annotations, **kw)
 
     monkeypatch.setattr(ledger, "parse_job", fragile)
-    bad = Queued("1.0", {"CoshareDeviceMemory": 512, "CoshareDeviceThreads": 60,
-                         "CoshareProgram": "x" * 500})  # fmt: skip
+    bad = Queued(
+        "1.0", {"CoshareDeviceMemory": 512, "CoshareDeviceThreads": 60, "CoshareProgram": "x" * 500}
+    )
     good = Queued("2.0", {"CoshareDeviceMemory": 512, "CoshareDeviceThreads": 60})
     book = settle([bad, good], [NODE], now_s=0, replan_after_s=300)
     assert [j.id for j in book.pending] == ["2.0"]
@@ -83,8 +85,12 @@ def test_field_value_names_the_job_and_field() -> None:
 
 
 def test_a_placed_job_counts_the_larger_of_its_placed_and_declared_demand() -> None:
-    queued = Queued("1", {"device-memory": "2048", "device-threads": "60"},
-                    placed=ledger.Placed("n1", ("0",), 0.0, 1024, 120), gate_open=True)  # fmt: skip
+    queued = Queued(
+        "1",
+        {"device-memory": "2048", "device-threads": "60"},
+        placed=ledger.Placed("n1", ("0",), 0.0, 1024, 120),
+        gate_open=True,
+    )
     [held] = settle([queued], [NODE], now_s=10, replan_after_s=300).planned
     assert (held.device_memory_mib, held.device_threads, held.state) == (2048, 120, "planned")
 

@@ -35,8 +35,17 @@ def test_json_lines_carry_time_level_logger_message_and_the_fields() -> None:
     out = io.StringIO()
     setup_logging("json", logging.INFO, stream=out)
     log = logging.getLogger("coshare.test")
-    log.info("placed %d jobs", 3, extra={"job": "12.0", "phase": "apply", "seconds": 0.25,
-                                         "jobs": ("1", "2"), "nan": float("nan")})  # fmt: skip
+    log.info(
+        "placed %d jobs",
+        3,
+        extra={
+            "job": "12.0",
+            "phase": "apply",
+            "seconds": 0.25,
+            "jobs": ("1", "2"),
+            "nan": float("nan"),
+        },
+    )
     log.debug("not written")
     try:
         raise RuntimeError("boom")
@@ -45,8 +54,13 @@ def test_json_lines_carry_time_level_logger_message_and_the_fields() -> None:
     first, second = (json.loads(line) for line in out.getvalue().splitlines())
     assert first["time"].endswith("Z") and len(first["time"]) == len("2025-01-31T12:00:00.123Z")
     assert {k: first[k] for k in ("level", "logger", "message", "job", "phase", "seconds")} == {
-        "level": "info", "logger": "coshare.test", "message": "placed 3 jobs", "job": "12.0",
-        "phase": "apply", "seconds": 0.25}  # fmt: skip
+        "level": "info",
+        "logger": "coshare.test",
+        "message": "placed 3 jobs",
+        "job": "12.0",
+        "phase": "apply",
+        "seconds": 0.25,
+    }
     assert first["jobs"] == ["1", "2"] and first["nan"] == "nan" and first["pid"] == os.getpid()
     # A field cannot pass for the record's own level, logger or time; the traceback is kept.
     assert (second["level"], second["logger"]) == ("error", "coshare.test")
@@ -69,16 +83,23 @@ def test_text_lines_append_the_fields_and_keep_a_traceback_below() -> None:
 
 def test_a_log_file_is_rotated_into_one_old_file_like_htcondors(tmp_path: Path) -> None:
     path = tmp_path / "CoshareTriggerLog"
-    setup_logging("text", logging.INFO, text_format="%(asctime)s %(message)s",
-                  date_format=CONDOR_DATE_FORMAT, file=path)  # fmt: skip
+    setup_logging(
+        "text",
+        logging.INFO,
+        text_format="%(asctime)s %(message)s",
+        date_format=CONDOR_DATE_FORMAT,
+        file=path,
+    )
     log = logging.getLogger("coshare.rotate")
     line = "x" * 1000
     for _ in range(MAX_LOG_BYTES // 1000 + 10):
         log.info(line)
     assert (tmp_path / "CoshareTriggerLog.old").stat().st_size > MAX_LOG_BYTES - 2000
     assert 0 < path.stat().st_size < 1_000_000
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["CoshareTriggerLog",
-                                                          "CoshareTriggerLog.old"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "CoshareTriggerLog",
+        "CoshareTriggerLog.old",
+    ]
     stamp = path.read_text().split(" ")[:2]  # 01/31/25 12:00:00, as HTCondor's daemons write
     assert len(stamp[0]) == 8 and stamp[0][2] == "/" and len(stamp[1]) == 8
 
@@ -110,8 +131,9 @@ def test_cycle_logs_json_lines_on_standard_error(
     monkeypatch.setattr("coshare.config.DEFAULT_CONFIG_PATH", tmp_path / "absent.yaml")
     for var in [v for v in os.environ if v.startswith("COSHARE_")]:
         monkeypatch.delenv(var)
-    group = scheduler_group("fake", "", lambda config: OneJob(),
-                            lambda config: str(tmp_path / "lock"))  # fmt: skip
+    group = scheduler_group(
+        "fake", "", lambda config: OneJob(), lambda config: str(tmp_path / "lock")
+    )
     result = CliRunner().invoke(group, ["cycle", "--log-format", "json"])
     assert result.exit_code == 3, result.output  # one write failed
     assert "cycle (sharepack): 1 pending, 1 placed, wrote 1" in result.stdout
@@ -137,8 +159,9 @@ def test_a_failed_cycle_in_json_mode_says_so_in_json(
         def read(self) -> SourceResult:
             raise SchedulerUnavailable("cannot query the collector: down")
 
-    group = scheduler_group("fake", "", lambda config: Down(),
-                            lambda config: str(tmp_path / "lock"))  # fmt: skip
+    group = scheduler_group(
+        "fake", "", lambda config: Down(), lambda config: str(tmp_path / "lock")
+    )
     result = CliRunner().invoke(group, ["cycle", "--log-format", "json"])
     assert result.exit_code == 1
     (record,) = [json.loads(line) for line in result.stderr.splitlines()]

@@ -21,18 +21,39 @@ from prometheus_client.parser import text_string_to_metric_families
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of an exposition text, by name and labels."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def report() -> CycleReport:
-    plan = Plan("knapsack", (Assignment("1", "n1", ("0",)), Assignment("2", "n1", ("0",))),
-                (Unplaced("3", "too big", "never_fits"), Unplaced("4", "later", "no_room"),
-                 Unplaced("5", "later", "no_room")), seconds=0.02)  # fmt: skip
-    apply = ApplyReport(applied=("1",), unchanged=("2",), failed=(JobOutcome("6", "no"),),
-                        withdrawn=(JobOutcome("7", "moved"),))  # fmt: skip
-    return CycleReport(plan, apply, rejected=(Rejected("8", "bad"),), read_s=0.5, apply_s=0.25,
-                       waiting=(Waiting("9", "begin time"),), verify_s=0.01)  # fmt: skip
+    plan = Plan(
+        "knapsack",
+        (Assignment("1", "n1", ("0",)), Assignment("2", "n1", ("0",))),
+        (
+            Unplaced("3", "too big", "never_fits"),
+            Unplaced("4", "later", "no_room"),
+            Unplaced("5", "later", "no_room"),
+        ),
+        seconds=0.02,
+    )
+    apply = ApplyReport(
+        applied=("1",),
+        unchanged=("2",),
+        failed=(JobOutcome("6", "no"),),
+        withdrawn=(JobOutcome("7", "moved"),),
+    )
+    return CycleReport(
+        plan,
+        apply,
+        rejected=(Rejected("8", "bad"),),
+        read_s=0.5,
+        apply_s=0.25,
+        waiting=(Waiting("9", "begin time"),),
+        verify_s=0.01,
+    )
 
 
 def test_the_figures_of_a_cycle_count_every_reason_code() -> None:
@@ -41,8 +62,13 @@ def test_the_figures_of_a_cycle_count_every_reason_code() -> None:
     assert set(figures["waiting"]) == set(WAITING_REASONS)
     assert figures["waiting"]["no_room"] == 2 and figures["waiting"]["never_fits"] == 1
     assert figures["waiting"]["scheduler"] == 1 and figures["waiting"]["reserved"] == 0
-    assert figures["edits"] == {"written": 1, "unchanged": 1, "skipped": 0, "failed": 1,
-                                "withdrawn": 1}  # fmt: skip
+    assert figures["edits"] == {
+        "written": 1,
+        "unchanged": 1,
+        "skipped": 0,
+        "failed": 1,
+        "withdrawn": 1,
+    }
     assert figures["seconds"] == {"read": 0.5, "plan": 0.02, "verify": 0.01, "apply": 0.25}
 
 
@@ -86,12 +112,14 @@ def test_a_refused_plan_exports_its_violations_and_no_job_counts(tmp_path: Path)
 def test_an_unreachable_push_gateway_is_a_warning_not_a_failure(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    metrics = CycleMetrics("slurm", MetricsConfig(pushgateway="http://127.0.0.1:9",
-                                                  push_timeout_s=2))  # fmt: skip
+    metrics = CycleMetrics(
+        "slurm", MetricsConfig(pushgateway="http://127.0.0.1:9", push_timeout_s=2)
+    )
     metrics.finished(report())
     problems = metrics.export()
     assert len(problems) == 1 and problems[0].startswith(
-        "cannot push the metrics to http://127.0.0.1:9:")
+        "cannot push the metrics to http://127.0.0.1:9:"
+    )
     assert problems[0] in caplog.text
 
 
@@ -153,10 +181,15 @@ def test_a_contained_policy_failure_is_counted_logged_and_its_input_kept(
 
     from tests.faulty_policies import CrashesOnJob
 
-    config = load_config(environ={"COSHARE_METRICS_TEXTFILE_DIR": str(tmp_path),
-                                  "COSHARE_CYCLE_FAILURE_DIR": str(tmp_path / "failures")})
-    report = run_once("fake", config, CrashesOnJob(make_policy("knapsack"), "8"),
-                      lambda c: TwoJobs(), None)  # fmt: skip
+    config = load_config(
+        environ={
+            "COSHARE_METRICS_TEXTFILE_DIR": str(tmp_path),
+            "COSHARE_CYCLE_FAILURE_DIR": str(tmp_path / "failures"),
+        }
+    )
+    report = run_once(
+        "fake", config, CrashesOnJob(make_policy("knapsack"), "8"), lambda c: TwoJobs(), None
+    )
     assert report.plan.placed_jobs == {"7"}
     s = (("scheduler", "fake"),)
     found = samples((tmp_path / "coshare_fake.prom").read_text())
@@ -165,13 +198,16 @@ def test_a_contained_policy_failure_is_counted_logged_and_its_input_kept(
     (record,) = [r for r in caplog.records if getattr(r, "outcome", "") == "policy_failed"]
     assert record.levelname == "ERROR" and record.jobs == ["8"]  # type: ignore[attr-defined]
     message = record.getMessage()
-    assert message.startswith("policy knapsack failed on 8 and planned the rest without it: "
-                              "IndexError: index 0 is out of bounds")  # fmt: skip
+    assert message.startswith(
+        "policy knapsack failed on 8 and planned the rest without it: "
+        "IndexError: index 0 is out of bounds"
+    )
     (saved,) = (tmp_path / "failures").iterdir()
     assert f"reproduce with: coshare plan {saved} --policy knapsack" in message
     # the file is a snapshot coshare plan reads: the job that failed, on the same cluster
-    shown = CliRunner().invoke(cli, ["plan", str(saved), "--output", "json"],
-                               env={"COSHARE_CONFIG": "/dev/null"})  # fmt: skip
+    shown = CliRunner().invoke(
+        cli, ["plan", str(saved), "--output", "json"], env={"COSHARE_CONFIG": "/dev/null"}
+    )
     assert shown.exit_code == 0, shown.output
     assert '"job":"8"' in shown.stdout
 
@@ -183,19 +219,23 @@ def test_an_unwritable_failure_dir_is_said_and_the_cycle_stands(
 
     (tmp_path / "file").write_text("")
     config = load_config(environ={"COSHARE_CYCLE_FAILURE_DIR": str(tmp_path / "file" / "x")})
-    report = run_once("fake", config, CrashesOnJob(make_policy("knapsack"), "8"),
-                      lambda c: TwoJobs(), None)  # fmt: skip
+    report = run_once(
+        "fake", config, CrashesOnJob(make_policy("knapsack"), "8"), lambda c: TwoJobs(), None
+    )
     assert report.plan.placed_jobs == {"7"}
     (record,) = [r for r in caplog.records if getattr(r, "outcome", "") == "policy_failed"]
     assert "its snapshot could not be written to " in record.getMessage()
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("PUSHGATEWAY", "ftp://x", "metrics.pushgateway: 'ftp://x' is not a push gateway URL"),
-    ("PUSHGATEWAY", "http://a b", "is not a push gateway URL"),
-    ("PUSH_JOB", "a/b", "metrics.push_job: 'a/b' is not a job label"),
-    ("PUSH_TIMEOUT_S", "0", "metrics.push_timeout_s: 0 is out of range"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("PUSHGATEWAY", "ftp://x", "metrics.pushgateway: 'ftp://x' is not a push gateway URL"),
+        ("PUSHGATEWAY", "http://a b", "is not a push gateway URL"),
+        ("PUSH_JOB", "a/b", "metrics.push_job: 'a/b' is not a job label"),
+        ("PUSH_TIMEOUT_S", "0", "metrics.push_timeout_s: 0 is out of range"),
+    ],
+)
 def test_bad_metrics_settings_are_refused(key: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_config(environ={f"COSHARE_METRICS_{key}": value})

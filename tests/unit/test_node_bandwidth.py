@@ -51,8 +51,12 @@ def test_cores_outside_the_allowed_set_are_named() -> None:
 def test_records_read_back_and_bad_ones_say_to_init_again() -> None:
     base = Baseline({(0,): 10.5, (0, 1): 19.0}, 1700.0, "numpy", 64)
     assert Baseline.from_dict(json.loads(json.dumps(base.to_dict())), "f") == base
-    for bad in ({"version": 2}, {"version": 1, "entries": [{"cpus": "0", "gbps": "nan"}]},
-                {"version": 1, "entries": [{"cpus": "x", "gbps": 1}]}, []):
+    for bad in (
+        {"version": 2},
+        {"version": 1, "entries": [{"cpus": "0", "gbps": "nan"}]},
+        {"version": 1, "entries": [{"cpus": "x", "gbps": 1}]},
+        [],
+    ):
         with pytest.raises(ProbeError, match="run `coshare node probe membw --init` on an idle"):
             Baseline.from_dict(bad, "f")
     result = ProbeResult(Measurement((1,), 5.0, 0.25, 1700.0, 64, "numpy"), 10.0, "cpus 1")
@@ -80,8 +84,11 @@ def test_a_real_probe_streams_reports_and_records(tmp_path: Path) -> None:
     found = measure((ONE_CORE,), 8, seconds=0.02)
     assert found.cpus == (ONE_CORE,) and found.gbps > 0 and found.method == "numpy"
     files = ProbeFiles(tmp_path)
-    with pytest.raises(ProbeError, match=r"no membw baseline for this node \(.*\); run "
-                                         r"`coshare node probe membw --init` on an idle node"):
+    with pytest.raises(
+        ProbeError,
+        match=r"no membw baseline for this node \(.*\); run "
+        r"`coshare node probe membw --init` on an idle node",
+    ):
         probe(files, (ONE_CORE,), None, size_mib=8, seconds=0.02)
     result, made = probe(files, (ONE_CORE,), None, init=True, size_mib=8, seconds=0.02)
     assert made is not None and made.by_cpus[(ONE_CORE,)] == result.measurement.gbps
@@ -106,6 +113,9 @@ def test_a_probe_record_read_back_says_the_same_share() -> None:
     # to 0.9927: the record must say what its own figures give.
     from coshare.node.bandwidth import Measurement, ProbeResult
 
-    result = ProbeResult(Measurement((0,), 28.861795808260084, 0.0204, 1795853870.387, 8,
-                                     "numpy"), 29.07551839093658, "cpus 0")  # fmt: skip
+    result = ProbeResult(
+        Measurement((0,), 28.861795808260084, 0.0204, 1795853870.387, 8, "numpy"),
+        29.07551839093658,
+        "cpus 0",
+    )
     assert ProbeResult.from_dict(result.to_dict()).to_dict() == result.to_dict()

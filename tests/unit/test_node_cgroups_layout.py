@@ -14,10 +14,17 @@ from coshare.errors import CgroupUnavailable, JobSpecError
 from coshare.node.cgroups import V1Cgroups, V2Cgroups, detect_version, open_cgroups
 
 V2_GROUP_FILES = {
-    "cgroup.procs": "", "cgroup.events": "populated 0\nfrozen 0\n", "cgroup.freeze": "0",
-    "cgroup.kill": "", "cgroup.subtree_control": "", "cpuset.cpus": "", "memory.max": "max",
-    "memory.swap.max": "max", "memory.oom.group": "0", "memory.events": "oom_kill 0\n",
-}  # fmt: skip
+    "cgroup.procs": "",
+    "cgroup.events": "populated 0\nfrozen 0\n",
+    "cgroup.freeze": "0",
+    "cgroup.kill": "",
+    "cgroup.subtree_control": "",
+    "cpuset.cpus": "",
+    "memory.max": "max",
+    "memory.swap.max": "max",
+    "memory.oom.group": "0",
+    "memory.events": "oom_kill 0\n",
+}
 
 
 def make_files(directory: Path, files: dict[str, str]) -> None:
@@ -28,9 +35,15 @@ def make_files(directory: Path, files: dict[str, str]) -> None:
 
 @pytest.fixture
 def v2_root(tmp_path: Path) -> Path:
-    make_files(tmp_path, {"cgroup.controllers": "cpuset cpu io memory pids\n",
-                          "cgroup.subtree_control": "cpu\n", "cgroup.procs": "1\n",
-                          "cpuset.cpus.effective": "0-3\n"})  # fmt: skip
+    make_files(
+        tmp_path,
+        {
+            "cgroup.controllers": "cpuset cpu io memory pids\n",
+            "cgroup.subtree_control": "cpu\n",
+            "cgroup.procs": "1\n",
+            "cpuset.cpus.effective": "0-3\n",
+        },
+    )
     make_files(tmp_path / "coshare", V2_GROUP_FILES)
     make_files(tmp_path / "coshare" / "job-7.0", V2_GROUP_FILES)
     return tmp_path
@@ -78,23 +91,36 @@ def test_v2_finds_the_job_of_a_process() -> None:
     assert cgroups.job_of_proc("0::/user.slice\n") is None
     assert cgroups.job_of_proc("4:memory:/batch/coshare/job-1\n") is None  # a v1 line
     assert cgroups.procs_files_of("0::/user.slice/a\n") == (
-        Path("/nonexistent/user.slice/a/cgroup.procs"),)
+        Path("/nonexistent/user.slice/a/cgroup.procs"),
+    )
     assert cgroups.procs_files_of("0::/\n") == (Path("/nonexistent/cgroup.procs"),)
 
 
 @pytest.fixture
 def v1_root(tmp_path: Path) -> Path:
-    make_files(tmp_path / "cpuset", {"cgroup.procs": "", "cpuset.cpus": "0-7\n",
-                                     "cpuset.mems": "0\n", "cpuset.effective_cpus": "0-7\n"})
+    make_files(
+        tmp_path / "cpuset",
+        {
+            "cgroup.procs": "",
+            "cpuset.cpus": "0-7\n",
+            "cpuset.mems": "0\n",
+            "cpuset.effective_cpus": "0-7\n",
+        },
+    )
     make_files(tmp_path / "memory", {"cgroup.procs": ""})
     make_files(tmp_path / "freezer", {"cgroup.procs": ""})
     for name in ("cpuset/coshare", "cpuset/coshare/job-3"):
         make_files(tmp_path / name, {"cgroup.procs": "", "cpuset.cpus": "", "cpuset.mems": ""})
-    make_files(tmp_path / "memory/coshare/job-3",
-               {"cgroup.procs": "", "memory.limit_in_bytes": "", "memory.oom_control":
-                "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"})
+    make_files(
+        tmp_path / "memory/coshare/job-3",
+        {
+            "cgroup.procs": "",
+            "memory.limit_in_bytes": "",
+            "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        },
+    )
     make_files(tmp_path / "freezer/coshare/job-3", {"cgroup.procs": "", "freezer.state": ""})
-    return tmp_path  # fmt: skip
+    return tmp_path
 
 
 def test_v1_cpuset_parents_inherit_cpus_and_mems(v1_root: Path) -> None:
@@ -105,10 +131,12 @@ def test_v1_cpuset_parents_inherit_cpus_and_mems(v1_root: Path) -> None:
     (v1_root / "cpuset/coshare/job-3").rename(v1_root / "cpuset/job-3-aside")
     (v1_root / "cpuset/coshare").rename(v1_root / "cpuset/coshare-aside")
     # A new cpuset group takes no tasks until cpus and mems are set: coshare copies them.
-    make_files(v1_root / "cpuset/coshare", {"cgroup.procs": "", "cpuset.cpus": "",
-                                            "cpuset.mems": ""})  # fmt: skip
-    make_files(v1_root / "cpuset/coshare/job-3", {"cgroup.procs": "", "cpuset.cpus": "",
-                                                  "cpuset.mems": ""})  # fmt: skip
+    make_files(
+        v1_root / "cpuset/coshare", {"cgroup.procs": "", "cpuset.cpus": "", "cpuset.mems": ""}
+    )
+    make_files(
+        v1_root / "cpuset/coshare/job-3", {"cgroup.procs": "", "cpuset.cpus": "", "cpuset.mems": ""}
+    )
     group = cgroups.create("3", (4, 5), 100)
     assert (v1_root / "cpuset/coshare/cpuset.cpus").read_text() == ""  # existed: untouched
     assert (v1_root / "cpuset/coshare/job-3/cpuset.mems").read_text() == ""
@@ -122,7 +150,8 @@ def test_v1_cpuset_parents_inherit_cpus_and_mems(v1_root: Path) -> None:
     oom_control.write_text("oom_kill_disable 1\nunder_oom 1\noom_kill 0\n")
     assert group.is_under_oom()
     assert cgroups.parent_directories() == tuple(
-        v1_root / c / "coshare" for c in ("freezer", "cpuset", "memory"))
+        v1_root / c / "coshare" for c in ("freezer", "cpuset", "memory")
+    )
     assert cgroups.jobs() == ["3"]
     assert cgroups.allowed_cpus() == tuple(range(8))
 
@@ -161,8 +190,11 @@ def test_v1_finds_the_job_of_a_process(v1_root: Path) -> None:
     # Where to put a process back: the groups another process is in, per hierarchy.
     assert cgroups.procs_files_of(
         "9:name=systemd:/\n7:cpuset:/\n6:freezer:/user/1\n4:memory,memsw:/slurm/uid_5\n"
-    ) == (v1_root / "freezer/user/1/cgroup.procs", v1_root / "cpuset/cgroup.procs",
-          v1_root / "memory/slurm/uid_5/cgroup.procs")  # fmt: skip
+    ) == (
+        v1_root / "freezer/user/1/cgroup.procs",
+        v1_root / "cpuset/cgroup.procs",
+        v1_root / "memory/slurm/uid_5/cgroup.procs",
+    )
 
 
 def test_no_cgroups_at_all_is_reported(tmp_path: Path) -> None:

@@ -27,10 +27,13 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (cgroup / controller / "cgroup.procs").write_text("")
     (cgroup / "cpuset" / "cpuset.effective_cpus").write_text(f"{ONE_CORE}\n")
     make_resctrl(tmp_path / "resctrl", mba=False)
-    for key, value in {"CONFIG": tmp_path / "c.yaml", "NODE_CGROUP_ROOT": cgroup,
-                       "NODE_STATE_DIR": tmp_path / "state",
-                       "NODE_RESCTRL_ROOT": tmp_path / "resctrl",
-                       "NODE_CONTROL_SOCKET": tmp_path / "none.sock"}.items():  # fmt: skip
+    for key, value in {
+        "CONFIG": tmp_path / "c.yaml",
+        "NODE_CGROUP_ROOT": cgroup,
+        "NODE_STATE_DIR": tmp_path / "state",
+        "NODE_RESCTRL_ROOT": tmp_path / "resctrl",
+        "NODE_CONTROL_SOCKET": tmp_path / "none.sock",
+    }.items():
         monkeypatch.setenv(f"COSHARE_{key}", str(value))
     return tmp_path
 
@@ -40,8 +43,12 @@ def test_check_lists_every_capability_with_where_it_looked(env: Path) -> None:
     assert result.exit_code == 0, result.output
     caps = {c["name"]: c for c in json.loads(result.output)["capabilities"]}
     assert caps["cgroups"]["status"] == "found"
-    assert caps["freezer"] == {"name": "freezer", "status": "found",
-                               "where": str(env / "cgroup" / "freezer"), "detail": "available"}
+    assert caps["freezer"] == {
+        "name": "freezer",
+        "status": "found",
+        "where": str(env / "cgroup" / "freezer"),
+        "detail": "available",
+    }
     assert caps["cpu accounting"]["status"] == "missing"
     assert "no cgroup v1 cpuacct hierarchy" in caps["cpu accounting"]["detail"]
     assert caps["L3 cache ways (CAT)"]["status"] == "found"
@@ -67,8 +74,12 @@ def test_no_resctrl_and_no_counters_are_missing_with_the_path(
     env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COSHARE_NODE_RESCTRL_ROOT", str(env / "no-resctrl"))
-    caps = {c["name"]: c for c in json.loads(CliRunner().invoke(
-        cli, ["node", "check", "--output", "json"]).output)["capabilities"]}  # fmt: skip
+    caps = {
+        c["name"]: c
+        for c in json.loads(CliRunner().invoke(cli, ["node", "check", "--output", "json"]).output)[
+            "capabilities"
+        ]
+    }
     cat = caps["L3 cache ways (CAT)"]
     assert cat["status"] == "missing" and cat["where"] == str(env / "no-resctrl/info/L3/cbm_mask")
     assert cat["detail"] == "unsupported: resctrl is not mounted there"
@@ -83,19 +94,25 @@ def test_probe_names_cores_outside_the_set_and_says_to_init_first(env: Path) -> 
     runner = CliRunner()
     outside = runner.invoke(cli, ["node", "probe", "membw", "--cpus", f"{ONE_CORE + 64}"])
     assert outside.exit_code == 2
-    assert f"cores {ONE_CORE + 64} are not in this node's allowed set {ONE_CORE}" in \
-        outside.output  # fmt: skip
+    assert f"cores {ONE_CORE + 64} are not in this node's allowed set {ONE_CORE}" in outside.output
     no_base = runner.invoke(cli, ["node", "probe", "membw"])
     assert no_base.exit_code == 2
     assert "run `coshare node probe membw --init` on an idle node" in no_base.output
-    made = runner.invoke(cli, ["node", "probe", "membw", "--init", "--output", "json"],
-                         env={"COSHARE_NODE_PROBE_ARRAY_MIB": "8"})  # fmt: skip
+    made = runner.invoke(
+        cli,
+        ["node", "probe", "membw", "--init", "--output", "json"],
+        env={"COSHARE_NODE_PROBE_ARRAY_MIB": "8"},
+    )
     assert made.exit_code == 0, made.output
     data = json.loads(made.output)
-    assert data["probe"]["available"] == 1.0 and data["baseline"]["entries"][0]["cpus"] == \
-        str(ONE_CORE)  # fmt: skip
-    again = runner.invoke(cli, ["node", "probe", "membw", "--cpus", str(ONE_CORE)],
-                          env={"COSHARE_NODE_PROBE_ARRAY_MIB": "8"})  # fmt: skip
+    assert data["probe"]["available"] == 1.0 and data["baseline"]["entries"][0]["cpus"] == str(
+        ONE_CORE
+    )
+    again = runner.invoke(
+        cli,
+        ["node", "probe", "membw", "--cpus", str(ONE_CORE)],
+        env={"COSHARE_NODE_PROBE_ARRAY_MIB": "8"},
+    )
     assert again.exit_code == 0 and f"membw on cores {ONE_CORE}: " in again.output
     assert f"(baseline of cpus {ONE_CORE})" in again.output
 
@@ -103,12 +120,19 @@ def test_probe_names_cores_outside_the_set_and_says_to_init_first(env: Path) -> 
 def test_facts_shows_what_the_daemon_wrote(env: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(cli, ["node", "facts"])
-    assert missing.exit_code == 1 and "is the node daemon (coshare node gate) running?" in \
-        missing.output  # fmt: skip
+    assert (
+        missing.exit_code == 1
+        and "is the node daemon (coshare node gate) running?" in missing.output
+    )
     (env / "state").mkdir()
-    facts = NodeFacts(1_700_000_000.0, MembwFacts(3.0, 6.0, 1, 1_700_000_000.0), 20, 16,
-                      (JobLoad("12", 0.5, 0.25, 1.0, 120.0),),
-                      (JobCopy("12", 312.5),))  # fmt: skip
+    facts = NodeFacts(
+        1_700_000_000.0,
+        MembwFacts(3.0, 6.0, 1, 1_700_000_000.0),
+        20,
+        16,
+        (JobLoad("12", 0.5, 0.25, 1.0, 120.0),),
+        (JobCopy("12", 312.5),),
+    )
     (env / "state" / "facts").write_text(format_facts(facts) + "\n")
     table = runner.invoke(cli, ["node", "facts"])
     assert table.exit_code == 0
@@ -116,8 +140,13 @@ def test_facts_shows_what_the_daemon_wrote(env: Path) -> None:
     assert "12" in table.output and "0.50" in table.output
     assert "copy bandwidth (NVML PCIe): 12 312.5 MB/s" in table.output
     data = json.loads(runner.invoke(cli, ["node", "facts", "--output", "json"]).output)
-    assert data["loads"][0] == {"job": "12", "mean_cores": 0.5, "last_cores": 0.25,
-                                "max_cores": 1.0, "window_s": 120.0}  # fmt: skip
+    assert data["loads"][0] == {
+        "job": "12",
+        "mean_cores": 0.5,
+        "last_cores": 0.25,
+        "max_cores": 1.0,
+        "window_s": 120.0,
+    }
     assert data["copies"] == [{"job": "12", "mbps": 312.5}]
     (env / "state" / "facts").write_text("coshare-facts;v=9\n")
     bad = runner.invoke(cli, ["node", "facts"])

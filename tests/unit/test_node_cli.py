@@ -56,14 +56,45 @@ def test_launch_without_a_node_daemon_says_so_and_runs_nothing(
     runner: CliRunner, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"
-    result = runner.invoke(cli, ["node", "launch", "run", "--socket", str(tmp_path / "no.sock"),
-                                 "--job", "5.0", "--cores", "1", "--", "touch", str(marker)])
+    result = runner.invoke(
+        cli,
+        [
+            "node",
+            "launch",
+            "run",
+            "--socket",
+            str(tmp_path / "no.sock"),
+            "--job",
+            "5.0",
+            "--cores",
+            "1",
+            "--",
+            "touch",
+            str(marker),
+        ],
+    )
     assert result.exit_code == 1
-    assert "coshare could not set up job 5.0 on this node (unreachable): no coshare node " \
-           "daemon at" in result.output  # fmt: skip
+    assert (
+        "coshare could not set up job 5.0 on this node (unreachable): no coshare node "
+        "daemon at" in result.output
+    )
     assert not marker.exists()
-    bad = runner.invoke(cli, ["node", "launch", "run", "--socket", "s", "--job", "5",
-                              "--device-memory", "lots", "--", "true"])  # fmt: skip
+    bad = runner.invoke(
+        cli,
+        [
+            "node",
+            "launch",
+            "run",
+            "--socket",
+            "s",
+            "--job",
+            "5",
+            "--device-memory",
+            "lots",
+            "--",
+            "true",
+        ],
+    )
     assert bad.exit_code == 1 and "device memory: 'lots' is not a size" in bad.output
 
 
@@ -73,14 +104,20 @@ def test_cleanup_without_cgroups_says_what_is_missing(runner: CliRunner) -> None
     assert result.exit_code == 1 and "no cgroups at /nonexistent" in result.output
 
 
-def test_a_coshare_command_inside_a_job_reads_its_config(runner: CliRunner,
-                                                         tmp_path: Path) -> None:  # fmt: skip
+def test_a_coshare_command_inside_a_job_reads_its_config(runner: CliRunner, tmp_path: Path) -> None:
     # What job-exec, coshare-launch and the TaskProlog export into a job's environment, and
     # COSHARE_TRACE_DIR, are not settings: they must not make the configuration unreadable.
-    job_env = {"COSHARE_JOB_ID": "7", "COSHARE_NODE": "n1", "COSHARE_DEVICES": "0",
-               "COSHARE_CPUS": "0-1", "COSHARE_GATE_SOCKET": "/run/coshare/gate.sock",
-               "COSHARE_DEVICE_MEMORY": "2G", "COSHARE_DEVICE_MEMORY_MIB": "2048",
-               "COSHARE_DEVICE_THREADS": "60", "COSHARE_TRACE_DIR": str(tmp_path)}  # fmt: skip
+    job_env = {
+        "COSHARE_JOB_ID": "7",
+        "COSHARE_NODE": "n1",
+        "COSHARE_DEVICES": "0",
+        "COSHARE_CPUS": "0-1",
+        "COSHARE_GATE_SOCKET": "/run/coshare/gate.sock",
+        "COSHARE_DEVICE_MEMORY": "2G",
+        "COSHARE_DEVICE_MEMORY_MIB": "2048",
+        "COSHARE_DEVICE_THREADS": "60",
+        "COSHARE_TRACE_DIR": str(tmp_path),
+    }
     result = runner.invoke(cli, ["config", "show"], env=job_env)
     assert result.exit_code == 0, result.output
     assert f"state_dir: {tmp_path / 'state'}" in result.output
@@ -90,8 +127,9 @@ def test_the_node_daemons_unit_restarts_it_for_good() -> None:
     # The daemon exits 1 when its watchdog cannot run: systemd must start a fresh
     # one, however often, and give it the open files its connection limits count on.
     unit = (Path(__file__).parents[2] / "deploy" / "node" / "coshare-node.service").read_text()
-    settings = dict(line.split("=", 1) for line in unit.splitlines()
-                    if "=" in line and not line.startswith("#"))  # fmt: skip
+    settings = dict(
+        line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#")
+    )
     assert settings["Restart"] == "on-failure"
     assert settings["StartLimitIntervalSec"] == "0"
     assert int(settings["LimitNOFILE"]) >= 4 * 2 * 256
@@ -104,8 +142,11 @@ def test_node_commands_that_print_a_result_speak_json(runner: CliRunner, tmp_pat
     (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     (root / "cgroup.subtree_control").write_text("")
     (root / "cpuset.cpus.effective").write_text("0-3\n")
-    env = {"COSHARE_NODE_CGROUP_ROOT": str(root), "COSHARE_NODE_CGROUP_VERSION": "v2",
-           "COSHARE_NODE_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+    env = {
+        "COSHARE_NODE_CGROUP_ROOT": str(root),
+        "COSHARE_NODE_CGROUP_VERSION": "v2",
+        "COSHARE_NODE_STATE_DIR": str(tmp_path / "state"),
+    }
     checked = runner.invoke(cli, ["node", "check", "--output", "json"], env=env)
     assert checked.exit_code == 0, checked.output
     data = json.loads(checked.stdout)
@@ -124,8 +165,11 @@ def test_the_watchdog_alone_logs_its_kills_as_json(runner: CliRunner, tmp_path: 
     from tests.unit.test_node_watchdog import frozen_job
 
     frozen_job(tmp_path / "cg", tmp_path / "state", "frozen")
-    env = {"COSHARE_NODE_CGROUP_ROOT": str(tmp_path / "cg"), "COSHARE_NODE_CGROUP_VERSION": "v1",
-           "COSHARE_NODE_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+    env = {
+        "COSHARE_NODE_CGROUP_ROOT": str(tmp_path / "cg"),
+        "COSHARE_NODE_CGROUP_VERSION": "v1",
+        "COSHARE_NODE_STATE_DIR": str(tmp_path / "state"),
+    }
     result = runner.invoke(cli, ["node", "watch", "--once", "--log-format", "json"], env=env)
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("coshare killed job frozen: its host memory")
@@ -137,32 +181,51 @@ def test_the_watchdog_alone_logs_its_kills_as_json(runner: CliRunner, tmp_path: 
 
 
 def test_node_trial_sends_trial_and_prints_the_daemons_answer(
-        runner: CliRunner, tmp_path: Path) -> None:  # fmt: skip
+    runner: CliRunner, tmp_path: Path
+) -> None:
     from tests.unit.test_trials import serve_once
 
     got: list[bytes] = []
     sock = tmp_path / "control.sock"
     thread = serve_once(sock, b"OK job=8 share=0.2100 available=0.7900 gbps=3.2 cpus=0\n", got)
-    result = runner.invoke(cli, ["node", "trial", "--socket", str(sock), "--job", "8",
-                                 "--partners", "5,6"])  # fmt: skip
+    result = runner.invoke(
+        cli, ["node", "trial", "--socket", str(sock), "--job", "8", "--partners", "5,6"]
+    )
     thread.join(5)
     assert got == [b"TRIAL job=8 partners=5,6\n"]
     assert result.exit_code == 0, result.output
     assert result.output == "OK job=8 share=0.2100 available=0.7900 gbps=3.2 cpus=0\n"
     refused = tmp_path / "refused.sock"
     thread = serve_once(refused, b"ERR not_allowed job 8: TRIAL is for operators\n", got)
-    result = runner.invoke(cli, ["node", "trial", "--socket", str(refused), "--job", "8",
-                                 "--partners", "5"])  # fmt: skip
+    result = runner.invoke(
+        cli, ["node", "trial", "--socket", str(refused), "--job", "8", "--partners", "5"]
+    )
     thread.join(5)
-    assert (result.exit_code, result.output) == \
-        (1, "ERR not_allowed job 8: TRIAL is for operators\n")  # fmt: skip
-    result = runner.invoke(cli, ["node", "trial", "--socket", str(tmp_path / "none.sock"),
-                                 "--job", "8", "--partners", "5"])  # fmt: skip
-    assert result.exit_code == 1 and result.output.startswith("ERR unreachable no coshare node "
-                                                              "daemon at ")  # fmt: skip
+    assert (result.exit_code, result.output) == (
+        1,
+        "ERR not_allowed job 8: TRIAL is for operators\n",
+    )
+    result = runner.invoke(
+        cli,
+        ["node", "trial", "--socket", str(tmp_path / "none.sock"), "--job", "8", "--partners", "5"],
+    )
+    assert result.exit_code == 1 and result.output.startswith(
+        "ERR unreachable no coshare node daemon at "
+    )
 
 
 def test_node_trial_refuses_bad_ids_before_asking(runner: CliRunner, tmp_path: Path) -> None:
-    result = runner.invoke(cli, ["node", "trial", "--socket", str(tmp_path / "none.sock"),
-                                 "--job", "8", "--partners", "5,x y"])  # fmt: skip
+    result = runner.invoke(
+        cli,
+        [
+            "node",
+            "trial",
+            "--socket",
+            str(tmp_path / "none.sock"),
+            "--job",
+            "8",
+            "--partners",
+            "5,x y",
+        ],
+    )
     assert result.exit_code == 2 and "job id 'x y' is not usable" in result.output

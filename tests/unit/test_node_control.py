@@ -35,12 +35,15 @@ TASK = ProcessInfo(401, 400, 1000, 1000, 801, "/usr/sbin/slurmstepd")
 
 
 def test_requests_parse_into_fields() -> None:
-    request = parse_control(b"START job=12.0 cores=1.5 memory_mib=2048 devices=0,phi1 "
-                            b"device_memory_mib=1024 device_threads=60\r\n")  # fmt: skip
+    request = parse_control(
+        b"START job=12.0 cores=1.5 memory_mib=2048 devices=0,phi1 "
+        b"device_memory_mib=1024 device_threads=60\r\n"
+    )
     assert request == ControlRequest("START", "12.0", 1.5, 2048, ("0", "phi1"), 1024, 60)
     assert parse_control(format_start(request).encode()) == request
-    assert parse_control(b"JOIN job=7 target=parent") == ControlRequest("JOIN", "7",
-                                                                         target="parent")
+    assert parse_control(b"JOIN job=7 target=parent") == ControlRequest(
+        "JOIN", "7", target="parent"
+    )
     assert parse_control(b"end job=7") == ControlRequest("END", "7")
     assert parse_control(b"START job=7 devices=-").devices == ()
     assert parse_control(b"FREEZE job=7") == ControlRequest("FREEZE", "7")
@@ -50,27 +53,32 @@ def test_requests_parse_into_fields() -> None:
     assert parse_control(format_start(ways).encode()) == ways
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    (b"", "empty request"),
-    (b"STOP job=1",
-     "unknown request 'STOP' (known: START, JOIN, END, FREEZE, THAW, LEND, RECLAIM, TRIAL)"),
-    (b"FREEZE", "FREEZE needs job=<id>"),
-    (b"THAW job=1 cores=2", "THAW takes no field 'cores' (fields: job)"),
-    (b"START job=1 llc_ways=0", "job 1: llc_ways='0' is not an integer in 1.."),
-    (b"START cores=1", "START needs job=<id>"),
-    (b"START job=../etc", "job id '../etc' is not usable"),
-    (b"START job=1 cores=0", "job 1: cores='0' (allowed: a number > 0)"),
-    (b"START job=1 cores=inf", "job 1: cores='inf'"),
-    (b"START job=1 memory_mib=-5", "job 1: memory_mib='-5' is not an integer in 1.."),
-    (b"START job=1 memory_mib=99999999999", "is not an integer"),
-    (b"START job=1 devices=0,a;b", "job 1: devices: device id 'a;b' is not usable"),
-    (b"START job=1 job=2", "field 'job' given twice"),
-    (b"START job=1 target=self", "START takes no field 'target'"),
-    (b"JOIN job=1 target=grandparent", "job 1: target='grandparent' (allowed: self, parent)"),
-    (b"JOIN job=1 cores", "'cores' is not key=value"),
-    (b"START job=1\x00", "requests hold no control characters"),
-    (b"START job=\xff", "requests are ASCII"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"", "empty request"),
+        (
+            b"STOP job=1",
+            "unknown request 'STOP' (known: START, JOIN, END, FREEZE, THAW, LEND, RECLAIM, TRIAL)",
+        ),
+        (b"FREEZE", "FREEZE needs job=<id>"),
+        (b"THAW job=1 cores=2", "THAW takes no field 'cores' (fields: job)"),
+        (b"START job=1 llc_ways=0", "job 1: llc_ways='0' is not an integer in 1.."),
+        (b"START cores=1", "START needs job=<id>"),
+        (b"START job=../etc", "job id '../etc' is not usable"),
+        (b"START job=1 cores=0", "job 1: cores='0' (allowed: a number > 0)"),
+        (b"START job=1 cores=inf", "job 1: cores='inf'"),
+        (b"START job=1 memory_mib=-5", "job 1: memory_mib='-5' is not an integer in 1.."),
+        (b"START job=1 memory_mib=99999999999", "is not an integer"),
+        (b"START job=1 devices=0,a;b", "job 1: devices: device id 'a;b' is not usable"),
+        (b"START job=1 job=2", "field 'job' given twice"),
+        (b"START job=1 target=self", "START takes no field 'target'"),
+        (b"JOIN job=1 target=grandparent", "job 1: target='grandparent' (allowed: self, parent)"),
+        (b"JOIN job=1 cores", "'cores' is not key=value"),
+        (b"START job=1\x00", "requests hold no control characters"),
+        (b"START job=\xff", "requests are ASCII"),
+    ],
+)
 def test_bad_requests_are_refused_naming_the_job_and_field(line: bytes, message: str) -> None:
     with pytest.raises(ControlProtocolError) as info:
         parse_control(line)
@@ -95,11 +103,19 @@ def test_any_line_parses_or_is_refused_with_a_code(line: bytes) -> None:
 
 def test_replies_split_into_fields_and_a_reason() -> None:
     ok, fields, _ = parse_control_reply(
-        "OK job=1 started=1 leftover=2 reason=coshare killed job 1: over 64 MiB (x=y)\n")
-    assert ok and fields == {"job": "1", "started": "1", "leftover": "2",
-                             "reason": "coshare killed job 1: over 64 MiB (x=y)"}  # fmt: skip
+        "OK job=1 started=1 leftover=2 reason=coshare killed job 1: over 64 MiB (x=y)\n"
+    )
+    assert ok and fields == {
+        "job": "1",
+        "started": "1",
+        "leftover": "2",
+        "reason": "coshare killed job 1: over 64 MiB (x=y)",
+    }
     assert parse_control_reply("ERR not_launcher job 1: no") == (
-        False, {"code": "not_launcher"}, "job 1: no")
+        False,
+        {"code": "not_launcher"},
+        "job 1: no",
+    )
 
 
 # -- the rules ------------------------------------------------------------------------------
@@ -138,33 +154,51 @@ def test_join_of_a_launchers_child_of_the_jobs_account() -> None:
     assert not check_join(POLICY, "j", 1000, launcher_id, 1000, CHILD, LAUNCHER, "j")  # done
     # Another account's process, or asked by another account.
     other = ProcessInfo(300, 200, 1001, 1001, 700, "/usr/bin/python3")
-    assert refused(check_join, POLICY, "j", 1000, launcher_id, 1001, other, LAUNCHER,
-                   None).code == "wrong_user"  # fmt: skip
-    assert refused(check_join, POLICY, "j", 1000, launcher_id, 1001, CHILD, LAUNCHER,
-                   None).code == "wrong_user"  # fmt: skip
+    assert (
+        refused(check_join, POLICY, "j", 1000, launcher_id, 1001, other, LAUNCHER, None).code
+        == "wrong_user"
+    )
+    assert (
+        refused(check_join, POLICY, "j", 1000, launcher_id, 1001, CHILD, LAUNCHER, None).code
+        == "wrong_user"
+    )
     setuid = ProcessInfo(300, 200, 1000, 0, 700, "/usr/bin/python3")  # euid 0
-    assert refused(check_join, POLICY, "j", 1000, launcher_id, 1000, setuid, LAUNCHER,
-                   None).code == "wrong_user"  # fmt: skip
+    assert (
+        refused(check_join, POLICY, "j", 1000, launcher_id, 1000, setuid, LAUNCHER, None).code
+        == "wrong_user"
+    )
     # Not a child of this job's launcher: of another process, or of a reused launcher pid.
-    assert refused(check_join, POLICY, "j", 1000, launcher_id, 1000, CHILD, STARTER,
-                   None).code == "not_allowed"  # fmt: skip
+    assert (
+        refused(check_join, POLICY, "j", 1000, launcher_id, 1000, CHILD, STARTER, None).code
+        == "not_allowed"
+    )
     reused = ProcessInfo(200, 100, 1000, 1000, 999, "/usr/bin/python3")
-    assert refused(check_join, POLICY, "j", 1000, launcher_id, 1000, CHILD, reused,
-                   None).code == "not_allowed"  # fmt: skip
+    assert (
+        refused(check_join, POLICY, "j", 1000, launcher_id, 1000, CHILD, reused, None).code
+        == "not_allowed"
+    )
     # Already in another job's group: never moved from one job into another.
-    assert refused(check_join, POLICY, "j", 1000, launcher_id, 1000, CHILD, LAUNCHER,
-                   "k").code == "in_group"  # fmt: skip
-    assert refused(check_join, POLICY, "j", 1000, launcher_id, 0, CHILD, LAUNCHER,
-                   "k").code == "in_group"  # fmt: skip
+    assert (
+        refused(check_join, POLICY, "j", 1000, launcher_id, 1000, CHILD, LAUNCHER, "k").code
+        == "in_group"
+    )
+    assert (
+        refused(check_join, POLICY, "j", 1000, launcher_id, 0, CHILD, LAUNCHER, "k").code
+        == "in_group"
+    )
 
 
 def test_join_of_a_task_of_a_job_root_started() -> None:
     # Slurm: the Prolog (root) started the job; the task's parent is slurmstepd, titled with it.
     assert check_join(POLICY, "77", 1000, None, 1000, TASK, STEPD, None, "77")
-    assert refused(check_join, POLICY, "77", 1000, None, 1000, CHILD, LAUNCHER,
-                   None, None).code == "not_allowed"  # fmt: skip
-    assert refused(check_join, POLICY, "77", None, None, 1000, TASK, STEPD,
-                   None, "77").code == "not_allowed"  # fmt: skip
+    assert (
+        refused(check_join, POLICY, "77", 1000, None, 1000, CHILD, LAUNCHER, None, None).code
+        == "not_allowed"
+    )
+    assert (
+        refused(check_join, POLICY, "77", None, None, 1000, TASK, STEPD, None, "77").code
+        == "not_allowed"
+    )
 
 
 def test_a_task_of_another_job_of_the_same_user_cannot_join() -> None:
@@ -214,16 +248,26 @@ def test_proc_files_parse() -> None:
 
 
 def launch_args(**values: str) -> argparse.Namespace:
-    base = {"job": "1.0", "cores": "", "memory_mib": "", "devices": "", "device_memory": "",
-            "device_threads": ""}  # fmt: skip
+    base = {
+        "job": "1.0",
+        "cores": "",
+        "memory_mib": "",
+        "devices": "",
+        "device_memory": "",
+        "device_threads": "",
+    }
     return argparse.Namespace(**{**base, **values})
 
 
 def test_the_launchers_start_lines_are_requests_of_the_protocol() -> None:
-    line = launcher.start_line(launch_args(cores="2", memory_mib="300", devices="0,1",
-                                           device_memory='"2G"', device_threads='"60"'))
-    assert parse_control(line.encode()) == ControlRequest("START", "1.0", 2.0, 300, ("0", "1"),
-                                                          2048, 60)  # fmt: skip
+    line = launcher.start_line(
+        launch_args(
+            cores="2", memory_mib="300", devices="0,1", device_memory='"2G"', device_threads='"60"'
+        )
+    )
+    assert parse_control(line.encode()) == ControlRequest(
+        "START", "1.0", 2.0, 300, ("0", "1"), 2048, 60
+    )
     with pytest.raises(ValueError, match="device memory: 'lots' is not a size"):
         launcher.start_line(launch_args(device_memory="lots"))
     with pytest.raises(ValueError, match="device_threads '30 \\+ 30' is unusable"):
@@ -242,10 +286,12 @@ def test_the_launcher_imports_only_the_standard_library() -> None:
     from pathlib import Path
 
     tree = ast.parse(Path(launcher.__file__).read_text())
-    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-             for a in n.names}  # fmt: skip
-    names |= {n.module.split(".")[0] for n in ast.walk(tree)
-              if isinstance(n, ast.ImportFrom) and n.module}  # fmt: skip
+    names = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    names |= {
+        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+    }
     assert names - {"__future__"} <= set(sys.stdlib_module_names), names
 
 

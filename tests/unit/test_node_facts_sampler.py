@@ -42,13 +42,18 @@ def node(tmp_path: Path) -> NodeConfig:
         (root / controller / "coshare").mkdir(parents=True)
         (root / controller / "cgroup.procs").write_text("")
     (root / "cpuset" / "coshare" / "cpuset.effective_cpus").write_text("0-1\n")
-    return NodeConfig(cgroup_root=str(root), state_dir=str(tmp_path / "state"),
-                      resctrl_root=str(tmp_path / "resctrl"), probe_interval_s=0,
-                      max_freeze_s=30)  # fmt: skip
+    return NodeConfig(
+        cgroup_root=str(root),
+        state_dir=str(tmp_path / "state"),
+        resctrl_root=str(tmp_path / "resctrl"),
+        probe_interval_s=0,
+        max_freeze_s=30,
+    )
 
 
-def add_job(config: NodeConfig, job: str, cpus: tuple[int, ...], usage_ns: int,
-            llc_ways: int | None = None) -> None:  # fmt: skip
+def add_job(
+    config: NodeConfig, job: str, cpus: tuple[int, ...], usage_ns: int, llc_ways: int | None = None
+) -> None:
     root = Path(config.cgroup_root)
     for controller in CONTROLLERS:
         job_dir(root, controller, job).mkdir()
@@ -56,14 +61,21 @@ def add_job(config: NodeConfig, job: str, cpus: tuple[int, ...], usage_ns: int,
     (job_dir(root, "cpuacct", job) / "cpuacct.usage").write_text(f"{usage_ns}\n")
     (job_dir(root, "freezer", job) / "freezer.state").write_text("THAWED\n")
     JobStore(Path(config.state_dir)).write(
-        JobRecord(JobSpec(job, cpus, llc_ways=llc_ways), "v1", str(root), "coshare"))
+        JobRecord(JobSpec(job, cpus, llc_ways=llc_ways), "v1", str(root), "coshare")
+    )
 
 
 def sampler(config: NodeConfig, clock: Clock, mono: Clock, proc: Path | None = None) -> Sampler:
     resctrl = FakeResctrl(make_resctrl(Path(config.resctrl_root)), "coshare")
-    return Sampler(config, JobStore(Path(config.state_dir)),
-                   V1Cgroups(Path(config.cgroup_root)), resctrl, clock, mono,
-                   proc=proc or Path(config.state_dir) / "no-proc")  # fmt: skip
+    return Sampler(
+        config,
+        JobStore(Path(config.state_dir)),
+        V1Cgroups(Path(config.cgroup_root)),
+        resctrl,
+        clock,
+        mono,
+        proc=proc or Path(config.state_dir) / "no-proc",
+    )
 
 
 def test_each_round_writes_the_nodes_facts_for_the_publishers(node: NodeConfig) -> None:
@@ -76,8 +88,10 @@ def test_each_round_writes_the_nodes_facts_for_the_publishers(node: NodeConfig) 
     assert measure.resctrl.ways_free() == 0
     ProbeFiles(Path(node.state_dir)).write(
         ProbeFiles(Path(node.state_dir)).last_path,
-        ProbeResult(Measurement((1,), 4.0, 0.25, 1_699_999_990.0, 64, "numpy"), 8.0,
-                    "cpus 1").to_dict())  # fmt: skip
+        ProbeResult(
+            Measurement((1,), 4.0, 0.25, 1_699_999_990.0, 64, "numpy"), 8.0, "cpus 1"
+        ).to_dict(),
+    )
     first = measure.round()
     assert first.loads == ()  # one sample: no load yet
     assert (first.llc_ways, first.llc_ways_free) == (20, 16)
@@ -103,9 +117,11 @@ def test_each_round_writes_the_nodes_facts_for_the_publishers(node: NodeConfig) 
     assert measure.history.jobs() == ["8"]  # the ended job is forgotten
 
 
-def test_each_jobs_run_queue_wait_is_published_in_cores(node: NodeConfig, tmp_path: Path,
-                                                        caplog: pytest.LogCaptureFixture,
-                                                        ) -> None:  # fmt: skip
+def test_each_jobs_run_queue_wait_is_published_in_cores(
+    node: NodeConfig,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     proc = tmp_path / "proc"
     add_job(node, "7", (0,), 0)
     tasks = [job_dir(Path(node.cgroup_root), c, "7") / "tasks" for c in ("cpuset", "cpuacct")]
@@ -153,9 +169,16 @@ def test_a_periodic_probe_runs_on_free_cores_only_with_a_baseline(node: NodeConf
     measure.round()
     files = ProbeFiles(Path(config.state_dir))
     assert files.last() is None  # no baseline: no probe, said once in the log
-    files.write(files.baseline_path, {"version": 1, "at_s": 1.0, "method": "numpy",
-                                      "array_mib": 8, "entries": [{"cpus": str(core),
-                                                                   "gbps": 5.0}]})  # fmt: skip
+    files.write(
+        files.baseline_path,
+        {
+            "version": 1,
+            "at_s": 1.0,
+            "method": "numpy",
+            "array_mib": 8,
+            "entries": [{"cpus": str(core), "gbps": 5.0}],
+        },
+    )
     mono.now += 30
     measure.round()
     assert files.last() is None  # not due yet
@@ -185,13 +208,15 @@ def test_freeze_and_thaw_are_idempotent_and_say_so(node: NodeConfig) -> None:
 def test_only_operators_freeze_known_jobs_of_a_node_with_a_freezer(node: NodeConfig) -> None:
     add_job(node, "7", (0,), 0)
     assert control(node, "FREEZE job=7", uid=1000) == (
-        "ERR not_allowed job 7: FREEZE is for operators (node.operator_uids), not uid 1000")
+        "ERR not_allowed job 7: FREEZE is for operators (node.operator_uids), not uid 1000"
+    )
     assert control(node, "THAW job=9") == "ERR unknown_job job 9 has no group on this node"
     freezer = Path(node.cgroup_root) / "freezer"
     (freezer / "cgroup.procs").unlink()  # no freezer hierarchy mounted
     reply = control(node, "FREEZE job=7")
-    assert reply.startswith("ERR unsupported job 7: unsupported: freeze: no cgroup v1 freezer "
-                            f"hierarchy at {freezer}")  # fmt: skip
+    assert reply.startswith(
+        f"ERR unsupported job 7: unsupported: freeze: no cgroup v1 freezer hierarchy at {freezer}"
+    )
 
 
 def test_a_job_frozen_too_long_is_thawed_by_the_daemon(node: NodeConfig) -> None:
@@ -203,6 +228,7 @@ def test_a_job_frozen_too_long_is_thawed_by_the_daemon(node: NodeConfig) -> None
     assert jobs.thaw_overdue() == []
     clock.now += 2
     assert jobs.thaw_overdue() == ["7"]
-    assert (job_dir(Path(node.cgroup_root), "freezer", "7") / "freezer.state").read_text() \
-        == "THAWED"  # fmt: skip
+    assert (
+        job_dir(Path(node.cgroup_root), "freezer", "7") / "freezer.state"
+    ).read_text() == "THAWED"
     assert JobStore(Path(node.state_dir)).frozen_since("7") is None

@@ -46,8 +46,9 @@ def test_a_profile_or_sm_count_coshare_does_not_know_is_unsupported_and_the_rest
     found = discover(FakeNvml([a100_80gb([odd, G1_10]), Gpu("Future GPU", 98304, 5000)]))
     by_id = {d.id: d for d in found}
     assert by_id["0:0"].status == "unsupported" and not by_id["0:0"].planned
-    assert by_id["0:0"].reason.startswith("MIG profile 5g.30gb: 5 GPU-instance slices is no "
-                                          "MIG profile coshare knows")  # fmt: skip
+    assert by_id["0:0"].reason.startswith(
+        "MIG profile 5g.30gb: 5 GPU-instance slices is no MIG profile coshare knows"
+    )
     assert by_id["0:1"].planned
     assert by_id["1"].status == "unsupported"
     assert by_id["1"].reason == "SM count 5000 (allowed: 1..1024)"
@@ -96,8 +97,12 @@ def test_plans_never_place_on_a_mig_parent_nor_oversubscribe_an_instance() -> No
     from coshare.verify import check_plan
 
     # A scheduler's discovery that lists the A100 and its two instances (3g.40gb, 2g.20gb).
-    node = Node("g1", 32_000, 262_144, (Device("0", 81920, 108), Device("0:0", 40192, 42),
-                                        Device("0:1", 19968, 28)))  # fmt: skip
+    node = Node(
+        "g1",
+        32_000,
+        262_144,
+        (Device("0", 81920, 108), Device("0:0", 40192, 42), Device("0:1", 19968, 28)),
+    )
     jobs = tuple(Job(f"{k}", 30_000, 10, submit_time_s=float(k)) for k in range(3))
     snap = Snapshot((node,), (), jobs, now_s=10.0)
     for name in ("knapsack", "sharepack", "exclusive", "random", "bestfit", "fgd"):

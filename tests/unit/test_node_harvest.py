@@ -171,8 +171,7 @@ def test_loans_survive_in_the_job_record() -> None:
 
 def test_lend_and_reclaim_requests_parse_and_bad_ones_are_refused() -> None:
     request = parse_control(b"LEND job=7 to=8 cpus=3-5\n")
-    assert (request.verb, request.job, request.other, request.cpus) == ("LEND", "7", "8",
-                                                                        (3, 4, 5))  # fmt: skip
+    assert (request.verb, request.job, request.other, request.cpus) == ("LEND", "7", "8", (3, 4, 5))
     reclaim = parse_control(b"RECLAIM job=7 from=8")
     assert (reclaim.other, reclaim.cpus) == ("8", None)
     for line, message in [
@@ -200,8 +199,7 @@ def test_a_lend_naming_a_million_cpus_is_refused_before_it_is_expanded() -> None
 
 def test_copy_bandwidth_is_the_pcie_throughput_of_gpus_a_job_holds_alone() -> None:
     per_gpu = {"0": 250.0, "1": 120.5, "2": 40.0}
-    found = copy_bandwidths({"a": ["0", "1"], "b": ["2"], "c": ["2"], "d": [], "e": ["7"]},
-                            per_gpu)  # fmt: skip
+    found = copy_bandwidths({"a": ["0", "1"], "b": ["2"], "c": ["2"], "d": [], "e": ["7"]}, per_gpu)
     # b and c share GPU 2 (a per-GPU counter cannot be split: no figure is guessed); d holds
     # no GPU; NVML did not measure e's GPU.
     assert found == {"a": 370.5}
@@ -209,7 +207,8 @@ def test_copy_bandwidth_is_the_pcie_throughput_of_gpus_a_job_holds_alone() -> No
 
 def test_the_nvml_backend_reads_tx_plus_rx_in_mb_per_s(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = importlib.util.spec_from_file_location(
-        "pynvml", Path(__file__).parents[1] / "node" / "fake_nvml" / "pynvml.py")
+        "pynvml", Path(__file__).parents[1] / "node" / "fake_nvml" / "pynvml.py"
+    )
     assert spec is not None and spec.loader is not None
     fake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake)
@@ -219,6 +218,9 @@ def test_the_nvml_backend_reads_tx_plus_rx_in_mb_per_s(monkeypatch: pytest.Monke
     monkeypatch.setenv("FAKE_NVML_PCIE_KBPS", "300000,12500")
     assert NvmlMemory().pcie_mbps() == {"0": 312.5}
     monkeypatch.delenv("FAKE_NVML_PCIE_KBPS")
-    with pytest.raises(NodeError, match=r"NVML cannot read the PCIe throughput of GPU 0 .*"
-                                        r"Not Supported"):  # fmt: skip
+    with pytest.raises(
+        NodeError,
+        match=r"NVML cannot read the PCIe throughput of GPU 0 .*"
+        r"Not Supported",
+    ):
         NvmlMemory().pcie_mbps()

@@ -33,8 +33,11 @@ from tests.unit.test_node_watchdog import frozen_job
 def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
         text = reply.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 @dataclass
@@ -50,9 +53,14 @@ def served(tmp_path: Path) -> Iterator[Served]:
     frozen at its memory limit; every gate client is job "j" with 4 declared threads."""
     address = f"127.0.0.1:{free_port()}"
     store = frozen_job(tmp_path / "cg", tmp_path / "state", "frozen")
-    config = NodeConfig(gate_socket=str(tmp_path / "gate.sock"), state_dir=str(tmp_path / "state"),
-                        cgroup_root=str(tmp_path / "cg"), watch_interval_s=0.05,
-                        kill_timeout_s=1.0, metrics_address=address)  # fmt: skip
+    config = NodeConfig(
+        gate_socket=str(tmp_path / "gate.sock"),
+        state_dir=str(tmp_path / "state"),
+        cgroup_root=str(tmp_path / "cg"),
+        watch_interval_s=0.05,
+        kill_timeout_s=1.0,
+        metrics_address=address,
+    )
     watchdog = Watchdog(store, None, lambda pid: None, timeout_s=1.0)
     stop = threading.Event()
     ready = threading.Event()
@@ -62,11 +70,18 @@ def served(tmp_path: Path) -> Iterator[Served]:
         async def main() -> None:
             done = asyncio.Event()
             loop = asyncio.get_running_loop()
-            threading.Thread(target=lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)),
-                             daemon=True).start()  # fmt: skip
-            await daemon.serve(config, {"0": 6}, done, control=False, ready=ready.set,
-                               identify=lambda pid, uid: Client("j", ("0",), 4),
-                               watchdog=watchdog)  # fmt: skip
+            threading.Thread(
+                target=lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)), daemon=True
+            ).start()
+            await daemon.serve(
+                config,
+                {"0": 6},
+                done,
+                control=False,
+                ready=ready.set,
+                identify=lambda pid, uid: Client("j", ("0",), 4),
+                watchdog=watchdog,
+            )
 
         try:
             asyncio.run(main())
@@ -125,12 +140,26 @@ def test_a_metrics_address_in_use_stops_the_daemon_with_a_message(tmp_path: Path
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        config = NodeConfig(gate_socket=str(tmp_path / "gate.sock"), state_dir=str(tmp_path),
-                            metrics_address=address)  # fmt: skip
-        with pytest.raises(NodeError, match=f"cannot serve metrics on {address} "
-                                            r"\(node.metrics_address\): Address already in use"):
-            asyncio.run(daemon.serve(config, {"0": 4}, asyncio.Event(), control=False,
-                                     watch=False, identify=lambda pid, uid: Client(None)))
+        config = NodeConfig(
+            gate_socket=str(tmp_path / "gate.sock"),
+            state_dir=str(tmp_path),
+            metrics_address=address,
+        )
+        with pytest.raises(
+            NodeError,
+            match=f"cannot serve metrics on {address} "
+            r"\(node.metrics_address\): Address already in use",
+        ):
+            asyncio.run(
+                daemon.serve(
+                    config,
+                    {"0": 4},
+                    asyncio.Event(),
+                    control=False,
+                    watch=False,
+                    identify=lambda pid, uid: Client(None),
+                )
+            )
     assert not (tmp_path / "gate.sock").exists()
 
 

@@ -12,7 +12,8 @@ from coshare.node.mps import mps_fields, mps_running, thread_percent
 
 def test_the_limits_are_the_declared_memory_and_the_thread_share() -> None:
     assert mps_fields(("0", "1"), 4096, 20, {"0": 80, "1": 108}) == (
-        " mps_memory_mib=4096 mps_percent=25")  # the smaller device's share, rounded up
+        " mps_memory_mib=4096 mps_percent=25"
+    )  # the smaller device's share, rounded up
     assert mps_fields((), 4096, 20, {"0": 80}) == ""
     assert mps_fields(("0",), None, None, {}) == ""
     assert thread_percent(1, 108) == 1 and thread_percent(500, 108) == 100
@@ -48,9 +49,15 @@ def test_slurms_task_prolog_exports_them_from_the_join_reply(
     (jobs / "job-42.json").write_text("{}")
     monkeypatch.setattr(
         "coshare.node.control.launcher.request",
-        lambda socket, line: {"job": "42", "devices": "0", "cpus": "1", "device_memory_mib": "4096",
-                              "device_threads": "27", "mps_memory_mib": "4096",
-                              "mps_percent": "25"},
+        lambda socket, line: {
+            "job": "42",
+            "devices": "0",
+            "cpus": "1",
+            "device_memory_mib": "4096",
+            "device_threads": "27",
+            "mps_memory_mib": "4096",
+            "mps_percent": "25",
+        },
     )  # the daemon's JOIN reply, as join_reply writes it
     found = task_prolog("/x.sock", "/g.sock", str(tmp_path), {"SLURM_JOB_ID": "42"})
     assert found is not None
@@ -66,11 +73,14 @@ def test_node_check_says_which_gpu_memory_limit_is_in_force(tmp_path: Path) -> N
 
     none = gpu_limit_capability(NodeConfig())
     assert (none.status, none.detail) == (
-        "missing", "none: nothing holds a GPU job to its declared device memory")
+        "missing",
+        "none: nothing holds a GPU job to its declared device memory",
+    )
     watchdog = gpu_limit_capability(NodeConfig(device_memory="nvml"))
     assert watchdog.status == "found" and watchdog.detail.startswith("the NVML watchdog kills")
-    down = gpu_limit_capability(NodeConfig(gpu_limits="mps", mps_pipe_dir=str(tmp_path),
-                                           device_memory="nvml"))  # fmt: skip
+    down = gpu_limit_capability(
+        NodeConfig(gpu_limits="mps", mps_pipe_dir=str(tmp_path), device_memory="nvml")
+    )
     assert down.status == "found"  # the watchdog holds while MPS is down, and says so
     assert down.detail.startswith(f"node.gpu_limits is mps, but no MPS control pipe at {tmp_path}")
     os.mkfifo(tmp_path / "control")

@@ -38,11 +38,17 @@ def test_ways_are_contiguous_free_and_first_fit() -> None:
     assert choose_ways(full, [], 4, 1) == 0xF
     assert choose_ways(full, [0xF, 0x3F0], 3, 1) == 0x1C00  # after the two held runs
     assert choose_ways(full, [0x4], 4, 1) == 0x78  # ways 0-1 are too few: 3-6
-    with pytest.raises(JobSpecError, match=r"no 4 contiguous ways are free \(free ways: 0-2,"
-                                           r"6-8 of 0-9\)"):
+    with pytest.raises(
+        JobSpecError,
+        match=r"no 4 contiguous ways are free \(free ways: 0-2,"
+        r"6-8 of 0-9\)",
+    ):
         choose_ways(0x3FF, [0x38, 0x200], 4, 1)
-    with pytest.raises(JobSpecError, match=r"llc_ways=1: .* takes at least 2 per group "
-                                           r"\(allowed: 2..20\)"):
+    with pytest.raises(
+        JobSpecError,
+        match=r"llc_ways=1: .* takes at least 2 per group "
+        r"\(allowed: 2..20\)",
+    ):
         choose_ways(full, [], 1, 2)
     with pytest.raises(JobSpecError, match=r"allowed: 1..20"):
         choose_ways(full, [], 21, 1)
@@ -151,8 +157,10 @@ def test_layout_packs_every_job_and_shares_what_is_left() -> None:
     assert layout_masks(0xFFFFF, [("a", 4), ("b", 3)], False) == {"a": 0xF, "b": 0x70}
     shared = layout_masks(0xFFFFF, [("a", 4), ("b", 3)], True)
     assert shared == {"a": 0x7FF, "b": 0xFF800}  # 4 + 7 and 3 + 6: every way in use
-    with pytest.raises(JobSpecError, match="job c: this node's L3 has 20 ways and coshare "
-                       "jobs hold 18 \\(a: 10, b: 8\\)"):  # fmt: skip
+    with pytest.raises(
+        JobSpecError,
+        match="job c: this node's L3 has 20 ways and coshare jobs hold 18 \\(a: 10, b: 8\\)",
+    ):
         layout_masks(0xFFFFF, [("a", 10), ("b", 8), ("c", 3)], True)
 
 
@@ -192,17 +200,20 @@ def test_a_new_job_takes_its_ways_back_from_the_spare_shares(tmp_path: Path) -> 
     assert resctrl.relayout({"1": 4, "2": 6}, share_spare=True) == {"2": 0xFFFFF}  # 1 is gone
 
 
-@pytest.mark.parametrize(("text", "status"), [
-    ("L3:0=5;1=5\n", "The mask 5 has non-consecutive 1-bits"),
-    ("L3:0=4;1=4\n", "Need at least 2 bits in the mask"),
-    ("L3:0=1fffff\n", "Mask out of range"),
-    ("L3:0=fg\n", "Non-hex character in the mask fg"),
-    ("L3:7=f\n", "Unknown domain 7"),
-    ("L3:x=f\n", "Missing '=' or non-numeric domain"),
-    ("L2:0=f\n", "Unknown or unsupported resource name 'L2'"),
-    ("MB:0=5\n", "MB value 5 out of range [10,100]"),
-    ("L3:0=f", "Buffer does not end with newline"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ("L3:0=5;1=5\n", "The mask 5 has non-consecutive 1-bits"),
+        ("L3:0=4;1=4\n", "Need at least 2 bits in the mask"),
+        ("L3:0=1fffff\n", "Mask out of range"),
+        ("L3:0=fg\n", "Non-hex character in the mask fg"),
+        ("L3:7=f\n", "Unknown domain 7"),
+        ("L3:x=f\n", "Missing '=' or non-numeric domain"),
+        ("L2:0=f\n", "Unknown or unsupported resource name 'L2'"),
+        ("MB:0=5\n", "MB value 5 out of range [10,100]"),
+        ("L3:0=f", "Buffer does not end with newline"),
+    ],
+)
 def test_the_fake_kernel_refuses_bad_schemata_as_resctrl_does(
     tmp_path: Path, text: str, status: str
 ) -> None:

@@ -146,9 +146,12 @@ def test_spec_sizes_beyond_the_bounds_are_refused(field: str, value: int) -> Non
 
 
 def test_messages_echo_input_bounded() -> None:
-    for check in (lambda: check_job_id("x" * 100_000), lambda: parse_cpu_list("a" * 100_000),
-                  lambda: JobSpec.from_dict({"job": 1, "pad": "p" * 100_000}),
-                  lambda: JobSpec("7.0", memory_mib=10**5000)):  # fmt: skip
+    for check in (
+        lambda: check_job_id("x" * 100_000),
+        lambda: parse_cpu_list("a" * 100_000),
+        lambda: JobSpec.from_dict({"job": 1, "pad": "p" * 100_000}),
+        lambda: JobSpec("7.0", memory_mib=10**5000),
+    ):
         with pytest.raises(JobSpecError) as caught:
             check()
         assert len(str(caught.value)) < 400

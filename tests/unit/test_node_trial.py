@@ -52,7 +52,8 @@ def test_a_failed_probe_thaws_the_partners_and_says_why(node: NodeConfig) -> Non
         raise ProbeError("no membw baseline for this node")
 
     reply = JobControl(node, clock=Clock(T0), probe=probe).handle(
-        b"TRIAL job=2 partners=1", os.getpid(), 0, None)
+        b"TRIAL job=2 partners=1", os.getpid(), 0, None
+    )
     assert reply.startswith("ERR ") and "no membw baseline" in reply
     assert state(node, "1") == "THAWED"
 
@@ -60,11 +61,15 @@ def test_a_failed_probe_thaws_the_partners_and_says_why(node: NodeConfig) -> Non
 def test_a_job_an_operator_froze_stays_frozen_after_a_trial(node: NodeConfig) -> None:  # noqa: F811
     add_job(node, "1", (0,), 0)
     add_job(node, "2", (1,), 0)
-    jobs = JobControl(node, clock=Clock(T0), probe=lambda cpus: ProbeResult(
-        Measurement(cpus, 5.0, 0.3, T0, 64, "numpy"), 5.0, "cpus 0"))
+    jobs = JobControl(
+        node,
+        clock=Clock(T0),
+        probe=lambda cpus: ProbeResult(Measurement(cpus, 5.0, 0.3, T0, 64, "numpy"), 5.0, "cpus 0"),
+    )
     assert jobs.handle(b"FREEZE job=1", os.getpid(), 0, None).endswith("changed=1")
     assert jobs.handle(b"TRIAL job=2 partners=1", os.getpid(), 0, None).startswith(
-        "OK job=2 share=0.0000")
+        "OK job=2 share=0.0000"
+    )
     assert state(node, "1") == "FROZEN"  # the operator's freeze, thawed by its own timeout
 
 
@@ -73,20 +78,25 @@ def test_trial_is_for_operators_and_known_jobs(node: NodeConfig) -> None:  # noq
     add_job(node, "2", (1,), 0)
     jobs = JobControl(node, clock=Clock(T0), probe=lambda cpus: pytest.fail("probed"))
     assert jobs.handle(b"TRIAL job=2 partners=1", os.getpid(), 1000, None).startswith(
-        "ERR not_allowed job 2: TRIAL is for operators")
-    assert jobs.handle(b"TRIAL job=2 partners=9", os.getpid(), 0, None) == \
-        "ERR unknown_job job 9 has no group on this node"  # fmt: skip
+        "ERR not_allowed job 2: TRIAL is for operators"
+    )
+    assert (
+        jobs.handle(b"TRIAL job=2 partners=9", os.getpid(), 0, None)
+        == "ERR unknown_job job 9 has no group on this node"
+    )
     assert state(node, "1") == "THAWED"
 
 
-@pytest.mark.parametrize(("line", "words"), [
-    (b"TRIAL job=2", "TRIAL needs partners"),
-    (b"TRIAL job=2 partners=2", "names a job twice or the job itself"),
-    (b"TRIAL job=2 partners=1,1", "names a job twice"),
-    (b"TRIAL job=2 partners=1;x", "partners"),
-    (b"TRIAL job=2 partners=" + b",".join(str(i).encode() for i in range(3, 70)),
-     "at most 64"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        (b"TRIAL job=2", "TRIAL needs partners"),
+        (b"TRIAL job=2 partners=2", "names a job twice or the job itself"),
+        (b"TRIAL job=2 partners=1,1", "names a job twice"),
+        (b"TRIAL job=2 partners=1;x", "partners"),
+        (b"TRIAL job=2 partners=" + b",".join(str(i).encode() for i in range(3, 70)), "at most 64"),
+    ],
+)
 def test_bad_trial_requests_are_refused_naming_the_field(line: bytes, words: str) -> None:
     with pytest.raises(ControlProtocolError) as caught:
         parse_control(line)
@@ -99,8 +109,13 @@ def test_a_daemon_killed_during_a_trial_thaws_the_job_when_it_starts_again(
     add_job(node, "1", (0,), 0)
     first = JobControl(node, clock=Clock(T0))
     # The killed daemon got as far as the freeze (marked first, then frozen) and no further.
-    set_frozen(first.store, first.cgroups, JobStore(Path(node.state_dir)).read("1").group(
-        node.kill_timeout_s), True, T0)  # type: ignore[union-attr]
+    set_frozen(
+        first.store,
+        first.cgroups,
+        JobStore(Path(node.state_dir)).read("1").group(node.kill_timeout_s),
+        True,
+        T0,
+    )  # type: ignore[union-attr]
     assert state(node, "1") == "FROZEN"
     restarted = JobControl(node, clock=Clock(T0 + 1))
     assert restarted.thaw_all() == ["1"]

@@ -82,13 +82,23 @@ def test_a_request_is_probed_once_and_its_answer_published_in_the_facts(
     lines = trials.round(["1", "2"])
     assert probed == ["cores (0,): partner FROZEN, job THAWED"]  # the old job frozen only
     assert state(node, "1") == "THAWED"
-    assert lines == ["job 2: trial request 1700000061 beside 1: OK job=2 share=0.4000 "
-                     "available=0.6000 gbps=3.000 cpus=0"]  # fmt: skip
+    assert lines == [
+        "job 2: trial request 1700000061 beside 1: OK job=2 share=0.4000 "
+        "available=0.6000 gbps=3.000 cpus=0"
+    ]
     assert trials.round(["1", "2"]) == [] and len(probed) == 1  # at most once per request
     # The sampler writes the answer into the facts the publisher carries to the planner.
     taken = sampler(node, Clock(T0), Clock(0.0))
-    taken = type(taken)(node, taken.store, taken.cgroups, taken.resctrl, Clock(T0), Clock(0.0),
-                        proc=taken.proc, trials=trials.published)  # fmt: skip
+    taken = type(taken)(
+        node,
+        taken.store,
+        taken.cgroups,
+        taken.resctrl,
+        Clock(T0),
+        Clock(0.0),
+        proc=taken.proc,
+        trials=trials.published,
+    )
     taken.round()
     facts = parse_facts(facts_path(node).read_text().strip())
     assert facts.trials == (TrialResult("2", 1_700_000_061, 0.4),)
@@ -112,10 +122,10 @@ def test_a_probe_cut_off_by_a_dying_daemon_is_answered_interrupted_not_run_again
     _, trials = daemon(node, source, probed)
     assert trials.round(["1", "2"]) == [
         "job 2: the trial probe of request 1700000061 was cut off (the daemon stopped); "
-        "answered interrupted"]  # fmt: skip
+        "answered interrupted"
+    ]
     assert probed == []
-    assert trials.published(["1", "2"]) == (TrialResult("2", 1_700_000_061, None,
-                                                        "interrupted"),)  # fmt: skip
+    assert trials.published(["1", "2"]) == (TrialResult("2", 1_700_000_061, None, "interrupted"),)
 
 
 def test_requests_that_are_not_this_nodes_to_probe_are_left_alone(
@@ -123,9 +133,13 @@ def test_requests_that_are_not_this_nodes_to_probe_are_left_alone(
 ) -> None:
     add_job(node, "1", (0,), 0)
     add_job(node, "2", (1,), 0)
-    source = Source([TrialRequest("9", 1, ("1",)),        # not a job of this node
-                     TrialRequest("2", 2, ("8",)),        # its partner ended (or is elsewhere)
-                     TrialRequest("2", 3, ("2",))])       # itself as its partner  # fmt: skip
+    source = Source(
+        [
+            TrialRequest("9", 1, ("1",)),  # not a job of this node
+            TrialRequest("2", 2, ("8",)),  # its partner ended (or is elsewhere)
+            TrialRequest("2", 3, ("2",)),
+        ]
+    )  # itself as its partner
     probed: list[str] = []
     _, trials = daemon(node, source, probed)
     assert trials.round(["1", "2"]) == [] and probed == []
@@ -151,15 +165,18 @@ def test_the_daemons_own_trial_is_the_sockets_trial_and_refuses_bad_ids(
     assert len(probed) == 1 and state(node, "1") == "THAWED"
 
 
-@pytest.mark.parametrize(("reply", "result"), [
-    ("OK job=2 share=0.4300 available=0.5700 gbps=3.1 cpus=0", "0.4300"),
-    ("OK job=2 share=1.5", "internal"),
-    ("OK job=2 share=nan", "internal"),
-    ("OK job=2", "internal"),
-    ("ERR unknown_job job 9 has no group on this node", "unknown_job"),
-    ("ERR Weird stuff", "internal"),
-    ("", "internal"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("reply", "result"),
+    [
+        ("OK job=2 share=0.4300 available=0.5700 gbps=3.1 cpus=0", "0.4300"),
+        ("OK job=2 share=1.5", "internal"),
+        ("OK job=2 share=nan", "internal"),
+        ("OK job=2", "internal"),
+        ("ERR unknown_job job 9 has no group on this node", "unknown_job"),
+        ("ERR Weird stuff", "internal"),
+        ("", "internal"),
+    ],
+)
 def test_a_reply_becomes_a_share_or_an_error_code(reply: str, result: str) -> None:
     assert reply_result(reply) == result
 
@@ -177,10 +194,16 @@ def gid(cluster: int, qdate: int = 1_700_000_000, schedd: str = SCHEDD) -> str:
     return f"{schedd}#{cluster}.0#{qdate}"
 
 
-def ad(cluster: int, trial: str | None = None, status: int = 2, **extra: object
-       ) -> dict[str, object]:  # fmt: skip
-    out: dict[str, object] = {"ClusterId": cluster, "ProcId": 0, "GlobalJobId": gid(cluster),
-                              "JobStatus": status, **extra}  # fmt: skip
+def ad(
+    cluster: int, trial: str | None = None, status: int = 2, **extra: object
+) -> dict[str, object]:
+    out: dict[str, object] = {
+        "ClusterId": cluster,
+        "ProcId": 0,
+        "GlobalJobId": gid(cluster),
+        "JobStatus": status,
+        **extra,
+    }
     if trial is not None:
         out["CoshareTrial"] = trial
     return out
@@ -192,25 +215,31 @@ def test_a_nodes_job_ids_name_their_schedd_and_queue_ids() -> None:
     assert split_node_id(local) == ("coshare-pool_127.0.0.1", 12, 0)
     assert split_node_id("4711") is None  # a Slurm job, or one HTCondor did not start
     assert split_node_id("x_12.0_17; rm") is None
-    assert jobs_constraint([(13, 0), (12, 1), (13, 0)]) == \
-        "CoshareManaged =?= true && ((ClusterId == 12 && ProcId == 1) || " \
-        "(ClusterId == 13 && ProcId == 0))"  # fmt: skip
+    assert (
+        jobs_constraint([(13, 0), (12, 1), (13, 0)])
+        == "CoshareManaged =?= true && ((ClusterId == 12 && ProcId == 1) || "
+        "(ClusterId == 13 && ProcId == 0))"
+    )
     assert jobs_constraint([]) == "false"
 
 
 def test_measuring_records_of_this_nodes_running_jobs_are_the_requests() -> None:
     jobs = [node_job_id(gid(c)) for c in (12, 13, 14, 15)]
-    ads = [ad(12),
-           ad(13, "measuring:1700000061:-:12.0+99.0:node_asked"),   # 99.0 not here: left out
-           ad(14, "kept:1700000061:0.1:12.0:within_limit"),
-           ad(15, "measuring:1700000061:-:12.0:node_asked", status=7),   # suspended: not probed
-           ad(16, "measuring:1700000061:-:12.0:node_asked"),   # another node's job: never
-           ad(17, "measuring:oops"),
-           ad(18, "measuring:1700000061:-:12.0:-")]  # its planner probes over its socket
+    ads = [
+        ad(12),
+        ad(13, "measuring:1700000061:-:12.0+99.0:node_asked"),  # 99.0 not here: left out
+        ad(14, "kept:1700000061:0.1:12.0:within_limit"),
+        ad(15, "measuring:1700000061:-:12.0:node_asked", status=7),  # suspended: not probed
+        ad(16, "measuring:1700000061:-:12.0:node_asked"),  # another node's job: never
+        ad(17, "measuring:oops"),
+        ad(18, "measuring:1700000061:-:12.0:-"),
+    ]  # its planner probes over its socket
     found, notes = requests_of(ads, [*jobs, node_job_id(gid(17)), node_job_id(gid(18))])
     assert found == [TrialRequest(jobs[1], 1_700_000_061, (jobs[0],))]
-    assert notes == ["job 17.0: trial record (text): 'measuring:oops' is not "
-                     "state:at:share:partners:why; not probed"]  # fmt: skip
+    assert notes == [
+        "job 17.0: trial record (text): 'measuring:oops' is not "
+        "state:at:share:partners:why; not probed"
+    ]
 
 
 @dataclass
@@ -224,8 +253,9 @@ class Client:
     def schedd_names(self) -> list[str]:
         return self.schedds
 
-    def schedd_job_ads(self, name: str, constraint: str,
-                       projection: Sequence[str]) -> list[dict[str, object]]:  # fmt: skip
+    def schedd_job_ads(
+        self, name: str, constraint: str, projection: Sequence[str]
+    ) -> list[dict[str, object]]:
         self.queries.append((name, constraint, tuple(projection)))
         if name not in self.ads:
             raise SchedulerUnavailable(f"cannot query the schedd {name}")
@@ -236,13 +266,16 @@ def test_only_the_schedds_of_this_nodes_jobs_are_asked_for_those_jobs_only() -> 
     other = "other@host"
     asked = ad(13, "measuring:1700000061:-:12.0:node_asked")
     client = Client([SCHEDD, other, "idle@host"], {SCHEDD: [ad(12), asked]})
-    jobs = [node_job_id(gid(12)), node_job_id(gid(13)), node_job_id(gid(5, schedd=other)),
-            "4711"]  # fmt: skip
+    jobs = [node_job_id(gid(12)), node_job_id(gid(13)), node_job_id(gid(5, schedd=other)), "4711"]
     source = CondorTrialRequests(client)  # type: ignore[arg-type]
     assert source.requests(jobs) == [TrialRequest(jobs[1], 1_700_000_061, (jobs[0],))]
     assert client.queries == [
-        (SCHEDD, "CoshareManaged =?= true && ((ClusterId == 12 && ProcId == 0) || "
-                 "(ClusterId == 13 && ProcId == 0))", PROJECTION),
+        (
+            SCHEDD,
+            "CoshareManaged =?= true && ((ClusterId == 12 && ProcId == 0) || "
+            "(ClusterId == 13 && ProcId == 0))",
+            PROJECTION,
+        ),
         (other, "CoshareManaged =?= true && ((ClusterId == 5 && ProcId == 0))", PROJECTION),
     ]  # other@host could not be read: its jobs have no requests this round, the rest do
     assert source.requests(["4711"]) == [] and len(client.queries) == 2
@@ -256,5 +289,6 @@ def test_only_integers_parsed_from_a_full_match_reach_a_constraint() -> None:
     bad = node_job_id(f"{name}#12.0#17")
     assert (bad, split_node_id(bad)) == ("x_____true______12.0_17", ("x_____true_____", 12, 0))
     assert CondorTrialRequests(client).requests([bad]) == []  # type: ignore[arg-type]
-    assert client.queries == [(name, "CoshareManaged =?= true && ((ClusterId == 12 && "
-                                     "ProcId == 0))", PROJECTION)]  # fmt: skip
+    assert client.queries == [
+        (name, "CoshareManaged =?= true && ((ClusterId == 12 && ProcId == 0))", PROJECTION)
+    ]

@@ -33,8 +33,12 @@ def record(job: str, devices: tuple[str, ...], device_memory_mib: int | None) ->
 def test_a_job_over_its_declaration_is_found_and_its_neighbour_is_not() -> None:
     records = [record("a", ("0",), 1000), record("b", ("0",), 1000)]
     pids = {10: "a", 11: "a", 20: "b", 30: None}
-    usage = {("0", 10): 600 * MIB, ("0", 11): 500 * MIB, ("0", 20): 999 * MIB,
-             ("0", 30): 5000 * MIB}  # fmt: skip
+    usage = {
+        ("0", 10): 600 * MIB,
+        ("0", 11): 500 * MIB,
+        ("0", 20): 999 * MIB,
+        ("0", 30): 5000 * MIB,
+    }
     found = device_memory_violations(records, usage, pids.get)
     assert found == [Violation("a", "device_memory", 1000, 1100, "0")]
     assert "used 1100 MiB of memory on device 0, over the declared 1000 MiB" in found[0].reason()
@@ -49,8 +53,9 @@ def test_use_of_a_device_not_assigned_is_a_violation() -> None:
 def test_devices_named_by_uuid_are_matched_through_the_backend() -> None:
     records = [record("a", ("GPU-abc",), 100)]
     canonical = {"GPU-abc": "0"}.get
-    found = device_memory_violations(records, {("0", 5): 50 * MIB}, {5: "a"}.get,
-                                     lambda d: canonical(d) or d)  # fmt: skip
+    found = device_memory_violations(
+        records, {("0", 5): 50 * MIB}, {5: "a"}.get, lambda d: canonical(d) or d
+    )
     assert found == []
 
 
@@ -126,8 +131,14 @@ def frozen_job(root: Path, state: Path, job: str) -> JobStore:
     (group / "cgroup.procs").write_text("")
     (group / "memory.oom_control").write_text("oom_kill_disable 1\nunder_oom 1\noom_kill 0\n")
     store = JobStore(state)
-    store.write(JobRecord(JobSpec(job, memory_mib=64, devices=("0",), device_memory_mib=100),
-                          "v1", str(root), "coshare"))  # fmt: skip
+    store.write(
+        JobRecord(
+            JobSpec(job, memory_mib=64, devices=("0",), device_memory_mib=100),
+            "v1",
+            str(root),
+            "coshare",
+        )
+    )
     return store
 
 
@@ -149,8 +160,11 @@ def test_one_unreadable_job_does_not_hide_the_others(tmp_path: Path) -> None:
 
 
 def watch_config(**values: object) -> NodeConfig:
-    base: dict[str, Any] = {"watch_interval_s": 0.01, "kill_timeout_s": 0.1,
-                            "watch_failure_limit": 3}  # fmt: skip
+    base: dict[str, Any] = {
+        "watch_interval_s": 0.01,
+        "kill_timeout_s": 0.1,
+        "watch_failure_limit": 3,
+    }
     return NodeConfig(**{**base, **values})
 
 
@@ -189,8 +203,11 @@ def test_failed_rounds_are_retried_and_a_success_starts_the_count_afresh() -> No
 
 def test_the_watchdog_gives_up_after_the_failure_limit() -> None:
     rounds = Rounds(*[GpuIsLost(f"round {n}") for n in range(10)])
-    with pytest.raises(NodeError, match="the memory watchdog failed 3 rounds in a row, the "
-                                        "last with: round 2; the daemon stops"):
+    with pytest.raises(
+        NodeError,
+        match="the memory watchdog failed 3 rounds in a row, the "
+        "last with: round 2; the daemon stops",
+    ):
         run_watch(rounds, watch_config(), stop_after_s=30)
     assert rounds.rounds == 3
 
@@ -204,14 +221,20 @@ def test_a_round_that_never_ends_stops_the_daemon() -> None:
 
 
 def test_serve_stops_and_cleans_up_when_the_watchdog_cannot_run(tmp_path: Path) -> None:
-    config = watch_config(gate_socket=str(tmp_path / "gate.sock"), state_dir=str(tmp_path),
-                          cgroup_root=str(tmp_path))  # fmt: skip
+    config = watch_config(
+        gate_socket=str(tmp_path / "gate.sock"), state_dir=str(tmp_path), cgroup_root=str(tmp_path)
+    )
     rounds = Rounds(*[RuntimeError("boom")] * 3)
 
     async def main() -> None:
-        await daemon.serve(config, {"0": 8}, asyncio.Event(), control=False,
-                           identify=lambda pid, uid: Client(None),
-                           watchdog=rounds)  # type: ignore[arg-type]
+        await daemon.serve(
+            config,
+            {"0": 8},
+            asyncio.Event(),
+            control=False,
+            identify=lambda pid, uid: Client(None),
+            watchdog=rounds,
+        )  # type: ignore[arg-type]
 
     with pytest.raises(NodeError, match="failed 3 rounds in a row"):
         asyncio.run(main())
@@ -221,13 +244,17 @@ def test_serve_stops_and_cleans_up_when_the_watchdog_cannot_run(tmp_path: Path) 
 def test_nvml_errors_become_node_errors_naming_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     # The bindings stand-in of tests/node/fake_nvml: one GPU, lost (nvidia-ml-py's names).
     spec = importlib.util.spec_from_file_location(
-        "pynvml", Path(__file__).parents[1] / "node" / "fake_nvml" / "pynvml.py")
+        "pynvml", Path(__file__).parents[1] / "node" / "fake_nvml" / "pynvml.py"
+    )
     assert spec is not None and spec.loader is not None
     fake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     from coshare.node.nvml import NvmlMemory
 
-    with pytest.raises(NodeError, match=r"NVML cannot list the processes of GPU 0 "
-                                        r"\(GPU-00000000-fake-.*\): GPU is lost"):
+    with pytest.raises(
+        NodeError,
+        match=r"NVML cannot list the processes of GPU 0 "
+        r"\(GPU-00000000-fake-.*\): GPU is lost",
+    ):
         NvmlMemory().usage()

@@ -20,12 +20,17 @@ def test_package_data_covers_the_schemas_and_every_deploy_file() -> None:
     package = ROOT / "common" / "coshare"
     assert (package / "deploy").resolve() == (ROOT / "deploy").resolve()  # one copy: a link
     shipped = [p.relative_to(package).as_posix() for p in (package / "schemas").glob("*")]
-    shipped += [f"deploy/{p.relative_to(ROOT / 'deploy').as_posix()}"
-                for p in (ROOT / "deploy").rglob("*") if p.is_file()]
+    shipped += [
+        f"deploy/{p.relative_to(ROOT / 'deploy').as_posix()}"
+        for p in (ROOT / "deploy").rglob("*")
+        if p.is_file()
+    ]
     assert len(shipped) > 15
     for rel in shipped:
-        assert any(fnmatch.fnmatch(rel, pattern) and rel.count("/") == pattern.count("/")
-                   for pattern in patterns), f"{rel} is not package data"
+        assert any(
+            fnmatch.fnmatch(rel, pattern) and rel.count("/") == pattern.count("/")
+            for pattern in patterns
+        ), f"{rel} is not package data"
 
 
 def test_metadata() -> None:
@@ -64,9 +69,17 @@ def test_deploy_files_writes_what_deploy_holds(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["deploy-files", str(target)])
     assert result.exit_code == 0, result.output
     written = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
-    expected = sorted([*(p.relative_to(ROOT / "deploy").as_posix()
-                         for p in (ROOT / "deploy").rglob("*") if p.is_file()),
-                       "condor/coshare-launch", "node/coshare-launch"])
+    expected = sorted(
+        [
+            *(
+                p.relative_to(ROOT / "deploy").as_posix()
+                for p in (ROOT / "deploy").rglob("*")
+                if p.is_file()
+            ),
+            "condor/coshare-launch",
+            "node/coshare-launch",
+        ]
+    )
     assert written == expected and len(result.stdout.splitlines()) == len(expected)
     # coshare-launch next to the job wrapper and the TaskProlog, which run it from there.
     launcher = (ROOT / "common/coshare/node/control/launcher.py").read_bytes()

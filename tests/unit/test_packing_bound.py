@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 SIZES = (110, 160, 230, 320, 470, 650, 810, 1000)
 
 
-def brute_best_configuration(sizes: list[int], counts: list[int], values: list[float],
-                             capacity: int) -> float:  # fmt: skip
+def brute_best_configuration(
+    sizes: list[int], counts: list[int], values: list[float], capacity: int
+) -> float:
     best = 0.0
     for config in itertools.product(*(range(c + 1) for c in counts)):
         if sum(a * s for a, s in zip(config, sizes)) <= capacity:
@@ -34,8 +35,9 @@ def brute_best_configuration(sizes: list[int], counts: list[int], values: list[f
     counts=st.lists(st.integers(0, 4), min_size=4, max_size=4),
     values=st.lists(st.floats(-300, 1000), min_size=4, max_size=4),
 )
-def test_best_configuration_is_the_optimum(sizes: list[int], counts: list[int],
-                                           values: list[float]) -> None:  # fmt: skip
+def test_best_configuration_is_the_optimum(
+    sizes: list[int], counts: list[int], values: list[float]
+) -> None:
     counts, values = counts[: len(sizes)], values[: len(sizes)]
     value, config = best_configuration(sizes, counts, values, 1000)
     assert sum(a * s for a, s in zip(config, sizes)) <= 1000
@@ -58,8 +60,7 @@ def brute_max_allocated(shares: list[int], devices: int, capacity: int) -> int:
 
 
 @settings(max_examples=150)
-@given(shares=st.lists(st.sampled_from(SIZES), min_size=1, max_size=7),
-       devices=st.integers(1, 3))  # fmt: skip
+@given(shares=st.lists(st.sampled_from(SIZES), min_size=1, max_size=7), devices=st.integers(1, 3))
 def test_the_bound_is_never_below_the_best_packing(shares: list[int], devices: int) -> None:
     best = brute_max_allocated(shares, devices, 1000)
     bound = max_allocatable(Counter(shares), devices, 1000)
@@ -78,9 +79,15 @@ def test_the_bound_sees_what_no_packing_avoids() -> None:
 
 
 def gpu_cluster(nodes: int, gpus: int, cores: int) -> list[Node]:
-    return [Node(f"n{i}", cores * MILLI, 64 * 1024,
-                 tuple(Device(str(g), frag.GPU_MILLI, frag.GPU_MILLI, "G") for g in range(gpus)))
-            for i in range(nodes)]  # fmt: skip
+    return [
+        Node(
+            f"n{i}",
+            cores * MILLI,
+            64 * 1024,
+            tuple(Device(str(g), frag.GPU_MILLI, frag.GPU_MILLI, "G") for g in range(gpus)),
+        )
+        for i in range(nodes)
+    ]
 
 
 @pytest.mark.parametrize("protocol", frag.PROTOCOLS)
@@ -88,8 +95,10 @@ def test_no_policy_beats_the_bound(protocol: str) -> None:
     rng = random.Random(7)
     nodes = gpu_cluster(4, 4, 32)
     shapes = ((810, 1), (470, 1), (230, 1), (1000, 1), (1000, 2), (160, 1))
-    pods = [Job(f"p{i}", s, s, c, cpu_milli=rng.choice((2000, 6000)), memory_mib=512)
-            for i, (s, c) in enumerate(rng.choice(shapes) for _ in range(40))]  # fmt: skip
+    pods = [
+        Job(f"p{i}", s, s, c, cpu_milli=rng.choice((2000, 6000)), memory_mib=512)
+        for i, (s, c) in enumerate(rng.choice(shapes) for _ in range(40))
+    ]
     bound = frag.benchmark_bound(nodes, pods, protocol, seed=2, batch=5)
     assert set(bound) == set(frag.ARRIVAL_LEVELS)
     for name in ("exclusive", "random", "knapsack", "bestfit", "fgd", "sharepack"):

@@ -19,9 +19,15 @@ def gpu_node(name: str, gpus: int = 2, cores: int = 32) -> Node:
 
 
 def pod(ident: str, share: int, count: int = 1, cores: float = 4) -> Job:
-    return Job(ident, device_memory_mib=share, device_threads=share, device_count=count,
-               cpu_milli=int(cores * MILLI), memory_mib=1024,
-               kind="device" if count else "cpu")  # fmt: skip
+    return Job(
+        ident,
+        device_memory_mib=share,
+        device_threads=share,
+        device_count=count,
+        cpu_milli=int(cores * MILLI),
+        memory_mib=1024,
+        kind="device" if count else "cpu",
+    )
 
 
 def held(node: str, device: str, share: int, cores: int = 4) -> RunningJob:
@@ -79,8 +85,11 @@ def test_fgd_keeps_whole_gpus_whole_when_whole_gpu_pods_are_expected() -> None:
 def test_fgd_with_the_workload_from_the_snapshot() -> None:
     # Expected pods (pending and running): 600 and 400 milli. The first 600 pod fills b/0
     # exactly; on an empty GPU it would leave 400, a fragment for the 600 pods.
-    snap = Snapshot((gpu_node("a"), gpu_node("b")), (held("b", "0", 400),),
-                    tuple(pod(f"p{i}", 600) for i in range(3)))  # fmt: skip
+    snap = Snapshot(
+        (gpu_node("a"), gpu_node("b")),
+        (held("b", "0", 400),),
+        tuple(pod(f"p{i}", 600) for i in range(3)),
+    )
     plan = make_policy("fgd").plan(snap)
     assert check_plan(snap, plan) == []
     assert plan.assignments[0].node == "b" and plan.assignments[0].devices == ("0",)
@@ -88,8 +97,11 @@ def test_fgd_with_the_workload_from_the_snapshot() -> None:
 
 
 def test_multi_gpu_pods_take_free_gpus_of_one_node() -> None:
-    snap = Snapshot((gpu_node("a", gpus=4), gpu_node("b", gpus=4)), (held("a", "2", 100),),
-                    (pod("m", 1000, count=3),))  # fmt: skip
+    snap = Snapshot(
+        (gpu_node("a", gpus=4), gpu_node("b", gpus=4)),
+        (held("a", "2", 100),),
+        (pod("m", 1000, count=3),),
+    )
     for name in ("bestfit", "fgd"):
         node, devices = where(snap, name)["m"]
         assert len(devices) == 3

@@ -25,8 +25,9 @@ def test_a_machine_without_counters_says_not_supported() -> None:
 
 
 def test_counted_software_events_and_an_unsupported_one_in_one_run() -> None:
-    counts = parse_perf_stat_csv(read("software-counted.csv"),
-                                 ("task-clock", "context-switches", "instructions"))  # fmt: skip
+    counts = parse_perf_stat_csv(
+        read("software-counted.csv"), ("task-clock", "context-switches", "instructions")
+    )
     assert counts["task-clock"].value == pytest.approx(129.33)
     assert counts["context-switches"].value == 90 and counts["context-switches"].status == "counted"
     assert counts["instructions"].value is None

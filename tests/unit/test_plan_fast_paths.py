@@ -34,32 +34,44 @@ def random_cluster(rng: random.Random) -> Snapshot:
     single-device (and a few multi-device and CPU) jobs of every size."""
     nodes = []
     for i in range(rng.randint(1, 6)):
-        devices = tuple(Device(str(d), rng.choice([6000, 8000, 16000]), rng.choice([60, 240]))
-                        for d in range(rng.randint(0, 3)))  # fmt: skip
-        nodes.append(Node(f"n{i}", rng.choice([4, 8, 16]) * MILLI, rng.choice([8192, 65536]),
-                          devices))  # fmt: skip
+        devices = tuple(
+            Device(str(d), rng.choice([6000, 8000, 16000]), rng.choice([60, 240]))
+            for d in range(rng.randint(0, 3))
+        )
+        nodes.append(
+            Node(f"n{i}", rng.choice([4, 8, 16]) * MILLI, rng.choice([8192, 65536]), devices)
+        )
     running = []
     for i, node in enumerate(nodes):
         for dev in node.devices:
             if rng.random() < 0.6:
-                running.append(RunningJob(
-                    f"r{i}.{dev.id}", node.name, (dev.id,), rng.randint(0, dev.memory_mib),
-                    rng.randint(0, dev.threads), rng.randint(0, 6) * MILLI,
-                    rng.randint(0, 9000)))  # fmt: skip
+                running.append(
+                    RunningJob(
+                        f"r{i}.{dev.id}",
+                        node.name,
+                        (dev.id,),
+                        rng.randint(0, dev.memory_mib),
+                        rng.randint(0, dev.threads),
+                        rng.randint(0, 6) * MILLI,
+                        rng.randint(0, 9000),
+                    )
+                )
     pending = []
     for i in range(rng.randint(1, 40)):
         kind = rng.choice(["device"] * 8 + ["cpu"])
         count = 0 if kind == "cpu" else rng.choice([1, 1, 1, 2, 4])
-        pending.append(Job(
-            f"p{i}",
-            device_memory_mib=0 if kind == "cpu" else rng.randint(1, 17000),
-            device_threads=0 if kind == "cpu" else rng.randint(1, 250),
-            device_count=count,
-            cpu_milli=rng.randint(0, 20) * 500,
-            memory_mib=rng.randint(0, 70000),
-            kind=kind,  # type: ignore[arg-type]
-            processes=rng.choice([1, 1, 2]),
-        ))  # fmt: skip
+        pending.append(
+            Job(
+                f"p{i}",
+                device_memory_mib=0 if kind == "cpu" else rng.randint(1, 17000),
+                device_threads=0 if kind == "cpu" else rng.randint(1, 250),
+                device_count=count,
+                cpu_milli=rng.randint(0, 20) * 500,
+                memory_mib=rng.randint(0, 70000),
+                kind=kind,  # type: ignore[arg-type]
+                processes=rng.choice([1, 1, 2]),
+            )
+        )
     return Snapshot(tuple(nodes), tuple(running), tuple(pending))
 
 
@@ -76,8 +88,9 @@ def test_reasons_of_many_waiting_jobs_are_each_jobs_own() -> None:
             singles = [j for j in snap.pending if j.needs_device and j.device_count == 1]
             held = None
             if state.device_count and rng.random() < 0.5:
-                held = np.array([rng.random() < 0.3 for _ in range(state.device_count)],
-                                dtype=np.bool_)  # fmt: skip
+                held = np.array(
+                    [rng.random() < 0.3 for _ in range(state.device_count)], dtype=np.bool_
+                )
             many = _explain_many(state, singles, held)
             for job, reason in zip(singles, many, strict=True):
                 alone = _explain(state, job, False, held)
@@ -93,15 +106,18 @@ def test_fits_a_kind_of_node_as_columns_is_each_jobs_own_check() -> None:
     rng = random.Random(16)
     for _ in range(200):
         snap = random_cluster(rng)
-        kinds = {(n.cpu_milli, n.memory_mib, tuple((d.memory_mib, d.threads) for d in n.devices))
-                 for n in snap.nodes}  # fmt: skip
+        kinds = {
+            (n.cpu_milli, n.memory_mib, tuple((d.memory_mib, d.threads) for d in n.devices))
+            for n in snap.nodes
+        }
         classes = {_NodeClass(c, m, tuple(sorted(d, reverse=True))) for c, m, d in kinds}
         fits = _fits_a_class(list(snap.pending), classes).tolist()
         for job, fit in zip(snap.pending, fits, strict=True):
             alone = _never_fits_reason(job, classes, 0, 0, 0, 0, 0)
             assert fit == (alone is None), job
         assert set(never_fits(snap, snap.pending)) == {
-            j.id for j, fit in zip(snap.pending, fits, strict=True) if not fit}
+            j.id for j, fit in zip(snap.pending, fits, strict=True) if not fit
+        }
 
 
 def test_table_budget_counted_until_known_is_the_budget_of_every_type() -> None:
@@ -110,10 +126,16 @@ def test_table_budget_counted_until_known_is_the_budget_of_every_type() -> None:
     rng = random.Random(17)
     for _ in range(400):
         sizes = rng.randint(1, 60)
-        jobs = [Job(f"j{i}", device_memory_mib=rng.randint(1, sizes) * 64,
-                    device_threads=rng.choice([60, 120]), cpu_milli=MILLI,
-                    memory_mib=rng.choice([0, 1]))
-                for i in range(rng.randint(0, 300))]  # fmt: skip
+        jobs = [
+            Job(
+                f"j{i}",
+                device_memory_mib=rng.randint(1, sizes) * 64,
+                device_threads=rng.choice([60, 120]),
+                cpu_milli=MILLI,
+                memory_mib=rng.choice([0, 1]),
+            )
+            for i in range(rng.randint(0, 300))
+        ]
         grid = rng.choice([64, 128, 1000])
         devices = rng.randint(0, 50)
         work = rng.randint(0, 2000)
@@ -126,8 +148,9 @@ def test_a_single_assignment_built_slot_by_slot_is_the_classes_own() -> None:
     built = _single_assignment("8.0", "node-1", ("3",))
     plain = Assignment("8.0", "node-1", ("3",))
     assert built == plain and hash(built) == hash(plain)
-    assert [(f.name, getattr(built, f.name)) for f in fields(Assignment)] == \
-        [(f.name, getattr(plain, f.name)) for f in fields(Assignment)]  # fmt: skip
+    assert [(f.name, getattr(built, f.name)) for f in fields(Assignment)] == [
+        (f.name, getattr(plain, f.name)) for f in fields(Assignment)
+    ]
 
 
 def test_undominated_rows_are_the_distinct_rows_nothing_else_beats() -> None:
@@ -139,29 +162,45 @@ def test_undominated_rows_are_the_distinct_rows_nothing_else_beats() -> None:
         n, k = int(rng.integers(1, 700)), int(rng.integers(1, 6))
         rows = rng.integers(-3, int(rng.integers(1, 40)), size=(n, k)).astype(np.int64)
         distinct = sorted({tuple(r) for r in rows.tolist()}, reverse=True)
-        expected = [r for r in distinct
-                    if not any(o != r and all(a >= b for a, b in zip(o, r, strict=True))
-                               for o in distinct)]  # fmt: skip
+        expected = [
+            r
+            for r in distinct
+            if not any(o != r and all(a >= b for a, b in zip(o, r, strict=True)) for o in distinct)
+        ]
         assert _undominated_rows(rows).tolist() == [list(r) for r in expected]
 
 
 def test_an_assignment_in_the_plans_json_is_the_compact_form_of_its_fields() -> None:
     """The usual assignment's dict, built directly, is what the general path writes: the same
     keys in the same order, optional fields only when set."""
-    cases = [Assignment("1", "n", ("0",)), Assignment("2", "n"), Assignment("3", "n", ("0", "1")),
-             Assignment("4", "n", ("",)), Assignment("5", "n", ("0",), processes=2),
-             Assignment("6", "n", (), harvest_from="1"), Assignment("7", "n", ("0",), llc_ways=3),
-             Assignment("8", "n", ("0",), membw_gbps=1.5)]  # fmt: skip
+    cases = [
+        Assignment("1", "n", ("0",)),
+        Assignment("2", "n"),
+        Assignment("3", "n", ("0", "1")),
+        Assignment("4", "n", ("",)),
+        Assignment("5", "n", ("0",), processes=2),
+        Assignment("6", "n", (), harvest_from="1"),
+        Assignment("7", "n", ("0",), llc_ways=3),
+        Assignment("8", "n", ("0",), membw_gbps=1.5),
+    ]
     for a in cases:
-        general = _compact([("job", a.job), ("node", a.node),
-                            ("device", ",".join(a.devices) or None),
-                            ("processes", a.processes), ("harvest_from", a.harvest_from),
-                            ("llc_ways", a.llc_ways), ("membw_gbps", a.membw_gbps)])  # fmt: skip
+        general = _compact(
+            [
+                ("job", a.job),
+                ("node", a.node),
+                ("device", ",".join(a.devices) or None),
+                ("processes", a.processes),
+                ("harvest_from", a.harvest_from),
+                ("llc_ways", a.llc_ways),
+                ("membw_gbps", a.membw_gbps),
+            ]
+        )
         assert list(_assignment_dict(a).items()) == list(general.items()), a
 
 
 def test_a_first_pass_sharepack_would_throw_away_is_skipped_with_the_same_plan(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """When the one-device jobs that fit need more host cores or memory than is free,
     ``sharepack`` no longer makes its first pass by potential (it would leave one of them out
     and be undone): the plans with and without that shortcut are the same, on random

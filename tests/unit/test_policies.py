@@ -11,8 +11,9 @@ from coshare.verify import check_plan
 def phi(
     name: str, memory: int = 8192, threads: int = 240, devices: int = 1, cores: int = 16
 ) -> Node:
-    return Node(name, cores * MILLI, 65536,
-                tuple(Device(str(i), memory, threads) for i in range(devices)))  # fmt: skip
+    return Node(
+        name, cores * MILLI, 65536, tuple(Device(str(i), memory, threads) for i in range(devices))
+    )
 
 
 def job(ident: str, memory: int, threads: int, **kw: object) -> Job:
@@ -55,8 +56,10 @@ def test_random_shares_devices_and_respects_strict_threads() -> None:
 
 def test_random_order_depends_on_seed_only() -> None:
     snap = Snapshot((phi("a", memory=3000),), (), tuple(job(str(i), 1000, 1) for i in range(9)))
-    picks = {frozenset(make_policy("random", PolicyOptions(seed=s)).plan(snap).placed_jobs)
-             for s in range(8)}  # fmt: skip
+    picks = {
+        frozenset(make_policy("random", PolicyOptions(seed=s)).plan(snap).placed_jobs)
+        for s in range(8)
+    }
     assert len(picks) > 1
     again = make_policy("random", PolicyOptions(seed=3)).plan(snap)
     assert again == make_policy("random", PolicyOptions(seed=3)).plan(snap)
@@ -89,8 +92,11 @@ def test_knapsack_refills_a_device_that_runs_jobs_with_what_is_left() -> None:
 
 
 def test_knapsack_counts_planned_but_not_started_jobs() -> None:
-    snap = Snapshot((phi("a"),), (RunningJob("p", "a", ("0",), 8000, 60, state="planned"),),
-                    (job("1", 500, 60),))  # fmt: skip
+    snap = Snapshot(
+        (phi("a"),),
+        (RunningJob("p", "a", ("0",), 8000, 60, state="planned"),),
+        (job("1", 500, 60),),
+    )
     assert make_policy("knapsack").plan(snap).placed == 0
 
 
@@ -169,8 +175,11 @@ def test_cpu_jobs_use_cores_only() -> None:
 
 def test_host_cores_are_shared_out_among_a_nodes_devices() -> None:
     # 4 cores, 2 devices, 2-core jobs: each device gets jobs, neither hogs the host.
-    snap = Snapshot((phi("a", devices=2, cores=4),), (),
-                    tuple(Job(str(i), 100, 10, cpu_milli=2 * MILLI) for i in range(6)))  # fmt: skip
+    snap = Snapshot(
+        (phi("a", devices=2, cores=4),),
+        (),
+        tuple(Job(str(i), 100, 10, cpu_milli=2 * MILLI) for i in range(6)),
+    )
     plan = make_policy("knapsack").plan(snap)
     assert plan.placed == 2
     assert sorted(d for _, devs in where(plan).values() for d in devs) == ["0", "1"]
@@ -216,8 +225,9 @@ def test_a_device_that_finds_nothing_gives_its_host_share_to_its_neighbours() ->
     # A node with two idle devices and 3 free cores, and one job that needs all 3: while both
     # devices are open each gets half the cores, so neither knapsack takes it; the node can.
     node = phi("a", devices=2, cores=4)
-    holder = RunningJob("r", "a", (), device_memory_mib=0, device_threads=0, cpu_milli=1000,
-                        memory_mib=0)  # fmt: skip
+    holder = RunningJob(
+        "r", "a", (), device_memory_mib=0, device_threads=0, cpu_milli=1000, memory_mib=0
+    )
     wide = job("1", 1000, 60, cpu_milli=3000)
     plan = make_policy("knapsack").plan(Snapshot((node,), (holder,), (wide,)))
     assert [a.job for a in plan.assignments] == ["1"]
@@ -242,10 +252,16 @@ def test_a_grid_too_fine_for_the_devices_is_coarsened_with_the_estimate(name: st
     # memory_grid_mib 1 on 80 GB devices once asked for a 93 GiB table.
     # The step now grows with the device (at most max_memory_cells cells), the plan says
     # what the finer step would have cost, and the plan is still sound.
-    gpu = Node("g", 64 * MILLI, 1 << 20,
-               tuple(Device(str(i), 81559, 132 * 2048) for i in range(8)))  # fmt: skip
-    jobs = tuple(Job(f"j{i}", device_memory_mib=1000 + 197 * i, device_threads=2048 * (1 + i % 60),
-                     memory_mib=1024) for i in range(400))  # fmt: skip
+    gpu = Node("g", 64 * MILLI, 1 << 20, tuple(Device(str(i), 81559, 132 * 2048) for i in range(8)))
+    jobs = tuple(
+        Job(
+            f"j{i}",
+            device_memory_mib=1000 + 197 * i,
+            device_threads=2048 * (1 + i % 60),
+            memory_mib=1024,
+        )
+        for i in range(400)
+    )
     snap = Snapshot((gpu,), (), jobs)
     plan = make_policy(name, PolicyOptions(memory_grid_mib=1)).plan(snap)
     assert check_plan(snap, plan) == []
@@ -260,8 +276,9 @@ def test_sharepack_places_where_the_node_keeps_room_for_the_coming_jobs() -> Non
     # Two GPU nodes; node b already has a half-used GPU. The expected jobs are mostly whole
     # GPUs, so a 0.3 job goes to b's half-used GPU (where no whole-GPU job fits anyway),
     # not to an idle GPU of a (as best fit on the node would).
-    gpu = lambda name: Node(name, 32 * MILLI, 262144,  # noqa: E731
-                            tuple(Device(str(i), 1000, 1000) for i in range(2)))  # fmt: skip
+    def gpu(name: str) -> Node:
+        return Node(name, 32 * MILLI, 262144, tuple(Device(str(i), 1000, 1000) for i in range(2)))
+
     held = RunningJob("r", "b", ("0",), 500, 500, 4 * MILLI, 1024)
     pod = Job("p", device_memory_mib=300, device_threads=300, cpu_milli=4 * MILLI, memory_mib=1024)
     workload = (((4 * MILLI, 1024, 1000, 1), 8), ((4 * MILLI, 1024, 300, 1), 2))
@@ -278,7 +295,8 @@ def test_sharepack_keeps_cores_for_the_gpus_of_a_node() -> None:
     cpu_job = Job("c", kind="cpu", device_count=0, cpu_milli=12 * MILLI)
     workload = (((8 * MILLI, 0, 1000, 1), 9), ((12 * MILLI, 0, 0, 0), 1))
     plan = make_policy("sharepack", PolicyOptions(workload=workload)).plan(
-        Snapshot((tight, roomy), (), (cpu_job,)))  # fmt: skip
+        Snapshot((tight, roomy), (), (cpu_job,))
+    )
     assert where(plan) == {"c": ("roomy", ())}
 
 
@@ -300,25 +318,29 @@ def test_sharepack_retries_what_local_search_made_room_for() -> None:
     # 1499 of the 1500 milli-cores the two-device p12 needs there; the local search then moved
     # p4 away, and p12, already left out, was reported as fitting but not chosen.
     snap = Snapshot(
-        nodes=(Node("n0", 1000, 2048, (Device("0", 1024, 8),)),
-               Node("n1", 2000, 2048, (Device("0", 1024, 8), Device("1", 2048, 60))),
-               Node("n2", 1000, 2048),
-               Node("n3", 1000, 2048, (Device("0", 1024, 8), Device("1", 1024, 8)))),
+        nodes=(
+            Node("n0", 1000, 2048, (Device("0", 1024, 8),)),
+            Node("n1", 2000, 2048, (Device("0", 1024, 8), Device("1", 2048, 60))),
+            Node("n2", 1000, 2048),
+            Node("n3", 1000, 2048, (Device("0", 1024, 8), Device("1", 1024, 8))),
+        ),
         running=(RunningJob(id="r-n1-0-0", node="n1", devices=("0",), cpu_milli=1),),
-        pending=(Job("p0", device_memory_mib=1, cpu_milli=250),
-                 Job("p1", device_memory_mib=1, device_threads=60, device_count=2, cpu_milli=250),
-                 Job("p2", device_memory_mib=1, processes=2),
-                 Job("p3", device_memory_mib=1, cpu_milli=250),
-                 Job("p4", device_memory_mib=1, cpu_milli=250, priority=1),
-                 Job("p5", device_memory_mib=1, cpu_milli=250),
-                 Job("p6", device_count=0, cpu_milli=250, kind="cpu"),
-                 Job("p7", device_memory_mib=1, cpu_milli=250),
-                 Job("p8", device_count=0, cpu_milli=250, kind="cpu"),
-                 Job("p9", device_memory_mib=1, device_threads=60, cpu_milli=250, priority=1),
-                 Job("p10", device_memory_mib=1, cpu_milli=250),
-                 Job("p11", device_memory_mib=1, device_threads=120),
-                 Job("p12", device_memory_mib=1, device_count=2, cpu_milli=1500)),
-    )  # fmt: skip
+        pending=(
+            Job("p0", device_memory_mib=1, cpu_milli=250),
+            Job("p1", device_memory_mib=1, device_threads=60, device_count=2, cpu_milli=250),
+            Job("p2", device_memory_mib=1, processes=2),
+            Job("p3", device_memory_mib=1, cpu_milli=250),
+            Job("p4", device_memory_mib=1, cpu_milli=250, priority=1),
+            Job("p5", device_memory_mib=1, cpu_milli=250),
+            Job("p6", device_count=0, cpu_milli=250, kind="cpu"),
+            Job("p7", device_memory_mib=1, cpu_milli=250),
+            Job("p8", device_count=0, cpu_milli=250, kind="cpu"),
+            Job("p9", device_memory_mib=1, device_threads=60, cpu_milli=250, priority=1),
+            Job("p10", device_memory_mib=1, cpu_milli=250),
+            Job("p11", device_memory_mib=1, device_threads=120),
+            Job("p12", device_memory_mib=1, device_count=2, cpu_milli=1500),
+        ),
+    )
     from coshare.policies.sharepack import SharePackPolicy
 
     large = SharePackPolicy(threads="soft", max_exact_work=0, max_replaced_jobs=0)

@@ -39,17 +39,24 @@ def snapshots_at_bounds(draw: st.DrawFn) -> Snapshot:
             Device(str(d), draw(edge(MAX_DEVICE_MEMORY_MIB)), draw(edge(MAX_DEVICE_THREADS)))
             for d in range(draw(st.integers(0, 3)))
         )
-        nodes.append(Node(f"n{i}", draw(edge(MAX_CPU_MILLI, MILLI)), draw(edge(MAX_MEMORY_MIB)),
-                          devices))  # fmt: skip
+        nodes.append(
+            Node(f"n{i}", draw(edge(MAX_CPU_MILLI, MILLI)), draw(edge(MAX_MEMORY_MIB)), devices)
+        )
     running = []
     for node in nodes:
         for dev in node.devices[: draw(st.integers(0, len(node.devices)))]:
             running.append(
-                RunningJob(f"r-{node.name}-{dev.id}", node.name, (dev.id,),
-                           draw(edge(dev.memory_mib, 0)), draw(edge(dev.threads, 0)),
-                           draw(edge(node.cpu_milli, 0)), draw(edge(node.memory_mib, 0)),
-                           draw(st.sampled_from(("running", "planned"))))
-            )  # fmt: skip
+                RunningJob(
+                    f"r-{node.name}-{dev.id}",
+                    node.name,
+                    (dev.id,),
+                    draw(edge(dev.memory_mib, 0)),
+                    draw(edge(dev.threads, 0)),
+                    draw(edge(node.cpu_milli, 0)),
+                    draw(edge(node.memory_mib, 0)),
+                    draw(st.sampled_from(("running", "planned"))),
+                )
+            )
     pending = []
     for j in range(draw(st.integers(1, 8))):
         device = draw(st.booleans())
@@ -87,24 +94,37 @@ def test_every_policy_plans_values_at_the_bounds_soundly(snapshot: Snapshot, thr
 
 def test_fgd_with_the_largest_gang_plans_and_1e19_is_refused() -> None:
     node = Node("n", MAX_CPU_MILLI, MAX_MEMORY_MIB, (Device("0", 8192, 240),))
-    job = parse_job("big", {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1,
-                            "CoshareProcesses": str(MAX_PROCESSES)})  # fmt: skip
+    job = parse_job(
+        "big",
+        {
+            "CoshareDeviceMemory": 1,
+            "CoshareDeviceThreads": 1,
+            "CoshareProcesses": str(MAX_PROCESSES),
+        },
+    )
     small = Job("small", 1, 1)
     snapshot = Snapshot((node,), (), (job, small))
     for name in policy_names():
         plan = make_policy(name).plan(snapshot)
         assert check_plan(snapshot, plan) == [], name
     with pytest.raises(AnnotationError, match="CoshareProcesses='1e19' is larger than coshare"):
-        parse_job("x", {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1,
-                        "CoshareProcesses": "1e19"})  # fmt: skip
+        parse_job(
+            "x", {"CoshareDeviceMemory": 1, "CoshareDeviceThreads": 1, "CoshareProcesses": "1e19"}
+        )
 
 
 def test_fgd_scores_devices_of_very_different_sizes_without_overflow() -> None:
     # Found by the test above: exp() overflowed in FGD's score (a RuntimeWarning, an error
     # under -W error) when a node held a 1 MiB and a 512 GiB device.
     node = Node("n1", 1000, 1, (Device("0", 1, 1), Device("1", 8, 1), Device("2", 2**19, 1)))
-    snapshot = Snapshot((Node("n0", 1000, 1), node), (), (Job("p0", kind="cpu", device_count=0,
-                        cpu_milli=0), Job("p1", 8, 1, device_count=2, cpu_milli=0)))  # fmt: skip
+    snapshot = Snapshot(
+        (Node("n0", 1000, 1), node),
+        (),
+        (
+            Job("p0", kind="cpu", device_count=0, cpu_milli=0),
+            Job("p1", 8, 1, device_count=2, cpu_milli=0),
+        ),
+    )
     plan = make_policy("fgd").plan(snapshot)
     assert check_plan(snapshot, plan) == [] and plan.placed == 2
 
@@ -114,20 +134,33 @@ def test_fgd_scores_devices_of_very_different_sizes_without_overflow() -> None:
 
 def _many_devices(per_node: int, nodes: int, jobs: int) -> Snapshot:
     """Nodes of ``per_node`` devices, some partly used, and ``jobs`` one-device jobs."""
-    made = tuple(Node(f"n{i}", (per_node + 64) * MILLI, 10**6, tuple(
-        Device(str(d), 16384 if d % 7 else 8192, 240) for d in range(per_node)))
-        for i in range(nodes))  # fmt: skip
-    running = tuple(RunningJob(f"r{i}.{d}", f"n{i}", (str(d),), 1000 * (1 + d % 5), 60,
-                               cpu_milli=MILLI, memory_mib=100)
-                    for i in range(nodes) for d in range(0, per_node, 3))  # fmt: skip
-    pending = tuple(Job(f"p{j}", 200 + 37 * j % 5000, 1 + j % 120, cpu_milli=MILLI,
-                        memory_mib=64) for j in range(jobs))  # fmt: skip
+    made = tuple(
+        Node(
+            f"n{i}",
+            (per_node + 64) * MILLI,
+            10**6,
+            tuple(Device(str(d), 16384 if d % 7 else 8192, 240) for d in range(per_node)),
+        )
+        for i in range(nodes)
+    )
+    running = tuple(
+        RunningJob(
+            f"r{i}.{d}", f"n{i}", (str(d),), 1000 * (1 + d % 5), 60, cpu_milli=MILLI, memory_mib=100
+        )
+        for i in range(nodes)
+        for d in range(0, per_node, 3)
+    )
+    pending = tuple(
+        Job(f"p{j}", 200 + 37 * j % 5000, 1 + j % 120, cpu_milli=MILLI, memory_mib=64)
+        for j in range(jobs)
+    )
     return Snapshot(made, running, pending)
 
 
 @pytest.mark.parametrize("policy", ["sharepack", "fgd"])
 def test_devices_that_score_alike_are_scored_once(
-        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Unbounded work from small input: 64 nodes of 1,024 devices (the bound) and
     # 2,000 jobs, a 5 MB snapshot, planned for minutes with both: every device of a node was
     # scored for every job, though idle devices of one size all score the same.
@@ -154,7 +187,8 @@ def test_devices_that_score_alike_are_scored_once(
 
 @pytest.mark.parametrize("policy", ["sharepack", "fgd"])
 def test_scoring_each_kind_of_move_once_makes_the_same_plan(
-        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import coshare.policies.fgd as fgd
 
     snapshot = _many_devices(100, 3, 150)
@@ -170,8 +204,17 @@ def test_every_policy_plans_a_large_cluster_without_devices(count: int) -> None:
     # sharepack groups identical nodes past 256 of them; with no device on any node its
     # per-device columns were empty and indexing them raised, stopping every cycle.
     nodes = tuple(Node(f"n{i}", 8 * MILLI, 16384) for i in range(count))
-    jobs = tuple(Job(str(k), device_count=0, kind="cpu", cpu_milli=MILLI, memory_mib=100,
-                     submit_time_s=float(k)) for k in range(50))  # fmt: skip
+    jobs = tuple(
+        Job(
+            str(k),
+            device_count=0,
+            kind="cpu",
+            cpu_milli=MILLI,
+            memory_mib=100,
+            submit_time_s=float(k),
+        )
+        for k in range(50)
+    )
     snapshot = Snapshot(nodes, (), jobs, now_s=100.0)
     for name in ("sharepack", "knapsack", "exclusive", "random", "bestfit", "fgd"):
         plan = make_policy(name).plan(snapshot)

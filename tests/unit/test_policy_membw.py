@@ -36,14 +36,13 @@ def node(name: str = "n1", **facts: float) -> Node:
 
 
 def cpu_job(job_id: str, program: str | None = None, **kw: object) -> Job:
-    return Job(job_id, kind="cpu", device_count=0, cpu_milli=8 * MILLI, program=program,
-               **kw)  # type: ignore[arg-type]  # fmt: skip
+    return Job(job_id, kind="cpu", device_count=0, cpu_milli=8 * MILLI, program=program, **kw)  # type: ignore[arg-type]
 
 
-def running(job_id: str, program: str | None = None, start: float = 0.0,
-            **kw: object) -> RunningJob:  # fmt: skip
-    return RunningJob(job_id, "n1", cpu_milli=8 * MILLI, program=program, start_time_s=start,
-                      **kw)  # type: ignore[arg-type]  # fmt: skip
+def running(
+    job_id: str, program: str | None = None, start: float = 0.0, **kw: object
+) -> RunningJob:
+    return RunningJob(job_id, "n1", cpu_milli=8 * MILLI, program=program, start_time_s=start, **kw)  # type: ignore[arg-type]
 
 
 def plan(snapshot: Snapshot, **kw: object) -> Plan:
@@ -67,14 +66,16 @@ def test_the_rule_excludes_heat2_not_heat9_with_hydro_and_lama() -> None:
     # Section 8's text names "Heat 9"; Table 1's numbers and the 90% rule exclude Heat 2.
     for partner in ("hydro", "lama"):
         assert plan(Snapshot((node(),), (running("1", partner),), (cpu_job("2", "heat9"),))).placed
-        assert not plan(Snapshot((node(),), (running("1", partner),),
-                                 (cpu_job("2", "heat2"),))).placed  # fmt: skip
+        assert not plan(
+            Snapshot((node(),), (running("1", partner),), (cpu_job("2", "heat2"),))
+        ).placed
 
 
 def test_a_job_alone_always_runs_even_when_it_uses_more_than_the_limit() -> None:
-    out = plan(Snapshot((node(),), (), (cpu_job("1", "big", membw_gbps=40.0),
-                                        cpu_job("2", "heat9"))),
-               programs={**TABLE1, "big": 1.0})
+    out = plan(
+        Snapshot((node(),), (), (cpu_job("1", "big", membw_gbps=40.0), cpu_job("2", "heat9"))),
+        programs={**TABLE1, "big": 1.0},
+    )
     assert [a.job for a in out.assignments] == ["1"]
     assert "n1 at 1.00" in out.unplaced[0].reason
     assert "policy.membw.max_share 0.9" in out.unplaced[0].reason
@@ -82,8 +83,12 @@ def test_a_job_alone_always_runs_even_when_it_uses_more_than_the_limit() -> None
 
 def test_jobs_of_one_cycle_count_against_each_other() -> None:
     # lama then mpiblast (0.609) then heat9 (0.844) fit; another mpiblast would make 0.919.
-    pending = (cpu_job("1", "lama"), cpu_job("2", "mpiblast"), cpu_job("3", "heat9"),
-               cpu_job("4", "mpiblast"))  # fmt: skip
+    pending = (
+        cpu_job("1", "lama"),
+        cpu_job("2", "mpiblast"),
+        cpu_job("3", "heat9"),
+        cpu_job("4", "mpiblast"),
+    )
     big = Node("n1", 64 * MILLI, 65536)
     out = plan(Snapshot((big,), (), pending))
     assert [a.job for a in out.assignments] == ["1", "2", "3"]
@@ -91,8 +96,11 @@ def test_jobs_of_one_cycle_count_against_each_other() -> None:
 
 
 def test_an_unknown_program_is_bandwidth_bound_and_waits_for_an_empty_node() -> None:
-    snap = Snapshot((node("n1"), node("n2")), (running("1", "mpiblast"),),
-                    (cpu_job("2", "mystery"), cpu_job("3", "other")))  # fmt: skip
+    snap = Snapshot(
+        (node("n1"), node("n2")),
+        (running("1", "mpiblast"),),
+        (cpu_job("2", "mystery"), cpu_job("3", "other")),
+    )
     out = plan(snap)
     # mystery takes the empty n2 alone; other has no empty node and no measurement.
     assert [(a.job, a.node) for a in out.assignments] == [("2", "n2")]
@@ -114,8 +122,11 @@ def test_with_trials_an_unknown_job_is_tried_beside_known_ones_and_the_plan_says
     assert [a.job for a in out.assignments] == ["2"]
     assert [(t.job, t.node, t.partners) for t in out.trials] == [("2", "n1", ("1",))]
     # Never two trials, nor a trial beside an unmeasured job, on one node.
-    two = Snapshot((Node("n1", 64 * MILLI, 65536),), (running("1", "lama"),),
-                   (cpu_job("2", "mystery"), cpu_job("3", "enigma")))  # fmt: skip
+    two = Snapshot(
+        (Node("n1", 64 * MILLI, 65536),),
+        (running("1", "lama"),),
+        (cpu_job("2", "mystery"), cpu_job("3", "enigma")),
+    )
     assert plan(two, trials=True).placed == 1
     beside = Snapshot((node(),), (running("1", "mystery"),), (cpu_job("2", "enigma"),))
     assert plan(beside, trials=True).placed == 0
@@ -124,20 +135,25 @@ def test_with_trials_an_unknown_job_is_tried_beside_known_ones_and_the_plan_says
 def test_the_probe_measures_the_jobs_that_ran_past_their_initialization() -> None:
     # An unknown job running since t=0, probed at t=600: the node uses 1 - 30/40 = 0.25.
     facts = {"membw_avail_gbps": 30.0, "membw_baseline_gbps": 40.0, "facts_at_s": 600.0}
-    snap = Snapshot((node(**facts),), (running("1", "mystery", start=0.0),),
-                    (cpu_job("2", "heat2"),))  # fmt: skip
+    snap = Snapshot(
+        (node(**facts),), (running("1", "mystery", start=0.0),), (cpu_job("2", "heat2"),)
+    )
     assert plan(snap).placed == 1  # 0.25 + 0.59
     # Started 30 s before the probe (init_s 60): not in the figure, still bandwidth-bound.
     late = dataclasses.replace(snap, running=(running("1", "mystery", start=570.0),))
     assert plan(late).placed == 0
     # The probe ran at t=300, before the facts line's time: a job started at 400 is not in it.
-    older = dataclasses.replace(snap, nodes=(node(**facts, membw_at_s=300.0),),
-                                running=(running("1", "mystery", start=400.0),))  # fmt: skip
+    older = dataclasses.replace(
+        snap,
+        nodes=(node(**facts, membw_at_s=300.0),),
+        running=(running("1", "mystery", start=400.0),),
+    )
     assert plan(older).placed == 0
     # A busy node measured 0.60 used: heat2 (0.59) does not fit beside it, heat9 does.
     busy = {**facts, "membw_avail_gbps": 16.0}
-    snap = Snapshot((node(**busy),), (running("1", "mpiblast"),),
-                    (cpu_job("2", "heat2"), cpu_job("3", "heat9")))  # fmt: skip
+    snap = Snapshot(
+        (node(**busy),), (running("1", "mpiblast"),), (cpu_job("2", "heat2"), cpu_job("3", "heat9"))
+    )
     assert [a.job for a in plan(snap).assignments] == ["3"]
     assert node_uses(snap, TABLE1, 60.0)[0].measured == pytest.approx(0.6)
 
@@ -178,11 +194,14 @@ def test_a_node_with_a_trial_this_cycle_takes_no_other_job() -> None:
     # followed a trial onto its node, so the trial's probe would measure a partner the trial
     # does not name. The trial is its node's last job of the cycle.
     # The probe saw the running job (it ran long before it) and no use at all.
-    snap = Snapshot((node(membw_baseline_gbps=40.0, membw_avail_gbps=40.0, facts_at_s=1000.0),),
-                    (RunningJob("1", "n1", cpu_milli=4 * MILLI, program="mpiblast",
-                                start_time_s=0.0),),
-                    (cpu_job("2", "mystery"),
-                     Job("3", kind="cpu", device_count=0, cpu_milli=2 * MILLI, membw_gbps=0.0)))
+    snap = Snapshot(
+        (node(membw_baseline_gbps=40.0, membw_avail_gbps=40.0, facts_at_s=1000.0),),
+        (RunningJob("1", "n1", cpu_milli=4 * MILLI, program="mpiblast", start_time_s=0.0),),
+        (
+            cpu_job("2", "mystery"),
+            Job("3", kind="cpu", device_count=0, cpu_milli=2 * MILLI, membw_gbps=0.0),
+        ),
+    )
     out = plan(snap, trials=True, max_share=1.0)
     assert [(t.job, t.partners) for t in out.trials] == [("2", ("1",))]
     assert out.placed_jobs == {"2"}
@@ -200,13 +219,20 @@ def test_plans_with_trials_keep_the_contract_both_ways() -> None:
     assert "trials" not in plan_to_dict(plan(snap))
     assert parse_plan({"policy": "x", "assignments": [], "unplaced": []}).trials == ()
     with pytest.raises(Exception, match="partner 0"):
-        parse_plan({"policy": "x", "assignments": [], "unplaced": [],
-                    "trials": [{"job": "2", "node": "n1", "partners": ["a,b"]}]})  # fmt: skip
+        parse_plan(
+            {
+                "policy": "x",
+                "assignments": [],
+                "unplaced": [],
+                "trials": [{"job": "2", "node": "n1", "partners": ["a,b"]}],
+            }
+        )
 
 
 def test_the_probe_time_travels_in_the_snapshot() -> None:
-    snap = Snapshot((node(membw_avail_gbps=1.0, membw_baseline_gbps=2.0, facts_at_s=9.0,
-                          membw_at_s=5.0),))  # fmt: skip
+    snap = Snapshot(
+        (node(membw_avail_gbps=1.0, membw_baseline_gbps=2.0, facts_at_s=9.0, membw_at_s=5.0),)
+    )
     text = json.dumps(snapshot_to_dict(snap))
     assert decode_json(text, "x", parse_snapshot).nodes[0].membw_at_s == 5.0
 
@@ -215,8 +241,15 @@ def test_the_policy_is_built_from_the_configuration() -> None:
     from coshare.cli import policy_options
     from coshare.policies.gang import GangPlanner
 
-    config = build(Config, {"policy": {"name": "membw", "membw": {
-        "max_share": 0.5, "init_s": 5, "programs": {"lama": 0.534}}}})  # fmt: skip
+    config = build(
+        Config,
+        {
+            "policy": {
+                "name": "membw",
+                "membw": {"max_share": 0.5, "init_s": 5, "programs": {"lama": 0.534}},
+            }
+        },
+    )
     policy = make_policy("membw", policy_options(config))
     assert isinstance(policy, GangPlanner)  # every policy is wrapped (gangs: refused here)
     assert policy.inner == MembwPolicy(max_share=0.5, programs={"lama": 0.534}, init_s=5.0)
@@ -225,21 +258,24 @@ def test_the_policy_is_built_from_the_configuration() -> None:
     assert isinstance(default, GangPlanner) and default.inner == MembwPolicy()
 
 
-@pytest.mark.parametrize(("section", "key"), [
-    ({"max_share": 1.5}, "policy.membw.max_share"),
-    ({"max_share": -0.1}, "policy.membw.max_share"),
-    ({"max_share": float("nan")}, "policy.membw.max_share"),
-    ({"programs": {"lama": 1.2}}, "policy.membw.programs.lama"),
-    ({"programs": {"lama": -0.5}}, "policy.membw.programs.lama"),
-    ({"programs": {"lama": float("inf")}}, "policy.membw.programs.lama"),
-    ({"programs": {"a b": 0.5}}, "policy.membw.programs"),
-    ({"init_s": -1}, "policy.membw.init_s"),
-    ({"probe_via": "ssh"}, "policy.membw.probe_via"),
-    ({"facts_wait_s": 0}, "policy.membw.facts_wait_s"),
-    ({"facts_wait_s": float("nan")}, "policy.membw.facts_wait_s"),
-    ({"probe_command": "coshare; rm -rf /"}, "policy.membw.probe_command"),
-    ({"probe_command": ""}, "policy.membw.probe_command"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ({"max_share": 1.5}, "policy.membw.max_share"),
+        ({"max_share": -0.1}, "policy.membw.max_share"),
+        ({"max_share": float("nan")}, "policy.membw.max_share"),
+        ({"programs": {"lama": 1.2}}, "policy.membw.programs.lama"),
+        ({"programs": {"lama": -0.5}}, "policy.membw.programs.lama"),
+        ({"programs": {"lama": float("inf")}}, "policy.membw.programs.lama"),
+        ({"programs": {"a b": 0.5}}, "policy.membw.programs"),
+        ({"init_s": -1}, "policy.membw.init_s"),
+        ({"probe_via": "ssh"}, "policy.membw.probe_via"),
+        ({"facts_wait_s": 0}, "policy.membw.facts_wait_s"),
+        ({"facts_wait_s": float("nan")}, "policy.membw.facts_wait_s"),
+        ({"probe_command": "coshare; rm -rf /"}, "policy.membw.probe_command"),
+        ({"probe_command": ""}, "policy.membw.probe_command"),
+    ],
+)
 def test_bad_settings_are_refused_naming_the_key(section: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         build(Config, {"policy": {"membw": section}})
@@ -264,15 +300,26 @@ def membw_snapshots(draw: st.DrawFn) -> Snapshot:
         if rnd.random() < 0.5:
             at = float(rnd.randint(0, 1000))
             n = dataclasses.replace(
-                n, membw_baseline_gbps=40.0, facts_at_s=at,
+                n,
+                membw_baseline_gbps=40.0,
+                facts_at_s=at,
                 membw_avail_gbps=rnd.uniform(0.0, 45.0),
-                membw_at_s=rnd.choice((None, at - 100.0)))  # fmt: skip
+                membw_at_s=rnd.choice((None, at - 100.0)),
+            )
         nodes.append(n)
-    running = [dataclasses.replace(r, program=rnd.choice(PROGRAMS), membw_gbps=rate(),
-                                   start_time_s=float(rnd.randint(0, 1000)))
-               for r in base.running]  # fmt: skip
-    pending = [dataclasses.replace(j, program=rnd.choice(PROGRAMS), membw_gbps=rate())
-               for j in base.pending]  # fmt: skip
+    running = [
+        dataclasses.replace(
+            r,
+            program=rnd.choice(PROGRAMS),
+            membw_gbps=rate(),
+            start_time_s=float(rnd.randint(0, 1000)),
+        )
+        for r in base.running
+    ]
+    pending = [
+        dataclasses.replace(j, program=rnd.choice(PROGRAMS), membw_gbps=rate())
+        for j in base.pending
+    ]
     return Snapshot(tuple(nodes), tuple(running), tuple(pending), base.now_s)
 
 
@@ -357,18 +404,38 @@ def test_plan_drops_a_probe_dated_in_the_future_as_the_adapters_do(tmp_path: Pat
     now = 1_700_000_000.0
     snapshot = {
         "now": now,
-        "nodes": [{"name": "n1", "cores": 32, "memory_mib": 65536, "membw_gbps": 100.0,
-                   "membw_avail_gbps": 100.0, "membw_baseline_gbps": 100.0,
-                   "facts_at_s": now, "membw_at_s": now + 1e9, "devices": []}],
-        "running": [{"id": "r", "node": "n1", "cores": 4, "memory_mib": 1024,
-                     "membw_gbps": 80.0, "start_time": now - 3600}],
-        "pending": [{"id": "p", "kind": "cpu", "cores": 4, "memory_mib": 1024,
-                     "membw_gbps": 80.0}],
-    }  # fmt: skip
+        "nodes": [
+            {
+                "name": "n1",
+                "cores": 32,
+                "memory_mib": 65536,
+                "membw_gbps": 100.0,
+                "membw_avail_gbps": 100.0,
+                "membw_baseline_gbps": 100.0,
+                "facts_at_s": now,
+                "membw_at_s": now + 1e9,
+                "devices": [],
+            }
+        ],
+        "running": [
+            {
+                "id": "r",
+                "node": "n1",
+                "cores": 4,
+                "memory_mib": 1024,
+                "membw_gbps": 80.0,
+                "start_time": now - 3600,
+            }
+        ],
+        "pending": [{"id": "p", "kind": "cpu", "cores": 4, "memory_mib": 1024, "membw_gbps": 80.0}],
+    }
     path = tmp_path / "s.json"
     path.write_text(json.dumps(snapshot))
-    ran = CliRunner().invoke(cli, ["plan", str(path), "--policy", "membw", "--output", "json"],
-                             env={"COSHARE_CONFIG": "/dev/null"})  # fmt: skip
+    ran = CliRunner().invoke(
+        cli,
+        ["plan", str(path), "--policy", "membw", "--output", "json"],
+        env={"COSHARE_CONFIG": "/dev/null"},
+    )
     assert ran.exit_code == 0, ran.output
     plan = json.loads(ran.stdout)
     assert plan["assignments"] == [] and [u["job"] for u in plan["unplaced"]] == ["p"]
@@ -381,9 +448,10 @@ def test_nothing_joins_a_job_of_unknown_use_placed_alone_this_cycle(trials: bool
     # bandwidth use (a share of 0 fits beside the unknown one's estimate of 1.0 at
     # max_share 1.0): it must not join, as the unknown job is no trial (hypothesis found it).
     node = Node("n1", 8 * MILLI, 8192, membw_gbps=40.0)
-    jobs = (Job("a", kind="cpu", device_count=0, cpu_milli=250, program="mystery"),
-            Job("b", kind="cpu", device_count=0, cpu_milli=250, membw_gbps=0.0,
-                submit_time_s=1.0))  # fmt: skip
+    jobs = (
+        Job("a", kind="cpu", device_count=0, cpu_milli=250, program="mystery"),
+        Job("b", kind="cpu", device_count=0, cpu_milli=250, membw_gbps=0.0, submit_time_s=1.0),
+    )
     snapshot = Snapshot((node,), (), jobs, now_s=100.0)
     policy = MembwPolicy(max_share=1.0, programs=TABLE1, trials=trials)
     plan = policy.plan(snapshot)
@@ -404,18 +472,40 @@ def test_plan_drops_a_future_probe_of_a_snapshot_without_now_and_keeps_an_old_on
 
     def planned(probe_at: float) -> tuple[dict[str, Any], str]:
         snapshot = {
-            "nodes": [{"name": "n1", "cores": 32, "memory_mib": 65536, "membw_gbps": 100.0,
-                       "membw_avail_gbps": 100.0, "membw_baseline_gbps": 100.0,
-                       "facts_at_s": probe_at, "membw_at_s": probe_at, "devices": []}],
-            "running": [{"id": "r", "node": "n1", "cores": 4, "memory_mib": 1024,
-                         "membw_gbps": 80.0, "start_time": 1_000_000.0}],
-            "pending": [{"id": "p", "kind": "cpu", "cores": 4, "memory_mib": 1024,
-                         "membw_gbps": 80.0}],
+            "nodes": [
+                {
+                    "name": "n1",
+                    "cores": 32,
+                    "memory_mib": 65536,
+                    "membw_gbps": 100.0,
+                    "membw_avail_gbps": 100.0,
+                    "membw_baseline_gbps": 100.0,
+                    "facts_at_s": probe_at,
+                    "membw_at_s": probe_at,
+                    "devices": [],
+                }
+            ],
+            "running": [
+                {
+                    "id": "r",
+                    "node": "n1",
+                    "cores": 4,
+                    "memory_mib": 1024,
+                    "membw_gbps": 80.0,
+                    "start_time": 1_000_000.0,
+                }
+            ],
+            "pending": [
+                {"id": "p", "kind": "cpu", "cores": 4, "memory_mib": 1024, "membw_gbps": 80.0}
+            ],
         }
         path = tmp_path / "s.json"
         path.write_text(json.dumps(snapshot))
-        ran = CliRunner().invoke(cli, ["plan", str(path), "--policy", "membw", "--output",
-                                       "json"], env={"COSHARE_CONFIG": "/dev/null"})
+        ran = CliRunner().invoke(
+            cli,
+            ["plan", str(path), "--policy", "membw", "--output", "json"],
+            env={"COSHARE_CONFIG": "/dev/null"},
+        )
         assert ran.exit_code == 0, ran.output
         return json.loads(ran.stdout), ran.stderr
 

@@ -33,8 +33,10 @@ def raw(program: str = "MG", **over: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "program": program,
         "run_time_s": {"1": 100.0, "2": 89.0, "4": 82.0, "8": 76.0},
-        "ways": [2, 3, 20], "ipc": [0.8, 0.9, 1.0], "membw_gbps": [100.0, 96.0, 80.0],
-    }  # fmt: skip
+        "ways": [2, 3, 20],
+        "ipc": [0.8, 0.9, 1.0],
+        "membw_gbps": [100.0, 96.0, 80.0],
+    }
     data.update(over)
     return data
 
@@ -44,23 +46,45 @@ def profile(program: str = "MG", **over: Any) -> Profile:
 
 
 MG = profile()
-BFS = profile("BFS", run_time_s={"1": 100.0, "2": 120.0, "4": 130.0, "8": 150.0},
-              ways=[2, 18, 20], ipc=[0.5, 0.9, 1.0], membw_gbps=[1.0, 1.0, 1.0])  # fmt: skip
-EP = profile("EP", run_time_s={"1": 100.0, "2": 99.0, "4": 98.0, "8": 97.0},
-             ways=[2, 20], ipc=[0.95, 1.0], membw_gbps=[0.1, 0.1])  # fmt: skip
+BFS = profile(
+    "BFS",
+    run_time_s={"1": 100.0, "2": 120.0, "4": 130.0, "8": 150.0},
+    ways=[2, 18, 20],
+    ipc=[0.5, 0.9, 1.0],
+    membw_gbps=[1.0, 1.0, 1.0],
+)
+EP = profile(
+    "EP",
+    run_time_s={"1": 100.0, "2": 99.0, "4": 98.0, "8": 97.0},
+    ways=[2, 20],
+    ipc=[0.95, 1.0],
+    membw_gbps=[0.1, 0.1],
+)
 PROFILES = {"MG": MG, "BFS": BFS, "EP": EP}
 
 
-def nodes(count: int = 4, cores: int = 28, ways: int | None = 20,
-          membw: float | None = 118.0) -> tuple[Node, ...]:  # fmt: skip
-    return tuple(Node(f"n{i}", cores * MILLI, 1 << 17, llc_ways=ways, membw_gbps=membw)
-                 for i in range(count))  # fmt: skip
+def nodes(
+    count: int = 4, cores: int = 28, ways: int | None = 20, membw: float | None = 118.0
+) -> tuple[Node, ...]:
+    return tuple(
+        Node(f"n{i}", cores * MILLI, 1 << 17, llc_ways=ways, membw_gbps=membw) for i in range(count)
+    )
 
 
-def job(job_id: str, program: str | None = "MG", processes: int = 16, nodes_max: int = 8,
-        **kw: Any) -> Job:  # fmt: skip
-    return Job(job_id, kind="cpu", device_count=0, processes=processes, program=program,
-               nodes=1, nodes_max=nodes_max, memory_mib=100, **kw)  # fmt: skip
+def job(
+    job_id: str, program: str | None = "MG", processes: int = 16, nodes_max: int = 8, **kw: Any
+) -> Job:
+    return Job(
+        job_id,
+        kind="cpu",
+        device_count=0,
+        processes=processes,
+        program=program,
+        nodes=1,
+        nodes_max=nodes_max,
+        memory_mib=100,
+        **kw,
+    )
 
 
 def sns(**kw: Any) -> SnsPolicy:
@@ -111,8 +135,9 @@ def test_demand_follows_section_4_3() -> None:
         ({"colour": 1}, "colour"),
     ],
 )
-def test_a_bad_profile_is_refused_naming_the_file_and_field(over: dict[str, Any],
-                                                            field: str) -> None:  # fmt: skip
+def test_a_bad_profile_is_refused_naming_the_file_and_field(
+    over: dict[str, Any], field: str
+) -> None:
     with pytest.raises(ProfileError) as caught:
         parse_profile(raw(**over), "store/MG.json")
     assert caught.value.where == "store/MG.json"
@@ -163,11 +188,18 @@ def test_a_profile_that_is_no_regular_file_is_refused_without_waiting(
         path.mkdir()
     # in a process of its own: a reader that waits would hang the suite, not fail it
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys; from pathlib import Path; "
-         "from coshare.profile_store import load_store; load_store(Path(sys.argv[1]))",
-         str(tmp_path)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from coshare.profile_store import load_store; load_store(Path(sys.argv[1]))",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert probe.returncode == 1
     what = {"fifo": "a FIFO", "socket": "a socket", "directory": "a directory"}[kind]
     assert f"EP.json: (file): cannot read: not a regular file ({what})" in probe.stderr
@@ -227,8 +259,7 @@ def test_ways_and_bandwidth_are_admitted_per_node() -> None:
     assert "b" not in plan.placed_jobs and "e" in plan.placed_jobs
     assert "18 ways" in plan.unplaced[0].reason
     # bandwidth: a node carrying 100 of 118 GB/s takes no 16-core MG part (84 GB/s at 3 ways)
-    full = tuple(RunningJob(f"r{i}", f"n{i}", cpu_milli=MILLI, membw_gbps=100.0)
-                 for i in range(4))  # fmt: skip
+    full = tuple(RunningJob(f"r{i}", f"n{i}", cpu_milli=MILLI, membw_gbps=100.0) for i in range(4))
     plan = sns().plan(Snapshot(nodes(4), full, (job("a", processes=16, nodes_max=1),), 0.0))
     assert plan.placed == 0
 
@@ -285,8 +316,9 @@ def test_device_jobs_are_refused_and_the_others_planned() -> None:
 
 
 def test_alpha_changes_the_ways() -> None:
-    snap = Snapshot(nodes(8), (), (job("a", alpha=0.95, nodes_max=1),
-                                   job("b", alpha=0.8, nodes_max=1)), 0.0)  # fmt: skip
+    snap = Snapshot(
+        nodes(8), (), (job("a", alpha=0.95, nodes_max=1), job("b", alpha=0.8, nodes_max=1)), 0.0
+    )
     s = spreads(sns().plan(snap))
     assert (s["a"].ways, s["b"].ways) == (12, 2)
 
@@ -295,28 +327,46 @@ def test_alpha_changes_the_ways() -> None:
 def sns_snapshots(draw: st.DrawFn) -> Snapshot:
     count = draw(st.integers(1, 6))
     ways = draw(st.sampled_from([None, 11, 20]))
-    cluster = nodes(count, cores=draw(st.sampled_from([8, 28])), ways=ways,
-                    membw=draw(st.sampled_from([None, 118.0])))  # fmt: skip
+    cluster = nodes(
+        count,
+        cores=draw(st.sampled_from([8, 28])),
+        ways=ways,
+        membw=draw(st.sampled_from([None, 118.0])),
+    )
     running = []
     for i, n in enumerate(cluster):
         if draw(st.booleans()):
             program = draw(st.sampled_from(["MG", "EP", None]))
-            running.append(RunningJob(f"r{i}", n.name, cpu_milli=draw(st.integers(0, 8)) * MILLI,
-                                      llc_ways=draw(st.none() | st.integers(1, ways or 20)),
-                                      program=program))  # fmt: skip
-    jobs = [job(f"j{k}", draw(st.sampled_from(["MG", "BFS", "EP", "X", None])),
-                processes=draw(st.integers(1, 40)), nodes_max=draw(st.integers(1, 8)),
-                alpha=draw(st.sampled_from([None, 0.5, 0.9, 1.0])),
-                submit_time_s=float(draw(st.integers(0, 100))))
-            for k in range(draw(st.integers(0, 8)))]  # fmt: skip
+            running.append(
+                RunningJob(
+                    f"r{i}",
+                    n.name,
+                    cpu_milli=draw(st.integers(0, 8)) * MILLI,
+                    llc_ways=draw(st.none() | st.integers(1, ways or 20)),
+                    program=program,
+                )
+            )
+    jobs = [
+        job(
+            f"j{k}",
+            draw(st.sampled_from(["MG", "BFS", "EP", "X", None])),
+            processes=draw(st.integers(1, 40)),
+            nodes_max=draw(st.integers(1, 8)),
+            alpha=draw(st.sampled_from([None, 0.5, 0.9, 1.0])),
+            submit_time_s=float(draw(st.integers(0, 100))),
+        )
+        for k in range(draw(st.integers(0, 8)))
+    ]
     return Snapshot(cluster, tuple(running), tuple(jobs), now_s=100.0)
 
 
 @settings(max_examples=max(30, settings.default.max_examples // 3), deadline=None)
-@given(snapshot=sns_snapshots(), mode=st.sampled_from(["sns", "cs"]),
-       age=st.sampled_from([None, 10.0]))  # fmt: skip
-def test_no_node_is_oversubscribed_in_cores_or_ways(snapshot: Snapshot, mode: str,
-                                                    age: float | None) -> None:  # fmt: skip
+@given(
+    snapshot=sns_snapshots(), mode=st.sampled_from(["sns", "cs"]), age=st.sampled_from([None, 10.0])
+)
+def test_no_node_is_oversubscribed_in_cores_or_ways(
+    snapshot: Snapshot, mode: str, age: float | None
+) -> None:
     policy = SnsPolicy(PROFILES, mode, age_limit_s=age)  # type: ignore[arg-type]
     plan = policy.plan(snapshot)
     assert check_plan(snapshot, plan) == []
@@ -355,8 +405,9 @@ def test_spreads_round_trip_and_match_the_schema() -> None:
     jsonschema.validate(data, json.loads(SCHEMA.read_text()))
     back = decode_json(json.dumps(data), "t", parse_plan)
     assert back.spreads == plan.spreads
-    assert [(a.llc_ways, a.membw_gbps) for a in back.assignments] == \
-        [(a.llc_ways, a.membw_gbps) for a in plan.assignments]  # fmt: skip
+    assert [(a.llc_ways, a.membw_gbps) for a in back.assignments] == [
+        (a.llc_ways, a.membw_gbps) for a in plan.assignments
+    ]
     assert "spreads" not in plan_to_dict(make_policy("exclusive").plan(snap))
 
 
@@ -384,8 +435,7 @@ def test_a_live_cycle_refuses_a_plan_that_allocates_ways_writing_nothing() -> No
         run_cycle(_Source(snap), sns(), editor)
     assert editor.applied == 0
     # without resctrl nothing is allocated: cs and a node set without ways go through
-    report = run_cycle(_Source(Snapshot(nodes(8, ways=None), (), (job("a"),), 0.0)), sns(),
-                       editor)  # fmt: skip
+    report = run_cycle(_Source(Snapshot(nodes(8, ways=None), (), (job("a"),), 0.0)), sns(), editor)
     assert report.plan.placed == 1 and editor.applied == 1
     run_cycle(_Source(snap), make_policy("cs"), editor)
     assert editor.applied == 2
@@ -410,15 +460,31 @@ def test_profile_import_check_run_and_ways(tmp_path: Path) -> None:
     assert out.exit_code == 2
     assert f"profile {bad}: run_time_s: missing scale points 2, 4, 8" in out.output
     draft = tmp_path / "LU.draft"
-    out = runner.invoke(cli, ["profile", "run", "LU", "--scale", "2", "--into", str(draft),
-                              "--", "true"])  # fmt: skip
+    out = runner.invoke(
+        cli, ["profile", "run", "LU", "--scale", "2", "--into", str(draft), "--", "true"]
+    )
     assert out.exit_code == 0, out.output
     assert set(json.loads(draft.read_text())["run_time_s"]) == {"2"}
-    out = runner.invoke(cli, ["profile", "run", "LU", "--scale", "4", "--into", str(draft),
-                              "--", "false"])  # fmt: skip
+    out = runner.invoke(
+        cli, ["profile", "run", "LU", "--scale", "4", "--into", str(draft), "--", "false"]
+    )
     assert out.exit_code == 1 and set(json.loads(draft.read_text())["run_time_s"]) == {"2"}
-    out = runner.invoke(cli, ["profile", "ways", "LU", "--resctrl", str(tmp_path / "none"),
-                              "--cores", "16", "--into", str(draft), "--", "true"])  # fmt: skip
+    out = runner.invoke(
+        cli,
+        [
+            "profile",
+            "ways",
+            "LU",
+            "--resctrl",
+            str(tmp_path / "none"),
+            "--cores",
+            "16",
+            "--into",
+            str(draft),
+            "--",
+            "true",
+        ],
+    )
     assert out.exit_code == 1
     assert "unsupported: resctrl L3" in out.output and str(tmp_path / "none") in out.output
     assert "ipc" not in json.loads(draft.read_text())  # nothing recorded
@@ -470,8 +536,9 @@ def test_one_bad_job_never_stops_the_plan_for_the_others() -> None:
 @pytest.mark.parametrize("mode", ["sns", "cs"])
 def test_jobs_that_wait_for_the_same_reason_share_one_reason(mode: str) -> None:
     # Twenty-six jobs of one shape that can never fit: one group in plan's table, not 26.
-    snap = Snapshot(nodes(2), (), tuple(job(f"j{k}", processes=400, nodes_max=2)
-                                        for k in range(26)), now_s=0.0)  # fmt: skip
+    snap = Snapshot(
+        nodes(2), (), tuple(job(f"j{k}", processes=400, nodes_max=2) for k in range(26)), now_s=0.0
+    )
     plan = SnsPolicy(PROFILES, mode).plan(snap)  # type: ignore[arg-type]
     assert len(plan.unplaced) == 26
     assert len({(u.code, u.reason) for u in plan.unplaced}) == 1, plan.unplaced[:2]

@@ -40,30 +40,48 @@ def random_snapshot(rng: random.Random, nodes: int, jobs: int) -> Snapshot:
     for i in range(nodes):
         size = rng.choice(SIZES)
         devices = tuple(Device(str(d), size, 240) for d in range(rng.choice([1, 2, 2, 4])))
-        made.append(Node(f"n{i:04d}", rng.choice([4, 8, 16]) * MILLI,
-                         rng.choice([8192, 32768]), devices))
+        made.append(
+            Node(f"n{i:04d}", rng.choice([4, 8, 16]) * MILLI, rng.choice([8192, 32768]), devices)
+        )
     running = []
     for i, node in enumerate(made):
         for dev in node.devices:
             if rng.random() < 0.3:
-                running.append(RunningJob(f"r{i}.{dev.id}", node.name, (dev.id,),
-                                          rng.randrange(0, dev.memory_mib, 256), 60,
-                                          rng.randint(0, 3) * MILLI, rng.randint(0, 4096)))
+                running.append(
+                    RunningJob(
+                        f"r{i}.{dev.id}",
+                        node.name,
+                        (dev.id,),
+                        rng.randrange(0, dev.memory_mib, 256),
+                        60,
+                        rng.randint(0, 3) * MILLI,
+                        rng.randint(0, 4096),
+                    )
+                )
     pending = []
     for j in range(jobs):
         kind = "cpu" if rng.random() < 0.08 else "device"
         count = 0 if kind == "cpu" else rng.choice([1] * 8 + [2])
-        pending.append(Job(f"p{j}", device_memory_mib=0 if kind == "cpu" else
-                           rng.choice([256, 512, 1024, 1536, 2048, 3072, 4096, 6144]),
-                           device_threads=0 if kind == "cpu" else rng.randint(1, 240),
-                           device_count=count, cpu_milli=rng.randint(1, 6) * MILLI,
-                           memory_mib=rng.choice([512, 1024, 4096, 8192]),
-                           submit_time_s=float(j), kind=kind))  # type: ignore[arg-type]
+        pending.append(
+            Job(
+                f"p{j}",
+                device_memory_mib=0
+                if kind == "cpu"
+                else rng.choice([256, 512, 1024, 1536, 2048, 3072, 4096, 6144]),
+                device_threads=0 if kind == "cpu" else rng.randint(1, 240),
+                device_count=count,
+                cpu_milli=rng.randint(1, 6) * MILLI,
+                memory_mib=rng.choice([512, 1024, 4096, 8192]),
+                submit_time_s=float(j),
+                kind=kind,
+            )
+        )  # type: ignore[arg-type]
     return Snapshot(tuple(made), tuple(running), tuple(pending))
 
 
-def plan_both(snapshot: Snapshot, options: PolicyOptions,
-              monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+def plan_both(
+    snapshot: Snapshot, options: PolicyOptions, monkeypatch: pytest.MonkeyPatch
+) -> tuple[object, object]:
     policy = make_policy("sharepack", options)
     fast = policy.plan(snapshot)
     with monkeypatch.context() as patch:
@@ -81,11 +99,16 @@ def test_moves_scored_from_sums_make_the_plan_of_moves_scored_shape_by_shape(
     snapshot = random_snapshot(rng, nodes, rng.choice([20, 80, 200]))
     workload: tuple[tuple[Shape, int], ...] | None = None
     if seed % 3 == 0:  # a given workload, with shapes larger than any device, of 2 devices
-        workload = (((MILLI, 1024, 2048, 1), 5), ((2 * MILLI, 4096, 7000, 1), 3),
-                    ((MILLI, 512, 20000, 1), 1), ((4 * MILLI, 8192, 3000, 2), 2),
-                    ((MILLI, 1024, 0, 0), 4))
-    options = PolicyOptions(threads="soft" if seed % 2 else "strict", workload=workload,
-                            age_limit_s=None)
+        workload = (
+            ((MILLI, 1024, 2048, 1), 5),
+            ((2 * MILLI, 4096, 7000, 1), 3),
+            ((MILLI, 512, 20000, 1), 1),
+            ((4 * MILLI, 8192, 3000, 2), 2),
+            ((MILLI, 1024, 0, 0), 4),
+        )
+    options = PolicyOptions(
+        threads="soft" if seed % 2 else "strict", workload=workload, age_limit_s=None
+    )
     fast, plain = plan_both(snapshot, options, monkeypatch)
     assert check_plan(snapshot, fast, strict_threads=options.threads == "strict") == []
     assert fast == plain
@@ -96,13 +119,22 @@ def test_a_move_that_takes_the_cores_of_a_running_shape_is_scored_as_it_stops_it
 ) -> None:
     # Two nodes with 2 free cores: a job of 2 cores stops the expected 2-core shape there,
     # whatever device it takes; the sums alone would not see it.
-    nodes = tuple(Node(f"n{i}", 2 * MILLI, 32768, (Device("0", 8192, 240),
-                                                    Device("1", 8192, 240)))
-                  for i in range(2))
-    jobs = tuple(Job(f"p{j}", 1024 * (j + 1), 10, cpu_milli=MILLI * (j % 2 + 1),
-                     memory_mib=1024, submit_time_s=float(j)) for j in range(6))
-    options = PolicyOptions(workload=(((2 * MILLI, 1024, 1024, 1), 3),
-                                      ((MILLI, 1024, 4096, 1), 1)))
+    nodes = tuple(
+        Node(f"n{i}", 2 * MILLI, 32768, (Device("0", 8192, 240), Device("1", 8192, 240)))
+        for i in range(2)
+    )
+    jobs = tuple(
+        Job(
+            f"p{j}",
+            1024 * (j + 1),
+            10,
+            cpu_milli=MILLI * (j % 2 + 1),
+            memory_mib=1024,
+            submit_time_s=float(j),
+        )
+        for j in range(6)
+    )
+    options = PolicyOptions(workload=(((2 * MILLI, 1024, 1024, 1), 3), ((MILLI, 1024, 4096, 1), 1)))
     fast, plain = plan_both(Snapshot(nodes, (), jobs), options, monkeypatch)
     assert fast == plain
 
@@ -110,8 +142,9 @@ def test_a_move_that_takes_the_cores_of_a_running_shape_is_scored_as_it_stops_it
 # -- the rule, in exact fractions -------------------------------------------------------------
 
 
-def exact_potential(shapes: tuple[tuple[Shape, int], ...], cpu: int, mem: int,
-                    free: list[int]) -> Fraction:
+def exact_potential(
+    shapes: tuple[tuple[Shape, int], ...], cpu: int, mem: int, free: list[int]
+) -> Fraction:
     """A node's potential as the module docstring defines it, in fractions."""
     weight = max(sum(w for _, w in shapes), 1)
     total = sum(max(f, 0) for f in free)
@@ -132,8 +165,9 @@ def exact_potential(shapes: tuple[tuple[Shape, int], ...], cpu: int, mem: int,
     return frag + max(stranded, Fraction(0))
 
 
-def exact_choice(shapes: tuple[tuple[Shape, int], ...], state: ClusterState, job: Job,
-                 ok: np.ndarray) -> int:
+def exact_choice(
+    shapes: tuple[tuple[Shape, int], ...], state: ClusterState, job: Job, ok: np.ndarray
+) -> int:
     """The device the rule picks for one-device ``job`` among ``ok``, in fractions."""
     best: tuple[Fraction, int, int, int] | None = None
     for d in np.flatnonzero(ok).tolist():
@@ -143,8 +177,7 @@ def exact_choice(shapes: tuple[tuple[Shape, int], ...], state: ClusterState, job
         cpu, mem = int(state.node_free_cpu[n]), int(state.node_free_mem[n])
         before = exact_potential(shapes, cpu, mem, free)
         free[devs.index(d)] -= job.device_memory_mib
-        after = exact_potential(shapes, cpu - job.total_cpu_milli,
-                                mem - job.total_memory_mib, free)
+        after = exact_potential(shapes, cpu - job.total_cpu_milli, mem - job.total_memory_mib, free)
         key = (after - before, free[devs.index(d)], -sum(max(f, 0) for f in free), d)
         if best is None or key < best:
             best = key
@@ -176,11 +209,15 @@ def test_a_device_held_for_an_aged_job_leaves_its_twin_to_the_next_job(nodes: in
     # Identical nodes of two identical devices: only the first device of the first node is
     # scored for the others. An aged job that fits nowhere now holds that device back; the
     # next job still goes where the rule puts it, the held device's twin, not the next node.
-    made = tuple(Node(f"n{i:03d}", 8 * MILLI, 32768, (Device("0", 8192, 240),
-                                                       Device("1", 8192, 240)))
-                 for i in range(nodes))
-    running = tuple(RunningJob(f"r{i}.{d}", f"n{i:03d}", (str(d),), 1024, 10, MILLI, 1024)
-                    for i in range(nodes) for d in range(2))
+    made = tuple(
+        Node(f"n{i:03d}", 8 * MILLI, 32768, (Device("0", 8192, 240), Device("1", 8192, 240)))
+        for i in range(nodes)
+    )
+    running = tuple(
+        RunningJob(f"r{i}.{d}", f"n{i:03d}", (str(d),), 1024, 10, MILLI, 1024)
+        for i in range(nodes)
+        for d in range(2)
+    )
     aged = Job("old", 8192, 10, cpu_milli=MILLI, memory_mib=1024, submit_time_s=0.0)
     fresh = Job("new", 1024, 10, cpu_milli=MILLI, memory_mib=1024, submit_time_s=99_000.0)
     snapshot = Snapshot(made, running, (aged, fresh), now_s=100_000.0)

@@ -80,8 +80,9 @@ def test_counters_perf_cannot_count_are_unsupported_naming_perf(
     node: FakeResctrl, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     monkeypatch.setenv("FAKE_PERF_MODE", mode)
-    with pytest.raises(Unsupported, match=f"perf says <{mode.replace('-', ' ')}> for "
-                       "instructions") as caught:  # fmt: skip
+    with pytest.raises(
+        Unsupported, match=f"perf says <{mode.replace('-', ' ')}> for instructions"
+    ) as caught:
         sweep(node, "MG", ["true"], perf=FAKE_PERF)
     assert caught.value.path == f"{FAKE_PERF} stat -e instructions,cycles"
     assert node.jobs() == []  # no group left behind
@@ -117,11 +118,27 @@ def test_the_command_writes_the_curves_into_the_draft_and_import_takes_it(
 ) -> None:
     monkeypatch.setattr(profile_cli, "open_resctrl", FakeResctrl)
     draft = tmp_path / "MG.draft"
-    draft.write_text(json.dumps({"program": "MG", "run_time_s": {"1": 100, "2": 80, "4": 75,
-                                                                 "8": 90}}))  # fmt: skip
-    out = CliRunner().invoke(cli, ["profile", "ways", "MG", "--into", str(draft), "--cores", "16",
-                                   "--resctrl", str(node.root), "--perf", FAKE_PERF, "--",
-                                   "true"])  # fmt: skip
+    draft.write_text(
+        json.dumps({"program": "MG", "run_time_s": {"1": 100, "2": 80, "4": 75, "8": 90}})
+    )
+    out = CliRunner().invoke(
+        cli,
+        [
+            "profile",
+            "ways",
+            "MG",
+            "--into",
+            str(draft),
+            "--cores",
+            "16",
+            "--resctrl",
+            str(node.root),
+            "--perf",
+            FAKE_PERF,
+            "--",
+            "true",
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert " 2 of 20 ways: IPC 0.6200" in out.output
     data = json.loads(draft.read_text())
@@ -145,9 +162,26 @@ def test_the_command_without_mbm_records_ipc_and_says_bandwidth_is_missing(
     monkeypatch.setattr(profile_cli, "open_resctrl", FakeResctrl)
     draft = tmp_path / "d.json"
     draft.write_text(json.dumps({"program": "MG", "membw_gbps": [1, 2]}))  # stale: dropped
-    out = CliRunner().invoke(cli, ["profile", "ways", "MG", "--into", str(draft), "--cores", "8",
-                                   "--resctrl", str(root), "--perf", FAKE_PERF, "--ways",
-                                   "2,20", "--", "true"])  # fmt: skip
+    out = CliRunner().invoke(
+        cli,
+        [
+            "profile",
+            "ways",
+            "MG",
+            "--into",
+            str(draft),
+            "--cores",
+            "8",
+            "--resctrl",
+            str(root),
+            "--perf",
+            FAKE_PERF,
+            "--ways",
+            "2,20",
+            "--",
+            "true",
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "membw_gbps not measured (unsupported: resctrl MBM" in out.output
     data = json.loads(draft.read_text())
@@ -160,9 +194,12 @@ def test_on_this_machine_the_command_says_unsupported_with_the_path(tmp_path: Pa
     if Path("/sys/fs/resctrl/info").is_dir():
         pytest.skip("this machine has resctrl")
     draft = tmp_path / "d.json"
-    out = CliRunner().invoke(cli, ["profile", "ways", "MG", "--into", str(draft), "--cores", "4",
-                                   "--", "true"])  # fmt: skip
+    out = CliRunner().invoke(
+        cli, ["profile", "ways", "MG", "--into", str(draft), "--cores", "4", "--", "true"]
+    )
     assert out.exit_code == 1
-    assert ("unsupported: resctrl L3 (cache ways): resctrl is not mounted there "
-            "(/sys/fs/resctrl/info/L3/cbm_mask)") in out.output
+    assert (
+        "unsupported: resctrl L3 (cache ways): resctrl is not mounted there "
+        "(/sys/fs/resctrl/info/L3/cbm_mask)"
+    ) in out.output
     assert not draft.exists()

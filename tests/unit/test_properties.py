@@ -70,11 +70,18 @@ def test_a_job_said_not_chosen_really_fits_what_the_plan_leaves(
     plan = make_policy(name, PolicyOptions(threads=threads, seed=3)).plan(snapshot)  # type: ignore[arg-type]
     pending = {j.id: j for j in snapshot.pending}
     placed = tuple(
-        RunningJob(a.job, a.node, a.devices, pending[a.job].device_memory_mib,
-                   pending[a.job].device_threads, pending[a.job].total_cpu_milli,
-                   pending[a.job].total_memory_mib, "planned")
+        RunningJob(
+            a.job,
+            a.node,
+            a.devices,
+            pending[a.job].device_memory_mib,
+            pending[a.job].device_threads,
+            pending[a.job].total_cpu_milli,
+            pending[a.job].total_memory_mib,
+            "planned",
+        )
         for a in plan.assignments
-    )  # fmt: skip
+    )
     after = ClusterState(
         Snapshot(snapshot.nodes, snapshot.running + placed, (), snapshot.now_s),
         strict_threads=threads == "strict",

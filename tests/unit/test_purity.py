@@ -18,42 +18,115 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "common" / "coshare"
 #: Where each first-party package lives.
-PACKAGES = {"coshare": PACKAGE, "condor_addon": ROOT / "condor_addon",
-            "slurm_addon": ROOT / "slurm_addon"}  # fmt: skip
+PACKAGES = {
+    "coshare": PACKAGE,
+    "condor_addon": ROOT / "condor_addon",
+    "slurm_addon": ROOT / "slurm_addon",
+}
 
 #: Modules and packages that must stay pure. Packages cover every module inside them.
-PURE = ["model", "ports", "ledger", "schema", "annotations", "verify", "policies", "sim", "alloc",
-        "explain", "exit_codes", "extras",
-        "node.spec", "node.gate.protocol", "node.gate.state", "node.process",
-        "node.control.trust", "node.control.protocol", "node.harvest",
-        "facts", "node.load", "node.ways", "node.bandwidth", "gangs", "profiles", "llc",
-        "node.perfstat", "coord.claims"]  # fmt: skip
+PURE = [
+    "model",
+    "ports",
+    "ledger",
+    "schema",
+    "annotations",
+    "verify",
+    "policies",
+    "sim",
+    "alloc",
+    "explain",
+    "exit_codes",
+    "extras",
+    "node.spec",
+    "node.gate.protocol",
+    "node.gate.state",
+    "node.process",
+    "node.control.trust",
+    "node.control.protocol",
+    "node.harvest",
+    "facts",
+    "node.load",
+    "node.ways",
+    "node.bandwidth",
+    "gangs",
+    "profiles",
+    "llc",
+    "node.perfstat",
+    "coord.claims",
+]
 
 #: The adapters' pure halves: records to snapshot (view), plan to writes (edits), and the
 #: parsers and builders they use. The HTCondor adapter's expressions module quotes through
 #: the bindings' classad2 and is not among them.
 PURE_ADAPTERS = [
-    "condor_addon.view", "condor_addon.edits", "condor_addon.attributes", "condor_addon.errors",
+    "condor_addon.view",
+    "condor_addon.edits",
+    "condor_addon.attributes",
+    "condor_addon.errors",
     "condor_addon.negotiator",
-    "slurm_addon.view", "slurm_addon.edits", "slurm_addon.jobs", "slurm_addon.nodes",
-    "slurm_addon.comment", "slurm_addon.placement", "slurm_addon.scontrol",
-    "slurm_addon.allocation", "slurm_addon.errors",
-]  # fmt: skip
+    "slurm_addon.view",
+    "slurm_addon.edits",
+    "slurm_addon.jobs",
+    "slurm_addon.nodes",
+    "slurm_addon.comment",
+    "slurm_addon.placement",
+    "slurm_addon.scontrol",
+    "slurm_addon.allocation",
+    "slurm_addon.errors",
+]
 
 #: Modules inside the pure packages that do I/O, told apart by name (see coshare.sim).
-IO_MODULES = {"coshare.sim.cli", "coshare.sim.report", "coshare.sim.plot",
-              "coshare.sim.trace_files", "coshare.sim.progress", "coshare.sim.executor",
-              "coshare.sim.dask_cluster", "coshare.sim.replay",
-              "coshare.sim.poncos_report", "coshare.sim.picaso_report",
-              "coshare.sim.sns_report"}
+IO_MODULES = {
+    "coshare.sim.cli",
+    "coshare.sim.report",
+    "coshare.sim.plot",
+    "coshare.sim.trace_files",
+    "coshare.sim.progress",
+    "coshare.sim.executor",
+    "coshare.sim.dask_cluster",
+    "coshare.sim.replay",
+    "coshare.sim.poncos_report",
+    "coshare.sim.picaso_report",
+    "coshare.sim.sns_report",
+}
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN = {
-    "os", "subprocess", "time", "socket", "shutil", "pathlib", "io", "threading", "asyncio",
-    "multiprocessing", "signal", "select", "selectors", "tempfile", "urllib", "http",
-    "htcondor", "htcondor2", "classad", "classad2", "pyslurm", "pynvml", "datetime", "uuid",
-    "secrets", "sys", "builtins", "ctypes", "mmap", "fcntl", "glob", "sqlite3", "logging",
-}  # fmt: skip
+    "os",
+    "subprocess",
+    "time",
+    "socket",
+    "shutil",
+    "pathlib",
+    "io",
+    "threading",
+    "asyncio",
+    "multiprocessing",
+    "signal",
+    "select",
+    "selectors",
+    "tempfile",
+    "urllib",
+    "http",
+    "htcondor",
+    "htcondor2",
+    "classad",
+    "classad2",
+    "pyslurm",
+    "pynvml",
+    "datetime",
+    "uuid",
+    "secrets",
+    "sys",
+    "builtins",
+    "ctypes",
+    "mmap",
+    "fcntl",
+    "glob",
+    "sqlite3",
+    "logging",
+}
 
 
 def module_file(name: str) -> Path | None:
@@ -85,9 +158,11 @@ def pure_modules() -> list[str]:
     for entry in PURE:
         path = PACKAGE.joinpath(*entry.split("."))
         if path.is_dir():
-            names += [f"coshare.{entry}.{p.stem}" if p.stem != "__init__" else f"coshare.{entry}"
-                      for p in sorted(path.rglob("*.py"))
-                      if len(p.relative_to(path).parts) == 1]  # fmt: skip
+            names += [
+                f"coshare.{entry}.{p.stem}" if p.stem != "__init__" else f"coshare.{entry}"
+                for p in sorted(path.rglob("*.py"))
+                if len(p.relative_to(path).parts) == 1
+            ]
             names += [
                 "coshare." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
                 for p in sorted(path.rglob("*.py"))
@@ -131,6 +206,8 @@ def test_the_check_itself_catches_io() -> None:
     assert any("imports os" in v for v in reachable_violations("coshare.config"))
     assert any("imports subprocess" in v for v in reachable_violations("coshare.commands"))
     assert any("imports time" in v for v in reachable_violations("slurm_addon.adapter"))
-    assert any("coshare.commands imports subprocess" in v
-               for v in reachable_violations("slurm_addon.client"))  # fmt: skip
+    assert any(
+        "coshare.commands imports subprocess" in v
+        for v in reachable_violations("slurm_addon.client")
+    )
     assert any("imports classad2" in v for v in reachable_violations("condor_addon.expressions"))

@@ -27,12 +27,14 @@ from tests.unit.test_first_contact import BASE_ONLY
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(("name", "generate"), [("cli.md", cli_markdown),
-                                                 ("config.md", config_markdown)])
+@pytest.mark.parametrize(
+    ("name", "generate"), [("cli.md", cli_markdown), ("config.md", config_markdown)]
+)
 def test_the_committed_references_are_up_to_date(name: str, generate: object) -> None:
     assert callable(generate)
     assert (ROOT / "docs" / name).read_text() == generate(), (
-        f"docs/{name} is out of date: run make docs")
+        f"docs/{name} is out of date: run make docs"
+    )
 
 
 def test_every_command_has_a_man_page_with_its_exit_statuses() -> None:
@@ -58,8 +60,12 @@ def test_the_man_pages_render_without_warnings(tmp_path: Path) -> None:
     for name, page in man_pages("2026-01-01").items():
         path = tmp_path / name
         path.write_text(page)
-        result = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(path)],
-                                capture_output=True, text=True, check=False)  # fmt: skip
+        result = subprocess.run(
+            ["groff", "-man", "-Tutf8", "-ww", "-z", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert result.returncode == 0 and result.stderr == "", (name, result.stderr)
 
 
@@ -67,11 +73,16 @@ def test_every_command_help_lists_its_exit_statuses() -> None:
     for path, command in commands(cli):
         if path in (("coshare",), ("coshare", "node", "launch")) or hasattr(command, "commands"):
             continue  # groups; launch hands its arguments, --help included, to coshare-launch
-        helped = subprocess.run([sys.executable, "-c", BASE_ONLY, *path[1:], "--help"],
-                                capture_output=True, text=True, check=False)  # fmt: skip
+        helped = subprocess.run(
+            [sys.executable, "-c", BASE_ONLY, *path[1:], "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert helped.returncode == 0, (path, helped.stderr)
-        assert "Exit status:\n    0  " in helped.stdout or "Exit status:\n    N  " in \
-            helped.stdout, path  # fmt: skip
+        assert (
+            "Exit status:\n    0  " in helped.stdout or "Exit status:\n    N  " in helped.stdout
+        ), path
 
 
 def test_the_launchers_help_lists_its_exit_statuses() -> None:
@@ -82,8 +93,12 @@ def test_the_launchers_help_lists_its_exit_statuses() -> None:
 
     outputs = {}
     for args in ((), ("run",), ("task-prolog",)):
-        helped = subprocess.run([sys.executable, "-c", BASE_ONLY, "node", "launch", *args,
-                                 "--help"], capture_output=True, text=True, check=False)
+        helped = subprocess.run(
+            [sys.executable, "-c", BASE_ONLY, "node", "launch", *args, "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert helped.returncode == 0, (args, helped.stderr)
         outputs[args] = helped.stdout
     assert "Exit status of run:\n  N    the job's own status" in outputs[()]
@@ -96,14 +111,19 @@ def test_the_launchers_help_lists_its_exit_statuses() -> None:
 
 
 def complete(words: str, base_only: bool = True) -> list[str]:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("COSHARE_")},
-           "_COSHARE_COMPLETE": "bash_complete", "COMP_WORDS": words,
-           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("COSHARE_")},
+        "_COSHARE_COMPLETE": "bash_complete",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+    }
     code = BASE_ONLY.replace("main(sys.argv[1:])", "main()")
-    code = code.replace("from coshare.cli import main", "sys.argv[0] = 'coshare'\n"
-                        "from coshare.cli import main")  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, check=False)  # fmt: skip
+    code = code.replace(
+        "from coshare.cli import main", "sys.argv[0] = 'coshare'\nfrom coshare.cli import main"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
     assert result.returncode == 0, result.stderr
     return [line.split(",", 1)[1] for line in result.stdout.splitlines()]  # "plain,condor"
 
@@ -113,9 +133,17 @@ def test_shell_completion_works_without_the_extras() -> None:
     assert set(complete("coshare condor ")) == {"cycle", "explain", "show", "trigger"}
     assert "--policy" in complete("coshare slurm cycle --p")
     assert complete("coshare schema ") == ["plan", "snapshot"]
-    source = subprocess.run([sys.executable, "-c", BASE_ONLY.replace(
-        "main(sys.argv[1:])", "sys.argv[0] = 'coshare'; main()")], capture_output=True,
-        text=True, check=False, env={**os.environ, "_COSHARE_COMPLETE": "bash_source"})
+    source = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BASE_ONLY.replace("main(sys.argv[1:])", "sys.argv[0] = 'coshare'; main()"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "_COSHARE_COMPLETE": "bash_source"},
+    )
     assert "complete -o nosort -F _coshare_completion coshare" in source.stdout
 
 

@@ -21,18 +21,38 @@ from tests.strategies import snapshots
 
 DESIGN_EXAMPLE = {
     "nodes": [
-        {"name": "n1", "cores": 16, "memory_mib": 65536, "membw_gbps": 100.0, "llc_ways": 20,
-         "devices": [{"id": "0", "memory_mib": 8192, "threads": 240}]}
+        {
+            "name": "n1",
+            "cores": 16,
+            "memory_mib": 65536,
+            "membw_gbps": 100.0,
+            "llc_ways": 20,
+            "devices": [{"id": "0", "memory_mib": 8192, "threads": 240}],
+        }
     ],
     "running": [
-        {"id": "7.0", "node": "n1", "device": "0", "device_memory_mib": 2048,
-         "device_threads": 120, "cores": 1, "memory_mib": 1024}
+        {
+            "id": "7.0",
+            "node": "n1",
+            "device": "0",
+            "device_memory_mib": 2048,
+            "device_threads": 120,
+            "cores": 1,
+            "memory_mib": 1024,
+        }
     ],
     "pending": [
-        {"id": "8.0", "device_memory_mib": 1024, "device_threads": 60, "cores": 1,
-         "memory_mib": 512, "priority": 0, "submit_time": 0}
+        {
+            "id": "8.0",
+            "device_memory_mib": 1024,
+            "device_threads": 60,
+            "cores": 1,
+            "memory_mib": 512,
+            "priority": 0,
+            "submit_time": 0,
+        }
     ],
-}  # fmt: skip
+}
 
 
 def test_the_design_example_parses_and_round_trips() -> None:

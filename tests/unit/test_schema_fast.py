@@ -25,15 +25,79 @@ from hypothesis import strategies as st
 
 #: Values that sit on, inside and outside the bounds the fields have, of every JSON type.
 EDGES: list[object] = [
-    None, True, False, [], {}, [1], {"a": 1},
-    0, 1, -1, 2, 7, 1024, 1025, 2**20, 2**20 + 1, 2**24, 2**24 + 1, 2**30, 2**30 + 1, 2**53,
-    2**53 + 1, -(2**53), -(2**53) - 1, 10**9, 10**9 + 1, 10**12, 10**12 + 1, -(10**12) - 1,
-    10**6, 10**6 + 1, 10**400,
-    0.0, -0.0, 0.5, 1.0, 1.5, 1e-9, -1e-9, 0.0005, 0.0015, 3.9995, 1e6, 1e9, 1e12,
-    1e12 + 1e-3, 1e300, math.inf, -math.inf, math.nan, 44544.0,
-    "", " ", "a", " a", "a ", "1.0", "a,b", "device", "cpu", "x" * 256, "x" * 257, "x" * 1024,
-    "x" * 1025, "\u00e9", "a\u202eb", "a\tb", "a\x00", "a\x7f", "LU", "1", "\u00a0a",
-]  # fmt: skip
+    None,
+    True,
+    False,
+    [],
+    {},
+    [1],
+    {"a": 1},
+    0,
+    1,
+    -1,
+    2,
+    7,
+    1024,
+    1025,
+    2**20,
+    2**20 + 1,
+    2**24,
+    2**24 + 1,
+    2**30,
+    2**30 + 1,
+    2**53,
+    2**53 + 1,
+    -(2**53),
+    -(2**53) - 1,
+    10**9,
+    10**9 + 1,
+    10**12,
+    10**12 + 1,
+    -(10**12) - 1,
+    10**6,
+    10**6 + 1,
+    10**400,
+    0.0,
+    -0.0,
+    0.5,
+    1.0,
+    1.5,
+    1e-9,
+    -1e-9,
+    0.0005,
+    0.0015,
+    3.9995,
+    1e6,
+    1e9,
+    1e12,
+    1e12 + 1e-3,
+    1e300,
+    math.inf,
+    -math.inf,
+    math.nan,
+    44544.0,
+    "",
+    " ",
+    "a",
+    " a",
+    "a ",
+    "1.0",
+    "a,b",
+    "device",
+    "cpu",
+    "x" * 256,
+    "x" * 257,
+    "x" * 1024,
+    "x" * 1025,
+    "\u00e9",
+    "a\u202eb",
+    "a\tb",
+    "a\x00",
+    "a\x7f",
+    "LU",
+    "1",
+    "\u00a0a",
+]
 EDGE_VALUES = st.one_of(
     st.sampled_from(EDGES),
     st.floats(allow_nan=True, allow_infinity=True),
@@ -41,15 +105,39 @@ EDGE_VALUES = st.one_of(
     st.text(max_size=8),
 )
 
-PENDING_KEYS = ["id", "device_memory_mib", "device_threads", "device_count", "cores",
-                "memory_mib", "priority", "submit_time", "kind", "processes", "program", "alpha",
-                "membw_gbps", "copy_bw_mbps", "walltime_s", "nodes", "nodes_max",
-                "processes_per_node", "device_mem_mib"]  # fmt: skip
+PENDING_KEYS = [
+    "id",
+    "device_memory_mib",
+    "device_threads",
+    "device_count",
+    "cores",
+    "memory_mib",
+    "priority",
+    "submit_time",
+    "kind",
+    "processes",
+    "program",
+    "alpha",
+    "membw_gbps",
+    "copy_bw_mbps",
+    "walltime_s",
+    "nodes",
+    "nodes_max",
+    "processes_per_node",
+    "device_mem_mib",
+]
 
 #: A well-formed job as bench/plan_e2e.py writes 100,000 of them.
-TYPICAL: dict[str, Any] = {"id": "1.0", "device_memory_mib": 44544, "device_threads": 264192,
-                           "cores": 9, "memory_mib": 87040, "priority": 0, "submit_time": 0.0,
-                           "program": "LU"}  # fmt: skip
+TYPICAL: dict[str, Any] = {
+    "id": "1.0",
+    "device_memory_mib": 44544,
+    "device_threads": 264192,
+    "cores": 9,
+    "memory_mib": 87040,
+    "priority": 0,
+    "submit_time": 0.0,
+    "program": "LU",
+}
 
 
 def typed(value: object) -> object:
@@ -104,8 +192,17 @@ def test_fast_pending_takes_the_usual_jobs() -> None:
         TYPICAL,
         {"id": "2", "cores": 0.5, "memory_mib": 10, "kind": "cpu"},
         {"id": "3"},
-        {**TYPICAL, "alpha": 1, "membw_gbps": 2.5, "copy_bw_mbps": 0, "walltime_s": 60,
-         "processes": 4, "device_count": 2, "kind": "device", "submit_time": -5},
+        {
+            **TYPICAL,
+            "alpha": 1,
+            "membw_gbps": 2.5,
+            "copy_bw_mbps": 0,
+            "walltime_s": 60,
+            "processes": 4,
+            "device_count": 2,
+            "kind": "device",
+            "submit_time": -5,
+        },
     ]
     for obj in usual:
         assert isinstance(_fast_pending(obj), Job), obj
@@ -140,20 +237,29 @@ def test_fast_pending_declines_what_the_full_path_refuses() -> None:
 
 
 DEVICE = {"id": "0", "memory_mib": 81559, "threads": 270336, "model": "H100"}
-NODE: dict[str, Any] = {"name": "gpu00000", "cores": 128, "memory_mib": 2097152,
-                        "devices": [DEVICE, {**DEVICE, "id": "1"}]}  # fmt: skip
+NODE: dict[str, Any] = {
+    "name": "gpu00000",
+    "cores": 128,
+    "memory_mib": 2097152,
+    "devices": [DEVICE, {**DEVICE, "id": "1"}],
+}
 
 
 @st.composite
 def node_objects(draw: st.DrawFn) -> dict[str, Any]:
     obj = dict(NODE)
     device = dict(DEVICE)
-    for key in draw(st.lists(st.sampled_from(["id", "memory_mib", "threads", "model", "x"]),
-                             max_size=3)):  # fmt: skip
+    for key in draw(
+        st.lists(st.sampled_from(["id", "memory_mib", "threads", "model", "x"]), max_size=3)
+    ):
         device[key] = draw(EDGE_VALUES)
     obj["devices"] = [device, {**DEVICE, "id": "9"}]
-    for key in draw(st.lists(st.sampled_from(["name", "cores", "memory_mib", "devices",
-                                              "llc_ways", "domain"]), max_size=3)):  # fmt: skip
+    for key in draw(
+        st.lists(
+            st.sampled_from(["name", "cores", "memory_mib", "devices", "llc_ways", "domain"]),
+            max_size=3,
+        )
+    ):
         if draw(st.booleans()):
             obj[key] = draw(EDGE_VALUES)
         else:
@@ -227,13 +333,26 @@ def test_fast_pending_all_takes_the_usual_snapshots() -> None:
     """It fires on the bench's jobs and on mixed optional fields, with every default."""
     usual: list[list[Any]] = [
         [TYPICAL, {**TYPICAL, "id": "2.0", "cores": 1.5, "submit_time": 3}],
-        [{"id": "1"}, {"id": "2", "cores": 0.0015, "memory_mib": 10, "kind": "cpu"},
-         {**TYPICAL, "id": "3", "alpha": 1, "membw_gbps": 2.5, "copy_bw_mbps": 0,
-          "walltime_s": 60, "processes": 4, "device_count": 2, "kind": "device",
-          "submit_time": -5, "program": None}],
+        [
+            {"id": "1"},
+            {"id": "2", "cores": 0.0015, "memory_mib": 10, "kind": "cpu"},
+            {
+                **TYPICAL,
+                "id": "3",
+                "alpha": 1,
+                "membw_gbps": 2.5,
+                "copy_bw_mbps": 0,
+                "walltime_s": 60,
+                "processes": 4,
+                "device_count": 2,
+                "kind": "device",
+                "submit_time": -5,
+                "program": None,
+            },
+        ],
         [{**TYPICAL, "id": "a b", "kind": None, "device_count": None, "cores": None}],
         [],
-    ]  # fmt: skip
+    ]
     for objs in usual:
         assert _fast_pending_all(objs) is not None, objs
         assert_same_batch(objs)
@@ -242,13 +361,22 @@ def test_fast_pending_all_takes_the_usual_snapshots() -> None:
 def test_fast_pending_all_declines_what_the_per_job_path_declines() -> None:
     """One bad job (or a gang) among good ones: the whole list goes per job."""
     bad: list[object] = [
-        {**TYPICAL, "id": " 1"}, {**TYPICAL, "id": "1 "}, {**TYPICAL, "id": "1,2"},
-        {**TYPICAL, "cores": math.nan}, {**TYPICAL, "submit_time": math.nan},
-        {**TYPICAL, "cores": True}, {**TYPICAL, "alpha": 0}, {**TYPICAL, "kind": "cpu"},
-        {**TYPICAL, "device_count": 0}, {**TYPICAL, "program": " "},
-        {**TYPICAL, "program": "\u00e9"}, {**TYPICAL, "nodes": 2}, {**TYPICAL, "nodes": None},
-        {**TYPICAL, "device_mem_mib": 5}, {**TYPICAL, "priority": 2**53 + 1},
+        {**TYPICAL, "id": " 1"},
+        {**TYPICAL, "id": "1 "},
+        {**TYPICAL, "id": "1,2"},
+        {**TYPICAL, "cores": math.nan},
+        {**TYPICAL, "submit_time": math.nan},
+        {**TYPICAL, "cores": True},
+        {**TYPICAL, "alpha": 0},
+        {**TYPICAL, "kind": "cpu"},
+        {**TYPICAL, "device_count": 0},
+        {**TYPICAL, "program": " "},
+        {**TYPICAL, "program": "\u00e9"},
+        {**TYPICAL, "nodes": 2},
+        {**TYPICAL, "nodes": None},
+        {**TYPICAL, "device_mem_mib": 5},
+        {**TYPICAL, "priority": 2**53 + 1},
         ["not", "an", "object"],
-    ]  # fmt: skip
+    ]
     for obj in bad:
         assert _fast_pending_all([TYPICAL, obj]) is None, obj

@@ -38,12 +38,17 @@ def test_the_workload_is_the_paper_s() -> None:
     cpu = [j for j in jobs if not j.job.needs_device]
     assert len(gpu) == GPU_JOBS == 32 and len(cpu) == CPU_JOBS == 300
     # one GPU job per Table III configuration, with its load and copy bandwidth
-    assert [(j.app, j.load_cores, j.job.copy_bw_mbps) for j in gpu] == \
-        [(name, load, bw) for name, _, load, bw in TABLE_III]  # fmt: skip
+    assert [(j.app, j.load_cores, j.job.copy_bw_mbps) for j in gpu] == [
+        (name, load, bw) for name, _, load, bw in TABLE_III
+    ]
     assert all(j.job.total_cpu_milli == 12 * MILLI and j.job.device_count == 3 for j in gpu)
     assert all(420 <= j.duration_s <= 780 for j in gpu)
-    assert all(30 <= j.duration_s <= 660 and j.job.total_cpu_milli // MILLI in (2, 4, 8)
-               and j.app in TABLE_IV for j in cpu)  # fmt: skip
+    assert all(
+        30 <= j.duration_s <= 660
+        and j.job.total_cpu_milli // MILLI in (2, 4, 8)
+        and j.app in TABLE_IV
+        for j in cpu
+    )
     assert all(j.job.walltime_s == pytest.approx(1.15 * j.duration_s) for j in jobs)
     assert {len(n.devices) for n in wu_hong_nodes()} == {3}
 
@@ -57,8 +62,10 @@ def test_the_cpu_run_times_are_calibrated_to_the_paper_s_core_seconds_only() -> 
     keep = 1 - math.exp(-630 / scale)
     draws = [30 - scale * math.log(1 - rng.random() * keep) for _ in range(200_000)]
     assert sum(draws) / len(draws) == pytest.approx(mean_s, rel=0.01)
-    totals = [sum(j.load_cores * j.duration_s for j in wu_hong_workload(s)
-                  if not j.job.needs_device) for s in range(20)]  # fmt: skip
+    totals = [
+        sum(j.load_cores * j.duration_s for j in wu_hong_workload(s) if not j.job.needs_device)
+        for s in range(20)
+    ]
     assert sum(totals) / len(totals) == pytest.approx(PAPER_CPU_CORE_S, rel=0.05)
 
 
@@ -85,20 +92,24 @@ def test_a_cpu_job_slowed_past_its_request_is_killed() -> None:
     jobs = wu_hong_workload(0)
     triad = next(j for j in jobs if j.app == "Triad-10")  # 611 MB/s, load 4.94
     cg = next(j for j in jobs if j.app == "CG" and j.job.total_cpu_milli == 4 * MILLI)
-    long_triad = WuHongJob(replace(triad.job, walltime_s=2300.0), 2000.0, triad.load_cores,
-                           triad.app)  # fmt: skip
-    short_cg = WuHongJob(replace(cg.job, walltime_s=345.0), 300.0, cg.load_cores, cg.app,
-                         cg.slowdown_ab)  # fmt: skip
+    long_triad = WuHongJob(
+        replace(triad.job, walltime_s=2300.0), 2000.0, triad.load_cores, triad.app
+    )
+    short_cg = WuHongJob(
+        replace(cg.job, walltime_s=345.0), 300.0, cg.load_cores, cg.app, cg.slowdown_ab
+    )
     # Triad lends floor(12 - 4.94) = 7 cores once sampled (120 s). S = 4 x 0.00151 x
     # e^(0.00761 x 611) = 0.58: the CG job runs at 63% and cannot finish 300 s of work
     # within its 345 s request. The threshold (1000 MB/s) lets it be placed there.
     assert copy_slowdown(4, TABLE_IV["CG"], 611.14) > 0.5
-    run = _Sim(wu_hong_nodes()[:1], [long_triad, short_cg], CollocatePolicy(0.01, 9, 1000.0),
-               1.0).run(0, (0.01, 9, 1000.0))  # fmt: skip
+    run = _Sim(
+        wu_hong_nodes()[:1], [long_triad, short_cg], CollocatePolicy(0.01, 9, 1000.0), 1.0
+    ).run(0, (0.01, 9, 1000.0))
     assert run.killed == 1 and run.harvested_core_s == pytest.approx(4 * 345.0)
     # With the paper's threshold it is never placed beside Triad, and runs after it unslowed.
-    safe = _Sim(wu_hong_nodes()[:1], [long_triad, short_cg], CollocatePolicy(0.01, 9, 300.0),
-                1.0).run(0, (0.01, 9, 300.0))  # fmt: skip
+    safe = _Sim(
+        wu_hong_nodes()[:1], [long_triad, short_cg], CollocatePolicy(0.01, 9, 300.0), 1.0
+    ).run(0, (0.01, 9, 300.0))
     assert safe.killed == 0 and safe.harvested_core_s == 0
     assert safe.makespan_s == pytest.approx(2001.0 + 1.0 + 300.0)  # cycle delay 1 s
 
@@ -120,14 +131,18 @@ def test_collocation_beats_the_conventional_run_and_lends_only_after_p_m() -> No
 def test_simulate_wu_hong_prints_the_paper_beside(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(collocation, "SWEEP_MONITOR", (1 / 3,))
     monkeypatch.setattr(collocation, "SWEEP_HARVEST", (9,))
-    result = CliRunner().invoke(cli, ["simulate", "--workload", "wu-hong", "--policies",
-                                      "collocate", "--output", "json"])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["simulate", "--workload", "wu-hong", "--policies", "collocate", "--output", "json"]
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert set(payload["runs"]) == {"conventional", "collocate"}
-    assert [(p["monitor_fraction"], p["max_harvest_cores"]) for p in payload["sweep"]] == \
-        [(1 / 3, 9)]  # fmt: skip
-    assert payload["sweep"][0]["runs"][0]["makespan_s"] == \
-        payload["runs"]["collocate"][0]["makespan_s"]  # fmt: skip
+    assert [(p["monitor_fraction"], p["max_harvest_cores"]) for p in payload["sweep"]] == [
+        (1 / 3, 9)
+    ]
+    assert (
+        payload["sweep"][0]["runs"][0]["makespan_s"]
+        == payload["runs"]["collocate"][0]["makespan_s"]
+    )
     bad = CliRunner().invoke(cli, ["simulate", "--workload", "wu-hong", "--nodes", "8"])
     assert bad.exit_code == 2 and "--jobs and --nodes do not apply" in bad.output

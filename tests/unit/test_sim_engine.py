@@ -19,14 +19,17 @@ from hypothesis import strategies as st
 EPS = 1e-6
 
 
-def phi(name: str, memory: int = 8192, threads: int = 240, devices: int = 1,
-        cores: int = 16) -> Node:  # fmt: skip
-    return Node(name, cores * MILLI, 65536,
-                tuple(Device(str(i), memory, threads) for i in range(devices)))  # fmt: skip
+def phi(
+    name: str, memory: int = 8192, threads: int = 240, devices: int = 1, cores: int = 16
+) -> Node:
+    return Node(
+        name, cores * MILLI, 65536, tuple(Device(str(i), memory, threads) for i in range(devices))
+    )
 
 
-def job(ident: str, memory: int, threads: int, phases: tuple[float, ...],
-        submit: float = 0.0) -> SimJob:  # fmt: skip
+def job(
+    ident: str, memory: int, threads: int, phases: tuple[float, ...], submit: float = 0.0
+) -> SimJob:
     return SimJob(Job(ident, memory, threads, memory_mib=1024, submit_time_s=submit), phases)
 
 
@@ -62,24 +65,36 @@ def memory_peaks(result: SimResult, jobs: list[SimJob]) -> dict[tuple[str, str],
 @st.composite
 def workloads(draw: st.DrawFn) -> tuple[tuple[Node, ...], list[SimJob]]:
     nodes = tuple(
-        phi(f"n{i}", draw(st.sampled_from((2048, 8192))), draw(st.sampled_from((60, 240))),
-            draw(st.integers(1, 2)), draw(st.sampled_from((2, 16))))
+        phi(
+            f"n{i}",
+            draw(st.sampled_from((2048, 8192))),
+            draw(st.sampled_from((60, 240))),
+            draw(st.integers(1, 2)),
+            draw(st.sampled_from((2, 16))),
+        )
         for i in range(draw(st.integers(1, 3)))
-    )  # fmt: skip
+    )
     jobs = []
     for i in range(draw(st.integers(1, 14))):
         offloads = draw(st.integers(0, 4))
-        phases = tuple(
-            float(draw(st.integers(0, 20))) for _ in range(2 * offloads + 1)
+        phases = tuple(float(draw(st.integers(0, 20))) for _ in range(2 * offloads + 1))
+        jobs.append(
+            job(
+                f"j{i}",
+                draw(st.integers(1, 9000)),
+                draw(st.sampled_from((1, 60, 120, 180, 240, 300))),
+                phases,
+                float(draw(st.sampled_from((0, 0, 5, 13)))),
+            )
         )
-        jobs.append(job(f"j{i}", draw(st.integers(1, 9000)),
-                        draw(st.sampled_from((1, 60, 120, 180, 240, 300))), phases,
-                        float(draw(st.sampled_from((0, 0, 5, 13))))))  # fmt: skip
     return nodes, jobs
 
 
-CASES = [(p, t) for p in ("exclusive", "random", "knapsack", "bestfit", "fgd")
-         for t in ("strict", "soft")]  # fmt: skip
+CASES = [
+    (p, t)
+    for p in ("exclusive", "random", "knapsack", "bestfit", "fgd")
+    for t in ("strict", "soft")
+]
 
 
 @pytest.mark.parametrize(("name", "threads"), CASES)
@@ -94,9 +109,15 @@ def test_no_instant_oversubscribes_and_every_job_ends_once(
     options = SimOptions(cycle_delay_s=delay, verify=True, strict_threads=threads == "strict")
     result = simulate(nodes, jobs, policy, options=options, model=model)
 
-    fits = {s.job.id for s in jobs if any(
-        d.memory_mib >= s.job.device_memory_mib and d.threads >= s.job.device_threads
-        for n in nodes for d in n.devices)}  # fmt: skip
+    fits = {
+        s.job.id
+        for s in jobs
+        if any(
+            d.memory_mib >= s.job.device_memory_mib and d.threads >= s.job.device_threads
+            for n in nodes
+            for d in n.devices
+        )
+    }
     assert set(result.not_run) == {s.job.id for s in jobs} - fits
     by_id = {s.job.id: s for s in jobs}
     for r in result.jobs:
@@ -122,8 +143,9 @@ def test_no_instant_oversubscribes_and_every_job_ends_once(
 def test_exclusive_on_one_device_runs_jobs_back_to_back() -> None:
     jobs = [job(str(i), 1000, 60, (3.0, 5.0, 2.0 + i)) for i in range(6)]
     delay = 1.5
-    result = simulate((phi("a"),), jobs, make_policy("exclusive"),
-                      options=SimOptions(cycle_delay_s=delay))  # fmt: skip
+    result = simulate(
+        (phi("a"),), jobs, make_policy("exclusive"), options=SimOptions(cycle_delay_s=delay)
+    )
     records = sorted(result.jobs, key=lambda r: r.start_s or 0.0)
     assert [r.id for r in records] == [str(i) for i in range(6)]  # scheduler order
     assert records[0].start_s == delay
@@ -138,8 +160,13 @@ def test_fig2_full_thread_offloads_never_overlap_but_fill_each_others_gaps() -> 
     j1 = job("1", 1000, 240, (2.0, 4.0, 6.0, 4.0, 1.0))
     j2 = job("2", 1000, 240, (1.0, 3.0, 5.0, 3.0, 5.0, 3.0, 1.0))
     model = OffloadModel(record=True)
-    result = simulate((phi("a"),), [j1, j2], make_policy("random", PolicyOptions(threads="soft")),
-                      options=SimOptions(cycle_delay_s=0), model=model)  # fmt: skip
+    result = simulate(
+        (phi("a"),),
+        [j1, j2],
+        make_policy("random", PolicyOptions(threads="soft")),
+        options=SimOptions(cycle_delay_s=0),
+        model=model,
+    )
     offloads = sorted((s, e) for _, s, e, _, _ in model.offloads)
     assert all(e1 <= s2 + EPS for (_, e1), (s2, _) in itertools.pairwise(offloads))
     assert result.makespan_s < j1.duration_s + j2.duration_s  # sequential makespan
@@ -151,9 +178,13 @@ def test_fig3_half_thread_offloads_run_side_by_side() -> None:
     j4 = job("4", 1000, 120, (1.0, 4.0, 1.0, 4.0, 1.0, 4.0, 1.0))
     model = OffloadModel(record=True)
     for threads in ("strict", "soft"):
-        result = simulate((phi("a"),), [j3, j4],
-                          make_policy("knapsack", PolicyOptions(threads=threads)),  # type: ignore[arg-type]
-                          options=SimOptions(cycle_delay_s=0), model=model)  # fmt: skip
+        result = simulate(
+            (phi("a"),),
+            [j3, j4],
+            make_policy("knapsack", PolicyOptions(threads=threads)),  # type: ignore[arg-type]
+            options=SimOptions(cycle_delay_s=0),
+            model=model,
+        )
         assert result.makespan_s == pytest.approx(max(j3.duration_s, j4.duration_s))
         assert all(r.gate_wait_s == 0 for r in result.jobs)
 
@@ -165,8 +196,13 @@ def test_an_offload_that_does_not_fit_waits_and_so_does_everything_behind_it() -
     b = job("b", 100, 100, (1.0, 3.0, 0.0))
     c = job("c", 100, 20, (2.0, 3.0, 0.0))
     model = OffloadModel(record=True)
-    result = simulate((phi("x"),), [a, b, c], make_policy("random", PolicyOptions(threads="soft")),
-                      options=SimOptions(cycle_delay_s=0), model=model)  # fmt: skip
+    result = simulate(
+        (phi("x"),),
+        [a, b, c],
+        make_policy("random", PolicyOptions(threads="soft")),
+        options=SimOptions(cycle_delay_s=0),
+        model=model,
+    )
     starts = {job_index: s for _, s, _, _, job_index in model.offloads}
     assert starts == {0: 0.0, 1: 10.0, 2: 10.0}
     waits = {r.id: r.gate_wait_s for r in result.jobs}
@@ -175,8 +211,9 @@ def test_an_offload_that_does_not_fit_waits_and_so_does_everything_behind_it() -
 
 def test_jobs_arriving_later_wait_for_their_cycle() -> None:
     jobs = [job("early", 1000, 60, (5.0,)), job("late", 1000, 60, (5.0,), submit=100.0)]
-    result = simulate((phi("a"),), jobs, make_policy("knapsack"),
-                      options=SimOptions(cycle_delay_s=2.0))  # fmt: skip
+    result = simulate(
+        (phi("a"),), jobs, make_policy("knapsack"), options=SimOptions(cycle_delay_s=2.0)
+    )
     starts = {r.id: r.start_s for r in result.jobs}
     assert starts == {"early": 2.0, "late": 102.0}
     assert result.cycles == 2
@@ -185,10 +222,11 @@ def test_jobs_arriving_later_wait_for_their_cycle() -> None:
 def test_a_longer_cycle_delay_means_fewer_cycles_for_the_same_jobs() -> None:
     jobs = [job(str(i), 500, 60, (1.0 + i % 7, 2.0, 1.0)) for i in range(40)]
     cycles = [
-        simulate((phi("a"), phi("b")), jobs, make_policy("random"),
-                 options=SimOptions(cycle_delay_s=d)).cycles
+        simulate(
+            (phi("a"), phi("b")), jobs, make_policy("random"), options=SimOptions(cycle_delay_s=d)
+        ).cycles
         for d in (0.0, 5.0, 50.0)
-    ]  # fmt: skip
+    ]
     assert cycles[0] > cycles[1] > cycles[2] >= 1
 
 
@@ -213,8 +251,13 @@ def test_a_plan_that_oversubscribes_memory_stops_the_simulation() -> None:
 
 def test_fixed_model_runs_each_job_for_its_run_time_whatever_it_shares() -> None:
     jobs = [host_only(Job(str(i), 100, 240, memory_mib=0), 10.0) for i in range(4)]
-    result = simulate((phi("a"),), jobs, make_policy("random", PolicyOptions(threads="soft")),
-                      options=SimOptions(cycle_delay_s=0), model=FixedModel())  # fmt: skip
+    result = simulate(
+        (phi("a"),),
+        jobs,
+        make_policy("random", PolicyOptions(threads="soft")),
+        options=SimOptions(cycle_delay_s=0),
+        model=FixedModel(),
+    )
     assert result.makespan_s == pytest.approx(10.0)
 
 

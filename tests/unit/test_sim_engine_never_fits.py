@@ -33,8 +33,14 @@ def test_a_job_no_node_can_hold_is_planned_once_and_reported_not_run() -> None:
     jobs = []
     for k in range(200):
         huge = k % 2 == 0  # half ask more memory than any node has
-        job = Job(str(k), device_count=0, kind="cpu", cpu_milli=MILLI,
-                  memory_mib=65536 if huge else 1024, submit_time_s=float(k * 10))  # fmt: skip
+        job = Job(
+            str(k),
+            device_count=0,
+            kind="cpu",
+            cpu_milli=MILLI,
+            memory_mib=65536 if huge else 1024,
+            submit_time_s=float(k * 10),
+        )
         jobs.append(host_only(job, 5.0))
     policy = Counting(make_policy("exclusive"))
     result = simulate(nodes, jobs, policy, options=SimOptions(cycle_delay_s=1.0))

@@ -41,8 +41,9 @@ def test_calibration_sets_exclusive_utilization_exactly_and_changes_no_schedule(
     assert 0 < cal.offload_share < 1
     assert cal.baseline.utilization == pytest.approx(0.5)
     # the real offload model under exclusive: same schedule, and the calibrated utilization
-    real = simulate(nodes, realize(draws, cal.offload_share), make_policy("exclusive"),
-                    model=OffloadModel())  # fmt: skip
+    real = simulate(
+        nodes, realize(draws, cal.offload_share), make_policy("exclusive"), model=OffloadModel()
+    )
     assert real.makespan_s == pytest.approx(cal.baseline.makespan_s)
     assert real.utilization == pytest.approx(0.5)
     assert [r.start_s for r in real.jobs] == pytest.approx([r.start_s for r in cal.baseline.jobs])
@@ -90,8 +91,9 @@ def test_footprint_walks_to_the_smallest_size_that_meets_the_target() -> None:
     assert fp.makespans[4] <= 300.0 < fp.makespans[3]
     assert len(set(calls)) == len(calls) <= 4  # starts near the answer, never repeats a size
     assert search_footprint(lambda n: 1000.0, target_s=10.0, baseline_nodes=4).nodes is None
-    slow_start = search_footprint(lambda n: 900.0 / n, target_s=100.0, baseline_nodes=8,
-                                  max_nodes=12)  # fmt: skip
+    slow_start = search_footprint(
+        lambda n: 900.0 / n, target_s=100.0, baseline_nodes=8, max_nodes=12
+    )
     assert slow_start.nodes == 9
 
 
@@ -105,8 +107,9 @@ def test_footprint_of_sharing_is_no_larger_than_the_baseline() -> None:
 
 
 def test_pressure_sweep_scales_jobs_with_nodes() -> None:
-    result = sweep("normal", [1, 2], ["exclusive", "knapsack"], 0, Setup(offload_share=0.8),
-                   jobs_per_node=15)  # fmt: skip
+    result = sweep(
+        "normal", [1, 2], ["exclusive", "knapsack"], 0, Setup(offload_share=0.8), jobs_per_node=15
+    )
     assert result.jobs == {1: 15, 2: 30}
     assert set(result.runs) == {(p, n) for p in ("exclusive", "knapsack") for n in (1, 2)}
     assert all(r.jobs == result.jobs[r.nodes] for r in result.runs.values())

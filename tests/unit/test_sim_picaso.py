@@ -64,8 +64,10 @@ def test_change_is_the_papers_convention() -> None:
 
 def test_crossover_is_where_the_sequencer_stays_lower() -> None:
     def point(n: int, ac: int, seq: int) -> WorstPoint:
-        return WorstPoint(n, {"cancel": [ac], "sequencer": [seq]}, {"cancel": [0],
-                                                                    "sequencer": [0]})
+        return WorstPoint(
+            n, {"cancel": [ac], "sequencer": [seq]}, {"cancel": [0], "sequencer": [0]}
+        )
+
     assert crossover([point(1, 5, 9), point(2, 9, 8), point(3, 7, 8), point(4, 9, 8)]) == 4
     assert crossover([point(1, 5, 9), point(2, 5, 9)]) is None
 

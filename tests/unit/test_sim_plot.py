@@ -20,16 +20,22 @@ def summary(policy: str, makespan_s: float, nodes: int = 8, jobs: int = 1000) ->
 
 
 def comparison(seed: int, workload: str = "table1", jobs: int = 1000) -> Comparison:
-    runs = {p: summary(p, m + 10 * seed, jobs=jobs) for p, m in
-            (("exclusive", 3700.0), ("random", 2450.0), ("knapsack", 2400.0))}
-    footprints = {p: Footprint(6 + (seed == 1 and p == "random"), 3700.0)
-                  for p in ("random", "knapsack")}
+    runs = {
+        p: summary(p, m + 10 * seed, jobs=jobs)
+        for p, m in (("exclusive", 3700.0), ("random", 2450.0), ("knapsack", 2400.0))
+    }
+    footprints = {
+        p: Footprint(6 + (seed == 1 and p == "random"), 3700.0) for p in ("random", "knapsack")
+    }
     return Comparison(workload, seed, 8, jobs, 0.8, runs, footprints)
 
 
 def sweep(seed: int) -> Sweep:
-    runs = {(p, n): summary(p, base - 5 * n + seed, n, 200 * n) for n in (2, 3, 4)
-            for p, base in (("exclusive", 5900.0), ("random", 4350.0), ("knapsack", 4270.0))}
+    runs = {
+        (p, n): summary(p, base - 5 * n + seed, n, 200 * n)
+        for n in (2, 3, 4)
+        for p, base in (("exclusive", 5900.0), ("random", 4350.0), ("knapsack", 4270.0))
+    }
     return Sweep("normal", seed, 0.8, {n: 200 * n for n in (2, 3, 4)}, runs)
 
 
@@ -40,8 +46,11 @@ def drawn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(plt, "close", lambda fig: seen.setdefault("fig", fig))
-    plot.save_figure(tmp_path / "f.png", comparisons={"table1": [comparison(0), comparison(1)]},
-                     sweeps={"pressure (normal)": [sweep(0), sweep(1)]})  # fmt: skip
+    plot.save_figure(
+        tmp_path / "f.png",
+        comparisons={"table1": [comparison(0), comparison(1)]},
+        sweeps={"pressure (normal)": [sweep(0), sweep(1)]},
+    )
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
     return seen
 
@@ -66,21 +75,28 @@ def test_titles_and_axes_speak_the_readers_terms_with_units(drawn: dict[str, Any
         assert all(float(t).is_integer() for t in ticks), ax.get_title()
 
 
-def test_the_paper_is_drawn_beside_coshare_and_legends_cover_no_data(
-        drawn: dict[str, Any]) -> None:  # fmt: skip
+def test_the_paper_is_drawn_beside_coshare_and_legends_cover_no_data(drawn: dict[str, Any]) -> None:
     fig = drawn["fig"]
     fig.canvas.draw()
     bars, footprint, _, reduction = visible(fig)
     labels = [t.get_text() for t in bars.get_legend().get_texts()]
     assert "knapsack (MCCK), paper" in labels and "knapsack (MCCK), coshare" in labels
-    paper = [p.get_height() for c in bars.containers if c.get_label() == "knapsack (MCCK), paper"
-             for p in c.patches]
+    paper = [
+        p.get_height()
+        for c in bars.containers
+        if c.get_label() == "knapsack (MCCK), paper"
+        for p in c.patches
+    ]
     assert paper == [2183.0]  # Table II
     assert any(c.get_label() == "random (MCC), paper" for c in footprint.containers)
     stars = [line for line in reduction.get_lines() if "paper" in line.get_label()]
     assert sorted(float(line.get_ydata()[0]) for line in stars) == [11.0, 40.0]
     for ax in visible(fig):  # error bars over seeds
-        assert any(getattr(c, "has_yerr", False) or type(c).__name__ == "ErrorbarContainer"
-                   or getattr(c, "errorbar", None) is not None for c in ax.containers), ax
+        assert any(
+            getattr(c, "has_yerr", False)
+            or type(c).__name__ == "ErrorbarContainer"
+            or getattr(c, "errorbar", None) is not None
+            for c in ax.containers
+        ), ax
         legend = ax.get_legend().get_window_extent()
         assert legend.y1 <= ax.get_window_extent().y0, ax.get_title()  # below the panel

@@ -28,8 +28,7 @@ VARIANT = {v.name: v for v in VARIANTS}
 
 
 def test_table1_uses_are_one_minus_available() -> None:
-    assert USE == {"hydro": 0.473, "lama": 0.534, "mpiblast": 0.075, "heat2": 0.59,
-                   "heat9": 0.235}  # fmt: skip
+    assert USE == {"hydro": 0.473, "lama": 0.534, "mpiblast": 0.075, "heat2": 0.59, "heat9": 0.235}
 
 
 def test_the_rule_refuses_the_bandwidth_bound_pairs_and_nothing_else() -> None:
@@ -41,21 +40,24 @@ def test_the_rule_refuses_the_bandwidth_bound_pairs_and_nothing_else() -> None:
 def test_co_running_jobs_slow_down_only_while_their_uses_sum_above_one() -> None:
     node = Node("n", 16 * MILLI, 1024)
     two = [host_only(_job("a", "heat2"), 44.0), host_only(_job("b", "heat2"), 44.0)]
-    run = simulate([node], two, MembwPolicy(max_share=float("inf"), programs=USE),
-                   model=BandwidthModel(USE))  # fmt: skip
+    run = simulate(
+        [node], two, MembwPolicy(max_share=float("inf"), programs=USE), model=BandwidthModel(USE)
+    )
     # 0.59 + 0.59 = 1.18: each runs at 1 / (0.41 + 0.59 * 1.18) of its speed.
     assert [r.end_s for r in run.jobs] == pytest.approx([1.0 + 44.0 * (0.41 + 0.59 * 1.18)] * 2)
     light = [host_only(_job("a", "heat2"), 44.0), host_only(_job("b", "heat9"), 20.0)]
-    run = simulate([node], light, MembwPolicy(max_share=float("inf"), programs=USE),
-                   model=BandwidthModel(USE))  # fmt: skip
+    run = simulate(
+        [node], light, MembwPolicy(max_share=float("inf"), programs=USE), model=BandwidthModel(USE)
+    )
     assert [r.end_s for r in run.jobs] == pytest.approx([45.0, 21.0])
 
 
 def test_a_job_speeds_up_again_when_its_partner_ends() -> None:
     node = Node("n", 16 * MILLI, 1024)
     jobs = [host_only(_job("a", "heat2"), 44.0), host_only(_job("b", "heat2"), 10.0)]
-    run = simulate([node], jobs, MembwPolicy(max_share=float("inf"), programs=USE),
-                   model=BandwidthModel(USE))  # fmt: skip
+    run = simulate(
+        [node], jobs, MembwPolicy(max_share=float("inf"), programs=USE), model=BandwidthModel(USE)
+    )
     slow = 0.41 + 0.59 * 1.18
     b_end = 1.0 + 10.0 * slow
     assert run.jobs[1].end_s == pytest.approx(b_end)
@@ -89,8 +91,9 @@ def test_without_records_or_trials_nothing_is_co_scheduled() -> None:
 
 
 def test_a_simulated_probe_does_not_see_jobs_started_after_it() -> None:
-    facts = MeasuredFacts(traits={"a": JobTraits(membw_share=0.5)},
-                          default=NodeHardware(membw_baseline_gbps=40.0))  # fmt: skip
+    facts = MeasuredFacts(
+        traits={"a": JobTraits(membw_share=0.5)}, default=NodeHardware(membw_baseline_gbps=40.0)
+    )
     node = Node("n", 16 * MILLI, 1024)
     late = RunningJob("a", "n", start_time_s=90.0)
     assert facts.facts(100.0, [node], [late])["n"].membw.avail_gbps == 40.0  # type: ignore[union-attr]

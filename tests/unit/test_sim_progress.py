@@ -27,8 +27,9 @@ def test_a_plain_line_every_few_seconds_with_rate_and_time_left() -> None:
     assert out.getvalue() == ""  # not yet: lines come every 5 s
     clock.now += 4
     plain.advance(150)  # 250 jobs in 5 s: 50 jobs/s, 750 left: 15 s
-    assert out.getvalue() == ("coshare simulate table1: 250/1000 jobs (25%), 50 jobs/s, about "
-                              "15 s left\n")
+    assert out.getvalue() == (
+        "coshare simulate table1: 250/1000 jobs (25%), 50 jobs/s, about 15 s left\n"
+    )
     clock.now += 2
     plain.advance(50)
     assert out.getvalue().count("\n") == 1
@@ -57,8 +58,9 @@ def test_unknown_total_counts_without_percentage() -> None:
 
 def test_simulate_counts_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("coshare.sim.progress.PLAIN_EVERY_S", 0.0)  # a line at every run's end
-    result = CliRunner().invoke(cli, ["simulate", "--jobs", "40", "--nodes", "2",
-                                      "--offload-share", "0.5"])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["simulate", "--jobs", "40", "--nodes", "2", "--offload-share", "0.5"]
+    )
     assert result.exit_code == 0, result.output
     lines = [x for x in result.stderr.splitlines() if x.startswith("coshare simulate table1: ")]
     assert lines and lines[0].startswith("coshare simulate table1: 40/120 jobs (33%), ")

@@ -27,20 +27,25 @@ PROFILES, CLUSTER, DATA = load_data()
 
 
 def test_the_data_file_has_the_twelve_programs_and_a_source_for_every_value() -> None:
-    assert sorted(PROFILES) == sorted(["MG", "CG", "EP", "BFS", "LU", "TS", "BW", "WC", "NW",
-                                       "HC", "GAN", "RNN"])  # fmt: skip
+    assert sorted(PROFILES) == sorted(
+        ["MG", "CG", "EP", "BFS", "LU", "TS", "BW", "WC", "NW", "HC", "GAN", "RNN"]
+    )
     classes = {p: PROFILES[p].program_class for p in PROFILES}
     # section 6.1: MG, CG, LU, TS, BW scaling; BFS compact; EP, WC, NW, HC neutral; GAN and
     # RNN cannot leave one node (section 6.4 counts 3 compact)
-    assert sorted(p for p, c in classes.items() if c == "scaling") == ["BW", "CG", "LU", "MG",
-                                                                      "TS"]  # fmt: skip
+    assert sorted(p for p, c in classes.items() if c == "scaling") == ["BW", "CG", "LU", "MG", "TS"]
     assert sorted(p for p, c in classes.items() if c == "neutral") == ["EP", "HC", "NW", "WC"]
     assert sorted(p for p, c in classes.items() if c == "compact") == ["BFS", "GAN", "RNN"]
     for raw in DATA["profiles"]:
         assert set(raw["sources"]) >= {"run_time_s", "ways", "ipc", "membw_gbps"}, raw["program"]
     # the numbers the paper's text gives
-    assert {p: PROFILES[p].ways_for(0.9) for p in ("MG", "CG", "BFS", "EP", "HC")} == \
-        {"MG": 3, "CG": 10, "BFS": 18, "EP": 2, "HC": 2}  # fmt: skip
+    assert {p: PROFILES[p].ways_for(0.9) for p in ("MG", "CG", "BFS", "EP", "HC")} == {
+        "MG": 3,
+        "CG": 10,
+        "BFS": 18,
+        "EP": 2,
+        "HC": 2,
+    }
     assert PROFILES["CG"].best_scale == 2
     assert PROFILES["CG"].speedup(2) == pytest.approx(1.13, abs=1e-4)
     assert PROFILES["MG"].membw_at(20) == 112.0 and PROFILES["CG"].membw_at(20) == 42.9
@@ -60,8 +65,17 @@ def test_sequences_are_the_papers_shape_and_deterministic() -> None:
 
 
 def _one(program: str, processes: int, run_s: float, job_id: str = "a") -> object:
-    job = Job(job_id, kind="cpu", device_count=0, processes=processes, program=program,
-              nodes=1, nodes_max=8, cpu_milli=MILLI, memory_mib=1)  # fmt: skip
+    job = Job(
+        job_id,
+        kind="cpu",
+        device_count=0,
+        processes=processes,
+        program=program,
+        nodes=1,
+        nodes_max=8,
+        cpu_milli=MILLI,
+        memory_mib=1,
+    )
     return host_only(job, run_s)
 
 
@@ -79,13 +93,23 @@ def test_sharing_a_node_slows_by_ways_and_bandwidth_and_never_speeds_up() -> Non
     model = SnsModel(PROFILES, Cluster())
     jobs = [_one("MG", 14, 100.0, "a"), _one("LU", 14, 100.0, "b"), _one("EP", 14, 100.0, "c")]
     # cs puts two 14-process jobs on one node: no ways allocated, bandwidth 98 + 70 > 118
-    result = simulate(Cluster().nodes(1), jobs[:2], make_policy("cs"),  # type: ignore[arg-type]
-                      options=SimOptions(verify=True), model=model)  # fmt: skip
+    result = simulate(
+        Cluster().nodes(1),
+        jobs[:2],
+        make_policy("cs"),  # type: ignore[arg-type]
+        options=SimOptions(verify=True),
+        model=model,
+    )
     slow = {r.id: r.slowdown for r in result.jobs}
     assert slow["a"] is not None and slow["a"] > 1.1 and slow["b"] is not None and slow["b"] > 1.1
     ways = SnsModel(PROFILES, Cluster())
-    light = simulate(Cluster().nodes(1), [jobs[0], jobs[2]], make_policy("cs"),  # type: ignore[list-item]
-                     options=SimOptions(verify=True), model=ways)  # fmt: skip
+    light = simulate(
+        Cluster().nodes(1),
+        [jobs[0], jobs[2]],
+        make_policy("cs"),  # type: ignore[list-item]
+        options=SimOptions(verify=True),
+        model=ways,
+    )
     assert all(r.slowdown is not None and r.slowdown >= 1.0 for r in light.jobs)
 
 
@@ -106,16 +130,22 @@ def test_every_policy_runs_a_sequence_soundly() -> None:
     jobs = list(sequence(PROFILES, 0, 0))
     for name in ("exclusive", "cs", "sns"):
         policy = make_policy(name, PolicyOptions(sns_profiles=PROFILES))
-        result = simulate(CLUSTER.nodes(8), jobs, policy, options=SimOptions(verify=True),
-                          model=SnsModel(PROFILES, CLUSTER))  # fmt: skip
+        result = simulate(
+            CLUSTER.nodes(8),
+            jobs,
+            policy,
+            options=SimOptions(verify=True),
+            model=SnsModel(PROFILES, CLUSTER),
+        )
         assert result.not_run == (), name
 
 
 def test_the_command_prints_the_papers_figures_beside_coshares() -> None:
-    out = CliRunner().invoke(cli, ["simulate", "--workload", "sns", "--seeds", "1",
-                                   "--output", "json"])  # fmt: skip
+    out = CliRunner().invoke(
+        cli, ["simulate", "--workload", "sns", "--seeds", "1", "--output", "json"]
+    )
     assert out.exit_code == 0, out.output
-    data = json.loads(out.output[out.output.index("{"):])
+    data = json.loads(out.output[out.output.index("{") :])
     assert data["paper"]["sns_gain"] == 0.198 and len(data["seeds"]["0"]) == 36
     assert set(data["policies"]) == {"exclusive", "cs", "sns"}
     assert data["policies"]["exclusive"][0]["mean"] == 0.0

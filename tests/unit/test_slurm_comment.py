@@ -60,8 +60,11 @@ def test_a_comment_with_thousands_of_keys_is_refused_not_read_on() -> None:
     # 4,000 keys took 24 s (every key compared with every other) and were all kept; a
     # megabyte of comment could stall the whole cycle.
     comment = "coshare: " + " ".join(f"k{i}=1" for i in range(4000))
-    with pytest.raises(AnnotationError, match="declares too many keys"
-                       r" \(allowed: at most 32 key=value annotations\)"):
+    with pytest.raises(
+        AnnotationError,
+        match="declares too many keys"
+        r" \(allowed: at most 32 key=value annotations\)",
+    ):
         read_annotations("7", comment)
 
 

@@ -21,15 +21,21 @@ TARGET = "coshare-placement;v=1;node=n1;devices=1;at=1800000000;mem_mib=1024;thr
 
 def job(job_id: str, **kw: object) -> SlurmJob:
     base: dict[str, object] = dict(
-        phase="pending", state="PENDING", held=True,
+        phase="pending",
+        state="PENDING",
+        held=True,
         comment="coshare: device-memory=1G device-threads=60",
-    )  # fmt: skip
+    )
     base.update(kw)
     return SlurmJob(job_id, **base)  # type: ignore[arg-type]
 
 
-def edits_for(jobs: list[SlurmJob], plan: Plan, current: list[SlurmJob] | None = None,
-              rejected: tuple[Rejected, ...] = ()):  # type: ignore[no-untyped-def]  # fmt: skip
+def edits_for(
+    jobs: list[SlurmJob],
+    plan: Plan,
+    current: list[SlurmJob] | None = None,
+    rejected: tuple[Rejected, ...] = (),
+):  # type: ignore[no-untyped-def]
     from slurm_addon.edits import plan_edits
 
     v = build_view(NODES, jobs, device_kinds=KINDS, now_s=NOW)
@@ -75,9 +81,11 @@ def test_jobs_that_changed_since_the_read_are_skipped_with_the_reason() -> None:
     current = [
         replace(jobs[0], phase="ended", state="CANCELLED"),
         replace(jobs[1], comment="coshare: device-memory=7G device-threads=60"),
-        replace(jobs[2], admin_comment="coshare-placement;v=1;node=n1;devices=1;at=1;"
-                "mem_mib=1024;threads=60"),
-    ]  # fmt: skip  (job 4 left the queue)
+        replace(
+            jobs[2],
+            admin_comment="coshare-placement;v=1;node=n1;devices=1;at=1;mem_mib=1024;threads=60",
+        ),
+    ]  # (job 4 left the queue)
     e = edits_for(jobs, plan, current=current)
     reasons = {o.job: o.detail for o in e.skipped}
     assert e.writes == ()
@@ -88,27 +96,32 @@ def test_jobs_that_changed_since_the_read_are_skipped_with_the_reason() -> None:
 
 
 def test_unplaced_unheld_jobs_and_expired_placements_are_held_first() -> None:
-    expired = job("2", held=False, admin_comment=TARGET.replace("1800000000", "5"),
-                  required_nodes="n1")  # fmt: skip
+    expired = job(
+        "2", held=False, admin_comment=TARGET.replace("1800000000", "5"), required_nodes="n1"
+    )
     jobs = [job("1", held=False), expired, job("3")]
-    plan = Plan("knapsack", unplaced=(Unplaced("1", "no room"), Unplaced("3", "no room"),
-                                      Unplaced("2", "no room")))  # fmt: skip
+    plan = Plan(
+        "knapsack",
+        unplaced=(Unplaced("1", "no room"), Unplaced("3", "no room"), Unplaced("2", "no room")),
+    )
     e = edits_for(jobs, plan)
     assert [c.job for c in e.close] == ["1", "2"]  # 3 is held already
     assert "not started within" in e.close[1].detail
 
 
 def test_an_expired_placement_planned_elsewhere_is_held_then_moved() -> None:
-    expired = job("2", held=False, admin_comment=TARGET.replace("1800000000", "5"),
-                  required_nodes="n1")  # fmt: skip
+    expired = job(
+        "2", held=False, admin_comment=TARGET.replace("1800000000", "5"), required_nodes="n1"
+    )
     e = edits_for([expired], place("2", device="0"))
     assert [c.job for c in e.close] == ["2"] and [w.job for w in e.writes] == ["2"]
     assert "planned again on n1/0" in e.close[0].detail
 
 
 def test_an_expired_placement_planned_in_the_same_spot_is_left_as_it_is() -> None:
-    expired = job("2", held=False, admin_comment=TARGET.replace("1800000000", "5"),
-                  required_nodes="n1")  # fmt: skip
+    expired = job(
+        "2", held=False, admin_comment=TARGET.replace("1800000000", "5"), required_nodes="n1"
+    )
     e = edits_for([expired], place("2"))
     assert e.close == () and e.writes == () and e.unchanged == ("2",)
 
@@ -125,8 +138,9 @@ def test_refused_jobs_get_the_reason_once_and_stay_held() -> None:
 
 
 def test_multi_node_assignments_and_unsafe_names_fail_cleanly() -> None:
-    spread = Plan("knapsack", assignments=(Assignment("1", "n1", ("0",)),
-                                           Assignment("1", "n2", ("0",))))  # fmt: skip
+    spread = Plan(
+        "knapsack", assignments=(Assignment("1", "n1", ("0",)), Assignment("1", "n2", ("0",)))
+    )
     skipped = edits_for([job("1")], spread).skipped[0].detail
     assert "planned on several nodes but asks for one" in skipped
     weird = Plan("knapsack", assignments=(Assignment("1", "n 1", ("0",)),))
@@ -143,17 +157,20 @@ def test_wait_reasons_go_only_where_no_other_record_is() -> None:
     from slurm_addon.edits import wait_reason_updates
 
     why = Unplaced("0", "needs 240 free device threads")
-    plan = Plan("knapsack", (Assignment("5", "n1", ("0",)),),
-                tuple(replace(why, job=i) for i in ("1", "2", "3", "4", "6", "7")))  # fmt: skip
+    plan = Plan(
+        "knapsack",
+        (Assignment("5", "n1", ("0",)),),
+        tuple(replace(why, job=i) for i in ("1", "2", "3", "4", "6", "7")),
+    )
     current = {
-        "1": job("1"),                                                 # empty: written
+        "1": job("1"),  # empty: written
         "2": job("2", admin_comment="coshare-waiting: no_room: old"),  # older reason: written
         "3": job("3", admin_comment="coshare-waiting: no_room: needs 240 free device threads"),
-        "4": job("4", admin_comment=TARGET),                           # a placement: left alone
-        "5": job("5", admin_comment="coshare-waiting: no_room: x"),    # placed: replaced there
-        "6": job("6", admin_comment="operator: keep"),                 # an operator's own text
-        "7": job("7", held=False),                                     # released: not ours now
-    }  # fmt: skip
+        "4": job("4", admin_comment=TARGET),  # a placement: left alone
+        "5": job("5", admin_comment="coshare-waiting: no_room: x"),  # placed: replaced there
+        "6": job("6", admin_comment="operator: keep"),  # an operator's own text
+        "7": job("7", held=False),  # released: not ours now
+    }
     text = "coshare-waiting: no_room: needs 240 free device threads"
     assert wait_reason_updates(plan, current) == (("1", text), ("2", text))
     assert "refused" not in text and format_refusal("x").startswith("coshare-refused")
@@ -166,13 +183,24 @@ def test_jobs_of_a_lent_core_move_into_the_lending_partition_with_their_placemen
     gpu = job("1", comment="coshare: device-memory=1G device-threads=60 walltime=600")
     cpu = job("2", comment="coshare: kind=cpu walltime=60")
     plain_gpu = job("3")  # no requested time: it can never lend, so it stays where it is
-    running = SlurmJob("9", "active", "RUNNING", nodes=("n1",), cpus=2,
-                       comment="coshare: device-memory=1G device-threads=60 walltime=600",
-                       admin_comment=TARGET.replace("devices=1", "devices=0"),
-                       start_time_s=NOW - 100)  # fmt: skip
-    plan = Plan("collocate", assignments=(Assignment("1", "n1", ("1",)),
-                                          Assignment("2", "n1", harvest_from="9"),
-                                          Assignment("3", "n1", ("1",))))  # fmt: skip
+    running = SlurmJob(
+        "9",
+        "active",
+        "RUNNING",
+        nodes=("n1",),
+        cpus=2,
+        comment="coshare: device-memory=1G device-threads=60 walltime=600",
+        admin_comment=TARGET.replace("devices=1", "devices=0"),
+        start_time_s=NOW - 100,
+    )
+    plan = Plan(
+        "collocate",
+        assignments=(
+            Assignment("1", "n1", ("1",)),
+            Assignment("2", "n1", harvest_from="9"),
+            Assignment("3", "n1", ("1",)),
+        ),
+    )
     jobs = [gpu, cpu, plain_gpu, running]
     v = build_view(NODES, jobs, device_kinds=KINDS, now_s=NOW, lend_partition="coshare-lend")
     (donor,) = [r for r in v.snapshot.running if r.id == "9"]
@@ -187,9 +215,16 @@ def test_jobs_of_a_lent_core_move_into_the_lending_partition_with_their_placemen
     # Without a lending partition a placement on lent cores is not written, with why.
     e = plan_edits(v, plan, (), {j.id: j for j in jobs}, now_s=NOW)
     assert [(f.job, f.detail) for f in e.failed] == [
-        ("2", "placed on lent cores, but slurm.lend_partition is not set")]
+        ("2", "placed on lent cores, but slurm.lend_partition is not set")
+    ]
     # A job coshare moved there is still the managed partition's.
     moved = replace(cpu, partition="coshare-lend")
-    v = build_view(NODES, [moved], device_kinds=KINDS, now_s=NOW, partition="main",
-                   lend_partition="coshare-lend")  # fmt: skip
+    v = build_view(
+        NODES,
+        [moved],
+        device_kinds=KINDS,
+        now_s=NOW,
+        partition="main",
+        lend_partition="coshare-lend",
+    )
     assert [j.id for j in v.snapshot.pending] == ["2"]

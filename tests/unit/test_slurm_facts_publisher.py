@@ -70,13 +70,16 @@ def test_unchanged_facts_are_not_written_again_and_refusals_are_errors(tmp_path:
 
 @pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-1", "abc"])
 def test_an_interval_that_is_not_seconds_in_range_is_refused(
-        value: str, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     # nan made a busy loop of publishing, inf a traceback from Event.wait.
     with pytest.raises(SystemExit) as ended:
         main(["--node", "n1", f"--interval-s={value}"])
     assert ended.value.code == 2
-    assert f"argument --interval-s: {value!r} is not a number of seconds in 0..86400" in \
-        capsys.readouterr().err  # fmt: skip
+    assert (
+        f"argument --interval-s: {value!r} is not a number of seconds in 0..86400"
+        in capsys.readouterr().err
+    )
 
 
 def test_an_interval_above_a_day_is_refused() -> None:

@@ -29,8 +29,9 @@ from ..contract.slurm_recorder import Recorder, ok
 from .test_slurm_prolog import RECORD, node_config_file
 
 NOW = 1_800_000_000.0
-NODES = [Node(f"n{i}", 8000, 16384, (Device("0", 8192, 240), Device("1", 8192, 240)))
-         for i in (1, 2, 3)]  # fmt: skip
+NODES = [
+    Node(f"n{i}", 8000, 16384, (Device("0", 8192, 240), Device("1", 8192, 240))) for i in (1, 2, 3)
+]
 GANG = Shape(nodes=3, processes=5, processes_per_node=2, source="sbatch -N")
 ANNOTATIONS = {"device-memory": "1G", "device-threads": "60"}
 
@@ -43,8 +44,9 @@ def gang_parts() -> tuple[Part, ...]:
 
 
 def test_the_schedulers_request_is_the_gangs_shape() -> None:
-    job = pending_job(Queued("7", ANNOTATIONS, cpu_milli=5000, memory_mib=5 * 300, shape=GANG),
-                      None, gangs=True)  # fmt: skip
+    job = pending_job(
+        Queued("7", ANNOTATIONS, cpu_milli=5000, memory_mib=5 * 300, shape=GANG), None, gangs=True
+    )
     assert (job.nodes, job.nodes_max, job.processes, job.processes_per_node) == (3, None, 5, 2)
     assert (job.cpu_milli, job.memory_mib) == (1000, 300)  # per process
     # An adapter that does not place gangs refuses them, naming the key.
@@ -58,20 +60,29 @@ def test_an_annotation_that_contradicts_the_request_is_refused_naming_the_key() 
     single = Shape(source="sbatch -N")
     # a gang's keys on a job that asks for one node: the scheduler would start it on one
     with pytest.raises(AnnotationError, match=r"nodes-max='4'.*allowed: 1"):
-        pending_job(Queued("8", {**ANNOTATIONS, "nodes-max": "4"}, shape=single), None,
-                    gangs=True)  # fmt: skip
+        pending_job(Queued("8", {**ANNOTATIONS, "nodes-max": "4"}, shape=single), None, gangs=True)
     # agreeing keys are fine; a single-node job's own processes still divide its request
     same = pending_job(Queued("9", {**ANNOTATIONS, "nodes": "3"}, shape=GANG), None, gangs=True)
     assert same.nodes == 3
-    shares = pending_job(Queued("10", {**ANNOTATIONS, "processes": "4"}, cpu_milli=4000,
-                                shape=single), None, gangs=True)  # fmt: skip
+    shares = pending_job(
+        Queued("10", {**ANNOTATIONS, "processes": "4"}, cpu_milli=4000, shape=single),
+        None,
+        gangs=True,
+    )
     assert (shares.processes, shares.cpu_milli) == (4, 1000)
 
 
 def gang_queued(parts: tuple[Part, ...], at_s: float = NOW - 10, gate_open: bool = True) -> Queued:
     placed = Placed(parts[0].node, parts[0].devices, at_s, 1024, 60, parts)
-    return Queued("7", ANNOTATIONS, cpu_milli=5000, memory_mib=1500, placed=placed,
-                  gate_open=gate_open, shape=GANG)  # fmt: skip
+    return Queued(
+        "7",
+        ANNOTATIONS,
+        cpu_milli=5000,
+        memory_mib=1500,
+        placed=placed,
+        gate_open=gate_open,
+        shape=GANG,
+    )
 
 
 def test_a_placed_gang_holds_every_node_with_its_largest_share() -> None:
@@ -80,17 +91,23 @@ def test_a_placed_gang_holds_every_node_with_its_largest_share() -> None:
     # 2, 2 and 1 processes planned; Slurm lays the larger shares out in its own node order,
     # so each node counts 2 processes (never under-counted)
     assert [(r.node, r.devices, r.cpu_milli, r.memory_mib, r.state) for r in book.planned] == [
-        ("n1", ("0",), 2000, 600, "planned"), ("n2", ("1",), 2000, 600, "planned"),
-        ("n3", ("0",), 2000, 600, "planned")]  # fmt: skip
+        ("n1", ("0",), 2000, 600, "planned"),
+        ("n2", ("1",), 2000, 600, "planned"),
+        ("n3", ("0",), 2000, 600, "planned"),
+    ]
 
 
-@pytest.mark.parametrize("parts", [
-    (Part("n1", ("0",), 2), Part("n2", ("1",), 2), Part("n9", ("0",), 1)),  # a node is gone
-    (Part("n1", ("0",), 2), Part("n2", ("7",), 2), Part("n3", ("0",), 1)),  # a device is gone
-    (Part("n1", ("0",), 3), Part("n2", ("1",), 1), Part("n3", ("0",), 1)),  # over per-node
-    (Part("n1", ("0",), 3), Part("n2", ("1",), 2)),                         # too few nodes
-    (Part("n1", ("0",), 2), Part("n2", ("1",), 2), Part("n3", ("0",), 2)),  # 6 of 5
-], ids=["node", "device", "per-node", "nodes", "processes"])  # fmt: skip
+@pytest.mark.parametrize(
+    "parts",
+    [
+        (Part("n1", ("0",), 2), Part("n2", ("1",), 2), Part("n9", ("0",), 1)),  # a node is gone
+        (Part("n1", ("0",), 2), Part("n2", ("7",), 2), Part("n3", ("0",), 1)),  # a device is gone
+        (Part("n1", ("0",), 3), Part("n2", ("1",), 1), Part("n3", ("0",), 1)),  # over per-node
+        (Part("n1", ("0",), 3), Part("n2", ("1",), 2)),  # too few nodes
+        (Part("n1", ("0",), 2), Part("n2", ("1",), 2), Part("n3", ("0",), 2)),  # 6 of 5
+    ],
+    ids=["node", "device", "per-node", "nodes", "processes"],
+)
 def test_a_gang_placement_that_no_longer_adds_up_is_planned_again_whole(
     parts: tuple[Part, ...],
 ) -> None:
@@ -101,8 +118,13 @@ def test_a_gang_placement_that_no_longer_adds_up_is_planned_again_whole(
 
 def test_a_held_gang_with_its_placement_counts_nowhere_and_is_planned_again() -> None:
     # What a cycle killed between the gang's write and its release leaves behind.
-    book = settle([gang_queued(gang_parts(), gate_open=False)], NODES, now_s=NOW,
-                  replan_after_s=300, gangs=True)  # fmt: skip
+    book = settle(
+        [gang_queued(gang_parts(), gate_open=False)],
+        NODES,
+        now_s=NOW,
+        replan_after_s=300,
+        gangs=True,
+    )
     assert [j.id for j in book.pending] == ["7"] and book.planned == () and not book.to_close
 
 
@@ -133,29 +155,41 @@ def test_a_gang_placement_round_trips_and_each_node_sees_its_part() -> None:
     assert parse_placement(text + ";killed=over its memory") == placement
 
 
-@pytest.mark.parametrize("parts", ["n1:2:0,n1:1:1", "n1:0:0", "n1:x:0", "n1:2:0,n 2:1",
-                                   "n2:2:0,n1:2:1", ""])  # fmt: skip
+@pytest.mark.parametrize(
+    "parts", ["n1:2:0,n1:1:1", "n1:0:0", "n1:x:0", "n1:2:0,n 2:1", "n2:2:0,n1:2:1", ""]
+)
 def test_damaged_gang_placements_raise(parts: str) -> None:
     with pytest.raises(PlacementError):
-        parse_placement("coshare-placement;v=1;node=n1;devices=0;at=5;mem_mib=1;threads=1;"
-                        f"parts={parts}")  # fmt: skip
+        parse_placement(
+            f"coshare-placement;v=1;node=n1;devices=0;at=5;mem_mib=1;threads=1;parts={parts}"
+        )
 
 
 def test_a_gang_is_one_update_line_with_its_nodes_count_and_tasks() -> None:
     text = format_placement(Placement("n1", ("0",), 5, 1024, 60, gang_parts()))
     # uneven (2, 2, 1): no TasksPerNode (Slurm would start 6 tasks), 2 CPUs on every node
     line = update_line("7", "n1", text, nodes=("n1", "n2", "n3"), tasks=5, min_cpus_per_node=2)
-    assert line == ("update JobId=7 ReqNodeList=n1,n2,n3 NumNodes=3-3 NumTasks=5 "
-                    f"MinCPUsNode=2 AdminComment={text}\n")  # fmt: skip
-    even = update_line("7", "n1", text, nodes=("n1", "n2", "n3"), tasks=6, tasks_per_node=2,
-                       min_cpus_per_node=4)  # fmt: skip
+    assert line == (
+        "update JobId=7 ReqNodeList=n1,n2,n3 NumNodes=3-3 NumTasks=5 "
+        f"MinCPUsNode=2 AdminComment={text}\n"
+    )
+    even = update_line(
+        "7", "n1", text, nodes=("n1", "n2", "n3"), tasks=6, tasks_per_node=2, min_cpus_per_node=4
+    )
     assert " NumTasks=6 TasksPerNode=2 MinCPUsNode=4 AdminComment=" in even
     with pytest.raises(UnsafeValue, match="node name"):
         update_line("7", "n1", text, nodes=("n1", "n2\nupdate"), tasks=5, min_cpus_per_node=2)
     wide = [f"node{i:04d}" for i in range(500)]
     with pytest.raises(UnsafeValue, match="more than scontrol reads"):
-        update_line("7", "node0000", "coshare-placement", nodes=wide, tasks=500,
-                    tasks_per_node=1, min_cpus_per_node=1)  # fmt: skip
+        update_line(
+            "7",
+            "node0000",
+            "coshare-placement",
+            nodes=wide,
+            tasks=500,
+            tasks_per_node=1,
+            min_cpus_per_node=1,
+        )
 
 
 # -- reading Slurm -------------------------------------------------------------------------
@@ -164,16 +198,31 @@ KINDS = {"fakephi": DeviceKind(memory_mib=8192, threads=240)}
 
 
 def slurm_node(name: str) -> SlurmNode:
-    return SlurmNode(name, "idle", cpus=8, memory_mib=16384,
-                     gres=(GresEntry("gpu", "fakephi", 2),), partitions=("main",))  # fmt: skip
+    return SlurmNode(
+        name,
+        "idle",
+        cpus=8,
+        memory_mib=16384,
+        gres=(GresEntry("gpu", "fakephi", 2),),
+        partitions=("main",),
+    )
 
 
 def slurm_gang(**kw: object) -> SlurmJob:
     base: dict[str, object] = dict(
-        phase="pending", state="PENDING", held=True, partition="main",
-        comment="coshare: device-memory=1G device-threads=60", submit_time_s=NOW - 10,
-        node_count=3, max_nodes=3, tasks=6, tasks_per_node=2, cpus=6, memory_mib=900,
-    )  # fmt: skip
+        phase="pending",
+        state="PENDING",
+        held=True,
+        partition="main",
+        comment="coshare: device-memory=1G device-threads=60",
+        submit_time_s=NOW - 10,
+        node_count=3,
+        max_nodes=3,
+        tasks=6,
+        tasks_per_node=2,
+        cpus=6,
+        memory_mib=900,
+    )
     base.update(kw)
     return SlurmJob("7", **base)  # type: ignore[arg-type]
 
@@ -198,16 +247,27 @@ def test_a_released_gang_holds_its_nodes_and_a_running_one_its_devices_per_node(
     view = build_view(nodes, [placed], device_kinds=KINDS, now_s=NOW)
     assert view.snapshot.pending == () and not view.to_close
     assert {(r.node, r.devices) for r in view.snapshot.running} == {
-        ("csl-n1", ("0",)), ("csl-n2", ("1",)), ("csl-n3", ("0",))}
+        ("csl-n1", ("0",)),
+        ("csl-n2", ("1",)),
+        ("csl-n3", ("0",)),
+    }
     # ReqNodeList changed behind coshare's back: not counted as placed, held and planned again
     moved = slurm_gang(held=False, admin_comment=text, required_nodes="csl-n[1-2,4]")
     view = build_view(nodes, [moved], device_kinds=KINDS, now_s=NOW)
     assert [j.id for j in view.snapshot.pending] == ["7"] and "7" in view.to_close
-    running = slurm_gang(phase="active", state="RUNNING", held=False, admin_comment=text,
-                         nodes=("csl-n1", "csl-n2", "csl-n3"))  # fmt: skip
+    running = slurm_gang(
+        phase="active",
+        state="RUNNING",
+        held=False,
+        admin_comment=text,
+        nodes=("csl-n1", "csl-n2", "csl-n3"),
+    )
     view = build_view(nodes, [running], device_kinds=KINDS, now_s=NOW)
     assert {(r.node, r.devices, r.cpu_milli) for r in view.snapshot.running} == {
-        ("csl-n1", ("0",), 2000), ("csl-n2", ("1",), 2000), ("csl-n3", ("0",), 2000)}
+        ("csl-n1", ("0",), 2000),
+        ("csl-n2", ("1",), 2000),
+        ("csl-n3", ("0",), 2000),
+    }
 
 
 # -- the node side -------------------------------------------------------------------------
@@ -234,7 +294,11 @@ def test_a_recorded_gang_update_is_taken_and_read_back_whole() -> None:
     jobs = {j.id: j for j in parse_squeue_json((FIXTURES / "squeue-gang.json").read_text())}
     gang = jobs[ids["gang"]]
     assert gang.held and (gang.node_count, gang.max_nodes, gang.tasks, gang.tasks_per_node) == (
-        3, 3, 6, 2)  # fmt: skip
+        3,
+        3,
+        6,
+        2,
+    )
     placement = parse_placement(gang.admin_comment)
     assert placement is not None and placement.nodes == ("csl-n1", "csl-n2", "csl-n3")
     nodes = [slurm_node(f"csl-n{i}") for i in (1, 2, 3, 4)]
@@ -244,7 +308,10 @@ def test_a_recorded_gang_update_is_taken_and_read_back_whole() -> None:
     view = build_view(nodes, [released], device_kinds=KINDS, now_s=placement.at_s + 10.0)
     assert view.snapshot.pending == ()
     assert [(r.node, r.devices) for r in view.snapshot.running] == [
-        ("csl-n1", ("0",)), ("csl-n2", ("1",)), ("csl-n3", ("0",))]
+        ("csl-n1", ("0",)),
+        ("csl-n2", ("1",)),
+        ("csl-n3", ("0",)),
+    ]
 
 
 DETAIL = """JobId=7 JobName=gang
@@ -281,9 +348,8 @@ def test_the_prolog_of_each_node_makes_that_nodes_group(
     monkeypatch.setenv("SLURM_JOB_UID", "1000")
     monkeypatch.setenv("SLURMD_NODENAME", "csl-n2")
     prolog.prolog_main()
-    (_, job, here, allocation, _), = calls
-    assert (job, here.node, here.devices, allocation) == ("7", "csl-n2", ("1",),
-                                                           Allocation(2, 600))
+    ((_, job, here, allocation, _),) = calls
+    assert (job, here.node, here.devices, allocation) == ("7", "csl-n2", ("1",), Allocation(2, 600))
     lines, status = prolog.task_environment(placement, "csl-n3", "7")
     assert status == 0 and "export CUDA_VISIBLE_DEVICES=0" in lines
     lines, status = prolog.task_environment(placement, "csl-n4", "7")
@@ -292,7 +358,8 @@ def test_the_prolog_of_each_node_makes_that_nodes_group(
 
 def test_held_counts_a_single_node_job_as_before() -> None:
     job = Job("1", 1024, 60, cpu_milli=1000, processes=2)
-    queued = Queued("1", {}, cpu_milli=3000, placed=Placed("n1", ("0",), 1.0, 1024, 60),
-                    gate_open=True)  # fmt: skip
+    queued = Queued(
+        "1", {}, cpu_milli=3000, placed=Placed("n1", ("0",), 1.0, 1024, 60), gate_open=True
+    )
     [r] = held(queued, job)
     assert (r.node, r.cpu_milli) == ("n1", 3000)

@@ -113,13 +113,25 @@ def test_a_token_ending_in_a_newline_is_not_safe() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("at", "\u0661\u0662"), ("at", " 12"), ("at", "1_000"), ("mem_mib", "9" * 20),
-     ("mem_mib", "2097152"), ("threads", "-1")],
+    [
+        ("at", "\u0661\u0662"),
+        ("at", " 12"),
+        ("at", "1_000"),
+        ("mem_mib", "9" * 20),
+        ("mem_mib", "2097152"),
+        ("threads", "-1"),
+    ],
 )
 def test_placement_numbers_are_ascii_digits_within_the_bounds(field: str, value: str) -> None:
     # int() took "١٢", " 12" and "1_000"; no size was bounded.
-    fields = {"node": "n1", "devices": "0", "at": "5", "mem_mib": "10", "threads": "2",
-              field: value}  # fmt: skip
+    fields = {
+        "node": "n1",
+        "devices": "0",
+        "at": "5",
+        "mem_mib": "10",
+        "threads": "2",
+        field: value,
+    }
     text = "coshare-placement;v=1;" + ";".join(f"{k}={v}" for k, v in fields.items())
     with pytest.raises(PlacementError, match=f"placement field {field}="):
         parse_placement(text)
@@ -139,7 +151,10 @@ def test_a_harvest_placement_round_trips_and_only_a_single_node_cpu_job_carries_
         format_placement(Placement("n1", ("0",), 7, 0, 0, harvest_from="12"))
     for bad in ("harvest=1 2", "harvest=", "devices=0;harvest=12"):
         base = "coshare-placement;v=1;node=n1;devices=;at=1;mem_mib=0;threads=0"
-        text = base.replace("devices=;", "") + ";" + bad if bad.startswith("devices") \
-            else f"{base};{bad}"  # fmt: skip
+        text = (
+            base.replace("devices=;", "") + ";" + bad
+            if bad.startswith("devices")
+            else f"{base};{bad}"
+        )
         with pytest.raises(PlacementError):
             parse_placement(text)

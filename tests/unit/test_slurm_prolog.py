@@ -53,8 +53,13 @@ def test_read_placement_asks_for_one_jobs_admin_comment() -> None:
     c, runner = client_answering(format_placement(P))
     assert prolog.read_placement({"SLURM_JOB_ID": "42"}, c) == P
     assert runner.calls[0][0] == [
-        "squeue", "--noheader", "--jobs", "42", "--Format", "admin_comment:0",
-    ]  # fmt: skip
+        "squeue",
+        "--noheader",
+        "--jobs",
+        "42",
+        "--Format",
+        "admin_comment:0",
+    ]
     assert prolog.read_placement({}, c) is None
     assert prolog.read_placement({"SLURM_JOB_ID": "42"}, client_answering("")[0]) is None
 
@@ -91,28 +96,36 @@ def test_task_prolog_ignores_the_users_coshare_overrides(
 def node_config_file(tmp: Path) -> Path:
     state = tmp / "state"
     path = tmp / "coshare.yaml"
-    path.write_text(f"node: {{state_dir: {state}, control_socket: {state}/control.sock, "
-                    f"gate_socket: {state}/gate.sock, cgroup_root: {tmp / 'no-cgroups'}}}\n")
+    path.write_text(
+        f"node: {{state_dir: {state}, control_socket: {state}/control.sock, "
+        f"gate_socket: {state}/gate.sock, cgroup_root: {tmp / 'no-cgroups'}}}\n"
+    )
     return path
 
 
 def allocation_client(line: str) -> SlurmClient:
-    return SlurmClient(SlurmConfig(), runner=Recorder(lambda argv, stdin: ok(argv, line)),
-                       environ={})  # fmt: skip
+    return SlurmClient(
+        SlurmConfig(), runner=Recorder(lambda argv, stdin: ok(argv, line)), environ={}
+    )
 
 
 def test_prolog_sets_up_a_placed_job_with_its_allocation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls = []
-    monkeypatch.setattr(prolog, "prolog_client", lambda environ: allocation_client(
-        f"cpu=2,mem=1500M,node=1,billing=2|{format_placement(P)}"))
+    monkeypatch.setattr(
+        prolog,
+        "prolog_client",
+        lambda environ: allocation_client(
+            f"cpu=2,mem=1500M,node=1,billing=2|{format_placement(P)}"
+        ),
+    )
     monkeypatch.setattr(prolog.node_hooks, "on_job_start", lambda *a: calls.append(a) or RECORD)
     monkeypatch.setenv("COSHARE_CONFIG", str(node_config_file(tmp_path)))
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("SLURM_JOB_UID", "1000")
     prolog.prolog_main()
-    (config, job, placement, allocation, uid), = calls
+    ((config, job, placement, allocation, uid),) = calls
     assert (job, placement, allocation, uid) == ("42", P, Allocation(2, 1500), 1000)
     assert config.state_dir == str(tmp_path / "state")
 
@@ -122,8 +135,13 @@ def test_prolog_refuses_a_placed_job_that_starts_on_another_node(
 ) -> None:
     # The placement names csl-n1; Slurm starts the job on csl-n2 (its ReqNodeList was changed):
     # no group is made, and the TaskProlog fails the job with the reason.
-    monkeypatch.setattr(prolog, "prolog_client", lambda environ: allocation_client(
-        f"cpu=2,mem=1500M,node=1,billing=2|{format_placement(P)}"))
+    monkeypatch.setattr(
+        prolog,
+        "prolog_client",
+        lambda environ: allocation_client(
+            f"cpu=2,mem=1500M,node=1,billing=2|{format_placement(P)}"
+        ),
+    )
     monkeypatch.setattr(prolog.node_hooks, "on_job_start", lambda *a: pytest.fail("set up"))
     monkeypatch.setenv("COSHARE_CONFIG", str(node_config_file(tmp_path)))
     monkeypatch.setenv("SLURM_JOB_ID", "42")
@@ -131,20 +149,27 @@ def test_prolog_refuses_a_placed_job_that_starts_on_another_node(
     monkeypatch.setenv("SLURMD_NODENAME", "csl-n2")
     prolog.prolog_main()
     config = prolog.node_config({"COSHARE_CONFIG": str(node_config_file(tmp_path))})
-    lines, status = task_prolog(config.control_socket, config.gate_socket, config.state_dir,
-                                {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "csl-n2"})  # fmt: skip
+    lines, status = task_prolog(
+        config.control_socket,
+        config.gate_socket,
+        config.state_dir,
+        {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "csl-n2"},
+    )
     assert status == 1
-    assert lines == ["print coshare: job 42 cannot run on csl-n2: job 42 was placed on csl-n1 "
-                     "but starts on csl-n2; coshare planned its devices and limits for csl-n1 "
-                     "only, so it does not run here (cancel and resubmit it, or have an "
-                     "operator release it to be placed again)"]  # fmt: skip
+    assert lines == [
+        "print coshare: job 42 cannot run on csl-n2: job 42 was placed on csl-n1 "
+        "but starts on csl-n2; coshare planned its devices and limits for csl-n1 "
+        "only, so it does not run here (cancel and resubmit it, or have an "
+        "operator release it to be placed again)"
+    ]
 
 
 def test_prolog_leaves_jobs_without_a_placement_alone(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(prolog, "prolog_client",
-                        lambda environ: allocation_client("cpu=1,mem=256M,node=1|(null)"))
+    monkeypatch.setattr(
+        prolog, "prolog_client", lambda environ: allocation_client("cpu=1,mem=256M,node=1|(null)")
+    )
     monkeypatch.setattr(prolog.node_hooks, "on_job_start", lambda *a: pytest.fail("called"))
     monkeypatch.setenv("SLURM_JOB_ID", "43")
     prolog.prolog_main()
@@ -156,12 +181,20 @@ def test_a_job_whose_group_cannot_be_made_is_failed_by_its_task_prolog(tmp_path:
     config = prolog.node_config({"COSHARE_CONFIG": str(node_config_file(tmp_path))})
     with pytest.raises(CoshareError, match="no cgroups at"):
         node_hooks.on_job_start(config, "42", P, Allocation(1, 100), 1000)
-    lines, status = task_prolog(config.control_socket, config.gate_socket, config.state_dir,
-                                {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "csl-n1"})  # fmt: skip
+    lines, status = task_prolog(
+        config.control_socket,
+        config.gate_socket,
+        config.state_dir,
+        {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "csl-n1"},
+    )
     assert status == 1
     assert lines[0].startswith("print coshare: job 42 cannot run on csl-n1: no cgroups at")
-    assert task_prolog(config.control_socket, config.gate_socket, config.state_dir,
-                       {"SLURM_JOB_ID": "44"}) is None  # not coshare's job: nothing  # fmt: skip
+    assert (
+        task_prolog(
+            config.control_socket, config.gate_socket, config.state_dir, {"SLURM_JOB_ID": "44"}
+        )
+        is None
+    )  # not coshare's job: nothing
 
 
 def test_epilog_tells_the_user_why_coshare_killed_the_job(tmp_path: Path) -> None:
@@ -179,21 +212,28 @@ def test_epilog_tells_the_user_why_coshare_killed_the_job(tmp_path: Path) -> Non
     runner = Recorder(answer)
     client = SlurmClient(SlurmConfig(), runner=runner, environ={})
     appended = Recorder(lambda argv, stdin: ok(argv))
-    problems = node_hooks.report_kill(client, "42", "coshare killed job 42: too much", 1000,
-                                      100, runner=appended)  # fmt: skip
+    problems = node_hooks.report_kill(
+        client, "42", "coshare killed job 42: too much", 1000, 100, runner=appended
+    )
     assert problems == []
     sacctmgr = next(argv for argv, _ in runner.calls if argv[0] == "sacctmgr")
     killed = "killed=coshare killed job 42: too much"
     assert sacctmgr[-1] == f"AdminComment={format_placement(P)};{killed}"
-    (argv, text), = appended.calls
+    ((argv, text),) = appended.calls
     assert argv[:4] == ["setpriv", "--reuid=1000", "--regid=100", "--clear-groups"]
-    assert argv[4:] == ["dd", "of=/home/u/out dir/42.err", "oflag=append,nofollow",
-                        "conv=notrunc,nocreat", "status=none"]  # fmt: skip
+    assert argv[4:] == [
+        "dd",
+        "of=/home/u/out dir/42.err",
+        "oflag=append,nofollow",
+        "conv=notrunc,nocreat",
+        "status=none",
+    ]
     assert text == "coshare: coshare killed job 42: too much\n"
 
 
-def test_programs_never_fail_the_job(monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_programs_never_fail_the_job(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def broken(environ: object) -> None:
         raise RuntimeError("squeue exploded")
 

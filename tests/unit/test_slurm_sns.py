@@ -73,11 +73,23 @@ def test_the_format_stays_version_1_and_older_placements_read_as_before() -> Non
     assert all(p.llc_ways is None for p in old.parts) and old.ways_by_node == {}
 
 
-@pytest.mark.parametrize("tail", [
-    ";spread=2:2", ";spread=0:2:8", ";spread=2:x:8", ";spread=2:2:8:1", ";spread=",
-    ";ways=n3:3", ";ways=n1:0", ";ways=n1:65", ";ways=n1:3,n1:3", ";ways=n1", ";ways=n 1:3",
-    ";ways=",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tail",
+    [
+        ";spread=2:2",
+        ";spread=0:2:8",
+        ";spread=2:x:8",
+        ";spread=2:2:8:1",
+        ";spread=",
+        ";ways=n3:3",
+        ";ways=n1:0",
+        ";ways=n1:65",
+        ";ways=n1:3,n1:3",
+        ";ways=n1",
+        ";ways=n 1:3",
+        ";ways=",
+    ],
+)
 def test_damaged_spread_and_ways_fields_raise(tail: str) -> None:
     with pytest.raises(PlacementError):
         parse_placement(HEAD + ";parts=n1:8,n2:8" + tail)
@@ -92,8 +104,16 @@ def test_ways_outside_the_range_are_never_written() -> None:
 
 
 def test_a_bandwidth_cap_round_trips_and_bad_ones_are_refused() -> None:
-    capped = Placement("n1", (), 5, 0, 0, (Part("n1", (), 8, 3), Part("n2", (), 8, 3)), 3,
-                       Spread("", 2, 2, 8, membw_gbps=23.456789))  # fmt: skip
+    capped = Placement(
+        "n1",
+        (),
+        5,
+        0,
+        0,
+        (Part("n1", (), 8, 3), Part("n2", (), 8, 3)),
+        3,
+        Spread("", 2, 2, 8, membw_gbps=23.456789),
+    )
     text = format_placement(capped)
     assert text.endswith(";spread=2:2:8;membw=23.457;ways=n1:3,n2:3")
     back = parse_placement(text)
@@ -105,8 +125,9 @@ def test_a_bandwidth_cap_round_trips_and_bad_ones_are_refused() -> None:
             parse_placement(text.replace("membw=23.457", bad))
     for cap in (0.0, float("nan"), 1e9):
         with pytest.raises(PlacementError, match="membw"):
-            format_placement(Placement("n1", (), 5, 0, 0, (), None,
-                                       Spread("", 1, 1, 1, membw_gbps=cap)))  # fmt: skip
+            format_placement(
+                Placement("n1", (), 5, 0, 0, (), None, Spread("", 1, 1, 1, membw_gbps=cap))
+            )
 
 
 def test_sns_with_mba_puts_the_admitted_bandwidth_in_the_spread() -> None:
@@ -150,13 +171,15 @@ def test_a_spread_plan_becomes_one_write_with_each_nodes_ways_and_is_kept_when_r
     (write,) = d.writes
     assert write.spread == spread and write.llc_ways == spread.ways
     assert [p.llc_ways for p in write.parts] == [spread.ways] * spread.nodes
-    text = format_placement(Placement(write.node, write.devices, 5, 0, 0, write.parts,
-                                      write.llc_ways, write.spread))  # fmt: skip
+    text = format_placement(
+        Placement(write.node, write.devices, 5, 0, 0, write.parts, write.llc_ways, write.spread)
+    )
     placement = parse_placement(text)
     assert placement is not None
     assert placement.spread == Spread("", spread.scale, spread.nodes, spread.cores_per_node)
-    placed = Placed(placement.node, placement.devices, 5.0, 0, 0, placement.parts,
-                    placement.llc_ways)  # fmt: skip
+    placed = Placed(
+        placement.node, placement.devices, 5.0, 0, 0, placement.parts, placement.llc_ways
+    )
     # once written and released, the same plan writes nothing (the ways are part of the spot)
     again = decide(plan, pending, {}, [], {"a": Current("a", "pending", True, True, placed)})
     assert again.unchanged == ("a",) and not again.writes
@@ -167,8 +190,14 @@ def test_a_spread_plan_becomes_one_write_with_each_nodes_ways_and_is_kept_when_r
 
 def test_placed_of_keeps_a_single_node_jobs_ways() -> None:
     placement = Placement("n3", (), 5, 0, 0, (), 4, Spread("", 1, 1, 4))
-    slurm_job = SlurmJob(id="9", phase="pending", state="PENDING", comment="",
-                         admin_comment=format_placement(placement), required_nodes="n3")
+    slurm_job = SlurmJob(
+        id="9",
+        phase="pending",
+        state="PENDING",
+        comment="",
+        admin_comment=format_placement(placement),
+        required_nodes="n3",
+    )
     placed = placed_of(placement, slurm_job)
     assert placed is not None and placed.llc_ways == 4 and placed.spots[0].llc_ways == 4
 
@@ -203,9 +232,11 @@ def test_slurm_applies_a_plan_that_allocates_ways_and_htcondor_refuses_it_naming
     assert writes_llc_ways(SlurmAdapter) and not writes_llc_ways(CondorAdapter)
     assert ways_refusal(plan, SlurmAdapter) is None
     why = ways_refusal(plan, CondorAdapter)
-    assert why is not None and why.startswith("the plan allocates LLC ways (a), which this live "
-                                              "cycle cannot write: the HTCondor adapter records "
-                                              "no LLC ways")  # fmt: skip
+    assert why is not None and why.startswith(
+        "the plan allocates LLC ways (a), which this live "
+        "cycle cannot write: the HTCondor adapter records "
+        "no LLC ways"
+    )
     editor = _Writes()
     report = run_cycle(_Source(snap), sns(), editor)
     assert editor.applied == 1 and report.plan.spreads[0].ways is not None
@@ -239,16 +270,22 @@ def test_tasks_are_told_the_spread_and_ways_or_that_the_node_has_no_resctrl(
     here = GANG.on("n2")
     assert here is not None
     assert node_hooks.sns_task_env(config, "42", here, RECORD_WAYS) == [
-        "export COSHARE_SPREAD=2:2:8", "export COSHARE_LLC_WAYS=3"]
+        "export COSHARE_SPREAD=2:2:8",
+        "export COSHARE_LLC_WAYS=3",
+    ]
     absent = replace(config, resctrl_root=str(tmp_path / "no-resctrl"))
     lines = node_hooks.sns_task_env(absent, "42", replace(here, llc_ways=None), RECORD)
     assert lines[:2] == ["export COSHARE_SPREAD=2:2:8", "export COSHARE_LLC_WAYS=unsupported"]
-    assert lines[2] == (f"print coshare: job 42 runs on n2 without LLC way allocation: "
-                        f"unsupported: resctrl L3 (cache ways): resctrl is not mounted there "
-                        f"({tmp_path / 'no-resctrl' / 'info' / 'L3' / 'cbm_mask'})")  # fmt: skip
+    assert lines[2] == (
+        f"print coshare: job 42 runs on n2 without LLC way allocation: "
+        f"unsupported: resctrl L3 (cache ways): resctrl is not mounted there "
+        f"({tmp_path / 'no-resctrl' / 'info' / 'L3' / 'cbm_mask'})"
+    )
     present = replace(config, resctrl_root=str(make_resctrl(tmp_path / "resctrl")))
     assert node_hooks.sns_task_env(present, "42", replace(here, llc_ways=None), RECORD) == [
-        "export COSHARE_SPREAD=2:2:8", "export COSHARE_LLC_WAYS=none"]
+        "export COSHARE_SPREAD=2:2:8",
+        "export COSHARE_LLC_WAYS=none",
+    ]
     # not a Spread-n-Share placement: nothing told
     assert node_hooks.sns_task_env(config, "42", Placement("n1", (), 5, 0, 0), RECORD) == []
 
@@ -257,8 +294,9 @@ def test_without_a_node_daemon_the_task_prolog_says_the_ways_were_not_made() -> 
     lines, status = prolog.task_environment(GANG, "n2", "42")
     assert status == 0 and "export COSHARE_SPREAD=2:2:8" in lines
     assert "export COSHARE_LLC_WAYS=unsupported" in lines
-    assert lines[-1] == ("print coshare: job 42 runs on n2 without its 3 LLC ways: no coshare "
-                         "node daemon here")  # fmt: skip
+    assert lines[-1] == (
+        "print coshare: job 42 runs on n2 without its 3 LLC ways: no coshare node daemon here"
+    )
 
 
 def test_the_task_prolog_passes_only_coshare_exports_and_prints_the_prolog_recorded(
@@ -270,15 +308,19 @@ def test_the_task_prolog_passes_only_coshare_exports_and_prints_the_prolog_recor
     (jobs / "job-42.taskenv").write_text(
         "export COSHARE_SPREAD=2:2:8\nexport COSHARE_LLC_WAYS=unsupported\n"
         "print coshare: job 42 runs on n2 without LLC way allocation: unsupported (/x)\n"
-        "export PATH=/tmp/evil\nexport COSHARE_X=$(id)\nrm -rf /\n")  # fmt: skip
+        "export PATH=/tmp/evil\nexport COSHARE_X=$(id)\nrm -rf /\n"
+    )
     monkeypatch.setattr(launcher, "request", lambda socket, text: {"cpus": "0"})
-    told = launcher.task_prolog("/none.sock", "/gate.sock", str(tmp_path),
-                                {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "n2"})  # fmt: skip
+    told = launcher.task_prolog(
+        "/none.sock", "/gate.sock", str(tmp_path), {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "n2"}
+    )
     assert told is not None and told[1] == 0
     lines = told[0]
-    assert lines[-3:] == ["export COSHARE_SPREAD=2:2:8", "export COSHARE_LLC_WAYS=unsupported",
-                          "print coshare: job 42 runs on n2 without LLC way allocation: "
-                          "unsupported (/x)"]  # fmt: skip
+    assert lines[-3:] == [
+        "export COSHARE_SPREAD=2:2:8",
+        "export COSHARE_LLC_WAYS=unsupported",
+        "print coshare: job 42 runs on n2 without LLC way allocation: unsupported (/x)",
+    ]
     assert not any("PATH" in line or "id)" in line or "rm " in line for line in lines)
 
 
@@ -287,20 +329,35 @@ def test_a_gang_planned_on_one_node_is_written_pinned_and_read_back_placed() -> 
     # so read back it is a single-node job: its placement has no parts, or the ledger would
     # find the parts of a job that is no gang "gone" and plan it again.
     nodes = [slurm_node(f"csl-n{i}") for i in (1, 2)]
-    pending = slurm_gang(comment="coshare: program=X", node_count=1, max_nodes=2, tasks=4,
-                         tasks_per_node=0, cpus=4)  # fmt: skip
+    pending = slurm_gang(
+        comment="coshare: program=X", node_count=1, max_nodes=2, tasks=4, tasks_per_node=0, cpus=4
+    )
     view = build_view(nodes, [pending], device_kinds=KINDS, now_s=NOW)
     (job_now,) = view.snapshot.pending
     assert job_now.is_gang and job_now.processes == 4
-    plan = Plan("sns", (Assignment("7", "csl-n2", processes=4, llc_ways=3),),
-                spreads=(Spread("7", 1, 1, 4, 3),))  # fmt: skip
+    plan = Plan(
+        "sns",
+        (Assignment("7", "csl-n2", processes=4, llc_ways=3),),
+        spreads=(Spread("7", 1, 1, 4, 3),),
+    )
     (write,) = plan_edits(view, plan, [], {"7": pending}, now_s=NOW).writes
     assert (write.nodes, write.tasks, write.tasks_per_node, write.min_cpus_per_node) == (
-        ("csl-n2",), 4, 4, 4)  # NumNodes=1-1 NumTasks=4 TasksPerNode=4 MinCPUsNode=4
+        ("csl-n2",),
+        4,
+        4,
+        4,
+    )  # NumNodes=1-1 NumTasks=4 TasksPerNode=4 MinCPUsNode=4
     assert write.admin_comment.endswith(";threads=0;spread=1:1:4;ways=csl-n2:3")
-    written = replace(pending, held=False, priority=1000, required_nodes="csl-n2",
-                      node_count=1, max_nodes=1, tasks_per_node=4,
-                      admin_comment=write.admin_comment)  # fmt: skip
+    written = replace(
+        pending,
+        held=False,
+        priority=1000,
+        required_nodes="csl-n2",
+        node_count=1,
+        max_nodes=1,
+        tasks_per_node=4,
+        admin_comment=write.admin_comment,
+    )
     again = build_view(nodes, [written], device_kinds=KINDS, now_s=NOW + 5)
     assert again.snapshot.pending == () and not again.to_close
     (holding,) = again.snapshot.running
@@ -313,6 +370,8 @@ def test_without_a_node_daemon_the_tasks_hear_the_cap_is_not_applied() -> None:
     capped = Placement("n1", (), 5, 0, 0, (), 4, Spread("", 1, 1, 4, membw_gbps=12.5))
     lines, status = prolog.task_environment(capped, "n1", "7")
     assert status == 0
-    assert lines[-2:] == ["export COSHARE_MEMBW_PERCENT=unsupported",
-                          "print coshare: job 7 runs on n1 without its memory bandwidth cap "
-                          "(12.5 GB/s): no coshare node daemon here"]  # fmt: skip
+    assert lines[-2:] == [
+        "export COSHARE_MEMBW_PERCENT=unsupported",
+        "print coshare: job 7 runs on n1 without its memory bandwidth cap "
+        "(12.5 GB/s): no coshare node daemon here",
+    ]

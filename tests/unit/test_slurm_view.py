@@ -20,15 +20,26 @@ PLACED = "coshare-placement;v=1;node=n1;devices=1;at={at};mem_mib=1024;threads=6
 
 
 def node(name: str = "n1", devices: int = 2, kind: str = "fakephi", **kw: object) -> SlurmNode:
-    return SlurmNode(name, "idle", cpus=8, memory_mib=16384,
-                     gres=(GresEntry("gpu", kind, devices),), partitions=("main",), **kw)  # type: ignore[arg-type]  # fmt: skip
+    return SlurmNode(
+        name,
+        "idle",
+        cpus=8,
+        memory_mib=16384,
+        gres=(GresEntry("gpu", kind, devices),),
+        partitions=("main",),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def job(job_id: str, **kw: object) -> SlurmJob:
     base: dict[str, object] = dict(
-        phase="pending", state="PENDING", held=True, partition="main",
-        comment="coshare: device-memory=1G device-threads=60", submit_time_s=NOW - 10,
-    )  # fmt: skip
+        phase="pending",
+        state="PENDING",
+        held=True,
+        partition="main",
+        comment="coshare: device-memory=1G device-threads=60",
+        submit_time_s=NOW - 10,
+    )
     base.update(kw)
     return SlurmJob(job_id, **base)  # type: ignore[arg-type]
 
@@ -57,8 +68,12 @@ def test_recorded_cluster() -> None:
     assert pending == {ids["good"], ids["placed"], ids["multi"]}
     gang = next(j for j in snap.pending if j.id == ids["multi"])
     # Slurm's -N 2 (tasks 2, DefMemPerCPU 256): two processes of 1 core and 256 MiB each
-    assert (gang.nodes, gang.nodes_max, gang.processes, gang.processes_per_node) == (2, None, 2,
-                                                                                     None)
+    assert (gang.nodes, gang.nodes_max, gang.processes, gang.processes_per_node) == (
+        2,
+        None,
+        2,
+        None,
+    )
     assert (gang.cpu_milli, gang.memory_mib, gang.device_count) == (1000, 256, 1)
     refused = {r.job: r.reason for r in v.rejected}
     assert "device-memory='abc' is not a number" in refused[ids["bad"]]
@@ -72,12 +87,16 @@ def test_recorded_cluster() -> None:
     running = {(r.id, r.node): r for r in snap.running}
     placed_run = running[(ids["running"], "csl-n1")]
     assert (placed_run.devices, placed_run.device_memory_mib, placed_run.device_threads) == (
-        ("0",), 512, 30,
-    )  # fmt: skip
+        ("0",),
+        512,
+        30,
+    )
     gres_run = running[(ids["gpu"], "csl-n1")]  # Slurm gave it device 0: all of it
     assert (gres_run.devices, gres_run.device_memory_mib, gres_run.device_threads) == (
-        ("0",), 8192, 240,
-    )  # fmt: skip
+        ("0",),
+        8192,
+        240,
+    )
     plain = running[(ids["plain"], "csl-n1")]
     assert (plain.devices, plain.cpu_milli, plain.memory_mib) == ((), 1000, 100)
     assert ids["done"] not in {r.id for r in snap.running}
@@ -148,11 +167,17 @@ def test_running_annotated_job_without_placement_is_noted() -> None:
 
 def test_planned_and_running_jobs_are_respected_by_the_plan() -> None:
     jobs = [
-        job("1", phase="active", state="RUNNING", held=False, nodes=("n1",),
-            admin_comment="coshare-placement;v=1;node=n1;devices=0;at=1;mem_mib=8000;threads=60"),
+        job(
+            "1",
+            phase="active",
+            state="RUNNING",
+            held=False,
+            nodes=("n1",),
+            admin_comment="coshare-placement;v=1;node=n1;devices=0;at=1;mem_mib=8000;threads=60",
+        ),
         job("2", held=False, admin_comment=PLACED.format(at=int(NOW)).replace("1024", "8000")),
         job("3", comment="coshare: device-memory=1000 device-threads=10"),
-    ]  # fmt: skip
+    ]
     v = view([node()], jobs)
     plan = make_policy("knapsack").plan(v.snapshot)
     assert check_plan(v.snapshot, plan) == []
@@ -167,10 +192,15 @@ def test_processes_share_the_jobs_slurm_request() -> None:
 
 
 def test_gres_types_match_kinds_ignoring_case_and_separators() -> None:
-    v = build_view([node(kind="V100M16")], [], now_s=NOW,
-                   device_kinds={"v100-m16": DeviceKind(memory_mib=16384, threads=163840)})
+    v = build_view(
+        [node(kind="V100M16")],
+        [],
+        now_s=NOW,
+        device_kinds={"v100-m16": DeviceKind(memory_mib=16384, threads=163840)},
+    )
     assert [(d.memory_mib, d.model) for d in v.snapshot.nodes[0].devices] == [
-        (16384, "V100M16")] * 2
+        (16384, "V100M16")
+    ] * 2
 
 
 def test_a_placement_whose_reqnodelist_differs_is_not_counted() -> None:
@@ -202,8 +232,10 @@ def test_a_node_with_more_devices_than_the_bound_is_left_out_and_the_others_plan
     huge = node("n2", devices=99_999_999_999)  # sinfo said gpu:fakephi:99999999999
     v = view([node("n1"), huge], [job("5")])
     assert [n.name for n in v.snapshot.nodes] == ["n1"]
-    assert ("node n2: gres='gpu:99999999999' is outside what coshare accepts (allowed: at most "
-            "1024 devices); node left out of this cycle") in v.notes  # fmt: skip
+    assert (
+        "node n2: gres='gpu:99999999999' is outside what coshare accepts (allowed: at most "
+        "1024 devices); node left out of this cycle"
+    ) in v.notes
     plan = make_policy("knapsack").plan(v.snapshot)
     assert [(a.job, a.node) for a in plan.assignments] == [("5", "n1")]
 
@@ -213,19 +245,30 @@ def test_a_pending_job_with_an_unreadable_number_is_refused_naming_the_field() -
     v = view([node()], [bad, job("7")])
     assert [j.id for j in v.snapshot.pending] == ["7"]
     assert [(r.job, r.reason) for r in v.rejected] == [
-        ("6", "job 6: cpus=nan is not a number (allowed: a number 0..1048576)")]
+        ("6", "job 6: cpus=nan is not a number (allowed: a number 0..1048576)")
+    ]
     # A job that is not coshare's is not refused (nothing is written to it).
     other = job("8", comment="", problem="cpus=nan is not a number")
     assert view([node()], [other]).rejected == ()
 
 
 def test_a_running_job_with_an_unreadable_number_holds_its_whole_node() -> None:
-    running = job("9", phase="active", state="RUNNING", held=False, nodes=("n1",),
-                  problem="memory_per_node=inf is not a finite number")  # fmt: skip
+    running = job(
+        "9",
+        phase="active",
+        state="RUNNING",
+        held=False,
+        nodes=("n1",),
+        problem="memory_per_node=inf is not a finite number",
+    )
     v = view([node("n1"), node("n2")], [running, job("10")])
     [held] = v.snapshot.running
     assert (held.node, held.cpu_milli, held.memory_mib, held.devices) == (
-        "n1", 8000, 16384, ("0", "1"))
+        "n1",
+        8000,
+        16384,
+        ("0", "1"),
+    )
     assert (held.device_memory_mib, held.device_threads) == (8192, 240)
     assert any(n.startswith("job 9 runs on n1 but its record cannot be read") for n in v.notes)
     plan = make_policy("knapsack").plan(v.snapshot)
@@ -234,12 +277,21 @@ def test_a_running_job_with_an_unreadable_number_holds_its_whole_node() -> None:
 
 
 def test_a_running_job_whose_gres_index_cannot_be_read_holds_every_device() -> None:
-    running = job("11", phase="active", state="RUNNING", held=False, nodes=("n1",),
-                  comment="", gres_detail=("gpu:fakephi:1(IDX:0-999999999)",))  # fmt: skip
+    running = job(
+        "11",
+        phase="active",
+        state="RUNNING",
+        held=False,
+        nodes=("n1",),
+        comment="",
+        gres_detail=("gpu:fakephi:1(IDX:0-999999999)",),
+    )
     v = view([node("n1")], [running])
     [held] = v.snapshot.running
     assert held.devices == ("0", "1") and (held.device_memory_mib, held.device_threads) == (
-        8192, 240)
+        8192,
+        240,
+    )
     [note] = [n for n in v.notes if n.startswith("job 11 on n1: gres_detail=")]
     assert note.endswith("counted on every device")
 
@@ -248,30 +300,49 @@ def test_drained_and_down_nodes_are_listed_with_slurms_words() -> None:
     nodes, jobs, _ = recorded()
     v = build_view(nodes, jobs, device_kinds=KINDS, now_s=float(jobs[0].submit_time_s) + 60)
     assert [(u.node, u.state, u.reason) for u in v.unusable] == [
-        ("csl-n3", "idle+DRAIN", "maintenance"), ("csl-n4", "down", "broken")]
+        ("csl-n3", "idle+DRAIN", "maintenance"),
+        ("csl-n4", "down", "broken"),
+    ]
 
 
 def test_node_facts_in_the_extra_field_reach_the_snapshot() -> None:
     from coshare.facts import JobCpus, JobLoad, JobWait, MembwFacts, NodeFacts, format_facts
 
-    facts = NodeFacts(NOW - 20, MembwFacts(6.0, 12.0, 2, NOW - 40),
-                      loads=(JobLoad("7", 1.5, 1.0, 2.0, 300),), cpus=(JobCpus("7", 2),),
-                      waits=(JobWait("7", 0.25, 0.75),))  # fmt: skip
-    nodes = [node("n1", extra=format_facts(facts)), node("n2", extra="rack=12 owner=physics"),
-             node("n3", extra=format_facts(NodeFacts(NOW - 5000))), node("n4")]
+    facts = NodeFacts(
+        NOW - 20,
+        MembwFacts(6.0, 12.0, 2, NOW - 40),
+        loads=(JobLoad("7", 1.5, 1.0, 2.0, 300),),
+        cpus=(JobCpus("7", 2),),
+        waits=(JobWait("7", 0.25, 0.75),),
+    )
+    nodes = [
+        node("n1", extra=format_facts(facts)),
+        node("n2", extra="rack=12 owner=physics"),
+        node("n3", extra=format_facts(NodeFacts(NOW - 5000))),
+        node("n4"),
+    ]
     running = job("7", phase="active", state="RUNNING", held=False, nodes=("n1",), cpus=2)
     v = view(nodes, [running], node_facts_max_age_s=600)
     n1, n2, n3, n4 = v.snapshot.nodes
     assert (n1.membw_avail_gbps, n1.membw_baseline_gbps, n1.facts_at_s) == (6.0, 12.0, NOW - 20)
     assert all(n.facts_at_s is None for n in (n2, n3, n4))
     (held,) = v.snapshot.running
-    assert (held.cpu_load_cores, held.cpu_load_last_cores, held.cpu_load_window_s) == \
-        (1.5, 1.0, 300)  # fmt: skip
+    assert (held.cpu_load_cores, held.cpu_load_last_cores, held.cpu_load_window_s) == (
+        1.5,
+        1.0,
+        300,
+    )
     assert (held.cpu_cores_held, held.cpu_wait_cores, held.cpu_wait_last_cores) == (2, 0.25, 0.75)
-    assert any(note.startswith("node facts unreadable on 1 node(s), planned without them "
-                               "(n2: holds the character ' '") for note in v.notes)
-    assert any("older than cycle.node_facts_max_age_s = 600 s on 1 node(s)" in n
-               and "n3: 5000 s old" in n for n in v.notes)  # fmt: skip
+    assert any(
+        note.startswith(
+            "node facts unreadable on 1 node(s), planned without them (n2: holds the character ' '"
+        )
+        for note in v.notes
+    )
+    assert any(
+        "older than cycle.node_facts_max_age_s = 600 s on 1 node(s)" in n and "n3: 5000 s old" in n
+        for n in v.notes
+    )
     # Nothing else of the cycle changes: the plan is the same without the facts.
     bare = view([node("n1"), node("n2"), node("n3"), node("n4")], [running])
     plan = make_policy("knapsack").plan(v.snapshot)
@@ -292,8 +363,9 @@ def test_with_several_planners_other_partitions_jobs_are_theirs() -> None:
     both = replace(node(), partitions=("main", "second"))
     placed = job("1", partition="second", held=False, admin_comment=PLACED.format(at=int(NOW)))
     unplaced = job("2", partition="second")
-    expired = job("3", partition="second", held=False,
-                  admin_comment=PLACED.format(at=int(NOW) - 10_000))  # fmt: skip
+    expired = job(
+        "3", partition="second", held=False, admin_comment=PLACED.format(at=int(NOW) - 10_000)
+    )
     v = view([both], [placed, unplaced, expired], partition="main", shared=True)
     assert v.rejected == () and v.snapshot.pending == ()
     # Placed and released: Slurm may start it any moment, so it holds its device here too,

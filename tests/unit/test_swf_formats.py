@@ -24,8 +24,12 @@ RECORD = "{id} {submit} 0 50 {procs} -1 -1 {procs} 100 {mem} 1 {user} -1 -1 -1 -
 
 
 def records(count: int, extra: str = "") -> str:
-    return "".join(RECORD.format(id=i + 1, submit=10 * i, procs=1 + i % 2, mem=2048,
-                                 user=3 + i % 2) + extra + "\n" for i in range(count))  # fmt: skip
+    return "".join(
+        RECORD.format(id=i + 1, submit=10 * i, procs=1 + i % 2, mem=2048, user=3 + i % 2)
+        + extra
+        + "\n"
+        for i in range(count)
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -68,22 +72,35 @@ def test_the_machines_of_a_gzipped_log_are_found_beside_it(tmp_path: Path, name:
     (tmp_path / name).write_text("0 seth 3 2 1 1048576\n")
     assert machines_path(log) == tmp_path / name
     assert [(n.cores, n.memory_mib) for n in cluster_of(log, None)] == [(2, 1024)] * 3
-    code, out, err = run("simulate", "--workload", f"trace:{log}", "--policies", "exclusive",
-                         "--output", "json")  # fmt: skip
+    code, out, err = run(
+        "simulate", "--workload", f"trace:{log}", "--policies", "exclusive", "--output", "json"
+    )
     assert code == 0, err
     result = json.loads(out)
     assert result["nodes"] == 3 and result["runs"][0]["jobs"] == 4
 
 
 def test_cores_per_node_with_nodes_builds_the_cluster_of_a_log_without_machines(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     log = tmp_path / "bare.swf"  # no header keys, no .machines: only the options say
     log.write_text(records(6))
     with pytest.raises(TraceError, match="MaxNodes or MaxProcs"):
         cluster_of(log, 3)
     assert [n.cores for n in cluster_of(log, 3, 4)] == [4, 4, 4]
-    code, out, err = run("simulate", "--workload", f"trace:{log}", "--nodes", "3",
-                         "--cores-per-node", "4", "--policies", "exclusive", "--output", "json")
+    code, out, err = run(
+        "simulate",
+        "--workload",
+        f"trace:{log}",
+        "--nodes",
+        "3",
+        "--cores-per-node",
+        "4",
+        "--policies",
+        "exclusive",
+        "--output",
+        "json",
+    )
     assert code == 0, err
     assert json.loads(out)["nodes"] == 3 and json.loads(out)["runs"][0]["not_run"] == 0
     headed = tmp_path / "headed.swf"
@@ -94,15 +111,20 @@ def test_cores_per_node_with_nodes_builds_the_cluster_of_a_log_without_machines(
 
 @pytest.mark.parametrize(
     ("args", "says"),
-    [(["--jobs", "5"], "--jobs does not apply to a trace"),
-     (["--footprint"], "--footprint does not apply"),
-     (["--sizes", "1-2", "--offload-share", "0.5"], "--sizes, --offload-share do not apply"),
-     (["--batch", "100"], "--batch does not apply"),  # the default value, but given
-     (["--cores-per-node", "2"],
-      "--cores-per-node does not apply to 'log.swf': 'log.swf.machines' beside it")],
-)  # fmt: skip
-def test_options_that_do_not_apply_to_a_trace_are_refused(tmp_path: Path, args: list[str],
-                                                          says: str) -> None:  # fmt: skip
+    [
+        (["--jobs", "5"], "--jobs does not apply to a trace"),
+        (["--footprint"], "--footprint does not apply"),
+        (["--sizes", "1-2", "--offload-share", "0.5"], "--sizes, --offload-share do not apply"),
+        (["--batch", "100"], "--batch does not apply"),  # the default value, but given
+        (
+            ["--cores-per-node", "2"],
+            "--cores-per-node does not apply to 'log.swf': 'log.swf.machines' beside it",
+        ),
+    ],
+)
+def test_options_that_do_not_apply_to_a_trace_are_refused(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
     log = tmp_path / "log.swf"
     log.write_text(records(3))
     (tmp_path / "log.swf.machines").write_text("0 seth 2 2 1 1048576\n")
@@ -118,10 +140,15 @@ def test_cores_per_node_is_refused_for_a_workload_that_is_not_a_trace() -> None:
 
 @pytest.mark.parametrize(
     ("line", "unit_kb"),
-    [("; MemoryUnit: MB", 1024.0), ("; Note: memory is in MB per processor", 1024.0),
-     ("; Note: Memory fields in bytes", 1 / 1024), ("; MemoryUnit: KB", 1.0),
-     ("; Note: uses MAUI scheduler", None), ("; MaxNodes: 240", None)],
-)  # fmt: skip
+    [
+        ("; MemoryUnit: MB", 1024.0),
+        ("; Note: memory is in MB per processor", 1024.0),
+        ("; Note: Memory fields in bytes", 1 / 1024),
+        ("; MemoryUnit: KB", 1.0),
+        ("; Note: uses MAUI scheduler", None),
+        ("; MaxNodes: 240", None),
+    ],
+)
 def test_the_header_states_the_memory_unit(line: str, unit_kb: float | None) -> None:
     assert header_memory_unit(line) == unit_kb
 
@@ -135,8 +162,7 @@ def test_memory_is_read_in_the_headers_unit_per_process() -> None:
     with pytest.raises(TraceError, match="MemoryUnit is 'furlongs'"):
         parse_swf(["; MemoryUnit: furlongs", record])
     with pytest.raises(TraceError, match="requested memory"):  # the bound holds in MB too
-        parse_swf(["; MemoryUnit: GB", RECORD.format(id=1, submit=0, procs=1, mem=2**40,
-                                                     user=1)])  # fmt: skip
+        parse_swf(["; MemoryUnit: GB", RECORD.format(id=1, submit=0, procs=1, mem=2**40, user=1)])
 
 
 def test_alea_extended_columns_are_accepted_and_counted_once(tmp_path: Path) -> None:
@@ -149,8 +175,17 @@ def test_alea_extended_columns_are_accepted_and_counted_once(tmp_path: Path) -> 
     assert "field 12 (user) ignored in 5 jobs" in warning
     assert "fields 19 and later" in warning and "in 5 jobs" in warning
     assert "field 13" not in warning  # -1 everywhere: nothing given, nothing ignored
-    code, out, err = run("simulate", "--workload", f"trace:{log}", "--policies",
-                         "exclusive,sharepack", "--seeds", "2", "--output", "json")  # fmt: skip
+    code, out, err = run(
+        "simulate",
+        "--workload",
+        f"trace:{log}",
+        "--policies",
+        "exclusive,sharepack",
+        "--seeds",
+        "2",
+        "--output",
+        "json",
+    )
     assert code == 0, err
     assert err.count("coshare cannot model") == 1  # once per replay, not per run or job
     assert json.loads(out)["notes"] == [warning.replace("alea.swf", "trace:alea.swf")]
@@ -177,8 +212,15 @@ def test_a_log_is_parsed_once_for_every_policy_and_again_when_it_changes(
     log = tmp_path / "a.swf"
     log.write_text("; MaxNodes: 2\n; MaxProcs: 4\n" + records(30))
     parses = mocker.spy(replay_module, "iter_swf")
-    args = ("simulate", "--workload", f"trace:{log}", "--policies", "exclusive,knapsack",
-            "--output", "json")  # fmt: skip
+    args = (
+        "simulate",
+        "--workload",
+        f"trace:{log}",
+        "--policies",
+        "exclusive,knapsack",
+        "--output",
+        "json",
+    )
     code, out, err = run(*args)
     assert code == 0, err
     assert parses.call_count == 1  # the check and both runs share one parse
@@ -196,13 +238,16 @@ def alea_log(tmp_path: Path, jobs: int) -> Path:
     for k in range(jobs):
         procs = (1, 2, 4, 8, 12)[k % 5]
         memory_bytes = (1 + k % 7) * (1 << 30)  # 1-7 GiB for the whole job
-        lines.append(f"{k + 1} {1356994800 + 60 * k} -1 {300 + 10 * k % 900} {procs} -1 -1 "
-                     f"{procs} 3600 {memory_bytes} 1 {1 + k % 9} 1 -1 1 -1 -1 -1 "
-                     "zewura1 q_2h:infiniband")  # fmt: skip
+        lines.append(
+            f"{k + 1} {1356994800 + 60 * k} -1 {300 + 10 * k % 900} {procs} -1 -1 "
+            f"{procs} 3600 {memory_bytes} 1 {1 + k % 9} 1 -1 1 -1 -1 -1 "
+            "zewura1 q_2h:infiniband"
+        )
     log = tmp_path / "metacentrum.swf"
     log.write_text("\n".join(lines) + "\n")
     (tmp_path / "metacentrum.swf.machines").write_text(
-        "0 zewura 20 80 1 536870912\n1 minos 48 12 1 25165824\n")  # 512 GiB and 24 GiB
+        "0 zewura 20 80 1 536870912\n1 minos 48 12 1 25165824\n"
+    )  # 512 GiB and 24 GiB
     return log
 
 
@@ -210,13 +255,16 @@ def test_a_log_with_memory_in_bytes_per_job_is_read_so_and_said_before_the_repla
     tmp_path: Path,
 ) -> None:
     log = alea_log(tmp_path, 200)
-    code, out, err = run("simulate", "--workload", f"trace:{log}", "--policies", "exclusive",
-                         "--output", "json")  # fmt: skip
+    code, out, err = run(
+        "simulate", "--workload", f"trace:{log}", "--policies", "exclusive", "--output", "json"
+    )
     assert code == 0, err
-    assert ("coshare: note: trace:metacentrum.swf: 200 of 200 jobs ask more memory than any "
-            "node has (524,288 MiB) with field 10 read as KB per processor (the SWF standard); "
-            "read as bytes for the whole job (Alea's extended SWF), 0 do: coshare reads it "
-            "so\n") in err  # fmt: skip
+    assert (
+        "coshare: note: trace:metacentrum.swf: 200 of 200 jobs ask more memory than any "
+        "node has (524,288 MiB) with field 10 read as KB per processor (the SWF standard); "
+        "read as bytes for the whole job (Alea's extended SWF), 0 do: coshare reads it "
+        "so\n"
+    ) in err
     data = json.loads(out)
     (run_,) = data["runs"]
     assert run_["not_run"] == 0 and run_["jobs"] == 200, run_
@@ -231,6 +279,8 @@ def test_a_standard_log_whose_jobs_cannot_fit_says_how_many_before_the_replay(
     (tmp_path / "big.swf.machines").write_text("0 n 2 2 1 1048576\n")
     code, _, err = run("simulate", "--workload", f"trace:{log}", "--policies", "exclusive")
     assert code == 0, err
-    assert ("coshare: note: trace:big.swf: 3 of 10 jobs ask more memory than any node has "
-            "(1,024 MiB) with field 10 read as KB per processor (the SWF standard): they will "
-            "not run\n") in err  # fmt: skip
+    assert (
+        "coshare: note: trace:big.swf: 3 of 10 jobs ask more memory than any node has "
+        "(1,024 MiB) with field 10 read as KB per processor (the SWF standard): they will "
+        "not run\n"
+    ) in err

@@ -20,13 +20,15 @@ RECORD = "{id} 0 0 10 {procs} -1 -1 1 -1 {req_kb} 1 1 1 1 1 1 -1 -1"
 
 @pytest.mark.parametrize(
     ("row", "says"),
-    [("p,inf,1,1,500,0,", "line 2: field 'cpu_milli' is 'inf'"),
-     ("p,1,nan,1,500,0,", "field 'memory_mib' is 'nan'"),
-     ("p,1,1,1,500,nan,", "field 'creation_time' is 'nan'"),
-     ("p,1,1,1,500,0,1e400", "field 'deletion_time' is '1e400'"),
-     ("p,1,1,1e30,500,0,", "field 'num_gpu' is '1e30' (allowed: a number 0..1024)"),
-     (" p,1,1,1,500,0,", "the name ' p' has white space")],
-)  # fmt: skip
+    [
+        ("p,inf,1,1,500,0,", "line 2: field 'cpu_milli' is 'inf'"),
+        ("p,1,nan,1,500,0,", "field 'memory_mib' is 'nan'"),
+        ("p,1,1,1,500,nan,", "field 'creation_time' is 'nan'"),
+        ("p,1,1,1,500,0,1e400", "field 'deletion_time' is '1e400'"),
+        ("p,1,1,1e30,500,0,", "field 'num_gpu' is '1e30' (allowed: a number 0..1024)"),
+        (" p,1,1,1,500,0,", "the name ' p' has white space"),
+    ],
+)
 def test_alibaba_pods_with_unusable_fields_are_refused(row: str, says: str) -> None:
     with pytest.raises(TraceError) as info:
         parse_alibaba_pods(PODS + row + "\n", "pods")
@@ -54,10 +56,13 @@ def test_a_duplicate_swf_job_number_names_both_lines() -> None:
 
 @pytest.mark.parametrize(
     ("line", "says"),
-    [("1 m 100000 4 1 1024", "nodes is '100000' (allowed: an integer 0..10000)"),
-     ("1 m 2 1e3 1 1024", "cpus is '1e3'"), ("1 m\x1b 2 4 1 1024", "the name 'm\\x1b'"),
-     ("1 m 2 4 1 ٣", "ram_kb is '٣'")],
-)  # fmt: skip
+    [
+        ("1 m 100000 4 1 1024", "nodes is '100000' (allowed: an integer 0..10000)"),
+        ("1 m 2 1e3 1 1024", "cpus is '1e3'"),
+        ("1 m\x1b 2 4 1 1024", "the name 'm\\x1b'"),
+        ("1 m 2 4 1 ٣", "ram_kb is '٣'"),
+    ],
+)
 def test_swf_machines_are_bounded(line: str, says: str) -> None:
     with pytest.raises(TraceError) as info:
         parse_swf_machines(line, "m")
@@ -70,12 +75,19 @@ def test_swf_machines_give_whole_cores() -> None:
     assert nodes[0].cpu_milli == 4 * MILLI and nodes[0].memory_mib == 1024
 
 
-@pytest.mark.parametrize(("field", "value", "says"), [
-    (2, "-1e300", "submit time (field 2) is '-1e300' (allowed: -1 (unknown), 0 or 0.001..1e+12)"),
-    (4, "1e-300", "run time (field 4) is '1e-300' (allowed: -1 (unknown), 0 or 0.001..1e+12)"),
-    (5, "-3", "allocated processors (field 5) is '-3' (allowed: -1 (unknown) or 0.."),
-    (10, "-0.5", "requested memory (field 10) is '-0.5' (allowed: -1 (unknown) or 0.."),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        (
+            2,
+            "-1e300",
+            "submit time (field 2) is '-1e300' (allowed: -1 (unknown), 0 or 0.001..1e+12)",
+        ),
+        (4, "1e-300", "run time (field 4) is '1e-300' (allowed: -1 (unknown), 0 or 0.001..1e+12)"),
+        (5, "-3", "allocated processors (field 5) is '-3' (allowed: -1 (unknown) or 0.."),
+        (10, "-0.5", "requested memory (field 10) is '-0.5' (allowed: -1 (unknown) or 0.."),
+    ],
+)
 def test_swf_values_below_their_range_are_refused(field: int, value: str, says: str) -> None:
     fields = RECORD.format(id=1, procs=2, req_kb=1024).split()
     fields[field - 1] = value

@@ -59,8 +59,7 @@ def test_the_trial_field_rides_in_the_placement_before_a_kill_reason() -> None:
 def test_a_slurm_job_placed_for_a_trial_carries_its_record() -> None:
     from slurm_addon.edits import plan_edits
 
-    pending = SlurmJob("2", "pending", "PENDING", held=True,
-                       comment="coshare: program=stream")  # fmt: skip
+    pending = SlurmJob("2", "pending", "PENDING", held=True, comment="coshare: program=stream")
     nodes = [SlurmNode("n1", "idle", cpus=4, memory_mib=8192)]
     view = build_view(nodes, [pending], device_kinds={}, now_s=NOW)
     plan = Plan("membw", assignments=(Assignment("2", "n1"),), trials=(Trial("2", "n1", ("1",)),))
@@ -76,9 +75,15 @@ class Scontrol:
         self.admin_comment = admin_comment
         self.refuse = refuse
 
-    def __call__(self, argv: Sequence[str], *, timeout_s: float, check: bool = True,
-                 input_text: str | None = None, env: Mapping[str, str] | None = None,
-                 ) -> CommandResult:  # fmt: skip
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        check: bool = True,
+        input_text: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
         self.calls.append(tuple(argv))
         if argv[0] == "squeue":
             return CommandResult(tuple(argv), 0, self.admin_comment + "\n", "")
@@ -89,11 +94,16 @@ class Scontrol:
 
 def slurm(runner: Scontrol, jobs: Sequence[SlurmJob] = ()) -> SlurmAdapter:
     config = Config()
-    adapter = SlurmAdapter(SlurmClient(config.slurm, runner=runner, environ={}), config,
-                           clock=lambda: float(NOW))  # fmt: skip
+    adapter = SlurmAdapter(
+        SlurmClient(config.slurm, runner=runner, environ={}), config, clock=lambda: float(NOW)
+    )
     if jobs:
-        adapter.view = build_view([SlurmNode("n1", "mixed", cpus=4, memory_mib=8192)], jobs,
-                                  device_kinds={"k": DeviceKind(1, 1)}, now_s=NOW)  # fmt: skip
+        adapter.view = build_view(
+            [SlurmNode("n1", "mixed", cpus=4, memory_mib=8192)],
+            jobs,
+            device_kinds={"k": DeviceKind(1, 1)},
+            now_s=NOW,
+        )
     return adapter
 
 
@@ -104,18 +114,27 @@ def test_slurm_suspends_resumes_and_requeues_through_scontrol() -> None:
     assert adapter.suspend("7") is None and adapter.resume("7") is None
     assert adapter.requeue("7", "suspended for 3601 s; requeued") is None
     assert runner.calls == [
-        ("scontrol", "suspend", "7"), ("scontrol", "resume", "7"),
+        ("scontrol", "suspend", "7"),
+        ("scontrol", "resume", "7"),
         ("scontrol", "requeuehold", "7"),
-        ("scontrol", "update", "JobId=7",
-         "AdminComment=coshare-waiting: trial: suspended for 3601 s; requeued"),
-    ]  # fmt: skip
+        (
+            "scontrol",
+            "update",
+            "JobId=7",
+            "AdminComment=coshare-waiting: trial: suspended for 3601 s; requeued",
+        ),
+    ]
 
 
 def test_slurm_writes_the_record_into_the_placement_it_reads_back() -> None:
     runner = Scontrol(PLACED + ";trial=placed:1:-:1:-")
     assert slurm(runner).write_trial("7", RECORD) is None
-    assert runner.calls[-1] == ("scontrol", "update", "JobId=7",
-                                f"AdminComment={PLACED};trial=suspended:{NOW}:0.6:1:over_limit")
+    assert runner.calls[-1] == (
+        "scontrol",
+        "update",
+        "JobId=7",
+        f"AdminComment={PLACED};trial=suspended:{NOW}:0.6:1:over_limit",
+    )
 
 
 def test_slurm_refusals_are_error_texts() -> None:
@@ -129,14 +148,34 @@ def test_slurm_refusals_are_error_texts() -> None:
 def test_slurm_reads_trial_jobs_with_the_schedulers_state() -> None:
     comment = "coshare: program=stream"
     text = PLACED + f";trial=suspended:{NOW}:0.6:1:over_limit"
-    jobs = [SlurmJob("2", "active", "SUSPENDED", comment=comment, admin_comment=text,
-                     nodes=("n1",), start_time_s=NOW - 100),
-            SlurmJob("3", "active", "RUNNING", comment=comment, nodes=("n1",),
-                     admin_comment=PLACED + ";trial=bogus"),
-            SlurmJob("4", "active", "RUNNING", comment="", admin_comment=text, nodes=("n1",))]
+    jobs = [
+        SlurmJob(
+            "2",
+            "active",
+            "SUSPENDED",
+            comment=comment,
+            admin_comment=text,
+            nodes=("n1",),
+            start_time_s=NOW - 100,
+        ),
+        SlurmJob(
+            "3",
+            "active",
+            "RUNNING",
+            comment=comment,
+            nodes=("n1",),
+            admin_comment=PLACED + ";trial=bogus",
+        ),
+        SlurmJob("4", "active", "RUNNING", comment="", admin_comment=text, nodes=("n1",)),
+    ]
     (found,) = slurm(Scontrol(), jobs).trial_jobs()  # 3's record is unreadable, 4 not ours
-    assert (found.job, found.node, found.program, found.phase, found.started_s) == \
-        ("2", "n1", "stream", "suspended", NOW - 100)  # fmt: skip
+    assert (found.job, found.node, found.program, found.phase, found.started_s) == (
+        "2",
+        "n1",
+        "stream",
+        "suspended",
+        NOW - 100,
+    )
     assert found.record == RECORD
 
 
@@ -145,10 +184,16 @@ def test_slurm_reads_trial_jobs_with_the_schedulers_state() -> None:
 
 def test_a_condor_job_placed_for_a_trial_gets_its_record_before_the_gate() -> None:
     idle = QueueJob(id="2.0", status=A.IDLE, annotations={"CoshareProgram": "stream"})
-    plan = Plan("membw", assignments=(Assignment("2.0", "n1"),),
-                trials=(Trial("2.0", "n1", ("1.0",)),))  # fmt: skip
-    e = condor_edits(plan, Book(pending=(Job("2.0", 0, 0, kind="cpu", device_count=0),)), (),
-                     {"2.0": current(idle, idle)}, now_s=NOW)  # fmt: skip
+    plan = Plan(
+        "membw", assignments=(Assignment("2.0", "n1"),), trials=(Trial("2.0", "n1", ("1.0",)),)
+    )
+    e = condor_edits(
+        plan,
+        Book(pending=(Job("2.0", 0, 0, kind="cpu", device_count=0),)),
+        (),
+        {"2.0": current(idle, idle)},
+        now_s=NOW,
+    )
     assert e.trials == ((f"placed:{NOW}:-:1.0:-", ("2.0",)),)
 
 
@@ -190,8 +235,10 @@ def test_condor_suspend_is_done_once_the_schedd_says_so(monkeypatch: pytest.Monk
     assert condor(schedd).suspend("7.0") is None and schedd.status == A.SUSPENDED
     assert condor(schedd).resume("7.0") is None and schedd.status == A.RUNNING
     monkeypatch.setattr(condor_adapter, "CONFIRM_TIMEOUT_S", 0.0)
-    assert condor(Schedd(never=True)).suspend("7.0") == \
-        "asked, but JobStatus is running after 0 s; not suspended yet"  # fmt: skip
+    assert (
+        condor(Schedd(never=True)).suspend("7.0")
+        == "asked, but JobStatus is running after 0 s; not suspended yet"
+    )
 
 
 def test_condor_suspends_continues_and_requeues_through_the_schedd() -> None:
@@ -203,29 +250,41 @@ def test_condor_suspends_continues_and_requeues_through_the_schedd() -> None:
     assert adapter.write_trial("7.0", RECORD) is None
     clause = "(ClusterId == 7 && ProcId == 0)"
     assert schedd.calls == [
-        ("act", "Suspend", clause), ("act", "Continue", clause),
+        ("act", "Suspend", clause),
+        ("act", "Continue", clause),
         ("edit", "7.0", "CoshareWaitReason", '"trial: suspended too long"'),
         ("edit", "7.0", "CoshareTrial", "undefined"),
         ("edit", "7.0", "CosharePlacedNode", "undefined"),
-        ("act", "Continue", clause), ("act", "VacateFast", clause),
+        ("act", "Continue", clause),
+        ("act", "VacateFast", clause),
         ("edit", "7.0", "CoshareTrial", f'"suspended:{NOW}:0.6:1:over_limit"'),
-    ]  # fmt: skip
+    ]
     assert "no such job" in (condor(Schedd(refuse="Continue")).resume("7.0") or "")
 
 
 def test_condor_reads_trial_jobs_with_the_schedds_state() -> None:
-    ad: dict[str, Any] = {"ClusterId": 2, "ProcId": 0, "JobStatus": A.SUSPENDED,
-                          "CosharePlacedNode": "n1", "CoshareProgram": "stream",
-                          "CoshareTrial": f"suspended:{NOW}:0.6:1:over_limit",
-                          "JobCurrentStartDate": NOW - 100}  # fmt: skip
+    ad: dict[str, Any] = {
+        "ClusterId": 2,
+        "ProcId": 0,
+        "JobStatus": A.SUSPENDED,
+        "CosharePlacedNode": "n1",
+        "CoshareProgram": "stream",
+        "CoshareTrial": f"suspended:{NOW}:0.6:1:over_limit",
+        "JobCurrentStartDate": NOW - 100,
+    }
     adapter = condor(Schedd())
     job = read_job(ad)
     assert job is not None
     bad = replace(job, id="3.0", trial="nonsense")
     adapter.jobs = {"2.0": job, "3.0": bad}
     (found,) = adapter.trial_jobs()
-    assert (found.job, found.node, found.program, found.phase, found.started_s) == \
-        ("2.0", "n1", "stream", "suspended", NOW - 100)  # fmt: skip
+    assert (found.job, found.node, found.program, found.phase, found.started_s) == (
+        "2.0",
+        "n1",
+        "stream",
+        "suspended",
+        NOW - 100,
+    )
     assert found.record == RECORD
     # The node daemon knows it by its GlobalJobId in id characters (the job wrapper's).
     adapter.jobs["2.0"] = replace(job, global_id="submit#2.0#1800000000")
@@ -247,21 +306,36 @@ class Srun(Scontrol):
         super().__init__()
         self.stdout, self.stderr, self.returncode = stdout, stderr, returncode
 
-    def __call__(self, argv: Sequence[str], *, timeout_s: float, check: bool = True,
-                 input_text: str | None = None, env: Mapping[str, str] | None = None,
-                 ) -> CommandResult:  # fmt: skip
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        check: bool = True,
+        input_text: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
         if argv[0] != "srun":
             return super().__call__(argv, timeout_s=timeout_s, check=check, env=env)
         self.calls.append((*argv, f"timeout={timeout_s:g}"))
         if self.stdout is None:
-            raise CommandFailed(list(argv), None, "", "srun: job step creation temporarily "
-                                "disabled, retrying\n(timed out)")  # fmt: skip
+            raise CommandFailed(
+                list(argv),
+                None,
+                "",
+                "srun: job step creation temporarily disabled, retrying\n(timed out)",
+            )
         return CommandResult(tuple(argv), self.returncode, self.stdout, self.stderr)
 
 
 def step_probe(adapter: SlurmAdapter) -> StepProbe:
-    return StepProbe(adapter.probe_step, "/opt/coshare/bin/coshare", "/run/coshare/control.sock",
-                     20.0, adapter.node_job_id)  # fmt: skip
+    return StepProbe(
+        adapter.probe_step,
+        "/opt/coshare/bin/coshare",
+        "/run/coshare/control.sock",
+        20.0,
+        adapter.node_job_id,
+    )
 
 
 def test_slurm_probes_a_trial_on_its_node_as_a_step_of_the_trial_job() -> None:
@@ -269,20 +343,51 @@ def test_slurm_probes_a_trial_on_its_node_as_a_step_of_the_trial_job() -> None:
     adapter = slurm(runner)
     assert probe_step_of(adapter) is adapter
     assert step_probe(adapter).measure("n1", "8", ["5", "6"], "spin") == ProbeResult(0.21)
-    assert runner.calls == [(
-        "srun", "--jobid=8", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--quiet",
-        "--", "/opt/coshare/bin/coshare", "node", "trial", "--socket",
-        "/run/coshare/control.sock", "--timeout-s", "20", "--job", "8", "--partners", "5,6",
-        f"timeout={20 + STEP_SLACK_S:g}")]  # fmt: skip
+    assert runner.calls == [
+        (
+            "srun",
+            "--jobid=8",
+            "--overlap",
+            "--nodes=1",
+            "--ntasks=1",
+            "--nodelist=n1",
+            "--quiet",
+            "--",
+            "/opt/coshare/bin/coshare",
+            "node",
+            "trial",
+            "--socket",
+            "/run/coshare/control.sock",
+            "--timeout-s",
+            "20",
+            "--job",
+            "8",
+            "--partners",
+            "5,6",
+            f"timeout={20 + STEP_SLACK_S:g}",
+        )
+    ]
 
 
 @pytest.mark.parametrize(
     ("runner", "says"),
     [
-        (Srun("ERR not_allowed job 8: TRIAL is for operators (node.operator_uids), not uid 1000\n",
-              returncode=1), "ERR not_allowed job 8: TRIAL is for operators"),
-        (Srun("", "srun: error: Unable to create step for job 8: Job/step already completing",
-              returncode=1), "the probe step of job 8 on n1: srun: error: Unable to create step"),
+        (
+            Srun(
+                "ERR not_allowed job 8: TRIAL is for operators (node.operator_uids), "
+                "not uid 1000\n",
+                returncode=1,
+            ),
+            "ERR not_allowed job 8: TRIAL is for operators",
+        ),
+        (
+            Srun(
+                "",
+                "srun: error: Unable to create step for job 8: Job/step already completing",
+                returncode=1,
+            ),
+            "the probe step of job 8 on n1: srun: error: Unable to create step",
+        ),
         (Srun("", "", returncode=0), "the probe step of job 8 on n1: exit status 0, no answer"),
         (Srun(None), "the probe step of job 8 on n1: (timed out)"),
     ],
@@ -310,11 +415,15 @@ def test_a_cycle_asked_to_probe_through_htcondor_stops_its_trials_with_the_reaso
     from coshare.cycles import step_trials
     from coshare.errors import SchedulerError
 
-    config = build(Config, {"policy": {"name": "membw", "membw": {"trials": True,
-                                                                  "probe_via": "step"}}})
+    config = build(
+        Config, {"policy": {"name": "membw", "membw": {"trials": True, "probe_via": "step"}}}
+    )
     adapter = CondorAdapter.__new__(CondorAdapter)
-    with pytest.raises(SchedulerError, match=r"probe_via step: this scheduler's adapter runs "
-                                             r"no command on a job's node \(HTCondor runs"):
+    with pytest.raises(
+        SchedulerError,
+        match=r"probe_via step: this scheduler's adapter runs "
+        r"no command on a job's node \(HTCondor runs",
+    ):
         step_trials(config, adapter, None, dry_run=False)  # type: ignore[arg-type]
 
 
@@ -324,11 +433,19 @@ def test_probe_via_facts_is_htcondors_and_slurm_refuses_it_with_the_reason() -> 
     from coshare.errors import SchedulerError
 
     assert CondorAdapter.probes_via_facts and not SlurmAdapter.probes_via_facts
-    config = build(Config, {"policy": {"name": "membw", "membw": {"trials": True,
-                                                                  "probe_via": "facts"}}})
+    config = build(
+        Config, {"policy": {"name": "membw", "membw": {"trials": True, "probe_via": "facts"}}}
+    )
     assert config.policy.membw.probe_via == "facts"
-    with pytest.raises(SchedulerError, match=r"probe_via facts: this scheduler's node daemons "
-                                             r"read no trial requests \(node.trial_requests "
-                                             r"reads HTCondor's schedds only"):
-        step_trials(config, SlurmAdapter.__new__(SlurmAdapter), None,  # type: ignore[arg-type]
-                    dry_run=False)
+    with pytest.raises(
+        SchedulerError,
+        match=r"probe_via facts: this scheduler's node daemons "
+        r"read no trial requests \(node.trial_requests "
+        r"reads HTCondor's schedds only",
+    ):
+        step_trials(
+            config,
+            SlurmAdapter.__new__(SlurmAdapter),
+            None,  # type: ignore[arg-type]
+            dry_run=False,
+        )

@@ -49,13 +49,19 @@ LIMITS = TrialLimits(max_share=0.9, init_s=60, max_suspend_s=3600)
 T0 = 1_700_000_000
 
 
-def rec(state: str = "placed", at: int = T0, partners: tuple[str, ...] = ("1",),
-        share: float | None = None, why: str | None = None) -> TrialRecord:  # fmt: skip
+def rec(
+    state: str = "placed",
+    at: int = T0,
+    partners: tuple[str, ...] = ("1",),
+    share: float | None = None,
+    why: str | None = None,
+) -> TrialRecord:
     return TrialRecord(state, at, partners, share, why)  # type: ignore[arg-type]
 
 
-def tjob(record: TrialRecord, phase: str = "running", started: float | None = T0,
-         job: str = "2") -> TrialJob:  # fmt: skip
+def tjob(
+    record: TrialRecord, phase: str = "running", started: float | None = T0, job: str = "2"
+) -> TrialJob:
     return TrialJob(job, "n1", "stream", phase, started, record)  # type: ignore[arg-type]
 
 
@@ -63,21 +69,35 @@ def tjob(record: TrialRecord, phase: str = "running", started: float | None = T0
 
 
 def test_a_record_reads_back_as_it_was_written() -> None:
-    for record in (rec(), rec("suspended", share=0.62, partners=("12", "13"), why="over_limit"),
-                   rec("kept", share=0.0, why="within_limit"), rec("kept", share=1.0),
-                   rec("resumed", partners=("7.0",), why="partners_ended")):  # fmt: skip
+    for record in (
+        rec(),
+        rec("suspended", share=0.62, partners=("12", "13"), why="over_limit"),
+        rec("kept", share=0.0, why="within_limit"),
+        rec("kept", share=1.0),
+        rec("resumed", partners=("7.0",), why="partners_ended"),
+    ):
         text = format_trial(record)
         assert parse_trial("2", text) == record
-    assert format_trial(rec("suspended", share=0.62, partners=("12", "13"),
-                            why="over_limit")) == f"suspended:{T0}:0.62:12+13:over_limit"
+    assert (
+        format_trial(rec("suspended", share=0.62, partners=("12", "13"), why="over_limit"))
+        == f"suspended:{T0}:0.62:12+13:over_limit"
+    )
 
 
-@pytest.mark.parametrize(("text", "field_name"), [
-    ("", "(text)"), ("placed", "(text)"), (f"frozen:{T0}:-:1:-", "state"),
-    (f"kept:{T0}:1.5:1:-", "share"), (f"kept:{T0}:nan:1:-", "(text)"),
-    (f"kept:{T0}:0.5:1:because", "why"), (f"kept:{T0}:0.5:1;x=2:-", "(text)"),
-    (f"kept:{T0}:0.5:1++2:-", "partners"), ("kept:-5:0.5:1:-", "(text)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "field_name"),
+    [
+        ("", "(text)"),
+        ("placed", "(text)"),
+        (f"frozen:{T0}:-:1:-", "state"),
+        (f"kept:{T0}:1.5:1:-", "share"),
+        (f"kept:{T0}:nan:1:-", "(text)"),
+        (f"kept:{T0}:0.5:1:because", "why"),
+        (f"kept:{T0}:0.5:1;x=2:-", "(text)"),
+        (f"kept:{T0}:0.5:1++2:-", "partners"),
+        ("kept:-5:0.5:1:-", "(text)"),
+    ],
+)
 def test_an_unreadable_record_is_refused_naming_the_job_and_the_part(
     text: str, field_name: str
 ) -> None:
@@ -199,8 +219,12 @@ def test_final_states_and_ended_jobs_take_no_step() -> None:
         assert advance(tjob(rec(state), "ended"), set(), T0 + 1e6, LIMITS).action == "none"
 
 
-@given(st.sampled_from(STATES), st.sampled_from(["pending", "running", "suspended", "ended"]),
-       st.booleans(), st.floats(0, 10_000))  # fmt: skip
+@given(
+    st.sampled_from(STATES),
+    st.sampled_from(["pending", "running", "suspended", "ended"]),
+    st.booleans(),
+    st.floats(0, 10_000),
+)
 @settings(max_examples=100)
 def test_no_step_ever_leaves_a_job_frozen_or_unaccounted(
     state: str, phase: str, partner: bool, later: float
@@ -214,11 +238,17 @@ def test_no_step_ever_leaves_a_job_frozen_or_unaccounted(
 
 
 def test_measured_programs_take_each_programs_latest_share() -> None:
-    jobs = [tjob(rec("kept", at=T0, share=0.3)), tjob(rec("kept", at=T0 + 5, share=0.4)),
-            tjob(rec("placed")), replace(tjob(rec("kept", share=0.9)), program=None)]
+    jobs = [
+        tjob(rec("kept", at=T0, share=0.3)),
+        tjob(rec("kept", at=T0 + 5, share=0.4)),
+        tjob(rec("placed")),
+        replace(tjob(rec("kept", share=0.9)), program=None),
+    ]
     assert measured_programs(jobs) == {"stream": 0.4}
-    assert merge_programs({"stream": 0.2}, {"stream": 0.4, "spin": 0.01}) == \
-        {"stream": 0.2, "spin": 0.01}  # fmt: skip
+    assert merge_programs({"stream": 0.2}, {"stream": 0.4, "spin": 0.01}) == {
+        "stream": 0.2,
+        "spin": 0.01,
+    }
 
 
 # -- the cycle's driver against an in-memory scheduler ---------------------------------------
@@ -275,8 +305,15 @@ class Probe:
     shares: list[float | None]
     asked: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
 
-    def measure(self, node: str, job: str, partners: Sequence[str], program: str | None,
-                *, requested_at_s: int = 0) -> ProbeResult:  # fmt: skip
+    def measure(
+        self,
+        node: str,
+        job: str,
+        partners: Sequence[str],
+        program: str | None,
+        *,
+        requested_at_s: int = 0,
+    ) -> ProbeResult:
         self.asked.append((node, job, tuple(partners)))
         share = self.shares.pop(0)
         if share is None:
@@ -365,10 +402,12 @@ def test_the_next_job_of_a_measured_program_needs_no_trial() -> None:
     pending = (Job("3", kind="cpu", device_count=0, cpu_milli=MILLI, program="stream"),)
     old = (RunningJob("1", "n1", program="spin"),)
     unmeasured = MembwPolicy(programs={"spin": 0.5}, trials=True).plan(
-        Snapshot((n1,), old, pending))
+        Snapshot((n1,), old, pending)
+    )
     assert [t.job for t in unmeasured.trials] == ["3"]
-    measured = MembwPolicy(programs=merge_programs({"spin": 0.5}, {"stream": 0.6}),
-                           trials=True).plan(Snapshot((n1,), old, pending))  # fmt: skip
+    measured = MembwPolicy(
+        programs=merge_programs({"spin": 0.5}, {"stream": 0.6}), trials=True
+    ).plan(Snapshot((n1,), old, pending))
     assert measured.trials == () and measured.assignments == ()  # 1.1 > 0.9: it waits
 
 
@@ -382,10 +421,12 @@ def test_the_record_file_keeps_measurements_and_refuses_bad_entries(tmp_path: Pa
     assert not write_record_file(str(path), {"stream": 0.6})  # nothing new: not rewritten
     write_record_file(str(path), {"spin": 0.02})
     assert read_record_file(str(path)) == {"stream": 0.6, "spin": 0.02}
-    for bad, words in (({"programs": {"x": 1.5}}, "programs.x = 1.5 is not a share in [0, 1]"),
-                       ({"programs": {"a b": 0.1}}, "is not a program name"),
-                       ({"programs": {"x": True}}, "is not a share"),
-                       ({"other": 1}, 'no "programs" object')):  # fmt: skip
+    for bad, words in (
+        ({"programs": {"x": 1.5}}, "programs.x = 1.5 is not a share in [0, 1]"),
+        ({"programs": {"a b": 0.1}}, "is not a program name"),
+        ({"programs": {"x": True}}, "is not a share"),
+        ({"other": 1}, 'no "programs" object'),
+    ):
         path.write_text(json.dumps(bad))
         with pytest.raises(ConfigError, match=r"policy\.membw\.record_file") as caught:
             read_record_file(str(path))
@@ -397,8 +438,7 @@ def test_the_record_file_keeps_measurements_and_refuses_bad_entries(tmp_path: Pa
 
 def test_injected_measurements_come_through_the_probes_interface(tmp_path: Path) -> None:
     path = tmp_path / "inject.json"
-    path.write_text(json.dumps({"jobs": {"7": 0.1, "8": None},
-                                "programs": {"stream": 0.6}}))  # fmt: skip
+    path.write_text(json.dumps({"jobs": {"7": 0.1, "8": None}, "programs": {"stream": 0.6}}))
     probe = InjectedProbe(str(path))
     assert probe.measure("n1", "7", ["1"], "stream") == ProbeResult(0.1)  # the job's wins
     assert probe.measure("n1", "9", ["1"], "stream") == ProbeResult(0.6)
@@ -408,8 +448,9 @@ def test_injected_measurements_come_through_the_probes_interface(tmp_path: Path)
 
 
 def test_the_nodes_answer_to_trial_is_read_or_refused() -> None:
-    assert parse_trial_reply("OK job=7 share=0.4300 available=0.5700 gbps=3.1 cpus=0") == \
-        ProbeResult(0.43)  # fmt: skip
+    assert parse_trial_reply(
+        "OK job=7 share=0.4300 available=0.5700 gbps=3.1 cpus=0"
+    ) == ProbeResult(0.43)
     assert parse_trial_reply("ERR unsupported job 7: no baseline").error.startswith("ERR")
     assert parse_trial_reply("OK job=7 share=nan").share is None
     assert parse_trial_reply("OK job=7 share=2").share is None
@@ -484,10 +525,16 @@ def test_the_facts_probe_finds_the_answer_to_its_request_only() -> None:
     old = stale.measure("n1", "2", ["1"], None, requested_at_s=at)
     assert old.pending and f"(only one of {at - 600})" in old.error
     # Another node's answer, or another job's, is not this one's.
-    assert FactsProbe(facts_snapshot(TrialResult("host_2", at, 0.3)), host).measure(
-        "n2", "2", ["1"], None, requested_at_s=at).pending  # fmt: skip
-    assert FactsProbe(facts_snapshot(TrialResult("host_3", at, 0.3)), host).measure(
-        "n1", "2", ["1"], None, requested_at_s=at).pending  # fmt: skip
+    assert (
+        FactsProbe(facts_snapshot(TrialResult("host_2", at, 0.3)), host)
+        .measure("n2", "2", ["1"], None, requested_at_s=at)
+        .pending
+    )
+    assert (
+        FactsProbe(facts_snapshot(TrialResult("host_3", at, 0.3)), host)
+        .measure("n1", "2", ["1"], None, requested_at_s=at)
+        .pending
+    )
     failed = FactsProbe(facts_snapshot(TrialResult("host_2", at, None, "unsupported")), host)
     result = failed.measure("n1", "2", ["1"], None, requested_at_s=at)
     assert not result.pending and result.share is None
@@ -499,12 +546,17 @@ def test_a_pending_probe_waits_in_measuring_until_facts_wait_s_then_fails() -> N
     job = tjob(rec("measuring", T0 + 61))
     wait = awaiting(job, "no answer yet", 0.5, T0 + 61 + 300, limits)
     assert (wait.action, wait.record) == ("wait", None)
-    assert "its trial's probe is pending (no answer yet; asked 300 s ago, waiting at most " \
-        "policy.membw.facts_wait_s 300)" in wait.note  # fmt: skip
+    assert (
+        "its trial's probe is pending (no answer yet; asked 300 s ago, waiting at most "
+        "policy.membw.facts_wait_s 300)" in wait.note
+    )
     late = awaiting(job, "no answer yet", 0.5, T0 + 61 + 301, limits)
     assert late.action == "suspend" and late.record is not None
-    assert (late.record.state, late.record.why, late.record.share) == \
-        ("suspended", "probe_failed", None)  # fmt: skip
+    assert (late.record.state, late.record.why, late.record.share) == (
+        "suspended",
+        "probe_failed",
+        None,
+    )
     assert "no answer yet 301 s after it, longer than policy.membw.facts_wait_s 300" in late.note
 
 
@@ -513,16 +565,20 @@ def test_the_cycle_keeps_a_pending_job_measuring_then_decides_by_the_nodes_answe
     limits = replace(LIMITS, facts_wait_s=300)
     programs = {"spin": 0.5}
     # Cycle 1: past init_s: the record (the request) is written, no answer yet: it waits.
-    first = run_trials(queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), programs,
-                       limits, T0 + 61)  # fmt: skip
+    first = run_trials(
+        queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), programs, limits, T0 + 61
+    )
     assert queue.log == ["write 2 measuring"] and first.steps == []
     asked = queue.jobs["2"].record
     # The request asks the node to probe it (a planner probing over its socket does not).
     assert (asked.state, asked.at_s, asked.why) == ("measuring", T0 + 61, "node_asked")
     assert format_trial(asked) == f"measuring:{T0 + 61}:-:1:node_asked"
     assert any("probing beside job 1" in n for n in first.notes)
-    assert any("its trial's probe is pending (node n1's facts carry no answer to the request "
-               f"of {T0 + 61}" in n for n in first.notes), first.notes  # fmt: skip
+    assert any(
+        "its trial's probe is pending (node n1's facts carry no answer to the request "
+        f"of {T0 + 61}" in n
+        for n in first.notes
+    ), first.notes
     # Cycle 2: still none (an answer to an older request does not count): still measuring,
     # not "probing again".
     stale = facts_snapshot(TrialResult("host_2", T0, 0.1))
@@ -541,20 +597,26 @@ def test_the_cycle_keeps_a_pending_job_measuring_then_decides_by_the_nodes_answe
 def test_a_job_whose_answer_never_comes_is_suspended_as_unmeasured() -> None:
     queue = Queue({"2": tjob(rec("measuring", T0 + 61, why="node_asked"))})
     limits = replace(LIMITS, facts_wait_s=300)
-    done = run_trials(queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), {}, limits,
-                      T0 + 400)  # fmt: skip
+    done = run_trials(
+        queue, FactsProbe(facts_snapshot(), host), facts_snapshot(), {}, limits, T0 + 400
+    )
     assert queue.log == ["suspend 2", "write 2 suspended"]
     assert queue.jobs["2"].record.why == "probe_failed"
-    assert any("failed (node n1's facts carry no answer to the request of "
-               f"{T0 + 61} 339 s after it, longer than policy.membw.facts_wait_s 300)" in n
-               for n in done.notes), done.notes  # fmt: skip
+    assert any(
+        "failed (node n1's facts carry no answer to the request of "
+        f"{T0 + 61} 339 s after it, longer than policy.membw.facts_wait_s 300)" in n
+        for n in done.notes
+    ), done.notes
 
 
 def test_a_node_asked_job_found_suspended_is_recorded_over_the_limit() -> None:
-    step = advance(tjob(rec("measuring", T0, why="node_asked"), phase="suspended"), {"1"},
-                   T0 + 5, LIMITS)  # fmt: skip
-    assert step.record is not None and (step.record.state, step.record.why) == \
-        ("suspended", "over_limit")  # fmt: skip
+    step = advance(
+        tjob(rec("measuring", T0, why="node_asked"), phase="suspended"), {"1"}, T0 + 5, LIMITS
+    )
+    assert step.record is not None and (step.record.state, step.record.why) == (
+        "suspended",
+        "over_limit",
+    )
 
 
 def test_a_measuring_record_that_asked_no_node_is_made_a_request() -> None:

@@ -62,8 +62,10 @@ class Layout:
         if not (1 <= self.rows <= MAX_SIDE and 1 <= self.cols <= MAX_SIDE):
             raise InputError(f"layout: mesh {self.rows} x {self.cols}; each side 1..{MAX_SIDE}")
         if self.rows * self.cols != len(self.domains):
-            raise InputError(f"layout: a {self.rows} x {self.cols} mesh holds "
-                             f"{self.rows * self.cols} domains, not {len(self.domains)}")
+            raise InputError(
+                f"layout: a {self.rows} x {self.cols} mesh holds "
+                f"{self.rows * self.cols} domains, not {len(self.domains)}"
+            )
         names: dict[str, int] = {}
         owner: dict[str, int] = {}
         for index, domain in enumerate(self.domains):
@@ -74,13 +76,17 @@ class Layout:
                 raise InputError(f"domain {domain.name!r}: nodes is empty; want at least one")
             for node, count in domain.nodes:
                 if not 1 <= count <= MAX_CORES_PER_NODE:
-                    raise InputError(f"domain {domain.name!r}: node {node!r} has {count} "
-                                     f"cores; allowed 1..{MAX_CORES_PER_NODE}")
+                    raise InputError(
+                        f"domain {domain.name!r}: node {node!r} has {count} "
+                        f"cores; allowed 1..{MAX_CORES_PER_NODE}"
+                    )
                 if node in owner:
                     other = self.domains[owner[node]].name
-                    raise InputError(f"layout: node {node!r} is claimed by domain {other!r} "
-                                     f"and domain {domain.name!r}; a node belongs to one "
-                                     "domain")
+                    raise InputError(
+                        f"layout: node {node!r} is claimed by domain {other!r} "
+                        f"and domain {domain.name!r}; a node belongs to one "
+                        "domain"
+                    )
                 owner[node] = index
         object.__setattr__(self, "_owner", owner)
 
@@ -118,8 +124,9 @@ class Layout:
     def centre(self) -> int:
         """The domain with the smallest largest distance to any other, lowest id on ties (the
         sequencer's seat: the paper elects one, section 4.3, and does not say which)."""
-        return min(range(self.size),
-                   key=lambda d: (max(self.hops(d, o) for o in range(self.size)), d))
+        return min(
+            range(self.size), key=lambda d: (max(self.hops(d, o) for o in range(self.size)), d)
+        )
 
 
 def tile(rows: int, cols: int | None = None, cores_per_domain: int = 8) -> Layout:
@@ -129,8 +136,11 @@ def tile(rows: int, cols: int | None = None, cores_per_domain: int = 8) -> Layou
     cols = rows if cols is None else cols
     if not (1 <= rows <= MAX_SIDE and 1 <= cols <= MAX_SIDE):
         raise InputError(f"tile: {rows} x {cols}; each side 1..{MAX_SIDE}")
-    return Layout(tuple(Domain(f"d{i}", ((f"n{i}", cores_per_domain),))
-                        for i in range(rows * cols)), rows, cols)
+    return Layout(
+        tuple(Domain(f"d{i}", ((f"n{i}", cores_per_domain),)) for i in range(rows * cols)),
+        rows,
+        cols,
+    )
 
 
 def layout_of(domains: Sequence[Domain], rows: int, cols: int) -> Layout:

@@ -73,8 +73,11 @@ def adaptive_parents(layout: Layout, source: int) -> dict[int, int]:
     """Each node's preferred source after the adaptive set-up flood from ``source``: the
     neighbour whose copy arrived first under unit latency (one hop closer), lowest id first."""
     dist = distances(layout, source)
-    return {node: min(o for o in layout.neighbours(node) if dist[o] == dist[node] - 1)
-            for node in range(layout.size) if node != source}
+    return {
+        node: min(o for o in layout.neighbours(node) if dist[o] == dist[node] - 1)
+        for node in range(layout.size)
+        if node != source
+    }
 
 
 @dataclass
@@ -122,8 +125,12 @@ def flooding_messages(layout: Layout, source: int) -> int:
     the first copy to every neighbour it has not already heard from, i.e. to those no
     closer to the source than itself (on a mesh, bipartite, that is every link once)."""
     dist = distances(layout, source)
-    return sum(1 for node in range(layout.size) for other in layout.neighbours(node)
-               if dist[other] >= dist[node])
+    return sum(
+        1
+        for node in range(layout.size)
+        for other in layout.neighbours(node)
+        if dist[other] >= dist[node]
+    )
 
 
 def broadcast_messages(layout: Layout, source: int, scheme: Scheme) -> int:

@@ -109,9 +109,12 @@ def check_gang(job: Gang, layout: Layout) -> Refusal | None:
         name, value, allowed = fields[0]
         return Refusal(job.id, "invalid", f"job {job.id}: {name} is {value}; allowed {allowed}")
     if job.cores > layout.total_cores:
-        return Refusal(job.id, "never_fits",
-                       f"job {job.id}: asks for {job.cores} cores; all {layout.size} domains "
-                       f"together have {layout.total_cores} (never_fits)")
+        return Refusal(
+            job.id,
+            "never_fits",
+            f"job {job.id}: asks for {job.cores} cores; all {layout.size} domains "
+            f"together have {layout.total_cores} (never_fits)",
+        )
     return None
 
 
@@ -143,7 +146,8 @@ class Effects:
 
     sends: list[Message] = field(default_factory=list)
     spawned: list[tuple[Gang, tuple[tuple[int, tuple[str, ...]], ...]]] = field(
-        default_factory=list)
+        default_factory=list
+    )
     running: list[Gang] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
 
@@ -181,8 +185,15 @@ class Manager:
         sequencer: the sequencer's domain (``sequencer`` policy).
     """
 
-    def __init__(self, domain: int, layout: Layout, store: ReservationStore,
-                 trees: Propagation, policy: AllocPolicy, sequencer: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        domain: int,
+        layout: Layout,
+        store: ReservationStore,
+        trees: Propagation,
+        policy: AllocPolicy,
+        sequencer: int,
+    ) -> None:
         self.domain = domain
         self.layout = layout
         self.store = store
@@ -263,8 +274,7 @@ class Manager:
         if self.policy == "cancel":
             # Section 4.2: a higher request cancels this home's lower requests.
             for own in self.own.values():
-                if (own.state == "requested" and own.job.id != job.id
-                        and own.job.order > order):
+                if own.state == "requested" and own.job.id != job.id and own.job.order > order:
                     self._cancel(own, out)
 
     def _cancel(self, own: Own, out: Effects) -> None:
@@ -305,20 +315,41 @@ class Manager:
         if own.local:
             return
         if self.policy == "sequencer" and self.domain != self.sequencer:
-            out.sends.append(Message("spawn", own.job, self.domain, self.sequencer,
-                                     own.attempt, self.sequencer, use=tuple(use)))
+            out.sends.append(
+                Message(
+                    "spawn",
+                    own.job,
+                    self.domain,
+                    self.sequencer,
+                    own.attempt,
+                    self.sequencer,
+                    use=tuple(use),
+                )
+            )
         else:
             root = self.sequencer if self.policy == "sequencer" else self.domain
-            msg = Message("spawn", own.job, self.domain, self.domain, own.attempt, root,
-                          use=tuple(use))
+            msg = Message(
+                "spawn", own.job, self.domain, self.domain, own.attempt, root, use=tuple(use)
+            )
             self._forward(msg, out)
 
     # -- helpers ------------------------------------------------------------------------
     def _forward(self, msg: Message, out: Effects) -> None:
         """Pass a tree message on to this domain's children in the tree of ``msg.root``."""
         for child in self.trees.children(msg.root, self.domain):
-            out.sends.append(Message(msg.kind, msg.job, self.domain, child, msg.attempt,
-                                     msg.root, msg.order, msg.cores, msg.use))
+            out.sends.append(
+                Message(
+                    msg.kind,
+                    msg.job,
+                    self.domain,
+                    child,
+                    msg.attempt,
+                    msg.root,
+                    msg.order,
+                    msg.cores,
+                    msg.use,
+                )
+            )
 
     def _head(self) -> _Entry | None:
         return min(self.queue.values(), key=lambda e: e.order, default=None)
@@ -334,14 +365,23 @@ class Manager:
                 own = self.own[head.job.id]
                 if own.state == "blocked":
                     own.state, own.attempt, own.commits = "requested", own.attempt + 1, {}
-                    msg = Message("request", own.job, self.domain, self.domain, own.attempt,
-                                  self.domain, own.job.order)
+                    msg = Message(
+                        "request",
+                        own.job,
+                        self.domain,
+                        self.domain,
+                        own.attempt,
+                        self.domain,
+                        own.job.order,
+                    )
                     self._forward(msg, out)
                     self._request(own.job, own.attempt, own.job.order, out)
             self._commit(out)
             for own in list(self.own.values()):
-                if own.state == "requested" and sum(map(len, own.commits.values())) >= \
-                        own.job.cores:
+                if (
+                    own.state == "requested"
+                    and sum(map(len, own.commits.values())) >= own.job.cores
+                ):
                     self._spawn(own, out)
                     changed = True
 
@@ -362,12 +402,21 @@ class Manager:
             if entry.job.home == self.domain:
                 self.own[entry.job.id].commits.setdefault(self.domain, []).extend(take)
             else:
-                out.sends.append(Message("response", entry.job, self.domain, entry.job.home,
-                                         entry.attempt, cores=tuple(take)))
+                out.sends.append(
+                    Message(
+                        "response",
+                        entry.job,
+                        self.domain,
+                        entry.job.home,
+                        entry.attempt,
+                        cores=tuple(take),
+                    )
+                )
 
 
-def expected_messages(policy: AllocPolicy, trees: Propagation, sequencer: int,
-                      owns: Sequence[Own]) -> dict[str, int]:  # fmt: skip
+def expected_messages(
+    policy: AllocPolicy, trees: Propagation, sequencer: int, owns: Sequence[Own]
+) -> dict[str, int]:
     """Section 4's message counts from what the protocol did (not from the messages sent).
 
     A propagation crosses its tree's ``N - 1`` edges. Active cancellation: every attempt of

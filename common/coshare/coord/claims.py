@@ -169,9 +169,11 @@ def admit(
             if use.get(unit, 0) + mib > cap:
                 others = sorted({pl for pl in holders.get(unit, {}).values() if pl != planner})
                 by = f" (claims of planner {', '.join(others)})" if others else ""
-                why = (f"job {job}: another planner booked device {unit} first: "
-                       f"{use.get(unit, 0)} of {cap} MiB in use{by}, {mib} MiB more do not "
-                       "fit; it waits for the next cycle")  # fmt: skip
+                why = (
+                    f"job {job}: another planner booked device {unit} first: "
+                    f"{use.get(unit, 0)} of {cap} MiB in use{by}, {mib} MiB more do not "
+                    "fit; it waits for the next cycle"
+                )
                 break
         if why is not None:
             refused[job] = why
@@ -196,8 +198,9 @@ def without(plan: Plan, refused: Mapping[str, str]) -> Plan:
     )
 
 
-def with_claims(snapshot: Snapshot, planner: str, live: Iterable[Claimed], *,
-                global_ids: bool = True) -> Snapshot:  # fmt: skip
+def with_claims(
+    snapshot: Snapshot, planner: str, live: Iterable[Claimed], *, global_ids: bool = True
+) -> Snapshot:
     """``snapshot`` with the live claims of other planners that its read does not show as
     planned placements (they hold their device memory until the read shows the job; with
     ``global_ids`` false, as :func:`admit`, a read never shows another planner's claim)."""
@@ -210,8 +213,9 @@ def with_claims(snapshot: Snapshot, planner: str, live: Iterable[Claimed], *,
             continue
         if global_ids and (p.job, p.node, p.device) in shown:
             continue
-        extra.setdefault((f"{c.planner}:{p.job}" if not global_ids else p.job, p.node),
-                         []).append(p)  # fmt: skip
+        extra.setdefault((f"{c.planner}:{p.job}" if not global_ids else p.job, p.node), []).append(
+            p
+        )
     if not extra:
         return snapshot
     added = tuple(

@@ -61,8 +61,9 @@ class EngineGate:
         key: a job id as its claim key (an adapter's ``job_key``; :func:`job_key`).
     """
 
-    def __init__(self, claims: Any, global_ids: bool = False,
-                 key: Callable[[str], str] = str) -> None:  # fmt: skip
+    def __init__(
+        self, claims: Any, global_ids: bool = False, key: Callable[[str], str] = str
+    ) -> None:
         self.claims = claims
         self.global_ids = global_ids
         self.key = key
@@ -80,28 +81,36 @@ class EngineGate:
         gone = rules.stale(self.claims.own_jobs(), keyed)
         released = self.claims.release(gone)
         live = self.claims.live()
-        self.figures = {"released": released,
-                        "others": sum(1 for c in live if c.planner != self.planner)}
-        added = rules.with_claims(keyed, self.planner, live,
-                                  global_ids=self.global_ids).running[len(keyed.running):]
-        return replace(snapshot, running=snapshot.running + added)  # fmt: skip
+        self.figures = {
+            "released": released,
+            "others": sum(1 for c in live if c.planner != self.planner),
+        }
+        added = rules.with_claims(keyed, self.planner, live, global_ids=self.global_ids).running[
+            len(keyed.running) :
+        ]
+        return replace(snapshot, running=snapshot.running + added)
 
     def admit(self, snapshot: Snapshot, plan: Plan) -> Plan:
         """Claim the plan's device parts; the plan without the jobs refused."""
         job_of = {self.key(job): job for job in plan.placed_jobs}
-        wanted = {self.key(job): tuple(replace(p, job=self.key(job)) for p in parts)
-                  for job, parts in rules.plan_parts(snapshot, plan).items()}  # fmt: skip
+        wanted = {
+            self.key(job): tuple(replace(p, job=self.key(job)) for p in parts)
+            for job, parts in rules.plan_parts(snapshot, plan).items()
+        }
         # What the scheduler showed, not the other planners' claims settle added to it.
         read = self._read if self._read is not None else rules.rekey(snapshot, self.key)
-        decision = self.claims.claim(wanted, rules.capacities(snapshot), rules.seen(read),
-                                     global_ids=self.global_ids)  # fmt: skip
+        decision = self.claims.claim(
+            wanted, rules.capacities(snapshot), rules.seen(read), global_ids=self.global_ids
+        )
         refused = {job_of[k]: why for k, why in decision.refused.items()}
         self.figures["granted"] = len(wanted) - len(refused)
         self.figures["refused"] = len(refused)
         admitted = rules.without(plan, refused)
         if refused:
-            note = (f"{len(refused)} job(s) lost their devices to another planner's "
-                    "claims made since this cycle read; they wait for the next cycle")
+            note = (
+                f"{len(refused)} job(s) lost their devices to another planner's "
+                "claims made since this cycle read; they wait for the next cycle"
+            )
             admitted = replace(admitted, notes=(*admitted.notes, note))
         return admitted
 
@@ -120,8 +129,9 @@ def job_key(adapter: object) -> Callable[[str], str]:
 
 
 @contextmanager
-def coordination(config: CoordinationConfig, scheduler: str,
-                 dry_run: bool = False) -> Iterator[Coordinated | None]:  # fmt: skip
+def coordination(
+    config: CoordinationConfig, scheduler: str, dry_run: bool = False
+) -> Iterator[Coordinated | None]:
     """The lease of planner ``config.domain`` (else ``scheduler``) for one cycle.
 
     Yields:
@@ -143,8 +153,9 @@ def coordination(config: CoordinationConfig, scheduler: str,
     postgres = load("coshare.coord.postgres", "coordination.dsn")
     engine = postgres.Engine(config.dsn, config.connect_timeout_s)
     try:
-        lease = postgres.PlannerLease(engine, config.domain or scheduler, config.instance,
-                                      config.lease_s)  # fmt: skip
+        lease = postgres.PlannerLease(
+            engine, config.domain or scheduler, config.instance, config.lease_s
+        )
         lease.acquire()
         # Every planner over one engine resolves contention the same way (cancel or
         # sequencer): one of the other protocol still live refuses this one, naming both.

@@ -262,14 +262,20 @@ class Engine:
             return self._conn
         self.close()
         try:
-            conn = psycopg.connect(self.dsn, autocommit=True, application_name="coshare",
-                                   connect_timeout=max(1, round(self.connect_timeout_s)))
+            conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                application_name="coshare",
+                connect_timeout=max(1, round(self.connect_timeout_s)),
+            )
         except psycopg.OperationalError as exc:
             raise EngineUnavailable(self.address, _first_line(exc)) from exc
         self._conn = conn
         try:
-            conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-                         (str(max(1, round(self.stall_s * 1000))),))  # fmt: skip
+            conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                (str(max(1, round(self.stall_s * 1000))),),
+            )
         except psycopg.OperationalError as exc:
             self.close()
             raise EngineUnavailable(self.address, _first_line(exc)) from exc
@@ -288,17 +294,23 @@ class Engine:
                     return work(cur)
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
                 if attempt == RETRIES:
-                    raise CoordinationError(f"coordination engine at {self.address}: a "
-                                            f"transaction was aborted {RETRIES + 1} times in a "
-                                            f"row ({_first_line(exc)}); nothing of it was "
-                                            "written") from exc  # fmt: skip
+                    raise CoordinationError(
+                        f"coordination engine at {self.address}: a "
+                        f"transaction was aborted {RETRIES + 1} times in a "
+                        f"row ({_first_line(exc)}); nothing of it was "
+                        "written"
+                    ) from exc
                 time.sleep(0.01 * (attempt + 1))
             except psycopg.Error as exc:
                 # Lost connections (refused, reset, shut down, or ended by the server's
                 # idle-in-transaction timeout); other errors are bugs and propagate.
-                if not (isinstance(exc, (psycopg.OperationalError,
-                                         pg_errors.IdleInTransactionSessionTimeout))
-                        or conn.broken or conn.closed):  # fmt: skip
+                if not (
+                    isinstance(
+                        exc, (psycopg.OperationalError, pg_errors.IdleInTransactionSessionTimeout)
+                    )
+                    or conn.broken
+                    or conn.closed
+                ):
                     raise
                 self.close()
                 raise EngineUnavailable(self.address, _first_line(exc)) from exc
@@ -341,8 +353,7 @@ class PlannerLease:
         lease_s: how long a lease lasts from its last renewal.
     """
 
-    def __init__(self, engine: Engine, planner: str, instance: str | None,
-                 lease_s: float) -> None:  # fmt: skip
+    def __init__(self, engine: Engine, planner: str, instance: str | None, lease_s: float) -> None:
         self.engine = engine
         self.planner = planner
         self.instance = instance or socket.gethostname()
@@ -359,8 +370,10 @@ class PlannerLease:
             Standby: another instance holds it.
             EngineUnavailable: the engine cannot be reached.
         """
+
         def work(cur: psycopg.Cursor[tuple[object, ...]]) -> Held | tuple[str, float]:
-            cur.execute("""
+            cur.execute(
+                """
                 INSERT INTO coshare_leases AS l (planner, holder, epoch, lease_until)
                 VALUES (%(p)s, %(h)s, 1, clock_timestamp() + %(s)s * interval '1 second')
                 ON CONFLICT (planner) DO UPDATE SET
@@ -371,11 +384,16 @@ class PlannerLease:
                     lease_until = excluded.lease_until
                 WHERE l.holder = excluded.holder OR l.lease_until <= clock_timestamp()
                 RETURNING epoch, extract(epoch FROM lease_until - clock_timestamp())
-            """, {"p": self.planner, "h": self.instance, "s": self.lease_s})  # fmt: skip
+            """,
+                {"p": self.planner, "h": self.instance, "s": self.lease_s},
+            )
             row = cur.fetchone()
             if row is None:
-                cur.execute("SELECT holder, extract(epoch FROM lease_until - clock_timestamp()) "
-                            "FROM coshare_leases WHERE planner = %s", (self.planner,))
+                cur.execute(
+                    "SELECT holder, extract(epoch FROM lease_until - clock_timestamp()) "
+                    "FROM coshare_leases WHERE planner = %s",
+                    (self.planner,),
+                )
                 other = cur.fetchone()
                 assert other is not None
                 return str(other[0]), _float(other[1])
@@ -400,18 +418,29 @@ class PlannerLease:
         """
         if self.epoch is None:
             raise LeaseLost(self.planner, self.instance, None, "never acquired")
-        cur.execute("SELECT holder, epoch, lease_until > clock_timestamp() FROM coshare_leases "
-                    "WHERE planner = %s FOR SHARE", (self.planner,))  # fmt: skip
+        cur.execute(
+            "SELECT holder, epoch, lease_until > clock_timestamp() FROM coshare_leases "
+            "WHERE planner = %s FOR SHARE",
+            (self.planner,),
+        )
         row = cur.fetchone()
         if row is None:
             raise LeaseLost(self.planner, self.instance, None, "no lease row")
         holder, epoch, alive = str(row[0]), _int(row[1]), bool(row[2])
         if holder != self.instance or epoch != self.epoch:
-            raise LeaseLost(self.planner, self.instance, holder,
-                            f"instance {holder!r} holds it now, epoch {epoch}")
+            raise LeaseLost(
+                self.planner,
+                self.instance,
+                holder,
+                f"instance {holder!r} holds it now, epoch {epoch}",
+            )
         if not alive:
-            raise LeaseLost(self.planner, self.instance, None,
-                            f"it expired: not renewed within {self.lease_s:g} s")
+            raise LeaseLost(
+                self.planner,
+                self.instance,
+                None,
+                f"it expired: not renewed within {self.lease_s:g} s",
+            )
         return epoch
 
     def fence(self) -> Held:
@@ -423,10 +452,14 @@ class PlannerLease:
             LeaseLost: it is not.
             EngineUnavailable: the engine cannot be reached.
         """
+
         def work(cur: psycopg.Cursor[tuple[object, ...]]) -> Held:
             self.check(cur)
-            cur.execute("UPDATE coshare_leases SET lease_until = clock_timestamp() + %s * "
-                        "interval '1 second' WHERE planner = %s", (self.lease_s, self.planner))
+            cur.execute(
+                "UPDATE coshare_leases SET lease_until = clock_timestamp() + %s * "
+                "interval '1 second' WHERE planner = %s",
+                (self.lease_s, self.planner),
+            )
             assert self.epoch is not None
             return Held(self.epoch, self.lease_s)
 
@@ -435,10 +468,13 @@ class PlannerLease:
     def release(self) -> None:
         """Give the lease up now (a clean shutdown): the other instance may take over at once
         and this instance's bookings are dead."""
+
         def work(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
-            cur.execute("UPDATE coshare_leases SET lease_until = clock_timestamp() "
-                        "WHERE planner = %s AND holder = %s AND epoch = %s",
-                        (self.planner, self.instance, self.epoch))  # fmt: skip
+            cur.execute(
+                "UPDATE coshare_leases SET lease_until = clock_timestamp() "
+                "WHERE planner = %s AND holder = %s AND epoch = %s",
+                (self.planner, self.instance, self.epoch),
+            )
 
         if self.epoch is not None:
             self.engine.run(work)
@@ -478,8 +514,9 @@ class PostgresReservations:
     :class:`~coshare.errors.DoubleBooking` and change nothing, as the in-memory store does.
     """
 
-    def __init__(self, lease: PlannerLease, layout: Layout,
-                 orders: dict[str, Order] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, lease: PlannerLease, layout: Layout, orders: dict[str, Order] | None = None
+    ) -> None:
         self.lease = lease
         self.engine = lease.engine
         self.layout = layout
@@ -492,14 +529,19 @@ class PostgresReservations:
         return tuple(u for u in self._units[domain] if u not in taken)
 
     def booked(self, domain: int, job: str, state: State = "reserved") -> tuple[str, ...]:
-        mine = set(self._column("SELECT unit FROM coshare_live WHERE domain = %s AND job = %s "
-                                "AND state = %s", (domain, job, state)))  # fmt: skip
+        mine = set(
+            self._column(
+                "SELECT unit FROM coshare_live WHERE domain = %s AND job = %s AND state = %s",
+                (domain, job, state),
+            )
+        )
         return tuple(u for u in self._units[domain] if u in mine)
 
     def holders(self) -> dict[str, str]:
         """Every live booked unit and its job (all planners)."""
-        rows = self.engine.run(lambda cur: cur.execute(
-            "SELECT unit, job FROM coshare_live").fetchall())
+        rows = self.engine.run(
+            lambda cur: cur.execute("SELECT unit, job FROM coshare_live").fetchall()
+        )
         return {str(u): str(j) for u, j in rows}
 
     # -- the port's writes --------------------------------------------------------------
@@ -518,10 +560,12 @@ class PostgresReservations:
             got = self._insert(cur, domain, job, units, submit, home, epoch)
             if len(got) < len(units):
                 taken = sorted(set(units) - set(got))[0]
-                holder = cur.execute("SELECT job FROM coshare_reservations WHERE unit = %s",
-                                     (taken,)).fetchone()  # fmt: skip
-                raise DoubleBooking(name, taken, str(holder[0]) if holder else "(another job)",
-                                    job)  # rolls the whole transaction back: all or none
+                holder = cur.execute(
+                    "SELECT job FROM coshare_reservations WHERE unit = %s", (taken,)
+                ).fetchone()
+                raise DoubleBooking(
+                    name, taken, str(holder[0]) if holder else "(another job)", job
+                )  # rolls the whole transaction back: all or none
 
         self.engine.run(work)
 
@@ -537,15 +581,18 @@ class PostgresReservations:
     def release(self, domain: int, job: str) -> tuple[str, ...]:
         def work(cur: psycopg.Cursor[tuple[object, ...]]) -> tuple[str, ...]:
             self.lease.check(cur)
-            cur.execute("DELETE FROM coshare_reservations WHERE domain = %s AND job = %s "
-                        "RETURNING unit", (domain, job))  # fmt: skip
+            cur.execute(
+                "DELETE FROM coshare_reservations WHERE domain = %s AND job = %s RETURNING unit",
+                (domain, job),
+            )
             return tuple(sorted(str(row[0]) for row in cur.fetchall()))
 
         return self.engine.run(work)
 
     # -- the global order and active cancellation ----------------------------------------
-    def claim(self, job: str, order: Order, units: Sequence[tuple[int, str]], *,
-              partial: bool = False) -> Claim:  # fmt: skip
+    def claim(
+        self, job: str, order: Order, units: Sequence[tuple[int, str]], *, partial: bool = False
+    ) -> Claim:
         """Reserve ``units`` (``(domain, unit)`` pairs) for ``job`` at ``order`` (submission
         time stamp, home domain id), cancelling lower jobs' reservations in the way.
 
@@ -564,8 +611,11 @@ class PostgresReservations:
             wanted = sorted({u for _, u in units})
             domain_of = {u: d for d, u in units}
             cur.execute(_SWEEP, {"units": wanted})
-            cur.execute("SELECT unit, job, state, submit, home FROM coshare_reservations "
-                        "WHERE unit = ANY(%s) ORDER BY unit FOR UPDATE", (wanted,))  # fmt: skip
+            cur.execute(
+                "SELECT unit, job, state, submit, home FROM coshare_reservations "
+                "WHERE unit = ANY(%s) ORDER BY unit FOR UPDATE",
+                (wanted,),
+            )
             conflicts: list[tuple[str, str]] = []
             victims: set[str] = set()
             taken: set[str] = set()
@@ -580,29 +630,41 @@ class PostgresReservations:
             if conflicts and not partial:
                 return Claim((), (), tuple(conflicts))
             for victim in sorted(victims):
-                cur.execute("DELETE FROM coshare_reservations WHERE job = %s AND "
-                            "state = 'reserved' RETURNING planner", (victim,))  # fmt: skip
+                cur.execute(
+                    "DELETE FROM coshare_reservations WHERE job = %s AND "
+                    "state = 'reserved' RETURNING planner",
+                    (victim,),
+                )
                 planners = {str(row[0]) for row in cur.fetchall()}
                 for planner in sorted(planners):
-                    cur.execute("INSERT INTO coshare_cancellations (job, planner, by_job) "
-                                "VALUES (%s, %s, %s)", (victim, planner, job))  # fmt: skip
+                    cur.execute(
+                        "INSERT INTO coshare_cancellations (job, planner, by_job) "
+                        "VALUES (%s, %s, %s)",
+                        (victim, planner, job),
+                    )
             blocked = {u for u, _ in conflicts}
             rest = [u for u in wanted if u not in blocked and u not in taken]
             got: list[str] = []
             for domain in sorted({domain_of[u] for u in rest}):
-                got += self._insert(cur, domain, job,
-                                    [u for u in rest if domain_of[u] == domain],
-                                    submit, home, epoch)  # fmt: skip
+                got += self._insert(
+                    cur,
+                    domain,
+                    job,
+                    [u for u in rest if domain_of[u] == domain],
+                    submit,
+                    home,
+                    epoch,
+                )
             late = sorted(set(rest) - set(got))
             if late:
-                rows = cur.execute("SELECT unit, job FROM coshare_reservations WHERE "
-                                   "unit = ANY(%s)", (late,)).fetchall()  # fmt: skip
+                rows = cur.execute(
+                    "SELECT unit, job FROM coshare_reservations WHERE unit = ANY(%s)", (late,)
+                ).fetchall()
                 found = {str(u): str(j) for u, j in rows}
                 conflicts += [(u, found.get(u, "(another job)")) for u in late]
                 if not partial:
                     raise _Undo(Claim((), (), tuple(conflicts)))
-            return Claim(tuple(sorted(taken | set(got))), tuple(sorted(victims)),
-                         tuple(conflicts))
+            return Claim(tuple(sorted(taken | set(got))), tuple(sorted(victims)), tuple(conflicts))
 
         try:
             return self.engine.run(work)
@@ -612,10 +674,13 @@ class PostgresReservations:
     def cancelled(self) -> tuple[str, ...]:
         """The jobs of this planner whose requests were cancelled since the last call
         (they wait again); taken off the engine's list."""
+
         def work(cur: psycopg.Cursor[tuple[object, ...]]) -> tuple[str, ...]:
             self.lease.check(cur)
-            cur.execute("DELETE FROM coshare_cancellations WHERE planner = %s RETURNING job",
-                        (self.lease.planner,))
+            cur.execute(
+                "DELETE FROM coshare_cancellations WHERE planner = %s RETURNING job",
+                (self.lease.planner,),
+            )
             return tuple(sorted({str(row[0]) for row in cur.fetchall()}))
 
         return self.engine.run(work)
@@ -625,16 +690,33 @@ class PostgresReservations:
         return self.engine.run(lambda cur: cur.execute(_SWEEP, {"units": None}).rowcount)
 
     # -- helpers ------------------------------------------------------------------------
-    def _insert(self, cur: psycopg.Cursor[tuple[object, ...]], domain: int, job: str,
-                units: Sequence[str], submit: int, home: int, epoch: int) -> list[str]:  # fmt: skip
-        cur.execute("""
+    def _insert(
+        self,
+        cur: psycopg.Cursor[tuple[object, ...]],
+        domain: int,
+        job: str,
+        units: Sequence[str],
+        submit: int,
+        home: int,
+        epoch: int,
+    ) -> list[str]:
+        cur.execute(
+            """
             INSERT INTO coshare_reservations (unit, domain, job, state, submit, home, planner,
                                               epoch)
             SELECT u, %(d)s, %(j)s, 'reserved', %(s)s, %(h)s, %(p)s, %(e)s
             FROM unnest(%(units)s::text[]) AS u ORDER BY u
             ON CONFLICT (unit) DO NOTHING RETURNING unit""",
-            {"d": domain, "j": job, "s": submit, "h": home, "p": self.lease.planner,
-             "e": epoch, "units": list(units)})  # fmt: skip
+            {
+                "d": domain,
+                "j": job,
+                "s": submit,
+                "h": home,
+                "p": self.lease.planner,
+                "e": epoch,
+                "units": list(units),
+            },
+        )
         return [str(row[0]) for row in cur.fetchall()]
 
     def _column(self, sql: str, params: tuple[object, ...]) -> list[str]:
@@ -656,15 +738,21 @@ class PostgresClaims:
 
     def live(self) -> tuple[Claimed, ...]:
         """Every live claim (all planners)."""
-        rows = self.engine.run(lambda cur: cur.execute(
-            "SELECT planner, job, node, device, memory_mib FROM coshare_live_claims").fetchall())
+        rows = self.engine.run(
+            lambda cur: cur.execute(
+                "SELECT planner, job, node, device, memory_mib FROM coshare_live_claims"
+            ).fetchall()
+        )
         return tuple(_claimed(row) for row in rows)
 
     def own_jobs(self) -> tuple[str, ...]:
         """The jobs this planner holds live claims for."""
-        rows = self.engine.run(lambda cur: cur.execute(
-            "SELECT DISTINCT job FROM coshare_live_claims WHERE planner = %s",
-            (self.lease.planner,)).fetchall())  # fmt: skip
+        rows = self.engine.run(
+            lambda cur: cur.execute(
+                "SELECT DISTINCT job FROM coshare_live_claims WHERE planner = %s",
+                (self.lease.planner,),
+            ).fetchall()
+        )
         return tuple(sorted(str(row[0]) for row in rows))
 
     def release(self, jobs: Sequence[str]) -> int:
@@ -674,17 +762,25 @@ class PostgresClaims:
         Raises:
             LeaseLost: the lease is no longer this instance's (nothing is released).
         """
+
         def work(cur: psycopg.Cursor[tuple[object, ...]]) -> int:
             self.lease.check(cur)
-            cur.execute("DELETE FROM coshare_claims WHERE planner = %s AND job = ANY(%s)",
-                        (self.lease.planner, list(jobs)))  # fmt: skip
+            cur.execute(
+                "DELETE FROM coshare_claims WHERE planner = %s AND job = ANY(%s)",
+                (self.lease.planner, list(jobs)),
+            )
             return cur.rowcount
 
         return self.engine.run(work) if jobs else 0
 
-    def claim(self, wanted: Mapping[str, Sequence[Part]], capacity: Mapping[str, int],
-              seen_use: Mapping[str, Mapping[str, int]], *,
-              global_ids: bool = True) -> Decision:  # fmt: skip
+    def claim(
+        self,
+        wanted: Mapping[str, Sequence[Part]],
+        capacity: Mapping[str, int],
+        seen_use: Mapping[str, Mapping[str, int]],
+        *,
+        global_ids: bool = True,
+    ) -> Decision:
         """Book ``wanted``'s jobs, each all or none, in one transaction (:func:`admit`).
 
         The devices involved are locked first (transaction-level advisory locks, in one
@@ -701,30 +797,52 @@ class PostgresClaims:
         def work(cur: psycopg.Cursor[tuple[object, ...]]) -> Decision:
             epoch = self.lease.check(cur)
             # hashtext collisions only serialize two devices more than needed.
-            cur.execute("SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT "
-                        "hashtext(u)::bigint + %s AS k FROM unnest(%s::text[]) AS u) x "
-                        "ORDER BY k", (_CLAIM_LOCKS, units))  # fmt: skip
-            cur.execute("SELECT planner, job, node, device, memory_mib FROM coshare_live_claims"
-                        " WHERE unit = ANY(%s)", (units,))  # fmt: skip
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT "
+                "hashtext(u)::bigint + %s AS k FROM unnest(%s::text[]) AS u) x "
+                "ORDER BY k",
+                (_CLAIM_LOCKS, units),
+            )
+            cur.execute(
+                "SELECT planner, job, node, device, memory_mib FROM coshare_live_claims"
+                " WHERE unit = ANY(%s)",
+                (units,),
+            )
             live = [_claimed(row) for row in cur.fetchall()]
-            decision = admit(self.lease.planner, wanted, capacity, live,
-                             {u: seen_use[u] for u in units if u in seen_use},
-                             global_ids=global_ids)  # fmt: skip
+            decision = admit(
+                self.lease.planner,
+                wanted,
+                capacity,
+                live,
+                {u: seen_use[u] for u in units if u in seen_use},
+                global_ids=global_ids,
+            )
             jobs = sorted({p.job for p in decision.granted})
-            cur.execute("DELETE FROM coshare_claims WHERE planner = %s AND job = ANY(%s)",
-                        (self.lease.planner, jobs))  # fmt: skip
+            cur.execute(
+                "DELETE FROM coshare_claims WHERE planner = %s AND job = ANY(%s)",
+                (self.lease.planner, jobs),
+            )
             rows: dict[tuple[str, str, str], int] = {}
             for p in decision.granted:
                 key = (p.job, p.node, p.device)
                 rows[key] = rows.get(key, 0) + p.memory_mib
             if rows:
-                cur.execute("""
+                cur.execute(
+                    """
                     INSERT INTO coshare_claims (job, node, device, unit, memory_mib, planner,
                                                 epoch)
                     SELECT j, n, d, n || '/' || d, m, %s, %s
                     FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[]) AS x(j, n, d, m)
-                """, (self.lease.planner, epoch, [k[0] for k in rows], [k[1] for k in rows],
-                      [k[2] for k in rows], list(rows.values())))  # fmt: skip
+                """,
+                    (
+                        self.lease.planner,
+                        epoch,
+                        [k[0] for k in rows],
+                        [k[1] for k in rows],
+                        [k[2] for k in rows],
+                        list(rows.values()),
+                    ),
+                )
             return decision
 
         if not wanted:
@@ -736,8 +854,9 @@ class PostgresClaims:
 _CLAIM_LOCKS = 0x636C << 32  # "cl"
 
 
-def hold_reserved(cur: psycopg.Cursor[tuple[object, ...]], name: str, domain: int, job: str,
-                  cores: Sequence[str]) -> tuple[str, ...]:  # fmt: skip
+def hold_reserved(
+    cur: psycopg.Cursor[tuple[object, ...]], name: str, domain: int, job: str, cores: Sequence[str]
+) -> tuple[str, ...]:
     """Inside a writer's transaction: ``job``'s live reservations of ``cores`` become held
     and its other reservations in ``domain`` are released (the paper's spawn; both stores);
     the units released.
@@ -746,19 +865,26 @@ def hold_reserved(cur: psycopg.Cursor[tuple[object, ...]], name: str, domain: in
         DoubleBooking: a core is not reserved for ``job`` (naming the domain ``name``, the
             core and who holds it).
     """
-    cur.execute("""
+    cur.execute(
+        """
         UPDATE coshare_reservations r SET state = 'held'
         FROM coshare_live l
         WHERE r.unit = l.unit AND r.unit = ANY(%s) AND r.job = %s AND r.state = 'reserved'
-        RETURNING r.unit""", (list(cores), job))  # fmt: skip
+        RETURNING r.unit""",
+        (list(cores), job),
+    )
     done = {str(row[0]) for row in cur.fetchall()}
     missing = [c for c in cores if c not in done]
     if missing:
-        holder = cur.execute("SELECT job FROM coshare_live WHERE unit = %s",
-                             (missing[0],)).fetchone()  # fmt: skip
+        holder = cur.execute(
+            "SELECT job FROM coshare_live WHERE unit = %s", (missing[0],)
+        ).fetchone()
         raise DoubleBooking(name, missing[0], str(holder[0]) if holder else "(nobody)", job)
-    cur.execute("DELETE FROM coshare_reservations WHERE domain = %s AND job = %s AND "
-                "state = 'reserved' RETURNING unit", (domain, job))  # fmt: skip
+    cur.execute(
+        "DELETE FROM coshare_reservations WHERE domain = %s AND job = %s AND "
+        "state = 'reserved' RETURNING unit",
+        (domain, job),
+    )
     return tuple(sorted(str(row[0]) for row in cur.fetchall()))
 
 

@@ -148,8 +148,11 @@ class SequencerReservations:
     def ticket(self, job: str) -> int | None:
         """``job``'s live ticket, or ``None`` (never requested, spawned, released, or its
         planner's lease is dead)."""
-        row = self.engine.run(lambda cur: cur.execute(
-            "SELECT ticket FROM coshare_live_tickets WHERE job = %s", (job,)).fetchone())
+        row = self.engine.run(
+            lambda cur: cur.execute(
+                "SELECT ticket FROM coshare_live_tickets WHERE job = %s", (job,)
+            ).fetchone()
+        )
         return None if row is None else _int(row[0])
 
     # -- the sequencer ----------------------------------------------------------------------
@@ -178,18 +181,28 @@ class SequencerReservations:
                     raise CoordinationError(
                         f"job {job!r} already waits with ticket {ticket} for units "
                         f"{', '.join(had)}; a re-request names the same units (release the "
-                        "job to ask for others: it requests again at the back)")
+                        "job to ask for others: it requests again at the back)"
+                    )
             else:
                 ticket = _draw(cur, job, home, wanted, self.lease.planner, epoch)
-                cur.execute("""
+                cur.execute(
+                    """
                     INSERT INTO coshare_waits (unit, job, domain, ticket, home, planner, epoch)
                     SELECT u, %(j)s, d, %(t)s, %(h)s, %(p)s, %(e)s
                     FROM unnest(%(units)s::text[], %(domains)s::integer[]) AS x(u, d)
                     WHERE NOT EXISTS (SELECT 1 FROM coshare_live r
                                       WHERE r.unit = x.u AND r.job = %(j)s)
                     ON CONFLICT (unit, job) DO NOTHING""",
-                    {"j": job, "t": ticket, "h": home, "p": self.lease.planner, "e": epoch,
-                     "units": wanted, "domains": [self._domain_of[u] for u in wanted]})  # fmt: skip
+                    {
+                        "j": job,
+                        "t": ticket,
+                        "h": home,
+                        "p": self.lease.planner,
+                        "e": epoch,
+                        "units": wanted,
+                        "domains": [self._domain_of[u] for u in wanted],
+                    },
+                )
             cur.execute(_GRANT, {"units": wanted})
             return _status(cur, job, ticket, wanted)
 
@@ -206,7 +219,8 @@ class SequencerReservations:
             rows = cur.execute(
                 "SELECT job, ticket, units FROM coshare_live_tickets WHERE planner = %s AND "
                 "(%s::text[] IS NULL OR job = ANY(%s::text[])) ORDER BY ticket",
-                (self.lease.planner, only, only)).fetchall()  # fmt: skip
+                (self.lease.planner, only, only),
+            ).fetchall()
             tickets = [(str(j), _int(t), _units(u)) for j, t, u in rows]
             units = sorted({u for _, _, us in tickets for u in us})
             _lock(cur, units)
@@ -239,11 +253,14 @@ class SequencerReservations:
             _lock(cur, units)
             cur.execute(_SWEEP, {"units": units})
             cur.execute(_SWEEP_QUEUE, {"units": units, "jobs": [job]})
-            booked = cur.execute("SELECT unit, job FROM coshare_live WHERE unit = ANY(%s) "
-                                 "ORDER BY unit", (units,)).fetchone()  # fmt: skip
-            waiting = cur.execute("SELECT unit, job FROM coshare_live_waits WHERE unit = "
-                                  "ANY(%s) AND job <> %s ORDER BY unit, ticket",
-                                  (units, job)).fetchone()  # fmt: skip
+            booked = cur.execute(
+                "SELECT unit, job FROM coshare_live WHERE unit = ANY(%s) ORDER BY unit", (units,)
+            ).fetchone()
+            waiting = cur.execute(
+                "SELECT unit, job FROM coshare_live_waits WHERE unit = "
+                "ANY(%s) AND job <> %s ORDER BY unit, ticket",
+                (units, job),
+            ).fetchone()
             for found in (booked, waiting):
                 if found is not None:
                     raise DoubleBooking(name, str(found[0]), str(found[1]), job)
@@ -252,17 +269,20 @@ class SequencerReservations:
                 ticket = _draw(cur, job, domain, units, self.lease.planner, epoch)
             else:
                 ticket = mine[0]
-                cur.execute("UPDATE coshare_tickets SET units = ARRAY(SELECT DISTINCT u FROM "
-                            "unnest(units || %s::text[]) u ORDER BY u) WHERE job = %s",
-                            (units, job))  # fmt: skip
-            cur.execute("DELETE FROM coshare_waits WHERE job = %s AND unit = ANY(%s)",
-                        (job, units))  # fmt: skip
-            cur.execute("""
+                cur.execute(
+                    "UPDATE coshare_tickets SET units = ARRAY(SELECT DISTINCT u FROM "
+                    "unnest(units || %s::text[]) u ORDER BY u) WHERE job = %s",
+                    (units, job),
+                )
+            cur.execute("DELETE FROM coshare_waits WHERE job = %s AND unit = ANY(%s)", (job, units))
+            cur.execute(
+                """
                 INSERT INTO coshare_reservations (unit, domain, job, state, submit, home,
                                                   planner, epoch)
                 SELECT u, %s, %s, 'reserved', %s, home, %s, %s
                 FROM unnest(%s::text[]) AS u, coshare_tickets t WHERE t.job = %s""",
-                (domain, job, ticket, self.lease.planner, epoch, units, job))  # fmt: skip
+                (domain, job, ticket, self.lease.planner, epoch, units, job),
+            )
 
         self.engine.run(work)
 
@@ -285,12 +305,15 @@ class SequencerReservations:
     def release(self, domain: int, job: str) -> tuple[str, ...]:
         """Free every unit ``job`` books in ``domain`` and end its waits there (it leaves the
         queue there); what it freed goes to the next tickets."""
+
         def work(cur: Cursor) -> tuple[str, ...]:
             self.lease.check(cur)
             units = self._job_units(cur, domain, job, ())
             _lock(cur, units)
-            cur.execute("DELETE FROM coshare_reservations WHERE domain = %s AND job = %s "
-                        "RETURNING unit", (domain, job))  # fmt: skip
+            cur.execute(
+                "DELETE FROM coshare_reservations WHERE domain = %s AND job = %s RETURNING unit",
+                (domain, job),
+            )
             freed = tuple(sorted(str(row[0]) for row in cur.fetchall()))
             self._leave(cur, domain, job, units)
             return freed
@@ -300,6 +323,7 @@ class SequencerReservations:
     def sweep(self) -> int:
         """Delete every dead booking, wait and ticket (of planners whose lease expired); how
         many."""
+
         def work(cur: Cursor) -> int:
             swept = cur.execute(_SWEEP, {"units": None}).rowcount
             row = cur.execute(_SWEEP_QUEUE, {"units": None, "jobs": None}).fetchone()
@@ -311,38 +335,48 @@ class SequencerReservations:
     def _check(self, job: str, units: Sequence[tuple[int, str]]) -> list[str]:
         for domain, unit in units:
             if self._domain_of.get(unit) != domain:
-                name = (self.layout.domains[domain].name
-                        if 0 <= domain < len(self._units) else str(domain))  # fmt: skip
+                name = (
+                    self.layout.domains[domain].name
+                    if 0 <= domain < len(self._units)
+                    else str(domain)
+                )
                 raise DoubleBooking(name, unit, "(another domain)", job)
         return sorted({u for _, u in units})
 
     def _own_ticket(self, cur: Cursor, job: str) -> tuple[int, list[str]] | None:
         """The job's live ticket and units; another planner's live ticket is refused."""
-        row = cur.execute("SELECT ticket, units, planner FROM coshare_live_tickets "
-                          "WHERE job = %s", (job,)).fetchone()  # fmt: skip
+        row = cur.execute(
+            "SELECT ticket, units, planner FROM coshare_live_tickets WHERE job = %s", (job,)
+        ).fetchone()
         if row is None:
             return None
         if str(row[2]) != self.lease.planner:
-            raise CoordinationError(f"job {job!r} is requested by planner {str(row[2])!r} "
-                                    f"(ticket {_int(row[0])}); planner "
-                                    f"{self.lease.planner!r} may not request it too")
+            raise CoordinationError(
+                f"job {job!r} is requested by planner {str(row[2])!r} "
+                f"(ticket {_int(row[0])}); planner "
+                f"{self.lease.planner!r} may not request it too"
+            )
         return _int(row[0]), _units(row[1])
 
     def _job_units(self, cur: Cursor, domain: int, job: str, cores: Sequence[str]) -> list[str]:
         """The units ``job`` books or waits for in ``domain``, and ``cores``: what to lock
         (grants only turn a wait into a booking of the same unit, so the set cannot grow)."""
-        rows = cur.execute("SELECT unit FROM coshare_reservations WHERE domain = %s AND job = %s "
-                           "UNION SELECT unit FROM coshare_waits WHERE domain = %s AND job = %s",
-                           (domain, job, domain, job)).fetchall()  # fmt: skip
+        rows = cur.execute(
+            "SELECT unit FROM coshare_reservations WHERE domain = %s AND job = %s "
+            "UNION SELECT unit FROM coshare_waits WHERE domain = %s AND job = %s",
+            (domain, job, domain, job),
+        ).fetchall()
         return sorted({str(r[0]) for r in rows} | set(cores))
 
     def _leave(self, cur: Cursor, domain: int, job: str, units: list[str]) -> None:
         """End ``job``'s waits in ``domain``, pass its freed units on, drop a finished
         ticket."""
         cur.execute("DELETE FROM coshare_waits WHERE domain = %s AND job = %s", (domain, job))
-        cur.execute("UPDATE coshare_tickets SET units = ARRAY(SELECT u FROM unnest(units) u "
-                    "WHERE NOT u = ANY(%s::text[]) ORDER BY u) WHERE job = %s",
-                    (list(self._units[domain]), job))  # fmt: skip
+        cur.execute(
+            "UPDATE coshare_tickets SET units = ARRAY(SELECT u FROM unnest(units) u "
+            "WHERE NOT u = ANY(%s::text[]) ORDER BY u) WHERE job = %s",
+            (list(self._units[domain]), job),
+        )
         cur.execute(_SWEEP, {"units": units})
         cur.execute(_SWEEP_QUEUE, {"units": units, "jobs": []})
         cur.execute(_GRANT, {"units": units})
@@ -358,29 +392,47 @@ def _units(value: object) -> list[str]:
 def _lock(cur: Cursor, units: Sequence[str]) -> None:
     """Lock ``units`` for the sequencer (transaction advisory locks in one global order, so
     two requests never deadlock on them; hash collisions only serialize more)."""
-    cur.execute("SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtext(u)::bigint + %s "
-                "AS k FROM unnest(%s::text[]) AS u ORDER BY k) x", (_SEQ_LOCKS, list(units)))
+    cur.execute(
+        "SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtext(u)::bigint + %s "
+        "AS k FROM unnest(%s::text[]) AS u ORDER BY k) x",
+        (_SEQ_LOCKS, list(units)),
+    )
 
 
 def _draw(cur: Cursor, job: str, home: int, units: list[str], planner: str, epoch: int) -> int:
     """A new ticket for ``job`` (its units locked by the caller)."""
-    row = cur.execute("""
+    row = cur.execute(
+        """
         INSERT INTO coshare_tickets (job, ticket, home, units, planner, epoch)
         VALUES (%s, nextval('coshare_ticket_seq'), %s, %s, %s, %s) RETURNING ticket""",
-        (job, home, units, planner, epoch)).fetchone()  # fmt: skip
+        (job, home, units, planner, epoch),
+    ).fetchone()
     assert row is not None
     return _int(row[0])
 
 
 def _status(cur: Cursor, job: str, ticket: int, units: Sequence[str]) -> Request:
-    booked = {str(u): str(j) for u, j in cur.execute(
-        "SELECT unit, job FROM coshare_live WHERE unit = ANY(%s)", (list(units),)).fetchall()}
+    booked = {
+        str(u): str(j)
+        for u, j in cur.execute(
+            "SELECT unit, job FROM coshare_live WHERE unit = ANY(%s)", (list(units),)
+        ).fetchall()
+    }
     rest = [u for u in units if booked.get(u) != job]
-    first = {str(u): str(j) for u, j in cur.execute(
-        "SELECT DISTINCT ON (unit) unit, job FROM coshare_live_waits WHERE unit = ANY(%s) "
-        "AND ticket < %s ORDER BY unit, ticket", (rest, ticket)).fetchall()}  # fmt: skip
-    return Request(job, ticket, tuple(u for u in units if booked.get(u) == job),
-                   tuple((u, booked.get(u) or first.get(u, "(nobody)")) for u in rest))
+    first = {
+        str(u): str(j)
+        for u, j in cur.execute(
+            "SELECT DISTINCT ON (unit) unit, job FROM coshare_live_waits WHERE unit = ANY(%s) "
+            "AND ticket < %s ORDER BY unit, ticket",
+            (rest, ticket),
+        ).fetchall()
+    }
+    return Request(
+        job,
+        ticket,
+        tuple(u for u in units if booked.get(u) == job),
+        tuple((u, booked.get(u) or first.get(u, "(nobody)")) for u in rest),
+    )
 
 
 def agree(lease: PlannerLease, protocol: str) -> None:
@@ -392,31 +444,39 @@ def agree(lease: PlannerLease, protocol: str) -> None:
         LeaseLost: the lease is no longer this instance's.
     """
     if protocol not in PROTOCOLS:
-        raise ConfigError(f"coordination.protocol: unknown protocol {protocol!r} (known: "
-                          f"{', '.join(PROTOCOLS)})")
+        raise ConfigError(
+            f"coordination.protocol: unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})"
+        )
 
     def work(cur: Cursor) -> tuple[str, str] | None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PROTOCOL_LOCK,))
         lease.check(cur)
         self_planner = lease.planner
-        other = cur.execute("""
+        other = cur.execute(
+            """
             SELECT p.planner, p.protocol FROM coshare_protocols p
             JOIN coshare_leases l ON l.planner = p.planner
             WHERE l.lease_until > clock_timestamp() AND p.planner <> %s AND p.protocol <> %s
-            ORDER BY p.planner LIMIT 1""", (self_planner, protocol)).fetchone()  # fmt: skip
+            ORDER BY p.planner LIMIT 1""",
+            (self_planner, protocol),
+        ).fetchone()
         if other is not None:
             return str(other[0]), str(other[1])
-        cur.execute("INSERT INTO coshare_protocols (planner, protocol) VALUES (%s, %s) "
-                    "ON CONFLICT (planner) DO UPDATE SET protocol = excluded.protocol",
-                    (self_planner, protocol))  # fmt: skip
+        cur.execute(
+            "INSERT INTO coshare_protocols (planner, protocol) VALUES (%s, %s) "
+            "ON CONFLICT (planner) DO UPDATE SET protocol = excluded.protocol",
+            (self_planner, protocol),
+        )
         return None
 
     clash = lease.engine.run(work)
     if clash is not None:
-        raise ConfigError(f"coordination.protocol: planner {lease.planner!r} uses {protocol!r} "
-                          f"but planner {clash[0]!r}, live on the same engine, uses "
-                          f"{clash[1]!r}; all planners over one engine use one protocol "
-                          "(change one, or wait until the other's lease has expired)")
+        raise ConfigError(
+            f"coordination.protocol: planner {lease.planner!r} uses {protocol!r} "
+            f"but planner {clash[0]!r}, live on the same engine, uses "
+            f"{clash[1]!r}; all planners over one engine use one protocol "
+            "(change one, or wait until the other's lease has expired)"
+        )
 
 
 Store = PostgresReservations | SequencerReservations

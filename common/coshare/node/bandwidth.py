@@ -52,9 +52,14 @@ class Measurement:
     method: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"cpus": format_cpu_list(self.cpus), "gbps": round(self.gbps, 4),
-                "seconds": round(self.seconds, 4), "at_s": round(self.at_s, 3),
-                "array_mib": self.array_mib, "method": self.method}  # fmt: skip
+        return {
+            "cpus": format_cpu_list(self.cpus),
+            "gbps": round(self.gbps, 4),
+            "seconds": round(self.seconds, 4),
+            "at_s": round(self.at_s, 3),
+            "array_mib": self.array_mib,
+            "method": self.method,
+        }
 
 
 def init_sets(allowed: Sequence[int], given: Sequence[int] = ()) -> list[tuple[int, ...]]:
@@ -92,11 +97,15 @@ class Baseline:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "version": BASELINE_VERSION, "at_s": round(self.at_s, 3), "method": self.method,
+            "version": BASELINE_VERSION,
+            "at_s": round(self.at_s, 3),
+            "method": self.method,
             "array_mib": self.array_mib,
-            "entries": [{"cpus": format_cpu_list(c), "gbps": round(g, 4)}
-                        for c, g in sorted(self.by_cpus.items())],
-        }  # fmt: skip
+            "entries": [
+                {"cpus": format_cpu_list(c), "gbps": round(g, 4)}
+                for c, g in sorted(self.by_cpus.items())
+            ],
+        }
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> Baseline:
@@ -114,11 +123,11 @@ class Baseline:
                 if not math.isfinite(gbps) or gbps <= 0:
                     raise ValueError(f"bandwidth {gbps!r}")
                 entries[parse_cpu_list(str(entry["cpus"]))] = gbps
-            return cls(entries, float(data["at_s"]), str(data["method"]),
-                       int(data["array_mib"]))  # fmt: skip
+            return cls(entries, float(data["at_s"]), str(data["method"]), int(data["array_mib"]))
         except (KeyError, TypeError, ValueError, JobSpecError) as exc:
-            raise ProbeError(f"the membw baseline {where} is unreadable ({exc}); "
-                             f"{INIT_HINT}") from exc  # fmt: skip
+            raise ProbeError(
+                f"the membw baseline {where} is unreadable ({exc}); {INIT_HINT}"
+            ) from exc
 
 
 @dataclass(frozen=True)
@@ -170,9 +179,11 @@ def check_cpus(cpus: Sequence[int], allowed: Sequence[int]) -> tuple[int, ...]:
         raise ProbeError("--cpus names no core (e.g. --cpus 2-3)")
     outside = sorted(set(cpus) - set(allowed))
     if outside:
-        raise ProbeError(f"cores {format_cpu_list(outside)} are not in this node's allowed set "
-                         f"{format_cpu_list(allowed) or '(none)'} (the cores coshare's parent "
-                         "group may use)")  # fmt: skip
+        raise ProbeError(
+            f"cores {format_cpu_list(outside)} are not in this node's allowed set "
+            f"{format_cpu_list(allowed) or '(none)'} (the cores coshare's parent "
+            "group may use)"
+        )
     return tuple(sorted(set(cpus)))
 
 
@@ -198,8 +209,12 @@ class ProbeResult:
     def to_dict(self) -> dict[str, object]:
         # The share of the figures as written: a record read back says the same share.
         gbps, baseline = round(self.measurement.gbps, 4), round(self.baseline_gbps, 4)
-        return {**self.measurement.to_dict(), "baseline_gbps": baseline,
-                "baseline": self.baseline_source, "available": round(gbps / baseline, 4)}
+        return {
+            **self.measurement.to_dict(),
+            "baseline_gbps": baseline,
+            "baseline": self.baseline_source,
+            "available": round(gbps / baseline, 4),
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> ProbeResult:
@@ -214,12 +229,20 @@ class ProbeResult:
             cpus = parse_cpu_list(str(data["cpus"]))
         except JobSpecError as exc:
             raise ValueError(str(exc)) from exc
-        measurement = Measurement(cpus, float(data["gbps"]),
-                                  float(data["seconds"]), float(data["at_s"]),
-                                  int(data["array_mib"]), str(data["method"]))  # fmt: skip
+        measurement = Measurement(
+            cpus,
+            float(data["gbps"]),
+            float(data["seconds"]),
+            float(data["at_s"]),
+            int(data["array_mib"]),
+            str(data["method"]),
+        )
         base = float(data["baseline_gbps"])
-        if not all(math.isfinite(v) for v in (measurement.gbps, base, measurement.at_s)) \
-                or base <= 0 or measurement.gbps < 0:  # fmt: skip
+        if (
+            not all(math.isfinite(v) for v in (measurement.gbps, base, measurement.at_s))
+            or base <= 0
+            or measurement.gbps < 0
+        ):
             raise ValueError("a probe record with unusable numbers")
         return cls(measurement, base, str(data["baseline"]))
 
@@ -238,8 +261,12 @@ def cap_percent(cap_gbps: float, node_gbps: float) -> int:
     Raises:
         ProbeError: a node bandwidth or a cap that is not a positive number.
     """
-    if not (math.isfinite(cap_gbps) and math.isfinite(node_gbps)) or cap_gbps <= 0 \
-            or node_gbps <= 0:  # fmt: skip
-        raise ProbeError(f"membw cap {cap_gbps!r} GB/s of a node of {node_gbps!r} GB/s: want "
-                         "numbers above 0")  # fmt: skip
+    if (
+        not (math.isfinite(cap_gbps) and math.isfinite(node_gbps))
+        or cap_gbps <= 0
+        or node_gbps <= 0
+    ):
+        raise ProbeError(
+            f"membw cap {cap_gbps!r} GB/s of a node of {node_gbps!r} GB/s: want numbers above 0"
+        )
     return min(100, max(1, math.ceil(100 * cap_gbps / node_gbps - 1e-9)))

@@ -82,25 +82,58 @@ def cgroup_capabilities(open_cgroups: Callable[[], Cgroups]) -> list[Capability]
         cgroups = open_cgroups()
     except CoshareError as exc:
         return [_cap("cgroups", False, "node.cgroup_root", str(exc))]
-    out = [_cap("cgroups", True, cgroups.root, f"cgroup {cgroups.version}, coshare's parent "
-                f"group {cgroups.parent}")]  # fmt: skip
+    out = [
+        _cap(
+            "cgroups",
+            True,
+            cgroups.root,
+            f"cgroup {cgroups.version}, coshare's parent group {cgroups.parent}",
+        )
+    ]
     names = {"cpuset": "own cores (cpuset)", "memory": "memory limit", "freeze": "freezer"}
     for feature, name in names.items():
         missing = cgroups.missing([feature])  # type: ignore[list-item]
-        out.append(_cap(name, not missing, _feature_path(cgroups, feature),
-                        missing[0] if missing else "available"))  # fmt: skip
+        out.append(
+            _cap(
+                name,
+                not missing,
+                _feature_path(cgroups, feature),
+                missing[0] if missing else "available",
+            )
+        )
     if isinstance(cgroups, V1Cgroups):
         have = "cpuacct" in cgroups.hierarchies()
-        out.append(_cap("cpu accounting", have, cgroups.root / "cpuacct",
-                        "cpuacct.usage per job" if have else "no cgroup v1 cpuacct hierarchy "
-                        "mounted: no CPU load facts"))  # fmt: skip
+        out.append(
+            _cap(
+                "cpu accounting",
+                have,
+                cgroups.root / "cpuacct",
+                "cpuacct.usage per job"
+                if have
+                else "no cgroup v1 cpuacct hierarchy mounted: no CPU load facts",
+            )
+        )
     elif isinstance(cgroups, V2Cgroups):
         path = cgroups.root / "cpu.stat"
-        out.append(_cap("cpu accounting", path.exists(), path,
-                        "cpu.stat usage_usec per job" if path.exists() else "missing"))
+        out.append(
+            _cap(
+                "cpu accounting",
+                path.exists(),
+                path,
+                "cpu.stat usage_usec per job" if path.exists() else "missing",
+            )
+        )
         kill = cgroups.parent_dir / "cgroup.kill"
-        out.append(_cap("group kill", kill.exists(), kill, "cgroup.kill (Linux 5.14+)"
-                        if kill.exists() else "older kernel: freeze and signal each process"))
+        out.append(
+            _cap(
+                "group kill",
+                kill.exists(),
+                kill,
+                "cgroup.kill (Linux 5.14+)"
+                if kill.exists()
+                else "older kernel: freeze and signal each process",
+            )
+        )
     return out
 
 
@@ -113,18 +146,33 @@ def wait_capability(proc: Path = PROC, pid: int | None = None) -> Capability:
     try:
         text = path.read_text()
     except OSError as exc:
-        return _cap(name, False, path, f"unsupported: {exc.strerror or exc} (a kernel without "
-                    "CONFIG_SCHED_INFO): the node publishes no wait facts, and collocate "
-                    "judges a lender by its load alone")  # fmt: skip
+        return _cap(
+            name,
+            False,
+            path,
+            f"unsupported: {exc.strerror or exc} (a kernel without "
+            "CONFIG_SCHED_INFO): the node publishes no wait facts, and collocate "
+            "judges a lender by its load alone",
+        )
     try:
         delay = parse_schedstat(text)
     except ValueError as exc:
         return _cap(name, False, path, f"unsupported: {exc}")
     if text.split()[0] == "0":
-        return _cap(name, False, path, "unsupported: the kernel shows no CPU time for this "
-                    "process (scheduler statistics off): the node would publish zeros")
-    return _cap(name, True, path, f"per task (this process waited {delay / 1e6:.1f} ms): the "
-                "node publishes each job's wait facts")  # fmt: skip
+        return _cap(
+            name,
+            False,
+            path,
+            "unsupported: the kernel shows no CPU time for this "
+            "process (scheduler statistics off): the node would publish zeros",
+        )
+    return _cap(
+        name,
+        True,
+        path,
+        f"per task (this process waited {delay / 1e6:.1f} ms): the "
+        "node publishes each job's wait facts",
+    )
 
 
 def _feature_path(cgroups: Cgroups, feature: str) -> Path:
@@ -141,21 +189,34 @@ def resctrl_capabilities(resctrl: Resctrl) -> list[Capability]:
     try:
         cache = resctrl.cache()
         free = resctrl.ways_free()
-        out.append(_cap("L3 cache ways (CAT)", True, resctrl.root / "info",
-                        f"{cache.ways} ways ({format_runs(cache.full_mask)}), {free} free, at "
-                        f"least {cache.min_bits} per group, {cache.closids} CLOSIDs, domains "
-                        f"{','.join(cache.domains) or '-'}"))  # fmt: skip
+        out.append(
+            _cap(
+                "L3 cache ways (CAT)",
+                True,
+                resctrl.root / "info",
+                f"{cache.ways} ways ({format_runs(cache.full_mask)}), {free} free, at "
+                f"least {cache.min_bits} per group, {cache.closids} CLOSIDs, domains "
+                f"{','.join(cache.domains) or '-'}",
+            )
+        )
     except Unsupported as exc:
         out.append(_cap("L3 cache ways (CAT)", False, exc.path, f"unsupported: {exc.detail}"))
     except CoshareError as exc:
         out.append(_cap("L3 cache ways (CAT)", False, resctrl.root, str(exc)))
     try:
         band = resctrl.bandwidth()
-        out.append(_cap("memory bandwidth allocation (MBA)", True, resctrl.root / "info" / "MB",
-                        f"at least {band.min_bandwidth}% in steps of {band.granularity}%"))
+        out.append(
+            _cap(
+                "memory bandwidth allocation (MBA)",
+                True,
+                resctrl.root / "info" / "MB",
+                f"at least {band.min_bandwidth}% in steps of {band.granularity}%",
+            )
+        )
     except Unsupported as exc:
-        out.append(_cap("memory bandwidth allocation (MBA)", False, exc.path,
-                        f"unsupported: {exc.detail}"))
+        out.append(
+            _cap("memory bandwidth allocation (MBA)", False, exc.path, f"unsupported: {exc.detail}")
+        )
     except CoshareError as exc:
         out.append(_cap("memory bandwidth allocation (MBA)", False, resctrl.root, str(exc)))
     return out
@@ -185,12 +246,21 @@ def counter_capability(machine: str | None = None) -> Capability:
     buffer = ctypes.create_string_buffer(attr, len(attr))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    fd = libc.syscall(ctypes.c_long(number), buffer, ctypes.c_int(0), ctypes.c_int(-1),
-                      ctypes.c_int(-1), ctypes.c_ulong(0))  # fmt: skip
+    fd = libc.syscall(
+        ctypes.c_long(number),
+        buffer,
+        ctypes.c_int(0),
+        ctypes.c_int(-1),
+        ctypes.c_int(-1),
+        ctypes.c_ulong(0),
+    )
     if fd < 0:
         err = ctypes.get_errno()
-        hint = {2: " (no hardware counters on this CPU or virtual machine)",
-                13: " (perf_event_paranoid forbids it)", 1: " (not permitted)"}  # fmt: skip
+        hint = {
+            2: " (no hardware counters on this CPU or virtual machine)",
+            13: " (perf_event_paranoid forbids it)",
+            1: " (not permitted)",
+        }
         return _cap(name, False, where, f"failed: {os.strerror(err)}{hint.get(err, '')}")
     os.close(fd)
     return _cap(name, True, where, "an instruction counter of this process opened")
@@ -215,14 +285,25 @@ def nvml_capabilities() -> list[Capability]:
         if count == 0:
             return [*out, _no_pcie(where, "NVML sees no GPU")]
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        out.append(_probe_nvml("NVML device memory", where,
-                               lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).total,
-                               lambda v: f"GPU 0: {int(str(v)) >> 20} MiB"))  # fmt: skip
-        out.append(_probe_nvml("NVML PCIe throughput", where,
-                               lambda: pynvml.nvmlDeviceGetPcieThroughput(
-                                   handle, pynvml.NVML_PCIE_UTIL_TX_BYTES),
-                               lambda v: f"GPU 0: {v} KB/s sent now (GPU jobs' copy "
-                               "bandwidth: copy_mbps in the node facts)"))  # fmt: skip
+        out.append(
+            _probe_nvml(
+                "NVML device memory",
+                where,
+                lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).total,
+                lambda v: f"GPU 0: {int(str(v)) >> 20} MiB",
+            )
+        )
+        out.append(
+            _probe_nvml(
+                "NVML PCIe throughput",
+                where,
+                lambda: pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+                lambda v: (
+                    f"GPU 0: {v} KB/s sent now (GPU jobs' copy "
+                    "bandwidth: copy_mbps in the node facts)"
+                ),
+            )
+        )
         return out
     finally:
         with contextlib.suppress(Exception):  # what failed to start is not a finding
@@ -231,12 +312,18 @@ def nvml_capabilities() -> list[Capability]:
 
 def _no_pcie(where: str, why: str) -> Capability:
     """The copy-bandwidth row where NVML cannot say: no fact, and the planner's fallback."""
-    return _cap("NVML PCIe throughput", False, where, f"unsupported: {why}; the node publishes "
-                "no copy_mbps facts, the planner uses jobs' CoshareCopyBandwidth")  # fmt: skip
+    return _cap(
+        "NVML PCIe throughput",
+        False,
+        where,
+        f"unsupported: {why}; the node publishes "
+        "no copy_mbps facts, the planner uses jobs' CoshareCopyBandwidth",
+    )
 
 
-def _probe_nvml(name: str, where: str, call: Callable[[], object],
-                show: Callable[[object], str]) -> Capability:  # fmt: skip
+def _probe_nvml(
+    name: str, where: str, call: Callable[[], object], show: Callable[[object], str]
+) -> Capability:
     try:
         return _cap(name, True, where, show(call()))
     except Exception as exc:  # NVMLError_NotSupported on GPUs without the counter
@@ -249,14 +336,22 @@ def gpu_limit_capability(config: NodeConfig) -> Capability:
     kills a job after it went past; ``node.device_memory: nvml``), or none."""
     name = "GPU memory limits"
     watchdog = config.device_memory == "nvml"
-    backstop = ("the NVML watchdog kills a job past its declared device memory"
-                if watchdog else "none: nothing holds a GPU job to its declared device memory")
+    backstop = (
+        "the NVML watchdog kills a job past its declared device memory"
+        if watchdog
+        else "none: nothing holds a GPU job to its declared device memory"
+    )
     if config.gpu_limits == "mps":
         running, seen = mps_running(config.mps_pipe_dir)
         where = str(pipe_dir_of(config.mps_pipe_dir))
         if running:
-            return _cap(name, True, where, f"mps: each job's pinned memory and thread share "
-                        f"({seen}); backstop: {backstop if watchdog else 'none'}")
+            return _cap(
+                name,
+                True,
+                where,
+                f"mps: each job's pinned memory and thread share "
+                f"({seen}); backstop: {backstop if watchdog else 'none'}",
+            )
         return _cap(name, watchdog, where, f"node.gpu_limits is mps, but {seen}; {backstop}")
     return _cap(name, watchdog, "node.gpu_limits, node.device_memory", backstop)
 
@@ -271,18 +366,38 @@ def state_capabilities(config: NodeConfig, now_s: float) -> list[Capability]:
         baseline = None
         out.append(_cap("membw baseline", False, files.baseline_path, str(exc)))
     else:
-        out.append(_cap("membw baseline", baseline is not None, files.baseline_path,
-                        f"{len(baseline.by_cpus)} core sets, {baseline.method}, "
-                        f"{now_s - baseline.at_s:.0f} s old" if baseline else
-                        "none: run `coshare node probe membw --init` on an idle node"))
+        out.append(
+            _cap(
+                "membw baseline",
+                baseline is not None,
+                files.baseline_path,
+                f"{len(baseline.by_cpus)} core sets, {baseline.method}, "
+                f"{now_s - baseline.at_s:.0f} s old"
+                if baseline
+                else "none: run `coshare node probe membw --init` on an idle node",
+            )
+        )
     facts = Path(config.state_dir) / "facts"
     try:
         age = now_s - facts.stat().st_mtime
-        out.append(_cap("node facts", True, facts, f"written {age:.0f} s ago (the node daemon "
-                        f"samples every {config.sample_interval_s:g} s)"))  # fmt: skip
+        out.append(
+            _cap(
+                "node facts",
+                True,
+                facts,
+                f"written {age:.0f} s ago (the node daemon "
+                f"samples every {config.sample_interval_s:g} s)",
+            )
+        )
     except OSError:
-        out.append(_cap("node facts", False, facts, "not written: is the node daemon "
-                        "(coshare node gate) running?"))  # fmt: skip
+        out.append(
+            _cap(
+                "node facts",
+                False,
+                facts,
+                "not written: is the node daemon (coshare node gate) running?",
+            )
+        )
     return out
 
 
@@ -299,8 +414,9 @@ def missing_enforcement(caps: list[Capability]) -> list[Capability]:
     return [c for c in caps if c.name in ENFORCEMENT and c.status == "missing"]
 
 
-def node_capabilities(config: NodeConfig, open_cgroups: Callable[[], Cgroups],
-                      resctrl: Resctrl, *, nvml: bool = True) -> list[Capability]:  # fmt: skip
+def node_capabilities(
+    config: NodeConfig, open_cgroups: Callable[[], Cgroups], resctrl: Resctrl, *, nvml: bool = True
+) -> list[Capability]:
     """Every capability, in the order of the module's table."""
     out = cgroup_capabilities(open_cgroups)
     out.append(wait_capability())

@@ -68,8 +68,13 @@ def _config(app: AppContext) -> NodeConfig:
 def _output_option(help_text: str) -> Callable[[F], F]:
     """``--output table|json`` of the node commands that print a result (``text``, their old
     name for ``table``, still works)."""
-    return click.option("--output", type=click.Choice(["table", "text", "json"]),
-                        default="table", show_default=True, help=help_text)  # fmt: skip
+    return click.option(
+        "--output",
+        type=click.Choice(["table", "text", "json"]),
+        default="table",
+        show_default=True,
+        help=help_text,
+    )
 
 
 def _budgets(config: NodeConfig, devices: Sequence[str]) -> dict[str, int]:
@@ -292,8 +297,16 @@ def job_start(
 ) -> None:
     """Create the job's cgroup (own cores, memory limit) and register it with the node."""
     record = _start(
-        _config(app), job, cores, cpus, memory_mib, devices, device_memory_mib, device_threads,
-        llc_ways, membw_percent,
+        _config(app),
+        job,
+        cores,
+        cpus,
+        memory_mib,
+        devices,
+        device_memory_mib,
+        device_threads,
+        llc_ways,
+        membw_percent,
     )
     if output == "json":
         click.echo(json.dumps(record.to_dict(), sort_keys=True))
@@ -397,8 +410,18 @@ def job_run(
 ) -> None:
     """job-start, job-exec and job-end in one: run COMMAND as the whole job."""
     config = _config(app)
-    _start(config, job, cores, cpus, memory_mib, devices, device_memory_mib, device_threads,
-           llc_ways, membw_percent)
+    _start(
+        config,
+        job,
+        cores,
+        cpus,
+        memory_mib,
+        devices,
+        device_memory_mib,
+        device_threads,
+        llc_ways,
+        membw_percent,
+    )
     try:
         status = _exec(config, job, command, reason_file)
     finally:

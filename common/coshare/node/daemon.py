@@ -136,8 +136,9 @@ async def serve(
         assert found is not None
         # Before any socket: a backend that cannot start leaves nothing behind.
         backend = device_memory_backend(config)
-        watchdog = Watchdog(store, backend, lambda pid: job_of_pid(pid, found),
-                            config.kill_timeout_s)  # fmt: skip
+        watchdog = Watchdog(
+            store, backend, lambda pid: job_of_pid(pid, found), config.kill_timeout_s
+        )
     if observed is not None and isinstance(watchdog, Watchdog) and watchdog.on_kill is None:
         watchdog.on_kill = observed.killed
     stop_metrics = None
@@ -183,12 +184,22 @@ async def serve(
         watcher = asyncio.ensure_future(_watch(watchdog, jobs, config, stop, observed))
     sampling: asyncio.Task[None] | None = None
     if cgroups is not None:
-        sampler = Sampler(config, store, cgroups, node_resctrl(config), pcie=pcie_backend(),
-                          trials=None if node_trials is None else node_trials.published)
+        sampler = Sampler(
+            config,
+            store,
+            cgroups,
+            node_resctrl(config),
+            pcie=pcie_backend(),
+            trials=None if node_trials is None else node_trials.published,
+        )
         sampling = asyncio.ensure_future(_sample(sampler, config, stop, node_trials))
-    log.info("offload gate on %s, devices %s; job control on %s; at most %d connections "
-             "per uid", config.gate_socket, dict(budgets),
-             config.control_socket if control else "off", gate_limits.per_uid)  # fmt: skip
+    log.info(
+        "offload gate on %s, devices %s; job control on %s; at most %d connections per uid",
+        config.gate_socket,
+        dict(budgets),
+        config.control_socket if control else "off",
+        gate_limits.per_uid,
+    )
     if ready is not None:
         ready()
     stopped = asyncio.ensure_future(stop.wait())
@@ -248,8 +259,13 @@ async def _watch(
             failures += 1
             if metrics is not None:
                 metrics.watch_round(ok=False)
-            log.error("watchdog round failed (%d in a row; the daemon stops after %d): %s",
-                      failures, limit, exc, exc_info=not isinstance(exc, CoshareError))  # fmt: skip
+            log.error(
+                "watchdog round failed (%d in a row; the daemon stops after %d): %s",
+                failures,
+                limit,
+                exc,
+                exc_info=not isinstance(exc, CoshareError),
+            )
             if failures >= limit:
                 raise NodeError(
                     f"the memory watchdog failed {failures} rounds in a row, the last with: "
@@ -265,8 +281,9 @@ async def _watch(
             await asyncio.wait_for(stop.wait(), config.watch_interval_s)
 
 
-async def _sample(sampler: Sampler, config: NodeConfig, stop: asyncio.Event,
-                  trials: NodeTrials | None = None) -> None:  # fmt: skip
+async def _sample(
+    sampler: Sampler, config: NodeConfig, stop: asyncio.Event, trials: NodeTrials | None = None
+) -> None:
     """Sampling rounds every ``sample_interval_s`` until ``stop`` (each first probes the
     node's trial requests, when it reads any, so that the facts it writes carry the
     answers); a round that fails (or takes longer than a minute and its interval) is logged
@@ -348,9 +365,12 @@ def main(config: NodeConfig, budgets: Mapping[str, int], *, watch: bool = True) 
     """
     descriptors = raise_descriptor_limit()
     if descriptors < 4 * config.max_connections_per_uid:
-        log.warning("only %d open files allowed (RLIMIT_NOFILE): raise the hard limit "
-                    "(LimitNOFILE=) for %d connections per uid to mean much", descriptors,
-                    config.max_connections_per_uid)  # fmt: skip
+        log.warning(
+            "only %d open files allowed (RLIMIT_NOFILE): raise the hard limit "
+            "(LimitNOFILE=) for %d connections per uid to mean much",
+            descriptors,
+            config.max_connections_per_uid,
+        )
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -102,8 +102,9 @@ def _check_pair(lender: Holding, borrower: Holding) -> None:
         )
 
 
-def lend(lender: Holding, borrower: Holding, cpus: Iterable[int],
-         others: Iterable[Holding] = ()) -> Change:  # fmt: skip
+def lend(
+    lender: Holding, borrower: Holding, cpus: Iterable[int], others: Iterable[Holding] = ()
+) -> Change:
     """Lend ``cpus`` of ``lender`` (the GPU job) to ``borrower`` (a CPU-only job).
 
     Idempotent: cores lent to this borrower already are left as they are; when all of them
@@ -125,42 +126,63 @@ def lend(lender: Holding, borrower: Holding, cpus: Iterable[int],
     if not wanted:
         raise JobSpecError(f"job {lender.job}: lend at least one core")
     if not lender.cpus:
-        raise JobSpecError(f"job {lender.job} holds no cores of its own (not pinned); it has "
-                           "none to lend")  # fmt: skip
+        raise JobSpecError(
+            f"job {lender.job} holds no cores of its own (not pinned); it has none to lend"
+        )
     already = set(lender.lent_to.get(borrower.job, ()))
-    elsewhere = {c: job for other in (lender, *others) for job, cores in other.lent_to.items()
-                 if job != borrower.job or other.job != lender.job for c in cores}  # fmt: skip
+    elsewhere = {
+        c: job
+        for other in (lender, *others)
+        for job, cores in other.lent_to.items()
+        if job != borrower.job or other.job != lender.job
+        for c in cores
+    }
     taken = sorted(c for c in wanted if c in elsewhere and c not in already)
     if taken:
         holders = ", ".join(f"{c} to {elsewhere[c]}" for c in taken)
         raise JobSpecError(f"job {lender.job}: cpus {_text(taken)} are lent already ({holders})")
     foreign = sorted(set(wanted) - set(lender.cpus) - already)
     if foreign:
-        raise JobSpecError(f"job {lender.job} does not hold cpus {_text(foreign)} (it holds "
-                           f"{_text(lender.cpus)})")  # fmt: skip
+        raise JobSpecError(
+            f"job {lender.job} does not hold cpus {_text(foreign)} (it holds {_text(lender.cpus)})"
+        )
     new = set(wanted) - already
     if not new:
         # Done already; the borrower's record is made to agree with the lender's should a
         # crash have come between the two records' writes.
         loan = _cores(already)
-        repaired = Holding(borrower.job, _cores(set(borrower.cpus) | already),
-                           dict(borrower.lent_to), _with(borrower, lender.job, loan, lent=False))
-        return Change(lender, repaired, changed=repaired != borrower)  # fmt: skip
+        repaired = Holding(
+            borrower.job,
+            _cores(set(borrower.cpus) | already),
+            dict(borrower.lent_to),
+            _with(borrower, lender.job, loan, lent=False),
+        )
+        return Change(lender, repaired, changed=repaired != borrower)
     remaining = _cores(set(lender.cpus) - new)
     if not remaining:
-        raise JobSpecError(f"job {lender.job}: lending cpus {_text(new)} would leave it no core "
-                           f"(it holds {_text(lender.cpus)}); it keeps at least one")  # fmt: skip
+        raise JobSpecError(
+            f"job {lender.job}: lending cpus {_text(new)} would leave it no core "
+            f"(it holds {_text(lender.cpus)}); it keeps at least one"
+        )
     loan = _cores(already | new)
     clash = sorted(set(new) & set(borrower.cpus))
     if clash:  # a core in both cpusets would be shared: the records disagree with the node
         raise JobSpecError(f"job {borrower.job} holds cpus {_text(clash)} already")
     return Change(
-        Holding(lender.job, remaining, _with(lender, borrower.job, loan, lent=True),
-                dict(lender.borrowed_from)),
-        Holding(borrower.job, _cores(set(borrower.cpus) | new), dict(borrower.lent_to),
-                _with(borrower, lender.job, loan, lent=False)),
+        Holding(
+            lender.job,
+            remaining,
+            _with(lender, borrower.job, loan, lent=True),
+            dict(lender.borrowed_from),
+        ),
+        Holding(
+            borrower.job,
+            _cores(set(borrower.cpus) | new),
+            dict(borrower.lent_to),
+            _with(borrower, lender.job, loan, lent=False),
+        ),
         changed=True,
-    )  # fmt: skip
+    )
 
 
 def cores_to_lend(lender: Holding, count: int) -> Cores:
@@ -174,8 +196,10 @@ def cores_to_lend(lender: Holding, count: int) -> Cores:
     if count < 1:
         raise JobSpecError(f"job {lender.job}: lend at least one core, not {count}")
     if count >= len(lender.cpus):
-        raise JobSpecError(f"job {lender.job} holds cpus {_text(lender.cpus)} now; lending "
-                           f"{count} would leave it no core (it keeps at least one)")  # fmt: skip
+        raise JobSpecError(
+            f"job {lender.job} holds cpus {_text(lender.cpus)} now; lending "
+            f"{count} would leave it no core (it keeps at least one)"
+        )
     return _cores(lender.cpus[-count:])
 
 
@@ -196,14 +220,18 @@ def give_back(lender: Holding, borrower: Holding, cpus: Iterable[int] | None = N
     own = set(lender.own())
     foreign = sorted(wanted - own)
     if foreign:
-        raise JobSpecError(f"job {lender.job} never held cpus {_text(foreign)} (its own: "
-                           f"{_text(own)})")  # fmt: skip
+        raise JobSpecError(
+            f"job {lender.job} never held cpus {_text(foreign)} (its own: {_text(own)})"
+        )
     elsewhere = sorted(c for c in wanted - loan if c not in lender.cpus)
     if elsewhere:
-        holders = ", ".join(sorted(j for j, cores in lender.lent_to.items()
-                                   if set(cores) & set(elsewhere)))  # fmt: skip
-        raise JobSpecError(f"job {lender.job}: cpus {_text(elsewhere)} are lent to {holders}, "
-                           f"not to {borrower.job}")  # fmt: skip
+        holders = ", ".join(
+            sorted(j for j, cores in lender.lent_to.items() if set(cores) & set(elsewhere))
+        )
+        raise JobSpecError(
+            f"job {lender.job}: cpus {_text(elsewhere)} are lent to {holders}, "
+            f"not to {borrower.job}"
+        )
     back = wanted & loan
     if not back:
         return Change(lender, borrower, changed=False)
@@ -212,12 +240,20 @@ def give_back(lender: Holding, borrower: Holding, cpus: Iterable[int] | None = N
         return Change(lender, borrower, changed=False, requeue=True)
     keep = _cores(loan - back)
     return Change(
-        Holding(lender.job, _cores(set(lender.cpus) | back),
-                _with(lender, borrower.job, keep, lent=True), dict(lender.borrowed_from)),
-        Holding(borrower.job, left, dict(borrower.lent_to),
-                _with(borrower, lender.job, keep, lent=False)),
+        Holding(
+            lender.job,
+            _cores(set(lender.cpus) | back),
+            _with(lender, borrower.job, keep, lent=True),
+            dict(lender.borrowed_from),
+        ),
+        Holding(
+            borrower.job,
+            left,
+            dict(borrower.lent_to),
+            _with(borrower, lender.job, keep, lent=False),
+        ),
         changed=True,
-    )  # fmt: skip
+    )
 
 
 def after_end(ended: Holding, others: Iterable[Holding]) -> list[Holding]:
@@ -230,17 +266,29 @@ def after_end(ended: Holding, others: Iterable[Holding]) -> list[Holding]:
     for other in others:
         if other.job in ended.borrowed_from:
             back = ended.borrowed_from[other.job]
-            out.append(Holding(other.job, _cores(set(other.cpus) | set(back)),
-                               _with(other, ended.job, (), lent=True),
-                               dict(other.borrowed_from)))  # fmt: skip
+            out.append(
+                Holding(
+                    other.job,
+                    _cores(set(other.cpus) | set(back)),
+                    _with(other, ended.job, (), lent=True),
+                    dict(other.borrowed_from),
+                )
+            )
         elif other.job in ended.lent_to:
-            out.append(Holding(other.job, other.cpus, dict(other.lent_to),
-                               _with(other, ended.job, (), lent=False)))  # fmt: skip
+            out.append(
+                Holding(
+                    other.job,
+                    other.cpus,
+                    dict(other.lent_to),
+                    _with(other, ended.job, (), lent=False),
+                )
+            )
     return out
 
 
-def copy_bandwidths(devices: Mapping[str, Iterable[str]],
-                    per_gpu_mbps: Mapping[str, float]) -> dict[str, float]:  # fmt: skip
+def copy_bandwidths(
+    devices: Mapping[str, Iterable[str]], per_gpu_mbps: Mapping[str, float]
+) -> dict[str, float]:
     """Each GPU job's host<->device copy bandwidth (MB/s): the PCIe throughput of its GPUs.
 
     PCIe counters are per GPU, not per process, so a job is given a figure only when every GPU
@@ -256,5 +304,8 @@ def copy_bandwidths(devices: Mapping[str, Iterable[str]],
     for gpus in held.values():
         for gpu in gpus:
             holders[gpu] = holders.get(gpu, 0) + 1
-    return {job: sum(per_gpu_mbps[g] for g in gpus) for job, gpus in sorted(held.items())
-            if gpus and all(holders[g] == 1 and g in per_gpu_mbps for g in gpus)}  # fmt: skip
+    return {
+        job: sum(per_gpu_mbps[g] for g in gpus)
+        for job, gpus in sorted(held.items())
+        if gpus and all(holders[g] == 1 and g in per_gpu_mbps for g in gpus)
+    }

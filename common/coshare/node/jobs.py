@@ -86,9 +86,12 @@ class JobRecord:
 
     def with_holding(self, holding: Holding) -> JobRecord:
         """This record with the cores and loans of ``holding``."""
-        return replace(self, spec=replace(self.spec, cpus=holding.cpus),
-                       lent_to=dict(holding.lent_to),
-                       borrowed_from=dict(holding.borrowed_from))  # fmt: skip
+        return replace(
+            self,
+            spec=replace(self.spec, cpus=holding.cpus),
+            lent_to=dict(holding.lent_to),
+            borrowed_from=dict(holding.borrowed_from),
+        )
 
     def cgroups(self, timeout_s: float = 10.0) -> Cgroups:
         """The cgroup driver the job was started with."""
@@ -111,10 +114,9 @@ class JobRecord:
             "uid": self.uid,
             "launcher": list(self.launcher) if self.launcher is not None else None,
             "lent_to": {job: list(cpus) for job, cpus in sorted(self.lent_to.items())},
-            "borrowed_from": {job: list(cpus)
-                              for job, cpus in sorted(self.borrowed_from.items())},
+            "borrowed_from": {job: list(cpus) for job, cpus in sorted(self.borrowed_from.items())},
             "lends": self.lends,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> JobRecord:
@@ -167,8 +169,12 @@ def _loans(data: Mapping[str, object], key: str) -> dict[str, tuple[int, ...]]:
         raise JobSpecError(f"job record {data!r} is malformed: {key} {loans!r}")
     out = {}
     for job, cpus in loans.items():
-        if (not isinstance(job, str) or not isinstance(cpus, list) or not cpus
-                or not all(type(c) is int and c >= 0 for c in cpus)):  # fmt: skip
+        if (
+            not isinstance(job, str)
+            or not isinstance(cpus, list)
+            or not cpus
+            or not all(type(c) is int and c >= 0 for c in cpus)
+        ):
             raise JobSpecError(f"job record {data!r} is malformed: {key} {loans!r}")
         out[check_job_id(job)] = tuple(sorted(set(cpus)))
     return out

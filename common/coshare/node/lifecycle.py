@@ -75,8 +75,9 @@ def join_files(config: NodeConfig, record: JobRecord) -> tuple[Path, ...]:
 
 def has_resctrl_group(record: JobRecord | None) -> bool:
     """Whether the job was started with ways or a bandwidth share (a resctrl group)."""
-    return record is not None and (record.spec.llc_ways is not None
-                                   or record.spec.membw_percent is not None)  # fmt: skip
+    return record is not None and (
+        record.spec.llc_ways is not None or record.spec.membw_percent is not None
+    )
 
 
 def add_process(config: NodeConfig, record: JobRecord, pid: int) -> None:
@@ -148,16 +149,28 @@ def job_start(
             chosen = check_cpus(cpus, allowed, taken)
         elif cores is not None:
             chosen = choose_cpus(allowed, taken, cores_needed(cores), config.cpu_overcommit)
-        spec = JobSpec(job, chosen, memory_mib, tuple(devices), device_memory_mib, device_threads,
-                       llc_ways, membw_percent)  # fmt: skip
+        spec = JobSpec(
+            job,
+            chosen,
+            memory_mib,
+            tuple(devices),
+            device_memory_mib,
+            device_threads,
+            llc_ways,
+            membw_percent,
+        )
         group = cgroups.create(job, chosen, memory_mib)
         if llc_ways is not None or membw_percent is not None:
             try:
                 # Every job's mask is laid out again from the records' own ways: the new
                 # job's ways are taken back from the others' spare shares (section 4.4).
-                node_resctrl(config).create(job, llc_ways, membw_percent,
-                                            allocated_ways(store, skip=job),
-                                            config.llc_share_spare)  # fmt: skip
+                node_resctrl(config).create(
+                    job,
+                    llc_ways,
+                    membw_percent,
+                    allocated_ways(store, skip=job),
+                    config.llc_share_spare,
+                )
             except BaseException:
                 group.remove()  # no half-made job: the group goes with the refusal
                 raise
@@ -230,8 +243,10 @@ def job_start_on_loan(
         if found is None or lender_group is None or not lender_group.exists():
             raise JobStateError(f"job {lender} has no group on this node")
         if lender_must_lend and not found.lends:
-            raise JobSpecError(f"job {lender} was not placed as a job whose cores may be lent "
-                               "(it did not start with lends=1); nothing is borrowed from it")
+            raise JobSpecError(
+                f"job {lender} was not placed as a job whose cores may be lent "
+                "(it did not start with lends=1); nothing is borrowed from it"
+            )
         cgroups.require(["cpuset"])
         holding = found.holding()
         others = [r.holding() for r in store.records() if r.job not in (lender, job)]
@@ -243,8 +258,9 @@ def job_start_on_loan(
         try:
             group = cgroups.create(job, change.borrower.cpus, memory_mib)
             spec = JobSpec(job, change.borrower.cpus, memory_mib)
-            record = JobRecord(spec, cgroups.version, str(cgroups.root), cgroups.parent, uid,
-                               launcher).with_holding(change.borrower)
+            record = JobRecord(
+                spec, cgroups.version, str(cgroups.root), cgroups.parent, uid, launcher
+            ).with_holding(change.borrower)
             store.write(found.with_holding(change.lender))
             store.remove(job)  # an old record and kill reason of a finished run
             store.write(record)
@@ -455,8 +471,11 @@ def job_end(config: NodeConfig, job: str) -> EndResult:
 
 def allocated_ways(store: JobStore, skip: str | None = None) -> dict[str, int]:
     """Each job's own LLC ways on this node, from the records (``skip``: one left out)."""
-    return {r.job: r.spec.llc_ways for r in store.records()
-            if r.spec.llc_ways is not None and r.job != skip}  # fmt: skip
+    return {
+        r.job: r.spec.llc_ways
+        for r in store.records()
+        if r.spec.llc_ways is not None and r.job != skip
+    }
 
 
 def share_spare_ways(config: NodeConfig, store: JobStore, skip: str | None = None) -> None:
@@ -471,8 +490,12 @@ def share_spare_ways(config: NodeConfig, store: JobStore, skip: str | None = Non
         log.warning("spare LLC ways not shared out after job %s ended: %s", skip, exc)
 
 
-def apply_holdings(config: NodeConfig, store: JobStore, records: Mapping[str, JobRecord],
-                   changes: Sequence[Holding]) -> list[JobRecord]:  # fmt: skip
+def apply_holdings(
+    config: NodeConfig,
+    store: JobStore,
+    records: Mapping[str, JobRecord],
+    changes: Sequence[Holding],
+) -> list[JobRecord]:
     """Write the cpusets and records of jobs whose cores changed (harvest: LEND, RECLAIM, and
     the end of a job that lent or borrowed); the caller holds ``store.lock()``.
 

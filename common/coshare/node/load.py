@@ -165,8 +165,13 @@ class LoadHistory:
             (c1 - c0) / (t1 - t0)
             for (t0, c0), (t1, c1) in zip(list(samples)[:-1], list(samples)[1:], strict=True)
         ]
-        return JobLoad(job, max((last_cpu - first_cpu) / (last_t - first_t), 0.0),
-                       max(loads[-1], 0.0), max(max(loads), 0.0), last_t - first_t)  # fmt: skip
+        return JobLoad(
+            job,
+            max((last_cpu - first_cpu) / (last_t - first_t), 0.0),
+            max(loads[-1], 0.0),
+            max(max(loads), 0.0),
+            last_t - first_t,
+        )
 
     def summaries(self) -> list[JobLoad]:
         """:meth:`summary` of every job that has one, by job id."""

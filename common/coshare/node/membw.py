@@ -81,8 +81,12 @@ def array_mib(configured_mib: int, llc: int | None) -> int:
     return min(max(-(-4 * llc // (1 << 20)), 64), 1024)
 
 
-def measure(cpus: Sequence[int], size_mib: int, seconds: float = PROBE_SECONDS,
-            clock: Callable[[], float] = time.time) -> Measurement:  # fmt: skip
+def measure(
+    cpus: Sequence[int],
+    size_mib: int,
+    seconds: float = PROBE_SECONDS,
+    clock: Callable[[], float] = time.time,
+) -> Measurement:
     """Stream on ``cpus`` at once and say what they reached together.
 
     Raises:
@@ -124,8 +128,10 @@ def measure(cpus: Sequence[int], size_mib: int, seconds: float = PROBE_SECONDS,
         bytes_read[i] = passes * share
         ended[i] = now
 
-    threads = [threading.Thread(target=stream, args=(i,), name=f"coshare-probe-{c}", daemon=True)
-               for i, c in enumerate(cpus)]  # fmt: skip
+    threads = [
+        threading.Thread(target=stream, args=(i,), name=f"coshare-probe-{c}", daemon=True)
+        for i, c in enumerate(cpus)
+    ]
     for thread in threads:
         thread.start()
     at_s = clock()
@@ -133,8 +139,9 @@ def measure(cpus: Sequence[int], size_mib: int, seconds: float = PROBE_SECONDS,
     for thread in threads:
         thread.join()
     if errors:
-        raise ProbeError(f"the probe cannot stream on cores {format_cpu_list(cpus)}: "
-                         + "; ".join(errors))  # fmt: skip
+        raise ProbeError(
+            f"the probe cannot stream on cores {format_cpu_list(cpus)}: " + "; ".join(errors)
+        )
     elapsed = max(ended) - min(began)
     return Measurement(cpus, sum(bytes_read) / elapsed / 1e9, elapsed, at_s, size_mib, METHOD)
 
@@ -174,8 +181,9 @@ class ProbeFiles:
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise ProbeError(f"the membw baseline {self.baseline_path} is not JSON; "
-                             f"{INIT_HINT}") from exc  # fmt: skip
+            raise ProbeError(
+                f"the membw baseline {self.baseline_path} is not JSON; {INIT_HINT}"
+            ) from exc
         return Baseline.from_dict(data, str(self.baseline_path))
 
     def write(self, path: Path, data: object) -> None:
@@ -227,8 +235,9 @@ def probe(
         else:
             baseline = files.baseline()
             if baseline is None:
-                raise ProbeError(f"no membw baseline for this node ({files.baseline_path}); "
-                                 f"{INIT_HINT}")  # fmt: skip
+                raise ProbeError(
+                    f"no membw baseline for this node ({files.baseline_path}); {INIT_HINT}"
+                )
             reached = measure(chosen, size, seconds, clock)
         assert baseline is not None
         reference = baseline_for(baseline, chosen)
@@ -236,9 +245,11 @@ def probe(
         try:
             files.write(files.last_path, result.to_dict())
         except OSError as exc:
-            raise ProbeError(f"the probe ran ({reached.gbps:.2f} GB/s on cores "
-                             f"{format_cpu_list(chosen)}) but cannot be recorded in "
-                             f"{files.last_path}: {exc.strerror}") from exc  # fmt: skip
+            raise ProbeError(
+                f"the probe ran ({reached.gbps:.2f} GB/s on cores "
+                f"{format_cpu_list(chosen)}) but cannot be recorded in "
+                f"{files.last_path}: {exc.strerror}"
+            ) from exc
     return result, made
 
 
@@ -263,9 +274,9 @@ def trial_probe(
     with files.lock():
         baseline = files.baseline()
         if baseline is None:
-            raise ProbeError(f"no membw baseline for this node ({files.baseline_path}); "
-                             f"{INIT_HINT}")  # fmt: skip
+            raise ProbeError(
+                f"no membw baseline for this node ({files.baseline_path}); {INIT_HINT}"
+            )
         reached = measure(chosen, size, seconds, clock)
         reference = baseline_for(baseline, chosen)
     return ProbeResult(reached, reference.gbps, reference.source)
-

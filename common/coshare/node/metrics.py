@@ -78,12 +78,19 @@ class _Now(Collector):
                 yield jobs
         if self.gate is not None:
             gate = self.gate
-            total = GaugeMetricFamily("coshare_node_gate_threads",
-                                      "Hardware threads the gate manages.", labels=["device"])
-            held = GaugeMetricFamily("coshare_node_gate_threads_held",
-                                     "Device threads held by grants.", labels=["device"])
-            queued = GaugeMetricFamily("coshare_node_gate_queued",
-                                       "Requests waiting for device threads.", labels=["device"])
+            total = GaugeMetricFamily(
+                "coshare_node_gate_threads", "Hardware threads the gate manages.", labels=["device"]
+            )
+            held = GaugeMetricFamily(
+                "coshare_node_gate_threads_held",
+                "Device threads held by grants.",
+                labels=["device"],
+            )
+            queued = GaugeMetricFamily(
+                "coshare_node_gate_queued",
+                "Requests waiting for device threads.",
+                labels=["device"],
+            )
             for device, threads in sorted(gate.budgets.items()):
                 total.add_metric([device], threads)
                 held.add_metric([device], gate.held(device))
@@ -101,22 +108,46 @@ class NodeMetrics:
             grant).
     """
 
-    def __init__(self, store: JobStore | None = None, gate: GateState | None = None,
-                 devices: tuple[str, ...] = ()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: JobStore | None = None,
+        gate: GateState | None = None,
+        devices: tuple[str, ...] = (),
+    ) -> None:
         self.registry = CollectorRegistry()
-        self.grants = Counter("coshare_node_gate_grants", "Offload grants of the gate.",
-                              ["device"], registry=self.registry)
-        self.waits = Counter("coshare_node_gate_waits", "ACQUIREs that had to queue.",
-                             ["device"], registry=self.registry)
-        self.wait_seconds = Histogram("coshare_node_gate_wait_seconds",
-                                      "Seconds from an ACQUIRE to its grant.", ["device"],
-                                      buckets=WAIT_BUCKETS_S, registry=self.registry)
-        self.kills = Counter("coshare_node_kills", "Jobs coshare killed, by reason.",
-                             ["reason"], registry=self.registry)
-        self.rounds = Counter("coshare_node_watchdog_rounds", "Memory watchdog rounds.",
-                              registry=self.registry)
-        self.failures = Counter("coshare_node_watchdog_failures",
-                                "Memory watchdog rounds that failed.", registry=self.registry)
+        self.grants = Counter(
+            "coshare_node_gate_grants",
+            "Offload grants of the gate.",
+            ["device"],
+            registry=self.registry,
+        )
+        self.waits = Counter(
+            "coshare_node_gate_waits",
+            "ACQUIREs that had to queue.",
+            ["device"],
+            registry=self.registry,
+        )
+        self.wait_seconds = Histogram(
+            "coshare_node_gate_wait_seconds",
+            "Seconds from an ACQUIRE to its grant.",
+            ["device"],
+            buckets=WAIT_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.kills = Counter(
+            "coshare_node_kills",
+            "Jobs coshare killed, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.rounds = Counter(
+            "coshare_node_watchdog_rounds", "Memory watchdog rounds.", registry=self.registry
+        )
+        self.failures = Counter(
+            "coshare_node_watchdog_failures",
+            "Memory watchdog rounds that failed.",
+            registry=self.registry,
+        )
         for device in devices:
             self.grants.labels(device)
             self.waits.labels(device)
@@ -159,8 +190,9 @@ class NodeMetrics:
             server: Any
             server, thread = start_http_server(port, host, registry=self.registry)
         except OSError as exc:
-            raise NodeError(f"cannot serve metrics on {address} (node.metrics_address): "
-                            f"{exc.strerror or exc}") from exc  # fmt: skip
+            raise NodeError(
+                f"cannot serve metrics on {address} (node.metrics_address): {exc.strerror or exc}"
+            ) from exc
         log.info("metrics at http://%s/metrics", address)
 
         def stop() -> None:

@@ -62,8 +62,12 @@ def thread_percent(device_threads: int | None, device_size: int | None) -> int |
     return max(1, min(100, math.ceil(100 * device_threads / device_size)))
 
 
-def mps_fields(devices: tuple[str, ...], device_memory_mib: int | None,
-               device_threads: int | None, sizes: dict[str, int]) -> str:  # fmt: skip
+def mps_fields(
+    devices: tuple[str, ...],
+    device_memory_mib: int | None,
+    device_threads: int | None,
+    sizes: dict[str, int],
+) -> str:
     """The reply fields that tell ``coshare-launch`` the MPS limits of a job on ``devices``
     (`` mps_memory_mib=N mps_percent=P``; a field is left out when its value is unknown, and
     both when the job has no device)."""

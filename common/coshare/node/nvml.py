@@ -27,13 +27,16 @@ def start_nvml() -> Any:
     try:
         nvml: Any = importlib.import_module("pynvml")
     except ImportError as exc:
-        raise NodeError("NVML needs its bindings: pip install 'coshare[nvml]' (nvidia-ml-py)") \
-            from exc  # fmt: skip
+        raise NodeError(
+            "NVML needs its bindings: pip install 'coshare[nvml]' (nvidia-ml-py)"
+        ) from exc
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
-        raise NodeError(f"unsupported: NVML cannot start (libnvidia-ml.so.1; is the NVIDIA "
-                        f"driver loaded?): {exc}") from exc  # fmt: skip
+        raise NodeError(
+            f"unsupported: NVML cannot start (libnvidia-ml.so.1; is the NVIDIA "
+            f"driver loaded?): {exc}"
+        ) from exc
     return nvml
 
 
@@ -86,8 +89,9 @@ class NvmlMemory:
                 procs = list(self._nvml.nvmlDeviceGetComputeRunningProcesses(handle))
                 procs += list(self._nvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
             except self._nvml.NVMLError as exc:
-                raise NodeError(f"NVML cannot list the processes of GPU {ids[0]} "
-                                f"({ids[1]}): {exc}") from exc  # fmt: skip
+                raise NodeError(
+                    f"NVML cannot list the processes of GPU {ids[0]} ({ids[1]}): {exc}"
+                ) from exc
             for proc in procs:
                 used = getattr(proc, "usedGpuMemory", None)
                 if used is None:  # not readable (e.g. MIG without privileges): cannot judge
@@ -106,13 +110,16 @@ class NvmlMemory:
         out: dict[str, float] = {}
         for ids, handle in self._handles:
             try:
-                tx = self._nvml.nvmlDeviceGetPcieThroughput(handle,
-                                                            self._nvml.NVML_PCIE_UTIL_TX_BYTES)
-                rx = self._nvml.nvmlDeviceGetPcieThroughput(handle,
-                                                            self._nvml.NVML_PCIE_UTIL_RX_BYTES)
+                tx = self._nvml.nvmlDeviceGetPcieThroughput(
+                    handle, self._nvml.NVML_PCIE_UTIL_TX_BYTES
+                )
+                rx = self._nvml.nvmlDeviceGetPcieThroughput(
+                    handle, self._nvml.NVML_PCIE_UTIL_RX_BYTES
+                )
             except (self._nvml.NVMLError, AttributeError) as exc:
-                raise NodeError(f"NVML cannot read the PCIe throughput of GPU {ids[0]} "
-                                f"({ids[1]}): {exc}") from exc  # fmt: skip
+                raise NodeError(
+                    f"NVML cannot read the PCIe throughput of GPU {ids[0]} ({ids[1]}): {exc}"
+                ) from exc
             out[ids[0]] = (int(tx) + int(rx)) / 1000.0
         return out
 

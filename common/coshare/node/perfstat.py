@@ -102,15 +102,20 @@ def parse_perf_stat_csv(text: str, events: tuple[str, ...]) -> dict[str, Count]:
         else:
             value = _float(value_text)
             if value is None or value < 0:
-                raise ValueError(f"perf stat line {line[:80]!r}: {value_text[:30]!r} is not "
-                                 "a count")  # fmt: skip
+                raise ValueError(
+                    f"perf stat line {line[:80]!r}: {value_text[:30]!r} is not a count"
+                )
             status = "counted"
         old = out.get(name)
         if old is None or old.value is None:
             out[name] = Count(name, value, status, running if running is not None else 0.0)
         elif value is not None:  # a second PMU's line of the same event (hybrid): they add up
-            out[name] = Count(name, old.value + value, "counted",
-                              min(old.running_percent, 100.0 if running is None else running))
+            out[name] = Count(
+                name,
+                old.value + value,
+                "counted",
+                min(old.running_percent, 100.0 if running is None else running),
+            )
     return out
 
 

@@ -58,9 +58,11 @@ def read_run_delays(tids: Iterable[int], proc: Path = PROC) -> dict[TaskKey, int
             text = (base / "schedstat").read_text()
         except FileNotFoundError:
             if base.is_dir():
-                raise Unsupported("run-queue delay", str(base / "schedstat"), "the kernel "
-                                  "keeps no per-task scheduler statistics (CONFIG_SCHED_INFO)"
-                                  ) from None  # fmt: skip
+                raise Unsupported(
+                    "run-queue delay",
+                    str(base / "schedstat"),
+                    "the kernel keeps no per-task scheduler statistics (CONFIG_SCHED_INFO)",
+                ) from None
             continue
         except OSError:  # ESRCH: ended while read
             continue

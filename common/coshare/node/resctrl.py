@@ -131,17 +131,24 @@ class Resctrl:
                 break
         else:
             mask = self.root / "info" / "L3" / "cbm_mask"
-            why = ("resctrl is not mounted there" if not (self.root / "info").is_dir()
-                   else "resctrl offers no L3 cache allocation here")  # fmt: skip
+            why = (
+                "resctrl is not mounted there"
+                if not (self.root / "info").is_dir()
+                else "resctrl offers no L3 cache allocation here"
+            )
             raise Unsupported("resctrl L3 (cache ways)", str(mask), why)
         try:
             full = parse_mask(read_text(info / "cbm_mask"))
         except ValueError as exc:
             raise CgroupError(str(info / "cbm_mask"), "read", str(exc)) from exc
         schemata = self._schemata(self.root)
-        return CacheInfo(resources, full, _number(info / "min_cbm_bits"),
-                         _number(info / "num_closids"),
-                         schemata.domains(resources[0]))  # fmt: skip
+        return CacheInfo(
+            resources,
+            full,
+            _number(info / "min_cbm_bits"),
+            _number(info / "num_closids"),
+            schemata.domains(resources[0]),
+        )
 
     def bandwidth(self) -> BandwidthInfo:
         """Memory bandwidth allocation, read from ``info/MB``.
@@ -151,12 +158,19 @@ class Resctrl:
         """
         info = self.root / "info" / "MB"
         if not (info / "min_bandwidth").exists():
-            why = ("resctrl is not mounted there" if not (self.root / "info").is_dir()
-                   else "the processor or kernel offers no MBA here")  # fmt: skip
-            raise Unsupported("resctrl MB (memory bandwidth allocation)",
-                              str(info / "min_bandwidth"), why)  # fmt: skip
-        return BandwidthInfo(_number(info / "min_bandwidth"), _number(info / "bandwidth_gran"),
-                             self._schemata(self.root).domains("MB"))  # fmt: skip
+            why = (
+                "resctrl is not mounted there"
+                if not (self.root / "info").is_dir()
+                else "the processor or kernel offers no MBA here"
+            )
+            raise Unsupported(
+                "resctrl MB (memory bandwidth allocation)", str(info / "min_bandwidth"), why
+            )
+        return BandwidthInfo(
+            _number(info / "min_bandwidth"),
+            _number(info / "bandwidth_gran"),
+            self._schemata(self.root).domains("MB"),
+        )
 
     def _schemata(self, directory: Path) -> Schemata:
         path = directory / "schemata"
@@ -179,7 +193,7 @@ class Resctrl:
         found = []
         for entry in self.root.iterdir():
             if entry.is_dir() and entry.name.startswith(head):
-                job = job_of_group(entry.name[len(head):])
+                job = job_of_group(entry.name[len(head) :])
                 if job is not None:
                     found.append(job)
         return sorted(found)
@@ -213,9 +227,14 @@ class Resctrl:
             held |= mask
         return ways_of(cache.full_mask & ~held)
 
-    def create(self, job: str, ways: int | None, membw_percent: int | None,
-               allocated: Mapping[str, int] | None = None,
-               share_spare: bool = False) -> Allocation:  # fmt: skip
+    def create(
+        self,
+        job: str,
+        ways: int | None,
+        membw_percent: int | None,
+        allocated: Mapping[str, int] | None = None,
+        share_spare: bool = False,
+    ) -> Allocation:
         """Make the job's group with its ways and bandwidth share.
 
         Args:
@@ -240,18 +259,21 @@ class Resctrl:
         layout: dict[str, int] = {}
         if cache is not None and ways is not None:
             if allocated is None:
-                mask = choose_ways(cache.full_mask, self.held_masks(skip=job), ways,
-                                   cache.min_bits)  # fmt: skip
+                mask = choose_ways(cache.full_mask, self.held_masks(skip=job), ways, cache.min_bits)
             else:
                 choose_ways(cache.full_mask, (), ways, cache.min_bits)  # the range check
-                layout = layout_masks(cache.full_mask,
-                                      [*self._in_order(allocated, skip=job), (job, ways)],
-                                      share_spare)  # fmt: skip
+                layout = layout_masks(
+                    cache.full_mask,
+                    [*self._in_order(allocated, skip=job), (job, ways)],
+                    share_spare,
+                )
                 mask = layout.pop(job)
             groups = len([p for p in self._groups() if p != self.path(job)])
             if groups + 1 >= cache.closids:  # the default group holds one CLOSID
-                raise JobSpecError(f"llc_ways={ways}: all {cache.closids} resctrl groups "
-                                   "(CLOSIDs) of this node are in use")  # fmt: skip
+                raise JobSpecError(
+                    f"llc_ways={ways}: all {cache.closids} resctrl groups "
+                    "(CLOSIDs) of this node are in use"
+                )
         percent = None
         if band is not None and membw_percent is not None:
             percent = mb_percent(membw_percent, band.min_bandwidth, band.granularity)
@@ -259,15 +281,23 @@ class Resctrl:
         self._write_masks(cache, layout)
         path = self.path(job)
         self._make_group(path)
-        text = schemata_text(cache.resources if cache else (), cache.domains if cache else (),
-                             mask, percent, band.domains if band else ())  # fmt: skip
+        text = schemata_text(
+            cache.resources if cache else (),
+            cache.domains if cache else (),
+            mask,
+            percent,
+            band.domains if band else (),
+        )
         try:
             self._write(path / "schemata", text)
         except CgroupError as exc:
             status = self._last_status()
             self.remove(job)
-            raise CgroupError(str(path / "schemata"), f"write {text.strip()!r} to",
-                              f"{exc}; the kernel says: {status}") from exc  # fmt: skip
+            raise CgroupError(
+                str(path / "schemata"),
+                f"write {text.strip()!r} to",
+                f"{exc}; the kernel says: {status}",
+            ) from exc
         return Allocation(job, path, mask, percent)
 
     def relayout(self, allocated: Mapping[str, int], share_spare: bool) -> dict[str, int]:
@@ -290,8 +320,9 @@ class Resctrl:
         self._write_masks(cache, layout)
         return layout
 
-    def _in_order(self, allocated: Mapping[str, int], skip: str | None = None
-                  ) -> list[tuple[str, int]]:  # fmt: skip
+    def _in_order(
+        self, allocated: Mapping[str, int], skip: str | None = None
+    ) -> list[tuple[str, int]]:
         """The jobs by where their masks sit now (lowest way first; no mask: last), so that a
         new layout moves as few ways as it can."""
         cache = self.cache()
@@ -300,8 +331,11 @@ class Resctrl:
             path = self.path(job)
             if not (path / "schemata").exists():
                 return 1 << 16
-            mask = self._schemata(path).mask(cache.resources[0], cache.domains[0]) \
-                if cache.domains else None  # fmt: skip
+            mask = (
+                self._schemata(path).mask(cache.resources[0], cache.domains[0])
+                if cache.domains
+                else None
+            )
             return runs(mask)[0][0] if mask else 1 << 16
 
         jobs = sorted((j for j in allocated if j != skip), key=lambda j: (low(j), j))
@@ -315,16 +349,22 @@ class Resctrl:
             path = self.path(other)
             if not path.is_dir():
                 continue
-            current = self._schemata(path).mask(cache.resources[0], cache.domains[0]) \
-                if cache.domains else None  # fmt: skip
+            current = (
+                self._schemata(path).mask(cache.resources[0], cache.domains[0])
+                if cache.domains
+                else None
+            )
             if current == mask:
                 continue
             text = schemata_text(cache.resources, cache.domains, mask, None)
             try:
                 self._write(path / "schemata", text)
             except CgroupError as exc:
-                raise CgroupError(str(path / "schemata"), f"write {text.strip()!r} to",
-                                  f"{exc}; the kernel says: {self._last_status()}") from exc
+                raise CgroupError(
+                    str(path / "schemata"),
+                    f"write {text.strip()!r} to",
+                    f"{exc}; the kernel says: {self._last_status()}",
+                ) from exc
 
     def _write(self, path: Path, text: str) -> None:
         """``write(2)`` of a resctrl file; the kernel checks it (a test's fake does too)."""
@@ -355,8 +395,11 @@ class Resctrl:
         """
         features = self.root / "info" / "L3_MON" / "mon_features"
         if not features.exists() or "mbm_total_bytes" not in read_text(features).split():
-            raise Unsupported("resctrl MBM (memory bandwidth monitoring)", str(features),
-                              "the processor or kernel offers no mbm_total_bytes here")
+            raise Unsupported(
+                "resctrl MBM (memory bandwidth monitoring)",
+                str(features),
+                "the processor or kernel offers no mbm_total_bytes here",
+            )
         total = 0
         found = False
         for domain in sorted((self.path(job) / "mon_data").glob("mon_L3_*")):
@@ -374,8 +417,9 @@ class Resctrl:
             pass
         except OSError as exc:
             if exc.errno == errno.ENOSPC:  # resctrl: out of CLOSIDs or RMIDs
-                raise JobSpecError(f"resctrl has no free group for {path.name}: "
-                                   f"{self._last_status()}") from exc  # fmt: skip
+                raise JobSpecError(
+                    f"resctrl has no free group for {path.name}: {self._last_status()}"
+                ) from exc
             raise CgroupError(str(path), "create", exc.strerror or str(exc)) from exc
 
     def _last_status(self) -> str:

@@ -153,16 +153,18 @@ class Sampler:
         (none where the kernel does not count it: never a figure it did not measure)."""
         if self.wait_unsupported is not None:
             return ()
-        return tuple(JobWait(s.job, s.mean_cores, s.last_cores)
-                     for s in self.wait_history.summaries())  # fmt: skip
+        return tuple(
+            JobWait(s.job, s.mean_cores, s.last_cores) for s in self.wait_history.summaries()
+        )
 
     def ways(self) -> tuple[int | None, int | None]:
         """The node's LLC ways and the free ones; ``(None, None)`` without resctrl."""
         try:
             # free: the ways no job is allocated (its own, from the records), whether or not
             # they are lent out as spare shares now (lent ways are reclaimed for a new job)
-            allocated = {r.job: r.spec.llc_ways for r in self.store.records()
-                         if r.spec.llc_ways is not None}  # fmt: skip
+            allocated = {
+                r.job: r.spec.llc_ways for r in self.store.records() if r.spec.llc_ways is not None
+            }
             return self.resctrl.cache().ways, self.resctrl.ways_free(allocated)
         except (CoshareError, OSError) as exc:
             self._once("ways", "no LLC way facts: %s", exc)
@@ -182,22 +184,35 @@ class Sampler:
             return
         self.next_probe_s = now + interval
         if not self.files.baseline_path.exists():
-            self._once("baseline", "no membw probes: no baseline in %s (run `coshare node "
-                       "probe membw --init` on the idle node)", self.files.baseline_path)
+            self._once(
+                "baseline",
+                "no membw probes: no baseline in %s (run `coshare node "
+                "probe membw --init` on the idle node)",
+                self.files.baseline_path,
+            )
             return
         free = self.free_cpus(records)
         if not free:
             log.debug("no membw probe: every core is held by a job")
             return
         try:
-            result, _ = probe(self.files, self.cgroups.allowed_cpus(), free,
-                              size_mib=self.config.probe_array_mib, clock=self.clock)
+            result, _ = probe(
+                self.files,
+                self.cgroups.allowed_cpus(),
+                free,
+                size_mib=self.config.probe_array_mib,
+                clock=self.clock,
+            )
         except (CoshareError, OSError) as exc:
             log.error("membw probe on cores %s failed: %s", format_cpu_list(free), exc)
             return
-        log.info("membw probe on cores %s: %.2f GB/s, %.0f%% of the idle %.2f GB/s",
-                 format_cpu_list(free), result.measurement.gbps, 100 * result.fraction,
-                 result.baseline_gbps)  # fmt: skip
+        log.info(
+            "membw probe on cores %s: %.2f GB/s, %.0f%% of the idle %.2f GB/s",
+            format_cpu_list(free),
+            result.measurement.gbps,
+            100 * result.fraction,
+            result.baseline_gbps,
+        )
 
     def membw(self) -> MembwFacts | None:
         """The last recorded probe, as facts."""
@@ -232,9 +247,17 @@ class Sampler:
         # The cores each pinned job holds now: a lender's load never exceeds them (collocate).
         held = tuple(JobCpus(r.job, len(r.spec.cpus)) for r in records if r.spec.cpus)
         trials = self.trials([r.job for r in records]) if self.trials is not None else ()
-        facts = NodeFacts(self.clock(), self.membw(), ways, free,
-                          tuple(self.history.summaries()), self.copies(records),
-                          held, self.waits(), trials)  # fmt: skip
+        facts = NodeFacts(
+            self.clock(),
+            self.membw(),
+            ways,
+            free,
+            tuple(self.history.summaries()),
+            self.copies(records),
+            held,
+            self.waits(),
+            trials,
+        )
         write_facts(facts_path(self.config), format_facts(facts))
         return facts
 

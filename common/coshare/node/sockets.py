@@ -217,8 +217,7 @@ class LineConnection(asyncio.Protocol):
         try:
             self.opened(self.pid, self.uid)
         except Exception:  # one peer must never take the daemon down
-            log.exception("%s: cannot set up a connection of pid %d", self.server.name,
-                          self.pid)  # fmt: skip
+            log.exception("%s: cannot set up a connection of pid %d", self.server.name, self.pid)
             self.abort()
             return
 
@@ -279,8 +278,11 @@ class LineConnection(asyncio.Protocol):
                 self.fail("internal", "the request failed; see the daemon's log")
                 return
             # (busy() only matters when another line waits: one call fewer per request.)
-            blocked = (self.closing or self.write_paused_at is not None
-                       or (bool(self.buffer) and self.busy()))  # fmt: skip
+            blocked = (
+                self.closing
+                or self.write_paused_at is not None
+                or (bool(self.buffer) and self.busy())
+            )
         if self.closing:
             return
         if len(self.buffer) > limits.buffer_limit:
@@ -314,14 +316,25 @@ class LineConnection(asyncio.Protocol):
     def expire(self) -> None:
         """The deadline passed: close the connection, saying why when the peer is mid-request."""
         if self.write_paused_at is not None:
-            log.info("%s: pid %d (uid %s) did not read its replies for %g s; dropped",
-                     self.server.name, self.pid, self.uid, self.limits.line_timeout_s)  # fmt: skip
+            log.info(
+                "%s: pid %d (uid %s) did not read its replies for %g s; dropped",
+                self.server.name,
+                self.pid,
+                self.uid,
+                self.limits.line_timeout_s,
+            )
             self.abort()
         elif self.partial_at is not None:
-            log.info("%s: pid %d (uid %s) sent part of a line and stopped; dropped",
-                     self.server.name, self.pid, self.uid)  # fmt: skip
-            self.fail("timeout", f"a request line must arrive whole within "
-                                 f"{self.limits.line_timeout_s:g} s")  # fmt: skip
+            log.info(
+                "%s: pid %d (uid %s) sent part of a line and stopped; dropped",
+                self.server.name,
+                self.pid,
+                self.uid,
+            )
+            self.fail(
+                "timeout",
+                f"a request line must arrive whole within {self.limits.line_timeout_s:g} s",
+            )
         else:
             # Silent: an unasked line would be read as the reply to the client's next request.
             self.close()
@@ -405,8 +418,10 @@ class LineServer:
         held = self._per_uid.get(uid, 0)
         if held >= self.limits.per_uid:
             self._log_refusal(uid, f"uid {uid} holds {held} connections")
-            return (f"uid {uid} holds {held} connections to this socket, the most one uid may "
-                    "(node.max_connections_per_uid)")  # fmt: skip
+            return (
+                f"uid {uid} holds {held} connections to this socket, the most one uid may "
+                "(node.max_connections_per_uid)"
+            )
         if self._open >= self.limits.total:
             self._log_refusal(uid, f"{self._open} connections are open")
             return f"this socket serves {self._open} connections, the most it may"
@@ -421,8 +436,13 @@ class LineServer:
         count, logged_at = self._refused.get(uid, (0, -LOG_REFUSALS_EVERY_S))
         count += 1
         if now - logged_at >= LOG_REFUSALS_EVERY_S:
-            log.warning("%s: %s; refused %d connection(s) of uid %d since the last such line",
-                        self.name, why, count, uid)  # fmt: skip
+            log.warning(
+                "%s: %s; refused %d connection(s) of uid %d since the last such line",
+                self.name,
+                why,
+                count,
+                uid,
+            )
             count, logged_at = 0, now
         self._refused[uid] = (count, logged_at)
 
@@ -506,8 +526,7 @@ class LineServer:
         try:
             await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock)
         except OSError as exc:
-            log.debug("%s: connection of pid %d lost at once: %s", self.name, connection.pid,
-                      exc)  # fmt: skip
+            log.debug("%s: connection of pid %d lost at once: %s", self.name, connection.pid, exc)
             sock.close()
             connection.connection_lost(exc)
 

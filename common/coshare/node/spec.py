@@ -95,14 +95,18 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
         first = int(found["first"])
         last = int(found["last"]) if found["last"] is not None else first
         if last < first or last - first > 65536 or last >= MAX_CORES:
-            raise JobSpecError(f"cpu list {shorten(text)}: range {shorten(part.strip())} is "
-                               f"empty, too large or beyond cpu {MAX_CORES - 1}")  # fmt: skip
+            raise JobSpecError(
+                f"cpu list {shorten(text)}: range {shorten(part.strip())} is "
+                f"empty, too large or beyond cpu {MAX_CORES - 1}"
+            )
         listed += last - first + 1
         if listed > MAX_LISTED_CPUS:
             # Counted before anything is expanded: a list from any peer of a node socket is
             # parsed before its sender's permissions are known.
-            raise JobSpecError(f"cpu list {shorten(text)} names more than {MAX_LISTED_CPUS} "
-                               "cpus (allowed: at most as many as a Linux kernel has)")  # fmt: skip
+            raise JobSpecError(
+                f"cpu list {shorten(text)} names more than {MAX_LISTED_CPUS} "
+                "cpus (allowed: at most as many as a Linux kernel has)"
+            )
         ranges.append((first, last))
     cpus: set[int] = set()
     for first, last in ranges:
@@ -131,8 +135,9 @@ def cores_needed(cores: float) -> int:
         JobSpecError: not a number of cores in ``0 < cores <= MAX_CORES`` (NaN, ``1e300``).
     """
     if not math.isfinite(cores) or not 0 < cores <= MAX_CORES:
-        raise JobSpecError(f"cores {shorten(cores)} is not usable (allowed: a number > 0 and "
-                           f"<= {MAX_CORES})")  # fmt: skip
+        raise JobSpecError(
+            f"cores {shorten(cores)} is not usable (allowed: a number > 0 and <= {MAX_CORES})"
+        )
     return max(1, math.ceil(cores - 1e-9))
 
 
@@ -159,8 +164,9 @@ def choose_cpus(
     for cpus in taken.values():
         for c in cpus:
             held[c] = held.get(c, 0) + 1
-    free = sorted((c for c in set(allowed) if held.get(c, 0) < per_cpu),
-                  key=lambda c: (held.get(c, 0), c))  # fmt: skip
+    free = sorted(
+        (c for c in set(allowed) if held.get(c, 0) < per_cpu), key=lambda c: (held.get(c, 0), c)
+    )
     if count > len(free):
         holders = ", ".join(f"{j}: {format_cpu_list(c)}" for j, c in sorted(taken.items()))
         raise JobSpecError(
@@ -193,9 +199,12 @@ def check_cpus(
 
 #: The limits of a spec's sizes (:mod:`coshare.bounds`): a record or request beyond them is
 #: refused before anything is written to a cgroup.
-_LIMITS = (("memory_mib", MAX_MEMORY_MIB), ("device_memory_mib", MAX_DEVICE_MEMORY_MIB),
-           ("device_threads", MAX_DEVICE_THREADS),
-           ("llc_ways", 64))  # a CAT bit mask has at most 32 bits today
+_LIMITS = (
+    ("memory_mib", MAX_MEMORY_MIB),
+    ("device_memory_mib", MAX_DEVICE_MEMORY_MIB),
+    ("device_threads", MAX_DEVICE_THREADS),
+    ("llc_ways", 64),
+)  # a CAT bit mask has at most 32 bits today
 
 
 @dataclass(frozen=True)
@@ -230,21 +239,24 @@ class JobSpec:
         for device in self.devices:
             check_device_id(device)
         if self.membw_percent is not None and not 1 <= self.membw_percent <= 100:
-            raise JobSpecError(f"job {self.job}: membw_percent {self.membw_percent!r} is not "
-                               "usable (allowed: 1..100)")  # fmt: skip
+            raise JobSpecError(
+                f"job {self.job}: membw_percent {self.membw_percent!r} is not "
+                "usable (allowed: 1..100)"
+            )
         for name, maximum in _LIMITS:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not 1 <= value <= maximum):
                 raise JobSpecError(
-                    f"job {self.job}: {name} {shorten(value)} is not usable (allowed: "
-                    f"1..{maximum})"
+                    f"job {self.job}: {name} {shorten(value)} is not usable (allowed: 1..{maximum})"
                 )
         if len(self.devices) > MAX_DEVICES:
-            raise JobSpecError(f"job {self.job}: {len(self.devices)} devices (allowed: at most "
-                               f"{MAX_DEVICES})")  # fmt: skip
+            raise JobSpecError(
+                f"job {self.job}: {len(self.devices)} devices (allowed: at most {MAX_DEVICES})"
+            )
         if len(set(self.devices)) != len(self.devices):
-            raise JobSpecError(f"job {self.job}: device listed twice in "
-                               f"{shorten(list(self.devices))}")  # fmt: skip
+            raise JobSpecError(
+                f"job {self.job}: device listed twice in {shorten(list(self.devices))}"
+            )
 
     def to_dict(self) -> dict[str, object]:
         """Plain data for the job record."""
@@ -270,8 +282,13 @@ class JobSpec:
         cpus = data.get("cpus", [])
         devices = data.get("devices", [])
         ints: dict[str, int | None] = {}
-        for name in ("memory_mib", "device_memory_mib", "device_threads", "llc_ways",
-                     "membw_percent"):  # fmt: skip
+        for name in (
+            "memory_mib",
+            "device_memory_mib",
+            "device_threads",
+            "llc_ways",
+            "membw_percent",
+        ):
             value = data.get(name)
             ints[name] = value if type(value) is int else None
             if value is not None and type(value) is not int:

@@ -124,9 +124,13 @@ class TrialAnswers:
             return {}
         out: dict[str, tuple[int, str]] = {}
         answers = data.get("answers") if isinstance(data, dict) else None
-        for job, value in (answers.items() if isinstance(answers, dict) else ()):
-            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], int) \
-                    and isinstance(value[1], str):  # fmt: skip
+        for job, value in answers.items() if isinstance(answers, dict) else ():
+            if (
+                isinstance(value, list)
+                and len(value) == 2
+                and isinstance(value[0], int)
+                and isinstance(value[1], str)
+            ):
                 out[str(job)] = (value[0], value[1])
         return out
 
@@ -138,8 +142,9 @@ class TrialAnswers:
         """
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps({"answers": {j: [a, r] for j, (a, r)
-                                                   in sorted(answers.items())}}) + "\n")
+            tmp.write_text(
+                json.dumps({"answers": {j: [a, r] for j, (a, r) in sorted(answers.items())}}) + "\n"
+            )
             os.replace(tmp, self.path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
@@ -175,8 +180,12 @@ class NodeTrials:
         answers: the answers' file.
     """
 
-    def __init__(self, source: TrialRequestSource, trial: Callable[[str, Sequence[str]], str],
-                 answers: TrialAnswers) -> None:  # fmt: skip
+    def __init__(
+        self,
+        source: TrialRequestSource,
+        trial: Callable[[str, Sequence[str]], str],
+        answers: TrialAnswers,
+    ) -> None:
         self.source = source
         self.trial = trial
         self.answers = answers
@@ -192,8 +201,10 @@ class NodeTrials:
         for job, (at, result) in list(kept.items()):
             if result == STARTED:
                 kept[job] = (at, INTERRUPTED)
-                done.append(f"job {job}: the trial probe of request {at} was cut off (the "
-                            f"daemon stopped); answered {INTERRUPTED}")  # fmt: skip
+                done.append(
+                    f"job {job}: the trial probe of request {at} was cut off (the "
+                    f"daemon stopped); answered {INTERRUPTED}"
+                )
         if kept != answers:
             self.answers.save(kept)
         if len(here) < 2:
@@ -214,8 +225,10 @@ class NodeTrials:
             reply = self.trial(request.job, partners)
             kept[request.job] = (request.at_s, reply_result(reply))
             self.answers.save(kept)
-            done.append(f"job {request.job}: trial request {request.at_s} beside "
-                        f"{','.join(partners)}: {reply}")  # fmt: skip
+            done.append(
+                f"job {request.job}: trial request {request.at_s} beside "
+                f"{','.join(partners)}: {reply}"
+            )
         return self._said(done)
 
     @staticmethod
@@ -229,8 +242,9 @@ class NodeTrials:
         return published(self.answers.load(), jobs)
 
 
-def open_node_trials(config: NodeConfig, trial: Callable[[str, Sequence[str]], str]
-                     ) -> NodeTrials | None:  # fmt: skip
+def open_node_trials(
+    config: NodeConfig, trial: Callable[[str, Sequence[str]], str]
+) -> NodeTrials | None:
     """The node's trial requests as ``node.trial_requests`` says (``None``: off).
 
     Raises:

@@ -133,8 +133,9 @@ def enforce(store: JobStore, group: JobGroup, violation: Violation) -> bool:
     """
     first = store.record_reason(violation.job, violation.reason())
     if first:
-        log.warning("%s", violation.reason(),
-                    extra={"job": violation.job, "resource": violation.resource})
+        log.warning(
+            "%s", violation.reason(), extra={"job": violation.job, "resource": violation.resource}
+        )
     group.kill()
     return first
 
@@ -185,8 +186,12 @@ class Watchdog:
                     continue  # already killed
                 violation = host_memory_violation(record, record.group(self.timeout_s))
             except Exception as exc:  # one job's failure must not stop the others' checks
-                log.warning("cannot check job %s: %s", record.job, exc,
-                            exc_info=not isinstance(exc, CoshareError))  # fmt: skip
+                log.warning(
+                    "cannot check job %s: %s",
+                    record.job,
+                    exc,
+                    exc_info=not isinstance(exc, CoshareError),
+                )
                 continue
             if violation is not None:
                 found.append(violation)
@@ -198,13 +203,16 @@ class Watchdog:
                 continue
             done.add(violation.job)
             try:
-                first = enforce(self.store, by_job[violation.job].group(self.timeout_s),
-                                violation)  # fmt: skip
+                first = enforce(self.store, by_job[violation.job].group(self.timeout_s), violation)
                 if first and self.on_kill is not None:
                     self.on_kill(violation)
             except Exception as exc:
-                log.error("cannot kill job %s: %s", violation.job, exc,
-                          exc_info=not isinstance(exc, CoshareError))  # fmt: skip
+                log.error(
+                    "cannot kill job %s: %s",
+                    violation.job,
+                    exc,
+                    exc_info=not isinstance(exc, CoshareError),
+                )
         return found
 
     def _records(self) -> list[JobRecord]:
@@ -229,15 +237,20 @@ class Watchdog:
         if backend is None:
             return []
         try:
-            found = device_memory_violations(records, backend.usage(), self.job_of_pid,
-                                             backend.canonical)  # fmt: skip
+            found = device_memory_violations(
+                records, backend.usage(), self.job_of_pid, backend.canonical
+            )
         except Exception as exc:
             self.device_failures += 1
             first = self.device_failures == 1
             if first or self.device_failures % DEVICE_LOG_EVERY == 0:
-                log.error("device memory cannot be read (%d rounds in a row); host memory is "
-                          "still watched: %s", self.device_failures, exc,
-                          exc_info=first and not isinstance(exc, CoshareError))  # fmt: skip
+                log.error(
+                    "device memory cannot be read (%d rounds in a row); host memory is "
+                    "still watched: %s",
+                    self.device_failures,
+                    exc,
+                    exc_info=first and not isinstance(exc, CoshareError),
+                )
             return []
         if self.device_failures:
             log.warning("device memory can be read again after %d rounds", self.device_failures)

@@ -77,9 +77,11 @@ def choose_ways(full_mask: int, used: Iterable[int], ways: int, min_bits: int) -
     """
     total = ways_of(full_mask)
     if not max(min_bits, 1) <= ways <= total:
-        raise JobSpecError(f"llc_ways={ways}: this node's L3 has {total} ways and takes at "
-                           f"least {max(min_bits, 1)} per group (allowed: "
-                           f"{max(min_bits, 1)}..{total})")  # fmt: skip
+        raise JobSpecError(
+            f"llc_ways={ways}: this node's L3 has {total} ways and takes at "
+            f"least {max(min_bits, 1)} per group (allowed: "
+            f"{max(min_bits, 1)}..{total})"
+        )
     taken = 0
     for mask in used:
         taken |= mask
@@ -87,9 +89,11 @@ def choose_ways(full_mask: int, used: Iterable[int], ways: int, min_bits: int) -
     for start, length in runs(free):
         if length >= ways:
             return ((1 << ways) - 1) << start
-    raise JobSpecError(f"llc_ways={ways}: no {ways} contiguous ways are free (free ways: "
-                       f"{format_runs(free)} of {format_runs(full_mask)}); they are held by "
-                       "other jobs' groups")  # fmt: skip
+    raise JobSpecError(
+        f"llc_ways={ways}: no {ways} contiguous ways are free (free ways: "
+        f"{format_runs(free)} of {format_runs(full_mask)}); they are held by "
+        "other jobs' groups"
+    )
 
 
 def mb_percent(percent: int, min_bandwidth: int, granularity: int) -> int:
@@ -156,9 +160,12 @@ def parse_schemata(text: str) -> Schemata:
 
 
 def schemata_text(
-    resources: Iterable[str], domains: Iterable[str], mask: int | None, mb: int | None,
+    resources: Iterable[str],
+    domains: Iterable[str],
+    mask: int | None,
+    mb: int | None,
     mb_domains: Iterable[str] = (),
-) -> str:  # fmt: skip
+) -> str:
     """The lines coshare writes into a job's ``schemata``: the same mask in every cache
     domain, and an ``MB:`` line when a bandwidth share is given."""
     ids = list(domains)
@@ -170,8 +177,9 @@ def schemata_text(
     return "\n".join(lines) + "\n"
 
 
-def layout_masks(full_mask: int, allocations: Sequence[tuple[str, int]],
-                 share_spare: bool) -> dict[str, int]:  # fmt: skip
+def layout_masks(
+    full_mask: int, allocations: Sequence[tuple[str, int]], share_spare: bool
+) -> dict[str, int]:
     """Every coshare job's mask on a node, laid out afresh: contiguous, disjoint runs from the
     lowest way in ``allocations``' order, each of the job's ways plus, with ``share_spare``,
     its share of the ways no job is allocated (:func:`coshare.llc.spare_shares`, Spread-n-
@@ -187,8 +195,10 @@ def layout_masks(full_mask: int, allocations: Sequence[tuple[str, int]],
     if need > total:
         held = ", ".join(f"{job}: {w}" for job, w in allocations[:-1])
         last, ways = allocations[-1]
-        raise JobSpecError(f"llc_ways={ways} for job {last}: this node's L3 has {total} ways "
-                           f"and coshare jobs hold {need - ways} ({held or 'none'})")  # fmt: skip
+        raise JobSpecError(
+            f"llc_ways={ways} for job {last}: this node's L3 has {total} ways "
+            f"and coshare jobs hold {need - ways} ({held or 'none'})"
+        )
     extra = spare_shares(total, allocations) if share_spare else {}
     bit = runs(full_mask)[0][0] if full_mask else 0
     out: dict[str, int] = {}

@@ -77,9 +77,11 @@ class Sweep:
 
     def falls(self) -> list[str]:
         """Where IPC falls as ways grow (a profile refuses that: section 4.1)."""
-        return [f"IPC falls from {a.ipc:.4g} at {a.ways} ways to {b.ipc:.4g} at {b.ways}"
-                for a, b in zip(self.points, self.points[1:], strict=False)
-                if b.ipc < a.ipc]  # fmt: skip
+        return [
+            f"IPC falls from {a.ipc:.4g} at {a.ways} ways to {b.ipc:.4g} at {b.ways}"
+            for a, b in zip(self.points, self.points[1:], strict=False)
+            if b.ipc < a.ipc
+        ]
 
 
 def default_way_counts(node_ways: int) -> tuple[int, ...]:
@@ -98,8 +100,10 @@ def check_way_counts(counts: Sequence[int], cache: CacheInfo) -> tuple[int, ...]
     out = tuple(sorted(set(counts)))
     bad = [k for k in out if not low <= k <= cache.ways]
     if bad:
-        raise InputError(f"--ways {','.join(map(str, bad))}: this node's L3 has {cache.ways} "
-                         f"ways and a group takes at least {low} (allowed: {low}..{cache.ways})")
+        raise InputError(
+            f"--ways {','.join(map(str, bad))}: this node's L3 has {cache.ways} "
+            f"ways and a group takes at least {low} (allowed: {low}..{cache.ways})"
+        )
     if len(out) < 2:
         raise InputError("--ways: a curve needs at least two way counts")
     return out
@@ -142,8 +146,10 @@ def sweep(
     counts = check_way_counts(way_counts or default_way_counts(cache.ways), cache)
     others = [j for j in resctrl.jobs() if j != GROUP_PREFIX + program]
     if others:
-        raise InputError(f"jobs {', '.join(others[:4])} have resctrl groups on this node: "
-                         "profile on an idle node (the sweep measures the program alone)")
+        raise InputError(
+            f"jobs {', '.join(others[:4])} have resctrl groups on this node: "
+            "profile on an idle node (the sweep measures the program alone)"
+        )
     job = GROUP_PREFIX + program
     me = os.getpid() if pid is None else pid
     membw_why: str | None = None
@@ -163,8 +169,11 @@ def sweep(
                 ipc = ipc_of(counted)
                 why = why_not_counted(counted, EVENTS)
                 if ipc is None or why is not None:
-                    raise Unsupported("hardware counters (IPC)", f"{perf} stat -e "
-                                      f"{','.join(EVENTS)}", why or "no IPC")  # fmt: skip
+                    raise Unsupported(
+                        "hardware counters (IPC)",
+                        f"{perf} stat -e {','.join(EVENTS)}",
+                        why or "no IPC",
+                    )
                 ipcs.append(ipc)
                 seconds.append(took)
                 if isinstance(before, str) or isinstance(after, str):
@@ -188,8 +197,9 @@ def _mbm(resctrl: Resctrl, job: str) -> int | str:
         return f"resctrl MBM: {exc}"
 
 
-def _perf_stat(perf: str, argv: Sequence[str], runner: CommandRunner,
-               timeout_s: float) -> dict[str, Count]:  # fmt: skip
+def _perf_stat(
+    perf: str, argv: Sequence[str], runner: CommandRunner, timeout_s: float
+) -> dict[str, Count]:
     """One run of ``argv`` under ``perf stat -x,``: its counts (perf writes them with
     ``-o`` to a file of their own, apart from the program's output)."""
     with tempfile.TemporaryDirectory(prefix="coshare-perf-") as tmp:
@@ -199,15 +209,19 @@ def _perf_stat(perf: str, argv: Sequence[str], runner: CommandRunner,
             runner(command, timeout_s=timeout_s)
         except CommandFailed as exc:
             if exc.returncode is None and "cannot run" in exc.stderr and not out.exists():
-                raise Unsupported("hardware counters (IPC)", perf,
-                                  f"no perf program: {exc.stderr.strip()[:200]}") from exc
-            raise InputError(f"the program failed under perf (status {exc.returncode}): "
-                             f"{' '.join(argv)[:200]}: {exc.stderr.strip()[-300:]}") from exc
+                raise Unsupported(
+                    "hardware counters (IPC)", perf, f"no perf program: {exc.stderr.strip()[:200]}"
+                ) from exc
+            raise InputError(
+                f"the program failed under perf (status {exc.returncode}): "
+                f"{' '.join(argv)[:200]}: {exc.stderr.strip()[-300:]}"
+            ) from exc
         try:
             text = out.read_text()
         except OSError as exc:
-            raise Unsupported("hardware counters (IPC)", perf,
-                              f"perf wrote no counts to {out}") from exc
+            raise Unsupported(
+                "hardware counters (IPC)", perf, f"perf wrote no counts to {out}"
+            ) from exc
     try:
         return dict(parse_perf_stat_csv(text, EVENTS))
     except ValueError as exc:

@@ -123,10 +123,15 @@ class PolicyOptions:
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
     """The options of the policies that solve knapsack tables (knapsack, sharepack)."""
-    return {"threads": o.threads, "memory_grid_mib": o.memory_grid_mib,
-            "max_thread_cells": o.max_thread_cells, "age_limit_s": o.age_limit_s,
-            "max_reserved_devices": o.max_reserved_devices,
-            "max_memory_cells": o.max_memory_cells, "max_dp_cells": o.max_dp_cells}  # fmt: skip
+    return {
+        "threads": o.threads,
+        "memory_grid_mib": o.memory_grid_mib,
+        "max_thread_cells": o.max_thread_cells,
+        "age_limit_s": o.age_limit_s,
+        "max_reserved_devices": o.max_reserved_devices,
+        "max_memory_cells": o.max_memory_cells,
+        "max_dp_cells": o.max_dp_cells,
+    }
 
 
 FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
@@ -136,13 +141,19 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "bestfit": lambda o: BestFitPolicy(threads=o.threads, scale=o.bestfit_scale),
     "fgd": lambda o: FgdPolicy(threads=o.threads, workload=o.fgd_workload),
     "sharepack": lambda o: SharePackPolicy(**_table_options(o), workload=o.workload),
-    "membw": lambda o: MembwPolicy(max_share=o.membw_max_share, programs=o.membw_programs,
-                                   init_s=o.membw_init_s, trials=o.membw_trials,
-                                   threads=o.threads),
-    "collocate": lambda o: CollocatePolicy(o.monitor_fraction, o.max_harvest_cores,
-                                           o.copy_bw_limit_mbps),
-    "sns": lambda o: SnsPolicy(o.sns_profiles, "sns", o.sns_default_alpha, o.sns_ways_weight,
-                               o.age_limit_s, o.sns_mba),
+    "membw": lambda o: MembwPolicy(
+        max_share=o.membw_max_share,
+        programs=o.membw_programs,
+        init_s=o.membw_init_s,
+        trials=o.membw_trials,
+        threads=o.threads,
+    ),
+    "collocate": lambda o: CollocatePolicy(
+        o.monitor_fraction, o.max_harvest_cores, o.copy_bw_limit_mbps
+    ),
+    "sns": lambda o: SnsPolicy(
+        o.sns_profiles, "sns", o.sns_default_alpha, o.sns_ways_weight, o.age_limit_s, o.sns_mba
+    ),
     "cs": lambda o: SnsPolicy({}, "cs", o.sns_default_alpha, o.sns_ways_weight, o.age_limit_s),
 }
 
@@ -151,9 +162,9 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
 #: refuse gangs (``unsupported``) and plan the other jobs as before.
 GANGS_UNSUPPORTED: dict[str, str] = {
     "membw": "the membw policy does not place multi-node jobs yet (its bandwidth admission "
-             "is per node and would not see a gang's other parts)",
+    "is per node and would not see a gang's other parts)",
     "collocate": "the collocate policy does not place multi-node jobs yet (its EASY "
-                 "reservation would not see the gang mechanism's)",
+    "reservation would not see the gang mechanism's)",
 }
 
 
@@ -178,8 +189,11 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
         raise PolicyError(unknown_name("policy", name, policy_names()))
     options = options or PolicyOptions()
     # Gangs (multi-node jobs) are placed by one mechanism around every policy.
-    return GangPlanner(factory(options), whole_nodes=name == "exclusive",
-                       strict_threads=name == "exclusive" or options.threads == "strict",
-                       age_limit_s=options.age_limit_s,
-                       max_reserved_gangs=options.max_reserved_gangs,
-                       refuse_gangs=GANGS_UNSUPPORTED.get(name))  # fmt: skip
+    return GangPlanner(
+        factory(options),
+        whole_nodes=name == "exclusive",
+        strict_threads=name == "exclusive" or options.threads == "strict",
+        age_limit_s=options.age_limit_s,
+        max_reserved_gangs=options.max_reserved_gangs,
+        refuse_gangs=GANGS_UNSUPPORTED.get(name),
+    )

@@ -29,9 +29,14 @@ def split_aged(
 
 
 def place_aged(
-    state: ClusterState, snapshot: Snapshot, aged: list[Job], place: Callable[[Job], bool],
-    reserved: Mask, age_limit_s: float | None, max_reserved: int,
-) -> tuple[dict[str, Unplaced], list[Job]]:  # fmt: skip
+    state: ClusterState,
+    snapshot: Snapshot,
+    aged: list[Job],
+    place: Callable[[Job], bool],
+    reserved: Mask,
+    age_limit_s: float | None,
+    max_reserved: int,
+) -> tuple[dict[str, Unplaced], list[Job]]:
     """Place the aged jobs first, each with ``place``; one that fits nowhere holds back a
     device (:func:`reserve`). Returns the reasons of those that wait for a device held for
     them, and the others that wait."""
@@ -49,9 +54,13 @@ def place_aged(
 
 
 def reserve(
-    state: ClusterState, job: Job, reserved: Mask, now: float | None, age_limit_s: float | None,
+    state: ClusterState,
+    job: Job,
+    reserved: Mask,
+    now: float | None,
+    age_limit_s: float | None,
     max_reserved: int,
-) -> Unplaced | None:  # fmt: skip
+) -> Unplaced | None:
     """Hold back the device closest to fitting an aged job that fits nowhere now.
 
     Marks it in ``reserved`` and returns the job's ``reserved`` reason, or ``None`` when no

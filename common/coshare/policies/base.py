@@ -98,8 +98,9 @@ class ClusterState:
         starts = [0]
         for size in sizes:
             starts.append(starts[-1] + size)
-        self.node_devs: list[list[int]] = [list(range(a, a + k))
-                                           for a, k in zip(starts, sizes, strict=False)]
+        self.node_devs: list[list[int]] = [
+            list(range(a, a + k)) for a, k in zip(starts, sizes, strict=False)
+        ]
         devices = [dev for node in nodes for dev in node.devices]
         dev_node = [i for i, size in enumerate(sizes) for _ in range(size)]
         self.dev_ids: list[str] = [dev.id for dev in devices]
@@ -207,8 +208,9 @@ class ClusterState:
         self.changed()
         return node, devices
 
-    def place_single(self, placed: Sequence[tuple[Job, int, int]], need: Ints | None = None
-                     ) -> None:  # fmt: skip
+    def place_single(
+        self, placed: Sequence[tuple[Job, int, int]], need: Ints | None = None
+    ) -> None:
         """:meth:`place` for many single-device jobs at once: ``(job, node, device)`` each, in
         order (the caller has checked that they fit together); ``need``: their
         :func:`needs_of`, when the caller has it."""
@@ -226,9 +228,14 @@ class ClusterState:
         np.subtract.at(self.dev_free_thr, devs, need[:, 1])
         np.add.at(self.dev_jobs, devs, 1)
         names, ids = self.node_names, self.dev_ids
-        self.assignments.extend(map(_single_assignment, map(attrgetter("id"), jobs),
-                                    map(names.__getitem__, node_of),
-                                    zip(map(ids.__getitem__, dev_of))))  # fmt: skip
+        self.assignments.extend(
+            map(
+                _single_assignment,
+                map(attrgetter("id"), jobs),
+                map(names.__getitem__, node_of),
+                zip(map(ids.__getitem__, dev_of)),
+            )
+        )
         self.changed()
 
     def changed(self) -> None:
@@ -245,8 +252,10 @@ class ClusterState:
             if self._device_starts is None:
                 with_devices = [i for i, devs in enumerate(self.node_devs) if devs]
                 starts = [self.node_devs[i][0] for i in with_devices]
-                self._device_starts = (np.array(with_devices, dtype=np.int64),
-                                       np.array(starts, dtype=np.int64))  # fmt: skip
+                self._device_starts = (
+                    np.array(with_devices, dtype=np.int64),
+                    np.array(starts, dtype=np.int64),
+                )
             nodes, starts_at = self._device_starts
             if len(nodes):
                 out[nodes] = np.maximum.reduceat(self.dev_free_mem, starts_at)
@@ -259,8 +268,9 @@ class ClusterState:
         label = self._labels.get("most")
         if label is None:
             d = int(np.argmax(self.dev_free_mem)) if self.device_count else -1
-            label = (f"{max(int(self.dev_free_mem[d]), 0)} MiB on {self.dev_label(d)}"
-                     if d >= 0 else "-")  # fmt: skip
+            label = (
+                f"{max(int(self.dev_free_mem[d]), 0)} MiB on {self.dev_label(d)}" if d >= 0 else "-"
+            )
             self._labels["most"] = label
         return label
 
@@ -285,9 +295,16 @@ class ClusterState:
         """:meth:`fitting` for jobs given by :func:`needs_of`."""
         ok = np.ones(self.device_count, dtype=np.bool_) if exclude is None else ~exclude
         n = self.dev_node[ok]
-        free = np.stack([self.dev_free_mem[ok], self.dev_free_thr[ok] if self.strict
-                         else self.dev_threads[ok], self.dev_threads[ok],
-                         self.node_free_cpu[n], self.node_free_mem[n]], axis=1)  # fmt: skip
+        free = np.stack(
+            [
+                self.dev_free_mem[ok],
+                self.dev_free_thr[ok] if self.strict else self.dev_threads[ok],
+                self.dev_threads[ok],
+                self.node_free_cpu[n],
+                self.node_free_mem[n],
+            ],
+            axis=1,
+        )
         best = _undominated_rows(free)
         cols = need[:, [0, 1, 1, 2, 3]]  # memory, threads (free and hardware), cores, host
         out: Mask = np.zeros(len(need), dtype=np.bool_)
@@ -461,9 +478,16 @@ class ClusterState:
 
 
 _new_object = object.__new__
-(_set_job, _set_node, _set_devices, _set_processes, _set_harvest_from, _set_llc_ways,
- _set_membw, _set_llc_ways_spare) = (getattr(Assignment, f.name).__set__
-                                     for f in fields(Assignment))  # fmt: skip
+(
+    _set_job,
+    _set_node,
+    _set_devices,
+    _set_processes,
+    _set_harvest_from,
+    _set_llc_ways,
+    _set_membw,
+    _set_llc_ways_spare,
+) = (getattr(Assignment, f.name).__set__ for f in fields(Assignment))
 
 
 def _single_assignment(job: str, node: str, devices: tuple[str, ...]) -> Assignment:
@@ -494,8 +518,9 @@ def needs_of(jobs: Sequence[Job]) -> Ints:
 
 
 #: What :func:`needs_of` reads of a job (the last: processes, which multiply the host needs).
-_NEED_FIELDS = attrgetter("device_memory_mib", "device_threads", "cpu_milli", "memory_mib",
-                          "processes")  # fmt: skip
+_NEED_FIELDS = attrgetter(
+    "device_memory_mib", "device_threads", "cpu_milli", "memory_mib", "processes"
+)
 
 
 def _undominated_rows(rows: Ints) -> Ints:
@@ -647,9 +672,14 @@ _DEVICE_COUNT, _KIND = attrgetter("device_count"), attrgetter("kind")
 
 
 def _never_fits_reason(
-    job: Job, classes: Iterable[_NodeClass], max_dev_mem: int, max_threads: int, max_devs: int,
-    max_cpu: int, max_mem: int,
-) -> str | None:  # fmt: skip
+    job: Job,
+    classes: Iterable[_NodeClass],
+    max_dev_mem: int,
+    max_threads: int,
+    max_devs: int,
+    max_cpu: int,
+    max_mem: int,
+) -> str | None:
     count = job.device_count if job.needs_device else 0
     for c in classes:
         if c.cpu_milli < job.total_cpu_milli or c.memory_mib < job.total_memory_mib:
@@ -702,8 +732,9 @@ def explain_waiting(
         for job, shape in zip(jobs, shapes, strict=True):
             if job.needs_device and job.device_count == 1:
                 firsts.setdefault(shape, job)
-        for shape, reason in zip(firsts, _explain_many(state, list(firsts.values()), exclude),
-                                 strict=True):  # fmt: skip
+        for shape, reason in zip(
+            firsts, _explain_many(state, list(firsts.values()), exclude), strict=True
+        ):
             if reason is not None:
                 cache[shape] = reason
     out: dict[str, Unplaced] = {}
@@ -728,9 +759,18 @@ def _explain_many(
         return []
     ok = np.ones(state.device_count, dtype=np.bool_) if exclude is None else ~exclude
     n = state.dev_node[ok]
-    rows = _undominated_rows(np.stack([state.dev_free_mem[ok], state.dev_threads[ok],
-                                       state.dev_free_thr[ok], state.node_free_cpu[n],
-                                       state.node_free_mem[n]], axis=1))  # fmt: skip
+    rows = _undominated_rows(
+        np.stack(
+            [
+                state.dev_free_mem[ok],
+                state.dev_threads[ok],
+                state.dev_free_thr[ok],
+                state.node_free_cpu[n],
+                state.node_free_mem[n],
+            ],
+            axis=1,
+        )
+    )
     out: list[Unplaced | None] = []
     low = np.iinfo(np.int64).min
     # compared as ranks (_as_ranks): the same answers; the most free of a resource is read
@@ -798,20 +838,26 @@ def _no_host_memory(job: Job, best_mem: int) -> Unplaced:
 
 @lru_cache(maxsize=_TEXTS)
 def _no_threads_text(threads: int, best: int) -> str:
-    return (f"needs {threads} free device threads; devices with room for its memory have at "
-            f"most {best} free (strict thread limit)" + _LATER)  # fmt: skip
+    return (
+        f"needs {threads} free device threads; devices with room for its memory have at "
+        f"most {best} free (strict thread limit)" + _LATER
+    )
 
 
 @lru_cache(maxsize=_TEXTS)
 def _no_cores_text(cpu_milli: int, best_cpu: int) -> str:
-    return (f"needs {_cores(cpu_milli)} free cores beside its device; nodes with room on a "
-            f"device have at most {_cores(best_cpu)}" + _LATER)  # fmt: skip
+    return (
+        f"needs {_cores(cpu_milli)} free cores beside its device; nodes with room on a "
+        f"device have at most {_cores(best_cpu)}" + _LATER
+    )
 
 
 @lru_cache(maxsize=_TEXTS)
 def _no_host_memory_text(memory_mib: int, best_mem: int) -> str:
-    return (f"needs {memory_mib} MiB free host memory beside its device; nodes with room on a "
-            f"device have at most {best_mem} MiB" + _LATER)  # fmt: skip
+    return (
+        f"needs {memory_mib} MiB free host memory beside its device; nodes with room on a "
+        f"device have at most {best_mem} MiB" + _LATER
+    )
 
 
 def _no_memory(state: ClusterState, job: Job) -> Unplaced:
@@ -878,9 +924,12 @@ def _explain(state: ClusterState, job: Job, idle_only: bool, exclude: Mask | Non
 
 
 def finish(
-    name: str, snapshot: Snapshot, state: ClusterState, unplaced: dict[str, Unplaced],
+    name: str,
+    snapshot: Snapshot,
+    state: ClusterState,
+    unplaced: dict[str, Unplaced],
     notes: Iterable[str] = (),
-) -> Plan:  # fmt: skip
+) -> Plan:
     """Assemble the plan; unplaced jobs are listed in the snapshot's pending order."""
     ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
     return Plan(name, tuple(state.assignments), ordered, notes=tuple(notes))

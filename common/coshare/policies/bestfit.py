@@ -63,8 +63,10 @@ class _Scorer:
     def __init__(self, state: ClusterState, scale: tuple[int, int] | None) -> None:
         self.state = state
         if scale is None:
-            scale = (int(state.node_total_cpu.max(initial=0)),
-                     max((len(d) for d in state.node_devs), default=0))  # fmt: skip
+            scale = (
+                int(state.node_total_cpu.max(initial=0)),
+                max((len(d) for d in state.node_devs), default=0),
+            )
         self.cpu_norm = float(max(scale[0], 1))
         self.dev_norm = float(max(scale[1], 1))
         self.dev_size = np.maximum(state.dev_total_mem, 1).astype(np.float64)
@@ -85,8 +87,9 @@ class _Scorer:
             ok = s.host_ok(job)
             if not ok.any():
                 return False
-            score = self._score((s.node_free_cpu - job.total_cpu_milli).astype(np.float64),
-                                self._node_share())  # fmt: skip
+            score = self._score(
+                (s.node_free_cpu - job.total_cpu_milli).astype(np.float64), self._node_share()
+            )
             score = np.where(ok, score, np.inf)
             s.place(job, int(np.argmin(score)))
             return True
@@ -116,4 +119,3 @@ class _Scorer:
             return False
         s.place(job, choice[1], sorted(choice[2]))
         return True
-

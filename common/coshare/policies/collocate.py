@@ -108,9 +108,14 @@ def demand_parts(job: RunningJob) -> tuple[float, float | None] | None:
     (cores' worth of its tasks runnable but waiting for a CPU), taken over the sampled history
     or over the last interval, whichever sums higher. ``wait`` is ``None`` without wait facts;
     the whole is ``None`` before its load is measured."""
-    pairs = [(load, wait) for load, wait in ((job.cpu_load_cores, job.cpu_wait_cores),
-                                             (job.cpu_load_last_cores, job.cpu_wait_last_cores))
-             if load is not None]  # fmt: skip
+    pairs = [
+        (load, wait)
+        for load, wait in (
+            (job.cpu_load_cores, job.cpu_wait_cores),
+            (job.cpu_load_last_cores, job.cpu_wait_last_cores),
+        )
+        if load is not None
+    ]
     if not pairs:
         return None
     return max(pairs, key=lambda p: p[0] + (p[1] or 0.0))
@@ -155,8 +160,9 @@ class CollocatePolicy:
         requeue, donors = _give_back(snapshot, donors)
         # Borrowers hold their donor's cores, not the node's: the donor's reservation covers
         # them (coshare.verify counts them the same way).
-        own = tuple(replace(r, cpu_milli=0) if _borrows(r, snapshot) else r
-                    for r in snapshot.running)  # fmt: skip
+        own = tuple(
+            replace(r, cpu_milli=0) if _borrows(r, snapshot) else r for r in snapshot.running
+        )
         state = ClusterState(replace(snapshot, running=own), strict_threads=True)
         unplaced = never_fits(snapshot, snapshot.pending)
         candidates = sorted((j for j in snapshot.pending if j.id not in unplaced), key=_order)
@@ -166,9 +172,17 @@ class CollocatePolicy:
         for job in candidates:
             if _place(state, job, _banned(job, reserved, snapshot.now_s)):
                 a = state.assignments[-1]
-                held.append(_Hold(job.id, a.node, _end(snapshot.now_s, job.walltime_s),
-                                  job.total_cpu_milli, job.total_memory_mib, a.devices,
-                                  job.device_memory_mib))  # fmt: skip
+                held.append(
+                    _Hold(
+                        job.id,
+                        a.node,
+                        _end(snapshot.now_s, job.walltime_s),
+                        job.total_cpu_milli,
+                        job.total_memory_mib,
+                        a.devices,
+                        job.device_memory_mib,
+                    )
+                )
                 continue
             waiting.append(job)
             if reserved is None and snapshot.now_s is not None:
@@ -205,42 +219,57 @@ class CollocatePolicy:
                 full = saturated(r, demand)
                 if full:
                     pool = 0
-                    why.setdefault(f"what they want (load plus run-queue wait) fills "
-                                   f"{SATURATED_SHARE:g} x the cores their cpusets hold",
-                                   []).append(r.id)  # fmt: skip
+                    why.setdefault(
+                        f"what they want (load plus run-queue wait) fills "
+                        f"{SATURATED_SHARE:g} x the cores their cpusets hold",
+                        [],
+                    ).append(r.id)
                 out.append(Donor(r, pool - given, given, pool, demand, full, wait))
             elif reason is not None:
                 why.setdefault(reason, []).append(r.id)
         notes = [f"GPU jobs {_names(ids)} lend no cores: {reason}" for reason, ids in why.items()]
         small = sorted(n for n, c in cores.items() if 0 < c < self.max_harvest_cores * MILLI)
         if small and any(d.job.node in small for d in out):
-            notes.append(f"collocate.max_harvest_cores {self.max_harvest_cores} is above the "
-                         f"cores of nodes {_names(small)}: their GPU jobs lend at most what "
-                         "their load leaves idle")  # fmt: skip
+            notes.append(
+                f"collocate.max_harvest_cores {self.max_harvest_cores} is above the "
+                f"cores of nodes {_names(small)}: their GPU jobs lend at most what "
+                "their load leaves idle"
+            )
         return out, notes
 
     def _not_donor(self, r: RunningJob, now_s: float | None) -> str | None:
         """Why a running GPU job lends no cores, or ``None`` when it may (given a load)."""
         if r.walltime_s is None:
-            return "no requested time (CoshareWalltime or the scheduler's limit), so no " \
-                "monitoring period P_M x requested time can end"  # fmt: skip
+            return (
+                "no requested time (CoshareWalltime or the scheduler's limit), so no "
+                "monitoring period P_M x requested time can end"
+            )
         if r.copy_bw_mbps is None:
             return "copy bandwidth unknown (no NVML PCIe figure, no CoshareCopyBandwidth)"
         if r.copy_bw_mbps > self.copy_bw_limit_mbps:
-            return f"copy bandwidth above collocate.copy_bw_limit_mbps " \
-                f"{self.copy_bw_limit_mbps:g} MB/s (section III-B3)"  # fmt: skip
+            return (
+                f"copy bandwidth above collocate.copy_bw_limit_mbps "
+                f"{self.copy_bw_limit_mbps:g} MB/s (section III-B3)"
+            )
         if now_s is None or r.start_time_s is None:
             return "no start time or clock in the snapshot"
         if now_s - r.start_time_s < self.monitor_fraction * r.walltime_s:
-            return f"in their monitoring period (P_M = {self.monitor_fraction:g} of the " \
-                "requested time)"  # fmt: skip
+            return (
+                f"in their monitoring period (P_M = {self.monitor_fraction:g} of the "
+                "requested time)"
+            )
         if measured_load(r) is None:
             return "no measured CPU load in the node's facts"
         return None
 
-    def _harvest(self, state: ClusterState, jobs: Sequence[Job], donors: list[Donor],
-                 reserved: tuple[int, float] | None,
-                 now_s: float | None) -> tuple[list[Job], list[Donor]]:  # fmt: skip
+    def _harvest(
+        self,
+        state: ClusterState,
+        jobs: Sequence[Job],
+        donors: list[Donor],
+        reserved: tuple[int, float] | None,
+        now_s: float | None,
+    ) -> tuple[list[Job], list[Donor]]:
         """Place CPU jobs on open harvest pools (first donor in snapshot order with room);
         the jobs still waiting, and the donors with what they have left."""
         open_milli = [d.open_milli for d in donors]
@@ -252,13 +281,17 @@ class CollocatePolicy:
             banned = _banned(job, reserved, now_s)
             for k, donor in enumerate(donors):
                 node = state.node_index[donor.job.node]
-                if (node != banned and job.total_cpu_milli <= open_milli[k]
-                        and job.total_memory_mib <= state.node_free_mem[node]):  # fmt: skip
+                if (
+                    node != banned
+                    and job.total_cpu_milli <= open_milli[k]
+                    and job.total_memory_mib <= state.node_free_mem[node]
+                ):
                     open_milli[k] -= job.total_cpu_milli
                     state.node_free_mem[node] -= job.total_memory_mib
                     state.node_jobs[node] += 1
-                    state.assignments.append(Assignment(job.id, donor.job.node,
-                                                        harvest_from=donor.job.id))  # fmt: skip
+                    state.assignments.append(
+                        Assignment(job.id, donor.job.node, harvest_from=donor.job.id)
+                    )
                     state.changed()
                     break
             else:
@@ -288,13 +321,24 @@ def _end(now_s: float | None, walltime_s: float | None, start_s: float | None = 
 
 
 def _holds(snapshot: Snapshot) -> list[_Hold]:
-    return [_Hold(r.id, r.node, _end(snapshot.now_s, r.walltime_s, r.start_time_s), r.cpu_milli,
-                  r.memory_mib, r.devices, r.device_memory_mib, r.harvest_from)
-            for r in snapshot.running]  # fmt: skip
+    return [
+        _Hold(
+            r.id,
+            r.node,
+            _end(snapshot.now_s, r.walltime_s, r.start_time_s),
+            r.cpu_milli,
+            r.memory_mib,
+            r.devices,
+            r.device_memory_mib,
+            r.harvest_from,
+        )
+        for r in snapshot.running
+    ]
 
 
-def _reservation(state: ClusterState, job: Job, held: Sequence[_Hold],
-                 now_s: float) -> tuple[int, float] | None:  # fmt: skip
+def _reservation(
+    state: ClusterState, job: Job, held: Sequence[_Hold], now_s: float
+) -> tuple[int, float] | None:
     """The node where ``job`` can start soonest once requested times run out, and when."""
     best: tuple[float, int] | None = None
     for i, node in enumerate(state.nodes):
@@ -311,11 +355,14 @@ def _reservation(state: ClusterState, job: Job, held: Sequence[_Hold],
             for h in alive:
                 for d in h.devices:
                     used[d] = used.get(d, 0) + h.device_memory_mib
-            devices = sum(1 for d in node.devices
-                          if d.memory_mib - used[d.id] >= job.device_memory_mib)  # fmt: skip
-            if (node.cpu_milli - cpu >= job.total_cpu_milli
-                    and node.memory_mib - mem >= job.total_memory_mib
-                    and (not job.needs_device or devices >= job.device_count)):  # fmt: skip
+            devices = sum(
+                1 for d in node.devices if d.memory_mib - used[d.id] >= job.device_memory_mib
+            )
+            if (
+                node.cpu_milli - cpu >= job.total_cpu_milli
+                and node.memory_mib - mem >= job.total_memory_mib
+                and (not job.needs_device or devices >= job.device_count)
+            ):
                 if best is None or t < best[0]:
                     best = (t, i)
                 break
@@ -361,8 +408,7 @@ def _borrows(r: RunningJob, snapshot: Snapshot) -> bool:
     """Whether a running job holds harvested cores of a donor that still runs on its node."""
     if r.harvest_from is None:
         return False
-    return any(d.id == r.harvest_from and d.node == r.node and d.devices
-               for d in snapshot.running)  # fmt: skip
+    return any(d.id == r.harvest_from and d.node == r.node and d.devices for d in snapshot.running)
 
 
 def _give_back(snapshot: Snapshot, donors: list[Donor]) -> tuple[list[Unplaced], list[Donor]]:
@@ -373,34 +419,57 @@ def _give_back(snapshot: Snapshot, donors: list[Donor]) -> tuple[list[Unplaced],
         if donor.open_milli >= 0:
             kept.append(donor)
             continue
-        borrowers = sorted((r for r in snapshot.running if r.harvest_from == donor.job.id
-                            and r.node == donor.job.node),
-                           key=lambda r: (-(r.start_time_s or 0.0), r.id))  # fmt: skip
+        borrowers = sorted(
+            (
+                r
+                for r in snapshot.running
+                if r.harvest_from == donor.job.id and r.node == donor.job.node
+            ),
+            key=lambda r: (-(r.start_time_s or 0.0), r.id),
+        )
         over = -donor.open_milli
         wait = donor.wait_cores
         what = "its load" if wait is None else "its demand"
-        parts = "" if wait is None else (
-            f" (load {donor.load_cores - wait:.3g} plus {wait:.3g} waiting for a CPU, "
-            "run-queue delay)")  # fmt: skip
+        parts = (
+            ""
+            if wait is None
+            else (
+                f" (load {donor.load_cores - wait:.3g} plus {wait:.3g} waiting for a CPU, "
+                "run-queue delay)"
+            )
+        )
         if donor.saturated and wait is None:
-            why = (f"its load {donor.load_cores:.3g} fills the {donor.job.cpu_cores_held} "
-                   f"cores it kept while lending {donor.lent_milli / MILLI:g}, so it may need "
-                   "more than can be measured")  # fmt: skip
+            why = (
+                f"its load {donor.load_cores:.3g} fills the {donor.job.cpu_cores_held} "
+                f"cores it kept while lending {donor.lent_milli / MILLI:g}, so it may need "
+                "more than can be measured"
+            )
         elif donor.saturated:
-            why = (f"its demand of {donor.load_cores:.3g} cores{parts} is at least "
-                   f"{SATURATED_SHARE:g} x the {donor.job.cpu_cores_held} cores it kept while "
-                   f"lending {donor.lent_milli / MILLI:g}")  # fmt: skip
+            why = (
+                f"its demand of {donor.load_cores:.3g} cores{parts} is at least "
+                f"{SATURATED_SHARE:g} x the {donor.job.cpu_cores_held} cores it kept while "
+                f"lending {donor.lent_milli / MILLI:g}"
+            )
         else:
-            why = (f"{what} rose to {donor.load_cores:.3g} of {donor.job.cpu_milli / MILLI:g} "
-                   f"cores{parts}, so it can lend {donor.pool_milli // MILLI} where "
-                   f"{donor.lent_milli / MILLI:g} are lent")  # fmt: skip
+            why = (
+                f"{what} rose to {donor.load_cores:.3g} of {donor.job.cpu_milli / MILLI:g} "
+                f"cores{parts}, so it can lend {donor.pool_milli // MILLI} where "
+                f"{donor.lent_milli / MILLI:g} are lent"
+            )
         for r in borrowers:
             if over <= 0:
                 break
             over -= r.cpu_milli
-            requeue.append(Unplaced(r.id, (
-                f"GPU job {donor.job.id} on {donor.job.node} needs its cores back: {why}; "
-                "requeued through the scheduler"), "no_room"))  # fmt: skip
+            requeue.append(
+                Unplaced(
+                    r.id,
+                    (
+                        f"GPU job {donor.job.id} on {donor.job.node} needs its cores back: {why}; "
+                        "requeued through the scheduler"
+                    ),
+                    "no_room",
+                )
+            )
         # What the requeued jobs free is lent again only once they have left (next cycle).
         kept.append(replace(donor, open_milli=0))
     return requeue, kept
@@ -422,9 +491,11 @@ def _with_harvest(u: Unplaced, job: Job, donors: Sequence[Donor]) -> Unplaced:
     if best is None:
         extra = "no GPU job lends cores now"
     else:
-        extra = (f"the largest harvest open is {best.open_milli // MILLI} cores of GPU job "
-                 f"{best.job.id} on {best.job.node}, and this job needs "
-                 f"{job.total_cpu_milli / MILLI:g}")  # fmt: skip
+        extra = (
+            f"the largest harvest open is {best.open_milli // MILLI} cores of GPU job "
+            f"{best.job.id} on {best.job.node}, and this job needs "
+            f"{job.total_cpu_milli / MILLI:g}"
+        )
     return Unplaced(u.job, f"{u.reason}; {extra}", u.code)
 
 
@@ -446,11 +517,15 @@ def may_lend(policy: str, job: Job) -> bool:
 
 
 #: Why a live cycle does not apply a harvest placement through an Editor that cannot.
-NOT_APPLIED = ("placed on the idle cores of GPU job {donor}, which this cycle cannot apply: "
-               "{why}; it waits for free cores")  # fmt: skip
+NOT_APPLIED = (
+    "placed on the idle cores of GPU job {donor}, which this cycle cannot apply: "
+    "{why}; it waits for free cores"
+)
 #: The reason of an Editor that says nothing of harvest placements.
-NO_HARVEST = ("its scheduler adapter cannot start a job on cores the scheduler believes taken, "
-              "nor have them taken out of the GPU job's cpuset first")  # fmt: skip
+NO_HARVEST = (
+    "its scheduler adapter cannot start a job on cores the scheduler believes taken, "
+    "nor have them taken out of the GPU job's cpuset first"
+)
 
 
 def without_harvest(plan: Plan, why: str = NO_HARVEST) -> Plan:
@@ -464,11 +539,14 @@ def without_harvest(plan: Plan, why: str = NO_HARVEST) -> Plan:
     if not harvest and not plan.requeue:
         return plan
     kept = tuple(a for a in plan.assignments if a.harvest_from is None)
-    waits = tuple(Unplaced(a.job, NOT_APPLIED.format(donor=a.harvest_from, why=why),
-                           "unsupported") for a in harvest)  # fmt: skip
+    waits = tuple(
+        Unplaced(a.job, NOT_APPLIED.format(donor=a.harvest_from, why=why), "unsupported")
+        for a in harvest
+    )
     notes = plan.notes
     if plan.requeue:
-        notes += (f"{len(plan.requeue)} jobs on lent cores would be requeued; this cycle "
-                  "places none there, so none is",)  # fmt: skip
-    return replace(plan, assignments=kept, unplaced=plan.unplaced + waits, notes=notes,
-                   requeue=())  # fmt: skip
+        notes += (
+            f"{len(plan.requeue)} jobs on lent cores would be requeued; this cycle "
+            "places none there, so none is",
+        )
+    return replace(plan, assignments=kept, unplaced=plan.unplaced + waits, notes=notes, requeue=())

@@ -96,8 +96,10 @@ def target_workload(
 def snapshot_workload(snapshot: Snapshot) -> tuple[tuple[Shape, int], ...]:
     """The target workload seen in a snapshot: its pending and running jobs."""
     shapes = [job_shape(j) for j in snapshot.pending]
-    shapes += [(r.cpu_milli, r.device_memory_mib if r.devices else 0, len(r.devices))
-               for r in snapshot.running]  # fmt: skip
+    shapes += [
+        (r.cpu_milli, r.device_memory_mib if r.devices else 0, len(r.devices))
+        for r in snapshot.running
+    ]
     return target_workload(shapes)
 
 
@@ -150,8 +152,9 @@ class _Fragmentation:
     (``tests/unit/test_fgd_fast.py`` compares both with that sum, kept there as it was).
     """
 
-    def __init__(self, state: ClusterState, workload: tuple[tuple[Shape, int], ...],
-                 exact: bool) -> None:  # fmt: skip
+    def __init__(
+        self, state: ClusterState, workload: tuple[tuple[Shape, int], ...], exact: bool
+    ) -> None:
         self.state = state
         self.exact = exact
         self.total = max(sum(w for _, w in workload), 1)
@@ -235,8 +238,14 @@ class _Fragmentation:
         only takes from the ledger: a job with the needs of one that fitted nowhere fits
         nowhere either, and is not looked at again (on a full cluster most of a large batch
         waits: tens of thousands of jobs of a few thousand needs)."""
-        needs = (job.needs_device, job.device_memory_mib, job.device_threads,
-                 job.device_count, job.total_cpu_milli, job.total_memory_mib)  # fmt: skip
+        needs = (
+            job.needs_device,
+            job.device_memory_mib,
+            job.device_threads,
+            job.device_count,
+            job.total_cpu_milli,
+            job.total_memory_mib,
+        )
         if needs in self.fits_nowhere:
             return False
         if self._place(job):
@@ -349,8 +358,7 @@ def _weight_table(cpu_m: Ints, dev_m: Ints, k_m: Ints, w_m: Ints, width: int) ->
     if shape[0] * shape[1] * shape[2] > TABLE_CELLS:
         return None
     cells = np.zeros(shape, dtype=np.int64)
-    np.add.at(cells, (k_i.reshape(-1) + 1, cpu_i.reshape(-1) + 1, dev_i.reshape(-1) + 1),
-              w_m[use])  # fmt: skip
+    np.add.at(cells, (k_i.reshape(-1) + 1, cpu_i.reshape(-1) + 1, dev_i.reshape(-1) + 1), w_m[use])
     for axis in range(3):
         np.cumsum(cells, axis=axis, out=cells)
     # the layer for j = 1..width devices that fit: how many distinct counts are <= j
@@ -359,8 +367,13 @@ def _weight_table(cpu_m: Ints, dev_m: Ints, k_m: Ints, w_m: Ints, width: int) ->
     rank = None
     if largest <= RANK_LIST_UP_TO:
         rank = np.searchsorted(dev_at, np.arange(-1, largest + 1), side="right").astype(np.int64)
-    return _Table(cpu_at.astype(np.int64), dev_at.astype(np.int64),
-                  layer * shape[1] * shape[2], cells.reshape(-1), rank)  # fmt: skip
+    return _Table(
+        cpu_at.astype(np.int64),
+        dev_at.astype(np.int64),
+        layer * shape[1] * shape[2],
+        cells.reshape(-1),
+        rank,
+    )
 
 
 #: Fewer candidates than this are scored as they are (sorting them would cost more).
@@ -392,8 +405,9 @@ def distinct_moves(state: ClusterState, cand: Ints) -> Ints:
     return out
 
 
-def single_device_moves(state: ClusterState, dev_m: Ints, count: Ints, small: Ints, job: Job,
-                        cand: Ints) -> tuple[Ints, Ints, Ints, Ints]:  # fmt: skip
+def single_device_moves(
+    state: ClusterState, dev_m: Ints, count: Ints, small: Ints, job: Job, cand: Ints
+) -> tuple[Ints, Ints, Ints, Ints]:
     """For each candidate device ``cand`` of a one-device ``job``: its node, the device's
     free memory after the job (a column), and the node's per-shape counts of devices with
     room (``count``) and free memory too small for each shape (``small``) after it; the

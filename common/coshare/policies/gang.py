@@ -99,8 +99,9 @@ class GangPlanner:
             if cap is None:
                 continue
             if job.id in aged_ids and len(shadow) < self.max_reserved_gangs:
-                made = reserve_nodes(state, snapshot, job, reserved, self.whole_nodes,
-                                     self.age_limit_s)  # fmt: skip
+                made = reserve_nodes(
+                    state, snapshot, job, reserved, self.whole_nodes, self.age_limit_s
+                )
                 if made is not None:
                     unplaced[job.id], start = made
                     shadow.append(start)
@@ -113,16 +114,24 @@ class GangPlanner:
         every gang ``unsupported``."""
         singles = tuple(j for j in snapshot.pending if not j.is_gang)
         plan = self.inner.plan(replace(snapshot, pending=singles))
-        refused = {j.id: Unplaced(j.id, f"job {j.id}: {reason}", "unsupported")
-                   for j in snapshot.pending if j.is_gang}  # fmt: skip
+        refused = {
+            j.id: Unplaced(j.id, f"job {j.id}: {reason}", "unsupported")
+            for j in snapshot.pending
+            if j.is_gang
+        }
         left = {u.job: u for u in plan.unplaced} | refused
         ordered = tuple(left[j.id] for j in snapshot.pending if j.id in left)
         return replace(plan, unplaced=ordered)
 
     def _rest(
-        self, snapshot: Snapshot, state: ClusterState, unplaced: dict[str, Unplaced],
-        held: set[str], reserved: Mask, shadow_s: float,
-    ) -> Plan:  # fmt: skip
+        self,
+        snapshot: Snapshot,
+        state: ClusterState,
+        unplaced: dict[str, Unplaced],
+        held: set[str],
+        reserved: Mask,
+        shadow_s: float,
+    ) -> Plan:
         """The single-node jobs by the wrapped policy, around the gangs, and the merged plan."""
         gang_parts = list(state.assignments)
         out = {n for n in held}
@@ -146,12 +155,16 @@ class GangPlanner:
                 left.pop(a.job, None)
             notes += second.notes
         if closed:
-            full = never_fits(snapshot, [jobs[j] for j, u in left.items()
-                                         if u.code == "never_fits"])  # fmt: skip
+            full = never_fits(
+                snapshot, [jobs[j] for j, u in left.items() if u.code == "never_fits"]
+            )
             for job_id, u in list(left.items()):
                 if u.code == "never_fits" and job_id not in full:
-                    left[job_id] = Unplaced(job_id, "fits only nodes held by gangs or reserved "
-                                            "for one this cycle; it waits", "no_room")  # fmt: skip
+                    left[job_id] = Unplaced(
+                        job_id,
+                        "fits only nodes held by gangs or reserved for one this cycle; it waits",
+                        "no_room",
+                    )
         unplaced.update(left)
         ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
         return Plan(self.name, tuple(assignments), ordered, notes=tuple(notes))
@@ -276,8 +289,11 @@ def place_gang(
     for node, count in zip(nodes, shares, strict=True):
         devices: list[int] = []
         if job.needs_device:
-            devices = (state.first_devices_on(node, ok, job.device_count) if whole_nodes
-                       else state.least_free_on(node, ok, job.device_count))  # fmt: skip
+            devices = (
+                state.first_devices_on(node, ok, job.device_count)
+                if whole_nodes
+                else state.least_free_on(node, ok, job.device_count)
+            )
         state.place(job, node, sorted(devices), count)
     if whole_nodes:  # the nodes are the gang's: nothing else may be planned there
         for node in nodes:
@@ -291,8 +307,11 @@ def _surely_not(state: ClusterState, job: Job, whole_nodes: bool) -> bool:
     has filled the cluster, most gangs are turned away here without the per-device work of
     :func:`capacity`."""
     most_mem, most_cpu, most_host = state.most_free(whole_nodes)
-    if (job.cpu_milli > most_cpu or job.memory_mib > most_host
-            or (job.needs_device and job.device_memory_mib > most_mem)):  # fmt: skip
+    if (
+        job.cpu_milli > most_cpu
+        or job.memory_mib > most_host
+        or (job.needs_device and job.device_memory_mib > most_mem)
+    ):
         return True
     low = node_counts(job).start
     ok = (state.node_free_cpu >= job.cpu_milli) & (state.node_free_mem >= job.memory_mib)
@@ -337,8 +356,9 @@ class _EmptyCluster:
             if job.processes_per_node is not None:
                 cap = min(cap, job.processes_per_node)
             if job.needs_device:
-                fit = sum(1 for m, t in devices
-                          if m >= job.device_memory_mib and t >= job.device_threads)  # fmt: skip
+                fit = sum(
+                    1 for m, t in devices if m >= job.device_memory_mib and t >= job.device_threads
+                )
                 cap = cap if fit >= job.device_count else 0
             out.append(cap)
         return np.array(out, dtype=np.int64)
@@ -352,26 +372,42 @@ def gang_never_fits(empty: _EmptyCluster, job: Job) -> Unplaced | None:
     low = node_counts(job).start
     share = -(-job.processes // max(low, 1))
     able = int(empty.counts[cap >= share].sum())
-    return Unplaced(job.id, f"needs {low} nodes with room for {share} processes each "
-                    f"({_per_process(job)}); the cluster has {able} such nodes of "
-                    f"{empty.nodes}", "never_fits")  # fmt: skip
+    return Unplaced(
+        job.id,
+        f"needs {low} nodes with room for {share} processes each "
+        f"({_per_process(job)}); the cluster has {able} such nodes of "
+        f"{empty.nodes}",
+        "never_fits",
+    )
 
 
 def _per_process(job: Job) -> str:
-    dev = (f", and {job.device_count} device(s) with {job.device_memory_mib} MiB and "
-           f"{job.device_threads} threads per node") if job.needs_device else ""  # fmt: skip
+    dev = (
+        (
+            f", and {job.device_count} device(s) with {job.device_memory_mib} MiB and "
+            f"{job.device_threads} threads per node"
+        )
+        if job.needs_device
+        else ""
+    )
     return f"{job.cpu_milli / 1000:g} cores and {job.memory_mib} MiB per process{dev}"
 
 
 def _waiting(job: Job, cap: Ints, whole_nodes: bool) -> Unplaced:
     low = node_counts(job).start
     share = -(-job.processes // max(low, 1))
-    now = (f"{int((cap >= share).sum())} have it now" if len(cap)
-           else f"fewer than {low} have room for even one of its processes now")  # fmt: skip
+    now = (
+        f"{int((cap >= share).sum())} have it now"
+        if len(cap)
+        else f"fewer than {low} have room for even one of its processes now"
+    )
     idle = " idle" if whole_nodes else ""
-    return Unplaced(job.id, f"needs {low}{idle} nodes with room for {share} processes each "
-                    f"({_per_process(job)}); {now}; it waits for running jobs to finish",
-                    "no_room")  # fmt: skip
+    return Unplaced(
+        job.id,
+        f"needs {low}{idle} nodes with room for {share} processes each "
+        f"({_per_process(job)}); {now}; it waits for running jobs to finish",
+        "no_room",
+    )
 
 
 def expected_ends(snapshot: Snapshot, state: ClusterState) -> npt.NDArray[np.float64]:
@@ -394,9 +430,13 @@ def expected_ends(snapshot: Snapshot, state: ClusterState) -> npt.NDArray[np.flo
 
 
 def reserve_nodes(
-    state: ClusterState, snapshot: Snapshot, job: Job, reserved: Mask, whole_nodes: bool,
+    state: ClusterState,
+    snapshot: Snapshot,
+    job: Job,
+    reserved: Mask,
+    whole_nodes: bool,
     age_limit_s: float | None,
-) -> tuple[Unplaced, float] | None:  # fmt: skip
+) -> tuple[Unplaced, float] | None:
     """Hold back, for an aged gang that fits nowhere now, the nodes expected to empty first.
 
     Returns its ``reserved`` reason and the expected start (shadow time), or ``None`` when no
@@ -412,13 +452,19 @@ def reserve_nodes(
     start = float(ends[nodes].max())
     now = snapshot.now_s if snapshot.now_s is not None else 0.0
     names = ", ".join(state.node_names[i] for i in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
-    when = (f"others may use them only if they end within {start - now:.0f} s, its expected "
-            "start" if math.isfinite(start) else "no other job may use them (a running job's "
-            "end is unknown)")  # fmt: skip
+    when = (
+        f"others may use them only if they end within {start - now:.0f} s, its expected start"
+        if math.isfinite(start)
+        else "no other job may use them (a running job's end is unknown)"
+    )
     limit = f"{age_limit_s:g}" if age_limit_s is not None else "-"
     age = now - job.submit_time_s
-    return Unplaced(job.id, f"pending {age:.0f} s, past age_limit_s {limit}: {len(nodes)} nodes "
-                    f"({names}) are held for it; {when}", "reserved"), start  # fmt: skip
+    return Unplaced(
+        job.id,
+        f"pending {age:.0f} s, past age_limit_s {limit}: {len(nodes)} nodes "
+        f"({names}) are held for it; {when}",
+        "reserved",
+    ), start
 
 
 def _ends_before(snapshot: Snapshot, job: Job, shadow_s: float) -> bool:
@@ -433,11 +479,18 @@ def _as_running(job: Job, a: Assignment, now: float | None) -> RunningJob:
     """A planned assignment as what it holds, for the next pass."""
     count = a.processes if a.processes is not None else job.processes
     device = bool(a.devices)
-    return RunningJob(id=job.id, node=a.node, devices=a.devices,
-                      device_memory_mib=job.device_memory_mib if device else 0,
-                      device_threads=job.device_threads if device else 0,
-                      cpu_milli=job.cpu_milli * count, memory_mib=job.memory_mib * count,
-                      state="planned", start_time_s=now, walltime_s=job.walltime_s)  # fmt: skip
+    return RunningJob(
+        id=job.id,
+        node=a.node,
+        devices=a.devices,
+        device_memory_mib=job.device_memory_mib if device else 0,
+        device_threads=job.device_threads if device else 0,
+        cpu_milli=job.cpu_milli * count,
+        memory_mib=job.memory_mib * count,
+        state="planned",
+        start_time_s=now,
+        walltime_s=job.walltime_s,
+    )
 
 
 def _without(

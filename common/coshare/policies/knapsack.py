@@ -123,11 +123,13 @@ class KnapsackPolicy(TablePolicy):
         state, unplaced, jobs, reserved = self.begin(snapshot)
 
         aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
+
         def best_fit(job: Job) -> bool:
             return state.place_best_fit(job, state.device_ok(job) & ~reserved)
 
-        reasons, waiting = place_aged(state, snapshot, aged, best_fit, reserved,
-                                      self.age_limit_s, self.max_reserved_devices)  # fmt: skip
+        reasons, waiting = place_aged(
+            state, snapshot, aged, best_fit, reserved, self.age_limit_s, self.max_reserved_devices
+        )
         unplaced.update(reasons)
 
         for job in rest:
@@ -162,8 +164,11 @@ def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[J
     # resources only shrink: a job that fits nowhere now never will in this plan (the test
     # is worth its cost for many jobs only)
     # a list, not an array: read once per job, and an array's item costs ten times more
-    could = (state.fitting_needs(need, reserved).tolist() if len(jobs) >= SWEEP_TEST_FROM
-             else [True] * len(jobs))
+    could = (
+        state.fitting_needs(need, reserved).tolist()
+        if len(jobs) >= SWEEP_TEST_FROM
+        else [True] * len(jobs)
+    )
     misses = 0
     for i, job in enumerate(jobs):
         if not could[i]:
@@ -185,8 +190,9 @@ def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[J
     return waiting
 
 
-def grid_note(configured: int, grid: int, max_cells: int, thread_cells: int,
-              state: ClusterState, types: int) -> str:  # fmt: skip
+def grid_note(
+    configured: int, grid: int, max_cells: int, thread_cells: int, state: ClusterState, types: int
+) -> str:
     """What the configured memory step would have cost, and what the tables use instead."""
     largest = int(state.dev_total_mem.max(initial=0))
     cells = -(-largest // max(configured, 1)) + 1
@@ -216,25 +222,41 @@ def tables_affordable(types: int, jobs: int, devices: int, max_work: int = MAX_E
 
 def job_types(jobs: Iterable[Job], grid: int) -> int:
     """How many exact types (memory cells, threads, host cores, host memory) ``jobs`` form."""
-    return len({(-(-j.device_memory_mib // grid), j.device_threads, j.total_cpu_milli,
-                 j.total_memory_mib) for j in jobs})  # fmt: skip
+    return len(
+        {
+            (
+                -(-j.device_memory_mib // grid),
+                j.device_threads,
+                j.total_cpu_milli,
+                j.total_memory_mib,
+            )
+            for j in jobs
+        }
+    )
 
 
-def types_affordable(jobs: Sequence[Job], grid: int, devices: int,
-                     max_work: int = MAX_EXACT_WORK) -> bool:  # fmt: skip
+def types_affordable(
+    jobs: Sequence[Job], grid: int, devices: int, max_work: int = MAX_EXACT_WORK
+) -> bool:
     """:func:`tables_affordable` for the exact types of ``jobs`` (:func:`job_types`),
     counted only until the answer is known: that holds while the types are at most
     ``max_work // devices`` or ``len(jobs) // BUCKET_FROM_COPIES``, and 100,000 jobs of
     nearly as many types pass the larger bound within a quarter of them."""
-    limit = max(max_work // devices if devices > 0 else len(jobs),
-                len(jobs) // BUCKET_FROM_COPIES)  # fmt: skip
+    limit = max(max_work // devices if devices > 0 else len(jobs), len(jobs) // BUCKET_FROM_COPIES)
     if len(jobs) <= limit:
         return True
     seen: set[TypeKey] = set()
     step = 4096
     for start in range(0, len(jobs), step):
-        seen.update((-(-j.device_memory_mib // grid), j.device_threads, j.total_cpu_milli,
-                     j.total_memory_mib) for j in jobs[start : start + step])  # fmt: skip
+        seen.update(
+            (
+                -(-j.device_memory_mib // grid),
+                j.device_threads,
+                j.total_cpu_milli,
+                j.total_memory_mib,
+            )
+            for j in jobs[start : start + step]
+        )
         if len(seen) > limit:
             return False
     return True
@@ -287,8 +309,10 @@ class _Pool:
         cells = np.maximum(-(-need[:, 0] // grid), 1)
         table = np.stack([cells, need[:, 1], need[:, 2], need[:, 3]], axis=1)
         if bucket_bits is not None:
-            table[:, 0], table[:, 1] = _buckets(table[:, 0], bucket_bits), _buckets(
-                table[:, 1], bucket_bits)
+            table[:, 0], table[:, 1] = (
+                _buckets(table[:, 0], bucket_bits),
+                _buckets(table[:, 1], bucket_bits),
+            )
             table[:, 2:] = 0
         keys, inverse = np.unique(table, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -310,8 +334,9 @@ class _Pool:
         np.minimum.at(self.mem, inverse, need[:, 3])
         self.size = sizes
         self.left = sizes.copy()  # jobs of each type not placed yet
-        _, cls = np.unique(np.stack([self.threads, self.cpu, self.mem], axis=1), axis=0,
-                           return_inverse=True)  # fmt: skip
+        _, cls = np.unique(
+            np.stack([self.threads, self.cpu, self.mem], axis=1), axis=0, return_inverse=True
+        )
         self.cls = cls.reshape(-1).astype(np.int64)
         self.order = np.lexsort((self.cells, self.cls))  # by class, memory cells ascending
 
@@ -338,8 +363,16 @@ class _Pool:
         """The jobs not taken, in scheduler order."""
         return [self.jobs[r] for r in np.flatnonzero(~self.taken).tolist()]
 
-    def offer(self, capacity: int, budget_cpu: int, budget_mem: int, threads: int,
-              thread_cap: int | None, thread_grid: int, used: Ints) -> Ints:  # fmt: skip
+    def offer(
+        self,
+        capacity: int,
+        budget_cpu: int,
+        budget_mem: int,
+        threads: int,
+        thread_cap: int | None,
+        thread_grid: int,
+        used: Ints,
+    ) -> Ints:
         """The types worth offering to a device's table, in the scheduler order of the job
         each would give first (``used``: copies of each already chosen for the device).
 
@@ -388,9 +421,16 @@ class _Filler:
         self.thread_grid = _thread_grid(state, jobs)
         self.pool = _Pool(jobs, self.grid)
         if jobs and self.grid > policy.memory_grid_mib:
-            self.notes.append(grid_note(policy.memory_grid_mib, self.grid, policy.max_memory_cells,
-                                        policy.max_thread_cells, state,
-                                        job_types(jobs, policy.memory_grid_mib)))  # fmt: skip
+            self.notes.append(
+                grid_note(
+                    policy.memory_grid_mib,
+                    self.grid,
+                    policy.max_memory_cells,
+                    policy.max_thread_cells,
+                    state,
+                    job_types(jobs, policy.memory_grid_mib),
+                )
+            )
         devices = int((~reserved).sum())
         if not tables_affordable(len(self.pool), len(jobs), devices, policy.max_exact_work):
             self.pool = _Pool(jobs, self.grid, BUCKET_BITS)
@@ -405,9 +445,9 @@ class _Filler:
         opened = ~reserved & (state.dev_free_mem >= self.grid)
         if smallest is not None:
             opened &= state.dev_free_mem // self.grid >= smallest
-        self.open_on_node = np.bincount(
-            state.dev_node[opened], minlength=len(state.nodes)
-        ).astype(np.int64)
+        self.open_on_node = np.bincount(state.dev_node[opened], minlength=len(state.nodes)).astype(
+            np.int64
+        )
         self._open_all(np.flatnonzero(opened))
 
     def _open_all(self, devices: np.ndarray) -> None:
@@ -417,8 +457,11 @@ class _Filler:
         share = np.maximum(self.open_on_node[nodes], 1)
         threads = s.dev_threads[devices]
         if s.strict:
-            grids = np.where(threads // self.thread_grid <= self.max_cells, self.thread_grid,
-                             -(-threads // self.max_cells))  # fmt: skip
+            grids = np.where(
+                threads // self.thread_grid <= self.max_cells,
+                self.thread_grid,
+                -(-threads // self.max_cells),
+            )
             units = np.maximum(s.dev_free_thr[devices], 0) // grids
         else:
             units = np.full(len(devices), -1, dtype=np.int64)
@@ -565,9 +608,15 @@ class _Filler:
             t = pool.threads[offered]
             per_count = cells + 1  # value dominates, job count breaks ties
             values = _values(t, threads) * per_count + 1
-            counts, _ = solve_within(pool.cells[offered], -(-t // grid), values,
-                                     pool.left[offered] - used[offered], cells, thread_cap,
-                                     self.max_dp_cells)  # fmt: skip
+            counts, _ = solve_within(
+                pool.cells[offered],
+                -(-t // grid),
+                values,
+                pool.left[offered] - used[offered],
+                cells,
+                thread_cap,
+                self.max_dp_cells,
+            )
             hit = np.flatnonzero(counts)
             if len(hit) == 0:
                 break
@@ -593,14 +642,17 @@ def _values(threads: Ints, device_threads: int) -> Ints:
     """The paper's value ``1 - (t/T)^2`` of each thread count, in :data:`VALUE_STEPS`
     (computed per distinct count with Python floats, so it is the same on every platform)."""
     distinct, inverse = np.unique(threads, return_inverse=True)
-    table = np.array([int(VALUE_STEPS * (1.0 - (t / device_threads) ** 2))
-                      for t in distinct.tolist()], dtype=np.int64)  # fmt: skip
+    table = np.array(
+        [int(VALUE_STEPS * (1.0 - (t / device_threads) ** 2)) for t in distinct.tolist()],
+        dtype=np.int64,
+    )
     out: Ints = table[inverse.reshape(-1)]
     return out
 
 
-def _trim(picked: dict[int, int], value_of: dict[int, int], pool: _Pool, budget_cpu: int,
-          budget_mem: int) -> dict[int, int]:  # fmt: skip
+def _trim(
+    picked: dict[int, int], value_of: dict[int, int], pool: _Pool, budget_cpu: int, budget_mem: int
+) -> dict[int, int]:
     """Drop jobs, least valuable and hungriest first, until the host share holds them."""
     out = dict(picked)
     order = sorted(out, key=lambda k: (value_of[k], -int(pool.cpu[k]), -int(pool.mem[k])))

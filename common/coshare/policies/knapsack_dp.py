@@ -135,27 +135,31 @@ def table_cells(capacity: int, thread_capacity: int | None) -> int:
     return (max(capacity, 0) + 1) * threads
 
 
-def _limits(weights: Ints, units: Ints, counts: Ints, capacity: int,
-            thread_capacity: int | None) -> Ints:  # fmt: skip
+def _limits(
+    weights: Ints, units: Ints, counts: Ints, capacity: int, thread_capacity: int | None
+) -> Ints:
     """The copies of each item a table can use: its count, what fits the memory and threads."""
     limit = np.minimum(counts, max(capacity, 0) // np.maximum(weights, 1))
     if thread_capacity is not None:
-        limit = np.where(units > 0, np.minimum(limit, max(thread_capacity, 0)
-                                               // np.maximum(units, 1)), limit)  # fmt: skip
+        limit = np.where(
+            units > 0, np.minimum(limit, max(thread_capacity, 0) // np.maximum(units, 1)), limit
+        )
     out: Ints = np.maximum(limit, 0)
     return out
 
 
-def table_rows(weights: Ints, units: Ints, counts: Ints, capacity: int,
-               thread_capacity: int | None) -> int:  # fmt: skip
+def table_rows(
+    weights: Ints, units: Ints, counts: Ints, capacity: int, thread_capacity: int | None
+) -> int:
     """Rows a table over these items needs (binary pieces of each one's usable count)."""
     limit = _limits(weights, units, counts, capacity, thread_capacity)
     # frexp's exponent of a positive integer below 2**53 is its bit length (0 for 0)
     return int(np.frexp(limit.astype(np.float64))[1].sum())
 
 
-def most_items(weights: Ints, units: Ints, counts: Ints, capacity: int,
-               thread_capacity: int | None) -> int:  # fmt: skip
+def most_items(
+    weights: Ints, units: Ints, counts: Ints, capacity: int, thread_capacity: int | None
+) -> int:
     """An upper bound on how many items any feasible choice holds: as many of the lightest
     as fit the memory (and, with a thread capacity, of the fewest threads as fit it)."""
 
@@ -219,9 +223,14 @@ def undominated(weights: Ints, units: Ints, values: Ints, counts: Ints, most: in
 
 
 def solve_within(
-    weights: Ints, units: Ints, values: Ints, counts: Ints, capacity: int,
-    thread_capacity: int | None, max_cells: int,
-) -> tuple[Ints, int]:  # fmt: skip
+    weights: Ints,
+    units: Ints,
+    values: Ints,
+    counts: Ints,
+    capacity: int,
+    thread_capacity: int | None,
+    max_cells: int,
+) -> tuple[Ints, int]:
     """:func:`solve` over items given as arrays (in tie-breaking order), with its table kept
     within ``max_cells`` rows x cells (module docstring): dominated items dropped, then the
     memory grid coarsened by a power of two.
@@ -252,8 +261,13 @@ def solve_within(
     index: dict[tuple[int, int, int], int] = {}
     merged: list[list[int]] = []
     members: list[list[int]] = []
-    kept = (keep.tolist(), coarse.tolist(), units[keep].tolist(), values[keep].tolist(),
-            counts[keep].tolist())
+    kept = (
+        keep.tolist(),
+        coarse.tolist(),
+        units[keep].tolist(),
+        values[keep].tolist(),
+        counts[keep].tolist(),
+    )
     for k, w, unit, value, count in zip(*kept, strict=True):
         key = (w, unit, value)
         if key not in index:

@@ -44,8 +44,9 @@ UNKNOWN_SHARE = 1.0
 _EPS = 1e-9
 
 
-def job_share(program: str | None, membw_gbps: float | None, node: Node,
-              programs: Mapping[str, float]) -> float | None:  # fmt: skip
+def job_share(
+    program: str | None, membw_gbps: float | None, node: Node, programs: Mapping[str, float]
+) -> float | None:
     """A job's estimated share of ``node``'s memory bandwidth; ``None`` when unknown.
 
     A recorded measurement of its program wins over what the job declares (a measurement is
@@ -105,8 +106,12 @@ def node_uses(snapshot: Snapshot, programs: Mapping[str, float], init_s: float) 
         use = NodeUse(measured=probe[0] if probe else None, used=probe[0] if probe else 0.0)
         for r in by_node.get(node.name, []):
             use.jobs.append(r.id)
-            if probe is not None and r.state == "running" and r.start_time_s is not None \
-                    and r.start_time_s + init_s < probe[1]:  # fmt: skip
+            if (
+                probe is not None
+                and r.state == "running"
+                and r.start_time_s is not None
+                and r.start_time_s + init_s < probe[1]
+            ):
                 continue  # in the probe's figure already
             # Otherwise its use is added to the probe's: it started after the probe, or so
             # shortly before that the probe may have caught its initialization (the
@@ -180,8 +185,9 @@ class MembwPolicy:
         unplaced.update(explain_waiting(state, others))
         unplaced.update(blocked)
         plan = finish(self.name, snapshot, state, unplaced)
-        return Plan(plan.policy, plan.assignments, plan.unplaced, notes=plan.notes,
-                    trials=tuple(trials))  # fmt: skip
+        return Plan(
+            plan.policy, plan.assignments, plan.unplaced, notes=plan.notes, trials=tuple(trials)
+        )
 
     def _room(self, state: ClusterState, job: Job) -> np.ndarray:
         """Nodes with room for ``job``'s cores, memory and devices (bandwidth aside)."""
@@ -208,8 +214,14 @@ class MembwPolicy:
         # A trial needs partners whose use is known and leaves room for some of its own.
         return self.trials and not use.unknown and use.used < self.max_share - _EPS
 
-    def _why(self, job: Job, nodes: Sequence[Node], uses: Sequence[NodeUse],
-             shares: _Shares, room: np.ndarray) -> Unplaced:  # fmt: skip
+    def _why(
+        self,
+        job: Job,
+        nodes: Sequence[Node],
+        uses: Sequence[NodeUse],
+        shares: _Shares,
+        room: np.ndarray,
+    ) -> Unplaced:
         """Why ``job`` waits though some node has room for it: bandwidth, with the figures of
         the node that came closest."""
         cand = np.flatnonzero(room).tolist()
@@ -219,15 +231,19 @@ class MembwPolicy:
         if share is None:
             what = f"program {job.program!r}" if job.program else "it (no CoshareProgram)"
             live = "" if self.trials else "; trial co-runs are off (policy.membw.trials)"
-            reason = (f"memory bandwidth: {what} has no measurement and no CoshareMembw, so it "
-                      f"is treated as bandwidth-bound and runs only on a node with no other "
-                      f"job (least used with room: {nodes[i].name} at "
-                      f"{use.used:.2f}{_listing(use)}){live}")  # fmt: skip
+            reason = (
+                f"memory bandwidth: {what} has no measurement and no CoshareMembw, so it "
+                f"is treated as bandwidth-bound and runs only on a node with no other "
+                f"job (least used with room: {nodes[i].name} at "
+                f"{use.used:.2f}{_listing(use)}){live}"
+            )
         else:
-            reason = (f"memory bandwidth: it would use {share:.2f} of a node's bandwidth; on "
-                      f"every node with room the sum would exceed {limit} (least used: "
-                      f"{nodes[i].name} at {use.used:.2f}{_listing(use)}, with it "
-                      f"{use.used + share:.2f})")  # fmt: skip
+            reason = (
+                f"memory bandwidth: it would use {share:.2f} of a node's bandwidth; on "
+                f"every node with room the sum would exceed {limit} (least used: "
+                f"{nodes[i].name} at {use.used:.2f}{_listing(use)}, with it "
+                f"{use.used + share:.2f})"
+            )
         return Unplaced(job.id, reason, "no_room")
 
 
@@ -288,9 +304,12 @@ def check_membw(snapshot: Snapshot, plan: Plan, policy: MembwPolicy) -> list[str
                 continue
             trial = trials.get(job.id)
             if trial is None or trial.node != node.name:
-                problems.append(f"node {node.name}: job {job.id} of unknown use shares it "
-                                "without a trial")  # fmt: skip
+                problems.append(
+                    f"node {node.name}: job {job.id} of unknown use shares it without a trial"
+                )
             elif before.unknown or k != len(new) - 1 or not policy.trials:
-                problems.append(f"node {node.name}: trial of job {job.id} beside unmeasured "
-                                "jobs, or followed by others")  # fmt: skip
+                problems.append(
+                    f"node {node.name}: trial of job {job.id} beside unmeasured "
+                    "jobs, or followed by others"
+                )
     return problems

@@ -85,8 +85,10 @@ def expected_shapes(
 def snapshot_shapes(snapshot: Snapshot) -> tuple[tuple[Shape, int], ...]:
     """The expected shapes seen in a snapshot: its pending and running jobs."""
     shapes = [job_shape(j) for j in snapshot.pending]
-    shapes += [(r.cpu_milli, r.memory_mib, r.device_memory_mib if r.devices else 0,
-                len(r.devices)) for r in snapshot.running]  # fmt: skip
+    shapes += [
+        (r.cpu_milli, r.memory_mib, r.device_memory_mib if r.devices else 0, len(r.devices))
+        for r in snapshot.running
+    ]
     return expected_shapes(shapes)
 
 
@@ -94,8 +96,13 @@ class LazyPotential:
     """A :class:`Potential` built on first use: a cycle that places no job by potential (a
     large contended one) does not pay for scoring every node."""
 
-    def __init__(self, state: ClusterState, shapes: Callable[[], Sequence[tuple[Shape, int]]],
-                 stranding: float = 1.0, held: Mask | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        state: ClusterState,
+        shapes: Callable[[], Sequence[tuple[Shape, int]]],
+        stranding: float = 1.0,
+        held: Mask | None = None,
+    ) -> None:
         self._state, self._shapes, self._stranding = state, shapes, stranding
         self._held = held
         self._built: Potential | None = None
@@ -135,7 +142,10 @@ class Potential:
     """
 
     def __init__(
-        self, state: ClusterState, shapes: Sequence[tuple[Shape, int]], stranding: float = 1.0,
+        self,
+        state: ClusterState,
+        shapes: Sequence[tuple[Shape, int]],
+        stranding: float = 1.0,
         held: Mask | None = None,
     ) -> None:
         self.state = state
@@ -189,8 +199,9 @@ class Potential:
         missing = slot >= self.state.device_count
         if not self.state.device_count:
             return np.full(slot.shape, -1, dtype=np.int64)
-        free: Ints = np.where(missing, -1, np.maximum(
-            self.state.dev_free_mem[np.where(missing, 0, slot)], 0))
+        free: Ints = np.where(
+            missing, -1, np.maximum(self.state.dev_free_mem[np.where(missing, 0, slot)], 0)
+        )
         return free
 
     def _refresh(self, rows: Ints) -> None:
@@ -209,22 +220,24 @@ class Potential:
             count = fits.sum(axis=1)
             small = np.where(~fits & valid[:, :, None], free[:, :, None], 0).sum(axis=1)
         else:
-            place = (np.arange(len(rows))[:, None] * (m + 1)
-                     + np.searchsorted(self.dev_m, free, side="right"))[valid]
+            place = (
+                np.arange(len(rows))[:, None] * (m + 1)
+                + np.searchsorted(self.dev_m, free, side="right")
+            )[valid]
             size = len(rows) * (m + 1)
             small_at = np.bincount(place, weights=free[valid], minlength=size)
             out_at = np.bincount(place, minlength=size)
             small = np.cumsum(small_at.reshape(-1, m + 1)[:, :m], axis=1).astype(np.int64)
-            count = (valid.sum(axis=1)[:, None]
-                     - np.cumsum(out_at.reshape(-1, m + 1)[:, :m], axis=1))
+            count = valid.sum(axis=1)[:, None] - np.cumsum(out_at.reshape(-1, m + 1)[:, :m], axis=1)
         free_total = np.where(valid, free, 0).sum(axis=1)
         s = self.state
         cpu, mem = s.node_free_cpu[rows], s.node_free_mem[rows]
         runs = self._runs(cpu, mem, count)
         self.count[rows], self.small[rows], self.free_total[rows] = count, small, free_total
         frag = np.where(runs, small, free_total[:, None]) @ self.w_m
-        self.value[rows] = frag / self.weight + self.stranding * self._stranded(free_total, cpu,
-                                                                                mem)
+        self.value[rows] = frag / self.weight + self.stranding * self._stranded(
+            free_total, cpu, mem
+        )
         if self.tabled:
             self._tables(rows, runs)
 
@@ -234,17 +247,20 @@ class Potential:
         count, small, free_total = self.count[rows], self.small[rows], self.free_total[rows]
         tight = runs & (count == self.k_m[None, :])
         w = self.w_m[None, :]
-        for table, part in ((self.run_w, np.where(runs, w, 0)),
-                            (self.tight_w, np.where(tight, w, 0)),
-                            (self.tight_e, np.where(tight, w * (free_total[:, None] - small), 0))):
+        for table, part in (
+            (self.run_w, np.where(runs, w, 0)),
+            (self.tight_w, np.where(tight, w, 0)),
+            (self.tight_e, np.where(tight, w * (free_total[:, None] - small), 0)),
+        ):
             table[rows, 1:] = np.cumsum(part, axis=1)
         self.run_cpu[rows] = np.where(runs, self.cpu_m[None, :], -1).max(axis=1, initial=-1)
         self.run_mem[rows] = np.where(runs, self.mem_m[None, :], -1).max(axis=1, initial=-1)
 
     def _make_tables(self) -> None:
         n, m = len(self.state.nodes), len(self.dev_m)
-        self.run_w, self.tight_w, self.tight_e = (np.zeros((n, m + 1), dtype=np.int64)
-                                                  for _ in range(3))
+        self.run_w, self.tight_w, self.tight_e = (
+            np.zeros((n, m + 1), dtype=np.int64) for _ in range(3)
+        )
         self.run_cpu, self.run_mem = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         rows = np.arange(n, dtype=np.int64)
         s = self.state
@@ -292,12 +308,19 @@ class Potential:
             out: Ints = np.where(valid, values[idx], -1)
             return out
 
-        rows: Ints = np.concatenate([
-            np.stack([s.node_free_cpu[nodes], s.node_free_mem[nodes],
-                      s.node_host_jobs[nodes] > 0], axis=1),
-            per_slot(s.dev_free_mem), per_slot(s.dev_free_thr), per_slot(s.dev_threads),
-            per_slot((s.dev_jobs > 0).astype(np.int64)),
-        ], axis=1).astype(np.int64)  # fmt: skip
+        rows: Ints = np.concatenate(
+            [
+                np.stack(
+                    [s.node_free_cpu[nodes], s.node_free_mem[nodes], s.node_host_jobs[nodes] > 0],
+                    axis=1,
+                ),
+                per_slot(s.dev_free_mem),
+                per_slot(s.dev_free_thr),
+                per_slot(s.dev_threads),
+                per_slot((s.dev_jobs > 0).astype(np.int64)),
+            ],
+            axis=1,
+        ).astype(np.int64)
         return rows
 
     def _group_all(self) -> None:
@@ -340,8 +363,10 @@ class Potential:
         at = np.where(present, slot, 0)
         keep = present & self.first[nodes][:, None]
         if slot.shape[1] > 1 and slot.shape[1] <= DISTINCT_FROM_WIDTH:
-            state = np.stack([s.dev_free_mem[at], s.dev_total_mem[at], s.dev_free_thr[at],
-                              s.dev_threads[at]], axis=-1)
+            state = np.stack(
+                [s.dev_free_mem[at], s.dev_total_mem[at], s.dev_free_thr[at], s.dev_threads[at]],
+                axis=-1,
+            )
             same = (state[:, :, None, :] == state[:, None, :, :]).all(axis=-1)
             earlier = np.tri(slot.shape[1], k=-1, dtype=np.bool_)  # [j, i]: i before j
             keep &= ~(same & earlier[None, :, :] & present[:, None, :]).any(axis=2)
@@ -472,8 +497,9 @@ class Potential:
         tight = self.tight_w[nodes, at] - self.tight_w[nodes, bt]
         lost = self.tight_e[nodes, at] - self.tight_e[nodes, bt] - g * tight
         frag = b * (run_a - run_b - tight) + lost - g * (self.weight - run_a)
-        stops = ((self.run_cpu[nodes] > cpu - job.total_cpu_milli)
-                 | (self.run_mem[nodes] > mem - job.total_memory_mib))
+        stops = (self.run_cpu[nodes] > cpu - job.total_cpu_milli) | (
+            self.run_mem[nodes] > mem - job.total_memory_mib
+        )
         if stops.any():
             hit = np.flatnonzero(stops)
             frag[hit] = self._frag_rise(job, cand[hit], nodes[hit])
@@ -489,8 +515,11 @@ class Potential:
         cpu, mem, total = s.node_free_cpu[nodes], s.node_free_mem[nodes], self.free_total[nodes]
         runs = self._runs(cpu, mem, self.count[nodes])
         before = np.where(runs, self.small[nodes], total[:, None])
-        after = np.where(self._runs(cpu - job.total_cpu_milli, mem - job.total_memory_mib,
-                                    count), small, total[:, None] - job.device_memory_mib)
+        after = np.where(
+            self._runs(cpu - job.total_cpu_milli, mem - job.total_memory_mib, count),
+            small,
+            total[:, None] - job.device_memory_mib,
+        )
         out: Ints = (after - before) @ self.w_m
         return out
 
@@ -531,9 +560,13 @@ class Potential:
                 free[0, s.node_devs[n].index(d)] -= job.device_memory_mib
             fits = free[:, :, None] >= self.dev_m[None, None, :]
             small = np.where(~fits & (free[:, :, None] >= 0), free[:, :, None], 0).sum(1)
-            after = self.of(s.node_free_cpu[[n]] - job.total_cpu_milli,
-                            s.node_free_mem[[n]] - job.total_memory_mib, fits.sum(1), small,
-                            np.clip(free, 0, None).sum(1))  # fmt: skip
+            after = self.of(
+                s.node_free_cpu[[n]] - job.total_cpu_milli,
+                s.node_free_mem[[n]] - job.total_memory_mib,
+                fits.sum(1),
+                small,
+                np.clip(free, 0, None).sum(1),
+            )
             rise = float(after[0] - self.value[n])
             if best is None or rise < best[0]:
                 best = (rise, n, sorted(devs))
@@ -545,8 +578,13 @@ class Potential:
         if len(nodes) == 0:
             return None
         cpu_after = s.node_free_cpu[nodes] - job.total_cpu_milli
-        after = self.of(cpu_after, s.node_free_mem[nodes] - job.total_memory_mib,
-                        self.count[nodes], self.small[nodes], self.free_total[nodes])  # fmt: skip
+        after = self.of(
+            cpu_after,
+            s.node_free_mem[nodes] - job.total_memory_mib,
+            self.count[nodes],
+            self.small[nodes],
+            self.free_total[nodes],
+        )
         pick = int(np.lexsort((nodes, cpu_after, after - self.value[nodes]))[0])
         return int(nodes[pick]), []
 

@@ -64,8 +64,14 @@ MAX_REPLACED_JOBS = 2_000
 def packing_key(job: Job) -> tuple[int, int, int, int, float, str]:
     """Hardest first: multi-device jobs, then device memory, then cores; then scheduler order."""
     devices = job.device_count if job.needs_device else 0
-    return (-job.priority, -devices, -job.device_memory_mib * min(devices, 1),
-            -job.total_cpu_milli, job.submit_time_s, job.id)  # fmt: skip
+    return (
+        -job.priority,
+        -devices,
+        -job.device_memory_mib * min(devices, 1),
+        -job.total_cpu_milli,
+        job.submit_time_s,
+        job.id,
+    )
 
 
 @dataclass(frozen=True)
@@ -82,16 +88,26 @@ class SharePackPolicy(TablePolicy):
         state, unplaced, jobs, reserved = self.begin(snapshot)
         workload = self.workload
         potential = LazyPotential(
-            state, lambda: workload if workload is not None else snapshot_shapes(snapshot),
-            self.stranding, held=reserved,
+            state,
+            lambda: workload if workload is not None else snapshot_shapes(snapshot),
+            self.stranding,
+            held=reserved,
         )
 
         aged, rest = split_aged(snapshot, jobs, self.age_limit_s)
+
         def by_potential(job: Job) -> bool:
             return potential.place(job, self._where(state, job, reserved))
 
-        reasons, waiting = place_aged(state, snapshot, aged, by_potential, reserved,
-                                      self.age_limit_s, self.max_reserved_devices)  # fmt: skip
+        reasons, waiting = place_aged(
+            state,
+            snapshot,
+            aged,
+            by_potential,
+            reserved,
+            self.age_limit_s,
+            self.max_reserved_devices,
+        )
         unplaced.update(reasons)
 
         notes: list[str] = []
@@ -100,9 +116,13 @@ class SharePackPolicy(TablePolicy):
         return finish(self.name, snapshot, state, unplaced, dict.fromkeys(notes))
 
     def _rest(
-        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
+        self,
+        state: ClusterState,
+        potential: LazyPotential,
+        jobs: list[Job],
+        reserved: Mask,
         notes: list[str],
-    ) -> list[Job]:  # fmt: skip
+    ) -> list[Job]:
         """Place the jobs that are not aged; returns those left waiting.
 
         Not contended: by potential, in packing order. Contended (the device jobs need more
@@ -130,9 +150,13 @@ class SharePackPolicy(TablePolicy):
         return self._choose_then_place(state, potential, jobs, reserved, before, notes)
 
     def _large(
-        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
+        self,
+        state: ClusterState,
+        potential: LazyPotential,
+        jobs: list[Job],
+        reserved: Mask,
         notes: list[str],
-    ) -> list[Job]:  # fmt: skip
+    ) -> list[Job]:
         """A large contended cycle: a knapsack table per device where the cycle affords one
         (:func:`~coshare.policies.knapsack.types_affordable`), else the greedy of the same
         value (:func:`greedy_fill`)."""
@@ -170,8 +194,12 @@ class SharePackPolicy(TablePolicy):
             potential.relocate(jobs, mark, lambda job: self._where(state, job, reserved))
             # Moving a job can free the host room a job left out needed (two small jobs
             # moved off the only node with cores for a multi-device job): try those again.
-            left = [job for job in left if state.beyond_free(job)
-                    or not potential.place(job, self._where(state, job, reserved))]  # fmt: skip
+            left = [
+                job
+                for job in left
+                if state.beyond_free(job)
+                or not potential.place(job, self._where(state, job, reserved))
+            ]
         return left
 
     @staticmethod
@@ -188,9 +216,14 @@ class SharePackPolicy(TablePolicy):
         return bool((ok & host[state.dev_node] & ~reserved).any())
 
     def _choose_then_place(
-        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
-        before: _Saved, notes: list[str],
-    ) -> list[Job]:  # fmt: skip
+        self,
+        state: ClusterState,
+        potential: LazyPotential,
+        jobs: list[Job],
+        reserved: Mask,
+        before: _Saved,
+        notes: list[str],
+    ) -> list[Job]:
         """The knapsack chooses which jobs run; the potential places them, then the rest.
 
         If the potential cannot place every job the knapsack chose (its placement is not the
@@ -217,14 +250,19 @@ class SharePackPolicy(TablePolicy):
         return out
 
     def _fill(
-        self, state: ClusterState, potential: LazyPotential, jobs: list[Job], reserved: Mask,
+        self,
+        state: ClusterState,
+        potential: LazyPotential,
+        jobs: list[Job],
+        reserved: Mask,
         notes: list[str],
-    ) -> list[Job]:  # fmt: skip
+    ) -> list[Job]:
         """The contended cycle: multi-device jobs by potential, devices by knapsack, the
         left-overs best fit, CPU jobs by potential. Returns the jobs left waiting."""
         multi = sorted((j for j in jobs if j.needs_device and j.device_count > 1), key=packing_key)
-        waiting = [job for job in multi
-                   if not potential.place(job, self._where(state, job, reserved))]  # fmt: skip
+        waiting = [
+            job for job in multi if not potential.place(job, self._where(state, job, reserved))
+        ]
         singles = [j for j in jobs if j.needs_device and j.device_count == 1]
         filler = _Filler(self, state, reserved, singles)
         left = filler.run()  # in scheduler order
@@ -232,7 +270,9 @@ class SharePackPolicy(TablePolicy):
         waiting += _sweep(state, left, reserved)
         potential.reset()
         waiting += self._place_all(
-            state, potential, sorted((j for j in jobs if not j.needs_device), key=packing_key),
+            state,
+            potential,
+            sorted((j for j in jobs if not j.needs_device), key=packing_key),
             reserved,
         )
         return waiting
@@ -254,8 +294,15 @@ class _Saved:
 
 
 def _ledger_arrays(state: ClusterState) -> list[np.ndarray]:
-    return [state.node_free_cpu, state.node_free_mem, state.node_jobs, state.node_host_jobs,
-            state.dev_free_mem, state.dev_free_thr, state.dev_jobs]  # fmt: skip
+    return [
+        state.node_free_cpu,
+        state.node_free_mem,
+        state.node_jobs,
+        state.node_host_jobs,
+        state.dev_free_mem,
+        state.dev_free_thr,
+        state.dev_jobs,
+    ]
 
 
 def by_devices(jobs: list[Job]) -> tuple[list[Job], list[Job], list[Job]]:
@@ -304,8 +351,7 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     # the least each need takes from a rank on: a device that has less of one than that can
     # take no job from there on, and stops at once instead of after GREEDY_SKIPS misses (the
     # same plan: 70% fewer steps on the modern GPU mix)
-    least_m, least_t, least_c, least_h = \
-        np.minimum.accumulate(need[::-1], axis=0)[::-1].T.tolist()  # fmt: skip
+    least_m, least_t, least_c, least_h = np.minimum.accumulate(need[::-1], axis=0)[::-1].T.tolist()
     placed = [False] * size
     after = list(range(1, size + 2))  # a placed job's link to a later unplaced one
 
@@ -322,8 +368,11 @@ def greedy_fill(state: ClusterState, jobs: list[Job], reserved: Mask) -> list[Jo
     devices = devices[np.lexsort((devices, state.dev_free_mem[devices]))].tolist()
     open_on_node = np.bincount(state.dev_node[~reserved], minlength=len(state.nodes)).tolist()
     node_of = state.dev_node.tolist()
-    free_mem, free_thr, threads_of = (state.dev_free_mem.tolist(), state.dev_free_thr.tolist(),
-                                      state.dev_threads.tolist())  # fmt: skip
+    free_mem, free_thr, threads_of = (
+        state.dev_free_mem.tolist(),
+        state.dev_free_thr.tolist(),
+        state.dev_threads.tolist(),
+    )
     node_cpu, node_mem = state.node_free_cpu.tolist(), state.node_free_mem.tolist()
     smallest = int(need[:, 0].min())
     chosen: list[tuple[Job, int, int]] = []

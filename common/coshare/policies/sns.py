@@ -119,8 +119,9 @@ class _Table:
         self.ways = np.array([n.ways or 0 for n in nodes], dtype=np.int64)
         self.used_ways = np.array([n.used_ways for n in nodes], dtype=np.int64)
         big = np.iinfo(np.int64).max
-        self.ways_cap = np.array([big if n.free_ways_cap is None else n.free_ways_cap
-                                  for n in nodes], dtype=np.int64)  # fmt: skip
+        self.ways_cap = np.array(
+            [big if n.free_ways_cap is None else n.free_ways_cap for n in nodes], dtype=np.int64
+        )
         self.has_membw = np.array([n.membw is not None for n in nodes], dtype=bool)
         self.membw = np.array([n.membw or 0.0 for n in nodes], dtype=np.float64)
         self.used_membw = np.array([n.used_membw for n in nodes], dtype=np.float64)
@@ -187,8 +188,17 @@ class SnsPolicy:
 
     def plan(self, snapshot: Snapshot) -> Plan:
         """Place the pending jobs in age order (see the module docstring)."""
-        nodes = [_Node(n.name, n.cpu_milli, n.memory_mib, n.llc_ways, n.membw_gbps,
-                       free_ways_cap=n.llc_ways_free) for n in snapshot.nodes]  # fmt: skip
+        nodes = [
+            _Node(
+                n.name,
+                n.cpu_milli,
+                n.memory_mib,
+                n.llc_ways,
+                n.membw_gbps,
+                free_ways_cap=n.llc_ways_free,
+            )
+            for n in snapshot.nodes
+        ]
         index = {n.name: i for i, n in enumerate(nodes)}
         for r in snapshot.running:
             i = index.get(r.node)
@@ -204,9 +214,13 @@ class SnsPolicy:
         blocked: Job | None = None
         for job in aged + young:
             if blocked is not None:
-                unplaced[job.id] = Unplaced(job.id, f"waits behind job {blocked.id}, past "
-                                            f"age_limit_s {self.age_limit_s:g}, which nothing "
-                                            "overtakes", "not_chosen")  # fmt: skip
+                unplaced[job.id] = Unplaced(
+                    job.id,
+                    f"waits behind job {blocked.id}, past "
+                    f"age_limit_s {self.age_limit_s:g}, which nothing "
+                    "overtakes",
+                    "not_chosen",
+                )
                 continue
             refusal = self._refusal(job, table)
             if refusal is not None:
@@ -224,10 +238,23 @@ class SnsPolicy:
         if self.mode == "sns":
             assignments = _with_spare_shares(assignments, snapshot, nodes)
         ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
-        notes = tuple(sorted({f"node {n.name} has no resctrl (llc_ways unknown): jobs there run "
-                              "without way allocation" for n in nodes if n.ways is None}))
-        return Plan(self.name, tuple(assignments), ordered, spreads=tuple(spreads),
-                    notes=notes if self.mode == "sns" else ())  # fmt: skip
+        notes = tuple(
+            sorted(
+                {
+                    f"node {n.name} has no resctrl (llc_ways unknown): jobs there run "
+                    "without way allocation"
+                    for n in nodes
+                    if n.ways is None
+                }
+            )
+        )
+        return Plan(
+            self.name,
+            tuple(assignments),
+            ordered,
+            spreads=tuple(spreads),
+            notes=notes if self.mode == "sns" else (),
+        )
 
     def _hold(self, node: _Node, r: RunningJob) -> None:
         """Count what a running (or planned) job holds on ``node``."""
@@ -263,13 +290,16 @@ class SnsPolicy:
             note = ""
         elif profile is None:
             scales = (1,)
-            note = f"no profile for {shorten_text(job.program)}: runs compact at scale 1" \
-                if job.program \
-                else "no CoshareProgram: runs compact at scale 1"  # fmt: skip
+            note = (
+                f"no profile for {shorten_text(job.program)}: runs compact at scale 1"
+                if job.program
+                else "no CoshareProgram: runs compact at scale 1"
+            )
         else:
             alpha = self._alpha(job)
-            scales = tuple(k for k in profile.scale_order()
-                           if k == 1 or profile.speedup(k) >= alpha)  # fmt: skip
+            scales = tuple(
+                k for k in profile.scale_order() if k == 1 or profile.speedup(k) >= alpha
+            )
             note = ""
         out = []
         for k in scales:
@@ -280,39 +310,58 @@ class SnsPolicy:
             n = max(allowed.start, 1)
             if n <= len(nodes):
                 base = demand(profile, self._alpha(job), job.processes, slots, 1)
-                out.append(Demand(1, n, -(-job.processes // n), base.ways, base.membw_gbps,
-                                  base.speedup))  # fmt: skip
+                out.append(
+                    Demand(1, n, -(-job.processes // n), base.ways, base.membw_gbps, base.speedup)
+                )
         return out, note
 
     def _refusal(self, job: Job, table: _Table) -> Unplaced | None:
         nodes = table.nodes
         if job.needs_device:
-            return Unplaced(job.id, f"the {self.mode} policy places CPU jobs "
-                            "only (it needs a device)", "unsupported")  # fmt: skip
+            return Unplaced(
+                job.id,
+                f"the {self.mode} policy places CPU jobs only (it needs a device)",
+                "unsupported",
+            )
         if job.is_gang:
             bad = gang_refusal(job)
             if bad is not None:
                 return bad
         demands, _ = self._demands(job, table)
         if not demands:
-            return Unplaced(job.id, "no scale factor gives a node count it allows "
-                            f"({job.nodes}..{job.nodes_max or job.nodes} nodes, cluster "
-                            f"{len(nodes)})", "never_fits")  # fmt: skip
+            return Unplaced(
+                job.id,
+                "no scale factor gives a node count it allows "
+                f"({job.nodes}..{job.nodes_max or job.nodes} nodes, cluster "
+                f"{len(nodes)})",
+                "never_fits",
+            )
         for d in demands:
             if self._fits(job, d, table, empty=True) is not None:
                 return None
         d = demands[0]
         most_ways = max((n.ways for n in nodes if n.ways is not None), default=None)
-        if d.ways is not None and most_ways is not None and d.ways > most_ways and all(
-                n.ways is not None for n in nodes):  # fmt: skip
+        if (
+            d.ways is not None
+            and most_ways is not None
+            and d.ways > most_ways
+            and all(n.ways is not None for n in nodes)
+        ):
             program = shorten_text(job.program or "")
-            return Unplaced(job.id, f"needs {d.ways} LLC ways per node (program "
-                            f"{program} at alpha {self._alpha(job):g}); the nodes have at "
-                            f"most {most_ways}", "never_fits")  # fmt: skip
-        return Unplaced(job.id, f"needs {d.nodes} nodes with {d.cores_per_node} "
-                        f"cores ({job.cpu_milli / 1000:g} per process) and {job.memory_mib} MiB "
-                        "per process even when empty; no such set in the cluster",
-                        "never_fits")  # fmt: skip
+            return Unplaced(
+                job.id,
+                f"needs {d.ways} LLC ways per node (program "
+                f"{program} at alpha {self._alpha(job):g}); the nodes have at "
+                f"most {most_ways}",
+                "never_fits",
+            )
+        return Unplaced(
+            job.id,
+            f"needs {d.nodes} nodes with {d.cores_per_node} "
+            f"cores ({job.cpu_milli / 1000:g} per process) and {job.memory_mib} MiB "
+            "per process even when empty; no such set in the cluster",
+            "never_fits",
+        )
 
     def _ok(self, job: Job, d: Demand, t: _Table, share: int, empty: bool) -> np.ndarray:
         """The nodes that take ``share`` of the job's processes at demand ``d`` (now, or
@@ -335,8 +384,7 @@ class SnsPolicy:
             ok &= ~t.has_membw | (used <= 0) | (used + more <= t.membw)
         return ok
 
-    def _fits(self, job: Job, d: Demand, table: _Table,
-              empty: bool = False) -> list[int] | None:  # fmt: skip
+    def _fits(self, job: Job, d: Demand, table: _Table, empty: bool = False) -> list[int] | None:
         """The ``n`` nodes for demand ``d``, or ``None``: within the group of nodes with the
         fewest equal idle cores that holds ``n``, else the whole cluster, the idlest first
         (by score, then position)."""
@@ -371,35 +419,48 @@ class SnsPolicy:
             for i, share in zip(chosen, shares, strict=True):
                 node = nodes[i]
                 ways = d.ways if (self.mode == "sns" and node.ways is not None) else None
-                membw = (d.membw_gbps * share / d.cores_per_node
-                         if self.mode == "sns" and d.membw_gbps is not None else None)  # fmt: skip
-                table.add(i, job.cpu_milli * share, job.memory_mib * share, ways or 0,
-                          membw or 0.0)
+                membw = (
+                    d.membw_gbps * share / d.cores_per_node
+                    if self.mode == "sns" and d.membw_gbps is not None
+                    else None
+                )
+                table.add(i, job.cpu_milli * share, job.memory_mib * share, ways or 0, membw or 0.0)
                 spread = d.nodes > 1 or job.is_gang
-                parts.append(Assignment(job.id, node.name, processes=share if spread else None,
-                                        llc_ways=ways, membw_gbps=membw))  # fmt: skip
+                parts.append(
+                    Assignment(
+                        job.id,
+                        node.name,
+                        processes=share if spread else None,
+                        llc_ways=ways,
+                        membw_gbps=membw,
+                    )
+                )
             text = note
             if self.mode == "sns" and d.ways is not None and no_cat:
                 shown = ", ".join(shorten_text(n) for n in no_cat[:4])
-                text = f"{shown} without resctrl: runs there without way allocation"  # fmt: skip
+                text = f"{shown} without resctrl: runs there without way allocation"
             all_ways = d.ways if self.mode == "sns" and not no_cat else None
             cap = d.membw_gbps if self.mode == "sns" and self.mba else None
-            return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text,
-                                 cap)  # fmt: skip
+            return parts, Spread(job.id, d.scale, d.nodes, d.cores_per_node, all_ways, text, cap)
         return None
 
     def _waiting(self, job: Job, table: _Table) -> Unplaced:
         demands, _ = self._demands(job, table)
-        tried = "; ".join(f"scale {d.scale}: {d.nodes} nodes x {d.cores_per_node} cores"
-                          + (f", {d.ways} ways, {d.membw_gbps:.1f} GB/s"
-                             if self.mode == "sns" and d.ways is not None
-                             and d.membw_gbps is not None else "")
-                          for d in demands[:4])  # fmt: skip
+        tried = "; ".join(
+            f"scale {d.scale}: {d.nodes} nodes x {d.cores_per_node} cores"
+            + (
+                f", {d.ways} ways, {d.membw_gbps:.1f} GB/s"
+                if self.mode == "sns" and d.ways is not None and d.membw_gbps is not None
+                else ""
+            )
+            for d in demands[:4]
+        )
         return Unplaced(job.id, f"no set of nodes has room now ({tried}); it waits", "no_room")
 
 
-def _with_spare_shares(assignments: list[Assignment], snapshot: Snapshot,
-                       nodes: list[_Node]) -> list[Assignment]:  # fmt: skip
+def _with_spare_shares(
+    assignments: list[Assignment], snapshot: Snapshot, nodes: list[_Node]
+) -> list[Assignment]:
     """Each assignment with ways, with its share of its node's spare ways once every job of
     this plan has started (section 4.4: "gives away such unused resources to these jobs in
     equal shares, reclaiming them whenever a new job is dispatched to the same node")."""

@@ -43,9 +43,12 @@ class Calibration:
     baseline: SimResult
 
 
-def calibrate(nodes: Sequence[Node], draws: Sequence[JobDraw],
-              target: float = PAPER_MC_UTILIZATION,
-              options: SimOptions | None = None) -> Calibration:  # fmt: skip
+def calibrate(
+    nodes: Sequence[Node],
+    draws: Sequence[JobDraw],
+    target: float = PAPER_MC_UTILIZATION,
+    options: SimOptions | None = None,
+) -> Calibration:
     """The offload share at which exclusive (MC) on ``nodes`` has ``target`` utilization.
 
     Raises:

@@ -50,6 +50,7 @@ from coshare.bounds import (
 from coshare.cli import AppContext, pass_app
 from coshare.config import MAX_SETTING_S, with_overrides
 from coshare.errors import ExecutorError, InputError
+from coshare.model import ThreadMode
 from coshare.policies import policy_names
 from coshare.sim.dask_cluster import open_executor
 from coshare.sim.executor import LocalExecutor
@@ -100,7 +101,6 @@ PAPER_POLICIES = ("exclusive", "random", "knapsack")
 ALL_POLICIES = ("exclusive", "random", "knapsack", "bestfit", "fgd", "sharepack")
 
 
-
 def parse_policies(text: str | None, default: Sequence[str]) -> list[str]:
     """Policy names from ``a,b,c``; unknown ones are an input error listing the known."""
     names = [p.strip() for p in text.split(",") if p.strip()] if text else list(default)
@@ -109,8 +109,9 @@ def parse_policies(text: str | None, default: Sequence[str]) -> list[str]:
         raise InputError(f"--policies: {unknown_name('policy', unknown[0], policy_names())}")
     if unknown or not names:
         shown = ", ".join(map(shorten, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
-        raise InputError(f"--policies: unknown policy {shown or '(none)'} "
-                         f"(known: {', '.join(policy_names())})")  # fmt: skip
+        raise InputError(
+            f"--policies: unknown policy {shown or '(none)'} (known: {', '.join(policy_names())})"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -128,8 +129,9 @@ def parse_sizes(text: str | None) -> list[int] | None:
     except ValueError as exc:
         raise InputError(f"--sizes {shown}: want sizes like 1-8 or 2,4,8") from exc
     if not ranges or any(not 1 <= low <= high <= MAX_SIM_NODES for low, high in ranges):
-        raise InputError(f"--sizes {shown}: sizes are node counts 1..{MAX_SIM_NODES}, "
-                         "low before high")  # fmt: skip
+        raise InputError(
+            f"--sizes {shown}: sizes are node counts 1..{MAX_SIM_NODES}, low before high"
+        )
     count = sum(high - low + 1 for low, high in ranges)
     if count > MAX_SIM_SIZES:
         raise InputError(f"--sizes {shown}: {count} sizes; at most {MAX_SIM_SIZES}")
@@ -142,12 +144,12 @@ class FiniteRange(click.FloatRange):
 
     name = "finite float range"
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:  # fmt: skip
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
-            self.fail(f"{number} is not a finite number in the range {self._describe_range()}",
-                      param, ctx)  # fmt: skip
+            self.fail(
+                f"{number} is not a finite number in the range {self._describe_range()}", param, ctx
+            )
         return number
 
 
@@ -165,12 +167,16 @@ def check_work(runs: int, jobs: int, what: str) -> None:
     """
     memory_mib = jobs * SIM_KIB_PER_JOB // 1024
     if jobs > MAX_SIM_JOBS:
-        raise InputError(f"{what}: one run would simulate {jobs} jobs (about {memory_mib} MiB, "
-                         f"and hours); at most {MAX_SIM_JOBS} jobs per run")  # fmt: skip
+        raise InputError(
+            f"{what}: one run would simulate {jobs} jobs (about {memory_mib} MiB, "
+            f"and hours); at most {MAX_SIM_JOBS} jobs per run"
+        )
     if runs * jobs > MAX_SIM_TOTAL_JOBS:
-        raise InputError(f"{what}: {runs} runs of up to {jobs} jobs would simulate "
-                         f"{runs * jobs} jobs; at most {MAX_SIM_TOTAL_JOBS} in all (use fewer "
-                         "seeds, sizes or policies)")  # fmt: skip
+        raise InputError(
+            f"{what}: {runs} runs of up to {jobs} jobs would simulate "
+            f"{runs * jobs} jobs; at most {MAX_SIM_TOTAL_JOBS} in all (use fewer "
+            "seeds, sizes or policies)"
+        )
 
 
 def table2_report(
@@ -188,8 +194,10 @@ def table2_report(
     check_work(len(seeds) * per_seed, jobs, f"--jobs {jobs} --seeds {len(seeds)}")
     with progress_bar(len(seeds) * per_seed * jobs, "Table II") as advance:
         step = _jobs_step(advance, jobs)
-        comps = [compare("table1", jobs, nodes, PAPER_POLICIES, s, setup, footprint,
-                         step=step) for s in seeds]  # fmt: skip
+        comps = [
+            compare("table1", jobs, nodes, PAPER_POLICIES, s, setup, footprint, step=step)
+            for s in seeds
+        ]
     title = (
         f"Table II reproduction: {jobs} Table I jobs on {nodes} nodes x 1 Xeon Phi 5110P, "
         f"seeds {', '.join(map(str, seeds))} (threads {setup.threads}, cycle delay "
@@ -197,12 +205,16 @@ def table2_report(
     )
     paper = jobs == TABLE1_JOBS and nodes == PAPER_NODES
     table = comparison_table(
-        comps, title,
-        TABLE_II_MAKESPAN_S if paper else None, TABLE_II_REDUCTION if paper else None,
+        comps,
+        title,
+        TABLE_II_MAKESPAN_S if paper else None,
+        TABLE_II_REDUCTION if paper else None,
         TABLE_II_FOOTPRINT if paper else None,
-    )  # fmt: skip
-    note = ("footprint: the fewest nodes that finish within exclusive's makespan on "
-            f"{nodes} nodes; paper = Coviello et al., Table II (MC/MCC/MCCK).")
+    )
+    note = (
+        "footprint: the fewest nodes that finish within exclusive's makespan on "
+        f"{nodes} nodes; paper = Coviello et al., Table II (MC/MCC/MCCK)."
+    )
     return render(table, note), comps
 
 
@@ -284,8 +296,10 @@ def _paper(request: Request) -> Outcome:
     count = request.jobs or (TABLE1_JOBS if request.workload == "table1" else SYNTHETIC_JOBS)
     size = request.nodes or PAPER_NODES
     if request.swept and (request.footprint or request.sizes):
-        raise InputError("--sweep runs the policies at each point: leave out --footprint and "
-                         "--sizes (or sweep nodes=...)")  # fmt: skip
+        raise InputError(
+            "--sweep runs the policies at each point: leave out --footprint and "
+            "--sizes (or sweep nodes=...)"
+        )
     compares: list[CompareSpec] = []
     sizes: list[SizesSpec] = []
     for point in request.points:
@@ -293,20 +307,26 @@ def _paper(request: Request) -> Outcome:
         jobs, nodes = value_of(point, "jobs", count), value_of(point, "nodes", size)
         for s in request.seeds:
             for name in names:
-                compares.append(CompareSpec(name, jobs, nodes, policies, s, setup,
-                                            request.footprint, label(point)))  # fmt: skip
+                compares.append(
+                    CompareSpec(
+                        name, jobs, nodes, policies, s, setup, request.footprint, label(point)
+                    )
+                )
                 if request.sizes:
-                    sizes.append(SizesSpec(name, tuple((n, jobs) for n in request.sizes),
-                                           policies, s, setup))  # fmt: skip
+                    sizes.append(
+                        SizesSpec(name, tuple((n, jobs) for n in request.sizes), policies, s, setup)
+                    )
     most = max(c.jobs for c in compares)
     check_work(task_count(compares, sizes, calibrations=False), most, f"--jobs {most}")
     with progress_bar(job_count(compares, sizes), request.workload) as advance:
         results = run_paper(compares, sizes, request.executor, advance)
     if request.swept:
-        runs = [GridRun(c.workload, point, c.seed, summary)
-                for c, comp in zip(compares, results.comparisons, strict=True)
-                for point in [_point_of(request.points, c)]
-                for summary in comp.runs.values()]  # fmt: skip
+        runs = [
+            GridRun(c.workload, point, c.seed, summary)
+            for c, comp in zip(compares, results.comparisons, strict=True)
+            for point in [_point_of(request.points, c)]
+            for summary in comp.runs.values()
+        ]
         return _sweep_outcome(request, runs, results.failures)
     comparisons: dict[str, list[Comparison]] = {}
     for comp in results.comparisons:
@@ -325,12 +345,19 @@ def _point_of(points: Sequence[Point], spec: CompareSpec) -> Point:
 
 def _sweep_outcome(request: Request, runs: list[GridRun], failures: list[Failure]) -> Outcome:
     keys = [k for k, _ in request.points[0]]
-    text = render(grid_table(runs, keys, request.metric,
-                             f"{request.workload}: {request.metric} against "
-                             f"{', '.join(keys)}, seeds {_seed_text(request.seeds)}"))
+    text = render(
+        grid_table(
+            runs,
+            keys,
+            request.metric,
+            f"{request.workload}: {request.metric} against "
+            f"{', '.join(keys)}, seeds {_seed_text(request.seeds)}",
+        )
+    )
     payload = {"sweep": grid_json(runs, keys, request.metric)}
-    return Outcome(text, payload, {"runs": runs, "keys": keys, "metric": request.metric},
-                   failures, sweep=True)  # fmt: skip
+    return Outcome(
+        text, payload, {"runs": runs, "keys": keys, "metric": request.metric}, failures, sweep=True
+    )
 
 
 def _seed_text(seeds: Sequence[int]) -> str:
@@ -344,33 +371,57 @@ def _pressure(request: Request) -> Outcome:
     policies = tuple(parse_policies(request.policies_text, PAPER_POLICIES))
     per_node = request.jobs or PRESSURE_JOBS_PER_NODE
     grid = request.sizes or list(range(2, PAPER_NODES + 1))
-    check_work(len(request.seeds) * len(grid) * len(policies), per_node * max(grid),
-               f"--workload pressure --jobs {per_node} (per node)")  # fmt: skip
-    sizes = [SizesSpec("normal", tuple((n, n * per_node) for n in grid), policies, s,
-                       request.setup) for s in request.seeds]  # fmt: skip
+    check_work(
+        len(request.seeds) * len(grid) * len(policies),
+        per_node * max(grid),
+        f"--workload pressure --jobs {per_node} (per node)",
+    )
+    sizes = [
+        SizesSpec("normal", tuple((n, n * per_node) for n in grid), policies, s, request.setup)
+        for s in request.seeds
+    ]
     with progress_bar(job_count([], sizes), "pressure") as advance:
         results = run_paper([], sizes, request.executor, advance)
     found = [s for s in results.sweeps if s is not None]
-    return _paper_outcome({}, {"pressure (normal)": found} if found else {}, request.setup,
-                          results.failures)  # fmt: skip
+    return _paper_outcome(
+        {}, {"pressure (normal)": found} if found else {}, request.setup, results.failures
+    )
 
 
-def _paper_outcome(comparisons: dict[str, list[Comparison]], sweeps: dict[str, list[Sweep]],
-                   setup: Setup, failures: list[Failure]) -> Outcome:  # fmt: skip
-    payload = {"comparisons": {k: comparison_json(v) for k, v in comparisons.items()},
-               "sweeps": {k: sweep_json(v) for k, v in sweeps.items()}}  # fmt: skip
-    return Outcome(_paper_text(comparisons, sweeps, setup), payload,
-                   {"comparisons": comparisons, "sweeps": sweeps}, failures)  # fmt: skip
+def _paper_outcome(
+    comparisons: dict[str, list[Comparison]],
+    sweeps: dict[str, list[Sweep]],
+    setup: Setup,
+    failures: list[Failure],
+) -> Outcome:
+    payload = {
+        "comparisons": {k: comparison_json(v) for k, v in comparisons.items()},
+        "sweeps": {k: sweep_json(v) for k, v in sweeps.items()},
+    }
+    return Outcome(
+        _paper_text(comparisons, sweeps, setup),
+        payload,
+        {"comparisons": comparisons, "sweeps": sweeps},
+        failures,
+    )
 
 
 def _fragmentation(request: Request) -> Outcome:
     """The Alibaba fragmentation benchmark."""
     if request.swept:
-        raise InputError("--sweep varies the paper workloads and traces; alibaba-2023 has "
-                         "--protocol and --batch")  # fmt: skip
+        raise InputError(
+            "--sweep varies the paper workloads and traces; alibaba-2023 has --protocol and --batch"
+        )
     policies = parse_policies(request.policies_text, ALL_POLICIES)
-    runs, failures = _alibaba(policies, request.seeds, request.protocol, request.batch,
-                              request.data, request.executor, request.bound)  # fmt: skip
+    runs, failures = _alibaba(
+        policies,
+        request.seeds,
+        request.protocol,
+        request.batch,
+        request.data,
+        request.executor,
+        request.bound,
+    )
     protocols = PROTOCOLS if request.protocol == "both" else (request.protocol,)
     text = render(*[frag_table(runs, p) for p in protocols if any(r.protocol == p for r in runs)])
     payload = {"protocols": list(protocols), "batch": request.batch, **frag_json(runs)}
@@ -380,11 +431,13 @@ def _fragmentation(request: Request) -> Outcome:
 def _trace(request: Request) -> Outcome:
     """Replay an SWF log (``trace:PATH``) as a stream, once per policy, seed and point."""
     policies = parse_policies(request.policies_text, ALL_POLICIES)
-    path = Path(request.workload[len("trace:"):])
+    path = Path(request.workload[len("trace:") :])
     machines = machines_path(path)
     if request.cores_per_node is not None and machines is not None:
-        raise click.UsageError(f"--cores-per-node does not apply to {shorten(path.name)}: "
-                               f"{shorten(machines.name)} beside it gives the nodes")  # fmt: skip
+        raise click.UsageError(
+            f"--cores-per-node does not apply to {shorten(path.name)}: "
+            f"{shorten(machines.name)} beside it gives the nodes"
+        )
     cluster = cluster_of(path, request.nodes, request.cores_per_node)  # before any run
     tally = check_log(path)  # and a bad record, naming its line (one pass; memory bounded)
     warning = unmodelled_warning(tally, f"trace:{path.name}")
@@ -399,42 +452,61 @@ def _trace(request: Request) -> Outcome:
         setup = apply(point, request.setup)
         nodes = value_of(point, "nodes", request.nodes)
         for s in request.seeds:
-            tasks += [Task(" ".join(filter(None, [f"replay of {path.name}", name, f"seed {s}",
-                                                  label(point)])),
-                           replay, (path, nodes, name, s, setup, request.cores_per_node,
-                                    bytes_per_job))
-                      for name in policies]  # fmt: skip
+            tasks += [
+                Task(
+                    " ".join(
+                        filter(None, [f"replay of {path.name}", name, f"seed {s}", label(point)])
+                    ),
+                    replay,
+                    (path, nodes, name, s, setup, request.cores_per_node, bytes_per_job),
+                )
+                for name in policies
+            ]
     with progress_bar(len(tasks), f"replay {escape(path.name)}", unit="runs") as advance:
         results = request.executor.run(tasks, lambda _: advance(1))
-    done: list[tuple[Task, Replay]] = [(t, r) for i, (t, r) in
-                                       enumerate(zip(tasks, results.values, strict=True))
-                                       if i not in results.failed]  # fmt: skip
+    done: list[tuple[Task, Replay]] = [
+        (t, r)
+        for i, (t, r) in enumerate(zip(tasks, results.values, strict=True))
+        if i not in results.failed
+    ]
     for task, found in done:  # timings go to standard error: the outputs stay reproducible
-        click.echo(f"coshare: {task.name}: {found.events} events in {found.seconds:.1f} s "
-                   f"({found.events_per_s:,.0f} events/s)", err=True)
+        click.echo(
+            f"coshare: {task.name}: {found.events} events in {found.seconds:.1f} s "
+            f"({found.events_per_s:,.0f} events/s)",
+            err=True,
+        )
     if request.swept:
-        runs = [GridRun(f"trace:{path.name}", point, s, r.summary)
-                for (task, r), (point, s) in zip(done, _trace_keys(request, policies, tasks,
-                                                                   results.failed),
-                                                 strict=True)]  # fmt: skip
+        runs = [
+            GridRun(f"trace:{path.name}", point, s, r.summary)
+            for (task, r), (point, s) in zip(
+                done, _trace_keys(request, policies, tasks, results.failed), strict=True
+            )
+        ]
         outcome = _sweep_outcome(request, runs, results.failures)
         return replace(outcome, payload={**outcome.payload, "notes": notes})
     replays = [r for _, r in done]
     summaries = [r.summary for r in replays]
     skipped = replays[0].skipped if replays else 0
     jobs = summaries[0].jobs if summaries else 0
-    title = (f"SWF replay of {path.name}: {jobs} jobs ({skipped} records skipped), "
-             f"{summaries[0].nodes if summaries else 0} nodes; jobs wider than one node run "
-             "as gangs")  # fmt: skip
-    payload = {"trace": str(path), "nodes": summaries[0].nodes if summaries else 0,
-               "skipped_records": skipped, "notes": notes,
-               "runs": [{**summary_dict(r.summary), "events": r.events} for r in replays]}
+    title = (
+        f"SWF replay of {path.name}: {jobs} jobs ({skipped} records skipped), "
+        f"{summaries[0].nodes if summaries else 0} nodes; jobs wider than one node run "
+        "as gangs"
+    )
+    payload = {
+        "trace": str(path),
+        "nodes": summaries[0].nodes if summaries else 0,
+        "skipped_records": skipped,
+        "notes": notes,
+        "runs": [{**summary_dict(r.summary), "events": r.events} for r in replays],
+    }
     text = render(replay_table(summaries, title)) if summaries else ""
     return Outcome(text, payload, failures=results.failures)
 
 
-def _trace_keys(request: Request, policies: Sequence[str], tasks: Sequence[Task],
-                failed: dict[int, Failure]) -> list[tuple[Point, int]]:  # fmt: skip
+def _trace_keys(
+    request: Request, policies: Sequence[str], tasks: Sequence[Task], failed: dict[int, Failure]
+) -> list[tuple[Point, int]]:
     """(point, seed) of each trace task that ran, in task order."""
     keys = [(point, s) for point in request.points for s in request.seeds for _ in policies]
     return [k for i, k in enumerate(keys) if i not in failed]
@@ -462,38 +534,52 @@ def _wu_hong(request: Request) -> Outcome:
     )
 
     if request.jobs is not None or request.nodes is not None:
-        raise InputError("--workload wu-hong is the paper's setup (4 nodes, 32 GPU and 300 CPU "
-                         "jobs); --jobs and --nodes do not apply")  # fmt: skip
+        raise InputError(
+            "--workload wu-hong is the paper's setup (4 nodes, 32 GPU and 300 CPU "
+            "jobs); --jobs and --nodes do not apply"
+        )
     names = parse_policies(request.policies_text, ("exclusive", "collocate"))
     policies: dict[str, Policy] = {CONVENTIONAL: CollocatePolicy(max_harvest_cores=0)}
     policies.update({n: make_policy(n, PolicyOptions(seed=request.seeds[0])) for n in names})
     grid = [(p_m, p_b) for p_m in SWEEP_MONITOR for p_b in SWEEP_HARVEST]
     total = (len(policies) + len(grid)) * len(request.seeds)
     with progress_bar(total, "wu-hong", unit="runs") as advance:
+
         def one(policy: Any, params: tuple[float, int, float] | None = None) -> list[Any]:
             out = []
             for seed in request.seeds:
-                out.append(run_wu_hong(policy, seed, split_params=params,
-                                       cycle_delay_s=request.setup.cycle_delay_s))
+                out.append(
+                    run_wu_hong(
+                        policy, seed, split_params=params, cycle_delay_s=request.setup.cycle_delay_s
+                    )
+                )
                 advance(1)
             return out
 
         groups = {name: one(policy) for name, policy in policies.items()}
-        points = {(p_m, p_b): one(CollocatePolicy(p_m, p_b), (p_m, p_b, 300.0))
-                  for p_m, p_b in grid}  # fmt: skip
+        points = {
+            (p_m, p_b): one(CollocatePolicy(p_m, p_b), (p_m, p_b, 300.0)) for p_m, p_b in grid
+        }
     seeds = ", ".join(map(str, request.seeds))
     split_of = groups.get("collocate", groups[CONVENTIONAL])
     text = render(
-        runs_table(groups, f"wu-hong: 4 nodes x 12 cores x 3 GPUs, 32 GPU + 300 CPU jobs, seeds "
-                           f"{seeds} (collocate: P_M 1/3, P_B 9, 300 MB/s; conventional: "
-                           "collocate lending nothing, the paper's Torque/Maui)"),
+        runs_table(
+            groups,
+            f"wu-hong: 4 nodes x 12 cores x 3 GPUs, 32 GPU + 300 CPU jobs, seeds "
+            f"{seeds} (collocate: P_M 1/3, P_B 9, 300 MB/s; conventional: "
+            "collocate lending nothing, the paper's Torque/Maui)",
+        ),
         split_table(split_of, "wu-hong: the GPU jobs' under-used cores (P_M 1/3, P_B 9)"),
         sweep_table(points, groups[CONVENTIONAL], f"wu-hong: P_M x P_B, seeds {seeds}"),
-    )  # fmt: skip
-    sweep_rows = [{"monitor_fraction": p_m, "max_harvest_cores": p_b, "runs": runs_json(runs)}
-                  for (p_m, p_b), runs in points.items()]  # fmt: skip
-    payload = {"runs": {name: runs_json(runs) for name, runs in groups.items()},
-               "sweep": sweep_rows}  # fmt: skip
+    )
+    sweep_rows = [
+        {"monitor_fraction": p_m, "max_harvest_cores": p_b, "runs": runs_json(runs)}
+        for (p_m, p_b), runs in points.items()
+    ]
+    payload = {
+        "runs": {name: runs_json(runs) for name, runs in groups.items()},
+        "sweep": sweep_rows,
+    }
     return Outcome(text, payload)
 
 
@@ -503,9 +589,11 @@ def _picaso(request: Request) -> Outcome:
     from coshare.sim.picaso_report import picaso_outcome
 
     if request.jobs is not None or request.nodes is not None or request.policies_text:
-        raise InputError(f"--workload {request.workload} is the paper's setup (tiles of "
-                         "domain managers, both policies); --jobs, --nodes and --policies "
-                         "do not apply")  # fmt: skip
+        raise InputError(
+            f"--workload {request.workload} is the paper's setup (tiles of "
+            "domain managers, both policies); --jobs, --nodes and --policies "
+            "do not apply"
+        )
     if request.workload.startswith("picaso-worst") or request.workload == "picaso":
         check_work(len(request.seeds) * 49 * 2, 49, f"--seeds {len(request.seeds)}")
     part = request.workload.removeprefix("picaso-") if request.workload != "picaso" else "all"
@@ -520,32 +608,51 @@ def _sns(request: Request) -> Outcome:
     from coshare.sim.sns_report import paper_outcome, ratio_outcome
 
     if request.jobs is not None:
-        raise InputError("--workload sns is the paper's job mixes (20 jobs per sequence, 30 in "
-                         "the scaling-share sweep); --jobs does not apply")  # fmt: skip
+        raise InputError(
+            "--workload sns is the paper's job mixes (20 jobs per sequence, 30 in "
+            "the scaling-share sweep); --jobs does not apply"
+        )
     nodes = request.nodes or PAPER_NODES
     age = request.setup.age_limit_s if request.setup.age_limit_s is not None else 3600.0
     delay = request.setup.cycle_delay_s
     if request.swept:
         if any(value_of(p, "scaling_share", None) is None for p in request.points):
-            raise InputError("--workload sns: a --sweep needs scaling_share=... (section 6.3); "
-                             "sns_default_alpha and sns_ways_weight may be swept with it")
+            raise InputError(
+                "--workload sns: a --sweep needs scaling_share=... (section 6.3); "
+                "sns_default_alpha and sns_ways_weight may be swept with it"
+            )
         shares = [float(value_of(p, "scaling_share", 0.0)) for p in request.points]
         params = [{k: v for k, v in p if k != "scaling_share"} for p in request.points]
         with progress_bar(len(shares) * len(request.seeds), "sns sweep", unit="runs") as advance:
-            text, payload = ratio_outcome(shares, request.seeds, nodes=nodes, age_limit_s=age,
-                                          cycle_delay_s=delay, params=params, advance=advance)
+            text, payload = ratio_outcome(
+                shares,
+                request.seeds,
+                nodes=nodes,
+                age_limit_s=age,
+                cycle_delay_s=delay,
+                params=params,
+                advance=advance,
+            )
         return Outcome(text, payload)
     policies = parse_policies(request.policies_text, ("exclusive", "cs", "sns"))
     with progress_bar(SEQUENCES * len(request.seeds), "sns", unit="sequences") as advance:
-        text, payload = paper_outcome(policies, request.seeds, nodes=nodes, age_limit_s=age,
-                                      cycle_delay_s=delay, advance=advance)  # fmt: skip
+        text, payload = paper_outcome(
+            policies,
+            request.seeds,
+            nodes=nodes,
+            age_limit_s=age,
+            cycle_delay_s=delay,
+            advance=advance,
+        )
     return Outcome(text, payload)
 
 
 #: Each scheduler's history reader (``module:function``, loaded when asked: the adapters'
 #: own code, as ``coshare condor`` and ``coshare slurm`` are).
-HISTORY_READERS = {"slurm-history": ("slurm_addon.history:read_history", "slurm"),
-                   "condor-history": ("condor_addon.history:read_history", "condor")}
+HISTORY_READERS = {
+    "slurm-history": ("slurm_addon.history:read_history", "slurm"),
+    "condor-history": ("condor_addon.history:read_history", "condor"),
+}
 
 
 def _history(request: Request) -> Outcome:
@@ -558,42 +665,70 @@ def _history(request: Request) -> Outcome:
     ask = request.history or HistoryAsk()
     target, scheduler = HISTORY_READERS[request.workload]
     reader = load(target, f"coshare simulate --workload {request.workload}")
-    found, notes = reader(ask.config, since=ask.since, until=ask.until,
-                          history_file=ask.history_file, nodes_file=ask.nodes_file,
-                          rule=parse_rule(ask.rule))  # fmt: skip
+    found, notes = reader(
+        ask.config,
+        since=ask.since,
+        until=ask.until,
+        history_file=ask.history_file,
+        nodes_file=ask.nodes_file,
+        rule=parse_rule(ask.rule),
+    )
     summary = found.summary()
     for problem in found.problems:  # one line each, before the replay: the rest still runs
         click.echo(f"coshare: note: {problem}", err=True)
     for note in notes:
         click.echo(f"coshare: note: {note}", err=True)
     if found.ruled:
-        click.echo(f"coshare: note: {found.ruled} jobs used devices without declaring their "
-                   "device memory: the --device-memory rule gave it (default: the whole "
-                   "device)", err=True)  # fmt: skip
+        click.echo(
+            f"coshare: note: {found.ruled} jobs used devices without declaring their "
+            "device memory: the --device-memory rule gave it (default: the whole "
+            "device)",
+            err=True,
+        )
     policies = parse_policies(request.policies_text, ALL_POLICIES)
     cluster = tuple(found.nodes)
     users = {f.id: f.user for f in found.finished}
-    tasks = [Task(f"{request.workload} {name} seed {s}", replay_jobs,
-                  (found.jobs, cluster, name, s, request.setup, users))
-             for s in request.seeds for name in policies]  # fmt: skip
+    tasks = [
+        Task(
+            f"{request.workload} {name} seed {s}",
+            replay_jobs,
+            (found.jobs, cluster, name, s, request.setup, users),
+        )
+        for s in request.seeds
+        for name in policies
+    ]
     with progress_bar(len(tasks), request.workload, unit="runs") as advance:
         results = request.executor.run(tasks, lambda _: advance(1))
     replays = [r for i, r in enumerate(results.values) if i not in results.failed]
     summaries = [r.summary for r in replays]
-    title = (f"{scheduler} history: {len(found.jobs)} jobs of {len(summary['users'])} users "
-             f"({len(found.problems)} records left out, {found.never_ran} never ran), "
-             f"{len(cluster)} nodes")  # fmt: skip
-    payload = {"history": summary, "nodes": len(cluster), "notes": list(notes),
-               "jobs": found.records(),
-               "runs": [{**summary_dict(r.summary), "events": r.events,
-                         "fairness_jain": _finite(fairness(r.users)),
-                         "users": {u: f.as_dict() for u, f in r.users.items()}}
-                        for r in replays]}  # fmt: skip
+    title = (
+        f"{scheduler} history: {len(found.jobs)} jobs of {len(summary['users'])} users "
+        f"({len(found.problems)} records left out, {found.never_ran} never ran), "
+        f"{len(cluster)} nodes"
+    )
+    payload = {
+        "history": summary,
+        "nodes": len(cluster),
+        "notes": list(notes),
+        "jobs": found.records(),
+        "runs": [
+            {
+                **summary_dict(r.summary),
+                "events": r.events,
+                "fairness_jain": _finite(fairness(r.users)),
+                "users": {u: f.as_dict() for u, f in r.users.items()},
+            }
+            for r in replays
+        ],
+    }
     text = render(replay_table(summaries, title)) if summaries else ""
     if replays:  # how evenly each policy treats the users: Jain's index, and each one's wait
-        text += "\nFairness over users (Jain's index of their mean bounded slowdown; 1 is " \
-                "equal): " + ", ".join(f"{r.summary.policy} {fairness(r.users):.3f}"
-                                       for r in replays) + "\n"  # fmt: skip
+        text += (
+            "\nFairness over users (Jain's index of their mean bounded slowdown; 1 is "
+            "equal): "
+            + ", ".join(f"{r.summary.policy} {fairness(r.users):.3f}" for r in replays)
+            + "\n"
+        )
         text += render(user_table([(r.summary.policy, r.users) for r in replays]))
     return Outcome(text, payload, failures=results.failures)
 
@@ -621,98 +756,239 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
 
 
 @click.command("simulate")
-@click.option("--workload", default="table1", show_default=True, metavar="NAME|trace:PATH",
-              help=f"One of {', '.join(WORKLOAD_NAMES)}.")
-@click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help="Jobs (table1: 1000, synthetic: 400; pressure: jobs per node, 200).")
-@click.option("--nodes", type=click.IntRange(1, MAX_SIM_NODES), default=None,
-              help=f"Cluster size in nodes (default {PAPER_NODES}).")
-@click.option("--cores-per-node", type=click.IntRange(1, MAX_CORES), default=None,
-              help="trace:PATH without a .machines file: cores of each of the --nodes nodes "
-              "(default: the header's MaxProcs / MaxNodes).")
-@click.option("--policies", "policies_text", default=None,
-              help="Comma-separated policies (paper workloads: exclusive,random,knapsack; "
-              "alibaba-2023 and traces: all five).")
-@click.option("--footprint", is_flag=True,
-              help="Also find each policy's footprint: the fewest nodes matching exclusive's "
-              "makespan.")
+@click.option(
+    "--workload",
+    default="table1",
+    show_default=True,
+    metavar="NAME|trace:PATH",
+    help=f"One of {', '.join(WORKLOAD_NAMES)}.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Jobs (table1: 1000, synthetic: 400; pressure: jobs per node, 200).",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, MAX_SIM_NODES),
+    default=None,
+    help=f"Cluster size in nodes (default {PAPER_NODES}).",
+)
+@click.option(
+    "--cores-per-node",
+    type=click.IntRange(1, MAX_CORES),
+    default=None,
+    help="trace:PATH without a .machines file: cores of each of the --nodes nodes "
+    "(default: the header's MaxProcs / MaxNodes).",
+)
+@click.option(
+    "--policies",
+    "policies_text",
+    default=None,
+    help="Comma-separated policies (paper workloads: exclusive,random,knapsack; "
+    "alibaba-2023 and traces: all five).",
+)
+@click.option(
+    "--footprint",
+    is_flag=True,
+    help="Also find each policy's footprint: the fewest nodes matching exclusive's makespan.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="First seed.")
-@click.option("--seeds", type=click.IntRange(1, MAX_SIM_SEEDS), default=1, show_default=True,
-              help="Number of seeds (SEED, SEED+1, ...).")
+@click.option(
+    "--seeds",
+    type=click.IntRange(1, MAX_SIM_SEEDS),
+    default=1,
+    show_default=True,
+    help="Number of seeds (SEED, SEED+1, ...).",
+)
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write figures to this PNG (needs matplotlib: the 'plot' extra).")
-@click.option("--sizes", default=None,
-              help="Also sweep the cluster size, e.g. 1-8 (Fig. 9); pressure: default 2-8.")
-@click.option("--threads", type=click.Choice(["soft", "strict"]), default="soft",
-              show_default=True,
-              help="soft: the node's offload gate serializes offloads (COSMIC, as in the "
-              "paper's MCC and MCCK); strict: declared threads per device stay within it.")
-@click.option("--cycle-delay", type=FiniteRange(0, MAX_SETTING_S), default=1.0, show_default=True,
-              help="Seconds from an arrival or job end to the planning cycle.")
-@click.option("--age-limit", type=FiniteRange(0, MAX_SETTING_S), default=None,
-              help="Knapsack aging in seconds (default: none, as in the paper).")
-@click.option("--offload-share", type=FiniteRange(0, 1, min_open=True), default=None,
-              help="Part of a job's run time spent offloading (default: calibrated so "
-              "exclusive reaches the paper's 50% utilization).")
-@click.option("--protocol", type=click.Choice(["online", "batch", "both"]), default="both",
-              show_default=True, help="alibaba-2023: one pod per cycle, many, or both.")
-@click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
-              help="alibaba-2023, batch protocol: pods per cycle.")
-@click.option("--workers", type=click.IntRange(1, MAX_SIM_WORKERS), default=None,
-              help="Runs in parallel: local processes, or Dask workers coshare starts "
-              "(default 1, or sim.workers of the config).")
-@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
-              help="Where runs execute: local processes, or Dask (the 'dask' extra); default "
-              "sim.executor of the config, else local.")
-@click.option("--dask-scheduler", default=None, metavar="ADDRESS",
-              help="A running Dask scheduler (tcp://host:8786); implies --executor dask. "
-              "Default: sim.dask_scheduler, else coshare starts sim.dask_cluster.")
-@click.option("--retries", type=click.IntRange(0, 100), default=None,
-              help="Times a run whose worker died runs again elsewhere (default 2).")
-@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
-              help="Run every point of a grid of workload or policy parameters (repeat for "
-              "more keys): a table and a plot of --metric against them, error bars over seeds.")
-@click.option("--metric", type=click.Choice(GRID_METRICS), default="makespan_s",
-              show_default=True, help="What a --sweep reports.")
-@click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder of the traces (default: $COSHARE_TRACE_DIR, else ../shared/data).")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write figures to this PNG (needs matplotlib: the 'plot' extra).",
+)
+@click.option(
+    "--sizes",
+    default=None,
+    help="Also sweep the cluster size, e.g. 1-8 (Fig. 9); pressure: default 2-8.",
+)
+@click.option(
+    "--threads",
+    type=click.Choice(["soft", "strict"]),
+    default="soft",
+    show_default=True,
+    help="soft: the node's offload gate serializes offloads (COSMIC, as in the "
+    "paper's MCC and MCCK); strict: declared threads per device stay within it.",
+)
+@click.option(
+    "--cycle-delay",
+    type=FiniteRange(0, MAX_SETTING_S),
+    default=1.0,
+    show_default=True,
+    help="Seconds from an arrival or job end to the planning cycle.",
+)
+@click.option(
+    "--age-limit",
+    type=FiniteRange(0, MAX_SETTING_S),
+    default=None,
+    help="Knapsack aging in seconds (default: none, as in the paper).",
+)
+@click.option(
+    "--offload-share",
+    type=FiniteRange(0, 1, min_open=True),
+    default=None,
+    help="Part of a job's run time spent offloading (default: calibrated so "
+    "exclusive reaches the paper's 50% utilization).",
+)
+@click.option(
+    "--protocol",
+    type=click.Choice(["online", "batch", "both"]),
+    default="both",
+    show_default=True,
+    help="alibaba-2023: one pod per cycle, many, or both.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="alibaba-2023, batch protocol: pods per cycle.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, MAX_SIM_WORKERS),
+    default=None,
+    help="Runs in parallel: local processes, or Dask workers coshare starts "
+    "(default 1, or sim.workers of the config).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "dask"]),
+    default=None,
+    help="Where runs execute: local processes, or Dask (the 'dask' extra); default "
+    "sim.executor of the config, else local.",
+)
+@click.option(
+    "--dask-scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="A running Dask scheduler (tcp://host:8786); implies --executor dask. "
+    "Default: sim.dask_scheduler, else coshare starts sim.dask_cluster.",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(0, 100),
+    default=None,
+    help="Times a run whose worker died runs again elsewhere (default 2).",
+)
+@click.option(
+    "--sweep",
+    "sweeps",
+    multiple=True,
+    metavar="KEY=V1,V2,...",
+    help="Run every point of a grid of workload or policy parameters (repeat for "
+    "more keys): a table and a plot of --metric against them, error bars over seeds.",
+)
+@click.option(
+    "--metric",
+    type=click.Choice(GRID_METRICS),
+    default="makespan_s",
+    show_default=True,
+    help="What a --sweep reports.",
+)
+@click.option(
+    "--data",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of the traces (default: $COSHARE_TRACE_DIR, else ../shared/data).",
+)
 @click.option("--verify", is_flag=True, help="Check every plan with coshare.verify (slower).")
-@click.option("--bound", is_flag=True,
-              help="alibaba-2023: also compute the least unallocated GPU %% any placement "
-              "can reach (once per protocol and seed, apart from the policies' runs).")
-@click.option("--since", default=None, metavar="WHEN",
-              help="slurm-history: sacct's --starttime (2026-11-01, now-30days); "
-              "condor-history: epoch seconds. Jobs that ended from then on.")
-@click.option("--until", default=None, metavar="WHEN",
-              help="slurm-history / condor-history: the end of the window (default: now).")
-@click.option("--history-file", default=None, metavar="PATH",
-              help="slurm-history / condor-history: a saved `sacct --json` or "
-              "`condor_history -json` output instead of asking the scheduler.")
-@click.option("--nodes-file", default=None, metavar="PATH",
-              help="slurm-history / condor-history: a saved `sinfo --json` or "
-              "`condor_status -json` output instead of asking the scheduler.")
-@click.option("--device-memory", "device_memory", multiple=True, metavar="RULE",
-              help="slurm-history / condor-history: device memory (MiB) of a job that used "
-              "devices but never declared it: MiB, user:NAME=MiB or program:NAME=MiB "
-              "(repeat; default: the whole device).")
+@click.option(
+    "--bound",
+    is_flag=True,
+    help="alibaba-2023: also compute the least unallocated GPU %% any placement "
+    "can reach (once per protocol and seed, apart from the policies' runs).",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="WHEN",
+    help="slurm-history: sacct's --starttime (2026-11-01, now-30days); "
+    "condor-history: epoch seconds. Jobs that ended from then on.",
+)
+@click.option(
+    "--until",
+    default=None,
+    metavar="WHEN",
+    help="slurm-history / condor-history: the end of the window (default: now).",
+)
+@click.option(
+    "--history-file",
+    default=None,
+    metavar="PATH",
+    help="slurm-history / condor-history: a saved `sacct --json` or "
+    "`condor_history -json` output instead of asking the scheduler.",
+)
+@click.option(
+    "--nodes-file",
+    default=None,
+    metavar="PATH",
+    help="slurm-history / condor-history: a saved `sinfo --json` or "
+    "`condor_status -json` output instead of asking the scheduler.",
+)
+@click.option(
+    "--device-memory",
+    "device_memory",
+    multiple=True,
+    metavar="RULE",
+    help="slurm-history / condor-history: device memory (MiB) of a job that used "
+    "devices but never declared it: MiB, user:NAME=MiB or program:NAME=MiB "
+    "(repeat; default: the whole device).",
+)
 @pass_app
-def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None,
-             cores_per_node: int | None, policies_text: str | None, footprint: bool, seed: int,
-             seeds: int, output: str,
-             plot: Path | None, sizes: str | None, threads: str, cycle_delay: float,
-             age_limit: float | None, offload_share: float | None, protocol: str, batch: int,
-             workers: int | None, executor: str | None, dask_scheduler: str | None,
-             retries: int | None, sweeps: tuple[str, ...], metric: str, data: Path | None,
-             verify: bool, bound: bool, since: str | None, until: str | None,
-             history_file: str | None, nodes_file: str | None,
-             device_memory: tuple[str, ...]) -> None:  # fmt: skip
+def simulate(
+    app: AppContext,
+    workload: str,
+    jobs: int | None,
+    nodes: int | None,
+    cores_per_node: int | None,
+    policies_text: str | None,
+    footprint: bool,
+    seed: int,
+    seeds: int,
+    output: str,
+    plot: Path | None,
+    sizes: str | None,
+    threads: ThreadMode,
+    cycle_delay: float,
+    age_limit: float | None,
+    offload_share: float | None,
+    protocol: str,
+    batch: int,
+    workers: int | None,
+    executor: str | None,
+    dask_scheduler: str | None,
+    retries: int | None,
+    sweeps: tuple[str, ...],
+    metric: str,
+    data: Path | None,
+    verify: bool,
+    bound: bool,
+    since: str | None,
+    until: str | None,
+    history_file: str | None,
+    nodes_file: str | None,
+    device_memory: tuple[str, ...],
+) -> None:
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
     run = WORKLOADS.get("trace" if workload.startswith("trace:") else workload)
     if run is None:
-        raise InputError(f"unknown workload {shorten(workload)} "
-                         f"(known: {', '.join(WORKLOAD_NAMES)})")
+        raise InputError(
+            f"unknown workload {shorten(workload)} (known: {', '.join(WORKLOAD_NAMES)})"
+        )
     _refuse_options_that_do_not_apply(workload, cores_per_node)
     history = _history_ask(workload, app, since, until, history_file, nodes_file, device_memory)
     if plot is not None:
@@ -720,18 +996,45 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
 
         require_matplotlib()  # fail before hours of simulation, not after
         _check_writable(plot)
-    setup = Setup(threads=threads, age_limit_s=age_limit, cycle_delay_s=cycle_delay,  # type: ignore[arg-type]
-                  verify=verify, offload_share=offload_share)  # fmt: skip
+    setup = Setup(
+        threads=threads,
+        age_limit_s=age_limit,
+        cycle_delay_s=cycle_delay,
+        verify=verify,
+        offload_share=offload_share,
+    )
     seed_list = list(range(seed, seed + seeds))
     points = tuple(parse_sweeps(sweeps, _sweep_keys(workload))) if sweeps else ((),)
-    config = with_overrides(app.config, "sim", workers=workers, retries=retries,
-                            executor="dask" if dask_scheduler else executor,
-                            dask_scheduler=dask_scheduler)  # fmt: skip
+    config = with_overrides(
+        app.config,
+        "sim",
+        workers=workers,
+        retries=retries,
+        executor="dask" if dask_scheduler else executor,
+        dask_scheduler=dask_scheduler,
+    )
     header: dict[str, Any] = {"workload": workload, "seeds": seed_list, "setup": asdict(setup)}
     with open_executor(config) as runner:
-        request = Request(workload, jobs, nodes, policies_text, footprint, seed_list,
-                          parse_sizes(sizes), setup, protocol, batch, config.sim.workers, data,
-                          runner, points, metric, cores_per_node, bound, history)  # fmt: skip
+        request = Request(
+            workload,
+            jobs,
+            nodes,
+            policies_text,
+            footprint,
+            seed_list,
+            parse_sizes(sizes),
+            setup,
+            protocol,
+            batch,
+            config.sim.workers,
+            data,
+            runner,
+            points,
+            metric,
+            cores_per_node,
+            bound,
+            history,
+        )
         outcome = run(request)
     _emit(output, outcome.text, {**header, **outcome.payload})
     if plot is not None and outcome.figures:
@@ -745,8 +1048,10 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
         count = len(outcome.failures)
         shown = "; ".join(f"{f.task}: {f.reason}" for f in outcome.failures[:10])
         more = f"; and {count - 10} more" if count > 10 else ""
-        raise ExecutorError(f"{count} run{'s' if count != 1 else ''} failed (the results "
-                            f"above are the others'): {shown}{more}")  # fmt: skip
+        raise ExecutorError(
+            f"{count} run{'s' if count != 1 else ''} failed (the results "
+            f"above are the others'): {shown}{more}"
+        )
 
 
 #: A time as sacct takes it (2026-11-01, 2026-11-01T08:00, now-30days) or epoch seconds:
@@ -754,27 +1059,41 @@ def simulate(app: AppContext, workload: str, jobs: int | None, nodes: int | None
 _WHEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9:.+-]{0,39}")
 
 
-def _history_ask(workload: str, app: AppContext, since: str | None, until: str | None,
-                 history_file: str | None, nodes_file: str | None,
-                 rule: tuple[str, ...]) -> HistoryAsk | None:  # fmt: skip
+def _history_ask(
+    workload: str,
+    app: AppContext,
+    since: str | None,
+    until: str | None,
+    history_file: str | None,
+    nodes_file: str | None,
+    rule: tuple[str, ...],
+) -> HistoryAsk | None:
     """Where a history replay reads; ``None`` for other workloads.
 
     Raises:
         click.UsageError: a history option given to another workload.
         InputError: a time that is not one of the allowed forms.
     """
-    given = {"--since": since, "--until": until, "--history-file": history_file,
-             "--nodes-file": nodes_file, "--device-memory": rule or None}  # fmt: skip
+    given = {
+        "--since": since,
+        "--until": until,
+        "--history-file": history_file,
+        "--nodes-file": nodes_file,
+        "--device-memory": rule or None,
+    }
     if workload not in HISTORY_READERS:
         named = [flag for flag, value in given.items() if value is not None]
         if named:
-            raise click.UsageError(f"{', '.join(named)} apply to --workload slurm-history or "
-                                   "condor-history only")  # fmt: skip
+            raise click.UsageError(
+                f"{', '.join(named)} apply to --workload slurm-history or condor-history only"
+            )
         return None
     for flag, value in (("--since", since), ("--until", until)):
         if value is not None and not _WHEN.fullmatch(value):
-            raise InputError(f"{flag} {shorten(value)}: a date (2026-11-01), a time "
-                             "(2026-11-01T08:00), now-30days or epoch seconds")  # fmt: skip
+            raise InputError(
+                f"{flag} {shorten(value)}: a date (2026-11-01), a time "
+                "(2026-11-01T08:00), now-30days or epoch seconds"
+            )
     return HistoryAsk(since, until, history_file, nodes_file, rule, app.config)
 
 
@@ -789,9 +1108,14 @@ def _check_writable(path: Path) -> None:
 
 #: The options of ``coshare simulate`` that a trace replay does not use: the log gives the
 #: jobs and the cluster's use, so they are refused rather than silently ignored.
-_NOT_FOR_TRACES = {"jobs": "--jobs", "footprint": "--footprint", "sizes": "--sizes",
-                   "offload_share": "--offload-share", "protocol": "--protocol",
-                   "batch": "--batch"}  # fmt: skip
+_NOT_FOR_TRACES = {
+    "jobs": "--jobs",
+    "footprint": "--footprint",
+    "sizes": "--sizes",
+    "offload_share": "--offload-share",
+    "protocol": "--protocol",
+    "batch": "--batch",
+}
 
 
 def _refuse_options_that_do_not_apply(workload: str, cores_per_node: int | None) -> None:
@@ -803,18 +1127,24 @@ def _refuse_options_that_do_not_apply(workload: str, cores_per_node: int | None)
     """
     if not workload.startswith("trace:"):
         if cores_per_node is not None:
-            raise click.UsageError(f"--cores-per-node applies to trace:PATH replays only (the "
-                                   f"workload {shorten(workload)} sets its own nodes)")  # fmt: skip
+            raise click.UsageError(
+                f"--cores-per-node applies to trace:PATH replays only (the "
+                f"workload {shorten(workload)} sets its own nodes)"
+            )
         return
     context = click.get_current_context()
-    given = [flag for name, flag in _NOT_FOR_TRACES.items()
-             if context.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
-             ]  # fmt: skip
+    given = [
+        flag
+        for name, flag in _NOT_FOR_TRACES.items()
+        if context.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+    ]
     if given:
-        raise click.UsageError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not "
-                               "apply to a trace replay: the log gives the jobs (options of a "
-                               "replay: --nodes, --cores-per-node, --policies, --seed(s), "
-                               "--sweep)")  # fmt: skip
+        raise click.UsageError(
+            f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not "
+            "apply to a trace replay: the log gives the jobs (options of a "
+            "replay: --nodes, --cores-per-node, --policies, --seed(s), "
+            "--sweep)"
+        )
 
 
 def _sweep_keys(workload: str) -> list[str] | None:
@@ -833,49 +1163,87 @@ def _emit(output: str, text: str, payload: dict[str, Any]) -> None:
         click.echo(text, nl=False)
 
 
-def _paper_text(comparisons: dict[str, list[Comparison]], sweeps: dict[str, list[Sweep]],
-                setup: Setup) -> str:  # fmt: skip
+def _paper_text(
+    comparisons: dict[str, list[Comparison]], sweeps: dict[str, list[Sweep]], setup: Setup
+) -> str:
     items = []
     for name, comps in comparisons.items():
         first = comps[0]
         seeds = ", ".join(str(c.seed) for c in comps)
         paper_fp = TABLE_II_FOOTPRINT if name == "table1" else TABLE_III_FOOTPRINT.get(name)
         paper_set = (name == "table1" and first.jobs == TABLE1_JOBS) or (
-            name in DISTRIBUTIONS and first.jobs == SYNTHETIC_JOBS)
+            name in DISTRIBUTIONS and first.jobs == SYNTHETIC_JOBS
+        )
         paper_set = paper_set and first.nodes == PAPER_NODES
         table2 = name == "table1" and paper_set
-        title = (f"{name}: {first.jobs} jobs on {first.nodes} nodes, seeds {seeds} (threads "
-                 f"{setup.threads}, cycle delay {setup.cycle_delay_s:g} s, offload share "
-                 f"{_shares(comps)})")  # fmt: skip
-        items.append(comparison_table(
-            comps, title,
-            TABLE_II_MAKESPAN_S if table2 else None, TABLE_II_REDUCTION if table2 else None,
-            paper_fp if paper_set and any(c.footprints for c in comps) else None,
-        ))  # fmt: skip
+        title = (
+            f"{name}: {first.jobs} jobs on {first.nodes} nodes, seeds {seeds} (threads "
+            f"{setup.threads}, cycle delay {setup.cycle_delay_s:g} s, offload share "
+            f"{_shares(comps)})"
+        )
+        items.append(
+            comparison_table(
+                comps,
+                title,
+                TABLE_II_MAKESPAN_S if table2 else None,
+                TABLE_II_REDUCTION if table2 else None,
+                paper_fp if paper_set and any(c.footprints for c in comps) else None,
+            )
+        )
     for name, group in sweeps.items():
-        items.append(sweep_table(group, f"{name}: makespan against cluster size, seeds "
-                                        f"{', '.join(str(s.seed) for s in group)}"))  # fmt: skip
+        items.append(
+            sweep_table(
+                group,
+                f"{name}: makespan against cluster size, seeds "
+                f"{', '.join(str(s.seed) for s in group)}",
+            )
+        )
     return render(*items)
 
 
-def _alibaba(policies: Sequence[str], seeds: Sequence[int], protocol: str, batch: int,
-             data: Path | None, executor: Executor,
-             bound: bool = False) -> tuple[list[FragRun], list[Failure]]:  # fmt: skip
+def _alibaba(
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    protocol: str,
+    batch: int,
+    data: Path | None,
+    executor: Executor,
+    bound: bool = False,
+) -> tuple[list[FragRun], list[Failure]]:
     trace = read_alibaba(data_dir(data) / ALIBABA_DIR)
     pods = tuple(p.job for p in trace.pods)
     protocols = PROTOCOLS if protocol == "both" else (protocol,)
     nodes, shared_pods = executor.share(trace.nodes), executor.share(pods)
-    tasks = [Task(f"alibaba-2023 {proto} {name} seed {s}", run_benchmark,
-                  (nodes, shared_pods, name, proto, s, batch))
-             for proto in protocols for name in policies for s in seeds]  # fmt: skip
+    tasks = [
+        Task(
+            f"alibaba-2023 {proto} {name} seed {s}",
+            run_benchmark,
+            (nodes, shared_pods, name, proto, s, batch),
+        )
+        for proto in protocols
+        for name in policies
+        for s in seeds
+    ]
     keys = [(proto, s) for proto in protocols for s in seeds] if bound else []
-    tasks += [Task(f"alibaba-2023 {proto} bound seed {s}", benchmark_bound,
-                   (nodes, shared_pods, proto, s, batch)) for proto, s in keys]  # fmt: skip
+    tasks += [
+        Task(
+            f"alibaba-2023 {proto} bound seed {s}",
+            benchmark_bound,
+            (nodes, shared_pods, proto, s, batch),
+        )
+        for proto, s in keys
+    ]
     with progress_bar(len(tasks), "alibaba-2023", unit="runs") as advance:
         results = executor.run(tasks, lambda _: advance(1))
     count = len(tasks) - len(keys)
-    floors = {key: results.values[count + i] for i, key in enumerate(keys)
-              if count + i not in results.failed}  # fmt: skip
-    runs = [replace(r, bound=floors.get((r.protocol, r.seed), {}))
-            for i, r in enumerate(results.values[:count]) if i not in results.failed]  # fmt: skip
+    floors = {
+        key: results.values[count + i]
+        for i, key in enumerate(keys)
+        if count + i not in results.failed
+    }
+    runs = [
+        replace(r, bound=floors.get((r.protocol, r.seed), {}))
+        for i, r in enumerate(results.values[:count])
+        if i not in results.failed
+    ]
     return runs, results.failures

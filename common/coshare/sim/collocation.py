@@ -51,28 +51,47 @@ from coshare.verify import check_plan
 #: Table III (SHOC, 12 processes): name and configuration, time alone (s), CPU load (cores
 #: busy of 12), cudaMemcpy bandwidth per process (MB/s).
 TABLE_III: tuple[tuple[str, float, float, float], ...] = (
-    ("FFT-1", 6.50, 2.22, 39.43), ("FFT-120", 18.47, 1.19, 13.86),
-    ("FFT-240", 30.60, 0.72, 8.36), ("FFT-360", 42.64, 0.54, 6.00),
-    ("MD-2000", 7.91, 9.87, 0.81), ("MD-4000", 10.92, 7.69, 0.58),
-    ("MD-10000", 20.77, 4.83, 0.31), ("MD-30000", 55.68, 2.82, 0.11),
-    ("Reduction-1", 0.90, 1.17, 35.41), ("Reduction-10", 4.51, 0.70, 70.98),
-    ("Reduction-20", 8.86, 0.61, 72.26), ("Reduction-30", 13.15, 0.59, 73.03),
-    ("Scan-1", 0.44, 1.04, 36.72), ("Scan-4", 1.42, 0.79, 28.10),
-    ("Scan-8", 2.79, 0.65, 25.80), ("Scan-16", 5.52, 0.57, 24.62),
-    ("SGEMM-1", 1.20, 2.98, 53.19), ("SGEMM-4", 4.37, 1.26, 36.63),
-    ("SGEMM-8", 8.58, 0.75, 33.56), ("SGEMM-20", 21.21, 0.35, 31.68),
-    ("Sort-1", 2.74, 1.43, 140.00), ("Sort-8", 8.81, 1.57, 348.81),
-    ("Sort-16", 16.29, 1.54, 377.08), ("Sort-24", 23.77, 1.54, 387.77),
-    ("Spmv-1", 6.69, 5.99, 13.50), ("Spmv-4", 18.37, 2.60, 4.96),
-    ("Spmv-8", 33.19, 1.50, 2.78), ("Spmv-16", 62.10, 0.86, 1.53),
-    ("Triad-1", 0.75, 5.05, 576.64), ("Triad-10", 7.07, 4.94, 611.14),
-    ("Triad-20", 14.30, 4.92, 604.20), ("Triad-30", 21.65, 4.99, 598.48),
-)  # fmt: skip
+    ("FFT-1", 6.50, 2.22, 39.43),
+    ("FFT-120", 18.47, 1.19, 13.86),
+    ("FFT-240", 30.60, 0.72, 8.36),
+    ("FFT-360", 42.64, 0.54, 6.00),
+    ("MD-2000", 7.91, 9.87, 0.81),
+    ("MD-4000", 10.92, 7.69, 0.58),
+    ("MD-10000", 20.77, 4.83, 0.31),
+    ("MD-30000", 55.68, 2.82, 0.11),
+    ("Reduction-1", 0.90, 1.17, 35.41),
+    ("Reduction-10", 4.51, 0.70, 70.98),
+    ("Reduction-20", 8.86, 0.61, 72.26),
+    ("Reduction-30", 13.15, 0.59, 73.03),
+    ("Scan-1", 0.44, 1.04, 36.72),
+    ("Scan-4", 1.42, 0.79, 28.10),
+    ("Scan-8", 2.79, 0.65, 25.80),
+    ("Scan-16", 5.52, 0.57, 24.62),
+    ("SGEMM-1", 1.20, 2.98, 53.19),
+    ("SGEMM-4", 4.37, 1.26, 36.63),
+    ("SGEMM-8", 8.58, 0.75, 33.56),
+    ("SGEMM-20", 21.21, 0.35, 31.68),
+    ("Sort-1", 2.74, 1.43, 140.00),
+    ("Sort-8", 8.81, 1.57, 348.81),
+    ("Sort-16", 16.29, 1.54, 377.08),
+    ("Sort-24", 23.77, 1.54, 387.77),
+    ("Spmv-1", 6.69, 5.99, 13.50),
+    ("Spmv-4", 18.37, 2.60, 4.96),
+    ("Spmv-8", 33.19, 1.50, 2.78),
+    ("Spmv-16", 62.10, 0.86, 1.53),
+    ("Triad-1", 0.75, 5.05, 576.64),
+    ("Triad-10", 7.07, 4.94, 611.14),
+    ("Triad-20", 14.30, 4.92, 604.20),
+    ("Triad-30", 21.65, 4.99, 598.48),
+)
 #: Table IV: the slowdown model's coefficients ``a`` (per MB/s) and ``b`` per NPB type.
 TABLE_IV: dict[str, tuple[float, float]] = {
-    "CG": (0.00761, 0.00151), "EP": (0.0001, 0.007), "FT": (0.00563, 0.00230),
-    "IS": (0.00420, 0.00641), "MG": (0.00457, 0.00330),
-}  # fmt: skip
+    "CG": (0.00761, 0.00151),
+    "EP": (0.0001, 0.007),
+    "FT": (0.00563, 0.00230),
+    "IS": (0.00420, 0.00641),
+    "MG": (0.00457, 0.00330),
+}
 #: Table II's process counts (the CPU jobs' ``ppn``).
 CPU_PPN = (2, 4, 8)
 
@@ -83,9 +102,11 @@ GPU_RUN_S, CPU_RUN_S = (7 * 60.0, 13 * 60.0), (0.5 * 60.0, 11 * 60.0)
 REQUEST_FACTOR = 1.15
 #: Section IV-C's figures per metric: (conventional run, collocation run); ``None``: not given.
 PAPER: dict[str, tuple[float | None, float]] = {
-    "makespan_s": (9345.0, 7857.0), "cpu_utilization": (0.545, 0.640),
-    "gpu_utilization": (0.530, 0.631), "killed": (None, 2.3),
-}  # fmt: skip
+    "makespan_s": (9345.0, 7857.0),
+    "cpu_utilization": (0.545, 0.640),
+    "gpu_utilization": (0.530, 0.631),
+    "killed": (None, 2.3),
+}
 #: Section IV-C's split of the ~188,000 under-used core-seconds (P_M 1/3, P_B 9).
 PAPER_SPLIT = {"monitoring": 0.333, "cap": 0.103, "collectible": 0.564}
 #: The collectible share the paper reports for its "stronger" policy (P_M 1/5).
@@ -155,15 +176,28 @@ def wu_hong_workload(seed: int) -> list[WuHongJob]:
     jobs = []
     for k, (name, _, load, copy_bw) in enumerate(TABLE_III[:GPU_JOBS]):
         duration = rng.uniform(*GPU_RUN_S)
-        job = Job(f"g{k + 1}", 512, 0, device_count=GPUS_PER_NODE, cpu_milli=CORES * MILLI,
-                  memory_mib=4096, walltime_s=REQUEST_FACTOR * duration,
-                  copy_bw_mbps=copy_bw)  # fmt: skip
+        job = Job(
+            f"g{k + 1}",
+            512,
+            0,
+            device_count=GPUS_PER_NODE,
+            cpu_milli=CORES * MILLI,
+            memory_mib=4096,
+            walltime_s=REQUEST_FACTOR * duration,
+            copy_bw_mbps=copy_bw,
+        )
         jobs.append(WuHongJob(job, duration, load, name))
     for k in range(CPU_JOBS):
         kind, ppn = rng.choice(sorted(TABLE_IV)), rng.choice(CPU_PPN)
         duration = low - scale * math.log(1.0 - rng.random() * keep)
-        job = Job(f"c{k + 1}", device_count=0, kind="cpu", cpu_milli=ppn * MILLI,
-                  memory_mib=ppn * 512, walltime_s=REQUEST_FACTOR * duration)  # fmt: skip
+        job = Job(
+            f"c{k + 1}",
+            device_count=0,
+            kind="cpu",
+            cpu_milli=ppn * MILLI,
+            memory_mib=ppn * 512,
+            walltime_s=REQUEST_FACTOR * duration,
+        )
         jobs.append(WuHongJob(job, duration, float(ppn), kind, TABLE_IV[kind]))
     return jobs
 
@@ -226,8 +260,12 @@ class CollocationRun:
     mean_cpu_slowdown: float = 1.0
 
 
-def underused_split(jobs: Sequence[WuHongJob], monitor_fraction: float, max_harvest_cores: int,
-                    copy_bw_limit_mbps: float) -> dict[str, float]:  # fmt: skip
+def underused_split(
+    jobs: Sequence[WuHongJob],
+    monitor_fraction: float,
+    max_harvest_cores: int,
+    copy_bw_limit_mbps: float,
+) -> dict[str, float]:
     """The GPU jobs' idle core-seconds by why they could not be lent (section IV-C's split).
 
     Computed from the jobs' own run times, loads and requests, as the paper's accounting:
@@ -253,8 +291,13 @@ def underused_split(jobs: Sequence[WuHongJob], monitor_fraction: float, max_harv
     return out
 
 
-def run_wu_hong(policy: Policy, seed: int, *, split_params: tuple[float, int, float] | None = None,
-                cycle_delay_s: float = 1.0) -> CollocationRun:  # fmt: skip
+def run_wu_hong(
+    policy: Policy,
+    seed: int,
+    *,
+    split_params: tuple[float, int, float] | None = None,
+    cycle_delay_s: float = 1.0,
+) -> CollocationRun:
     """Run the workload of ``seed`` under ``policy``; every plan is checked with
     :func:`coshare.verify.check_plan` (the simulation stops on a broken plan).
 
@@ -263,12 +306,14 @@ def run_wu_hong(policy: Policy, seed: int, *, split_params: tuple[float, int, fl
             paper's 1/3, 9, 300).
     """
     return _Sim(wu_hong_nodes(), wu_hong_workload(seed), policy, cycle_delay_s).run(
-        seed, split_params or (1 / 3, 9, 300.0))
+        seed, split_params or (1 / 3, 9, 300.0)
+    )
 
 
 class _Sim:
-    def __init__(self, nodes: tuple[Node, ...], jobs: list[WuHongJob], policy: Policy,
-                 cycle_delay_s: float) -> None:  # fmt: skip
+    def __init__(
+        self, nodes: tuple[Node, ...], jobs: list[WuHongJob], policy: Policy, cycle_delay_s: float
+    ) -> None:
         self.nodes = nodes
         self.specs = {s.job.id: s for s in jobs}
         self.order = [s.job.id for s in jobs]
@@ -282,7 +327,9 @@ class _Sim:
         self.cycles = 0
         self.facts = MeasuredFacts(
             traits={s.job.id: JobTraits(cpu_load_cores=s.load_cores) for s in jobs},
-            default=_NO_PROBE, sample_interval_s=SAMPLE_INTERVAL_S)  # fmt: skip
+            default=_NO_PROBE,
+            sample_interval_s=SAMPLE_INTERVAL_S,
+        )
 
     def run(self, seed: int, split_params: tuple[float, int, float]) -> CollocationRun:
         now, due = 0.0, self.delay
@@ -290,8 +337,9 @@ class _Sim:
             tick = (math.floor(now / POLL_S) + 1) * POLL_S if self.pending else math.inf
             t = min(self._next_end(now), due, tick)
             if math.isinf(t):
-                raise CollocationSimError(f"jobs {', '.join(list(self.pending)[:5])} can "
-                                          "never start")  # fmt: skip
+                raise CollocationSimError(
+                    f"jobs {', '.join(list(self.pending)[:5])} can never start"
+                )
             self._advance(now, t)
             now = t
             if self._end_jobs(now):
@@ -317,9 +365,11 @@ class _Sim:
                 self.harvested_core_s += (t - now) * r.spec.job.total_cpu_milli / MILLI
 
     def _end_jobs(self, now: float) -> bool:
-        done = [(i, r) for i, r in self.running.items()
-                if r.left_s <= 1e-6 or now >= r.start_s + (r.spec.job.walltime_s or math.inf)
-                - 1e-6]  # fmt: skip
+        done = [
+            (i, r)
+            for i, r in self.running.items()
+            if r.left_s <= 1e-6 or now >= r.start_s + (r.spec.job.walltime_s or math.inf) - 1e-6
+        ]
         for i, r in done:
             self.ended[i] = (r.start_s, now, r.left_s > 1e-6)
             del self.running[i]
@@ -329,11 +379,21 @@ class _Sim:
         running = []
         for i, r in self.running.items():
             job = r.spec.job
-            running.append(RunningJob(
-                i, r.node, r.devices, job.device_memory_mib, job.device_threads,
-                job.total_cpu_milli, job.total_memory_mib, start_time_s=r.start_s,
-                walltime_s=job.walltime_s, copy_bw_mbps=job.copy_bw_mbps,
-                harvest_from=r.harvest_from if r.harvest_from in self.running else None))
+            running.append(
+                RunningJob(
+                    i,
+                    r.node,
+                    r.devices,
+                    job.device_memory_mib,
+                    job.device_threads,
+                    job.total_cpu_milli,
+                    job.total_memory_mib,
+                    start_time_s=r.start_s,
+                    walltime_s=job.walltime_s,
+                    copy_bw_mbps=job.copy_bw_mbps,
+                    harvest_from=r.harvest_from if r.harvest_from in self.running else None,
+                )
+            )
         pending = tuple(self.specs[i].job for i in self.pending)
         snap = Snapshot(self.nodes, tuple(running), pending, now_s=now)
         return attach(snap, self.facts.facts(now, snap.nodes, snap.running))
@@ -355,8 +415,9 @@ class _Sim:
         for a in plan.assignments:
             spec = self.specs[a.job]
             del self.pending[a.job]
-            self.running[a.job] = _Running(spec, a.node, a.devices, now, spec.duration_s,
-                                           a.harvest_from)  # fmt: skip
+            self.running[a.job] = _Running(
+                spec, a.node, a.devices, now, spec.duration_s, a.harvest_from
+            )
 
     def _rates(self) -> None:
         for r in self.running.values():
@@ -390,15 +451,22 @@ class _Sim:
         # Lent cores are counted in both kinds' core-seconds; the idle is what neither held.
         idle = total - cpu_core_s - gpu_core_s + self.harvested_core_s
         return CollocationRun(
-            policy=self.policy.name, seed=seed, makespan_s=makespan,
+            policy=self.policy.name,
+            seed=seed,
+            makespan_s=makespan,
             cpu_utilization=busy / total if total else 0.0,
             gpu_utilization=device_s / (devices * makespan) if makespan else 0.0,
-            killed=sum(1 for _, _, k in self.ended.values() if k), requeued=self.requeued,
-            cpu_job_core_s=cpu_core_s, gpu_job_core_s=gpu_core_s, idle_core_s=idle,
-            harvested_core_s=self.harvested_core_s, underused_core_s=sum(split.values()),
-            split=split, cycles=self.cycles,
+            killed=sum(1 for _, _, k in self.ended.values() if k),
+            requeued=self.requeued,
+            cpu_job_core_s=cpu_core_s,
+            gpu_job_core_s=gpu_core_s,
+            idle_core_s=idle,
+            harvested_core_s=self.harvested_core_s,
+            underused_core_s=sum(split.values()),
+            split=split,
+            cycles=self.cycles,
             mean_cpu_slowdown=sum(slowdowns) / len(slowdowns) if slowdowns else 1.0,
-        )  # fmt: skip
+        )
 
 
 #: The sweep of ``P_M`` and ``P_B`` printed beside the paper's runs (section IV-C names

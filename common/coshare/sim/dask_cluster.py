@@ -43,9 +43,11 @@ DASK_LOGGERS = ("distributed", "dask_jobqueue")
 #: A scheduler address Dask's TCP transport takes: ``tcp://`` (or no scheme), a host name,
 #: IPv4 or bracketed IPv6 address, and a port. (TLS would need certificates coshare has no
 #: settings for; other transports need packages it does not install.)
-_ADDRESS = re.compile(r"(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,15})://)?"
-                      r"(?P<host>\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
-                      r":(?P<port>[0-9]{1,5})")  # fmt: skip
+_ADDRESS = re.compile(
+    r"(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,15})://)?"
+    r"(?P<host>\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
+    r":(?P<port>[0-9]{1,5})"
+)
 SCHEMES = ("tcp",)
 
 
@@ -64,8 +66,9 @@ def check_address(address: str) -> str:
         raise InputError(f"{what} is not HOST:PORT ({allowed})")
     scheme = (found["scheme"] or "tcp").lower()
     if scheme not in SCHEMES:
-        raise InputError(f"{what}: coshare connects over {' or '.join(SCHEMES)}, not "
-                         f"{scheme} ({allowed})")  # fmt: skip
+        raise InputError(
+            f"{what}: coshare connects over {' or '.join(SCHEMES)}, not {scheme} ({allowed})"
+        )
     if not 1 <= int(found["port"]) <= 65535:
         raise InputError(f"{what}: port {found['port']} is out of range ({allowed})")
     return address
@@ -105,8 +108,12 @@ def open_executor(config: Config) -> Iterator[Executor]:
             stack.callback(client.close)
             # A scheduler without workers accepts tasks and never runs them: wait for one
             # as for a cluster coshare starts, so the command ends instead of hanging.
-            _wait_for_workers(client, sim, shorten_text(sim.dask_scheduler),
-                              "start its workers with `dask worker ADDRESS`")  # fmt: skip
+            _wait_for_workers(
+                client,
+                sim,
+                shorten_text(sim.dask_scheduler),
+                "start its workers with `dask worker ADDRESS`",
+            )
         else:
             cluster = _start_cluster(distributed, config)
             stack.callback(_close_quietly, cluster)
@@ -114,30 +121,35 @@ def open_executor(config: Config) -> Iterator[Executor]:
             stack.callback(client.close)
             if sim.dask_cluster != "local":
                 cluster.scale(jobs=sim.workers)
-            _wait_for_workers(client, sim, str(cluster.scheduler_address),
-                              f"{sim.dask_cluster} workers; see sim.log_directory for their "
-                              "output")  # fmt: skip
+            _wait_for_workers(
+                client,
+                sim,
+                str(cluster.scheduler_address),
+                f"{sim.dask_cluster} workers; see sim.log_directory for their output",
+            )
         yield DaskExecutor(client, sim.retries, sim.worker_timeout_s)
 
 
 def _connect(distributed: Any, where: Any, sim: SimConfig) -> Any:
     address = where if isinstance(where, str) else where.scheduler_address
     try:
-        return distributed.Client(where, timeout=sim.connect_timeout_s,
-                                  set_as_default=False)  # fmt: skip
+        return distributed.Client(where, timeout=sim.connect_timeout_s, set_as_default=False)
     except Exception as exc:  # OSError, TimeoutError, and whatever a transport raises
-        raise ExecutorError(f"cannot reach the Dask scheduler at {shorten_text(str(address))} "
-                            f"within {sim.connect_timeout_s:g} s: "
-                            f"{shorten_text(str(exc) or type(exc).__name__)}") from exc
+        raise ExecutorError(
+            f"cannot reach the Dask scheduler at {shorten_text(str(address))} "
+            f"within {sim.connect_timeout_s:g} s: "
+            f"{shorten_text(str(exc) or type(exc).__name__)}"
+        ) from exc
 
 
 def _wait_for_workers(client: Any, sim: SimConfig, address: str, hint: str) -> None:
     try:
         client.wait_for_workers(1, timeout=sim.worker_timeout_s)
     except (TimeoutError, OSError) as exc:
-        raise ExecutorError(f"no Dask worker joined the scheduler at {address} within "
-                            f"{sim.worker_timeout_s:g} s (sim.worker_timeout_s; {hint})"
-                            ) from exc  # fmt: skip
+        raise ExecutorError(
+            f"no Dask worker joined the scheduler at {address} within "
+            f"{sim.worker_timeout_s:g} s (sim.worker_timeout_s; {hint})"
+        ) from exc
 
 
 def _close_quietly(cluster: Any) -> None:
@@ -151,9 +163,13 @@ def _start_cluster(distributed: Any, config: Config) -> Any:
     host = sim.scheduler_host
     if sim.dask_cluster == "local":
         return distributed.LocalCluster(
-            n_workers=sim.workers, threads_per_worker=1, processes=True,
-            host=host or "127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR,
-        )  # fmt: skip
+            n_workers=sim.workers,
+            threads_per_worker=1,
+            processes=True,
+            host=host or "127.0.0.1",
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
     try:
         import dask_jobqueue
     except ImportError as exc:
@@ -177,7 +193,8 @@ def _start_cluster(distributed: Any, config: Config) -> Any:
         if config.slurm.bin_dir:
             os.environ["PATH"] = f"{config.slurm.bin_dir}{os.pathsep}{os.environ['PATH']}"
         return dask_jobqueue.SLURMCluster(  # type: ignore[attr-defined]
-            queue=config.slurm.partition, walltime=sim.worker_walltime, **common)
+            queue=config.slurm.partition, walltime=sim.worker_walltime, **common
+        )
     if config.condor.config_file:
         os.environ["CONDOR_CONFIG"] = config.condor.config_file  # condor_submit reads it
     return dask_jobqueue.HTCondorCluster(disk="1GiB", **common)  # type: ignore[attr-defined]

@@ -49,8 +49,7 @@ class ExecutionModel(Protocol):
     busy_thread_s: list[float]
     peak_threads: list[int]
 
-    def bind(self, jobs: Jobs, device_threads: Sequence[int],
-             schedule: Schedule) -> None:  # fmt: skip
+    def bind(self, jobs: Jobs, device_threads: Sequence[int], schedule: Schedule) -> None:
         """Prepare for a run over ``jobs`` on devices with these hardware threads."""
         ...
 
@@ -78,8 +77,7 @@ class FixedModel:
         self._used: list[int] = []
         self._devices: dict[int, tuple[int, ...]] = {}
 
-    def bind(self, jobs: Jobs, device_threads: Sequence[int],
-             schedule: Schedule) -> None:  # fmt: skip
+    def bind(self, jobs: Jobs, device_threads: Sequence[int], schedule: Schedule) -> None:
         self._jobs = jobs
         self._schedule = schedule
         self.busy_thread_s = [0.0] * len(device_threads)
@@ -131,8 +129,7 @@ class OffloadModel:
         self._parts: dict[int, int] = {}
         self._waited: dict[int, float] = {}
 
-    def bind(self, jobs: Jobs, device_threads: Sequence[int],
-             schedule: Schedule) -> None:  # fmt: skip
+    def bind(self, jobs: Jobs, device_threads: Sequence[int], schedule: Schedule) -> None:
         self._jobs = jobs
         self._schedule = schedule
         self._threads = list(device_threads)

@@ -203,16 +203,24 @@ def simulate(
         SimulationError: a plan exceeds the cluster (or breaks the contract, with verify), or
             a stream's job arrives before the one before it.
     """
-    engine = _Engine(nodes, jobs, policy, options or SimOptions(), model or OffloadModel(),
-                     progress, record)  # fmt: skip
+    engine = _Engine(
+        nodes, jobs, policy, options or SimOptions(), model or OffloadModel(), progress, record
+    )
     engine.facts = facts
     return engine.run()
 
 
 class _Engine:
-    def __init__(self, nodes: Sequence[Node], jobs: Sequence[SimJob] | Iterator[SimJob],
-                 policy: Policy, options: SimOptions, model: ExecutionModel,
-                 progress: Progress | None, record: Record | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        jobs: Sequence[SimJob] | Iterator[SimJob],
+        policy: Policy,
+        options: SimOptions,
+        model: ExecutionModel,
+        progress: Progress | None,
+        record: Record | None = None,
+    ) -> None:
         self.nodes = tuple(nodes)
         # A stream keeps its live jobs by index (arrived, not ended); a sequence is kept.
         self.stream: Iterator[tuple[int, SimJob]] | None = None
@@ -275,9 +283,11 @@ class _Engine:
         assert self.stream is not None
         for i, sim in self.stream:
             if sim.job.submit_time_s < self.arrived_s:
-                raise SimulationError(f"job {sim.job.id} submits at {sim.job.submit_time_s:g}, "
-                                      f"before the job read before it ({self.arrived_s:g}): "
-                                      "a stream must come in submit order")  # fmt: skip
+                raise SimulationError(
+                    f"job {sim.job.id} submits at {sim.job.submit_time_s:g}, "
+                    f"before the job read before it ({self.arrived_s:g}): "
+                    "a stream must come in submit order"
+                )
             self.arrived_s = sim.job.submit_time_s
             self.live[i] = sim
             self.push(sim.job.submit_time_s, _ARRIVAL, (i, -1))
@@ -349,8 +359,15 @@ class _Engine:
             self.start[j] = now
             self.model.start(j, tuple(d for part in self.placed[j] for d in part[2]), now)
 
-    def begin(self, j: int, node: str, device_ids: tuple[str, ...], now: float,
-              processes: int | None, part: Assignment | None = None) -> None:  # fmt: skip
+    def begin(
+        self,
+        j: int,
+        node: str,
+        device_ids: tuple[str, ...],
+        now: float,
+        processes: int | None,
+        part: Assignment | None = None,
+    ) -> None:
         """Take what job ``j`` holds on ``node`` (a gang: its ``processes`` there)."""
         job = self.jobs[j].job
         count = job.processes if processes is None else processes

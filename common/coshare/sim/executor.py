@@ -37,8 +37,11 @@ from coshare.sim.runs import Done, Failure, Results, Task
 def _reason(exc: BaseException) -> str:
     """An exception as one bounded line of a message."""
     text = str(exc) or type(exc).__name__
-    return shorten_text(f"{type(exc).__name__}: {text}" if type(exc).__module__ != "coshare"
-                        and not type(exc).__module__.startswith("coshare.") else text)
+    return shorten_text(
+        f"{type(exc).__name__}: {text}"
+        if type(exc).__module__ != "coshare" and not type(exc).__module__.startswith("coshare.")
+        else text
+    )
 
 
 def _cancelled(future: Any) -> str:
@@ -59,8 +62,9 @@ def _cancelled(future: Any) -> str:
 
 
 def _lost(name: str, tries: int) -> Failure:
-    return Failure(name, f"its worker died {tries} time{'s' if tries != 1 else ''} "
-                         "(retries exhausted)")  # fmt: skip
+    return Failure(
+        name, f"its worker died {tries} time{'s' if tries != 1 else ''} (retries exhausted)"
+    )
 
 
 class LocalExecutor:
@@ -112,8 +116,14 @@ class LocalExecutor:
                     (suspects if alone else todo).append(i)
         return results
 
-    def _pool_round(self, tasks: Sequence[Task], todo: list[int], results: Results,
-                    done: Done | None, width: int) -> tuple[list[int], list[int]]:  # fmt: skip
+    def _pool_round(
+        self,
+        tasks: Sequence[Task],
+        todo: list[int],
+        results: Results,
+        done: Done | None,
+        width: int,
+    ) -> tuple[list[int], list[int]]:
         """Run ``todo`` in one pool of ``width`` processes until it is done or the pool
         breaks; the tasks lost in flight, and those never started."""
         waiting = iter(todo)
@@ -157,8 +167,13 @@ class DaskExecutor:
     POLL_S = 0.2
     CHECK_WORKERS_S = 1.0
 
-    def __init__(self, client: Any, retries: int = 2, worker_timeout_s: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: Any,
+        retries: int = 2,
+        worker_timeout_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.retries = retries
         self.worker_timeout_s = worker_timeout_s
@@ -236,13 +251,21 @@ class DaskExecutor:
                     done(i)
         return results
 
-    def _abandon(self, tasks: Sequence[Task], index: dict[str, int], futures: dict[str, Any],
-                 results: Results, done: Done | None) -> None:  # fmt: skip
+    def _abandon(
+        self,
+        tasks: Sequence[Task],
+        index: dict[str, int],
+        futures: dict[str, Any],
+        results: Results,
+        done: Done | None,
+    ) -> None:
         """Fail every task not done: no worker is left to run them."""
         with contextlib.suppress(Exception):  # the scheduler may be going too
             self.client.cancel(list(futures.values()))
-        reason = (f"no Dask worker left for {self.worker_timeout_s:g} s (sim.worker_timeout_s): "
-                  "every worker died or its job was cancelled")  # fmt: skip
+        reason = (
+            f"no Dask worker left for {self.worker_timeout_s:g} s (sim.worker_timeout_s): "
+            "every worker died or its job was cancelled"
+        )
         for i in sorted(index.values()):
             results.failed[i] = Failure(tasks[i].name, reason)
             if done is not None:
@@ -253,8 +276,9 @@ class _WorkerWatch:
     """Whether the scheduler has had no worker for longer than ``timeout_s`` (asked at most
     every ``every_s``)."""
 
-    def __init__(self, client: Any, timeout_s: float, clock: Callable[[], float],
-                 every_s: float) -> None:  # fmt: skip
+    def __init__(
+        self, client: Any, timeout_s: float, clock: Callable[[], float], every_s: float
+    ) -> None:
         self.client = client
         self.timeout_s = timeout_s
         self.clock = clock

@@ -72,15 +72,24 @@ class Setup:
 
     def policy(self, name: str, seed: int) -> Policy:
         """The policy ``name`` for a run with ``seed`` (the random policy's seed)."""
-        return make_policy(name, PolicyOptions(threads=self.threads, seed=seed,
-                                               age_limit_s=self.age_limit_s,
-                                               memory_grid_mib=self.memory_grid_mib,
-                                               **dict(self.policy_params)))  # fmt: skip
+        return make_policy(
+            name,
+            PolicyOptions(
+                threads=self.threads,
+                seed=seed,
+                age_limit_s=self.age_limit_s,
+                memory_grid_mib=self.memory_grid_mib,
+                **dict(self.policy_params),
+            ),
+        )
 
     def options(self) -> SimOptions:
         """The engine's options."""
-        return SimOptions(cycle_delay_s=self.cycle_delay_s, verify=self.verify,
-                          strict_threads=self.threads == "strict")  # fmt: skip
+        return SimOptions(
+            cycle_delay_s=self.cycle_delay_s,
+            verify=self.verify,
+            strict_threads=self.threads == "strict",
+        )
 
 
 def draws_for(workload: str, jobs: int, seed: int) -> tuple[JobDraw, ...]:
@@ -98,8 +107,12 @@ def draws_for(workload: str, jobs: int, seed: int) -> tuple[JobDraw, ...]:
 def paper_calibration(seed: int, setup: Setup) -> Calibration:
     """The offload share for ``seed``: MC at 50% on the paper's own Table I setting
     (1000 jobs, 8 nodes), whatever set is simulated afterwards."""
-    return calibrate(paper_cluster(PAPER_NODES), table1_draws(TABLE1_JOBS, seed),
-                     PAPER_MC_UTILIZATION, setup.options())  # fmt: skip
+    return calibrate(
+        paper_cluster(PAPER_NODES),
+        table1_draws(TABLE1_JOBS, seed),
+        PAPER_MC_UTILIZATION,
+        setup.options(),
+    )
 
 
 @dataclass(frozen=True)
@@ -125,9 +138,17 @@ class Comparison:
     footprints: dict[str, Footprint] = field(default_factory=dict)
 
 
-def compare(workload: str, jobs: int, nodes: int, policies: Sequence[str], seed: int,
-            setup: Setup, footprint: bool = False, step: Step | None = None,
-            calibration: Calibration | None = None) -> Comparison:  # fmt: skip
+def compare(
+    workload: str,
+    jobs: int,
+    nodes: int,
+    policies: Sequence[str],
+    seed: int,
+    setup: Setup,
+    footprint: bool = False,
+    step: Step | None = None,
+    calibration: Calibration | None = None,
+) -> Comparison:
     """Run ``policies`` on a paper workload; optionally search each one's footprint.
 
     Args:
@@ -149,8 +170,9 @@ def compare(workload: str, jobs: int, nodes: int, policies: Sequence[str], seed:
     def run(name: str, size: int) -> SimResult:
         if name == BASELINE and size == nodes and baseline is not None:
             return baseline
-        result = simulate(paper_cluster(size), sim_jobs, setup.policy(name, seed),
-                          options=setup.options())  # fmt: skip
+        result = simulate(
+            paper_cluster(size), sim_jobs, setup.policy(name, seed), options=setup.options()
+        )
         if step is not None:
             step(f"{workload} seed {seed}: {name} on {size} nodes")
         return result
@@ -165,12 +187,20 @@ def compare(workload: str, jobs: int, nodes: int, policies: Sequence[str], seed:
             footprints[name] = search_footprint(
                 _makespan_at(run, name, {nodes: result.makespan_s}), base.makespan_s, nodes
             )
-    return Comparison(workload, seed, nodes, jobs, share,
-                      {n: summarize(r) for n, r in results.items()}, footprints)  # fmt: skip
+    return Comparison(
+        workload,
+        seed,
+        nodes,
+        jobs,
+        share,
+        {n: summarize(r) for n, r in results.items()},
+        footprints,
+    )
 
 
-def _makespan_at(run: Callable[[str, int], SimResult], name: str,
-                 known: dict[int, float]) -> Callable[[int], float]:  # fmt: skip
+def _makespan_at(
+    run: Callable[[str, int], SimResult], name: str, known: dict[int, float]
+) -> Callable[[int], float]:
     """Makespan of policy ``name`` on ``n`` nodes, reusing the sizes already simulated."""
 
     def at(n: int) -> float:
@@ -181,9 +211,15 @@ def _makespan_at(run: Callable[[str, int], SimResult], name: str,
     return at
 
 
-def _share(workload: str, jobs: int, nodes: int, seed: int, setup: Setup,
-           calibration: Calibration | None,
-           step: Step | None) -> tuple[float, SimResult | None]:  # fmt: skip
+def _share(
+    workload: str,
+    jobs: int,
+    nodes: int,
+    seed: int,
+    setup: Setup,
+    calibration: Calibration | None,
+    step: Step | None,
+) -> tuple[float, SimResult | None]:
     """The offload share, and the baseline run if the calibration run is it."""
     if setup.offload_share is not None:
         return setup.offload_share, None
@@ -214,9 +250,17 @@ class Sweep:
     runs: dict[tuple[str, int], RunSummary]
 
 
-def sweep(workload: str, sizes: Sequence[int], policies: Sequence[str], seed: int, setup: Setup,
-          jobs: int | None = None, jobs_per_node: int | None = None, step: Step | None = None,
-          calibration: Calibration | None = None) -> Sweep:  # fmt: skip
+def sweep(
+    workload: str,
+    sizes: Sequence[int],
+    policies: Sequence[str],
+    seed: int,
+    setup: Setup,
+    jobs: int | None = None,
+    jobs_per_node: int | None = None,
+    step: Step | None = None,
+    calibration: Calibration | None = None,
+) -> Sweep:
     """Every policy on every cluster size: a fixed job set of ``jobs`` (Fig. 9), or
     ``jobs_per_node`` jobs per node (Fig. 10, constant job pressure)."""
     if (jobs is None) == (jobs_per_node is None):
@@ -230,8 +274,9 @@ def sweep(workload: str, sizes: Sequence[int], policies: Sequence[str], seed: in
     runs: dict[tuple[str, int], RunSummary] = {}
     for n in sizes:
         for name in policies:
-            result = simulate(paper_cluster(n), sets[counts[n]], setup.policy(name, seed),
-                              options=setup.options())  # fmt: skip
+            result = simulate(
+                paper_cluster(n), sets[counts[n]], setup.policy(name, seed), options=setup.options()
+            )
             runs[(name, n)] = summarize(result)
             if step is not None:
                 step(f"{workload} seed {seed}: {name} on {n} nodes")

@@ -72,8 +72,9 @@ class FactsModel(Protocol):
     ``now_s``; a node it has nothing for is left out (planned without facts).
     """
 
-    def facts(self, now_s: float, nodes: Sequence[Node],
-              running: Sequence[RunningJob]) -> Mapping[str, NodeFacts]:  # fmt: skip
+    def facts(
+        self, now_s: float, nodes: Sequence[Node], running: Sequence[RunningJob]
+    ) -> Mapping[str, NodeFacts]:
         """The facts each node published last, as of ``now_s``."""
         ...
 
@@ -98,8 +99,9 @@ class MeasuredFacts:
     history: int = 60
     min_available: float = 0.05
 
-    def facts(self, now_s: float, nodes: Sequence[Node],
-              running: Sequence[RunningJob]) -> Mapping[str, NodeFacts]:  # fmt: skip
+    def facts(
+        self, now_s: float, nodes: Sequence[Node], running: Sequence[RunningJob]
+    ) -> Mapping[str, NodeFacts]:
         sampled = math.floor(now_s / self.sample_interval_s) * self.sample_interval_s
         by_node: dict[str, list[RunningJob]] = {}
         for job in running:
@@ -111,9 +113,13 @@ class MeasuredFacts:
             if hardware is None:
                 continue
             jobs = by_node.get(node.name, [])
-            out[node.name] = NodeFacts(sampled, self._membw(hardware, jobs, sampled),
-                                       hardware.llc_ways, self._free_ways(hardware, jobs),
-                                       self._loads(jobs, sampled))  # fmt: skip
+            out[node.name] = NodeFacts(
+                sampled,
+                self._membw(hardware, jobs, sampled),
+                hardware.llc_ways,
+                self._free_ways(hardware, jobs),
+                self._loads(jobs, sampled),
+            )
         return out
 
     def _loads(self, jobs: Sequence[RunningJob], sampled: float) -> tuple[JobLoad, ...]:
@@ -124,8 +130,9 @@ class MeasuredFacts:
                 continue
             # Sampled at every interval boundary from the first after its start: two samples
             # (one whole interval) make a load.
-            first = math.ceil(job.start_time_s / self.sample_interval_s - 1e-9) \
-                * self.sample_interval_s  # fmt: skip
+            first = (
+                math.ceil(job.start_time_s / self.sample_interval_s - 1e-9) * self.sample_interval_s
+            )
             intervals = round((sampled - first) / self.sample_interval_s)
             if intervals < 1:
                 continue
@@ -133,16 +140,24 @@ class MeasuredFacts:
             loads.append(JobLoad(job.id, load, load, load, window))
         return tuple(loads)
 
-    def _membw(self, hardware: NodeHardware, jobs: Sequence[RunningJob],
-               sampled: float) -> MembwFacts | None:  # fmt: skip
+    def _membw(
+        self, hardware: NodeHardware, jobs: Sequence[RunningJob], sampled: float
+    ) -> MembwFacts | None:
         if hardware.membw_baseline_gbps is None:
             return None
         # The probe ran at ``sampled``: a job started since is not in it.
-        used = sum(self.traits.get(j.id, JobTraits()).membw_share or 0.0 for j in jobs
-                   if j.start_time_s is None or j.start_time_s < sampled)  # fmt: skip
+        used = sum(
+            self.traits.get(j.id, JobTraits()).membw_share or 0.0
+            for j in jobs
+            if j.start_time_s is None or j.start_time_s < sampled
+        )
         available = max(1.0 - used, self.min_available)
-        return MembwFacts(hardware.membw_baseline_gbps * available,
-                          hardware.membw_baseline_gbps, hardware.probe_cores, sampled)
+        return MembwFacts(
+            hardware.membw_baseline_gbps * available,
+            hardware.membw_baseline_gbps,
+            hardware.probe_cores,
+            sampled,
+        )
 
     def _free_ways(self, hardware: NodeHardware, jobs: Sequence[RunningJob]) -> int | None:
         if hardware.llc_ways is None:

@@ -33,8 +33,12 @@ class Footprint:
     makespans: dict[int, float] = field(default_factory=dict)
 
 
-def search_footprint(makespan_at: Callable[[int], float], target_s: float, baseline_nodes: int,
-                     max_nodes: int | None = None) -> Footprint:  # fmt: skip
+def search_footprint(
+    makespan_at: Callable[[int], float],
+    target_s: float,
+    baseline_nodes: int,
+    max_nodes: int | None = None,
+) -> Footprint:
     """The smallest node count whose makespan is at most ``target_s``.
 
     Args:

@@ -55,8 +55,14 @@ BATCH_PODS = 100
 #: The knapsack's memory step for GPU milli (requests are multiples of 10 milli).
 MILLI_GRID = 10
 #: Published unallocated GPU % at 100% arrival, median of 10 seeds (ATC'23).
-PUBLISHED_AT_100 = {"random": 13.75, "dotprod": 9.45, "gpuclustering": 8.42,
-                    "gpupacking": 8.20, "bestfit": 7.09, "fgd": 4.77}  # fmt: skip
+PUBLISHED_AT_100 = {
+    "random": 13.75,
+    "dotprod": 9.45,
+    "gpuclustering": 8.42,
+    "gpupacking": 8.20,
+    "bestfit": 7.09,
+    "fgd": 4.77,
+}
 
 
 def gpu_request(job: Job) -> int:
@@ -69,8 +75,9 @@ def gpu_capacity(nodes: Sequence[Node]) -> int:
     return sum(len(n.devices) for n in nodes) * GPU_MILLI
 
 
-def arrivals(pods: Sequence[Job], capacity: int, seed: int,
-             limit: float = ARRIVAL_LIMIT) -> tuple[Job, ...]:  # fmt: skip
+def arrivals(
+    pods: Sequence[Job], capacity: int, seed: int, limit: float = ARRIVAL_LIMIT
+) -> tuple[Job, ...]:
     """The pods of one seed: shuffled, then clones until requests reach ``limit`` x capacity."""
     rng = random.Random(f"pods:{seed}")
     order = list(pods)
@@ -92,8 +99,7 @@ def node_order(nodes: Sequence[Node], seed: int) -> tuple[Node, ...]:
     return tuple(order)
 
 
-def fragmentation_options(nodes: Sequence[Node], pods: Sequence[Job],
-                          seed: int) -> PolicyOptions:  # fmt: skip
+def fragmentation_options(nodes: Sequence[Node], pods: Sequence[Job], seed: int) -> PolicyOptions:
     """Policy options for the benchmark: FGD's target workload from the pod list (as the
     benchmark's simulator does), BestFit's scale from the cluster, a 10-milli knapsack grid,
     and soft threads (threads mirror GPU milli, so a thread dimension adds nothing)."""
@@ -180,8 +186,11 @@ def run_benchmark(
         raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     capacity = gpu_capacity(nodes)
     sequence = arrivals(pods, capacity, seed)
-    impl = (make_policy(policy, fragmentation_options(nodes, pods, seed))
-            if isinstance(policy, str) else policy)  # fmt: skip
+    impl = (
+        make_policy(policy, fragmentation_options(nodes, pods, seed))
+        if isinstance(policy, str)
+        else policy
+    )
     ledger = _Ledger(node_order(nodes, seed))
     size = 1 if protocol == "online" else max(1, batch)
     arrived_milli = 0
@@ -212,12 +221,21 @@ def run_benchmark(
             at_100 = ledger.breakdown(capacity, min_cores)
         if step is not None:
             step(start + len(chunk))
-    return FragRun(impl.name, protocol, seed, tuple(arrived), tuple(allocated), placed,
-                   len(sequence) - placed, at_100)  # fmt: skip
+    return FragRun(
+        impl.name,
+        protocol,
+        seed,
+        tuple(arrived),
+        tuple(allocated),
+        placed,
+        len(sequence) - placed,
+        at_100,
+    )
 
 
-def benchmark_bound(nodes: Sequence[Node], pods: Sequence[Job], protocol: str, seed: int,
-                    batch: int = BATCH_PODS) -> dict[float, float]:  # fmt: skip
+def benchmark_bound(
+    nodes: Sequence[Node], pods: Sequence[Job], protocol: str, seed: int, batch: int = BATCH_PODS
+) -> dict[float, float]:
     """The least unallocated GPU % any placement can leave at each arrival level
     (:data:`ARRIVAL_LEVELS`) of the benchmark's arrivals for ``seed``
     (:mod:`coshare.sim.packing_bound`). It depends on the arrivals only, never on a policy, so
@@ -234,10 +252,12 @@ def benchmark_bound(nodes: Sequence[Node], pods: Sequence[Job], protocol: str, s
         arrived_milli += sum(gpu_request(p) for p in chunk)
         arrived.append(100.0 * arrived_milli / capacity)
         submitted.append(start + len(chunk))
-    requests = [(p.device_memory_mib, p.device_count) if p.needs_device else (0, 0)
-                for p in sequence]  # fmt: skip
-    return unallocated_bound(arrived, submitted, requests, capacity // GPU_MILLI, GPU_MILLI,
-                             ARRIVAL_LEVELS)  # fmt: skip
+    requests = [
+        (p.device_memory_mib, p.device_count) if p.needs_device else (0, 0) for p in sequence
+    ]
+    return unallocated_bound(
+        arrived, submitted, requests, capacity // GPU_MILLI, GPU_MILLI, ARRIVAL_LEVELS
+    )
 
 
 def median_unallocated(runs: Sequence[FragRun], level: float) -> float:
@@ -268,11 +288,16 @@ class _Ledger:
         self.cpu_pods = [[0, 0, 0] for _ in self.nodes]  # count, cpu, memory of CPU pods
         classes: dict[object, int] = {}
         self.kind = [
-            classes.setdefault((n.cpu_milli, n.memory_mib,
-                                tuple((d.memory_mib, d.threads, d.model) for d in n.devices)),
-                               len(classes))
+            classes.setdefault(
+                (
+                    n.cpu_milli,
+                    n.memory_mib,
+                    tuple((d.memory_mib, d.threads, d.model) for d in n.devices),
+                ),
+                len(classes),
+            )
             for n in self.nodes
-        ]  # fmt: skip
+        ]
         self.key_ids: dict[object, int] = {}
         self.key_of = np.zeros(len(self.nodes), dtype=np.int64)  # node -> id of its state
         self.entries: list[tuple[RunningJob, ...] | None] = [None] * len(self.nodes)
@@ -293,8 +318,13 @@ class _Ledger:
         }
 
     def _changed(self, i: int) -> None:
-        key = (self.kind[i], int(self.cpu[i]), int(self.mem[i]), tuple(self.free[i].tolist()),
-               self.cpu_pods[i][0] > 0)  # fmt: skip
+        key = (
+            self.kind[i],
+            int(self.cpu[i]),
+            int(self.mem[i]),
+            tuple(self.free[i].tolist()),
+            self.cpu_pods[i][0] > 0,
+        )
         self.key_of[i] = self.key_ids.setdefault(key, len(self.key_ids))
         self.entries[i] = None
 
@@ -309,8 +339,11 @@ class _Ledger:
             used = dev.memory_mib - int(self.free[i, s])
             if used <= 0:
                 continue
-            out.append(RunningJob(f"{node.name}/{dev.id}", node.name, (dev.id,), used, used,
-                                  host_cpu, host_mem))  # fmt: skip
+            out.append(
+                RunningJob(
+                    f"{node.name}/{dev.id}", node.name, (dev.id,), used, used, host_cpu, host_mem
+                )
+            )
             host_cpu = host_mem = 0  # device pods' host share rides on the first entry
         count, cpu, mem = self.cpu_pods[i]
         if count:

@@ -97,14 +97,19 @@ def check_finished(job: Finished) -> str | None:
     for name, value, low, high in checks:
         if value is None or not math.isfinite(value) or not low <= value <= high:
             shown = "none" if value is None else _num(value)
-            return (f"job {shorten_text(job.id)}: {name} {shown} (allowed: {_num(low)}.."
-                    f"{_num(high)})")  # fmt: skip
+            return (
+                f"job {shorten_text(job.id)}: {name} {shown} (allowed: {_num(low)}..{_num(high)})"
+            )
     if job.end_s <= job.start_s:
-        return (f"job {shorten_text(job.id)}: end time {_num(job.end_s)} is not after its "
-                f"start time {_num(job.start_s)}")  # fmt: skip
+        return (
+            f"job {shorten_text(job.id)}: end time {_num(job.end_s)} is not after its "
+            f"start time {_num(job.start_s)}"
+        )
     if job.start_s < job.submit_s:
-        return (f"job {shorten_text(job.id)}: start time {_num(job.start_s)} is before its "
-                f"submit time {_num(job.submit_s)}")  # fmt: skip
+        return (
+            f"job {shorten_text(job.id)}: start time {_num(job.start_s)} is before its "
+            f"submit time {_num(job.submit_s)}"
+        )
     return None
 
 
@@ -150,8 +155,10 @@ def parse_rule(texts: Iterable[str]) -> DeviceMemoryRule:
     for text in texts:
         found = _RULE.fullmatch(text.strip())
         if found is None or not 1 <= int(found[3]) <= MAX_MEMORY_MIB:
-            raise InputError(f"--device-memory {shorten(text)}: expected MiB, user:NAME=MiB or "
-                             f"program:NAME=MiB, MiB in 1..{MAX_MEMORY_MIB}")  # fmt: skip
+            raise InputError(
+                f"--device-memory {shorten(text)}: expected MiB, user:NAME=MiB or "
+                f"program:NAME=MiB, MiB in 1..{MAX_MEMORY_MIB}"
+            )
         kind, name, mib = found[1], found[2], int(found[3])
         if kind is None:
             default = mib
@@ -196,14 +203,27 @@ class Workload:
 
     def records(self) -> list[dict[str, object]]:
         """Each replayed job as read (JSON output): what really ran."""
-        return [{"id": f.id, "user": f.user, "account": f.account, "cores": f.cores,
-                 "memory_mib": f.memory_mib, "devices": f.devices, "nodes": f.nodes,
-                 "run_s": f.run_s, "submit_s": f.submit_s, "used_cores": f.used_cores,
-                 "used_memory_mib": f.used_memory_mib} for f in self.finished]  # fmt: skip
+        return [
+            {
+                "id": f.id,
+                "user": f.user,
+                "account": f.account,
+                "cores": f.cores,
+                "memory_mib": f.memory_mib,
+                "devices": f.devices,
+                "nodes": f.nodes,
+                "run_s": f.run_s,
+                "submit_s": f.submit_s,
+                "used_cores": f.used_cores,
+                "used_memory_mib": f.used_memory_mib,
+            }
+            for f in self.finished
+        ]
 
 
-def _job(record: Finished, rule: DeviceMemoryRule, device_memory: int,
-         device_threads: int) -> tuple[Job, bool]:  # fmt: skip
+def _job(
+    record: Finished, rule: DeviceMemoryRule, device_memory: int, device_threads: int
+) -> tuple[Job, bool]:
     """The job a replay submits for ``record``, and whether the rule gave its device memory.
 
     Raises:
@@ -213,19 +233,38 @@ def _job(record: Finished, rule: DeviceMemoryRule, device_memory: int,
     cpu_milli = max(1, math.ceil(record.cores * MILLI / nodes))
     memory = math.ceil(record.memory_mib / nodes)
     if record.annotations:
-        job = parse_job(record.id, record.annotations, cpu_milli=cpu_milli, memory_mib=memory,
-                        submit_time_s=record.submit_s, processes=nodes)  # fmt: skip
+        job = parse_job(
+            record.id,
+            record.annotations,
+            cpu_milli=cpu_milli,
+            memory_mib=memory,
+            submit_time_s=record.submit_s,
+            processes=nodes,
+        )
         return replace(job, walltime_s=job.walltime_s or record.time_limit_s), False
     # one process per node: a job that ran on several nodes is a gang of that many
-    plain = Job(record.id, device_count=0, kind="cpu", cpu_milli=cpu_milli, memory_mib=memory,
-                processes=nodes, submit_time_s=record.submit_s, walltime_s=record.time_limit_s,
-                nodes=nodes, processes_per_node=1 if nodes > 1 else None)  # fmt: skip
+    plain = Job(
+        record.id,
+        device_count=0,
+        kind="cpu",
+        cpu_milli=cpu_milli,
+        memory_mib=memory,
+        processes=nodes,
+        submit_time_s=record.submit_s,
+        walltime_s=record.time_limit_s,
+        nodes=nodes,
+        processes_per_node=1 if nodes > 1 else None,
+    )
     if record.devices < 1:
         return plain, False
     ruled = rule.of(record)
-    return replace(plain, device_memory_mib=min(ruled or device_memory, device_memory),
-                   device_threads=device_threads, device_count=record.devices,
-                   kind="device"), True  # fmt: skip
+    return replace(
+        plain,
+        device_memory_mib=min(ruled or device_memory, device_memory),
+        device_threads=device_threads,
+        device_count=record.devices,
+        kind="device",
+    ), True
 
 
 def workload(
@@ -266,13 +305,17 @@ def workload(
         raise InputError(f"history: nothing to replay ({shown})")
     good.sort(key=lambda pair: (pair[0].submit_time_s, pair[1].start_s))
     first = good[0][0].submit_time_s
-    jobs = tuple(SwfJob(replace(j, submit_time_s=j.submit_time_s - first), f.run_s)
-                 for j, f in good)  # fmt: skip
+    jobs = tuple(
+        SwfJob(replace(j, submit_time_s=j.submit_time_s - first), f.run_s) for j, f in good
+    )
     if len(problems) > MAX_PROBLEMS:
-        problems = [*problems[:MAX_PROBLEMS], f"and {len(problems) - MAX_PROBLEMS} more records "
-                    "left out"]  # fmt: skip
-    return Workload(jobs, tuple(f for _, f in good), tuple(problems), ruled, never_ran,
-                    tuple(nodes))
+        problems = [
+            *problems[:MAX_PROBLEMS],
+            f"and {len(problems) - MAX_PROBLEMS} more records left out",
+        ]
+    return Workload(
+        jobs, tuple(f for _, f in good), tuple(problems), ruled, never_ran, tuple(nodes)
+    )
 
 
 def jain(values: Sequence[float]) -> float:
@@ -293,8 +336,11 @@ class UserFigures:
     def as_dict(self) -> dict[str, float]:
         """Means, for the report."""
         n = max(self.jobs, 1)
-        return {"jobs": self.jobs, "wait_mean_s": round(self.wait_s / n, 3),
-                "bounded_slowdown_mean": round(self.bounded / n, 4)}  # fmt: skip
+        return {
+            "jobs": self.jobs,
+            "wait_mean_s": round(self.wait_s / n, 3),
+            "bounded_slowdown_mean": round(self.bounded / n, 4),
+        }
 
 
 def fairness(users: Mapping[str, UserFigures]) -> float:
@@ -339,8 +385,10 @@ def _salvage(text: str, source: str, key: str | None) -> tuple[list[object], str
         except (json.JSONDecodeError, RecursionError, ValueError):
             break
         items.append(item)
-    return items, (f"{source}: cut short at byte {at} of {len(text)}: the {len(items)} whole "
-                   "records before it are replayed, the rest are lost")  # fmt: skip
+    return items, (
+        f"{source}: cut short at byte {at} of {len(text)}: the {len(items)} whole "
+        "records before it are replayed, the rest are lost"
+    )
 
 
 def _array_after(text: str, key: str) -> int:

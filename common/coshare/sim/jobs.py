@@ -55,8 +55,12 @@ def host_only(job: Job, duration_s: float) -> SimJob:
     return SimJob(job, (float(duration_s),))
 
 
-def split_phases(duration_s: float, offload_share: float, host_weights: tuple[float, ...],
-                 offload_weights: tuple[float, ...]) -> tuple[float, ...]:  # fmt: skip
+def split_phases(
+    duration_s: float,
+    offload_share: float,
+    host_weights: tuple[float, ...],
+    offload_weights: tuple[float, ...],
+) -> tuple[float, ...]:
     """Phases of a job of ``duration_s`` seconds that offloads ``offload_share`` of its time.
 
     Args:

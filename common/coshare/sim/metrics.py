@@ -124,8 +124,11 @@ class StreamSummary:
         if slowdown is not None:
             self._slow.add(slowdown)
             self._slow_max = max(self._slow_max, slowdown)
-            bucket = math.ceil(math.log(slowdown) / math.log(SLOWDOWN_BUCKET)) if slowdown > 0 \
+            bucket = (
+                math.ceil(math.log(slowdown) / math.log(SLOWDOWN_BUCKET))
+                if slowdown > 0
                 else -(2**62)
+            )
             self._buckets[bucket] = self._buckets.get(bucket, 0) + 1
 
     def _p95(self) -> float:

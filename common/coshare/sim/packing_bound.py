@@ -127,9 +127,13 @@ def _dual_prices(sizes: list[int], counts: list[int], devices: int, capacity: in
     for _ in range(MAX_ROUNDS):
         a = np.array(columns, dtype=np.float64).T  # types x configurations
         volume = np.array(sizes, dtype=np.float64) @ a
-        result = linprog(-volume, A_ub=np.vstack([np.ones(len(columns)), a]),
-                         b_ub=np.array([devices, *counts], dtype=np.float64), bounds=(0, None),
-                         method="highs")  # fmt: skip
+        result = linprog(
+            -volume,
+            A_ub=np.vstack([np.ones(len(columns)), a]),
+            b_ub=np.array([devices, *counts], dtype=np.float64),
+            bounds=(0, None),
+            method="highs",
+        )
         if result.status != 0:
             break
         duals = -np.asarray(result.ineqlin.marginals, dtype=np.float64)
@@ -143,9 +147,13 @@ def _dual_prices(sizes: list[int], counts: list[int], devices: int, capacity: in
 
 
 def unallocated_bound(
-    arrived: Sequence[float], submitted: Sequence[int], requests: Sequence[tuple[int, int]],
-    devices: int, capacity: int, levels: Sequence[float],
-) -> dict[float, float]:  # fmt: skip
+    arrived: Sequence[float],
+    submitted: Sequence[int],
+    requests: Sequence[tuple[int, int]],
+    devices: int,
+    capacity: int,
+    levels: Sequence[float],
+) -> dict[float, float]:
     """The least unallocated % any placement can have at each arrival level.
 
     Args:

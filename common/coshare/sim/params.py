@@ -69,14 +69,19 @@ def _integer(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _real(low: float, high: float, *, low_open: bool = False,
-          none: bool = False) -> Callable[[str], float | None]:  # fmt: skip
+def _real(
+    low: float, high: float, *, low_open: bool = False, none: bool = False
+) -> Callable[[str], float | None]:
     def parse(text: str) -> float | None:
         if none and text.strip().lower() in ("none", "null"):
             return None
         number = parse_number(text)
-        if (number is None or not math.isfinite(number) or not low <= number <= high
-                or (low_open and number == low)):  # fmt: skip
+        if (
+            number is None
+            or not math.isfinite(number)
+            or not low <= number <= high
+            or (low_open and number == low)
+        ):
             what = f"a number {'above' if low_open else 'from'} {low:g} to {high:g}"
             raise ValueError(what + (" or none" if none else ""))
         return number
@@ -141,11 +146,13 @@ def parse_sweeps(texts: Sequence[str], allowed: Sequence[str] | None = None) -> 
         key, sep, values = text.partition("=")
         key = key.strip()
         if not sep or not values.strip():
-            raise InputError(f"--sweep {shorten(text)}: want KEY=V1,V2,... (keys: "
-                             f"{', '.join(valid)})")  # fmt: skip
+            raise InputError(
+                f"--sweep {shorten(text)}: want KEY=V1,V2,... (keys: {', '.join(valid)})"
+            )
         if key not in valid:
-            raise InputError(f"--sweep: {shorten(key)} names no parameter "
-                             f"(valid: {', '.join(valid)})")  # fmt: skip
+            raise InputError(
+                f"--sweep: {shorten(key)} names no parameter (valid: {', '.join(valid)})"
+            )
         if key in (k for k, _ in axes):
             raise InputError(f"--sweep: {key} given twice")
         parts = [v.strip() for v in values.split(",")[: MAX_SWEEP_POINTS + 1]]
@@ -156,21 +163,27 @@ def parse_sweeps(texts: Sequence[str], allowed: Sequence[str] | None = None) -> 
             try:
                 parsed.append(params[key].parse(part))
             except ValueError as exc:
-                raise InputError(f"--sweep {key}: {shorten(part)} is not allowed "
-                                 f"(allowed: {exc})") from exc  # fmt: skip
+                raise InputError(
+                    f"--sweep {key}: {shorten(part)} is not allowed (allowed: {exc})"
+                ) from exc
         axes.append((key, list(dict.fromkeys(parsed))))
     count = math.prod(len(values) for _, values in axes)
     if count > MAX_SWEEP_POINTS:
         raise InputError(f"--sweep: {count} points; at most {MAX_SWEEP_POINTS}")
-    return [tuple(zip([k for k, _ in axes], combo, strict=True))
-            for combo in itertools.product(*[values for _, values in axes])]
+    return [
+        tuple(zip([k for k, _ in axes], combo, strict=True))
+        for combo in itertools.product(*[values for _, values in axes])
+    ]
 
 
 def apply(point: Point, setup: Setup) -> Setup:
     """``setup`` with the point's engine and policy parameters."""
     direct = {k: v for k, v in point if k in _SETUP_FIELDS}
-    extra = {k: v for k, v in point
-             if k not in _SETUP_FIELDS and k not in ("jobs", "nodes", "scaling_share")}
+    extra = {
+        k: v
+        for k, v in point
+        if k not in _SETUP_FIELDS and k not in ("jobs", "nodes", "scaling_share")
+    }
     if extra:
         merged = {**dict(setup.policy_params), **extra}
         direct["policy_params"] = tuple(sorted(merged.items()))

@@ -128,8 +128,9 @@ class ProtocolRun:
 
     def broadcasts(self) -> int:
         """Request and cancel propagations (the unit of section 7.3's analysis)."""
-        return sum(j.attempts + j.cancels for j in self.jobs if not j.local
-                   and j.allocated_at is not None)
+        return sum(
+            j.attempts + j.cancels for j in self.jobs if not j.local and j.allocated_at is not None
+        )
 
 
 @dataclass(order=True)
@@ -141,9 +142,14 @@ class _Event:
     msg: Message | None = field(compare=False, default=None)
 
 
-def run_protocol(layout: Layout, jobs: Sequence[Gang], policy: AllocPolicy,
-                 pattern: Pattern = "fixed", timing: Timing = Timing(),
-                 sequencer: int | None = None) -> ProtocolRun:  # fmt: skip
+def run_protocol(
+    layout: Layout,
+    jobs: Sequence[Gang],
+    policy: AllocPolicy,
+    pattern: Pattern = "fixed",
+    timing: Timing = Timing(),
+    sequencer: int | None = None,
+) -> ProtocolRun:
     """Run ``jobs`` through the protocol on ``layout`` until every job has ended.
 
     Jobs that cannot run (a field out of range, wider than all domains: ``never_fits``)
@@ -163,8 +169,9 @@ def run_protocol(layout: Layout, jobs: Sequence[Gang], policy: AllocPolicy,
     heap: list[_Event] = []
     seq = 0
 
-    def push(time: int, kind: Literal["arrive", "ready"], node: int,
-             msg: Message | None = None) -> None:  # fmt: skip
+    def push(
+        time: int, kind: Literal["arrive", "ready"], node: int, msg: Message | None = None
+    ) -> None:
         nonlocal seq
         seq += 1
         heapq.heappush(heap, _Event(time, seq, kind, node, msg))
@@ -232,28 +239,52 @@ def run_protocol(layout: Layout, jobs: Sequence[Gang], policy: AllocPolicy,
         shown = ", ".join(stuck[:5]) + (", ..." if len(stuck) > 5 else "")
         raise ProtocolStuck(f"{policy}: {len(stuck)} jobs never allocated ({shown}): deadlock")
     if store.holders():
-        raise ProtocolStuck(f"{policy}: cores left booked after every job ended: "
-                            f"{sorted(store.holders().items())[:5]}")
+        raise ProtocolStuck(
+            f"{policy}: cores left booked after every job ended: "
+            f"{sorted(store.holders().items())[:5]}"
+        )
     ordered = sorted(results.values(), key=lambda r: r.job.order)
-    return ProtocolRun(policy, pattern, layout, seat, ordered, messages,
-                       expected_messages(policy, trees, seat, owns), refused, crossings, events,
-                       now, None if first is None else
-                       next(i for i, r in enumerate(ordered) if r.job.id == first))
+    return ProtocolRun(
+        policy,
+        pattern,
+        layout,
+        seat,
+        ordered,
+        messages,
+        expected_messages(policy, trees, seat, owns),
+        refused,
+        crossings,
+        events,
+        now,
+        None if first is None else next(i for i, r in enumerate(ordered) if r.job.id == first),
+    )
 
 
 # -- the paper's scenarios ------------------------------------------------------------------
 
 #: The parts a ``picaso-PART`` workload name selects (``picaso`` runs them all).
-PARTS = ("parallel-3", "parallel-12", "short-24", "short-49", "long-24", "long-49", "tiles",
-         "worst", "propagation")
+PARTS = (
+    "parallel-3",
+    "parallel-12",
+    "short-24",
+    "short-49",
+    "long-24",
+    "long-49",
+    "tiles",
+    "worst",
+    "propagation",
+)
 
 Scenario = Literal["parallel-3", "parallel-12", "short-24", "short-49", "long-24", "long-49"]
 #: Section 7.2's four-job scenarios: (domains per job, run time units).
 SCENARIOS: dict[str, tuple[int, int]] = {
-    "parallel-3": (3, LONG_RUN), "parallel-12": (12, LONG_RUN),
-    "short-24": (24, SHORT_RUN), "short-49": (49, SHORT_RUN),
-    "long-24": (24, LONG_RUN), "long-49": (49, LONG_RUN),
-}  # fmt: skip
+    "parallel-3": (3, LONG_RUN),
+    "parallel-12": (12, LONG_RUN),
+    "short-24": (24, SHORT_RUN),
+    "short-49": (49, SHORT_RUN),
+    "long-24": (24, LONG_RUN),
+    "long-49": (49, LONG_RUN),
+}
 #: What the paper prints for them: the relative change of active cancellation against the
 #: sequencer, ``(O_ab - O_ac) / O_ab`` in %, per job in priority order (text of 7.2; the
 #: figures print no values). Positive: active cancellation waits less.
@@ -264,14 +295,16 @@ PAPER_CHANGE: dict[str, tuple[str, ...]] = {
     "short-49": ("~-12", "-4", "~-1", "~-1"),
     "long-24": ("-17", "-13", "-0.03..-0.05", "-0.03..-0.05"),
     "long-49": ("~-12", "-0.01..-0.04", "-0.01..-0.04", "-0.01..-0.04"),
-}  # fmt: skip
+}
 
 
 def corner_jobs(domains_each: int, run: int, side: int = SIDE) -> list[Gang]:
     """Four simultaneous jobs from the tile's corners, each needing ``domains_each`` domains."""
     corners = (0, side - 1, side * (side - 1), side * side - 1)
-    return [Gang(f"j{i + 1}", home, domains_each * CORES_PER_DOMAIN, 0, run)
-            for i, home in enumerate(corners)]
+    return [
+        Gang(f"j{i + 1}", home, domains_each * CORES_PER_DOMAIN, 0, run)
+        for i, home in enumerate(corners)
+    ]
 
 
 def change_pct(ac: float, ab: float) -> float:
@@ -292,8 +325,10 @@ class ScenarioResult:
         return sorted(r.wait or 0 for r in self.runs[policy].jobs)
 
     def change(self) -> list[float]:
-        return [change_pct(ac, ab) for ac, ab in zip(self.waits("cancel"),
-                                                     self.waits("sequencer"), strict=True)]
+        return [
+            change_pct(ac, ab)
+            for ac, ab in zip(self.waits("cancel"), self.waits("sequencer"), strict=True)
+        ]
 
 
 def run_scenario(name: str, pattern: Pattern = "fixed") -> ScenarioResult:
@@ -301,8 +336,9 @@ def run_scenario(name: str, pattern: Pattern = "fixed") -> ScenarioResult:
     domains, run = SCENARIOS[name]
     layout = tile(SIDE, cores_per_domain=CORES_PER_DOMAIN)
     jobs = corner_jobs(domains, run)
-    return ScenarioResult(name, {p: run_protocol(layout, jobs, p, pattern)
-                                 for p in ("cancel", "sequencer")})
+    return ScenarioResult(
+        name, {p: run_protocol(layout, jobs, p, pattern) for p in ("cancel", "sequencer")}
+    )
 
 
 @dataclass
@@ -329,10 +365,12 @@ def run_tiles(sides: Sequence[int] = range(2, 8), pattern: Pattern = "fixed") ->
     points = []
     for n in sides:
         layout = tile(n, cores_per_domain=CORES_PER_DOMAIN)
-        jobs = [Gang(f"j{i + 1}", i * n + i, n * CORES_PER_DOMAIN, 0, LONG_RUN)
-                for i in range(n)]
-        points.append(TilePoint(n, {p: run_protocol(layout, jobs, p, pattern)
-                                    for p in ("cancel", "sequencer")}))
+        jobs = [Gang(f"j{i + 1}", i * n + i, n * CORES_PER_DOMAIN, 0, LONG_RUN) for i in range(n)]
+        points.append(
+            TilePoint(
+                n, {p: run_protocol(layout, jobs, p, pattern) for p in ("cancel", "sequencer")}
+            )
+        )
     return points
 
 
@@ -350,9 +388,12 @@ class WorstPoint:
         return sum(values) / len(values)
 
 
-def run_worst(counts: Sequence[int] = range(1, SIDE * SIDE + 1),
-              seeds: Sequence[int] = range(PAPER_RUNS), pattern: Pattern = "fixed",
-              timing: Timing = Timing()) -> list[WorstPoint]:  # fmt: skip
+def run_worst(
+    counts: Sequence[int] = range(1, SIDE * SIDE + 1),
+    seeds: Sequence[int] = range(PAPER_RUNS),
+    pattern: Pattern = "fixed",
+    timing: Timing = Timing(),
+) -> list[WorstPoint]:
     """Fig. 9: per ``n``, ``n`` homes drawn (seeded) from the 7 x 7 tile."""
     layout = tile(SIDE, cores_per_domain=CORES_PER_DOMAIN)
     points = []
@@ -361,8 +402,10 @@ def run_worst(counts: Sequence[int] = range(1, SIDE * SIDE + 1),
         sent: dict[str, list[int]] = {"cancel": [], "sequencer": []}
         for seed in seeds:
             homes = sorted(random.Random(seed * 1000 + n).sample(range(layout.size), n))
-            jobs = [Gang(f"j{i + 1}", home, layout.total_cores, 0, SHORT_RUN)
-                    for i, home in enumerate(homes)]
+            jobs = [
+                Gang(f"j{i + 1}", home, layout.total_cores, 0, SHORT_RUN)
+                for i, home in enumerate(homes)
+            ]
             for policy in ("cancel", "sequencer"):
                 run = run_protocol(layout, jobs, policy, pattern, timing)
                 first = min(r.allocated_at or 0 for r in run.jobs)
@@ -407,8 +450,11 @@ def run_propagation(sides: Sequence[int] = range(2, 8)) -> list[PropagationRow]:
         for pattern in ("fixed", "adaptive"):
             parents = Propagation(layout, pattern).parents(0)
             depth[pattern] = max((_depth(parents, d) for d in parents), default=0)
-        rows.append(PropagationRow(n, counted, paper,
-                                   Propagation(layout, "adaptive").setup_messages(0), depth))
+        rows.append(
+            PropagationRow(
+                n, counted, paper, Propagation(layout, "adaptive").setup_messages(0), depth
+            )
+        )
     return rows
 
 

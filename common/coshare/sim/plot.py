@@ -48,12 +48,22 @@ from coshare.sim.report import GridRun, grid_groups
 from coshare.sim.report import spread as mean_and_sd
 
 #: What a reader calls each workload.
-WORKLOAD_LABELS = {"table1": "Table I set", "uniform": "uniform", "normal": "normal",
-                   "low-skew": "low resource skew", "high-skew": "high resource skew"}  # fmt: skip
+WORKLOAD_LABELS = {
+    "table1": "Table I set",
+    "uniform": "uniform",
+    "normal": "normal",
+    "low-skew": "low resource skew",
+    "high-skew": "high resource skew",
+}
 
 #: One colour per policy, the same in every panel.
-COLOURS = {"exclusive": "#4c72b0", "random": "#dd8452", "knapsack": "#55a868",
-           "bestfit": "#c44e52", "fgd": "#8172b3"}  # fmt: skip
+COLOURS = {
+    "exclusive": "#4c72b0",
+    "random": "#dd8452",
+    "knapsack": "#55a868",
+    "bestfit": "#c44e52",
+    "fgd": "#8172b3",
+}
 PAPER_HATCH = "//"
 
 #: The published range of FGD at 100% arrival (the benchmark's table: 4.62-4.94).
@@ -85,9 +95,12 @@ def require_matplotlib() -> Any:
     return plt
 
 
-def save_figure(path: Path, comparisons: Mapping[str, Sequence[Comparison]] | None = None,
-                sweeps: Mapping[str, Sequence[Sweep]] | None = None,
-                fragmentation: Sequence[FragRun] | None = None) -> None:  # fmt: skip
+def save_figure(
+    path: Path,
+    comparisons: Mapping[str, Sequence[Comparison]] | None = None,
+    sweeps: Mapping[str, Sequence[Sweep]] | None = None,
+    fragmentation: Sequence[FragRun] | None = None,
+) -> None:
     """Draw whatever was simulated into one PNG at ``path``.
 
     Raises:
@@ -120,7 +133,7 @@ def save_figure(path: Path, comparisons: Mapping[str, Sequence[Comparison]] | No
         draw(ax)
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     _write(plt, fig, path)
 
@@ -138,8 +151,13 @@ def _write(plt: Any, fig: Any, path: Path) -> None:
 
 def _below(ax: Any, columns: int) -> None:
     """The legend under the panel, outside the data."""
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=columns, fontsize="small",
-              frameon=False)  # fmt: skip
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=columns,
+        fontsize="small",
+        frameon=False,
+    )
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:
@@ -158,8 +176,11 @@ def _yerr(stats: Sequence[tuple[float, float, float]]) -> Any:
 
 def _seeds(comps: Sequence[Any]) -> str:
     seeds = sorted({c.seed for c in comps})
-    return f"seed {seeds[0]}" if len(seeds) == 1 else \
-        f"mean of seeds {seeds[0]}-{seeds[-1]}, bars: min-max"  # fmt: skip
+    return (
+        f"seed {seeds[0]}"
+        if len(seeds) == 1
+        else f"mean of seeds {seeds[0]}-{seeds[-1]}, bars: min-max"
+    )
 
 
 def _policies(comparisons: Mapping[str, Sequence[Comparison]]) -> list[str]:
@@ -188,33 +209,59 @@ def _bars(ax: Any, comparisons: Mapping[str, Sequence[Comparison]]) -> None:
     policies = _policies(comparisons)
     papers = {w: _paper_makespans(w, comparisons[w]) for w in workloads}
     # each policy's paper bar right beside its coshare bar
-    slots = [(p, paper) for p in policies for paper in (False, True)
-             if not paper or any(p in papers[w] for w in workloads)]  # fmt: skip
+    slots = [
+        (p, paper)
+        for p in policies
+        for paper in (False, True)
+        if not paper or any(p in papers[w] for w in workloads)
+    ]
     width = 0.8 / len(slots)
     x = np.arange(len(workloads))
     for i, (policy, paper) in enumerate(slots):
         offset = (i - (len(slots) - 1) / 2) * width
         if paper:
             heights = [papers[w].get(policy, np.nan) for w in workloads]
-            ax.bar(x + offset, heights, width, color="white", edgecolor=_colour(policy),
-                   hatch=PAPER_HATCH, label=f"{policy_label(policy)}, paper")  # fmt: skip
+            ax.bar(
+                x + offset,
+                heights,
+                width,
+                color="white",
+                edgecolor=_colour(policy),
+                hatch=PAPER_HATCH,
+                label=f"{policy_label(policy)}, paper",
+            )
             continue
-        stats = [_spread([c.runs[policy].makespan_s for c in comparisons[w]])
-                 if policy in comparisons[w][0].runs else (np.nan, 0.0, 0.0)
-                 for w in workloads]  # fmt: skip
-        ax.bar(x + offset, [s[0] for s in stats], width, color=_colour(policy),
-               yerr=_yerr(stats), capsize=3, label=f"{policy_label(policy)}, coshare")
+        stats = [
+            _spread([c.runs[policy].makespan_s for c in comparisons[w]])
+            if policy in comparisons[w][0].runs
+            else (np.nan, 0.0, 0.0)
+            for w in workloads
+        ]
+        ax.bar(
+            x + offset,
+            [s[0] for s in stats],
+            width,
+            color=_colour(policy),
+            yerr=_yerr(stats),
+            capsize=3,
+            label=f"{policy_label(policy)}, coshare",
+        )
     ax.set_xticks(x, [WORKLOAD_LABELS.get(w, w) for w in workloads])
     ax.set_ylabel("makespan (s)")
     first = next(iter(comparisons.values()))
     jobs = sorted({c.jobs for comps in comparisons.values() for c in comps})
     figure = "Table II" if workloads == ["table1"] else "Fig. 8"
     if not any(papers.values()):
-        figure += ", whose values it does not print" if figure == "Fig. 8" else \
-            ": not drawn, another job count or cluster size"  # fmt: skip
-    ax.set_title(f"Makespan per policy: {'/'.join(map(str, jobs))} jobs on {first[0].nodes} "
-                 f"nodes x 1 Xeon Phi\n({_seeds(first)}; the paper's {figure})",
-                 fontsize="medium")  # fmt: skip
+        figure += (
+            ", whose values it does not print"
+            if figure == "Fig. 8"
+            else ": not drawn, another job count or cluster size"
+        )
+    ax.set_title(
+        f"Makespan per policy: {'/'.join(map(str, jobs))} jobs on {first[0].nodes} "
+        f"nodes x 1 Xeon Phi\n({_seeds(first)}; the paper's {figure})",
+        fontsize="medium",
+    )
     _below(ax, min(len(slots), 3))
 
 
@@ -230,25 +277,50 @@ def _footprints(ax: Any, comparisons: Mapping[str, Sequence[Comparison]], intege
         offset = (slots * i - (slots * len(policies) - 1) / 2) * width
         values = []
         for w in workloads:
-            found = [c.nodes if policy == BASELINE else c.footprints[policy].nodes
-                     for c in comparisons[w] if policy == BASELINE or policy in c.footprints]
-            values.append(_spread([float(v) for v in found if v is not None])
-                          if any(v is not None for v in found) else (np.nan, 0.0, 0.0))
-        ax.bar(x + offset, [v[0] for v in values], width, color=_colour(policy),
-               yerr=_yerr(values), capsize=3, label=f"{policy_label(policy)}, coshare")
+            found = [
+                c.nodes if policy == BASELINE else c.footprints[policy].nodes
+                for c in comparisons[w]
+                if policy == BASELINE or policy in c.footprints
+            ]
+            values.append(
+                _spread([float(v) for v in found if v is not None])
+                if any(v is not None for v in found)
+                else (np.nan, 0.0, 0.0)
+            )
+        ax.bar(
+            x + offset,
+            [v[0] for v in values],
+            width,
+            color=_colour(policy),
+            yerr=_yerr(values),
+            capsize=3,
+            label=f"{policy_label(policy)}, coshare",
+        )
         if drawn:
             paper = [papers[w].get(policy, np.nan) for w in workloads]
-            ax.bar(x + offset + width, paper, width, color="white", edgecolor=_colour(policy),
-                   hatch=PAPER_HATCH, label=f"{policy_label(policy)}, paper")  # fmt: skip
+            ax.bar(
+                x + offset + width,
+                paper,
+                width,
+                color="white",
+                edgecolor=_colour(policy),
+                hatch=PAPER_HATCH,
+                label=f"{policy_label(policy)}, paper",
+            )
     ax.set_xticks(x, [WORKLOAD_LABELS.get(w, w) for w in workloads])
     ax.yaxis.set_major_locator(integer)
     ax.set_ylabel("footprint (nodes)")
     first = next(iter(comparisons.values()))
-    source = "the paper's Tables II and III" if drawn else \
-        "the paper's Tables II and III are for its job sets on 8 nodes: not drawn"  # fmt: skip
-    ax.set_title("Footprint: the fewest nodes that finish within exclusive's makespan on "
-                 f"{first[0].nodes} nodes\n({_seeds(first)}; {source})",
-                 fontsize="medium")  # fmt: skip
+    source = (
+        "the paper's Tables II and III"
+        if drawn
+        else "the paper's Tables II and III are for its job sets on 8 nodes: not drawn"
+    )
+    ax.set_title(
+        "Footprint: the fewest nodes that finish within exclusive's makespan on "
+        f"{first[0].nodes} nodes\n({_seeds(first)}; {source})",
+        fontsize="medium",
+    )
     _below(ax, 3)
 
 
@@ -258,8 +330,9 @@ def _pressure(sweeps: Sequence[Sweep]) -> bool:
     return len(set(counts.values())) > 1
 
 
-def _sweep_stats(sweeps: Sequence[Sweep], value: Callable[[Sweep, int], float],
-                 sizes: Sequence[int]) -> np.ndarray:  # fmt: skip
+def _sweep_stats(
+    sweeps: Sequence[Sweep], value: Callable[[Sweep, int], float], sizes: Sequence[int]
+) -> np.ndarray:
     return np.array([_spread([value(s, n) for s in sweeps]) for n in sizes])
 
 
@@ -277,8 +350,15 @@ def _sweep(ax: Any, workload: str, sweeps: Sequence[Sweep], integer: Any) -> Non
     sizes = sorted({n for _, n in first.runs})
     for policy in dict.fromkeys(p for p, _ in first.runs):
         stats = _sweep_stats(sweeps, partial(_makespan, policy=policy), sizes)
-        ax.errorbar(sizes, stats[:, 0], yerr=_yerr([tuple(r) for r in stats]), marker="o",
-                    capsize=3, color=_colour(policy), label=policy_label(policy))  # fmt: skip
+        ax.errorbar(
+            sizes,
+            stats[:, 0],
+            yerr=_yerr([tuple(r) for r in stats]),
+            marker="o",
+            capsize=3,
+            color=_colour(policy),
+            label=policy_label(policy),
+        )
     ax.xaxis.set_major_locator(integer)
     ax.set_xlabel("cluster size (nodes, one Xeon Phi each)")
     ax.set_ylabel("makespan (s)")
@@ -290,8 +370,11 @@ def _sweep(ax: Any, workload: str, sweeps: Sequence[Sweep], integer: Any) -> Non
     else:
         what = f"{first.jobs[sizes[0]]} jobs ({WORKLOAD_LABELS.get(name, name)})"
         figure = "Fig. 9"
-    ax.set_title(f"Makespan against cluster size, {what}\n({_seeds(sweeps)}; the paper's "
-                 f"{figure}, whose values it does not print)", fontsize="medium")  # fmt: skip
+    ax.set_title(
+        f"Makespan against cluster size, {what}\n({_seeds(sweeps)}; the paper's "
+        f"{figure}, whose values it does not print)",
+        fontsize="medium",
+    )
     _below(ax, 3)
 
 
@@ -306,18 +389,34 @@ def _reductions(ax: Any, sweeps: Sequence[Sweep], integer: Any) -> None:
         if base not in policies:
             continue
         stats = _sweep_stats(sweeps, partial(_reduction, base=base), sizes)
-        ax.errorbar(sizes, stats[:, 0], yerr=_yerr([tuple(r) for r in stats]), marker="o",
-                    capsize=3, color=_colour(base),
-                    label=f"vs {policy_label(base)}, coshare")  # fmt: skip
-        ax.plot([PAPER_NODES], [100 * FIG_10_REDUCTION[base]], marker="*", markersize=14,
-                linestyle="none", color=_colour(base), markeredgecolor="black",
-                label=f"vs {policy_label(base)}, paper (text of section V, 8 nodes)")
+        ax.errorbar(
+            sizes,
+            stats[:, 0],
+            yerr=_yerr([tuple(r) for r in stats]),
+            marker="o",
+            capsize=3,
+            color=_colour(base),
+            label=f"vs {policy_label(base)}, coshare",
+        )
+        ax.plot(
+            [PAPER_NODES],
+            [100 * FIG_10_REDUCTION[base]],
+            marker="*",
+            markersize=14,
+            linestyle="none",
+            color=_colour(base),
+            markeredgecolor="black",
+            label=f"vs {policy_label(base)}, paper (text of section V, 8 nodes)",
+        )
     ax.xaxis.set_major_locator(integer)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("cluster size (nodes, one Xeon Phi each)")
     ax.set_ylabel("knapsack's makespan reduction (%)")
-    ax.set_title(f"Knapsack (MCCK) against the baselines, constant job pressure\n"
-                 f"({_seeds(sweeps)}; the paper's Fig. 10)", fontsize="medium")
+    ax.set_title(
+        f"Knapsack (MCCK) against the baselines, constant job pressure\n"
+        f"({_seeds(sweeps)}; the paper's Fig. 10)",
+        fontsize="medium",
+    )
     _below(ax, 2)
 
 
@@ -328,33 +427,50 @@ def _frag(ax: Any, protocol: str, runs: Sequence[FragRun]) -> None:
         by_policy[run.policy].append(run)
     for policy, group in by_policy.items():
         curves = np.array([r.unallocated_curve(grid) for r in group])
-        ax.plot(grid, np.median(curves, axis=0), color=_colour(policy),
-                label=f"{policy}, coshare")  # fmt: skip
+        ax.plot(grid, np.median(curves, axis=0), color=_colour(policy), label=f"{policy}, coshare")
         if len(group) > 1:
-            ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), alpha=0.2,
-                            color=_colour(policy), linewidth=0)  # fmt: skip
+            ax.fill_between(
+                grid,
+                curves.min(axis=0),
+                curves.max(axis=0),
+                alpha=0.2,
+                color=_colour(policy),
+                linewidth=0,
+            )
         if policy in PUBLISHED_AT_100 and protocol == "online":
             published = PUBLISHED_AT_100[policy]
             low, high = FGD_PUBLISHED_RANGE if policy == "fgd" else (published, published)
-            ax.errorbar([100], [published], yerr=[[published - low], [high - published]],
-                        marker="*", markersize=12, linestyle="none", color=_colour(policy),
-                        markeredgecolor="black", capsize=3,
-                        label=f"{policy}, published (100%)")  # fmt: skip
+            ax.errorbar(
+                [100],
+                [published],
+                yerr=[[published - low], [high - published]],
+                marker="*",
+                markersize=12,
+                linestyle="none",
+                color=_colour(policy),
+                markeredgecolor="black",
+                capsize=3,
+                label=f"{policy}, published (100%)",
+            )
     ax.set_xlim(60, 130)
     ax.set_ylim(0, 30)
     seeds = sorted({r.seed for r in runs})
     spread = "" if len(seeds) == 1 else ", band: min-max"
     what = "one pod per cycle" if protocol == "online" else "a batch of pods per cycle"
-    ax.set_title(f"Alibaba GPU trace: unallocated GPU capacity, {protocol} protocol "
-                 f"({what})\n(median of seeds {seeds[0]}-{seeds[-1]}{spread}; the "
-                 "benchmark's table at 100%)", fontsize="medium")  # fmt: skip
+    ax.set_title(
+        f"Alibaba GPU trace: unallocated GPU capacity, {protocol} protocol "
+        f"({what})\n(median of seeds {seeds[0]}-{seeds[-1]}{spread}; the "
+        "benchmark's table at 100%)",
+        fontsize="medium",
+    )
     ax.set_xlabel("GPU requests arrived (% of the cluster's GPU capacity)")
     ax.set_ylabel("unallocated GPU capacity (%)")
     _below(ax, 3)
 
 
-def save_sweep_figure(path: Path, runs: Sequence[GridRun], keys: Sequence[str],
-                      metric: str) -> None:  # fmt: skip
+def save_sweep_figure(
+    path: Path, runs: Sequence[GridRun], keys: Sequence[str], metric: str
+) -> None:
     """A parameter sweep (``--sweep``) into one PNG at ``path``: the metric against the first
     swept key, one line per policy (and per value of the other keys), error bars of one
     standard deviation over the seeds; one panel per workload.
@@ -383,13 +499,22 @@ def save_sweep_figure(path: Path, runs: Sequence[GridRun], keys: Sequence[str],
         for name, rows in lines.items():
             rows.sort(key=lambda r: xs.index(r[0]))
             where = [r[0] if numeric else xs.index(r[0]) for r in rows]
-            ax.errorbar(where, [r[1] for r in rows], yerr=[r[2] for r in rows], marker="o",
-                        capsize=4, label=name)  # fmt: skip
+            ax.errorbar(
+                where,
+                [r[1] for r in rows],
+                yerr=[r[2] for r in rows],
+                marker="o",
+                capsize=4,
+                label=name,
+            )
         if not numeric:
             ax.set_xticks(range(len(xs)), [str(x) for x in xs])
         seeds = max(len(v) for v in groups.values())
-        ax.set_title(f"{workload}: {metric} against {first}\n(mean of up to {seeds} seeds, "
-                     "bars: one standard deviation)", fontsize="medium")  # fmt: skip
+        ax.set_title(
+            f"{workload}: {metric} against {first}\n(mean of up to {seeds} seeds, "
+            "bars: one standard deviation)",
+            fontsize="medium",
+        )
         ax.set_xlabel(first)
         ax.set_ylabel(metric)
         ax.legend(fontsize="small")

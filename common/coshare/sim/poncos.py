@@ -46,10 +46,19 @@ from coshare.sim.rates import RatedRuns
 
 #: Table 1: ``distgen_membw_available()`` in percent, by program (the paper's names aside).
 AVAILABLE_PERCENT: dict[str, float] = {
-    "hydro": 52.7, "lama": 46.6, "mpiblast": 92.5, "heat2": 41.0, "heat9": 76.5,
-}  # fmt: skip
-NAMES = {"hydro": "Hydro", "lama": "LAMA", "mpiblast": "MPIBlast", "heat2": "Heat alg. 2",
-         "heat9": "Heat alg. 9"}  # fmt: skip
+    "hydro": 52.7,
+    "lama": 46.6,
+    "mpiblast": 92.5,
+    "heat2": 41.0,
+    "heat9": 76.5,
+}
+NAMES = {
+    "hydro": "Hydro",
+    "lama": "LAMA",
+    "mpiblast": "MPIBlast",
+    "heat2": "Heat alg. 2",
+    "heat9": "Heat alg. 9",
+}
 #: Each program's use, ``1 - available`` (Table 1's second column): the recorded measurements.
 USE: dict[str, float] = {p: round(1 - a / 100, 3) for p, a in AVAILABLE_PERCENT.items()}
 #: Section 8 as written: "poncos will prevent the co-scheduling of Hydro, Lama, Heat with
@@ -117,15 +126,22 @@ class BandwidthModel(RatedRuns):
 def admits(old: str, new: str, max_share: float = MAX_SHARE) -> bool:
     """Whether the ``membw`` policy starts a ``new`` job beside a running ``old`` one, with
     Table 1 recorded: the live policy asked, on a one-node snapshot."""
-    running = RunningJob("old", NODE.name, cpu_milli=DOMAIN_CORES * MILLI, program=old,
-                         start_time_s=0.0)  # fmt: skip
+    running = RunningJob(
+        "old", NODE.name, cpu_milli=DOMAIN_CORES * MILLI, program=old, start_time_s=0.0
+    )
     snapshot = Snapshot((NODE,), (running,), (_job("new", new),))
     return MembwPolicy(max_share=max_share, programs=USE).plan(snapshot).placed == 1
 
 
 def _job(job_id: str, program: str, submit_s: float = 0.0) -> Job:
-    return Job(job_id, kind="cpu", device_count=0, cpu_milli=DOMAIN_CORES * MILLI,
-               program=program, submit_time_s=submit_s)  # fmt: skip
+    return Job(
+        job_id,
+        kind="cpu",
+        device_count=0,
+        cpu_milli=DOMAIN_CORES * MILLI,
+        program=program,
+        submit_time_s=submit_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -145,19 +161,30 @@ class Variant:
 
 VARIANTS = (
     Variant("dedicated", ExclusivePolicy(), "one job at a time (the paper's dedicated runs)"),
-    Variant("membw", MembwPolicy(max_share=MAX_SHARE, programs=USE, init_s=INIT_S),
-            "the 90% rule, Table 1 recorded per program"),
-    Variant("membw, nothing recorded", MembwPolicy(max_share=MAX_SHARE, init_s=INIT_S),
-            "the 90% rule, no record and no trial co-runs (the live cycles today)"),
-    Variant("cores only", MembwPolicy(max_share=float("inf"), programs=USE, init_s=INIT_S),
-            "two jobs per node whatever their bandwidth (no rule)"),
-)  # fmt: skip
+    Variant(
+        "membw",
+        MembwPolicy(max_share=MAX_SHARE, programs=USE, init_s=INIT_S),
+        "the 90% rule, Table 1 recorded per program",
+    ),
+    Variant(
+        "membw, nothing recorded",
+        MembwPolicy(max_share=MAX_SHARE, init_s=INIT_S),
+        "the 90% rule, no record and no trial co-runs (the live cycles today)",
+    ),
+    Variant(
+        "cores only",
+        MembwPolicy(max_share=float("inf"), programs=USE, init_s=INIT_S),
+        "two jobs per node whatever their bandwidth (no rule)",
+    ),
+)
 
 
 def queue_jobs(queue: Sequence[str]) -> list[SimJob]:
     """The queue's jobs, in order, all submitted at 0 (priority: queue order)."""
-    return [host_only(_job(f"{k + 1}-{p}", p, submit_s=k * 1e-3), RUN_ALONE_S)
-            for k, p in enumerate(queue)]  # fmt: skip
+    return [
+        host_only(_job(f"{k + 1}-{p}", p, submit_s=k * 1e-3), RUN_ALONE_S)
+        for k, p in enumerate(queue)
+    ]
 
 
 def run_queue(queue: Sequence[str], variant: Variant) -> SimResult:
@@ -167,6 +194,13 @@ def run_queue(queue: Sequence[str], variant: Variant) -> SimResult:
     facts = MeasuredFacts(
         traits={s.job.id: JobTraits(membw_share=USE[s.job.program or ""]) for s in jobs},
         default=NodeHardware(membw_baseline_gbps=BASELINE_GBPS, probe_cores=DOMAIN_CORES),
-        sample_interval_s=10.0)  # fmt: skip
-    return simulate([NODE], jobs, variant.policy, options=SimOptions(cycle_delay_s=0.0),
-                    model=BandwidthModel(USE), facts=facts)  # fmt: skip
+        sample_interval_s=10.0,
+    )
+    return simulate(
+        [NODE],
+        jobs,
+        variant.policy,
+        options=SimOptions(cycle_delay_s=0.0),
+        model=BandwidthModel(USE),
+        facts=facts,
+    )

@@ -29,17 +29,20 @@ from coshare.sim.report import render
 #: What section 8 reports of the queues' schedules (its Figs. 7 and 9 print no values).
 PAPER_SCHEDULES = {
     "queue 1": "every heat alg. 9 run co-scheduled with a heat alg. 2 run; done when both "
-               "alg. 2 runs end; alg. 2 slower when co-scheduled",
+    "alg. 2 runs end; alg. 2 slower when co-scheduled",
     "queue 2": "LAMA alone until measured, then MPIBlast beside it to the end; both LAMA "
-               "runs end before MPIBlast",
+    "runs end before MPIBlast",
     "queue 3": "- (coshare's queue: two alg. 2 runs, where the rule has something to do)",
-}  # fmt: skip
+}
 
 
 def _matrix() -> tuple[Table, list[dict[str, Any]], list[str]]:
-    table = Table(title=f"Admission under the {MAX_SHARE:.0%} rule (row: running, column: "
-                        "new; yes = co-scheduled; [paper] where section 8's text differs)",
-                  box=box.SIMPLE, title_justify="left")  # fmt: skip
+    table = Table(
+        title=f"Admission under the {MAX_SHARE:.0%} rule (row: running, column: "
+        "new; yes = co-scheduled; [paper] where section 8's text differs)",
+        box=box.SIMPLE,
+        title_justify="left",
+    )
     table.add_column("running \\ new (use)", no_wrap=True)
     for p in USE:
         table.add_column(NAMES[p], justify="right")
@@ -49,8 +52,15 @@ def _matrix() -> tuple[Table, list[dict[str, Any]], list[str]]:
         for new in USE:
             ours = admits(old, new)
             paper = not (old in PAPER_TEXT_REFUSED and new in PAPER_TEXT_REFUSED)
-            rows.append({"running": old, "new": new, "sum": round(USE[old] + USE[new], 3),
-                         "coshare": ours, "paper_text": paper})  # fmt: skip
+            rows.append(
+                {
+                    "running": old,
+                    "new": new,
+                    "sum": round(USE[old] + USE[new], 3),
+                    "coshare": ours,
+                    "paper_text": paper,
+                }
+            )
             cell = "yes" if ours else "no"
             if ours != paper:
                 cell += f" [{'yes' if paper else 'no'}]"
@@ -67,22 +77,31 @@ def _schedules() -> tuple[list[Table], dict[str, Any]]:
     for name, queue in QUEUES.items():
         runs = {v.name: run_queue(queue, v) for v in VARIANTS}
         base = runs["dedicated"].makespan_s
-        table = Table(title=f"{name}: {', '.join(queue)} (each {RUN_ALONE_S:g} s alone, "
-                            "assumed); paper: " + PAPER_SCHEDULES[name],
-                      box=box.SIMPLE, title_justify="left")  # fmt: skip
+        table = Table(
+            title=f"{name}: {', '.join(queue)} (each {RUN_ALONE_S:g} s alone, "
+            "assumed); paper: " + PAPER_SCHEDULES[name],
+            box=box.SIMPLE,
+            title_justify="left",
+        )
         for column in ("variant", "makespan s", "vs dedicated", "co-runs (start-end s)"):
             table.add_column(column, justify="left" if column != "makespan s" else "right")
         payload[name] = {}
         for variant in VARIANTS:
             run = runs[variant.name]
-            table.add_row(variant.name, f"{run.makespan_s:.1f}",
-                          f"{run.makespan_s / base - 1:+.1%}" if base else "-",
-                          _order(run))  # fmt: skip
+            table.add_row(
+                variant.name,
+                f"{run.makespan_s:.1f}",
+                f"{run.makespan_s / base - 1:+.1%}" if base else "-",
+                _order(run),
+            )
             payload[name][variant.name] = {
-                "note": variant.note, "makespan_s": round(run.makespan_s, 3),
-                "jobs": [{"id": r.id, "start_s": r.start_s, "end_s": r.end_s,
-                          "slowdown": r.slowdown} for r in run.jobs],
-            }  # fmt: skip
+                "note": variant.note,
+                "makespan_s": round(run.makespan_s, 3),
+                "jobs": [
+                    {"id": r.id, "start_s": r.start_s, "end_s": r.end_s, "slowdown": r.slowdown}
+                    for r in run.jobs
+                ],
+            }
         tables.append(table)
     return tables, payload
 
@@ -90,8 +109,9 @@ def _schedules() -> tuple[list[Table], dict[str, Any]]:
 def _order(run: SimResult) -> str:
     """Each job with its start and end, in start order (job ids name queue position and
     program)."""
-    jobs = sorted((r for r in run.jobs if r.start_s is not None),
-                  key=lambda r: (r.start_s or 0.0, r.id))  # fmt: skip
+    jobs = sorted(
+        (r for r in run.jobs if r.start_s is not None), key=lambda r: (r.start_s or 0.0, r.id)
+    )
     return ", ".join(f"{r.id} {r.start_s:.0f}-{r.end_s or 0:.0f}" for r in jobs)
 
 
@@ -100,15 +120,22 @@ def poncos_outcome() -> tuple[str, dict[str, Any]]:
     matrix, rows, differ = _matrix()
     schedules, payload = _schedules()
     notes = [
-        "Table 1 (input): available % " + ", ".join(
-            f"{NAMES[p]} {a:g}" for p, a in AVAILABLE_PERCENT.items()) + "; use = 1 - available.",
+        "Table 1 (input): available % "
+        + ", ".join(f"{NAMES[p]} {a:g}" for p, a in AVAILABLE_PERCENT.items())
+        + "; use = 1 - available.",
         "Section 8's text excludes Hydro, LAMA and Heat alg. 9 from each other; its Table 1 and "
         "the 90% rule exclude Heat alg. 2 instead. Cells that differ: "
-        + ("; ".join(differ) if differ else "none") + ".",
+        + ("; ".join(differ) if differ else "none")
+        + ".",
         "Variants: " + "; ".join(f"{v.name}: {v.note}" for v in VARIANTS) + ".",
         "Run times alone are assumed equal (only LAMA's 44.0 s is in the text); a job slows "
         "only while its node's uses sum above 1 (coshare.sim.poncos.BandwidthModel).",
-    ]  # fmt: skip
+    ]
     text = render(matrix, *schedules, *notes)
-    return text, {"max_share": MAX_SHARE, "use": USE, "matrix": rows, "differ": differ,
-                  "queues": payload}  # fmt: skip
+    return text, {
+        "max_share": MAX_SHARE,
+        "use": USE,
+        "matrix": rows,
+        "differ": differ,
+        "queues": payload,
+    }

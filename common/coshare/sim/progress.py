@@ -62,9 +62,15 @@ class PlainProgress:
         every_s: seconds between lines.
     """
 
-    def __init__(self, total: int | None, label: str, unit: str, stream: TextIO,
-                 clock: Callable[[], float] = time.monotonic,
-                 every_s: float = PLAIN_EVERY_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        total: int | None,
+        label: str,
+        unit: str,
+        stream: TextIO,
+        clock: Callable[[], float] = time.monotonic,
+        every_s: float = PLAIN_EVERY_S,
+    ) -> None:
         self.total, self.label, self.unit = total, label, unit
         self.stream, self.clock, self.every_s = stream, clock, every_s
         self.done = 0
@@ -89,8 +95,11 @@ class PlainProgress:
             part = f"{self.done}/{self.total} {self.unit} ({min(self.done / self.total, 1):.0%})"
         else:
             when, part = "", f"{self.done} {self.unit}"
-        print(f"coshare simulate {self.label}: {part}, {rate:,.0f} {self.unit}/s{when}",
-              file=self.stream, flush=True)  # fmt: skip
+        print(
+            f"coshare simulate {self.label}: {part}, {rate:,.0f} {self.unit}/s{when}",
+            file=self.stream,
+            flush=True,
+        )
 
     def finish(self) -> None:
         """The last line, with the whole run's rate (only when a line was printed before, or
@@ -98,15 +107,20 @@ class PlainProgress:
         now = self.clock()
         if now - self.start >= self.every_s:
             total, self.total = self.total, None
-            print(f"coshare simulate {self.label}: {self.done} {self.unit} in "
-                  f"{now - self.start:.0f} s, {self.done / (now - self.start):,.0f} "
-                  f"{self.unit}/s", file=self.stream, flush=True)  # fmt: skip
+            print(
+                f"coshare simulate {self.label}: {self.done} {self.unit} in "
+                f"{now - self.start:.0f} s, {self.done / (now - self.start):,.0f} "
+                f"{self.unit}/s",
+                file=self.stream,
+                flush=True,
+            )
             self.total = total
 
 
 @contextmanager
-def progress_bar(total: int | None, label: str, unit: str = "jobs",
-                 stream: TextIO | None = None) -> Iterator[Advance]:  # fmt: skip
+def progress_bar(
+    total: int | None, label: str, unit: str = "jobs", stream: TextIO | None = None
+) -> Iterator[Advance]:
     """Report progress on standard error while a long run works; yields ``advance(n)``."""
     stream = stream or sys.stderr
     console = Console(file=stream)
@@ -115,9 +129,16 @@ def progress_bar(total: int | None, label: str, unit: str = "jobs",
         yield plain.advance
         plain.finish()
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn(unit), _Rate(unit), TimeElapsedColumn(), TextColumn("left"),
-               TimeRemainingColumn())  # fmt: skip
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        _Rate(unit),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(label, total=total)
 

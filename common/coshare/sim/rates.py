@@ -32,8 +32,7 @@ class RatedRuns:
         self._since: dict[int, float] = {}
         self._epoch: dict[int, int] = {}
 
-    def bind(self, jobs: Jobs, device_threads: Sequence[int],
-             schedule: Schedule) -> None:  # fmt: skip
+    def bind(self, jobs: Jobs, device_threads: Sequence[int], schedule: Schedule) -> None:
         """Prepare for a run (:class:`coshare.sim.device.ExecutionModel`)."""
         self.busy_thread_s = [0.0] * len(device_threads)
         self.peak_threads = [0] * len(device_threads)

@@ -73,8 +73,9 @@ def is_swf(path: Path) -> bool:
     return path.name.endswith((".swf", ".swf.gz"))
 
 
-def cluster_of(path: Path, nodes: int | None,
-               cores_per_node: int | None = None) -> tuple[Node, ...]:  # fmt: skip
+def cluster_of(
+    path: Path, nodes: int | None, cores_per_node: int | None = None
+) -> tuple[Node, ...]:
     """The nodes of the log at ``path``: its ``.machines`` file (the first ``nodes`` of
     them); else ``nodes`` nodes of ``cores_per_node`` cores when both are given; else the
     cluster its header states (:func:`~coshare.sim.traces.header_nodes`, with
@@ -88,17 +89,22 @@ def cluster_of(path: Path, nodes: int | None,
     """
     where = f"trace:{shorten_text(str(path))}"
     if not is_swf(path):
-        raise InputError(f"{where}: only SWF logs (.swf, .swf.gz) are replayed; the Alibaba "
-                         "pod list is the alibaba-2023 workload")  # fmt: skip
+        raise InputError(
+            f"{where}: only SWF logs (.swf, .swf.gz) are replayed; the Alibaba "
+            "pod list is the alibaba-2023 workload"
+        )
     if cores_per_node is not None and not 1 <= cores_per_node <= MAX_CORES:
         raise InputError(f"--cores-per-node {cores_per_node} (allowed: 1..{MAX_CORES})")
     if cores_per_node is not None and machines_path(path) is not None:
-        raise InputError(f"{where}: --cores-per-node does not apply: "
-                         f"{shorten_text(str(machines_path(path)))} gives the nodes")  # fmt: skip
+        raise InputError(
+            f"{where}: --cores-per-node does not apply: "
+            f"{shorten_text(str(machines_path(path)))} gives the nodes"
+        )
     machines = read_machines(path)
     if machines is None and cores_per_node is not None and nodes:
-        return tuple(Node(f"n{i + 1:05d}", cores_per_node * MILLI, MAX_MEMORY_MIB)
-                     for i in range(nodes))  # fmt: skip
+        return tuple(
+            Node(f"n{i + 1:05d}", cores_per_node * MILLI, MAX_MEMORY_MIB) for i in range(nodes)
+        )
     if machines is None:  # the header's MaxNodes / MaxProcs
         machines = header_nodes(_header(path), where, cores_per_node)
     return machines[:nodes] if nodes else machines
@@ -181,8 +187,15 @@ def check_log(path: Path) -> SwfTally:
     return tally
 
 
-def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
-           cores_per_node: int | None = None, bytes_per_job: bool = False) -> Replay:  # fmt: skip
+def replay(
+    path: Path,
+    nodes: int | None,
+    policy: str,
+    seed: int,
+    setup: Setup,
+    cores_per_node: int | None = None,
+    bytes_per_job: bool = False,
+) -> Replay:
     """Replay the SWF log at ``path`` under ``policy`` as a stream (FixedModel run times), on
     :func:`cluster_of` ``(path, nodes, cores_per_node)``; ``bytes_per_job``: its memory
     fields hold bytes for the whole job (:func:`memory_reading_of`).
@@ -203,14 +216,27 @@ def replay(path: Path, nodes: int | None, policy: str, seed: int, setup: Setup,
     # a job that one node cannot hold runs as a gang
     jobs = (host_only(as_gang(j.job, cluster), j.run_s) for j in records)
     figures = StreamSummary()
-    result = simulate(cluster, jobs, setup.policy(policy, seed), options=setup.options(),
-                      model=FixedModel(), record=figures.add)  # fmt: skip
-    return Replay(figures.summary(result), tally.skipped, result.events,
-                  time.perf_counter() - started)  # fmt: skip
+    result = simulate(
+        cluster,
+        jobs,
+        setup.policy(policy, seed),
+        options=setup.options(),
+        model=FixedModel(),
+        record=figures.add,
+    )
+    return Replay(
+        figures.summary(result), tally.skipped, result.events, time.perf_counter() - started
+    )
 
 
-def replay_jobs(jobs: tuple[SwfJob, ...], cluster: tuple[Node, ...], policy: str, seed: int,
-                setup: Setup, users: Mapping[str, str] | None = None) -> Replay:  # fmt: skip
+def replay_jobs(
+    jobs: tuple[SwfJob, ...],
+    cluster: tuple[Node, ...],
+    policy: str,
+    seed: int,
+    setup: Setup,
+    users: Mapping[str, str] | None = None,
+) -> Replay:
     """Replay jobs already read (a cluster's history: :mod:`coshare.sim.history`) under
     ``policy`` on ``cluster``, as :func:`replay` replays a log's (FixedModel run times); with
     ``users`` (job id -> user), each user's waits and bounded slowdowns too."""
@@ -228,8 +254,18 @@ def replay_jobs(jobs: tuple[SwfJob, ...], cluster: tuple[Node, ...], policy: str
         mine.wait_s += done.start_s - done.submit_s
         mine.bounded += bounded
 
-    result = simulate(cluster, (host_only(j.job, j.run_s) for j in jobs),
-                      setup.policy(policy, seed), options=setup.options(), model=FixedModel(),
-                      record=record)  # fmt: skip
-    return Replay(figures.summary(result), 0, result.events, time.perf_counter() - started,
-                  dict(sorted(per_user.items())))  # fmt: skip
+    result = simulate(
+        cluster,
+        (host_only(j.job, j.run_s) for j in jobs),
+        setup.policy(policy, seed),
+        options=setup.options(),
+        model=FixedModel(),
+        record=record,
+    )
+    return Replay(
+        figures.summary(result),
+        0,
+        result.events,
+        time.perf_counter() - started,
+        dict(sorted(per_user.items())),
+    )

@@ -95,24 +95,37 @@ def _footprints(values: Sequence[int | None]) -> str:
     return shown[0] if len(set(shown)) == 1 else ", ".join(shown)
 
 
-def comparison_table(comps: Sequence[Comparison], title: str,
-                     paper_makespan: dict[str, float] | None = None,
-                     paper_reduction: dict[str, float] | None = None,
-                     paper_footprint: dict[str, int] | None = None) -> Table:  # fmt: skip
+def comparison_table(
+    comps: Sequence[Comparison],
+    title: str,
+    paper_makespan: dict[str, float] | None = None,
+    paper_reduction: dict[str, float] | None = None,
+    paper_footprint: dict[str, int] | None = None,
+) -> Table:
     """One row per policy: makespan, reduction against the baseline, utilization, footprint,
     mean slowdown; the paper's figures beside them when given."""
     stats = policy_stats(comps)
     paper = paper_makespan is not None or paper_footprint is not None
     columns = ["policy", "makespan s", "vs exclusive", "util", "footprint", "slowdown"]
     if paper:
-        columns = ["policy", "makespan s", "paper", "vs exclusive", "paper", "util",
-                   "footprint", "paper", "slowdown"]  # fmt: skip
+        columns = [
+            "policy",
+            "makespan s",
+            "paper",
+            "vs exclusive",
+            "paper",
+            "util",
+            "footprint",
+            "paper",
+            "slowdown",
+        ]
     table = _table(title, columns)
     for name, s in stats.items():
         label = f"{name} ({PAPER_NAMES[name]})" if paper and name in PAPER_NAMES else name
         makespan = _spread(s["makespan_s"])
-        versus = (_spread([-r for r in s.get("reduction", [])], "{:+.1%}")
-                  if name != BASELINE else "-")  # fmt: skip
+        versus = (
+            _spread([-r for r in s.get("reduction", [])], "{:+.1%}") if name != BASELINE else "-"
+        )
         util = _spread(s["utilization"], "{:.0%}")
         fp = _footprints(s.get("footprint", []))
         slow = _spread(s["slowdown_mean"], "{:.2f}")
@@ -121,9 +134,16 @@ def comparison_table(comps: Sequence[Comparison], title: str,
             pr = (paper_reduction or {}).get(name)
             pf = (paper_footprint or {}).get(name)
             table.add_row(
-                label, makespan, f"{pm:.0f}" if pm else "-", versus, f"{-pr:+.0%}" if pr else "-",
-                util, fp, str(pf) if pf else "-", slow,
-            )  # fmt: skip
+                label,
+                makespan,
+                f"{pm:.0f}" if pm else "-",
+                versus,
+                f"{-pr:+.0%}" if pr else "-",
+                util,
+                fp,
+                str(pf) if pf else "-",
+                slow,
+            )
         else:
             table.add_row(label, makespan, versus, util, fp, slow)
     return table
@@ -142,11 +162,16 @@ def comparison_json(comps: Sequence[Comparison]) -> dict[str, Any]:
                 row["reduction"] = reduction(run.makespan_s, base.makespan_s)
             runs.append(row)
         for name, fp in comp.footprints.items():
-            footprints.append({
-                "workload": comp.workload, "seed": comp.seed, "policy": name, "nodes": fp.nodes,
-                "target_makespan_s": fp.target_s,
-                "makespans_s": {str(k): v for k, v in fp.makespans.items()},
-            })  # fmt: skip
+            footprints.append(
+                {
+                    "workload": comp.workload,
+                    "seed": comp.seed,
+                    "policy": name,
+                    "nodes": fp.nodes,
+                    "target_makespan_s": fp.target_s,
+                    "makespans_s": {str(k): v for k, v in fp.makespans.items()},
+                }
+            )
     summary = []
     for name, s in policy_stats(comps).items():
         entry: dict[str, Any] = {
@@ -169,14 +194,20 @@ def summary_dict(run: RunSummary) -> dict[str, Any]:
         return None if math.isnan(x) else x
 
     return {
-        "policy": run.policy, "nodes": run.nodes, "jobs": run.jobs,
-        "makespan_s": run.makespan_s, "utilization": run.utilization,
-        "slowdown_mean": clean(run.slowdown_mean), "slowdown_p95": clean(run.slowdown_p95),
-        "slowdown_max": clean(run.slowdown_max), "wait_mean_s": clean(run.wait_mean_s),
-        "cycles": run.cycles, "not_run": run.not_run,
+        "policy": run.policy,
+        "nodes": run.nodes,
+        "jobs": run.jobs,
+        "makespan_s": run.makespan_s,
+        "utilization": run.utilization,
+        "slowdown_mean": clean(run.slowdown_mean),
+        "slowdown_p95": clean(run.slowdown_p95),
+        "slowdown_max": clean(run.slowdown_max),
+        "wait_mean_s": clean(run.wait_mean_s),
+        "cycles": run.cycles,
+        "not_run": run.not_run,
         "bounded_slowdown_mean": clean(run.bounded_slowdown_mean),
         "core_utilization": run.core_utilization,
-    }  # fmt: skip
+    }
 
 
 # -- sweeps (Figs. 9 and 10) -----------------------------------------------------------------
@@ -195,8 +226,9 @@ def sweep_table(sweeps: Sequence[Sweep], title: str) -> Table:
         means = {p: statistics.fmean(s.runs[(p, n)].makespan_s for s in sweeps) for p in policies}
         row = [str(n), str(first.jobs[n]), *[f"{means[p]:.0f}" for p in policies]]
         if BASELINE in policies:
-            row += [_pct(-reduction(means[p], means[BASELINE]), True)
-                    for p in policies if p != BASELINE]  # fmt: skip
+            row += [
+                _pct(-reduction(means[p], means[BASELINE]), True) for p in policies if p != BASELINE
+            ]
         table.add_row(*row)
     return table
 
@@ -207,8 +239,9 @@ def sweep_json(sweeps: Sequence[Sweep]) -> list[dict[str, Any]]:
     for sweep in sweeps:
         for (_, n), run in sweep.runs.items():
             row = summary_dict(run)
-            row.update(workload=sweep.workload, seed=sweep.seed, size=n,
-                       offload_share=sweep.offload_share)  # fmt: skip
+            row.update(
+                workload=sweep.workload, seed=sweep.seed, size=n, offload_share=sweep.offload_share
+            )
             out.append(row)
     return out
 
@@ -220,14 +253,24 @@ def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
     """Median unallocated GPU % per policy and arrival level, for one protocol."""
     mine = [r for r in runs if r.protocol == protocol]
     seeds = _seeds(r.seed for r in mine)
-    label = {"online": "online protocol: one pod per cycle (comparable to the published table)",
-             "batch": "batch protocol: a cycle plans many pending pods (as coshare runs live)"}
+    label = {
+        "online": "online protocol: one pod per cycle (comparable to the published table)",
+        "batch": "batch protocol: a cycle plans many pending pods (as coshare runs live)",
+    }
     table = _table(
         f"Alibaba GPU-sharing fragmentation, {label.get(protocol, protocol)}; unallocated GPU %, "
         f"median of seeds {seeds}; bound: the least any placement of the pods submitted by "
         "100% can leave unallocated",
-        ["policy", *[f"{level}%" for level in ARRIVAL_LEVELS], "range at 100%", "published",
-         "idle GPUs", "no cores", "partial", "bound"],
+        [
+            "policy",
+            *[f"{level}%" for level in ARRIVAL_LEVELS],
+            "range at 100%",
+            "published",
+            "idle GPUs",
+            "no cores",
+            "partial",
+            "bound",
+        ],
     )
     by_policy: dict[str, list[FragRun]] = defaultdict(list)
     for run in mine:
@@ -247,7 +290,9 @@ def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
             *[f"{median_unallocated(group, level):.2f}" for level in ARRIVAL_LEVELS],
             f"{min(at100):.2f}-{max(at100):.2f}",
             f"{published:.2f}" if published is not None and protocol == "online" else "-",
-            where("idle_gpus"), where("idle_gpus_no_cores"), where("partial"),
+            where("idle_gpus"),
+            where("idle_gpus_no_cores"),
+            where("partial"),
             _bound(group),
         )
     return table
@@ -266,21 +311,33 @@ def frag_json(runs: Sequence[FragRun]) -> dict[str, Any]:
     for run in runs:
         groups[(run.protocol, run.policy)].append(run)
     for (protocol, name), group in groups.items():
-        results.append({
-            "protocol": protocol,
-            "policy": name,
-            "unallocated_gpu_pct": {
-                str(lv): median_unallocated(group, lv) for lv in ARRIVAL_LEVELS
-            },
-            "per_seed": [{"seed": r.seed, "placed": r.placed, "dropped": r.dropped,
-                          "unallocated_gpu_pct": {str(lv): r.unallocated_at(lv)
-                                                  for lv in ARRIVAL_LEVELS},
-                          "unallocated_at_100_pct": r.at_100,
-                          "bound_unallocated_gpu_pct": {str(lv): v for lv, v in r.bound.items()}}
-                         for r in group],
-        })  # fmt: skip
-    return {"levels": list(ARRIVAL_LEVELS), "results": results,
-            "published_online_at_100": PUBLISHED_AT_100}  # fmt: skip
+        results.append(
+            {
+                "protocol": protocol,
+                "policy": name,
+                "unallocated_gpu_pct": {
+                    str(lv): median_unallocated(group, lv) for lv in ARRIVAL_LEVELS
+                },
+                "per_seed": [
+                    {
+                        "seed": r.seed,
+                        "placed": r.placed,
+                        "dropped": r.dropped,
+                        "unallocated_gpu_pct": {
+                            str(lv): r.unallocated_at(lv) for lv in ARRIVAL_LEVELS
+                        },
+                        "unallocated_at_100_pct": r.at_100,
+                        "bound_unallocated_gpu_pct": {str(lv): v for lv, v in r.bound.items()},
+                    }
+                    for r in group
+                ],
+            }
+        )
+    return {
+        "levels": list(ARRIVAL_LEVELS),
+        "results": results,
+        "published_online_at_100": PUBLISHED_AT_100,
+    }
 
 
 # -- trace replay ----------------------------------------------------------------------------
@@ -289,18 +346,34 @@ def frag_json(runs: Sequence[FragRun]) -> dict[str, Any]:
 def replay_table(runs: Sequence[RunSummary], title: str) -> Table:
     """One row per policy of a trace replay."""
     base = next((r for r in runs if r.policy == BASELINE), None)
-    table = _table(title, ["policy", "makespan s", "vs exclusive", "mean wait s",
-                           "bounded slowdown", "node use", "jobs run", "not run",
-                           "cycles"])  # fmt: skip
+    table = _table(
+        title,
+        [
+            "policy",
+            "makespan s",
+            "vs exclusive",
+            "mean wait s",
+            "bounded slowdown",
+            "node use",
+            "jobs run",
+            "not run",
+            "cycles",
+        ],
+    )
     for run in runs:
         table.add_row(
-            run.policy, f"{run.makespan_s:.0f}",
-            _pct(-reduction(run.makespan_s, base.makespan_s), True) if base and run is not base
+            run.policy,
+            f"{run.makespan_s:.0f}",
+            _pct(-reduction(run.makespan_s, base.makespan_s), True)
+            if base and run is not base
             else "-",
-            f"{run.wait_mean_s:.0f}", f"{run.bounded_slowdown_mean:.2f}",
-            f"{run.core_utilization:.1%}", str(run.jobs - run.not_run), str(run.not_run),
+            f"{run.wait_mean_s:.0f}",
+            f"{run.bounded_slowdown_mean:.2f}",
+            f"{run.core_utilization:.1%}",
+            str(run.jobs - run.not_run),
+            str(run.not_run),
             str(run.cycles),
-        )  # fmt: skip
+        )
     return table
 
 
@@ -310,16 +383,26 @@ def user_table(runs: Sequence[tuple[str, Mapping[str, UserFigures]]]) -> Table:
     for name in sorted({u for _, users in runs for u in users}):
         figures = [users.get(name) for _, users in runs]
         jobs = next((f.jobs for f in figures if f is not None), 0)
-        table.add_row(name or "(none)", str(jobs),
-                      *(f"{f.wait_s / f.jobs:.0f}" if f and f.jobs else "-" for f in figures))
+        table.add_row(
+            name or "(none)",
+            str(jobs),
+            *(f"{f.wait_s / f.jobs:.0f}" if f and f.jobs else "-" for f in figures),
+        )
     return table
 
 
 # -- parameter sweeps (--sweep) ----------------------------------------------------------------
 
 #: What a parameter sweep can report: the numeric figures of a run.
-GRID_METRICS = ("makespan_s", "utilization", "slowdown_mean", "slowdown_p95", "wait_mean_s",
-                "cycles", "not_run")  # fmt: skip
+GRID_METRICS = (
+    "makespan_s",
+    "utilization",
+    "slowdown_mean",
+    "slowdown_p95",
+    "wait_mean_s",
+    "cycles",
+    "not_run",
+)
 
 
 @dataclass(frozen=True)
@@ -339,8 +422,9 @@ class GridRun:
     summary: RunSummary
 
 
-def grid_groups(runs: Sequence[GridRun],
-                metric: str) -> dict[tuple[str, tuple[tuple[str, Any], ...], str], list[float]]:
+def grid_groups(
+    runs: Sequence[GridRun], metric: str
+) -> dict[tuple[str, tuple[tuple[str, Any], ...], str], list[float]]:
     """The metric's values over seeds, per (workload, point, policy), in run order."""
     groups: dict[tuple[str, tuple[tuple[str, Any], ...], str], list[float]] = {}
     for run in runs:
@@ -366,21 +450,36 @@ def grid_table(runs: Sequence[GridRun], keys: Sequence[str], metric: str, title:
         mean, sd = spread(values)
         shown = dict(point)
         fmt = "{:.3f}" if metric == "utilization" or metric.startswith("slowdown") else "{:.1f}"
-        table.add_row(workload, *[str(shown.get(k, "-")) for k in keys], policy,
-                      fmt.format(mean), fmt.format(sd),
-                      f"{fmt.format(min(values))}-{fmt.format(max(values))}", str(len(values)))
+        table.add_row(
+            workload,
+            *[str(shown.get(k, "-")) for k in keys],
+            policy,
+            fmt.format(mean),
+            fmt.format(sd),
+            f"{fmt.format(min(values))}-{fmt.format(max(values))}",
+            str(len(values)),
+        )
     return table
 
 
 def grid_json(runs: Sequence[GridRun], keys: Sequence[str], metric: str) -> dict[str, Any]:
     """Every run with its parameters, and per workload, point and policy the metric's mean
     and standard deviation over seeds."""
-    rows = [{"workload": r.workload, "seed": r.seed, "params": dict(r.point),
-             **summary_dict(r.summary)} for r in runs]  # fmt: skip
+    rows = [
+        {"workload": r.workload, "seed": r.seed, "params": dict(r.point), **summary_dict(r.summary)}
+        for r in runs
+    ]
     summary = []
     for (workload, point, policy), values in grid_groups(runs, metric).items():
         mean, sd = spread(values)
-        summary.append({"workload": workload, "params": dict(point), "policy": policy,
-                        "mean": None if math.isnan(mean) else mean,
-                        "sd": None if math.isnan(sd) else sd, "seeds": len(values)})
+        summary.append(
+            {
+                "workload": workload,
+                "params": dict(point),
+                "policy": policy,
+                "mean": None if math.isnan(mean) else mean,
+                "sd": None if math.isnan(sd) else sd,
+                "seeds": len(values),
+            }
+        )
     return {"keys": list(keys), "metric": metric, "runs": rows, "summary": summary}

@@ -110,21 +110,31 @@ def _paper_jobs(workload: str, jobs: int, seed: int, share: float) -> tuple[SimJ
     return realize(draws_for(workload, jobs, seed), share)
 
 
-def _makespan(workload: str, jobs: tuple[SimJob, ...], nodes: int, policy: str, seed: int,
-              setup: Setup) -> Any:  # fmt: skip
-    return simulate(paper_cluster(nodes), jobs, setup.policy(policy, seed),
-                    options=setup.options())  # fmt: skip
+def _makespan(
+    workload: str, jobs: tuple[SimJob, ...], nodes: int, policy: str, seed: int, setup: Setup
+) -> Any:
+    return simulate(paper_cluster(nodes), jobs, setup.policy(policy, seed), options=setup.options())
 
 
-def policy_run(workload: str, jobs: int, nodes: int, policy: str, seed: int, setup: Setup,
-               share: float) -> RunSummary:  # fmt: skip
+def policy_run(
+    workload: str, jobs: int, nodes: int, policy: str, seed: int, setup: Setup, share: float
+) -> RunSummary:
     """One policy on a paper job set of ``jobs`` jobs on ``nodes`` paper nodes."""
     sim_jobs = _paper_jobs(workload, jobs, seed, share)
     return summarize(_makespan(workload, sim_jobs, nodes, policy, seed, setup))
 
 
-def footprint_run(workload: str, jobs: int, nodes: int, policy: str, seed: int, setup: Setup,
-                  share: float, makespan_s: float, target_s: float) -> Footprint:  # fmt: skip
+def footprint_run(
+    workload: str,
+    jobs: int,
+    nodes: int,
+    policy: str,
+    seed: int,
+    setup: Setup,
+    share: float,
+    makespan_s: float,
+    target_s: float,
+) -> Footprint:
     """The footprint search of ``policy`` (whose makespan on ``nodes`` is ``makespan_s``)
     against the baseline's ``target_s``, as :func:`coshare.sim.experiments.compare` does."""
     sim_jobs = _paper_jobs(workload, jobs, seed, share)

@@ -65,8 +65,15 @@ RATIO_JOBS = 30
 RATIO_PROCESSES = 28
 RATIO_PROGRAMS = ("BW", "HC")
 #: The paper's figures (sections 6.2, 6.3).
-PAPER = {"cs_gain": 0.137, "sns_gain": 0.198, "sns_beats_cs": 26, "sequences": 36,
-         "over_alpha": 136, "jobs": 720, "sns_max_gain": 0.421}  # fmt: skip
+PAPER = {
+    "cs_gain": 0.137,
+    "sns_gain": 0.198,
+    "sns_beats_cs": 26,
+    "sequences": 36,
+    "over_alpha": 136,
+    "jobs": 720,
+    "sns_max_gain": 0.421,
+}
 
 
 @dataclass(frozen=True)
@@ -80,29 +87,54 @@ class Cluster:
 
     def nodes(self, count: int) -> tuple[Node, ...]:
         """``count`` such nodes."""
-        return tuple(Node(f"sns{i + 1:02d}", self.cores * MILLI, self.memory_mib,
-                          membw_gbps=self.membw_gbps, llc_ways=self.llc_ways)
-                     for i in range(count))  # fmt: skip
+        return tuple(
+            Node(
+                f"sns{i + 1:02d}",
+                self.cores * MILLI,
+                self.memory_mib,
+                membw_gbps=self.membw_gbps,
+                llc_ways=self.llc_ways,
+            )
+            for i in range(count)
+        )
 
 
 def scaling_ratio(jobs: Sequence[SimJob], profiles: Mapping[str, Profile]) -> float:
     """The share of CE core-hours (processes x CE run time) of the scaling jobs."""
     total = math.fsum(s.job.processes * s.duration_s for s in jobs)
-    scaling = math.fsum(s.job.processes * s.duration_s for s in jobs
-                        if profiles[s.job.program or ""].program_class == "scaling")  # fmt: skip
+    scaling = math.fsum(
+        s.job.processes * s.duration_s
+        for s in jobs
+        if profiles[s.job.program or ""].program_class == "scaling"
+    )
     return scaling / total if total > 0 else 0.0
 
 
-def _job(index: int, program: str, processes: int, profile: Profile, nodes_max: int,
-         run_s: float) -> SimJob:  # fmt: skip
-    job = Job(f"{index + 1}-{program}", kind="cpu", device_count=0, processes=processes,
-              cpu_milli=MILLI, memory_mib=1024, program=program, submit_time_s=index * 1e-3,
-              nodes=1, nodes_max=1 if profile.single_node else nodes_max)  # fmt: skip
+def _job(
+    index: int, program: str, processes: int, profile: Profile, nodes_max: int, run_s: float
+) -> SimJob:
+    job = Job(
+        f"{index + 1}-{program}",
+        kind="cpu",
+        device_count=0,
+        processes=processes,
+        cpu_milli=MILLI,
+        memory_mib=1024,
+        program=program,
+        submit_time_s=index * 1e-3,
+        nodes=1,
+        nodes_max=1 if profile.single_node else nodes_max,
+    )
     return host_only(job, run_s)
 
 
-def sequence(profiles: Mapping[str, Profile], seed: int, index: int, nodes: int = PAPER_NODES,
-             jobs: int = JOBS_PER_SEQUENCE) -> tuple[SimJob, ...]:  # fmt: skip
+def sequence(
+    profiles: Mapping[str, Profile],
+    seed: int,
+    index: int,
+    nodes: int = PAPER_NODES,
+    jobs: int = JOBS_PER_SEQUENCE,
+) -> tuple[SimJob, ...]:
     """Sequence ``index`` of seed ``seed``: ``jobs`` jobs, a program uniformly of the 12 and
     16 or 28 processes each, redrawn until the scaling ratio is in :data:`RATIO_RANGE`."""
     rng = random.Random(f"sns:{seed}:{index}")
@@ -111,23 +143,34 @@ def sequence(profiles: Mapping[str, Profile], seed: int, index: int, nodes: int 
         out = []
         for i in range(jobs):
             name = rng.choice(names)
-            out.append(_job(i, name, rng.choice(PROCESS_COUNTS), profiles[name], nodes,
-                            rng.uniform(*RUN_S_RANGE)))  # fmt: skip
+            out.append(
+                _job(
+                    i,
+                    name,
+                    rng.choice(PROCESS_COUNTS),
+                    profiles[name],
+                    nodes,
+                    rng.uniform(*RUN_S_RANGE),
+                )
+            )
         if RATIO_RANGE[0] <= scaling_ratio(out, profiles) <= RATIO_RANGE[1]:
             return tuple(out)
     raise ValueError("no sequence with a scaling ratio in range after 10000 draws")
 
 
-def ratio_mix(profiles: Mapping[str, Profile], share: float, seed: int,
-              nodes: int = PAPER_NODES) -> tuple[SimJob, ...]:  # fmt: skip
+def ratio_mix(
+    profiles: Mapping[str, Profile], share: float, seed: int, nodes: int = PAPER_NODES
+) -> tuple[SimJob, ...]:
     """Section 6.3: :data:`RATIO_JOBS` jobs of 28 processes, ``round(share x 30)`` of them BW
     (scaling), the others HC (neutral), in random order."""
     rng = random.Random(f"sns-ratio:{seed}:{share:.6f}")
     count = round(share * RATIO_JOBS)
     names = [RATIO_PROGRAMS[0]] * count + [RATIO_PROGRAMS[1]] * (RATIO_JOBS - count)
     rng.shuffle(names)
-    return tuple(_job(i, n, RATIO_PROCESSES, profiles[n], nodes, rng.uniform(*RUN_S_RANGE))
-                 for i, n in enumerate(names))  # fmt: skip
+    return tuple(
+        _job(i, n, RATIO_PROCESSES, profiles[n], nodes, rng.uniform(*RUN_S_RANGE))
+        for i, n in enumerate(names)
+    )
 
 
 @dataclass
@@ -257,14 +300,20 @@ class SequenceRun:
         return sum(1 for x in self.normalized if x > 1.0 / alpha + 1e-9)
 
 
-def run_sequence(jobs: Sequence[SimJob], policy: Policy, profiles: Mapping[str, Profile],
-                 cluster: Cluster, nodes: int = PAPER_NODES,
-                 cycle_delay_s: float = 1.0) -> SequenceRun:  # fmt: skip
+def run_sequence(
+    jobs: Sequence[SimJob],
+    policy: Policy,
+    profiles: Mapping[str, Profile],
+    cluster: Cluster,
+    nodes: int = PAPER_NODES,
+    cycle_delay_s: float = 1.0,
+) -> SequenceRun:
     """Run ``jobs`` under ``policy`` with :class:`SnsModel`."""
     model = SnsModel(profiles, cluster)
     options = SimOptions(cycle_delay_s=cycle_delay_s)
-    result: SimResult = simulate(cluster.nodes(nodes), list(jobs), policy, options=options,
-                                 model=model)  # fmt: skip
+    result: SimResult = simulate(
+        cluster.nodes(nodes), list(jobs), policy, options=options, model=model
+    )
     done = [r for r in result.jobs if r.start_s is not None and r.end_s is not None]
     turnaround = [r.end_s - r.submit_s for r in done]  # type: ignore[operator]
     wait = [r.start_s - r.submit_s for r in done]  # type: ignore[operator]
@@ -273,6 +322,12 @@ def run_sequence(jobs: Sequence[SimJob], policy: Policy, profiles: Mapping[str, 
     index = {s.job.id: i for i, s in enumerate(jobs)}
     scales = tuple(model.scale.get(index[r.id], 1) for r in done)
     count = max(len(done), 1)
-    return SequenceRun(policy.name, math.fsum(turnaround) / count, math.fsum(wait) / count,
-                       math.fsum(run) / count, normalized, scales,
-                       len(result.jobs) - len(done))  # fmt: skip
+    return SequenceRun(
+        policy.name,
+        math.fsum(turnaround) / count,
+        math.fsum(wait) / count,
+        math.fsum(run) / count,
+        normalized,
+        scales,
+        len(result.jobs) - len(done),
+    )

@@ -76,16 +76,19 @@ class AlibabaTrace:
     pods: tuple[TracePod, ...]
 
 
-def read_alibaba(folder: Path, nodes_file: str = ALIBABA_NODES,
-                 pods_file: str = ALIBABA_PODS) -> AlibabaTrace:  # fmt: skip
+def read_alibaba(
+    folder: Path, nodes_file: str = ALIBABA_NODES, pods_file: str = ALIBABA_PODS
+) -> AlibabaTrace:
     """The node and pod lists of an Alibaba ``openb`` trace folder.
 
     Raises:
         InputError: a file is missing, unreadable or malformed.
     """
     if not folder.is_dir():
-        raise InputError(f"no Alibaba trace folder at {folder}: pass --data DIR (or set "
-                         f"COSHARE_TRACE_DIR) to the folder that holds {folder.name}/")
+        raise InputError(
+            f"no Alibaba trace folder at {folder}: pass --data DIR (or set "
+            f"COSHARE_TRACE_DIR) to the folder that holds {folder.name}/"
+        )
     nodes_path, pods_path = folder / nodes_file, folder / pods_file
     return AlibabaTrace(
         parse_alibaba_nodes(_read(nodes_path), str(nodes_path)),
@@ -115,8 +118,9 @@ def stream_lines(path: Path) -> Iterator[str]:
                 if not line:
                     return
                 if len(line) > MAX_LINE_CHARS:
-                    raise InputError(f"trace {path} line {number}: longer than "
-                                     f"{MAX_LINE_CHARS} characters")  # fmt: skip
+                    raise InputError(
+                        f"trace {path} line {number}: longer than {MAX_LINE_CHARS} characters"
+                    )
                 yield line
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise InputError(f"trace {path} is not a whole gzip file: {exc}") from exc

@@ -77,13 +77,15 @@ def _number(text: object, key: str, where: str, low: float, high: float) -> floa
     """A field by the one number rule of :mod:`coshare.bounds`, finite and in ``low..high``."""
     number = parse_number(text) if isinstance(text, str) else None
     if number is None or not low <= number <= high:
-        raise TraceError(f"{where}: field {key!r} is {shorten(text)} (allowed: a number "
-                         f"{low:g}..{high:g})")  # fmt: skip
+        raise TraceError(
+            f"{where}: field {key!r} is {shorten(text)} (allowed: a number {low:g}..{high:g})"
+        )
     return number
 
 
-def _int(row: dict[str | None, str | None], key: str, where: str, high: float, *,
-         demand: bool = False) -> int:  # fmt: skip
+def _int(
+    row: dict[str | None, str | None], key: str, where: str, high: float, *, demand: bool = False
+) -> int:
     """A whole amount of a CSV row: a demand rounds up, a capacity down (never over-promise)."""
     number = _number(row.get(key), key, where, 0, high)
     return math.ceil(number) if demand else math.floor(number)
@@ -130,12 +132,14 @@ def parse_alibaba_pods(text: str, source: str = "pod list") -> tuple[TracePod, .
                     memory_mib=_int(row, "memory_mib", where, MAX_MEMORY_MIB, demand=True),
                     kind="device" if count else "cpu",
                 ),
-                created_s=_number(row.get("creation_time") or "0", "creation_time", where,
-                                  -MAX_TIME_S, MAX_TIME_S),
+                created_s=_number(
+                    row.get("creation_time") or "0", "creation_time", where, -MAX_TIME_S, MAX_TIME_S
+                ),
                 deleted_s=_number(deleted, "deletion_time", where, -MAX_TIME_S, MAX_TIME_S)
-                if deleted else None,
+                if deleted
+                else None,
             )
-        )  # fmt: skip
+        )
     if not pods:
         raise TraceError(f"{source}: no pods")
     return tuple(pods)
@@ -166,24 +170,47 @@ class SwfTrace:
 
 #: The SWF fields coshare reads (1-based numbers of the format), with their largest values:
 #: a job id, times in seconds, processors, and memory in KB per processor.
-_SWF_FIELDS = {1: ("job number", 2**53), 2: ("submit time", MAX_TIME_S),
-               4: ("run time", MAX_TIME_S), 5: ("allocated processors", MAX_PROCESSES),
-               7: ("used memory", MAX_MEMORY_MIB * 1024.0), 8: ("requested processors",
-               MAX_PROCESSES), 9: ("requested time", MAX_TIME_S),
-               10: ("requested memory", MAX_MEMORY_MIB * 1024.0)}  # fmt: skip
+_SWF_FIELDS = {
+    1: ("job number", 2**53),
+    2: ("submit time", MAX_TIME_S),
+    4: ("run time", MAX_TIME_S),
+    5: ("allocated processors", MAX_PROCESSES),
+    7: ("used memory", MAX_MEMORY_MIB * 1024.0),
+    8: ("requested processors", MAX_PROCESSES),
+    9: ("requested time", MAX_TIME_S),
+    10: ("requested memory", MAX_MEMORY_MIB * 1024.0),
+}
 
 
 #: The SWF fields that describe a job but that coshare does not model, by name: counted in
 #: each job where they hold a value (not ``-1``) and reported once (:func:`unmodelled_warning`).
 #: Fields 3, 6 and 11 (wait, CPU time, status) are what the log's own scheduler did, not
 #: what the job asked, and are not reported.
-SWF_UNMODELLED = {12: "user", 13: "group", 14: "executable", 15: "queue", 16: "partition",
-                  17: "preceding job", 18: "think time"}  # fmt: skip
+SWF_UNMODELLED = {
+    12: "user",
+    13: "group",
+    14: "executable",
+    15: "queue",
+    16: "partition",
+    17: "preceding job",
+    18: "think time",
+}
 
 #: The memory units a header may state, in KB (1024 bytes).
-_MEMORY_UNITS_KB = {"b": 1 / 1024, "byte": 1 / 1024, "bytes": 1 / 1024, "kb": 1.0,
-                    "kib": 1.0, "kbytes": 1.0, "mb": 1024.0, "mib": 1024.0, "mbytes": 1024.0,
-                    "gb": 1024.0**2, "gib": 1024.0**2, "gbytes": 1024.0**2}  # fmt: skip
+_MEMORY_UNITS_KB = {
+    "b": 1 / 1024,
+    "byte": 1 / 1024,
+    "bytes": 1 / 1024,
+    "kb": 1.0,
+    "kib": 1.0,
+    "kbytes": 1.0,
+    "mb": 1024.0,
+    "mib": 1024.0,
+    "mbytes": 1024.0,
+    "gb": 1024.0**2,
+    "gib": 1024.0**2,
+    "gbytes": 1024.0**2,
+}
 _UNIT_KEY = re.compile(r"memory ?units?", re.IGNORECASE)
 _UNIT_NOTE = re.compile(r"\bmemory\b.*?\bin\s+(bytes|[kmg]i?b)\b", re.IGNORECASE)
 
@@ -202,8 +229,10 @@ def header_memory_unit(text: str) -> float | None:
         stated = value.strip()
         unit = _MEMORY_UNITS_KB.get(stated.lower())
         if unit is None:
-            raise TraceError(f"header {key.strip()} is {shorten(stated)} (allowed: bytes, KB, "
-                             "MB, GB, KiB, MiB, GiB)")  # fmt: skip
+            raise TraceError(
+                f"header {key.strip()} is {shorten(stated)} (allowed: bytes, KB, "
+                "MB, GB, KiB, MiB, GiB)"
+            )
         return unit
     found = _UNIT_NOTE.search(text)
     return _MEMORY_UNITS_KB[found.group(1).lower()] if found is not None else None
@@ -225,8 +254,9 @@ def _swf_values(fields: list[str], where: str, unit_kb: float = 1.0) -> list[flo
             low = "-1 (unknown) or 0"
             if number in _SWF_TIMES:
                 low = f"-1 (unknown), 0 or {MIN_SWF_SECONDS:g}"
-            raise TraceError(f"{where}: {name} (field {number}) is {shorten(text)} (allowed: "
-                             f"{low}..{high:g})")  # fmt: skip
+            raise TraceError(
+                f"{where}: {name} (field {number}) is {shorten(text)} (allowed: {low}..{high:g})"
+            )
         values.append(value)
     return values
 
@@ -298,14 +328,21 @@ class _SeenNumbers:
     def add(self, ident: int, line: int) -> None:
         """``ident`` seen on ``line`` (not seen before)."""
         k = bisect.bisect_right(self.starts, ident) - 1
-        if (k >= 0 and self.ends[k] + 1 == ident and self.anchors[k] == self.starts[k]
-                and self.anchor_lines[k] + (ident - self.anchors[k]) == line):  # fmt: skip
+        if (
+            k >= 0
+            and self.ends[k] + 1 == ident
+            and self.anchors[k] == self.starts[k]
+            and self.anchor_lines[k] + (ident - self.anchors[k]) == line
+        ):
             self.ends[k] = ident  # counting up
             return
         after = k + 1
-        if (after < len(self.starts) and self.starts[after] - 1 == ident
-                and self.anchors[after] == self.ends[after]
-                and self.anchor_lines[after] + (self.anchors[after] - ident) == line):  # fmt: skip
+        if (
+            after < len(self.starts)
+            and self.starts[after] - 1 == ident
+            and self.anchors[after] == self.ends[after]
+            and self.anchor_lines[after] + (self.anchors[after] - ident) == line
+        ):
             self.starts[after] = ident  # counting down
             return
         self.starts.insert(after, ident)
@@ -314,8 +351,12 @@ class _SeenNumbers:
         self.anchor_lines.insert(after, line)
 
 
-def iter_swf(lines: Iterable[str], source: str = "SWF", tally: SwfTally | None = None,
-             bytes_per_job: bool = False) -> Iterator[SwfJob]:  # fmt: skip
+def iter_swf(
+    lines: Iterable[str],
+    source: str = "SWF",
+    tally: SwfTally | None = None,
+    bytes_per_job: bool = False,
+) -> Iterator[SwfJob]:
     """The jobs of SWF ``lines`` one at a time, as they are read (a stream).
 
     Args:
@@ -351,8 +392,10 @@ def iter_swf(lines: Iterable[str], source: str = "SWF", tally: SwfTally | None =
         ident = int(job_id)
         first = seen.line_of(ident)
         if first is not None:
-            raise TraceError(f"{where}: job {ident} appears again (first on line "
-                             f"{first}); SWF job numbers are unique")  # fmt: skip
+            raise TraceError(
+                f"{where}: job {ident} appears again (first on line "
+                f"{first}); SWF job numbers are unique"
+            )
         seen.add(ident, number)
         procs = math.ceil(alloc if alloc > 0 else req)
         if run <= 0 or procs <= 0:
@@ -362,9 +405,11 @@ def iter_swf(lines: Iterable[str], source: str = "SWF", tally: SwfTally | None =
             # SWF lists jobs in submit order, and a replay reads the log as a stream: an
             # earlier job after a later one is refused here, before any run (exit 2), not
             # by every run's engine (exit 1, one failure per run).
-            raise TraceError(f"{where}: job {ident} submits at {submit:g}, before the job on "
-                             f"line {last[1]} ({last[0]:g}); SWF lists jobs in submit "
-                             "order")  # fmt: skip
+            raise TraceError(
+                f"{where}: job {ident} submits at {submit:g}, before the job on "
+                f"line {last[1]} ({last[0]:g}); SWF lists jobs in submit "
+                "order"
+            )
         last = (submit, number)
         memory_kb = (req_kb if req_kb > 0 else max(used_kb, 0)) * tally.memory_unit_kb
         if bytes_per_job:
@@ -384,14 +429,17 @@ def iter_swf(lines: Iterable[str], source: str = "SWF", tally: SwfTally | None =
             ),
             run,
         )
+
+
 #: A log reads as Alea's (memory in bytes for the whole job) when more than this share of
 #: its jobs with a memory request could never fit as the standard reads it, and read so at
 #: most a tenth as many could not.
 ALEA_MEMORY_SHARE = 0.5
 
 
-def memory_reading(jobs: Iterable[SwfJob], nodes: Iterable[Node],
-                   source: str) -> tuple[bool, str | None]:  # fmt: skip
+def memory_reading(
+    jobs: Iterable[SwfJob], nodes: Iterable[Node], source: str
+) -> tuple[bool, str | None]:
     """Whether the memory fields of a log (read as the standard says: ``jobs``) hold bytes
     for the whole job instead (as Alea's extended SWF writes them), judged by how many jobs
     could ever fit ``nodes`` either way; and a note for the admin, said before any replay:
@@ -408,11 +456,15 @@ def memory_reading(jobs: Iterable[SwfJob], nodes: Iterable[Node],
         per_job += math.ceil(job.memory_mib / 1024 / job.processes) > largest
     if not asked or not standard:
         return False, None
-    said = (f"{source}: {standard:,} of {asked:,} jobs ask more memory than any node has "
-            f"({largest:,} MiB) with field 10 read as KB per processor (the SWF standard)")
+    said = (
+        f"{source}: {standard:,} of {asked:,} jobs ask more memory than any node has "
+        f"({largest:,} MiB) with field 10 read as KB per processor (the SWF standard)"
+    )
     if standard > ALEA_MEMORY_SHARE * asked and per_job * 10 <= standard:
-        return True, (f"{said}; read as bytes for the whole job (Alea's extended SWF), "
-                      f"{per_job:,} do: coshare reads it so")  # fmt: skip
+        return True, (
+            f"{said}; read as bytes for the whole job (Alea's extended SWF), "
+            f"{per_job:,} do: coshare reads it so"
+        )
     return False, f"{said}: they will not run"
 
 
@@ -432,8 +484,10 @@ def unmodelled_warning(tally: SwfTally, source: str) -> str | None:
     it (``None``: none), e.g. ``field 15 (queue) ignored in 3,145 jobs``."""
     if not tally.unmodelled:
         return None
-    parts = [f"{name} ignored in {count:,} job{'s' if count != 1 else ''}"
-             for name, count in tally.unmodelled.items()]  # fmt: skip
+    parts = [
+        f"{name} ignored in {count:,} job{'s' if count != 1 else ''}"
+        for name, count in tally.unmodelled.items()
+    ]
     return f"{source}: coshare cannot model these fields: " + "; ".join(parts)
 
 
@@ -442,12 +496,36 @@ def unmodelled_warning(tally: SwfTally, source: str) -> str | None:
 _HEADER_KEYS, _HEADER_CHARS = 64, 256
 #: The header keys SWF 2.2 defines: always kept, however many other keys come first (a log
 #: with 64 keys of its own before ``MaxNodes`` lost its cluster's size).
-SWF_HEADER_KEYS = frozenset({
-    "Version", "Computer", "Installation", "Acknowledge", "Information", "Conversion",
-    "MaxJobs", "MaxRecords", "Preemption", "UnixStartTime", "TimeZone", "TimeZoneString",
-    "StartTime", "EndTime", "MaxNodes", "MaxProcs", "MaxRuntime", "MaxMemory", "AllowOveruse",
-    "MaxQueues", "Queues", "Queue", "MaxPartitions", "Partitions", "Partition", "Note",
-})  # fmt: skip
+SWF_HEADER_KEYS = frozenset(
+    {
+        "Version",
+        "Computer",
+        "Installation",
+        "Acknowledge",
+        "Information",
+        "Conversion",
+        "MaxJobs",
+        "MaxRecords",
+        "Preemption",
+        "UnixStartTime",
+        "TimeZone",
+        "TimeZoneString",
+        "StartTime",
+        "EndTime",
+        "MaxNodes",
+        "MaxProcs",
+        "MaxRuntime",
+        "MaxMemory",
+        "AllowOveruse",
+        "MaxQueues",
+        "Queues",
+        "Queue",
+        "MaxPartitions",
+        "Partitions",
+        "Partition",
+        "Note",
+    }
+)
 
 
 def swf_header_line(text: str, header: dict[str, str]) -> None:
@@ -465,8 +543,9 @@ def swf_header_line(text: str, header: dict[str, str]) -> None:
         header[key] = value.strip()[:_HEADER_CHARS]
 
 
-def header_nodes(trace: SwfTrace | SwfTally, source: str,
-                 cores_per_node: int | None = None) -> tuple[Node, ...]:  # fmt: skip
+def header_nodes(
+    trace: SwfTrace | SwfTally, source: str, cores_per_node: int | None = None
+) -> tuple[Node, ...]:
     """The cluster an SWF header describes when no ``.machines`` file does: ``MaxNodes``
     nodes of ``MaxProcs / MaxNodes`` cores each (SWF 2.2; ``MaxProcs`` alone: one core a
     node). With ``cores_per_node`` (``--cores-per-node``), nodes of that many cores:
@@ -480,12 +559,20 @@ def header_nodes(trace: SwfTrace | SwfTally, source: str,
     values = dict(trace.header)
     procs_text, nodes_text = values.get("MaxProcs"), values.get("MaxNodes")
     if procs_text is None and nodes_text is None:
-        raise TraceError(f"{source}: no .machines file beside it and no MaxNodes or MaxProcs "
-                         "in its header: the cluster is unknown")  # fmt: skip
-    procs = _whole(procs_text, "MaxProcs", f"{source} header", MAX_CORES * MAX_SIM_NODES) \
-        if procs_text is not None else None  # fmt: skip
-    count = _whole(nodes_text, "MaxNodes", f"{source} header", MAX_SIM_NODES) \
-        if nodes_text is not None else procs  # fmt: skip
+        raise TraceError(
+            f"{source}: no .machines file beside it and no MaxNodes or MaxProcs "
+            "in its header: the cluster is unknown"
+        )
+    procs = (
+        _whole(procs_text, "MaxProcs", f"{source} header", MAX_CORES * MAX_SIM_NODES)
+        if procs_text is not None
+        else None
+    )
+    count = (
+        _whole(nodes_text, "MaxNodes", f"{source} header", MAX_SIM_NODES)
+        if nodes_text is not None
+        else procs
+    )
     if cores_per_node is not None and nodes_text is None and procs is not None:
         count = -(-procs // cores_per_node)
     if not count:
@@ -503,8 +590,11 @@ def rebased(jobs: Iterable[SwfJob]) -> Iterator[SwfJob]:
     for j in jobs:
         if first is None:
             first = j.job.submit_time_s
-        yield j if first == 0 else SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first),
-                                          j.run_s)  # fmt: skip
+        yield (
+            j
+            if first == 0
+            else SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first), j.run_s)
+        )
 
 
 def parse_swf_machines(text: str, source: str = "machines") -> tuple[Node, ...]:
@@ -521,8 +611,10 @@ def parse_swf_machines(text: str, source: str = "machines") -> tuple[Node, ...]:
         cpus = _whole(fields[3], "cpus", where, MAX_CORES)
         ram_kb = _whole(fields[5], "ram_kb", where, MAX_MEMORY_MIB * 1024)
         name = _name(fields[1], "m", where)
-        nodes += [Node(f"{name}{len(nodes) + i + 1:03d}", cpus * MILLI, ram_kb // 1024)
-                  for i in range(count)]  # fmt: skip
+        nodes += [
+            Node(f"{name}{len(nodes) + i + 1:03d}", cpus * MILLI, ram_kb // 1024)
+            for i in range(count)
+        ]
     if not nodes:
         raise TraceError(f"{source}: no machines")
     return tuple(nodes)
@@ -557,6 +649,9 @@ def as_gang(job: Job, nodes: tuple[Node, ...]) -> Job:
         return job
     if job.processes <= cores and job.total_memory_mib <= memory:
         return job
-    return replace(job, nodes=-(-job.processes // cores),
-                   nodes_max=max(min(job.processes, len(nodes)), -(-job.processes // cores)),
-                   processes_per_node=cores)  # fmt: skip
+    return replace(
+        job,
+        nodes=-(-job.processes // cores),
+        nodes_max=max(min(job.processes, len(nodes)), -(-job.processes // cores)),
+        processes_per_node=cores,
+    )

@@ -114,8 +114,9 @@ def _name(*parts: object) -> str:
     return " ".join(str(p) for p in parts if p != "")
 
 
-def task_count(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec],
-               calibrations: bool = True) -> int:  # fmt: skip
+def task_count(
+    compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], calibrations: bool = True
+) -> int:
     """How many tasks the three stages run at most (for a progress bar); without the
     calibration runs (``calibrations`` False), the runs of ``--jobs`` jobs each, which is
     what the work bound of ``coshare simulate`` counts (a calibration runs the fixed
@@ -144,15 +145,20 @@ def _on_paper_setup(c: CompareSpec) -> bool:
     return c.workload == "table1" and c.jobs == TABLE1_JOBS and c.nodes == PAPER_NODES
 
 
-def _calibration_keys(compares: Sequence[CompareSpec],
-                      sizes: Sequence[SizesSpec]) -> set[tuple[int, SimOptions]]:  # fmt: skip
+def _calibration_keys(
+    compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec]
+) -> set[tuple[int, SimOptions]]:
     """One calibration per (seed, engine options) of the specs that need one."""
     specs: list[CompareSpec | SizesSpec] = [*compares, *sizes]
     return {_cal_key(c.seed, c.setup) for c in specs if c.setup.offload_share is None}
 
 
-def run_paper(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], executor: Executor,
-              done: Done | None = None) -> PaperResults:  # fmt: skip
+def run_paper(
+    compares: Sequence[CompareSpec],
+    sizes: Sequence[SizesSpec],
+    executor: Executor,
+    done: Done | None = None,
+) -> PaperResults:
     """Run every comparison and size sweep in three stages on ``executor``.
 
     ``done`` is called as each run ends with the number of jobs it simulated (a footprint
@@ -175,8 +181,13 @@ def run_paper(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], execu
         share = share_of(c.seed, c.setup)
         names = _run_names(c)
         if share is None:
-            failures += [Failure(_name(c.workload, "seed", c.seed, n, c.label),
-                                 f"not run: calibration seed {c.seed} failed") for n in names]
+            failures += [
+                Failure(
+                    _name(c.workload, "seed", c.seed, n, c.label),
+                    f"not run: calibration seed {c.seed} failed",
+                )
+                for n in names
+            ]
             continue
         offload = share if isinstance(share, float) else share.offload_share
         same = isinstance(share, Share) and _on_paper_setup(c)
@@ -185,23 +196,34 @@ def run_paper(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], execu
                 reused[k] = share.baseline  # compare() reuses the calibration's MC run
                 continue
             where[("c", k, name, c.nodes)] = len(tasks)
-            tasks.append(Task(_name(c.workload, "seed", c.seed, name, "on", c.nodes, "nodes",
-                                    c.label),
-                              policy_run, (c.workload, c.jobs, c.nodes, name, c.seed, c.setup,
-                                           offload)))  # fmt: skip
+            tasks.append(
+                Task(
+                    _name(c.workload, "seed", c.seed, name, "on", c.nodes, "nodes", c.label),
+                    policy_run,
+                    (c.workload, c.jobs, c.nodes, name, c.seed, c.setup, offload),
+                )
+            )
     for k, s in enumerate(sizes):
         share = share_of(s.seed, s.setup)
         if share is None:
-            failures.append(Failure(_name(s.workload, "seed", s.seed, "sizes"),
-                                    f"not run: calibration seed {s.seed} failed"))
+            failures.append(
+                Failure(
+                    _name(s.workload, "seed", s.seed, "sizes"),
+                    f"not run: calibration seed {s.seed} failed",
+                )
+            )
             continue
         offload = share if isinstance(share, float) else share.offload_share
         for n, count in s.counts:
             for name in s.policies:
                 where[("s", k, name, n)] = len(tasks)
-                tasks.append(Task(_name(s.workload, "seed", s.seed, name, "on", n, "nodes"),
-                                  policy_run, (s.workload, count, n, name, s.seed, s.setup,
-                                               offload)))  # fmt: skip
+                tasks.append(
+                    Task(
+                        _name(s.workload, "seed", s.seed, name, "on", n, "nodes"),
+                        policy_run,
+                        (s.workload, count, n, name, s.seed, s.setup, offload),
+                    )
+                )
     runs = executor.run(tasks, _by_jobs(tasks, done))
     failures += runs.failures
 
@@ -231,31 +253,58 @@ def run_paper(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec], execu
                 failures.append(Failure(task, "not run: its run or the baseline's failed"))
                 continue
             fp_where[(k, name)] = len(fp_tasks)
-            fp_tasks.append(Task(task, footprint_run,
-                                 (c.workload, c.jobs, c.nodes, name, c.seed, c.setup, offload,
-                                  mine.makespan_s, base.makespan_s)))  # fmt: skip
+            fp_tasks.append(
+                Task(
+                    task,
+                    footprint_run,
+                    (
+                        c.workload,
+                        c.jobs,
+                        c.nodes,
+                        name,
+                        c.seed,
+                        c.setup,
+                        offload,
+                        mine.makespan_s,
+                        base.makespan_s,
+                    ),
+                )
+            )
     fps = executor.run(fp_tasks, _by_jobs(fp_tasks, done)) if fp_tasks else None
     if fps is not None:
         failures += fps.failures
 
     comparisons = []
     for k, c in enumerate(compares):
-        found = {n: r for n in dict.fromkeys(c.policies)
-                 if (r := got(("c", k, n, c.nodes))) is not None}  # fmt: skip
+        found = {
+            n: r for n in dict.fromkeys(c.policies) if (r := got(("c", k, n, c.nodes))) is not None
+        }
         footprints: dict[str, Footprint] = {}
         for name in dict.fromkeys(c.policies):
             index = fp_where.get((k, name))
             if fps is not None and index is not None and index not in fps.failed:
                 footprints[name] = fps.values[index]
-        comparisons.append(Comparison(c.workload, c.seed, c.nodes, c.jobs,
-                                      _offload(share_of(c.seed, c.setup)), found, footprints))
+        comparisons.append(
+            Comparison(
+                c.workload,
+                c.seed,
+                c.nodes,
+                c.jobs,
+                _offload(share_of(c.seed, c.setup)),
+                found,
+                footprints,
+            )
+        )
     sweeps: list[Sweep | None] = []
     for k, s in enumerate(sizes):
         cells = {(name, n): got(("s", k, name, n)) for n, _ in s.counts for name in s.policies}
         complete = {key: r for key, r in cells.items() if r is not None}
         share = share_of(s.seed, s.setup)
-        sweeps.append(Sweep(s.workload, s.seed, _offload(share), dict(s.counts), complete)
-                      if share is not None and len(complete) == len(cells) else None)
+        sweeps.append(
+            Sweep(s.workload, s.seed, _offload(share), dict(s.counts), complete)
+            if share is not None and len(complete) == len(cells)
+            else None
+        )
     return PaperResults(comparisons, sweeps, failures)
 
 
@@ -286,9 +335,13 @@ def _offload(share: Share | float | None) -> float:
     return share if isinstance(share, float) else share.offload_share
 
 
-def _calibrations(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec],
-                  executor: Executor, done: Done | None,
-                  failures: list[Failure]) -> dict[tuple[int, SimOptions], Share]:  # fmt: skip
+def _calibrations(
+    compares: Sequence[CompareSpec],
+    sizes: Sequence[SizesSpec],
+    executor: Executor,
+    done: Done | None,
+    failures: list[Failure],
+) -> dict[tuple[int, SimOptions], Share]:
     """Stage 1: one calibration per (seed, engine options) that needs one."""
     wanted: dict[tuple[int, SimOptions], Setup] = {}
     specs: list[CompareSpec | SizesSpec] = [*compares, *sizes]
@@ -298,8 +351,11 @@ def _calibrations(compares: Sequence[CompareSpec], sizes: Sequence[SizesSpec],
     if not wanted:
         return {}
     keys = list(wanted)
-    tasks = [Task(f"calibration seed {seed}", calibration, (seed, wanted[key]))
-             for key in keys for seed in [key[0]]]  # fmt: skip
+    tasks = [
+        Task(f"calibration seed {seed}", calibration, (seed, wanted[key]))
+        for key in keys
+        for seed in [key[0]]
+    ]
     results = executor.run(tasks, None if done is None else lambda _: done(TABLE1_JOBS))
     failures += results.failures
     out: dict[tuple[int, SimOptions], Share] = {}

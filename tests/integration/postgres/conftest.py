@@ -15,8 +15,10 @@ from tests.postgres import Postgres, running_postgres
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Postgres]:
     if os.geteuid() != 0:
-        pytest.fail("the PostgreSQL tests install PostgreSQL with apt-get when it is missing and "
-                    "run it as the postgres user; run them as root")  # fmt: skip
+        pytest.fail(
+            "the PostgreSQL tests install PostgreSQL with apt-get when it is missing and "
+            "run it as the postgres user; run them as root"
+        )
     with running_postgres() as server:
         yield server
 

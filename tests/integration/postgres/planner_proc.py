@@ -45,8 +45,9 @@ def hammer(dsn: str, planner: str, seed: int, rounds: int, out: str) -> None:
     lease = PlannerLease(Engine(dsn), planner, "i", 600)
     lease.acquire()
     store = PostgresReservations(lease, LAYOUT)
-    counts = dict.fromkeys(("held", "conflicts", "cancelled_others", "lost_to_cancel",
-                            "partial"), 0)  # fmt: skip
+    counts = dict.fromkeys(
+        ("held", "conflicts", "cancelled_others", "lost_to_cancel", "partial"), 0
+    )
     with open(out, "w") as log:
         for n in range(rounds):
             job = f"{planner}-{n}"

@@ -50,7 +50,8 @@ def part(job: str, unit: str, mib: int) -> Part:
 
 
 def test_concurrent_planners_never_book_a_device_beyond_its_memory(
-        dsn: str, engines: list[Engine]) -> None:  # fmt: skip
+    dsn: str, engines: list[Engine]
+) -> None:
     """Three planners (threads, each its own connection and lease) claim random jobs, some
     of them gangs over two devices, and release them after a while. Each granted job's span
     (from its claim's commit to the start of its release) is logged on the monotonic clock;
@@ -81,8 +82,7 @@ def test_concurrent_planners_never_book_a_device_beyond_its_memory(
                     spans.extend((p.unit, p.memory_mib, start, end) for p in gone_parts)
         end = time.monotonic()
         with lock:
-            spans.extend((p.unit, p.memory_mib, start, end) for _, ps, start in held
-                         for p in ps)  # fmt: skip
+            spans.extend((p.unit, p.memory_mib, start, end) for _, ps, start in held for p in ps)
 
     threads = [threading.Thread(target=planner, args=(f"p{i}", i)) for i in range(3)]
     for t in threads:
@@ -92,9 +92,11 @@ def test_concurrent_planners_never_book_a_device_beyond_its_memory(
     assert counts["granted"] > 20 and counts["refused"] > 20, counts  # contention happened
     peak = dict.fromkeys(CAP, 0)
     for unit in CAP:
-        events = sorted([(s, m) for u, m, s, _ in spans if u == unit]
-                        + [(e, -m) for u, m, _, e in spans if u == unit],
-                        key=lambda x: (x[0], x[1]))  # ends first at one instant  # fmt: skip
+        events = sorted(
+            [(s, m) for u, m, s, _ in spans if u == unit]
+            + [(e, -m) for u, m, _, e in spans if u == unit],
+            key=lambda x: (x[0], x[1]),
+        )  # ends first at one instant
         used = 0
         for _, delta in events:
             used += delta
@@ -104,7 +106,8 @@ def test_concurrent_planners_never_book_a_device_beyond_its_memory(
 
 
 def test_what_the_read_shows_counts_once_and_claims_die_with_the_lease(
-        dsn: str, engines: list[Engine]) -> None:  # fmt: skip
+    dsn: str, engines: list[Engine]
+) -> None:
     a = claims_of(dsn, engines, "a", lease_s=1.5)
     b = claims_of(dsn, engines, "b")
     assert a.claim({"7": [part("7", "n0/0", 5000)]}, CAP, {}).refused == {}
@@ -136,26 +139,37 @@ class Queue:
     def read(self) -> SourceResult:
         node = Node("n0", 8000, 16384, (Device("0", 8192, 240), Device("1", 8192, 240)))
         pending = tuple(j for j in self.pending if j.id not in self.placed)
-        return SourceResult(Snapshot((node,), tuple(self.placed.values()) + tuple(self.extra),
-                                     pending, now_s=0.0), ())  # fmt: skip
+        return SourceResult(
+            Snapshot((node,), tuple(self.placed.values()) + tuple(self.extra), pending, now_s=0.0),
+            (),
+        )
 
     def apply(self, plan: Plan, rejected: tuple[Rejected, ...], *, dry_run: bool) -> ApplyReport:
         memory = {j.id: j.device_memory_mib for j in self.pending}
         for a in plan.assignments:
-            self.placed[a.job] = RunningJob(a.job, a.node, a.devices, memory[a.job], 60,
-                                            state="planned")  # fmt: skip
+            self.placed[a.job] = RunningJob(
+                a.job, a.node, a.devices, memory[a.job], 60, state="planned"
+            )
         return ApplyReport(applied=tuple(sorted(plan.placed_jobs)), dry_run=dry_run)
 
 
 def cycle(dsn: str, queue: Queue, planner: str, tmp_path: Path) -> Any:
-    config = Config(coordination=CoordinationConfig(dsn=dsn, domain=planner, instance="i",
-                                                    lease_s=30))  # fmt: skip
-    return run_once("fake", config, make_policy("knapsack"), lambda c: queue,
-                    str(tmp_path / f"{planner}.lock"), log_cycle=False)  # fmt: skip
+    config = Config(
+        coordination=CoordinationConfig(dsn=dsn, domain=planner, instance="i", lease_s=30)
+    )
+    return run_once(
+        "fake",
+        config,
+        make_policy("knapsack"),
+        lambda c: queue,
+        str(tmp_path / f"{planner}.lock"),
+        log_cycle=False,
+    )
 
 
 def test_a_cycle_claims_what_it_writes_and_releases_it_when_the_job_is_gone(
-        dsn: str, tmp_path: Path) -> None:  # fmt: skip
+    dsn: str, tmp_path: Path
+) -> None:
     # Two planners over one node of two 8 GiB devices, each with jobs the other cannot see.
     a = Queue([Job(f"a{i}", 5000, 60, memory_mib=100) for i in range(3)])
     b = Queue([Job(f"b{i}", 5000, 60, memory_mib=100) for i in range(3)])
@@ -166,8 +180,9 @@ def test_a_cycle_claims_what_it_writes_and_releases_it_when_the_job_is_gone(
     assert report.apply.applied == ()
     assert all(u.code == "no_room" for u in report.plan.unplaced)
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT planner, job, memory_mib FROM coshare_live_claims "
-                            "ORDER BY job").fetchall()  # fmt: skip
+        rows = conn.execute(
+            "SELECT planner, job, memory_mib FROM coshare_live_claims ORDER BY job"
+        ).fetchall()
     assert rows == [("a", j, 5000) for j in sorted(a.placed)]
     # a's first job ends: a's next cycle releases its claim and places its third job there.
     first = sorted(a.placed)[0]

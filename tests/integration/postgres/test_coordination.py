@@ -38,8 +38,13 @@ MODULE = "tests.integration.postgres.planner_proc"
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", MODULE, *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", MODULE, *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def lines(proc: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
@@ -73,10 +78,12 @@ def count(dsn: str, sql: str, *params: object) -> int:
 
 
 # -- double booking ---------------------------------------------------------------------------
-def test_concurrent_planners_over_overlapping_nodes_never_double_book(dsn: str,
-                                                                      tmp_path: Path) -> None:
-    planners = [spawn("hammer", dsn, f"p{i}", str(i), "150", str(tmp_path / f"p{i}.log"))
-                for i in range(4)]  # fmt: skip
+def test_concurrent_planners_over_overlapping_nodes_never_double_book(
+    dsn: str, tmp_path: Path
+) -> None:
+    planners = [
+        spawn("hammer", dsn, f"p{i}", str(i), "150", str(tmp_path / f"p{i}.log")) for i in range(4)
+    ]
     totals: dict[str, int] = defaultdict(int)
     for proc in planners:
         out, err = proc.communicate(timeout=600)
@@ -85,8 +92,9 @@ def test_concurrent_planners_over_overlapping_nodes_never_double_book(dsn: str,
             if key not in ("t", "event"):
                 totals[key] += value
     # The planners really contended: gangs were held, refused and cancelled.
-    assert totals["held"] > 50 and totals["conflicts"] > 0 and totals["cancelled_others"] > 0, \
+    assert totals["held"] > 50 and totals["conflicts"] > 0 and totals["cancelled_others"] > 0, (
         totals
+    )
     # Per unit, the held intervals (each inside the time the engine had it held) never overlap.
     spans: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for i in range(4):
@@ -112,8 +120,10 @@ def engines() -> Iterator[list[Engine]]:
 
 def opener(dsn: str, engines: list[Engine]) -> Any:
     """``store(planner, orders=None)``: a store under a fresh lease of ``planner``."""
-    def store(planner: str,
-              orders: dict[str, tuple[int, int]] | None = None) -> PostgresReservations:
+
+    def store(
+        planner: str, orders: dict[str, tuple[int, int]] | None = None
+    ) -> PostgresReservations:
         engine = Engine(dsn)
         engines.append(engine)
         lease = PlannerLease(engine, planner, "i", 60)
@@ -141,7 +151,8 @@ def test_the_store_keeps_the_in_memory_contract(dsn: str, engines: list[Engine])
 
 
 def test_a_higher_request_cancels_lower_reservations_and_never_the_reverse(
-        dsn: str, engines: list[Engine]) -> None:  # fmt: skip
+    dsn: str, engines: list[Engine]
+) -> None:
     store = opener(dsn, engines)
     low, high = store("low"), store("high")
     got = low.claim("late", (50, 0), [(0, "n0/0"), (0, "n0/1"), (1, "n1/0")])
@@ -166,7 +177,8 @@ def test_a_higher_request_cancels_lower_reservations_and_never_the_reverse(
 
 # -- dead planners ----------------------------------------------------------------------------
 def test_a_sigkilled_planners_reservations_are_gone_once_its_lease_expires(
-        dsn: str, engines: list[Engine]) -> None:  # fmt: skip
+    dsn: str, engines: list[Engine]
+) -> None:
     lease_s = 3.0
     proc = spawn("reserve", dsn, "doomed", str(lease_s))
     try:
@@ -229,8 +241,10 @@ def test_a_holder_that_lost_its_lease_stops_before_its_next_write(dsn: str) -> N
         wait_for(standby, "holding")
         os.kill(holder.pid, signal.SIGCONT)
         lost = wait_for(holder, "lost")
-        assert "planner 'ha': instance 'a' lost its lease (instance 'b' holds it now, epoch 2)" \
+        assert (
+            "planner 'ha': instance 'a' lost its lease (instance 'b' holds it now, epoch 2)"
             in lost["message"]
+        )
         assert holder.wait(timeout=10) == 3
     finally:
         kill(holder)
@@ -239,7 +253,8 @@ def test_a_holder_that_lost_its_lease_stops_before_its_next_write(dsn: str) -> N
 
 
 def test_a_holder_stalled_inside_a_transaction_does_not_block_the_takeover(
-        dsn: str, engines: list[Engine]) -> None:  # fmt: skip
+    dsn: str, engines: list[Engine]
+) -> None:
     lease_s = 2.0
     engines += [Engine(dsn), Engine(dsn)]
     holder = PlannerLease(engines[0], "ha", "a", lease_s)
@@ -281,8 +296,7 @@ class StandIn:
         if self.during_read is not None:
             self.during_read()
         node = Node("n1", 4000, 8192, (Device("0", 8192, 240, model="phi-5110p"),))
-        return SourceResult(Snapshot((node,), pending=(Job("7", 1024, 60),), now_s=0.0), (),
-                            ())  # fmt: skip
+        return SourceResult(Snapshot((node,), pending=(Job("7", 1024, 60),), now_s=0.0), (), ())
 
     def apply(self, plan: Plan, rejected: Sequence[Rejected], *, dry_run: bool) -> ApplyReport:
         self.applied.append(plan)
@@ -290,17 +304,29 @@ class StandIn:
 
 
 def cycle(dsn: str, adapter: StandIn, instance: str, tmp_path: Path, lease_s: float = 30) -> Any:
-    config = Config(coordination=CoordinationConfig(dsn=dsn, domain="slurm-a",
-                                                    instance=instance, lease_s=lease_s))
-    return run_once("fake", config, make_policy("exclusive"), lambda c: adapter,
-                    str(tmp_path / f"{instance}.lock"), log_cycle=False)  # fmt: skip
+    config = Config(
+        coordination=CoordinationConfig(
+            dsn=dsn, domain="slurm-a", instance=instance, lease_s=lease_s
+        )
+    )
+    return run_once(
+        "fake",
+        config,
+        make_policy("exclusive"),
+        lambda c: adapter,
+        str(tmp_path / f"{instance}.lock"),
+        log_cycle=False,
+    )
 
 
 def test_two_instances_of_one_planner_only_the_holder_writes(dsn: str, tmp_path: Path) -> None:
     first, second = StandIn(), StandIn()
     assert cycle(dsn, first, "a", tmp_path).apply.applied == ("7",)
-    with pytest.raises(Standby, match=r"instance 'a' holds the lease .* this instance \('b'\) "
-                                      r"is standby and did nothing"):
+    with pytest.raises(
+        Standby,
+        match=r"instance 'a' holds the lease .* this instance \('b'\) "
+        r"is standby and did nothing",
+    ):
         cycle(dsn, second, "b", tmp_path)
     assert second.applied == []
     assert cycle(dsn, first, "a", tmp_path).apply.applied == ("7",)  # renews, same epoch
@@ -325,7 +351,8 @@ def test_the_engine_stopped_mid_cycle_then_restarted(tmp_path: Path) -> None:
 
 
 def test_a_cycle_whose_lease_was_taken_mid_cycle_writes_nothing(
-        dsn: str, tmp_path: Path, engines: list[Engine]) -> None:  # fmt: skip
+    dsn: str, tmp_path: Path, engines: list[Engine]
+) -> None:
     def take_over() -> None:
         time.sleep(1.2)  # the cycle's lease (1 s) lapses while it reads
         engines.append(Engine(dsn))

@@ -41,8 +41,9 @@ def opened() -> Iterator[list[Engine]]:
         engine.close()
 
 
-def store(dsn: str, engines: list[Engine], planner: str,
-          lease_s: float = 60) -> SequencerReservations:  # fmt: skip
+def store(
+    dsn: str, engines: list[Engine], planner: str, lease_s: float = 60
+) -> SequencerReservations:
     engine = Engine(dsn)
     engines.append(engine)
     lease = PlannerLease(engine, planner, "i", lease_s)
@@ -55,13 +56,13 @@ def store(dsn: str, engines: list[Engine], planner: str,
 def no_higher_in_the_way(req: Request, tickets: dict[str, int]) -> None:
     """A request never waits behind a higher ticket (spawned jobs have none)."""
     for unit, other in req.waiting:
-        assert (other in tickets and tickets[other] < req.ticket) or other not in tickets, \
-            f"{req.job} (ticket {req.ticket}) waits for {unit} behind {other} " \
+        assert (other in tickets and tickets[other] < req.ticket) or other not in tickets, (
+            f"{req.job} (ticket {req.ticket}) waits for {unit} behind {other} "
             f"(ticket {tickets.get(other)})"
+        )
 
 
-def test_the_order_is_total_and_stable_across_re_requests(dsn: str,
-                                                          opened: list[Engine]) -> None:
+def test_the_order_is_total_and_stable_across_re_requests(dsn: str, opened: list[Engine]) -> None:
     a, b = store(dsn, opened, "a"), store(dsn, opened, "b")
     first = a.request("a1", [(0, "n0/0"), (1, "n1/0")])
     second = b.request("b1", [(0, "n0/0")], home=1)
@@ -75,8 +76,11 @@ def test_the_order_is_total_and_stable_across_re_requests(dsn: str,
     assert a.request("a1", [(1, "n1/0"), (0, "n0/0")]).ticket == first.ticket
     assert b.ticket("b1") == second.ticket
     # The ticket stands for its units; another planner may not request the job.
-    with pytest.raises(CoordinationError, match=r"job 'b1' already waits with ticket \d+ for "
-                                                r"units n0/0; a re-request names the same"):
+    with pytest.raises(
+        CoordinationError,
+        match=r"job 'b1' already waits with ticket \d+ for "
+        r"units n0/0; a re-request names the same",
+    ):
         b.request("b1", [(0, "n0/1")])
     with pytest.raises(CoordinationError, match="job 'a1' is requested by planner 'a'"):
         b.request("a1", [(0, "n0/0"), (1, "n1/0")])
@@ -118,8 +122,13 @@ def test_each_unit_goes_to_the_lowest_ticket_waiting(dsn: str, opened: list[Engi
     assert count(dsn, "SELECT count(*) FROM coshare_cancellations") == 0
 
 
-def contender(dsn: str, planner: str, gangs: list[list[tuple[int, str]]], out: list[Any],
-              engines: list[Engine]) -> None:  # fmt: skip
+def contender(
+    dsn: str,
+    planner: str,
+    gangs: list[list[tuple[int, str]]],
+    out: list[Any],
+    engines: list[Engine],
+) -> None:
     """One planner: request every gang (in the given order), then poll, spawn what is ready
     (a short hold) and release it, until all ran. ``out``: (job, ticket, units, start)."""
     seq = store(dsn, engines, planner)
@@ -152,7 +161,8 @@ def contender(dsn: str, planner: str, gangs: list[list[tuple[int, str]]], out: l
 
 
 def test_two_planners_in_opposite_orders_both_finish_lower_ticket_first(
-        dsn: str, opened: list[Engine]) -> None:  # fmt: skip
+    dsn: str, opened: list[Engine]
+) -> None:
     rng = random.Random(20)
     gangs = [rng.sample(UNITS, rng.randint(2, 6)) for _ in range(12)]
     done: list[Any] = []
@@ -164,8 +174,10 @@ def test_two_planners_in_opposite_orders_both_finish_lower_ticket_first(
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=("a", gangs)),
-               threading.Thread(target=run, args=("b", gangs[::-1]))]  # fmt: skip
+    threads = [
+        threading.Thread(target=run, args=("a", gangs)),
+        threading.Thread(target=run, args=("b", gangs[::-1])),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -192,7 +204,8 @@ def test_two_planners_in_opposite_orders_both_finish_lower_ticket_first(
 
 
 def test_a_dead_planners_tickets_and_waits_are_gone_after_its_lease(
-        dsn: str, opened: list[Engine]) -> None:  # fmt: skip
+    dsn: str, opened: list[Engine]
+) -> None:
     lease_s = 3.0
     proc = spawn("queue", dsn, "doomed", str(lease_s))
     try:
@@ -221,7 +234,8 @@ def test_a_dead_planners_tickets_and_waits_are_gone_after_its_lease(
 
 @pytest.mark.parametrize("seed", range(6))
 def test_on_random_request_orders_every_request_is_granted_once(
-        dsn: str, opened: list[Engine], seed: int) -> None:  # fmt: skip
+    dsn: str, opened: list[Engine], seed: int
+) -> None:
     rng = random.Random(seed)
     planners = [store(dsn, opened, f"p{i}") for i in range(3)]
     gangs = {f"j{n}": rng.sample(UNITS, rng.randint(1, 5)) for n in range(14)}
@@ -244,8 +258,7 @@ def test_on_random_request_orders_every_request_is_granted_once(
         else:
             seq = rng.choice(planners)
             for job, req in seq.poll().items():
-                live = {j: t for j, t in tickets.items() if j not in running
-                        and j not in dict(ran)}  # fmt: skip
+                live = {j: t for j, t in tickets.items() if j not in running and j not in dict(ran)}
                 no_higher_in_the_way(req, live)
                 if req.ready and rng.random() < 0.7:
                     for domain in sorted({d for d, _ in gangs[job]}):
@@ -271,15 +284,19 @@ def test_on_random_request_orders_every_request_is_granted_once(
 
 
 def test_planners_of_different_protocols_over_one_engine_are_refused(
-        dsn: str, opened: list[Engine]) -> None:  # fmt: skip
+    dsn: str, opened: list[Engine]
+) -> None:
     store(dsn, opened, "seq")
     engine = Engine(dsn)
     opened.append(engine)
     lease = PlannerLease(engine, "canc", "i", 60)
     lease.acquire()
-    with pytest.raises(ConfigError, match=r"coordination\.protocol: planner 'canc' uses "
-                                          r"'cancel' but planner 'seq', live on the same "
-                                          r"engine, uses 'sequencer'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"coordination\.protocol: planner 'canc' uses "
+        r"'cancel' but planner 'seq', live on the same "
+        r"engine, uses 'sequencer'",
+    ):
         reservations(lease, LAYOUT, "cancel")
     assert isinstance(reservations(lease, LAYOUT, "sequencer"), SequencerReservations)
     with pytest.raises(ConfigError, match="unknown protocol 'paxos'"):
@@ -292,18 +309,29 @@ def test_planners_of_different_protocols_over_one_engine_are_refused(
 
 
 def test_a_live_cycle_of_the_other_protocol_is_refused_and_writes_nothing(
-        dsn: str, tmp_path: Path) -> None:  # fmt: skip
+    dsn: str, tmp_path: Path
+) -> None:
     def cycle(domain: str, protocol: str, adapter: StandIn) -> Any:
-        config = Config(coordination=CoordinationConfig(
-            dsn=dsn, domain=domain, instance="i", protocol=protocol))  # type: ignore[arg-type]
-        return run_once("fake", config, make_policy("exclusive"), lambda c: adapter,
-                        str(tmp_path / f"{domain}.lock"), log_cycle=False)  # fmt: skip
+        config = Config(
+            coordination=CoordinationConfig(dsn=dsn, domain=domain, instance="i", protocol=protocol)
+        )  # type: ignore[arg-type]
+        return run_once(
+            "fake",
+            config,
+            make_policy("exclusive"),
+            lambda c: adapter,
+            str(tmp_path / f"{domain}.lock"),
+            log_cycle=False,
+        )
 
     assert cycle("seq-a", "sequencer", StandIn()).apply.applied == ("7",)
     refused = StandIn()
-    with pytest.raises(ConfigError, match=r"planner 'cancel-b' uses 'cancel' but planner "
-                                          r"'seq-a', live on the same engine, uses "
-                                          r"'sequencer'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"planner 'cancel-b' uses 'cancel' but planner "
+        r"'seq-a', live on the same engine, uses "
+        r"'sequencer'",
+    ):
         cycle("cancel-b", "cancel", refused)
     assert refused.applied == []  # refused before its read: it never got to write
     # The same planner with the engine's protocol runs to its write (job 7's device is

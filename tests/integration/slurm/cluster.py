@@ -49,34 +49,56 @@ class Cluster:
         self.out.mkdir(exist_ok=True)
         self.env = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
 
-    def run(self, *argv: str, check: bool = True, timeout: float = 120,
-            user: int | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        prefix = [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}",
-                                          "--clear-groups"]  # fmt: skip
-        return subprocess.run([*prefix, *argv], env=self.env, text=True, capture_output=True,
-                              check=check, timeout=timeout)  # fmt: skip
+    def run(
+        self, *argv: str, check: bool = True, timeout: float = 120, user: int | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        prefix = (
+            []
+            if user is None
+            else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+        )
+        return subprocess.run(
+            [*prefix, *argv],
+            env=self.env,
+            text=True,
+            capture_output=True,
+            check=check,
+            timeout=timeout,
+        )
 
-    def script(self, name: str, *, comment: str | None, sleep_s: float = 2.0,
-               extra: str = "") -> Path:  # fmt: skip
+    def script(
+        self, name: str, *, comment: str | None, sleep_s: float = 2.0, extra: str = ""
+    ) -> Path:
         lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --output={self.out}/%j.out"]
         if comment is not None:
             lines.append(f'#SBATCH --comment="{comment}"')
         if extra:
             lines.append(extra)
-        lines += ['echo "node=$SLURMD_NODENAME devices=${CUDA_VISIBLE_DEVICES-unset}"',
-                  f"sleep {sleep_s}"]  # fmt: skip
+        lines += [
+            'echo "node=$SLURMD_NODENAME devices=${CUDA_VISIBLE_DEVICES-unset}"',
+            f"sleep {sleep_s}",
+        ]
         path = self.out / f"{name}.sh"
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def submit(self, name: str, *, comment: str | None, sleep_s: float = 2.0,
-               extra: str = "") -> str:  # fmt: skip
+    def submit(
+        self, name: str, *, comment: str | None, sleep_s: float = 2.0, extra: str = ""
+    ) -> str:
         path = self.script(name, comment=comment, sleep_s=sleep_s, extra=extra)
         return self.run("sbatch", "--parsable", str(path)).stdout.strip().split(";")[0]
 
     def cycle(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.run(str(BIN / "coshare"), "--config", str(self.config), "slurm", "cycle",
-                        *args, check=False, timeout=300)  # fmt: skip
+        return self.run(
+            str(BIN / "coshare"),
+            "--config",
+            str(self.config),
+            "slurm",
+            "cycle",
+            *args,
+            check=False,
+            timeout=300,
+        )
 
     def jobs(self) -> dict[str, SlurmJob]:
         return {j.id: j for j in parse_squeue_json(self.run("squeue", "--json").stdout)}
@@ -101,15 +123,24 @@ class Cluster:
         stop = time.monotonic() + deadline_s
         while True:
             fields = "JobID,State,NodeList,Start,End,AdminComment,Comment"
-            out = self.run("sacct", "--noheader", "--parsable2", "--allocations", "--jobs",
-                           ",".join(ids), "--format", fields).stdout  # fmt: skip
+            out = self.run(
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                "--allocations",
+                "--jobs",
+                ",".join(ids),
+                "--format",
+                fields,
+            ).stdout
             records = {}
             for line in out.splitlines():
                 job, state, node, start, end, admin, *comment = line.split("|")
                 if end in ("Unknown", "") or start in ("Unknown", "None", ""):
                     continue
-                records[job] = Record(job, state, node, _epoch(start), _epoch(end), admin,
-                                      "|".join(comment))  # fmt: skip
+                records[job] = Record(
+                    job, state, node, _epoch(start), _epoch(end), admin, "|".join(comment)
+                )
             if set(ids) <= set(records):
                 return records
             assert time.monotonic() < stop, f"sacct lacks {set(ids) - set(records)}"
@@ -134,8 +165,11 @@ def check_never_oversubscribed(
     for r in records:
         placement = r.placement
         assert placement is not None, r
-        spots = [(p.node, d) for p in placement.parts for d in p.devices] if placement.parts \
-            else [(r.node, d) for d in placement.devices]  # fmt: skip
+        spots = (
+            [(p.node, d) for p in placement.parts for d in p.devices]
+            if placement.parts
+            else [(r.node, d) for d in placement.devices]
+        )
         for spot in spots:
             events[spot] += [(r.start_s, 1, r.job), (r.end_s, -1, r.job)]
     most: dict[tuple[str, str], int] = {}

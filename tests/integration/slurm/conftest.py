@@ -20,26 +20,41 @@ from .cluster import BIN, SCRIPT, Cluster
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0:
-        pytest.fail("the Slurm integration tests start real daemons and need root "
-                    "(they install Slurm with apt-get); run them as root")  # fmt: skip
+        pytest.fail(
+            "the Slurm integration tests start real daemons and need root "
+            "(they install Slurm with apt-get); run them as root"
+        )
     # Not under pytest's private tmp (mode 700): jobs of other users must reach the munge
     # socket and slurm.conf inside.
     directory = Path(tempfile.mkdtemp(prefix="coshare-slurm-", dir="/var/tmp"))
     directory.chmod(0o755)
     start = subprocess.run(
-        [str(SCRIPT), "start", str(directory), "--nodes", "4", "--devices", "2",
-         "--accounting", "--coshare-bin", str(BIN)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            str(SCRIPT),
+            "start",
+            str(directory),
+            "--nodes",
+            "4",
+            "--devices",
+            "2",
+            "--accounting",
+            "--coshare-bin",
+            str(BIN),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if start.returncode != 0:
         subprocess.run([str(SCRIPT), "stop", str(directory)], timeout=120)
         pytest.fail(f"local Slurm cluster did not start:\n{start.stderr}")
     base = (directory / "coshare.yaml").read_text()
     (directory / "test-coshare.yaml").write_text(
-        base.replace("slurm:\n", "slurm:\n  retry_attempts: 2\n  retry_wait_s: 0.2\n"
-                     "  update_batch: 4\n", 1)
+        base.replace(
+            "slurm:\n", "slurm:\n  retry_attempts: 2\n  retry_wait_s: 0.2\n  update_batch: 4\n", 1
+        )
         + "cycle: {replan_after_s: 120}\n"
-    )  # fmt: skip
+    )
     cluster = Cluster(directory)
     try:
         yield cluster
@@ -59,9 +74,9 @@ def cluster(slurm_cluster: Cluster) -> Iterator[Cluster]:
     slurm_cluster.run("scontrol", "update", "PartitionName=main", "State=UP", check=False)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        left = slurm_cluster.run("squeue", "--noheader", "--partition=main,coshare-lend",
-                                 "--format=%i",
-                                 check=False).stdout.split()  # fmt: skip
+        left = slurm_cluster.run(
+            "squeue", "--noheader", "--partition=main,coshare-lend", "--format=%i", check=False
+        ).stdout.split()
         if not left:
             return
         time.sleep(0.5)

@@ -42,9 +42,14 @@ def main() -> None:
     real = coshare.commands.run
     counts = {"batch": 0, "squeue": 0}
 
-    def faulty(argv: Sequence[str], *, timeout_s: float, check: bool = True,
-               input_text: str | None = None, env: Mapping[str, str] | None = None,
-               ) -> CommandResult:  # fmt: skip
+    def faulty(
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        check: bool = True,
+        input_text: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
         name = Path(str(argv[0])).name
         if name == "squeue":
             counts["squeue"] += 1
@@ -59,8 +64,9 @@ def main() -> None:
             if counts["batch"] == args.kill_after_batch:
                 os.kill(os.getpid(), signal.SIGKILL)
             if counts["batch"] == args.stop_engine_after_batch:
-                subprocess.run([str(ENGINE_SCRIPT), "stop",
-                                args.engine], check=True, capture_output=True)  # fmt: skip
+                subprocess.run(
+                    [str(ENGINE_SCRIPT), "stop", args.engine], check=True, capture_output=True
+                )
         return result
 
     coshare.commands.run = faulty  # before slurm_addon.client binds it

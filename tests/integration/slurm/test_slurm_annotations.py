@@ -20,17 +20,25 @@ NOBODY = 65534
 
 def test_malformed_annotations_are_refused_per_job(cluster: Cluster) -> None:
     bad = {
-        cluster.submit("bad-nan", comment="coshare: device-memory=abc device-threads=60"):
-            "device-memory='abc' is not a number (allowed: integer MiB >= 1",
-        cluster.submit("bad-big", comment="coshare: device-memory=20G device-threads=60"):
-            "exceeds every device (largest: 8192 MiB)",
-        cluster.submit("bad-key", comment="coshare: device-memory=1G device-threads=60 colour=red"):
-            "colour='red' is not a coshare key",
-        cluster.submit("bad-novalue", comment="coshare: device-memory device-threads=60"):
-            "device-memory='' has no value",
-    }  # fmt: skip
-    good = [cluster.submit(f"good-{i}", comment="coshare: device-memory=1G device-threads=60",
-                           sleep_s=1) for i in range(2)]  # fmt: skip
+        cluster.submit(
+            "bad-nan", comment="coshare: device-memory=abc device-threads=60"
+        ): "device-memory='abc' is not a number (allowed: integer MiB >= 1",
+        cluster.submit(
+            "bad-big", comment="coshare: device-memory=20G device-threads=60"
+        ): "exceeds every device (largest: 8192 MiB)",
+        cluster.submit(
+            "bad-key", comment="coshare: device-memory=1G device-threads=60 colour=red"
+        ): "colour='red' is not a coshare key",
+        cluster.submit(
+            "bad-novalue", comment="coshare: device-memory device-threads=60"
+        ): "device-memory='' has no value",
+    }
+    good = [
+        cluster.submit(
+            f"good-{i}", comment="coshare: device-memory=1G device-threads=60", sleep_s=1
+        )
+        for i in range(2)
+    ]
     result = cluster.cycle()
     assert result.returncode == 0, result.stderr
     for job_id, message in bad.items():
@@ -45,15 +53,29 @@ def test_malformed_annotations_are_refused_per_job(cluster: Cluster) -> None:
 
     # The owner fixes one job; the next cycle places it.
     fixed = next(iter(bad))
-    cluster.run("scontrol", "update", f"JobId={fixed}",
-                "Comment=coshare: device-memory=1G device-threads=60")  # fmt: skip
+    cluster.run(
+        "scontrol",
+        "update",
+        f"JobId={fixed}",
+        "Comment=coshare: device-memory=1G device-threads=60",
+    )
     cluster.run_cycles_until_done([fixed, *good], deadline_s=120)
     assert cluster.jobs()[fixed].state == "COMPLETED"
 
 
 def test_owner_cannot_start_an_annotated_job_unplaced(cluster: Cluster) -> None:
-    submit = ["sbatch", "--parsable", "-D", "/tmp", "-o", "/dev/null", "--wrap", "sleep 1",
-              "--comment", "coshare: device-memory=1G device-threads=60"]  # fmt: skip
+    submit = [
+        "sbatch",
+        "--parsable",
+        "-D",
+        "/tmp",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 1",
+        "--comment",
+        "coshare: device-memory=1G device-threads=60",
+    ]
     job_id = cluster.run(*submit, user=NOBODY).stdout.strip()
     assert cluster.jobs()[job_id].held
     refused = cluster.run("scontrol", "release", job_id, user=NOBODY, check=False)
@@ -63,8 +85,13 @@ def test_owner_cannot_start_an_annotated_job_unplaced(cluster: Cluster) -> None:
     held = cluster.run(*submit[:2], "--hold", *submit[2:], user=NOBODY, check=False)
     assert held.returncode != 0 and "--hold is refused" in held.stderr
     # Owners may still change what a waiting job declares; it stays held.
-    cluster.run("scontrol", "update", f"JobId={job_id}",
-                "Comment=coshare: device-memory=2G device-threads=60", user=NOBODY)  # fmt: skip
+    cluster.run(
+        "scontrol",
+        "update",
+        f"JobId={job_id}",
+        "Comment=coshare: device-memory=2G device-threads=60",
+        user=NOBODY,
+    )
     assert cluster.jobs()[job_id].held
     cluster.run_cycles_until_done([job_id], deadline_s=120)
     placed = cluster.jobs()[job_id].admin_comment
@@ -76,14 +103,16 @@ def test_placement_that_does_not_start_is_planned_again(cluster: Cluster) -> Non
     config.write_text(config.read_text().replace("replan_after_s: 120", "replan_after_s: 2"))
 
     def cycle() -> dict[str, Any]:
-        result = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm", "cycle",
-                             "--output", "json")  # fmt: skip
+        result = cluster.run(
+            str(BIN / "coshare"), "--config", str(config), "slurm", "cycle", "--output", "json"
+        )
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)["apply"]  # type: ignore[no-any-return]
 
     cluster.run("scontrol", "update", "PartitionName=main", "State=DOWN")  # nothing starts
-    job_id = cluster.submit("replan", comment="coshare: device-memory=1G device-threads=60",
-                            sleep_s=1)  # fmt: skip
+    job_id = cluster.submit(
+        "replan", comment="coshare: device-memory=1G device-threads=60", sleep_s=1
+    )
     assert cycle()["applied"] == [job_id]
     first = cluster.jobs()[job_id]
     assert not first.held and first.admin_comment.startswith("coshare-placement")
@@ -100,8 +129,7 @@ def test_placement_that_does_not_start_is_planned_again(cluster: Cluster) -> Non
         moved = cycle()
         assert [w["job"] for w in moved["withdrawn"]] == [job_id]
         # show says why that node takes nothing (Slurm's state and the admin's reason).
-        shown = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm",
-                            "show").stdout  # fmt: skip
+        shown = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm", "show").stdout
         flat = " ".join(shown.split())
         assert "Nodes that take no jobs now" in shown and f"{node} idle+DRAIN" in flat, shown
         assert "coshare-test" in flat
@@ -118,22 +146,45 @@ def test_placement_that_does_not_start_is_planned_again(cluster: Cluster) -> Non
 
 def submit_as_nobody(cluster: Cluster, comment: str) -> str:
     """An annotated one-second job of another user (uid 65534)."""
-    return cluster.run("sbatch", "--parsable", "-D", "/tmp", "-o", "/dev/null", "--wrap",
-                       "sleep 1", "--comment", comment, user=NOBODY).stdout.strip().split(";")[0]
+    return (
+        cluster.run(
+            "sbatch",
+            "--parsable",
+            "-D",
+            "/tmp",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 1",
+            "--comment",
+            comment,
+            user=NOBODY,
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
 
 
 def test_a_comment_forging_other_jobs_lines_does_not_stop_them(cluster: Cluster) -> None:
     # The confirming re-read printed comments verbatim, so a comment could forge
     # whole lines for other jobs, which then read as duplicated and were never placed.
-    victims = [submit_as_nobody(cluster, "coshare: device-memory=1G device-threads=60")
-               for _ in range(3)]  # fmt: skip
-    lines = [f"{v}|PENDING|JobHeldUser|0|csl-n1|coshare-placement;v=1;node=csl-n1;devices=0;"
-             "at=1;mem_mib=1;threads=1|x" for v in victims]  # fmt: skip
+    victims = [
+        submit_as_nobody(cluster, "coshare: device-memory=1G device-threads=60") for _ in range(3)
+    ]
+    lines = [
+        f"{v}|PENDING|JobHeldUser|0|csl-n1|coshare-placement;v=1;node=csl-n1;devices=0;"
+        "at=1;mem_mib=1;threads=1|x"
+        for v in victims
+    ]
     marker = "cs" + "0" * 32  # a guess at the re-read's marker (Slurm keeps ~1000 characters)
     lines.append(f"{victims[0]}{marker}PENDING{marker}None{marker}0{marker}end")
     forger = cluster.submit("forger", comment="coshare: device-memory=1G device-threads=60")
-    cluster.run("scontrol", "update", f"JobId={forger}",
-                "Comment=coshare: device-memory=1G device-threads=60\n" + "\n".join(lines))
+    cluster.run(
+        "scontrol",
+        "update",
+        f"JobId={forger}",
+        "Comment=coshare: device-memory=1G device-threads=60\n" + "\n".join(lines),
+    )
     assert cluster.jobs()[forger].comment.count("\n") == len(lines)
     result = cluster.cycle()
     assert result.returncode == 0, result.stderr
@@ -145,42 +196,57 @@ def test_a_comment_forging_other_jobs_lines_does_not_stop_them(cluster: Cluster)
 
 def test_an_absurd_annotation_refuses_that_job_only(cluster: Cluster) -> None:
     # A device memory of 400 digits crashed every cycle (OverflowError).
-    others = [submit_as_nobody(cluster, "coshare: device-memory=1G device-threads=60")
-              for _ in range(3)]  # fmt: skip
-    absurd = cluster.submit("absurd", comment="coshare: device-memory=" + "9" * 400
-                            + " device-threads=60")  # fmt: skip
+    others = [
+        submit_as_nobody(cluster, "coshare: device-memory=1G device-threads=60") for _ in range(3)
+    ]
+    absurd = cluster.submit(
+        "absurd", comment="coshare: device-memory=" + "9" * 400 + " device-threads=60"
+    )
     result = cluster.cycle()
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     line = next(x for x in result.stdout.splitlines() if x.startswith(f"  refused {absurd}:"))
     assert f"job {absurd}: device-memory='9999" in line and len(line) < 400
     jobs = cluster.jobs()
     assert jobs[absurd].held and jobs[absurd].admin_comment.startswith(
-        f"coshare-refused: job {absurd}: device-memory=")
+        f"coshare-refused: job {absurd}: device-memory="
+    )
     for job_id in others:
         assert jobs[job_id].admin_comment.startswith("coshare-placement;v=1;"), jobs[job_id]
 
 
 def test_waiting_jobs_carry_their_reason_and_explain_says_what_would_make_them_fit(
-        cluster: Cluster) -> None:  # fmt: skip
+    cluster: Cluster,
+) -> None:
     # The partition is down, so placed jobs stay queued holding their devices; 240 threads
     # each: one job per device (8 devices), so 2 of 10 wait.
     cluster.run("scontrol", "update", "PartitionName=main", "State=DOWN")
-    ids = [cluster.submit(f"wait-{i}", comment="coshare: device-memory=1G device-threads=240")
-           for i in range(10)]  # fmt: skip
+    ids = [
+        cluster.submit(f"wait-{i}", comment="coshare: device-memory=1G device-threads=240")
+        for i in range(10)
+    ]
     first = json.loads(cluster.cycle("--output", "json").stdout)
     waiting = sorted(u["job"] for u in first["plan"]["unplaced"])
     assert len(first["apply"]["applied"]) == 8 and len(waiting) == 2
     assert sorted(first["apply"]["noted"]) == waiting
     # what the owner sees with Slurm's own tool
     for job_id in waiting:
-        shown = cluster.run("squeue", "--noheader", "--jobs", job_id, "-O",
-                            "admin_comment:300").stdout.strip()  # fmt: skip
+        shown = cluster.run(
+            "squeue", "--noheader", "--jobs", job_id, "-O", "admin_comment:300"
+        ).stdout.strip()
         assert shown.startswith("coshare-waiting: no_room: needs 240 free device threads"), shown
     # unchanged reasons are not written again
     second = json.loads(cluster.cycle("--output", "json").stdout)
     assert second["apply"]["noted"] == []
-    explained = cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "slurm",
-                            "explain", waiting[0], "--output", "json")  # fmt: skip
+    explained = cluster.run(
+        str(BIN / "coshare"),
+        "--config",
+        str(cluster.config),
+        "slurm",
+        "explain",
+        waiting[0],
+        "--output",
+        "json",
+    )
     data = json.loads(explained.stdout)
     assert (data["state"], data["code"]) == ("waiting", "no_room")
     assert len(data["checks"]) == 8 and {c["limit"] for c in data["checks"]} == {"device threads"}

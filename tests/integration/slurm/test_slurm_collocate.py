@@ -72,15 +72,32 @@ def lend_cluster() -> Iterator[Cluster]:
         pytest.skip("lending a core needs a host with 2 cores")
     directory = Path(tempfile.mkdtemp(prefix="coshare-lend-", dir="/var/tmp"))
     directory.chmod(0o755)
-    env = {**os.environ, "COSHARE_SLURM_CTLD_PORT": str(free_port()),
-           "COSHARE_SLURM_NODE_PORT": str(free_port()),
-           "COSHARE_SLURM_DBD_PORT": str(free_port()),
-           "COSHARE_SLURM_CGROUP_PREFIX": PREFIX}  # fmt: skip
+    env = {
+        **os.environ,
+        "COSHARE_SLURM_CTLD_PORT": str(free_port()),
+        "COSHARE_SLURM_NODE_PORT": str(free_port()),
+        "COSHARE_SLURM_DBD_PORT": str(free_port()),
+        "COSHARE_SLURM_CGROUP_PREFIX": PREFIX,
+    }
     start = subprocess.run(
-        [str(SCRIPT), "start", str(directory), "--nodes", "1", "--devices", "1", "--cpus", "2",
-         "--coshare-bin", str(BIN)],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+        [
+            str(SCRIPT),
+            "start",
+            str(directory),
+            "--nodes",
+            "1",
+            "--devices",
+            "1",
+            "--cpus",
+            "2",
+            "--coshare-bin",
+            str(BIN),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     if start.returncode != 0:
         subprocess.run([str(SCRIPT), "stop", str(directory)], timeout=120, env=env)
         pytest.fail(f"local Slurm cluster did not start:\n{start.stderr}")
@@ -88,7 +105,7 @@ def lend_cluster() -> Iterator[Cluster]:
     (directory / "test-coshare.yaml").write_text(
         base + "policy: {name: collocate}\ncollocate: {monitor_fraction: 0.1}\n"
         "cycle: {replan_after_s: 120}\n"
-    )  # fmt: skip
+    )
     cluster = Cluster(directory)
     try:
         yield cluster
@@ -104,15 +121,20 @@ def lend_cluster() -> Iterator[Cluster]:
 #: Idle (as LOW_LOAD) until the file ``argv[2]`` appears, then three processes busy until
 #: ``argv[2]`` + ".stop" appears: the test ends it, so a slow machine never outlives it (a
 #: fixed length once ended it while the test still waited for the requeued borrower).
-IDLE_THEN_BUSY = LOW_LOAD.replace("while time.time() < end:", """flag = sys.argv[2]
-while time.time() < end and not os.path.exists(flag):""").replace("import sys, time",
-                                                                   "import os, sys, time") + """
+IDLE_THEN_BUSY = (
+    LOW_LOAD.replace(
+        "while time.time() < end:",
+        """flag = sys.argv[2]
+while time.time() < end and not os.path.exists(flag):""",
+    ).replace("import sys, time", "import os, sys, time")
+    + """
 for _ in range(2):
     if os.fork() == 0:
         break
 while not os.path.exists(flag + ".stop") and time.time() < end + 600:
     pass
 """
+)
 
 
 def wait_cycling(cluster: Cluster, check: object, timeout_s: float, what: str) -> None:
@@ -123,7 +145,8 @@ def wait_cycling(cluster: Cluster, check: object, timeout_s: float, what: str) -
     while not check():
         assert time.monotonic() < deadline, (
             f"timed out after {timeout_s:.0f} s: {what}\nthe last cycle said:\n{last}\n"
-            + cluster.run("squeue", "--format=%i %P %T %r %p", check=False).stdout)
+            + cluster.run("squeue", "--format=%i %P %T %r %p", check=False).stdout
+        )
         result = cluster.cycle()
         last = result.stdout
         assert result.returncode == 0, result.stdout + result.stderr
@@ -155,8 +178,9 @@ def cpuset(cluster: Cluster, job: str) -> set[int]:
 
 def shown(cluster: Cluster, job: str) -> dict[str, object]:
     """A running job as the snapshot has it (``coshare slurm show``); empty when it has none."""
-    out = cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "slurm", "show",
-                      "--output", "json").stdout  # fmt: skip
+    out = cluster.run(
+        str(BIN / "coshare"), "--config", str(cluster.config), "slurm", "show", "--output", "json"
+    ).stdout
     return next((r for r in json.loads(out)["running"] if r["id"] == job), {})
 
 
@@ -167,8 +191,13 @@ def held_cores(cluster: Cluster, job: str) -> int | None:
 
 
 #: The node facts a lender is judged by, as the snapshot carries them.
-FIGURES = ("cpu_load_cores", "cpu_load_last_cores", "cpu_wait_cores", "cpu_wait_last_cores",
-           "cpu_cores_held")  # fmt: skip
+FIGURES = (
+    "cpu_load_cores",
+    "cpu_load_last_cores",
+    "cpu_wait_cores",
+    "cpu_wait_last_cores",
+    "cpu_cores_held",
+)
 
 
 def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
@@ -180,12 +209,26 @@ def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
     work.chmod(0o1777)
     (work / "low_load.py").write_text(LOW_LOAD)
     report = "grep Cpus_allowed_list /proc/self/status; sleep 5"
-    gpu = submit(cluster, work, "gpu", f"exec /usr/bin/python3 -I {work}/low_load.py 35",
-                 "#SBATCH -c 2 --mem=100M",
-                 '#SBATCH --comment="coshare: device-memory=1000 device-threads=60 '
-                 'walltime=40 copy-bandwidth=10"')  # fmt: skip
-    cpu = [submit(cluster, work, f"cpu{i}", report, "#SBATCH -c 1 --mem=50M",
-                  '#SBATCH --comment="coshare: kind=cpu walltime=20"') for i in (1, 2)]
+    gpu = submit(
+        cluster,
+        work,
+        "gpu",
+        f"exec /usr/bin/python3 -I {work}/low_load.py 35",
+        "#SBATCH -c 2 --mem=100M",
+        '#SBATCH --comment="coshare: device-memory=1000 device-threads=60 '
+        'walltime=40 copy-bandwidth=10"',
+    )
+    cpu = [
+        submit(
+            cluster,
+            work,
+            f"cpu{i}",
+            report,
+            "#SBATCH -c 1 --mem=50M",
+            '#SBATCH --comment="coshare: kind=cpu walltime=20"',
+        )
+        for i in (1, 2)
+    ]
     wait_cycling(cluster, lambda: cluster.jobs()[gpu].phase == "active", 30, "the GPU job to run")
     jobs = cluster.jobs()
     assert jobs[gpu].partition == "coshare-lend" and jobs[gpu].nodes == (NODE,)
@@ -193,15 +236,18 @@ def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
     # An unannotated job of the same user: Slurm starts it nowhere while the GPU job runs (its
     # cores are allocated in another partition), and it cannot get into the lending one.
     plain = submit(cluster, work, "plain", "echo ran", "#SBATCH -c 1 --mem=50M")
-    refused = cluster.run("sbatch", "--parsable", "--partition=coshare-lend", "--wrap=true",
-                          check=False, user=USER)  # fmt: skip
+    refused = cluster.run(
+        "sbatch", "--parsable", "--partition=coshare-lend", "--wrap=true", check=False, user=USER
+    )
     assert refused.returncode != 0 and "Access/permission denied" in refused.stderr
-    moved = cluster.run("scontrol", "update", f"JobId={plain}", "Partition=coshare-lend",
-                        check=False, user=USER)  # fmt: skip
+    moved = cluster.run(
+        "scontrol", "update", f"JobId={plain}", "Partition=coshare-lend", check=False, user=USER
+    )
     assert moved.returncode != 0 and "Access/permission denied" in moved.stderr, moved.stderr
 
     seen: dict[str, tuple[set[int], set[int]]] = {}
     for job in cpu:
+
         def running(job: str = job) -> bool:
             now = cluster.jobs()
             assert now[plain].phase == "pending", now[plain]  # never beside the GPU job
@@ -213,9 +259,10 @@ def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
             except CoshareError as exc:
                 log = (cluster.dir / "log" / f"slurmd-{NODE}.log").read_text()
                 out = work / f"{job}.out"
-                pytest.fail(f"{exc}\n{out.read_text() if out.exists() else ''}\n"
-                            + "\n".join(line for line in log.splitlines()
-                                         if "coshare" in line)[-3000:])  # fmt: skip
+                pytest.fail(
+                    f"{exc}\n{out.read_text() if out.exists() else ''}\n"
+                    + "\n".join(line for line in log.splitlines() if "coshare" in line)[-3000:]
+                )
             return True
 
         wait_cycling(cluster, running, 25, f"CPU job {job} to run on the lent core")
@@ -228,15 +275,24 @@ def test_two_cpu_jobs_run_on_the_gpu_jobs_lent_core_with_disjoint_cpusets(
         assert mine | its == {0, 1}
         # The node's facts tell the planner how many cores the lender keeps (give-back reads
         # it): one, while it lends the other (facts are published every second).
-        wait_cycling(cluster, lambda: held_cores(cluster, gpu) == 1, 4,
-                     "the facts to show the lender's one core")
+        wait_cycling(
+            cluster,
+            lambda: held_cores(cluster, gpu) == 1,
+            4,
+            "the facts to show the lender's one core",
+        )
         if job == cpu[0]:  # one core to lend: the other waits, with the numbers
             waiting = now[cpu[1]]
             assert waiting.phase == "pending" and waiting.held, waiting
-            assert "largest harvest open is 0 cores of GPU job" in waiting.admin_comment, \
-                waiting.admin_comment  # fmt: skip
-        wait_cycling(cluster, lambda job=job: cluster.jobs()[job].phase == "ended", 30,
-                     f"CPU job {job} to end")  # fmt: skip
+            assert "largest harvest open is 0 cores of GPU job" in waiting.admin_comment, (
+                waiting.admin_comment
+            )
+        wait_cycling(
+            cluster,
+            lambda job=job: cluster.jobs()[job].phase == "ended",
+            30,
+            f"CPU job {job} to end",
+        )
         assert cpuset(cluster, gpu) == {0, 1}  # its end gave the core back
         out = (work / f"{job}.out").read_text()
         assert set(parse_cpu_list(out.split("Cpus_allowed_list:")[1].split()[0])) == mine, out
@@ -263,35 +319,55 @@ def test_a_gpu_job_that_turns_busy_gets_its_lent_core_back_through_slurm(
     flag.unlink(missing_ok=True)
     stop = work / "turn-busy.stop"
     stop.unlink(missing_ok=True)
-    gpu = submit(cluster, work, "gpu-busy",
-                 f"exec /usr/bin/python3 -I {work}/idle_then_busy.py 600 {flag}",
-                 "#SBATCH -c 2 --mem=100M",
-                 '#SBATCH --comment="coshare: device-memory=1000 device-threads=60 '
-                 'walltime=120 copy-bandwidth=10"')  # fmt: skip
+    gpu = submit(
+        cluster,
+        work,
+        "gpu-busy",
+        f"exec /usr/bin/python3 -I {work}/idle_then_busy.py 600 {flag}",
+        "#SBATCH -c 2 --mem=100M",
+        '#SBATCH --comment="coshare: device-memory=1000 device-threads=60 '
+        'walltime=120 copy-bandwidth=10"',
+    )
     # Its requested time ends before the GPU job's (backfill: the node is reserved then).
-    borrower = submit(cluster, work, "borrower", "sleep 60", "#SBATCH -c 1 --mem=50M",
-                      '#SBATCH --comment="coshare: kind=cpu walltime=70"')  # fmt: skip
+    borrower = submit(
+        cluster,
+        work,
+        "borrower",
+        "sleep 60",
+        "#SBATCH -c 1 --mem=50M",
+        '#SBATCH --comment="coshare: kind=cpu walltime=70"',
+    )
     contention: list[subprocess.Popen[bytes]] = []
     try:
-        wait_cycling(cluster, lambda: cluster.jobs()[gpu].phase == "active", 30,
-                     "the GPU job to run")  # fmt: skip
+        wait_cycling(
+            cluster, lambda: cluster.jobs()[gpu].phase == "active", 30, "the GPU job to run"
+        )
         # P_M is 0.1 of its 120-s request: 12 s of monitoring, then its idle core is lent.
-        wait_cycling(cluster, lambda: cluster.jobs()[borrower].phase == "active", 45,
-                     "the CPU job to run on the lent core")  # fmt: skip
+        wait_cycling(
+            cluster,
+            lambda: cluster.jobs()[borrower].phase == "active",
+            45,
+            "the CPU job to run on the lent core",
+        )
         mine, its = cpuset(cluster, borrower), cpuset(cluster, gpu)
         assert mine.isdisjoint(its) and mine | its == {0, 1}, (mine, its)
         placement = parse_placement(cluster.jobs()[borrower].admin_comment)
         assert placement is not None and placement.harvest_from == gpu, placement
-        wait_cycling(cluster, lambda: held_cores(cluster, gpu) == 1, 5,
-                     "the facts to show the lender's one core")  # fmt: skip
+        wait_cycling(
+            cluster,
+            lambda: held_cores(cluster, gpu) == 1,
+            5,
+            "the facts to show the lender's one core",
+        )
         calm = {k: shown(cluster, gpu).get(k) for k in FIGURES}
         print(f"lender idle, lending 1 core: {calm}")
 
         # A contended host, as this shared machine often is: two more spinning processes on
         # each core, outside Slurm. The lender's load alone now stays below what it kept.
-        contention.extend(subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c",
-                                            "while True: pass"])
-                          for core in (0, 1, 0, 1))  # fmt: skip
+        contention.extend(
+            subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
+            for core in (0, 1, 0, 1)
+        )
         flag.touch()  # the GPU job turns busy: 3 spinning processes on the core it kept
         said: list[str] = []
         seen: list[dict[str, object]] = []
@@ -301,22 +377,33 @@ def test_a_gpu_job_that_turns_busy_gets_its_lent_core_back_through_slurm(
             seen.append(figures)
             assert time.monotonic() < deadline, (
                 "no give-back within 40 s of the GPU job turning busy; what the snapshot "
-                f"showed of it each cycle: {seen}")  # fmt: skip
+                f"showed of it each cycle: {seen}"
+            )
             result = cluster.cycle()
             assert result.returncode == 0, result.stdout + result.stderr
-            said = [line.strip() for line in result.stdout.splitlines()
-                    if line.strip().startswith(f"requeued {borrower}:")]  # fmt: skip
+            said = [
+                line.strip()
+                for line in result.stdout.splitlines()
+                if line.strip().startswith(f"requeued {borrower}:")
+            ]
             time.sleep(0.5)
         print(f"lender busy, each cycle until the give-back: {seen}")
         print(said[0])
-        assert (f"requeued {borrower}: GPU job {gpu} on {NODE} needs its cores back: its demand "
-                "of ") in said[0], said  # fmt: skip
-        assert "waiting for a CPU, run-queue delay) is at least 0.9 x the 1 cores it kept " \
-            "while lending 1; requeued through the scheduler" in said[0], said  # fmt: skip
+        assert (
+            f"requeued {borrower}: GPU job {gpu} on {NODE} needs its cores back: its demand of "
+        ) in said[0], said
+        assert (
+            "waiting for a CPU, run-queue delay) is at least 0.9 x the 1 cores it kept "
+            "while lending 1; requeued through the scheduler" in said[0]
+        ), said
         # Slurm requeued it (held: coshare places it again when a harvest opens), and its end
         # gave the core back to the GPU job's cpuset.
-        wait_cycling(cluster, lambda: cluster.jobs()[borrower].phase == "pending", 20,
-                     "Slurm to requeue the borrower")  # fmt: skip
+        wait_cycling(
+            cluster,
+            lambda: cluster.jobs()[borrower].phase == "pending",
+            20,
+            "Slurm to requeue the borrower",
+        )
         assert cluster.jobs()[borrower].held, cluster.jobs()[borrower]
         deadline = time.monotonic() + 20
         while cpuset(cluster, gpu) != {0, 1}:

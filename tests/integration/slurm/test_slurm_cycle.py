@@ -11,8 +11,16 @@ from .cluster import BIN, Cluster, check_never_oversubscribed, check_ran_where_p
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 #: Device memory (MiB) and threads in the spirit of the paper's Table I (KM, MC, MD, SG, ...).
-SIZES = [(1250, 60), (650, 180), (750, 180), (3400, 60), (1250, 240), (1850, 180), (1250, 180),
-         (500, 60)]  # fmt: skip
+SIZES = [
+    (1250, 60),
+    (650, 180),
+    (750, 180),
+    (3400, 60),
+    (1250, 240),
+    (1850, 180),
+    (1250, 180),
+    (500, 60),
+]
 
 
 def test_annotated_jobs_share_devices_within_limits(cluster: Cluster) -> None:
@@ -70,8 +78,10 @@ def test_a_policy_that_crashes_on_one_job_still_places_every_other_job(cluster: 
 
     # The partition is down: placed jobs stay queued, holding their placements.
     cluster.run("scontrol", "update", "PartitionName=main", "State=DOWN")
-    ids = [cluster.submit(f"contain-{i}", comment="coshare: device-memory=1G device-threads=60")
-           for i in range(4)]  # fmt: skip
+    ids = [
+        cluster.submit(f"contain-{i}", comment="coshare: device-memory=1G device-threads=60")
+        for i in range(4)
+    ]
     bad = ids[2]
     adapter = open_adapter(load_config(cluster.config, environ={}))
     report = run_cycle(adapter, CrashesOnJob(make_policy("knapsack"), bad), adapter)
@@ -82,7 +92,10 @@ def test_a_policy_that_crashes_on_one_job_still_places_every_other_job(cluster: 
     for job_id in set(ids) - {bad}:
         assert jobs[job_id].admin_comment.startswith("coshare-placement;v=1;"), jobs[job_id]
     assert jobs[bad].held
-    shown = cluster.run("squeue", "--noheader", "--jobs", bad, "-O",
-                        "admin_comment:300").stdout.strip()  # fmt: skip
-    assert shown.startswith("coshare-waiting: policy_failed: the knapsack policy failed while "
-                            "planning this job (IndexError: index 0 is out of bounds"), shown
+    shown = cluster.run(
+        "squeue", "--noheader", "--jobs", bad, "-O", "admin_comment:300"
+    ).stdout.strip()
+    assert shown.startswith(
+        "coshare-waiting: policy_failed: the knapsack policy failed while "
+        "planning this job (IndexError: index 0 is out of bounds"
+    ), shown

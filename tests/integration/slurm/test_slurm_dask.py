@@ -17,10 +17,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 def test_sweep_on_slurm_worker_jobs_matches_local_and_survives_scancel(cluster: Cluster) -> None:
     logs = cluster.dir / "dask-logs"
     logs.mkdir(exist_ok=True)
-    config = write_config(cluster, (
-        "sim:\n  dask_cluster: slurm\n  executor: dask\n  scheduler_host: 127.0.0.1\n"
-        f"  worker_memory_mib: 512\n  worker_timeout_s: 120\n  log_directory: {logs}\n"
-    ))  # fmt: skip
+    config = write_config(
+        cluster,
+        (
+            "sim:\n  dask_cluster: slurm\n  executor: dask\n  scheduler_host: 127.0.0.1\n"
+            f"  worker_memory_mib: 512\n  worker_timeout_s: 120\n  log_directory: {logs}\n"
+        ),
+    )
 
     def workers() -> list[str]:
         out = cluster.run("squeue", "-h", "-n", "coshare-dask", "-t", "R", "-o", "%i").stdout
@@ -32,8 +35,9 @@ def test_sweep_on_slurm_worker_jobs_matches_local_and_survives_scancel(cluster: 
         cancelled.append(job)
         cluster.run("scancel", job)
 
-    done = sweep_with_a_cancel(config, {"SLURM_CONF": str(cluster.dir / "slurm.conf")},
-                               workers, cancel)  # fmt: skip
+    done = sweep_with_a_cancel(
+        config, {"SLURM_CONF": str(cluster.dir / "slurm.conf")}, workers, cancel
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == reference()
     state = cluster.run("squeue", "-h", "-j", cancelled[0], "-o", "%T", check=False).stdout

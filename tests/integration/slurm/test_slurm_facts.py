@@ -23,16 +23,18 @@ BUSY = 'end=$(( $(date +%s) + 60 )); while [ "$(date +%s)" -lt "$end" ]; do :; d
 
 
 def show(cluster: Cluster) -> dict[str, object]:
-    out = cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "slurm", "show",
-                      "--output", "json")  # fmt: skip
+    out = cluster.run(
+        str(BIN / "coshare"), "--config", str(cluster.config), "slurm", "show", "--output", "json"
+    )
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
 def node_command(cluster: Cluster, node: str, *argv: str) -> str:
     """``coshare node ...`` with a node's own configuration (as root on that node)."""
     env = {**cluster.env, "COSHARE_CONFIG": str(cluster.dir / "node" / node / "coshare.yaml")}
-    done = subprocess.run([str(BIN / "coshare"), "node", *argv], env=env, text=True,
-                          capture_output=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [str(BIN / "coshare"), "node", *argv], env=env, text=True, capture_output=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -52,12 +54,16 @@ def test_probe_and_load_measured_on_a_node_reach_the_planner_and_freeze_is_real(
     cluster: Cluster,
 ) -> None:
     core = min(os.sched_getaffinity(0))
-    probed = json.loads(node_command(cluster, "csl-n1", "probe", "membw", "--init", "--cpus",
-                                     str(core), "--output", "json"))  # fmt: skip
+    probed = json.loads(
+        node_command(
+            cluster, "csl-n1", "probe", "membw", "--init", "--cpus", str(core), "--output", "json"
+        )
+    )
     gbps = probed["probe"]["gbps"]
     assert gbps > 0 and probed["probe"]["available"] == 1.0
-    job = cluster.submit("facts-busy", comment="coshare: device-memory=500 device-threads=10",
-                         extra=BUSY, sleep_s=0)
+    job = cluster.submit(
+        "facts-busy", comment="coshare: device-memory=500 device-threads=10", extra=BUSY, sleep_s=0
+    )
     assert cluster.cycle().returncode == 0
     wait_for(lambda: cluster.jobs()[job].phase == "active", 60, "the job to run")
     node = cluster.jobs()[job].nodes[0]
@@ -66,8 +72,11 @@ def test_probe_and_load_measured_on_a_node_reach_the_planner_and_freeze_is_real(
         snap = show(cluster)
         nodes = {n["name"]: n for n in snap["nodes"]}  # type: ignore[index,union-attr]
         running = [r for r in snap["running"] if r["id"] == job]  # type: ignore[index,union-attr]
-        if nodes["csl-n1"].get("membw_avail_gbps") is None or not running or \
-                running[0].get("cpu_load_cores") is None:  # fmt: skip
+        if (
+            nodes["csl-n1"].get("membw_avail_gbps") is None
+            or not running
+            or running[0].get("cpu_load_cores") is None
+        ):
             return None
         return {"node": nodes["csl-n1"], "job": running[0]}
 
@@ -80,29 +89,37 @@ def test_probe_and_load_measured_on_a_node_reach_the_planner_and_freeze_is_real(
     assert 0 < found["job"]["cpu_load_max_cores"] <= 1.5
 
     # The Extra field holds the line the node daemon wrote.
-    extra = {n["name"]: n["extra"] for n in json.loads(cluster.run("sinfo", "--json").stdout)
-             ["nodes"]}  # fmt: skip
+    extra = {
+        n["name"]: n["extra"] for n in json.loads(cluster.run("sinfo", "--json").stdout)["nodes"]
+    }
     assert job in {x.job for x in parse_facts(extra[node]).loads}
 
     # Freeze the running job's group over the node's control socket: the kernel's freezer says
     # FROZEN; thaw it again. Twice is harmless and said so.
-    state = Path("/sys/fs/cgroup/freezer") / f"coshare-slurm-{node}" / f"job-{job}" / \
-        "freezer.state"  # fmt: skip
+    state = (
+        Path("/sys/fs/cgroup/freezer") / f"coshare-slurm-{node}" / f"job-{job}" / "freezer.state"
+    )
     assert node_command(cluster, node, "freeze", "--job", job).strip() == f"job {job} frozen"
     assert state.read_text().strip() == "FROZEN"
-    assert "was frozen already; nothing done" in node_command(cluster, node, "freeze", "--job",
-                                                              job)  # fmt: skip
+    assert "was frozen already; nothing done" in node_command(cluster, node, "freeze", "--job", job)
     assert node_command(cluster, node, "thaw", "--job", job).strip() == f"job {job} thawed"
     assert state.read_text().strip() == "THAWED"
     cluster.run("scancel", job)
 
 
 def test_a_user_cannot_forge_a_nodes_facts(cluster: Cluster) -> None:
-    forged = cluster.run("scontrol", "update", "NodeName=csl-n2",
-                         "Extra=coshare-facts;v=1;at=1;llc_ways=99", user=USER,
-                         check=False)  # fmt: skip
+    forged = cluster.run(
+        "scontrol",
+        "update",
+        "NodeName=csl-n2",
+        "Extra=coshare-facts;v=1;at=1;llc_ways=99",
+        user=USER,
+        check=False,
+    )
     assert forged.returncode != 0
     assert "Invalid user id" in forged.stderr  # Slurm 22.05's refusal of a non-operator
-    extra = {n["name"]: n.get("extra", "") for n in
-             json.loads(cluster.run("sinfo", "--json").stdout)["nodes"]}  # fmt: skip
+    extra = {
+        n["name"]: n.get("extra", "")
+        for n in json.loads(cluster.run("sinfo", "--json").stdout)["nodes"]
+    }
     assert "llc_ways=99" not in extra["csl-n2"]

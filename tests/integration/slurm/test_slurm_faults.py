@@ -16,10 +16,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 def faulty_cycle(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tests.integration.slurm.cycle_with_faults",
-         "--config", str(cluster.config), "--cluster", str(cluster.dir), *args],
-        cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.slurm.cycle_with_faults",
+            "--config",
+            str(cluster.config),
+            "--cluster",
+            str(cluster.dir),
+            *args,
+        ],
+        cwd=ROOT,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def submit_batch(cluster: Cluster, tag: str, count: int) -> dict[str, tuple[int, int]]:
@@ -47,8 +59,11 @@ def converge_and_check(cluster: Cluster, demands: dict[str, tuple[int, int]]) ->
     check_never_oversubscribed(list(records.values()), demands)
 
 
-@pytest.mark.parametrize("fault", [["--kill-after-batch", "2"], ["--kill-before-release"]],
-                         ids=["after-second-batch", "before-release"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fault",
+    [["--kill-after-batch", "2"], ["--kill-before-release"]],
+    ids=["after-second-batch", "before-release"],
+)
 def test_sigkill_while_applying_converges(cluster: Cluster, fault: list[str]) -> None:
     demands = submit_batch(cluster, "kill", 20)  # update_batch 4: five batches
     killed = faulty_cycle(cluster, *fault)

@@ -22,22 +22,30 @@ from .test_slurm_faults import assert_nothing_unplaced_can_run, faulty_cycle
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 GANG_MEMORY, SINGLE_MEMORY = 3000, 5000  # a single fits beside the gang on a device, not
-THREADS = 60                             # beside another single (5000 + 5000 > 8192)
+THREADS = 60  # beside another single (5000 + 5000 > 8192)
 
 
-def submit_gang(cluster: Cluster, name: str, sleep_s: float = 6,
-                shape: str = "-N 3 --ntasks-per-node=2") -> str:  # fmt: skip
+def submit_gang(
+    cluster: Cluster, name: str, sleep_s: float = 6, shape: str = "-N 3 --ntasks-per-node=2"
+) -> str:
     """A 3-node job (2 tasks per node unless ``shape`` says otherwise), each task printing
     where it runs and its devices."""
-    report = ('echo "task=$SLURM_PROCID node=$SLURMD_NODENAME '
-              'devices=${CUDA_VISIBLE_DEVICES-unset}"')  # fmt: skip
+    report = 'echo "task=$SLURM_PROCID node=$SLURMD_NODENAME devices=${CUDA_VISIBLE_DEVICES-unset}"'
     path = cluster.out / f"{name}.sh"
-    path.write_text("\n".join([
-        "#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --output={cluster.out}/%j.out",
-        f"#SBATCH {shape}",
-        f'#SBATCH --comment="coshare: device-memory={GANG_MEMORY} device-threads={THREADS}"',
-        f"srun sh -c '{report}; sleep {sleep_s}'",
-    ]) + "\n")  # fmt: skip
+    path.write_text(
+        "\n".join(
+            [
+                "#!/bin/sh",
+                f"#SBATCH --job-name={name}",
+                f"#SBATCH --output={cluster.out}/%j.out",
+                f"#SBATCH {shape}",
+                '#SBATCH --comment="coshare: '
+                f'device-memory={GANG_MEMORY} device-threads={THREADS}"',
+                f"srun sh -c '{report}; sleep {sleep_s}'",
+            ]
+        )
+        + "\n"
+    )
     return cluster.run("sbatch", "--parsable", str(path)).stdout.strip().split(";")[0]
 
 
@@ -119,7 +127,9 @@ def test_a_three_node_job_runs_where_planned_beside_single_jobs_on_its_devices(
     # (3000 + 5000 MiB), the five free devices one single each.
     for job in [gang, *singles]:
         assert not jobs[job].held and jobs[job].admin_comment.startswith("coshare-placement"), (
-            jobs[job], result.stdout)  # fmt: skip
+            jobs[job],
+            result.stdout,
+        )
     cluster.run_cycles_until_done([gang, *singles])
     records = cluster.sacct([gang, *singles])
     placement = check_gang_ran_as_placed(cluster, gang, records[gang])
@@ -146,18 +156,24 @@ def test_an_uneven_gang_gets_its_largest_share_of_cpus_on_every_node(cluster: Cl
         if "CPU_IDs=" in detail:
             break
         time.sleep(0.5)
-    allocated = {node: parse_node_allocation(detail, node) for node in expand_nodes(
-        cluster.jobs()[gang].required_nodes)}  # fmt: skip
-    assert len(allocated) == 3 and all(a is not None and a.cpus == 2
-                                       for a in allocated.values()), detail  # fmt: skip
+    allocated = {
+        node: parse_node_allocation(detail, node)
+        for node in expand_nodes(cluster.jobs()[gang].required_nodes)
+    }
+    assert len(allocated) == 3 and all(a is not None and a.cpus == 2 for a in allocated.values()), (
+        detail
+    )
     cluster.run_cycles_until_done([gang])
     record = cluster.sacct([gang])[gang]
     placement = check_gang_ran_as_placed(cluster, gang, record)
     assert sorted(p.processes for p in placement.parts) == [1, 2, 2]
 
 
-@pytest.mark.parametrize("fault", [["--kill-before-release"], ["--kill-after-batch", "1"]],
-                         ids=["before-release", "after-first-batch"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fault",
+    [["--kill-before-release"], ["--kill-after-batch", "1"]],
+    ids=["before-release", "after-first-batch"],
+)
 def test_a_gang_whose_cycle_is_sigkilled_mid_apply_is_completed_not_half_placed(
     cluster: Cluster, fault: list[str]
 ) -> None:

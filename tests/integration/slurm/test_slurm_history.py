@@ -17,25 +17,52 @@ USER = 65534
 
 
 def simulate(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return cluster.run(str(BIN / "coshare"), "--config", str(cluster.config), "simulate",
-                       "--workload", "slurm-history", "--policies", "exclusive,knapsack",
-                       "--output", "json", *args, check=False, timeout=300)  # fmt: skip
+    return cluster.run(
+        str(BIN / "coshare"),
+        "--config",
+        str(cluster.config),
+        "simulate",
+        "--workload",
+        "slurm-history",
+        "--policies",
+        "exclusive,knapsack",
+        "--output",
+        "json",
+        *args,
+        check=False,
+        timeout=300,
+    )
 
 
 def test_the_replay_has_the_jobs_that_ran_with_their_cores_memory_run_times_and_users(
-    cluster: Cluster, tmp_path: Path,
+    cluster: Cluster,
+    tmp_path: Path,
 ) -> None:
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
     ids = []
     for i in range(24):
-        argv = ["sbatch", "--parsable", f"--job-name=hist{i % 4}", f"--cpus-per-task={1 + i % 2}",
-                f"--mem={50 * (1 + i % 3)}M", "--output=/dev/null", "--chdir=/tmp",
-                f"--wrap=sleep {1 + i % 3}"]  # fmt: skip
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--job-name=hist{i % 4}",
+            f"--cpus-per-task={1 + i % 2}",
+            f"--mem={50 * (1 + i % 3)}M",
+            "--output=/dev/null",
+            "--chdir=/tmp",
+            f"--wrap=sleep {1 + i % 3}",
+        ]
         ids.append(cluster.run(*argv, user=USER if i % 3 == 0 else None).stdout.strip())
     cluster.sacct(ids, deadline_s=240)  # every job ended and is in the accounting
-    listing = cluster.run("sacct", "--noheader", "--parsable2", "--allocations", "--jobs",
-                          ",".join(ids), "--format",
-                          "JobID,User,AllocCPUS,ReqMem,ElapsedRaw").stdout  # fmt: skip
+    listing = cluster.run(
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--allocations",
+        "--jobs",
+        ",".join(ids),
+        "--format",
+        "JobID,User,AllocCPUS,ReqMem,ElapsedRaw",
+    ).stdout
     truth = {}
     for line in listing.splitlines():
         job, user, cpus, mem, elapsed = line.split("|")
@@ -56,8 +83,7 @@ def test_the_replay_has_the_jobs_that_ran_with_their_cores_memory_run_times_and_
 
     # The same from saved files, as an admin copies them off the controller.
     history = tmp_path / "sacct.json"
-    history.write_text(cluster.run("sacct", "--json", "--allusers",
-                                   f"--starttime={since}").stdout)  # fmt: skip
+    history.write_text(cluster.run("sacct", "--json", "--allusers", f"--starttime={since}").stdout)
     nodes = tmp_path / "sinfo.json"
     nodes.write_text(cluster.run("sinfo", "--json").stdout)
     saved = simulate(cluster, "--history-file", str(history), "--nodes-file", str(nodes))

@@ -20,15 +20,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 def test_a_cycle_exports_its_figures_and_logs_json(cluster: Cluster, tmp_path: Path) -> None:
     textfile = tmp_path / "textfile"
     with running_prometheus(pushgateway=True, textfile_dir=textfile) as prom:
-        config = write_config(cluster, f"metrics: {{pushgateway: '{prom.pushgateway}', "
-                                       f"textfile_dir: '{textfile}'}}\n")  # fmt: skip
+        config = write_config(
+            cluster, f"metrics: {{pushgateway: '{prom.pushgateway}', textfile_dir: '{textfile}'}}\n"
+        )
         for i in range(3):
-            cluster.submit(f"metrics-{i}", comment="coshare: device-memory=1000 device-threads=60",
-                           sleep_s=1)  # fmt: skip
-        bad = cluster.submit("metrics-bad", comment="coshare: device-memory=20000 "
-                             "device-threads=60")  # fmt: skip
-        result = cluster.run(str(BIN / "coshare"), "--config", str(config), "slurm", "cycle",
-                             "--log-format", "json", check=False)  # fmt: skip
+            cluster.submit(
+                f"metrics-{i}", comment="coshare: device-memory=1000 device-threads=60", sleep_s=1
+            )
+        bad = cluster.submit(
+            "metrics-bad", comment="coshare: device-memory=20000 device-threads=60"
+        )
+        result = cluster.run(
+            str(BIN / "coshare"),
+            "--config",
+            str(config),
+            "slurm",
+            "cycle",
+            "--log-format",
+            "json",
+            check=False,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         records = [json.loads(line) for line in result.stderr.splitlines()]
         done = [r for r in records if r["message"].startswith("cycle done")]
@@ -39,12 +50,16 @@ def test_a_cycle_exports_its_figures_and_logs_json(cluster: Cluster, tmp_path: P
         assert "exceeds every device" in refused[0]["message"]
         for job in ("coshare", "node"):  # the push gateway's group; the node exporter's
             selector = f'{{scheduler="slurm",job="{job}"}}'
-            for name, want in (("placed_jobs", 3), ("pending_jobs", 3), ("refused_jobs", 1),
-                               ("exit_status", 0), ("plan_refused", 0)):  # fmt: skip
+            for name, want in (
+                ("placed_jobs", 3),
+                ("pending_jobs", 3),
+                ("refused_jobs", 1),
+                ("exit_status", 0),
+                ("plan_refused", 0),
+            ):
                 found = prom.wait_for(f"coshare_cycle_{name}{selector}", lambda v: bool(v))
                 assert list(found.values()) == [want], (name, found)
             edits = prom.wait_for(f"coshare_cycle_edits{selector}", lambda v: len(v) == 5)
             assert edits[(("result", "written"), ("scheduler", "slurm"))] == 3
-            phases = prom.wait_for(f"coshare_cycle_phase_seconds{selector}",
-                                   lambda v: len(v) == 4)  # fmt: skip
+            phases = prom.wait_for(f"coshare_cycle_phase_seconds{selector}", lambda v: len(v) == 4)
             assert all(seconds >= 0 for seconds in phases.values())

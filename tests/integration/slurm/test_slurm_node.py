@@ -44,15 +44,20 @@ def job_groups() -> list[str]:
 
 def submit_as_user(cluster: Cluster, work: Path, name: str, *args: str) -> str:
     script = work / f"{name}.sh"
-    script.write_text("\n".join([
-        "#!/bin/sh",
-        f"#SBATCH --job-name={name}",
-        '#SBATCH --comment="coshare: device-memory=1000 device-threads=60"',
-        "#SBATCH --mem=100M",
-        f"#SBATCH --output={work}/%j.out",
-        f"#SBATCH --error={work}/%j.err",
-        f"exec /usr/bin/python3 {work}/node_job.py {' '.join(args)}",
-    ]) + "\n")  # fmt: skip
+    script.write_text(
+        "\n".join(
+            [
+                "#!/bin/sh",
+                f"#SBATCH --job-name={name}",
+                '#SBATCH --comment="coshare: device-memory=1000 device-threads=60"',
+                "#SBATCH --mem=100M",
+                f"#SBATCH --output={work}/%j.out",
+                f"#SBATCH --error={work}/%j.err",
+                f"exec /usr/bin/python3 {work}/node_job.py {' '.join(args)}",
+            ]
+        )
+        + "\n"
+    )
     script.chmod(0o755)
     out = cluster.run("sbatch", "--parsable", f"--chdir={work}", str(script), user=USER)
     return out.stdout.strip().split(";")[0]
@@ -69,8 +74,11 @@ def test_colocated_jobs_are_confined_and_a_hog_is_killed_with_the_reason(
     hog = submit_as_user(cluster, work, "node-hog", "400", *marks)
     calm = submit_as_user(cluster, work, "node-calm", "0", *reversed(marks))
     assert cluster.cycle().returncode == 0
-    wait_until(lambda: all(cluster.jobs()[j].phase == "ended" for j in (hog, calm)), 120,
-               "both jobs to end")  # fmt: skip
+    wait_until(
+        lambda: all(cluster.jobs()[j].phase == "ended" for j in (hog, calm)),
+        120,
+        "both jobs to end",
+    )
     records = cluster.sacct([hog, calm])
     assert records[hog].node == records[calm].node, f"not co-located: {records}"
     assert records[calm].state == "COMPLETED", records[calm]
@@ -92,8 +100,11 @@ def test_colocated_jobs_are_confined_and_a_hog_is_killed_with_the_reason(
         cpus.append(set(parse_cpu_list(seen)))
         check_gate_replies(out)
     assert cpus[0] and cpus[1] and cpus[0].isdisjoint(cpus[1]), cpus
-    wait_until(lambda: job_groups() == [] and not list(cluster.dir.glob("node/*/jobs/*.json")),
-               30, "no job group left")  # fmt: skip
+    wait_until(
+        lambda: job_groups() == [] and not list(cluster.dir.glob("node/*/jobs/*.json")),
+        30,
+        "no job group left",
+    )
 
 
 def submit_script(cluster: Cluster, work: Path, name: str, body: str, *options: str) -> str:
@@ -119,34 +130,50 @@ def show_job(cluster: Cluster, job: str) -> str:
 
 #: What the owner of a placed, pending job tried to change (all accepted by Slurm 22.05 for an
 #: ordinary pending job of its owner; see deploy/slurm/job_submit.lua).
-PLACEMENT_UPDATES = ["ReqNodeList=csl-n2", "NodeList=csl-n2", "ExcNodeList=csl-n1",
-                     "NumNodes=2", "Partition=main", "NumCPUs=2", "NumTasks=2", "CPUsPerTask=2",
-                     "MinCPUsNode=2", "MinMemoryNode=50", "Gres=gpu:1",
-                     "TresPerNode=gres:gpu:1"]  # fmt: skip
+PLACEMENT_UPDATES = [
+    "ReqNodeList=csl-n2",
+    "NodeList=csl-n2",
+    "ExcNodeList=csl-n1",
+    "NumNodes=2",
+    "Partition=main",
+    "NumCPUs=2",
+    "NumTasks=2",
+    "CPUsPerTask=2",
+    "MinCPUsNode=2",
+    "MinMemoryNode=50",
+    "Gres=gpu:1",
+    "TresPerNode=gres:gpu:1",
+]
 
 
 def test_a_placed_job_keeps_its_node_and_size_and_is_refused_elsewhere(
     cluster: Cluster,
 ) -> None:
     work = user_work(cluster)
-    job = submit_script(cluster, work, "pinned", "echo ran; sleep 1",
-                        '#SBATCH --comment="coshare: device-memory=1000 device-threads=60"',
-                        "#SBATCH --mem=100M")  # fmt: skip
+    job = submit_script(
+        cluster,
+        work,
+        "pinned",
+        "echo ran; sleep 1",
+        '#SBATCH --comment="coshare: device-memory=1000 device-threads=60"',
+        "#SBATCH --mem=100M",
+    )
     # Placed on csl-n1 as the cycle writes it (ReqNodeList and the operator's AdminComment),
     # released, and kept pending there: csl-n1 is drained.
     placement = format_placement(Placement("csl-n1", ("0",), int(time.time()), 1000, 60))
-    cluster.run("scontrol", "update", f"JobId={job}", "ReqNodeList=csl-n1",
-                f"AdminComment={placement}")  # fmt: skip
+    cluster.run(
+        "scontrol", "update", f"JobId={job}", "ReqNodeList=csl-n1", f"AdminComment={placement}"
+    )
     cluster.run("scontrol", "update", "NodeName=csl-n1", "State=DRAIN", "Reason=coshare-test")
     try:
         cluster.run("scontrol", "release", job)
         for update in PLACEMENT_UPDATES:
-            done = cluster.run("scontrol", "update", f"JobId={job}", update, check=False,
-                               user=USER)  # fmt: skip
+            done = cluster.run("scontrol", "update", f"JobId={job}", update, check=False, user=USER)
             assert done.returncode != 0, f"the owner changed {update} of placed job {job}"
             assert "Access/permission denied" in done.stderr, done.stderr
-        renamed = cluster.run("scontrol", "update", f"JobId={job}", "JobName=renamed",
-                              check=False, user=USER)  # fmt: skip
+        renamed = cluster.run(
+            "scontrol", "update", f"JobId={job}", "JobName=renamed", check=False, user=USER
+        )
         assert renamed.returncode == 0, renamed.stderr  # what the placement did not plan for
         shown = show_job(cluster, job)
         assert "JobName=renamed" in shown and "ReqNodeList=csl-n1 " in shown
@@ -162,8 +189,10 @@ def test_a_placed_job_keeps_its_node_and_size_and_is_refused_elsewhere(
     assert ended.nodes == ("csl-n2",) and ended.state == "FAILED", ended
     out = (work / f"{job}.out").read_text()
     assert "ran" not in out, out
-    assert (f"coshare: job {job} cannot run on csl-n2: job {job} was placed on csl-n1 but "
-            "starts on csl-n2; coshare planned its devices and limits for csl-n1 only") in out
+    assert (
+        f"coshare: job {job} cannot run on csl-n2: job {job} was placed on csl-n1 but "
+        "starts on csl-n2; coshare planned its devices and limits for csl-n1 only"
+    ) in out
     assert job_groups() == []
 
 
@@ -181,9 +210,14 @@ for line in sys.argv[2:]:
 def test_a_task_of_one_job_cannot_join_another_or_start_a_job(cluster: Cluster) -> None:
     work = user_work(cluster)
     (work / "intruder.py").write_text(INTRUDER)
-    placed = submit_script(cluster, work, "placed", "sleep 60",
-                           '#SBATCH --comment="coshare: device-memory=1000 device-threads=60"',
-                           "#SBATCH --mem=100M")  # fmt: skip
+    placed = submit_script(
+        cluster,
+        work,
+        "placed",
+        "sleep 60",
+        '#SBATCH --comment="coshare: device-memory=1000 device-threads=60"',
+        "#SBATCH --mem=100M",
+    )
     assert cluster.cycle().returncode == 0
     wait_until(lambda: cluster.jobs()[placed].phase == "active", 60, "the placed job to run")
     node = cluster.jobs()[placed].nodes[0]
@@ -191,18 +225,23 @@ def test_a_task_of_one_job_cannot_join_another_or_start_a_job(cluster: Cluster) 
     # Its batch step execs python: the process asking is a direct child of slurmstepd, which
     # is titled with this other job ("slurmstepd: [N.batch]"), and runs as the same user.
     other = submit_script(
-        cluster, work, "other",
+        cluster,
+        work,
+        "other",
         f"exec /usr/bin/python3 -I {work}/intruder.py {control} 'JOIN job={placed}' "
         "'START job=mine cores=1 memory_mib=100'",
-        f"#SBATCH --nodelist={node}", "#SBATCH --mem=50M",
-    )  # fmt: skip
+        f"#SBATCH --nodelist={node}",
+        "#SBATCH --mem=50M",
+    )
     wait_until(lambda: cluster.jobs()[other].phase == "ended", 60, "the other job to end")
     replies = (work / f"{other}.out").read_text().splitlines()
     assert replies[0].startswith(f"JOIN -> ERR not_allowed job {placed}: process "), replies
     assert replies[0].endswith(f"(slurmstepd-wlm, uid 0), which serves job {other}"), replies
     assert replies[1].startswith("START -> ERR not_launcher job mine: process "), replies
-    assert replies[1].endswith(f"is a task of Slurm job {other}; Slurm jobs are set up by "
-                               "coshare's Prolog (root), never by a task"), replies  # fmt: skip
+    assert replies[1].endswith(
+        f"is a task of Slurm job {other}; Slurm jobs are set up by "
+        "coshare's Prolog (root), never by a task"
+    ), replies
     groups = [g for g in job_groups() if g.endswith(f"/job-{placed}")]
     assert groups, job_groups()
     for group in groups:  # only the placed job's own processes are in its group

@@ -52,21 +52,26 @@ def engine() -> Iterator[Postgres]:
 def planners(cluster: Cluster, engine: Postgres, tmp_path: Path) -> Iterator[dict[str, Path]]:
     """Partition ``second`` over all the nodes (removed afterwards), and one config per
     planner: its partition, its lock file, its lease in a fresh schema of the engine."""
-    cluster.run("scontrol", "create", "PartitionName=second", "Nodes=ALL", "MaxTime=INFINITE",
-                "State=UP")  # fmt: skip
+    cluster.run(
+        "scontrol", "create", "PartitionName=second", "Nodes=ALL", "MaxTime=INFINITE", "State=UP"
+    )
     dsn = engine.new_database()
     configs = {}
     for part in PARTITIONS:
         config = yaml.safe_load(cluster.config.read_text())
         # workers 1: batches one after another, so a kill after the first leaves the others
         # unwritten (with several workers a loaded CI run wrote all 10 before the kill)
-        config["slurm"].update(partition=part, lock_file=str(tmp_path / f"{part}.lock"),
-                               workers=1)  # fmt: skip
+        config["slurm"].update(partition=part, lock_file=str(tmp_path / f"{part}.lock"), workers=1)
         # fence_every_s 0: the lease checked before every batch, so an engine stopped
         # after the first batch is found at the second (the default checks a quarter of
         # the lease after the last check: 6 s, longer than these cycles' writes)
-        config["coordination"] = {"dsn": dsn, "domain": f"slurm-{part}", "instance": "head1",
-                                  "lease_s": LEASE_S, "fence_every_s": 0}  # fmt: skip
+        config["coordination"] = {
+            "dsn": dsn,
+            "domain": f"slurm-{part}",
+            "instance": "head1",
+            "lease_s": LEASE_S,
+            "fence_every_s": 0,
+        }
         configs[part] = tmp_path / f"{part}.yaml"
         configs[part].write_text(yaml.safe_dump(config))
     try:
@@ -74,8 +79,12 @@ def planners(cluster: Cluster, engine: Postgres, tmp_path: Path) -> Iterator[dic
     finally:
         cluster.run("scancel", "--quiet", "--partition=second", check=False)
         deadline = time.monotonic() + 60
-        while cluster.run("squeue", "--noheader", "--partition=second", "--format=%i",
-                          check=False).stdout.split() and time.monotonic() < deadline:  # fmt: skip
+        while (
+            cluster.run(
+                "squeue", "--noheader", "--partition=second", "--format=%i", check=False
+            ).stdout.split()
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.5)
         cluster.run("scontrol", "delete", "PartitionName=second", check=False)
 
@@ -85,22 +94,34 @@ def submit(cluster: Cluster, part: str, count: int) -> dict[str, tuple[int, int]
     for i in range(count):
         memory, threads = SIZES[(i + (part == "second")) % len(SIZES)]
         comment = f"coshare: device-memory={memory} device-threads={threads}"
-        job = cluster.submit(f"{part}-{i}", comment=comment, sleep_s=3 + i % 2,
-                             extra=f"#SBATCH --partition={part}")  # fmt: skip
+        job = cluster.submit(
+            f"{part}-{i}", comment=comment, sleep_s=3 + i % 2, extra=f"#SBATCH --partition={part}"
+        )
         demands[job] = (memory, threads)
     return demands
 
 
 def start_cycle(cluster: Cluster, config: Path, *extra: str) -> subprocess.Popen[str]:
-    argv = ([sys.executable, "-m", "tests.integration.slurm.cycle_with_faults", "--config",
-             str(config), *extra] if extra
-            else [str(BIN / "coshare"), "--config", str(config), "slurm", "cycle"])  # fmt: skip
-    return subprocess.Popen(argv, cwd=ROOT, env=cluster.env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    argv = (
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.slurm.cycle_with_faults",
+            "--config",
+            str(config),
+            *extra,
+        ]
+        if extra
+        else [str(BIN / "coshare"), "--config", str(config), "slurm", "cycle"]
+    )
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=cluster.env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
-def cycles_together(cluster: Cluster, configs: dict[str, Path], ids: list[str],
-                    deadline_s: float = 300) -> list[str]:  # fmt: skip
+def cycles_together(
+    cluster: Cluster, configs: dict[str, Path], ids: list[str], deadline_s: float = 300
+) -> list[str]:
     """Both planners' cycles started at once, again and again, until every job ended; their
     outputs."""
     outputs = []
@@ -119,9 +140,12 @@ def cycles_together(cluster: Cluster, configs: dict[str, Path], ids: list[str],
         time.sleep(0.5)
 
 
-def run_all_and_check(cluster: Cluster, planners: dict[str, Path],
-                      demands: dict[str, tuple[int, int]], where: bool = True,
-                      ) -> tuple[dict[str, Record], dict[tuple[str, str], int]]:  # fmt: skip
+def run_all_and_check(
+    cluster: Cluster,
+    planners: dict[str, Path],
+    demands: dict[str, tuple[int, int]],
+    where: bool = True,
+) -> tuple[dict[str, Record], dict[tuple[str, str], int]]:
     """Both planners' cycles until every job ended; none lost, each ran where it was placed
     (``where``: single-node jobs; a gang's nodes are read from its tasks), no device ever
     held more than it has. Slurm's records of the jobs, and the most jobs seen together on
@@ -143,8 +167,11 @@ def shared_by_both(records: list[Record], mine: set[str]) -> int:
             by_device.setdefault((r.node, device), []).append(r)
     both = 0
     for items in by_device.values():
-        if any(a.job in mine and b.job not in mine and a.start_s < b.end_s and b.start_s < a.end_s
-               for a in items for b in items):  # fmt: skip
+        if any(
+            a.job in mine and b.job not in mine and a.start_s < b.end_s and b.start_s < a.end_s
+            for a in items
+            for b in items
+        ):
             both += 1
     return both
 
@@ -152,13 +179,17 @@ def shared_by_both(records: list[Record], mine: set[str]) -> int:
 def live_claims(dsn: str, planner: str) -> dict[str, int]:
     """The planner's live claims: device memory claimed per device (``node/device``)."""
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT unit, sum(memory_mib) FROM coshare_live_claims "
-                            "WHERE planner = %s GROUP BY unit", (planner,)).fetchall()  # fmt: skip
+        rows = conn.execute(
+            "SELECT unit, sum(memory_mib) FROM coshare_live_claims "
+            "WHERE planner = %s GROUP BY unit",
+            (planner,),
+        ).fetchall()
     return {str(unit): int(mib) for unit, mib in rows}
 
 
 def test_two_planners_never_book_a_device_beyond_its_memory(
-        cluster: Cluster, planners: dict[str, Path]) -> None:  # fmt: skip
+    cluster: Cluster, planners: dict[str, Path]
+) -> None:
     main = submit(cluster, "main", 12)
     second = submit(cluster, "second", 12)
     demands = {**main, **second}
@@ -168,7 +199,8 @@ def test_two_planners_never_book_a_device_beyond_its_memory(
     most = check_never_oversubscribed(list(records.values()), demands)
     assert max(most.values()) >= 2, "no device was ever shared"
     assert shared_by_both(list(records.values()), set(main)) >= 1, (
-        "no device ran jobs of both planners at once: the planners did not share the nodes")
+        "no device ran jobs of both planners at once: the planners did not share the nodes"
+    )
     # Neither planner held or refused the other's jobs.
     assert not any("is not managed by coshare" in out for out in outputs)
     lost = sum(out.count("lost their devices to another planner") for out in outputs)
@@ -176,7 +208,8 @@ def test_two_planners_never_book_a_device_beyond_its_memory(
 
 
 def test_a_planner_sigkilled_mid_cycle_leaves_the_queue_consistent(
-        cluster: Cluster, planners: dict[str, Path]) -> None:  # fmt: skip
+    cluster: Cluster, planners: dict[str, Path]
+) -> None:
     dsn = yaml.safe_load(planners["second"].read_text())["coordination"]["dsn"]
     second = submit(cluster, "second", 10)  # update_batch 4: the kill leaves 6 unwritten
     killed = start_cycle(cluster, planners["second"], "--kill-after-batch", "1")
@@ -193,9 +226,13 @@ def test_a_planner_sigkilled_mid_cycle_leaves_the_queue_consistent(
     claimed = live_claims(dsn, "slurm-second")
     assert sum(claimed.values()) > sum(second[j][0] for j in written)  # unwritten ones too
     main = submit(cluster, "main", 8)
-    first = subprocess.run([str(BIN / "coshare"), "--config", str(planners["main"]), "slurm",
-                            "cycle"], env=cluster.env, text=True, capture_output=True,
-                           timeout=300)  # fmt: skip
+    first = subprocess.run(
+        [str(BIN / "coshare"), "--config", str(planners["main"]), "slurm", "cycle"],
+        env=cluster.env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     assert time.monotonic() < killed_at + LEASE_S, "too slow: the claims expired meanwhile"
     jobs = cluster.jobs()
@@ -214,7 +251,8 @@ def test_a_planner_sigkilled_mid_cycle_leaves_the_queue_consistent(
 
 
 def test_the_engine_stopped_mid_cycle_and_restarted(
-        cluster: Cluster, planners: dict[str, Path], engine: Postgres) -> None:  # fmt: skip
+    cluster: Cluster, planners: dict[str, Path], engine: Postgres
+) -> None:
     """The engine stops right after a planner's first batch of placements was written: the
     fence before its next batch finds no engine, so it stops there (that batch complete,
     nothing after it) and exits 1 naming the address; the other planner's cycle then finds
@@ -224,8 +262,14 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
     second = submit(cluster, "second", 10)  # update_batch 4: three batches
     main = submit(cluster, "main", 6)
     try:
-        stopped = start_cycle(cluster, planners["second"], "--stop-engine-after-batch", "1",
-                              "--engine", str(engine.dir))  # fmt: skip
+        stopped = start_cycle(
+            cluster,
+            planners["second"],
+            "--stop-engine-after-batch",
+            "1",
+            "--engine",
+            str(engine.dir),
+        )
         out, err = stopped.communicate(timeout=300)
         assert not engine.running(), "the engine still runs"
         assert stopped.returncode == 1, out + err
@@ -235,9 +279,13 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
         jobs = cluster.jobs()
         written = [j for j in second if jobs[j].admin_comment.startswith("coshare-placement")]
         assert len(written) == 4, (written, out + err)  # the first batch only (workers 1)
-        other = subprocess.run([str(BIN / "coshare"), "--config", str(planners["main"]), "slurm",
-                                "cycle"], env=cluster.env, text=True, capture_output=True,
-                               timeout=300)  # fmt: skip
+        other = subprocess.run(
+            [str(BIN / "coshare"), "--config", str(planners["main"]), "slurm", "cycle"],
+            env=cluster.env,
+            text=True,
+            capture_output=True,
+            timeout=300,
+        )
         said = other.stdout + other.stderr
         assert other.returncode == 1, said
         assert f"127.0.0.1:{engine.port}" in said and "unreachable" in said, said
@@ -253,7 +301,8 @@ def test_the_engine_stopped_mid_cycle_and_restarted(
 
 
 def test_gangs_of_both_planners_share_the_nodes_and_are_never_booked_twice(
-        cluster: Cluster, planners: dict[str, Path]) -> None:  # fmt: skip
+    cluster: Cluster, planners: dict[str, Path]
+) -> None:
     """Multi-node jobs of both planners at once:
     each needs devices on 2 or 3 of the 4 nodes the planners share, beside single-node jobs
     of the other planner; every part of every gang is claimed in the engine before it is
@@ -262,12 +311,10 @@ def test_gangs_of_both_planners_share_the_nodes_and_are_never_booked_twice(
 
     gangs = {
         submit_gang(cluster, "gang-main-0", shape="-N 3 --ntasks-per-node=1 --partition=main"),
-        submit_gang(cluster, "gang-second-0",
-                    shape="-N 2 --ntasks-per-node=1 --partition=second"),
+        submit_gang(cluster, "gang-second-0", shape="-N 2 --ntasks-per-node=1 --partition=second"),
         submit_gang(cluster, "gang-main-1", shape="-N 2 --ntasks-per-node=1 --partition=main"),
-        submit_gang(cluster, "gang-second-1",
-                    shape="-N 3 --ntasks-per-node=1 --partition=second"),
-    }  # fmt: skip
+        submit_gang(cluster, "gang-second-1", shape="-N 3 --ntasks-per-node=1 --partition=second"),
+    }
     singles = {**submit(cluster, "main", 4), **submit(cluster, "second", 4)}
     demands = {**{g: (GANG_MEMORY, THREADS) for g in gangs}, **singles}
     records, most = run_all_and_check(cluster, planners, demands, where=False)

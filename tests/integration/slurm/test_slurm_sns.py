@@ -25,16 +25,24 @@ RESCTRL_MASK = "/sys/fs/resctrl/info/L3/cbm_mask"
 
 
 def profile(program: str, run_time_s: dict[str, float]) -> dict[str, object]:
-    return {"program": program, "run_time_s": run_time_s, "cores": 4, "ways": [2, 4, 20],
-            "ipc": [0.5, 0.95, 1.0], "membw_gbps": [0.5, 0.5, 0.5]}  # fmt: skip
+    return {
+        "program": program,
+        "run_time_s": run_time_s,
+        "cores": 4,
+        "ways": [2, 4, 20],
+        "ipc": [0.5, 0.95, 1.0],
+        "membw_gbps": [0.5, 0.5, 0.5],
+    }
 
 
 def sns_cluster(cluster: Cluster) -> Cluster:
     """The test cluster with ``policy.name: sns`` and a profile store of two programs."""
     store = cluster.dir / "profiles"
     store.mkdir(exist_ok=True)
-    for data in (profile("SPREADY", {"1": 100.0, "2": 70.0, "4": 80.0, "8": 90.0}),
-                 profile("COMPACTY", {"1": 100.0, "2": 120.0, "4": 130.0, "8": 150.0})):
+    for data in (
+        profile("SPREADY", {"1": 100.0, "2": 70.0, "4": 80.0, "8": 90.0}),
+        profile("COMPACTY", {"1": 100.0, "2": 120.0, "4": 130.0, "8": 150.0}),
+    ):
         (store / f"{data['program']}.json").write_text(json.dumps(data))
     config = write_config(cluster, f"policy: {{name: sns, sns: {{profiles_dir: {store}}}}}\n")
     sns = Cluster(cluster.dir)
@@ -46,14 +54,24 @@ def submit(cluster: Cluster, name: str, program: str, sleep_s: float = 4) -> str
     """A job of 2 one-CPU tasks on 1 or 2 nodes, each task printing where it runs and what
     coshare told it. (Two: every node of the local cluster hands out this host's cores, and
     a job gets at most as many of its own as the host has, 2 here.)"""
-    report = ('echo "task=$SLURM_PROCID node=$SLURMD_NODENAME '
-              'spread=${COSHARE_SPREAD-unset} ways=${COSHARE_LLC_WAYS-unset}"')  # fmt: skip
+    report = (
+        'echo "task=$SLURM_PROCID node=$SLURMD_NODENAME '
+        'spread=${COSHARE_SPREAD-unset} ways=${COSHARE_LLC_WAYS-unset}"'
+    )
     path = cluster.out / f"{name}.sh"
-    path.write_text("\n".join([
-        "#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --output={cluster.out}/%j.out",
-        "#SBATCH -N 1-2 -n 2", f'#SBATCH --comment="coshare: program={program}"',
-        f"srun sh -c '{report}; sleep {sleep_s}'",
-    ]) + "\n")  # fmt: skip
+    path.write_text(
+        "\n".join(
+            [
+                "#!/bin/sh",
+                f"#SBATCH --job-name={name}",
+                f"#SBATCH --output={cluster.out}/%j.out",
+                "#SBATCH -N 1-2 -n 2",
+                f'#SBATCH --comment="coshare: program={program}"',
+                f"srun sh -c '{report}; sleep {sleep_s}'",
+            ]
+        )
+        + "\n"
+    )
     return cluster.run("sbatch", "--parsable", str(path)).stdout.strip().split(";")[0]
 
 
@@ -70,8 +88,11 @@ def check_ran_as_placed(cluster: Cluster, job: str, node_list: str) -> Placement
     # recorded only the batch host of a short 3-node job, test_slurm_gangs.py)
     assert sorted(placement.nodes) == sorted(expand_nodes(node_list)), record
     s = placement.spread
-    tasks = [dict(f.split("=", 1) for f in line.split()) for line in out.splitlines()
-             if line.startswith("task=")]  # fmt: skip
+    tasks = [
+        dict(f.split("=", 1) for f in line.split())
+        for line in out.splitlines()
+        if line.startswith("task=")
+    ]
     assert len(tasks) == 2, out
     planned = {p.node: p.processes for p in placement.parts} or {placement.node: 2}
     assert Counter(t["node"] for t in tasks) == planned, out
@@ -79,9 +100,10 @@ def check_ran_as_placed(cluster: Cluster, job: str, node_list: str) -> Placement
     assert {t["ways"] for t in tasks} == {"unsupported"}, out
     assert placement.ways_by_node == {}  # the plan allocated none: no node here has resctrl
     for node in placement.nodes:
-        assert (f"coshare: job {job} runs on {node} without LLC way allocation: unsupported: "
-                f"resctrl L3 (cache ways): resctrl is not mounted there ({RESCTRL_MASK})"
-                in out), out  # fmt: skip
+        assert (
+            f"coshare: job {job} runs on {node} without LLC way allocation: unsupported: "
+            f"resctrl L3 (cache ways): resctrl is not mounted there ({RESCTRL_MASK})" in out
+        ), out
     return placement
 
 
@@ -91,8 +113,16 @@ def test_a_two_node_spread_job_runs_beside_a_compact_one_as_sns_planned(
     sns = sns_cluster(cluster)
     spread = submit(sns, "spread", "SPREADY")
     compact = submit(sns, "compact", "COMPACTY")
-    result = sns.run(str(BIN / "coshare"), "--config", str(sns.config), "slurm", "cycle", "-v",
-                     check=False, timeout=300)  # fmt: skip
+    result = sns.run(
+        str(BIN / "coshare"),
+        "--config",
+        str(sns.config),
+        "slurm",
+        "cycle",
+        "-v",
+        check=False,
+        timeout=300,
+    )
     said = result.stdout + result.stderr
     assert result.returncode == 0, said
     # the plan says the nodes have no resctrl, so the jobs run without way allocation

@@ -172,8 +172,8 @@ class V1Group:
     def cpu_usage_s(self) -> float:
         if "cpuacct" not in self.dirs:
             raise CgroupUnavailable(
-                "cpu_usage", "no cgroup v1 cpuacct hierarchy is mounted, so CPU time per job "
-                "is not accounted"
+                "cpu_usage",
+                "no cgroup v1 cpuacct hierarchy is mounted, so CPU time per job is not accounted",
             )
         path = self.dirs["cpuacct"] / "cpuacct.usage"
         try:

@@ -149,15 +149,18 @@ class V2Group:
             raise JobSpecError(f"job {self.job}: a cpuset holds at least one cpu")
         path = self.directory / "cpuset.cpus"
         if not path.exists():
-            raise CgroupUnavailable("cpuset", f"{path} does not exist (the cpuset controller "
-                                    "is not enabled for this group)")  # fmt: skip
+            raise CgroupUnavailable(
+                "cpuset",
+                f"{path} does not exist (the cpuset controller is not enabled for this group)",
+            )
         write_text(path, format_cpu_list(cpus))
 
     def cpu_usage_s(self) -> float:
         path = self.directory / "cpu.stat"
         if not path.exists() and self.exists():
-            raise CgroupUnavailable("cpu_usage", f"{path} is missing (cgroup v2 has it in "
-                                                 "every group since Linux 4.15)")  # fmt: skip
+            raise CgroupUnavailable(
+                "cpu_usage", f"{path} is missing (cgroup v2 has it in every group since Linux 4.15)"
+            )
         try:
             return parse_cpu_stat(read_text(path))
         except ValueError as exc:

@@ -56,8 +56,18 @@ KILLED_STATUS = 137
 SETUP_FAILED_STATUS = 1
 #: How long one control request may take (making or killing a group).
 TIMEOUT_S = 120.0
-_UNIT_MIB = {"": 1, "m": 1, "mb": 1, "mib": 1, "g": 1024, "gb": 1024, "gib": 1024,
-             "t": 1024**2, "tb": 1024**2, "tib": 1024**2}  # fmt: skip
+_UNIT_MIB = {
+    "": 1,
+    "m": 1,
+    "mb": 1,
+    "mib": 1,
+    "g": 1024,
+    "gb": 1024,
+    "gib": 1024,
+    "t": 1024**2,
+    "tb": 1024**2,
+    "tib": 1024**2,
+}
 _FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 #: Device selection variables of the common accelerator runtimes (NVIDIA, AMD, Intel offload).
 DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "OFFLOAD_DEVICES")
@@ -89,8 +99,11 @@ def connect(path: str, timeout_s: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         seconds = int(timeout_s)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                        struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6)))  # fmt: skip
+        sock.setsockopt(
+            socket.SOL_SOCKET,
+            socket.SO_SNDTIMEO,
+            struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6)),
+        )
         sock.connect(path)
     except OSError:
         sock.close()
@@ -206,8 +219,10 @@ def tell_scheduler(chirp: str | None, reason: str) -> None:
         say(f"cannot report it to HTCondor with {chirp}: {exc}")
         return
     if done.returncode != 0:
-        say(f"cannot report it to HTCondor: {chirp} exited {done.returncode}: "
-            f"{(done.stderr or done.stdout).strip()[:200]}")  # fmt: skip
+        say(
+            f"cannot report it to HTCondor: {chirp} exited {done.returncode}: "
+            f"{(done.stderr or done.stdout).strip()[:200]}"
+        )
 
 
 def spawn_joined(socket_path: str, job: str, argv: Sequence[str], env: dict[str, str]) -> int:
@@ -307,8 +322,10 @@ def run(args: argparse.Namespace) -> None:
     try:
         started = request(args.socket, line)
     except ControlError as exc:
-        tell_scheduler(args.chirp, f"coshare could not set up job {label} on this node "
-                                   f"({exc.code}): {exc.text}")  # fmt: skip
+        tell_scheduler(
+            args.chirp,
+            f"coshare could not set up job {label} on this node ({exc.code}): {exc.text}",
+        )
         sys.exit(SETUP_FAILED_STATUS)
     env = dict(os.environ)
     env["COSHARE_JOB_ID"] = args.job
@@ -321,8 +338,9 @@ def run(args: argparse.Namespace) -> None:
         pid = spawn_joined(args.socket, args.job, args.command, env)
     except ControlError as exc:
         _end(args, label)
-        tell_scheduler(args.chirp, f"coshare could not run job {label} in its group "
-                                   f"({exc.code}): {exc.text}")  # fmt: skip
+        tell_scheduler(
+            args.chirp, f"coshare could not run job {label} in its group ({exc.code}): {exc.text}"
+        )
         sys.exit(SETUP_FAILED_STATUS if exc.code != "exec" else 127)
     status = wait_for(pid)
     reason = _end(args, label)
@@ -381,9 +399,11 @@ def task_prolog(
     lines += [f"export {name}={devices}" for name in (*DEVICE_VARIABLES, "COSHARE_DEVICES")]
     if node:
         lines.append(f"export COSHARE_NODE={node}")
-    for name, variable in (("cpus", "COSHARE_CPUS"),
-                           ("device_memory_mib", "COSHARE_DEVICE_MEMORY_MIB"),
-                           ("device_threads", "COSHARE_DEVICE_THREADS")):  # fmt: skip
+    for name, variable in (
+        ("cpus", "COSHARE_CPUS"),
+        ("device_memory_mib", "COSHARE_DEVICE_MEMORY_MIB"),
+        ("device_threads", "COSHARE_DEVICE_THREADS"),
+    ):
         if field(name):
             lines.append(f"export {variable}={field(name)}")
     lines += [f"export {k}={v}" for k, v in mps_environment(joined, devices).items()]
@@ -395,8 +415,10 @@ def task_prolog(
     return lines, 0
 
 
-_TOLD = re.compile(r"export COSHARE_[A-Z_]{1,40}=[A-Za-z0-9:,._/-]{0,200}"
-                   r"|print coshare: [ -~]{1,600}")  # fmt: skip
+_TOLD = re.compile(
+    r"export COSHARE_[A-Z_]{1,40}=[A-Za-z0-9:,._/-]{0,200}"
+    r"|print coshare: [ -~]{1,600}"
+)
 
 
 #: The statuses of each action, for the ``Exit status:`` sections of ``--help``
@@ -422,19 +444,25 @@ EXIT_STATUSES = {
 
 def exit_help(action: str, heading: str = "Exit status:") -> str:
     """The ``Exit status:`` section of ``action``'s ``--help``."""
-    return "\n".join([heading, *(f"  {code:<5}{meaning}" for code, meaning in
-                                  EXIT_STATUSES[action])])  # fmt: skip
+    return "\n".join(
+        [heading, *(f"  {code:<5}{meaning}" for code, meaning in EXIT_STATUSES[action])]
+    )
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line."""
     raw = argparse.RawDescriptionHelpFormatter
     both = "\n\n".join(exit_help(a, f"Exit status of {a}:") for a in EXIT_STATUSES)
-    top = argparse.ArgumentParser(prog="coshare-launch", description=__doc__.split("\n")[0],
-                                  formatter_class=raw, epilog=both)  # fmt: skip
+    top = argparse.ArgumentParser(
+        prog="coshare-launch", description=__doc__.split("\n")[0], formatter_class=raw, epilog=both
+    )
     sub = top.add_subparsers(dest="action", required=True)
-    cmd = sub.add_parser("run", help="run CMD as the whole job, inside its coshare group",
-                         formatter_class=raw, epilog=exit_help("run"))  # fmt: skip
+    cmd = sub.add_parser(
+        "run",
+        help="run CMD as the whole job, inside its coshare group",
+        formatter_class=raw,
+        epilog=exit_help("run"),
+    )
     cmd.add_argument("--socket", required=True, help="the node daemon's control socket")
     cmd.add_argument("--gate-socket", help="the offload gate's socket, for the job's processes")
     cmd.add_argument("--job", required=True, help="the job's id on this node")
@@ -445,13 +473,23 @@ def parser() -> argparse.ArgumentParser:
     cmd.add_argument("--device-memory", help="declared device memory (2048, 2G)")
     cmd.add_argument("--device-threads", help="declared device threads")
     cmd.add_argument("--chirp", help="condor_chirp, to put the kill reason into the job's ad")
-    cmd.add_argument("--lends", action="store_true",
-                     help="coshare placed the job as one whose idle cores may be lent")
-    cmd.add_argument("--borrow", help="the job (its id on this node) whose idle cores this "
-                     "CPU-only job was placed on: --cores of them are taken out of its cpuset")
+    cmd.add_argument(
+        "--lends",
+        action="store_true",
+        help="coshare placed the job as one whose idle cores may be lent",
+    )
+    cmd.add_argument(
+        "--borrow",
+        help="the job (its id on this node) whose idle cores this "
+        "CPU-only job was placed on: --cores of them are taken out of its cpuset",
+    )
     cmd.add_argument("command", nargs="+", help="the job's command (after --)")
-    task = sub.add_parser("task-prolog", help="Slurm's TaskProlog: join the job's group",
-                          formatter_class=raw, epilog=exit_help("task-prolog"))  # fmt: skip
+    task = sub.add_parser(
+        "task-prolog",
+        help="Slurm's TaskProlog: join the job's group",
+        formatter_class=raw,
+        epilog=exit_help("task-prolog"),
+    )
     task.add_argument("--socket", default=DEFAULT_CONTROL_SOCKET, help="control socket")
     task.add_argument("--gate-socket", default=DEFAULT_GATE_SOCKET, help="offload gate socket")
     task.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="the daemon's state dir")

@@ -232,12 +232,14 @@ def _trial(job: str, fields: dict[str, str]) -> ControlRequest:
     if not names:
         raise ControlProtocolError("bad_request", f"job {job}: TRIAL needs partners=<job,...>")
     if len(names) > MAX_PARTNERS:
-        raise ControlProtocolError("bad_request", f"job {job}: partners names {len(names)} "
-                                   f"jobs (at most {MAX_PARTNERS})")  # fmt: skip
+        raise ControlProtocolError(
+            "bad_request", f"job {job}: partners names {len(names)} jobs (at most {MAX_PARTNERS})"
+        )
     partners = tuple(_job_field(job, "partners", p) for p in names)
     if job in partners or len(set(partners)) != len(partners):
-        raise ControlProtocolError("bad_request", f"job {job}: partners names a job twice "
-                                   "or the job itself")  # fmt: skip
+        raise ControlProtocolError(
+            "bad_request", f"job {job}: partners names a job twice or the job itself"
+        )
     return ControlRequest("TRIAL", job, partners=partners)
 
 
@@ -286,25 +288,36 @@ def _start(job: str, fields: dict[str, str]) -> ControlRequest:
             raise ControlProtocolError("bad_request", f"job {job}: devices: {exc}") from None
     ints = {
         key: _integer(job, key, fields[key], 0 if key == "uid" else 1)
-        for key in ("memory_mib", "device_memory_mib", "device_threads", "uid", "llc_ways",
-                    "membw_percent")
+        for key in (
+            "memory_mib",
+            "device_memory_mib",
+            "device_threads",
+            "uid",
+            "llc_ways",
+            "membw_percent",
+        )
         if key in fields
-    }  # fmt: skip
+    }
     lends = fields.get("lends", "0")
     if lends not in ("0", "1"):
-        raise ControlProtocolError("bad_request", f"job {job}: lends={lends[:32]!r} "
-                                   "(allowed: 0, 1)")  # fmt: skip
+        raise ControlProtocolError(
+            "bad_request", f"job {job}: lends={lends[:32]!r} (allowed: 0, 1)"
+        )
     borrow = None
     if "borrow" in fields:
         borrow = _job_field(job, "borrow", fields["borrow"])
         if borrow == job:
             raise ControlProtocolError("bad_request", f"job {job}: borrow names the job itself")
         if cores is None:
-            raise ControlProtocolError("bad_request", f"job {job}: borrow= needs cores=<n>, "
-                                       "the cores it borrows")  # fmt: skip
+            raise ControlProtocolError(
+                "bad_request", f"job {job}: borrow= needs cores=<n>, the cores it borrows"
+            )
         if devices or lends == "1":
-            raise ControlProtocolError("bad_request", f"job {job}: a borrowing job is CPU-only "
-                                       "and lends nothing (no devices=, no lends=1)")  # fmt: skip
+            raise ControlProtocolError(
+                "bad_request",
+                f"job {job}: a borrowing job is CPU-only "
+                "and lends nothing (no devices=, no lends=1)",
+            )
     return ControlRequest(
         "START",
         job,
@@ -326,8 +339,14 @@ def format_start(request: ControlRequest) -> str:
     words = ["START", f"job={request.job}"]
     if request.cores is not None:
         words.append(f"cores={request.cores:g}")
-    for key in ("memory_mib", "device_memory_mib", "device_threads", "uid", "llc_ways",
-                "membw_percent"):  # fmt: skip
+    for key in (
+        "memory_mib",
+        "device_memory_mib",
+        "device_threads",
+        "uid",
+        "llc_ways",
+        "membw_percent",
+    ):
         value = getattr(request, key)
         if value is not None:
             words.append(f"{key}={value}")

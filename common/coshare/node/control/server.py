@@ -100,9 +100,12 @@ class ControlServer(LineServer):
                     continue
                 try:
                     reply = await asyncio.to_thread(
-                        self.control.handle, line, connection.pid, connection.peer_uid,
+                        self.control.handle,
+                        line,
+                        connection.pid,
+                        connection.peer_uid,
                         connection.start,
-                    )  # fmt: skip
+                    )
                 except Exception as exc:  # handle() never raises; a thread pool might
                     log.exception("control request of pid %d failed", connection.pid)
                     reply = format_control_error("internal", str(exc))

@@ -85,7 +85,10 @@ class JobControl:
     """
 
     def __init__(
-        self, config: NodeConfig, proc: Path = PROC, clock: Callable[[], float] = time.time,
+        self,
+        config: NodeConfig,
+        proc: Path = PROC,
+        clock: Callable[[], float] = time.time,
         probe: TrialMeasure | None = None,
     ) -> None:
         self.config = config
@@ -205,8 +208,9 @@ class JobControl:
                         f"{other.job}; a launcher starts one job",
                     )
         if request.borrow is not None:
-            loaned = self._start_on_loan(request, launcher,
-                                         request.uid if request.uid is not None else uid)
+            loaned = self._start_on_loan(
+                request, launcher, request.uid if request.uid is not None else uid
+            )
             return start_reply(loaned, self._gpu_limits(loaned))
         record = lifecycle.job_start(
             self.config,
@@ -222,9 +226,14 @@ class JobControl:
             llc_ways=request.llc_ways,
             membw_percent=request.membw_percent,
         )
-        log.info("job %s started by process %d (uid %s): cpus %s, memory %s MiB",
-                 record.job, caller.pid, record.uid, format_cpu_list(record.spec.cpus) or "-",
-                 record.spec.memory_mib)  # fmt: skip
+        log.info(
+            "job %s started by process %d (uid %s): cpus %s, memory %s MiB",
+            record.job,
+            caller.pid,
+            record.uid,
+            format_cpu_list(record.spec.cpus) or "-",
+            record.spec.memory_mib,
+        )
         return start_reply(record, self._gpu_limits(record))
 
     def _start_on_loan(self, request: ControlRequest, launcher: Launcher, uid: int) -> JobRecord:
@@ -243,21 +252,41 @@ class JobControl:
         count = math.ceil(request.cores)
         found = self.store.read(lender)
         if found is None or not found.group(self.config.kill_timeout_s).exists():
-            raise Refused("not_allowed", f"job {request.job} was placed on cores of job "
-                          f"{lender}, which does not run on this node")  # fmt: skip
+            raise Refused(
+                "not_allowed",
+                f"job {request.job} was placed on cores of job "
+                f"{lender}, which does not run on this node",
+            )
         if not found.lends:
-            raise Refused("not_allowed", f"job {request.job} was placed on cores of job "
-                          f"{lender}, which was not placed as a job whose cores may be lent "
-                          "(it did not start with lends=1)")  # fmt: skip
+            raise Refused(
+                "not_allowed",
+                f"job {request.job} was placed on cores of job "
+                f"{lender}, which was not placed as a job whose cores may be lent "
+                "(it did not start with lends=1)",
+            )
         try:
-            record = lifecycle.job_start_on_loan(self.config, request.job, lender, count,
-                                                 memory_mib=request.memory_mib, uid=uid,
-                                                 launcher=launcher, lender_must_lend=True)
+            record = lifecycle.job_start_on_loan(
+                self.config,
+                request.job,
+                lender,
+                count,
+                memory_mib=request.memory_mib,
+                uid=uid,
+                launcher=launcher,
+                lender_must_lend=True,
+            )
         except JobSpecError as exc:
-            raise JobSpecError(f"{count} idle cores of job {lender} cannot be lent to it here: "
-                               f"{exc}") from exc
-        log.info("job %s started by process %d on %d cores of job %s: cpus %s", record.job,
-                 launcher.pid, count, lender, format_cpu_list(record.spec.cpus))  # fmt: skip
+            raise JobSpecError(
+                f"{count} idle cores of job {lender} cannot be lent to it here: {exc}"
+            ) from exc
+        log.info(
+            "job %s started by process %d on %d cores of job %s: cpus %s",
+            record.job,
+            launcher.pid,
+            count,
+            lender,
+            format_cpu_list(record.spec.cpus),
+        )
         return record
 
     def _join(self, request: ControlRequest, caller: ProcessInfo | None, uid: int) -> str:
@@ -268,8 +297,7 @@ class JobControl:
             error = self.store.error(request.job)
             raise Refused(
                 "unknown_job",
-                f"job {request.job} was not started on this node"
-                + (f": {error}" if error else ""),
+                f"job {request.job} was not started on this node" + (f": {error}" if error else ""),
             )
         target = caller if request.target == "self" else read_process(caller.ppid, self.proc)
         with pinned(target.pid if target is not None else 0) as pidfd:
@@ -323,8 +351,9 @@ class JobControl:
             self._add(record, process.pid)
         except CgroupError:
             if self._still(process) is None:
-                raise Refused("gone", f"job {job}: process {process.pid} ended before it "
-                                      "joined") from None  # fmt: skip
+                raise Refused(
+                    "gone", f"job {job}: process {process.pid} ended before it joined"
+                ) from None
             raise
         if (pidfd is None or not has_exited(pidfd)) and self._still(process) is not None:
             return
@@ -349,9 +378,14 @@ class JobControl:
                 write_text(procs, str(other.pid))
             except CgroupError as exc:
                 log.error("job %s: cannot put process %d back: %s", record.job, other.pid, exc)
-        log.warning("job %s: process %d took the pid of process %d while it joined; put "
-                    "back where its parent %d is", record.job, other.pid, gone.pid,
-                    other.ppid)  # fmt: skip
+        log.warning(
+            "job %s: process %d took the pid of process %d while it joined; put "
+            "back where its parent %d is",
+            record.job,
+            other.pid,
+            gone.pid,
+            other.ppid,
+        )
 
     def _end(self, request: ControlRequest, caller: ProcessInfo | None, uid: int) -> str:
         record = self.store.read(request.job)
@@ -361,9 +395,7 @@ class JobControl:
         result = lifecycle.job_end(self.config, request.job)
         if result.reason is not None:
             log.info("job %s ended: %s", request.job, result.reason)
-        reply = (
-            f"OK job={result.job} started={int(result.started)} leftover={result.leftover}"
-        )
+        reply = f"OK job={result.job} started={int(result.started)} leftover={result.leftover}"
         if result.reason is not None:
             reply += f" reason={' '.join(result.reason.split())}"
         return reply
@@ -372,22 +404,30 @@ class JobControl:
         """FREEZE or THAW the job's group; idempotent (``changed=0``: it already was)."""
         verb = "FREEZE" if frozen else "THAW"
         if uid not in self.config.operator_uids:
-            raise Refused("not_allowed", f"job {request.job}: {verb} is for operators "
-                          f"(node.operator_uids), not uid {uid}")  # fmt: skip
+            raise Refused(
+                "not_allowed",
+                f"job {request.job}: {verb} is for operators (node.operator_uids), not uid {uid}",
+            )
         record = self.store.read(request.job)
         group = record.group(self.config.kill_timeout_s) if record is not None else None
         if record is None or group is None or not group.exists():
             raise Refused("unknown_job", f"job {request.job} has no group on this node")
         changed = set_frozen(self.store, self.cgroups, group, frozen, self.clock())
-        log.info("job %s %s%s", request.job, "frozen" if frozen else "thawed",
-                 "" if changed else " already; nothing done")  # fmt: skip
+        log.info(
+            "job %s %s%s",
+            request.job,
+            "frozen" if frozen else "thawed",
+            "" if changed else " already; nothing done",
+        )
         return f"OK job={request.job} frozen={int(frozen)} changed={int(changed)}"
 
     def _trial(self, request: ControlRequest, uid: int) -> str:
         """TRIAL: freeze the partners, probe their cores, thaw them (whatever happened)."""
         if uid not in self.config.operator_uids:
-            raise Refused("not_allowed", f"job {request.job}: TRIAL is for operators "
-                          f"(node.operator_uids), not uid {uid}")  # fmt: skip
+            raise Refused(
+                "not_allowed",
+                f"job {request.job}: TRIAL is for operators (node.operator_uids), not uid {uid}",
+            )
         return self._measure_trial(request)
 
     def _measure_trial(self, request: ControlRequest) -> str:
@@ -411,37 +451,55 @@ class JobControl:
                 try:
                     set_frozen(self.store, self.cgroups, group, False, self.clock())
                 except CoshareError as exc:
-                    log.error("job %s: not thawed after its trial probe: %s (the daemon "
-                              "retries after node.max_freeze_s)", request.job, exc)  # fmt: skip
+                    log.error(
+                        "job %s: not thawed after its trial probe: %s (the daemon "
+                        "retries after node.max_freeze_s)",
+                        request.job,
+                        exc,
+                    )
         available = min(max(result.fraction, 0.0), 1.0)
-        log.info("job %s: trial beside %s: %.0f%% of the bandwidth available on cores %s",
-                 request.job, ",".join(request.partners), 100 * available,
-                 format_cpu_list(cpus))  # fmt: skip
-        return (f"OK job={request.job} share={1.0 - available:.4f} available={available:.4f} "
-                f"gbps={result.measurement.gbps:.3f} cpus={format_cpu_list(cpus)}")
+        log.info(
+            "job %s: trial beside %s: %.0f%% of the bandwidth available on cores %s",
+            request.job,
+            ",".join(request.partners),
+            100 * available,
+            format_cpu_list(cpus),
+        )
+        return (
+            f"OK job={request.job} share={1.0 - available:.4f} available={available:.4f} "
+            f"gbps={result.measurement.gbps:.3f} cpus={format_cpu_list(cpus)}"
+        )
 
     def _membw_probe(self, cpus: tuple[int, ...]) -> ProbeResult:
         """The real probe of a TRIAL (:func:`coshare.node.membw.trial_probe`)."""
         try:
-            return trial_probe(ProbeFiles(Path(self.config.state_dir)),
-                               self.cgroups.allowed_cpus(), cpus,
-                               size_mib=self.config.probe_array_mib, clock=self.clock)  # fmt: skip
+            return trial_probe(
+                ProbeFiles(Path(self.config.state_dir)),
+                self.cgroups.allowed_cpus(),
+                cpus,
+                size_mib=self.config.probe_array_mib,
+                clock=self.clock,
+            )
         except ProbeError as exc:
             raise Unsupported("membw probe", self.config.state_dir, str(exc)) from exc
 
     def thaw_all(self) -> list[str]:
         """Thaw every job with a freeze mark (the daemon's start: no probe outlives the
         daemon that ran it, so a mark left is from one that was killed); the jobs thawed."""
-        return self._thaw(lambda since, now: True, "at start",
-                          lambda job, since, now: f"job {job} was left frozen by an earlier "
-                          "daemon; thawed")  # fmt: skip
+        return self._thaw(
+            lambda since, now: True,
+            "at start",
+            lambda job, since, now: f"job {job} was left frozen by an earlier daemon; thawed",
+        )
 
     def _loan(self, request: ControlRequest, uid: int) -> str:
         """LEND or RECLAIM harvested cores (:mod:`coshare.node.harvest`); idempotent."""
         verb = request.verb
         if uid not in self.config.operator_uids:
-            raise Refused("not_allowed", f"job {request.job}: {verb} is for operators "
-                          f"(node.operator_uids), not uid {uid}")  # fmt: skip
+            raise Refused(
+                "not_allowed",
+                f"job {request.job}: {verb} is for operators (node.operator_uids), not uid {uid}",
+            )
         assert request.other is not None
         with self.store.lock():
             lender = self._live_record(request.job)
@@ -451,33 +509,57 @@ class JobControl:
                 raise Unsupported("cpuset", str(self.cgroups.root), missing[0])
             if verb == "LEND":
                 assert request.cpus is not None
-                others = [r.holding() for r in self.store.records()
-                          if r.job not in (lender.job, borrower.job)]  # fmt: skip
+                others = [
+                    r.holding()
+                    for r in self.store.records()
+                    if r.job not in (lender.job, borrower.job)
+                ]
                 change = harvest.lend(lender.holding(), borrower.holding(), request.cpus, others)
             else:
                 change = harvest.give_back(lender.holding(), borrower.holding(), request.cpus)
             if change.changed:
-                lifecycle.apply_holdings(self.config, self.store,
-                                         {lender.job: lender, borrower.job: borrower},
-                                         [change.lender, change.borrower])  # fmt: skip
+                lifecycle.apply_holdings(
+                    self.config,
+                    self.store,
+                    {lender.job: lender, borrower.job: borrower},
+                    [change.lender, change.borrower],
+                )
         after_l, after_b = change.lender, change.borrower
         lent = format_cpu_list(after_l.lent_to.get(after_b.job, ())) or "-"
         if verb == "LEND":
-            log.info("job %s lent cpus %s to job %s%s", after_l.job, lent, after_b.job,
-                     "" if change.changed else " already; nothing done")  # fmt: skip
-            return (f"OK job={after_l.job} to={after_b.job} cpus={format_cpu_list(after_l.cpus)} "
-                    f"to_cpus={format_cpu_list(after_b.cpus)} lent={lent} "
-                    f"changed={int(change.changed)}")  # fmt: skip
+            log.info(
+                "job %s lent cpus %s to job %s%s",
+                after_l.job,
+                lent,
+                after_b.job,
+                "" if change.changed else " already; nothing done",
+            )
+            return (
+                f"OK job={after_l.job} to={after_b.job} cpus={format_cpu_list(after_l.cpus)} "
+                f"to_cpus={format_cpu_list(after_b.cpus)} lent={lent} "
+                f"changed={int(change.changed)}"
+            )
         if change.requeue:
-            log.warning("job %s: giving back its cpus would leave job %s no core; nothing "
-                        "done, the planner must requeue job %s", after_l.job, after_b.job,
-                        after_b.job)  # fmt: skip
+            log.warning(
+                "job %s: giving back its cpus would leave job %s no core; nothing "
+                "done, the planner must requeue job %s",
+                after_l.job,
+                after_b.job,
+                after_b.job,
+            )
         else:
-            log.info("job %s got cpus back from job %s%s; still lent: %s", after_l.job,
-                     after_b.job, "" if change.changed else " already", lent)  # fmt: skip
-        return (f"OK job={after_l.job} from={after_b.job} cpus={format_cpu_list(after_l.cpus)} "
-                f"from_cpus={format_cpu_list(after_b.cpus) or '-'} lent={lent} "
-                f"changed={int(change.changed)} requeue={int(change.requeue)}")  # fmt: skip
+            log.info(
+                "job %s got cpus back from job %s%s; still lent: %s",
+                after_l.job,
+                after_b.job,
+                "" if change.changed else " already",
+                lent,
+            )
+        return (
+            f"OK job={after_l.job} from={after_b.job} cpus={format_cpu_list(after_l.cpus)} "
+            f"from_cpus={format_cpu_list(after_b.cpus) or '-'} lent={lent} "
+            f"changed={int(change.changed)} requeue={int(change.requeue)}"
+        )
 
     def _gpu_limits(self, record: JobRecord) -> str:
         """The MPS limits a job's processes start with (reply fields; :mod:`coshare.node.mps`),
@@ -486,11 +568,19 @@ class JobControl:
             return ""
         running, seen = mps_running(self.config.mps_pipe_dir)
         if not running:
-            log.warning("job %s: node.gpu_limits is mps, but %s: its device memory is held "
-                        "by the watchdog alone", record.job, seen)  # fmt: skip
+            log.warning(
+                "job %s: node.gpu_limits is mps, but %s: its device memory is held "
+                "by the watchdog alone",
+                record.job,
+                seen,
+            )
             return ""
-        return mps_fields(record.spec.devices, record.spec.device_memory_mib,
-                          record.spec.device_threads, dict(self.config.devices))  # fmt: skip
+        return mps_fields(
+            record.spec.devices,
+            record.spec.device_memory_mib,
+            record.spec.device_threads,
+            dict(self.config.devices),
+        )
 
     def _live_record(self, job: str) -> JobRecord:
         """The record of a job whose group exists on this node.
@@ -509,12 +599,20 @@ class JobControl:
         never for good); the jobs thawed."""
         limit = self.config.max_freeze_s
         return self._thaw(
-            lambda since, now: now - since >= limit, "after node.max_freeze_s",
-            lambda job, since, now: f"job {job} was frozen for {now - since:.0f} s, longer "
-            "than node.max_freeze_s; thawed")  # fmt: skip
+            lambda since, now: now - since >= limit,
+            "after node.max_freeze_s",
+            lambda job, since, now: (
+                f"job {job} was frozen for {now - since:.0f} s, longer "
+                "than node.max_freeze_s; thawed"
+            ),
+        )
 
-    def _thaw(self, due: Callable[[float, float], bool], when: str,
-              said: Callable[[str, float, float], str]) -> list[str]:
+    def _thaw(
+        self,
+        due: Callable[[float, float], bool],
+        when: str,
+        said: Callable[[str, float, float], str],
+    ) -> list[str]:
         """Thaw every job with a freeze mark for which ``due(since, now)``, clearing its mark;
         a job that cannot be thawed is logged (``when``) and keeps its mark; the jobs thawed."""
         thawed = []
@@ -550,8 +648,11 @@ class JobControl:
                 except CoshareError as exc:
                     log.error("cannot reap job %s: %s", record.job, exc)
                     continue
-                log.warning("job %s: its launcher (process %d) died; group removed",
-                            record.job, record.launcher.pid if record.launcher else -1)  # fmt: skip
+                log.warning(
+                    "job %s: its launcher (process %d) died; group removed",
+                    record.job,
+                    record.launcher.pid if record.launcher else -1,
+                )
                 reaped.append(record.job)
         return reaped
 
@@ -602,8 +703,9 @@ class JobControl:
                 except (CoshareError, Refused) as exc:  # gone, or the group was removed
                     log.debug("job %s: cannot adopt process %d: %s", record.job, pid, exc)
                     continue
-                log.warning("job %s: process %d had not joined its group; moved in",
-                            record.job, pid)  # fmt: skip
+                log.warning(
+                    "job %s: process %d had not joined its group; moved in", record.job, pid
+                )
                 moved.append((record.job, pid))
         return moved
 
@@ -614,8 +716,9 @@ class JobControl:
         return not group.exists() or not group.pids()
 
 
-def set_frozen(store: JobStore, cgroups: Cgroups, group: JobGroup, frozen: bool,
-               now_s: float) -> bool:  # fmt: skip
+def set_frozen(
+    store: JobStore, cgroups: Cgroups, group: JobGroup, frozen: bool, now_s: float
+) -> bool:
     """Freeze (thaw) a job's group and mark (unmark) it; whether anything changed.
 
     Raises:

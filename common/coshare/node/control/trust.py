@@ -200,8 +200,9 @@ def check_join(
     return True
 
 
-def check_end(job: str, launcher: tuple[int, int] | None, caller: ProcessInfo | None,
-              caller_uid: int) -> None:  # fmt: skip
+def check_end(
+    job: str, launcher: tuple[int, int] | None, caller: ProcessInfo | None, caller_uid: int
+) -> None:
     """May the caller END ``job``? Root, or the job's own launcher.
 
     Raises:
@@ -209,10 +210,15 @@ def check_end(job: str, launcher: tuple[int, int] | None, caller: ProcessInfo | 
     """
     if caller_uid == 0:
         return
-    if caller is not None and launcher is not None and (
-        caller.pid,
-        caller.start_ticks,
-    ) == launcher:
+    if (
+        caller is not None
+        and launcher is not None
+        and (
+            caller.pid,
+            caller.start_ticks,
+        )
+        == launcher
+    ):
         return
     raise Refused("not_allowed", f"job {job}: only its launcher or root may end it")
 

@@ -92,9 +92,11 @@ class GateClient:
                 # A blocking connect waits in the kernel for room in a full listen backlog,
                 # bounded by the send timeout (unix(7)); a timed socket would fail at once.
                 seconds = int(self.timeout_s)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                                struct.pack("ll", seconds,
-                                            int((self.timeout_s - seconds) * 1e6)))  # fmt: skip
+                sock.setsockopt(
+                    socket.SOL_SOCKET,
+                    socket.SO_SNDTIMEO,
+                    struct.pack("ll", seconds, int((self.timeout_s - seconds) * 1e6)),
+                )
             sock.connect(str(self.path))
         except OSError as exc:
             sock.close()

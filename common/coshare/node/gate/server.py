@@ -100,8 +100,13 @@ class GateServer(LineServer):
         limits: what one peer may hold (default: the module's defaults).
     """
 
-    def __init__(self, state: GateState, identify: Identify, limits: Limits | None = None,
-                 observer: GateObserver | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        state: GateState,
+        identify: Identify,
+        limits: Limits | None = None,
+        observer: GateObserver | None = None,
+    ) -> None:
         super().__init__("gate", limits or Limits(max_line=MAX_LINE))
         self.state = state
         self.identify = identify
@@ -154,4 +159,3 @@ class GateServer(LineServer):
             loop = asyncio.get_running_loop()
             for connection in resumed:
                 loop.call_soon(connection.resume)
-
