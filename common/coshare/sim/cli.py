@@ -65,6 +65,7 @@ from coshare.sim.experiments import (
     compare,
 )
 from coshare.sim.fragmentation import PROTOCOLS, FragRun, benchmark_bound, run_benchmark
+from coshare.sim.history import fairness
 from coshare.sim.paper import (
     TABLE_II_FOOTPRINT,
     TABLE_II_MAKESPAN_S,
@@ -267,6 +268,7 @@ class Request:
     cores_per_node: int | None = None
     bound: bool = False
     history: HistoryAsk | None = None
+    order: str = "coshare"
 
     @property
     def swept(self) -> bool:
@@ -448,6 +450,7 @@ def _trace(request: Request) -> Outcome:
         click.echo(f"coshare: note: {memory_note}", err=True)
     notes = [n for n in (warning, memory_note) if n]
     tasks = []
+    orders = _orders(request)
     for point in request.points:
         setup = apply(point, request.setup)
         nodes = value_of(point, "nodes", request.nodes)
@@ -455,11 +458,23 @@ def _trace(request: Request) -> Outcome:
             tasks += [
                 Task(
                     " ".join(
-                        filter(None, [f"replay of {path.name}", name, f"seed {s}", label(point)])
+                        filter(
+                            None,
+                            [f"replay of {path.name}", name, f"seed {s}", label(point), order],
+                        )
                     ),
                     replay,
-                    (path, nodes, name, s, setup, request.cores_per_node, bytes_per_job),
+                    (
+                        path,
+                        nodes,
+                        name,
+                        s,
+                        replace(setup, order=order),
+                        request.cores_per_node,
+                        bytes_per_job,
+                    ),
                 )
+                for order in orders
                 for name in policies
             ]
     with progress_bar(len(tasks), f"replay {escape(path.name)}", unit="runs") as advance:
@@ -484,7 +499,7 @@ def _trace(request: Request) -> Outcome:
         ]
         outcome = _sweep_outcome(request, runs, results.failures)
         return replace(outcome, payload={**outcome.payload, "notes": notes})
-    replays = [r for _, r in done]
+    replays = _labelled([r for _, r in done], [t.name for t, _ in done], orders)
     summaries = [r.summary for r in replays]
     skipped = replays[0].skipped if replays else 0
     jobs = summaries[0].jobs if summaries else 0
@@ -498,17 +513,23 @@ def _trace(request: Request) -> Outcome:
         "nodes": summaries[0].nodes if summaries else 0,
         "skipped_records": skipped,
         "notes": notes,
-        "runs": [{**summary_dict(r.summary), "events": r.events} for r in replays],
+        "runs": [{**summary_dict(r.summary), "events": r.events, **_user_dict(r)} for r in replays],
     }
     text = render(replay_table(summaries, title)) if summaries else ""
-    return Outcome(text, payload, failures=results.failures)
+    return Outcome(text + _fairness_text(replays, most=10), payload, failures=results.failures)
 
 
 def _trace_keys(
     request: Request, policies: Sequence[str], tasks: Sequence[Task], failed: dict[int, Failure]
 ) -> list[tuple[Point, int]]:
     """(point, seed) of each trace task that ran, in task order."""
-    keys = [(point, s) for point in request.points for s in request.seeds for _ in policies]
+    keys = [
+        (point, s)
+        for point in request.points
+        for s in request.seeds
+        for _ in _orders(request)
+        for _ in policies
+    ]
     return [k for i, k in enumerate(keys) if i not in failed]
 
 
@@ -659,7 +680,7 @@ def _history(request: Request) -> Outcome:
     """Replay the cluster's own finished jobs, read from its scheduler (live or saved), once
     per policy and seed."""
     from coshare.extras import load
-    from coshare.sim.history import fairness, parse_rule
+    from coshare.sim.history import parse_rule
     from coshare.sim.replay import replay_jobs
 
     ask = request.history or HistoryAsk()
@@ -687,19 +708,21 @@ def _history(request: Request) -> Outcome:
         )
     policies = parse_policies(request.policies_text, ALL_POLICIES)
     cluster = tuple(found.nodes)
-    users = {f.id: f.user for f in found.finished}
+    orders = _orders(request)
     tasks = [
         Task(
-            f"{request.workload} {name} seed {s}",
+            f"{request.workload} {name} seed {s} {order}",
             replay_jobs,
-            (found.jobs, cluster, name, s, request.setup, users),
+            (found.jobs, cluster, name, s, replace(request.setup, order=order)),
         )
         for s in request.seeds
+        for order in orders
         for name in policies
     ]
     with progress_bar(len(tasks), request.workload, unit="runs") as advance:
         results = request.executor.run(tasks, lambda _: advance(1))
-    replays = [r for i, r in enumerate(results.values) if i not in results.failed]
+    ran = [i for i in range(len(tasks)) if i not in results.failed]
+    replays = _labelled([results.values[i] for i in ran], [tasks[i].name for i in ran], orders)
     summaries = [r.summary for r in replays]
     title = (
         f"{scheduler} history: {len(found.jobs)} jobs of {len(summary['users'])} users "
@@ -711,30 +734,64 @@ def _history(request: Request) -> Outcome:
         "nodes": len(cluster),
         "notes": list(notes),
         "jobs": found.records(),
-        "runs": [
-            {
-                **summary_dict(r.summary),
-                "events": r.events,
-                "fairness_jain": _finite(fairness(r.users)),
-                "users": {u: f.as_dict() for u, f in r.users.items()},
-            }
-            for r in replays
-        ],
+        "runs": [{**summary_dict(r.summary), "events": r.events, **_user_dict(r)} for r in replays],
     }
     text = render(replay_table(summaries, title)) if summaries else ""
-    if replays:  # how evenly each policy treats the users: Jain's index, and each one's wait
-        text += (
-            "\nFairness over users (Jain's index of their mean bounded slowdown; 1 is "
-            "equal): "
-            + ", ".join(f"{r.summary.policy} {fairness(r.users):.3f}" for r in replays)
-            + "\n"
-        )
-        text += render(user_table([(r.summary.policy, r.users) for r in replays]))
+    text += _fairness_text(replays)
     return Outcome(text, payload, failures=results.failures)
 
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def _orders(request: Request) -> list[str]:
+    """The job orders a replay runs (``--order``; ``both``: coshare's, then the scheduler's)."""
+    return ["coshare", "scheduler"] if request.order == "both" else [request.order]
+
+
+def _labelled(replays: list[Replay], names: list[str], orders: list[str]) -> list[Replay]:
+    """With both orders, each run's policy named with its order (the task name ends with it)."""
+    if len(orders) < 2:
+        return replays
+    return [
+        replace(
+            r,
+            summary=replace(r.summary, policy=f"{r.summary.policy} ({n.rsplit(' ', 1)[-1]} order)"),
+        )
+        for r, n in zip(replays, names, strict=True)
+    ]
+
+
+def _user_dict(replay: Replay) -> dict[str, Any]:
+    """Each user's figures of a run and Jain's index over them, for the JSON."""
+    if not replay.users:
+        return {}
+    return {
+        "fairness_jain": _finite(fairness(replay.users)),
+        "users": {u: f.as_dict() for u, f in replay.users.items()},
+    }
+
+
+def _fairness_text(replays: Sequence[Replay], most: int | None = None) -> str:
+    """How evenly each run treats the users (Jain's index), and the users' mean waits (the
+    ``most`` users with the most jobs, when given; the JSON has every user)."""
+    runs = [r for r in replays if r.users]
+    if not runs:
+        return ""
+    text = (
+        "\nFairness over users (Jain's index of their mean bounded slowdown; 1 is equal): "
+        + ", ".join(f"{r.summary.policy} {fairness(r.users):.3f}" for r in runs)
+        + "\n"
+    )
+    users = {u: f.jobs for r in runs for u, f in r.users.items()}
+    shown = sorted(users, key=lambda u: (-users[u], u))[:most] if most else sorted(users)
+    title = "" if most is None or len(users) <= most else f" ({len(shown)} of {len(users)} users)"
+    table = user_table(
+        [(r.summary.policy, {u: r.users[u] for u in shown if u in r.users}) for r in runs]
+    )
+    table.title = f"{table.title}{title}"
+    return text + render(table)
 
 
 #: Workloads by name: a new workload is one entry (``trace`` stands for ``trace:PATH``).
@@ -912,6 +969,15 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
     "can reach (once per protocol and seed, apart from the policies' runs).",
 )
 @click.option(
+    "--order",
+    type=click.Choice(["coshare", "scheduler", "both"]),
+    default="coshare",
+    show_default=True,
+    help="Trace and history replays: the order of waiting jobs. coshare: their own priority, "
+    "then submit time; scheduler: each user's fair share (Slurm's classic factor, equal "
+    "shares, 7-day half-life), as the scheduler would order them; both: each policy under each.",
+)
+@click.option(
     "--since",
     default=None,
     metavar="WHEN",
@@ -981,6 +1047,7 @@ def simulate(
     history_file: str | None,
     nodes_file: str | None,
     device_memory: tuple[str, ...],
+    order: str,
 ) -> None:
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
@@ -991,6 +1058,10 @@ def simulate(
         )
     _refuse_options_that_do_not_apply(workload, cores_per_node)
     history = _history_ask(workload, app, since, until, history_file, nodes_file, device_memory)
+    if order != "coshare" and not (workload.startswith("trace:") or history is not None):
+        raise click.UsageError("--order applies to trace:PATH and history replays")
+    if order == "both" and sweeps:
+        raise click.UsageError("--order both runs each policy twice; with --sweep choose one")
     if plot is not None:
         from coshare.sim.plot import require_matplotlib
 
@@ -1034,6 +1105,7 @@ def simulate(
             cores_per_node,
             bound,
             history,
+            order,
         )
         outcome = run(request)
     _emit(output, outcome.text, {**header, **outcome.payload})

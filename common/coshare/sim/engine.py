@@ -34,10 +34,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coshare.errors import CoshareError
 from coshare.facts import attach
+from coshare.fairshare import DEFAULT_HALF_LIFE_S, FairShare
 from coshare.model import MILLI, Assignment, Node, RunningJob, Snapshot
 from coshare.policies.base import Policy
 from coshare.sim.device import ExecutionModel, OffloadModel, Token
@@ -67,11 +68,18 @@ class SimOptions:
         cycle_delay_s: seconds from the event that triggers a cycle to the cycle itself.
         verify: check every plan with :func:`coshare.verify.check_plan` (slower).
         strict_threads: whether ``verify`` also holds declared threads within each device.
+        order: ``coshare``: jobs keep their own priority (the policies order by it, then by
+            submit time); ``scheduler``: each cycle gives every pending job its user's
+            fair-share factor as its priority (:mod:`coshare.fairshare`, from the cores the
+            users' jobs held), as the scheduler would order them.
+        half_life_s: the fair share's usage half-life.
     """
 
     cycle_delay_s: float = 1.0
     verify: bool = False
     strict_threads: bool = True
+    order: str = "coshare"
+    half_life_s: float = DEFAULT_HALF_LIFE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,7 @@ class JobRecord:
         node: where it ran.
         devices: device ids there.
         gate_wait_s: seconds its offloads waited for device threads.
+        user: who submitted it (empty when unknown).
     """
 
     id: str
@@ -97,6 +106,7 @@ class JobRecord:
     node: str = ""
     devices: tuple[str, ...] = ()
     gate_wait_s: float = 0.0
+    user: str = ""
 
     def bounded_slowdown(self, bound_s: float = 10.0) -> float | None:
         """Time in the system over run time alone, run times under ``bound_s`` counted as
@@ -232,6 +242,7 @@ class _Engine:
             self.jobs = jobs
         self.policy = policy
         self.options = options
+        self.fair = FairShare(options.half_life_s) if options.order == "scheduler" else None
         self.model = model
         self.progress = progress
         self.record = record
@@ -325,12 +336,15 @@ class _Engine:
         if not self.pending:
             return
         self.cycles += 1
-        snapshot = Snapshot(
-            self.nodes,
-            tuple(self.running.values()),
-            tuple(self.jobs[i].job for i in self.pending.values()),
-            now_s=now,
-        )
+        pending = tuple(self.jobs[i].job for i in self.pending.values())
+        if self.fair is not None:
+            self.accrue(now)
+            users = [self.jobs[i].user for i in self.pending.values()]
+            ranks = self.fair.priorities(users)
+            pending = tuple(
+                replace(j, priority=ranks[u]) for j, u in zip(pending, users, strict=True)
+            )
+        snapshot = Snapshot(self.nodes, tuple(self.running.values()), pending, now_s=now)
         if self.facts is not None:
             snapshot = attach(snapshot, self.facts.facts(now, snapshot.nodes, snapshot.running))
         plan = self.policy.plan(snapshot)
@@ -414,6 +428,8 @@ class _Engine:
         if j in self.end:
             raise SimulationError(f"job {self.jobs[j].job.id} ended twice")
         job = self.jobs[j].job
+        if self.fair is not None:
+            self.accrue(now)  # charged up to its end, while it still holds its cores
         for node, _, devices, count in self.placed[j]:
             self.busy_core_s += job.cpu_milli * count / MILLI * (now - self.start[j])
             for d in devices:
@@ -432,6 +448,17 @@ class _Engine:
             self.progress(self.ended)
         self.trigger(now)
 
+    def accrue(self, now: float) -> None:
+        """Charge each user's fair-share usage for the cores their running jobs held."""
+        assert self.fair is not None
+        self.fair.accrue(
+            (
+                (self.jobs[self.index[r.id]].user, r.cpu_milli / MILLI)
+                for r in self.running.values()
+            ),
+            now,
+        )
+
     def job_record(self, j: int) -> JobRecord:
         sim = self.jobs[j]
         on = self.placed.get(j, [])
@@ -446,6 +473,7 @@ class _Engine:
             node=node,
             devices=device_ids,
             gate_wait_s=self.model.gate_wait_s(j) if j in self.start else 0.0,
+            user=sim.user,
         )
 
     def result(self) -> SimResult:

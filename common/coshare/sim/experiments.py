@@ -60,6 +60,8 @@ class Setup:
         offload_share: use this offload share instead of calibrating one.
         policy_params: further keyword options of the policies (``PolicyOptions``), as
             ``(name, value)`` pairs: what ``--sweep`` varies beyond the fields above.
+        order: ``coshare`` (the jobs' own priority, then submit time) or ``scheduler`` (each
+            user's fair-share factor: :mod:`coshare.fairshare`).
     """
 
     threads: ThreadMode = "soft"
@@ -69,6 +71,7 @@ class Setup:
     verify: bool = False
     offload_share: float | None = None
     policy_params: tuple[tuple[str, Any], ...] = ()
+    order: str = "coshare"
 
     def policy(self, name: str, seed: int) -> Policy:
         """The policy ``name`` for a run with ``seed`` (the random policy's seed)."""
@@ -89,6 +92,7 @@ class Setup:
             cycle_delay_s=self.cycle_delay_s,
             verify=self.verify,
             strict_threads=self.threads == "strict",
+            order=self.order,
         )
 
 

@@ -306,7 +306,7 @@ def workload(
     good.sort(key=lambda pair: (pair[0].submit_time_s, pair[1].start_s))
     first = good[0][0].submit_time_s
     jobs = tuple(
-        SwfJob(replace(j, submit_time_s=j.submit_time_s - first), f.run_s) for j, f in good
+        SwfJob(replace(j, submit_time_s=j.submit_time_s - first), f.run_s, f.user) for j, f in good
     )
     if len(problems) > MAX_PROBLEMS:
         problems = [

@@ -29,10 +29,12 @@ class SimJob:
             arrives.
         phases: seconds of each phase when nothing waits: host, offload, host, ..., host
             (an odd count; even indices are host phases, odd ones offloads).
+        user: who submitted it (a trace's user field; fair share and per-user figures).
     """
 
     job: Job
     phases: tuple[float, ...]
+    user: str = ""
 
     @property
     def duration_s(self) -> float:
@@ -50,9 +52,9 @@ class SimJob:
         return len(self.phases) // 2
 
 
-def host_only(job: Job, duration_s: float) -> SimJob:
+def host_only(job: Job, duration_s: float, user: str = "") -> SimJob:
     """A job that runs ``duration_s`` seconds on its host cores and never offloads."""
-    return SimJob(job, (float(duration_s),))
+    return SimJob(job, (float(duration_s),), user)
 
 
 def split_phases(

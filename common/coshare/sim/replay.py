@@ -18,7 +18,7 @@ files, reads the clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from coshare.sim.device import FixedModel
 from coshare.sim.engine import JobRecord, simulate
 from coshare.sim.experiments import Setup
 from coshare.sim.history import UserFigures
-from coshare.sim.jobs import host_only
+from coshare.sim.jobs import SimJob, host_only
 from coshare.sim.metrics import RunSummary, StreamSummary
 from coshare.sim.trace_files import machines_path, read_machines, stream_lines
 from coshare.sim.traces import (
@@ -214,18 +214,48 @@ def replay(
         else iter_swf(stream_lines(path), str(path), tally, bytes_per_job)
     )
     # a job that one node cannot hold runs as a gang
-    jobs = (host_only(as_gang(j.job, cluster), j.run_s) for j in records)
+    jobs = (host_only(as_gang(j.job, cluster), j.run_s, j.user) for j in records)
+    return _run(cluster, jobs, policy, seed, setup, started, tally.skipped)
+
+
+def _run(
+    cluster: tuple[Node, ...],
+    jobs: Iterator[SimJob],
+    policy: str,
+    seed: int,
+    setup: Setup,
+    started: float,
+    skipped: int = 0,
+) -> Replay:
+    """One replay of a stream of jobs: the run's figures, and each user's (jobs that name
+    their user)."""
     figures = StreamSummary()
+    per_user: dict[str, UserFigures] = {}
+
+    def record(done: JobRecord) -> None:
+        figures.add(done)
+        bounded = done.bounded_slowdown()
+        if not done.user or done.start_s is None or bounded is None:
+            return
+        mine = per_user.setdefault(done.user, UserFigures())
+        mine.jobs += 1
+        mine.wait_s += done.start_s - done.submit_s
+        mine.bounded += bounded
+
     result = simulate(
         cluster,
         jobs,
         setup.policy(policy, seed),
         options=setup.options(),
         model=FixedModel(),
-        record=figures.add,
+        record=record,
     )
     return Replay(
-        figures.summary(result), tally.skipped, result.events, time.perf_counter() - started
+        figures.summary(result),
+        skipped,
+        result.events,
+        time.perf_counter() - started,
+        dict(sorted(per_user.items())),
     )
 
 
@@ -235,37 +265,11 @@ def replay_jobs(
     policy: str,
     seed: int,
     setup: Setup,
-    users: Mapping[str, str] | None = None,
 ) -> Replay:
     """Replay jobs already read (a cluster's history: :mod:`coshare.sim.history`) under
-    ``policy`` on ``cluster``, as :func:`replay` replays a log's (FixedModel run times); with
-    ``users`` (job id -> user), each user's waits and bounded slowdowns too."""
+    ``policy`` on ``cluster``, as :func:`replay` replays a log's (FixedModel run times), with
+    each user's waits and bounded slowdowns."""
     started = time.perf_counter()
-    figures = StreamSummary()
-    per_user: dict[str, UserFigures] = {}
-
-    def record(done: JobRecord) -> None:
-        figures.add(done)
-        bounded = done.bounded_slowdown()
-        if users is None or done.start_s is None or bounded is None:
-            return
-        mine = per_user.setdefault(users.get(done.id, ""), UserFigures())
-        mine.jobs += 1
-        mine.wait_s += done.start_s - done.submit_s
-        mine.bounded += bounded
-
-    result = simulate(
-        cluster,
-        (host_only(j.job, j.run_s) for j in jobs),
-        setup.policy(policy, seed),
-        options=setup.options(),
-        model=FixedModel(),
-        record=record,
-    )
-    return Replay(
-        figures.summary(result),
-        0,
-        result.events,
-        time.perf_counter() - started,
-        dict(sorted(per_user.items())),
+    return _run(
+        cluster, (host_only(j.job, j.run_s, j.user) for j in jobs), policy, seed, setup, started
     )

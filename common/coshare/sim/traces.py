@@ -152,10 +152,12 @@ class SwfJob:
     Attributes:
         job: what the scheduler sees (``processes`` cores, each with its memory).
         run_s: its run time.
+        user: the log's user number (field 12; empty when the log has none).
     """
 
     job: Job
     run_s: float
+    user: str = ""
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,12 @@ def _swf_values(fields: list[str], where: str, unit_kb: float = 1.0) -> list[flo
             )
         values.append(value)
     return values
+
+
+def _user(value: float) -> str:
+    """A record's user number (field 12) as text; empty when unknown (-1) or not a user
+    number (a fraction, or beyond 2^31)."""
+    return str(int(value)) if 0 <= value < 2**31 and value.is_integer() else ""
 
 
 #: The SWF fields coshare reads that are times, in seconds.
@@ -428,6 +436,7 @@ def iter_swf(
                 walltime_s=values[8] if values[8] > 0 else None,
             ),
             run,
+            _user(values[11]),
         )
 
 
@@ -593,7 +602,7 @@ def rebased(jobs: Iterable[SwfJob]) -> Iterator[SwfJob]:
         yield (
             j
             if first == 0
-            else SwfJob(replace(j.job, submit_time_s=j.job.submit_time_s - first), j.run_s)
+            else replace(j, job=replace(j.job, submit_time_s=j.job.submit_time_s - first))
         )
 
 
