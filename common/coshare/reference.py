@@ -23,8 +23,10 @@ import sys
 import typing
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
+import yaml
 
 from coshare import __version__
 from coshare.cli import cli, document_exit_statuses
@@ -209,11 +211,55 @@ def man_pages(date: str) -> dict[str, str]:
     return {"-".join(path) + ".1": man_page(path, command, date) for path, command in commands(cli)}
 
 
+def _yaml(value: object) -> str:
+    """A default as YAML writes it (``null``, ``true``, ``[a, b]``, ``{k: v}``), on one line."""
+    return (
+        yaml.safe_dump(value, default_flow_style=True, width=10**6)
+        .strip()
+        .removesuffix("...")
+        .strip()
+    )
+
+
+_REST = re.compile(r":\w+:`~?([^`]+)`")
+
+
+def _plain(text: str) -> str:
+    """A docstring's reST as Markdown: ``x`` and :mod:`x` become `x`."""
+    return _REST.sub(r"`\1`", text).replace("``", "`")
+
+
+def config_keys() -> list[tuple[str, str, object, str]]:
+    """Every key the configuration file takes: ``(section, dotted key, default, meaning)``,
+    nested sections (``policy.membw``) with their own keys; a mapping section (``device_kinds``)
+    is one row with an empty key."""
+    defaults = to_dict(Config())
+    out: list[tuple[str, str, object, str]] = []
+
+    def walk(cls: type, prefix: str, values: dict[str, Any]) -> None:
+        docs = _attributes(cls)
+        hints = typing.get_type_hints(cls)
+        nested = []
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                nested.append(f.name)
+                continue
+            out.append((prefix, f.name, values[f.name], _plain(docs.get(f.name, ""))))
+        for name in nested:
+            walk(hints[name], f"{prefix}.{name}", values[name])
+
+    hints = typing.get_type_hints(Config)
+    for section in (f.name for f in dataclasses.fields(Config)):
+        if dataclasses.is_dataclass(hints[section]):
+            walk(hints[section], section, defaults[section])
+        else:
+            out.append((section, "", defaults[section], ""))
+    return out
+
+
 def config_man_page(date: str) -> str:
     """``coshare.yaml(5)``: the configuration file, every section and key with its default
     and meaning (what docs/config.md says)."""
-    defaults = to_dict(Config())
-    hints = typing.get_type_hints(Config)
     lines = [
         f'.TH "COSHARE.YAML" "5" "{date}" "coshare {__version__}" "coshare manual"',
         ".SH NAME",
@@ -231,23 +277,24 @@ def config_man_page(date: str) -> str:
             "values."
         ),
     ]
-    for section in (f.name for f in dataclasses.fields(Config)):
-        hint = hints[section]
-        lines += [".SH " + _roff(section.upper())]
-        if not dataclasses.is_dataclass(hint):
+    heading = None
+    for section, key, default, meaning in config_keys():
+        if section != heading:
+            heading = section
+            lines += [".SH " + _roff(section.upper())]
+        if not key:
             lines.append(
                 _roff(
                     "Device kinds the scheduler does not advertise, by name: "
-                    "{memory_mib: M, threads: T} each. Default: "
-                    f"{defaults[section]}."
+                    f"{{memory_mib: M, threads: T}} each. Default: {_yaml(default)}."
                 )
             )
             continue
-        docs = _attributes(hint)
-        for f in dataclasses.fields(hint):
-            default = _roff(str(defaults[section][f.name]))
-            meaning = _roff(docs.get(f.name, ""))
-            lines += [".TP", f".B {_roff(f'{section}.{f.name}')}", f"{meaning} Default: {default}."]
+        lines += [
+            ".TP",
+            f".B {_roff(f'{section}.{key}')}",
+            f"{_roff(meaning.replace('`', ''))} Default: {_roff(_yaml(default))}.",
+        ]
     lines += [
         ".SH ENVIRONMENT",
         ".TP",
@@ -328,8 +375,7 @@ def _attributes(cls: object) -> dict[str, str]:
 
 
 def config_markdown() -> str:
-    """``docs/config.md``: every section and key with its default and meaning."""
-    defaults = to_dict(Config())
+    """``docs/config.md``: every section and key with its default (as YAML) and meaning."""
     out = [
         "# Configuration reference",
         "",
@@ -348,29 +394,36 @@ def config_markdown() -> str:
         "for counts.",
         "",
     ]
-    hints = typing.get_type_hints(Config)
-    for section in (f.name for f in dataclasses.fields(Config)):
-        hint = hints[section]
-        out += [f"## `{section}`", ""]
-        if not dataclasses.is_dataclass(hint):
+    rows = config_keys()
+    for i, (section, key, default, meaning) in enumerate(rows):
+        if i == 0 or rows[i - 1][0] != section:
+            out += [f"## `{section}`", ""]
+            if key:
+                out += ["| key | default | meaning |", "|---|---|---|"]
+        if not key:
             out += [
                 "Device kinds the scheduler does not advertise, by name (compared ignoring "
                 "case, spaces, `-` and `_`): `{memory_mib: M, threads: T}` each. "
-                f"Default: `{defaults[section]}`.",
+                f"Default: `{_yaml(default)}`.",
                 "",
             ]
             continue
-        docs = _attributes(hint)
-        renamed = getattr(hint, "RENAMED", {})
-        out += ["| key | default | meaning |", "|---|---|---|"]
-        for f in dataclasses.fields(hint):
-            default = defaults[section][f.name]
-            out.append(f"| `{f.name}` | `{default}` | {_cell(docs.get(f.name, ''))} |")
-        out.append("")
-        if renamed:
-            old = ", ".join(f"`{o}` (now `{n}`)" for o, n in renamed.items())
-            out += [f"Old names still read, with a warning: {old}.", ""]
+        out.append(f"| `{key}` | `{_cell(_yaml(default))}` | {_cell(meaning)} |")
+        if i + 1 == len(rows) or rows[i + 1][0] != section:
+            renamed = getattr(_section_class(section), "RENAMED", {})
+            if renamed:
+                old = ", ".join(f"`{o}` (now `{n}`)" for o, n in renamed.items())
+                out += ["", f"Old names still read, with a warning: {old}."]
+            out.append("")
     return "\n".join(out)
+
+
+def _section_class(section: str) -> Any:
+    """The dataclass of a dotted section (``policy.membw``)."""
+    cls: Any = Config
+    for part in section.split("."):
+        cls = typing.get_type_hints(cls)[part]
+    return cls
 
 
 def main(argv: list[str]) -> int:

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from click.testing import CliRunner
 from coshare.cli import cli
 from coshare.reference import (
     MAN_DATE,
@@ -159,3 +161,35 @@ def test_the_shipped_man_pages_are_up_to_date(tmp_path: Path) -> None:
         if name.startswith("man1/"):
             for section in (".SH ENVIRONMENT", ".SH FILES", ".SH EXAMPLES"):
                 assert section in text, (name, section)
+
+
+def test_the_config_reference_lists_every_key_the_loader_accepts(tmp_path: Path) -> None:
+    # Ask the loader itself: an unknown key in each section makes it list that section's
+    # valid keys; docs/config.md must have a row for each, nested sections included, and
+    # no default written as Python (None, True, False, quoted dict keys).
+    text = (ROOT / "docs" / "config.md").read_text()
+    documented: dict[str, set[str]] = {}
+    section = ""
+    for line in text.splitlines():
+        if line.startswith("## `"):
+            section = line[4:-1]
+        elif line.startswith("| `") and section:
+            documented.setdefault(section, set()).add(line.split("`")[1])
+    sections = [s for s in documented if s != "device_kinds"]
+    assert {"policy", "policy.membw", "policy.sns", "node", "slurm", "condor"} <= set(sections)
+    for name in sections:
+        nested: object = {"not_a_key": 1}
+        for part in reversed(name.split(".")):
+            nested = {part: nested}
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(nested))
+        ran = CliRunner().invoke(cli, ["config", "check", str(path)])
+        found = re.search(
+            rf"{re.escape(name)}: unknown key 'not_a_key' \(valid keys: ([^)]*)\)", ran.stderr
+        )
+        assert found is not None, ran.stderr
+        valid = set(found.group(1).split(", "))
+        subsections = {s.rsplit(".", 1)[1] for s in sections if s.startswith(name + ".")}
+        assert valid - subsections == documented[name], name
+    for python in ("| `None` |", "| `True` |", "| `False` |", "{'"):
+        assert python not in text
