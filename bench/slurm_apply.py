@@ -11,7 +11,9 @@ Each setting of placements per scontrol process (--batches) and parallel batches
 MinJobAge and would slow the later reads); --batches 1 is one scontrol process per job, the
 unbatched baseline.
 
-Target: under 5 s for 1,000 pending jobs (one scontrol call is ~4 ms here).
+The floor beside each apply is one scontrol process reading one update line per placed job
+(the same placements written again); the target is apply <= 1.5 x floor, and under 5 s for
+1,000 pending jobs (one scontrol call is ~4 ms here).
 
     python bench/slurm_apply.py [--jobs 1000] [--batches 250] [--workers 1,2,4]
                                 [--cluster DIR]
@@ -34,6 +36,7 @@ from coshare.policies import make_policy
 
 from slurm_addon.adapter import SlurmAdapter
 from slurm_addon.client import SlurmClient
+from slurm_addon.scontrol import update_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "deploy" / "slurm" / "local-cluster"
@@ -57,6 +60,20 @@ def submit(directory: Path, jobs: int, env: dict[str, str]) -> list[str]:
         )
         ids.append(done.stdout.strip())
     return ids
+
+
+def write_floor(client: SlurmClient, applied: tuple[str, ...]) -> float:
+    """Seconds of the floor of any apply: one scontrol process reading one update line per
+    placed job (the same placements written again, as read back from the queue)."""
+    jobs = client.read_job_fields(list(applied))
+    lines = [
+        update_line(job, jobs[job].required_nodes, jobs[job].admin_comment)
+        for job in applied
+        if "," not in jobs[job].required_nodes
+    ]
+    start = time.perf_counter()
+    client.run_script(lines)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -101,7 +118,7 @@ def main() -> None:
         print(f"{args.jobs} pending jobs, 8 nodes x 4 devices; seconds per cycle phase")
         print(
             f"{'batch':>6} {'workers':>8} {'placed':>7} {'read':>7} {'plan':>7} "
-            f"{'apply':>7} {'total':>7}"
+            f"{'apply':>7} {'total':>7} {'floor':>7} {'apply/floor':>12}"
         )
         for batch in (int(b) for b in args.batches.split(",")):
             for workers in (int(w) for w in args.workers.split(",")):
@@ -120,10 +137,12 @@ def main() -> None:
                 report = run_cycle(adapter, make_policy("knapsack"), adapter)
                 total = time.perf_counter() - start
                 assert not report.apply.failed, report.apply.failed[:3]
+                floor = write_floor(adapter.client, report.apply.applied)
                 print(
                     f"{batch:>6} {workers:>8} {len(report.apply.applied):>7} "
                     f"{report.read_s:>7.3f} {report.plan.seconds:>7.3f} "
-                    f"{report.apply_s:>7.3f} {total:>7.3f}"
+                    f"{report.apply_s:>7.3f} {total:>7.3f} {floor:>7.3f} "
+                    f"{report.apply_s / floor:>12.2f}"
                 )
     finally:
         subprocess.run(["scancel", "--quiet", "--partition=main"], env=env, check=False)
