@@ -15,11 +15,10 @@ The nodes are those the live cycle reads from the collector's slot ads (nodes ad
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from coshare.config import Config
-from coshare.errors import AnnotationError, InputError
+from coshare.errors import InputError
 from coshare.model import Node
 from coshare.sim.history import (
     DeviceMemoryRule,
@@ -56,8 +55,6 @@ HISTORY_PROJECTION: tuple[str, ...] = (
     *A.ANNOTATIONS,
 )
 
-#: Epoch seconds at most (year 33658), as HTCondor's times are read.
-MAX_EPOCH_S = 10**12
 REMOVED = 3
 
 
@@ -86,9 +83,6 @@ def finished(ad: Mapping[str, object]) -> Finished | str | None:
         end = _number(ad, "EnteredCurrentStatus")
     if end is None or end <= 0:
         return f"job {job}: CompletionDate is not set (allowed: a finished job's end time)"
-    for name, value in (("JobCurrentStartDate", start), ("CompletionDate", end)):
-        if not math.isfinite(value) or value > MAX_EPOCH_S:
-            return f"job {job}: {name} {value:g} (allowed: 1..{MAX_EPOCH_S})"
     wanted = {a.lower() for a in A.ANNOTATIONS}
     annotations = {k: v for k, v in ad.items() if k.lower() in wanted and v is not None}
     command = ad.get("Cmd")
@@ -166,11 +160,7 @@ def read_history(
     else:
         assert live is not None
         slots = list(live.slot_ads())
-    try:
-        nodes = history_nodes(slots, config, notes)
-    except AnnotationError as exc:  # pragma: no cover - parse_slots reports per node
-        raise InputError(str(exc)) from exc
-    return workload(records, nodes, rule, never), notes
+    return workload(records, history_nodes(slots, config, notes), rule, never), notes
 
 
 def _window(since: str, until: str | None) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from coshare.bounds import BadValue
+from coshare.bounds import MAX_TIME_S, BadValue
 from coshare.config import Config
 from coshare.errors import AnnotationError, CoshareError, InputError
 from coshare.model import Node
@@ -34,9 +34,6 @@ from slurm_addon.comment import is_annotated, read_annotations
 from slurm_addon.jobs import number, text
 from slurm_addon.nodes import parse_sinfo_json
 from slurm_addon.view import build_nodes
-
-#: Seconds in Slurm's time fields (epoch): at most year 33658.
-MAX_EPOCH_S = 10**12
 
 
 def _tres(record: Mapping[str, object], kind: str) -> dict[str, float]:
@@ -59,7 +56,7 @@ def _tres(record: Mapping[str, object], kind: str) -> dict[str, float]:
 def _time(record: Mapping[str, object], name: str, job: str) -> float:
     times = record.get("time")
     value = times.get(name) if isinstance(times, Mapping) else None
-    return float(number(value, 0, field=f"job {job} time.{name}", maximum=MAX_EPOCH_S))
+    return float(number(value, 0, field=f"job {job} time.{name}", maximum=MAX_TIME_S))
 
 
 def finished(record: Mapping[str, object], gres_name: str) -> Finished | str | None:

@@ -215,6 +215,11 @@ def test_a_condor_history_ad_is_the_job_as_it_ran() -> None:
     assert condor_finished(condor_ad(15, CompletionDate=0)) == (
         "job 15.0: CompletionDate is not set (allowed: a finished job's end time)"
     )
+    # An absurd time is refused by the one check of every record, naming the job and field.
+    absurd = condor_finished(condor_ad(16, CompletionDate=1e300))
+    found = workload([absurd, condor_finished(condor_ad(17))], NODES)  # type: ignore[list-item]
+    assert found.problems == ("job 16.0: end time 1e+300 (allowed: 1..1000000000000)",)
+    assert [f.id for f in found.finished] == ["17.0"]
 
 
 def invoke(*args: str, config: Path) -> Any:

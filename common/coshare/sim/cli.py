@@ -499,7 +499,7 @@ def _trace(request: Request) -> Outcome:
         ]
         outcome = _sweep_outcome(request, runs, results.failures)
         return replace(outcome, payload={**outcome.payload, "notes": notes})
-    replays = _labelled([r for _, r in done], [t.name for t, _ in done], orders)
+    replays = _labelled([r for _, r in done], len(orders) > 1)
     summaries = [r.summary for r in replays]
     skipped = replays[0].skipped if replays else 0
     jobs = summaries[0].jobs if summaries else 0
@@ -721,8 +721,8 @@ def _history(request: Request) -> Outcome:
     ]
     with progress_bar(len(tasks), request.workload, unit="runs") as advance:
         results = request.executor.run(tasks, lambda _: advance(1))
-    ran = [i for i in range(len(tasks)) if i not in results.failed]
-    replays = _labelled([results.values[i] for i in ran], [tasks[i].name for i in ran], orders)
+    ran = [r for i, r in enumerate(results.values) if i not in results.failed]
+    replays = _labelled(ran, len(orders) > 1)
     summaries = [r.summary for r in replays]
     title = (
         f"{scheduler} history: {len(found.jobs)} jobs of {len(summary['users'])} users "
@@ -750,16 +750,13 @@ def _orders(request: Request) -> list[str]:
     return ["coshare", "scheduler"] if request.order == "both" else [request.order]
 
 
-def _labelled(replays: list[Replay], names: list[str], orders: list[str]) -> list[Replay]:
-    """With both orders, each run's policy named with its order (the task name ends with it)."""
-    if len(orders) < 2:
+def _labelled(replays: list[Replay], both: bool) -> list[Replay]:
+    """With both orders, each run's policy named with the order it ran under."""
+    if not both:
         return replays
     return [
-        replace(
-            r,
-            summary=replace(r.summary, policy=f"{r.summary.policy} ({n.rsplit(' ', 1)[-1]} order)"),
-        )
-        for r, n in zip(replays, names, strict=True)
+        replace(r, summary=replace(r.summary, policy=f"{r.summary.policy} ({r.order} order)"))
+        for r in replays
     ]
 
 

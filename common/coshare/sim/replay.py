@@ -53,6 +53,8 @@ class Replay:
         skipped: records skipped (no run time or processors).
         events: events the engine handled.
         seconds: wall time of the replay (reading included).
+        users: each user's figures (jobs that name their user).
+        order: the order of waiting jobs it ran under (``coshare`` or ``scheduler``).
     """
 
     summary: RunSummary
@@ -60,6 +62,7 @@ class Replay:
     events: int
     seconds: float
     users: Mapping[str, UserFigures] = field(default_factory=dict)
+    order: str = "coshare"
 
     @property
     def events_per_s(self) -> float:
@@ -256,6 +259,7 @@ def _run(
         result.events,
         time.perf_counter() - started,
         dict(sorted(per_user.items())),
+        setup.order,
     )
 
 
