@@ -1069,6 +1069,8 @@ def current(now: QueueJob, then: QueueJob | None) -> Current:
         gate_open=now.placed_node is not None,
         placed=now.placed,
         changed=changed,
+        may_note=now.status == A.IDLE,
+        wait_reason=now.wait_reason,
     )
 
 

@@ -19,13 +19,13 @@ from typing import cast
 
 from coshare.cli import membw_programs
 from coshare.config import Config
-from coshare.coord.cycle import coordination, global_job_ids, job_key
+from coshare.coord.cycle import coordination, job_key
 from coshare.errors import CoshareError, CycleBusy, SchedulerError
 from coshare.lock import cycle_lock
 from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
-from coshare.planner import CycleReport, run_cycle, runs_trials
+from coshare.planner import CycleReport, run_cycle
 from coshare.policies import Policy
-from coshare.ports import Adapter, TrialControl, TrialProbe
+from coshare.ports import Adapter, TrialControl, TrialProbe, capabilities
 from coshare.schema import snapshot_to_dict
 from coshare.trial_cycle import (
     FactsProbe,
@@ -80,7 +80,7 @@ def run_once(
         ):
             adapter = open_adapter(config)
             if coordinated is not None:
-                coordinated.gate.global_ids = global_job_ids(adapter)
+                coordinated.gate.global_ids = capabilities(adapter).global_job_ids
                 coordinated.gate.key = job_key(adapter)
             report = run_cycle(
                 adapter,
@@ -120,7 +120,8 @@ def step_trials(
     Raises:
         SchedulerError: the adapter offers no trial verbs (``policy.membw.trials`` needs them).
     """
-    if not runs_trials(adapter):
+    caps = capabilities(adapter)
+    if not caps.trials:
         raise SchedulerError(
             "policy.membw.trials: this scheduler's adapter does not run trial co-runs"
         )
@@ -133,8 +134,8 @@ def step_trials(
     elif membw.probe_via == "socket":
         probe = SocketProbe(membw.probe_socket, membw.probe_timeout_s, control.node_job_id)
     elif membw.probe_via == "facts":
-        if not getattr(adapter, "probes_via_facts", False):
-            reason = getattr(adapter, "probe_facts_unsupported_reason", "")
+        if not caps.probe_facts:
+            reason = caps.why_not.get("probe_facts", "")
             raise SchedulerError(
                 "policy.membw.probe_via facts: this scheduler's node "
                 "daemons read no trial requests"
@@ -152,7 +153,7 @@ def step_trials(
             control.node_job_id,
         )
     else:
-        reason = getattr(adapter, "probe_step_unsupported_reason", "")
+        reason = caps.why_not.get("probe_step", "")
         raise SchedulerError(
             "policy.membw.probe_via step: this scheduler's adapter runs no "
             f"command on a job's node{f' ({reason})' if reason else ''}; "

@@ -701,6 +701,9 @@ class Current:
         gate_open: whether it could start now.
         placed: the placement it carries, if any.
         changed: why it is no longer as the Source read it; ``None``: as read.
+        may_note: whether a wait reason may be written on it (it waits, and its record
+            holds no placement, refusal or operator's text the reason would replace).
+        wait_reason: the wait reason it carries now (``None``: none).
     """
 
     id: str
@@ -709,6 +712,8 @@ class Current:
     gate_open: bool
     placed: Placed | None = None
     changed: str | None = None
+    may_note: bool = False
+    wait_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -734,6 +739,9 @@ class Write:
             lend its own: a job placed on a harvest, or a GPU job a harvesting policy may
             lend cores of later (:func:`coshare.policies.collocate.may_lend`). Slurm puts
             such jobs in its lending partition (``slurm.lend_partition``).
+        trial: the partners of the trial co-run it is placed for (its record starts with
+            the placement); ``None``: no trial.
+        cpu_milli: its CPU demand per process (a gang's CPUs per node follow from it).
     """
 
     job: str
@@ -746,6 +754,8 @@ class Write:
     spread: Spread | None = None
     harvest_from: str | None = None
     shares_cores: bool = False
+    trial: tuple[str, ...] | None = None
+    cpu_milli: int = 0
 
 
 @dataclass(frozen=True)
@@ -824,6 +834,7 @@ def decide(
         if a.harvest_from is not None:
             harvest[a.job] = a.harvest_from
     spreads = {s.job: s for s in plan.spreads}
+    trials = {t.job: tuple(t.partners) for t in plan.trials}
     writes: list[Write] = []
     unchanged: list[str] = []
     skipped: list[JobOutcome] = []
@@ -858,6 +869,8 @@ def decide(
                     spreads.get(job_id),
                     harvest.get(job_id),
                     job_id in harvest or may_lend(plan.policy, job),
+                    trials.get(job_id),
+                    job.cpu_milli,
                 )
             )
     refused = {r.job for r in rejected}

@@ -60,6 +60,7 @@ from coshare.ports import (
     SourceResult,
     Unusable,
     Waiting,
+    capabilities,
 )
 from coshare.verify import check_plan
 
@@ -80,10 +81,8 @@ __all__ = [
     "Waiting",
     "checked_plan",
     "run_cycle",
-    "runs_trials",
     "timed_plan",
     "ways_refusal",
-    "writes_llc_ways",
 ]
 
 #: Exit statuses of a cycle, for cron and systemd.
@@ -167,10 +166,10 @@ def run_cycle(
         on_phase: told each phase's name and seconds as it ends (metrics).
         before_write: called right before the plan is written (not in a dry run); it
             raises to stop the cycle with nothing written (the planner lease's fence,
-            :mod:`coshare.coord.cycle`). An Editor that declares ``fences_batches``
-            calls it again before each batch it writes once ``fence_every_s`` have
-            passed since the last call (:func:`fences_batches`; ``0``: before every
-            batch): what it raises then ends the writes there, the batches written
+            :mod:`coshare.coord.cycle`). An Editor whose capabilities say ``fenced_batches``
+            (:class:`~coshare.ports.Capabilities`) calls it again before each batch it
+            writes once ``fence_every_s`` have passed since the last call (``0``: before
+            every batch): what it raises then ends the writes there, the batches written
             complete.
         gate: with several planners over the same nodes (not in a dry run): settles the
             snapshot before planning (the other planners' claims count) and books the plan
@@ -196,7 +195,7 @@ def run_cycle(
     tell("plan", plan.seconds)
     start = clock()
     violations = check_plan(snapshot, plan, strict_threads=strict_threads)
-    if plan.trials and not runs_trials(editor):
+    if plan.trials and not capabilities(editor).trials:
         # Trial co-runs need the scheduler to carry each trial's record and to suspend a pair
         # that fails (poncos section 7): an Editor that does not declare it never starts one.
         shown = ", ".join(t.job for t in plan.trials[:5])
@@ -274,12 +273,6 @@ def checked_plan(
     )
 
 
-def fences_batches(editor: object) -> bool:
-    """Whether an Editor declares that it calls a fence before each batch it writes
-    (:class:`~coshare.ports.BatchFencedEditor`, class attribute ``fences_batches = True``)."""
-    return getattr(editor, "fences_batches", False) is True
-
-
 @dataclass
 class _Interval:
     """When the fence last passed (``time.monotonic()`` taken before it was called), and
@@ -299,7 +292,7 @@ def _apply_fenced(
     ``every_s`` below ``lease_s`` every batch starts within the lease: a planner that lost
     it writes at most the batches already started. The fence is serialized (an Editor may
     write batches from several threads; the engine's connection is one)."""
-    if not fences_batches(editor):
+    if not capabilities(editor).fenced_batches:
         return editor.apply(plan, rejected, dry_run=False)
     lock = threading.Lock()
 
@@ -322,32 +315,9 @@ def _apply_fenced(
 def harvest_refusal(editor: object) -> str | None:
     """Why ``editor`` cannot apply harvest placements (``collocate``: a CPU-only job on a
     running GPU job's idle cores, and the requeue of borrowers whose GPU job needs its cores
-    back), or ``None`` when it can.
-
-    An Editor that can declares ``applies_harvest = True`` (a class attribute or property):
-    its scheduler lets the job start on cores it believes taken, its node side takes the
-    cores out of the GPU job's cpuset before the job runs, and it requeues
-    :attr:`~coshare.model.Plan.requeue` through the scheduler. It may give its own reason
-    when it cannot (``harvest_unsupported_reason``).
-    """
-    if getattr(editor, "applies_harvest", False) is True:
-        return None
-    reason = getattr(editor, "harvest_unsupported_reason", None)
-    return reason if isinstance(reason, str) and reason else NO_HARVEST
-
-
-def runs_trials(editor: object) -> bool:
-    """Whether an Editor declares that it writes a trial's record with its placement and
-    offers the trial verbs (:class:`coshare.ports.TrialControl`; class attribute
-    ``runs_trials = True``: both adapters)."""
-    return getattr(editor, "runs_trials", False) is True
-
-
-def writes_llc_ways(editor: object) -> bool:
-    """Whether an Editor declares that its scheduler's node side makes each job's resctrl
-    group with the ways its placement allocates (class attribute ``writes_llc_ways = True``;
-    Slurm's Prolog does). An Editor that declares nothing cannot."""
-    return getattr(editor, "writes_llc_ways", False) is True
+    back), or ``None`` when it can (:attr:`~coshare.ports.Capabilities.harvest`)."""
+    caps = capabilities(editor)
+    return None if caps.harvest else caps.why_not.get("harvest") or NO_HARVEST
 
 
 def ways_refusal(plan: Plan, editor: object) -> str | None:
@@ -356,17 +326,16 @@ def ways_refusal(plan: Plan, editor: object) -> str | None:
     groups, so the schedule would count on ways or caps nobody enforces; ``None`` when it
     may.
 
-    The Editor may give its own reason (``ways_unwritable_reason``)."""
+    The Editor may give its own reason (``why_not["llc_ways"]``)."""
     allocating = sorted(
         {s.job for s in plan.spreads if s.ways is not None}
         | {a.job for a in plan.assignments if a.llc_ways is not None}
     )
     capping = sorted({s.job for s in plan.spreads if s.membw_gbps is not None})
-    if not (allocating or capping) or writes_llc_ways(editor):
+    caps = capabilities(editor)
+    if not (allocating or capping) or caps.llc_ways:
         return None
-    why = getattr(editor, "ways_unwritable_reason", None)
-    if not isinstance(why, str) or not why:
-        why = "this scheduler's adapter does not make resctrl groups"
+    why = caps.why_not.get("llc_ways") or "this scheduler's adapter does not make resctrl groups"
     what = (
         f"allocates LLC ways ({', '.join(allocating[:5])})"
         if allocating

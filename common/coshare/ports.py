@@ -17,8 +17,8 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from coshare.model import Plan, Snapshot
@@ -175,8 +175,8 @@ def no_fence() -> None:
 
 
 class BatchFencedEditor(Editor, Protocol):
-    """An Editor that checks a fence before each batch of writes (class attribute
-    ``fences_batches = True``; both adapters): a planner whose lease was lost, or
+    """An Editor that checks a fence before each batch of writes
+    (:attr:`Capabilities.fenced_batches`; both adapters): a planner whose lease was lost, or
     whose engine cannot be reached, stops before its next batch, not only before its first.
 
     Contract: ``fence`` is called (from any of the Editor's threads; the caller serializes
@@ -191,6 +191,49 @@ class BatchFencedEditor(Editor, Protocol):
     ) -> ApplyReport:
         """Apply a plan, calling ``fence`` before each batch."""
         ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an adapter offers the cycle beyond reading and writing: one value the cycle
+    reads (an adapter's ``capabilities``), not attributes it probes. For what it does not
+    offer, ``why_not`` may say why, for the message that refuses a plan or a setting that
+    needs it.
+
+    Attributes:
+        trials: writes a trial's record with its placement and offers the trial verbs
+            (:class:`TrialControl`).
+        probe_step: runs a trial's probe as a step of the job (``policy.membw.probe_via:
+            step``; a ``probe_step(node, job, argv, timeout_s)`` method).
+        probe_facts: its node daemons read trial requests and answer in their facts
+            (``probe_via: facts``).
+        llc_ways: its node side makes each job's resctrl group with the LLC ways its
+            placement allocates (``sns`` plans that allocate ways may be applied).
+        harvest: places CPU-only jobs on running GPU jobs' idle cores (``collocate``): its
+            scheduler starts them there, its node side takes the cores out of the GPU job's
+            cpuset first, and it requeues :attr:`~coshare.model.Plan.requeue`.
+        fenced_batches: its ``apply`` takes a ``fence`` and calls it before each batch
+            (:class:`BatchFencedEditor`).
+        global_job_ids: its claim keys are unique across planners (Slurm's job ids are
+            cluster-wide; HTCondor's keys name the schedd).
+        why_not: why a capability is not offered, by its name (``harvest``, ``llc_ways``,
+            ``probe_step``, ``probe_facts``).
+    """
+
+    trials: bool = False
+    probe_step: bool = False
+    probe_facts: bool = False
+    llc_ways: bool = False
+    harvest: bool = False
+    fenced_batches: bool = False
+    global_job_ids: bool = False
+    why_not: Mapping[str, str] = field(default_factory=dict)
+
+
+def capabilities(adapter: object) -> Capabilities:
+    """What ``adapter`` offers (nothing, for one that declares no :class:`Capabilities`)."""
+    found = getattr(adapter, "capabilities", None)
+    return found if isinstance(found, Capabilities) else Capabilities()
 
 
 class Adapter(Source, Editor, Protocol):

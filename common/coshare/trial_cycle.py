@@ -41,14 +41,14 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 from coshare.commands import CommandResult
 from coshare.errors import CommandFailed, ConfigError
 from coshare.files import TooLarge, read_bounded
 from coshare.model import Snapshot, TrialResult
 from coshare.policies.membw import UNKNOWN_SHARE, job_share
-from coshare.ports import ProbeResult, TrialControl, TrialProbe
+from coshare.ports import ProbeResult, TrialControl, TrialProbe, capabilities
 from coshare.profiles import PROGRAM_NAME
 from coshare.trials import (
     NODE_ASKED,
@@ -376,8 +376,9 @@ class ProbeStep(Protocol):
 
 
 def probe_step_of(adapter: object) -> ProbeStep | None:
-    """The adapter as a :class:`ProbeStep`, or ``None`` when its scheduler offers none."""
-    return adapter if callable(getattr(adapter, "probe_step", None)) else None  # type: ignore[return-value]
+    """The adapter as a :class:`ProbeStep`, or ``None`` when its scheduler offers none
+    (:attr:`coshare.ports.Capabilities.probe_step`)."""
+    return cast(ProbeStep, adapter) if capabilities(adapter).probe_step else None
 
 
 #: What a probe step may take beyond the probe itself (the scheduler starting the step).

@@ -12,8 +12,9 @@ from coshare.config import Config, DeviceKind, SlurmConfig, load_config
 from coshare.errors import ConfigError, EngineUnavailable, LeaseLost, StoppedBetweenBatches
 from coshare.ledger import Book
 from coshare.model import Assignment, Job, Plan
-from coshare.planner import fences_batches, run_cycle
+from coshare.planner import run_cycle
 from coshare.policies import make_policy
+from coshare.ports import capabilities
 
 from condor_addon import attributes as A
 from condor_addon.adapter import CondorAdapter
@@ -50,8 +51,10 @@ def slurm(queue: FakeQueue) -> tuple[SlurmAdapter, Recorder]:
 
 
 def test_both_adapters_declare_it() -> None:
-    assert fences_batches(SlurmAdapter) and fences_batches(CondorAdapter)
-    assert not fences_batches(object())
+    slurm_adapter, _ = slurm(FakeQueue())
+    assert capabilities(slurm_adapter).fenced_batches
+    assert capabilities(condor(Schedd())).fenced_batches
+    assert not capabilities(object()).fenced_batches
 
 
 def test_slurm_stops_before_the_batch_after_the_lease_was_lost() -> None:
@@ -66,7 +69,8 @@ def test_slurm_stops_before_the_batch_after_the_lease_was_lost() -> None:
         "stopped between two batches of its writes: those sent are complete, nothing after "
         "them was written (the next cycle writes the rest)"
     )
-    assert fence.calls == 4  # the cycle's, then one before each batch: the 2nd and 3rd refused
+    # the cycle's, the first batch's, then the second's, which raised: nothing after it
+    assert fence.calls == 3
     placed = [
         j for j, r in queue.jobs.items() if r["admin_comment"].startswith("coshare-placement")
     ]

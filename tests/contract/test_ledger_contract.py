@@ -22,15 +22,14 @@ from coshare.model import Assignment, DeviceKind, Plan, Snapshot
 from coshare.policies import make_policy
 from coshare.ports import Rejected
 
-from condor_addon import edits as condor_edits
 from condor_addon import view as condor_view
 from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
 from condor_addon.client import values_of
-from slurm_addon import edits as slurm_edits
 from slurm_addon.jobs import parse_job
 from slurm_addon.nodes import parse_node
 from slurm_addon.placement import Placement, format_placement, parse_placement
 from slurm_addon.view import build_view
+from tests.write_preview import condor_edits, slurm_edits
 
 from .slurm_recorder import job_record
 
@@ -217,7 +216,7 @@ class CondorHalf:
         current = {
             q.id: condor_view.current(q, self.seen.get(q.id)) for q in (self._job(s) for s in now)
         }
-        d = condor_edits.plan_edits(plan, self.queue.book, self.queue.rejected, current).decisions
+        d = condor_edits(plan, self.queue.book, self.queue.rejected, current).decisions
         return _decided(
             self,
             d.close,
@@ -300,7 +299,7 @@ class SlurmHalf:
 
     def decide(self, plan: Plan, now: list[Spec]) -> Outcome:
         current = {str(s.id): parse_job(self._record(s)) for s in now}
-        e = slurm_edits.plan_edits(self.view, plan, self.view.rejected, current, now_s=NOW)
+        e = slurm_edits(self.view, plan, self.view.rejected, current, now_s=NOW)
         writes = []
         for w in e.writes:
             placement = parse_placement(w.admin_comment)

@@ -9,6 +9,7 @@ from coshare.config import Config, DeviceKind, SlurmConfig
 from coshare.model import Assignment, Plan, Unplaced
 from coshare.planner import run_cycle
 from coshare.policies import make_policy
+from coshare.ports import capabilities
 
 from slurm_addon.adapter import SlurmAdapter
 from slurm_addon.client import SlurmClient
@@ -275,7 +276,7 @@ def test_a_gang_whose_update_failed_in_part_is_not_released() -> None:
 def test_borrowers_whose_gpu_job_needs_its_cores_back_are_requeued_first() -> None:
     queue = FakeQueue(job_record(1, submit_time=NOW))
     a, runner = adapter(queue, lend_partition="coshare-lend")
-    assert a.applies_harvest
+    assert capabilities(a).harvest
     a.read()
     plan = Plan(
         "collocate",
@@ -302,6 +303,6 @@ def test_borrowers_whose_gpu_job_needs_its_cores_back_are_requeued_first() -> No
     # Without a lending partition nothing is placed on lent cores, and the cycle says why.
     plain, _ = adapter(FakeQueue())
     assert (
-        not plain.applies_harvest
-        and "slurm.lend_partition is not set" in plain.harvest_unsupported_reason
+        not capabilities(plain).harvest
+        and "slurm.lend_partition is not set" in capabilities(plain).why_not["harvest"]
     )

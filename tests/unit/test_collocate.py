@@ -24,6 +24,7 @@ from coshare.policies.collocate import (
     saturated,
     without_harvest,
 )
+from coshare.ports import Capabilities
 from coshare.schema import parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
 from coshare.verify import check_plan
 from hypothesis import given
@@ -409,11 +410,11 @@ def test_a_live_cycle_writes_no_placement_on_lent_cores() -> None:
 class _Lending(MemoryQueue):
     """An Editor whose scheduler and node side apply harvest placements."""
 
-    applies_harvest = True
+    capabilities = Capabilities(harvest=True)
 
 
 class _Refusing(MemoryQueue):
-    harvest_unsupported_reason = "this pool has no lending slot"
+    capabilities = Capabilities(why_not={"harvest": "this pool has no lending slot"})
 
 
 def test_an_editor_that_applies_harvest_gets_the_placement_and_the_requeue() -> None:

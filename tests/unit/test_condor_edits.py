@@ -8,8 +8,9 @@ from coshare.ledger import Book
 from coshare.model import Assignment, Job, Plan
 from coshare.ports import Rejected
 
-from condor_addon.edits import hold_reason, plan_edits
+from condor_addon.edits import hold_reason
 from condor_addon.view import QueueJob, current
+from tests.write_preview import condor_edits as plan_edits
 
 IDLE = QueueJob(
     id="1.0", status=1, annotations={"CoshareDeviceMemory": 512, "CoshareDeviceThreads": 60}
@@ -102,10 +103,13 @@ def test_refused_jobs_are_held_grouped_by_reason_without_their_id() -> None:
 
 
 def test_wait_reasons_one_transaction_per_reason_only_when_changed() -> None:
+    from coshare.config import CondorConfig
+    from coshare.cycle.protocol import notes_to_write
+    from coshare.ledger import Current
     from coshare.model import Unplaced
 
-    from condor_addon.edits import wait_reason_edits
     from condor_addon.view import read_job
+    from condor_addon.writer import CondorWriter
 
     p = Plan(
         "knapsack",
@@ -125,11 +129,29 @@ def test_wait_reasons_one_transaction_per_reason_only_when_changed() -> None:
         "4.0": None,
         "5.0": same,
     }
-    assert wait_reason_edits(p, recorded) == (
-        (same, ("2.0", "4.0")),
-        ("no_room: no idle device", ("3.0",)),
-        (None, ("1.0",)),
-    )
+    now = {
+        j: Current(j, "idle", True, False, may_note=True, wait_reason=r)
+        for j, r in recorded.items()
+    }
+
+    class Schedd:
+        def __init__(self) -> None:
+            self.edits: list[tuple[str, str, str]] = []
+
+        def edit_where(self, constraint: str, attribute: str, value: str) -> int:
+            self.edits.append((constraint, attribute, value))
+            return 1
+
+    schedd = Schedd()
+    writer = CondorWriter(schedd, CondorConfig(), {}, lambda: 0.0, lambda a, j: None)  # type: ignore[arg-type]
+    noted = writer.note(notes_to_write(writer.shape, p, now))
+    assert sorted(noted) == ["1.0", "2.0", "3.0", "4.0"]
+    # one guarded transaction per distinct reason; the placed job's reason is cleared
+    assert [(c.count("ClusterId =="), v) for c, _, v in schedd.edits] == [
+        (2, f'"{same}"'),
+        (1, '"no_room: no idle device"'),
+        (1, "undefined"),
+    ]
     ad = {"ClusterId": 2, "ProcId": 0, "CoshareWaitReason": same, "CoshareDeviceMemory": 1}
     job = read_job(ad)
     assert job is not None and job.wait_reason == same

@@ -20,8 +20,8 @@ from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob
 from condor_addon import expressions as X
 from condor_addon.attributes import JOB_PROJECTION, PARALLEL_UNIVERSE, SLOT_PROJECTION
 from condor_addon.client import values_of
-from condor_addon.edits import plan_edits
 from condor_addon.view import ClusterView, QueueJob, current, parse_queue, parse_slots, read_job
+from tests.write_preview import condor_edits as plan_edits
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "condor"
 WRAPPER = str(DEPLOY / "coshare-job-wrapper")

@@ -22,7 +22,7 @@ from coshare.planner import harvest_refusal
 
 from condor_addon import attributes as A
 from condor_addon.adapter import CondorAdapter
-from condor_addon.edits import Loans, plan_edits
+from condor_addon.edits import Loans
 from condor_addon.view import (
     QueueView,
     build_snapshot,
@@ -32,6 +32,7 @@ from condor_addon.view import (
     parse_slots,
     read_job,
 )
+from tests.write_preview import condor_edits as plan_edits
 
 GPU_GLOBAL = "pool#12.0#1700000000"
 CPU_GLOBAL = "pool#13.0#1700000001"

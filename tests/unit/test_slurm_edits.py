@@ -1,4 +1,5 @@
-"""What the Slurm Editor writes for a plan (slurm_addon.edits.plan_edits), without Slurm."""
+"""What the Slurm writer sends for a plan (the core's decisions through Slurm's codec),
+without Slurm."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from slurm_addon.jobs import SlurmJob
 from slurm_addon.nodes import GresEntry, SlurmNode
 from slurm_addon.placement import format_refusal
 from slurm_addon.view import build_view
+from tests.write_preview import slurm_edits as plan_edits
+from tests.write_preview import slurm_notes
 
 NOW = 1_800_000_000.0
 KINDS = {"k": DeviceKind(memory_mib=8192, threads=240)}
@@ -36,8 +39,6 @@ def edits_for(
     current: list[SlurmJob] | None = None,
     rejected: tuple[Rejected, ...] = (),
 ):  # type: ignore[no-untyped-def]
-    from slurm_addon.edits import plan_edits
-
     v = build_view(NODES, jobs, device_kinds=KINDS, now_s=NOW)
     now = {j.id: j for j in (jobs if current is None else current)}
     return plan_edits(v, plan, rejected or v.rejected, now, now_s=NOW)
@@ -154,8 +155,6 @@ def test_refusal_text_is_bounded() -> None:
 
 
 def test_wait_reasons_go_only_where_no_other_record_is() -> None:
-    from slurm_addon.edits import wait_reason_updates
-
     why = Unplaced("0", "needs 240 free device threads")
     plan = Plan(
         "knapsack",
@@ -172,12 +171,11 @@ def test_wait_reasons_go_only_where_no_other_record_is() -> None:
         "7": job("7", held=False),  # released: not ours now
     }
     text = "coshare-waiting: no_room: needs 240 free device threads"
-    assert wait_reason_updates(plan, current) == (("1", text), ("2", text))
+    assert slurm_notes(plan, current) == (("1", text), ("2", text))
     assert "refused" not in text and format_refusal("x").startswith("coshare-refused")
 
 
 def test_jobs_of_a_lent_core_move_into_the_lending_partition_with_their_placement() -> None:
-    from slurm_addon.edits import plan_edits
     from slurm_addon.scontrol import update_line
 
     gpu = job("1", comment="coshare: device-memory=1G device-threads=60 walltime=600")
@@ -215,7 +213,7 @@ def test_jobs_of_a_lent_core_move_into_the_lending_partition_with_their_placemen
     # Without a lending partition a placement on lent cores is not written, with why.
     e = plan_edits(v, plan, (), {j.id: j for j in jobs}, now_s=NOW)
     assert [(f.job, f.detail) for f in e.failed] == [
-        ("2", "placed on lent cores, but slurm.lend_partition is not set")
+        ("2", "not written: placed on lent cores, but slurm.lend_partition is not set")
     ]
     # A job coshare moved there is still the managed partition's.
     moved = replace(cpu, partition="coshare-lend")

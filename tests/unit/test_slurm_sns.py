@@ -11,22 +11,23 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from coshare.config import load_config
 from coshare.errors import PlanInvariantError
 from coshare.ledger import Current, Part, Placed, Queued, decide, held
 from coshare.model import Assignment, Plan, Snapshot, Spread
 from coshare.node.control import launcher
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import JobSpec
-from coshare.planner import run_cycle, ways_refusal, writes_llc_ways
-from coshare.ports import ApplyReport, SourceResult
+from coshare.planner import run_cycle, ways_refusal
+from coshare.ports import ApplyReport, Capabilities, SourceResult, capabilities
 
 from condor_addon.adapter import CondorAdapter
 from slurm_addon import node_hooks, prolog
 from slurm_addon.adapter import SlurmAdapter
-from slurm_addon.edits import plan_edits
 from slurm_addon.jobs import SlurmJob
 from slurm_addon.placement import Placement, PlacementError, format_placement, parse_placement
 from slurm_addon.view import build_view, placed_of
+from tests.write_preview import slurm_edits as plan_edits
 
 from .fake_resctrl import make_resctrl
 from .test_policy_sns import job, nodes, sns
@@ -213,10 +214,16 @@ class _Source:
         return SourceResult(self.snapshot)
 
 
+def adapters() -> tuple[SlurmAdapter, CondorAdapter]:
+    """Both adapters on the default configuration (no scheduler is reached)."""
+    config = load_config(environ={})
+    return SlurmAdapter(None, config), CondorAdapter(None, config)  # type: ignore[arg-type]
+
+
 class _Writes:
     """An Editor that, like the Slurm adapter, declares it writes LLC ways."""
 
-    writes_llc_ways = True
+    capabilities = Capabilities(llc_ways=True)
 
     def __init__(self) -> None:
         self.applied = 0
@@ -229,9 +236,10 @@ class _Writes:
 def test_slurm_applies_a_plan_that_allocates_ways_and_htcondor_refuses_it_naming_why() -> None:
     snap = Snapshot(nodes(8), (), (job("a"),), 0.0)
     plan = sns().plan(snap)
-    assert writes_llc_ways(SlurmAdapter) and not writes_llc_ways(CondorAdapter)
-    assert ways_refusal(plan, SlurmAdapter) is None
-    why = ways_refusal(plan, CondorAdapter)
+    slurm_adapter, condor_adapter = adapters()
+    assert capabilities(slurm_adapter).llc_ways and not capabilities(condor_adapter).llc_ways
+    assert ways_refusal(plan, slurm_adapter) is None
+    why = ways_refusal(plan, condor_adapter)
     assert why is not None and why.startswith(
         "the plan allocates LLC ways (a), which this live "
         "cycle cannot write: the HTCondor adapter records "
@@ -241,19 +249,19 @@ def test_slurm_applies_a_plan_that_allocates_ways_and_htcondor_refuses_it_naming
     report = run_cycle(_Source(snap), sns(), editor)
     assert editor.applied == 1 and report.plan.spreads[0].ways is not None
     # An editor that declares nothing cannot write ways: refused, nothing applied.
-    editor.writes_llc_ways = False  # type: ignore[misc]
+    editor.capabilities = Capabilities()
     with pytest.raises(PlanInvariantError, match="does not make resctrl groups"):
         run_cycle(_Source(snap), sns(), editor)
     # A bandwidth cap on nodes without resctrl (no ways) is refused by HTCondor too.
     capped = sns(mba=True).plan(Snapshot(nodes(8, ways=None), (), (job("a"),), 0.0))
     assert capped.spreads[0].ways is None and capped.spreads[0].membw_gbps is not None
-    why = ways_refusal(capped, CondorAdapter)
+    why = ways_refusal(capped, condor_adapter)
     assert why is not None and why.startswith("the plan caps memory bandwidth with MBA (a)")
-    assert ways_refusal(capped, SlurmAdapter) is None
+    assert ways_refusal(capped, slurm_adapter) is None
     assert editor.applied == 1
     # a plan without ways (nodes without resctrl) goes through any editor
     bare = Snapshot(nodes(8, ways=None), (), (job("a"),), 0.0)
-    assert ways_refusal(sns().plan(bare), CondorAdapter) is None
+    assert ways_refusal(sns().plan(bare), condor_adapter) is None
 
 
 # -- the node side ---------------------------------------------------------------------------

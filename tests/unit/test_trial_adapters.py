@@ -15,15 +15,13 @@ from coshare.config import Config, DeviceKind
 from coshare.errors import CommandFailed, CoshareError
 from coshare.ledger import Book
 from coshare.model import Assignment, Job, Plan, Trial
-from coshare.planner import runs_trials
-from coshare.ports import ProbeResult
+from coshare.ports import ProbeResult, capabilities
 from coshare.trial_cycle import STEP_SLACK_S, StepProbe, probe_step_of
 from coshare.trials import TrialRecord
 
-from condor_addon import adapter as condor_adapter
 from condor_addon import attributes as A
+from condor_addon import trial_verbs as condor_trial_verbs
 from condor_addon.adapter import CondorAdapter
-from condor_addon.edits import plan_edits as condor_edits
 from condor_addon.errors import EditFailed
 from condor_addon.view import QueueJob, current, read_job
 from slurm_addon.adapter import SlurmAdapter
@@ -32,6 +30,8 @@ from slurm_addon.jobs import SlurmJob
 from slurm_addon.nodes import SlurmNode
 from slurm_addon.placement import PlacementError, parse_placement, trial_field, with_trial
 from slurm_addon.view import build_view
+from tests.write_preview import condor_edits
+from tests.write_preview import slurm_edits as plan_edits
 
 NOW = 1_800_000_000
 PLACED = f"coshare-placement;v=1;node=n1;devices=;at={NOW};mem_mib=0;threads=0"
@@ -57,8 +57,6 @@ def test_the_trial_field_rides_in_the_placement_before_a_kill_reason() -> None:
 
 
 def test_a_slurm_job_placed_for_a_trial_carries_its_record() -> None:
-    from slurm_addon.edits import plan_edits
-
     pending = SlurmJob("2", "pending", "PENDING", held=True, comment="coshare: program=stream")
     nodes = [SlurmNode("n1", "idle", cpus=4, memory_mib=8192)]
     view = build_view(nodes, [pending], device_kinds={}, now_s=NOW)
@@ -110,7 +108,7 @@ def slurm(runner: Scontrol, jobs: Sequence[SlurmJob] = ()) -> SlurmAdapter:
 def test_slurm_suspends_resumes_and_requeues_through_scontrol() -> None:
     runner = Scontrol()
     adapter = slurm(runner)
-    assert runs_trials(adapter) and adapter.node_job_id("7") == "7"
+    assert capabilities(adapter).trials and adapter.node_job_id("7") == "7"
     assert adapter.suspend("7") is None and adapter.resume("7") is None
     assert adapter.requeue("7", "suspended for 3601 s; requeued") is None
     assert runner.calls == [
@@ -234,7 +232,7 @@ def test_condor_suspend_is_done_once_the_schedd_says_so(monkeypatch: pytest.Monk
     schedd = Schedd(lag=3)
     assert condor(schedd).suspend("7.0") is None and schedd.status == A.SUSPENDED
     assert condor(schedd).resume("7.0") is None and schedd.status == A.RUNNING
-    monkeypatch.setattr(condor_adapter, "CONFIRM_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(condor_trial_verbs, "CONFIRM_TIMEOUT_S", 0.0)
     assert (
         condor(Schedd(never=True)).suspend("7.0")
         == "asked, but JobStatus is running after 0 s; not suspended yet"
@@ -244,7 +242,7 @@ def test_condor_suspend_is_done_once_the_schedd_says_so(monkeypatch: pytest.Monk
 def test_condor_suspends_continues_and_requeues_through_the_schedd() -> None:
     schedd = Schedd()
     adapter = condor(schedd)
-    assert runs_trials(adapter)
+    assert capabilities(adapter).trials
     assert adapter.suspend("7.0") is None and adapter.resume("7.0") is None
     assert adapter.requeue("7.0", "suspended too long") is None
     assert adapter.write_trial("7.0", RECORD) is None
@@ -406,8 +404,9 @@ def test_a_probe_step_is_never_run_with_ids_that_are_not_slurms() -> None:
 
 
 def test_htcondor_offers_no_probe_step_and_says_why() -> None:
-    assert probe_step_of(CondorAdapter.__new__(CondorAdapter)) is None
-    assert "condor_ssh_to_job" in CondorAdapter.probe_step_unsupported_reason
+    adapter = CondorAdapter(None, Config())  # type: ignore[arg-type]
+    assert probe_step_of(adapter) is None
+    assert "condor_ssh_to_job" in capabilities(adapter).why_not["probe_step"]
 
 
 def test_a_cycle_asked_to_probe_through_htcondor_stops_its_trials_with_the_reason() -> None:
@@ -418,7 +417,7 @@ def test_a_cycle_asked_to_probe_through_htcondor_stops_its_trials_with_the_reaso
     config = build(
         Config, {"policy": {"name": "membw", "membw": {"trials": True, "probe_via": "step"}}}
     )
-    adapter = CondorAdapter.__new__(CondorAdapter)
+    adapter = CondorAdapter(None, config)  # type: ignore[arg-type]
     with pytest.raises(
         SchedulerError,
         match=r"probe_via step: this scheduler's adapter runs "
@@ -432,7 +431,10 @@ def test_probe_via_facts_is_htcondors_and_slurm_refuses_it_with_the_reason() -> 
     from coshare.cycles import step_trials
     from coshare.errors import SchedulerError
 
-    assert CondorAdapter.probes_via_facts and not SlurmAdapter.probes_via_facts
+    condor_adapter = CondorAdapter(None, Config())  # type: ignore[arg-type]
+    slurm_adapter = SlurmAdapter(None, Config())  # type: ignore[arg-type]
+    assert capabilities(condor_adapter).probe_facts
+    assert not capabilities(slurm_adapter).probe_facts
     config = build(
         Config, {"policy": {"name": "membw", "membw": {"trials": True, "probe_via": "facts"}}}
     )
@@ -445,7 +447,7 @@ def test_probe_via_facts_is_htcondors_and_slurm_refuses_it_with_the_reason() -> 
     ):
         step_trials(
             config,
-            SlurmAdapter.__new__(SlurmAdapter),
+            slurm_adapter,
             None,  # type: ignore[arg-type]
             dry_run=False,
         )

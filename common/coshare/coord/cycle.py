@@ -57,7 +57,7 @@ class EngineGate:
         claims: the planner's :class:`~coshare.coord.postgres.PostgresClaims`.
         global_ids: whether the claim keys are unique across the planners that share the
             nodes (:func:`~coshare.coord.claims.admit`); an adapter says so with the class
-            attribute ``global_job_ids`` (:func:`global_job_ids`).
+            ``capabilities.global_job_ids`` (:class:`coshare.ports.Capabilities`).
         key: a job id as its claim key (an adapter's ``job_key``; :func:`job_key`).
     """
 
@@ -113,13 +113,6 @@ class EngineGate:
             )
             admitted = replace(admitted, notes=(*admitted.notes, note))
         return admitted
-
-
-def global_job_ids(adapter: object) -> bool:
-    """Whether an adapter declares its claim keys unique across planners (class attribute
-    ``global_job_ids = True``; Slurm's job ids are cluster-wide, HTCondor's keys name the
-    schedd). One that declares nothing: not."""
-    return getattr(adapter, "global_job_ids", False) is True
 
 
 def job_key(adapter: object) -> Callable[[str], str]:
