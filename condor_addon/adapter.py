@@ -2,23 +2,18 @@
 
 ::
 
-    read():  collector: every slot ad ---> parse_slots --> nodes, devices, claimed slots
-             schedd: managed active jobs -> parse_queue --> the ledger: pending, placed, refused
-                                             build_snapshot --> Snapshot
+    read():  the pool's slot ads and the schedd's managed jobs (condor_addon.source)
     apply(): the core's write protocol (coshare.cycle.protocol) with HTCondor's verbs
              (condor_addon.writer: guarded schedd transactions, CosharePlacedNode last)
 
-Slots are read before jobs, so a job that starts in between is still counted (from its queue
-entry, as running). One object is both Source and Editor because the Editor compares each
-job with the state the Source read. :mod:`condor_addon.view` says where each fact comes from,
-:mod:`condor_addon.edits` the order of a batch's transactions.
+One object is both Source and Editor because the Editor compares each job with the state the
+Source read.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from coshare.config import Config
 from coshare.cycle.protocol import write_plan
@@ -26,20 +21,13 @@ from coshare.errors import SchedulerError
 from coshare.model import Plan
 from coshare.ports import ApplyReport, Capabilities, Fence, Rejected, SourceResult
 
-from condor_addon import expressions as X
 from condor_addon.client import CondorClient, open_client
+from condor_addon.source import read_pool
 from condor_addon.trial_verbs import CondorTrials
 from condor_addon.view import (
     QueueJob,
     QueueView,
-    build_snapshot,
     claim_key,
-    foreign_planned,
-    local_lenders,
-    parse_queue,
-    parse_slots,
-    read_job,
-    with_node_facts,
 )
 from condor_addon.writer import CondorWriter
 
@@ -107,50 +95,11 @@ class CondorAdapter(CondorTrials):
     # -- Source ---------------------------------------------------------------------------
 
     def read(self) -> SourceResult:
-        """Take a snapshot of the pool and the schedd's managed jobs.
-
-        Raises:
-            SchedulerUnavailable: the collector or the schedd cannot be reached.
-        """
-        cluster = parse_slots(self.client.slot_ads(), self.config.device_kinds)
-        jobs = self._jobs(X.ACTIVE_MANAGED_JOBS)
-        now_s = self.clock()
-        queue = parse_queue(
-            jobs.values(),
-            cluster,
-            now_s=now_s,
-            replan_after_s=self.config.cycle.replan_after_s,
-            parallel_may_double=self.config.condor.parallel_may_double,
-        )
-        self.jobs, self.queue = jobs, queue
-        snapshot = build_snapshot(cluster, queue, jobs.values(), now_s)
-        others: tuple[str, ...] = ()
-        if self.config.coordination.dsn is not None:
-            # Several planners, one per schedd: the other schedds' open
-            # placements hold their devices here too.
-            ads, notes = self.client.other_job_ads(X.ACTIVE_MANAGED_JOBS)
-            foreign, unread = foreign_planned(
-                (j for j in (read_job(v) for _, v in ads) if j is not None), cluster
-            )
-            snapshot = replace(snapshot, running=snapshot.running + foreign)
-            others = tuple(notes) + unread
-        snapshot, facts_notes = with_node_facts(
-            snapshot,
-            cluster,
-            jobs.values(),
-            now_s=now_s,
-            max_age_s=self.config.cycle.node_facts_max_age_s,
-        )
-        return SourceResult(
-            snapshot,
-            queue.book.rejected,
-            notes=cluster.warnings + queue.warnings + facts_notes + others,
-            unusable=cluster.unusable,
-        )
-
-    def _jobs(self, constraint: str) -> dict[str, QueueJob]:
-        jobs = (read_job(v) for v in self.client.job_ads(constraint))
-        return local_lenders(j for j in jobs if j is not None)
+        """Take a snapshot of the pool and the schedd's managed jobs
+        (:func:`condor_addon.source.read_pool`)."""
+        read = read_pool(self.client, self.config, self.clock())
+        self.jobs, self.queue = read.jobs, read.queue
+        return read.result
 
     def job_key(self, job_id: str) -> str:
         """A job's claim key in the planners' engine (:func:`condor_addon.view.claim_key`)."""

@@ -34,7 +34,8 @@ from condor_addon import expressions as X
 from condor_addon.client import CondorClient
 from condor_addon.edits import Loans, hold_reason, transactions, write_problem
 from condor_addon.errors import EditFailed
-from condor_addon.view import QueueJob, current, local_lenders, read_job
+from condor_addon.source import managed_jobs
+from condor_addon.view import QueueJob, current
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,7 @@ class CondorWriter:
         self.loans = Loans(config.lend_slots)
 
     def _managed(self) -> dict[str, QueueJob]:
-        jobs = (read_job(v) for v in self.client.job_ads(X.MANAGED_JOBS))
-        return local_lenders(j for j in jobs if j is not None)
+        return managed_jobs(self.client, X.MANAGED_JOBS)
 
     def reread(self, jobs: Collection[str]) -> dict[str, Current]:
         now = self._managed()
