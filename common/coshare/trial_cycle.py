@@ -47,7 +47,7 @@ from coshare.commands import CommandResult
 from coshare.errors import CommandFailed, ConfigError
 from coshare.files import TooLarge, read_bounded
 from coshare.model import Snapshot, TrialResult
-from coshare.policies.membw import UNKNOWN_SHARE, job_share
+from coshare.policies.membw import UNKNOWN_SHARE, measured_use, node_uses
 from coshare.ports import ProbeResult, TrialControl, TrialProbe
 from coshare.profiles import PROGRAM_NAME
 from coshare.trials import (
@@ -108,8 +108,6 @@ def run_trials(
     report = TrialReport()
     jobs = list(control.trial_jobs())
     alive = {r.id for r in snapshot.running if r.state == "running"}
-    by_id = {r.id: r for r in snapshot.running}
-    nodes = {n.name: n for n in snapshot.nodes}
     done: list[TrialJob] = []
     for job in jobs:
         step = advance(job, alive, now_s, limits)
@@ -135,16 +133,7 @@ def run_trials(
             result = _measure(probe, job, partners, asked.at_s)
             if not result.pending or step.record is not None:
                 report.notes.append(step.note)  # not "probing again" each pending cycle
-            node = nodes.get(job.node)
-            use = 0.0
-            for partner in partners:
-                held = by_id.get(partner)
-                share = (
-                    None
-                    if held is None or node is None
-                    else job_share(held.program, held.membw_gbps, node, programs)
-                )
-                use += UNKNOWN_SHARE if share is None else share
+            use = partners_use(snapshot, job, partners, programs, limits.init_s, result.share)
             if result.pending:
                 job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s, asked)
                 step = awaiting(job, result.error, use, now_s, limits)
@@ -160,6 +149,41 @@ def run_trials(
         done.append(job)
     report.measured = measured_programs(done)
     return report
+
+
+def partners_use(
+    snapshot: Snapshot,
+    job: TrialJob,
+    partners: Sequence[str],
+    programs: Mapping[str, float],
+    init_s: float,
+    share: float | None,
+) -> float:
+    """The use of a trial's partners as the policy counted them when it planned the trial
+    (:func:`coshare.policies.membw.node_uses`): the node's probe for the partners that ran
+    past ``init_s`` before it (poncos section 7 step 3: the first job is measured on the
+    free cores before the next starts), each other partner's recorded or declared share,
+    bandwidth-bound (1.0) when neither. Where the node's probe caught the job on trial too,
+    its measured ``share`` is taken off the probe's figure (``None``: the probe failed, and
+    the job counts as bandwidth-bound anyway). Without a probe or records, every partner
+    is bandwidth-bound, so the trial fails: nothing is known to co-run beside."""
+    node = next((n for n in snapshot.nodes if n.name == job.node), None)
+    if node is None:
+        return UNKNOWN_SHARE * len(partners)
+    held = tuple(r for r in snapshot.running if r.node == node.name and r.id in set(partners))
+    missing = len(set(partners) - {r.id for r in held})
+    use = node_uses(Snapshot((node,), held, ()), programs, init_s)[0].used
+    probe = measured_use(node)
+    caught = (
+        probe is not None
+        and job.started_s is not None
+        and job.started_s + init_s < probe[1]
+        and share is not None
+    )
+    if caught:
+        assert share is not None
+        use = max(use - share, 0.0)
+    return use + UNKNOWN_SHARE * missing
 
 
 def _measure(
