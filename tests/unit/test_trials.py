@@ -522,6 +522,7 @@ def probed(avail_gbps: float, at_s: float) -> Snapshot:
     [
         (40 * (1 - 0.534), T0 - 30, 0.075, True),  # the probe before job 2: job 1's 0.534
         (40 * (1 - 0.609), T0 + 70, 0.075, True),  # caught both: 0.609 less job 2's 0.075
+        (40 * (1 - 0.834), T0 + 30, 0.3, True),  # caught job 2 in its initialization too
         (40 * (1 - 0.534), T0 - 30, 0.59, False),  # 0.534 + 0.59 > 0.9
     ],
 )

@@ -1,0 +1,184 @@
+"""Trial co-runs, one cycle's steps: each cycle moves every trial job one step
+(:mod:`coshare.trials`) through its scheduler's :class:`~coshare.ports.TrialControl` and a
+:class:`~coshare.ports.TrialProbe` (the flow is in :mod:`coshare.trial_cycle`). Pure: the
+probes and the record file, which do I/O, are :mod:`coshare.trial_cycle`'s; the simulator
+runs these same steps on modelled probes (:mod:`coshare.sim.poncos_trials`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from coshare.model import Snapshot
+from coshare.policies.membw import UNKNOWN_SHARE, measured_use, node_uses
+from coshare.ports import ProbeResult, TrialControl, TrialProbe
+from coshare.trials import Step, TrialJob, TrialLimits, advance, awaiting, decide, measured_programs
+
+
+@dataclass
+class TrialReport:
+    """What one cycle did with the trial co-runs.
+
+    Attributes:
+        steps: the steps taken (waiting jobs left out), in order.
+        notes: what the cycle says: each step, and each failure (a probe that failed, a
+            verb the scheduler refused).
+        measured: each program's share as the queue's records now say.
+    """
+
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    measured: dict[str, float] = field(default_factory=dict)
+
+
+def run_trials(
+    control: TrialControl,
+    probe: TrialProbe,
+    snapshot: Snapshot,
+    programs: Mapping[str, float],
+    limits: TrialLimits,
+    now_s: float,
+    *,
+    dry_run: bool = False,
+) -> TrialReport:
+    """Move every trial job one step (see the module docstring).
+
+    Args:
+        control: the scheduler's trial verbs (and the jobs its last read found).
+        probe: measures a trial.
+        snapshot: what the same read found (the partners' programs and nodes).
+        programs: the recorded shares the policy plans with (the partners' use).
+        limits: ``policy.membw``'s options.
+        now_s: the cycle's clock (epoch seconds).
+        dry_run: say what would be done; probe, suspend and write nothing.
+    """
+    report = TrialReport()
+    jobs = list(control.trial_jobs())
+    alive = {r.id for r in snapshot.running if r.state == "running"}
+    done: list[TrialJob] = []
+    for job in jobs:
+        step = advance(job, alive, now_s, limits)
+        if step.action in ("wait", "none"):
+            done.append(job)
+            continue
+        if dry_run:
+            report.steps.append(step)
+            report.notes.append(f"(dry run) {step.note}")
+            done.append(job)
+            continue
+        if step.action == "probe":
+            why = getattr(probe, "request_why", None)  # the request a node reads itself
+            if step.record is not None and why is not None:
+                step = replace(step, record=replace(step.record, why=why))
+            elif why is not None and job.record.why != why:  # measuring, asked no node yet
+                step = replace(step, record=replace(job.record, at_s=int(now_s), why=why))
+            if step.record is not None and not _write(control, job.job, step, report):
+                done.append(job)
+                continue
+            asked = step.record or job.record  # the measuring record: the request
+            partners = [p for p in job.record.partners if p in alive]
+            result = _measure(probe, job, partners, asked.at_s)
+            if not result.pending or step.record is not None:
+                report.notes.append(step.note)  # not "probing again" each pending cycle
+            use = partners_use(snapshot, job, partners, programs, limits.init_s, result.share)
+            if result.pending:
+                job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s, asked)
+                step = awaiting(job, result.error, use, now_s, limits)
+                if step.action == "wait":
+                    report.notes.append(step.note)
+                    done.append(job)
+                    continue
+            else:
+                step = decide(job, result.share, result.error, use, now_s, limits)
+        report.steps.append(step)
+        if _act(control, job, step, report) and step.record is not None:
+            job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s, step.record)
+        done.append(job)
+    report.measured = measured_programs(done)
+    return report
+
+
+def partners_use(
+    snapshot: Snapshot,
+    job: TrialJob,
+    partners: Sequence[str],
+    programs: Mapping[str, float],
+    init_s: float,
+    share: float | None,
+) -> float:
+    """The use of a trial's partners as the policy counted them when it planned the trial
+    (:func:`coshare.policies.membw.node_uses`): the node's probe for the partners that ran
+    past ``init_s`` before it (poncos section 7 step 3: the first job is measured on the
+    free cores before the next starts), each other partner's recorded or declared share,
+    bandwidth-bound (1.0) when neither. Where the node's probe ran after the job on trial
+    started, it saw that job too, and its measured ``share`` is taken off the probe's
+    figure (``None``: the probe failed, and the job counts as bandwidth-bound anyway); a
+    probe during the job's initialization saw less of it than its share, so the partners
+    may then count a little low. Without a probe or records, every partner is
+    bandwidth-bound, so the trial fails: nothing is known to co-run beside."""
+    node = next((n for n in snapshot.nodes if n.name == job.node), None)
+    if node is None:
+        return UNKNOWN_SHARE * len(partners)
+    held = tuple(r for r in snapshot.running if r.node == node.name and r.id in set(partners))
+    missing = len(set(partners) - {r.id for r in held})
+    use = node_uses(Snapshot((node,), held, ()), programs, init_s)[0].used
+    probe = measured_use(node)
+    caught = (
+        probe is not None
+        and job.started_s is not None
+        and job.started_s < probe[1]
+        and share is not None
+    )
+    if caught:
+        assert share is not None
+        use = max(use - share, 0.0)
+    return use + UNKNOWN_SHARE * missing
+
+
+def _measure(
+    probe: TrialProbe, job: TrialJob, partners: Sequence[str], requested_at_s: int
+) -> ProbeResult:
+    """The probe's result; an exception of the probe is a failed probe, not a failed cycle."""
+    try:
+        return probe.measure(
+            job.node, job.job, partners, job.program, requested_at_s=requested_at_s
+        )
+    except Exception as exc:
+        return ProbeResult(None, f"{type(exc).__name__}: {exc}")
+
+
+def _act(control: TrialControl, job: TrialJob, step: Step, report: TrialReport) -> bool:
+    """Do a step's scheduler verb, then write its record; whether both went through."""
+    verb = {
+        "suspend": lambda: control.suspend(job.job),
+        "resume": lambda: control.resume(job.job),
+        "requeue": lambda: control.requeue(job.job, step.reason),
+    }.get(step.action)
+    if verb is not None:
+        error = verb()
+        if error is not None:
+            report.notes.append(
+                f"job {job.job}: could not {step.action} it ({error}); the next cycle tries again"
+            )
+            return False
+        report.notes.append(step.note)  # done, whatever becomes of the record
+        if step.action == "requeue":  # its record went with its placement
+            return True
+        return step.record is None or _write(control, job.job, step, report)
+    ok = step.record is None or _write(control, job.job, step, report)
+    if ok:
+        report.notes.append(step.note)
+    return ok
+
+
+def _write(control: TrialControl, job: str, step: Step, report: TrialReport) -> bool:
+    assert step.record is not None
+    error = control.write_trial(job, step.record)
+    if error is not None:
+        report.notes.append(
+            f"job {job}: its trial record ({step.record.state}) was not "
+            f"written ({error}); the next cycle tries again"
+        )
+        return False
+    return True
