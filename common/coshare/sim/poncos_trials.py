@@ -56,6 +56,7 @@ from coshare.facts import MembwFacts, NodeFacts, attach
 from coshare.model import Job, Plan, RunningJob, Snapshot
 from coshare.policies.membw import MembwPolicy
 from coshare.ports import ProbeResult
+from coshare.sim.engine import SimulationError
 from coshare.sim.poncos import BASELINE_GBPS, DOMAIN_CORES, INIT_S, MAX_SHARE, NODE, USE, _job
 from coshare.sim.poncos import RUN_ALONE_S as _RUN_ALONE_S
 from coshare.trial_steps import run_trials
@@ -72,7 +73,7 @@ CYCLE_S = 5.0
 SAMPLE_S = 10.0
 #: Float slack for times and work.
 _EPS = 1e-9
-#: A run that has not ended by then is stuck (a bug): it stops with what it has.
+#: A run that has not ended by then is stuck (a bug): it stops with an error.
 _HORIZON_S = 1e6
 
 
@@ -357,7 +358,7 @@ class _Queue:
         """Start the plan's jobs (a trial's with its ``placed`` record, as the live cycle
         writes it with the placement) and note its bandwidth decisions."""
         named = {t.job: t for t in plan.trials}
-        others = tuple(sorted(r.id for r in snapshot.running))
+        others = [r.id for r in snapshot.running]  # and those placed before it this cycle
         for a in plan.assignments:
             j = self.jobs[a.job]
             trial = named.get(a.job)
@@ -365,8 +366,9 @@ class _Queue:
                 self.trials += 1
                 j.record = TrialRecord("placed", int(self.now), trial.partners)
             elif others:
-                self._decide(a.job, "admit", list(others), True)
+                self._decide(a.job, "admit", others, True)
             j.phase, j.start_s = "running", self.now
+            others.append(a.job)
 
     def _decide(self, job: str, kind: str, others: Sequence[str], co_run: bool) -> None:
         true_sum = USE[_program_of(job)] + sum(USE[_program_of(o)] for o in others)
@@ -397,7 +399,10 @@ class _Queue:
             thaws = [j.frozen_until for j in self.jobs.values() if j.frozen_until > self.now]
             then = min([next_tick, *ends, *thaws])
             if then > _HORIZON_S:
-                break
+                stuck = ", ".join(i for i, j in self.jobs.items() if j.phase != "ended")
+                raise SimulationError(
+                    f"poncos trials: {stuck} not ended by {_HORIZON_S:g} s (a stuck run)"
+                )
             for i, r in rates.items():
                 self.jobs[i].left -= (then - self.now) * r
             self.now = then
