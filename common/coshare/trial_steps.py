@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from coshare.model import Snapshot
-from coshare.policies.membw import UNKNOWN_SHARE, measured_use, node_uses
+from coshare.model import RunningJob, Snapshot
+from coshare.policies.membw import UNKNOWN_SHARE, job_share, measured_use
 from coshare.ports import ProbeResult, TrialControl, TrialProbe
 from coshare.trials import Step, TrialJob, TrialLimits, advance, awaiting, decide, measured_programs
 
@@ -107,33 +107,58 @@ def partners_use(
     init_s: float,
     share: float | None,
 ) -> float:
-    """The use of a trial's partners as the policy counted them when it planned the trial
-    (:func:`coshare.policies.membw.node_uses`): the node's probe for the partners that ran
-    past ``init_s`` before it (poncos section 7 step 3: the first job is measured on the
-    free cores before the next starts), each other partner's recorded or declared share,
-    bandwidth-bound (1.0) when neither. Where the node's probe ran after the job on trial
-    started, it saw that job too, and its measured ``share`` is taken off the probe's
-    figure (``None``: the probe failed, and the job counts as bandwidth-bound anyway); a
-    probe during the job's initialization saw less of it than its share, so the partners
-    may then count a little low. Without a probe or records, every partner is
-    bandwidth-bound, so the trial fails: nothing is known to co-run beside."""
+    """The use of a trial's partners still on its node: each partner's recorded or declared
+    share (:func:`coshare.policies.membw.job_share`, as before); a partner with neither
+    counts with what the node's probe found of it, as the policy counted it when it planned
+    the trial (poncos section 7 step 3: the first job is measured on the free cores before
+    the next starts). That is the probe's figure less the known shares of the other jobs it
+    saw (those started before it), the job on trial among them with its measured ``share``
+    (a probe during a job's initialization saw less of it than its share, so the partners
+    may then count a little low). A partner with neither a share nor a probe past its
+    ``init_s`` (or beside another such job the probe saw: the figure cannot be split) is
+    bandwidth-bound (1.0), so the trial fails: nothing is known to co-run beside."""
     node = next((n for n in snapshot.nodes if n.name == job.node), None)
     if node is None:
         return UNKNOWN_SHARE * len(partners)
-    held = tuple(r for r in snapshot.running if r.node == node.name and r.id in set(partners))
-    missing = len(set(partners) - {r.id for r in held})
-    use = node_uses(Snapshot((node,), held, ()), programs, init_s)[0].used
+    on_node = {r.id: r for r in snapshot.running if r.node == node.name}
+    known = 0.0
+    unknown: list[RunningJob] = []
+    for partner in partners:
+        held = on_node.get(partner)
+        est = None if held is None else job_share(held.program, held.membw_gbps, node, programs)
+        if est is not None:
+            known += est
+        elif held is None:
+            known += UNKNOWN_SHARE
+        else:
+            unknown.append(held)
+    if not unknown:
+        return known
     probe = measured_use(node)
-    caught = (
-        probe is not None
-        and job.started_s is not None
-        and job.started_s < probe[1]
-        and share is not None
-    )
-    if caught:
-        assert share is not None
-        use = max(use - share, 0.0)
-    return use + UNKNOWN_SHARE * missing
+    if probe is None or share is None:
+        return known + UNKNOWN_SHARE * len(unknown)
+    measured, at = probe
+    if not all(_seen(r, at, init_s) for r in unknown):
+        return known + UNKNOWN_SHARE * len(unknown)
+    others = 0.0
+    ids = {r.id for r in unknown}
+    for r in on_node.values():
+        if r.id in ids or r.id == job.job or not _seen(r, at, 0.0):
+            continue
+        est = job_share(r.program, r.membw_gbps, node, programs)
+        if est is None:
+            return known + UNKNOWN_SHARE * len(unknown)
+        others += est
+    if job.started_s is not None and job.started_s < at:
+        others += share
+    return known + max(measured - others, 0.0)
+
+
+def _seen(job: RunningJob, probe_at_s: float, after_s: float) -> bool:
+    """Whether a probe at ``probe_at_s`` ran more than ``after_s`` after ``job`` started
+    running (``0``: while it ran at all)."""
+    start = job.start_time_s
+    return job.state == "running" and start is not None and start + after_s < probe_at_s
 
 
 def _measure(

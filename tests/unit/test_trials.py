@@ -538,6 +538,24 @@ def test_a_partner_known_only_by_its_nodes_probe_counts_with_what_the_probe_foun
     assert any(f"{0.534 + share:.2f}" in n for n in done.notes)
 
 
+def test_a_partners_recorded_share_wins_over_its_nodes_probe() -> None:
+    # The probe says job 1 uses 0.3; its program's record says 0.6: 0.6 + 0.35 > 0.9.
+    queue = Queue({"2": tjob(rec())})
+    run_trials(queue, Probe([0.35]), probed(40 * 0.7, T0 - 30), {"lama": 0.6}, LIMITS, T0 + 90)
+    assert queue.jobs["2"].record.state == "suspended"
+
+
+def test_a_partner_that_started_too_shortly_before_the_probe_is_bandwidth_bound() -> None:
+    # The probe ran 30 s after job 1 started, within its init_s (60 s): it tells nothing.
+    queue = Queue({"2": tjob(rec())})
+    snap = probed(40 * (1 - 0.3), T0 - 30)
+    late = replace(snap.running[0], start_time_s=T0 - 60)
+    run_trials(
+        queue, Probe([0.1]), replace(snap, running=(late, snap.running[1])), {}, LIMITS, T0 + 90
+    )
+    assert queue.jobs["2"].record.state == "suspended"
+
+
 def test_without_a_probe_or_a_record_a_partner_is_bandwidth_bound() -> None:
     queue = Queue({"2": tjob(rec())})
     bare = replace(probed(40.0, T0), nodes=(Node("n1", 4 * MILLI, 8192),))
