@@ -11,7 +11,7 @@ with nothing recorded beforehand, through the live code:
 - **plan**: :class:`~coshare.policies.membw.MembwPolicy` with ``trials`` on plans each
   cycle, on the node facts a daemon would publish (its periodic probe, step 3), and names
   the trial co-runs;
-- **trial steps**: :func:`coshare.trial_cycle.run_trials` moves every trial one step per
+- **trial steps**: :func:`coshare.trial_steps.run_trials` moves every trial one step per
   cycle (``advance``, ``decide``: the same functions a live cycle calls) through a
   :class:`~coshare.ports.TrialControl` kept here (records, suspend, resume, requeue) and a
   :class:`~coshare.ports.TrialProbe` that *models* the measurement (:class:`ModelledProbe`);
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -170,10 +170,11 @@ class TrialRun:
 
 
 def reading(noise: float, seed: int, *key: int) -> float:
-    """The factor ``1 + noise * z`` of one probe, ``z`` drawn from ``seed`` and ``key``."""
+    """The factor ``1 + noise * z`` of one probe, ``z`` drawn from ``seed`` and ``key`` (any
+    integers: a negative seed is as good as another)."""
     if noise == 0.0:
         return 1.0
-    z = np.random.default_rng([seed, *key]).standard_normal()
+    z = np.random.default_rng([seed % 2**63, *key]).standard_normal()
     return 1.0 + noise * float(z)
 
 
@@ -443,8 +444,3 @@ def summary(runs: Sequence[TrialRun]) -> dict[str, float]:
         "wrong": float(np.mean([r.wrong for r in runs])),
         "frozen_s": float(np.mean([r.frozen_s for r in runs])),
     }
-
-
-def with_seed(setup: TrialSetup, seed: int) -> TrialSetup:
-    """``setup`` at ``seed``."""
-    return replace(setup, seed=seed)
