@@ -17,7 +17,9 @@ through its scheduler's :class:`~coshare.ports.TrialControl` and a
     measured shares --> record_file (policy.membw.record_file)
 
 A failed scheduler verb or write is said in the report's notes and retried by the next
-cycle (the record still says where the job stands); it never stops the other jobs.
+cycle (the record still says where the job stands); it never stops the other jobs. The
+steps are :mod:`coshare.trial_steps`'s (pure; re-exported here); this module adds the
+probes and the record file.
 
 The probes: :class:`InjectedProbe` (the documented test hook, ``policy.membw.
 probe_inject_file``), :class:`SocketProbe` (the node daemon's ``TRIAL`` request over its
@@ -39,7 +41,6 @@ import os
 import socket
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -47,167 +48,17 @@ from coshare.commands import CommandResult
 from coshare.errors import CommandFailed, ConfigError
 from coshare.files import TooLarge, read_bounded
 from coshare.model import Snapshot, TrialResult
-from coshare.policies.membw import UNKNOWN_SHARE, job_share
-from coshare.ports import ProbeResult, TrialControl, TrialProbe, capabilities
+from coshare.ports import ProbeResult, capabilities
 from coshare.profiles import PROGRAM_NAME
-from coshare.trials import (
-    NODE_ASKED,
-    Step,
-    TrialJob,
-    TrialLimits,
-    TrialWhy,
-    advance,
-    awaiting,
-    decide,
-    measured_programs,
-)
+from coshare.trial_steps import TrialReport as TrialReport
+from coshare.trial_steps import partners_use as partners_use
+from coshare.trial_steps import run_trials as run_trials
+from coshare.trials import NODE_ASKED, TrialWhy
 
 log = logging.getLogger("coshare.trials")
 
 #: The largest measurement file read (a share per program is a few dozen bytes).
 MAX_RECORD_CHARS = 4 << 20
-
-
-@dataclass
-class TrialReport:
-    """What one cycle did with the trial co-runs.
-
-    Attributes:
-        steps: the steps taken (waiting jobs left out), in order.
-        notes: what the cycle says: each step, and each failure (a probe that failed, a
-            verb the scheduler refused).
-        measured: each program's share as the queue's records now say.
-    """
-
-    steps: list[Step] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    measured: dict[str, float] = field(default_factory=dict)
-
-
-def run_trials(
-    control: TrialControl,
-    probe: TrialProbe,
-    snapshot: Snapshot,
-    programs: Mapping[str, float],
-    limits: TrialLimits,
-    now_s: float,
-    *,
-    dry_run: bool = False,
-) -> TrialReport:
-    """Move every trial job one step (see the module docstring).
-
-    Args:
-        control: the scheduler's trial verbs (and the jobs its last read found).
-        probe: measures a trial.
-        snapshot: what the same read found (the partners' programs and nodes).
-        programs: the recorded shares the policy plans with (the partners' use).
-        limits: ``policy.membw``'s options.
-        now_s: the cycle's clock (epoch seconds).
-        dry_run: say what would be done; probe, suspend and write nothing.
-    """
-    report = TrialReport()
-    jobs = list(control.trial_jobs())
-    alive = {r.id for r in snapshot.running if r.state == "running"}
-    by_id = {r.id: r for r in snapshot.running}
-    nodes = {n.name: n for n in snapshot.nodes}
-    done: list[TrialJob] = []
-    for job in jobs:
-        step = advance(job, alive, now_s, limits)
-        if step.action in ("wait", "none"):
-            done.append(job)
-            continue
-        if dry_run:
-            report.steps.append(step)
-            report.notes.append(f"(dry run) {step.note}")
-            done.append(job)
-            continue
-        if step.action == "probe":
-            why = getattr(probe, "request_why", None)  # the request a node reads itself
-            if step.record is not None and why is not None:
-                step = replace(step, record=replace(step.record, why=why))
-            elif why is not None and job.record.why != why:  # measuring, asked no node yet
-                step = replace(step, record=replace(job.record, at_s=int(now_s), why=why))
-            if step.record is not None and not _write(control, job.job, step, report):
-                done.append(job)
-                continue
-            asked = step.record or job.record  # the measuring record: the request
-            partners = [p for p in job.record.partners if p in alive]
-            result = _measure(probe, job, partners, asked.at_s)
-            if not result.pending or step.record is not None:
-                report.notes.append(step.note)  # not "probing again" each pending cycle
-            node = nodes.get(job.node)
-            use = 0.0
-            for partner in partners:
-                held = by_id.get(partner)
-                share = (
-                    None
-                    if held is None or node is None
-                    else job_share(held.program, held.membw_gbps, node, programs)
-                )
-                use += UNKNOWN_SHARE if share is None else share
-            if result.pending:
-                job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s, asked)
-                step = awaiting(job, result.error, use, now_s, limits)
-                if step.action == "wait":
-                    report.notes.append(step.note)
-                    done.append(job)
-                    continue
-            else:
-                step = decide(job, result.share, result.error, use, now_s, limits)
-        report.steps.append(step)
-        if _act(control, job, step, report) and step.record is not None:
-            job = TrialJob(job.job, job.node, job.program, job.phase, job.started_s, step.record)
-        done.append(job)
-    report.measured = measured_programs(done)
-    return report
-
-
-def _measure(
-    probe: TrialProbe, job: TrialJob, partners: Sequence[str], requested_at_s: int
-) -> ProbeResult:
-    """The probe's result; an exception of the probe is a failed probe, not a failed cycle."""
-    try:
-        return probe.measure(
-            job.node, job.job, partners, job.program, requested_at_s=requested_at_s
-        )
-    except Exception as exc:
-        return ProbeResult(None, f"{type(exc).__name__}: {exc}")
-
-
-def _act(control: TrialControl, job: TrialJob, step: Step, report: TrialReport) -> bool:
-    """Do a step's scheduler verb, then write its record; whether both went through."""
-    verb = {
-        "suspend": lambda: control.suspend(job.job),
-        "resume": lambda: control.resume(job.job),
-        "requeue": lambda: control.requeue(job.job, step.reason),
-    }.get(step.action)
-    if verb is not None:
-        error = verb()
-        if error is not None:
-            report.notes.append(
-                f"job {job.job}: could not {step.action} it ({error}); the next cycle tries again"
-            )
-            return False
-        report.notes.append(step.note)  # done, whatever becomes of the record
-        if step.action == "requeue":  # its record went with its placement
-            return True
-        return step.record is None or _write(control, job.job, step, report)
-    ok = step.record is None or _write(control, job.job, step, report)
-    if ok:
-        report.notes.append(step.note)
-    return ok
-
-
-def _write(control: TrialControl, job: str, step: Step, report: TrialReport) -> bool:
-    assert step.record is not None
-    error = control.write_trial(job, step.record)
-    if error is not None:
-        report.notes.append(
-            f"job {job}: its trial record ({step.record.state}) was not "
-            f"written ({error}); the next cycle tries again"
-        )
-        return False
-    return True
 
 
 # -- measurements per program ----------------------------------------------------------------

@@ -54,6 +54,7 @@ PURE = [
     "llc",
     "node.perfstat",
     "coord.claims",
+    "trial_steps",
 ]
 
 #: The adapters' pure halves: records to snapshot (view), plan to writes (edits), and the

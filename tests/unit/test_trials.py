@@ -499,6 +499,70 @@ def test_a_probe_without_an_answer_or_a_daemon_fails_with_why(tmp_path: Path) ->
     assert missing.share is None and f"{tmp_path}/n9.sock" in missing.error
 
 
+def probed(avail_gbps: float, at_s: float) -> Snapshot:
+    """Job 1 (program lama, nothing recorded; started long before) and job 2 on trial
+    (started at T0) on n1, whose probe found ``avail_gbps`` of 40 at ``at_s``."""
+    n1 = Node(
+        "n1",
+        4 * MILLI,
+        8192,
+        membw_avail_gbps=avail_gbps,
+        membw_baseline_gbps=40.0,
+        membw_at_s=at_s,
+    )
+    running = (
+        RunningJob("1", "n1", program="lama", start_time_s=T0 - 600),
+        RunningJob("2", "n1", program="stream", start_time_s=T0),
+    )
+    return Snapshot((n1,), running, ())
+
+
+@pytest.mark.parametrize(
+    ("avail", "at", "share", "kept"),
+    [
+        (40 * (1 - 0.534), T0 - 30, 0.075, True),  # the probe before job 2: job 1's 0.534
+        (40 * (1 - 0.609), T0 + 70, 0.075, True),  # caught both: 0.609 less job 2's 0.075
+        (40 * (1 - 0.834), T0 + 30, 0.3, True),  # caught job 2 in its initialization too
+        (40 * (1 - 0.534), T0 - 30, 0.59, False),  # 0.534 + 0.59 > 0.9
+    ],
+)
+def test_a_partner_known_only_by_its_nodes_probe_counts_with_what_the_probe_found(
+    avail: float, at: float, share: float, kept: bool
+) -> None:
+    # The policy plans a trial beside a job its node's probe measured (poncos step 3); the
+    # cycle decides with that same figure, not as if the partner were bandwidth-bound.
+    queue = Queue({"2": tjob(rec())})
+    done = run_trials(queue, Probe([share]), probed(avail, at), {}, LIMITS, T0 + 90)
+    assert queue.jobs["2"].record.state == ("kept" if kept else "suspended")
+    assert queue.jobs["2"].record.share == share
+    assert any(f"{0.534 + share:.2f}" in n for n in done.notes)
+
+
+def test_a_partners_recorded_share_wins_over_its_nodes_probe() -> None:
+    # The probe says job 1 uses 0.3; its program's record says 0.6: 0.6 + 0.35 > 0.9.
+    queue = Queue({"2": tjob(rec())})
+    run_trials(queue, Probe([0.35]), probed(40 * 0.7, T0 - 30), {"lama": 0.6}, LIMITS, T0 + 90)
+    assert queue.jobs["2"].record.state == "suspended"
+
+
+def test_a_partner_that_started_too_shortly_before_the_probe_is_bandwidth_bound() -> None:
+    # The probe ran 30 s after job 1 started, within its init_s (60 s): it tells nothing.
+    queue = Queue({"2": tjob(rec())})
+    snap = probed(40 * (1 - 0.3), T0 - 30)
+    late = replace(snap.running[0], start_time_s=T0 - 60)
+    run_trials(
+        queue, Probe([0.1]), replace(snap, running=(late, snap.running[1])), {}, LIMITS, T0 + 90
+    )
+    assert queue.jobs["2"].record.state == "suspended"
+
+
+def test_without_a_probe_or_a_record_a_partner_is_bandwidth_bound() -> None:
+    queue = Queue({"2": tjob(rec())})
+    bare = replace(probed(40.0, T0), nodes=(Node("n1", 4 * MILLI, 8192),))
+    run_trials(queue, Probe([0.05]), bare, {}, LIMITS, T0 + 90)
+    assert queue.jobs["2"].record.state == "suspended"
+
+
 # -- probe_via: facts -----------------------------------------------------------------------
 
 

@@ -20,9 +20,12 @@ sum of their uses stays at most 90% (section 7). coshare plans the same rule:
   node). Jobs go in scheduler order (priority, then age), first fit in snapshot order.
 - **Trial co-runs** (section 7, steps 4-9; ``trials=True``): a job of unknown use may start
   beside jobs whose use is known and leaves room, as a trial the plan names
-  (:class:`~coshare.model.Trial`); the node takes nothing else until it is measured. The
-  simulator plans with them; a live cycle does where ``policy.membw.trials`` is on, and
-  runs them as :mod:`coshare.trials` describes (freeze, probe, thaw, keep or suspend).
+  (:class:`~coshare.model.Trial`); the node takes nothing else until it is measured. A
+  live cycle plans them where ``policy.membw.trials`` is on (off by default) and runs them
+  as :mod:`coshare.trials` describes (freeze, probe, thaw, keep or suspend). The
+  simulator's section 8 queues plan without them (Table 1 recorded, or nothing recorded
+  and no trials) unless asked: ``coshare simulate --workload poncos --trials on`` runs the
+  same policy and the same trial steps on modelled probes (:mod:`coshare.sim.poncos_trials`).
 
 Pure: no I/O, no clock.
 """
@@ -134,8 +137,8 @@ class MembwPolicy:
         max_share: the limit of a node's summed use (``policy.membw.max_share``).
         programs: recorded use per program (``policy.membw.programs``).
         init_s: a job is in its node's probe once it ran this long before it.
-        trials: plan trial co-runs for jobs of unknown use (the simulator; live cycles with
-            ``policy.membw.trials``).
+        trials: plan trial co-runs for jobs of unknown use (``policy.membw.trials``; the
+            simulator's ``--trials``).
         threads: ``strict`` or ``soft`` device threads, as the other policies.
     """
 

@@ -269,6 +269,8 @@ class Request:
     bound: bool = False
     history: HistoryAsk | None = None
     order: str = "coshare"
+    trials: str = "off"
+    probe_noise: float = 0.0
 
     @property
     def swept(self) -> bool:
@@ -537,7 +539,7 @@ def _poncos(request: Request) -> Outcome:
     """poncos section 8: Table 1's admission matrix and the two queues."""
     from coshare.sim.poncos_report import poncos_outcome
 
-    text, payload = poncos_outcome()
+    text, payload = poncos_outcome(request.trials, request.probe_noise, request.seeds)
     return Outcome(text, payload)
 
 
@@ -1010,6 +1012,22 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
     "devices but never declared it: MiB, user:NAME=MiB or program:NAME=MiB "
     "(repeat; default: the whole device).",
 )
+@click.option(
+    "--trials",
+    type=click.Choice(["off", "on", "both"]),
+    default="off",
+    show_default=True,
+    help="poncos: also run the queues through poncos' own sequence with trial co-runs "
+    "(probe, freeze, measure, thaw, decide), nothing recorded beforehand; both: beside "
+    "the same run without them.",
+)
+@click.option(
+    "--probe-noise",
+    type=FiniteRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="poncos --trials: relative sigma of every probe's reading (--seed/--seeds draw it).",
+)
 @pass_app
 def simulate(
     app: AppContext,
@@ -1045,6 +1063,8 @@ def simulate(
     nodes_file: str | None,
     device_memory: tuple[str, ...],
     order: str,
+    trials: str,
+    probe_noise: float,
 ) -> None:
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
@@ -1057,6 +1077,8 @@ def simulate(
     history = _history_ask(workload, app, since, until, history_file, nodes_file, device_memory)
     if order != "coshare" and not (workload.startswith("trace:") or history is not None):
         raise click.UsageError("--order applies to trace:PATH and history replays")
+    if (trials != "off" or probe_noise) and workload != "poncos":
+        raise click.UsageError("--trials and --probe-noise apply to --workload poncos")
     if order == "both" and sweeps:
         raise click.UsageError("--order both runs each policy twice; with --sweep choose one")
     if plot is not None:
@@ -1103,6 +1125,8 @@ def simulate(
             bound,
             history,
             order,
+            trials,
+            probe_noise,
         )
         outcome = run(request)
     _emit(output, outcome.text, {**header, **outcome.payload})
