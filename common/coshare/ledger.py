@@ -690,6 +690,18 @@ def whole_node(job_id: str, node: Node) -> RunningJob:
 # -- the Editor's decisions ----------------------------------------------------------------
 
 
+#: Policies whose plans lend the idle cores of running GPU jobs to CPU-only jobs.
+LENDING_POLICIES = frozenset({"collocate"})
+
+
+def may_lend(policy: str, job: Job) -> bool:
+    """Whether a job a ``policy`` places may lend its cores later: a GPU job with a requested
+    time (without one no monitoring period ends: ``collocate``'s donors), placed by a lending
+    policy. The scheduler must then let borrowers run on its cores (Slurm: it
+    runs in the lending partition)."""
+    return policy in LENDING_POLICIES and job.needs_device and job.walltime_s is not None
+
+
 @dataclass(frozen=True)
 class Current:
     """One job as the Editor re-read it just before writing.
@@ -737,7 +749,7 @@ class Write:
             before the job runs.
         shares_cores: whether the scheduler must let it run on cores it believes taken, or
             lend its own: a job placed on a harvest, or a GPU job a harvesting policy may
-            lend cores of later (:func:`coshare.policies.collocate.may_lend`). Slurm puts
+            lend cores of later (:func:`may_lend`). Slurm puts
             such jobs in its lending partition (``slurm.lend_partition``).
         trial: the partners of the trial co-run it is placed for (its record starts with
             the placement); ``None``: no trial.
@@ -823,10 +835,6 @@ def decide(
         current: the involved jobs as re-read just before writing (plan, refused and
             :attr:`Book.to_close` jobs); a job missing here left the queue.
     """
-    # Here, not at the top: the policies (numpy) load only where a plan is applied, not on
-    # the nodes, whose commands import the config (and through it this module).
-    from coshare.policies.collocate import may_lend
-
     spots: dict[str, list[Part]] = defaultdict(list)
     harvest: dict[str, str] = {}
     for a in plan.assignments:

@@ -45,9 +45,7 @@ from coshare.errors import (
     StoppedBetweenBatches,
 )
 from coshare.mig import without_mig_parents
-from coshare.model import Plan, Snapshot
-from coshare.policies.base import Policy
-from coshare.policies.collocate import NO_HARVEST, without_harvest
+from coshare.model import Plan, Snapshot, Unplaced
 from coshare.ports import (
     ApplyReport,
     BatchFencedEditor,
@@ -55,6 +53,7 @@ from coshare.ports import (
     Fence,
     JobOutcome,
     PlanGate,
+    Policy,
     Rejected,
     Source,
     SourceResult,
@@ -310,6 +309,42 @@ def _apply_fenced(
         )
     except (EngineUnavailable, LeaseLost) as exc:  # "wrote nothing" is no longer true
         raise StoppedBetweenBatches(exc) from exc
+
+
+#: Why a live cycle does not apply a harvest placement through an Editor that cannot.
+NOT_APPLIED = (
+    "placed on the idle cores of GPU job {donor}, which this cycle cannot apply: "
+    "{why}; it waits for free cores"
+)
+#: The reason of an Editor that says nothing of harvest placements.
+NO_HARVEST = (
+    "its scheduler adapter cannot start a job on cores the scheduler believes taken, "
+    "nor have them taken out of the GPU job's cpuset first"
+)
+
+
+def without_harvest(plan: Plan, why: str = NO_HARVEST) -> Plan:
+    """The plan a live cycle applies through an Editor that cannot apply harvest placements:
+    they become ``unsupported`` waits, saying ``why``, and nothing is requeued.
+
+    Applying one anyway would either fail (the scheduler believes the cores taken) or share
+    cores unpartitioned (what section III-B1 measured to be slower).
+    """
+    harvest = [a for a in plan.assignments if a.harvest_from is not None]
+    if not harvest and not plan.requeue:
+        return plan
+    kept = tuple(a for a in plan.assignments if a.harvest_from is None)
+    waits = tuple(
+        Unplaced(a.job, NOT_APPLIED.format(donor=a.harvest_from, why=why), "unsupported")
+        for a in harvest
+    )
+    notes = plan.notes
+    if plan.requeue:
+        notes += (
+            f"{len(plan.requeue)} jobs on lent cores would be requeued; this cycle "
+            "places none there, so none is",
+        )
+    return replace(plan, assignments=kept, unplaced=plan.unplaced + waits, notes=notes, requeue=())
 
 
 def harvest_refusal(editor: object) -> str | None:

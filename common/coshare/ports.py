@@ -93,6 +93,26 @@ class SourceResult:
     unusable: tuple[Unusable, ...] = ()
 
 
+class Policy(Protocol):
+    """A placement policy.
+
+    Contract: ``plan`` is pure and deterministic for a given snapshot and the policy's own
+    options (seed included); every pending job of the snapshot appears exactly once in the
+    result (in ``assignments``, or in ``unplaced`` with a reason); running and planned jobs of
+    the snapshot are never moved; no device memory, host core or host memory is oversubscribed,
+    nor device threads in ``strict`` mode.
+    """
+
+    @property
+    def name(self) -> str:
+        """The policy's name as the command line knows it."""
+        ...
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        """Decide where pending jobs go this cycle."""
+        ...
+
+
 class Source(Protocol):
     """Reads the scheduler into a snapshot.
 

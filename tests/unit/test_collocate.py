@@ -16,13 +16,12 @@ from coshare.cli import schema_text
 from coshare.config import load_config
 from coshare.errors import ConfigError
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
-from coshare.planner import run_cycle
+from coshare.planner import run_cycle, without_harvest
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.collocate import (
     CollocatePolicy,
     measured_demand,
     saturated,
-    without_harvest,
 )
 from coshare.ports import Capabilities
 from coshare.schema import parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict

@@ -1,4 +1,4 @@
-"""Placement policies, one module each, behind the :class:`~coshare.policies.base.Policy`
+"""Placement policies, one module each, behind the :class:`~coshare.ports.Policy`
 protocol; the live cycle and the simulator build them the same way, with :func:`make_policy`.
 
 ==========  =====================================================================

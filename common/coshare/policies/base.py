@@ -18,36 +18,17 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from coshare.model import Assignment, Job, Node, Plan, Snapshot, Unplaced, milli_to_cores
+from coshare.ports import Policy as Policy  # the protocol lives with the cycle's ports
 
 Mask = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
 Ranks = npt.NDArray[np.signedinteger[Any]]
-
-
-class Policy(Protocol):
-    """A placement policy.
-
-    Contract: ``plan`` is pure and deterministic for a given snapshot and the policy's own
-    options (seed included); every pending job of the snapshot appears exactly once in the
-    result (in ``assignments``, or in ``unplaced`` with a reason); running and planned jobs of
-    the snapshot are never moved; no device memory, host core or host memory is oversubscribed,
-    nor device threads in ``strict`` mode.
-    """
-
-    @property
-    def name(self) -> str:
-        """The policy's name as the command line knows it."""
-        ...
-
-    def plan(self, snapshot: Snapshot) -> Plan:
-        """Decide where pending jobs go this cycle."""
-        ...
 
 
 def priority_key(job: Job) -> tuple[int, float, str]:
