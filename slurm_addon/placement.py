@@ -453,7 +453,7 @@ def is_refusal(admin_comment: str) -> bool:
 
 def format_waiting(reason: str) -> str:
     """The AdminComment of a job that waits, with the plan's short reason
-    (:func:`coshare.explain.wait_reason`, already one bounded line)."""
+    (:func:`coshare.wait_reasons.wait_reason`, already one bounded line)."""
     return WAITING_PREFIX + reason
 
 

@@ -152,7 +152,7 @@ class ApplyReport:
             held) because the plan no longer keeps them there, with why.
         dry_run: whether nothing was written.
         noted: jobs whose wait reason was written or cleared (only those whose reason
-            changed; :func:`coshare.explain.wait_reason_writes`).
+            changed; :func:`coshare.wait_reasons.wait_reason_writes`).
         requeued: running jobs requeued through the scheduler (``Plan.requeue``: CPU-only
             jobs whose GPU job needs its lent cores back), with why.
     """

@@ -10,17 +10,12 @@ import pytest
 from click.testing import CliRunner
 from coshare.cli import cli
 from coshare.errors import InputError
-from coshare.explain import (
-    MAX_WAIT_REASON_CHARS,
-    explain,
-    explanation_to_dict,
-    wait_reason,
-    wait_reason_writes,
-)
+from coshare.explain import explain, explanation_to_dict
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
 from coshare.policies import PolicyOptions, make_policy
 from coshare.ports import Rejected, Waiting
 from coshare.schema import snapshot_to_dict
+from coshare.wait_reasons import MAX_WAIT_REASON_CHARS, wait_reason, wait_reason_writes
 
 from condor_addon.cli import NAMES as CONDOR_NAMES
 

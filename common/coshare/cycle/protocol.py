@@ -32,10 +32,10 @@ from dataclasses import replace
 from typing import TypeVar
 
 from coshare.cycle.queue_writer import QueueWriter, WriteShape, Written
-from coshare.explain import wait_reason_writes
 from coshare.ledger import Current, Decisions, Write, decide, gates_may_open
 from coshare.model import Job, Plan
 from coshare.ports import ApplyReport, Fence, JobOutcome, Rejected, no_fence
+from coshare.wait_reasons import wait_reason_writes
 
 T = TypeVar("T")
 
