@@ -62,6 +62,26 @@ class LiveOptions:
     check: bool = False
 
 
+@dataclass(frozen=True)
+class LiveRun:
+    """One run of the live cycle.
+
+    Attributes:
+        result: the run, as the fast engine reports one.
+        withdrawn: placements closed by a later cycle (expired: not started within
+            ``replan_after_s``), summed over the cycles.
+        failed: writes that failed, summed over the cycles.
+        skipped: writes skipped (the job changed or left between read and write).
+        rejected: refusals marked, summed over the cycles.
+    """
+
+    result: SimResult
+    withdrawn: int = 0
+    failed: int = 0
+    skipped: int = 0
+    rejected: int = 0
+
+
 class _ModelRuns:
     """Runs started jobs under an execution model; tells the scheduler when each ends."""
 
@@ -110,7 +130,7 @@ def simulate_live(
     *,
     options: LiveOptions | None = None,
     model: ExecutionModel | None = None,
-) -> SimResult:
+) -> LiveRun:
     """Run ``jobs`` on ``nodes`` with ``policy`` planning through the live cycle.
 
     Raises:
@@ -130,7 +150,7 @@ def simulate_live(
     for sim in jobs:
         scheduler.at(sim.job.submit_time_s, _arrival(scheduler, sim))
     adapter = MemoryAdapter(scheduler)
-    cycles = 0
+    cycles = withdrawn = failed = skipped = rejected = 0
     t = 0.0
     while True:
         scheduler.advance(t)
@@ -141,6 +161,10 @@ def simulate_live(
                 adapter, policy, adapter, strict_threads=options.strict_threads, before_write=None
             )
             scheduler.start_ready()
+            withdrawn += len(report.apply.withdrawn)
+            failed += len(report.apply.failed)
+            skipped += len(report.apply.skipped)
+            rejected += len(report.apply.rejected)
             if options.check and (found := problems(scheduler)):
                 raise SimulationError(f"t={t:g}: " + "; ".join(found[:5]))
             idle = (
@@ -161,7 +185,8 @@ def simulate_live(
         if upcoming is None:
             break
         t = max(t + options.cycle_s, _on_grid(upcoming, options.cycle_s))
-    return _result(policy.name, scheduler, jobs, model, runs.threads, cycles)
+    result = _result(policy.name, scheduler, jobs, model, runs.threads, cycles)
+    return LiveRun(result, withdrawn, failed, skipped, rejected)
 
 
 def _arrival(scheduler: MemoryScheduler, sim: SimJob) -> Callable[[float], None]:
