@@ -154,17 +154,17 @@ def live_table(sides: Sequence[Side], title: str) -> Table:
     columns = [
         "policy",
         "seed",
-        "makespan engine",
-        "makespan live",
-        "live/engine",
-        "util engine",
-        "util live",
-        "wait engine",
-        "wait live",
-        "cycles engine",
-        "cycles live",
+        "makespan\nengine",
+        "makespan\nlive",
+        "live/\nengine",
+        "util\nengine",
+        "util\nlive",
+        "wait\nengine",
+        "wait\nlive",
+        "cycles\nengine",
+        "cycles\nlive",
         "expired",
-        "not run",
+        "not run\neng/live",
     ]
     for c in columns:
         table.add_column(c, justify="left" if c == "policy" else "right")

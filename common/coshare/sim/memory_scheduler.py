@@ -63,8 +63,9 @@ class Faults:
         fail: by ``(verb, job)`` (a verb of :data:`VERBS`), the scheduler's error: that job's
             write fails, the others go on.
         before: called with the verb's name and its jobs at the start of each verb
-            (``reread`` included), before anything is done: a test cancels or starts a job
-            there, or runs a second planner's cycle.
+            (``reread`` included), before anything is done, and with ``read`` as a planner's
+            read ends: a test cancels or starts a job there, or runs a second planner's
+            cycle.
         kill_after_batches: :meth:`MemoryWriter.place` raises :class:`Killed` when called
             after this many batches were placed (``None``: never).
         unreachable: :meth:`MemoryWriter.reach` raises :class:`SchedulerError`.
@@ -141,6 +142,10 @@ class Record:
         return (tuple(sorted(self.annotations.items())), self.placed, self.refusal)
 
 
+#: The keys of a job's device demand.
+_DEVICE_FIELDS = ("device_memory_mib", "device_threads", "device_count")
+
+
 def annotations_of(job: Job) -> dict[str, object]:
     """The annotations a user would write for ``job`` (as strings, as a scheduler holds
     them): every key whose value is not the default, and a device job's memory and
@@ -151,7 +156,9 @@ def annotations_of(job: Job) -> dict[str, object]:
         value = getattr(job, spec.field)
         if value is None:
             continue
-        needed = job.kind == "device" and spec.field in ("device_memory_mib", "device_threads")
+        if job.kind == "cpu" and spec.field in _DEVICE_FIELDS:
+            continue  # a CPU job names no device
+        needed = job.kind == "device" and spec.field in _DEVICE_FIELDS[:2]
         if needed or spec.field == "kind" or value != getattr(base, spec.field):
             out[spec.attribute] = str(value)
     return out
@@ -647,6 +654,8 @@ class MemoryAdapter:
         self.book = book
         running = tuple(h for r in s.running() for h in r.holds)
         snapshot = Snapshot(s.nodes, running + book.planned, book.pending, now_s=s.now)
+        if s.faults.before is not None:
+            s.faults.before("read", ())
         return SourceResult(snapshot, book.rejected, notes=book.notes)
 
     def apply(
