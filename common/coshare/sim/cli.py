@@ -1017,7 +1017,8 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
     show_default=True,
     help="engine: the fast event engine; live: also run each policy through the live "
     "planning cycle (read, ledger, write protocol) on an in-memory scheduler, a cycle every "
-    "--cycle-s, and print both (paper job sets and trace:PATH).",
+    "--cycle-s, and print both (paper job sets, and trace:PATH, where --jobs takes the "
+    "log's first jobs).",
 )
 @click.option(
     "--cycle-s",
@@ -1071,7 +1072,7 @@ def simulate(
         raise InputError(
             f"unknown workload {shorten(workload)} (known: {', '.join(WORKLOAD_NAMES)})"
         )
-    _refuse_options_that_do_not_apply(workload, cores_per_node)
+    _refuse_options_that_do_not_apply(workload, cores_per_node, live=cycle == "live")
     history = _history_ask(workload, app, since, until, history_file, nodes_file, device_memory)
     if order != "coshare" and not (workload.startswith("trace:") or history is not None):
         raise click.UsageError("--order applies to trace:PATH and history replays")
@@ -1263,8 +1264,11 @@ _NOT_FOR_TRACES = {
 }
 
 
-def _refuse_options_that_do_not_apply(workload: str, cores_per_node: int | None) -> None:
-    """Refuse (exit 2) an option given on the command line that ``workload`` would ignore.
+def _refuse_options_that_do_not_apply(
+    workload: str, cores_per_node: int | None, live: bool = False
+) -> None:
+    """Refuse (exit 2) an option given on the command line that ``workload`` would ignore
+    (``live``: ``--cycle live``, where ``--jobs`` takes a trace's first jobs).
 
     Raises:
         click.UsageError: ``--cores-per-node`` for a workload that is not a trace, or an
@@ -1282,6 +1286,7 @@ def _refuse_options_that_do_not_apply(workload: str, cores_per_node: int | None)
         flag
         for name, flag in _NOT_FOR_TRACES.items()
         if context.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+        and not (live and name == "jobs")
     ]
     if given:
         raise click.UsageError(

@@ -10,6 +10,7 @@ reading the log.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,10 +134,15 @@ def trace_sides(
     setup: Setup,
     options: LiveOptions,
     bytes_per_job: bool = False,
+    first: int | None = None,
 ) -> list[Side]:
-    """An SWF log's jobs (fixed run times; a job wider than a node a gang), both ways."""
+    """An SWF log's jobs (fixed run times; a job wider than a node a gang), both ways;
+    ``first``: only its first jobs."""
     records = rebased(iter_swf(stream_lines(path), str(path), SwfTally(), bytes_per_job))
-    jobs = [host_only(as_gang(j.job, cluster), j.run_s, j.user) for j in records]
+    jobs = [
+        host_only(as_gang(j.job, cluster), j.run_s, j.user)
+        for j in itertools.islice(records, first)
+    ]
     if not jobs:
         raise InputError(f"trace:{path.name} holds no job to replay")
     sides = []
@@ -148,8 +154,9 @@ def trace_sides(
 
 
 def live_table(sides: Sequence[Side], title: str) -> Table:
-    """One row per policy and seed: the engine's and the live cycle's makespan, utilization,
-    mean wait and cycles, and the live cycle's expired placements."""
+    """One row per policy and seed: the engine's and the live cycle's makespan, utilization
+    (the devices', or the cores' on a cluster without devices), mean wait and cycles, and
+    the live cycle's expired placements."""
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     columns = [
         "policy",
@@ -168,6 +175,7 @@ def live_table(sides: Sequence[Side], title: str) -> Table:
     ]
     for c in columns:
         table.add_column(c, justify="left" if c == "policy" else "right")
+    cores = any(s.run.result.devices == 0 for s in sides)
     for s in sides:
         ratio = s.live.makespan_s / s.engine.makespan_s if s.engine.makespan_s > 0 else 0.0
         table.add_row(
@@ -176,8 +184,8 @@ def live_table(sides: Sequence[Side], title: str) -> Table:
             f"{s.engine.makespan_s:.0f}",
             f"{s.live.makespan_s:.0f}",
             f"{ratio:.2f}",
-            f"{s.engine.utilization:.0%}",
-            f"{s.live.utilization:.0%}",
+            f"{_util(s.engine, cores):.0%}",
+            f"{_util(s.live, cores):.0%}",
             f"{s.engine.wait_mean_s:.0f}",
             f"{s.live.wait_mean_s:.0f}",
             str(s.engine.cycles),
@@ -186,6 +194,11 @@ def live_table(sides: Sequence[Side], title: str) -> Table:
             f"{s.engine.not_run}/{s.live.not_run}",
         )
     return table
+
+
+def _util(summary: RunSummary, cores: bool) -> float:
+    """Device core utilization, or the nodes' (core-seconds) on a cluster without devices."""
+    return summary.core_utilization if cores else summary.utilization
 
 
 def live_json(sides: Sequence[Side], options: LiveOptions) -> dict[str, Any]:
@@ -249,8 +262,9 @@ def live_outcome(
         path = Path(workload[len("trace:") :])
         cluster = cluster_of(path, nodes, cores_per_node)
         bytes_per_job, _ = memory_reading_of(path, cluster)
-        sides = trace_sides(path, cluster, policies, seeds, setup, options, bytes_per_job)
-        title = f"trace:{path.name}: {len(cluster)} nodes"
+        sides = trace_sides(path, cluster, policies, seeds, setup, options, bytes_per_job, jobs)
+        first = f", its first {jobs} jobs" if jobs is not None else ""
+        title = f"trace:{path.name}{first}: {len(cluster)} nodes"
     elif workload in LIVE_WORKLOADS:
         count = jobs or (TABLE1_JOBS if workload == "table1" else SYNTHETIC_JOBS)
         size = nodes or PAPER_NODES
