@@ -14,11 +14,13 @@ the fast engine's execution model (:mod:`coshare.sim.device`), so the two differ
 the live cycle does: it plans every ``cycle_s`` rather than right after each job ends, and a
 placement that does not start expires after ``replan_after_s`` (:mod:`coshare.ledger`).
 
-A cycle runs at every multiple of ``cycle_s`` while a job waits; when none waits, the clock
-jumps to the first multiple at or after the next arrival. The run ends when no job waits or
-runs and none is to arrive, or when a cycle finds jobs waiting, nothing running or placed, and
-places nothing (they never fit: reported as not run, as the fast engine does). The result is a
-:class:`~coshare.sim.engine.SimResult`, summarized as the fast engine's.
+A cycle runs at every multiple of ``cycle_s`` while a job waits. The clock jumps to the
+first multiple at or after the next event when no job waits, or when a cycle placed nothing
+on a cluster where nothing runs and no gate is open (nothing can change before the next
+arrival). The run ends when no job waits or runs and none is to arrive, or when jobs still
+wait on such an idle cluster with nothing left to arrive (they never fit: reported as not
+run, as the fast engine does). The result is a :class:`~coshare.sim.engine.SimResult`,
+summarized as the fast engine's.
 
 Pure: no I/O; the clock is simulated.
 """
@@ -26,11 +28,12 @@ Pure: no I/O; the clock is simulated.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from coshare.model import MILLI, Node
-from coshare.planner import run_cycle
+from coshare.planner import PHASES, run_cycle
 from coshare.policies.base import Policy
 from coshare.sim.device import ExecutionModel, OffloadModel, Token
 from coshare.sim.engine import JobRecord, SimResult, SimulationError
@@ -73,6 +76,9 @@ class LiveRun:
         failed: writes that failed, summed over the cycles.
         skipped: writes skipped (the job changed or left between read and write).
         rejected: refusals marked, summed over the cycles.
+        phases: CPU-clock seconds of each phase of the cycle (``read``, ``plan``, ``verify``,
+            ``apply``: :data:`coshare.planner.PHASES`), summed over the cycles: where a
+            live run's time goes.
     """
 
     result: SimResult
@@ -80,6 +86,7 @@ class LiveRun:
     failed: int = 0
     skipped: int = 0
     rejected: int = 0
+    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 class _ModelRuns:
@@ -151,6 +158,11 @@ def simulate_live(
         scheduler.at(sim.job.submit_time_s, _arrival(scheduler, sim))
     adapter = MemoryAdapter(scheduler)
     cycles = withdrawn = failed = skipped = rejected = 0
+    phases = dict.fromkeys(PHASES, 0.0)
+
+    def tell(phase: str, seconds: float) -> None:
+        phases[phase] += seconds
+
     t = 0.0
     while True:
         scheduler.advance(t)
@@ -158,7 +170,12 @@ def simulate_live(
         if waiting:
             cycles += 1
             report = run_cycle(
-                adapter, policy, adapter, strict_threads=options.strict_threads, before_write=None
+                adapter,
+                policy,
+                adapter,
+                strict_threads=options.strict_threads,
+                clock=time.process_time,
+                on_phase=tell,
             )
             scheduler.start_ready()
             withdrawn += len(report.apply.withdrawn)
@@ -186,7 +203,7 @@ def simulate_live(
             break
         t = max(t + options.cycle_s, _on_grid(upcoming, options.cycle_s))
     result = _result(policy.name, scheduler, jobs, model, runs.threads, cycles)
-    return LiveRun(result, withdrawn, failed, skipped, rejected)
+    return LiveRun(result, withdrawn, failed, skipped, rejected, phases)
 
 
 def _arrival(scheduler: MemoryScheduler, sim: SimJob) -> Callable[[float], None]:
