@@ -161,3 +161,16 @@ def test_a_job_read_back_from_the_in_memory_queue_is_the_job_submitted(tmp_path:
     for job in jobs:
         record = s.submit(job)
         assert pending_job(s.queued(record), None, gangs=True) == job
+
+
+def test_a_job_no_node_can_hold_is_refused_reported_as_not_run_and_the_run_ends() -> None:
+    from dataclasses import replace
+
+    jobs = list(realize(draws_for("table1", 10, 0), 0.5))
+    jobs[3] = replace(jobs[3], job=replace(jobs[3].job, device_memory_mib=9000))  # > 8192
+    run_ = simulate_live(
+        paper_cluster(2), jobs, make_policy("exclusive"), options=LiveOptions(check=True)
+    )
+    assert run_.result.not_run == (jobs[3].job.id,)
+    assert run_.rejected >= 1
+    assert run_.result.makespan_s > 0
