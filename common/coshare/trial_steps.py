@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from coshare.model import RunningJob, Snapshot
 from coshare.bandwidth_share import UNKNOWN_SHARE, job_share, measured_use
+from coshare.model import RunningJob, Snapshot
 from coshare.ports import ProbeResult, TrialControl, TrialProbe
 from coshare.trials import Step, TrialJob, TrialLimits, advance, awaiting, decide, measured_programs
 

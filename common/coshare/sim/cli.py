@@ -1028,6 +1028,23 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
     show_default=True,
     help="poncos --trials: relative sigma of every probe's reading (--seed/--seeds draw it).",
 )
+@click.option(
+    "--cycle",
+    type=click.Choice(["engine", "live"]),
+    default="engine",
+    show_default=True,
+    help="engine: the fast event engine; live: also run each policy through the live "
+    "planning cycle (read, ledger, write protocol) on an in-memory scheduler, a cycle every "
+    "--cycle-s, and print both (paper job sets, and trace:PATH, where --jobs takes the "
+    "log's first jobs).",
+)
+@click.option(
+    "--cycle-s",
+    type=FiniteRange(1, MAX_SETTING_S),
+    default=None,
+    help="--cycle live: simulated seconds between cycles (default: cycle.interval_s of the "
+    "config); placements expire after its cycle.replan_after_s.",
+)
 @pass_app
 def simulate(
     app: AppContext,
@@ -1065,6 +1082,8 @@ def simulate(
     order: str,
     trials: str,
     probe_noise: float,
+    cycle: str,
+    cycle_s: float | None,
 ) -> None:
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
@@ -1073,7 +1092,7 @@ def simulate(
         raise InputError(
             f"unknown workload {shorten(workload)} (known: {', '.join(WORKLOAD_NAMES)})"
         )
-    _refuse_options_that_do_not_apply(workload, cores_per_node)
+    _refuse_options_that_do_not_apply(workload, cores_per_node, live=cycle == "live")
     history = _history_ask(workload, app, since, until, history_file, nodes_file, device_memory)
     if order != "coshare" and not (workload.startswith("trace:") or history is not None):
         raise click.UsageError("--order applies to trace:PATH and history replays")
@@ -1094,6 +1113,27 @@ def simulate(
         offload_share=offload_share,
     )
     seed_list = list(range(seed, seed + seeds))
+    if cycle == "live":
+        if sweeps or footprint or sizes or plot is not None or order != "coshare":
+            raise click.UsageError(
+                "--cycle live compares the fast engine and the live cycle on one job set: "
+                "leave out --sweep, --footprint, --sizes, --plot and --order"
+            )
+        _live(
+            app,
+            workload,
+            jobs,
+            nodes,
+            cores_per_node,
+            policies_text,
+            seed_list,
+            setup,
+            output,
+            cycle_s,
+        )
+        return
+    if cycle_s is not None:
+        raise click.UsageError("--cycle-s applies to --cycle live")
     points = tuple(parse_sweeps(sweeps, _sweep_keys(workload))) if sweeps else ((),)
     config = with_overrides(
         app.config,
@@ -1145,6 +1185,43 @@ def simulate(
             f"{count} run{'s' if count != 1 else ''} failed (the results "
             f"above are the others'): {shown}{more}"
         )
+
+
+def _live(
+    app: AppContext,
+    workload: str,
+    jobs: int | None,
+    nodes: int | None,
+    cores_per_node: int | None,
+    policies_text: str | None,
+    seeds: list[int],
+    setup: Setup,
+    output: str,
+    cycle_s: float | None,
+) -> None:
+    """``--cycle live``: each policy on the fast engine and through the live cycle."""
+    from coshare.sim.live import LiveOptions
+    from coshare.sim.live_report import live_outcome
+
+    options = LiveOptions(
+        cycle_s=cycle_s if cycle_s is not None else app.config.cycle.interval_s,
+        replan_after_s=app.config.cycle.replan_after_s,
+        strict_threads=setup.threads == "strict",
+        check=setup.verify,
+    )
+    default = PAPER_POLICIES if not workload.startswith("trace:") else ALL_POLICIES
+    text, payload = live_outcome(
+        workload,
+        jobs=jobs,
+        nodes=nodes,
+        cores_per_node=cores_per_node,
+        policies=parse_policies(policies_text, default),
+        seeds=seeds,
+        setup=setup,
+        options=options,
+    )
+    header = {"workload": workload, "seeds": seeds, "setup": asdict(setup)}
+    _emit(output, text, {**header, **payload})
 
 
 #: A time as sacct takes it (2026-11-01, 2026-11-01T08:00, now-30days) or epoch seconds:
@@ -1211,8 +1288,11 @@ _NOT_FOR_TRACES = {
 }
 
 
-def _refuse_options_that_do_not_apply(workload: str, cores_per_node: int | None) -> None:
-    """Refuse (exit 2) an option given on the command line that ``workload`` would ignore.
+def _refuse_options_that_do_not_apply(
+    workload: str, cores_per_node: int | None, live: bool = False
+) -> None:
+    """Refuse (exit 2) an option given on the command line that ``workload`` would ignore
+    (``live``: ``--cycle live``, where ``--jobs`` takes a trace's first jobs).
 
     Raises:
         click.UsageError: ``--cores-per-node`` for a workload that is not a trace, or an
@@ -1230,6 +1310,7 @@ def _refuse_options_that_do_not_apply(workload: str, cores_per_node: int | None)
         flag
         for name, flag in _NOT_FOR_TRACES.items()
         if context.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+        and not (live and name == "jobs")
     ]
     if given:
         raise click.UsageError(
