@@ -202,6 +202,7 @@ def facts_dict(facts: NodeFacts) -> dict[str, Any]:
             for x in facts.loads
         ],
         "copies": [{"job": x.job, "mbps": x.mbps} for x in facts.copies],
+        "gpu_limits": facts.gpu_limits,
     }
 
 
@@ -252,6 +253,10 @@ def facts(app: AppContext, output: str) -> None:
         )
     copies = ", ".join(f"{x.job} {x.mbps:.1f} MB/s" for x in found.copies)
     lines.append(f"copy bandwidth (NVML PCIe): {copies or 'none measured'}")
+    if found.gpu_limits == "watchdog":
+        lines.append("GPU limits: the MPS control daemon is down; the NVML watchdog is in force")
+    elif found.gpu_limits == "mps":
+        lines.append("GPU limits: MPS (pinned device memory, active thread share)")
     click.echo(render_text(*lines, table if found.loads else "no job's load sampled yet"), nl=False)
 
 
