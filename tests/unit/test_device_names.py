@@ -5,6 +5,11 @@ faithful NVML fake and output recorded in the shapes the schedulers' documentati
 
 from __future__ import annotations
 
+import json
+
+import pytest
+from click.testing import CliRunner
+from coshare.cli import cli
 from coshare.device_names import Named, condor_gpu_names, match_names, slurm_gres_names
 from coshare.node.gpus import GpuDevice, discover
 
@@ -118,3 +123,23 @@ def test_slurm_gres_lines_match_whole_gpus_by_place_and_mig_instances_by_unique_
     # a hand-written gres.conf line for four GPUs: four places
     line = "slurmd: Gres Name=gpu Type=v100 Count=4 Index=0 ID=7696487 File=/dev/nvidia[0-3]"
     assert [n.name for n in slurm_gres_names(line)] == ["0", "1", "2", "3"]
+
+
+def test_node_gpus_shows_each_devices_scheduler_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = h100_80gb(), h100_80gb()
+    a.uuid, b.uuid = UUID_A, UUID_B
+    monkeypatch.setattr("coshare.node.nvml.start_nvml", lambda: FakeNvml([a, b]))
+    env = {"COSHARE_CONFIG": "/dev/null"}
+    args = ["node", "gpus", "--condor-names", "GPU-c4a646d7, GPU-6a96bd13"]
+    shown = CliRunner().invoke(cli, [*args, "--output", "json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    assert data["names"] == {"GPU-c4a646d7": "1", "GPU-6a96bd13": "0"}
+    assert len(data["notes"]) == 2 and "matched by UUID" in data["notes"][0]
+    table = CliRunner().invoke(cli, args, env=env)
+    assert table.exit_code == 0 and "GPU-c4a646d7" in table.stdout
+    gres = "slurmd: Gres Name=gpu Type=h100 Count=2 Index=0 ID=7696487 File=/dev/nvidia[0-1]\n"
+    slurm = CliRunner().invoke(
+        cli, ["node", "gpus", "--slurm-gres", "-", "--output", "json"], input=gres, env=env
+    )
+    assert json.loads(slurm.stdout)["names"] == {"0": "0", "1": "1"}
