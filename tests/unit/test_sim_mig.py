@@ -100,3 +100,12 @@ def test_the_mig_option_is_for_the_fragmentation_benchmark_only() -> None:
     assert result.exit_code == 2 and "--mig applies to the alibaba-2023 workload" in result.output
     result = CliRunner().invoke(cli, ["simulate", "--workload", "alibaba-2023", "--mig", "x"])
     assert result.exit_code == 2 and all(f"'{m}'" in result.output for m in MIXES)
+
+
+def test_the_mig_table_shows_no_published_figure_of_whole_gpus() -> None:
+    from coshare.sim.report import frag_table, render
+
+    pods = [Job(f"p{i}", 250, 250, 1, cpu_milli=1000, memory_mib=512) for i in range(20)]
+    run = frag.run_benchmark(mig_nodes(nodes(2, 2), "mixed"), pods, "fgd", "online", seed=0)
+    assert "4.77" in render(frag_table([run], "online"))
+    assert "4.77" not in render(frag_table([run], "online", published=False))

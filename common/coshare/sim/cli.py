@@ -443,7 +443,11 @@ def _fragmentation(request: Request) -> Outcome:
     )
     text += render(
         mig_caption(request.mig),
-        *[frag_table(sliced, p) for p in protocols if any(r.protocol == p for r in sliced)],
+        *[
+            frag_table(sliced, p, published=False)
+            for p in protocols
+            if any(r.protocol == p for r in sliced)
+        ],
         mig_table(runs, sliced, request.mig),
     )
     payload["mig"] = {"mix": request.mig, **frag_json(sliced)}
