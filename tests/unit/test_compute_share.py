@@ -13,7 +13,7 @@ from coshare.annotations import ClusterLimits, compute_threads, parse_job
 from coshare.config import load_config
 from coshare.errors import AnnotationError
 from coshare.model import MILLI, Device, Node, Snapshot
-from coshare.node.control.launcher import compute_percent, mps_environment
+from coshare.node.control.launcher import compute_percent, mps_environment, parser
 from coshare.policies import PolicyOptions, make_policy
 from coshare.verify import check_plan
 
@@ -124,6 +124,17 @@ def test_a_slurm_comment_share_reaches_the_parser() -> None:
     bad = view([node()], [job("8", comment="coshare: device-memory=1G device-compute=101%")])
     [(refused, reason)] = [(r.job, r.reason) for r in bad.rejected]
     assert refused == "8" and reason.startswith("job 8: device-compute='101%' is more compute")
+
+
+def test_the_launcher_reads_the_share_the_job_wrapper_passes() -> None:
+    args = parser().parse_args(
+        ["run", "--socket", "s", "--job", "j", "--device-compute=25%", "--", "x"]
+    )
+    assert args.device_compute == "25%" and args.command == ["x"]
+    assert (
+        parser().parse_args(["run", "--socket", "s", "--job", "j", "--", "x"]).device_compute
+        is None
+    )
 
 
 def test_the_mps_thread_percentage_is_the_share_where_one_is_given() -> None:
