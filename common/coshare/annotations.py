@@ -126,7 +126,8 @@ class KeySpec:
 
     Attributes:
         attribute: the HTCondor spelling (``CoshareDeviceMemory``).
-        field: the :class:`~coshare.model.Job` field it fills.
+        field: the :class:`~coshare.model.Job` field it fills (``device_compute``, a
+            compute share, fills ``device_threads``: :func:`compute_threads`).
         allowed: the allowed form and range, for messages.
         maximum: the largest value coshare accepts on any cluster (see :mod:`coshare.bounds`);
             ``None`` for keys that are not numbers.
