@@ -45,9 +45,9 @@ Machine (slot) attributes, advertised by every execute node::
                                memory are not the node's; a claim on it borrows a GPU job's
 
 Claimed slots also carry the job's CoshareManaged, CosharePlacedNode, CosharePlacedDevices,
-CosharePlacedNodes, CosharePlacedNodeDevices, CoshareDeviceMemory and CoshareDeviceThreads
-(and, on a pool with lend slots, CoshareHarvestFrom; ``STARTD_JOB_ATTRS``): what the job
-really started with, the truth of what runs where.
+CosharePlacedNodes, CosharePlacedNodeDevices, CoshareDeviceMemory, CoshareDeviceThreads and
+CoshareDeviceCompute (and, on a pool with lend slots, CoshareHarvestFrom; ``STARTD_JOB_ATTRS``):
+what the job really started with, the truth of what runs where.
 """
 
 from __future__ import annotations
@@ -148,6 +148,7 @@ SLOT_PROJECTION: tuple[str, ...] = (
     PLACED_NODE_DEVICES,
     "CoshareDeviceMemory",
     "CoshareDeviceThreads",
+    "CoshareDeviceCompute",
     "DrainReason",
     NODE_FACTS,
     LEND_SLOT,

@@ -50,6 +50,7 @@ from coshare.bounds import (
     bounded,
     shorten_text,
 )
+from coshare.compute_share import running_demand
 from coshare.errors import AnnotationError, CoshareError, FieldProblem
 from coshare.facts import with_facts
 from coshare.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
@@ -59,7 +60,6 @@ from coshare.ledger import (
     Part,
     Placed,
     Queued,
-    declared_demand,
     declared_terms,
     find_kind,
     held,
@@ -340,7 +340,7 @@ def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[st
         used = tuple(
             d for d in split_ids(placed if isinstance(placed, str) else None) if d in known
         )
-        declared = declared_demand(job_id, ad)
+        declared = running_demand(job_id, ad, known.values())
         if declared is None and used:
             # Unreadable declaration on a running job: count whole devices (never under).
             declared = whole_devices([known[d] for d in used])
@@ -868,7 +868,7 @@ def parse_queue(
             q.remote_host or node or "?",
             split_ids(q.placed_devices),
             host,
-            declared_demand(q.id, q.annotations),
+            running_demand(q.id, q.annotations, nodes[node].devices if node in nodes else ()),
             nodes,
             warnings,
         )
@@ -903,7 +903,7 @@ def _gang_running(
     devices. Its nodes start one by one, so the collector may show some parts already."""
     shown = {r.node for r in cluster.running if r.id == q.global_id}
     host = refuse_on_error(q.id, lambda: (q.cpu_milli, q.memory_mib))
-    demand = declared_demand(q.id, q.annotations)
+    demand = running_demand(q.id, q.annotations, (d for n in cluster.nodes for d in n.devices))
     out: list[RunningJob] = []
     for node, placed in q.placed_parts:
         if node in shown or node in cluster.left_out:

@@ -11,6 +11,7 @@ key                    value               meaning
 =====================  ==================  =============================================
 CoshareDeviceMemory    MiB, or 512M, 2G    most device memory the job uses, per device
 CoshareDeviceThreads   integer             most device threads one offload uses
+CoshareDeviceCompute   percent, 25%        share of a device's SMs (instead of threads)
 CoshareDeviceCount     integer (1)         devices on one node
 CoshareKind            device | cpu        ``cpu``: no device, host cores only
 CoshareProcesses       integer (1)         gang size: processes that start together
@@ -28,7 +29,18 @@ A gang without ``CoshareProcesses`` runs ``nodes x processes-per-node`` processe
 node without a per-node count); fields that cannot all hold are refused naming the key
 (:func:`coshare.gangs.gang_problems`).
 
-A device job must declare memory and threads; a ``cpu`` job declares neither. Every problem of
+A device job must declare memory and threads, or memory and a compute share; a ``cpu`` job
+declares none of them.
+
+**Compute share.** ``CoshareDeviceCompute`` (``25%``, or ``25``) is the job's share of a
+device's compute: on a GPU, of its SMs. Where a site declares a GPU's SMs as its device threads
+(``CoshareNodeDeviceThreads``, ``device_kinds``), the share is turned into device threads
+(:func:`compute_threads`) and planned as threads are, in strict and soft modes alike; on a
+cluster whose devices have different thread counts it is a share of the device with the
+most, so a job gets at least its share of SMs wherever it lands (a larger share of a smaller
+device), never less. More than 100% is refused, and so is a share given beside
+``CoshareDeviceThreads`` (one or the other). Where the node runs MPS the job's CUDA clients
+start with the share as their active thread percentage. Every problem of
 a job is reported at once, each with the allowed range, in an :class:`AnnotationError`; the
 caller leaves that job out of the cycle (or holds it with the message) and carries on.
 
@@ -64,6 +76,16 @@ from coshare.gangs import gang_problems
 from coshare.model import MILLI, Job, JobKind, Node
 
 PREFIX = "coshare"
+#: The largest compute share: a whole device.
+MAX_COMPUTE_PERCENT = 100.0
+#: A compute share as users write it: ``25%``, ``25``, ``12.5 %``.
+_PERCENT = re.compile(rf"({NUMBER_PATTERN})\s*%?")
+
+
+def compute_threads(percent: float, device_threads: int) -> int:
+    """The device threads a compute share of ``percent`` (0 < p <= 100) holds on a device of
+    ``device_threads``: rounded up, at least 1 (never under-reserve)."""
+    return max(1, min(device_threads, math.ceil(percent * device_threads / 100 - 1e-9)))
 
 
 @dataclass(frozen=True)
@@ -104,7 +126,8 @@ class KeySpec:
 
     Attributes:
         attribute: the HTCondor spelling (``CoshareDeviceMemory``).
-        field: the :class:`~coshare.model.Job` field it fills.
+        field: the :class:`~coshare.model.Job` field it fills (``device_compute``, a
+            compute share, fills ``device_threads``: :func:`compute_threads`).
         allowed: the allowed form and range, for messages.
         maximum: the largest value coshare accepts on any cluster (see :mod:`coshare.bounds`);
             ``None`` for keys that are not numbers.
@@ -124,6 +147,12 @@ KEYS: tuple[KeySpec, ...] = (
         MAX_DEVICE_MEMORY_MIB,
     ),
     KeySpec("CoshareDeviceThreads", "device_threads", "integer >= 1", MAX_DEVICE_THREADS),
+    KeySpec(
+        "CoshareDeviceCompute",
+        "device_compute",
+        "a percent of a device's SMs in (0, 100], e.g. 25%",
+        MAX_COMPUTE_PERCENT,
+    ),
     KeySpec("CoshareDeviceCount", "device_count", "integer >= 1", MAX_DEVICES),
     KeySpec("CoshareKind", "kind", "device or cpu"),
     KeySpec("CoshareProcesses", "processes", "integer >= 1", MAX_PROCESSES),
@@ -339,11 +368,12 @@ def parse_job(
     kind: JobKind = "device"
     if "kind" in values:
         kind = "cpu" if values["kind"] == "cpu" else "device"
-    elif keys and not ({"device_memory_mib", "device_threads"} & keys.keys()):
+    elif keys and not ({"device_memory_mib", "device_threads", "device_compute"} & keys.keys()):
         kind = "cpu"  # only host-side keys (program, membw, ...): a CPU job
     if kind == "device":
+        _check_compute(check, keys, values, limits)
         for name in ("device_memory_mib", "device_threads"):
-            if name not in keys:
+            if name not in keys and not (name == "device_threads" and "device_compute" in keys):
                 spec = _SPEC_OF[name]
                 check.problems.append(
                     FieldProblem(
@@ -354,7 +384,7 @@ def parse_job(
                     )
                 )
     else:
-        for name in ("device_memory_mib", "device_threads", "device_count"):
+        for name in ("device_memory_mib", "device_threads", "device_compute", "device_count"):
             if name in keys:
                 check.bad(
                     _SPEC_OF[name],
@@ -419,6 +449,57 @@ def parse_job(
     )
 
 
+def _check_compute(
+    check: _Checker,
+    keys: Mapping[str, str],
+    values: dict[str, int | float | str],
+    limits: ClusterLimits | None,
+) -> None:
+    """A device job's compute share, turned into device threads of the cluster's device with
+    the most (:func:`compute_threads`): refused beside ``CoshareDeviceThreads``, and where no
+    device of the cluster is known (nothing to take a share of)."""
+    if "device_compute" not in keys:
+        return
+    spec, key = _SPEC_OF["device_compute"], keys["device_compute"]
+    if "device_threads" in keys:
+        check.bad(
+            spec,
+            key,
+            f"is given beside {keys['device_threads']} (declare one of them)",
+            f"{spec.attribute} or {_SPEC_OF['device_threads'].attribute}, not both",
+        )
+        return
+    share = values.get("device_compute")
+    if not isinstance(share, (int, float)):
+        return  # refused already
+    if limits is None or limits.device_threads <= 0:
+        check.bad(spec, key, "cannot be planned: no device of the cluster declares its threads")
+        return
+    values["device_threads"] = compute_threads(float(share), limits.device_threads)
+
+
+def _compute(check: _Checker, spec: KeySpec, key: str) -> float | None:
+    """A compute share in ``(0, 100]`` percent (``25%``, ``25``)."""
+    raw = check.raw[key]
+    number: float | None
+    if isinstance(raw, str):
+        text = _text(raw)
+        match = _PERCENT.fullmatch(text) if len(text) <= MAX_NUMBER_CHARS else None
+        number = parse_number(match.group(1)) if match else None
+    else:
+        number = _number(raw)
+    if number is None:
+        check.bad(spec, key, "is not a percent")
+        return None
+    if number > MAX_COMPUTE_PERCENT:
+        check.bad(spec, key, "is more compute share than a device has (at most 100%)")
+        return None
+    if number <= 0:
+        check.bad(spec, key, "is not a share above 0%")
+        return None
+    return number
+
+
 def _check_request(check: _Checker, cpu_milli: int, memory_mib: int, processes: int) -> None:
     """The scheduler's own request (cores, memory, gang size) is the user's too (HTCondor's
     ``request_cpus``, Slurm's ``--mem``): bounded like an annotation."""
@@ -467,6 +548,8 @@ def _read(
             check.bad(spec, key, "is not a valid program name")
             return None
         return text
+    if spec.field == "device_compute":
+        return _compute(check, spec, key)
     if spec.field in ("alpha", "walltime_s"):
         return check.real(spec, key, 0.0, open_low=True)
     return check.real(spec, key, 0.0, open_low=False)  # bandwidths

@@ -30,8 +30,11 @@ node whose kernel keeps no per-task scheduler statistics publishes none. ``trial
 scheduler's queue (``policy.membw.probe_via: facts``, :mod:`coshare.node.trial_requests`):
 ``at`` is the request's (the ``at`` of the job's ``measuring`` record), ``result`` the job's
 measured share in 0..1 or, when the daemon could not measure, its error code (``a-z`` and
-``_``, e.g. ``unknown_job``). Keys other than these are ignored (a newer node may publish
-more; an older planner ignores ``wait`` and ``trial``); a known key with an unusable value, a
+``_``, e.g. ``unknown_job``). ``gpu_limits`` (only on a node configured with
+``node.gpu_limits: mps``) says which GPU limit is in force: ``mps``, or ``watchdog`` while the
+MPS control daemon is down and the NVML watchdog is the backstop. Keys other than these are
+ignored (a newer node may publish more; an older planner ignores ``wait``, ``trial`` and
+``gpu_limits``); a known key with an unusable value, a
 key given twice, or another version makes the whole line unusable, except ``trial``: an
 unusable entry of it is left out with a note naming the node and the entry, and the rest of
 the line is used. Every number follows :func:`coshare.bounds.parse_number` and
@@ -78,6 +81,9 @@ _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 #: A trial's ``at`` (epoch seconds, as the trial record writes it) and a daemon's error code.
 _TRIAL_AT = re.compile(r"[0-9]{1,12}")
 _TRIAL_CODE = re.compile(r"[a-z][a-z_]{0,31}")
+#: ``gpu_limits``: the GPU limit in force on a node configured for MPS
+#: (:func:`coshare.node.mps.gpu_limit_in_force`).
+GPU_LIMITS = ("mps", "watchdog")
 #: How many nodes one grouped note names before it counts the rest.
 NOTE_NODES = 5
 
@@ -183,6 +189,9 @@ class NodeFacts:
         trials: the trial probes the node's daemon ran for the scheduler's requests.
         trial_problems: why ``trial`` entries were left out (node facts a planner reads:
             the entry and what is wrong with it).
+        gpu_limits: on a node configured for MPS limits (``node.gpu_limits: mps``), which
+            limit is in force: ``mps``, or ``watchdog`` while the MPS control daemon is down
+            (the NVML watchdog is the backstop); ``None`` elsewhere.
     """
 
     at_s: float
@@ -195,6 +204,7 @@ class NodeFacts:
     waits: tuple[JobWait, ...] = ()
     trials: tuple[TrialResult, ...] = ()
     trial_problems: tuple[str, ...] = ()
+    gpu_limits: str | None = None
 
 
 def _num(value: float, digits: int = 3) -> str:
@@ -258,6 +268,8 @@ def format_facts(facts: NodeFacts) -> str:
         )
     if facts.trials:
         items.append("trial=" + ",".join(_trial_entry(t) for t in facts.trials))
+    if facts.gpu_limits is not None:
+        items.append(f"gpu_limits={facts.gpu_limits}")
     text = ";".join(items)
     parse_facts(text)  # what a node publishes, a planner must read back
     return text
@@ -306,7 +318,10 @@ def parse_facts(text: str) -> NodeFacts:
     cpus = _cpus(fields["cpus"]) if "cpus" in fields else ()
     waits = _waits(fields["wait"]) if "wait" in fields else ()
     trials, problems = _trials(fields["trial"]) if "trial" in fields else ((), ())
-    return NodeFacts(at_s, membw, ways, free, loads, copies, cpus, waits, trials, problems)
+    limits = fields.get("gpu_limits")
+    if limits is not None and limits not in GPU_LIMITS:
+        raise FactsError(f"gpu_limits {_short(limits)!r} is not one of {', '.join(GPU_LIMITS)}")
+    return NodeFacts(at_s, membw, ways, free, loads, copies, cpus, waits, trials, problems, limits)
 
 
 def _trial_entry(trial: TrialResult) -> str:

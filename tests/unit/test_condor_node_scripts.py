@@ -181,6 +181,16 @@ def test_wrapper_runs_a_managed_job_through_coshare_launch(tmp_path: Path) -> No
     ]
 
 
+def test_wrapper_passes_a_compute_share_to_coshare_launch(tmp_path: Path) -> None:
+    env = write_ads(
+        tmp_path,
+        MANAGED.replace("CoshareDeviceThreads = 60\n", 'CoshareDeviceCompute = "25%"\n'),
+        'CoshareNodeName = "n"\nCpus = 1\nMemory = 128\n',
+    )
+    argv = json.loads(run([wrapper_with_launcher(tmp_path), "true"], timeout_s=10, env=env).stdout)
+    assert "--device-compute=25%" in argv and argv[argv.index("--") + 1] == "true"
+
+
 def test_wrapper_falls_back_to_the_slots_memory_and_the_default_sockets(tmp_path: Path) -> None:
     # HTCondor's default RequestMemory is an expression; the slot's Memory is a number. A
     # socket directory that is not a plain absolute path is not used.

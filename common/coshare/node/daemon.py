@@ -43,6 +43,7 @@ from coshare.node.gate.server import GateServer, Identify
 from coshare.node.gate.state import Client, GateState
 from coshare.node.jobs import JobStore, job_of_pid
 from coshare.node.lifecycle import node_cgroups, node_resctrl, node_store
+from coshare.node.mps import gpu_limit_in_force
 from coshare.node.sampler import PcieThroughput, Sampler
 from coshare.node.sockets import Limits, raise_descriptor_limit
 from coshare.node.trial_requests import NodeTrials, open_node_trials
@@ -130,7 +131,12 @@ async def serve(
     if config.metrics_address is not None:
         from coshare.node.metrics import NodeMetrics  # prometheus_client only when used
 
-        observed = NodeMetrics(store, gate_state, tuple(sorted(budgets)))
+        observed = NodeMetrics(
+            store,
+            gate_state,
+            tuple(sorted(budgets)),
+            lambda: gpu_limit_in_force(config.gpu_limits, config.mps_pipe_dir)[0],
+        )
     if watch and watchdog is None:
         found = cgroups
         assert found is not None

@@ -28,7 +28,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich import box
@@ -97,21 +97,51 @@ def check(app: AppContext, output: str) -> None:
 
 @click.command()
 @output_option
-def gpus(output: str) -> None:
+@click.option(
+    "--condor-names",
+    metavar="TEXT",
+    help="Match HTCondor's GPU names to NVML's: condor_gpu_discovery's DetectedGPUs value "
+    '("GPU-c4a646d7, GPU-6a96bd13", "CUDA0, CUDA1").',
+)
+@click.option(
+    "--slurm-gres",
+    type=click.File("r"),
+    metavar="FILE",
+    help="Match Slurm's gpu GRES to NVML's: the output of `slurmd -G` ('-': standard input).",
+)
+def gpus(output: str, condor_names: str | None, slurm_gres: TextIO | None) -> None:
     """List each GPU and MIG instance NVML sees: id, UUID, memory, SMs, MIG profile and
-    parent, and which of them the planner may place jobs on."""
+    parent, and which of them the planner may place jobs on; with --condor-names or
+    --slurm-gres, which scheduler name each one has (by UUID where the scheduler gives one,
+    by index otherwise), and a note wherever they disagree."""
+    from coshare.device_names import condor_gpu_names, match_names, slurm_gres_names
     from coshare.node.gpus import discover
     from coshare.node.nvml import start_nvml
 
     found = discover(start_nvml())
+    named = []
+    if condor_names is not None:
+        named += condor_gpu_names(condor_names)
+    if slurm_gres is not None:
+        named += slurm_gres_names(slurm_gres.read(1 << 20))
+    matched = match_names(named, found) if named else None
+    name_of = {d.id: n for n, d in matched.devices.items()} if matched else {}
+    notes = list(matched.notes) if matched else []
     if output == "json":
-        click.echo(json.dumps({"gpus": [d.to_dict() for d in found]}, indent=1))
+        data: dict[str, Any] = {"gpus": [d.to_dict() for d in found]}
+        if matched is not None:
+            data["names"] = matched.plan_ids()
+            data["notes"] = notes
+        click.echo(json.dumps(data, indent=1))
         return
     table = Table(box=box.SIMPLE, title="GPUs (NVML)", title_justify="left")
-    for column in ("id", "kind", "memory MiB", "SMs", "profile", "planned", "uuid", "note"):
+    columns = ["id", "kind", "memory MiB", "SMs", "profile", "planned", "uuid", "note"]
+    if matched is not None:
+        columns.insert(1, "scheduler name")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for d in found:
-        table.add_row(
+        row = [
             d.id,
             d.kind,
             str(d.memory_mib),
@@ -120,9 +150,14 @@ def gpus(output: str) -> None:
             "yes" if d.planned else "no",
             d.uuid,
             d.reason,
-        )
+        ]
+        if matched is not None:
+            row.insert(1, name_of.get(d.id, "-"))
+        table.add_row(*row)
     planned = sum(d.planned for d in found)
-    click.echo(render_text(table, f"{planned} of {len(found)} planned as devices"), nl=False)
+    click.echo(
+        render_text(table, f"{planned} of {len(found)} planned as devices", *notes), nl=False
+    )
 
 
 @click.group()
@@ -202,6 +237,7 @@ def facts_dict(facts: NodeFacts) -> dict[str, Any]:
             for x in facts.loads
         ],
         "copies": [{"job": x.job, "mbps": x.mbps} for x in facts.copies],
+        "gpu_limits": facts.gpu_limits,
     }
 
 
@@ -252,6 +288,10 @@ def facts(app: AppContext, output: str) -> None:
         )
     copies = ", ".join(f"{x.job} {x.mbps:.1f} MB/s" for x in found.copies)
     lines.append(f"copy bandwidth (NVML PCIe): {copies or 'none measured'}")
+    if found.gpu_limits == "watchdog":
+        lines.append("GPU limits: the MPS control daemon is down; the NVML watchdog is in force")
+    elif found.gpu_limits == "mps":
+        lines.append("GPU limits: MPS (pinned device memory, active thread share)")
     click.echo(render_text(*lines, table if found.loads else "no job's load sampled yet"), nl=False)
 
 

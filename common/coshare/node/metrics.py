@@ -21,6 +21,9 @@ Series:
                                             ``unassigned_device``
 ``coshare_node_watchdog_rounds_total``      watchdog rounds run
 ``coshare_node_watchdog_failures_total``    of those, rounds that failed
+``coshare_node_mps_up``                     1 while the MPS control daemon runs, 0 while it
+                                            is down and the NVML watchdog is the backstop
+                                            (only with ``node.gpu_limits: mps``)
 ==========================================  =============================================
 
 The HTTP server is ``prometheus_client``'s (a thread of its own, so a slow scrape never
@@ -63,9 +66,15 @@ def kill_reason(violation: Violation) -> str:
 class _Now(Collector):
     """Gauges read when Prometheus scrapes: the node's jobs and the gate's budgets."""
 
-    def __init__(self, store: JobStore | None, gate: GateState | None) -> None:
+    def __init__(
+        self,
+        store: JobStore | None,
+        gate: GateState | None,
+        gpu_limit: Callable[[], str | None] | None = None,
+    ) -> None:
         self.store = store
         self.gate = gate
+        self.gpu_limit = gpu_limit
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         if self.store is not None:
@@ -96,6 +105,15 @@ class _Now(Collector):
                 held.add_metric([device], gate.held(device))
                 queued.add_metric([device], gate.queued(device))
             yield from (total, held, queued)
+        limit = self.gpu_limit() if self.gpu_limit is not None else None
+        if limit is not None:
+            up = GaugeMetricFamily(
+                "coshare_node_mps_up",
+                "1 while the MPS control daemon runs; 0 while it is down (the NVML watchdog "
+                "is the backstop).",
+            )
+            up.add_metric([], 1 if limit == "mps" else 0)
+            yield up
 
 
 class NodeMetrics:
@@ -106,6 +124,9 @@ class NodeMetrics:
         gate: the gate's state (threads held, queued); ``None``: not exported.
         devices: devices whose counters start at 0 (so their series exist before the first
             grant).
+        gpu_limit: which GPU limit is in force, read at each scrape
+            (:func:`coshare.node.mps.gpu_limit_in_force`); ``None``, or a function returning
+            ``None``: ``coshare_node_mps_up`` is not exported.
     """
 
     def __init__(
@@ -113,6 +134,7 @@ class NodeMetrics:
         store: JobStore | None = None,
         gate: GateState | None = None,
         devices: tuple[str, ...] = (),
+        gpu_limit: Callable[[], str | None] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.grants = Counter(
@@ -154,7 +176,7 @@ class NodeMetrics:
             self.wait_seconds.labels(device)
         for reason in KILL_REASONS:
             self.kills.labels(reason)
-        self.registry.register(_Now(store, gate))
+        self.registry.register(_Now(store, gate, gpu_limit))
 
     # -- hooks ------------------------------------------------------------------------------
 

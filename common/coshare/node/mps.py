@@ -54,6 +54,17 @@ def mps_running(pipe_dir: str | None) -> tuple[bool, str]:
     return True, f"MPS control pipe at {path}"
 
 
+def gpu_limit_in_force(gpu_limits: str, pipe_dir: str | None) -> tuple[str | None, str]:
+    """Which GPU limit is in force on a node configured with ``node.gpu_limits`` and
+    ``node.mps_pipe_dir``, and what was seen: ``None`` where MPS is not configured (nothing to
+    say), ``mps`` where its control daemon runs, ``watchdog`` where it is down (the node falls
+    back to the NVML watchdog)."""
+    if gpu_limits != "mps":
+        return None, "node.gpu_limits is not mps"
+    running, seen = mps_running(pipe_dir)
+    return ("mps" if running else "watchdog"), seen
+
+
 def thread_percent(device_threads: int | None, device_size: int | None) -> int | None:
     """A job's share of a device's SMs, in whole percent (1..100), from its declared threads
     over the device's; ``None`` when either is unknown."""

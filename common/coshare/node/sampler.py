@@ -8,7 +8,9 @@ has and coshare's groups hold (:mod:`coshare.node.resctrl`), the last memory-ban
 (:mod:`coshare.node.membw`), and, where NVML starts, each GPU job's copy bandwidth (PCIe
 throughput of the GPUs it holds alone, :func:`coshare.node.harvest.copy_bandwidths`); every
 ``node.probe_interval_s`` it first probes the cores no job holds, when the node has a
-baseline. It writes the result as one line of facts
+baseline; on a node configured for MPS limits (``node.gpu_limits: mps``), whether the MPS
+control daemon runs (``gpu_limits=mps``) or is down (``gpu_limits=watchdog``: the NVML
+watchdog is the backstop). It writes the result as one line of facts
 (:func:`coshare.facts.format_facts`), with the answers to the trial requests it probed
 (``trial=``, :mod:`coshare.node.trial_requests`), to ``state_dir/facts``, readable by all, for the
 scheduler's publisher: HTCondor's startd cron (``deploy/condor/coshare-facts``) or Slurm's
@@ -34,6 +36,7 @@ from coshare.node.harvest import copy_bandwidths
 from coshare.node.jobs import JobRecord, JobStore
 from coshare.node.load import LoadHistory, RunDelays
 from coshare.node.membw import ProbeFiles, probe
+from coshare.node.mps import gpu_limit_in_force
 from coshare.node.procfs import PROC, read_run_delays
 from coshare.node.resctrl import Resctrl
 from coshare.node.spec import format_cpu_list
@@ -108,6 +111,7 @@ class Sampler:
         self.files = ProbeFiles(Path(config.state_dir))
         self.next_probe_s = 0.0
         self._said: set[str] = set()
+        self._gpu_limit: str | None = None
 
     def _once(self, key: str, message: str, *args: object) -> None:
         """Log a lasting condition once, not every round."""
@@ -234,6 +238,21 @@ class Sampler:
         devices = {r.job: [self.pcie.canonical(d) for d in r.spec.devices] for r in records}
         return tuple(JobCopy(job, mbps) for job, mbps in copy_bandwidths(devices, per_gpu).items())
 
+    def gpu_limit(self) -> str | None:
+        """Which GPU limit is in force (``mps``, or ``watchdog`` while the MPS control daemon
+        is down); ``None`` where ``node.gpu_limits`` is not ``mps``. A change is logged."""
+        limit, seen = gpu_limit_in_force(self.config.gpu_limits, self.config.mps_pipe_dir)
+        if limit != self._gpu_limit and limit == "watchdog":
+            log.warning(
+                "node.gpu_limits is mps, but %s: new GPU jobs start without MPS limits; "
+                "the NVML watchdog is the backstop",
+                seen,
+            )
+        elif limit != self._gpu_limit and limit == "mps" and self._gpu_limit is not None:
+            log.info("MPS limits in force again: %s", seen)
+        self._gpu_limit = limit
+        return limit
+
     def round(self) -> NodeFacts:
         """Measure, write ``state_dir/facts``, and return the facts.
 
@@ -257,6 +276,7 @@ class Sampler:
             held,
             self.waits(),
             trials,
+            gpu_limits=self.gpu_limit(),
         )
         write_facts(facts_path(self.config), format_facts(facts))
         return facts

@@ -66,6 +66,8 @@ from coshare.sim.experiments import (
 )
 from coshare.sim.fragmentation import PROTOCOLS, FragRun, benchmark_bound, run_benchmark
 from coshare.sim.history import fairness
+from coshare.sim.mig import MIXES, mig_nodes
+from coshare.sim.mig_report import mig_caption, mig_table
 from coshare.sim.paper import (
     TABLE_II_FOOTPRINT,
     TABLE_II_MAKESPAN_S,
@@ -271,6 +273,7 @@ class Request:
     order: str = "coshare"
     trials: str = "off"
     probe_noise: float = 0.0
+    mig: str | None = None
 
     @property
     def swept(self) -> bool:
@@ -429,7 +432,28 @@ def _fragmentation(request: Request) -> Outcome:
     protocols = PROTOCOLS if request.protocol == "both" else (request.protocol,)
     text = render(*[frag_table(runs, p) for p in protocols if any(r.protocol == p for r in runs)])
     payload = {"protocols": list(protocols), "batch": request.batch, **frag_json(runs)}
-    return Outcome(text, payload, {"fragmentation": runs}, failures)
+    if request.mig is None:
+        return Outcome(text, payload, {"fragmentation": runs}, failures)
+    sliced, more = _alibaba(
+        policies,
+        request.seeds,
+        request.protocol,
+        request.batch,
+        request.data,
+        request.executor,
+        mig=request.mig,
+    )
+    text += render(
+        mig_caption(request.mig),
+        *[
+            frag_table(sliced, p, published=False)
+            for p in protocols
+            if any(r.protocol == p for r in sliced)
+        ],
+        mig_table(runs, sliced, request.mig),
+    )
+    payload["mig"] = {"mix": request.mig, **frag_json(sliced)}
+    return Outcome(text, payload, {"fragmentation": runs}, failures + more)
 
 
 def _trace(request: Request) -> Outcome:
@@ -968,6 +992,14 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
     "can reach (once per protocol and seed, apart from the policies' runs).",
 )
 @click.option(
+    "--mig",
+    type=click.Choice(sorted(MIXES)),
+    default=None,
+    help="alibaba-2023: also run on the same GPUs as 80 GB A100s and H100s sliced into MIG "
+    "instances by this mix (coshare.sim.mig), and print the unallocated GPU %% with and "
+    "without MIG.",
+)
+@click.option(
     "--order",
     type=click.Choice(["coshare", "scheduler", "both"]),
     default="coshare",
@@ -1084,6 +1116,7 @@ def simulate(
     probe_noise: float,
     cycle: str,
     cycle_s: float | None,
+    mig: str | None,
 ) -> None:
     """Simulate policies on a workload and compare makespan, utilization, footprint
     (or, on the Alibaba trace, unallocated GPU capacity)."""
@@ -1100,6 +1133,8 @@ def simulate(
         raise click.UsageError("--trials and --probe-noise apply to --workload poncos")
     if order == "both" and sweeps:
         raise click.UsageError("--order both runs each policy twice; with --sweep choose one")
+    if mig is not None and workload != "alibaba-2023":
+        raise click.UsageError("--mig applies to the alibaba-2023 workload")
     if plot is not None:
         from coshare.sim.plot import require_matplotlib
 
@@ -1167,6 +1202,7 @@ def simulate(
             order,
             trials,
             probe_noise,
+            mig,
         )
         outcome = run(request)
     _emit(output, outcome.text, {**header, **outcome.payload})
@@ -1383,14 +1419,20 @@ def _alibaba(
     data: Path | None,
     executor: Executor,
     bound: bool = False,
+    mig: str | None = None,
 ) -> tuple[list[FragRun], list[Failure]]:
+    """The benchmark's runs; ``mig``: on the trace's GPUs sliced by that MIG mix
+    (:func:`coshare.sim.mig.mig_nodes`; no bound: it is of whole GPUs)."""
     trace = read_alibaba(data_dir(data) / ALIBABA_DIR)
     pods = tuple(p.job for p in trace.pods)
     protocols = PROTOCOLS if protocol == "both" else (protocol,)
-    nodes, shared_pods = executor.share(trace.nodes), executor.share(pods)
+    cluster = trace.nodes if mig is None else mig_nodes(trace.nodes, mig)
+    label = "alibaba-2023" if mig is None else f"alibaba-2023 mig:{mig}"
+    bound = bound and mig is None
+    nodes, shared_pods = executor.share(cluster), executor.share(pods)
     tasks = [
         Task(
-            f"alibaba-2023 {proto} {name} seed {s}",
+            f"{label} {proto} {name} seed {s}",
             run_benchmark,
             (nodes, shared_pods, name, proto, s, batch),
         )
@@ -1401,13 +1443,13 @@ def _alibaba(
     keys = [(proto, s) for proto in protocols for s in seeds] if bound else []
     tasks += [
         Task(
-            f"alibaba-2023 {proto} bound seed {s}",
+            f"{label} {proto} bound seed {s}",
             benchmark_bound,
             (nodes, shared_pods, proto, s, batch),
         )
         for proto, s in keys
     ]
-    with progress_bar(len(tasks), "alibaba-2023", unit="runs") as advance:
+    with progress_bar(len(tasks), label, unit="runs") as advance:
         results = executor.run(tasks, lambda _: advance(1))
     count = len(tasks) - len(keys)
     floors = {

@@ -42,6 +42,7 @@ from coshare.policies.base import Policy
 from coshare.policies.fgd import Shape, job_shape, target_workload
 from coshare.policies.potential import expected_shapes
 from coshare.policies.potential import job_shape as workload_shape
+from coshare.sim.mig import physical_gpus
 from coshare.sim.packing_bound import unallocated_bound
 from coshare.sim.traces import GPU_MILLI
 
@@ -71,8 +72,9 @@ def gpu_request(job: Job) -> int:
 
 
 def gpu_capacity(nodes: Sequence[Node]) -> int:
-    """GPU milli of a cluster."""
-    return sum(len(n.devices) for n in nodes) * GPU_MILLI
+    """GPU milli of a cluster: its physical GPUs, a GPU sliced into MIG instances once
+    (:mod:`coshare.sim.mig`: what its layout leaves unused is unallocated)."""
+    return sum(physical_gpus(n) for n in nodes) * GPU_MILLI
 
 
 def arrivals(
@@ -281,6 +283,7 @@ class _Ledger:
         self.free = np.full((len(self.nodes), width), -1, dtype=np.int64)
         for i, n in enumerate(self.nodes):
             self.free[i, : len(n.devices)] = [d.memory_mib for d in n.devices]
+        self.size = self.free.copy()  # each device's size (a MIG instance's is its own)
         self.slot = [{d.id: s for s, d in enumerate(n.devices)} for n in self.nodes]
         self.cpu = np.array([n.cpu_milli for n in self.nodes], dtype=np.int64)
         self.mem = np.array([n.memory_mib for n in self.nodes], dtype=np.int64)
@@ -308,12 +311,12 @@ class _Ledger:
     def breakdown(self, capacity: int, min_cores: int) -> dict[str, float]:
         """Where the free GPU capacity sits, in % of ``capacity`` (see :class:`FragRun`)."""
         valid = self.free >= 0
-        idle = (self.free == GPU_MILLI) & valid
+        idle = (self.free == self.size) & valid
         no_cores = (self.cpu < min_cores)[:, None] & idle
-        partial = valid & (self.free < GPU_MILLI)
+        partial = valid & (self.free < self.size)
         return {
-            "idle_gpus": 100.0 * int(idle.sum()) * GPU_MILLI / capacity,
-            "idle_gpus_no_cores": 100.0 * int(no_cores.sum()) * GPU_MILLI / capacity,
+            "idle_gpus": 100.0 * int(self.free[idle].sum()) / capacity,
+            "idle_gpus_no_cores": 100.0 * int(self.free[no_cores].sum()) / capacity,
             "partial": 100.0 * int(self.free[partial].sum()) / capacity,
         }
 

@@ -249,8 +249,9 @@ def sweep_json(sweeps: Sequence[Sweep]) -> list[dict[str, Any]]:
 # -- fragmentation benchmark --------------------------------------------------------------------
 
 
-def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
-    """Median unallocated GPU % per policy and arrival level, for one protocol."""
+def frag_table(runs: Sequence[FragRun], protocol: str, *, published: bool = True) -> Table:
+    """Median unallocated GPU % per policy and arrival level, for one protocol
+    (``published``: beside the published figures, which are of the trace's whole GPUs)."""
     mine = [r for r in runs if r.protocol == protocol]
     seeds = _seeds(r.seed for r in mine)
     label = {
@@ -279,7 +280,8 @@ def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
         at100 = [r.unallocated_at(100) for r in group]
         # the published "random" picks a random node; coshare's random is MCC (random job
         # order, first fit), a different policy: only the peers implemented alike are shown
-        published = PUBLISHED_AT_100.get(name) if name in ("bestfit", "fgd") else None
+        peer = published and name in ("bestfit", "fgd")
+        published_at = PUBLISHED_AT_100.get(name) if peer else None
 
         def where(key: str, group: list[FragRun] = group) -> str:
             values = [r.at_100[key] for r in group if key in r.at_100]
@@ -289,7 +291,7 @@ def frag_table(runs: Sequence[FragRun], protocol: str) -> Table:
             name,
             *[f"{median_unallocated(group, level):.2f}" for level in ARRIVAL_LEVELS],
             f"{min(at100):.2f}-{max(at100):.2f}",
-            f"{published:.2f}" if published is not None and protocol == "online" else "-",
+            f"{published_at:.2f}" if published_at is not None and protocol == "online" else "-",
             where("idle_gpus"),
             where("idle_gpus_no_cores"),
             where("partial"),

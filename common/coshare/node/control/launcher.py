@@ -295,18 +295,36 @@ def exit_like(status: int) -> None:
     sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def mps_environment(reply: dict[str, str], devices: str) -> dict[str, str]:
+def compute_percent(text: str) -> int | None:
+    """A job's compute share (``CoshareDeviceCompute``: ``25%``, ``25``, ``12.5``) as MPS's
+    whole active thread percentage, rounded up; ``None`` for anything else (the planner
+    refused it already)."""
+    match = re.fullmatch(r'\s*"?\s*([0-9]{1,3}(?:\.[0-9]{1,6})?)\s*%?\s*"?\s*', text)
+    if not match or not 0 < float(match.group(1)) <= 100:
+        return None
+    return max(1, math.ceil(float(match.group(1))))
+
+
+def mps_environment(
+    reply: dict[str, str], devices: str, compute: str | None = None
+) -> dict[str, str]:
     """NVIDIA MPS's limits for the job's CUDA clients, from the daemon's START or JOIN reply
     (``mps_memory_mib``, ``mps_percent``: :mod:`coshare.node.mps`): its declared memory
     pinned on each device it sees (ordinals 0.. in its ``CUDA_VISIBLE_DEVICES``) and its share
-    of their SMs; nothing when the daemon said nothing (no MPS on the node)."""
+    of their SMs: its ``compute`` share where it declared one (``CoshareDeviceCompute``), else
+    the daemon's (its threads over the device's); nothing when the daemon said nothing (no MPS
+    on the node)."""
     env: dict[str, str] = {}
     count = len([d for d in devices.split(",") if d and d != "-"])
     memory = reply.get("mps_memory_mib", "")
     if count and memory.isdigit():
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={memory}M" for i in range(count))
     percent = reply.get("mps_percent", "")
-    if count and percent.isdigit():
+    share = compute_percent(compute) if compute else None
+    in_force = "mps_memory_mib" in reply or "mps_percent" in reply
+    if count and in_force and share is not None:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(share)
+    elif count and percent.isdigit():
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = percent
     return env
 
@@ -331,7 +349,13 @@ def run(args: argparse.Namespace) -> None:
     env["COSHARE_JOB_ID"] = args.job
     if started.get("cpus", "-") != "-":
         env["COSHARE_CPUS"] = started["cpus"]
-    env.update(mps_environment(started, started.get("devices", args.devices or "")))
+    env.update(
+        mps_environment(
+            started,
+            started.get("devices", args.devices or ""),
+            getattr(args, "device_compute", None),
+        )
+    )
     if args.gate_socket:
         env["COSHARE_GATE_SOCKET"] = args.gate_socket
     try:
@@ -472,6 +496,10 @@ def parser() -> argparse.ArgumentParser:
     cmd.add_argument("--devices", help="device ids, comma-separated")
     cmd.add_argument("--device-memory", help="declared device memory (2048, 2G)")
     cmd.add_argument("--device-threads", help="declared device threads")
+    cmd.add_argument(
+        "--device-compute",
+        help="declared compute share (25%%): the MPS active thread percentage, where MPS runs",
+    )
     cmd.add_argument("--chirp", help="condor_chirp, to put the kill reason into the job's ad")
     cmd.add_argument(
         "--lends",
