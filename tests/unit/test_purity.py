@@ -90,6 +90,8 @@ IO_MODULES = {
     "coshare.sim.poncos_report",
     "coshare.sim.picaso_report",
     "coshare.sim.sns_report",
+    "coshare.sim.live",
+    "coshare.sim.live_report",
 }
 
 #: What a pure module may not import (top-level names).
