@@ -1071,6 +1071,7 @@ def current(now: QueueJob, then: QueueJob | None) -> Current:
         changed=changed,
         may_note=now.status == A.IDLE,
         wait_reason=now.wait_reason,
+        started=now.status in HOLDS_SLOT,
     )
 
 

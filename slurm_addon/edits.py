@@ -114,6 +114,7 @@ def current(now: SlurmJob, seen: SlurmJob | None) -> Current:
         changed=change_since_read(seen, now),
         may_note=now.phase == "pending" and now.held and (not text or reason is not None),
         wait_reason=reason,
+        started=now.phase == "active",
     )
 
 

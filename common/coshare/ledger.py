@@ -716,6 +716,8 @@ class Current:
         may_note: whether a wait reason may be written on it (it waits, and its record
             holds no placement, refusal or operator's text the reason would replace).
         wait_reason: the wait reason it carries now (``None``: none).
+        started: whether it runs now (or is starting): one the read saw waiting that started
+            meanwhile holds resources the plan did not count.
     """
 
     id: str
@@ -726,6 +728,7 @@ class Current:
     changed: str | None = None
     may_note: bool = False
     wait_reason: str | None = None
+    started: bool = False
 
 
 @dataclass(frozen=True)
@@ -926,7 +929,8 @@ def gates_may_open(started: Collection[str], not_closed: Collection[str]) -> str
     if started:
         return (
             f"not written: {', '.join(sorted(started, key=_job_order))} started at an "
-            "expired placement while this cycle planned; planning again next cycle"
+            "expired placement, or by another planner or an admin, while this cycle planned; "
+            "planning again next cycle"
         )
     if not_closed:
         return (

@@ -426,11 +426,6 @@ def test_without_the_engine_a_skips_what_changed_and_withdraws_what_b_opened() -
     finish(s)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="without the engine's claims the protocol does not notice a job it read pending "
-    "that another planner started meanwhile on a device its plan gives to another job",
-)
 def test_without_the_engine_a_job_b_started_meanwhile_is_not_booked_twice() -> None:
     s = queue(6, count=3)
     no_engine(s, b_jobs_start=True)

@@ -153,7 +153,8 @@ def annotations_of(job: Job) -> dict[str, object]:
     base = Job(id=job.id, kind=job.kind)
     out: dict[str, object] = {}
     for spec in KEYS:
-        value = getattr(job, spec.field)
+        # A compute share is no field of its own: a Job holds it as device threads.
+        value = getattr(job, spec.field, None)
         if value is None:
             continue
         if job.kind == "cpu" and spec.field in _DEVICE_FIELDS:
@@ -491,6 +492,7 @@ class MemoryWriter:
                 changed=self._changed(record),
                 may_note=pending and not record.gate_open and record.refusal is None,
                 wait_reason=record.wait_reason,
+                started=record.state == "running",
             )
         return out
 
