@@ -113,7 +113,7 @@ def write_plan(
         failed += c.failed
     # A job the read saw waiting that runs now (another planner's, or released by hand)
     # holds what the plan may give to another: nothing more opens this cycle.
-    started |= {j for j in pending if (c := current.get(j)) is not None and c.started}
+    started |= {j for j in pending if (now := current.get(j)) is not None and now.started}
     withdrawn = tuple(o for o in d.close if o.job in closed)
     gone = {o.job for o in skipped}
     writes = [w for w in d.writes if w.job not in gone]
