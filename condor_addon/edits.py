@@ -30,8 +30,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coshare.ledger import Write
-from coshare.trials import TrialRecord, format_trial
+from coshare.ledger.book import Write
+from coshare.ledger.trials import TrialRecord, format_trial
 
 from condor_addon.names import device_id_problem, node_name_problem
 

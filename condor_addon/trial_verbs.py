@@ -8,9 +8,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from coshare.annotations import parse_job as parse_annotations
 from coshare.errors import CoshareError
-from coshare.trials import (
+from coshare.ledger.annotations import parse_job as parse_annotations
+from coshare.ledger.trials import (
     JobPhase,
     TrialJob,
     TrialRecord,

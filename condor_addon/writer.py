@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from coshare.config import CondorConfig
 from coshare.cycle.queue_writer import Closed, Marked, WriteShape, Written
 from coshare.errors import CoshareError
-from coshare.ledger import Current, Write
+from coshare.ledger.book import Current, Write
 from coshare.model import Unplaced
 from coshare.ports import Fence, JobOutcome, Rejected
 

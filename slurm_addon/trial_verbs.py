@@ -7,9 +7,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from coshare.commands import CommandResult
 from coshare.errors import CommandFailed, CoshareError, UnsafeValue
-from coshare.trials import (
+from coshare.ledger.trials import (
     JobPhase,
     TrialJob,
     TrialRecord,
@@ -17,6 +16,7 @@ from coshare.trials import (
     format_trial,
     parse_trial,
 )
+from coshare.system.programs import CommandResult
 
 from slurm_addon.client import SlurmClient
 from slurm_addon.comment import is_annotated
@@ -114,7 +114,7 @@ class SlurmTrials:
         self, node: str, job: str, argv: Sequence[str], timeout_s: float
     ) -> CommandResult:
         """A trial's probe on its node (``policy.membw.probe_via: step``;
-        :class:`coshare.trial_cycle.ProbeStep`): ``argv`` as a step of the trial job."""
+        :class:`coshare.cycle.trials.ProbeStep`): ``argv`` as a step of the trial job."""
         if not is_safe_token(node) or not job.isdigit():
             raise CommandFailed(
                 ["srun"],

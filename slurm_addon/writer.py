@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from coshare.config import SlurmConfig
 from coshare.cycle.queue_writer import Closed, Marked, WriteShape, Written
 from coshare.errors import UnsafeValue
-from coshare.ledger import Current, Write
+from coshare.ledger.book import Current, Write
 from coshare.model import Unplaced
 from coshare.ports import Fence, JobOutcome, Rejected
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from coshare.config import CondorConfig, SlurmConfig
 from coshare.cycle.protocol import decisions, notes_to_write
-from coshare.ledger import Book, Current, Decisions
+from coshare.ledger.book import Book, Current, Decisions
 from coshare.model import Plan
 from coshare.ports import JobOutcome, Rejected
 

@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 
 import pytest
-from coshare.annotations import compute_threads
+from coshare.ledger.annotations import compute_threads
 
 from condor_addon.view import machine_of
 from tests.integration.condor_pool import Pool

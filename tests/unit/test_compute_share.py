@@ -9,13 +9,13 @@ from pathlib import Path
 
 import classad2
 import pytest
-from coshare.annotations import ClusterLimits, compute_threads, parse_job
 from coshare.config import load_config
+from coshare.cycle.verify import check_plan
 from coshare.errors import AnnotationError
+from coshare.ledger.annotations import ClusterLimits, compute_threads, parse_job
 from coshare.model import MILLI, Device, Node, Snapshot
 from coshare.node.control.launcher import compute_percent, mps_environment, parser
 from coshare.policies import PolicyOptions, make_policy
-from coshare.verify import check_plan
 
 from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
 from condor_addon.client import values_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coshare.ledger import Book
+from coshare.ledger.book import Book
 from coshare.model import Assignment, Job, Plan
 from coshare.ports import Rejected
 
@@ -105,7 +105,7 @@ def test_refused_jobs_are_held_grouped_by_reason_without_their_id() -> None:
 def test_wait_reasons_one_transaction_per_reason_only_when_changed() -> None:
     from coshare.config import CondorConfig
     from coshare.cycle.protocol import notes_to_write
-    from coshare.ledger import Current
+    from coshare.ledger.book import Current
     from coshare.model import Unplaced
 
     from condor_addon.view import read_job

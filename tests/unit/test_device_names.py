@@ -1,4 +1,4 @@
-"""The scheduler's GPU names matched to NVML's devices (coshare.device_names), against the
+"""The scheduler's GPU names matched to NVML's devices (coshare.ledger.device_names), against the
 faithful NVML fake and output recorded in the shapes the schedulers' documentation gives:
 ``condor_gpu_discovery``'s ``DetectedGPUs`` (``-short-uuid``, the default; ``-uuid``;
 ``-by-index``) and ``slurmd -G``'s ``Gres`` lines (``AutoDetect=nvml``, MIG ``UniqueId``)."""
@@ -9,8 +9,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
-from coshare.device_names import Named, condor_gpu_names, match_names, slurm_gres_names
+from coshare.cli.main import cli
+from coshare.ledger.device_names import Named, condor_gpu_names, match_names, slurm_gres_names
 from coshare.node.gpus import GpuDevice, discover
 
 from tests.unit.fake_nvml_mig import FakeNvml, Gpu, Instance, a100_80gb, h100_80gb

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 import pytest
 from coshare.coord.cycle import EngineGate
+from coshare.cycle.run import CycleReport, run_cycle
 from coshare.errors import LeaseLost, SchedulerError, StoppedBetweenBatches
-from coshare.ledger import Placed
+from coshare.ledger.book import Placed
 from coshare.model import MILLI, Device, Job, Node, Plan, Unplaced
-from coshare.planner import CycleReport, run_cycle
 from coshare.policies import make_policy
 from coshare.policies.base import Policy
 from coshare.sim.memory_claims import ClaimsStore, MemoryClaims

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from coshare.config import NodeConfig
 from coshare.errors import FactsError
-from coshare.facts import NodeFacts, format_facts, parse_facts
+from coshare.ledger.facts import NodeFacts, format_facts, parse_facts
 from coshare.node.metrics import NodeMetrics
 from coshare.node.mps import gpu_limit_in_force
 from coshare.node.sampler import facts_path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.policies import make_policy
 from coshare.sim.device import OffloadModel
 from coshare.sim.experiments import draws_for
@@ -139,7 +139,7 @@ def test_every_live_start_is_at_a_cycle_and_every_job_runs() -> None:
 def test_a_job_read_back_from_the_in_memory_queue_is_the_job_submitted(tmp_path: Path) -> None:
     """The scheduler keeps annotations, as a real queue does; the ledger reads them back
     into the very job the fast engine plans (a device job, a CPU job, a gang)."""
-    from coshare.ledger import pending_job
+    from coshare.ledger.book import pending_job
     from coshare.model import Job
     from coshare.sim.memory_scheduler import MemoryScheduler
 

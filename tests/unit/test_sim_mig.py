@@ -8,7 +8,7 @@ import random
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.model import MILLI, Device, Job, Node
 from coshare.sim import fragmentation as frag
 from coshare.sim.mig import (

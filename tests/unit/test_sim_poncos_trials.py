@@ -7,7 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.sim.poncos import QUEUES, USE, VARIANTS, run_queue
 from coshare.sim.poncos_trials import TrialSetup, reading, run_with_trials
 

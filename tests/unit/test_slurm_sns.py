@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 from coshare.config import load_config
+from coshare.cycle.run import run_cycle, ways_refusal
 from coshare.errors import PlanInvariantError
-from coshare.ledger import Current, Part, Placed, Queued, decide, held
+from coshare.ledger.book import Current, Part, Placed, Queued, decide, held
 from coshare.model import Assignment, Plan, Snapshot, Spread
 from coshare.node.control import launcher
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import JobSpec
-from coshare.planner import run_cycle, ways_refusal
 from coshare.ports import ApplyReport, Capabilities, SourceResult, capabilities
 
 from condor_addon.adapter import CondorAdapter

@@ -32,10 +32,10 @@ from dataclasses import replace
 from typing import TypeVar
 
 from coshare.cycle.queue_writer import QueueWriter, WriteShape, Written
-from coshare.ledger import Current, Decisions, Write, decide, gates_may_open
+from coshare.ledger.book import Current, Decisions, Write, decide, gates_may_open
+from coshare.ledger.wait_reasons import wait_reason_writes
 from coshare.model import Job, Plan
 from coshare.ports import ApplyReport, Fence, JobOutcome, Rejected, no_fence
-from coshare.wait_reasons import wait_reason_writes
 
 T = TypeVar("T")
 
@@ -66,7 +66,7 @@ def write_plan(
         rejected: the jobs the read refused.
         pending: the read's pending jobs, by id.
         to_close: the read's pending jobs whose gate is open but whose placement no longer
-            counts, with why (:attr:`coshare.ledger.Book.to_close`).
+            counts, with why (:attr:`coshare.ledger.book.Book.to_close`).
         dry_run: write nothing; the report says what would be written.
         fence: called before each batch of requeues, closes and placements.
 
@@ -152,7 +152,7 @@ def decisions(
     current: Mapping[str, Current],
 ) -> Decisions:
     """What applying ``plan`` writes, from the jobs as they are now
-    (:func:`coshare.ledger.decide`), with each placement the writer cannot spell moved to
+    (:func:`coshare.ledger.book.decide`), with each placement the writer cannot spell moved to
     ``failed`` with why: that job is left as it is, the others are written. Pure."""
     d = decide(plan, pending, to_close, rejected, current)
     problems = {w.job: p for w in d.writes if (p := writer.unwritable(w)) is not None}

@@ -28,7 +28,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from coshare.ledger import Current, Write
+from coshare.ledger.book import Current, Write
 from coshare.model import Unplaced
 from coshare.ports import Fence, JobOutcome, Rejected
 

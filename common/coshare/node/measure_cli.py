@@ -34,16 +34,16 @@ import click
 from rich import box
 from rich.table import Table
 
-from coshare.cli import AppContext, pass_app
+from coshare.cli.exit_codes import EXIT_RUNTIME
+from coshare.cli.main import AppContext, pass_app
+from coshare.cli.render import render_text
 from coshare.errors import FactsError, NodeError, ReplyError
-from coshare.exit_codes import EXIT_RUNTIME
-from coshare.facts import NodeFacts, parse_facts
+from coshare.ledger.facts import NodeFacts, parse_facts
 from coshare.node import lifecycle
 from coshare.node.check import missing_enforcement, node_capabilities
 from coshare.node.membw import ProbeFiles, probe
 from coshare.node.sampler import facts_path
 from coshare.node.spec import check_job_id, format_cpu_list, parse_cpu_list
-from coshare.render import render_text
 
 
 def output_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -114,7 +114,7 @@ def gpus(output: str, condor_names: str | None, slurm_gres: TextIO | None) -> No
     parent, and which of them the planner may place jobs on; with --condor-names or
     --slurm-gres, which scheduler name each one has (by UUID where the scheduler gives one,
     by index otherwise), and a note wherever they disagree."""
-    from coshare.device_names import condor_gpu_names, match_names, slurm_gres_names
+    from coshare.ledger.device_names import condor_gpu_names, match_names, slurm_gres_names
     from coshare.node.gpus import discover
     from coshare.node.nvml import start_nvml
 

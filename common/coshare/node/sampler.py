@@ -11,7 +11,7 @@ throughput of the GPUs it holds alone, :func:`coshare.node.harvest.copy_bandwidt
 baseline; on a node configured for MPS limits (``node.gpu_limits: mps``), whether the MPS
 control daemon runs (``gpu_limits=mps``) or is down (``gpu_limits=watchdog``: the NVML
 watchdog is the backstop). It writes the result as one line of facts
-(:func:`coshare.facts.format_facts`), with the answers to the trial requests it probed
+(:func:`coshare.ledger.facts.format_facts`), with the answers to the trial requests it probed
 (``trial=``, :mod:`coshare.node.trial_requests`), to ``state_dir/facts``, readable by all, for the
 scheduler's publisher: HTCondor's startd cron (``deploy/condor/coshare-facts``) or Slurm's
 (``coshare-slurm-facts``). A measurement that fails is logged and left out of that round's
@@ -29,7 +29,7 @@ from typing import Protocol
 
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError, Unsupported
-from coshare.facts import JobCopy, JobCpus, JobWait, MembwFacts, NodeFacts, format_facts
+from coshare.ledger.facts import JobCopy, JobCpus, JobWait, MembwFacts, NodeFacts, format_facts
 from coshare.model import TrialResult
 from coshare.node.cgroups import Cgroups
 from coshare.node.harvest import copy_bandwidths

@@ -8,11 +8,11 @@
                                               -> write_plan (the one protocol)
       scheduler.start_ready()     what the cycle opened starts at once
 
-The planner is :func:`coshare.planner.run_cycle`, the same one ``coshare slurm cycle`` runs;
+The planner is :func:`coshare.cycle.run.run_cycle`, the same one ``coshare slurm cycle`` runs;
 the scheduler is :class:`~coshare.sim.memory_scheduler.MemoryScheduler`; the jobs run under
 the fast engine's execution model (:mod:`coshare.sim.device`), so the two differ only where
 the live cycle does: it plans every ``cycle_s`` rather than right after each job ends, and a
-placement that does not start expires after ``replan_after_s`` (:mod:`coshare.ledger`).
+placement that does not start expires after ``replan_after_s`` (:mod:`coshare.ledger.book`).
 
 A cycle runs at every multiple of ``cycle_s`` while a job waits. The clock jumps to the
 first multiple at or after the next event when no job waits, or when a cycle placed nothing
@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from coshare.cycle.run import PHASES, run_cycle
 from coshare.model import MILLI, Node
-from coshare.planner import PHASES, run_cycle
 from coshare.policies.base import Policy
 from coshare.sim.device import ExecutionModel, OffloadModel, Token
 from coshare.sim.engine import JobRecord, SimResult, SimulationError
@@ -77,7 +77,7 @@ class LiveRun:
         skipped: writes skipped (the job changed or left between read and write).
         rejected: refusals marked, summed over the cycles.
         phases: CPU-clock seconds of each phase of the cycle (``read``, ``plan``, ``verify``,
-            ``apply``: :data:`coshare.planner.PHASES`), summed over the cycles: where a
+            ``apply``: :data:`coshare.cycle.run.PHASES`), summed over the cycles: where a
             live run's time goes.
     """
 

@@ -10,7 +10,7 @@
 
 The scheduler keeps each job's record the way Slurm keeps its queue: the user's annotations,
 the placement coshare wrote, whether its gate is open, a refusal or a wait reason. What a
-planner reads goes through :func:`coshare.ledger.settle` (a placement that never starts
+planner reads goes through :func:`coshare.ledger.book.settle` (a placement that never starts
 expires after ``replan_after_s``); what it writes goes through
 :func:`coshare.cycle.protocol.write_plan` with this module's :class:`MemoryWriter`. Several
 :class:`MemoryAdapter` objects over one :class:`MemoryScheduler` are several planners.
@@ -32,11 +32,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from coshare.annotations import KEYS
 from coshare.cycle.protocol import write_plan
 from coshare.cycle.queue_writer import Closed, Marked, WriteShape, Written
 from coshare.errors import CoshareError, SchedulerError
-from coshare.ledger import Book, Current, Placed, Queued, Write, settle
+from coshare.ledger.annotations import KEYS
+from coshare.ledger.book import Book, Current, Placed, Queued, Write, settle
 from coshare.model import Job, Node, Plan, RunningJob, Snapshot, Unplaced
 from coshare.ports import (
     ApplyReport,
@@ -642,7 +642,7 @@ class MemoryAdapter:
         self.seen: dict[str, tuple[object, ...]] = {}
 
     def read(self) -> SourceResult:
-        """The queue, settled by the ledger's rules (:func:`coshare.ledger.settle`)."""
+        """The queue, settled by the ledger's rules (:func:`coshare.ledger.book.settle`)."""
         s = self.scheduler
         pending = s.pending()
         self.seen = {r.id: r.fingerprint() for r in pending}

@@ -193,7 +193,7 @@ def trials_outcome(mode: str, noise: float, seeds: Sequence[int]) -> tuple[str, 
             ]
     notes = [
         "Trials: the live policy (policy.membw.trials on) and the live trial steps "
-        "(coshare.trial_steps.run_trials) on modelled probes: a reading is the available "
+        "(coshare.cycle.trial_steps.run_trials) on modelled probes: a reading is the available "
         "bandwidth Table 1's true uses leave, times 1 + noise x N(0, 1); the partners are "
         f"frozen {PROBE_S:g} s per probe (section 6: one probe takes less than a second); "
         f"cycles every {CYCLE_S:g} s and at each job end, the node's probe every "

@@ -11,7 +11,7 @@ with nothing recorded beforehand, through the live code:
 - **plan**: :class:`~coshare.policies.membw.MembwPolicy` with ``trials`` on plans each
   cycle, on the node facts a daemon would publish (its periodic probe, step 3), and names
   the trial co-runs;
-- **trial steps**: :func:`coshare.trial_steps.run_trials` moves every trial one step per
+- **trial steps**: :func:`coshare.cycle.trial_steps.run_trials` moves every trial one step per
   cycle (``advance``, ``decide``: the same functions a live cycle calls) through a
   :class:`~coshare.ports.TrialControl` kept here (records, suspend, resume, requeue) and a
   :class:`~coshare.ports.TrialProbe` that *models* the measurement (:class:`ModelledProbe`);
@@ -52,15 +52,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coshare.facts import MembwFacts, NodeFacts, attach
+from coshare.cycle.trial_steps import run_trials
+from coshare.ledger.facts import MembwFacts, NodeFacts, attach
+from coshare.ledger.trials import (
+    TrialJob,
+    TrialLimits,
+    TrialRecord,
+    measured_programs,
+    merge_programs,
+)
 from coshare.model import Job, Plan, RunningJob, Snapshot
 from coshare.policies.membw import MembwPolicy
 from coshare.ports import ProbeResult
 from coshare.sim.engine import SimulationError
 from coshare.sim.poncos import BASELINE_GBPS, DOMAIN_CORES, INIT_S, MAX_SHARE, NODE, USE, _job
 from coshare.sim.poncos import RUN_ALONE_S as _RUN_ALONE_S
-from coshare.trial_steps import run_trials
-from coshare.trials import TrialJob, TrialLimits, TrialRecord, measured_programs, merge_programs
 
 #: The least share of bandwidth a probe ever reads (section 6: its own accesses complete).
 MIN_AVAILABLE = 0.05

@@ -1,7 +1,7 @@
 """Trial co-runs, one cycle's steps: each cycle moves every trial job one step
-(:mod:`coshare.trials`) through its scheduler's :class:`~coshare.ports.TrialControl` and a
-:class:`~coshare.ports.TrialProbe` (the flow is in :mod:`coshare.trial_cycle`). Pure: the
-probes and the record file, which do I/O, are :mod:`coshare.trial_cycle`'s; the simulator
+(:mod:`coshare.ledger.trials`) through its scheduler's :class:`~coshare.ports.TrialControl` and a
+:class:`~coshare.ports.TrialProbe` (the flow is in :mod:`coshare.cycle.trials`). Pure: the
+probes and the record file, which do I/O, are :mod:`coshare.cycle.trials`'s; the simulator
 runs these same steps on modelled probes (:mod:`coshare.sim.poncos_trials`).
 """
 
@@ -10,10 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from coshare.bandwidth_share import UNKNOWN_SHARE, job_share, measured_use
+from coshare.ledger.bandwidth import UNKNOWN_SHARE, job_share, measured_use
+from coshare.ledger.trials import (
+    Step,
+    TrialJob,
+    TrialLimits,
+    advance,
+    awaiting,
+    decide,
+    measured_programs,
+)
 from coshare.model import RunningJob, Snapshot
 from coshare.ports import ProbeResult, TrialControl, TrialProbe
-from coshare.trials import Step, TrialJob, TrialLimits, advance, awaiting, decide, measured_programs
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """A running job's declared device demand where it declared a compute share
 (``CoshareDeviceCompute``) instead of device threads: the same threads its plan reserved.
 
-:func:`coshare.ledger.declared_demand` reads a running job's declared memory and threads; a
+:func:`coshare.ledger.book.declared_demand` reads a running job's declared memory and threads; a
 job that declared a share has no threads to read. :func:`running_demand` turns the share into
 threads of the largest device the caller names (the cluster's, as planning did; or the
 node's, where only that is known: a share of the very devices it runs on), and leaves every
-other job to :func:`~coshare.ledger.declared_demand`.
+other job to :func:`~coshare.ledger.book.declared_demand`.
 
 Pure.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from coshare.annotations import ClusterLimits, parse_job, squash
 from coshare.errors import AnnotationError
-from coshare.ledger import declared_demand
+from coshare.ledger.annotations import ClusterLimits, parse_job, squash
+from coshare.ledger.book import declared_demand
 from coshare.model import Device
 
 #: The squashed spellings of the keys a running job's device demand is read from.
@@ -28,7 +28,7 @@ def running_demand(
 ) -> tuple[int, int] | None:
     """A running job's declared device memory and threads per device, or ``None`` when its
     declaration cannot be read; a compute share counts as threads of the largest of
-    ``devices`` (:func:`coshare.annotations.compute_threads`)."""
+    ``devices`` (:func:`coshare.ledger.annotations.compute_threads`)."""
     keys = {
         k: v
         for k, v in annotations.items()
