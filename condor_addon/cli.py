@@ -23,9 +23,10 @@ import logging
 from pathlib import Path
 
 import click
+from coshare.cli.app import AppContext, pass_app
 from coshare.cli.extras import load
 from coshare.cli.logs import CONDOR_DATE_FORMAT, log_format_option, setup_logging
-from coshare.cli.main import AppContext, configured, pass_app, policy_flags
+from coshare.cli.main import configured, policy_flags
 from coshare.cli.scheduler import scheduler_group
 from coshare.config import Config
 from coshare.errors import CoshareError

@@ -24,10 +24,8 @@ import importlib
 import json
 import sys
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,9 +33,11 @@ from typing import TYPE_CHECKING, Any
 import click
 import yaml
 
+from coshare.cli.app import AppContext as AppContext
+from coshare.cli.app import pass_app as pass_app
 from coshare.cli.exit_codes import exit_status_help
 from coshare.cli.extras import MissingExtra, missing_extra
-from coshare.config import Config, ConfigWarning, load_config, to_dict, with_overrides
+from coshare.config import Config, load_config, to_dict, with_overrides
 from coshare.errors import CoshareError, InputError, PolicyError, SnapshotError
 from coshare.ledger.bounds import unknown_name
 from coshare.ledger.trials import merge_programs
@@ -165,30 +165,6 @@ def _needs_extra(name: str, extra: str, module: str) -> click.Command:
         params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )
-
-
-@dataclass
-class AppContext:
-    """What subcommands share: the config file named on the command line, loaded on demand."""
-
-    config_path: Path | None = None
-    _config: Config | None = field(default=None, repr=False)
-
-    @property
-    def config(self) -> Config:
-        """The configuration (defaults < file < environment), loaded once; deprecated keys
-        are said on standard error (``coshare: warning: ...``)."""
-        if self._config is None:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", FutureWarning)
-                warnings.simplefilter("always", ConfigWarning)
-                self._config = load_config(self.config_path)
-            for warning in caught:
-                click.echo(f"coshare: warning: {warning.message}", err=True)
-        return self._config
-
-
-pass_app = click.make_pass_decorator(AppContext, ensure=True)
 
 
 @click.group(cls=CoshareGroup)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import click
 
-from coshare.cli.main import AppContext, pass_app
+from coshare.cli.app import AppContext, pass_app
 from coshare.errors import InputError
 from coshare.node.resctrl import Resctrl
 from coshare.node.waysweep import sweep

@@ -42,8 +42,8 @@ from typing import Any, TypeVar
 
 import click
 
+from coshare.cli.app import AppContext, pass_app
 from coshare.cli.logs import log_format_option, setup_logging
-from coshare.cli.main import AppContext, pass_app
 from coshare.config import NodeConfig
 from coshare.errors import JobSpecError
 from coshare.node import lifecycle

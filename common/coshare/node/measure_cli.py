@@ -34,8 +34,8 @@ import click
 from rich import box
 from rich.table import Table
 
+from coshare.cli.app import AppContext, pass_app
 from coshare.cli.exit_codes import EXIT_RUNTIME
-from coshare.cli.main import AppContext, pass_app
 from coshare.cli.render import render_text
 from coshare.errors import FactsError, NodeError, ReplyError
 from coshare.ledger.facts import NodeFacts, parse_facts

@@ -35,7 +35,7 @@ import click
 from click.core import ParameterSource
 from rich.markup import escape
 
-from coshare.cli.main import AppContext, pass_app
+from coshare.cli.app import AppContext, pass_app
 from coshare.config import MAX_SETTING_S, with_overrides
 from coshare.errors import ExecutorError, InputError
 from coshare.ledger.bounds import (
