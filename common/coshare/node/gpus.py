@@ -25,6 +25,8 @@ Pure but for the ``nvml`` module it is handed (tests hand it a faithful fake).
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -229,3 +231,34 @@ def _mig_enabled(nvml: Any, handle: Any) -> bool:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+#: What a UUID NVML gives may hold, to travel in a reply and an environment variable.
+_UUID = re.compile(r"(GPU|MIG)-[A-Za-z0-9/-]{1,100}")
+
+
+def visible_devices(devices: Sequence[str], found: Sequence[GpuDevice]) -> str:
+    """The job's devices as CUDA must be told them: each planned id as its NVML UUID
+    (``CUDA_VISIBLE_DEVICES`` takes a MIG instance only by its ``MIG-`` UUID, and a UUID
+    names the same GPU whatever the enumeration order), joined by commas.
+
+    Raises:
+        ValueError: an id names no device NVML lists here, a GPU in MIG mode (planned by its
+            instances only), a device NVML lists as unsupported, or one whose UUID is not
+            plain text; the message says which and what NVML lists.
+    """
+    by_id = {d.id: d for d in found}
+    out: list[str] = []
+    for device in devices:
+        gpu = by_id.get(device)
+        if gpu is None:
+            listed = ", ".join(d.id for d in found if d.planned) or "none"
+            raise ValueError(f"device {device} is not on this node (NVML lists {listed})")
+        if gpu.kind == "mig-parent":
+            raise ValueError(f"device {device} is a GPU in MIG mode: its instances are planned")
+        if gpu.status != "ok":
+            raise ValueError(f"device {device} is unsupported here: {gpu.reason}")
+        if not _UUID.fullmatch(gpu.uuid):
+            raise ValueError(f"device {device}: NVML's UUID {gpu.uuid!r} is not plain text")
+        out.append(gpu.uuid)
+    return ",".join(out)

@@ -356,6 +356,8 @@ def run(args: argparse.Namespace) -> None:
             getattr(args, "device_compute", None),
         )
     )
+    if started.get("visible"):  # the devices by NVML UUID: a MIG instance is known no other way
+        env["CUDA_VISIBLE_DEVICES"] = started["visible"]
     if args.gate_socket:
         env["COSHARE_GATE_SOCKET"] = args.gate_socket
     try:
@@ -420,7 +422,11 @@ def task_prolog(
 
     devices = field("devices")
     lines = [f"export COSHARE_JOB_ID={job}", f"export COSHARE_GATE_SOCKET={gate_socket}"]
-    lines += [f"export {name}={devices}" for name in (*DEVICE_VARIABLES, "COSHARE_DEVICES")]
+    visible = {"CUDA_VISIBLE_DEVICES": field("visible")}  # by NVML UUID, where it gave them
+    lines += [
+        f"export {name}={visible.get(name) or devices}"
+        for name in (*DEVICE_VARIABLES, "COSHARE_DEVICES")
+    ]
     if node:
         lines.append(f"export COSHARE_NODE={node}")
     for name, variable in (

@@ -33,6 +33,7 @@ from coshare.errors import (
     CoshareError,
     JobSpecError,
     JobStateError,
+    NodeError,
     ProbeError,
     Unsupported,
 )
@@ -54,9 +55,11 @@ from coshare.node.control.trust import (
     check_start,
     job_of_launcher,
 )
+from coshare.node.gpus import GpuDevice, discover, visible_devices
 from coshare.node.jobs import JobRecord, JobStore, Launcher, job_of_pid, read_proc_cgroup
 from coshare.node.membw import ProbeFiles, trial_probe
 from coshare.node.mps import mps_fields, mps_running
+from coshare.node.nvml import start_nvml
 from coshare.node.process import ProcessInfo
 from coshare.node.procfs import (
     PROC,
@@ -90,9 +93,11 @@ class JobControl:
         proc: Path = PROC,
         clock: Callable[[], float] = time.time,
         probe: TrialMeasure | None = None,
+        gpus: Callable[[], Sequence[GpuDevice]] | None = None,
     ) -> None:
         self.config = config
         self._probe = probe if probe is not None else self._membw_probe
+        self._gpus = gpus if gpus is not None else nvml_gpus()
         self.clock = clock
         self.policy = TrustPolicy(config.trusted_launchers, config.trusted_launcher_uids)
         self.store = lifecycle.node_store(config)
@@ -212,6 +217,10 @@ class JobControl:
                 request, launcher, request.uid if request.uid is not None else uid
             )
             return start_reply(loaned, self._gpu_limits(loaned))
+        try:  # before anything is made: a device this node does not have starts nothing
+            visible = self._visible(request.devices)
+        except ValueError as exc:
+            raise Refused("bad_device", f"job {request.job}: {exc}") from None
         record = lifecycle.job_start(
             self.config,
             request.job,
@@ -234,7 +243,7 @@ class JobControl:
             format_cpu_list(record.spec.cpus) or "-",
             record.spec.memory_mib,
         )
-        return start_reply(record, self._gpu_limits(record))
+        return start_reply(record, visible + self._gpu_limits(record))
 
     def _start_on_loan(self, request: ControlRequest, launcher: Launcher, uid: int) -> JobRecord:
         """START ``borrow=``: a CPU-only job placed on the idle cores of a running job here
@@ -319,7 +328,12 @@ class JobControl:
             if move:
                 self._move(record, target, pidfd)
                 log.info("job %s: process %d joined", request.job, target.pid)
-        return join_reply(record, target.pid, self._gpu_limits(record))
+        try:
+            visible = self._visible(record.spec.devices)
+        except ValueError as exc:  # the node's GPUs changed since START: CUDA is told the ids
+            log.warning("job %s: %s", record.job, exc)
+            visible = ""
+        return join_reply(record, target.pid, visible + self._gpu_limits(record))
 
     def _still(self, process: ProcessInfo | None) -> ProcessInfo | None:
         """``process`` read again, ``None`` when its pid names another process now."""
@@ -561,6 +575,17 @@ class JobControl:
             f"changed={int(change.changed)} requeue={int(change.requeue)}"
         )
 
+    def _visible(self, devices: Sequence[str]) -> str:
+        """The reply field that tells the job's CUDA clients their devices by NVML UUID
+        (`` visible=GPU-...,MIG-...``; :func:`coshare.node.gpus.visible_devices`); empty
+        where NVML lists no GPU (no driver, a Xeon Phi node): the ids are the devices then.
+
+        Raises:
+            ValueError: NVML lists GPUs and a device is not one of them.
+        """
+        found = self._gpus() if devices else ()
+        return f" visible={visible_devices(devices, found)}" if found else ""
+
     def _gpu_limits(self, record: JobRecord) -> str:
         """The MPS limits a job's processes start with (reply fields; :mod:`coshare.node.mps`),
         or none: ``node.gpu_limits`` is not ``mps``, or no MPS control daemon runs (said)."""
@@ -744,7 +769,8 @@ def set_frozen(
 
 
 def start_reply(record: JobRecord, limits: str = "") -> str:
-    """The START reply for a started job (``limits``: its MPS fields, :mod:`coshare.node.mps`)."""
+    """The START reply for a started job (``limits``: its devices by UUID and its MPS fields,
+    :mod:`coshare.node.mps`)."""
     spec = record.spec
     return (
         f"OK job={spec.job} cpus={format_cpu_list(spec.cpus) or '-'} "
@@ -755,7 +781,8 @@ def start_reply(record: JobRecord, limits: str = "") -> str:
 
 def join_reply(record: JobRecord, pid: int, limits: str = "") -> str:
     """The JOIN reply: the moved process, and what the job's processes need to know (its
-    cpus, devices and declared device memory and threads; ``-`` for none; its MPS limits)."""
+    cpus, devices and declared device memory and threads; ``-`` for none; its devices by
+    UUID and its MPS limits)."""
     spec = record.spec
 
     def text(value: int | None) -> str:
@@ -767,3 +794,26 @@ def join_reply(record: JobRecord, pid: int, limits: str = "") -> str:
         f"device_memory_mib={text(spec.device_memory_mib)} "
         f"device_threads={text(spec.device_threads)}{limits}"
     )
+
+
+def nvml_gpus() -> Callable[[], Sequence[GpuDevice]]:
+    """The node's GPUs and MIG instances from NVML, listed once, at the first START that
+    names a device (a GPU resliced into other MIG instances needs the daemon restarted);
+    nothing where NVML cannot start or list them (said once)."""
+    state: dict[str, list[GpuDevice]] = {}
+
+    def listed() -> Sequence[GpuDevice]:
+        if "gpus" not in state:
+            state["gpus"] = []
+            try:
+                nvml = start_nvml()
+            except NodeError as exc:
+                log.info("jobs' devices go to CUDA by id: %s", exc)
+                return state["gpus"]
+            try:
+                state["gpus"] = discover(nvml)
+            except nvml.NVMLError as exc:
+                log.warning("jobs' devices go to CUDA by id: NVML cannot list the GPUs: %s", exc)
+        return state["gpus"]
+
+    return listed
