@@ -45,7 +45,7 @@ bench: $(VENV)/.base
 man: $(VENV)/.test
 	$(BIN)/python -m coshare.cli.reference man man
 
-# docs/cli.md and docs/config.md from the code (a test checks they are up to date).
+# docs/cli.md, docs/config.md and docs/environment.md from the code (a test checks they are up to date).
 docs: $(VENV)/.base
 	$(BIN)/python -m coshare.cli.reference docs docs
 

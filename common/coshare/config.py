@@ -64,44 +64,56 @@ C = TypeVar("C")
 
 DEFAULT_CONFIG_PATH = Path("/etc/coshare/config.yaml")
 ENV_PREFIX = "COSHARE_"
-#: ``COSHARE_`` variables coshare itself uses that are not settings: where the config, the
-#: traces and the node scripts are, what the node helpers export to a job, and what the
-#: deploy/ scripts read. Every other ``COSHARE_`` variable is a setting
+#: ``COSHARE_`` variables coshare itself uses that are not settings, with what each is: where
+#: the config, the traces and the node scripts are, what the node helpers export to a job,
+#: and what the deploy/ scripts read. Every other ``COSHARE_`` variable is a setting
 #: (``COSHARE_<SECTION>_<KEY>``) or is warned about; these are never warned about.
-NOT_SETTINGS = frozenset(
-    {
-        # where things are
-        "COSHARE_CONFIG",
-        "COSHARE_TRACE_DIR",
-        "COSHARE_LIBEXEC",
-        "COSHARE_BIN",
-        # what a job is given by the node helpers
-        "COSHARE_JOB_ID",
-        "COSHARE_NODE",
-        "COSHARE_DEVICES",
-        "COSHARE_CPUS",
-        "COSHARE_GATE_SOCKET",
-        "COSHARE_DEVICE_MEMORY",
-        "COSHARE_DEVICE_MEMORY_MIB",
-        "COSHARE_DEVICE_THREADS",
-        "COSHARE_SPREAD",
-        "COSHARE_LLC_WAYS",
-        "COSHARE_MEMBW_PERCENT",
-        "COSHARE_LEND_SLOT_TYPE",
-        # the deploy/ scripts' own (local clusters, the trigger, the facts publisher)
-        "COSHARE_SLURM_CTLD_PORT",
-        "COSHARE_SLURM_NODE_PORT",
-        "COSHARE_SLURM_DBD_PORT",
-        "COSHARE_SLURM_CGROUP_PREFIX",
-        "COSHARE_PG_PORT",
-        "COSHARE_PG_LISTEN",
-        "COSHARE_TRIGGER",
-        "COSHARE_TRIGGER_ARGS",
-        "COSHARE_TRIGGER_CONFIG",
-        "COSHARE_TRIGGER_LOG",
-        "COSHARE_FACTS",
-    }
-)
+NOT_SETTINGS: Mapping[str, tuple[str, str]] = {
+    # where things are
+    "COSHARE_CONFIG": ("where", "the YAML configuration (else /etc/coshare/config.yaml)"),
+    "COSHARE_TRACE_DIR": ("where", "the traces' folder of `coshare simulate` (else --data)"),
+    "COSHARE_LIBEXEC": (
+        "where",
+        "HTCondor configuration macro: where coshare-devices, coshare-facts and the job "
+        "wrapper are installed (/usr/libexec/coshare)",
+    ),
+    "COSHARE_BIN": ("where", "deploy/condor/pool: the coshare command's folder (a venv's bin/)"),
+    # what a job is given by the node helpers
+    "COSHARE_JOB_ID": ("job", "the job's id on its node (its node daemon's name for it)"),
+    "COSHARE_NODE": ("job", "the node the job runs on, as its placement names it"),
+    "COSHARE_DEVICES": ("job", "the devices of the job's placement, by the plan's ids"),
+    "COSHARE_CPUS": ("job", "the cores of the job's group (a cpu list)"),
+    "COSHARE_GATE_SOCKET": ("job", "the node's offload gate socket"),
+    "COSHARE_DEVICE_MEMORY": ("job", "the device memory the job declared (HTCondor)"),
+    "COSHARE_DEVICE_MEMORY_MIB": ("job", "the device memory the job declared, MiB (Slurm)"),
+    "COSHARE_DEVICE_THREADS": ("job", "the device threads the job declared"),
+    "COSHARE_DEVICE_COMPUTE": ("job", "the compute share the job declared (HTCondor)"),
+    "COSHARE_SPREAD": ("job", "a Spread-n-Share job's spread: scale, nodes, cores per node"),
+    "COSHARE_LLC_WAYS": ("job", "a Spread-n-Share job's LLC ways on this node"),
+    "COSHARE_MEMBW_PERCENT": ("job", "a Spread-n-Share job's memory bandwidth cap (MBA), %"),
+    "COSHARE_LEND_SLOT_TYPE": (
+        "deploy",
+        "HTCondor configuration macro: the slot type of the execute nodes' lend slots",
+    ),
+    # the deploy/ scripts' own (local clusters, the trigger, the facts publisher)
+    "COSHARE_SLURM_CTLD_PORT": ("deploy", "deploy/slurm/local-cluster: slurmctld's port"),
+    "COSHARE_SLURM_NODE_PORT": ("deploy", "deploy/slurm/local-cluster: the slurmds' first port"),
+    "COSHARE_SLURM_DBD_PORT": ("deploy", "deploy/slurm/local-cluster: slurmdbd's port"),
+    "COSHARE_SLURM_CGROUP_PREFIX": (
+        "deploy",
+        "deploy/slurm/local-cluster: the cgroup folder its slurmds' jobs go under",
+    ),
+    "COSHARE_PG_PORT": ("deploy", "deploy/postgres: the local PostgreSQL's port"),
+    "COSHARE_PG_LISTEN": ("deploy", "deploy/postgres: the address it listens on"),
+    "COSHARE_TRIGGER": (
+        "deploy",
+        "HTCondor configuration macro: the coshare command the schedd's trigger runs",
+    ),
+    "COSHARE_TRIGGER_ARGS": ("deploy", "HTCondor configuration macro: the trigger's arguments"),
+    "COSHARE_TRIGGER_CONFIG": ("deploy", "HTCondor configuration macro: the trigger's config"),
+    "COSHARE_TRIGGER_LOG": ("deploy", "HTCondor configuration macro: the trigger's log file"),
+    "COSHARE_FACTS": ("deploy", "HTCondor startd cron job name of coshare-facts"),
+}
 
 
 class ConfigWarning(UserWarning):

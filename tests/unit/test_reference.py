@@ -20,6 +20,7 @@ from coshare.cli.reference import (
     cli_markdown,
     commands,
     config_markdown,
+    environment_markdown,
     man_pages,
     write_man_pages,
 )
@@ -30,7 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
-    ("name", "generate"), [("cli.md", cli_markdown), ("config.md", config_markdown)]
+    ("name", "generate"),
+    [
+        ("cli.md", cli_markdown),
+        ("config.md", config_markdown),
+        ("environment.md", environment_markdown),
+    ],
 )
 def test_the_committed_references_are_up_to_date(name: str, generate: object) -> None:
     assert callable(generate)
@@ -194,3 +200,24 @@ def test_the_config_reference_lists_every_key_the_loader_accepts(tmp_path: Path)
         assert valid - subsections == documented[name], name
     for python in ("| `None` |", "| `True` |", "| `False` |", "{'"):
         assert python not in text
+
+
+def test_every_coshare_variable_deploy_and_the_node_helpers_use_is_in_the_reference() -> None:
+    """The environment reference lists every ``COSHARE_`` name the deploy scripts, the
+    scheduler configuration snippets and the node helpers use: a setting, or one of coshare's
+    own (a prefix such as ``COSHARE_NODE_`` that the code completes is a setting's)."""
+    from coshare.config import NOT_SETTINGS
+
+    text = (ROOT / "docs" / "environment.md").read_text()
+    used: set[str] = set()  # names inside longer macro names (STARTD_CRON_COSHARE_...) are not
+    for folder in ("deploy", "common/coshare/node", "slurm_addon", "condor_addon"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix not in (".pyc", ".png"):
+                found = re.findall(
+                    r"(?<![A-Z_])COSHARE_[A-Z_]*[A-Z]", path.read_text(errors="replace")
+                )
+                used |= set(found)
+    assert used, "no COSHARE_ variable found: the scan looks in the wrong place"
+    missing = sorted(v for v in used if f"`{v}`" not in text)
+    assert missing == []
+    assert all(f"`{name}`" in text for name in NOT_SETTINGS)

@@ -31,7 +31,7 @@ import yaml
 from coshare import __version__
 from coshare.cli.exit_codes import HEADING, exit_status_lines
 from coshare.cli.main import cli, document_exit_statuses
-from coshare.config import DEFAULT_CONFIG_PATH, Config, to_dict
+from coshare.config import DEFAULT_CONFIG_PATH, NOT_SETTINGS, Config, to_dict
 
 #: Shell completion, documented on the root man page and in docs/cli.md.
 COMPLETION = (
@@ -418,6 +418,56 @@ def config_markdown() -> str:
     return "\n".join(out)
 
 
+def environment_markdown() -> str:
+    """``docs/environment.md``: every ``COSHARE_`` variable: each setting's, and coshare's own
+    (:data:`coshare.config.NOT_SETTINGS`)."""
+    out = [
+        "# Environment variables",
+        "",
+        "Generated from `coshare/config.py` by `make docs` (`python -m coshare.cli.reference docs "
+        "docs`). Every `COSHARE_` variable is one of these: a setting (it overrides the file; "
+        "precedence: defaults < file < environment < command-line flags), or one coshare "
+        "itself uses. Any other `COSHARE_` variable is ignored, with a warning naming the "
+        "nearest settings when it looks like a mistyped one (`COSHARE_SEED` -> "
+        "`COSHARE_POLICY_SEED?`). Values are YAML scalars (`3600`, `null`, `soft`).",
+        "",
+        "## Settings",
+        "",
+        "`COSHARE_<SECTION>_<KEY>` for every key of [the configuration](config.md). A nested "
+        "section is one variable holding a YAML mapping (`COSHARE_POLICY_MEMBW='{trials: "
+        "true}'`); `device_kinds` and `node.devices` are set in the file only.",
+        "",
+        "| variable | key | default |",
+        "|---|---|---|",
+    ]
+    nested: set[str] = set()
+    for section, key, default, _ in config_keys():
+        if not key:
+            continue
+        top, _, inner = section.partition(".")
+        if inner:
+            if section not in nested:
+                nested.add(section)
+                variable = f"COSHARE_{top}_{inner}".upper()
+                out.append(f"| `{variable}` | `{section}` (a mapping of its keys) | |")
+            continue
+        variable = f"COSHARE_{section}_{key}".upper()
+        out.append(f"| `{variable}` | `{section}.{key}` | `{_cell(_yaml(default))}` |")
+    groups = {
+        "where": "Where things are",
+        "job": "What the node helpers give a job (in its environment)",
+        "deploy": "What deploy/ reads (scripts and scheduler configuration macros)",
+    }
+    for group, title in groups.items():
+        out += ["", f"## {title}", "", "| variable | meaning |", "|---|---|"]
+        out += [
+            f"| `{name}` | {_cell(meaning)} |"
+            for name, (kind, meaning) in sorted(NOT_SETTINGS.items())
+            if kind == group
+        ]
+    return "\n".join(out) + "\n"
+
+
 def _section_class(section: str) -> Any:
     """The dataclass of a dotted section (``policy.membw``)."""
     cls: Any = Config
@@ -436,6 +486,7 @@ def main(argv: list[str]) -> int:
         target.mkdir(parents=True, exist_ok=True)
         (target / "cli.md").write_text(cli_markdown())
         (target / "config.md").write_text(config_markdown())
+        (target / "environment.md").write_text(environment_markdown())
         return 0
     write_man_pages(target, MAN_DATE)
     print(f"{len(list(target.glob('man*/*')))} man pages in {target}")
