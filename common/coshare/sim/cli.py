@@ -346,7 +346,10 @@ def _point_of(points: Sequence[Point], spec: CompareSpec) -> Point:
 
 
 def _sweep_outcome(request: Request, runs: list[GridRun], failures: list[Failure]) -> Outcome:
+    from coshare.sim.margin import margin_json, margin_rows, margin_table
+
     keys = [k for k, _ in request.points[0]]
+    margin = margin_rows(runs)  # empty unless random and knapsack both ran
     text = render(
         grid_table(
             runs,
@@ -354,9 +357,12 @@ def _sweep_outcome(request: Request, runs: list[GridRun], failures: list[Failure
             request.metric,
             f"{request.workload}: {request.metric} against "
             f"{', '.join(keys)}, seeds {_seed_text(request.seeds)}",
-        )
+        ),
+        *([margin_table(margin, keys)] if margin else []),
     )
-    payload = {"sweep": grid_json(runs, keys, request.metric)}
+    payload: dict[str, Any] = {"sweep": grid_json(runs, keys, request.metric)}
+    if margin:
+        payload["margin"] = margin_json(margin)
     return Outcome(
         text, payload, {"runs": runs, "keys": keys, "metric": request.metric}, failures, sweep=True
     )
@@ -1219,7 +1225,8 @@ def _refuse_options_that_do_not_apply(workload: str, cores_per_node: int | None)
 def _sweep_keys(workload: str) -> list[str] | None:
     """The keys ``--sweep`` may vary on ``workload`` (``None``: every parameter)."""
     if workload.startswith("trace:"):
-        return [k for k in parameters() if k not in ("jobs", "offload_share", "scaling_share")]
+        skip = ("jobs", "offload_share", "oversubscribe", "scaling_share")  # no offloads
+        return [k for k in parameters() if k not in skip]
     if workload == "sns":
         return ["scaling_share", "sns_default_alpha", "sns_ways_weight"]
     return [k for k in parameters() if k != "scaling_share"]
