@@ -11,14 +11,14 @@ from coshare.sim.device import OffloadModel
 from coshare.sim.engine import SimOptions, simulate
 from coshare.sim.experiments import Setup, compare
 from coshare.sim.jobs import SimJob
-from coshare.sim.margin import PAPER_TABLE_II_VS_RANDOM, margin_rows, margin_table
+from coshare.sim.margin import PAPER_TABLE_II_VS_RANDOM, margin_rows
 from coshare.sim.oversubscribe import (
     OversubscribedModel,
     oversubscribed_rate,
     parse_oversubscribe,
 )
 from coshare.sim.params import apply, parse_sweeps
-from coshare.sim.report import GridRun, render
+from coshare.sim.report import GridRun, margin_table, render
 
 EPS = 1e-9
 

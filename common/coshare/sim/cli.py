@@ -346,7 +346,8 @@ def _point_of(points: Sequence[Point], spec: CompareSpec) -> Point:
 
 
 def _sweep_outcome(request: Request, runs: list[GridRun], failures: list[Failure]) -> Outcome:
-    from coshare.sim.margin import margin_json, margin_rows, margin_table
+    from coshare.sim.margin import margin_json, margin_rows
+    from coshare.sim.report import margin_table
 
     keys = [k for k, _ in request.points[0]]
     margin = margin_rows(runs)  # empty unless random and knapsack both ran

@@ -4,7 +4,8 @@ The knapsack paper's central claim is that packing by its value beats random pla
 (Table II: MCCK 2183 s against MCC 2611 s, 16% less; Fig. 10: 11% less at 8 nodes). When a
 ``coshare simulate --sweep`` runs both ``random`` and ``knapsack``, this puts the margin of
 every point beside the paper's: per point and thread mode, the mean makespans over the
-seeds, knapsack against random, and knapsack against exclusive where it ran. Where a sweep
+seeds, knapsack against random, and knapsack against exclusive where it ran
+(:func:`coshare.sim.report.margin_table` prints them). Where a sweep
 ran both thread modes at a point, one more row pairs the knapsack under ``strict`` with
 random under ``soft``: the paper's MCC has no thread rule at the cluster level (COSMIC
 serializes its offloads, like ``soft``), while its knapsack zeroes a set that oversubscribes
@@ -17,14 +18,26 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from rich.table import Table
-
+from coshare.sim.metrics import RunSummary
 from coshare.sim.paper import FIG_10_REDUCTION, TABLE_II_MAKESPAN_S
-from coshare.sim.report import GridRun, _table
 
 Point = tuple[tuple[str, Any], ...]
+
+
+class Run(Protocol):
+    """A sweep's run (:class:`coshare.sim.report.GridRun`)."""
+
+    @property
+    def workload(self) -> str: ...
+
+    @property
+    def point(self) -> Point: ...
+
+    @property
+    def summary(self) -> RunSummary: ...
+
 
 #: The paper's margins: Table II's makespans, and Fig. 10's text at 8 nodes.
 PAPER_TABLE_II_VS_RANDOM = TABLE_II_MAKESPAN_S["knapsack"] / TABLE_II_MAKESPAN_S["random"] - 1
@@ -70,7 +83,7 @@ class MarginRow:
         return None if self.exclusive_s is None else self.knapsack_s / self.exclusive_s - 1
 
 
-def margin_rows(runs: Sequence[GridRun]) -> list[MarginRow]:
+def margin_rows(runs: Sequence[Run]) -> list[MarginRow]:
     """Per workload, point and thread mode, knapsack against random (empty unless both ran);
     with both thread modes at a point, also knapsack strict against random soft."""
     means: dict[tuple[str, Point, str, str], list[float]] = {}
@@ -103,41 +116,6 @@ def margin_rows(runs: Sequence[GridRun]) -> list[MarginRow]:
             label = mcc if mcc == mcck else f"{mcc}/{mcck}"
             rows.append(MarginRow(workload, rest, label, random_s, knapsack_s, exclusive, seeds))
     return rows
-
-
-def margin_table(rows: Sequence[MarginRow], keys: Sequence[str]) -> Table:
-    """The rows as a table, the paper's margins in its title."""
-    shown = [k for k in keys if k != "threads"]
-    table = _table(
-        "knapsack (MCCK) against random (MCC); threads soft/strict: random soft, knapsack "
-        f"strict\n{PAPER_NOTE}",
-        [
-            "workload",
-            *shown,
-            "threads",
-            "exclusive s",
-            "random s",
-            "knapsack s",
-            "vs random",
-            "vs exclusive",
-            "seeds",
-        ],
-    )
-    for row in rows:
-        values = dict(row.point)
-        vs_exclusive = row.vs_exclusive
-        table.add_row(
-            row.workload,
-            *[str(values.get(k, "-")) for k in shown],
-            row.threads,
-            "-" if row.exclusive_s is None else f"{row.exclusive_s:.0f}",
-            f"{row.random_s:.0f}",
-            f"{row.knapsack_s:.0f}",
-            f"{row.vs_random:+.1%}",
-            "-" if vs_exclusive is None else f"{vs_exclusive:+.1%}",
-            str(row.seeds),
-        )
-    return table
 
 
 def margin_json(rows: Sequence[MarginRow]) -> list[dict[str, Any]]:
