@@ -102,3 +102,12 @@ def test_run_assumption_refuses_no_seed_or_an_n_beyond_the_tile() -> None:
         run_assumption(ASSUMPTIONS[0], [])
     with pytest.raises(ValueError, match=r"1\.\.49"):
         run_assumption(ASSUMPTIONS[0], [0], (50,))
+
+
+def test_the_cli_refuses_a_timing_sweep_beyond_the_work_bound() -> None:
+    from click.testing import CliRunner
+    from coshare.cli import cli
+
+    out = CliRunner().invoke(cli, ["simulate", "--workload", "picaso-timing", "--seeds", "1000"])
+    assert out.exit_code != 0
+    assert "--seeds 1000: 882000 runs" in out.output
