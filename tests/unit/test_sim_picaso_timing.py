@@ -106,7 +106,7 @@ def test_run_assumption_refuses_no_seed_or_an_n_beyond_the_tile() -> None:
 
 def test_the_cli_refuses_a_timing_sweep_beyond_the_work_bound() -> None:
     from click.testing import CliRunner
-    from coshare.cli import cli
+    from coshare.cli.main import cli
 
     out = CliRunner().invoke(cli, ["simulate", "--workload", "picaso-timing", "--seeds", "1000"])
     assert out.exit_code != 0

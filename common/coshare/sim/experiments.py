@@ -58,12 +58,12 @@ class Setup:
         age_limit_s: knapsack aging; ``None`` as in the paper.
         cycle_delay_s: from an arrival or job end to the planning cycle.
         memory_grid_mib: the knapsack's memory step.
-        verify: check every plan with coshare.verify.
+        verify: check every plan with coshare.cycle.verify.
         offload_share: use this offload share instead of calibrating one.
         policy_params: further keyword options of the policies (``PolicyOptions``), as
             ``(name, value)`` pairs: what ``--sweep`` varies beyond the fields above.
         order: ``coshare`` (the jobs' own priority, then submit time) or ``scheduler`` (each
-            user's fair-share factor: :mod:`coshare.fairshare`).
+            user's fair-share factor: :mod:`coshare.ledger.fairshare`).
         oversubscribe: what an offload whose threads do not fit meets: ``wait`` (the node
             middleware's gate, COSMIC) or a slowdown ``s`` (it runs over the hardware
             threads, slowed: :mod:`coshare.sim.oversubscribe`).

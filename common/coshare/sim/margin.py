@@ -6,7 +6,8 @@ The knapsack paper's central claim is that packing by its value beats random pla
 every point beside the paper's: per point and thread mode, the mean makespans over the
 seeds, knapsack against random, and knapsack against exclusive where it ran
 (:func:`coshare.sim.report.margin_table` prints them). Where a sweep ran both thread modes
-at a point, one more row pairs the knapsack under ``strict`` with random under ``soft``: the paper's MCC has no thread rule at the cluster level (COSMIC
+at a point, one more row pairs the knapsack under ``strict`` with random under ``soft``: the
+paper's MCC has no thread rule at the cluster level (COSMIC
 serializes its offloads, like ``soft``), while its knapsack zeroes a set that oversubscribes
 threads (the reading that makes it ``strict``). Pure: no I/O.
 """
