@@ -21,9 +21,11 @@ from coshare.model import ThreadMode
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.base import Policy
 from coshare.sim.calibrate import PAPER_MC_UTILIZATION, Calibration, calibrate
+from coshare.sim.device import ExecutionModel
 from coshare.sim.engine import SimOptions, SimResult, simulate
 from coshare.sim.footprint import Footprint, search_footprint
 from coshare.sim.metrics import RunSummary, summarize
+from coshare.sim.oversubscribe import WAIT, execution_model
 from coshare.sim.workloads import (
     JOB_SETS,
     JobDraw,
@@ -62,6 +64,9 @@ class Setup:
             ``(name, value)`` pairs: what ``--sweep`` varies beyond the fields above.
         order: ``coshare`` (the jobs' own priority, then submit time) or ``scheduler`` (each
             user's fair-share factor: :mod:`coshare.ledger.fairshare`).
+        oversubscribe: what an offload whose threads do not fit meets: ``wait`` (the node
+            middleware's gate, COSMIC) or a slowdown ``s`` (it runs over the hardware
+            threads, slowed: :mod:`coshare.sim.oversubscribe`).
     """
 
     threads: ThreadMode = "soft"
@@ -72,6 +77,7 @@ class Setup:
     offload_share: float | None = None
     policy_params: tuple[tuple[str, Any], ...] = ()
     order: str = "coshare"
+    oversubscribe: str = WAIT
 
     def policy(self, name: str, seed: int) -> Policy:
         """The policy ``name`` for a run with ``seed`` (the random policy's seed)."""
@@ -85,6 +91,10 @@ class Setup:
                 **dict(self.policy_params),
             ),
         )
+
+    def model(self) -> ExecutionModel:
+        """A fresh execution model for one run."""
+        return execution_model(self.oversubscribe)
 
     def options(self) -> SimOptions:
         """The engine's options."""
@@ -175,7 +185,11 @@ def compare(
         if name == BASELINE and size == nodes and baseline is not None:
             return baseline
         result = simulate(
-            paper_cluster(size), sim_jobs, setup.policy(name, seed), options=setup.options()
+            paper_cluster(size),
+            sim_jobs,
+            setup.policy(name, seed),
+            options=setup.options(),
+            model=setup.model(),
         )
         if step is not None:
             step(f"{workload} seed {seed}: {name} on {size} nodes")
@@ -279,7 +293,11 @@ def sweep(
     for n in sizes:
         for name in policies:
             result = simulate(
-                paper_cluster(n), sets[counts[n]], setup.policy(name, seed), options=setup.options()
+                paper_cluster(n),
+                sets[counts[n]],
+                setup.policy(name, seed),
+                options=setup.options(),
+                model=setup.model(),
             )
             runs[(name, n)] = summarize(result)
             if step is not None:

@@ -6,7 +6,8 @@ make a grid (every combination, in the order given). The parameters:
 - **workload**: ``jobs`` (jobs in the set; a trace replays its own), ``nodes`` (cluster
   size; a trace: its first N nodes), ``scaling_share`` (the ``sns`` workload's share of
   scaling jobs, Spread-n-Share section 6.3);
-- **engine**: ``cycle_delay_s``, ``offload_share`` (paper workloads);
+- **engine**: ``cycle_delay_s``, ``offload_share``, ``oversubscribe`` (paper workloads;
+  ``wait`` or a slowdown: :mod:`coshare.sim.oversubscribe`);
 - **policy**: ``threads``, ``age_limit_s``, ``memory_grid_mib``, and every other keyword
   option of :class:`coshare.policies.PolicyOptions` (read from its signature, so a policy
   option added there can be swept at once), parsed by the type of its default.
@@ -28,6 +29,7 @@ from coshare.errors import InputError
 from coshare.ledger.bounds import MAX_SIM_JOBS, MAX_SIM_NODES, MAX_SIM_SIZES, parse_number, shorten
 from coshare.policies import PolicyOptions
 from coshare.sim.experiments import Setup
+from coshare.sim.oversubscribe import parse_oversubscribe
 
 #: How many points one sweep may have (the product of its keys' value counts).
 MAX_SWEEP_POINTS = MAX_SIM_SIZES
@@ -36,7 +38,14 @@ MAX_SETTING_S = 365 * 24 * 3600.0
 #: The largest value of a policy option that names no bound of its own.
 MAX_OPTION = 2**31
 #: Setup fields a sweep sets directly (the others of PolicyOptions go to policy_params).
-_SETUP_FIELDS = {"threads", "age_limit_s", "memory_grid_mib", "cycle_delay_s", "offload_share"}
+_SETUP_FIELDS = {
+    "threads",
+    "age_limit_s",
+    "memory_grid_mib",
+    "cycle_delay_s",
+    "offload_share",
+    "oversubscribe",
+}
 #: PolicyOptions keywords that are not parameters: derived per run, or the seed itself.
 _NOT_PARAMETERS = {"seed", "fgd_workload", "bestfit_scale", "sns_profiles"}
 
@@ -116,6 +125,7 @@ def parameters() -> dict[str, Param]:
         "nodes": Param("nodes", "workload", _integer(1, MAX_SIM_NODES)),
         "cycle_delay_s": Param("cycle_delay_s", "engine", _real(0, MAX_SETTING_S)),
         "offload_share": Param("offload_share", "engine", _real(0, 1, low_open=True)),
+        "oversubscribe": Param("oversubscribe", "engine", parse_oversubscribe),
         "threads": Param("threads", "policy", _choice("soft", "strict")),
         "age_limit_s": Param("age_limit_s", "policy", _real(0, MAX_SETTING_S, none=True)),
         "memory_grid_mib": Param("memory_grid_mib", "policy", _integer(1, 1 << 20)),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from coshare.alloc.layout import Layout, tile
@@ -79,10 +79,22 @@ class ProtocolStuck(CoshareError):
 
 @dataclass(frozen=True)
 class Timing:
-    """The unit-latency model: time units per link crossed and per message handled."""
+    """The unit-latency model: time units per link crossed and per message handled.
+
+    The defaults are the model every figure uses; the others are assumptions that
+    :mod:`coshare.sim.picaso_timing` varies to show which one moves a result:
+    ``send_units``, the sender's cost of setting up each message it sends (its handling
+    ends only once every message is out, and the i-th leaves after ``i`` set-ups);
+    ``jitter_units``, a random extra delay of 0..J units per message (drawn from ``seed``),
+    with every link kept first-in-first-out (a message never overtakes an earlier one
+    between the same two domains, which the sequencer relies on).
+    """
 
     hop_units: int = 1
     handle_units: int = 1
+    send_units: int = 0
+    jitter_units: int = 0
+    seed: int = 0
 
 
 @dataclass
@@ -188,6 +200,8 @@ def run_protocol(
         results[job.id] = JobResult(job)
         push(job.submit, "arrive", job.home, Message("launch", job, job.home, job.home))
 
+    jitter = random.Random(timing.seed) if timing.jitter_units > 0 else None
+    last_arrival: dict[tuple[int, int], int] = {}  # per link: keeps it first-in-first-out
     inbox: list[list[Message]] = [[] for _ in range(layout.size)]
     busy_until = [0] * layout.size
     waiting = [False] * layout.size  # a "ready" event is pending
@@ -210,13 +224,20 @@ def run_protocol(
         if events > MAX_EVENTS:
             raise ProtocolStuck(f"{policy}: more than {MAX_EVENTS} events; stopped")
         effects = managers[node].handle(msg)
-        done_at = now + timing.handle_units
+        handled_at = now + timing.handle_units
+        done_at = handled_at + timing.send_units * len(effects.sends)
         busy_until[node] = done_at
-        for out in effects.sends:
+        for i, out in enumerate(effects.sends, 1):
             hops = layout.hops(out.src, out.dst)
             messages[out.kind] += 1
             crossings += hops
-            push(done_at + hops * timing.hop_units, "arrive", out.dst, out)
+            arrival = handled_at + i * timing.send_units + hops * timing.hop_units
+            if jitter is not None:
+                arrival += jitter.randint(0, timing.jitter_units)
+                link = (out.src, out.dst)
+                arrival = max(arrival, last_arrival.get(link, 0))
+                last_arrival[link] = arrival
+            push(arrival, "arrive", out.dst, out)
         for job, use in effects.spawned:
             results[job.id].allocated_at = done_at
             results[job.id].use = use
@@ -262,7 +283,7 @@ def run_protocol(
 
 # -- the paper's scenarios ------------------------------------------------------------------
 
-#: The parts a ``picaso-PART`` workload name selects (``picaso`` runs them all).
+#: The parts a ``picaso-PART`` workload name selects.
 PARTS = (
     "parallel-3",
     "parallel-12",
@@ -273,7 +294,10 @@ PARTS = (
     "tiles",
     "worst",
     "propagation",
+    "timing",
 )
+#: The parts ``picaso`` runs (``picaso-timing``, a sweep of the time model, runs alone).
+ALL_PARTS = PARTS[:-1]
 
 Scenario = Literal["parallel-3", "parallel-12", "short-24", "short-49", "long-24", "long-49"]
 #: Section 7.2's four-job scenarios: (domains per job, run time units).
@@ -331,13 +355,23 @@ class ScenarioResult:
         ]
 
 
-def run_scenario(name: str, pattern: Pattern = "fixed") -> ScenarioResult:
-    """One of :data:`SCENARIOS` under both policies."""
+def run_scenario(
+    name: str,
+    pattern: Pattern = "fixed",
+    timing: Timing = Timing(),
+    sequencer: int | None = None,
+) -> ScenarioResult:
+    """One of :data:`SCENARIOS` under both policies (the sequencer at the centre unless
+    ``sequencer`` names its domain)."""
     domains, run = SCENARIOS[name]
     layout = tile(SIDE, cores_per_domain=CORES_PER_DOMAIN)
     jobs = corner_jobs(domains, run)
     return ScenarioResult(
-        name, {p: run_protocol(layout, jobs, p, pattern) for p in ("cancel", "sequencer")}
+        name,
+        {
+            p: run_protocol(layout, jobs, p, pattern, timing, sequencer)
+            for p in ("cancel", "sequencer")
+        },
     )
 
 
@@ -393,8 +427,11 @@ def run_worst(
     seeds: Sequence[int] = range(PAPER_RUNS),
     pattern: Pattern = "fixed",
     timing: Timing = Timing(),
+    sequencer: int | None = None,
 ) -> list[WorstPoint]:
-    """Fig. 9: per ``n``, ``n`` homes drawn (seeded) from the 7 x 7 tile."""
+    """Fig. 9: per ``n``, ``n`` homes drawn (seeded) from the 7 x 7 tile (the sequencer at
+    the centre unless ``sequencer`` names its domain; a timing with jitter draws it per
+    seed)."""
     layout = tile(SIDE, cores_per_domain=CORES_PER_DOMAIN)
     points = []
     for n in counts:
@@ -406,8 +443,9 @@ def run_worst(
                 Gang(f"j{i + 1}", home, layout.total_cores, 0, SHORT_RUN)
                 for i, home in enumerate(homes)
             ]
+            drawn = replace(timing, seed=timing.seed * 1000 + seed)
             for policy in ("cancel", "sequencer"):
-                run = run_protocol(layout, jobs, policy, pattern, timing)
+                run = run_protocol(layout, jobs, policy, pattern, drawn, sequencer)
                 first = min(r.allocated_at or 0 for r in run.jobs)
                 waits[policy].append(first)
                 sent[policy].append(run.total_messages)

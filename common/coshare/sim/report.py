@@ -27,6 +27,7 @@ from coshare.sim.fragmentation import (
     median_unallocated,
 )
 from coshare.sim.history import UserFigures
+from coshare.sim.margin import PAPER_NOTE, MarginRow
 from coshare.sim.metrics import RunSummary, reduction
 from coshare.sim.paper import PAPER_NAMES
 
@@ -485,3 +486,38 @@ def grid_json(runs: Sequence[GridRun], keys: Sequence[str], metric: str) -> dict
             }
         )
     return {"keys": list(keys), "metric": metric, "runs": rows, "summary": summary}
+
+
+def margin_table(rows: Sequence[MarginRow], keys: Sequence[str]) -> Table:
+    """The rows as a table, the paper's margins in its title."""
+    shown = [k for k in keys if k != "threads"]
+    table = _table(
+        "knapsack (MCCK) against random (MCC); threads soft/strict: random soft, knapsack "
+        f"strict\n{PAPER_NOTE}",
+        [
+            "workload",
+            *shown,
+            "threads",
+            "exclusive s",
+            "random s",
+            "knapsack s",
+            "vs random",
+            "vs exclusive",
+            "seeds",
+        ],
+    )
+    for row in rows:
+        values = dict(row.point)
+        vs_exclusive = row.vs_exclusive
+        table.add_row(
+            row.workload,
+            *[str(values.get(k, "-")) for k in shown],
+            row.threads,
+            "-" if row.exclusive_s is None else f"{row.exclusive_s:.0f}",
+            f"{row.random_s:.0f}",
+            f"{row.knapsack_s:.0f}",
+            f"{row.vs_random:+.1%}",
+            "-" if vs_exclusive is None else f"{vs_exclusive:+.1%}",
+            str(row.seeds),
+        )
+    return table

@@ -113,7 +113,13 @@ def _paper_jobs(workload: str, jobs: int, seed: int, share: float) -> tuple[SimJ
 def _makespan(
     workload: str, jobs: tuple[SimJob, ...], nodes: int, policy: str, seed: int, setup: Setup
 ) -> Any:
-    return simulate(paper_cluster(nodes), jobs, setup.policy(policy, seed), options=setup.options())
+    return simulate(
+        paper_cluster(nodes),
+        jobs,
+        setup.policy(policy, seed),
+        options=setup.options(),
+        model=setup.model(),
+    )
 
 
 def policy_run(
