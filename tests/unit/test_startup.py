@@ -18,8 +18,8 @@ import click
 import pytest
 from coshare.cli import main as coshare_cli
 from coshare.policies import DEFAULT_POLICY, policy_names
-from coshare.policies.names import DEFAULT_POLICY as LIGHT_DEFAULT
-from coshare.policies.names import POLICY_NAMES
+from coshare.policy_names import DEFAULT_POLICY as LIGHT_DEFAULT
+from coshare.policy_names import POLICY_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "common/coshare/examples/paper-cluster.json"

@@ -42,7 +42,7 @@ from coshare.errors import CoshareError, InputError, PolicyError, SnapshotError
 from coshare.ledger.bounds import unknown_name
 from coshare.ledger.trials import merge_programs
 from coshare.model import Plan, Snapshot
-from coshare.policies.names import DEFAULT_POLICY, POLICY_NAMES
+from coshare.policy_names import DEFAULT_POLICY, POLICY_NAMES
 from coshare.profiles.programs import Profile
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 from coshare.system.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
