@@ -33,9 +33,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from coshare.errors import AnnotationError, CoshareError, FieldProblem
-from coshare.ledger.annotations import ClusterLimits, squash
-from coshare.ledger.annotations import parse_job as parse_annotations
+from coshare.errors import AnnotationError, FieldProblem
+from coshare.ledger.annotations import squash
 from coshare.ledger.book import (
     Book,
     Current,
@@ -44,9 +43,8 @@ from coshare.ledger.book import (
     Queued,
     declared_terms,
     find_kind,
-    held,
     kind_index,
-    pending_job,
+    placed_elsewhere,
     read_node,
     refuse_on_error,
     settle,
@@ -963,26 +961,19 @@ def foreign_planned(
     per schedd): a job whose placement is open may start there any moment, so it
     holds its devices (expired or not: only its own planner plans it again), under its
     GlobalJobId (its ``cluster.proc`` is another schedd's). Notes for those unreadable."""
-    limits = ClusterLimits.of_nodes(cluster.nodes)
-    names = {n.name for n in cluster.nodes}
     held_parts: list[RunningJob] = []
     notes: list[str] = []
     for q in jobs:
         if q.status != A.IDLE or q.placed_node is None or q.placed is None:
             continue
-
-        def holding(q: QueueJob = q) -> tuple[RunningJob, ...]:
-            fact = queued(q)
-            return held(fact, pending_job(fact, limits, gangs=True))
-
-        got = refuse_on_error(q.id, holding, q.annotations)
+        got = placed_elsewhere(queued(q), cluster.nodes)
         if isinstance(got, Rejected):
             notes.append(
                 f"another schedd's placed job {q.global_id or q.id} cannot be read "
                 f"({got.reason}); it counts only through its planner's claims"
             )
             continue
-        held_parts += [replace(r, id=q.global_id or r.id) for r in got if r.node in names]
+        held_parts += [replace(r, id=q.global_id or r.id) for r in got]
     return tuple(held_parts), tuple(notes)
 
 
@@ -1042,15 +1033,12 @@ def _declaring(running: RunningJob, jobs: Mapping[str, QueueJob]) -> RunningJob:
     if q is None:
         return running
     terms = declared_terms(q.id, q.annotations, None)
-    running = replace(running, walltime_s=terms.walltime_s, copy_bw_mbps=terms.copy_bw_mbps)
-    try:
-        declared = parse_annotations(q.id, q.annotations)
-    except CoshareError:
-        return replace(running, start_time_s=q.start_time_s or running.start_time_s)
     return replace(
         running,
-        program=declared.program,
-        membw_gbps=declared.membw_gbps,
+        walltime_s=terms.walltime_s,
+        copy_bw_mbps=terms.copy_bw_mbps,
+        program=terms.program,
+        membw_gbps=terms.membw_gbps,
         start_time_s=q.start_time_s or running.start_time_s,
     )
 

@@ -43,17 +43,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from coshare.errors import AnnotationError, CoshareError
-from coshare.ledger.annotations import ClusterLimits, parse_job
+from coshare.errors import AnnotationError
 from coshare.ledger.book import (
     Placed,
     Queued,
     Shape,
     declared_terms,
     find_kind,
-    held,
     kind_index,
-    pending_job,
+    placed_elsewhere,
     read_node,
     refuse_on_error,
     settle,
@@ -389,20 +387,16 @@ def _foreign(
     placed = placed_of(placement, job)
     if job.held or job.problem or placed is None:
         return ()
-
-    def holding() -> tuple[RunningJob, ...]:
-        queued = _queued(job, placement)
-        return held(queued, pending_job(queued, ClusterLimits.of_nodes(usable), gangs=True))
-
-    holds = refuse_on_error(job.id, holding)  # its record never stops this planner's cycle
+    queued = refuse_on_error(job.id, lambda: _queued(job, placement))
+    # its record never stops this planner's cycle
+    holds = queued if isinstance(queued, Rejected) else placed_elsewhere(queued, usable)
     if isinstance(holds, Rejected):
         notes.append(
             f"job {job.id} of partition {job.partition} is placed but unreadable "
             f"here ({holds.reason}); its planner's claims count for it"
         )
         return ()
-    names = {n.name for n in usable}
-    return tuple(r for r in holds if r.node in names)
+    return holds
 
 
 def _held_whole(job: SlurmJob, nodes: Mapping[str, Node], notes: list[str]) -> list[RunningJob]:
@@ -433,7 +427,6 @@ def _holding(
     held: list[RunningJob] = []
     annotations = _annotations(job) if annotated else {}
     terms = declared_terms(job.id, annotations, job.time_limit_s or None)
-    declared = declared_use(job, annotations) if annotated else (None, None)
     cpu_milli = -(-job.cpus // max(len(job.nodes), 1)) * MILLI
     for index, name in enumerate(job.nodes):
         node = nodes.get(name)
@@ -480,8 +473,8 @@ def _holding(
                 walltime_s=terms.walltime_s,
                 copy_bw_mbps=terms.copy_bw_mbps,
                 harvest_from=placement.harvest_from if placement is not None else None,
-                program=declared[0],
-                membw_gbps=declared[1],
+                program=terms.program,
+                membw_gbps=terms.membw_gbps,
             )
         )
     return held
@@ -495,16 +488,8 @@ def _annotations(job: SlurmJob) -> Mapping[str, object]:
         return {}
 
 
-def declared_use(
-    job: SlurmJob, annotations: Mapping[str, object] | None = None
-) -> tuple[str | None, float | None]:
+def declared_use(job: SlurmJob) -> tuple[str | None, float | None]:
     """A started job's ``CoshareProgram`` and ``CoshareMembw`` (both ``None`` when its
-    comment no longer reads: it then counts as of unknown use, the safe side); from
-    ``annotations`` when the caller read them already."""
-    try:
-        if annotations is None:
-            annotations = read_annotations(job.id, job.comment)
-        declared = parse_job(job.id, annotations)
-    except CoshareError:
-        return None, None
-    return declared.program, declared.membw_gbps
+    comment no longer reads: it then counts as of unknown use, the safe side)."""
+    terms = declared_terms(job.id, _annotations(job), None)
+    return terms.program, terms.membw_gbps

@@ -633,34 +633,59 @@ def declared_demand(job_id: str, annotations: Mapping[str, object]) -> tuple[int
 
 @dataclass(frozen=True)
 class Declared:
-    """What a running job declared that the ``collocate`` policy reads.
+    """What a running job declared that the policies read of it.
 
     Attributes:
         walltime_s: its requested time: ``CoshareWalltime``, else the scheduler's own time
-            limit (``None``: neither; such a GPU job never lends cores).
+            limit (``None``: neither; such a GPU job never lends cores: ``collocate``).
         copy_bw_mbps: its declared host-device copy bandwidth (``CoshareCopyBandwidth``);
             a node's measured figure replaces it (:func:`coshare.ledger.facts.attach`).
+        program: its ``CoshareProgram`` (``membw`` estimates its use by it).
+        membw_gbps: its declared memory bandwidth (``CoshareMembw``).
     """
 
     walltime_s: float | None = None
     copy_bw_mbps: float | None = None
+    program: str | None = None
+    membw_gbps: float | None = None
 
 
 def declared_terms(
     job_id: str, annotations: Mapping[str, object], time_limit_s: float | None
 ) -> Declared:
-    """A running job's requested time and copy bandwidth, as both schedulers read them; a
-    declaration that cannot be read counts as none (the job then lends nothing)."""
+    """A running job's requested time and copy bandwidth, and its program and memory
+    bandwidth, as both schedulers read them. A declaration that cannot be read counts as none:
+    the job then lends nothing, and counts as of unknown (bandwidth-bound) use: the safe
+    side."""
     keys = {
         k: v
         for k, v in annotations.items()
         if squash(k) in ("walltime", "copybandwidth") and v not in (None, "")
     }
     job = refuse_on_error(job_id, lambda: parse_job(job_id, keys))
+    whole = refuse_on_error(job_id, lambda: parse_job(job_id, annotations))
+    program, membw = (
+        (None, None) if isinstance(whole, Rejected) else (whole.program, whole.membw_gbps)
+    )
     if isinstance(job, Rejected):
-        return Declared(time_limit_s or None, None)
+        return Declared(time_limit_s or None, None, program, membw)
     limit = job.walltime_s if job.walltime_s is not None else (time_limit_s or None)
-    return Declared(limit, job.copy_bw_mbps)
+    return Declared(limit, job.copy_bw_mbps, program, membw)
+
+
+def placed_elsewhere(queued: Queued, nodes: Sequence[Node]) -> tuple[RunningJob, ...] | Rejected:
+    """What a job another planner placed holds on ``nodes`` (several planners): its
+    placement may start there any moment, so it holds its devices, expired or not (only its
+    own planner plans it again); the reason when its record cannot be read (its planner's
+    claims then count for it)."""
+    limits = ClusterLimits.of_nodes(nodes)
+    names = {n.name for n in nodes}
+
+    def holding() -> tuple[RunningJob, ...]:
+        return held(queued, pending_job(queued, limits, gangs=True))
+
+    got = refuse_on_error(queued.id, holding, queued.annotations)
+    return got if isinstance(got, Rejected) else tuple(r for r in got if r.node in names)
 
 
 def whole_devices(devices: Sequence[Device]) -> tuple[int, int]:
