@@ -60,6 +60,7 @@ def entry_to_json(entry: Learned) -> dict[str, Any]:
         "membw_runs": entry.membw_runs,
         "unsupported": dict(sorted(entry.unsupported.items())),
         "jobs": list(entry.jobs),
+        "widest": entry.widest,
     }
 
 
@@ -130,6 +131,9 @@ def parse_entry(data: object, where: str, program: str | None = None) -> Learned
         or not all(isinstance(j, str) and 0 < len(j) <= 128 for j in jobs)
     ):
         raise LearnedError(f"{where}: jobs: want at most {MAX_JOBS_KEPT} job ids")
+    widest = data.get("widest")
+    if widest is not None and (isinstance(widest, bool) or widest not in SCALES):
+        raise LearnedError(f"{where}: widest: want null or one of {', '.join(map(str, SCALES))}")
     return Learned(
         name,
         scales,
@@ -140,6 +144,8 @@ def parse_entry(data: object, where: str, program: str | None = None) -> Learned
         _count(data, "membw_runs", where),
         dict(unsupported),
         tuple(jobs),
+        None,
+        widest,
     )
 
 

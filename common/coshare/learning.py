@@ -67,6 +67,7 @@ class Run:
         ipc: instructions per cycle, where a node counted them; ``None``: not measured.
         membw_gbps: memory bandwidth per node (mean over its nodes), where measured.
         unsupported: why ``ipc`` or ``membw_gbps`` was not measured, by field.
+        widest: the largest scale the job's node range allowed (``None``: not known).
     """
 
     job: str
@@ -78,6 +79,7 @@ class Run:
     ipc: float | None = None
     membw_gbps: float | None = None
     unsupported: Mapping[str, str] = field(default_factory=dict)
+    widest: int | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,8 @@ class Learned:
         jobs: the ids of the last jobs counted, so that a record read twice counts once.
         curves: the IPC-LLC and BW-LLC curves when something measured them (the simulator);
             ``None``: none (no way allocation).
+        widest: the largest scale any of its jobs allowed (the trials' "scaling limit";
+            ``None``: not known, the paper's scales all count); 1: it cannot leave a node.
     """
 
     program: str
@@ -122,6 +126,7 @@ class Learned:
     unsupported: Mapping[str, str] = field(default_factory=dict)
     jobs: tuple[str, ...] = ()
     curves: Profile | None = None
+    widest: int | None = None
 
     @property
     def runs(self) -> int:
@@ -137,13 +142,15 @@ class Learned:
 def next_scale(entry: Learned | None) -> int | None:
     """The scale the program's next run tries alone, ``None`` once learned (section 4.2).
 
-    Scales are tried in order from 1; the trials end after the largest scale, or after a
-    run more than :data:`STOP_SLOWER` slower than the best so far.
+    Scales are tried in order from 1; the trials end after the largest scale (or the widest
+    its jobs allow), or after a run more than :data:`STOP_SLOWER` slower than the best so far.
     """
     if entry is None:
         return SCALES[0]
     best: float | None = None
     for k in SCALES:
+        if entry.widest is not None and k > entry.widest and best is not None:
+            return None  # the scaling limit
         t = entry.run_time(k)
         if t is None:
             return k
@@ -162,8 +169,12 @@ def observe(entry: Learned | None, run: Run) -> Learned:
     jobs = (*entry.jobs, run.job)[-MAX_JOBS_KEPT:]
     ipc, ipc_runs = _mean(entry.ipc, entry.ipc_runs, run.ipc)
     membw, membw_runs = _mean(entry.membw_gbps, entry.membw_runs, run.membw_gbps)
+    widest = entry.widest
+    if run.widest is not None:
+        widest = run.widest if widest is None else max(widest, run.widest)
     entry = replace(
         entry,
+        widest=widest,
         jobs=jobs,
         ipc=ipc,
         ipc_runs=ipc_runs,
@@ -207,7 +218,7 @@ def as_profile(entry: Learned) -> Profile | None:
     # The trials stop at the first saturating scale; the scales after it were never run.
     tried: dict[int, float] = {}
     for k in SCALES:
-        if k not in runs:
+        if k not in runs or (entry.widest == 1 and k > 1):
             break
         tried[k] = runs[k]
     curves = entry.curves
@@ -219,7 +230,7 @@ def as_profile(entry: Learned) -> Profile | None:
         curves.ipc if curves is not None else (),
         curves.membw_gbps if curves is not None else (),
         curves.cores if curves is not None else 16,
-        False,
+        entry.widest == 1,
         sources,
     )
 

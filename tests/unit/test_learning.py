@@ -289,3 +289,29 @@ def test_profile_show_says_where_each_profile_comes_from(tmp_path: Path) -> None
     assert lines[3] == f"{tmp_path}: 1 admin, 1 learned, 1 learning"
     result = CliRunner().invoke(cli, ["profile", "show", "NEW", "--store", str(tmp_path)])
     assert "  ipc: unsupported: x (/p)" in result.output.splitlines()
+
+
+# -- the simulator ----------------------------------------------------------------------------
+
+
+def test_the_simulator_learns_a_scaling_program_scale_by_scale_from_its_runs_alone() -> None:
+    from coshare.sim.jobs import host_only
+    from coshare.sim.sns_learn import LearningPolicy, run_learning
+    from coshare.sim.sns_report import load_data
+
+    profiles, cluster, _ = load_data()
+    truth = profiles["MG"]
+    policy = LearningPolicy(profiles, {})
+    scales = []
+    for i in range(5):  # one MG job of 16 processes per sequence, 600 s under CE
+        job = Job(f"{i}-MG", kind="cpu", device_count=0, processes=16, program="MG", nodes_max=8)
+        result = run_learning([host_only(job, 600.0)], policy, profiles, cluster, 8, 1.0)
+        scales.append(result.scales[0])
+    assert scales == [1, 2, 4, 8, truth.best_scale]  # trials, then the best it learned
+    entry = policy.store["MG"]
+    for k in (1, 2, 4, 8):
+        assert entry.run_time(k) == pytest.approx(600.0 / truth.speedup(k), abs=1.5)
+    learned_profile = as_profile(entry)
+    assert learned_profile is not None
+    assert learned_profile.program_class == truth.program_class
+    assert learned_profile.ways_for(0.9) == truth.ways_for(0.9)  # the sampler's curves

@@ -36,6 +36,8 @@ PURE = [
     "sim",
     "alloc",
     "explain",
+    "learning",
+    "job_end",
     "exit_codes",
     "extras",
     "node.spec",
@@ -89,6 +91,7 @@ IO_MODULES = {
     "coshare.sim.poncos_report",
     "coshare.sim.picaso_report",
     "coshare.sim.sns_report",
+    "coshare.sim.sns_learn",
 }
 
 #: What a pure module may not import (top-level names).
