@@ -54,8 +54,8 @@ def _store(app: AppContext, store: Path | None) -> Path:
 
 @click.group("profile")
 def profile() -> None:
-    """Program profiles of the sns policy (Spread-n-Share): import, check, time runs, sweep
-    the LLC ways."""
+    """Program profiles of the sns policy (Spread-n-Share): import, check, show where each
+    comes from (admin or learned), time runs, sweep the LLC ways."""
 
 
 @profile.command("import")
