@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from coshare.learned_store import learned_dir, load_learned, write_learned
 from coshare.learning import Known, Learned, for_policy, observe, policy_inputs
 from coshare.profile_store import load_store
 from coshare.profiles import Profile
+
+log = logging.getLogger("coshare.learning")
 
 #: How long a job's records may wait for its other nodes' before they are dropped.
 INCOMPLETE_WAIT_S = 3600.0
@@ -147,7 +150,9 @@ def known_programs(config: Config) -> tuple[dict[str, Known], list[str]]:
 def policy_profiles(config: Config) -> tuple[dict[str, Profile], dict[str, int]]:
     """The ``sns`` policy's profiles and programs to explore (the store's admin and learned
     entries; explored only with ``policy.sns.learn``)."""
-    known, _ = known_programs(config)
+    known, problems = known_programs(config)
+    for problem in problems:
+        log.warning("%s", problem)
     return policy_inputs(known, config.policy.sns.learn)
 
 

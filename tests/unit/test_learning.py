@@ -315,3 +315,12 @@ def test_the_simulator_learns_a_scaling_program_scale_by_scale_from_its_runs_alo
     assert learned_profile is not None
     assert learned_profile.program_class == truth.program_class
     assert learned_profile.ways_for(0.9) == truth.ways_for(0.9)  # the sampler's curves
+
+
+def test_learning_needs_a_profile_store_to_keep_its_entries_in() -> None:
+    from coshare.config import SnsConfig
+    from coshare.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"policy.sns.learn: .*set policy.sns.profiles_dir"):
+        SnsConfig(learn=True)
+    assert SnsConfig(learn=True, profiles_dir="/p").learn

@@ -33,10 +33,9 @@ def learning(cluster: Cluster) -> Iterator[tuple[Cluster, Path, Path]]:
     saved = {path: path.read_text() for path in node_configs}
     for path, text in saved.items():
         path.write_text(text + f"  job_end_dir: {spool}\n")
+    # first without learn_from: learning runs are placed, the records stay in the spool
     config = write_config(
-        cluster,
-        f"policy: {{name: sns, sns: {{profiles_dir: {store}, learn: true, "
-        f"learn_from: {spool}}}}}\n",
+        cluster, f"policy: {{name: sns, sns: {{profiles_dir: {store}, learn: true}}}}\n"
     )
     learner = Cluster(cluster.dir)
     learner.config = config
@@ -66,10 +65,19 @@ def submit(cluster: Cluster, name: str) -> str:
     return cluster.run("sbatch", "--parsable", str(path)).stdout.strip().split(";")[0]
 
 
-def wait_for(what: str, found: Callable[[], bool], deadline_s: float = 60) -> None:
+def wait_for(
+    cluster: Cluster, what: str, found: Callable[[], bool], deadline_s: float = 60
+) -> None:
     stop = time.monotonic() + deadline_s
     while not found():
-        assert time.monotonic() < stop, f"no {what} in {deadline_s} s"
+        if time.monotonic() > stop:
+            said = [
+                line
+                for log in sorted((cluster.dir / "log").glob("*slurmd*"))
+                for line in log.read_text(errors="replace").splitlines()
+                if "coshare" in line or "pilog" in line
+            ]
+            pytest.fail(f"no {what} in {deadline_s} s; slurmd said:\n" + "\n".join(said[-30:]))
         time.sleep(0.2)
 
 
@@ -86,7 +94,7 @@ def test_a_jobs_end_teaches_the_next_cycle_to_try_the_next_scale(
     cluster.run_cycles_until_done([first])
     node = placement.node
     record_path = spool / f"{first}@{node}.json"
-    wait_for(f"job-end record {record_path}", record_path.exists)
+    wait_for(cluster, f"job-end record {record_path}", record_path.exists)
     record = json.loads(record_path.read_text())
     assert (record["program"], record["scale"], record["nodes"], record["alone"]) == (
         "LEARNY",
@@ -101,6 +109,10 @@ def test_a_jobs_end_teaches_the_next_cycle_to_try_the_next_scale(
     assert "resctrl MBM" in record["unsupported"]["membw_gbps"], record
     assert "/mon_data" in record["unsupported"]["membw_gbps"], record
 
+    assert not (store / "learned").exists()  # nothing read the spool yet
+    cluster.config.write_text(
+        cluster.config.read_text().replace("learn: true}", f"learn: true, learn_from: {spool}}}")
+    )
     second = submit(cluster, "learn-2")
     result = cluster.cycle()
     said = result.stdout + result.stderr
@@ -118,6 +130,6 @@ def test_a_jobs_end_teaches_the_next_cycle_to_try_the_next_scale(
     assert shown.startswith("LEARNY: learning (next run alone at scale 2; 1 run(s): scale 1 "), (
         shown
     )
-    assert "  ipc: unsupported: per-job IPC" in shown, shown
+    assert f"  ipc: {node}: unsupported: per-job IPC" in shown, shown
     assert "  membw_gbps: " in shown and "resctrl MBM" in shown, shown
     assert f"{store}: 0 admin, 0 learned, 1 learning" in shown, shown
