@@ -43,11 +43,11 @@ bench: $(VENV)/.base
 # Man pages from the command line's own help and the config, into man/ (committed; the wheel
 # installs them under share/man: MANPATH=man man coshare here).
 man: $(VENV)/.test
-	$(BIN)/python -m coshare.reference man man
+	$(BIN)/python -m coshare.cli.reference man man
 
 # docs/cli.md and docs/config.md from the code (a test checks they are up to date).
 docs: $(VENV)/.base
-	$(BIN)/python -m coshare.reference docs docs
+	$(BIN)/python -m coshare.cli.reference docs docs
 
 # The documentation site from docs/ (mkdocs.yml) into site/; strict: a broken link or anchor
 # fails it.

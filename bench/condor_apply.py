@@ -27,8 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from coshare.config import CondorConfig, load_config
+from coshare.cycle.run import run_cycle
 from coshare.model import ThreadMode
-from coshare.planner import run_cycle
 from coshare.policies import PolicyOptions, make_policy
 from coshare.sim.applications import table1_job
 

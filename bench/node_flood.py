@@ -19,7 +19,7 @@ Target: under 100 ms while 1,000 hostile connections are open.
 
 The daemon's limits are its defaults unless given. The daemon runs with 1,024 open files (the
 soft limit systemd gives a service), which 1,000 connections used to exhaust. The daemon is
-started as ``python -c 'from coshare.cli import main; main()'``, so ``PYTHONPATH`` can point
+started as ``python -c 'from coshare.cli.main import main; main()'``, so ``PYTHONPATH`` can point
 it at another checkout's ``common/`` to measure that one.
 """
 
@@ -228,7 +228,7 @@ def main() -> None:
         [
             sys.executable,
             "-c",
-            "from coshare.cli import main; main()",
+            "from coshare.cli.main import main; main()",
             "node",
             "gate",
             "--device",
@@ -288,7 +288,7 @@ def main() -> None:
             daemon.wait(timeout=30)
         daemon_log.close()
         subprocess.run(
-            [sys.executable, "-c", "from coshare.cli import main; main()", "node", "cleanup"],
+            [sys.executable, "-c", "from coshare.cli.main import main; main()", "node", "cleanup"],
             env=env,
             stdout=subprocess.DEVNULL,
             check=False,

@@ -9,7 +9,7 @@ with ``--cluster gpu``) to a temporary file, then:
 2. runs the same steps inside one Python process with a timer around each (imports, reading
    the file, JSON decoding, the schema's validation into the model, planning, the plan to a
    dict, JSON encoding, writing), to show where the time goes; like ``coshare plan``, with the
-   cyclic garbage collector paused (``coshare.cli.collector_paused``).
+   cyclic garbage collector paused (``coshare.cli.main.collector_paused``).
 
     python bench/plan_e2e.py [--cluster phi|gpu] [--repeat 3] [--policy NAME] [--snapshot FILE]
 """
@@ -41,9 +41,9 @@ def mark():
     return time.perf_counter(), time.process_time()
 marks = [("start", mark())]
 import json
-from coshare.cli import collector_paused, policy_options
+from coshare.cli.main import collector_paused, policy_options
 from coshare.config import load_config
-from coshare.planner import timed_plan
+from coshare.cycle.run import timed_plan
 from coshare.policies import make_policy
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
 marks.append(("imports", mark()))

@@ -11,7 +11,7 @@ Two cluster kinds:
 
 Two scenarios: an idle cluster, and a busy one as a live cycle sees it (half of the jobs of a
 first knapsack plan still run, so devices hold many different mixes) with fresh pending jobs.
-Every plan is checked with coshare.verify before its time is reported.
+Every plan is checked with coshare.cycle.verify before its time is reported.
 
 Targets: 100,000 pending jobs over 10,000 Xeon Phis by knapsack in under
 5 s; the default policy (sharepack) on the gpu mixes, 20,000 on 32 devices and 100,000 on
@@ -34,10 +34,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from coshare.cycle.verify import check_plan
 from coshare.model import Job, Node, RunningJob, Snapshot
 from coshare.policies import DEFAULT_POLICY, PolicyOptions, make_policy, policy_names
 from coshare.sim.applications import phi_cluster, table1_jobs
-from coshare.verify import check_plan
 from gpu_mix import gpu_cluster, gpu_jobs
 
 #: (cluster kind, pending jobs, devices)

@@ -15,7 +15,7 @@ Cases (``--cases``):
   node-count search of each must stop at what the cluster can hold.
 
 Prints, per case, the CPU seconds of this process spent in ``plan`` and the wall seconds;
-``--check`` verifies each plan with coshare.verify and that it parses with the plan schema.
+``--check`` verifies each plan with coshare.cycle.verify and that it parses with the plan schema.
 
     python bench/policy_scale.py [--cases membw,sns,cs,gang-exclusive,gang-sharepack]
                                  [--jobs 10000] [--nodes 10000] [--gangs 1000]
@@ -29,11 +29,11 @@ import json
 import random
 import time
 
+from coshare.cycle.verify import check_plan
 from coshare.model import MILLI, Device, Job, Node, Snapshot
 from coshare.policies import PolicyOptions, make_policy
-from coshare.profiles import Profile, parse_profile
+from coshare.profiles.programs import Profile, parse_profile
 from coshare.schema import parse_plan, plan_to_dict, snapshot_to_dict
-from coshare.verify import check_plan
 
 GIB = 1024
 H100_MIB = 81_559

@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from coshare.config import load_config
-from coshare.planner import run_cycle
+from coshare.cycle.run import run_cycle
 from coshare.policies import make_policy
 
 from slurm_addon.adapter import SlurmAdapter

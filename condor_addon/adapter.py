@@ -28,13 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import ClassVar
 
-from coshare.annotations import parse_job as parse_annotations
 from coshare.config import Config
 from coshare.errors import CoshareError, SchedulerError
-from coshare.ledger import gates_may_open
-from coshare.model import Plan
-from coshare.ports import ApplyReport, Fence, JobOutcome, Rejected, SourceResult, no_fence
-from coshare.trials import (
+from coshare.ledger.annotations import parse_job as parse_annotations
+from coshare.ledger.book import gates_may_open
+from coshare.ledger.trials import (
     JobPhase,
     TrialJob,
     TrialRecord,
@@ -42,6 +40,8 @@ from coshare.trials import (
     format_trial,
     parse_trial,
 )
+from coshare.model import Plan
+from coshare.ports import ApplyReport, Fence, JobOutcome, Rejected, SourceResult, no_fence
 
 from condor_addon import attributes as A
 from condor_addon import expressions as X
@@ -88,7 +88,7 @@ class CondorAdapter:
     """
 
     #: HTCondor's placement records no LLC ways and its starter hooks make no resctrl group:
-    #: a live cycle refuses a plan that allocates ways (:func:`coshare.planner.ways_refusal`).
+    #: a live cycle refuses a plan that allocates ways (:func:`coshare.cycle.run.ways_refusal`).
     #: Placements carry a trial co-run's record and the adapter offers the trial verbs
     #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`).
     runs_trials: ClassVar[bool] = True
@@ -103,7 +103,7 @@ class CondorAdapter:
     )
 
     #: A trial's probe through the scheduler (``policy.membw.probe_via: step``,
-    #: :class:`coshare.trial_cycle.ProbeStep`) is not offered: HTCondor runs a command inside
+    #: :class:`coshare.cycle.trials.ProbeStep`) is not offered: HTCondor runs a command inside
     #: a running job only through ``condor_ssh_to_job``, which needs sshd on every execute
     #: node and runs as the job's owner, whom the node daemon does not let probe
     #: (``probe_via: facts`` reaches the node without either).
@@ -111,7 +111,7 @@ class CondorAdapter:
         "HTCondor runs a command in a running job only through condor_ssh_to_job (sshd on "
         "the execute node, as the job's owner, whom the node daemon does not let probe)"
     )
-    #: ``policy.membw.probe_via: facts`` (:class:`coshare.trial_cycle.FactsProbe`): each
+    #: ``policy.membw.probe_via: facts`` (:class:`coshare.cycle.trials.FactsProbe`): each
     #: execute node's daemon reads its jobs' ``measuring`` records from their schedd
     #: (``node.trial_requests: condor``, :mod:`condor_addon.node_trials`) and answers in its
     #: facts, which the startd cron publishes: no connection from the planner to the node.
@@ -124,7 +124,7 @@ class CondorAdapter:
     @property
     def applies_harvest(self) -> bool:
         """Whether live cycles may place CPU-only jobs on running GPU jobs' idle cores
-        (``collocate``; :func:`coshare.planner.harvest_refusal`): with lend slots on the
+        (``collocate``; :func:`coshare.cycle.run.harvest_refusal`): with lend slots on the
         execute nodes (``condor.lend_slots``), such a job carries its GPU job
         (``CoshareHarvestFrom``) and only a lend slot of its node admits it; its wrapper has
         the node daemon take its cores out of the GPU job's cpuset before it runs (START

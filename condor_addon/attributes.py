@@ -2,7 +2,8 @@
 
 Job attributes (the schedd's queue is the planner's ledger)::
 
-    CoshareDeviceMemory, CoshareDeviceThreads, ...  the user's annotations (coshare.annotations)
+    CoshareDeviceMemory, CoshareDeviceThreads, ...  the user's annotations
+    (coshare.ledger.annotations)
     CoshareManaged           true: set by the schedd's transform on annotated jobs
     CoshareUserRequirements  the user's Requirements, kept by the transform
     CosharePlacedAt          when the planner placed the job (epoch seconds); written first
@@ -14,7 +15,7 @@ Job attributes (the schedd's queue is the planner's ledger)::
                              a list ({"node1", "node2"}); written before the gate opens
     CosharePlacedNodeDevices its device ids on each of those nodes, a list in the same order
                              ({"0,1", "0"}); written with CosharePlacedNodes
-    CoshareTrial             a trial co-run's record (membw: coshare.trials), as a
+    CoshareTrial             a trial co-run's record (membw: coshare.ledger.trials), as a
                              string "state:at:share:partners:why"; written before the gate
                              opens, rewritten as the trial moves on
     CoshareHarvestFrom       a CPU-only job placed on a running GPU job's idle cores (the
@@ -40,7 +41,7 @@ Machine (slot) attributes, advertised by every execute node::
     CoshareNodeDeviceThreads   {240, 240}       hardware threads (0: look up the model)
     CoshareNodeDeviceModels    {"phi-5110p", ...}
     CoshareNodeFacts           "coshare-facts;v=1;at=...;..."  from coshare-facts (startd cron):
-                               the node daemon's measurements (coshare.facts parses them)
+                               the node daemon's measurements (coshare.ledger.facts parses them)
     CoshareLendSlot            true on a lend slot (collocate's lent cores): its cores and
                                memory are not the node's; a claim on it borrows a GPU job's
 
@@ -52,7 +53,7 @@ really started with, the truth of what runs where.
 
 from __future__ import annotations
 
-from coshare.annotations import KEYS
+from coshare.ledger.annotations import KEYS
 
 MANAGED = "CoshareManaged"
 USER_REQUIREMENTS = "CoshareUserRequirements"

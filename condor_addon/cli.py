@@ -10,9 +10,9 @@
                                                     cycles in step with the negotiator, a
                                                     daemon under condor_master (DAEMON_LIST)
 
-``cycle`` and ``show`` are those of every scheduler adapter (:mod:`coshare.cycle_cli`);
+``cycle`` and ``show`` are those of every scheduler adapter (:mod:`coshare.cli.scheduler`);
 ``trigger`` is HTCondor's own (:mod:`condor_addon.trigger`). Registered lazily in
-:data:`coshare.cli.LAZY_COMMANDS`, so other commands never import the bindings.
+:data:`coshare.cli.main.LAZY_COMMANDS`, so other commands never import the bindings.
 Exit statuses: 0 ok; 1 the pool could not be read or written; 2 bad configuration; 3 some
 edits failed (those jobs are planned again next cycle).
 """
@@ -23,12 +23,12 @@ import logging
 from pathlib import Path
 
 import click
-from coshare.cli import AppContext, configured, pass_app, policy_flags
+from coshare.cli.extras import load
+from coshare.cli.logs import CONDOR_DATE_FORMAT, log_format_option, setup_logging
+from coshare.cli.main import AppContext, configured, pass_app, policy_flags
+from coshare.cli.scheduler import scheduler_group
 from coshare.config import Config
-from coshare.cycle_cli import scheduler_group
 from coshare.errors import CoshareError
-from coshare.extras import load
-from coshare.logs import CONDOR_DATE_FORMAT, log_format_option, setup_logging
 from coshare.ports import Adapter
 
 #: How an HTCondor user sets each value ``explain`` may advise to lower (submit file).

@@ -1,6 +1,6 @@
 """What to write into the schedd to apply a plan: pure decisions, tested without HTCondor.
 
-:func:`plan_edits` asks the ledger (:func:`coshare.ledger.decide`) what each job needs, from
+:func:`plan_edits` asks the ledger (:func:`coshare.ledger.book.decide`) what each job needs, from
 the jobs as the schedd lists them *now*, and groups the writes into the fewest schedd
 transactions (``Schedd.edit`` with a list of job ids), in the order that keeps a crash
 harmless::
@@ -38,11 +38,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from coshare.explain import wait_reason_writes
-from coshare.ledger import Book, Current, Decisions, Write, decide
+from coshare.ledger.book import Book, Current, Decisions, Write, decide
+from coshare.ledger.trials import TrialRecord, format_trial
 from coshare.model import Plan
+from coshare.policies.explain import wait_reason_writes
 from coshare.ports import JobOutcome, Rejected
-from coshare.trials import TrialRecord, format_trial
 
 from condor_addon.names import device_id_problem, node_name_problem
 
@@ -212,7 +212,7 @@ def wait_reason_edits(
     plan: Plan, recorded: Mapping[str, str | None]
 ) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
     """Step 5: ``(reason, jobs)`` per distinct wait reason to write (``None``: clear it), for
-    the jobs whose reason changed (:func:`coshare.explain.wait_reason_writes`).
+    the jobs whose reason changed (:func:`coshare.policies.explain.wait_reason_writes`).
 
     Args:
         plan: the plan.

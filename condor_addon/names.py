@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from coshare.ids import MAX_ID_CHARS
+from coshare.ledger.ids import MAX_ID_CHARS
 
 __all__ = [
     "DEVICE_ID_CHARS",
@@ -45,7 +45,7 @@ UNWRITABLE_DEVICE = f"allowed: 1-{MAX_ID_CHARS} of A-Z a-z 0-9 . _ : -"
 
 def node_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be written as a job's node (``None`` when it can). The readers
-    check it is an id first (:func:`coshare.ids.id_problem`)."""
+    check it is an id first (:func:`coshare.ledger.ids.id_problem`)."""
     if "$$" in name:
         return "holds $$, which the schedd replaces when the job starts"
     return None

@@ -32,8 +32,8 @@ from dataclasses import replace
 
 from coshare.config import CondorConfig, NodeConfig
 from coshare.errors import CoshareError
+from coshare.ledger.trials import NODE_ASKED, TrialRecordError, parse_trial
 from coshare.node.trial_requests import TrialRequest
-from coshare.trials import NODE_ASKED, TrialRecordError, parse_trial
 
 from condor_addon import attributes as A
 from condor_addon.client import CondorClient, configure_bindings

@@ -9,7 +9,7 @@ that ``condor_master`` starts, restarts and stops.
         after an unready cycle, placed jobs:  schedd.reschedule()  (a negotiation now)
 
 :mod:`condor_addon.negotiator` decides when (pure); this module only reads the ad, runs the
-cycle (:func:`coshare.cycles.run_once`, the same as ``coshare condor cycle``: the same lock,
+cycle (:func:`coshare.cli.cycles.run_once`, the same as ``coshare condor cycle``: the same lock,
 log records and metrics) and sleeps. Nothing stops it but SIGTERM or SIGINT (between two
 steps; a cycle under way finishes first): a pool that cannot be read, a failed cycle or a
 refused plan are logged and tried again at the next step. SIGHUP (what
@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from coshare.cli import policy_options
+from coshare.cli.cycles import log_notes, run_once
+from coshare.cli.main import policy_options
 from coshare.config import Config
-from coshare.cycles import log_notes, run_once
+from coshare.cycle.metrics import CycleTotals
+from coshare.cycle.run import CycleReport
 from coshare.errors import CoshareError, CycleBusy, SchedulerError
-from coshare.metrics import CycleTotals
-from coshare.planner import CycleReport
 from coshare.policies import make_policy
 
 from condor_addon.adapter import CondorAdapter

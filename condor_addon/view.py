@@ -4,20 +4,20 @@ The reading side (:mod:`condor_addon.client`) evaluates each projected attribute
 into a Python value (``int``, ``float``, ``str``, ``bool``, ``list``, ``None`` for undefined);
 everything here works on those values only, so it is tested on ads recorded from a real pool
 (``tests/fixtures/condor/<version>/``). The rules of a placement's life are the ledger's
-(:mod:`coshare.ledger`); this module only translates.
+(:mod:`coshare.ledger.book`); this module only translates.
 
 Where the truth lives:
 
 - **Nodes and devices**: the collector's slot ads (``CoshareNodeName`` and the
   ``CoshareNodeDevice*`` lists of coshare-devices). Host cores and memory are the totals of a
   node's partitionable and static slots. A device that advertises no memory or threads takes
-  them from ``device_kinds`` by its model (:func:`coshare.ledger.find_kind`).
+  them from ``device_kinds`` by its model (:func:`coshare.ledger.book.find_kind`).
 - **What runs where**: the collector's *claimed* slots. Each holds its cores and memory, and a
   coshare job's slot also carries the placement it really started with (``STARTD_JOB_ATTRS``),
   so a job is counted on the device it runs on even if its queue entry says otherwise. Claimed
   slots of unannotated jobs, or of other schedds, hold host resources too.
 - **Node facts**: the ``CoshareNodeFacts`` text a node's startd cron publishes (the node
-  daemon's measurements); only carried here, read by :func:`coshare.facts.with_facts`. The
+  daemon's measurements); only carried here, read by :func:`coshare.ledger.facts.with_facts`. The
   node knows a job by its GlobalJobId in id characters (the job wrapper's ``--job``).
 - **What is planned**: the schedd's queue. An idle managed job's gate is open while
   ``CosharePlacedNode`` is set; the ledger counts it as placed, or pending again when its
@@ -33,27 +33,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from coshare.annotations import ClusterLimits, squash
-from coshare.annotations import parse_job as parse_annotations
-from coshare.bounds import (
-    MAX_CORES,
-    MAX_CPU_MILLI,
-    MAX_DEVICE_MEMORY_MIB,
-    MAX_DEVICE_THREADS,
-    MAX_DEVICES,
-    MAX_JOB_NODES,
-    MAX_MEMORY_MIB,
-    MAX_PRIORITY,
-    MAX_TIME_S,
-    BadValue,
-    as_float,
-    bounded,
-    shorten_text,
-)
 from coshare.errors import AnnotationError, CoshareError, FieldProblem
-from coshare.facts import with_facts
-from coshare.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
-from coshare.ledger import (
+from coshare.ledger.annotations import ClusterLimits, squash
+from coshare.ledger.annotations import parse_job as parse_annotations
+from coshare.ledger.book import (
     Book,
     Current,
     Part,
@@ -72,6 +55,23 @@ from coshare.ledger import (
     whole_devices,
     whole_node,
 )
+from coshare.ledger.bounds import (
+    MAX_CORES,
+    MAX_CPU_MILLI,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_DEVICES,
+    MAX_JOB_NODES,
+    MAX_MEMORY_MIB,
+    MAX_PRIORITY,
+    MAX_TIME_S,
+    BadValue,
+    as_float,
+    bounded,
+    shorten_text,
+)
+from coshare.ledger.facts import with_facts
+from coshare.ledger.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
 from coshare.model import (
     MILLI,
     Device,
@@ -192,7 +192,7 @@ def _devices(
     the node, the device and the field.
 
     Raises:
-        BadValue: more than :data:`~coshare.bounds.MAX_DEVICES` devices.
+        BadValue: more than :data:`~coshare.ledger.bounds.MAX_DEVICES` devices.
     """
     ids = _list(ad.get(A.DEVICE_IDS))
     if len(ids) > MAX_DEVICES:
@@ -263,7 +263,7 @@ def _read_node(
     (``CoshareLendSlot``) adds no capacity and no state; its claims are read as any other.
 
     Raises:
-        BadValue: a total out of :mod:`coshare.bounds` (the node is left out).
+        BadValue: a total out of :mod:`coshare.ledger.bounds` (the node is left out).
     """
     cpu_milli = memory_mib = 0
     devices: tuple[Device, ...] | None = None
@@ -370,10 +370,11 @@ def _claim(name: str, ad: Values, known: Mapping[str, Device], warnings: list[st
 def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> ClusterView:
     """Read the collector's slot ads into nodes and the resources their claims hold.
 
-    Every value is checked against :mod:`coshare.bounds` and :mod:`coshare.ids`. A slot whose
+    Every value is checked against :mod:`coshare.ledger.bounds` and :mod:`coshare.ledger.ids`. A
+    slot whose
     ``CoshareNodeName`` cannot be a node name is ignored with a warning; a node whose slot ads
     hold a value out of bounds is left out with a warning naming it and the field, and the
-    other nodes are read as usual (:func:`coshare.ledger.read_node`). Nodes whose slots are
+    other nodes are read as usual (:func:`coshare.ledger.book.read_node`). Nodes whose slots are
     all drained or closed take nothing and are listed in ``unusable``; so are nodes whose name
     the writer cannot write (:func:`condor_addon.names.node_name_problem`), with a warning.
 
@@ -382,7 +383,8 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
         kinds: device limits by model, for devices that advertise no memory or threads.
 
     Raises:
-        ConfigError: two device kinds with the same name (see :func:`coshare.ledger.kind_index`).
+        ConfigError: two device kinds with the same name (see
+        :func:`coshare.ledger.book.kind_index`).
     """
     index = kind_index(kinds)
     warnings: list[str] = []
@@ -410,7 +412,7 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
         ads_of.setdefault(name, []).append(ad)
         text = ad.get(A.NODE_FACTS)
         if isinstance(text, str) and name not in facts:
-            facts[name] = text  # checked and bounded by coshare.facts, as Slurm's
+            facts[name] = text  # checked and bounded by coshare.ledger.facts, as Slurm's
 
     nodes: list[Node] = []
     running: list[RunningJob] = []
@@ -479,7 +481,8 @@ class QueueJob:
         submit_time_s: ``QDate`` as evaluated.
         remote_host: the slot it runs in, while it runs.
         wait_reason: ``CoshareWaitReason``: why coshare last said it waits, or ``None``.
-        trial: ``CoshareTrial``: its trial co-run's record (:mod:`coshare.trials`), or ``None``.
+        trial: ``CoshareTrial``: its trial co-run's record (:mod:`coshare.ledger.trials`), or
+        ``None``.
         start_time_s: ``JobCurrentStartDate``: when it last started running, or ``None``.
         universe: ``JobUniverse`` as evaluated (:data:`~condor_addon.attributes.PARALLEL_UNIVERSE`:
             a gang).
@@ -754,7 +757,7 @@ def queued(job: QueueJob, nodes: Sequence[Node] | None = None) -> Queued:
     slot fits twice on one of them is refused (:func:`doubling_problem`).
 
     Raises:
-        BadValue: a host request, ``JobPrio`` or ``QDate`` out of :mod:`coshare.bounds`.
+        BadValue: a host request, ``JobPrio`` or ``QDate`` out of :mod:`coshare.ledger.bounds`.
         AnnotationError: a parallel job's machine count unusable, a parallel job whose slot
             fits twice on a node, or gang keys on a job of another universe.
     """
@@ -1032,7 +1035,7 @@ def _declaring(running: RunningJob, jobs: Mapping[str, QueueJob]) -> RunningJob:
     """A running job of this schedd with its declared program and bandwidth and its start
     (the ``membw`` policy's estimate of its use), and its requested time and copy
     bandwidth (``CoshareWalltime``, ``CoshareCopyBandwidth``: ``collocate``, one rule for both
-    schedulers in :func:`coshare.ledger.declared_terms`; HTCondor has no time limit of its
+    schedulers in :func:`coshare.ledger.book.declared_terms`; HTCondor has no time limit of its
     own). A declaration that does not read leaves them unknown: the job then counts as
     bandwidth-bound and lends no cores, the safe side."""
     q = jobs.get(running.id)
@@ -1053,7 +1056,7 @@ def _declaring(running: RunningJob, jobs: Mapping[str, QueueJob]) -> RunningJob:
 
 
 def current(now: QueueJob, then: QueueJob | None) -> Current:
-    """A job as the Editor re-read it, for :func:`coshare.ledger.decide`.
+    """A job as the Editor re-read it, for :func:`coshare.ledger.book.decide`.
 
     Args:
         now: the job as the schedd lists it now.
@@ -1103,7 +1106,7 @@ def with_node_facts(
     now_s: float,
     max_age_s: float,
 ) -> tuple[Snapshot, tuple[str, ...]]:
-    """``snapshot`` with the facts the nodes published (:func:`coshare.facts.with_facts`),
+    """``snapshot`` with the facts the nodes published (:func:`coshare.ledger.facts.with_facts`),
     and the notes about the unusable ones. A running job is found in its node's loads by its
     GlobalJobId in id characters."""
     global_of = {q.id: q.global_id for q in jobs if q.global_id}

@@ -33,13 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from coshare.commands import CommandResult
 from coshare.config import Config
 from coshare.errors import CommandFailed, CoshareError, SchedulerError, UnsafeValue
-from coshare.ledger import gates_may_open
-from coshare.model import Plan
-from coshare.ports import ApplyReport, Fence, JobOutcome, Rejected, SourceResult, no_fence
-from coshare.trials import (
+from coshare.ledger.book import gates_may_open
+from coshare.ledger.trials import (
     JobPhase,
     TrialJob,
     TrialRecord,
@@ -47,6 +44,9 @@ from coshare.trials import (
     format_trial,
     parse_trial,
 )
+from coshare.model import Plan
+from coshare.ports import ApplyReport, Fence, JobOutcome, Rejected, SourceResult, no_fence
+from coshare.system.programs import CommandResult
 
 from slurm_addon.client import SlurmClient
 from slurm_addon.comment import is_annotated
@@ -86,7 +86,7 @@ class SlurmAdapter:
 
     #: The placement records each node's LLC ways (``ways=``) and the Prolog makes the job's
     #: resctrl group with them (:mod:`slurm_addon.prolog`): live cycles may apply ``sns``
-    #: plans that allocate ways (:func:`coshare.planner.ways_refusal`).
+    #: plans that allocate ways (:func:`coshare.cycle.run.ways_refusal`).
     #: Placements carry a trial co-run's record and the adapter offers the trial verbs
     #: (suspend, resume, requeue; :class:`coshare.ports.TrialControl`).
     runs_trials: ClassVar[bool] = True
@@ -110,7 +110,7 @@ class SlurmAdapter:
     @property
     def applies_harvest(self) -> bool:
         """Whether live cycles may place CPU-only jobs on running GPU jobs' idle cores
-        (``collocate``; :func:`coshare.planner.harvest_refusal`): with a lending partition
+        (``collocate``; :func:`coshare.cycle.run.harvest_refusal`): with a lending partition
         configured, Slurm starts them there, the Prolog takes their cores out of the GPU
         job's cpuset first (:mod:`slurm_addon.node_hooks`), and requeues go through
         ``scontrol requeuehold``."""
@@ -456,7 +456,7 @@ class SlurmAdapter:
         self, node: str, job: str, argv: Sequence[str], timeout_s: float
     ) -> CommandResult:
         """A trial's probe on its node (``policy.membw.probe_via: step``;
-        :class:`coshare.trial_cycle.ProbeStep`): ``argv`` as a step of the trial job."""
+        :class:`coshare.cycle.trials.ProbeStep`): ``argv`` as a step of the trial job."""
         if not is_safe_token(node) or not job.isdigit():
             raise CommandFailed(
                 ["srun"],

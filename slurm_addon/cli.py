@@ -6,7 +6,7 @@
                         [--output table|json]
     coshare slurm show  [--policy NAME] [--threads strict|soft] [-v] [--output table|json]
 
-The commands are those of every scheduler adapter (:mod:`coshare.cycle_cli`). ``cycle``
+The commands are those of every scheduler adapter (:mod:`coshare.cli.scheduler`). ``cycle``
 exits 0 when every write went through (jobs may still wait), 1 when Slurm could not be read
 or written (slurmctld down: the next cycle recovers), 2 for a bad configuration, 3 when some
 jobs' writes failed. An overlapping cycle (cron) that finds the lock taken exits 0 at once
@@ -15,9 +15,9 @@ and says so.
 
 from __future__ import annotations
 
+from coshare.cli.extras import load
+from coshare.cli.scheduler import scheduler_group
 from coshare.config import Config
-from coshare.cycle_cli import scheduler_group
-from coshare.extras import load
 from coshare.ports import Adapter
 
 #: How a Slurm user sets each value ``explain`` may advise to lower (the job's comment and

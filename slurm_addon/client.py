@@ -1,6 +1,6 @@
 """The Slurm commands coshare runs, behind one small client.
 
-Every command goes through :func:`coshare.commands.run` (argument lists, a timeout each).
+Every command goes through :func:`coshare.system.programs.run` (argument lists, a timeout each).
 A command that finds slurmctld unreachable is retried here, at the adapter's edge, with
 tenacity (exponential wait; the sleep is injected so tests are instant), then raises
 :class:`~slurm_addon.errors.SlurmControllerDown`. Other failures raise at once.
@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import tenacity
-from coshare.commands import CommandResult, CommandRunner, run
 from coshare.config import SlurmConfig
 from coshare.errors import CommandFailed, ProgramNotFound
+from coshare.system.programs import CommandResult, CommandRunner, run
 
 from slurm_addon.allocation import ALLOCATION_FORMAT, Allocation, parse_allocation_line
 from slurm_addon.errors import SlurmControllerDown

@@ -8,7 +8,7 @@ shows to the controller at no extra cost and which a job_submit plugin can see a
 Grammar: the comment is split into tokens at white space, ``,`` and ``;``. After a token
 ``coshare:`` (any case) every token is a ``key=value`` annotation; before it, only tokens whose
 key starts with ``coshare`` are (``coshare-device-memory=2G``), and other words are the user's
-own text. Keys are those of :mod:`coshare.annotations` and are matched the same forgiving way
+own text. Keys are those of :mod:`coshare.ledger.annotations` and are matched the same forgiving way
 (case, ``_``/``-``, the ``coshare`` prefix). A comment that mentions ``coshare`` anywhere makes
 the job *annotated*: coshare's job_submit plugin holds it, and coshare either places it or
 refuses it with a message; jobs whose comment does not mention it are never touched.
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import re
 
-from coshare.annotations import is_annotation_key
 from coshare.errors import AnnotationError, FieldProblem
+from coshare.ledger.annotations import is_annotation_key
 
 MARKER = "coshare"
 EXAMPLE = "coshare: device-memory=2G device-threads=120"
@@ -47,7 +47,7 @@ def read_annotations(job_id: str, comment: str) -> dict[str, str]:
         comment: the job's comment.
 
     Returns:
-        Raw keys and values, for :func:`coshare.annotations.parse_job`.
+        Raw keys and values, for :func:`coshare.ledger.annotations.parse_job`.
 
     Raises:
         AnnotationError: a token after ``coshare:`` is not ``key=value``, a key is given

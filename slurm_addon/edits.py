@@ -1,6 +1,6 @@
 """What to write into Slurm to apply a plan: pure decisions, so they are tested without Slurm.
 
-:func:`plan_edits` asks the ledger (:func:`coshare.ledger.decide`) what each job needs, from
+:func:`plan_edits` asks the ledger (:func:`coshare.ledger.book.decide`) what each job needs, from
 the jobs as they are *now* (re-read just before writing) and as they were when the snapshot
 was taken, and turns its decisions into Slurm's terms, applied in this order:
 
@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from coshare.explain import wait_reason_writes
-from coshare.ledger import Current, decide
+from coshare.ledger.book import Current, decide
+from coshare.ledger.trials import TrialRecord, format_trial
 from coshare.model import MILLI, Plan
+from coshare.policies.explain import wait_reason_writes
 from coshare.ports import JobOutcome, Rejected
-from coshare.trials import TrialRecord, format_trial
 
 from slurm_addon.jobs import SlurmJob
 from slurm_addon.placement import (
@@ -64,7 +64,7 @@ class PlacementWrite:
         tasks_per_node: a gang's tasks on each node when the plan split them evenly
             (TasksPerNode); 0 for an uneven split (see :func:`~slurm_addon.scontrol.update_line`).
         min_cpus_per_node: a gang's largest part's CPUs (MinCPUsNode): Slurm allocates that
-            many on each node, as the ledger counts it (:func:`coshare.ledger.held`).
+            many on each node, as the ledger counts it (:func:`coshare.ledger.book.held`).
         partition: the lending partition a job of a lent core moves into (``collocate``:
             a CPU-only job placed on a GPU job's idle cores, or a GPU job that may lend);
             ``None``: it stays where it is.
@@ -122,7 +122,7 @@ def change_since_read(seen: SlurmJob | None, now: SlurmJob) -> str | None:
 
 
 def current(now: SlurmJob, seen: SlurmJob | None) -> Current:
-    """A job as the Editor re-read it, for :func:`coshare.ledger.decide`."""
+    """A job as the Editor re-read it, for :func:`coshare.ledger.book.decide`."""
     try:
         placement = parse_placement(now.admin_comment)
     except PlacementError:

@@ -37,10 +37,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from coshare.bounds import parse_number
 from coshare.config import load_config
 from coshare.errors import CoshareError, FactsError
-from coshare.facts import MAX_FACTS_CHARS, parse_facts
+from coshare.ledger.bounds import parse_number
+from coshare.ledger.facts import MAX_FACTS_CHARS, parse_facts
 
 from slurm_addon.client import SlurmClient
 from slurm_addon.placement import is_safe_token

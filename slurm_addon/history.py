@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from coshare.bounds import MAX_TIME_S, BadValue
 from coshare.config import Config
 from coshare.errors import AnnotationError, CoshareError, InputError
+from coshare.ledger.bounds import MAX_TIME_S, BadValue
 from coshare.model import Node
 from coshare.sim.history import (
     DeviceMemoryRule,

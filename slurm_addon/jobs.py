@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import hostlist
-from coshare.bounds import (
+from coshare.ledger.bounds import (
     MAX_CORES,
     MAX_JOB_NODES,
     MAX_MEMORY_MIB,
@@ -33,7 +33,7 @@ from coshare.bounds import (
     bounded,
     shorten_text,
 )
-from coshare.ids import checked_id
+from coshare.ledger.ids import checked_id
 
 from slurm_addon.errors import SlurmControllerDown, SlurmOutputError
 
@@ -161,7 +161,7 @@ def number(
 
     Raises:
         BadValue: NaN or Infinity (``json.loads`` accepts both), text, or a number outside
-            ``minimum..maximum`` (see :mod:`coshare.bounds`), naming ``field``.
+            ``minimum..maximum`` (see :mod:`coshare.ledger.bounds`), naming ``field``.
     """
     if isinstance(value, bool) or value is None:
         return default

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coshare.annotations import parse_job
-from coshare.commands import CommandRunner, run
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError, JobSpecError, ProbeError, Unsupported
+from coshare.ledger.annotations import parse_job
 from coshare.node import job_usage, lifecycle
 from coshare.node.bandwidth import INIT_HINT, cap_percent, node_peak_gbps
 from coshare.node.jobs import JobRecord
 from coshare.node.membw import ProbeFiles
+from coshare.system.programs import CommandRunner, run
 
 from slurm_addon.allocation import Allocation, parse_stderr_path
 from slurm_addon.client import SlurmClient

@@ -6,9 +6,10 @@ device's memory and threads are not something Slurm knows: they come from coshar
 ``device_kinds`` by the GRES *type*, e.g. ``Gres=gpu:phi5110p:2`` with
 ``device_kinds: {phi5110p: {memory_mib: 8192, threads: 240}}``.
 
-Every number and name is checked against :mod:`coshare.bounds` and :mod:`coshare.ids`; a
+Every number and name is checked against :mod:`coshare.ledger.bounds` and
+:mod:`coshare.ledger.ids`; a
 node whose record holds something else is left out of the cycle with a note naming it and the
-field (:func:`coshare.ledger.read_node`), the other nodes are read as usual.
+field (:func:`coshare.ledger.book.read_node`), the other nodes are read as usual.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from coshare.bounds import (
+from coshare.ledger.book import read_node
+from coshare.ledger.bounds import (
     MAX_CORES,
     MAX_DEVICES,
     MAX_MEMORY_MIB,
@@ -25,8 +27,7 @@ from coshare.bounds import (
     shorten,
     shorten_text,
 )
-from coshare.ids import MAX_TEXT_CHARS, checked_id, text_problem
-from coshare.ledger import read_node
+from coshare.ledger.ids import MAX_TEXT_CHARS, checked_id, text_problem
 
 from slurm_addon.jobs import number, parse_records, text
 
@@ -108,7 +109,7 @@ class SlurmNode:
         """``(device id, GRES type)`` of each device of GRES ``gres_name``, in Slurm's order.
 
         Raises:
-            BadValue: more than :data:`~coshare.bounds.MAX_DEVICES` of them (``gpu:99999999``
+            BadValue: more than :data:`~coshare.ledger.bounds.MAX_DEVICES` of them (``gpu:99999999``
                 would otherwise build a list that large).
         """
         total = sum(entry.count for entry in self.gres if entry.name == gres_name)
@@ -147,7 +148,7 @@ def parse_gres(expression: str, notes: list[str] | None = None) -> tuple[GresEnt
 
     Raises:
         BadValue: the string holds control characters or is longer than
-            :data:`~coshare.ids.MAX_TEXT_CHARS`.
+            :data:`~coshare.ledger.ids.MAX_TEXT_CHARS`.
     """
     entries = []
     if expression in ("", "(null)", "N/A"):
@@ -170,7 +171,7 @@ def parse_gres_indexes(detail: str, gres_name: str) -> tuple[str, ...]:
 
     Raises:
         BadValue: an index that is not ASCII digits, a range backwards, or an index at or
-            above :data:`~coshare.bounds.MAX_DEVICES` (``IDX:0-999999999`` would otherwise
+            above :data:`~coshare.ledger.bounds.MAX_DEVICES` (``IDX:0-999999999`` would otherwise
             build a billion ids).
     """
     if detail.split(":", 1)[0].split("(", 1)[0] != gres_name:
@@ -198,7 +199,7 @@ def parse_node(record: Mapping[str, object], notes: list[str] | None = None) -> 
     """One node record of ``sinfo --json`` (unreadable GRES entries go to ``notes``).
 
     Raises:
-        BadValue: its name is not an id, its cpus or memory are out of :mod:`coshare.bounds`,
+        BadValue: its name is not an id, its cpus or memory are out of :mod:`coshare.ledger.bounds`,
             or its GRES string holds control characters.
     """
     name = checked_id("name", record.get("name"))
@@ -226,7 +227,7 @@ def parse_node(record: Mapping[str, object], notes: list[str] | None = None) -> 
 
 def _read_record(record: Mapping[str, object], notes: list[str]) -> SlurmNode | str:
     """A node record, or its name with a note naming the node and the field
-    (:func:`coshare.ledger.read_node`) when it has a name but holds a bad value."""
+    (:func:`coshare.ledger.book.read_node`) when it has a name but holds a bad value."""
     name = checked_id("name", record.get("name"))  # no name: parse_records notes the index
     node = read_node(name, lambda: parse_node(record, notes), notes)
     return name if node is None else node

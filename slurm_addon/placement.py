@@ -55,7 +55,7 @@ AdminComment or an older waiting record, never over a placement, a refusal or an
 operator's own text.
 
 A job placed for a trial co-run of the ``membw`` policy carries its trial record
-(:mod:`coshare.trials`) in one more field, before any ``killed``::
+(:mod:`coshare.ledger.trials`) in one more field, before any ``killed``::
 
     coshare-placement;v=1;node=n1;...;trial=suspended:1732233445:0.62:12+13:over_limit
 
@@ -76,14 +76,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from coshare.bounds import (
+from coshare.ledger.book import Part
+from coshare.ledger.bounds import (
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
     MAX_PROCESSES,
     MAX_TIME_S,
     shorten,
 )
-from coshare.ledger import Part
 from coshare.model import Spread
 
 from slurm_addon.errors import PlacementError as PlacementError  # raised here; importable here
@@ -198,7 +198,7 @@ class Placement:
 
 def _integer(fields: dict[str, str], key: str, maximum: int) -> int:
     """A number of a placement: ASCII digits (``int`` also takes ``" 1_0"`` and digits of
-    other scripts), at most ``maximum`` (:mod:`coshare.bounds`).
+    other scripts), at most ``maximum`` (:mod:`coshare.ledger.bounds`).
 
     Raises:
         KeyError: the field is missing.
@@ -453,7 +453,7 @@ def is_refusal(admin_comment: str) -> bool:
 
 def format_waiting(reason: str) -> str:
     """The AdminComment of a job that waits, with the plan's short reason
-    (:func:`coshare.explain.wait_reason`, already one bounded line)."""
+    (:func:`coshare.policies.explain.wait_reason`, already one bounded line)."""
     return WAITING_PREFIX + reason
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from coshare.bounds import shorten
 from coshare.errors import UnsafeValue as UnsafeValue  # raised here; importable here
+from coshare.ledger.bounds import shorten
 
 from slurm_addon.placement import is_safe_token
 

@@ -1,7 +1,7 @@
 """What one read of Slurm means for coshare: the snapshot to plan, and the jobs to act on.
 
 :func:`build_view` is the Source's logic, pure so that it is tested on recorded ``squeue`` and
-``sinfo`` output. It translates each job into the ledger's facts (:mod:`coshare.ledger` has
+``sinfo`` output. It translates each job into the ledger's facts (:mod:`coshare.ledger.book` has
 the rules of a placement's life); a job's gate is open while it is not held::
 
     pending, held, no placement            -> plan it (held by the job_submit plugin)
@@ -29,9 +29,9 @@ counts with the cores, memory and GRES devices Slurm gave it.
 
 Nodes Slurm starts nothing on (drained, down) are left out and listed for ``show``; a node
 whose record cannot be read is left out with a note naming it and the field, and the others
-are planned (:func:`coshare.ledger.read_node`).
+are planned (:func:`coshare.ledger.book.read_node`).
 A node's ``Extra`` field carries its facts (the node daemon's measurements, written by
-``coshare-slurm-facts``); they are only handed to :func:`coshare.facts.with_facts`.
+``coshare-slurm-facts``); they are only handed to :func:`coshare.ledger.facts.with_facts`.
 
 Pure: no I/O, no clock (the caller passes ``now_s``).
 """
@@ -43,12 +43,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from coshare.annotations import ClusterLimits, parse_job
-from coshare.bounds import BadValue, shorten_text
 from coshare.errors import AnnotationError, CoshareError
-from coshare.facts import with_facts
-from coshare.gangs import share_of_node_request
-from coshare.ledger import (
+from coshare.ledger.annotations import ClusterLimits, parse_job
+from coshare.ledger.book import (
     Placed,
     Queued,
     Shape,
@@ -63,6 +60,9 @@ from coshare.ledger import (
     whole_devices,
     whole_node,
 )
+from coshare.ledger.bounds import BadValue, shorten_text
+from coshare.ledger.facts import with_facts
+from coshare.ledger.gangs import share_of_node_request
 from coshare.model import MILLI, Device, DeviceKind, Node, RunningJob, Snapshot
 from coshare.ports import UNWRITABLE, Rejected, Unusable, Waiting
 
@@ -122,7 +122,7 @@ def build_nodes(
     """The usable nodes of the managed partition, with their devices; and the unusable ones.
 
     Raises:
-        ConfigError: two device kinds with the same name (:func:`coshare.ledger.kind_index`).
+        ConfigError: two device kinds with the same name (:func:`coshare.ledger.book.kind_index`).
     """
     index = kind_index(device_kinds)
     usable: list[Node] = []
@@ -168,7 +168,7 @@ def _node(
     entry are collected in ``unknown``).
 
     Raises:
-        BadValue: more devices than :data:`~coshare.bounds.MAX_DEVICES`.
+        BadValue: more devices than :data:`~coshare.ledger.bounds.MAX_DEVICES`.
     """
     devices = []
     for dev_id, kind_name in n.devices(gres_name):
@@ -256,7 +256,7 @@ def _queued(job: SlurmJob, placement: Placement | None) -> Queued:
     Slurm's CPUs are cpus-per-task x tasks, the job's total over all its nodes. Its memory
     is per node (``--mem``) or per CPU: a single-node job's is its total; a gang's total is
     per CPU x CPUs, or, asked per node, shares that hold it on every node of any allowed
-    split (:func:`coshare.gangs.share_of_node_request`).
+    split (:func:`coshare.ledger.gangs.share_of_node_request`).
 
     Raises:
         AnnotationError: its comment cannot be read as annotations.
@@ -407,7 +407,7 @@ def _foreign(
 
 def _held_whole(job: SlurmJob, nodes: Mapping[str, Node], notes: list[str]) -> list[RunningJob]:
     """A started job whose record holds a number out of bounds: it holds each of its
-    (managed, usable) nodes whole (:func:`coshare.ledger.whole_node`)."""
+    (managed, usable) nodes whole (:func:`coshare.ledger.book.whole_node`)."""
     held = [whole_node(job.id, nodes[name]) for name in job.nodes if name in nodes]
     if held:
         where = ", ".join(r.node for r in held)

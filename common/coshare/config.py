@@ -43,7 +43,9 @@ from typing import Any, ClassVar, Literal, TypeVar, Union
 
 import yaml
 
-from coshare.bounds import (
+from coshare.errors import ConfigError
+from coshare.ledger.book import kind_index
+from coshare.ledger.bounds import (
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
     MAX_MEMORY_MIB,
@@ -53,12 +55,10 @@ from coshare.bounds import (
     shorten_text,
     unknown_name,
 )
-from coshare.errors import ConfigError
-from coshare.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
-from coshare.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, text_problem
-from coshare.ledger import kind_index
+from coshare.ledger.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, text_problem
 from coshare.model import DeviceKind as DeviceKind  # moved to the model; this name stays
 from coshare.model import ThreadMode
+from coshare.system.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
 
 C = TypeVar("C")
 
@@ -120,7 +120,7 @@ def _default_device_kinds() -> Mapping[str, DeviceKind]:
     }
 
 
-#: A ``CoshareProgram`` name (coshare.annotations' rule).
+#: A ``CoshareProgram`` name (coshare.ledger.annotations' rule).
 _PROGRAM_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -151,7 +151,7 @@ class MembwConfig:
             entry here wins over a measured one.
         trials: live trial co-runs (poncos section 7): a job of unknown use starts beside
             jobs of known use, is measured after ``init_s`` with them frozen, and is kept or
-            suspended through the scheduler (:mod:`coshare.trials`); off: it waits for a
+            suspended through the scheduler (:mod:`coshare.ledger.trials`); off: it waits for a
             node of its own.
         record_file: the JSON file where the cycle records each program's measured share,
             so that the next job of that program needs no trial; ``null``: only the trial
@@ -169,7 +169,7 @@ class MembwConfig:
             trial`` (Slurm: ``srun --jobid=J --overlap``; HTCondor offers none); ``facts``,
             no connection to the node at all (HTCondor): the node's daemon reads the trial's
             ``measuring`` record from the scheduler (``node.trial_requests``), probes, and
-            answers in its node facts (:class:`coshare.trial_cycle.FactsProbe`).
+            answers in its node facts (:class:`coshare.cycle.trials.FactsProbe`).
         facts_wait_s: ``probe_via: facts``: a trial whose answer is not in its node's facts
             this long after the request (the ``measuring`` record) failed its probe (the job
             is unmeasured). The answer takes the daemon's ``node.sample_interval_s``, the
@@ -202,7 +202,7 @@ class MembwConfig:
                 "_ . / + -)"
             )
         # The keys are CoshareProgram values, so they follow that annotation's rule
-        # (coshare.annotations): a key no job can name would be a silent typo.
+        # (coshare.ledger.annotations): a key no job can name would be a silent typo.
         for name in self.programs:
             if _PROGRAM_NAME.fullmatch(name) is None:
                 raise ConfigError(
@@ -218,7 +218,7 @@ class SnsConfig:
 
     Attributes:
         profiles_dir: the profile store, one ``PROGRAM.json`` per program
-            (:mod:`coshare.profile_store`); every file is checked when a cycle starts, and a
+            (:mod:`coshare.profiles.store`); every file is checked when a cycle starts, and a
             bad one stops it naming the file and field. ``null``: no profiles (every job runs
             compact, "no profile for X").
         default_alpha: the slowdown threshold of a job without ``CoshareAlpha``, in (0, 1]
@@ -233,7 +233,7 @@ class SnsConfig:
         learn: learn profiles from normal runs (section 4.2): a program without a profile
             runs alone at scale 1, its next run alone at scale 2, ... until spreading stops
             helping; the learned entries (``profiles_dir/learned/``) are planned with once
-            the trials are over; an admin's profile always wins (coshare.learning).
+            the trials are over; an admin's profile always wins (coshare.profiles.learning).
         learn_from: the job-end spool the cycle reads the nodes' measurements from (the
             nodes' ``node.job_end_dir``, on a file system both see); ``null``: learned
             entries are still planned with, none is updated.
@@ -321,12 +321,12 @@ class CycleConfig:
         replan_after_s: a job planned this long ago that has not started is planned again
             (its device may have been taken by something coshare does not manage).
         interval_s: how often the deploy files run a cycle (systemd timer, cron).
-        node_facts_max_age_s: node facts (:mod:`coshare.facts`) older than this are ignored,
+        node_facts_max_age_s: node facts (:mod:`coshare.ledger.facts`) older than this are ignored,
             with a note: the node is planned without them. The default covers a node's
             sampling (``node.sample_interval_s``, 60 s), its publisher (HTCondor startd cron,
             Slurm timer: 60 s) and HTCondor's collector update (``UPDATE_INTERVAL``, 300 s).
         failure_dir: where a cycle writes the snapshot that reproduces a policy failure it
-            planned around (:mod:`coshare.containment`; ``coshare plan FILE`` shows it), one
+            planned around (:mod:`coshare.cycle.containment`; ``coshare plan FILE`` shows it), one
             file per failure, named in the cycle's log; ``null``: written nowhere.
     """
 
@@ -489,7 +489,7 @@ _JOB_LABEL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    """Where planning cycles export their Prometheus metrics (:mod:`coshare.metrics`).
+    """Where planning cycles export their Prometheus metrics (:mod:`coshare.cycle.metrics`).
 
     Every cycle that writes (not ``--dry-run``, not ``show``) exports the figures of that
     cycle: to a file for the node exporter's textfile collector, to a push gateway, or
@@ -787,7 +787,7 @@ class Config:
     coordination: CoordinationConfig = field(default_factory=CoordinationConfig)
 
     def __post_init__(self) -> None:
-        # Device kinds are matched ignoring case, spaces, '-' and '_' (coshare.ledger): two
+        # Device kinds are matched ignoring case, spaces, '-' and '_' (coshare.ledger.book): two
         # entries that match the same devices are an error naming both.
         kind_index(self.device_kinds)
 

@@ -27,7 +27,7 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
     ├── CollocationSimError       the same in the Wu & Hong simulator (coshare.sim.collocation)
     ├── DoubleBooking             a reservation store asked to book a core a job holds (a bug:
     │                             refused; coshare.alloc.store)
-    ├── FactsError                a node's facts text that breaks its format (coshare.facts);
+    ├── FactsError                a node's facts text that breaks its format (coshare.ledger.facts);
     │                             never stops a cycle: the node is planned without its facts
     ├── ExecutorError             simulate's executor (Dask) unreachable, or runs failed: exit 1
     ├── SchedulerError            the scheduler could not be read or written: exit status 1
@@ -49,9 +49,9 @@ stand-alone ``coshare-launch`` has its own, being standard library only)::
         └── ReplyError            a node socket's ERR reply (ProtocolError, Refused, ...)
 
 Adapters and node helpers add their own subclasses under these. Two ``ValueError``s stay
-inside coshare and never reach a caller: :class:`coshare.bounds.BadValue` (a scheduler's
+inside coshare and never reach a caller: :class:`coshare.ledger.bounds.BadValue` (a scheduler's
 record out of bounds: the adapters turn it into a note or a refusal naming the node or job)
-and :class:`coshare.files.TooLarge` (an input over its size bound: the readers turn it into a
+and :class:`coshare.system.files.TooLarge` (an input over its size bound: the readers turn it into a
 ``SnapshotError``, ``ConfigError`` or ``TraceError``).
 """
 
@@ -60,9 +60,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from coshare.bounds import shorten, shorten_text
-from coshare.exit_codes import EXIT_INPUT as EXIT_INPUT  # the one table of exit statuses
-from coshare.exit_codes import EXIT_RUNTIME as EXIT_RUNTIME
+from coshare.cli.exit_codes import EXIT_INPUT as EXIT_INPUT  # the one table of exit statuses
+from coshare.cli.exit_codes import EXIT_RUNTIME as EXIT_RUNTIME
+from coshare.ledger.bounds import shorten, shorten_text
 
 
 class CoshareError(Exception):

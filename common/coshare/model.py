@@ -22,7 +22,7 @@ contract speaks of ``cores`` and the parser converts, rounding requests *up* and
 *down* (:func:`cores_to_milli`, :func:`capacity_cores_to_milli`).
 
 The classes trust their inputs: validation lives in :mod:`coshare.schema` (JSON files) and
-:mod:`coshare.annotations` (job annotations), so building 100,000 jobs stays cheap.
+:mod:`coshare.ledger.annotations` (job annotations), so building 100,000 jobs stays cheap.
 This module is pure: no I/O, no clock.
 """
 
@@ -34,7 +34,7 @@ from typing import Literal
 #: One core in ``cpu_milli`` units.
 MILLI = 1000
 #: The largest device memory and hardware thread count of one device that coshare accepts
-#: anywhere (annotations, snapshots, config); :mod:`coshare.bounds` holds the other bounds.
+#: anywhere (annotations, snapshots, config); :mod:`coshare.ledger.bounds` holds the other bounds.
 MAX_DEVICE_MEMORY_MIB = 2**20
 MAX_DEVICE_THREADS = 2**24
 
@@ -62,7 +62,7 @@ UnplacedCode = Literal[
 - ``not_chosen``: it fits somewhere now, but the policy preferred other jobs this cycle.
 - ``unsupported``: the policy cannot place this kind of job (e.g. multi-node gangs).
 - ``policy_failed``: the policy failed on this job (raised, or planned it unsoundly); the
-  cycle planned the others around it (:mod:`coshare.containment`); an admin looks at why.
+  cycle planned the others around it (:mod:`coshare.cycle.containment`); an admin looks at why.
 """
 
 
@@ -107,7 +107,7 @@ class Device:
 @dataclass(frozen=True, slots=True)
 class TrialResult:
     """A trial co-run's probe as the node's daemon answered it in its facts
-    (``policy.membw.probe_via: facts``, :mod:`coshare.facts`'s ``trial=``).
+    (``policy.membw.probe_via: facts``, :mod:`coshare.ledger.facts`'s ``trial=``).
 
     Attributes:
         job: the trial job's id on its node (HTCondor: its GlobalJobId in id characters).
@@ -137,7 +137,7 @@ class Node:
         membw_gbps: peak main-memory bandwidth (Poncos, Spread-n-Share).
         llc_ways: last-level cache ways that can be allocated (Intel CAT; Spread-n-Share).
         domain: scheduling domain for distributed allocation; ``None`` means the only one.
-        membw_avail_gbps: node facts (:mod:`coshare.facts`): the main-memory bandwidth the
+        membw_avail_gbps: node facts (:mod:`coshare.ledger.facts`): the main-memory bandwidth the
             last probe measured on the node's free cores (poncos section 6).
         membw_baseline_gbps: node facts: what the same probe measured on the same cores of
             the idle node (``coshare node probe membw --init``); available / baseline is
@@ -202,7 +202,7 @@ class Job:
         processes_per_node: the most processes one node takes (Slurm's
             ``--ntasks-per-node``); ``None``: no limit. For a gang, ``device_count`` devices
             are needed on *each* node it spans, and ``cpu_milli``/``memory_mib`` stay per
-            process (see :mod:`coshare.gangs`).
+            process (see :mod:`coshare.ledger.gangs`).
     """
 
     id: str
@@ -226,7 +226,7 @@ class Job:
 
     @property
     def is_gang(self) -> bool:
-        """Whether the job may span more than one node (planned by :mod:`coshare.gangs`)."""
+        """Whether the job may span more than one node (planned by :mod:`coshare.ledger.gangs`)."""
         return self.nodes > 1 or (self.nodes_max or 0) > 1
 
     @property
@@ -348,7 +348,7 @@ class Assignment:
             ``None``: not counted.
         llc_ways_spare: ways it gets on top of ``llc_ways`` when it starts: its equal share
             of the node's ways no job is allocated (Spread-n-Share section 4.4,
-            :mod:`coshare.llc`; the floor share: the node gives the remainder one way each to
+            :mod:`coshare.ledger.llc`; the floor share: the node gives the remainder one way each to
             the lowest jobs). It shrinks as jobs come and grows as they leave; ``None``: no
             way allocation.
     """
@@ -473,7 +473,7 @@ class Plan:
 @dataclass(frozen=True)
 class DeviceKind:
     """Limits of one kind of device, for nodes whose scheduler does not advertise them
-    (``device_kinds`` in the configuration; looked up by :func:`coshare.ledger.find_kind`).
+    (``device_kinds`` in the configuration; looked up by :func:`coshare.ledger.book.find_kind`).
 
     Attributes:
         memory_mib: device memory.

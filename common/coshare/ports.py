@@ -10,7 +10,7 @@
 Both scheduler adapters (``condor_addon``, ``slurm_addon``) implement the two protocols in
 one object, their ``adapter`` module; the simulator keeps its own in-memory ledger. The
 rules both adapters follow (when a placement counts, when it expires, what a refused job
-becomes) live in :mod:`coshare.ledger`; this module holds only the shapes.
+becomes) live in :mod:`coshare.ledger.book`; this module holds only the shapes.
 
 Pure: no I/O, no clock.
 """
@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from coshare.ledger.trials import TrialJob, TrialRecord
 from coshare.model import Plan, Snapshot
-from coshare.trials import TrialJob, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class ApplyReport:
             held) because the plan no longer keeps them there, with why.
         dry_run: whether nothing was written.
         noted: jobs whose wait reason was written or cleared (only those whose reason
-            changed; :func:`coshare.explain.wait_reason_writes`).
+            changed; :func:`coshare.policies.explain.wait_reason_writes`).
         requeued: running jobs requeued through the scheduler (``Plan.requeue``: CPU-only
             jobs whose GPU job needs its lent cores back), with why.
     """
@@ -155,7 +155,7 @@ class Editor(Protocol):
     (``unchanged``); a job that vanished or changed since it was read is ``skipped`` with a
     reason, never an exception that aborts the batch; a failed write of one job is ``failed``
     and the others go on; an open placement the plan does not keep is closed, and that close
-    confirmed, before any new placement is opened (:mod:`coshare.ledger`); with ``dry_run``
+    confirmed, before any new placement is opened (:mod:`coshare.ledger.book`); with ``dry_run``
     nothing is written and the report says what would be. Raises
     :class:`~coshare.errors.SchedulerError` only when nothing can be written.
     """
@@ -247,7 +247,7 @@ class TrialProbe(Protocol):
     timeout is a :class:`ProbeResult` with ``share=None`` and the reason, never raised. A
     probe whose node answers later (through its facts) returns ``pending`` until the answer
     to this request (``requested_at_s``) is there. A test may inject measurements through
-    the same interface (:class:`coshare.trial_cycle.InjectedProbe`).
+    the same interface (:class:`coshare.cycle.trials.InjectedProbe`).
     """
 
     def measure(

@@ -18,7 +18,8 @@ from dataclasses import fields
 from itertools import repeat
 from typing import Any, TypeVar, cast
 
-from coshare.bounds import (
+from coshare.errors import SnapshotError
+from coshare.ledger.bounds import (
     MAX_COPY_BW_MBPS,
     MAX_CORES,
     MAX_DEVICE_MEMORY_MIB,
@@ -37,9 +38,8 @@ from coshare.bounds import (
     plain,
     shorten,
 )
-from coshare.errors import SnapshotError
-from coshare.gangs import gang_problems
-from coshare.ids import (
+from coshare.ledger.gangs import gang_problems
+from coshare.ledger.ids import (
     ALLOWED_ID,
     MAX_ID_CHARS,
     MAX_TEXT_CHARS,
@@ -155,7 +155,8 @@ UNPLACED_CODES: tuple[UnplacedCode, ...] = (
     "policy_failed",
 )
 
-#: Largest integer accepted where no field-specific maximum applies (sizes: see coshare.bounds).
+#: Largest integer accepted where no field-specific maximum applies (sizes: see
+# coshare.ledger.bounds).
 MAX_INT = MAX_PRIORITY
 
 #: The "no maximum" of :meth:`_Fields.number` (a float bound, shown only when smaller).
@@ -212,7 +213,7 @@ class _Fields:
         return value
 
     def ident(self, key: str, default: Any = _MISSING) -> Any:
-        """A node name, device or job id, checked by :func:`coshare.ids.id_problem`."""
+        """A node name, device or job id, checked by :func:`coshare.ledger.ids.id_problem`."""
         value = self._get(key, default)
         if value is default:
             return value
@@ -483,7 +484,7 @@ def _fast_pending(obj: object) -> Job | None:
         or get("nodes_max") is not None
         or get("processes_per_node") is not None
     ):
-        return None  # gangs: the full path, with coshare.gangs' consistency rules
+        return None  # gangs: the full path, with coshare.ledger.gangs' consistency rules
     value = get("processes")
     processes = 1 if value is None else _fast_int(value, 1, MAX_PROCESSES)
     value = get("cores")
@@ -858,7 +859,7 @@ def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
 
 
 def _node_facts(f: _Fields) -> dict[str, Any]:
-    """A node's optional facts fields (coshare.facts), checked like every other field."""
+    """A node's optional facts fields (coshare.ledger.facts), checked like every other field."""
     return {
         "membw_avail_gbps": f.number("membw_avail_gbps", None, maximum=MAX_MEMBW_GBPS),
         "membw_baseline_gbps": f.number(
@@ -871,7 +872,7 @@ def _node_facts(f: _Fields) -> dict[str, Any]:
 
 
 def _load_facts(f: _Fields) -> dict[str, Any]:
-    """A running job's optional CPU load fields (coshare.facts), in cores and seconds."""
+    """A running job's optional CPU load fields (coshare.ledger.facts), in cores and seconds."""
     out = {
         key: f.number(key, None, maximum=MAX_CORES)
         for key in ("cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores")
@@ -927,7 +928,8 @@ def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
     nodes = f.integer("nodes", 1, minimum=1, maximum=MAX_JOB_NODES)
     nodes_max = f.integer("nodes_max", None, minimum=1, maximum=MAX_JOB_NODES)
     per_node = f.integer("processes_per_node", None, minimum=1, maximum=MAX_PROCESSES)
-    # a gang without "processes" runs nodes x processes_per_node (one per node): coshare.gangs
+    # a gang without "processes" runs nodes x processes_per_node (one per node):
+    # coshare.ledger.gangs
     processes = f.integer(
         "processes", min(nodes * (per_node or 1), MAX_PROCESSES), minimum=1, maximum=MAX_PROCESSES
     )

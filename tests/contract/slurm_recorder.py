@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from coshare.commands import CommandResult
 from coshare.errors import CommandFailed
+from coshare.system.programs import CommandResult
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures/slurm/22.05"
 

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import pytest
 from coshare.config import Config, DeviceKind, SlurmConfig, load_config
+from coshare.cycle.run import fences_batches, run_cycle
 from coshare.errors import ConfigError, EngineUnavailable, LeaseLost, StoppedBetweenBatches
-from coshare.ledger import Book
+from coshare.ledger.book import Book
 from coshare.model import Assignment, Job, Plan
-from coshare.planner import fences_batches, run_cycle
 from coshare.policies import make_policy
 
 from condor_addon import attributes as A

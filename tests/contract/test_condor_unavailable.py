@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.config import CondorConfig
 from coshare.errors import SchedulerUnavailable
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import classad2
 import pytest
+from coshare.cli.render import show_text
 from coshare.config import Config, DeviceKind, SlurmConfig
-from coshare.planner import run_cycle
+from coshare.cycle.run import run_cycle
 from coshare.policies import make_policy
 from coshare.ports import SourceResult
-from coshare.render import show_text
 
 from condor_addon.adapter import CondorAdapter
 from condor_addon.attributes import JOB_PROJECTION, SLOT_PROJECTION
@@ -176,7 +176,7 @@ def test_slurm_a_node_whose_name_cannot_be_written_is_left_out_and_shown(name: s
 
 def test_a_cycle_counts_the_nodes_it_left_out_by_kind(tmp_path: Path) -> None:
     from coshare.config import MetricsConfig
-    from coshare.metrics import CycleMetrics
+    from coshare.cycle.metrics import CycleMetrics
     from prometheus_client.parser import text_string_to_metric_families
 
     sinfo = json.loads(recorded("sinfo-drain-down.json"))
@@ -263,7 +263,7 @@ def test_condor_a_device_whose_id_cannot_be_written_is_ignored_and_the_rest_plan
 
 def test_a_condor_cycle_counts_the_unwritable_nodes(tmp_path: Path) -> None:
     from coshare.config import MetricsConfig
-    from coshare.metrics import CycleMetrics
+    from coshare.cycle.metrics import CycleMetrics
     from prometheus_client.parser import text_string_to_metric_families
 
     now = float((FIXTURES / "condor/23.9.6/recorded_at").read_text())

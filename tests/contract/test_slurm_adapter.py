@@ -6,8 +6,8 @@ from __future__ import annotations
 import hostlist
 import pytest
 from coshare.config import Config, DeviceKind, SlurmConfig
+from coshare.cycle.run import run_cycle
 from coshare.model import Assignment, Plan, Unplaced
-from coshare.planner import run_cycle
 from coshare.policies import make_policy
 
 from slurm_addon.adapter import SlurmAdapter
@@ -293,8 +293,8 @@ def test_borrowers_whose_gpu_job_needs_its_cores_back_are_requeued_first() -> No
     verbs = runner.verbs()
     assert verbs.index("scontrol requeuehold") < verbs.index("scontrol <stdin>"), verbs
     assert report.applied == ("1",)
-    from coshare.planner import CycleReport
-    from coshare.render import cycle_summary, cycle_to_dict
+    from coshare.cli.render import cycle_summary, cycle_to_dict
+    from coshare.cycle.run import CycleReport
 
     cycle = CycleReport(plan=plan, apply=report)
     assert cycle_to_dict(cycle)["apply"]["requeued"][0]["job"] == "7"

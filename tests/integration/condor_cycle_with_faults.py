@@ -46,7 +46,7 @@ def main() -> None:
 
     CondorClient.edit_ids = edit_ids  # type: ignore[method-assign]
     CondorClient.edit_where = edit_where  # type: ignore[method-assign]
-    from coshare.cli import main as coshare_main
+    from coshare.cli.main import main as coshare_main
 
     coshare_main(["--config", args.config, "condor", "cycle"])
 

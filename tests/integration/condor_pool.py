@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from coshare.commands import run
 from coshare.config import CondorConfig, Config, load_config
+from coshare.cycle.run import CycleReport, run_cycle
 from coshare.errors import SchedulerUnavailable
-from coshare.planner import CycleReport, run_cycle
 from coshare.policies import Policy, make_policy
+from coshare.system.programs import run
 
 from condor_addon.adapter import CondorAdapter
 from condor_addon.attributes import JOB_PROJECTION

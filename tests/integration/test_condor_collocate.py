@@ -23,12 +23,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from coshare.cli import policy_options
+from coshare.cli.main import policy_options
 from coshare.config import load_config
+from coshare.cycle.run import CycleReport, run_cycle
 from coshare.errors import CoshareError
 from coshare.node import lifecycle
 from coshare.node.spec import parse_cpu_list
-from coshare.planner import CycleReport, run_cycle
 from coshare.policies import make_policy
 
 from condor_addon import attributes as A

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from coshare.facts import parse_facts
+from coshare.ledger.facts import parse_facts
 
 from condor_addon.view import machine_of, node_job_id
 from tests.integration.condor_pool import CHROOT, CLIENT_CONFIG, COSHARE_BIN, WORK, Pool, wait_for

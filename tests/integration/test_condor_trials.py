@@ -22,14 +22,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from coshare.cli import policy_options
+from coshare.cli.cycles import step_trials
+from coshare.cli.main import policy_options
 from coshare.config import load_config
-from coshare.cycles import step_trials
-from coshare.facts import parse_facts
-from coshare.planner import run_cycle
+from coshare.cycle.run import run_cycle
+from coshare.ledger.facts import parse_facts
+from coshare.ledger.trials import TrialRecord, parse_trial
 from coshare.policies import make_policy
 from coshare.policies.membw import node_uses
-from coshare.trials import TrialRecord, parse_trial
 
 from condor_addon.adapter import CondorAdapter
 from condor_addon.view import node_job_id, parse_slots

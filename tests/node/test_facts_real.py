@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from coshare.config import NodeConfig
 from coshare.errors import Unsupported
-from coshare.facts import parse_facts
+from coshare.ledger.facts import parse_facts
 from coshare.node import lifecycle
 from coshare.node.cgroups import V1Cgroups, V2Cgroups
 from coshare.node.lifecycle import job_end, job_exec, job_start, spawn_in_group

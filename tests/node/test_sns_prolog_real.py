@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from coshare.config import NodeConfig
-from coshare.ledger import Part
+from coshare.ledger.book import Part
 from coshare.model import Spread
 from coshare.node import lifecycle
 from coshare.node.jobs import TASK_ENV_SUFFIX

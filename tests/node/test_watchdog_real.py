@@ -81,7 +81,7 @@ def test_without_the_nvml_bindings_the_daemon_says_so_and_exits_1(
         [
             sys.executable,
             "-c",
-            "import sys; sys.modules['pynvml'] = None; from coshare.cli import main; main()",
+            "import sys; sys.modules['pynvml'] = None; from coshare.cli.main import main; main()",
             "node",
             "gate",
             "--device",

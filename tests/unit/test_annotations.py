@@ -5,9 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
-from coshare.annotations import KEYS, ClusterLimits, extract, is_annotated, parse_job
-from coshare.bounds import MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_THREADS, MAX_DEVICES, MAX_PROCESSES
 from coshare.errors import AnnotationError
+from coshare.ledger.annotations import KEYS, ClusterLimits, extract, is_annotated, parse_job
+from coshare.ledger.bounds import (
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_THREADS,
+    MAX_DEVICES,
+    MAX_PROCESSES,
+)
 from coshare.model import Device, Node
 from hypothesis import given
 from hypothesis import strategies as st

@@ -6,7 +6,8 @@ import math
 from typing import Any
 
 import pytest
-from coshare.bounds import (
+from coshare.cli.render import printable
+from coshare.ledger.bounds import (
     SHOWN_CHARS,
     BadValue,
     as_float,
@@ -15,8 +16,7 @@ from coshare.bounds import (
     shorten,
     shorten_text,
 )
-from coshare.ids import MAX_ID_CHARS, checked_id, id_problem, split_ids, text_problem
-from coshare.render import printable
+from coshare.ledger.ids import MAX_ID_CHARS, checked_id, id_problem, split_ids, text_problem
 from hypothesis import given
 from hypothesis import strategies as st
 

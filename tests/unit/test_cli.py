@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli, collector_paused, example_snapshot
+from coshare.cli.main import cli, collector_paused, example_snapshot
 from coshare.schema import snapshot_to_dict
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "common/coshare/examples/paper-cluster.json"
@@ -151,9 +151,9 @@ def test_help_lists_commands() -> None:
 
 
 def test_cycle_summary_lists_every_refused_skipped_and_failed_job() -> None:
+    from coshare.cli.render import cycle_summary
+    from coshare.cycle.run import ApplyReport, CycleReport, JobOutcome, Rejected
     from coshare.model import Plan, Unplaced
-    from coshare.planner import ApplyReport, CycleReport, JobOutcome, Rejected
-    from coshare.render import cycle_summary
 
     report = CycleReport(
         plan=Plan("knapsack", (), (Unplaced("3", "waits"),)),

@@ -1,6 +1,6 @@
 """The ``collocate`` policy (Wu & Hong, section IV-A): harvest, its limits, give-back, errors.
 
-The oracle of the property tests is coshare.verify.check_plan, which recounts borrowed cores
+The oracle of the property tests is coshare.cycle.verify.check_plan, which recounts borrowed cores
 against each GPU job's measured load with code of its own.
 """
 
@@ -12,11 +12,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from coshare.cli import schema_text
+from coshare.cli.main import schema_text
 from coshare.config import load_config
+from coshare.cycle.run import run_cycle
+from coshare.cycle.verify import check_plan
 from coshare.errors import ConfigError
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
-from coshare.planner import run_cycle
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.collocate import (
     CollocatePolicy,
@@ -25,7 +26,6 @@ from coshare.policies.collocate import (
     without_harvest,
 )
 from coshare.schema import parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
-from coshare.verify import check_plan
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -278,7 +278,7 @@ def test_a_risen_demand_asks_back_just_enough_with_the_numbers() -> None:
 
 
 def test_the_verifier_counts_the_wait_and_refuses_lending_from_a_saturated_lender() -> None:
-    from coshare import verify
+    from coshare.cycle import verify as verify
     from coshare.policies import collocate
 
     assert verify.SATURATED_SHARE == collocate.SATURATED_SHARE  # the two are kept apart
@@ -489,7 +489,7 @@ def test_settings_reach_the_policy(tmp_path: Path) -> None:
         "collocate: {monitor_fraction: 0.2, max_harvest_cores: 2, "
         "copy_bw_limit_mbps: 100}\npolicy: {name: collocate}\n"
     )
-    from coshare.cli import policy_options
+    from coshare.cli.main import policy_options
     from coshare.policies.gang import GangPlanner
 
     policy = make_policy("collocate", policy_options(load_config(path, environ={})))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
-from coshare.commands import run
 from coshare.errors import CommandFailed, ProgramNotFound
+from coshare.system.programs import run
 
 
 def test_success_returns_output() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coshare.ledger import Book
+from coshare.ledger.book import Book
 from coshare.model import Assignment, Job, Plan
 from coshare.ports import Rejected
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import classad2
 import pytest
-from coshare.annotations import KEYS
+from coshare.ledger.annotations import KEYS
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import classad2
 import pytest
-from coshare.commands import run
 from coshare.errors import CommandFailed
-from coshare.ledger import Book
+from coshare.ledger.book import Book
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob
+from coshare.system.programs import run
 
 from condor_addon import expressions as X
 from condor_addon.attributes import JOB_PROJECTION, PARALLEL_UNIVERSE, SLOT_PROJECTION

@@ -12,13 +12,13 @@ from dataclasses import replace
 
 import pytest
 from coshare.config import Config, load_config
+from coshare.cycle.run import harvest_refusal
 from coshare.errors import ConfigError
-from coshare.ledger import Book
+from coshare.ledger.book import Book
 from coshare.model import Assignment, Job, Plan, Unplaced
 from coshare.node.control.protocol import ControlProtocolError, format_start, parse_control
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import JobSpec
-from coshare.planner import harvest_refusal
 
 from condor_addon import attributes as A
 from condor_addon.adapter import CondorAdapter

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import classad2
 import pytest
-from coshare.commands import run
 from coshare.errors import CommandFailed
+from coshare.system.programs import run
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "condor"
 DEVICES = str(DEPLOY / "coshare-devices")
@@ -227,7 +227,7 @@ def published(path: Path) -> tuple[str, str]:
 
 
 def test_the_facts_line_is_published_as_one_classad_string(tmp_path: Path) -> None:
-    from coshare.facts import JobLoad, NodeFacts, format_facts, parse_facts
+    from coshare.ledger.facts import JobLoad, NodeFacts, format_facts, parse_facts
 
     line = format_facts(
         NodeFacts(

@@ -477,7 +477,7 @@ def test_a_pending_job_with_a_hostile_number_is_refused_naming_the_field(
 def test_node_facts_published_by_the_startd_cron_reach_the_snapshot(
     slots: list[dict[str, object]], jobs: list[QueueJob], now_s: float
 ) -> None:
-    from coshare.facts import JobLoad, JobWait, NodeFacts, format_facts
+    from coshare.ledger.facts import JobLoad, JobWait, NodeFacts, format_facts
 
     from condor_addon.attributes import NODE_FACTS
     from condor_addon.view import node_job_id, with_node_facts

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from coshare.bounds import plain
 from coshare.config import (
     Config,
     ConfigWarning,
@@ -21,6 +20,7 @@ from coshare.config import (
     with_overrides,
 )
 from coshare.errors import ConfigError
+from coshare.ledger.bounds import plain
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -1,4 +1,4 @@
-"""Containment (coshare.containment): a policy that fails on one job's or one node's input
+"""Containment (coshare.cycle.containment): a policy that fails on one job's or one node's input
 leaves that job or node out, and the cycle plans and writes everything else."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.containment import MAX_ROUNDS, plan_contained
-from coshare.cycle_cli import scheduler_group
+from coshare.cli.scheduler import scheduler_group
+from coshare.cycle.containment import MAX_ROUNDS, plan_contained
+from coshare.cycle.run import run_cycle
+from coshare.cycle.verify import check_plan
 from coshare.errors import PlanInvariantError
 from coshare.model import Device, Job, Node, Plan, Snapshot
-from coshare.planner import run_cycle
 from coshare.policies import make_policy
 from coshare.schema import parse_snapshot, snapshot_to_dict
-from coshare.verify import check_plan
 
 from tests.faulty_policies import CrashesOnJob, CrashesOnNode, MisplacesJob
 from tests.memory_queue import MemoryQueue
@@ -194,7 +194,9 @@ def test_explain_says_why_a_job_left_out_waits_and_that_an_admin_acts(
 ) -> None:
     # coshare condor|slurm explain plans as the cycle does: the job the cycle leaves out is
     # explained as waiting with the cycle's reason, not as placed (nor a traceback).
-    monkeypatch.setattr("coshare.cycle_cli.make_policy", lambda *a, **k: faulty(KNAPSACK, "3.0"))
+    monkeypatch.setattr(
+        "coshare.cli.scheduler.make_policy", lambda *a, **k: faulty(KNAPSACK, "3.0")
+    )
     monkeypatch.setattr("coshare.config.DEFAULT_CONFIG_PATH", Path("/nonexistent/coshare.yaml"))
     for var in [v for v in os.environ if v.startswith("COSHARE_")]:
         monkeypatch.delenv(var)

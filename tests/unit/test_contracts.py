@@ -12,9 +12,9 @@ from typing import Any
 import jsonschema
 import pytest
 from click.testing import CliRunner
-from coshare import bounds
-from coshare.cli import cli, example_snapshot, schema_text
+from coshare.cli.main import cli, example_snapshot, schema_text
 from coshare.errors import SnapshotError
+from coshare.ledger import bounds as bounds
 from coshare.policies import make_policy, policy_names
 from coshare.schema import decode_json, parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
 from hypothesis import given, settings

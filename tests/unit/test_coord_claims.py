@@ -14,8 +14,8 @@ from coshare.coord.claims import (
     with_claims,
     without,
 )
+from coshare.cycle.run import run_cycle
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
-from coshare.planner import run_cycle
 from coshare.policies import make_policy
 from coshare.ports import ApplyReport, Rejected, SourceResult
 from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""The cycle and show commands both adapters share (coshare.cycle_cli), driven through a
+"""The cycle and show commands both adapters share (coshare.cli.scheduler), driven through a
 stand-in adapter: options, output, the cycle lock, notes and exit statuses."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
-from coshare.cycle_cli import scheduler_group
+from coshare.cli.main import cli
+from coshare.cli.scheduler import scheduler_group
 from coshare.errors import EngineUnavailable, InputError
 from coshare.model import Device, Job, Node, Plan, Snapshot
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult, Waiting

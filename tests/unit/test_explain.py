@@ -1,4 +1,4 @@
-"""The explainer (coshare.explain): every node and device with the first limit that keeps a
+"""The explainer (coshare.policies.explain): every node and device with the first limit that keeps a
 job out, what would make it fit, and the short wait reasons the cycle writes into jobs."""
 
 from __future__ import annotations
@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.errors import InputError
-from coshare.explain import (
+from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
+from coshare.policies import PolicyOptions, make_policy
+from coshare.policies.explain import (
     MAX_WAIT_REASON_CHARS,
     explain,
     explanation_to_dict,
     wait_reason,
     wait_reason_writes,
 )
-from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
-from coshare.policies import PolicyOptions, make_policy
 from coshare.ports import Rejected, Waiting
 from coshare.schema import snapshot_to_dict
 

@@ -1,4 +1,4 @@
-"""Node facts (coshare.facts): the one line both schedulers carry, read once for both."""
+"""Node facts (coshare.ledger.facts): the one line both schedulers carry, read once for both."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import jsonschema
 import pytest
-from coshare.cli import schema_text
+from coshare.cli.main import schema_text
 from coshare.errors import FactsError, SnapshotError
-from coshare.facts import (
+from coshare.ledger.facts import (
     MAX_LOADS,
     JobCopy,
     JobCpus,
@@ -314,7 +314,7 @@ def test_bad_facts_fields_in_a_snapshot_are_refused_naming_them(
 
 
 def test_the_cores_a_job_holds_are_carried_and_attached() -> None:
-    from coshare.facts import JobCpus, NodeFacts, attach, format_facts, parse_facts
+    from coshare.ledger.facts import JobCpus, NodeFacts, attach, format_facts, parse_facts
     from coshare.model import Node, RunningJob, Snapshot
 
     facts = NodeFacts(100.0, cpus=(JobCpus("7", 1), JobCpus("8", 3)))

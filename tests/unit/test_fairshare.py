@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
-from coshare.fairshare import SCALE, FairShare
+from coshare.cli.main import cli
+from coshare.ledger.fairshare import SCALE, FairShare
 from coshare.model import MILLI, Job, Node
 from coshare.policies import make_policy
 from coshare.sim.device import FixedModel

@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 import pytest
+from coshare.cycle.verify import check_plan
 from coshare.model import MILLI, Device, Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import fgd
 from coshare.policies.base import ClusterState, explain_waiting, finish, never_fits, priority_key
@@ -29,7 +30,6 @@ from coshare.policies.fgd import (
     single_device_moves,
     snapshot_workload,
 )
-from coshare.verify import check_plan
 
 Ints = npt.NDArray[np.int64]
 

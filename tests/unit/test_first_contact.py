@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from coshare.extras import EXTRA_OF_MODULE
+from coshare.cli.extras import EXTRA_OF_MODULE
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "common/coshare/examples/paper-cluster.json"
@@ -30,7 +30,7 @@ BASE_ONLY = (
     "import sys\n"
     f"for name in {BLOCKED!r}:\n"
     "    sys.modules[name] = None\n"
-    "from coshare.cli import main\n"
+    "from coshare.cli.main import main\n"
     "main(sys.argv[1:])\n"
 )
 

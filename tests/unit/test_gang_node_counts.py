@@ -5,7 +5,7 @@ trying every allowed count in turn."""
 from __future__ import annotations
 
 import numpy as np
-from coshare.gangs import node_counts
+from coshare.ledger.gangs import node_counts
 from coshare.model import MILLI, Job
 from coshare.policies.gang import fewest_nodes
 from hypothesis import given

@@ -8,14 +8,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from coshare.annotations import parse_job
+from coshare.cycle.verify import check_plan
 from coshare.errors import AnnotationError, SnapshotError
-from coshare.gangs import gang_problems, node_counts, split
-from coshare.ledger import Queued, pending_job
+from coshare.ledger.annotations import parse_job
+from coshare.ledger.book import Queued, pending_job
+from coshare.ledger.gangs import gang_problems, node_counts, split
 from coshare.model import Assignment, Device, Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import GANGS_UNSUPPORTED, PolicyOptions, make_policy, policy_names
 from coshare.schema import decode_json, parse_snapshot, snapshot_to_dict
-from coshare.verify import check_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -372,7 +372,7 @@ def test_swf_jobs_wider_than_a_node_become_gangs() -> None:
 
 
 def test_a_gang_at_the_bounds_is_refused_without_stopping_the_cycle() -> None:
-    from coshare.bounds import MAX_JOB_NODES, MAX_PROCESSES
+    from coshare.ledger.bounds import MAX_JOB_NODES, MAX_PROCESSES
 
     huge = gang("h", 1, MAX_PROCESSES, nodes_max=MAX_JOB_NODES)
     snap = Snapshot(cluster(4), (), (huge, Job("s", 1000, 10)), 0.0)
@@ -402,7 +402,7 @@ def test_an_swf_log_without_machines_takes_its_cluster_from_the_header() -> None
 
 def test_an_swf_replay_without_machines_runs_on_the_header_cluster(tmp_path: Path) -> None:
     from click.testing import CliRunner
-    from coshare.cli import cli
+    from coshare.cli.main import cli
 
     log = tmp_path / "plain.swf"
     log.write_text(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.config import load_config
 from coshare.errors import InputError
 from coshare.model import MILLI, Device, Node

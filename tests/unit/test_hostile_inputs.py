@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from coshare.bounds import MAX_DEVICES
-from coshare.cli import cli
+from coshare.cli.main import cli
+from coshare.cycle.verify import check_plan
+from coshare.ledger.bounds import MAX_DEVICES
 from coshare.policies import policy_names
 from coshare.schema import MAX_SNAPSHOT_NODES, parse_plan, parse_snapshot
-from coshare.verify import check_plan
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -93,7 +93,7 @@ def test_cores_of_1e16_are_refused_with_the_bound() -> None:
 
 
 def test_a_node_of_more_devices_than_the_bound_is_refused_with_the_bound() -> None:
-    # The JSON Schema and coshare.bounds said at most 1,024 devices a node, but the parser
+    # The JSON Schema and coshare.ledger.bounds said at most 1,024 devices a node, but the parser
     # took any number: 200,000 devices on one node (a 12 MB snapshot) planned for an hour.
     devices = [{"id": str(i), "memory_mib": 1000, "threads": 8} for i in range(1025)]
     code, _, err = plan_text(
@@ -435,7 +435,7 @@ def test_input_larger_than_its_bound_is_refused_not_read_to_the_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # coshare plan /dev/zero read until memory ran out; so did a config or a trace.
-    monkeypatch.setattr("coshare.cli.MAX_SNAPSHOT_CHARS", 2 << 20)
+    monkeypatch.setattr("coshare.cli.main.MAX_SNAPSHOT_CHARS", 2 << 20)
     monkeypatch.setattr("coshare.config.MAX_CONFIG_CHARS", 1 << 20)
     code, _, err = plan_text(" " * (3 << 20))
     assert code == 2 and "<stdin>: not read: larger than 2 MiB" in one_error(err)

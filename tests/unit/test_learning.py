@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
-from coshare.job_end import NodeEnd, end_to_json
-from coshare.learn_cycle import INCOMPLETE_WAIT_S, learn_from_spool
-from coshare.learned_store import learned_dir, load_learned, write_learned
-from coshare.learning import (
+from coshare.cli.main import cli
+from coshare.model import MILLI, Job, Node, RunningJob, Snapshot
+from coshare.policies.sns import SnsPolicy
+from coshare.profiles.job_end import NodeEnd, end_to_json
+from coshare.profiles.learn_cycle import INCOMPLETE_WAIT_S, learn_from_spool
+from coshare.profiles.learned_store import learned_dir, load_learned, write_learned
+from coshare.profiles.learning import (
     Learned,
     Run,
     as_profile,
@@ -24,9 +26,7 @@ from coshare.learning import (
     observe,
     policy_inputs,
 )
-from coshare.model import MILLI, Job, Node, RunningJob, Snapshot
-from coshare.policies.sns import SnsPolicy
-from coshare.profile_store import write_profile
+from coshare.profiles.store import write_profile
 
 from tests.unit.test_policy_sns import MG
 

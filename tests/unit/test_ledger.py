@@ -1,13 +1,13 @@
-"""The ledger's rules (coshare.ledger), on their own; tests/contract/test_ledger_contract.py
+"""The ledger's rules (coshare.ledger.book), on their own; tests/contract/test_ledger_contract.py
 runs the same situations through both adapters."""
 
 from __future__ import annotations
 
 import pytest
-from coshare import ledger
 from coshare.config import Config, load_config
 from coshare.errors import AnnotationError, ConfigError
-from coshare.ledger import (
+from coshare.ledger import book as ledger
+from coshare.ledger.book import (
     Queued,
     field_value,
     find_kind,

@@ -1,4 +1,4 @@
-"""One cycle at a time per queue (coshare.lock), for both adapters."""
+"""One cycle at a time per queue (coshare.system.lock), for both adapters."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from coshare.errors import ConfigError, CoshareError, CycleBusy
-from coshare.lock import cycle_lock
+from coshare.system.lock import cycle_lock
 
 
 def test_second_holder_is_told_busy_and_the_lock_frees(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The one logging set-up of the long-running commands (coshare.logs): text and JSON lines,
+"""The one logging set-up of the long-running commands (coshare.cli.logs): text and JSON lines,
 structured fields, rotation like HTCondor's daemon logs, and ``--log-format`` on ``cycle``."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cycle_cli import scheduler_group
-from coshare.logs import CONDOR_DATE_FORMAT, MAX_LOG_BYTES, setup_logging
+from coshare.cli.logs import CONDOR_DATE_FORMAT, MAX_LOG_BYTES, setup_logging
+from coshare.cli.scheduler import scheduler_group
 from coshare.model import Device, Job, Node, Plan, Snapshot
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult
 

@@ -1,4 +1,4 @@
-"""The planner's Prometheus metrics (coshare.metrics): the series of a cycle, of a failed
+"""The planner's Prometheus metrics (coshare.cycle.metrics): the series of a cycle, of a failed
 cycle and of a refused plan, the textfile for the node exporter, a push gateway that does not
 answer, and the configuration keys."""
 
@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from coshare.cli.cycles import run_once
 from coshare.config import ConfigError, MetricsConfig, load_config
-from coshare.cycles import run_once
+from coshare.cycle.metrics import WAITING_REASONS, CycleMetrics, CycleTotals, cycle_figures
+from coshare.cycle.run import CycleReport
 from coshare.errors import PlanInvariantError, SchedulerUnavailable
-from coshare.metrics import WAITING_REASONS, CycleMetrics, CycleTotals, cycle_figures
 from coshare.model import Assignment, Device, Job, Node, Plan, Snapshot, Unplaced
-from coshare.planner import CycleReport
 from coshare.policies import make_policy
 from coshare.ports import ApplyReport, JobOutcome, Rejected, SourceResult, Waiting
 from prometheus_client.parser import text_string_to_metric_families
@@ -177,7 +177,7 @@ def test_a_contained_policy_failure_is_counted_logged_and_its_input_kept(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from click.testing import CliRunner
-    from coshare.cli import cli
+    from coshare.cli.main import cli
 
     from tests.faulty_policies import CrashesOnJob
 

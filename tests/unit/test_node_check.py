@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
-from coshare.facts import JobCopy, JobLoad, MembwFacts, NodeFacts, format_facts
+from coshare.cli.main import cli
+from coshare.ledger.facts import JobCopy, JobLoad, MembwFacts, NodeFacts, format_facts
 from coshare.node.check import counter_capability, wait_capability
 
 from tests.unit.fake_resctrl import make_resctrl

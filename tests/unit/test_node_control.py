@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from coshare.annotations import parse_job
+from coshare.ledger.annotations import parse_job
 from coshare.node.control import launcher
 from coshare.node.control.protocol import (
     ControlProtocolError,

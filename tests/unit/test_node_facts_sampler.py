@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from coshare.config import NodeConfig
-from coshare.facts import JobLoad, JobWait, parse_facts
+from coshare.ledger.facts import JobLoad, JobWait, parse_facts
 from coshare.node.bandwidth import Measurement, ProbeResult
 from coshare.node.cgroups import V1Cgroups
 from coshare.node.control.service import JobControl

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.node.gpus import discover
 
 from tests.unit.fake_nvml_mig import FakeNvml, Gpu, Instance, a100_80gb, h100_80gb
@@ -91,10 +91,10 @@ def test_node_gpus_without_nvml_says_unsupported_and_where_it_looked() -> None:
 
 
 def test_plans_never_place_on_a_mig_parent_nor_oversubscribe_an_instance() -> None:
+    from coshare.cycle.run import checked_plan
+    from coshare.cycle.verify import check_plan
     from coshare.model import Assignment, Device, Job, Node, Plan, Snapshot
-    from coshare.planner import checked_plan
     from coshare.policies import make_policy
-    from coshare.verify import check_plan
 
     # A scheduler's discovery that lists the A100 and its two instances (3g.40gb, 2g.20gb).
     node = Node(

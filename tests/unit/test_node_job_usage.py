@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from coshare.config import NodeConfig
-from coshare.job_end import combine, parse_end
 from coshare.node.job_usage import NO_IPC, measure_end, write_end
 from coshare.node.jobs import JobRecord, JobStore
 from coshare.node.spec import JobSpec
+from coshare.profiles.job_end import combine, parse_end
 
 from tests.unit.fake_resctrl import FakeResctrl, add_mbm_bytes, make_resctrl
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from coshare.errors import CgroupError, CgroupUnavailable, Unsupported
-from coshare.facts import JobLoad
+from coshare.ledger.facts import JobLoad
 from coshare.node.cgroups import V1Cgroups, V2Cgroups
 from coshare.node.load import (
     LoadHistory,

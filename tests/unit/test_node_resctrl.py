@@ -143,7 +143,7 @@ def test_without_resctrl_or_mba_the_answer_is_unsupported_naming_the_path(
 
 
 def test_spare_ways_go_to_the_jobs_in_equal_shares() -> None:
-    from coshare.llc import floor_share, spare_shares
+    from coshare.ledger.llc import floor_share, spare_shares
 
     assert spare_shares(20, [("a", 4), ("b", 3)]) == {"a": 7, "b": 6}  # 13 spare: 7 + 6
     assert floor_share(20, [("a", 4), ("b", 3)]) == 6

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from coshare.config import NodeConfig
 from coshare.errors import SchedulerUnavailable
-from coshare.facts import parse_facts
+from coshare.ledger.facts import parse_facts
 from coshare.model import TrialResult
 from coshare.node.bandwidth import Measurement, ProbeResult
 from coshare.node.control.service import JobControl

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import tomllib
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

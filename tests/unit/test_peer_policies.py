@@ -7,11 +7,11 @@ threads each, a pod's GPU share as its memory and threads.
 from __future__ import annotations
 
 import pytest
+from coshare.cycle.verify import check_plan
 from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.fgd import FgdPolicy, job_shape, target_workload
 from coshare.sim.trace_files import ALIBABA_DIR, data_dir
-from coshare.verify import check_plan
 
 
 def gpu_node(name: str, gpus: int = 2, cores: int = 32) -> Node:

@@ -5,10 +5,10 @@ admits, nodes without resctrl) passes the plan schema's own parser: the texts a 
 from __future__ import annotations
 
 import pytest
-from coshare.ids import MAX_ID_CHARS, MAX_TEXT_CHARS
+from coshare.ledger.ids import MAX_ID_CHARS, MAX_TEXT_CHARS
 from coshare.model import MILLI, Job, Node, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy, policy_names
-from coshare.profiles import parse_profile
+from coshare.profiles.programs import parse_profile
 from coshare.schema import parse_plan, plan_to_dict
 
 PROFILE = parse_profile(

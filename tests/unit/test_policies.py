@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from coshare.cycle.verify import check_plan
 from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
-from coshare.verify import check_plan
 
 
 def phi(

@@ -1,12 +1,14 @@
 """The largest values coshare accepts never crash a policy (``CoshareProcesses =
 "1e19"`` crashed ``fgd`` with an int64 overflow). Every policy plans snapshots whose values sit
-at the bounds of :mod:`coshare.bounds`, soundly; values past the bounds never get in."""
+at the bounds of :mod:`coshare.ledger.bounds`, soundly; values past the bounds never get in."""
 
 from __future__ import annotations
 
 import pytest
-from coshare.annotations import parse_job
-from coshare.bounds import (
+from coshare.cycle.verify import check_plan
+from coshare.errors import AnnotationError
+from coshare.ledger.annotations import parse_job
+from coshare.ledger.bounds import (
     MAX_CPU_MILLI,
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
@@ -17,11 +19,9 @@ from coshare.bounds import (
     MAX_TIME_S,
     MAX_WALLTIME_S,
 )
-from coshare.errors import AnnotationError
 from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
 from coshare.policies import make_policy, policy_names
 from coshare.schema import parse_snapshot, snapshot_to_dict
-from coshare.verify import check_plan
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -14,13 +14,13 @@ from typing import Any
 import jsonschema
 import pytest
 from coshare.config import Config, build
+from coshare.cycle.verify import check_plan
 from coshare.errors import ConfigError
-from coshare.facts import MembwFacts, NodeFacts, attach
+from coshare.ledger.facts import MembwFacts, NodeFacts, attach
 from coshare.model import MILLI, Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.membw import MembwPolicy, check_membw, node_uses
 from coshare.schema import decode_json, parse_plan, parse_snapshot, plan_to_dict, snapshot_to_dict
-from coshare.verify import check_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -238,7 +238,7 @@ def test_the_probe_time_travels_in_the_snapshot() -> None:
 
 
 def test_the_policy_is_built_from_the_configuration() -> None:
-    from coshare.cli import policy_options
+    from coshare.cli.main import policy_options
     from coshare.policies.gang import GangPlanner
 
     config = build(
@@ -360,7 +360,7 @@ def test_plans_keep_the_bandwidth_rule_and_every_other_limit(snapshot: Snapshot)
 def test_a_placed_job_not_started_yet_counts_with_its_program_on_both_schedulers() -> None:
     # The ledger (one rule for HTCondor and Slurm) counts a placed job with what it declared,
     # so the next cycle does not put a bandwidth-bound job beside it before it starts.
-    from coshare.ledger import Placed, Queued, counted
+    from coshare.ledger.book import Placed, Queued, counted
 
     job = cpu_job("2", "mpiblast", membw_gbps=3.0)
     held = counted(Queued("2", {}, placed=Placed("n1", (), 100.0), gate_open=True), job)
@@ -372,8 +372,8 @@ def test_a_placed_job_not_started_yet_counts_with_its_program_on_both_schedulers
 def test_a_live_cycle_never_starts_a_trial_co_run() -> None:
     # Layer 3 (freeze, probe, thaw; suspend through the scheduler) is not built: a plan that
     # names trials is refused before anything is written, whatever the policy was built with.
+    from coshare.cycle.run import run_cycle
     from coshare.errors import PlanInvariantError
-    from coshare.planner import run_cycle
     from coshare.ports import ApplyReport, SourceResult
 
     snap = Snapshot((node(),), (running("1", "lama"),), (cpu_job("2", "mystery"),))
@@ -399,7 +399,7 @@ def test_plan_drops_a_probe_dated_in_the_future_as_the_adapters_do(tmp_path: Pat
     # One node of 100 GB/s running an 80 GB/s job; its probe, dated 1e9 s ahead, says idle.
     # Trusted, a second 80 GB/s job would join it: 1.6 of the node against the 0.9 limit.
     from click.testing import CliRunner
-    from coshare.cli import cli
+    from coshare.cli.main import cli
 
     now = 1_700_000_000.0
     snapshot = {
@@ -468,7 +468,7 @@ def test_plan_drops_a_future_probe_of_a_snapshot_without_now_and_keeps_an_old_on
     import time
 
     from click.testing import CliRunner
-    from coshare.cli import cli
+    from coshare.cli.main import cli
 
     def planned(probe_at: float) -> tuple[dict[str, Any], str]:
         snapshot = {

@@ -12,17 +12,17 @@ from typing import Any
 import jsonschema
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
+from coshare.cycle.run import run_cycle
+from coshare.cycle.verify import check_plan
 from coshare.errors import PlanInvariantError
 from coshare.model import MILLI, Job, Node, RunningJob, Snapshot
-from coshare.planner import run_cycle
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.sns import SnsPolicy
 from coshare.ports import ApplyReport, SourceResult
-from coshare.profile_store import load_store, write_profile
-from coshare.profiles import Profile, ProfileError, demand, parse_profile
+from coshare.profiles.programs import Profile, ProfileError, demand, parse_profile
+from coshare.profiles.store import load_store, write_profile
 from coshare.schema import decode_json, parse_plan, plan_to_dict
-from coshare.verify import check_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -192,7 +192,7 @@ def test_a_profile_that_is_no_regular_file_is_refused_without_waiting(
             sys.executable,
             "-c",
             "import sys; from pathlib import Path; "
-            "from coshare.profile_store import load_store; load_store(Path(sys.argv[1]))",
+            "from coshare.profiles.store import load_store; load_store(Path(sys.argv[1]))",
             str(tmp_path),
         ],
         capture_output=True,
@@ -516,8 +516,8 @@ def test_each_assignment_says_its_share_of_the_spare_ways_section_4_4() -> None:
 
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.1", "nan", "inf"])
 def test_an_alpha_outside_0_1_is_refused_naming_the_job_and_key(value: str) -> None:
-    from coshare.annotations import parse_job
     from coshare.errors import AnnotationError
+    from coshare.ledger.annotations import parse_job
 
     with pytest.raises(AnnotationError, match=r"CoshareAlpha.*\(0, 1\]") as caught:
         parse_job("7", {"CoshareKind": "cpu", "CoshareProgram": "MG", "CoshareAlpha": value})

@@ -22,12 +22,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from coshare.cycle.verify import check_plan
 from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies import potential as potential_module
 from coshare.policies.base import ClusterState
 from coshare.policies.potential import Potential, Shape, snapshot_shapes
-from coshare.verify import check_plan
 
 SIZES = (6144, 8192, 16384)
 

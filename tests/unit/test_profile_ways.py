@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare import profile_cli
-from coshare.cli import cli
+from coshare.cli import profile as profile_cli
+from coshare.cli.main import cli
 from coshare.errors import InputError, Unsupported
 from coshare.node.waysweep import default_way_counts, sweep
-from coshare.profile_store import read_profile
+from coshare.profiles.store import read_profile
 
 from tests.unit.fake_resctrl import FakeResctrl, make_resctrl
 

@@ -2,7 +2,7 @@
 
 No device memory, device threads (strict mode), host cores or host memory is exceeded by
 running + planned jobs, and every pending job appears exactly once. The oracle is
-coshare.verify.check_plan, itself tested in test_verify.py, plus direct recounts here.
+coshare.cycle.verify.check_plan, itself tested in test_verify.py, plus direct recounts here.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from coshare.cycle.verify import check_plan
 from coshare.model import Snapshot
 from coshare.policies import PolicyOptions, make_policy
-from coshare.verify import check_plan
 from hypothesis import given
 
 from tests.strategies import snapshots

@@ -28,18 +28,18 @@ PACKAGES = {
 PURE = [
     "model",
     "ports",
-    "ledger",
+    "ledger.book",
     "schema",
-    "annotations",
-    "verify",
+    "ledger.annotations",
+    "cycle.verify",
     "policies",
     "sim",
     "alloc",
-    "explain",
-    "learning",
-    "job_end",
-    "exit_codes",
-    "extras",
+    "policies.explain",
+    "profiles.learning",
+    "profiles.job_end",
+    "cli.exit_codes",
+    "cli.extras",
     "node.spec",
     "node.gate.protocol",
     "node.gate.state",
@@ -47,13 +47,13 @@ PURE = [
     "node.control.trust",
     "node.control.protocol",
     "node.harvest",
-    "facts",
+    "ledger.facts",
     "node.load",
     "node.ways",
     "node.bandwidth",
-    "gangs",
-    "profiles",
-    "llc",
+    "ledger.gangs",
+    "profiles.programs",
+    "ledger.llc",
     "node.perfstat",
     "coord.claims",
 ]
@@ -207,10 +207,10 @@ def test_the_check_itself_catches_io() -> None:
     # coshare.config reads files and the environment: the walker must notice, also when the
     # I/O is reached through another package's module.
     assert any("imports os" in v for v in reachable_violations("coshare.config"))
-    assert any("imports subprocess" in v for v in reachable_violations("coshare.commands"))
+    assert any("imports subprocess" in v for v in reachable_violations("coshare.system.programs"))
     assert any("imports time" in v for v in reachable_violations("slurm_addon.adapter"))
     assert any(
-        "coshare.commands imports subprocess" in v
+        "coshare.system.programs imports subprocess" in v
         for v in reachable_violations("slurm_addon.client")
     )
     assert any("imports classad2" in v for v in reachable_violations("condor_addon.expressions"))

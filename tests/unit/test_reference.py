@@ -1,4 +1,4 @@
-"""The generated references (coshare.reference): docs/cli.md and docs/config.md are up to date
+"""The generated references (coshare.cli.reference): docs/cli.md and docs/config.md are up to date
 with the code, the man pages cover every command and render, every help lists its exit
 statuses, and shell completion works without extras."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from coshare.cli import cli
-from coshare.reference import (
+from coshare.cli.main import cli
+from coshare.cli.reference import (
     MAN_DATE,
     cli_markdown,
     commands,
@@ -90,8 +90,8 @@ def test_every_command_help_lists_its_exit_statuses() -> None:
 def test_the_launchers_help_lists_its_exit_statuses() -> None:
     # `coshare node launch` hands --help to coshare-launch (standard library only), whose
     # argparse help listed no exit status at all, while every command's --help lists its
-    # exit statuses. Its statuses must be the ones coshare.exit_codes documents.
-    from coshare.exit_codes import PASS_THROUGH
+    # exit statuses. Its statuses must be the ones coshare.cli.exit_codes documents.
+    from coshare.cli.exit_codes import PASS_THROUGH
 
     outputs = {}
     for args in ((), ("run",), ("task-prolog",)):
@@ -121,7 +121,8 @@ def complete(words: str, base_only: bool = True) -> list[str]:
     }
     code = BASE_ONLY.replace("main(sys.argv[1:])", "main()")
     code = code.replace(
-        "from coshare.cli import main", "sys.argv[0] = 'coshare'\nfrom coshare.cli import main"
+        "from coshare.cli.main import main",
+        "sys.argv[0] = 'coshare'\nfrom coshare.cli.main import main",
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False

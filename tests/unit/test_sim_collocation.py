@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.model import MILLI
 from coshare.policies.collocate import CollocatePolicy
 from coshare.sim import collocation

@@ -3,7 +3,7 @@ sampling every interval would measure them (coshare.sim.facts)."""
 
 from __future__ import annotations
 
-from coshare.facts import JobLoad
+from coshare.ledger.facts import JobLoad
 from coshare.model import MILLI, Job, Node, Plan, Snapshot
 from coshare.policies import make_policy
 from coshare.sim.device import FixedModel

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from coshare.alloc.layout import tile
 from coshare.alloc.protocol import Gang
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.sim.picaso import (
     SCENARIOS,
     WorstPoint,

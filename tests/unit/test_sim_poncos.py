@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.model import MILLI, Node, RunningJob
 from coshare.policies.membw import MembwPolicy
 from coshare.sim.engine import simulate

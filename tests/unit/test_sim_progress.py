@@ -7,7 +7,7 @@ import io
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.sim.progress import PlainProgress, progress_bar
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.model import MILLI, Job
 from coshare.policies import PolicyOptions, make_policy
 from coshare.sim.engine import SimOptions, simulate

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.errors import InputError
 from coshare.model import MILLI, Job, Node
 from coshare.policies import make_policy

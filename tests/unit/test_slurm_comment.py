@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from coshare.annotations import parse_job
 from coshare.errors import AnnotationError
+from coshare.ledger.annotations import parse_job
 
 from slurm_addon.comment import is_annotated, read_annotations
 

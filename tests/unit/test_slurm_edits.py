@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coshare.config import DeviceKind
+from coshare.cycle.run import Rejected
 from coshare.model import Assignment, Plan, Unplaced
-from coshare.planner import Rejected
 
 from slurm_addon.jobs import SlurmJob
 from slurm_addon.nodes import GresEntry, SlurmNode

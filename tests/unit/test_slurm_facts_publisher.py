@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from coshare.errors import FactsError, UnsafeValue
-from coshare.facts import NodeFacts, format_facts
+from coshare.ledger.facts import NodeFacts, format_facts
 
 from slurm_addon.facts_publisher import main, node_name, publish, read_facts
 from slurm_addon.scontrol import node_extra_argv

@@ -10,11 +10,21 @@ from pathlib import Path
 
 import pytest
 from coshare.config import DeviceKind, SlurmConfig
+from coshare.cycle.verify import check_plan
 from coshare.errors import AnnotationError
-from coshare.ledger import Current, Part, Placed, Queued, Shape, decide, held, pending_job, settle
+from coshare.ledger.book import (
+    Current,
+    Part,
+    Placed,
+    Queued,
+    Shape,
+    decide,
+    held,
+    pending_job,
+    settle,
+)
 from coshare.model import Assignment, Device, Job, Node, Plan
 from coshare.policies import make_policy
-from coshare.verify import check_plan
 
 from slurm_addon import prolog
 from slurm_addon.allocation import Allocation, parse_node_allocation

@@ -7,13 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from coshare.commands import CommandResult, run
 from coshare.config import SlurmConfig
 from coshare.errors import CoshareError
 from coshare.node.control import launcher
 from coshare.node.control.launcher import task_prolog
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import JobSpec
+from coshare.system.programs import CommandResult, run
 
 from slurm_addon import node_hooks, prolog
 from slurm_addon.allocation import Allocation

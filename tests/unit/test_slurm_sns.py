@@ -11,13 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from coshare.cycle.run import run_cycle, ways_refusal, writes_llc_ways
 from coshare.errors import PlanInvariantError
-from coshare.ledger import Current, Part, Placed, Queued, decide, held
+from coshare.ledger.book import Current, Part, Placed, Queued, decide, held
 from coshare.model import Assignment, Plan, Snapshot, Spread
 from coshare.node.control import launcher
 from coshare.node.jobs import JobRecord
 from coshare.node.spec import JobSpec
-from coshare.planner import run_cycle, ways_refusal, writes_llc_ways
 from coshare.ports import ApplyReport, SourceResult
 
 from condor_addon.adapter import CondorAdapter

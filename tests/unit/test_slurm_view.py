@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from coshare.config import DeviceKind
+from coshare.cycle.verify import check_plan
 from coshare.policies import make_policy
-from coshare.verify import check_plan
 
 from slurm_addon.jobs import SlurmJob, parse_squeue_json
 from slurm_addon.nodes import GresEntry, SlurmNode, parse_sinfo_json
@@ -116,7 +116,7 @@ def test_released_placement_holds_its_device_until_it_expires() -> None:
     assert planned["1"].state == "planned" and planned["1"].devices == ("1",)
     assert (planned["1"].device_memory_mib, planned["1"].cpu_milli) == (1024, 2000)
     # Expired: pending again in this very cycle and counted nowhere; the Editor holds it
-    # (and confirms that) before it releases any other job (coshare.ledger).
+    # (and confirms that) before it releases any other job (coshare.ledger.book).
     assert "2" not in planned and [j.id for j in v.snapshot.pending] == ["2"]
     assert v.to_close == {"2": "placed but not started within cycle.replan_after_s"}
 
@@ -306,7 +306,7 @@ def test_drained_and_down_nodes_are_listed_with_slurms_words() -> None:
 
 
 def test_node_facts_in_the_extra_field_reach_the_snapshot() -> None:
-    from coshare.facts import JobCpus, JobLoad, JobWait, MembwFacts, NodeFacts, format_facts
+    from coshare.ledger.facts import JobCpus, JobLoad, JobWait, MembwFacts, NodeFacts, format_facts
 
     facts = NodeFacts(
         NOW - 20,

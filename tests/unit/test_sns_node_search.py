@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from coshare.model import MILLI, Job, Node, RunningJob, Snapshot
 from coshare.policies.sns import SnsPolicy, _Node, _Table
-from coshare.profiles import Demand, parse_profile
+from coshare.profiles.programs import Demand, parse_profile
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 import pytest
-from coshare import cli as coshare_cli
+from coshare.cli import main as coshare_cli
 from coshare.policies import DEFAULT_POLICY, policy_names
 from coshare.policy_names import DEFAULT_POLICY as LIGHT_DEFAULT
 from coshare.policy_names import POLICY_NAMES
@@ -37,7 +37,7 @@ heavy = {heavy!r}
 atexit.register(lambda: print(json.dumps(sorted(
     m for m in sys.modules if sys.modules[m] is not None
     and any(m == h or m.startswith(h + ".") for h in heavy))), file=sys.stderr))
-from coshare.cli import main
+from coshare.cli.main import main
 main(sys.argv[1:])
 """
 
@@ -116,7 +116,7 @@ def test_the_lazy_commands_summaries_are_their_own_help() -> None:
 
 def test_the_membw_probe_without_numpy_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     # A coshare error (which the node's sampler logs and survives), not an ImportError.
-    from coshare.extras import MissingExtra
+    from coshare.cli.extras import MissingExtra
     from coshare.node.membw import measure
 
     monkeypatch.setitem(sys.modules, "numpy", None)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from coshare.cli import cli
+from coshare.cli.main import cli
 from coshare.errors import InputError
 from coshare.sim.replay import check_log, cluster_of
 from coshare.sim.trace_files import machines_path, read_swf, stream_lines

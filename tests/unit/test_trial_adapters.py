@@ -10,15 +10,15 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from coshare.commands import CommandResult
 from coshare.config import Config, DeviceKind
+from coshare.cycle.run import runs_trials
+from coshare.cycle.trials import STEP_SLACK_S, StepProbe, probe_step_of
 from coshare.errors import CommandFailed, CoshareError
-from coshare.ledger import Book
+from coshare.ledger.book import Book
+from coshare.ledger.trials import TrialRecord
 from coshare.model import Assignment, Job, Plan, Trial
-from coshare.planner import runs_trials
 from coshare.ports import ProbeResult
-from coshare.trial_cycle import STEP_SLACK_S, StepProbe, probe_step_of
-from coshare.trials import TrialRecord
+from coshare.system.programs import CommandResult
 
 from condor_addon import adapter as condor_adapter
 from condor_addon import attributes as A
@@ -411,8 +411,8 @@ def test_htcondor_offers_no_probe_step_and_says_why() -> None:
 
 
 def test_a_cycle_asked_to_probe_through_htcondor_stops_its_trials_with_the_reason() -> None:
+    from coshare.cli.cycles import step_trials
     from coshare.config import build
-    from coshare.cycles import step_trials
     from coshare.errors import SchedulerError
 
     config = build(
@@ -428,8 +428,8 @@ def test_a_cycle_asked_to_probe_through_htcondor_stops_its_trials_with_the_reaso
 
 
 def test_probe_via_facts_is_htcondors_and_slurm_refuses_it_with_the_reason() -> None:
+    from coshare.cli.cycles import step_trials
     from coshare.config import build
-    from coshare.cycles import step_trials
     from coshare.errors import SchedulerError
 
     assert CondorAdapter.probes_via_facts and not SlurmAdapter.probes_via_facts

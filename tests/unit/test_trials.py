@@ -1,5 +1,6 @@
 """Trial co-runs of the ``membw`` policy: every transition of the state
-machine (:mod:`coshare.trials`), its records, the cycle's driver (:mod:`coshare.trial_cycle`)
+machine (:mod:`coshare.ledger.trials`), its records, the cycle's driver
+(:mod:`coshare.cycle.trials`)
 against an in-memory scheduler that keeps the records as the real ones do, and the bad-input
 paths (unreadable records, probes that fail, verbs the scheduler refuses)."""
 
@@ -15,11 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from coshare.errors import ConfigError
-from coshare.model import MILLI, Job, Node, RunningJob, Snapshot, TrialResult
-from coshare.policies.membw import MembwPolicy
-from coshare.ports import ProbeResult
-from coshare.trial_cycle import (
+from coshare.cycle.trials import (
     FactsProbe,
     InjectedProbe,
     SocketProbe,
@@ -28,7 +25,8 @@ from coshare.trial_cycle import (
     run_trials,
     write_record_file,
 )
-from coshare.trials import (
+from coshare.errors import ConfigError
+from coshare.ledger.trials import (
     STATES,
     TrialJob,
     TrialLimits,
@@ -42,6 +40,9 @@ from coshare.trials import (
     merge_programs,
     parse_trial,
 )
+from coshare.model import MILLI, Job, Node, RunningJob, Snapshot, TrialResult
+from coshare.policies.membw import MembwPolicy
+from coshare.ports import ProbeResult
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from coshare.cycle.verify import check_plan
 from coshare.model import MILLI, Assignment, Device, Job, Node, Plan, RunningJob, Snapshot, Unplaced
-from coshare.verify import check_plan
 
 NODE = Node("a", 2 * MILLI, 4096, (Device("0", 1000, 100), Device("1", 1000, 100)))
 

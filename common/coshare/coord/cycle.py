@@ -34,9 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from coshare.cli.extras import load
 from coshare.config import CoordinationConfig
 from coshare.coord import claims as rules
-from coshare.extras import load
 from coshare.model import Plan, Snapshot
 
 Fence = Callable[[], None]

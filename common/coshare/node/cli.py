@@ -42,10 +42,10 @@ from typing import Any, TypeVar
 
 import click
 
-from coshare.cli import AppContext, pass_app
+from coshare.cli.logs import log_format_option, setup_logging
+from coshare.cli.main import AppContext, pass_app
 from coshare.config import NodeConfig
 from coshare.errors import JobSpecError
-from coshare.logs import log_format_option, setup_logging
 from coshare.node import lifecycle
 from coshare.node.cgroups import JobGroup
 from coshare.node.gate.client import SOCKET_ENV, GateClient

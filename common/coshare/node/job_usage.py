@@ -1,5 +1,5 @@
 """What a node measures of a job at its end, for profiles learned from normal runs
-(:mod:`coshare.job_end`, :mod:`coshare.learning`).
+(:mod:`coshare.profiles.job_end`, :mod:`coshare.profiles.learning`).
 
 Called at the job's end on the node (Slurm's Epilog), *before* its group is removed:
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from coshare.config import NodeConfig
 from coshare.errors import CgroupError, CgroupUnavailable, JobSpecError, Unsupported
-from coshare.job_end import NodeEnd, end_to_json
 from coshare.node import lifecycle
+from coshare.profiles.job_end import NodeEnd, end_to_json
 
 #: Why IPC is not in a job-end record (the node helpers run no per-job counters).
 NO_IPC = (

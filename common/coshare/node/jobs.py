@@ -38,7 +38,7 @@ from coshare.node.spec import JobSpec, check_job_id, group_name, job_of_group
 #: The file beside a job's record with what its tasks are told (:meth:`JobStore.record_task_env`).
 TASK_ENV_SUFFIX = ".taskenv"
 #: When the job started here (epoch seconds), and the mark of a job that shared this node
-#: with another coshare job at some time of its run (a learning run, coshare.learning,
+#: with another coshare job at some time of its run (a learning run, coshare.profiles.learning,
 #: counts only when it had the node alone).
 STARTED_SUFFIX = ".started"
 SHARED_SUFFIX = ".shared"

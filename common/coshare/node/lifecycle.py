@@ -6,7 +6,7 @@ Everything the planner decided arrives as arguments, so nothing here knows HTCon
 Slurm.
 
 The job's command is the one subprocess here that does not go through
-:func:`coshare.commands.run`: it is the payload, not a tool coshare talks to, so it runs with
+:func:`coshare.system.programs.run`: it is the payload, not a tool coshare talks to, so it runs with
 inherited standard streams and no timeout, and joins the job's group before it ``exec``\\ s.
 """
 

@@ -21,7 +21,7 @@ round's per-task figures into one counter per job that never goes back (tasks co
 and a second :class:`LoadHistory` turns that counter into a rate in cores, like the load.
 
 :class:`LoadHistory` keeps the last samples of every job and summarizes them as
-:class:`~coshare.facts.JobLoad`. Pure: it is given the samples and their (monotonic) times.
+:class:`~coshare.ledger.facts.JobLoad`. Pure: it is given the samples and their (monotonic) times.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from coshare.facts import JobLoad
+from coshare.ledger.facts import JobLoad
 
 
 def parse_cpuacct_usage(text: str) -> float:

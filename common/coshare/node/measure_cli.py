@@ -34,16 +34,16 @@ import click
 from rich import box
 from rich.table import Table
 
-from coshare.cli import AppContext, pass_app
+from coshare.cli.exit_codes import EXIT_RUNTIME
+from coshare.cli.main import AppContext, pass_app
+from coshare.cli.render import render_text
 from coshare.errors import FactsError, NodeError, ReplyError
-from coshare.exit_codes import EXIT_RUNTIME
-from coshare.facts import NodeFacts, parse_facts
+from coshare.ledger.facts import NodeFacts, parse_facts
 from coshare.node import lifecycle
 from coshare.node.check import missing_enforcement, node_capabilities
 from coshare.node.membw import ProbeFiles, probe
 from coshare.node.sampler import facts_path
 from coshare.node.spec import check_job_id, format_cpu_list, parse_cpu_list
-from coshare.render import render_text
 
 
 def output_option(func: Callable[..., Any]) -> Callable[..., Any]:

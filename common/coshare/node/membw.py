@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from coshare.cli.extras import MissingExtra
 from coshare.errors import ProbeError
-from coshare.extras import MissingExtra
 from coshare.node.bandwidth import (
     INIT_HINT,
     Baseline,

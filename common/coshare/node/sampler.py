@@ -9,7 +9,7 @@ has and coshare's groups hold (:mod:`coshare.node.resctrl`), the last memory-ban
 throughput of the GPUs it holds alone, :func:`coshare.node.harvest.copy_bandwidths`); every
 ``node.probe_interval_s`` it first probes the cores no job holds, when the node has a
 baseline. It writes the result as one line of facts
-(:func:`coshare.facts.format_facts`), with the answers to the trial requests it probed
+(:func:`coshare.ledger.facts.format_facts`), with the answers to the trial requests it probed
 (``trial=``, :mod:`coshare.node.trial_requests`), to ``state_dir/facts``, readable by all, for the
 scheduler's publisher: HTCondor's startd cron (``deploy/condor/coshare-facts``) or Slurm's
 (``coshare-slurm-facts``). A measurement that fails is logged and left out of that round's
@@ -27,7 +27,7 @@ from typing import Protocol
 
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError, Unsupported
-from coshare.facts import JobCopy, JobCpus, JobWait, MembwFacts, NodeFacts, format_facts
+from coshare.ledger.facts import JobCopy, JobCpus, JobWait, MembwFacts, NodeFacts, format_facts
 from coshare.model import TrialResult
 from coshare.node.cgroups import Cgroups
 from coshare.node.harvest import copy_bandwidths

@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from coshare.bounds import (
+from coshare.errors import JobSpecError
+from coshare.ledger.bounds import (
     MAX_CORES,
     MAX_DEVICE_MEMORY_MIB,
     MAX_DEVICE_THREADS,
@@ -20,7 +21,6 @@ from coshare.bounds import (
     MAX_MEMORY_MIB,
     shorten,
 )
-from coshare.errors import JobSpecError
 
 #: Job ids of both schedulers: HTCondor ``12.0``, Slurm ``1234``, ``1234_5`` (array task),
 #: ``1234+0`` (heterogeneous component). Nothing that could climb out of a directory.
@@ -197,7 +197,7 @@ def check_cpus(
     return tuple(sorted(set(cpus)))
 
 
-#: The limits of a spec's sizes (:mod:`coshare.bounds`): a record or request beyond them is
+#: The limits of a spec's sizes (:mod:`coshare.ledger.bounds`): a record or request beyond them is
 #: refused before anything is written to a cgroup.
 _LIMITS = (
     ("memory_mib", MAX_MEMORY_MIB),

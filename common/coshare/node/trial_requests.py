@@ -42,8 +42,8 @@ from typing import Protocol
 
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError, NodeError
-from coshare.files import TooLarge, read_bounded
 from coshare.model import TrialResult
+from coshare.system.files import TooLarge, read_bounded
 
 log = logging.getLogger("coshare.node.trials")
 
@@ -253,7 +253,7 @@ def open_node_trials(
     """
     if config.trial_requests == "none":
         return None
-    from coshare.extras import load
+    from coshare.cli.extras import load
 
     opener = load("condor_addon.node_trials:open_requests", "node.trial_requests: condor")
     source: TrialRequestSource = opener(config)

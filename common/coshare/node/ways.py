@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coshare.errors import JobSpecError
-from coshare.llc import spare_shares
+from coshare.ledger.llc import spare_shares
 
 #: The resources of a cache allocation: plain L3, or L3 with code/data prioritization.
 L3_RESOURCES = ("L3",)
@@ -182,7 +182,7 @@ def layout_masks(
 ) -> dict[str, int]:
     """Every coshare job's mask on a node, laid out afresh: contiguous, disjoint runs from the
     lowest way in ``allocations``' order, each of the job's ways plus, with ``share_spare``,
-    its share of the ways no job is allocated (:func:`coshare.llc.spare_shares`, Spread-n-
+    its share of the ways no job is allocated (:func:`coshare.ledger.llc.spare_shares`, Spread-n-
     Share section 4.4). Laying all of them out again (rather than first fit into holes) is
     what gives spare ways away and reclaims them when a job comes: any allocations that add
     up to at most the node's ways fit.

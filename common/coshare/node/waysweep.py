@@ -33,10 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from coshare.commands import CommandRunner, run
 from coshare.errors import CgroupError, CommandFailed, InputError, Unsupported
 from coshare.node.perfstat import Count, ipc_of, parse_perf_stat_csv, why_not_counted
 from coshare.node.resctrl import CacheInfo, Resctrl
+from coshare.system.programs import CommandRunner, run
 
 #: The events whose ratio is IPC.
 EVENTS = ("instructions", "cycles")

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from coshare.bounds import unknown_name
 from coshare.errors import PolicyError
+from coshare.ledger.bounds import unknown_name
 from coshare.model import ThreadMode
 from coshare.policies.base import Policy
 from coshare.policies.bestfit import BestFitPolicy
@@ -45,7 +45,7 @@ from coshare.policies.potential import Shape as WorkloadShape
 from coshare.policies.random_fit import RandomPolicy
 from coshare.policies.sharepack import SharePackPolicy
 from coshare.policies.sns import DEFAULT_WAYS_WEIGHT, SnsPolicy
-from coshare.profiles import DEFAULT_ALPHA, Profile
+from coshare.profiles.programs import DEFAULT_ALPHA, Profile
 
 __all__ = ["DEFAULT_POLICY", "FACTORIES", "Policy", "PolicyOptions", "make_policy", "policy_names"]
 
@@ -62,12 +62,12 @@ class PolicyOptions:
     ``None`` takes the largest node of each snapshot. ``max_reserved_gangs``: how many aged
     gangs may hold nodes per cycle. ``membw_*`` are the ``membw`` policy's
     (``policy.membw``); ``membw_trials`` plans trial co-runs (the simulator; live
-    cycles with ``policy.membw.trials``, :mod:`coshare.trials`). ``monitor_fraction``,
+    cycles with ``policy.membw.trials``, :mod:`coshare.ledger.trials`). ``monitor_fraction``,
     ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
     and copy-bandwidth threshold (the ``collocate`` config section). ``sns_profiles`` are
     the program profiles of ``sns`` (the store of ``policy.sns.profiles_dir``, with
     the profiles learned from normal runs), ``sns_explore`` the programs whose learning runs
-    go on (program -> the scale the next run tries alone, :mod:`coshare.learning`),
+    go on (program -> the scale the next run tries alone, :mod:`coshare.profiles.learning`),
     ``sns_default_alpha``, ``sns_ways_weight`` and ``sns_mba`` its ``policy.sns`` settings.
     """
 

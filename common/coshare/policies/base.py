@@ -173,7 +173,7 @@ class ClusterState:
     ) -> None:
         """Record that ``job`` goes to ``node`` (and ``devices`` there) and take its resources.
 
-        ``processes``: the part of a gang on this node (:mod:`coshare.gangs`), which holds
+        ``processes``: the part of a gang on this node (:mod:`coshare.ledger.gangs`), which holds
         that many processes' cores and memory; ``None``: the whole job."""
         count = job.processes if processes is None else processes
         self.node_free_cpu[node] -= job.cpu_milli * count

@@ -22,7 +22,7 @@ How coshare reads it:
   partition cores (section III-B1, partitioned mode): ``min(P_B, floor(cores(G) - load(G)),
   cores(G) - 1)`` (it keeps one core however idle) less what CPU jobs already borrow from it.
   ``load(G)`` is what it wants: its measured load plus its run-queue delay (the time its
-  tasks were runnable but waiting for a CPU, in cores; node facts, :mod:`coshare.facts`),
+  tasks were runnable but waiting for a CPU, in cores; node facts, :mod:`coshare.ledger.facts`),
   the higher of the two sums over the sampled history and over the last interval; without
   wait facts, its load alone. A load that rises shrinks the pool at once. Borrowed cores never
   exceed ``cores(G) - load(G)``, so the node's combined load stays within its cores (section
@@ -159,7 +159,7 @@ class CollocatePolicy:
         donors, notes = self.donors(snapshot)
         requeue, donors = _give_back(snapshot, donors)
         # Borrowers hold their donor's cores, not the node's: the donor's reservation covers
-        # them (coshare.verify counts them the same way).
+        # them (coshare.cycle.verify counts them the same way).
         own = tuple(
             replace(r, cpu_milli=0) if _borrows(r, snapshot) else r for r in snapshot.running
         )

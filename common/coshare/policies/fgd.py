@@ -396,7 +396,7 @@ def distinct_moves(state: ClusterState, cand: Ints) -> Ints:
     if len(cand) < 2 * (np.count_nonzero(np.diff(nodes)) + 1):
         return cand  # fewer than two candidates a node: little to gain from sorting them
     if int(nodes[-1]) >= 1 << 21 or int(total.max()) >= 1 << 21:
-        return cand  # beyond coshare.bounds: no key of 63 bits; score them all
+        return cand  # beyond coshare.ledger.bounds: no key of 63 bits; score them all
     # candidates hold the job, so their free memory is >= 0; each field fits in 21 bits
     free = np.clip(state.dev_free_mem[cand], -1, 1 << 20) + 1
     key = (nodes << 42) | (free << 21) | total

@@ -6,7 +6,7 @@ Each cycle it
 1. refuses gangs whose fields do not hold together (``invalid``, naming the field) and gangs
    no set of empty nodes could hold (``never_fits``, with the counts);
 2. places the gangs in scheduler order (those past ``age_limit_s`` first), all nodes of a gang
-   at once or none: on each node its share of the processes (:func:`coshare.gangs.split`)
+   at once or none: on each node its share of the processes (:func:`coshare.ledger.gangs.split`)
    with their cores and memory, and ``device_count`` devices. With ``whole_nodes`` (the
    ``exclusive`` policy, Spread-n-Share's CE) a gang takes idle nodes and nothing else runs
    on them; the sharing policies give it a per-node share, on the nodes with the least room
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from coshare.gangs import gang_problems, node_counts, split
+from coshare.ledger.gangs import gang_problems, node_counts, split
 from coshare.model import Assignment, Job, Node, Plan, RunningJob, Snapshot, Unplaced
 from coshare.policies.aging import split_aged
 from coshare.policies.base import ClusterState, Ints, Mask, Policy, never_fits, priority_key

@@ -6,7 +6,7 @@ bandwidth is ``1 - available``, where *available* is what libDistGen's probe mea
 free cores while the job runs (section 6, Table 1); poncos co-schedules jobs only while the
 sum of their uses stays at most 90% (section 7). coshare plans the same rule:
 
-- **A node's use** is what its probe measured (node facts, :mod:`coshare.facts`:
+- **A node's use** is what its probe measured (node facts, :mod:`coshare.ledger.facts`:
   ``1 - membw_avail_gbps / membw_baseline_gbps``) for the jobs that ran past their
   initialization (``init_s``) before the probe, plus an *estimate* for every other job on
   it (started later, planned, or placed this cycle). Without facts every job is estimated.
@@ -22,7 +22,7 @@ sum of their uses stays at most 90% (section 7). coshare plans the same rule:
   beside jobs whose use is known and leaves room, as a trial the plan names
   (:class:`~coshare.model.Trial`); the node takes nothing else until it is measured. The
   simulator plans with them; a live cycle does where ``policy.membw.trials`` is on, and
-  runs them as :mod:`coshare.trials` describes (freeze, probe, thaw, keep or suspend).
+  runs them as :mod:`coshare.ledger.trials` describes (freeze, probe, thaw, keep or suspend).
 
 Pure: no I/O, no clock.
 """
@@ -279,7 +279,7 @@ def _listing(use: NodeUse) -> str:
 
 def check_membw(snapshot: Snapshot, plan: Plan, policy: MembwPolicy) -> list[str]:
     """Problems of ``plan`` against the bandwidth rule, recounted node by node (the oracle of
-    the property tests; :func:`coshare.verify.check_plan` checks the other resources).
+    the property tests; :func:`coshare.cycle.verify.check_plan` checks the other resources).
 
     A node that gets jobs this cycle either held nothing and gets exactly one, or its use
     (measured and estimated) plus the known shares of its new jobs is within the limit; a new

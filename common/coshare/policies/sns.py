@@ -9,7 +9,7 @@ gangs themselves (``places_gangs``), so the shared gang wrapper leaves them alon
 first, and nothing overtakes an aged job that cannot start: the paper's "age limit", whose
 value it does not give):
 
-1. the job's demand at each scale factor (:func:`coshare.profiles.demand`): ``w`` ways
+1. the job's demand at each scale factor (:func:`coshare.profiles.programs.demand`): ``w`` ways
    whose IPC reaches ``alpha`` x full-cache IPC, bandwidth ``b`` at ``w`` scaled to the
    cores it has on a node; ``alpha`` is the job's ``CoshareAlpha``, else ``default_alpha``;
 2. the scales in order: the profile's fastest alone first, then by run time alone (section
@@ -24,7 +24,7 @@ value it does not give):
 4. the placement allocates ``w`` ways on every node that has resctrl (``Node.llc_ways``);
    the ways no job is allocated are given away to the jobs holding ways there in equal
    shares and taken back when a job comes (section 4.4): each assignment says its share at
-   start (``llc_ways_spare``, :mod:`coshare.llc`), the node writes it (``node.
+   start (``llc_ways_spare``, :mod:`coshare.ledger.llc`), the node writes it (``node.
    llc_share_spare``) and the simulator models it. Bandwidth is admitted by the profiles'
    averages (the paper's testbed had no MBA); with ``mba`` (``policy.sns.mba``) each
    spread also says ``b`` per node, which the node caps with MBA where it has it.
@@ -47,14 +47,14 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from coshare.bounds import shorten_text
-from coshare.gangs import node_counts, split
-from coshare.llc import floor_share
+from coshare.ledger.bounds import shorten_text
+from coshare.ledger.gangs import node_counts, split
+from coshare.ledger.llc import floor_share
 from coshare.model import Assignment, Job, Plan, RunningJob, Snapshot, Spread, Unplaced
 from coshare.policies.aging import split_aged
 from coshare.policies.base import priority_key
 from coshare.policies.gang import gang_refusal
-from coshare.profiles import DEFAULT_ALPHA, SCALES, Demand, Profile, demand, nodes_at
+from coshare.profiles.programs import DEFAULT_ALPHA, SCALES, Demand, Profile, demand, nodes_at
 
 Mode = Literal["sns", "cs"]
 
@@ -163,14 +163,14 @@ class SnsPolicy:
     docstring.
 
     Attributes:
-        profiles: program profiles by ``CoshareProgram`` (:mod:`coshare.profile_store`).
+        profiles: program profiles by ``CoshareProgram`` (:mod:`coshare.profiles.store`).
         mode: ``sns`` or ``cs``.
         default_alpha: the slowdown threshold of a job that names none (paper: 0.9).
         ways_weight: ``beta`` of the idleness score.
         age_limit_s: pending time after which nothing overtakes a job; ``None``: never.
         mba: cap each job's bandwidth per node at its ``b`` with MBA where nodes have it
             (the spread's ``membw_gbps``; section 4.4).
-        explore: programs being learned from normal runs (:mod:`coshare.learning`), each
+        explore: programs being learned from normal runs (:mod:`coshare.profiles.learning`), each
             with the scale factor its next run tries (section 4.2: "always starting with a
             scale factor of 1x and node mode of E ... The program's next execution will then
             be scaled out to 2x while remaining in the E mode"): such a job is placed at that

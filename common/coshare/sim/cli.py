@@ -35,7 +35,10 @@ import click
 from click.core import ParameterSource
 from rich.markup import escape
 
-from coshare.bounds import (
+from coshare.cli.main import AppContext, pass_app
+from coshare.config import MAX_SETTING_S, with_overrides
+from coshare.errors import ExecutorError, InputError
+from coshare.ledger.bounds import (
     MAX_CORES,
     MAX_SIM_JOBS,
     MAX_SIM_NODES,
@@ -47,9 +50,6 @@ from coshare.bounds import (
     shorten,
     unknown_name,
 )
-from coshare.cli import AppContext, pass_app
-from coshare.config import MAX_SETTING_S, with_overrides
-from coshare.errors import ExecutorError, InputError
 from coshare.model import ThreadMode
 from coshare.policies import policy_names
 from coshare.sim.dask_cluster import open_executor
@@ -698,7 +698,7 @@ HISTORY_READERS = {
 def _history(request: Request) -> Outcome:
     """Replay the cluster's own finished jobs, read from its scheduler (live or saved), once
     per policy and seed."""
-    from coshare.extras import load
+    from coshare.cli.extras import load
     from coshare.sim.history import parse_rule
     from coshare.sim.replay import replay_jobs
 
@@ -977,7 +977,7 @@ WORKLOAD_NAMES = tuple(name if name != "trace" else "trace:PATH" for name in WOR
     default=None,
     help="Folder of the traces (default: $COSHARE_TRACE_DIR, else ../shared/data).",
 )
-@click.option("--verify", is_flag=True, help="Check every plan with coshare.verify (slower).")
+@click.option("--verify", is_flag=True, help="Check every plan with coshare.cycle.verify (slower).")
 @click.option(
     "--bound",
     is_flag=True,

@@ -40,13 +40,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from coshare.cycle.verify import check_plan
 from coshare.errors import CoshareError
-from coshare.facts import attach
+from coshare.ledger.facts import attach
 from coshare.model import MILLI, Device, Job, Node, RunningJob, Snapshot
 from coshare.policies.base import Policy
 from coshare.policies.collocate import harvest_pool_milli
 from coshare.sim.facts import JobTraits, MeasuredFacts, NodeHardware
-from coshare.verify import check_plan
 
 #: Table III (SHOC, 12 processes): name and configuration, time alone (s), CPU load (cores
 #: busy of 12), cudaMemcpy bandwidth per process (MB/s).
@@ -299,7 +299,7 @@ def run_wu_hong(
     cycle_delay_s: float = 1.0,
 ) -> CollocationRun:
     """Run the workload of ``seed`` under ``policy``; every plan is checked with
-    :func:`coshare.verify.check_plan` (the simulation stops on a broken plan).
+    :func:`coshare.cycle.verify.check_plan` (the simulation stops on a broken plan).
 
     Args:
         split_params: ``(P_M, P_B, threshold)`` for the under-used split (default: the

@@ -29,10 +29,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from coshare.bounds import shorten, shorten_text
+from coshare.cli.extras import MissingExtra
 from coshare.config import Config, SimConfig
 from coshare.errors import ExecutorError, InputError
-from coshare.extras import MissingExtra
+from coshare.ledger.bounds import shorten, shorten_text
 from coshare.sim.executor import DaskExecutor, LocalExecutor
 from coshare.sim.runs import Executor
 

@@ -18,7 +18,7 @@ the same object the live cycle uses; the engine gives it the snapshot a live Sou
 Events at the same instant run in this order: job events, then arrivals, then the cycle, so
 a cycle sees everything that happened at its time. The engine keeps its own ledger of device
 memory and host resources and stops with :class:`SimulationError` if a plan would exceed
-them (or, with ``verify``, if :func:`coshare.verify.check_plan` finds anything). A job the
+them (or, with ``verify``, if :func:`coshare.cycle.verify.check_plan` finds anything). A job the
 plan says never fits (``never_fits``: no node of the cluster could hold it empty) is decided
 then and never planned again: the cluster does not change, and a log with many such jobs
 would otherwise cost every cycle each of them. When no event is left but jobs still wait
@@ -36,15 +36,15 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from coshare.cycle.verify import check_plan
 from coshare.errors import CoshareError
-from coshare.facts import attach
-from coshare.fairshare import DEFAULT_HALF_LIFE_S, FairShare
+from coshare.ledger.facts import attach
+from coshare.ledger.fairshare import DEFAULT_HALF_LIFE_S, FairShare
 from coshare.model import MILLI, Assignment, Node, RunningJob, Snapshot
 from coshare.policies.base import Policy
 from coshare.sim.device import ExecutionModel, OffloadModel, Token
 from coshare.sim.facts import FactsModel
 from coshare.sim.jobs import SimJob
-from coshare.verify import check_plan
 
 #: Order of simultaneous events.
 _JOB_EVENT, _ARRIVAL, _CYCLE = 0, 1, 2
@@ -66,11 +66,11 @@ class SimOptions:
 
     Attributes:
         cycle_delay_s: seconds from the event that triggers a cycle to the cycle itself.
-        verify: check every plan with :func:`coshare.verify.check_plan` (slower).
+        verify: check every plan with :func:`coshare.cycle.verify.check_plan` (slower).
         strict_threads: whether ``verify`` also holds declared threads within each device.
         order: ``coshare``: jobs keep their own priority (the policies order by it, then by
             submit time); ``scheduler``: each cycle gives every pending job its user's
-            fair-share factor as its priority (:mod:`coshare.fairshare`, from the cores the
+            fair-share factor as its priority (:mod:`coshare.ledger.fairshare`, from the cores the
             users' jobs held), as the scheduler would order them.
         half_life_s: the fair share's usage half-life.
     """

@@ -30,7 +30,7 @@ from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessP
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from coshare.bounds import shorten_text
+from coshare.ledger.bounds import shorten_text
 from coshare.sim.runs import Done, Failure, Results, Task
 
 

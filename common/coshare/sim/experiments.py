@@ -56,12 +56,12 @@ class Setup:
         age_limit_s: knapsack aging; ``None`` as in the paper.
         cycle_delay_s: from an arrival or job end to the planning cycle.
         memory_grid_mib: the knapsack's memory step.
-        verify: check every plan with coshare.verify.
+        verify: check every plan with coshare.cycle.verify.
         offload_share: use this offload share instead of calibrating one.
         policy_params: further keyword options of the policies (``PolicyOptions``), as
             ``(name, value)`` pairs: what ``--sweep`` varies beyond the fields above.
         order: ``coshare`` (the jobs' own priority, then submit time) or ``scheduler`` (each
-            user's fair-share factor: :mod:`coshare.fairshare`).
+            user's fair-share factor: :mod:`coshare.ledger.fairshare`).
     """
 
     threads: ThreadMode = "soft"

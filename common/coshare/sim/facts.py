@@ -1,9 +1,9 @@
 """Node facts in the simulator: what a node daemon would measure, from each job's traits.
 
-The live planner sees node facts (:mod:`coshare.facts`): each running job's CPU load, the
+The live planner sees node facts (:mod:`coshare.ledger.facts`): each running job's CPU load, the
 memory bandwidth still available on a node's free cores, its LLC ways and the free ones.
 So that a policy sees the same inputs simulated, the engine asks a :class:`FactsModel` for
-every node's facts each cycle and attaches them with :func:`coshare.facts.attach`, the very
+every node's facts each cycle and attaches them with :func:`coshare.ledger.facts.attach`, the very
 function the adapters use after parsing what the nodes published.
 
 :class:`MeasuredFacts` models the measurement, not just the truth:
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from coshare.facts import JobLoad, MembwFacts, NodeFacts
+from coshare.ledger.facts import JobLoad, MembwFacts, NodeFacts
 from coshare.model import Node, RunningJob
 
 

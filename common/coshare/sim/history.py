@@ -28,9 +28,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from coshare.annotations import parse_job
-from coshare.bounds import MAX_CORES, MAX_DEVICES, MAX_MEMORY_MIB, MAX_TIME_S, shorten, shorten_text
 from coshare.errors import AnnotationError, InputError
+from coshare.ledger.annotations import parse_job
+from coshare.ledger.bounds import (
+    MAX_CORES,
+    MAX_DEVICES,
+    MAX_MEMORY_MIB,
+    MAX_TIME_S,
+    shorten,
+    shorten_text,
+)
 from coshare.model import MILLI, Job, Node
 from coshare.sim.traces import SwfJob
 

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coshare.bounds import MAX_SIM_JOBS, MAX_SIM_NODES, MAX_SIM_SIZES, parse_number, shorten
 from coshare.errors import InputError
+from coshare.ledger.bounds import MAX_SIM_JOBS, MAX_SIM_NODES, MAX_SIM_SIZES, parse_number, shorten
 from coshare.policies import PolicyOptions
 from coshare.sim.experiments import Setup
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from coshare.cli.extras import MissingExtra
 from coshare.errors import InputError
-from coshare.extras import MissingExtra
 from coshare.sim.experiments import (
     BASELINE,
     PAPER_NODES,

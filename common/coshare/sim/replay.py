@@ -22,8 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coshare.bounds import MAX_CORES, MAX_MEMORY_MIB, shorten_text
 from coshare.errors import InputError
+from coshare.ledger.bounds import MAX_CORES, MAX_MEMORY_MIB, shorten_text
 from coshare.model import MILLI, Node
 from coshare.sim.device import FixedModel
 from coshare.sim.engine import JobRecord, simulate

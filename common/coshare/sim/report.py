@@ -2,7 +2,7 @@
 
 Every figure of the simulator sits next to the paper's where the paper has one, labelled
 as such; aggregates over seeds give the mean and the range. Tables are rendered with rich as
-plain text (as coshare.render does).
+plain text (as coshare.cli.render does).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from coshare.render import output_width, render_text
+from coshare.cli.render import output_width, render_text
 from coshare.sim.experiments import BASELINE, Comparison, Sweep
 from coshare.sim.fragmentation import (
     ARRIVAL_LEVELS,

@@ -24,7 +24,7 @@ runs ``t1 / speedup(k)`` alone (its profile); shared, it runs at the pace of its
 node. On a node, a job's rate is ``ipc(w_eff) / ipc(full)`` x the bandwidth factor:
 
 - ``c`` processes with ``w`` ways behave as the profile's 16 with ``w x 16 / c`` (per-process
-  working sets; :func:`coshare.profiles.demand`), relative to the full cache;
+  working sets; :func:`coshare.profiles.programs.demand`), relative to the full cache;
 - ``w_eff``: its allocated ways plus an equal share of the ways no job holds (section 4.4's
   give-away); jobs without an allocation (``cs``, CE) share the unallocated ways in
   proportion to their cores (an assumption: no partitioning, occupancy follows activity);
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from coshare.model import MILLI, Assignment, Job, Node
 from coshare.policies.base import Policy
-from coshare.profiles import Profile
+from coshare.profiles.programs import Profile
 from coshare.sim.device import Token
 from coshare.sim.engine import SimOptions, SimResult, simulate
 from coshare.sim.jobs import SimJob, host_only

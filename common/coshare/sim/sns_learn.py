@@ -1,6 +1,6 @@
 """``sns`` with profiles learned from scratch (``coshare simulate --workload sns --policies
 ...,sns-learned``): section 6.2's job sequences, run in order per seed with one learned store
-that starts empty and learns as jobs finish (:mod:`coshare.learning`: a program runs alone
+that starts empty and learns as jobs finish (:mod:`coshare.profiles.learning`: a program runs alone
 at scale 1, then 2, 4, 8 until spreading stops helping; only runs alone count), beside the
 same sequences under ``sns`` with the given profiles and under CE.
 
@@ -29,11 +29,11 @@ from typing import Any, ClassVar
 from rich import box
 from rich.table import Table
 
-from coshare.learning import Learned, Run, as_profile, for_policy, observe, policy_inputs
 from coshare.model import Job, Plan, Snapshot
 from coshare.policies import PolicyOptions, make_policy
 from coshare.policies.sns import SnsPolicy
-from coshare.profiles import SCALES, Profile, nodes_at
+from coshare.profiles.learning import Learned, Run, as_profile, for_policy, observe, policy_inputs
+from coshare.profiles.programs import SCALES, Profile, nodes_at
 from coshare.sim.device import Token
 from coshare.sim.engine import SimOptions, simulate
 from coshare.sim.jobs import SimJob, host_only
@@ -335,7 +335,7 @@ def learn_outcome(
     }
     payload["classes_agree"] = agree
     lines = [
-        "Learning (coshare.learning, section 4.2): a program runs alone at scale 1, then 2, "
+        "Learning (coshare.profiles.learning, section 4.2): a program runs alone at scale 1, then 2, "
         "4, 8 until a run is over 5% slower than its best; only runs alone count. The "
         "simulated profiler records a run's time alone, and on a program's first run alone "
         "its IPC/BW-LLC curves from the data file (the paper samples them within runs); "

@@ -18,7 +18,7 @@ from rich import box
 from rich.table import Table
 
 from coshare.policies import PolicyOptions, make_policy
-from coshare.profiles import Profile, parse_profile
+from coshare.profiles.programs import Profile, parse_profile
 from coshare.sim.report import render
 from coshare.sim.sns import (
     PAPER,

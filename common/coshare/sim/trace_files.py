@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coshare.errors import InputError
-from coshare.files import MAX_TRACE_CHARS, TooLarge, read_bounded
 from coshare.model import Node
 from coshare.sim.traces import (
     SwfTrace,
@@ -27,6 +26,7 @@ from coshare.sim.traces import (
     parse_swf,
     parse_swf_machines,
 )
+from coshare.system.files import MAX_TRACE_CHARS, TooLarge, read_bounded
 
 #: The Alibaba GPU-sharing trace's folder and files, under the data folder.
 ALIBABA_DIR = "alibaba-gpu-v2023"

@@ -29,7 +29,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
-from coshare.bounds import (
+from coshare.errors import InputError
+from coshare.ledger.bounds import (
     MAX_CORES,
     MAX_CPU_MILLI,
     MAX_DEVICE_MEMORY_MIB,
@@ -41,8 +42,7 @@ from coshare.bounds import (
     parse_number,
     shorten,
 )
-from coshare.errors import InputError
-from coshare.ids import id_problem
+from coshare.ledger.ids import id_problem
 from coshare.model import MILLI, Device, Job, Node
 
 #: One GPU, in the units of a pod's ``gpu_milli``.
@@ -74,7 +74,8 @@ class TracePod:
 
 
 def _number(text: object, key: str, where: str, low: float, high: float) -> float:
-    """A field by the one number rule of :mod:`coshare.bounds`, finite and in ``low..high``."""
+    """A field by the one number rule of :mod:`coshare.ledger.bounds`, finite and in
+    ``low..high``."""
     number = parse_number(text) if isinstance(text, str) else None
     if number is None or not low <= number <= high:
         raise TraceError(

@@ -15,10 +15,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from coshare.cli.cycles import run_once
 from coshare.config import Config, CoordinationConfig
 from coshare.coord.claims import Part
 from coshare.coord.postgres import Engine, PlannerLease, PostgresClaims
-from coshare.cycles import run_once
 from coshare.model import Device, Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import make_policy
 from coshare.ports import ApplyReport, Rejected, SourceResult

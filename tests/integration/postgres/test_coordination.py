@@ -21,9 +21,9 @@ from typing import Any
 import psycopg
 import pytest
 from coshare.alloc.layout import tile
+from coshare.cli.cycles import run_once
 from coshare.config import Config, CoordinationConfig
 from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
-from coshare.cycles import run_once
 from coshare.errors import DoubleBooking, EngineUnavailable, LeaseLost, Standby
 from coshare.model import Device, Job, Node, Plan, Snapshot
 from coshare.policies import make_policy

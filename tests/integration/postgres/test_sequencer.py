@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from coshare.cli.cycles import run_once
 from coshare.config import Config, CoordinationConfig
 from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
 from coshare.coord.sequencer import Request, SequencerReservations, agree, reservations
-from coshare.cycles import run_once
 from coshare.errors import ConfigError, CoordinationError, DoubleBooking
 from coshare.policies import make_policy
 

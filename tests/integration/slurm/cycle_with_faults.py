@@ -5,7 +5,7 @@
         [--stop-engine-after-batch N --engine DIR]
 
 The real command line runs against the real cluster; only the one choke point for commands
-(:func:`coshare.commands.run`) is wrapped, before the Slurm adapter imports it, so that this
+(:func:`coshare.system.programs.run`) is wrapped, before the Slurm adapter imports it, so that this
 process SIGKILLs itself right after its N-th batch of placements was written, or right
 before it releases jobs; or stops slurmctld (by its pid file) just before its N-th squeue
 (the first is the read, the second the Editor's re-read before writing); or stops the
@@ -21,8 +21,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import coshare.commands
-from coshare.commands import CommandResult
+import coshare.system.programs
+from coshare.system.programs import CommandResult
 
 from tests.postgres import SCRIPT as ENGINE_SCRIPT
 
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--stop-engine-after-batch", type=int)
     parser.add_argument("--engine")
     args = parser.parse_args()
-    real = coshare.commands.run
+    real = coshare.system.programs.run
     counts = {"batch": 0, "squeue": 0}
 
     def faulty(
@@ -69,8 +69,8 @@ def main() -> None:
                 )
         return result
 
-    coshare.commands.run = faulty  # before slurm_addon.client binds it
-    from coshare.cli import main as coshare_main
+    coshare.system.programs.run = faulty  # before slurm_addon.client binds it
+    from coshare.cli.main import main as coshare_main
 
     coshare_main(["--config", args.config, "slurm", "cycle"])
 

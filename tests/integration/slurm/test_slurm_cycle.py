@@ -70,7 +70,7 @@ def test_show_lists_devices_and_waiting_jobs(cluster: Cluster) -> None:
 
 def test_a_policy_that_crashes_on_one_job_still_places_every_other_job(cluster: Cluster) -> None:
     from coshare.config import load_config
-    from coshare.planner import run_cycle
+    from coshare.cycle.run import run_cycle
     from coshare.policies import make_policy
 
     from slurm_addon.adapter import open_adapter

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from coshare.facts import parse_facts
+from coshare.ledger.facts import parse_facts
 
 from .cluster import BIN, Cluster
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from coshare.trials import TrialRecord, parse_trial
+from coshare.ledger.trials import TrialRecord, parse_trial
 
 from slurm_addon.placement import trial_field
 

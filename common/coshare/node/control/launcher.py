@@ -423,7 +423,7 @@ _TOLD = re.compile(
 
 #: The statuses of each action, for the ``Exit status:`` sections of ``--help``
 #: (every command lists its statuses; standard library only, so the rows are here, and a
-#: test holds them to :data:`coshare.exit_codes.PASS_THROUGH`).
+#: test holds them to :data:`coshare.cli.exit_codes.PASS_THROUGH`).
 _KILLED = "coshare killed the job (the reason on standard error, and with --chirp in the job's ad)"
 _REFUSED = "the node daemon refused to start it, or it could not be set up (the job did not run)"
 EXIT_STATUSES = {

@@ -5,7 +5,7 @@ A device id ``<parent>:<instance>`` names a MIG instance of GPU ``<parent>`` (th
 under); each instance is a device of its own size. A node that lists a GPU *and* instances of
 it (a scheduler whose discovery lists both) would let a job take the whole GPU while others
 hold its instances: the parent is left out of planning, with a note, and the plan check
-refuses a placement on it (:func:`coshare.verify.check_plan`).
+refuses a placement on it (:func:`coshare.cycle.verify.check_plan`).
 
 Pure.
 """

@@ -11,7 +11,7 @@ profiling on *normal* runs, by trying out different spreading plans" (section 4.
   degradation above y%": a run more than :data:`STOP_SLOWER` slower than the best scale so
   far ends the trials (further spreading "saturates", section 4.1);
 - then the program is classified from its run times (scaling, compact, neutral: as any
-  profile, :attr:`coshare.profiles.Profile.program_class`) and placed at its best scale;
+  profile, :attr:`coshare.profiles.programs.Profile.program_class`) and placed at its best scale;
   later runs alone at a scale refine that scale's mean ("learned enough: keep the best");
 - only runs in exclusive mode count (section 4.4: "if the program happens to run in
   exclusive mode, the SNS monitor will take advantage of this opportunity to perform
@@ -29,7 +29,7 @@ program's curves, as the paper's in-run sampler would have measured them.
 An admin's profile (``coshare profile import``) always wins over a learned one
 (:func:`for_policy`).
 
-Pure: no I/O, no clock; :mod:`coshare.learned_store` reads and writes the files.
+Pure: no I/O, no clock; :mod:`coshare.profiles.learned_store` reads and writes the files.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from coshare.profiles import MAX_RUN_S, PROGRAM_NAME, SCALES, Profile
+from coshare.profiles.programs import MAX_RUN_S, PROGRAM_NAME, SCALES, Profile
 
 #: A run more than this much slower than the best scale so far ends the trials (the
 #: paper's "performance degradation above y%"; it gives no value: 5%, its neutral band).
@@ -222,7 +222,7 @@ def as_profile(entry: Learned) -> Profile | None:
             break
         tried[k] = runs[k]
     curves = entry.curves
-    sources = {"run_time_s": f"learned from {entry.runs} normal run(s) (coshare.learning)"}
+    sources = {"run_time_s": f"learned from {entry.runs} normal run(s) (coshare.profiles.learning)"}
     return Profile(
         entry.program,
         tried,

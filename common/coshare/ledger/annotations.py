@@ -26,7 +26,7 @@ CoshareProcessesPerNode integer            gang: most processes on one node
 
 A gang without ``CoshareProcesses`` runs ``nodes x processes-per-node`` processes (one per
 node without a per-node count); fields that cannot all hold are refused naming the key
-(:func:`coshare.gangs.gang_problems`).
+(:func:`coshare.ledger.gangs.gang_problems`).
 
 A device job must declare memory and threads; a ``cpu`` job declares neither. Every problem of
 a job is reported at once, each with the allowed range, in an :class:`AnnotationError`; the
@@ -42,7 +42,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from coshare.bounds import (
+from coshare.errors import AnnotationError, FieldProblem
+from coshare.ledger.bounds import (
     MAX_COPY_BW_MBPS,
     MAX_CPU_MILLI,
     MAX_DEVICE_MEMORY_MIB,
@@ -59,8 +60,7 @@ from coshare.bounds import (
     parse_number,
     shorten,
 )
-from coshare.errors import AnnotationError, FieldProblem
-from coshare.gangs import gang_problems
+from coshare.ledger.gangs import gang_problems
 from coshare.model import MILLI, Job, JobKind, Node
 
 PREFIX = "coshare"
@@ -106,7 +106,8 @@ class KeySpec:
         attribute: the HTCondor spelling (``CoshareDeviceMemory``).
         field: the :class:`~coshare.model.Job` field it fills.
         allowed: the allowed form and range, for messages.
-        maximum: the largest value coshare accepts on any cluster (see :mod:`coshare.bounds`);
+        maximum: the largest value coshare accepts on any cluster (see
+        :mod:`coshare.ledger.bounds`);
             ``None`` for keys that are not numbers.
     """
 
@@ -203,7 +204,7 @@ def _text(value: object) -> str:
 
 
 def _number(value: object) -> float | None:
-    """A number by the one rule of :mod:`coshare.bounds` (text: ASCII digits only); an
+    """A number by the one rule of :mod:`coshare.ledger.bounds` (text: ASCII digits only); an
     infinity for one too large, ``None`` for anything else."""
     if isinstance(value, str):
         return parse_number(_text(value))

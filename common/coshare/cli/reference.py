@@ -4,15 +4,15 @@ man pages and ``docs/cli.md`` from the command line's own help (click), and
 
 ::
 
-    python -m coshare.reference man DIR     man pages, DIR/man1/coshare*.1 and
+    python -m coshare.cli.reference man DIR     man pages, DIR/man1/coshare*.1 and
                                             DIR/man5/coshare.yaml.5 (make man: man/)
-    python -m coshare.reference docs DIR    DIR/cli.md and DIR/config.md (make docs)
+    python -m coshare.cli.reference docs DIR    DIR/cli.md and DIR/config.md (make docs)
 
 ``tests/unit/test_reference.py`` checks that the committed ``docs/cli.md``,
 ``docs/config.md`` and ``man/`` (installed with the wheel under ``share/man``) are what this
 prints, and that every man page renders with groff.
 A small generator rather than click-man: it walks lazily loaded groups too, adds each
-command's exit statuses (:mod:`coshare.exit_codes`), and needs no extra dependency.
+command's exit statuses (:mod:`coshare.cli.exit_codes`), and needs no extra dependency.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import click
 import yaml
 
 from coshare import __version__
-from coshare.cli import cli, document_exit_statuses
+from coshare.cli.exit_codes import HEADING, exit_status_lines
+from coshare.cli.main import cli, document_exit_statuses
 from coshare.config import DEFAULT_CONFIG_PATH, Config, to_dict
-from coshare.exit_codes import HEADING, exit_status_lines
 
 #: Shell completion, documented on the root man page and in docs/cli.md.
 COMPLETION = (
@@ -321,7 +321,7 @@ def cli_markdown() -> str:
     out = [
         "# Command line reference",
         "",
-        "Generated from the commands' own help by `make docs` (`python -m coshare.reference "
+        "Generated from the commands' own help by `make docs` (`python -m coshare.cli.reference "
         "docs docs`); `coshare COMMAND --help` prints the same.",
         "",
         "```",
@@ -379,7 +379,7 @@ def config_markdown() -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from `coshare/config.py` by `make docs` (`python -m coshare.reference docs "
+        "Generated from `coshare/config.py` by `make docs` (`python -m coshare.cli.reference docs "
         "docs`); `coshare config show` prints the effective values.",
         "",
         "A YAML file at `--config PATH`, `$COSHARE_CONFIG`, or `/etc/coshare/config.yaml`. "
@@ -427,9 +427,9 @@ def _section_class(section: str) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m coshare.reference man|docs DIR``."""
+    """``python -m coshare.cli.reference man|docs DIR``."""
     if len(argv) != 2 or argv[0] not in ("man", "docs"):
-        print("usage: python -m coshare.reference man|docs DIR", file=sys.stderr)
+        print("usage: python -m coshare.cli.reference man|docs DIR", file=sys.stderr)
         return 2
     target = Path(argv[1])
     if argv[0] == "docs":

@@ -1,6 +1,6 @@
 """The cycle's side of profiles learned from normal runs: read the nodes' job-end records
-from the spool (``policy.sns.learn_from``, :mod:`coshare.job_end`), count each finished job
-once in its program's learned entry (:func:`coshare.learning.observe`), and hand the
+from the spool (``policy.sns.learn_from``, :mod:`coshare.profiles.job_end`), count each finished job
+once in its program's learned entry (:func:`coshare.profiles.learning.observe`), and hand the
 ``sns`` policy what it plans with (:func:`policy_profiles`).
 
 A job's records are put together once every node of it has written one (its ``nodes``); a
@@ -25,14 +25,14 @@ from pathlib import Path
 
 from coshare.config import Config
 from coshare.errors import ConfigError
-from coshare.files import TooLarge, read_regular
-from coshare.job_end import EndRecordError, NodeEnd, combine, parse_end
-from coshare.learned_store import learned_dir, load_learned, write_learned
-from coshare.learning import Known, Learned, for_policy, observe, policy_inputs
-from coshare.profile_store import load_store
-from coshare.profiles import Profile
+from coshare.profiles.job_end import EndRecordError, NodeEnd, combine, parse_end
+from coshare.profiles.learned_store import learned_dir, load_learned, write_learned
+from coshare.profiles.learning import Known, Learned, for_policy, observe, policy_inputs
+from coshare.profiles.programs import Profile
+from coshare.profiles.store import load_store
+from coshare.system.files import TooLarge, read_regular
 
-log = logging.getLogger("coshare.learning")
+log = logging.getLogger("coshare.profiles.learning")
 
 #: How long a job's records may wait for its other nodes' before they are dropped.
 INCOMPLETE_WAIT_S = 3600.0

@@ -34,7 +34,7 @@ measured share in 0..1 or, when the daemon could not measure, its error code (``
 more; an older planner ignores ``wait`` and ``trial``); a known key with an unusable value, a
 key given twice, or another version makes the whole line unusable, except ``trial``: an
 unusable entry of it is left out with a note naming the node and the entry, and the rest of
-the line is used. Every number follows :func:`coshare.bounds.parse_number` and
+the line is used. Every number follows :func:`coshare.ledger.bounds.parse_number` and
 is bounded.
 
 Facts older than ``cycle.node_facts_max_age_s`` (or dated in the future by more than that)
@@ -52,7 +52,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from coshare.bounds import (
+from coshare.errors import FactsError
+from coshare.ledger.bounds import (
     MAX_COPY_BW_MBPS,
     MAX_CORES,
     MAX_LLC_WAYS,
@@ -60,7 +61,6 @@ from coshare.bounds import (
     MAX_TIME_S,
     parse_number,
 )
-from coshare.errors import FactsError
 from coshare.model import Node, RunningJob, Snapshot, TrialResult
 
 #: The line's first item; a record whose text does not start with it holds no coshare facts.

@@ -2,7 +2,7 @@
 
 A policy is code, and code has bugs that only some input shows: a job whose values no test
 had, a node of a shape nobody planned for. When the policy raises, or the plan it makes fails
-the cycle's check (:func:`coshare.verify.check_plan`), the cycle used to end with nothing
+the cycle's check (:func:`coshare.cycle.verify.check_plan`), the cycle used to end with nothing
 written for anyone. :func:`plan_contained` finds the input that triggers the failure instead,
 plans the rest, and says what it left out::
 
@@ -20,7 +20,7 @@ A job left out waits with code ``policy_failed`` and a reason that says so (it r
 ``show``, ``explain`` and the job's own wait reason like every other reason); a node left out
 is planned on by no one this cycle and named in a note. Each failure comes back as a
 :class:`Contained`, with the smallest snapshot that reproduces it, for the cycle to log and
-write to a file an admin can hand to ``coshare plan`` (:func:`coshare.cycles.run_once`).
+write to a file an admin can hand to ``coshare plan`` (:func:`coshare.cli.cycles.run_once`).
 
 Bisection costs a few more policy runs only when a policy fails: about ``2 log2(n)`` runs to
 find one job among ``n``; none on the usual path. Errors that are not the input's fault

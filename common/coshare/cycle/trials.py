@@ -1,4 +1,4 @@
-"""Trial co-runs, live: each cycle moves every trial job one step (:mod:`coshare.trials`)
+"""Trial co-runs, live: each cycle moves every trial job one step (:mod:`coshare.ledger.trials`)
 through its scheduler's :class:`~coshare.ports.TrialControl` and a
 :class:`~coshare.ports.TrialProbe`, and records what the probes measured per program.
 
@@ -43,14 +43,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from coshare.commands import CommandResult
 from coshare.errors import CommandFailed, ConfigError
-from coshare.files import TooLarge, read_bounded
-from coshare.model import Snapshot, TrialResult
-from coshare.policies.membw import UNKNOWN_SHARE, job_share
-from coshare.ports import ProbeResult, TrialControl, TrialProbe
-from coshare.profiles import PROGRAM_NAME
-from coshare.trials import (
+from coshare.ledger.trials import (
     NODE_ASKED,
     Step,
     TrialJob,
@@ -61,8 +55,14 @@ from coshare.trials import (
     decide,
     measured_programs,
 )
+from coshare.model import Snapshot, TrialResult
+from coshare.policies.membw import UNKNOWN_SHARE, job_share
+from coshare.ports import ProbeResult, TrialControl, TrialProbe
+from coshare.profiles.programs import PROGRAM_NAME
+from coshare.system.files import TooLarge, read_bounded
+from coshare.system.programs import CommandResult
 
-log = logging.getLogger("coshare.trials")
+log = logging.getLogger("coshare.ledger.trials")
 
 #: The largest measurement file read (a share per program is a few dozen bytes).
 MAX_RECORD_CHARS = 4 << 20
@@ -457,11 +457,11 @@ class FactsProbe:
     request; the node's daemon reads it from the scheduler (HTCondor: the schedd, read-only,
     :mod:`condor_addon.node_trials`), sends itself the same ``TRIAL`` as
     :class:`SocketProbe` would, at most once per request, and publishes the answer in its
-    node facts (``trial=job:at:result``, :mod:`coshare.facts`), which reach the planner the
+    node facts (``trial=job:at:result``, :mod:`coshare.ledger.facts`), which reach the planner the
     way all facts do (HTCondor: the startd cron into the machine ad). This probe only looks
     the answer up in the cycle's snapshot: an answer to this request (its ``at``) is the
     result; none yet (or one to an earlier request) is ``pending``, and the trial waits in
-    ``measuring`` (:func:`coshare.trials.awaiting` fails it after
+    ``measuring`` (:func:`coshare.ledger.trials.awaiting` fails it after
     ``policy.membw.facts_wait_s``).
 
     Args:

@@ -10,11 +10,11 @@
 Subcommands of the adapters, the node helpers and the simulator are loaded only when used
 (:data:`LAZY_COMMANDS`), so ``coshare plan`` does not import scheduler bindings.
 
-Exit statuses (:mod:`coshare.exit_codes`, listed in each command's ``--help``): 0 success;
+Exit statuses (:mod:`coshare.cli.exit_codes`, listed in each command's ``--help``): 0 success;
 1 the scheduler or a command failed; 2 bad input (snapshot, config, flags); 3 a cycle ran
 but some edits failed. Errors print one message, never a traceback. The command list and
 every ``--help`` print with the base install alone; a command whose extra is missing says
-which to install when it is run (:mod:`coshare.extras`).
+which to install when it is run (:mod:`coshare.cli.extras`).
 """
 
 from __future__ import annotations
@@ -35,30 +35,31 @@ from typing import TYPE_CHECKING, Any
 import click
 import yaml
 
-from coshare.bounds import unknown_name
+from coshare.cli.exit_codes import exit_status_help
+from coshare.cli.extras import MissingExtra, missing_extra
 from coshare.config import Config, ConfigWarning, load_config, to_dict, with_overrides
 from coshare.errors import CoshareError, InputError, PolicyError, SnapshotError
-from coshare.exit_codes import exit_status_help
-from coshare.extras import MissingExtra, missing_extra
-from coshare.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
+from coshare.ledger.bounds import unknown_name
+from coshare.ledger.trials import merge_programs
 from coshare.model import Plan, Snapshot
 from coshare.policy_names import DEFAULT_POLICY, POLICY_NAMES
-from coshare.profiles import Profile
+from coshare.profiles.programs import Profile
 from coshare.schema import decode_json, parse_snapshot, plan_to_dict
-from coshare.trials import merge_programs
+from coshare.system.files import MAX_SNAPSHOT_CHARS, TooLarge, read_bounded, read_stream
 
 if TYPE_CHECKING:
-    from coshare.explain import Explanation
     from coshare.policies import Policy, PolicyOptions
+    from coshare.policies.explain import Explanation
 
-# The planner (coshare.planner, coshare.policies, coshare.explain: numpy, the 'planner' extra)
+# The planner (coshare.cycle.run, coshare.policies, coshare.policies.explain: numpy, the 'planner'
+# extra)
 # is imported by the commands that plan, not here: a node's commands and --help stay light.
 
 #: Subcommands that live in other modules: name -> "module:attribute".
 LAZY_COMMANDS: dict[str, str] = {
     "condor": "condor_addon.cli:condor",
     "node": "coshare.node.cli:node",
-    "profile": "coshare.profile_cli:profile",
+    "profile": "coshare.cli.profile:profile",
     "simulate": "coshare.sim.cli:simulate",
     "slurm": "slurm_addon.cli:slurm",
 }
@@ -137,7 +138,7 @@ class CoshareGroup(click.Group):
 
 def document_exit_statuses(command: click.Command, path: str) -> None:
     """End the help of ``command`` and of every command under it with its exit statuses
-    (:mod:`coshare.exit_codes`), once."""
+    (:mod:`coshare.cli.exit_codes`), once."""
     if isinstance(command, click.Group):
         for name, sub in command.commands.items():
             document_exit_statuses(sub, f"{path} {name}")
@@ -212,7 +213,7 @@ def membw_programs(config: Config) -> dict[str, float]:
     Raises:
         ConfigError: the record file cannot be read (naming it and the entry).
     """
-    from coshare.trial_cycle import read_record_file
+    from coshare.cycle.trials import read_record_file
 
     membw = config.policy.membw
     return merge_programs(membw.programs, read_record_file(membw.record_file))
@@ -251,10 +252,10 @@ def policy_options(config: Config) -> PolicyOptions:
 def _profiles(config: Config) -> tuple[dict[str, Profile], dict[str, int]]:
     """The profile store of ``policy.sns.profiles_dir`` (none when unset), every admin's file
     checked, with the entries learned from normal runs (an admin's profile wins), and the
-    programs whose trials go on (``policy.sns.learn``; :mod:`coshare.learning`)."""
+    programs whose trials go on (``policy.sns.learn``; :mod:`coshare.profiles.learning`)."""
     if config.policy.sns.profiles_dir is None:
         return {}, {}
-    from coshare.learn_cycle import policy_profiles
+    from coshare.profiles.learn_cycle import policy_profiles
 
     return policy_profiles(config)
 
@@ -338,8 +339,8 @@ def plan(
     explain_job: str | None,
 ) -> None:
     """Plan the pending jobs of a snapshot (JSON file, or - for stdin) and print the plan."""
-    from coshare.facts import without_stale_probes
-    from coshare.planner import checked_plan
+    from coshare.cycle.run import checked_plan
+    from coshare.ledger.facts import without_stale_probes
     from coshare.policies import make_policy
 
     config = configured(app, policy_name, threads, seed)
@@ -387,7 +388,7 @@ def print_plan(
     for note in result.notes:
         click.echo(f"coshare: note: {note}", err=True)
     if explain_job is not None:
-        from coshare.explain import explain
+        from coshare.policies.explain import explain
 
         echo_explanation(
             explain(
@@ -404,15 +405,15 @@ def print_plan(
         # compact: the C encoder (an indent takes Python's, 0.7 s for 100,000 jobs)
         click.echo(json.dumps(plan_to_dict(result), separators=(",", ":")))
     else:
-        from coshare.render import plan_table  # rich loads only for tables
+        from coshare.cli.render import plan_table  # rich loads only for tables
 
         click.echo(plan_table(snap, result, show_all=show_all), nl=False)
 
 
 def echo_explanation(explanation: Explanation, output: str) -> None:
     """Print one job's explanation as a table or JSON (every ``explain`` command)."""
-    from coshare.explain import explanation_to_dict
-    from coshare.render import explanation_text  # rich loads only for tables
+    from coshare.cli.render import explanation_text  # rich loads only for tables
+    from coshare.policies.explain import explanation_to_dict
 
     if output == "json":
         click.echo(json.dumps(explanation_to_dict(explanation), indent=1))
@@ -451,7 +452,7 @@ def example_snapshot() -> Snapshot:
 @pass_app
 def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
     """Reproduce the paper's Table II in simulation, then plan the bundled example snapshot."""
-    from coshare.planner import checked_plan
+    from coshare.cycle.run import checked_plan
     from coshare.policies import make_policy
     from coshare.sim.cli import table2_report  # the simulator loads only when needed
 
@@ -474,7 +475,7 @@ def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
             strict_threads=config.policy.threads == "strict",
         ).plan
         rows.append((name, plans[name]))
-    from coshare.render import plan_table, policy_summary
+    from coshare.cli.render import plan_table, policy_summary
 
     click.echo(plan_table(snap, plans[DEFAULT_POLICY]), nl=False)
     click.echo(policy_summary(rows), nl=False)

@@ -29,7 +29,7 @@ Series (every one labelled ``scheduler``):
                                            (drained, down), ``unwritable`` (a name its
                                            placements cannot hold)
 ``coshare_cycle_contained_failures``       policy failures planned around (a job or node
-                                           left out; :mod:`coshare.containment`)
+                                           left out; :mod:`coshare.cycle.containment`)
 ``coshare_cycle_plan_refused``             1 when the plan check refused the plan
 ``coshare_cycle_plan_violations``          what the plan check found (0 when sound)
 ``coshare_cycle_exit_status``              the cycle's exit status (0, 1, 3)
@@ -64,12 +64,12 @@ from pathlib import Path
 from typing import Any
 
 from coshare.config import MetricsConfig
+from coshare.cycle.run import PHASES, CycleReport
 from coshare.errors import CoshareError, PlanInvariantError
 from coshare.model import UnplacedCode
-from coshare.planner import PHASES, CycleReport
 from coshare.ports import UNWRITABLE
 
-log = logging.getLogger("coshare.metrics")
+log = logging.getLogger("coshare.cycle.metrics")
 
 #: Reason codes of waiting jobs: the plan's, and ``scheduler`` for the Source's ``waiting``.
 WAITING_REASONS: tuple[str, ...] = (*typing.get_args(UnplacedCode), "scheduler")

@@ -38,7 +38,8 @@ The other rules both adapters follow:
   with a message naming the job and the field (:func:`refuse_on_error`); the Editor marks it
   (held, with the reason) and every other job is planned.
 - **No one node stops a cycle**: a node whose record cannot be read, or holds a value out of
-  :mod:`coshare.bounds` (``1e300`` cores, a NaN, a name with a line break), is left out of the
+  :mod:`coshare.ledger.bounds` (``1e300`` cores, a NaN, a name with a line break), is left out of
+  the
   cycle with a note naming it and the field (:func:`read_node`); nothing is placed on it and
   every other node is planned. A running job whose own record cannot be read holds its whole
   node (:func:`whole_node`): counting it too small could oversubscribe, counting it whole
@@ -56,10 +57,10 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Literal, TypeVar
 
-from coshare.annotations import KEYS, ClusterLimits, parse_job, squash
-from coshare.bounds import BadValue
 from coshare.errors import AnnotationError, ConfigError, FieldProblem
-from coshare.gangs import node_counts
+from coshare.ledger.annotations import KEYS, ClusterLimits, parse_job, squash
+from coshare.ledger.bounds import BadValue
+from coshare.ledger.gangs import node_counts
 from coshare.model import MILLI, Device, DeviceKind, Job, Node, Plan, RunningJob, Spread
 from coshare.ports import JobOutcome, Rejected
 
@@ -144,7 +145,7 @@ def refuse_on_error(
     """``read()``, or the job refused when reading it raises anything at all.
 
     An :class:`~coshare.errors.AnnotationError` keeps its message, and so does a
-    :class:`~coshare.bounds.BadValue` (a field of the scheduler's record out of its bounds),
+    :class:`~coshare.ledger.bounds.BadValue` (a field of the scheduler's record out of its bounds),
     after the job's id. Any other exception
     (an ``OverflowError`` from a 400-digit size, a bug in a parser) becomes a message that
     names the job and, when one of its ``annotations`` alone raises it, that key with its
@@ -162,7 +163,8 @@ def refuse_on_error(
 
 def describe(exc: Exception) -> str:
     """An exception raised while reading one record, for a note: a
-    :class:`~coshare.bounds.BadValue` as its message (field, value, range), anything else with
+    :class:`~coshare.ledger.bounds.BadValue` as its message (field, value, range), anything else
+    with
     its type, bounded."""
     if isinstance(exc, BadValue):
         return str(exc)
@@ -333,7 +335,7 @@ def pending_job(queued: Queued, limits: ClusterLimits | None, *, gangs: bool = F
         submit_time_s=queued.submit_time_s,
     )
     if job.is_gang and not gangs:
-        # The policies plan gangs (coshare.gangs), but this adapter does not write a
+        # The policies plan gangs (coshare.ledger.gangs), but this adapter does not write a
         # multi-node placement: refused here, never half-placed.
         key = "CoshareNodesMax" if job.nodes == 1 else "CoshareNodes"
         value = job.nodes_max if job.nodes == 1 else job.nodes
@@ -637,7 +639,7 @@ class Declared:
         walltime_s: its requested time: ``CoshareWalltime``, else the scheduler's own time
             limit (``None``: neither; such a GPU job never lends cores).
         copy_bw_mbps: its declared host-device copy bandwidth (``CoshareCopyBandwidth``);
-            a node's measured figure replaces it (:func:`coshare.facts.attach`).
+            a node's measured figure replaces it (:func:`coshare.ledger.facts.attach`).
     """
 
     walltime_s: float | None = None

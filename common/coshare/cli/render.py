@@ -17,14 +17,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from coshare.bounds import shorten_text
+from coshare.ledger.bounds import shorten_text
 from coshare.model import Plan, Snapshot, milli_to_cores
 from coshare.ports import JobOutcome, SourceResult
 from coshare.schema import plan_to_dict
 
 if TYPE_CHECKING:  # the planner (numpy) stays unloaded where only node tables are rendered
-    from coshare.explain import Explanation
-    from coshare.planner import CycleReport
+    from coshare.cycle.run import CycleReport
+    from coshare.policies.explain import Explanation
 
 #: Job ids listed per cell before "+N more".
 SHOWN_IDS = 6

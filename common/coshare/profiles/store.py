@@ -1,7 +1,7 @@
 """The profile store: one JSON file per program, ``DIR/PROGRAM.json``, that an admin can read
 and edit (Spread-n-Share section 5.1 keeps its profiles in a JSON file).
 
-Every file is checked when the store is loaded (:func:`coshare.profiles.parse_profile`); a
+Every file is checked when the store is loaded (:func:`coshare.profiles.programs.parse_profile`); a
 bad one stops the load with a message naming the file and the field, so a typo never turns
 into a silently different schedule. Files whose names do not end in ``.json`` (drafts, see
 ``coshare profile run --into``) are not read. This module does the I/O; the checks are pure.
@@ -13,8 +13,14 @@ import json
 import os
 from pathlib import Path
 
-from coshare.files import TooLarge, read_regular
-from coshare.profiles import PROGRAM_NAME, Profile, ProfileError, parse_profile, profile_to_json
+from coshare.profiles.programs import (
+    PROGRAM_NAME,
+    Profile,
+    ProfileError,
+    parse_profile,
+    profile_to_json,
+)
+from coshare.system.files import TooLarge, read_regular
 
 #: The largest profile file read (a profile is a few hundred bytes).
 MAX_PROFILE_CHARS = 1 << 20

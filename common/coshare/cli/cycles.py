@@ -17,17 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
-from coshare.cli import membw_programs
+from coshare.cli.main import membw_programs
 from coshare.config import Config
 from coshare.coord.cycle import coordination, global_job_ids, job_key
-from coshare.errors import CoshareError, CycleBusy, SchedulerError
-from coshare.lock import cycle_lock
-from coshare.metrics import CycleMetrics, CycleTotals, cycle_figures
-from coshare.planner import CycleReport, run_cycle, runs_trials
-from coshare.policies import Policy
-from coshare.ports import Adapter, TrialControl, TrialProbe
-from coshare.schema import snapshot_to_dict
-from coshare.trial_cycle import (
+from coshare.cycle.metrics import CycleMetrics, CycleTotals, cycle_figures
+from coshare.cycle.run import CycleReport, run_cycle, runs_trials
+from coshare.cycle.trials import (
     FactsProbe,
     InjectedProbe,
     SocketProbe,
@@ -36,7 +31,12 @@ from coshare.trial_cycle import (
     run_trials,
     write_record_file,
 )
-from coshare.trials import TrialLimits
+from coshare.errors import CoshareError, CycleBusy, SchedulerError
+from coshare.ledger.trials import TrialLimits
+from coshare.policies import Policy
+from coshare.ports import Adapter, TrialControl, TrialProbe
+from coshare.schema import snapshot_to_dict
+from coshare.system.lock import cycle_lock
 
 log = logging.getLogger("coshare.cycle")
 
@@ -114,7 +114,7 @@ def run_once(
 def step_trials(
     config: Config, adapter: Adapter, report: CycleReport, dry_run: bool
 ) -> tuple[str, ...]:
-    """Move the trial co-runs one step (:func:`coshare.trial_cycle.run_trials`) and record
+    """Move the trial co-runs one step (:func:`coshare.cycle.trials.run_trials`) and record
     what they measured per program; what was done, one line each.
 
     Raises:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from coshare.bounds import BadValue
+from coshare.ledger.bounds import BadValue
 
 MAX_ID_CHARS = 256
 

@@ -31,16 +31,16 @@ from pathlib import Path
 
 import click
 
-from coshare.cli import AppContext, pass_app
-from coshare.commands import run as run_command
+from coshare.cli.main import AppContext, pass_app
 from coshare.errors import InputError
-from coshare.files import TooLarge, read_bounded
-from coshare.learned_store import load_learned
-from coshare.learning import describe, for_policy, measured_lines
 from coshare.node.resctrl import Resctrl
 from coshare.node.waysweep import sweep
-from coshare.profile_store import MAX_PROFILE_CHARS, load_store, read_profile, write_profile
-from coshare.profiles import MAX_CORES, PROGRAM_NAME, SCALES
+from coshare.profiles.learned_store import load_learned
+from coshare.profiles.learning import describe, for_policy, measured_lines
+from coshare.profiles.programs import MAX_CORES, PROGRAM_NAME, SCALES
+from coshare.profiles.store import MAX_PROFILE_CHARS, load_store, read_profile, write_profile
+from coshare.system.files import TooLarge, read_bounded
+from coshare.system.programs import run as run_command
 
 
 def _store(app: AppContext, store: Path | None) -> Path:

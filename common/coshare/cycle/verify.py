@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from coshare.mig import mig_parents
+from coshare.ledger.mig import mig_parents
 from coshare.model import Job, Plan, RunningJob, Snapshot
 
 #: A lender whose demand fills this share of the cores its cpuset holds lends no more: the

@@ -26,7 +26,7 @@ behave as the profile's ``cores`` processes with ``w x cores / c`` ways, and use
 ``w`` is never below 2 (section 5.1).
 
 Everything here is pure: :func:`parse_profile` checks a decoded JSON object and raises
-:class:`ProfileError` naming the file and the field; :mod:`coshare.profile_store` reads the
+:class:`ProfileError` naming the file and the field; :mod:`coshare.profiles.store` reads the
 files.
 """
 
@@ -56,7 +56,7 @@ MAX_CORES = 4096
 MAX_RUN_S = 1e8
 MAX_MEMBW_GBPS = 1e5
 MAX_SAMPLES = 64
-#: Program names follow ``CoshareProgram``'s rule (coshare.annotations).
+#: Program names follow ``CoshareProgram``'s rule (coshare.ledger.annotations).
 PROGRAM_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 ProgramClass = Literal["scaling", "compact", "neutral"]
@@ -148,7 +148,8 @@ class Profile:
     @property
     def has_curves(self) -> bool:
         """Whether it has the IPC-LLC and BW-LLC curves (a profile learned from normal runs
-        may have run times only, :mod:`coshare.learning`: its jobs get no way allocation and
+        may have run times only, :mod:`coshare.profiles.learning`: its jobs get no way allocation
+        and
         count no bandwidth)."""
         return len(self.ways) >= 2
 

@@ -10,7 +10,8 @@
           v
     Policy.plan(snapshot) --> Plan                           pure, no I/O; a job or node that
           |                                                  makes it fail is left out, the
-          v                                                  rest planned (coshare.containment)
+          v                                                  rest planned
+          (coshare.cycle.containment)
     check_plan(snapshot, plan)  -- violation? --> PlanInvariantError, nothing written
           |
           v
@@ -18,14 +19,14 @@
 
 Each of the four phases (``read``, ``plan``, ``verify``, ``apply``: :data:`PHASES`) is timed,
 and reported as it ends to an optional ``on_phase(name, seconds)`` hook, so that a cycle that
-fails half-way still tells its metrics (:mod:`coshare.metrics`) how far it got. The planner
+fails half-way still tells its metrics (:mod:`coshare.cycle.metrics`) how far it got. The planner
 itself does no I/O beyond the ports and the clock it is given.
 
 The planner keeps no state of its own: the scheduler's queue is the ledger. A job placed by
 an earlier cycle carries its placement in its own attributes; the Source reports it as a
 ``planned`` placement that holds its resources (so two cycles never double-book) until it
 starts, or until ``replan_after_s`` passes without a start, when it is pending again
-(:mod:`coshare.ledger` has the rules, :mod:`coshare.ports` the Source and Editor).
+(:mod:`coshare.ledger.book` has the rules, :mod:`coshare.ports` the Source and Editor).
 Killing the cycle at any point therefore loses nothing: the next one reads what was written.
 """
 
@@ -37,14 +38,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from coshare.containment import Contained, ContainedPlan, PolicyFailed, plan_contained
+from coshare.cycle.containment import Contained, ContainedPlan, PolicyFailed, plan_contained
+from coshare.cycle.verify import check_plan
 from coshare.errors import (
     EngineUnavailable,
     LeaseLost,
     PlanInvariantError,
     StoppedBetweenBatches,
 )
-from coshare.mig import without_mig_parents
+from coshare.ledger.mig import without_mig_parents
 from coshare.model import Plan, Snapshot
 from coshare.policies.base import Policy
 from coshare.policies.collocate import NO_HARVEST, without_harvest
@@ -61,7 +63,6 @@ from coshare.ports import (
     Unusable,
     Waiting,
 )
-from coshare.verify import check_plan
 
 # The ports used to live here: their names stay importable from the planner.
 __all__ = [
@@ -108,13 +109,14 @@ class CycleReport:
         rejected: jobs refused (bad annotations, unreadable records).
         read_s: seconds to read the scheduler.
         apply_s: seconds to write the plan.
-        verify_s: seconds to check the plan (:func:`coshare.verify.check_plan`).
+        verify_s: seconds to check the plan (:func:`coshare.cycle.verify.check_plan`).
         snapshot: what was planned.
         waiting: annotated jobs the Source left for later, with why.
         notes: what the Source found an admin should fix.
         trials: what the cycle did with the trial co-runs (``membw`` with
-            ``policy.membw.trials``; :mod:`coshare.trial_cycle`), one line each.
-        contained: the policy's failures the cycle planned around (:mod:`coshare.containment`):
+            ``policy.membw.trials``; :mod:`coshare.cycle.trials`), one line each.
+        contained: the policy's failures the cycle planned around
+        (:mod:`coshare.cycle.containment`):
             the jobs and nodes left out, with the input that reproduces each.
         unusable: the nodes the Source left out (closed by the scheduler, or ``unwritable``:
             a name the scheduler's writer cannot write into a placement).
@@ -246,7 +248,7 @@ def checked_plan(
     clock: Callable[[], float] = time.perf_counter,
 ) -> ContainedPlan:
     """The policy's plan of ``snapshot``, timed and checked as a live cycle checks it, with
-    its failures contained (:mod:`coshare.containment`): a job or node that makes the policy
+    its failures contained (:mod:`coshare.cycle.containment`): a job or node that makes the policy
     raise, or its plan fail the check, is left out and the rest planned. ``coshare plan``,
     ``show`` and every cycle plan through here, so what ``plan`` prints a cycle would write.
 

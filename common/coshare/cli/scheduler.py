@@ -13,12 +13,12 @@ An adapter package builds its group with :func:`scheduler_group`, giving only ho
 its adapter (:class:`coshare.ports.Adapter`) from the configuration and where its cycle
 lock is. ``cycle`` reads, plans, checks and writes under the queue's lock (a second cycle
 on the same queue says so and exits 0); ``show`` reads and plans, and writes nothing;
-``explain`` reads and explains one job (:mod:`coshare.explain`), and writes nothing.
+``explain`` reads and explains one job (:mod:`coshare.policies.explain`), and writes nothing.
 
 A cycle that writes exports its Prometheus metrics where ``metrics:`` says
-(:mod:`coshare.metrics`); ``--log-format json`` writes its log records (one for the cycle,
+(:mod:`coshare.cycle.metrics`); ``--log-format json`` writes its log records (one for the cycle,
 with its figures, and one per refused, skipped, failed or withdrawn job; with ``-v``, what
-the adapter does) as JSON lines on standard error (:mod:`coshare.logs`).
+the adapter does) as JSON lines on standard error (:mod:`coshare.cli.logs`).
 
 Exit statuses of ``cycle``, for cron: 0 every write went through (jobs may still wait); 1
 the scheduler could not be read or written (the next cycle recovers); 2 bad configuration;
@@ -35,7 +35,9 @@ from typing import Any
 
 import click
 
-from coshare.cli import (
+from coshare.cli.cycles import log_notes, run_once
+from coshare.cli.logs import log_format_option, setup_logging
+from coshare.cli.main import (
     AppContext,
     configured,
     echo_explanation,
@@ -43,16 +45,14 @@ from coshare.cli import (
     policy_flags,
     policy_options,
 )
+from coshare.cli.render import cycle_summary, cycle_to_dict, plan_table, show_text
 from coshare.config import Config
-from coshare.cycles import log_notes, run_once
+from coshare.cycle.run import checked_plan
 from coshare.errors import CoshareError, CycleBusy
-from coshare.explain import SNAPSHOT_NAMES, explain, find_job
-from coshare.learn_cycle import learn_step
-from coshare.logs import log_format_option, setup_logging
-from coshare.planner import checked_plan
 from coshare.policies import make_policy
+from coshare.policies.explain import SNAPSHOT_NAMES, explain, find_job
 from coshare.ports import Adapter
-from coshare.render import cycle_summary, cycle_to_dict, plan_table, show_text
+from coshare.profiles.learn_cycle import learn_step
 from coshare.schema import snapshot_to_dict
 
 OpenAdapter = Callable[[Config], Adapter]

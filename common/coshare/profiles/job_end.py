@@ -1,5 +1,5 @@
 """The job-end record: what a node measured of one finished job, for the profiles learned
-from normal runs (:mod:`coshare.learning`).
+from normal runs (:mod:`coshare.profiles.learning`).
 
 At a job's end on a node (Slurm's Epilog, before the job's group is removed) the node
 helpers write one record per job and node into the job-end spool, ``node.job_end_dir``::
@@ -16,7 +16,7 @@ it has one; each value not measured says why (``unsupported: <what>: <why> (<pat
 planner's cycle reads the spool (``policy.sns.learn_from``: the same directory, on a file
 system the nodes and the planner share), puts a job's records together once every node of
 it has written one, updates the learned profiles and removes the records
-(:mod:`coshare.learn_cycle`). No connection from the planner to a node.
+(:mod:`coshare.profiles.learn_cycle`). No connection from the planner to a node.
 
 Pure: no I/O.
 """
@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coshare.bounds import MAX_TIME_S
-from coshare.learning import MAX_CPU_S, Run
-from coshare.profiles import PROGRAM_NAME, SCALES
+from coshare.ledger.bounds import MAX_TIME_S
+from coshare.profiles.learning import MAX_CPU_S, Run
+from coshare.profiles.programs import PROGRAM_NAME, SCALES
 
 VERSION = 1
 #: A job id or node name as it may appear in a file name (no ``/``, no ``@``).

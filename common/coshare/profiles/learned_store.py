@@ -1,8 +1,8 @@
 """Learned profile entries on disk: ``PROFILES_DIR/learned/PROGRAM.json``, beside the admin's
-``PROFILES_DIR/PROGRAM.json`` files (:mod:`coshare.profile_store` reads only the top level,
+``PROFILES_DIR/PROGRAM.json`` files (:mod:`coshare.profiles.store` reads only the top level,
 so a learned entry is never taken for an admin's profile).
 
-Each file is one :class:`coshare.learning.Learned` entry, written by the cycle that counted
+Each file is one :class:`coshare.profiles.learning.Learned` entry, written by the cycle that counted
 a finished job (atomically: a reader sees the old file or the new one), and checked when
 read: a bad file is named with its field and left out, the others are used (a learned entry
 is the cycle's own record, so one damaged file must not stop the cycle; an admin's bad
@@ -22,9 +22,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from coshare.files import TooLarge, read_regular
-from coshare.learning import MAX_CPU_S, MAX_JOBS_KEPT, AtScale, Learned
-from coshare.profiles import MAX_RUN_S, PROGRAM_NAME, SCALES
+from coshare.profiles.learning import MAX_CPU_S, MAX_JOBS_KEPT, AtScale, Learned
+from coshare.profiles.programs import MAX_RUN_S, PROGRAM_NAME, SCALES
+from coshare.system.files import TooLarge, read_regular
 
 #: The learned entries' folder inside the profile store.
 LEARNED_DIR = "learned"

@@ -1,0 +1,1 @@
+"""Program profiles of Spread-n-Share: what they hold and where they are stored."""
