@@ -277,6 +277,21 @@ class SlurmClient:
         )
         return result.stdout.strip()
 
+    def comment(self, job_id: str) -> str:
+        """One job's comment, also once it ended (the Epilog reads its ``CoshareProgram``)."""
+        result = self._call(
+            [
+                self._program("squeue"),
+                "--noheader",
+                "--states=all",
+                "--jobs",
+                job_id,
+                "--Format",
+                "comment:0",
+            ]
+        )
+        return result.stdout.strip()
+
     def job_allocation(self, job_id: str) -> tuple[Allocation, str]:
         """One job's allocated cores and memory, and its AdminComment (one ``squeue``)."""
         result = self._call(

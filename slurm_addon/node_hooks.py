@@ -13,7 +13,9 @@
   (:func:`coshare.node.lifecycle.job_start_on_loan`), before any task runs; when the loan
   cannot be made no group is left and the job is refused the same way: it never runs on
   cores it shares with the GPU job.
-- Epilog: :func:`on_job_end` kills what is left and removes the group; when coshare killed the
+- Epilog: with ``node.job_end_dir`` set, :func:`record_job_end` first writes what the node
+  measured of the job (CPU time, run time, alone or not) for the profiles learned from
+  normal runs; :func:`on_job_end` kills what is left and removes the group; when coshare killed the
   job, :func:`report_kill` tells the user: a ``coshare: <why>`` line at the end of the job's
   error file, written as the job's user (never as root into a path the user chose), and
   ``;killed=<why>`` in the job's AdminComment (in slurmctld while it still takes changes,
@@ -29,7 +31,8 @@ from pathlib import Path
 
 from coshare.config import NodeConfig
 from coshare.errors import CoshareError, JobSpecError, ProbeError, Unsupported
-from coshare.node import lifecycle
+from coshare.ledger.annotations import parse_job
+from coshare.node import job_usage, lifecycle
 from coshare.node.bandwidth import INIT_HINT, cap_percent, node_peak_gbps
 from coshare.node.jobs import JobRecord
 from coshare.node.membw import ProbeFiles
@@ -37,7 +40,8 @@ from coshare.system.programs import CommandRunner, run
 
 from slurm_addon.allocation import Allocation, parse_stderr_path
 from slurm_addon.client import SlurmClient
-from slurm_addon.placement import Placement, with_kill_reason
+from slurm_addon.comment import read_annotations
+from slurm_addon.placement import Placement, parse_placement, with_kill_reason
 
 
 def on_job_start(
@@ -247,6 +251,35 @@ def refuse(config: NodeConfig, job_id: str, reason: str) -> None:
 def on_job_end(config: NodeConfig, job_id: str) -> lifecycle.EndResult:
     """Kill what is left of the job on this node and remove its group and record."""
     return lifecycle.job_end(config, job_id)
+
+
+def record_job_end(config: NodeConfig, client: SlurmClient, job_id: str, node: str) -> Path | None:
+    """Write what this node measured of a placed job with a ``CoshareProgram`` into the
+    job-end spool (``node.job_end_dir``; :mod:`coshare.node.job_usage`), before its group is
+    removed: its program from its comment, its scale and node count from its placement
+    (``spread=``; a placement without it ran at scale 1). ``None``: nothing to write (no
+    spool, not coshare's job, no program, or no group of it here).
+
+    Raises:
+        CoshareError: Slurm could not be asked.
+    """
+    if config.job_end_dir is None:
+        return None
+    placement = parse_placement(client.admin_comment(job_id))
+    if placement is None:
+        return None
+    try:
+        declared = parse_job(job_id, read_annotations(job_id, client.comment(job_id)))
+    except CoshareError:
+        return None
+    if declared.program is None:
+        return None
+    spread = placement.spread
+    scale, nodes = (spread.scale, spread.nodes) if spread is not None else (1, len(placement.nodes))
+    end = job_usage.measure_end(config, job_id, node, declared.program, scale, nodes)
+    if end is None:
+        return None
+    return job_usage.write_end(Path(config.job_end_dir), end)
 
 
 def report_kill(

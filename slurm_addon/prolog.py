@@ -23,8 +23,10 @@ On a node without coshare's node daemon it exports the placement's devices only 
 the AdminComment), and refuses a job placed on another node. ``coshare-launch task-prolog``
 is the same without coshare's dependencies.
 
-``coshare-slurm-epilog`` (``Epilog=``, root) removes the group and, when coshare killed the
-job, tells the user why (AdminComment and the job's error file).
+``coshare-slurm-epilog`` (``Epilog=``, root) writes the job-end record of a job with a
+``CoshareProgram`` (``node.job_end_dir``, for the profiles learned from normal runs), removes
+the group and, when coshare killed the job, tells the user why (AdminComment and the job's
+error file).
 
 The Prolog and Epilog always exit 0 (a failing Prolog drains the node).
 """
@@ -203,7 +205,14 @@ def epilog_main() -> None:
     try:
         if not job_id.isdigit():
             return
-        result = node_hooks.on_job_end(node_config(environ), job_id)
+        config = node_config(environ)
+        if config.job_end_dir is not None:
+            try:
+                node = environ.get("SLURMD_NODENAME", "")
+                node_hooks.record_job_end(config, prolog_client(environ), job_id, node)
+            except Exception as exc:  # the job's end goes on without its record
+                _say(f"epilog of job {job_id}: no job-end record: {exc}")
+        result = node_hooks.on_job_end(config, job_id)
         if result.reason is not None:
             problems = node_hooks.report_kill(
                 prolog_client(environ),

@@ -242,14 +242,28 @@ class SnsConfig:
             it (section 4.4: "Memory bandwidth allocation can be done by Intel's recent MBA
             technique"; the paper's nodes had none); off: bandwidth is admitted by the
             profiles only, as on the paper's testbed.
+        learn: learn profiles from normal runs (section 4.2): a program without a profile
+            runs alone at scale 1, its next run alone at scale 2, ... until spreading stops
+            helping; the learned entries (``profiles_dir/learned/``) are planned with once
+            the trials are over; an admin's profile always wins (coshare.profiles.learning).
+        learn_from: the job-end spool the cycle reads the nodes' measurements from (the
+            nodes' ``node.job_end_dir``, on a file system both see); ``null``: learned
+            entries are still planned with, none is updated.
     """
 
     profiles_dir: str | None = None
     default_alpha: float = field(default=0.9, metadata={"min": 0, "max": 1})
     ways_weight: float = field(default=2.0, metadata={"min": 0, "max": 100})
     mba: bool = False
+    learn: bool = False
+    learn_from: str | None = None
 
     def __post_init__(self) -> None:
+        if self.learn and self.profiles_dir is None:
+            raise ConfigError(
+                "policy.sns.learn: learned profiles are kept in policy.sns.profiles_dir/"
+                "learned/; set policy.sns.profiles_dir"
+            )
         if self.default_alpha <= 0:
             raise ConfigError(
                 f"policy.sns.default_alpha: {plain(self.default_alpha)} is out of "
@@ -410,6 +424,10 @@ class NodeConfig:
             (``CONDOR_CONFIG``, ``/etc/condor/condor_config``).
         max_freeze_s: a job frozen longer than this is thawed by the daemon (a freeze is for
             a probe, never for good).
+        job_end_dir: where the node writes what it measured of each job that ends (CPU time
+            of its cgroup, run time, whether it had its nodes alone; Slurm's Epilog), for the
+            profiles ``sns`` learns from normal runs (``policy.sns.learn_from``, the same
+            directory on a file system the planner reads); ``null``: nothing written.
     """
 
     cgroup_root: str = "/sys/fs/cgroup"
@@ -445,6 +463,7 @@ class NodeConfig:
     metrics_address: str | None = None
     trial_requests: Literal["none", "condor"] = "none"
     condor_config: str | None = None
+    job_end_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.metrics_address is not None:

@@ -36,6 +36,8 @@ PURE = [
     "sim",
     "alloc",
     "policies.explain",
+    "profiles.learning",
+    "profiles.job_end",
     "cli.exit_codes",
     "cli.extras",
     "node.spec",
@@ -92,6 +94,7 @@ IO_MODULES = {
     "coshare.sim.sns_report",
     "coshare.sim.live",
     "coshare.sim.live_report",
+    "coshare.sim.sns_learn",
 }
 
 #: What a pure module may not import (top-level names).

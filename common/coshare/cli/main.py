@@ -199,6 +199,7 @@ def policy_options(config: Config) -> PolicyOptions:
     """The policy options of a configuration."""
     from coshare.policies import PolicyOptions
 
+    profiles, explore = _profiles(config)
     return PolicyOptions(
         threads=config.policy.threads,
         seed=config.policy.seed,
@@ -216,20 +217,23 @@ def policy_options(config: Config) -> PolicyOptions:
         monitor_fraction=config.collocate.monitor_fraction,
         max_harvest_cores=config.collocate.max_harvest_cores,
         copy_bw_limit_mbps=config.collocate.copy_bw_limit_mbps,
-        sns_profiles=_profiles(config),
+        sns_profiles=profiles,
+        sns_explore=explore,
         sns_default_alpha=config.policy.sns.default_alpha,
         sns_ways_weight=config.policy.sns.ways_weight,
         sns_mba=config.policy.sns.mba,
     )
 
 
-def _profiles(config: Config) -> dict[str, Profile]:
-    """The profile store of ``policy.sns.profiles_dir`` (none when unset), every file checked."""
+def _profiles(config: Config) -> tuple[dict[str, Profile], dict[str, int]]:
+    """The profile store of ``policy.sns.profiles_dir`` (none when unset), every admin's file
+    checked, with the entries learned from normal runs (an admin's profile wins), and the
+    programs whose trials go on (``policy.sns.learn``; :mod:`coshare.profiles.learning`)."""
     if config.policy.sns.profiles_dir is None:
-        return {}
-    from coshare.profiles.store import load_store
+        return {}, {}
+    from coshare.profiles.learn_cycle import policy_profiles
 
-    return load_store(Path(config.policy.sns.profiles_dir))
+    return policy_profiles(config)
 
 
 def read_snapshot(path: str) -> Snapshot:

@@ -5,6 +5,8 @@
 
     coshare profile import FILE [--store DIR]         check a profile, put it in the store
     coshare profile check [--store DIR]               check every file of the store
+    coshare profile show [PROGRAM] [--store DIR]      each program's source: admin, learned
+                                                      from normal runs, or still learning
     coshare profile run PROGRAM --scale K --into DRAFT [--timeout S] -- CMD [ARG...]
                                                       time CMD as scale K's run alone
     coshare profile ways PROGRAM --cores N --into DRAFT [--ways K,K..] -- CMD [ARG...]
@@ -33,6 +35,8 @@ from coshare.cli.app import AppContext, pass_app
 from coshare.errors import InputError
 from coshare.node.resctrl import Resctrl
 from coshare.node.waysweep import sweep
+from coshare.profiles.learned_store import load_learned
+from coshare.profiles.learning import describe, for_policy, measured_lines
 from coshare.profiles.programs import MAX_CORES, PROGRAM_NAME, SCALES
 from coshare.profiles.store import MAX_PROFILE_CHARS, load_store, read_profile, write_profile
 from coshare.system.files import TooLarge, read_bounded
@@ -50,8 +54,8 @@ def _store(app: AppContext, store: Path | None) -> Path:
 
 @click.group("profile")
 def profile() -> None:
-    """Program profiles of the sns policy (Spread-n-Share): import, check, time runs, sweep
-    the LLC ways."""
+    """Program profiles of the sns policy (Spread-n-Share): import, check, show where each
+    comes from (admin or learned), time runs, sweep the LLC ways."""
 
 
 @profile.command("import")
@@ -94,6 +98,44 @@ def check_command(app: AppContext, store: Path | None) -> None:
             f"{p.cores} cores"
         )
     click.echo(f"{directory}: {len(profiles)} profiles ok")
+
+
+@profile.command("show")
+@click.argument("program", required=False)
+@click.option(
+    "--store",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The profile store (default: policy.sns.profiles_dir).",
+)
+@pass_app
+def show_command(app: AppContext, program: str | None, store: Path | None) -> None:
+    """Every program the store knows (or PROGRAM), and where its profile comes from: admin
+    (a file of the store, which always wins), learned (from normal runs, trials over) or
+    learning (the scale its next run tries alone), with the runs behind a learned entry and
+    what the nodes measured or why they could not."""
+    directory = _store(app, store)
+    admin = load_store(directory)
+    learned, problems = load_learned(directory)
+    known = for_policy(admin, learned)
+    if program is not None:
+        if program not in known:
+            raise InputError(f"program {program[:64]!r}: no profile in {directory}")
+        known = {program: known[program]}
+    for entry in known.values():
+        click.echo(describe(entry))
+        if entry.learned is not None and program is not None:
+            for line in measured_lines(entry.learned):
+                click.echo(line)
+    for problem in problems:
+        click.echo(f"warning: {problem}")
+    counts = {
+        s: sum(1 for k in known.values() if k.source == s) for s in ("admin", "learned", "learning")
+    }
+    click.echo(
+        f"{directory}: {counts['admin']} admin, {counts['learned']} learned, "
+        f"{counts['learning']} learning"
+    )
 
 
 def _draft(program: str, draft: Path) -> dict[str, object]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,6 +52,7 @@ from coshare.errors import CoshareError, CycleBusy
 from coshare.policies import make_policy
 from coshare.policies.explain import SNAPSHOT_NAMES, explain, find_job
 from coshare.ports import Adapter
+from coshare.profiles.learn_cycle import learn_step
 from coshare.schema import snapshot_to_dict
 
 OpenAdapter = Callable[[Config], Adapter]
@@ -133,6 +135,7 @@ def scheduler_group(
         """Run one planning cycle: read the queue, plan, check the plan, write it in batches."""
         _logging(verbose, log_format)
         config = configured(app, policy_name, threads, seed)
+        learned = learn_step(config, time.time(), dry_run)
         policy = make_policy(config.policy.name, policy_options(config))
         try:
             report = run_once(
@@ -155,10 +158,17 @@ def scheduler_group(
                 "cycle failed: %s", error, extra={"scheduler": name, "status": error.exit_status}
             )
             ctx.exit(error.exit_status)
+        notes = (*report.notes, *learned.notes)
         if log_format == "json":
-            log_notes(name, report.notes)
+            log_notes(name, notes)
+            for line in learned.counted:
+                logging.getLogger("coshare.cycle").info(
+                    "learned: %s", line, extra={"scheduler": name, "outcome": "learned"}
+                )
         else:
-            _warn(report.notes)
+            _warn(notes)
+            for line in learned.counted:
+                click.echo(f"coshare: learned: {line}", err=True)
         if output == "json":
             click.echo(json.dumps(cycle_to_dict(report), indent=1))
         else:

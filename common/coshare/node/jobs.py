@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,11 @@ from coshare.node.spec import JobSpec, check_job_id, group_name, job_of_group
 
 #: The file beside a job's record with what its tasks are told (:meth:`JobStore.record_task_env`).
 TASK_ENV_SUFFIX = ".taskenv"
+#: When the job started here (epoch seconds), and the mark of a job that shared this node
+#: with another coshare job at some time of its run (a learning run, coshare.profiles.learning,
+#: counts only when it had the node alone).
+STARTED_SUFFIX = ".started"
+SHARED_SUFFIX = ".shared"
 
 
 class Launcher(NamedTuple):
@@ -266,7 +272,15 @@ class JobStore:
     def remove(self, job: str) -> None:
         """Remove the job's record, kill reason, set-up error, freeze mark and task
         environment."""
-        for suffix in (".json", ".reason", ".error", ".frozen", TASK_ENV_SUFFIX):
+        for suffix in (
+            ".json",
+            ".reason",
+            ".error",
+            ".frozen",
+            TASK_ENV_SUFFIX,
+            STARTED_SUFFIX,
+            SHARED_SUFFIX,
+        ):
             with contextlib.suppress(FileNotFoundError):
                 self._path(job, suffix).unlink()
 
@@ -319,6 +333,29 @@ class JobStore:
             return self._path(job, ".error").read_text().strip() or None
         except FileNotFoundError:
             return None
+
+    def mark_started(self, job: str, at_s: float) -> None:
+        """Record when the job started here; the caller holds :meth:`lock`. Every job with
+        a record here then shares the node with it: each is marked shared (the new one too,
+        when there are others)."""
+        self.ensure()
+        self._path(job, STARTED_SUFFIX).write_text(f"{at_s:.3f}\n")
+        others = [j for j in self.jobs() if j != job]
+        for name in others + ([job] if others else []):
+            self._path(name, SHARED_SUFFIX).touch()
+
+    def started_at(self, job: str) -> float | None:
+        """When the job started here (``None``: not recorded, e.g. started by an older
+        coshare)."""
+        try:
+            value = float(self._path(job, STARTED_SUFFIX).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return value if math.isfinite(value) else None
+
+    def was_shared(self, job: str) -> bool:
+        """Whether another coshare job ran here at some time of the job's run."""
+        return self._path(job, SHARED_SUFFIX).exists()
 
     def mark_frozen(self, job: str, at_s: float) -> None:
         """Record that the job was frozen at ``at_s`` (epoch seconds)."""

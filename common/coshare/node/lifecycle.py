@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,6 +180,7 @@ def job_start(
         )
         store.remove(job)  # an old record and kill reason of a finished run
         store.write(record)
+        store.mark_started(job, time.time())
     return record
 
 
@@ -264,6 +266,7 @@ def job_start_on_loan(
             store.write(found.with_holding(change.lender))
             store.remove(job)  # an old record and kill reason of a finished run
             store.write(record)
+            store.mark_started(job, time.time())
         except BaseException:
             if group is not None:
                 with contextlib.suppress(CgroupError, OSError):

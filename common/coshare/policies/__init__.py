@@ -65,7 +65,9 @@ class PolicyOptions:
     cycles with ``policy.membw.trials``, :mod:`coshare.ledger.trials`). ``monitor_fraction``,
     ``max_harvest_cores`` and ``copy_bw_limit_mbps`` are ``collocate``'s ``P_M``, ``P_B``
     and copy-bandwidth threshold (the ``collocate`` config section). ``sns_profiles`` are
-    the program profiles of ``sns`` (the store of ``policy.sns.profiles_dir``),
+    the program profiles of ``sns`` (the store of ``policy.sns.profiles_dir``, with
+    the profiles learned from normal runs), ``sns_explore`` the programs whose learning runs
+    go on (program -> the scale the next run tries alone, :mod:`coshare.profiles.learning`),
     ``sns_default_alpha``, ``sns_ways_weight`` and ``sns_mba`` its ``policy.sns`` settings.
     """
 
@@ -92,6 +94,7 @@ class PolicyOptions:
         max_harvest_cores: int = DEFAULT_MAX_HARVEST_CORES,
         copy_bw_limit_mbps: float = DEFAULT_COPY_BW_LIMIT_MBPS,
         sns_profiles: Mapping[str, Profile] | None = None,
+        sns_explore: Mapping[str, int] | None = None,
         sns_default_alpha: float = DEFAULT_ALPHA,
         sns_ways_weight: float = DEFAULT_WAYS_WEIGHT,
         sns_mba: bool = False,
@@ -116,6 +119,7 @@ class PolicyOptions:
         self.max_harvest_cores = max_harvest_cores
         self.copy_bw_limit_mbps = copy_bw_limit_mbps
         self.sns_profiles: Mapping[str, Profile] = dict(sns_profiles or {})
+        self.sns_explore: Mapping[str, int] = dict(sns_explore or {})
         self.sns_default_alpha = sns_default_alpha
         self.sns_ways_weight = sns_ways_weight
         self.sns_mba = sns_mba
@@ -152,7 +156,13 @@ FACTORIES: dict[str, Callable[[PolicyOptions], Policy]] = {
         o.monitor_fraction, o.max_harvest_cores, o.copy_bw_limit_mbps
     ),
     "sns": lambda o: SnsPolicy(
-        o.sns_profiles, "sns", o.sns_default_alpha, o.sns_ways_weight, o.age_limit_s, o.sns_mba
+        o.sns_profiles,
+        "sns",
+        o.sns_default_alpha,
+        o.sns_ways_weight,
+        o.age_limit_s,
+        o.sns_mba,
+        o.sns_explore,
     ),
     "cs": lambda o: SnsPolicy({}, "cs", o.sns_default_alpha, o.sns_ways_weight, o.age_limit_s),
 }

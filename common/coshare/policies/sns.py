@@ -54,7 +54,7 @@ from coshare.model import Assignment, Job, Plan, RunningJob, Snapshot, Spread, U
 from coshare.policies.aging import split_aged
 from coshare.policies.base import priority_key
 from coshare.policies.gang import gang_refusal
-from coshare.profiles.programs import DEFAULT_ALPHA, SCALES, Demand, Profile, demand
+from coshare.profiles.programs import DEFAULT_ALPHA, SCALES, Demand, Profile, demand, nodes_at
 
 Mode = Literal["sns", "cs"]
 
@@ -170,6 +170,12 @@ class SnsPolicy:
         age_limit_s: pending time after which nothing overtakes a job; ``None``: never.
         mba: cap each job's bandwidth per node at its ``b`` with MBA where nodes have it
             (the spread's ``membw_gbps``; section 4.4).
+        explore: programs being learned from normal runs (:mod:`coshare.profiles.learning`), each
+            with the scale factor its next run tries (section 4.2: "always starting with a
+            scale factor of 1x and node mode of E ... The program's next execution will then
+            be scaled out to 2x while remaining in the E mode"): such a job is placed at that
+            scale on nodes no other job uses, and while it runs its nodes take no other job.
+            A program with a profile is not explored (the caller leaves it out).
     """
 
     places_gangs: ClassVar[bool] = True
@@ -180,6 +186,7 @@ class SnsPolicy:
     ways_weight: float = DEFAULT_WAYS_WEIGHT
     age_limit_s: float | None = 3600.0
     mba: bool = False
+    explore: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -260,13 +267,15 @@ class SnsPolicy:
         """Count what a running (or planned) job holds on ``node``."""
         node.used_cores += r.cpu_milli
         node.used_memory += r.memory_mib
+        if self.mode == "sns" and r.program in self.explore:
+            node.used_cores += node.cores  # a run being learned from has its nodes alone
         if r.llc_ways is not None:
             node.used_ways += r.llc_ways
         if r.membw_gbps is not None:
             node.used_membw += r.membw_gbps
         elif self.mode == "sns":  # no count recorded: the profile's, at the ways it holds
             profile = self.profiles.get(r.program or "")
-            if profile is not None:
+            if profile is not None and profile.has_curves:
                 ways = r.llc_ways if r.llc_ways is not None else profile.full_ways
                 cores = max(1, r.cpu_milli // 1000)
                 node.used_membw += profile.membw_at(ways, cores) * cores / profile.cores
@@ -285,9 +294,16 @@ class SnsPolicy:
         slots = self._slots(job, nodes)
         allowed = node_counts(job)
         counts = allowed if job.is_gang else range(1, 2)
+        trying = self._trying(job, allowed, slots, len(nodes))
         if self.mode == "cs":
             scales: tuple[int, ...] = SCALES
             note = ""
+        elif trying is not None:
+            scales = (trying,)
+            note = (
+                f"program {shorten_text(job.program or '')} is being learned: runs alone at scale "
+                f"{trying}"
+            )
         elif profile is None:
             scales = (1,)
             note = (
@@ -314,6 +330,21 @@ class SnsPolicy:
                     Demand(1, n, -(-job.processes // n), base.ways, base.membw_gbps, base.speedup)
                 )
         return out, note
+
+    def _trying(self, job: Job, allowed: range, slots: int, cluster: int) -> int | None:
+        """The scale a job of a program being learned tries (``None``: not learning, or its
+        node range or the cluster does not allow that scale: it runs as a program without
+        a profile)."""
+        if self.mode != "sns" or not job.program or job.program not in self.explore:
+            return None
+        k = self.explore[job.program]
+        n, c = nodes_at(k, job.processes, slots)
+        counts = allowed if job.is_gang else range(1, 2)
+        return k if n in counts and n <= cluster and c >= 1 else None
+
+    def _alone(self, job: Job, d: Demand, table: _Table) -> bool:
+        """Whether this placement is a learning run (its nodes to itself)."""
+        return self._trying(job, node_counts(job), self._slots(job, table), len(table)) == d.scale
 
     def _refusal(self, job: Job, table: _Table) -> Unplaced | None:
         nodes = table.nodes
@@ -374,6 +405,8 @@ class SnsPolicy:
         ok = (need_cores <= cores) & (need_memory <= memory)
         if self.mode == "cs":
             return ok
+        if not empty and self._alone(job, d, t):
+            ok &= t.used_cores == 0
         if d.ways is not None:
             free = t.ways if empty else np.minimum(t.ways - t.used_ways, t.ways_cap)
             ok &= ~t.has_ways | (d.ways <= free)
@@ -413,6 +446,7 @@ class SnsPolicy:
             chosen = self._fits(job, d, table)
             if chosen is None:
                 continue
+            alone = self._alone(job, d, table)
             shares = split(job.processes, d.nodes)
             parts = []
             no_cat = [nodes[i].name for i in chosen if nodes[i].ways is None]
@@ -424,7 +458,8 @@ class SnsPolicy:
                     if self.mode == "sns" and d.membw_gbps is not None
                     else None
                 )
-                table.add(i, job.cpu_milli * share, job.memory_mib * share, ways or 0, membw or 0.0)
+                held = node.cores if alone else job.cpu_milli * share
+                table.add(i, held, job.memory_mib * share, ways or 0, membw or 0.0)
                 spread = d.nodes > 1 or job.is_gang
                 parts.append(
                     Assignment(

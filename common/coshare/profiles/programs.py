@@ -146,6 +146,14 @@ class Profile:
         return _interpolate(self.ways, self.membw_gbps, self.equivalent_ways(ways, cores))
 
     @property
+    def has_curves(self) -> bool:
+        """Whether it has the IPC-LLC and BW-LLC curves (a profile learned from normal runs
+        may have run times only, :mod:`coshare.profiles.learning`: its jobs get no way allocation
+        and
+        count no bandwidth)."""
+        return len(self.ways) >= 2
+
+    @property
     def full_ways(self) -> int:
         """The most ways it was measured with (the "full cache" of section 4.3)."""
         return self.ways[-1]
@@ -208,6 +216,8 @@ def demand(
     n, c = nodes_at(scale, processes, node_cores)
     if profile is None:
         return Demand(scale, n, c, None, None)
+    if not profile.has_curves:
+        return Demand(scale, n, c, None, None, profile.speedup(scale))
     w = profile.ways_for(alpha, c)
     b = profile.membw_at(w, c) * c / profile.cores
     return Demand(scale, n, c, w, b, profile.speedup(scale))

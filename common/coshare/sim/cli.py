@@ -690,7 +690,13 @@ def _sns(request: Request) -> Outcome:
                 advance=advance,
             )
         return Outcome(text, payload)
-    policies = parse_policies(request.policies_text, ("exclusive", "cs", "sns"))
+    from coshare.sim.sns_learn import NAME, learn_outcome
+    from coshare.sim.sns_report import load_data
+
+    asked = [p.strip() for p in (request.policies_text or "").split(",")]
+    learn = NAME in asked  # sns with profiles learned from scratch, beside the given ones
+    rest = ",".join(p for p in asked if p != NAME) or (None if not learn else "exclusive,sns")
+    policies = parse_policies(rest, ("exclusive", "cs", "sns"))
     with progress_bar(SEQUENCES * len(request.seeds), "sns", unit="sequences") as advance:
         text, payload = paper_outcome(
             policies,
@@ -700,6 +706,19 @@ def _sns(request: Request) -> Outcome:
             cycle_delay_s=delay,
             advance=advance,
         )
+    if learn:
+        with progress_bar(SEQUENCES * len(request.seeds), NAME, unit="sequences") as advance:
+            profiles, cluster, _ = load_data()
+            more, payload[NAME] = learn_outcome(
+                profiles,
+                cluster,
+                request.seeds,
+                nodes=nodes,
+                age_limit_s=age,
+                cycle_delay_s=delay,
+                advance=advance,
+            )
+        text += more
     return Outcome(text, payload)
 
 
