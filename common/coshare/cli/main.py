@@ -70,8 +70,8 @@ LAZY_COMMANDS: dict[str, str] = {
 LAZY_SUMMARIES: dict[str, str] = {
     "condor": "The HTCondor add-on: plan annotated idle jobs onto shared devices.",
     "node": "Node helpers: job cgroups, the offload gate, the memory watchdog.",
-    "profile": "Program profiles of the sns policy (Spread-n-Share): import, check, time runs, "
-    "sweep the LLC ways.",
+    "profile": "Program profiles of the sns policy (Spread-n-Share): import, check, show where "
+    "each comes from (admin or learned), time runs, sweep the LLC ways.",
     "simulate": "Simulate policies on a workload and compare makespan, utilization, footprint "
     "(or, on the Alibaba trace, unallocated GPU capacity).",
     "slurm": "The Slurm add-on: plan annotated Slurm jobs onto shared devices, on the controller.",
