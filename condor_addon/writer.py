@@ -151,10 +151,9 @@ class CondorWriter:
         """Nothing to check: each transaction reports its own failure at once."""
 
     def place(self, batch: Sequence[Write], fence: Fence) -> Written:
-        t = transactions(batch, now_s=self.clock(), loans=self.loans)
-        edits: list[tuple[Sequence[str], str, str]] = [
-            (t.placed, A.PLACED_AT, X.time_value(self.clock()))
-        ]
+        now_s = self.clock()  # the placement's time and its trial record's start
+        t = transactions(batch, now_s=now_s, loans=self.loans)
+        edits: list[tuple[Sequence[str], str, str]] = [(t.placed, A.PLACED_AT, X.time_value(now_s))]
         edits += [(ids, A.TRIAL, X.literal(record)) for record, ids in t.trials]
         edits += [(ids, A.PLACED_DEVICES, X.devices_value(d)) for d, ids in t.devices]
         edits += [

@@ -113,16 +113,19 @@ class SlurmWriter:
         held = frozenset(j for j in jobs if j in after and after[j].held)
         return Closed(held, frozenset(started), frozenset(not_closed))
 
+    def refusal_texts(self, refusals: Sequence[Rejected]) -> list[tuple[str, str]]:
+        """``(job, AdminComment)`` of the refused jobs whose reason is not written yet (as
+        the last re-read saw them)."""
+        texts = [(r.job, format_refusal(r.reason)) for r in refusals]
+        return [(job, text) for job, text in texts if self.admin_comments.get(job) != text]
+
     def refuse(self, refusals: Sequence[Rejected]) -> Marked:
         """The reason into the AdminComment (unless it is there already); the job stays
         held. A failed write is logged: the job stays held either way."""
-        for r in refusals:
-            text = format_refusal(r.reason)
-            if self.admin_comments.get(r.job) == text:
-                continue
-            error = self.client.update(update_argv(r.job, text))
+        for job, text in self.refusal_texts(refusals):
+            error = self.client.update(update_argv(job, text))
             if error is not None:
-                log.warning("job %s: could not write its refusal: %s", r.job, error)
+                log.warning("job %s: could not write its refusal: %s", job, error)
         return Marked(tuple(JobOutcome(r.job, f"held: {r.reason}") for r in refusals))
 
     def reach(self) -> None:

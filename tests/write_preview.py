@@ -17,7 +17,7 @@ from condor_addon.edits import Loans, Transactions, hold_reason, transactions
 from condor_addon.writer import CondorWriter
 from slurm_addon.edits import PlacementWrite, current
 from slurm_addon.jobs import SlurmJob
-from slurm_addon.placement import format_refusal, format_waiting
+from slurm_addon.placement import format_waiting
 from slurm_addon.view import ClusterView
 from slurm_addon.writer import SlurmWriter
 
@@ -48,11 +48,8 @@ def slurm_edits(
     now = {i: current(j, view.jobs.get(i)) for i, j in current_jobs.items()}
     pending = {j.id: j for j in view.snapshot.pending}
     d = decisions(writer, plan, rejected, pending=pending, to_close=view.to_close, current=now)
-    refusals = tuple(
-        (r.job, format_refusal(r.reason))
-        for r in d.refuse
-        if current_jobs[r.job].admin_comment != format_refusal(r.reason)
-    )
+    writer.admin_comments = {i: j.admin_comment for i, j in current_jobs.items()}
+    refusals = tuple(writer.refusal_texts(d.refuse))
     return SlurmEdits(
         close=d.close,
         refusals=refusals,
