@@ -48,7 +48,9 @@ from pathlib import Path
 
 import psycopg
 from coshare.alloc.layout import Domain, Layout
-from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
+from coshare.coord.engine import Engine
+from coshare.coord.leases import PlannerLease
+from coshare.coord.reservations import PostgresReservations
 from coshare.coord.sequencer import SequencerReservations
 from coshare.errors import DoubleBooking
 

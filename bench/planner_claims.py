@@ -12,7 +12,7 @@ EngineGate` does it:
 1. *settle*: release its claims of jobs whose run ended, read every live claim;
 2. *plan*: first fit of its pending jobs, in order, on the memory the live claims leave
    (at most ``--max-claims`` jobs a cycle; the stand-in for a policy, which reads nothing);
-3. *claim*: :meth:`~coshare.coord.postgres.PostgresClaims.claim` of the whole plan in one
+3. *claim*: :meth:`~coshare.coord.leases.PostgresClaims.claim` of the whole plan in one
    transaction (devices locked in one order, each job all or none).
 
 *Refused*: jobs whose device another planner claimed between this planner's settle and its
@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 from coshare.coord.claims import Part, unit_of
-from coshare.coord.postgres import Engine, PlannerLease, PostgresClaims
+from coshare.coord.engine import Engine
+from coshare.coord.leases import PlannerLease, PostgresClaims
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from picaso_engine import fresh_database, main_with, planners_run

@@ -342,7 +342,7 @@ def test_coordination_settings_from_the_environment() -> None:
 
 
 def test_a_dsn_that_is_no_connection_string_is_a_config_error() -> None:
-    from coshare.coord.postgres import address_of
+    from coshare.coord.engine import address_of
 
     assert address_of("host=/run/pg port=5433 password=secret") == "/run/pg:5433"
     assert address_of("postgresql://u:secret@db.example:6000/coshare") == "db.example:6000"

@@ -15,7 +15,7 @@ Modules, all pure (no I/O, no clock, no randomness; ``tests/unit/test_purity.py`
 - :mod:`~coshare.alloc.propagation`: section 4.4's spanning trees (fixed pattern, adaptive)
   and the message counts of section 7.6's four broadcast schemes.
 - :mod:`~coshare.alloc.store`: the reservation store port (a ``Protocol``) and its in-memory
-  implementation; :class:`coshare.coord.postgres.PostgresReservations` (active
+  implementation; :class:`coshare.coord.reservations.PostgresReservations` (active
   cancellation) and :class:`coshare.coord.sequencer.SequencerReservations` (the sequencer)
   back the same port with PostgreSQL.
 - :mod:`~coshare.alloc.protocol`: the per-domain manager, a state machine that takes one

@@ -1,5 +1,5 @@
 """Claims: the device memory several planners share, booked in the engine before any write.
-Pure: the rules; :class:`~coshare.coord.postgres.PostgresClaims` runs
+Pure: the rules; :class:`~coshare.coord.leases.PostgresClaims` runs
 them inside one transaction of the engine.
 
 A *claim* is one job's declared memory on one device (``node/device``), booked by its

@@ -54,7 +54,7 @@ class EngineGate:
     """The :class:`~coshare.ports.PlanGate` on the engine's claims.
 
     Args:
-        claims: the planner's :class:`~coshare.coord.postgres.PostgresClaims`.
+        claims: the planner's :class:`~coshare.coord.leases.PostgresClaims`.
         global_ids: whether the claim keys are unique across the planners that share the
             nodes (:func:`~coshare.coord.claims.admit`); an adapter says so with the class
             ``capabilities.global_job_ids`` (:class:`coshare.ports.Capabilities`).
@@ -143,10 +143,11 @@ def coordination(
     if config.dsn is None or dry_run:
         yield None
         return
-    postgres = load("coshare.coord.postgres", "coordination.dsn")
-    engine = postgres.Engine(config.dsn, config.connect_timeout_s)
+    engine_module = load("coshare.coord.engine", "coordination.dsn")
+    leases = load("coshare.coord.leases", "coordination.dsn")
+    engine = engine_module.Engine(config.dsn, config.connect_timeout_s)
     try:
-        lease = postgres.PlannerLease(
+        lease = leases.PlannerLease(
             engine, config.domain or scheduler, config.instance, config.lease_s
         )
         lease.acquire()
@@ -157,6 +158,6 @@ def coordination(
         def fence() -> None:
             lease.fence()
 
-        yield Coordinated(fence, EngineGate(postgres.PostgresClaims(lease)))
+        yield Coordinated(fence, EngineGate(leases.PostgresClaims(lease)))
     finally:
         engine.close()

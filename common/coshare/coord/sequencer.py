@@ -49,14 +49,9 @@ import psycopg
 
 from coshare.alloc.layout import Layout
 from coshare.alloc.store import State
-from coshare.coord.postgres import (
-    _SWEEP,
-    _SWEEP_QUEUE,
-    PlannerLease,
-    PostgresReservations,
-    _int,
-    hold_reserved,
-)
+from coshare.coord.engine import SWEEP, SWEEP_QUEUE, int_of
+from coshare.coord.leases import PlannerLease
+from coshare.coord.reservations import PostgresReservations, hold_reserved
 from coshare.errors import ConfigError, CoordinationError, DoubleBooking
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
@@ -153,7 +148,7 @@ class SequencerReservations:
                 "SELECT ticket FROM coshare_live_tickets WHERE job = %s", (job,)
             ).fetchone()
         )
-        return None if row is None else _int(row[0])
+        return None if row is None else int_of(row[0])
 
     # -- the sequencer ----------------------------------------------------------------------
     def request(self, job: str, units: Sequence[tuple[int, str]], home: int = 0) -> Request:
@@ -172,8 +167,8 @@ class SequencerReservations:
         def work(cur: Cursor) -> Request:
             epoch = self.lease.check(cur)
             _lock(cur, wanted)
-            cur.execute(_SWEEP, {"units": wanted})
-            cur.execute(_SWEEP_QUEUE, {"units": wanted, "jobs": [job]})
+            cur.execute(SWEEP, {"units": wanted})
+            cur.execute(SWEEP_QUEUE, {"units": wanted, "jobs": [job]})
             mine = self._own_ticket(cur, job)
             if mine is not None:
                 ticket, had = mine
@@ -221,11 +216,11 @@ class SequencerReservations:
                 "(%s::text[] IS NULL OR job = ANY(%s::text[])) ORDER BY ticket",
                 (self.lease.planner, only, only),
             ).fetchall()
-            tickets = [(str(j), _int(t), _units(u)) for j, t, u in rows]
+            tickets = [(str(j), int_of(t), _units(u)) for j, t, u in rows]
             units = sorted({u for _, _, us in tickets for u in us})
             _lock(cur, units)
-            cur.execute(_SWEEP, {"units": units})
-            cur.execute(_SWEEP_QUEUE, {"units": units, "jobs": []})
+            cur.execute(SWEEP, {"units": units})
+            cur.execute(SWEEP_QUEUE, {"units": units, "jobs": []})
             cur.execute(_GRANT, {"units": units})
             return {job: _status(cur, job, ticket, us) for job, ticket, us in tickets}
 
@@ -251,8 +246,8 @@ class SequencerReservations:
         def work(cur: Cursor) -> None:
             epoch = self.lease.check(cur)
             _lock(cur, units)
-            cur.execute(_SWEEP, {"units": units})
-            cur.execute(_SWEEP_QUEUE, {"units": units, "jobs": [job]})
+            cur.execute(SWEEP, {"units": units})
+            cur.execute(SWEEP_QUEUE, {"units": units, "jobs": [job]})
             booked = cur.execute(
                 "SELECT unit, job FROM coshare_live WHERE unit = ANY(%s) ORDER BY unit", (units,)
             ).fetchone()
@@ -325,9 +320,9 @@ class SequencerReservations:
         many."""
 
         def work(cur: Cursor) -> int:
-            swept = cur.execute(_SWEEP, {"units": None}).rowcount
-            row = cur.execute(_SWEEP_QUEUE, {"units": None, "jobs": None}).fetchone()
-            return swept + (_int(row[0]) if row else 0)
+            swept = cur.execute(SWEEP, {"units": None}).rowcount
+            row = cur.execute(SWEEP_QUEUE, {"units": None, "jobs": None}).fetchone()
+            return swept + (int_of(row[0]) if row else 0)
 
         return self.engine.run(work)
 
@@ -353,10 +348,10 @@ class SequencerReservations:
         if str(row[2]) != self.lease.planner:
             raise CoordinationError(
                 f"job {job!r} is requested by planner {str(row[2])!r} "
-                f"(ticket {_int(row[0])}); planner "
+                f"(ticket {int_of(row[0])}); planner "
                 f"{self.lease.planner!r} may not request it too"
             )
-        return _int(row[0]), _units(row[1])
+        return int_of(row[0]), _units(row[1])
 
     def _job_units(self, cur: Cursor, domain: int, job: str, cores: Sequence[str]) -> list[str]:
         """The units ``job`` books or waits for in ``domain``, and ``cores``: what to lock
@@ -377,8 +372,8 @@ class SequencerReservations:
             "WHERE NOT u = ANY(%s::text[]) ORDER BY u) WHERE job = %s",
             (list(self._units[domain]), job),
         )
-        cur.execute(_SWEEP, {"units": units})
-        cur.execute(_SWEEP_QUEUE, {"units": units, "jobs": []})
+        cur.execute(SWEEP, {"units": units})
+        cur.execute(SWEEP_QUEUE, {"units": units, "jobs": []})
         cur.execute(_GRANT, {"units": units})
         cur.execute(_DONE, {"job": job})
 
@@ -408,7 +403,7 @@ def _draw(cur: Cursor, job: str, home: int, units: list[str], planner: str, epoc
         (job, home, units, planner, epoch),
     ).fetchone()
     assert row is not None
-    return _int(row[0])
+    return int_of(row[0])
 
 
 def _status(cur: Cursor, job: str, ticket: int, units: Sequence[str]) -> Request:
@@ -484,7 +479,7 @@ Store = PostgresReservations | SequencerReservations
 
 def reservations(lease: PlannerLease, layout: Layout, protocol: str = "cancel") -> Store:
     """The reservation store of ``protocol`` (``cancel``: active cancellation,
-    :class:`~coshare.coord.postgres.PostgresReservations`; ``sequencer``:
+    :class:`~coshare.coord.reservations.PostgresReservations`; ``sequencer``:
     :class:`SequencerReservations`), after :func:`agree` recorded it."""
     agree(lease, protocol)
     if protocol == "sequencer":

@@ -3,7 +3,7 @@
 :class:`~coshare.coord.cycle.EngineGate` as a live one with ``coordination.dsn``.
 
 The rules are :mod:`coshare.coord.claims`'s (:func:`~coshare.coord.claims.admit`); only the
-store differs from :class:`~coshare.coord.postgres.PostgresClaims`: a dictionary, one
+store differs from :class:`~coshare.coord.leases.PostgresClaims`: a dictionary, one
 transaction being one call. Leases never expire here (a test ends a planner by dropping it).
 
 Pure: no I/O.
@@ -33,7 +33,7 @@ class MemoryLease:
 
 class MemoryClaims:
     """One planner's claims in a :class:`ClaimsStore` (the interface of
-    :class:`~coshare.coord.postgres.PostgresClaims` that :class:`~coshare.coord.cycle.EngineGate`
+    :class:`~coshare.coord.leases.PostgresClaims` that :class:`~coshare.coord.cycle.EngineGate`
     uses)."""
 
     def __init__(self, store: ClaimsStore, planner: str) -> None:

@@ -24,7 +24,9 @@ import sys
 import time
 
 from coshare.alloc.layout import tile
-from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
+from coshare.coord.engine import Engine
+from coshare.coord.leases import PlannerLease
+from coshare.coord.reservations import PostgresReservations
 from coshare.coord.sequencer import SequencerReservations
 from coshare.errors import DoubleBooking, EngineUnavailable, LeaseLost, Standby
 

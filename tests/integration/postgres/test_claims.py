@@ -18,7 +18,8 @@ import pytest
 from coshare.cli.cycles import run_once
 from coshare.config import Config, CoordinationConfig
 from coshare.coord.claims import Part
-from coshare.coord.postgres import Engine, PlannerLease, PostgresClaims
+from coshare.coord.engine import Engine
+from coshare.coord.leases import PlannerLease, PostgresClaims
 from coshare.model import Device, Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import make_policy
 from coshare.ports import ApplyReport, Rejected, SourceResult

@@ -23,7 +23,9 @@ import pytest
 from coshare.alloc.layout import tile
 from coshare.cli.cycles import run_once
 from coshare.config import Config, CoordinationConfig
-from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
+from coshare.coord.engine import Engine
+from coshare.coord.leases import PlannerLease
+from coshare.coord.reservations import PostgresReservations
 from coshare.errors import DoubleBooking, EngineUnavailable, LeaseLost, Standby
 from coshare.model import Device, Job, Node, Plan, Snapshot
 from coshare.policies import make_policy

@@ -19,7 +19,9 @@ import psycopg
 import pytest
 from coshare.cli.cycles import run_once
 from coshare.config import Config, CoordinationConfig
-from coshare.coord.postgres import Engine, PlannerLease, PostgresReservations
+from coshare.coord.engine import Engine
+from coshare.coord.leases import PlannerLease
+from coshare.coord.reservations import PostgresReservations
 from coshare.coord.sequencer import Request, SequencerReservations, agree, reservations
 from coshare.errors import ConfigError, CoordinationError, DoubleBooking
 from coshare.policies import make_policy
