@@ -82,6 +82,7 @@ PURE_ADAPTERS = [
 #: Modules inside the pure packages that do I/O, told apart by name (see coshare.sim).
 IO_MODULES = {
     "coshare.sim.cli",
+    "coshare.sim.runners",
     "coshare.sim.report",
     "coshare.sim.plot",
     "coshare.sim.trace_files",

@@ -248,12 +248,12 @@ def test_swf_replay_runs_every_job_multi_node_included(tmp_path: Path) -> None:
 
 
 def test_a_workload_is_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    from coshare.sim import cli as sim_cli
+    from coshare.sim import runners
 
-    def tiny(request: sim_cli.Request) -> sim_cli.Outcome:
-        return sim_cli.Outcome(f"tiny on {request.nodes} nodes\n", {"jobs": request.jobs})
+    def tiny(request: runners.Request) -> runners.Outcome:
+        return runners.Outcome(f"tiny on {request.nodes} nodes\n", {"jobs": request.jobs})
 
-    monkeypatch.setitem(sim_cli.WORKLOADS, "tiny", tiny)
+    monkeypatch.setitem(runners.WORKLOADS, "tiny", tiny)
     code, out, _ = run("simulate", "--workload", "tiny", "--nodes", "3")
     assert (code, out) == (0, "tiny on 3 nodes\n")
     code, out, _ = run("simulate", "--workload", "tiny", "--jobs", "5", "--output", "json")

@@ -430,7 +430,7 @@ def demo(app: AppContext, jobs: int, nodes: int, seeds: int) -> None:
     """Reproduce the paper's Table II in simulation, then plan the bundled example snapshot."""
     from coshare.cycle.run import checked_plan
     from coshare.policies import make_policy
-    from coshare.sim.cli import table2_report  # the simulator loads only when needed
+    from coshare.sim.runners import table2_report  # the simulator loads only when needed
 
     text, _ = table2_report(jobs, nodes, tuple(range(seeds)))
     click.echo(text)
