@@ -318,6 +318,40 @@ def test_a_planner_killed_after_a_batch_leaves_the_queue_consistent() -> None:
     finish(s)
 
 
+def test_a_planner_killed_between_any_two_writes_leaves_the_queue_consistent() -> None:
+    """As a SIGKILL between two of the scheduler's transactions: a cycle that places four
+    jobs in batches of one and notes why eight wait dies before its first, second, third...
+    write, until one completes. After every death the queue is consistent, and the cycles
+    that follow finish every job."""
+    deaths = 0
+    for budget in range(40):
+        s = queue(12, count=2, devices=2, batch_size=1)
+        calls = [0]
+
+        def die(
+            verb: str, jobs: Sequence[str], budget: int = budget, calls: list[int] = calls
+        ) -> None:
+            if verb == "read":
+                return
+            if calls[0] == budget:
+                raise Killed(f"killed before write {budget + 1} ({verb})")
+            calls[0] += 1
+
+        s.faults.before = die
+        try:
+            cycle(s)
+        except Killed:
+            deaths += 1
+            assert consistent(s) == []
+            assert len(gated(s)) == max(0, min(budget - 1, 4))  # whole batches, in order
+            finish(s)
+            continue
+        break
+    assert deaths == 6  # before the reread, each of the four batches, and the notes
+    assert len(gated(s)) == 4
+    finish(s)
+
+
 def test_an_unreachable_scheduler_writes_no_placement() -> None:
     s = queue(2, faults=Faults(unreachable=True))
     with pytest.raises(SchedulerError):
