@@ -241,6 +241,8 @@ class CollocationRun:
             and whole cores), ``copy_bw`` (above the threshold), ``collectible`` (the rest).
         cycles: planning cycles run.
         mean_cpu_slowdown: mean run time over time alone of the CPU jobs that ended.
+        not_run: jobs that never ended (the live cycle's run stops when the rest can never
+            start; the fast engine runs every job).
     """
 
     policy: str
@@ -258,6 +260,7 @@ class CollocationRun:
     split: dict[str, float] = field(default_factory=dict)
     cycles: int = 0
     mean_cpu_slowdown: float = 1.0
+    not_run: int = 0
 
 
 def underused_split(
@@ -310,61 +313,75 @@ def run_wu_hong(
     )
 
 
-class _Sim:
-    def __init__(
-        self, nodes: tuple[Node, ...], jobs: list[WuHongJob], policy: Policy, cycle_delay_s: float
-    ) -> None:
-        self.nodes = nodes
+def wu_hong_facts(jobs: Sequence[WuHongJob]) -> MeasuredFacts:
+    """What the node daemons publish in this experiment: each job's load (Table III's, or a
+    CPU job's ``ppn``), sampled every :data:`SAMPLE_INTERVAL_S`; no bandwidth probe."""
+    return MeasuredFacts(
+        traits={s.job.id: JobTraits(cpu_load_cores=s.load_cores) for s in jobs},
+        default=_NO_PROBE,
+        sample_interval_s=SAMPLE_INTERVAL_S,
+    )
+
+
+class LentCoreModel:
+    """How the workload's jobs run once started: the execution model of this module's
+    docstring, whoever decides the starts (the fast engine here, the live cycle's in-memory
+    scheduler in :mod:`coshare.sim.live`).
+
+    A CPU job on a running GPU job's lent cores (``harvest_from``) runs ``1 + S`` times
+    slower (:func:`copy_slowdown`) while that job runs, at its own speed once it ended; a job
+    still running at its request (115% of its time alone) is killed. The caller moves the
+    clock forward (:meth:`advance`) and ends what is due (:meth:`end_due`, at
+    :meth:`next_end_s`); every start and stop changes the rates at once.
+    """
+
+    def __init__(self, nodes: Sequence[Node], jobs: Sequence[WuHongJob]) -> None:
+        self.nodes = tuple(nodes)
         self.specs = {s.job.id: s for s in jobs}
-        self.order = [s.job.id for s in jobs]
-        self.policy = policy
-        self.delay = cycle_delay_s
-        self.pending: dict[str, None] = dict.fromkeys(self.order)
         self.running: dict[str, _Running] = {}
         self.ended: dict[str, tuple[float, float, bool]] = {}  # start, end, killed
         self.harvested_core_s = 0.0
         self.requeued = 0
-        self.cycles = 0
-        self.facts = MeasuredFacts(
-            traits={s.job.id: JobTraits(cpu_load_cores=s.load_cores) for s in jobs},
-            default=_NO_PROBE,
-            sample_interval_s=SAMPLE_INTERVAL_S,
-        )
+        self.now = 0.0
 
-    def run(self, seed: int, split_params: tuple[float, int, float]) -> CollocationRun:
-        now, due = 0.0, self.delay
-        while self.pending or self.running:
-            tick = (math.floor(now / POLL_S) + 1) * POLL_S if self.pending else math.inf
-            t = min(self._next_end(now), due, tick)
-            if math.isinf(t):
-                raise CollocationSimError(
-                    f"jobs {', '.join(list(self.pending)[:5])} can never start"
-                )
-            self._advance(now, t)
-            now = t
-            if self._end_jobs(now):
-                due = min(due, now + self.delay)
-            if now >= due or now >= tick:
-                if now >= due:
-                    due = math.inf
-                self._cycle(now)
-            self._rates()
-        return self._result(seed, split_params)
+    def start(
+        self, job_id: str, node: str, devices: tuple[str, ...], harvest_from: str | None, now: float
+    ) -> None:
+        """``job_id`` starts at ``now`` on ``node`` (on ``harvest_from``'s lent cores)."""
+        self.advance(now)
+        spec = self.specs[job_id]
+        self.running[job_id] = _Running(spec, node, devices, now, spec.duration_s, harvest_from)
+        self.rates()
 
-    def _next_end(self, now: float) -> float:
+    def stop(self, job_id: str, now: float) -> None:
+        """``job_id`` is requeued at ``now``: its work is lost; it starts again later."""
+        self.advance(now)
+        if self.running.pop(job_id, None) is not None:
+            self.requeued += 1
+        self.rates()
+
+    def next_end_s(self) -> float:
+        """When the next running job ends or is killed (``inf``: none runs)."""
         best = math.inf
         for r in self.running.values():
             deadline = r.start_s + (r.spec.job.walltime_s or math.inf)
-            best = min(best, now + r.left_s / r.rate, deadline)
+            best = min(best, self.now + r.left_s / r.rate, deadline)
         return best
 
-    def _advance(self, now: float, t: float) -> None:
+    def advance(self, t: float) -> None:
+        """Run every job at its rate from the model's clock to ``t``."""
+        if t <= self.now:
+            return
+        span = t - self.now
         for r in self.running.values():
-            r.left_s -= (t - now) * r.rate
+            r.left_s -= span * r.rate
             if r.harvest_from is not None and r.harvest_from in self.running:
-                self.harvested_core_s += (t - now) * r.spec.job.total_cpu_milli / MILLI
+                self.harvested_core_s += span * r.spec.job.total_cpu_milli / MILLI
+        self.now = t
 
-    def _end_jobs(self, now: float) -> bool:
+    def end_due(self, now: float) -> list[str]:
+        """End every job done or past its request at ``now``; returns them."""
+        self.advance(now)
         done = [
             (i, r)
             for i, r in self.running.items()
@@ -373,7 +390,99 @@ class _Sim:
         for i, r in done:
             self.ended[i] = (r.start_s, now, r.left_s > 1e-6)
             del self.running[i]
-        return bool(done)
+        if done:
+            self.rates()
+        return [i for i, _ in done]
+
+    def rates(self) -> None:
+        """Each running job's speed: ``1 / (1 + S)`` beside its lender, else 1."""
+        for r in self.running.values():
+            donor = self.running.get(r.harvest_from or "")
+            if donor is None or r.spec.slowdown_ab is None:
+                r.rate = 1.0
+                continue
+            bw = donor.spec.job.copy_bw_mbps or 0.0
+            slow = copy_slowdown(int(r.spec.load_cores), r.spec.slowdown_ab, bw)
+            r.rate = 1.0 / (1.0 + slow)
+
+    def result(
+        self, policy: str, seed: int, split_params: tuple[float, int, float], cycles: int
+    ) -> CollocationRun:
+        """Section IV-C's metrics of the jobs that ended."""
+        makespan = max((end for _, end, _ in self.ended.values()), default=0.0)
+        cpu_core_s = gpu_core_s = busy = device_s = 0.0
+        slowdowns = []
+        for i, (start, end, killed) in self.ended.items():
+            spec = self.specs[i]
+            ran = end - start
+            busy += spec.load_cores * ran
+            if spec.job.needs_device:
+                gpu_core_s += spec.job.total_cpu_milli / MILLI * ran
+                device_s += spec.job.device_count * ran
+            else:
+                cpu_core_s += spec.load_cores * ran
+                if not killed:
+                    slowdowns.append(ran / spec.duration_s)
+        cores = sum(n.cpu_milli for n in self.nodes) / MILLI
+        devices = sum(len(n.devices) for n in self.nodes)
+        total = cores * makespan
+        split = underused_split(list(self.specs.values()), *split_params)
+        # Lent cores are counted in both kinds' core-seconds; the idle is what neither held.
+        idle = total - cpu_core_s - gpu_core_s + self.harvested_core_s
+        return CollocationRun(
+            policy=policy,
+            seed=seed,
+            makespan_s=makespan,
+            cpu_utilization=busy / total if total else 0.0,
+            gpu_utilization=device_s / (devices * makespan) if makespan else 0.0,
+            killed=sum(1 for _, _, k in self.ended.values() if k),
+            requeued=self.requeued,
+            cpu_job_core_s=cpu_core_s,
+            gpu_job_core_s=gpu_core_s,
+            idle_core_s=idle,
+            harvested_core_s=self.harvested_core_s,
+            underused_core_s=sum(split.values()),
+            split=split,
+            cycles=cycles,
+            mean_cpu_slowdown=sum(slowdowns) / len(slowdowns) if slowdowns else 1.0,
+            not_run=len(self.specs) - len(self.ended),
+        )
+
+
+class _Sim:
+    """The fast engine: a cycle ``cycle_delay_s`` after each end, and every :data:`POLL_S`
+    while jobs wait; starts take effect at once."""
+
+    def __init__(
+        self, nodes: tuple[Node, ...], jobs: list[WuHongJob], policy: Policy, cycle_delay_s: float
+    ) -> None:
+        self.nodes = nodes
+        self.model = LentCoreModel(nodes, jobs)
+        self.specs = self.model.specs
+        self.running = self.model.running
+        self.policy = policy
+        self.delay = cycle_delay_s
+        self.pending: dict[str, None] = dict.fromkeys(s.job.id for s in jobs)
+        self.cycles = 0
+        self.facts = wu_hong_facts(jobs)
+
+    def run(self, seed: int, split_params: tuple[float, int, float]) -> CollocationRun:
+        now, due = 0.0, self.delay
+        while self.pending or self.running:
+            tick = (math.floor(now / POLL_S) + 1) * POLL_S if self.pending else math.inf
+            t = min(self.model.next_end_s(), due, tick)
+            if math.isinf(t):
+                raise CollocationSimError(
+                    f"jobs {', '.join(list(self.pending)[:5])} can never start"
+                )
+            now = t
+            if self.model.end_due(now):
+                due = min(due, now + self.delay)
+            if now >= due or now >= tick:
+                if now >= due:
+                    due = math.inf
+                self._cycle(now)
+        return self.model.result(self.policy.name, seed, split_params, self.cycles)
 
     def _snapshot(self, now: float) -> Snapshot:
         running = []
@@ -408,65 +517,11 @@ class _Sim:
         if problems:
             raise CollocationSimError(f"{plan.policy} at t={now:g}: " + "; ".join(problems[:3]))
         for u in plan.requeue:  # through the scheduler: the job starts again later
-            r = self.running.pop(u.job)
+            self.model.stop(u.job, now)
             self.pending[u.job] = None
-            self.requeued += 1
-            del r
         for a in plan.assignments:
-            spec = self.specs[a.job]
             del self.pending[a.job]
-            self.running[a.job] = _Running(
-                spec, a.node, a.devices, now, spec.duration_s, a.harvest_from
-            )
-
-    def _rates(self) -> None:
-        for r in self.running.values():
-            donor = self.running.get(r.harvest_from or "")
-            if donor is None or r.spec.slowdown_ab is None:
-                r.rate = 1.0
-                continue
-            bw = donor.spec.job.copy_bw_mbps or 0.0
-            slow = copy_slowdown(int(r.spec.load_cores), r.spec.slowdown_ab, bw)
-            r.rate = 1.0 / (1.0 + slow)
-
-    def _result(self, seed: int, split_params: tuple[float, int, float]) -> CollocationRun:
-        makespan = max((end for _, end, _ in self.ended.values()), default=0.0)
-        cpu_core_s = gpu_core_s = busy = device_s = 0.0
-        slowdowns = []
-        for i, (start, end, killed) in self.ended.items():
-            spec = self.specs[i]
-            ran = end - start
-            busy += spec.load_cores * ran
-            if spec.job.needs_device:
-                gpu_core_s += spec.job.total_cpu_milli / MILLI * ran
-                device_s += spec.job.device_count * ran
-            else:
-                cpu_core_s += spec.load_cores * ran
-                if not killed:
-                    slowdowns.append(ran / spec.duration_s)
-        cores = sum(n.cpu_milli for n in self.nodes) / MILLI
-        devices = sum(len(n.devices) for n in self.nodes)
-        total = cores * makespan
-        split = underused_split(list(self.specs.values()), *split_params)
-        # Lent cores are counted in both kinds' core-seconds; the idle is what neither held.
-        idle = total - cpu_core_s - gpu_core_s + self.harvested_core_s
-        return CollocationRun(
-            policy=self.policy.name,
-            seed=seed,
-            makespan_s=makespan,
-            cpu_utilization=busy / total if total else 0.0,
-            gpu_utilization=device_s / (devices * makespan) if makespan else 0.0,
-            killed=sum(1 for _, _, k in self.ended.values() if k),
-            requeued=self.requeued,
-            cpu_job_core_s=cpu_core_s,
-            gpu_job_core_s=gpu_core_s,
-            idle_core_s=idle,
-            harvested_core_s=self.harvested_core_s,
-            underused_core_s=sum(split.values()),
-            split=split,
-            cycles=self.cycles,
-            mean_cpu_slowdown=sum(slowdowns) / len(slowdowns) if slowdowns else 1.0,
-        )
+            self.model.start(a.job, a.node, a.devices, a.harvest_from, now)
 
 
 #: The sweep of ``P_M`` and ``P_B`` printed beside the paper's runs (section IV-C names

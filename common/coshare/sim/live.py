@@ -30,11 +30,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coshare.cycle.run import PHASES, run_cycle
-from coshare.model import MILLI, Node
+from coshare.model import MILLI, Job, Node
 from coshare.policies.base import Policy
+from coshare.sim.collocation import (
+    CollocationRun,
+    LentCoreModel,
+    wu_hong_facts,
+    wu_hong_nodes,
+    wu_hong_workload,
+)
 from coshare.sim.device import ExecutionModel, OffloadModel, Token
 from coshare.sim.engine import JobRecord, SimResult, SimulationError
 from coshare.sim.jobs import SimJob
@@ -87,6 +94,18 @@ class LiveRun:
     skipped: int = 0
     rejected: int = 0
     phases: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What the live cycle did over a run (:class:`LiveRun`'s fields, and the cycles)."""
+
+    cycles: int
+    withdrawn: int
+    failed: int
+    skipped: int
+    rejected: int
+    phases: Mapping[str, float]
 
 
 class _ModelRuns:
@@ -155,7 +174,15 @@ def simulate_live(
     runs = _ModelRuns(scheduler, model, jobs, index)
     scheduler.runner = runs
     for sim in jobs:
-        scheduler.at(sim.job.submit_time_s, _arrival(scheduler, sim))
+        scheduler.at(sim.job.submit_time_s, _arrival(scheduler, sim.job, sim.duration_s))
+    t = _drive(scheduler, policy, options)
+    result = _result(policy.name, scheduler, jobs, model, runs.threads, t.cycles)
+    return LiveRun(result, t.withdrawn, t.failed, t.skipped, t.rejected, t.phases)
+
+
+def _drive(scheduler: MemoryScheduler, policy: Policy, options: LiveOptions) -> Tally:
+    """Cycle on ``scheduler``'s clock until no job waits or runs and none is to arrive (or
+    those left wait on an idle cluster with nothing to arrive)."""
     adapter = MemoryAdapter(scheduler)
     cycles = withdrawn = failed = skipped = rejected = 0
     phases = dict.fromkeys(PHASES, 0.0)
@@ -202,13 +229,109 @@ def simulate_live(
         if upcoming is None:
             break
         t = max(t + options.cycle_s, _on_grid(upcoming, options.cycle_s))
-    result = _result(policy.name, scheduler, jobs, model, runs.threads, cycles)
-    return LiveRun(result, withdrawn, failed, skipped, rejected, phases)
+    return Tally(cycles, withdrawn, failed, skipped, rejected, phases)
 
 
-def _arrival(scheduler: MemoryScheduler, sim: SimJob) -> Callable[[float], None]:
+@dataclass(frozen=True)
+class CollocationLive:
+    """One run of Wu & Hong's workload (:mod:`coshare.sim.collocation`) through the live
+    cycle.
+
+    Attributes:
+        result: section IV-C's metrics, as the fast engine reports them.
+        tally: what the live cycle did (placements expired, writes failed...).
+    """
+
+    result: CollocationRun
+    tally: Tally
+
+
+class _LentRuns:
+    """Runs started jobs under the collocation experiment's execution model
+    (:class:`~coshare.sim.collocation.LentCoreModel`, the fast engine's own): a borrower
+    slows beside its lender, a job past its request is killed; tells the scheduler when each
+    ends."""
+
+    def __init__(self, scheduler: MemoryScheduler, model: LentCoreModel) -> None:
+        self.scheduler = scheduler
+        self.model = model
+        self.due_s = math.inf
+        self.generation = 0
+
+    def start(self, record: Record, now: float) -> None:
+        [held] = record.holds  # the workload has no gangs
+        self.model.start(record.id, held.node, held.devices, held.harvest_from, now)
+        self._wake()
+
+    def cancel(self, record: Record, now: float) -> None:
+        self.model.stop(record.id, now)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Ask the scheduler's clock for the model's next end (rates changed)."""
+        due = self.model.next_end_s()
+        if due == self.due_s:
+            return  # the event asked for already is the one
+        self.due_s = due
+        self.generation += 1
+        if math.isinf(due):
+            return
+        token = self.generation
+
+        def happen(now: float) -> None:
+            if token != self.generation:
+                return  # a start or an end since moved it
+            self.due_s = math.inf
+            for job_id in self.model.end_due(now):
+                self.scheduler.end(job_id, now)
+            self._wake()
+
+        self.scheduler.at(due, happen)
+
+
+def run_wu_hong_live(
+    policy: Policy,
+    seed: int,
+    options: LiveOptions | None = None,
+    *,
+    split_params: tuple[float, int, float] | None = None,
+) -> CollocationLive:
+    """Wu & Hong's workload of ``seed`` (:func:`~coshare.sim.collocation.run_wu_hong`'s)
+    through the live cycle: the in-memory scheduler starts borrowers on their lender's
+    cores, the node daemons' loads are :func:`~coshare.sim.collocation.wu_hong_facts`', and
+    every job runs under the fast engine's :class:`~coshare.sim.collocation.LentCoreModel`.
+    A requeued job starts over (its work is lost), as on the fast engine.
+
+    Raises:
+        SimulationError: (with ``check``) the queue became inconsistent.
+    """
+    options = options or LiveOptions()
+    nodes = wu_hong_nodes()
+    jobs = wu_hong_workload(seed)
+    scheduler = MemoryScheduler(
+        nodes,
+        replan_after_s=options.replan_after_s,
+        batch_size=options.batch_size,
+        facts=wu_hong_facts(jobs),
+    )
+    model = LentCoreModel(nodes, jobs)
+    scheduler.runner = _LentRuns(scheduler, model)
+    whole = min(d.threads for n in nodes for d in n.devices)
+    for spec in jobs:
+        job = spec.job
+        if job.needs_device and job.device_threads == 0:
+            # the engine's GPU jobs leave threads undeclared; a user declares the whole GPU
+            # (the queue refuses 0), which changes no placement: each takes all 3 of a node
+            job = replace(job, device_threads=whole)
+        scheduler.at(job.submit_time_s, _arrival(scheduler, job, spec.duration_s))
+    tally = _drive(scheduler, policy, options)
+    result = model.result(policy.name, seed, split_params or (1 / 3, 9, 300.0), tally.cycles)
+    return CollocationLive(result, tally)
+
+
+def _arrival(scheduler: MemoryScheduler, job: Job, run_s: float) -> Callable[[float], None]:
     def arrive(now: float) -> None:
-        scheduler.submit(sim.job, sim.duration_s)
+        scheduler.submit(job, run_s)
 
     return arrive
 

@@ -8,6 +8,15 @@
     advance(t)             job ends and arrivals up to t; every job whose gate is open and
                            whose resources are free starts, on the node its placement names
 
+Lent cores (``collocate``, :func:`coshare.ledger.book.may_lend`): a CPU-only job whose
+placement names ``harvest_from`` starts on cores of that running GPU job, not the node's
+free ones, and only while the cores it and the lender's other borrowers take stay within
+what the lender may lend: every core it holds but one (the node side refuses a loan that
+leaves the lender's cpuset empty, :mod:`coshare.node.harvest`). When the lender ends (or is
+requeued or cancelled), its borrowers go on running on the cores it handed back: from then
+on they count against the node, as the ledger counts a borrower whose lender left. A
+borrower that ends or is requeued gives its cores back to the lender.
+
 The scheduler keeps each job's record the way Slurm keeps its queue: the user's annotations,
 the placement coshare wrote, whether its gate is open, a refusal or a wait reason. What a
 planner reads goes through :func:`coshare.ledger.book.settle` (a placement that never starts
@@ -19,7 +28,8 @@ expires after ``replan_after_s``); what it writes goes through
 start of each verb (a job that vanishes or starts between read and write, a second planner),
 a kill after some batches of placements, a controller that does not answer, jobs that never
 start. :func:`problems` says what would be inconsistent (an open gate without a placement, a
-device oversubscribed by started jobs).
+device oversubscribed by started jobs, a lender lending more than it may, a borrower on the
+cores of a job that no longer runs there).
 
 Pure: no I/O; time is the simulated clock the caller advances.
 """
@@ -28,8 +38,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from coshare.cycle.protocol import write_plan
@@ -37,7 +48,8 @@ from coshare.cycle.queue_writer import Closed, Marked, WriteShape, Written
 from coshare.errors import CoshareError, SchedulerError
 from coshare.ledger.annotations import KEYS
 from coshare.ledger.book import Book, Current, Placed, Queued, Write, settle
-from coshare.model import Job, Node, Plan, RunningJob, Snapshot, Unplaced
+from coshare.ledger.facts import attach
+from coshare.model import MILLI, Job, Node, Plan, RunningJob, Snapshot, Unplaced
 from coshare.ports import (
     ApplyReport,
     Capabilities,
@@ -46,6 +58,7 @@ from coshare.ports import (
     Rejected,
     SourceResult,
 )
+from coshare.sim.facts import FactsModel
 
 #: The verbs a fault may name (``open``: a placement's gate after it is written).
 VERBS = ("requeue", "close", "refuse", "place", "open", "note")
@@ -111,7 +124,8 @@ class Record:
         requeued: why it was requeued, when it was.
         start_s: when it last started.
         end_s: when it ended.
-        holds: what it holds while it runs, one entry per node.
+        holds: what it holds while it runs, one entry per node (a borrower's names its
+            lender in ``harvest_from`` until the lender hands the cores back).
         opened: the order its gate was opened in (jobs start in that order).
         starts: how many times it started.
     """
@@ -194,6 +208,8 @@ class MemoryScheduler:
         replan_after_s: the ledger's placement timeout (``cycle.replan_after_s``).
         faults: what to do wrong (default: nothing).
         batch_size: placements per batch (:class:`WriteShape`).
+        facts: what the node daemons publish (measured loads: what ``collocate`` lends
+            by); ``None``: no node facts.
     """
 
     def __init__(
@@ -203,8 +219,10 @@ class MemoryScheduler:
         replan_after_s: float = 300.0,
         faults: Faults | None = None,
         batch_size: int | None = 100,
+        facts: FactsModel | None = None,
     ) -> None:
         self.nodes = tuple(nodes)
+        self.facts = facts
         self.by_name = {n.name: n for n in self.nodes}
         self.replan_after_s = replan_after_s
         self.faults = faults if faults is not None else Faults()
@@ -220,6 +238,8 @@ class MemoryScheduler:
         self._free_mem = {n.name: n.memory_mib for n in self.nodes}
         self._free_dev = {(n.name, d.id): d.memory_mib for n in self.nodes for d in n.devices}
         self.peak_dev: dict[tuple[str, str], int] = dict.fromkeys(self._free_dev, 0)
+        # (lender, node) -> the borrowers running on its cores there, with what each takes
+        self._loans: dict[tuple[str, str], dict[str, int]] = {}
         self.batches = 0
         self.events = 0
 
@@ -295,6 +315,14 @@ class MemoryScheduler:
         for part in placed.spots:
             if part.node not in self.by_name:
                 raise SchedulerError(f"job {job_id} is placed on unknown node {part.node}")
+            if (
+                placed.harvest_from is not None
+                and self.lender(placed.harvest_from, part.node) is None
+            ):
+                raise SchedulerError(
+                    f"job {job_id} cannot start on cores of {placed.harvest_from}: it runs no "
+                    f"GPU job on {part.node} that may lend"
+                )
             count = part.processes or job.processes
             holds.append(
                 RunningJob(
@@ -311,11 +339,15 @@ class MemoryScheduler:
                     llc_ways=part.llc_ways,
                     membw_gbps=job.membw_gbps,
                     copy_bw_mbps=job.copy_bw_mbps,
+                    harvest_from=placed.harvest_from,
                 )
             )
         record.holds = tuple(holds)
         for held in record.holds:
-            self._free_cpu[held.node] -= held.cpu_milli
+            if held.harvest_from is not None:
+                self._loans.setdefault((held.harvest_from, held.node), {})[job_id] = held.cpu_milli
+            else:
+                self._free_cpu[held.node] -= held.cpu_milli
             self._free_mem[held.node] -= held.memory_mib
             for d in held.devices:
                 key = (held.node, d)
@@ -344,11 +376,46 @@ class MemoryScheduler:
 
     def _release(self, record: Record) -> None:
         for held in record.holds:
-            self._free_cpu[held.node] += held.cpu_milli
+            if held.harvest_from is not None:  # back to the lender
+                self._loans.get((held.harvest_from, held.node), {}).pop(record.id, None)
+            else:
+                self._free_cpu[held.node] += held.cpu_milli
             self._free_mem[held.node] += held.memory_mib
             for d in held.devices:
                 self._free_dev[(held.node, d)] += held.device_memory_mib
+            self._hand_back(record.id, held.node)
         record.holds = ()
+
+    def _hand_back(self, lender: str, node: str) -> None:
+        """``lender`` left ``node``: its borrowers there run on the node's cores from now."""
+        for job_id in self._loans.pop((lender, node), {}):
+            borrower = self.records[job_id]
+            holds = []
+            for held in borrower.holds:
+                if held.harvest_from == lender and held.node == node:
+                    held = replace(held, harvest_from=None)
+                    self._free_cpu[node] -= held.cpu_milli
+                holds.append(held)
+            borrower.holds = tuple(holds)
+
+    def lender(self, job_id: str, node: str) -> RunningJob | None:
+        """What running job ``job_id`` holds on ``node`` if it may lend cores there: a GPU
+        job that borrows none itself (a loan is never passed on); ``None`` otherwise."""
+        record = self.records.get(job_id)
+        if record is None or record.state != "running":
+            return None
+        return next(
+            (h for h in record.holds if h.node == node and h.devices and h.harvest_from is None),
+            None,
+        )
+
+    def lendable_milli(self, job_id: str, node: str) -> int:
+        """Cores running GPU job ``job_id`` may still lend on ``node``: every whole core it
+        holds but one, less what its borrowers there take (0: it lends none)."""
+        held = self.lender(job_id, node)
+        if held is None:
+            return 0
+        return max(0, most_lent_milli(held) - sum(self._loans.get((job_id, node), {}).values()))
 
     def _fits(self, record: Record) -> bool:
         placed = record.placed
@@ -359,7 +426,12 @@ class MemoryScheduler:
             if part.node not in self.by_name:
                 return False
             count = part.processes or job.processes
-            if self._free_cpu[part.node] < job.cpu_milli * count:
+            if placed.harvest_from is not None:
+                if part.devices or self.lendable_milli(placed.harvest_from, part.node) < (
+                    job.cpu_milli * count
+                ):
+                    return False  # only on cores the lender may still lend
+            elif self._free_cpu[part.node] < job.cpu_milli * count:
                 return False
             if self._free_mem[part.node] < job.memory_mib * count:
                 return False
@@ -413,10 +485,18 @@ class MemoryScheduler:
         )
 
 
+def most_lent_milli(lender: RunningJob) -> int:
+    """The most a running GPU job may lend on its node: every whole core it holds but one
+    (the node side never leaves a lender's cpuset empty)."""
+    return max(0, math.ceil(lender.cpu_milli / MILLI - 1e-9) - 1) * MILLI
+
+
 def problems(scheduler: MemoryScheduler) -> list[str]:
     """What is inconsistent in the queue: an open gate without a placement, a placement on a
     node or device that does not exist, a device, a node's cores or memory oversubscribed by
-    the jobs that started, a refused job with its gate open. Empty: consistent."""
+    the jobs that started (borrowers count against their lender's cores, not the node's), a
+    lender lending more than its cores but one, a borrower on the cores of a job that no
+    longer runs on its node, a refused job with its gate open. Empty: consistent."""
     found: list[str] = []
     for r in scheduler.records.values():
         if r.state == "pending" and r.gate_open:
@@ -429,13 +509,32 @@ def problems(scheduler: MemoryScheduler) -> list[str]:
     cpu: dict[str, int] = {}
     mem: dict[str, int] = {}
     dev: dict[tuple[str, str], int] = {}
+    lent: dict[tuple[str, str], int] = {}
     for r in scheduler.running():
         for held in r.holds:
-            cpu[held.node] = cpu.get(held.node, 0) + held.cpu_milli
+            if held.harvest_from is not None:
+                key = (held.harvest_from, held.node)
+                lent[key] = lent.get(key, 0) + held.cpu_milli
+                if held.devices:
+                    found.append(f"job {r.id}: holds devices on cores lent by {held.harvest_from}")
+            else:
+                cpu[held.node] = cpu.get(held.node, 0) + held.cpu_milli
             mem[held.node] = mem.get(held.node, 0) + held.memory_mib
             for device_id in held.devices:
                 key = (held.node, device_id)
                 dev[key] = dev.get(key, 0) + held.device_memory_mib
+    for (lender, node_name), milli in sorted(lent.items()):
+        held = scheduler.lender(lender, node_name)
+        if held is None:
+            found.append(
+                f"job {lender} lends cores on node {node_name} but runs no GPU job there "
+                "(its borrowers were not handed its cores back)"
+            )
+        elif milli > most_lent_milli(held):
+            found.append(
+                f"job {lender}: lends {milli / MILLI:g} cores on node {node_name}, more than "
+                f"the {held.cpu_milli / MILLI:g} it holds less the one it keeps"
+            )
     for node in scheduler.nodes:
         if cpu.get(node.name, 0) > node.cpu_milli or mem.get(node.name, 0) > node.memory_mib:
             found.append(f"node {node.name}: host oversubscribed by started jobs")
@@ -628,12 +727,10 @@ class MemoryAdapter:
     several adapters over one scheduler)."""
 
     capabilities = Capabilities(
+        harvest=True,
         fenced_batches=True,
         global_job_ids=True,
-        why_not={
-            "harvest": "the in-memory scheduler does not model lent cores",
-            "llc_ways": "the in-memory scheduler makes no resctrl groups",
-        },
+        why_not={"llc_ways": "the in-memory scheduler makes no resctrl groups"},
     )
 
     def __init__(self, scheduler: MemoryScheduler) -> None:
@@ -656,6 +753,8 @@ class MemoryAdapter:
         self.book = book
         running = tuple(h for r in s.running() for h in r.holds)
         snapshot = Snapshot(s.nodes, running + book.planned, book.pending, now_s=s.now)
+        if s.facts is not None:
+            snapshot = attach(snapshot, s.facts.facts(s.now, s.nodes, snapshot.running))
         if s.faults.before is not None:
             s.faults.before("read", ())
         return SourceResult(snapshot, book.rejected, notes=book.notes)
