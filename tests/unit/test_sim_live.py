@@ -115,9 +115,45 @@ def test_cycle_s_without_live_and_live_with_a_sweep_are_refused() -> None:
     assert code == 2 and "--sweep" in err
 
 
-def test_live_refuses_wu_hong_naming_why() -> None:
-    code, _, err = run("simulate", "--workload", "wu-hong", "--cycle", "live")
-    assert code != 0 and "lent cores" in err
+def test_live_wu_hong_lends_cores_and_keeps_the_paper_s_order() -> None:
+    """Wu & Hong's workload through the live cycle, beside its collocation engine: the same
+    figures both ways; collocate lends cores and beats exclusive on both; the live cycle
+    runs at most one cycle per cycle_s."""
+    code, out, err = run(
+        "simulate",
+        "--workload",
+        "wu-hong",
+        "--cycle",
+        "live",
+        "--cycle-s",
+        "60",
+        "--output",
+        "json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["workload"], data["cycle_s"], data["seeds"]) == ("wu-hong", 60.0, [0])
+    runs = {r["policy"]: r for r in data["runs"]}
+    assert list(runs) == ["exclusive", "collocate"]  # the default pair
+    figures = {"makespan_s", "cpu_utilization", "gpu_utilization", "harvested_core_s", "killed"}
+    for r in runs.values():
+        assert figures <= set(r["engine"]) and figures <= set(r["live"])
+        assert {"withdrawn", "failed", "skipped", "rejected"} <= set(r["live"])
+        assert r["live"]["not_run"] == r["engine"]["not_run"] == 0
+        assert r["live"]["killed"] == r["engine"]["killed"] == 0  # Table III's loads are constant
+        assert r["live"]["failed"] == r["live"]["rejected"] == 0
+        assert 0 < r["live"]["cycles"] <= r["live"]["makespan_s"] / 60 + 1
+    for side in ("engine", "live"):
+        assert runs["collocate"][side]["makespan_s"] < runs["exclusive"][side]["makespan_s"]
+        assert runs["collocate"][side]["harvested_core_s"] > 0
+        assert runs["exclusive"][side]["harvested_core_s"] == 0
+
+
+def test_live_wu_hong_is_the_paper_s_setup_and_other_workloads_are_refused() -> None:
+    code, _, err = run("simulate", "--workload", "wu-hong", "--cycle", "live", "--jobs", "10")
+    assert code != 0 and "--jobs and --nodes do not apply" in err
+    code, _, err = run("simulate", "--workload", "sns", "--cycle", "live")
+    assert code != 0 and "wu-hong" in err and "not sns" in err
 
 
 def test_every_live_start_is_at_a_cycle_and_every_job_runs() -> None:

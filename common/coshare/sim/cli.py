@@ -314,8 +314,8 @@ class FiniteRange(click.FloatRange):
     show_default=True,
     help="engine: the fast event engine; live: also run each policy through the live "
     "planning cycle (read, ledger, write protocol) on an in-memory scheduler, a cycle every "
-    "--cycle-s, and print both (paper job sets, and trace:PATH, where --jobs takes the "
-    "log's first jobs).",
+    "--cycle-s, and print both (paper job sets, wu-hong with its lent cores, and "
+    "trace:PATH, where --jobs takes the log's first jobs).",
 )
 @click.option(
     "--cycle-s",
@@ -484,7 +484,7 @@ def _live(
 ) -> None:
     """``--cycle live``: each policy on the fast engine and through the live cycle."""
     from coshare.sim.live import LiveOptions
-    from coshare.sim.live_report import live_outcome
+    from coshare.sim.live_report import WU_HONG_POLICIES, live_outcome
 
     options = LiveOptions(
         cycle_s=cycle_s if cycle_s is not None else app.config.cycle.interval_s,
@@ -492,7 +492,8 @@ def _live(
         strict_threads=setup.threads == "strict",
         check=setup.verify,
     )
-    default = PAPER_POLICIES if not workload.startswith("trace:") else ALL_POLICIES
+    default: tuple[str, ...] = PAPER_POLICIES if not workload.startswith("trace:") else ALL_POLICIES
+    default = WU_HONG_POLICIES if workload == "wu-hong" else default
     text, payload = live_outcome(
         workload,
         jobs=jobs,

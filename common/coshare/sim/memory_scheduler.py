@@ -524,16 +524,16 @@ def problems(scheduler: MemoryScheduler) -> list[str]:
                 key = (held.node, device_id)
                 dev[key] = dev.get(key, 0) + held.device_memory_mib
     for (lender, node_name), milli in sorted(lent.items()):
-        held = scheduler.lender(lender, node_name)
-        if held is None:
+        lends = scheduler.lender(lender, node_name)
+        if lends is None:
             found.append(
                 f"job {lender} lends cores on node {node_name} but runs no GPU job there "
                 "(its borrowers were not handed its cores back)"
             )
-        elif milli > most_lent_milli(held):
+        elif milli > most_lent_milli(lends):
             found.append(
                 f"job {lender}: lends {milli / MILLI:g} cores on node {node_name}, more than "
-                f"the {held.cpu_milli / MILLI:g} it holds less the one it keeps"
+                f"the {lends.cpu_milli / MILLI:g} it holds less the one it keeps"
             )
     for node in scheduler.nodes:
         if cpu.get(node.name, 0) > node.cpu_milli or mem.get(node.name, 0) > node.memory_mib:
