@@ -22,6 +22,12 @@ wait on such an idle cluster with nothing left to arrive (they never fit: report
 run, as the fast engine does). The result is a :class:`~coshare.sim.engine.SimResult`,
 summarized as the fast engine's.
 
+:func:`run_wu_hong_live` runs Wu & Hong's workload (:mod:`coshare.sim.collocation`) the same
+way: the scheduler lends a running GPU job's cores to the borrowers ``collocate`` places on
+them, reads the node daemons' loads as that experiment's engine does, and the jobs run under
+its :class:`~coshare.sim.collocation.LentCoreModel`; the result is its
+:class:`~coshare.sim.collocation.CollocationRun`.
+
 Pure: no I/O; the clock is simulated.
 """
 
