@@ -10,10 +10,11 @@ import re
 import shlex
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 from coshare.cli.main import cli
+
+from tests.unit.docs_guides import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -85,41 +86,12 @@ def guide_commands() -> list[tuple[str, list[str]]]:
     return out
 
 
-def resolve(words: list[str]) -> tuple[click.Command, list[str]]:
-    """The command ``coshare WORDS`` names (options and their values skipped), and the
-    options it was given that it does not have."""
-    command: click.Command = cli
-    unknown: list[str] = []
-    skip = False
-    for word in words:
-        if word == "--" or word.startswith("["):  # the command's own arguments, or a usage
-            break
-        if skip:
-            skip = False
-            continue
-        if word.startswith("-") and word != "-":  # a lone - is standard input
-            name = word.split("=", 1)[0]
-            option = next((p for p in command.params if name in getattr(p, "opts", ())), None)
-            if option is None and name not in ("--help", "-h"):
-                unknown.append(name)
-            skip = option is not None and not getattr(option, "is_flag", False) and "=" not in word
-            continue
-        if not isinstance(command, click.Group):
-            continue  # an argument
-        sub = command.get_command(click.Context(command), word)  # lazy: condor, slurm
-        if sub is None:
-            unknown.append(word)
-            break
-        command = sub
-    return command, unknown
-
-
 def test_the_commands_the_guides_name_exist() -> None:
     named = guide_commands()
     assert len(named) >= 10
     # the check itself: a misspelt command or option is caught
-    assert resolve(["condor", "cycel"])[1] == ["cycel"]
-    assert resolve(["plan", "x.json", "--polcy", "knapsack"])[1] == ["--polcy"]
+    assert resolve(["condor", "cycel"])[2] == ["cycel"]
+    assert resolve(["plan", "x.json", "--polcy", "knapsack"])[2] == ["--polcy"]
     for page, words in named:
-        command, unknown = resolve(words)
+        command, _, unknown = resolve(words)
         assert command is not cli and not unknown, f"{page}: coshare {' '.join(words)}: {unknown}"
