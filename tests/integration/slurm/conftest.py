@@ -16,7 +16,6 @@ import pytest
 
 from .cluster import BIN, SCRIPT, Cluster
 
-
 #: How the tests start deploy/slurm/local-cluster (and the Slurm walk-through shows it).
 START_OPTIONS = ["--nodes", "4", "--devices", "2", "--accounting"]
 
