@@ -27,6 +27,7 @@ from tests.unit.docs_guides import (
 )
 
 POOL = "tests/integration/condor_pool.py"
+FENCE_BLOCK = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
 SLURM = "tests/integration/slurm/conftest.py"
 
 #: command -> (the test file that runs it, a text that file holds where it does).
@@ -296,3 +297,52 @@ def test_no_page_for_admins_or_users_speaks_of_issues_or_test_files() -> None:
         "see `tests/unit/test_x.py`"
     )
     assert not DEVELOPER_TALK.search("Table II, 1,000 jobs, `make test`")
+
+
+def test_each_figure_in_the_docs_has_the_command_that_draws_it_beside_it() -> None:
+    """Every PNG under docs/figures/ is shown by a page, and right under it the page prints
+    the ``coshare`` command that draws that file (``--plot docs/figures/NAME.png``), with a
+    caption that states the error bars."""
+    figures = sorted((ROOT / "docs" / "figures").glob("*.png"))
+    assert figures
+    shown_at: dict[str, str] = {}
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = page.read_text()
+        for found in re.finditer(r"!\[[^\]]*\]\(figures/([\w.-]+\.png)\)", text):
+            beside = text[found.end() :].split("\n\n![", 1)[0][:600]
+            command = re.search(r"`(?:\.venv/bin/)?coshare ([^`]+)`", beside)
+            assert command, f"{page.name}: {found.group(1)} has no command beside it"
+            words = command.group(1).split()
+            _, path, unknown = resolve(words)
+            assert path and not unknown, f"{page.name}: {command.group(0)}"
+            assert f"docs/figures/{found.group(1)}" in words, command.group(0)
+            assert "error bars" in beside, f"{page.name}: {found.group(1)}: no error bars said"
+            shown_at[found.group(1)] = page.name
+    assert sorted(shown_at) == [f.name for f in figures]
+
+
+def test_the_condor_walk_throughs_output_is_what_its_commands_print() -> None:
+    """The HTCondor walk-through runs on a real pool (``deploy/condor/pool``, as the
+    integration tests start it), so its output is checked here line by line against what
+    the code prints: the cycle's summary as ``cycle_summary`` writes it for the jobs shown
+    (timings aside), and the ``condor_q -af:h`` header as the attributes the command asks."""
+    from coshare.cli.render import cycle_summary
+    from coshare.cycle.run import CycleReport
+    from coshare.model import Assignment, Plan
+    from coshare.ports import ApplyReport
+
+    page = (ROOT / "docs" / "deploy-htcondor.md").read_text()
+    walk = page.split("## Walk-through with the local pool", 1)[1]
+    blocks = FENCE_BLOCK.findall(walk)
+    commands, output = blocks[0], blocks[1].splitlines()
+    submitted = int(re.search(r"^queue (\d+)$", commands, re.M).group(1))  # type: ignore[union-attr]
+    jobs = tuple(f"1.{i}" for i in range(submitted))
+    plan = Plan("sharepack", tuple(Assignment(j, "node1", ("0",)) for j in jobs))
+    printed = cycle_summary(CycleReport(plan=plan, apply=ApplyReport(applied=jobs)))
+    timings = re.compile(r"\(read [\d.]+ s, plan [\d.]+ s, apply [\d.]+ s\)")
+    assert timings.sub("", output[0]) == timings.sub("", printed.splitlines()[0])
+    asked = re.search(r"condor_q -af:h (.*)$", commands, re.M)
+    assert asked is not None and output[1].split() == asked.group(1).split()
+    rows = [line.split() for line in output[2:] if line != "..."]
+    assert rows and all(len(row) == len(output[1].split()) for row in rows)
+    assert {row[3] for row in rows} <= {"node1", "node2", "node3", 'node4 " || true || "'}
