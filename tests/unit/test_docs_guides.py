@@ -1,12 +1,14 @@
-"""Every command the admin and user guides show is run by a test: the table below names, for
-each (``docs_guides.key``: a coshare command, a deploy/ script and its subcommand, or a
-program), the test file that runs it and a text that file must hold where it does (``EVIDENCE``
-is checked, so a link cannot silently go stale). The few commands no test can run here (the
-scheduler's own administration, a device this machine lacks) are listed apart with why; coshare's
-own commands and deploy/ scripts may not be among them. Shown deploy/ commands name a
-subcommand and options the script parses, and the walk-throughs start the local pool and
-cluster as the integration tests do. Commands shown with their output are run and checked by
-test_docs_commands."""
+"""Every command the admin and user guides and the hand-written reference pages show is run
+by a test: the table below names, for each (``docs_guides.key``: a coshare command, a deploy/
+script and its subcommand, or a program), the test file that runs it and a text that file
+must hold where it does (checked, so a link cannot silently go stale). The few commands no
+test can run here (the scheduler's own administration, a device this machine lacks, a
+benchmark) are listed apart with why; coshare's own commands and deploy/ scripts may not be
+among them. Shown deploy/ commands name a subcommand and options the script parses, the
+walk-throughs start the local pool and cluster as the integration tests do, and the HTCondor
+walk-through's output is what the code prints. Commands shown with their output are run and
+checked by test_docs_commands. No page for admins or users names issues or test files, and
+every figure has the command that draws it beside it."""
 
 from __future__ import annotations
 
@@ -67,6 +69,8 @@ RUN_BY: dict[str, tuple[str, str]] = {
     "coshare profile import": ("tests/unit/test_profile_ways.py", '"profile", "import"'),
     "coshare profile show": ("tests/unit/test_learning.py", '"profile", "show"'),
     "coshare profile ways": ("tests/unit/test_profile_ways.py", '"profile", "ways"'),
+    "coshare schema": ("tests/unit/test_hostile_inputs.py", '"schema", "snapshot"'),
+    "coshare node watch": ("tests/unit/test_node_cli.py", '"node", "watch"'),
     "coshare simulate": ("tests/unit/test_cli.py", '"simulate"'),
     "coshare slurm": ("tests/integration/slurm/test_slurm_annotations.py", '"slurm", "cycle"'),
     "coshare slurm cycle": (
@@ -75,7 +79,14 @@ RUN_BY: dict[str, tuple[str, str]] = {
     ),
     "coshare slurm explain": ("tests/integration/slurm/test_slurm_annotations.py", '"explain"'),
     "coshare slurm show": ("tests/integration/slurm/test_slurm_annotations.py", '"slurm", "show"'),
-    "coshare-launch": ("tests/unit/test_compute_share.py", "coshare.node.control.launcher"),
+    "coshare-launch": (
+        "tests/unit/test_slurm_prolog.py",
+        "test_the_deployed_task_prolog_runs_coshare_launch_with_the_system_python",
+    ),
+    "python3": (
+        "tests/unit/test_slurm_prolog.py",
+        "test_the_deployed_task_prolog_runs_coshare_launch_with_the_system_python",
+    ),
     "deploy/condor/pool start": (POOL, 'pool("start"'),
     "deploy/condor/pool stop": (POOL, 'pool("stop"'),
     "deploy/condor/pool exec": ("tests/integration/test_condor_pool.py", 'pool("exec"'),
@@ -83,7 +94,6 @@ RUN_BY: dict[str, tuple[str, str]] = {
     "deploy/condor/pool trigger-off": ("tests/integration/test_condor_trigger.py", "trigger-off"),
     "deploy/slurm/local-cluster start": (SLURM, '"start",'),
     "deploy/slurm/local-cluster stop": (SLURM, '"stop"'),
-    "bench/trigger_latency.py": ("tests/unit/test_condor_negotiator.py", "trigger_latency"),
     "condor_chirp": ("tests/unit/test_condor_node_scripts.py", "condor_chirp"),
     "condor_gpu_discovery": ("tests/unit/test_device_names.py", "condor_gpu_discovery"),
     "condor_history": ("tests/integration/test_condor_history.py", "condor_history"),
@@ -118,12 +128,14 @@ NOT_RUN: dict[str, str] = {
     "make dist": "the repository's build of a release",
     "make demo": "the repository's demo venv",
     "make test": "runs this suite",
+    "make docs": "the reference pages' generator, whose output test_reference compares",
     "make man": "the man pages' generator, whose output test_reference compares",
     "make .venv/.test": "the venv the integration tests run in",
     "man": "reads the installed man pages (test_wheel_install checks they are installed)",
     "nvidia-smi": "needs an NVIDIA GPU; the device script's fallback is what the pool runs",
-    "python3": "how the node starts coshare-launch; the launcher is run by the node tests",
     "bench/startup.py": "a benchmark: it prints figures, no test asserts on them",
+    "bench/trigger_latency.py": "a benchmark on the real pool and cluster: it prints "
+    "latencies, no test asserts on them",
     "scontrol reconfigure": "Slurm's own reload of slurm.conf after installing the plugin",
     "sdiag": "named for what Slurm 22.05 lacks (`sdiag --json`)",
     "sysctl": "the kernel's ptrace setting, named by the security model",
@@ -136,9 +148,10 @@ def all_shown() -> list[Shown]:
     return [command for page in guide_pages() for command in shown(page)]
 
 
-def test_the_guides_are_the_navs_admin_and_user_guides() -> None:
+def test_the_guides_are_the_navs_admin_and_user_guides_and_hand_written_reference() -> None:
     names = {page.name for page in guide_pages()}
     assert {"install.md", "deploy-htcondor.md", "operations.md", "waiting.md"} <= names
+    assert {"metrics.md", "exit-codes.md"} <= names
     assert "cli.md" not in names and "benchmarks.md" not in names
 
 
@@ -168,11 +181,10 @@ def test_each_named_test_runs_its_command(command: str) -> None:
     source = (ROOT / path).read_text()
     assert evidence in source, f"{path} does not hold {evidence!r} ({command})"
     last = command.split()[-1].removeprefix("bench/").removesuffix(".py")
-    words = re.findall(r"[a-z_-]+", evidence)
-    assert last in words or last in ("coshare", "coshare-launch") or last in evidence, (
-        command,
-        evidence,
-    )
+    named = evidence.replace("_", "-").replace("-", " ")
+    assert (
+        last in evidence or last.replace("-", " ").removesuffix("3") in named or (last == "coshare")
+    ), (command, evidence)
     ast.parse(source)  # a test module, not a note
 
 
@@ -346,3 +358,12 @@ def test_the_condor_walk_throughs_output_is_what_its_commands_print() -> None:
     rows = [line.split() for line in output[2:] if line != "..."]
     assert rows and all(len(row) == len(output[1].split()) for row in rows)
     assert {row[3] for row in rows} <= {"node1", "node2", "node3", 'node4 " || true || "'}
+
+
+def test_each_make_target_a_guide_shows_is_in_the_makefile() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w./$()-]+):", makefile, re.M))
+    targets |= {t.replace("$(VENV)", ".venv") for t in targets}
+    shown_targets = {c.words[1] for c in all_shown() if c.words[0] == "make"}
+    assert {"dist", "test"} <= shown_targets
+    assert shown_targets <= targets, shown_targets - targets
