@@ -81,6 +81,24 @@ class Shown:
 GENERATED = frozenset({"cli.md", "config.md", "environment.md"})
 
 
+def follows(expected: str, printed: str) -> str | None:
+    """Why ``printed`` does not show ``expected``'s lines in order (``None``: it does)."""
+    lines = [line.rstrip() for line in printed.splitlines()]
+    at = 0
+    for want in expected.rstrip("\n").splitlines():
+        text = want.rstrip()
+        if text.strip() == "...":
+            continue
+        prefix = text.endswith("...")
+        text = text.removesuffix("...").rstrip()
+        while at < len(lines) and not (lines[at].startswith(text) if prefix else lines[at] == text):
+            at += 1
+        if at == len(lines):
+            return f"not printed (in this order): {want!r}"
+        at += 1
+    return None
+
+
 def guide_pages() -> list[Path]:
     """The pages of the site's Admin guide and User guide, and the Reference pages written by
     hand (mkdocs.yml's nav)."""

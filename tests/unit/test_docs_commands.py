@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from coshare.cli.main import cli
 
-from tests.unit.docs_guides import resolve
+from tests.unit.docs_guides import follows, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -32,24 +32,6 @@ def shown() -> list[tuple[str, str, str]]:
         for page in PAGES
         for found in SHOWN.finditer(page.read_text())
     ]
-
-
-def follows(expected: str, printed: str) -> str | None:
-    """Why ``printed`` does not show ``expected``'s lines in order (``None``: it does)."""
-    lines = [line.rstrip() for line in printed.splitlines()]
-    at = 0
-    for want in expected.rstrip("\n").splitlines():
-        text = want.rstrip()
-        if text.strip() == "...":
-            continue
-        prefix = text.endswith("...")
-        text = text.removesuffix("...").rstrip()
-        while at < len(lines) and not (lines[at].startswith(text) if prefix else lines[at] == text):
-            at += 1
-        if at == len(lines):
-            return f"not printed (in this order): {want!r}"
-        at += 1
-    return None
 
 
 @pytest.mark.parametrize(("page", "command", "output"), shown(), ids=lambda v: str(v)[:40])
