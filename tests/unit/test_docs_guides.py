@@ -367,3 +367,14 @@ def test_each_make_target_a_guide_shows_is_in_the_makefile() -> None:
     shown_targets = {c.words[1] for c in all_shown() if c.words[0] == "make"}
     assert {"dist", "test"} <= shown_targets
     assert shown_targets <= targets, shown_targets - targets
+
+
+def test_the_condor_walk_through_starts_the_pool_as_the_integration_tests_do() -> None:
+    """The pool's start line sets the environment tests/integration/condor_pool.py's
+    ``pool`` sets (the number of schedds aside: the script's default, one)."""
+    helper = (ROOT / POOL).read_text().split("def pool(", 1)[1].split("\ndef ", 1)[0]
+    tests_set = set(re.findall(r'"(CONDOR_POOL_\w+)":', helper)) - {"CONDOR_POOL_SCHEDDS"}
+    assert tests_set
+    page = (ROOT / "docs" / "deploy-htcondor.md").read_text()
+    (line,) = re.findall(r"^(.*)deploy/condor/pool start\b", page, re.M)
+    assert set(re.findall(r"(CONDOR_POOL_\w+)=", line)) == tests_set
