@@ -13,6 +13,7 @@ every figure has the command that draws it beside it."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 import pytest
@@ -144,8 +145,9 @@ NOT_RUN: dict[str, str] = {
 }
 
 
-def all_shown() -> list[Shown]:
-    return [command for page in guide_pages() for command in shown(page)]
+@functools.cache
+def all_shown() -> tuple[Shown, ...]:
+    return tuple(command for page in guide_pages() for command in shown(page))
 
 
 def test_the_guides_are_the_navs_admin_and_user_guides_and_hand_written_reference() -> None:

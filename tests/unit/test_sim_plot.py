@@ -59,7 +59,9 @@ def visible(fig: Any) -> list[Any]:
     return [ax for ax in fig.axes if ax.get_visible()]
 
 
-def test_titles_and_axes_speak_the_readers_terms_with_units(drawn: dict[str, Any]) -> None:
+def test_titles_and_axes_speak_the_readers_terms_with_units_one_panel_per_row(
+    drawn: dict[str, Any],
+) -> None:
     bars, footprint, sizes, reduction = visible(drawn["fig"])
     assert bars.get_ylabel() == "makespan (s)"
     assert [t.get_text() for t in bars.get_xticklabels()] == ["Table I set"]
@@ -73,6 +75,14 @@ def test_titles_and_axes_speak_the_readers_terms_with_units(drawn: dict[str, Any
         axis = ax.yaxis if ax is footprint else ax.xaxis
         ticks = [t for t in axis.get_ticklocs() if ax.get_ylim()[0] <= t or ax is not footprint]
         assert all(float(t).is_integer() for t in ticks), ax.get_title()
+    # one panel per row, at a page's width; the bar panels name their x axis
+    from coshare.sim import plot
+
+    fig = drawn["fig"]
+    width, height = fig.get_size_inches()
+    assert width == plot.PANEL_WIDTH_IN and height == plot.PANEL_HEIGHT_IN * len(visible(fig))
+    assert len({round(ax.get_position().x0, 3) for ax in visible(fig)}) == 1
+    assert bars.get_xlabel() == footprint.get_xlabel() == "job set (job size distribution)"
 
 
 def test_the_paper_is_drawn_beside_coshare_and_legends_cover_no_data(drawn: dict[str, Any]) -> None:
@@ -100,20 +110,6 @@ def test_the_paper_is_drawn_beside_coshare_and_legends_cover_no_data(drawn: dict
         ), ax
         legend = ax.get_legend().get_window_extent()
         assert legend.y1 <= ax.get_window_extent().y0, ax.get_title()  # below the panel
-
-
-def test_each_panel_has_its_own_row_at_a_page_width_and_bars_name_their_axis(
-    drawn: dict[str, Any],
-) -> None:
-    from coshare.sim import plot
-
-    fig = drawn["fig"]
-    panels = visible(fig)
-    width, height = fig.get_size_inches()
-    assert width == plot.PANEL_WIDTH_IN and height == plot.PANEL_HEIGHT_IN * len(panels)
-    assert len({round(ax.get_position().x0, 3) for ax in panels}) == 1  # one column
-    bars, footprint = panels[:2]
-    assert bars.get_xlabel() == footprint.get_xlabel() == "job set (job size distribution)"
 
 
 def test_a_sweeps_figure_draws_the_same_min_max_bars_with_units(
