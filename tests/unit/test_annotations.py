@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from coshare.errors import AnnotationError
@@ -16,6 +17,8 @@ from coshare.ledger.bounds import (
 from coshare.model import Device, Node
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.unit.docs_guides import ROOT
 
 LIMITS = ClusterLimits.of_nodes(
     [Node("a", 16000, 65536, (Device("0", 8192, 240), Device("1", 16384, 244)))]
@@ -311,3 +314,12 @@ def test_any_annotations_give_a_job_within_the_bounds_or_one_bounded_error(
     assert 0 <= job.device_count <= MAX_DEVICES and 1 <= job.processes <= MAX_PROCESSES
     for value in (job.alpha, job.membw_gbps, job.copy_bw_mbps, job.walltime_s):
         assert value is None or math.isfinite(value)
+
+
+def test_the_bad_value_the_user_guide_shows_is_the_message_a_job_gets() -> None:
+    page = (ROOT / "docs" / "annotations.md").read_text()
+    shown = page.split("**A bad value**", 1)[1].split("```\n", 2)[1].strip()
+    found = re.fullmatch(r"job (\S+): (\w+)='([^']*)' .*", shown)
+    assert found is not None, shown
+    job, key, value = found.groups()
+    assert message(job, {key: value, "CoshareDeviceThreads": 60}) == shown

@@ -10,10 +10,11 @@ import re
 import shlex
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 from coshare.cli.main import cli
+
+from tests.unit.docs_guides import follows, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -31,24 +32,6 @@ def shown() -> list[tuple[str, str, str]]:
         for page in PAGES
         for found in SHOWN.finditer(page.read_text())
     ]
-
-
-def follows(expected: str, printed: str) -> str | None:
-    """Why ``printed`` does not show ``expected``'s lines in order (``None``: it does)."""
-    lines = [line.rstrip() for line in printed.splitlines()]
-    at = 0
-    for want in expected.rstrip("\n").splitlines():
-        text = want.rstrip()
-        if text.strip() == "...":
-            continue
-        prefix = text.endswith("...")
-        text = text.removesuffix("...").rstrip()
-        while at < len(lines) and not (lines[at].startswith(text) if prefix else lines[at] == text):
-            at += 1
-        if at == len(lines):
-            return f"not printed (in this order): {want!r}"
-        at += 1
-    return None
 
 
 @pytest.mark.parametrize(("page", "command", "output"), shown(), ids=lambda v: str(v)[:40])
@@ -85,41 +68,12 @@ def guide_commands() -> list[tuple[str, list[str]]]:
     return out
 
 
-def resolve(words: list[str]) -> tuple[click.Command, list[str]]:
-    """The command ``coshare WORDS`` names (options and their values skipped), and the
-    options it was given that it does not have."""
-    command: click.Command = cli
-    unknown: list[str] = []
-    skip = False
-    for word in words:
-        if word == "--" or word.startswith("["):  # the command's own arguments, or a usage
-            break
-        if skip:
-            skip = False
-            continue
-        if word.startswith("-") and word != "-":  # a lone - is standard input
-            name = word.split("=", 1)[0]
-            option = next((p for p in command.params if name in getattr(p, "opts", ())), None)
-            if option is None and name not in ("--help", "-h"):
-                unknown.append(name)
-            skip = option is not None and not getattr(option, "is_flag", False) and "=" not in word
-            continue
-        if not isinstance(command, click.Group):
-            continue  # an argument
-        sub = command.get_command(click.Context(command), word)  # lazy: condor, slurm
-        if sub is None:
-            unknown.append(word)
-            break
-        command = sub
-    return command, unknown
-
-
 def test_the_commands_the_guides_name_exist() -> None:
     named = guide_commands()
     assert len(named) >= 10
     # the check itself: a misspelt command or option is caught
-    assert resolve(["condor", "cycel"])[1] == ["cycel"]
-    assert resolve(["plan", "x.json", "--polcy", "knapsack"])[1] == ["--polcy"]
+    assert resolve(["condor", "cycel"])[2] == ["cycel"]
+    assert resolve(["plan", "x.json", "--polcy", "knapsack"])[2] == ["--polcy"]
     for page, words in named:
-        command, unknown = resolve(words)
+        command, _, unknown = resolve(words)
         assert command is not cli and not unknown, f"{page}: coshare {' '.join(words)}: {unknown}"

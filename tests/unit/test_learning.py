@@ -28,6 +28,7 @@ from coshare.profiles.learning import (
 )
 from coshare.profiles.store import write_profile
 
+from tests.unit.docs_guides import ROOT, follows
 from tests.unit.test_policy_sns import MG
 
 RUN = 0
@@ -287,6 +288,11 @@ def test_profile_show_says_where_each_profile_comes_from(tmp_path: Path) -> None
     assert lines[1].startswith("MG: admin (scaling, best scale 8); learned entry not used")
     assert lines[2] == "NEW: learning (next run alone at scale 2; 1 run(s): scale 1 100.0 s x1)"
     assert lines[3] == f"{tmp_path}: 1 admin, 1 learned, 1 learning"
+    # the guide shows this store's listing (sns-learning.md, "coshare profile show")
+    page = (ROOT / "docs" / "sns-learning.md").read_text()
+    shown = page.split("--store /etc/coshare/profiles` prints:\n\n```\n", 1)[1].split("```")[0]
+    printed = result.output.replace(str(tmp_path), "/etc/coshare/profiles")
+    assert follows(shown, printed) is None, follows(shown, printed)
     result = CliRunner().invoke(cli, ["profile", "show", "NEW", "--store", str(tmp_path)])
     assert "  ipc: unsupported: x (/p)" in result.output.splitlines()
 

@@ -45,6 +45,14 @@ def test_exec_of_a_job_never_started_says_so(runner: CliRunner) -> None:
     assert "job 9.0 was not started on this node" in result.output
 
 
+def test_attach_to_a_job_never_started_says_so_and_moves_nothing(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["node", "job-attach", "--job", "9.0", "1"])
+    assert result.exit_code == 1
+    assert "job 9.0 was not started on this node" in result.output
+    bad = runner.invoke(cli, ["node", "job-attach", "--job", "9.0", "abc"])
+    assert bad.exit_code == 2 and "abc" in bad.output
+
+
 def test_offload_without_a_gate_says_where_it_looked(runner: CliRunner, tmp_path: Path) -> None:
     sock = tmp_path / "none.sock"
     result = runner.invoke(cli, ["node", "offload", "--socket", str(sock), "--", "true"])

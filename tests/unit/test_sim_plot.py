@@ -59,7 +59,9 @@ def visible(fig: Any) -> list[Any]:
     return [ax for ax in fig.axes if ax.get_visible()]
 
 
-def test_titles_and_axes_speak_the_readers_terms_with_units(drawn: dict[str, Any]) -> None:
+def test_titles_and_axes_speak_the_readers_terms_with_units_one_panel_per_row(
+    drawn: dict[str, Any],
+) -> None:
     bars, footprint, sizes, reduction = visible(drawn["fig"])
     assert bars.get_ylabel() == "makespan (s)"
     assert [t.get_text() for t in bars.get_xticklabels()] == ["Table I set"]
@@ -73,6 +75,14 @@ def test_titles_and_axes_speak_the_readers_terms_with_units(drawn: dict[str, Any
         axis = ax.yaxis if ax is footprint else ax.xaxis
         ticks = [t for t in axis.get_ticklocs() if ax.get_ylim()[0] <= t or ax is not footprint]
         assert all(float(t).is_integer() for t in ticks), ax.get_title()
+    # one panel per row, at a page's width; the bar panels name their x axis
+    from coshare.sim import plot
+
+    fig = drawn["fig"]
+    width, height = fig.get_size_inches()
+    assert width == plot.PANEL_WIDTH_IN and height == plot.PANEL_HEIGHT_IN * len(visible(fig))
+    assert len({round(ax.get_position().x0, 3) for ax in visible(fig)}) == 1
+    assert bars.get_xlabel() == footprint.get_xlabel() == "job set (job size distribution)"
 
 
 def test_the_paper_is_drawn_beside_coshare_and_legends_cover_no_data(drawn: dict[str, Any]) -> None:
@@ -100,3 +110,31 @@ def test_the_paper_is_drawn_beside_coshare_and_legends_cover_no_data(drawn: dict
         ), ax
         legend = ax.get_legend().get_window_extent()
         assert legend.y1 <= ax.get_window_extent().y0, ax.get_title()  # below the panel
+
+
+def test_a_sweeps_figure_draws_the_same_min_max_bars_with_units(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from coshare.sim import plot
+    from coshare.sim.report import GridRun
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(plt, "close", lambda fig: seen.setdefault("fig", fig))
+    runs = [
+        GridRun("normal", (("jobs", jobs),), seed, summary("knapsack", 1000.0 + jobs * seed))
+        for jobs in (100, 150, 200)
+        for seed in (0, 1, 2)
+    ]
+    plot.save_sweep_figure(tmp_path / "s.png", runs, ["jobs"], "makespan_s")
+    (ax,) = visible(seen["fig"])
+    assert ax.get_ylabel() == "makespan (s)" and ax.get_xlabel() == "jobs"
+    assert "bars: min-max" in ax.get_title()
+    (line,) = ax.containers
+    mean = line.lines[0].get_ydata()
+    assert list(mean) == [1000.0 + 100, 1000.0 + 150, 1000.0 + 200]  # mean of seeds 0-2
+    segments = line.lines[2][0].get_segments()  # each bar: (x, low), (x, high)
+    low, high = [float(s[0][1]) for s in segments], [float(s[1][1]) for s in segments]
+    assert list(low) == [1000.0, 1000.0, 1000.0]  # seed 0: the smallest
+    assert list(high) == [1200.0, 1300.0, 1400.0]  # seed 2: the largest
+    ticks = [t for t in ax.get_xticks() if 100 <= t <= 200]
+    assert ticks and all(float(t).is_integer() for t in ticks)

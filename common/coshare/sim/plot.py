@@ -1,7 +1,9 @@
 """Figures of ``coshare simulate --plot FILE.png`` (matplotlib, the ``plot`` extra), made to
 be shown to others: titles and axes in the reader's terms with units, node
-counts as integers, the spread over seeds as error bars or a band, legends outside the
-data, and the paper's published figure beside coshare's wherever the paper gives numbers.
+counts as integers, one error-bar convention (the mean over seeds, bars or a band from the
+smallest to the largest value), legends outside the data, one panel per row so that a page
+shows each at its full width, and the paper's published figure beside coshare's wherever the
+paper gives numbers.
 
 - makespan per policy and workload, grouped bars (the paper's Fig. 8; Table II's set alone),
   with Table II's makespans beside coshare's for the Table I set;
@@ -17,6 +19,7 @@ display needed); :func:`require_matplotlib` fails early with an install hint.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -45,7 +48,6 @@ from coshare.sim.paper import (
     TABLE_III_FOOTPRINT,
 )
 from coshare.sim.report import GridRun, grid_groups
-from coshare.sim.report import spread as mean_and_sd
 
 #: What a reader calls each workload.
 WORKLOAD_LABELS = {
@@ -56,6 +58,22 @@ WORKLOAD_LABELS = {
     "high-skew": "high resource skew",
 }
 
+#: The x axis of the bar panels.
+JOB_SET_LABEL = "job set (job size distribution)"
+
+#: The y axis of a sweep's figure per metric (``--metric``), with its unit.
+METRIC_LABELS = {
+    "makespan_s": "makespan (s)",
+    "utilization": "device core utilization (fraction, 0-1)",
+    "slowdown_mean": "mean slowdown (run time / run time alone)",
+    "slowdown_p95": "95th-percentile slowdown (run time / run time alone)",
+    "wait_mean_s": "mean wait (s)",
+    "cycles": "planning cycles (count)",
+    "not_run": "jobs not run (count)",
+}
+#: Metrics counted in whole numbers.
+INTEGER_METRICS = frozenset({"cycles", "not_run"})
+
 #: One colour per policy, the same in every panel.
 COLOURS = {
     "exclusive": "#4c72b0",
@@ -65,6 +83,11 @@ COLOURS = {
     "fgd": "#8172b3",
 }
 PAPER_HATCH = "//"
+
+#: One panel's size in inches: at 110 dpi a panel is 880 pixels wide, about a docs page's
+#: width, so its text shows at its own size there.
+PANEL_WIDTH_IN = 8.0
+PANEL_HEIGHT_IN = 5.6
 
 #: The published range of FGD at 100% arrival (the benchmark's table: 4.62-4.94).
 FGD_PUBLISHED_RANGE = (4.62, 4.94)
@@ -126,9 +149,9 @@ def save_figure(
             panels.append(partial(_frag, protocol=protocol, runs=runs))
     if not panels:
         raise InputError("--plot: nothing to plot for this workload")
-    cols = min(len(panels), 2)
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(7.0 * cols, 5.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(PANEL_WIDTH_IN, PANEL_HEIGHT_IN * len(panels)), squeeze=False
+    )
     for ax, draw in zip(axes.flat, panels, strict=False):
         draw(ax)
         ax.grid(axis="y", alpha=0.3)
@@ -247,6 +270,7 @@ def _bars(ax: Any, comparisons: Mapping[str, Sequence[Comparison]]) -> None:
             label=f"{policy_label(policy)}, coshare",
         )
     ax.set_xticks(x, [WORKLOAD_LABELS.get(w, w) for w in workloads])
+    ax.set_xlabel(JOB_SET_LABEL)
     ax.set_ylabel("makespan (s)")
     first = next(iter(comparisons.values()))
     jobs = sorted({c.jobs for comps in comparisons.values() for c in comps})
@@ -308,6 +332,7 @@ def _footprints(ax: Any, comparisons: Mapping[str, Sequence[Comparison]], intege
                 label=f"{policy_label(policy)}, paper",
             )
     ax.set_xticks(x, [WORKLOAD_LABELS.get(w, w) for w in workloads])
+    ax.set_xlabel(JOB_SET_LABEL)
     ax.yaxis.set_major_locator(integer)
     ax.set_ylabel("footprint (nodes)")
     first = next(iter(comparisons.values()))
@@ -472,13 +497,16 @@ def save_sweep_figure(
     path: Path, runs: Sequence[GridRun], keys: Sequence[str], metric: str
 ) -> None:
     """A parameter sweep (``--sweep``) into one PNG at ``path``: the metric against the first
-    swept key, one line per policy (and per value of the other keys), error bars of one
-    standard deviation over the seeds; one panel per workload.
+    swept key, one line per policy (and per value of the other keys), the mean over the seeds
+    with bars from the smallest to the largest value (as :func:`save_figure` draws); one
+    panel per workload, one per row.
 
     Raises:
         InputError: matplotlib is missing, nothing ran, or the file cannot be written.
     """
     plt = require_matplotlib()
+    from matplotlib.ticker import MaxNLocator
+
     groups = grid_groups(runs, metric)
     workloads = list(dict.fromkeys(w for w, _, _ in groups))
     if not workloads:
@@ -486,36 +514,43 @@ def save_sweep_figure(
     first, others = keys[0], keys[1:]
     xs = list(dict.fromkeys(dict(p)[first] for _, p, _ in groups))
     numeric = all(isinstance(x, (int, float)) for x in xs)
-    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.4), squeeze=False)
+    fig, axes = plt.subplots(
+        len(workloads), 1, figsize=(PANEL_WIDTH_IN, PANEL_HEIGHT_IN * len(workloads)), squeeze=False
+    )
     for ax, workload in zip(axes.flat, workloads, strict=False):
-        lines: dict[str, list[tuple[Any, float, float]]] = defaultdict(list)
+        lines: dict[str, list[tuple[Any, float, float, float]]] = defaultdict(list)
         for (w, point, policy), values in groups.items():
             if w != workload:
                 continue
             params = dict(point)
             name = " ".join([policy, *[f"{k}={params[k]}" for k in others]])
-            mean, sd = mean_and_sd(values)
-            lines[name].append((params[first], mean, sd))
+            finite = [v for v in values if math.isfinite(v)]
+            if finite:
+                lines[name].append((params[first], *_spread(finite)))
         for name, rows in lines.items():
             rows.sort(key=lambda r: xs.index(r[0]))
             where = [r[0] if numeric else xs.index(r[0]) for r in rows]
             ax.errorbar(
                 where,
                 [r[1] for r in rows],
-                yerr=[r[2] for r in rows],
+                yerr=_yerr([r[1:] for r in rows]),
                 marker="o",
                 capsize=4,
                 label=name,
             )
         if not numeric:
             ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+        elif all(isinstance(x, int) for x in xs):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if metric in INTEGER_METRICS:
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         seeds = max(len(v) for v in groups.values())
         ax.set_title(
-            f"{workload}: {metric} against {first}\n(mean of up to {seeds} seeds, "
-            "bars: one standard deviation)",
+            f"{workload}: {metric} against {first}\n(mean of up to {seeds} seeds, bars: min-max)",
             fontsize="medium",
         )
         ax.set_xlabel(first)
-        ax.set_ylabel(metric)
-        ax.legend(fontsize="small")
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+        ax.grid(axis="y", alpha=0.3)
+        _below(ax, 3)
     _write(plt, fig, path)

@@ -16,6 +16,9 @@ import pytest
 
 from .cluster import BIN, SCRIPT, Cluster
 
+#: How the tests start deploy/slurm/local-cluster (and the Slurm walk-through shows it).
+START_OPTIONS = ["--nodes", "4", "--devices", "2", "--accounting"]
+
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[Cluster]:
@@ -33,11 +36,7 @@ def slurm_cluster() -> Iterator[Cluster]:
             str(SCRIPT),
             "start",
             str(directory),
-            "--nodes",
-            "4",
-            "--devices",
-            "2",
-            "--accounting",
+            *START_OPTIONS,
             "--coshare-bin",
             str(BIN),
         ],
