@@ -49,6 +49,7 @@ def _fast_node(obj: object) -> Node | None:
     snapshot = _typed({"nodes": [obj]})
     return None if snapshot is None else snapshot.nodes[0]
 
+
 #: Values that sit on, inside and outside the bounds the fields have, of every JSON type.
 EDGES: list[object] = [
     None,

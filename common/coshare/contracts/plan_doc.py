@@ -8,7 +8,7 @@ Optional fields are ``None`` when absent or ``null``. Unknown fields are refused
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from msgspec import Meta, Struct
 
@@ -156,7 +156,7 @@ class SpreadDoc(Doc):
     ) = None
 
 
-class StatsDoc(Struct, frozen=True, omit_defaults=True, gc=False):
+class StatsDoc(Struct, omit_defaults=True, gc=False):
     """Figures of the plan; tools may add their own."""
 
     pending: Annotated[int, Meta(ge=0)] | None = None
@@ -169,6 +169,10 @@ class PlanDoc(Doc):
     --output json`): where each pending job goes, or why it waits. Every pending job appears
     once, in assignments or in unplaced; a job spread over nodes has one assignment per node.
     Specified in docs/plan.md."""
+
+    #: Fields the schema requires because coshare always writes them (the parser takes a
+    #: plan without them as empty).
+    WRITTEN_ALWAYS: ClassVar[tuple[str, ...]] = ("assignments", "unplaced")
 
     policy: Annotated[Text, Meta(description="the policy that planned")]
     assignments: list[AssignmentDoc] | None = None

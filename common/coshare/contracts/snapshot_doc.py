@@ -45,7 +45,7 @@ LimitText = Annotated[str, Meta(min_length=1, max_length=MAX_LIMIT_TEXT, extra={
 """A limit's name or holder."""
 
 
-class Doc(Struct, forbid_unknown_fields=True, omit_defaults=True, frozen=True, gc=False):
+class Doc(Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     """An object of a contract: unknown fields are refused; encoding omits what is absent."""
 
 
