@@ -83,9 +83,14 @@ def snapshot_from_text(text: str) -> Snapshot | None:
             doc = _SNAPSHOT.decode(text)
         except _FAILED:
             return None
-        if not no_key_twice(text, doc):
+        pending_colons = [0]
+        snapshot = snapshot_from_doc(doc, pending_colons)
+        if snapshot is None:
             return None
-        return snapshot_from_doc(doc)
+        # the pending jobs' colons were counted while they were read; the rest encoded
+        rest = msgspec.structs.replace(doc, pending=None)
+        colons = _encode(rest).count(b":") + (doc.pending is not None) + pending_colons[0]
+        return snapshot if _colons(text) == colons else None
 
 
 def snapshot_from_data(data: object) -> Snapshot | None:
@@ -128,10 +133,15 @@ def no_key_twice(text: str, doc: msgspec.Struct) -> bool:
     inside strings (and one for each ``\\u003a`` escape). A key given twice, or a ``null``
     written out, leaves fewer in the encoding: then ``False``, and the checker decides.
     """
+    return _colons(text) == _encode(doc).count(b":")
+
+
+def _colons(text: str) -> int:
+    """The colons of JSON ``text``, those written as escapes in strings included."""
     colons = text.count(":")
     if "\\u00" in text:
         colons += text.count("\\u003a") + text.count("\\u003A")
-    return colons == _encode(doc).count(b":")
+    return colons
 
 
 def _ids_ok(ids: list[str]) -> bool:
@@ -152,15 +162,16 @@ def _texts_ok(texts: list[str]) -> bool:
     return all(text_problem(t, len(t)) is None and t.strip() for t in texts)
 
 
-def snapshot_from_doc(doc: SnapshotDoc) -> Snapshot | None:
+def snapshot_from_doc(doc: SnapshotDoc, pending_colons: list[int] | None = None) -> Snapshot | None:
     """The model's snapshot of a decoded document, or ``None`` where an id, a text or a job's
-    consistency rules refuse it (the checker says which)."""
+    consistency rules refuse it (the checker says which). ``pending_colons`` gets the colons the
+    pending jobs' JSON holds (see :func:`no_key_twice`)."""
     ids: list[str] = []
     texts: list[str] = []
     try:
         nodes = [_node(n, ids, texts) for n in doc.nodes]
         running = [_running(r, ids, texts) for r in doc.running or ()]
-        pending = _pending_all(doc.pending or [], ids, texts)
+        pending = _pending_all(doc.pending or [], ids, texts, pending_colons or [0])
         limits = [_limit(limit, ids, texts) for limit in doc.limits or ()]
     except _Refused:
         return None
@@ -239,37 +250,22 @@ def _running(r: RunningDoc, ids: list[str], texts: list[str]) -> RunningJob:
 
 
 #: A pending job's fields in the struct, in the order :func:`_pending_all` reads them.
-_PENDING_READ = attrgetter(
-    "id",
-    "device_memory_mib",
-    "device_threads",
-    "device_count",
-    "cores",
-    "memory_mib",
-    "priority",
-    "submit_time",
-    "kind",
-    "processes",
-    "program",
-    "alpha",
-    "membw_gbps",
-    "copy_bw_mbps",
-    "walltime_s",
-    "nodes",
-    "nodes_max",
-    "processes_per_node",
-    "charges",
-)
+_PENDING_READ = tuple(map(attrgetter, PendingDoc.__struct_fields__))
 _new_object = object.__new__
 _JOB_SETTERS = {f.name: getattr(Job, f.name).__set__ for f in fields(Job)}
 
 
-def _pending_all(listed: list[PendingDoc], ids: list[str], texts: list[str]) -> list[Job]:
+def _pending_all(
+    listed: list[PendingDoc], ids: list[str], texts: list[str], colons: list[int]
+) -> list[Job]:
     """The model's jobs, built a field at a time over all jobs (a frozen dataclass's
-    ``__init__`` sets each field through ``object.__setattr__``: twice the time)."""
+    ``__init__`` sets each field through ``object.__setattr__``: twice the time). Adds the
+    colons of their JSON (one per key, and those in their text) to ``colons[0]``."""
     n = len(listed)
     if not n:
         return []
+    read = [list(map(get, listed)) for get in _PENDING_READ]
+    colons[0] += sum(n - column.count(None) for column in read)
     (
         job_ids,
         device_memory,
@@ -290,7 +286,7 @@ def _pending_all(listed: list[PendingDoc], ids: list[str], texts: list[str]) -> 
         nodes_max,
         per_node,
         charges,
-    ) = (list(column) for column in zip(*map(_PENDING_READ, listed), strict=True))
+    ) = read
     ids.extend(job_ids)
     device_memory = _default(device_memory, 0)
     device_threads = _default(device_threads, 0)
@@ -313,11 +309,14 @@ def _pending_all(listed: list[PendingDoc], ids: list[str], texts: list[str]) -> 
         nodes = _default(nodes, 1)
     else:
         nodes = [1] * n
-    texts.extend(p for p in programs if p is not None)
+    given_programs = [p for p in programs if p is not None]
+    texts.extend(given_programs)
+    colons[0] += "".join(job_ids).count(":") + "".join(given_programs).count(":")
     if _given(charges):
         charges = [() if c is None else tuple(c.items()) for c in charges]
         for c in charges:
             ids.extend(k for k, _ in c)
+            colons[0] += len(c) + "".join(k for k, _ in c).count(":")
     else:
         charges = [()] * n
     columns = {
