@@ -36,7 +36,9 @@ def schema(name: str) -> dict[str, Any]:
     """The JSON Schema of contract ``name`` (``snapshot`` or ``plan``)."""
     struct = CONTRACTS[name]
     defs: dict[str, Any] = {}
-    top = _object(inspect.type_info(struct), defs)
+    info = inspect.type_info(struct)
+    assert isinstance(info, inspect.StructType)
+    top = _object(info, defs)
     top.pop("description", None)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
