@@ -16,11 +16,19 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
+from msgspec import Struct
+
 from coshare.contracts import typed
-from coshare.contracts.plan_doc import AssignmentDoc, PlanDoc, SpreadDoc, TrialDoc, UnplacedDoc
+from coshare.contracts.plan_doc import (
+    AssignmentDoc,
+    PlanDoc,
+    SpreadDoc,
+    StatsDoc,
+    TrialDoc,
+    UnplacedDoc,
+)
 from coshare.contracts.snapshot_doc import (
     MAX_CHARGES,
-    MAX_LIMIT_TEXT,
     MAX_LIMIT_VALUE,
     MAX_LIMITS,
     MAX_SNAPSHOT_NODES,
@@ -31,21 +39,12 @@ from coshare.contracts.snapshot_doc import (
     RunningDoc,
     SnapshotDoc,
 )
+from coshare.contracts.specs import field_spec
 from coshare.errors import SnapshotError
 from coshare.ledger.bounds import (
-    MAX_COPY_BW_MBPS,
-    MAX_CORES,
-    MAX_DEVICE_MEMORY_MIB,
-    MAX_DEVICE_THREADS,
     MAX_DEVICES,
-    MAX_JOB_NODES,
-    MAX_LLC_WAYS,
-    MAX_MEMBW_GBPS,
-    MAX_MEMORY_MIB,
     MAX_PRIORITY,
     MAX_PROCESSES,
-    MAX_TIME_S,
-    MAX_WALLTIME_S,
     SHOWN_CHARS,
     as_float,
     plain,
@@ -116,11 +115,15 @@ _NO_MAXIMUM = 1e18
 
 
 class _Fields:
-    """Reads typed fields of one JSON object, recording problems instead of raising."""
+    """Reads typed fields of one JSON object, recording problems instead of raising: each by
+    what its typed definition says (:meth:`read`, ``doc``: the struct of the object)."""
 
-    def __init__(self, obj: object, what: str, problems: list[str]) -> None:
+    def __init__(
+        self, obj: object, what: str, problems: list[str], doc: type[Struct] | None = None
+    ) -> None:
         self.what = what
         self.problems = problems
+        self.doc = doc
         self.ok = isinstance(obj, Mapping)
         if not self.ok:
             problems.append(f"{what}: expected an object, got {_show(obj)}")
@@ -147,6 +150,27 @@ class _Fields:
         self.problems.append(
             f"{self.what}: field {key!r} is {_show(value)}{because} (allowed: {allowed})"
         )
+
+    def read(self, key: str, default: Any = _MISSING) -> Any:
+        """Field ``key`` checked as the typed definition of the object says (type, range,
+        length, characters); ``default`` when absent or ``null``."""
+        assert self.doc is not None
+        spec = field_spec(self.doc, key)
+        if spec.kind == "int":
+            return self.integer(key, default, minimum=int(spec.low), maximum=int(spec.high))
+        if spec.kind == "float":
+            return self.number(
+                key, default, minimum=spec.low, maximum=spec.high, exclusive_min=spec.exclusive
+            )
+        if spec.kind == "id":
+            return self.ident(key, default)
+        if spec.kind == "text":
+            return self.string(key, default, max_chars=int(spec.high))
+        if spec.kind == "devices":
+            return self.device_list(key)
+        if spec.kind == "choice":
+            return self.choice(key, spec.choices, default)
+        raise TypeError(f"{self.doc.__name__}.{key} is read by its own method")
 
     def string(self, key: str, default: Any = _MISSING, *, max_chars: int = MAX_TEXT_CHARS) -> Any:
         """Free text (a model, a program, a reason): printable, at most ``max_chars``."""
@@ -234,12 +258,14 @@ class _Fields:
             return choices[0]
         return value
 
-    def cores(self, key: str, default: Any = _MISSING, *, capacity: bool = False) -> Any:
-        """Cores in ``cpu_milli``: a node's capacity rounds down, a job's demand up (so
-        a 3.9995-core node must not take a 4-core job)."""
-        value = self.number(key, default, minimum=0.0, maximum=MAX_CORES, exclusive_min=capacity)
+    def cores(self, key: str, default: Any = _MISSING) -> Any:
+        """Cores in ``cpu_milli``: a node's capacity (``> 0`` in its definition) rounds down,
+        a job's demand up (so a 3.9995-core node must not take a 4-core job)."""
+        value = self.read(key, default)
         if value is default:
             return value
+        assert self.doc is not None
+        capacity = field_spec(self.doc, key).exclusive
         return capacity_cores_to_milli(value) if capacity else cores_to_milli(value)
 
     def device_list(self, key: str) -> tuple[str, ...]:
@@ -332,7 +358,7 @@ def _check_snapshot(data: object) -> tuple[Snapshot, list[str]]:
     """The snapshot of ``data`` read field by field, and every problem of it: the messages of
     a document the typed definitions refused."""
     problems: list[str] = []
-    top = _Fields(data, "snapshot", problems)
+    top = _Fields(data, "snapshot", problems, SnapshotDoc)
     if not top.ok:
         return Snapshot(()), problems
     top.unknown(SNAPSHOT_FIELDS)
@@ -342,7 +368,7 @@ def _check_snapshot(data: object) -> tuple[Snapshot, list[str]]:
     ]
     running = [_parse_running(obj, i, problems) for i, obj in enumerate(top.array("running", []))]
     pending = [_parse_pending(obj, i, problems) for i, obj in enumerate(top.array("pending", []))]
-    now = top.number("now", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S)
+    now = top.read("now", None)
     limits = [
         _parse_limit(obj, i, problems)
         for i, obj in enumerate(top.array("limits", [], max_items=MAX_LIMITS))
@@ -353,41 +379,41 @@ def _check_snapshot(data: object) -> tuple[Snapshot, list[str]]:
 
 
 def _parse_limit(obj: object, index: int, problems: list[str]) -> Limit:
-    f = _Fields(obj, _label("limit", obj, index, "id"), problems)
+    f = _Fields(obj, _label("limit", obj, index, "id"), problems, LimitDoc)
     f.unknown(LIMIT_FIELDS)
     return Limit(
-        id=f.ident("id"),
-        name=f.string("name", max_chars=MAX_LIMIT_TEXT),
-        holder=f.string("holder", max_chars=MAX_LIMIT_TEXT),
-        max=f.number("max", maximum=MAX_LIMIT_VALUE),
-        used=f.number("used", maximum=MAX_LIMIT_VALUE),
+        id=f.read("id"),
+        name=f.read("name"),
+        holder=f.read("holder"),
+        max=f.read("max"),
+        used=f.read("used"),
     )
 
 
 def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
-    f = _Fields(obj, _label("node", obj, index, "name"), problems)
+    f = _Fields(obj, _label("node", obj, index, "name"), problems, NodeDoc)
     f.unknown(NODE_FIELDS)
-    name = f.ident("name")
+    name = f.read("name")
     devices = []
     for j, dev in enumerate(f.array("devices", [], max_items=MAX_DEVICES)):
-        d = _Fields(dev, f"{f.what}: {_label('device', dev, j, 'id')}", problems)
+        d = _Fields(dev, f"{f.what}: {_label('device', dev, j, 'id')}", problems, DeviceDoc)
         d.unknown(DEVICE_FIELDS)
         devices.append(
             Device(
-                id=d.ident("id"),
-                memory_mib=d.integer("memory_mib", minimum=1, maximum=MAX_DEVICE_MEMORY_MIB),
-                threads=d.integer("threads", minimum=1, maximum=MAX_DEVICE_THREADS),
-                model=d.string("model", ""),
+                id=d.read("id"),
+                memory_mib=d.read("memory_mib"),
+                threads=d.read("threads"),
+                model=d.read("model", ""),
             )
         )
     return Node(
         name=name,
-        cpu_milli=f.cores("cores", capacity=True),
-        memory_mib=f.integer("memory_mib", minimum=1, maximum=MAX_MEMORY_MIB),
+        cpu_milli=f.cores("cores"),
+        memory_mib=f.read("memory_mib"),
         devices=tuple(devices),
-        membw_gbps=f.number("membw_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS),
-        llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
-        domain=f.string("domain", None),
+        membw_gbps=f.read("membw_gbps", None),
+        llc_ways=f.read("llc_ways", None),
+        domain=f.read("domain", None),
         **_node_facts(f),
     )
 
@@ -395,63 +421,61 @@ def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
 def _node_facts(f: _Fields) -> dict[str, Any]:
     """A node's optional facts fields (coshare.ledger.facts), checked like every other field."""
     return {
-        "membw_avail_gbps": f.number("membw_avail_gbps", None, maximum=MAX_MEMBW_GBPS),
-        "membw_baseline_gbps": f.number(
-            "membw_baseline_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS
-        ),
-        "llc_ways_free": f.integer("llc_ways_free", None, maximum=MAX_LLC_WAYS),
-        "facts_at_s": f.number("facts_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
-        "membw_at_s": f.number("membw_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
+        "membw_avail_gbps": f.read("membw_avail_gbps", None),
+        "membw_baseline_gbps": f.read("membw_baseline_gbps", None),
+        "llc_ways_free": f.read("llc_ways_free", None),
+        "facts_at_s": f.read("facts_at_s", None),
+        "membw_at_s": f.read("membw_at_s", None),
     }
 
 
 def _load_facts(f: _Fields) -> dict[str, Any]:
     """A running job's optional CPU load fields (coshare.ledger.facts), in cores and seconds."""
     out = {
-        key: f.number(key, None, maximum=MAX_CORES)
+        key: f.read(key, None)
         for key in ("cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores")
     }
-    out["cpu_load_window_s"] = f.number("cpu_load_window_s", None, maximum=MAX_TIME_S)
-    held = f.number("cpu_cores_held", None, maximum=MAX_CORES)
+    out["cpu_load_window_s"] = f.read("cpu_load_window_s", None)
+    held = f.read("cpu_cores_held", None)
     out["cpu_cores_held"] = None if held is None else int(held)
     for key in ("cpu_wait_cores", "cpu_wait_last_cores"):
-        out[key] = f.number(key, None, maximum=MAX_CORES)
+        out[key] = f.read(key, None)
     return out
 
 
 def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
-    f = _Fields(obj, _label("running job", obj, index, "id"), problems)
+    f = _Fields(obj, _label("running job", obj, index, "id"), problems, RunningDoc)
     f.unknown(RUNNING_FIELDS)
     device = f.device_list("device")
-    state: PlacementState = f.choice("state", ("running", "planned"), "running")
+    state: PlacementState = f.read("state", "running")
     return RunningJob(
-        id=f.ident("id"),
-        node=f.ident("node"),
+        id=f.read("id"),
+        node=f.read("node"),
         devices=device,
-        device_memory_mib=f.integer("device_memory_mib", 0, maximum=MAX_DEVICE_MEMORY_MIB),
-        device_threads=f.integer("device_threads", 0, maximum=MAX_DEVICE_THREADS),
+        device_memory_mib=f.read("device_memory_mib", 0),
+        device_threads=f.read("device_threads", 0),
         cpu_milli=f.cores("cores", MILLI),
-        memory_mib=f.integer("memory_mib", 0, maximum=MAX_MEMORY_MIB),
+        memory_mib=f.read("memory_mib", 0),
         state=state,
-        membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
-        llc_ways=f.integer("llc_ways", None, maximum=MAX_LLC_WAYS),
-        start_time_s=f.number("start_time", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
-        program=f.string("program", None),
+        membw_gbps=f.read("membw_gbps", None),
+        llc_ways=f.read("llc_ways", None),
+        start_time_s=f.read("start_time", None),
+        program=f.read("program", None),
         **_load_facts(f),
-        walltime_s=f.number("walltime_s", None, exclusive_min=True, maximum=MAX_WALLTIME_S),
-        copy_bw_mbps=f.number("copy_bw_mbps", None, maximum=MAX_COPY_BW_MBPS),
-        harvest_from=f.ident("harvest_from", None),
+        walltime_s=f.read("walltime_s", None),
+        copy_bw_mbps=f.read("copy_bw_mbps", None),
+        harvest_from=f.read("harvest_from", None),
     )
 
 
 def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
-    f = _Fields(obj, _label("pending job", obj, index, "id"), problems)
+    f = _Fields(obj, _label("pending job", obj, index, "id"), problems, PendingDoc)
     f.unknown(PENDING_FIELDS)
-    device_memory = f.integer("device_memory_mib", 0, maximum=MAX_DEVICE_MEMORY_MIB)
-    device_threads = f.integer("device_threads", 0, maximum=MAX_DEVICE_THREADS)
+    device_memory = f.read("device_memory_mib", 0)
+    device_threads = f.read("device_threads", 0)
     inferred: JobKind = "device" if (device_memory or device_threads) else "cpu"
-    kind: JobKind = f.choice("kind", ("device", "cpu"), inferred)
-    device_count = f.integer("device_count", 1 if kind == "device" else 0, maximum=MAX_DEVICES)
+    kind: JobKind = f.read("kind", inferred)
+    device_count = f.read("device_count", 1 if kind == "device" else 0)
     if kind == "cpu" and (device_memory or device_threads or device_count):
         problems.append(
             f"{f.what}: a job of kind 'cpu' cannot declare device_memory_mib, "
@@ -459,35 +483,33 @@ def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
         )
     if kind == "device" and device_count < 1:
         f._bad("device_count", device_count, "an integer >= 1 for a job of kind 'device'")
-    nodes = f.integer("nodes", 1, minimum=1, maximum=MAX_JOB_NODES)
-    nodes_max = f.integer("nodes_max", None, minimum=1, maximum=MAX_JOB_NODES)
-    per_node = f.integer("processes_per_node", None, minimum=1, maximum=MAX_PROCESSES)
+    nodes = f.read("nodes", 1)
+    nodes_max = f.read("nodes_max", None)
+    per_node = f.read("processes_per_node", None)
     # a gang without "processes" runs nodes x processes_per_node (one per node):
     # coshare.ledger.gangs
-    processes = f.integer(
-        "processes", min(nodes * (per_node or 1), MAX_PROCESSES), minimum=1, maximum=MAX_PROCESSES
-    )
+    processes = f.read("processes", min(nodes * (per_node or 1), MAX_PROCESSES))
     gang = Job(
         id="", processes=processes, nodes=nodes, nodes_max=nodes_max, processes_per_node=per_node
     )
     for key, value, allowed in gang_problems(gang):
         f._bad(key, value, allowed)
     return Job(
-        id=f.ident("id"),
+        id=f.read("id"),
         device_memory_mib=device_memory,
         device_threads=device_threads,
         device_count=device_count,
         cpu_milli=f.cores("cores", MILLI),
-        memory_mib=f.integer("memory_mib", 0, maximum=MAX_MEMORY_MIB),
-        priority=f.integer("priority", 0, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY),
-        submit_time_s=f.number("submit_time", 0.0, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
+        memory_mib=f.read("memory_mib", 0),
+        priority=f.read("priority", 0),
+        submit_time_s=f.read("submit_time", 0.0),
         kind=kind,
         processes=processes,
-        program=f.string("program", None),
-        alpha=f.number("alpha", None, maximum=1.0, exclusive_min=True),
-        membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
-        copy_bw_mbps=f.number("copy_bw_mbps", None, maximum=MAX_COPY_BW_MBPS),
-        walltime_s=f.number("walltime_s", None, exclusive_min=True, maximum=MAX_WALLTIME_S),
+        program=f.read("program", None),
+        alpha=f.read("alpha", None),
+        membw_gbps=f.read("membw_gbps", None),
+        copy_bw_mbps=f.read("copy_bw_mbps", None),
+        walltime_s=f.read("walltime_s", None),
         nodes=nodes,
         nodes_max=nodes_max,
         processes_per_node=per_node,
@@ -768,70 +790,70 @@ def _check_plan(data: object, source: str) -> Plan:
     """The plan of ``data`` read field by field, or every problem of it: the messages of a
     document the typed definitions refused."""
     problems: list[str] = []
-    top = _Fields(data, "plan", problems)
+    top = _Fields(data, "plan", problems, PlanDoc)
     if not top.ok:
         raise SnapshotError(problems, source)
     top.unknown(PLAN_FIELDS)
-    policy = top.string("policy")
+    policy = top.read("policy")
     assignments = []
     for i, obj in enumerate(top.array("assignments", [])):
-        f = _Fields(obj, _label("assignment of job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("assignment of job", obj, i, "job"), problems, AssignmentDoc)
         f.unknown(ASSIGNMENT_FIELDS)
         assignments.append(
             Assignment(
-                job=f.ident("job"),
-                node=f.ident("node"),
+                job=f.read("job"),
+                node=f.read("node"),
                 devices=f.device_list("device"),
-                processes=f.integer("processes", None, minimum=1, maximum=MAX_PROCESSES),
-                harvest_from=f.ident("harvest_from", None),
-                llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
-                membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
-                llc_ways_spare=f.integer("llc_ways_spare", None, maximum=MAX_LLC_WAYS),
+                processes=f.read("processes", None),
+                harvest_from=f.read("harvest_from", None),
+                llc_ways=f.read("llc_ways", None),
+                membw_gbps=f.read("membw_gbps", None),
+                llc_ways_spare=f.read("llc_ways_spare", None),
             )
         )
     unplaced = []
     for i, obj in enumerate(top.array("unplaced", [])):
-        f = _Fields(obj, _label("unplaced job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("unplaced job", obj, i, "job"), problems, UnplacedDoc)
         f.unknown(UNPLACED_FIELDS)
-        code: UnplacedCode = f.choice("code", UNPLACED_CODES, "no_room")
-        unplaced.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
+        code: UnplacedCode = f.read("code", "no_room")
+        unplaced.append(Unplaced(job=f.read("job"), reason=f.read("reason"), code=code))
     trials = []
     for i, obj in enumerate(top.array("trials", [])):
-        f = _Fields(obj, _label("trial of job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("trial of job", obj, i, "job"), problems, TrialDoc)
         f.unknown(TRIAL_FIELDS)
         partners = f.array("partners", [])
         trials.append(
             Trial(
-                job=f.ident("job"),
-                node=f.ident("node"),
+                job=f.read("job"),
+                node=f.read("node"),
                 partners=tuple(_trial_partners(partners, f, problems)),
             )
         )
     spreads = []
     for i, obj in enumerate(top.array("spreads", [])):
-        f = _Fields(obj, _label("spread of job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("spread of job", obj, i, "job"), problems, SpreadDoc)
         f.unknown(SPREAD_FIELDS)
         spreads.append(
             Spread(
-                job=f.ident("job"),
-                scale=f.integer("scale", minimum=1, maximum=MAX_JOB_NODES),
-                nodes=f.integer("nodes", minimum=1, maximum=MAX_JOB_NODES),
-                cores_per_node=f.integer("cores_per_node", minimum=1, maximum=MAX_CORES),
-                ways=f.integer("ways", None, minimum=1, maximum=MAX_LLC_WAYS),
-                note=f.string("note", ""),
-                membw_gbps=f.number("membw_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS),
+                job=f.read("job"),
+                scale=f.read("scale"),
+                nodes=f.read("nodes"),
+                cores_per_node=f.read("cores_per_node"),
+                ways=f.read("ways", None),
+                note=f.read("note", ""),
+                membw_gbps=f.read("membw_gbps", None),
             )
         )
     requeue = []
     for i, obj in enumerate(top.array("requeue", [])):
-        f = _Fields(obj, _label("requeued job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("requeued job", obj, i, "job"), problems, UnplacedDoc)
         f.unknown(UNPLACED_FIELDS)
-        code = f.choice("code", UNPLACED_CODES, "no_room")
-        requeue.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
+        code = f.read("code", "no_room")
+        requeue.append(Unplaced(job=f.read("job"), reason=f.read("reason"), code=code))
     stats = top.obj.get("stats")
     seconds = 0.0
     if isinstance(stats, Mapping):
-        seconds = _Fields(stats, "plan stats", problems).number("seconds", 0.0)
+        seconds = _Fields(stats, "plan stats", problems, StatsDoc).read("seconds", 0.0)
     if problems:
         raise SnapshotError(problems, source)
     return Plan(
