@@ -34,6 +34,7 @@ PURE = [
     "contracts.snapshot_doc",
     "contracts.plan_doc",
     "contracts.typed",
+    "contracts.specs",
     "ledger.annotations",
     "cycle.verify",
     "policies",
