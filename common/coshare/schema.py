@@ -578,6 +578,14 @@ def _cross_check(snapshot: Snapshot, problems: list[str]) -> None:
         if limit.id in limit_ids:
             problems.append(f'limit "{limit.id}": id appears more than once')
         limit_ids.add(limit.id)
+    pending_ids = [job.id for job in snapshot.pending]
+    unique = set(pending_ids)
+    if (
+        len(unique) == len(pending_ids)
+        and unique.isdisjoint(running_ids)
+        and not any(job.charges for job in snapshot.pending)
+    ):
+        return  # the usual snapshot, at once
     seen: set[str] = set()
     for job in snapshot.pending:
         if not isinstance(job.id, str):  # an entry already refused for having no id
