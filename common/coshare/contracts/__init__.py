@@ -6,6 +6,7 @@
   one struct per object, in the JSON's own field names.
 - :mod:`coshare.contracts.typed`: decoding and validating a document in one pass in C, and
   turning it into the model (:mod:`coshare.model`).
+- :mod:`coshare.contracts.specs`: each field's bounds, for the messages of the field checker.
 - :mod:`coshare.contracts.json_schema`: the published JSON Schemas, emitted from the structs.
 
 :mod:`coshare.schema` is the entry point: it decodes through the structs and, where a document
