@@ -16,9 +16,17 @@ from typing import Any
 
 from coshare.contracts.typed import snapshot_from_data, snapshot_from_text
 from coshare.model import Job, Node, Snapshot
-from coshare.schema import _parse_node, _parse_pending, parse_snapshot
+from coshare.schema import (
+    _check_snapshot,
+    _parse_node,
+    _parse_pending,
+    parse_snapshot,
+    snapshot_to_dict,
+)
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.strategies import snapshots
 
 
 def _typed(document: dict[str, Any]) -> Snapshot | None:
@@ -416,3 +424,16 @@ def test_fast_pending_all_declines_what_the_per_job_path_declines() -> None:
     ]
     for obj in bad:
         assert _fast_pending_all([TYPICAL, obj]) is None, obj
+
+
+@given(snapshots())
+def test_any_snapshot_reads_the_same_through_the_typed_path_and_the_checker(snap: Any) -> None:
+    """Nodes, running jobs and pending jobs of every shape the strategies draw: the typed path
+    takes the snapshot's JSON, and builds what the checker builds (and what was written)."""
+    data = json.loads(json.dumps(snapshot_to_dict(snap)))
+    from_text = snapshot_from_text(json.dumps(data))
+    checked, problems = _check_snapshot(data)
+    assert problems == []
+    assert from_text is not None
+    assert typed(from_text) == typed(checked) == typed(snapshot_from_data(data))
+    assert from_text == snap
