@@ -14,25 +14,37 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import fields
-from itertools import repeat
 from typing import Any, TypeVar, cast
 
+from msgspec import Struct
+
+from coshare.contracts import typed
+from coshare.contracts.plan_doc import (
+    AssignmentDoc,
+    PlanDoc,
+    SpreadDoc,
+    StatsDoc,
+    TrialDoc,
+    UnplacedDoc,
+)
+from coshare.contracts.snapshot_doc import (
+    MAX_CHARGES,
+    MAX_LIMIT_VALUE,
+    MAX_LIMITS,
+    MAX_SNAPSHOT_NODES,
+    DeviceDoc,
+    LimitDoc,
+    NodeDoc,
+    PendingDoc,
+    RunningDoc,
+    SnapshotDoc,
+)
+from coshare.contracts.specs import field_spec
 from coshare.errors import SnapshotError
 from coshare.ledger.bounds import (
-    MAX_COPY_BW_MBPS,
-    MAX_CORES,
-    MAX_DEVICE_MEMORY_MIB,
-    MAX_DEVICE_THREADS,
     MAX_DEVICES,
-    MAX_JOB_NODES,
-    MAX_LLC_WAYS,
-    MAX_MEMBW_GBPS,
-    MAX_MEMORY_MIB,
     MAX_PRIORITY,
     MAX_PROCESSES,
-    MAX_TIME_S,
-    MAX_WALLTIME_S,
     SHOWN_CHARS,
     as_float,
     plain,
@@ -41,7 +53,6 @@ from coshare.ledger.bounds import (
 from coshare.ledger.gangs import gang_problems
 from coshare.ledger.ids import (
     ALLOWED_ID,
-    MAX_ID_CHARS,
     MAX_TEXT_CHARS,
     id_problem,
     split_ids,
@@ -53,6 +64,7 @@ from coshare.model import (
     Device,
     Job,
     JobKind,
+    Limit,
     Node,
     PlacementState,
     Plan,
@@ -69,82 +81,21 @@ from coshare.model import (
 
 T = TypeVar("T")
 
-#: Nodes of one snapshot (snapshot.schema.json's ``maxItems``).
-MAX_SNAPSHOT_NODES = 1_000_000
 
 _MISSING: Any = object()
 
-NODE_FIELDS = (
-    "name",
-    "cores",
-    "memory_mib",
-    "membw_gbps",
-    "llc_ways",
-    "domain",
-    "devices",
-    *("membw_avail_gbps", "membw_baseline_gbps", "llc_ways_free", "facts_at_s"),
-    "membw_at_s",
-)
-DEVICE_FIELDS = ("id", "memory_mib", "threads", "model")
-RUNNING_FIELDS = (
-    "id",
-    "node",
-    "device",
-    "device_memory_mib",
-    "device_threads",
-    "cores",
-    "memory_mib",
-    "state",
-    "membw_gbps",
-    "llc_ways",
-    "start_time",
-    "program",
-    "cpu_load_cores",
-    "cpu_load_last_cores",
-    "cpu_load_max_cores",
-    "cpu_load_window_s",
-    "walltime_s",
-    "copy_bw_mbps",
-    "harvest_from",
-    "cpu_cores_held",
-    "cpu_wait_cores",
-    "cpu_wait_last_cores",
-)
-PENDING_FIELDS = (
-    "id",
-    "device_memory_mib",
-    "device_threads",
-    "device_count",
-    "cores",
-    "memory_mib",
-    "priority",
-    "submit_time",
-    "kind",
-    "processes",
-    "program",
-    "alpha",
-    "membw_gbps",
-    "copy_bw_mbps",
-    "walltime_s",
-    "nodes",
-    "nodes_max",
-    "processes_per_node",
-)
-SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
-PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue", "spreads")
-SPREAD_FIELDS = ("job", "scale", "nodes", "cores_per_node", "ways", "note", "membw_gbps")
-TRIAL_FIELDS = ("job", "node", "partners")
-ASSIGNMENT_FIELDS = (
-    "job",
-    "node",
-    "device",
-    "processes",
-    "harvest_from",
-    "llc_ways",
-    "membw_gbps",
-    "llc_ways_spare",
-)
-UNPLACED_FIELDS = ("job", "reason", "code")
+# The fields of each object, from the typed definitions (coshare.contracts).
+NODE_FIELDS: tuple[str, ...] = NodeDoc.__struct_fields__
+DEVICE_FIELDS: tuple[str, ...] = DeviceDoc.__struct_fields__
+RUNNING_FIELDS: tuple[str, ...] = RunningDoc.__struct_fields__
+PENDING_FIELDS: tuple[str, ...] = PendingDoc.__struct_fields__
+LIMIT_FIELDS: tuple[str, ...] = LimitDoc.__struct_fields__
+SNAPSHOT_FIELDS: tuple[str, ...] = SnapshotDoc.__struct_fields__
+PLAN_FIELDS: tuple[str, ...] = PlanDoc.__struct_fields__
+SPREAD_FIELDS: tuple[str, ...] = SpreadDoc.__struct_fields__
+TRIAL_FIELDS: tuple[str, ...] = TrialDoc.__struct_fields__
+ASSIGNMENT_FIELDS: tuple[str, ...] = AssignmentDoc.__struct_fields__
+UNPLACED_FIELDS: tuple[str, ...] = UnplacedDoc.__struct_fields__
 UNPLACED_CODES: tuple[UnplacedCode, ...] = (
     "invalid",
     "never_fits",
@@ -164,11 +115,15 @@ _NO_MAXIMUM = 1e18
 
 
 class _Fields:
-    """Reads typed fields of one JSON object, recording problems instead of raising."""
+    """Reads typed fields of one JSON object, recording problems instead of raising: each by
+    what its typed definition says (:meth:`read`, ``doc``: the struct of the object)."""
 
-    def __init__(self, obj: object, what: str, problems: list[str]) -> None:
+    def __init__(
+        self, obj: object, what: str, problems: list[str], doc: type[Struct] | None = None
+    ) -> None:
         self.what = what
         self.problems = problems
+        self.doc = doc
         self.ok = isinstance(obj, Mapping)
         if not self.ok:
             problems.append(f"{what}: expected an object, got {_show(obj)}")
@@ -196,17 +151,38 @@ class _Fields:
             f"{self.what}: field {key!r} is {_show(value)}{because} (allowed: {allowed})"
         )
 
-    def string(self, key: str, default: Any = _MISSING) -> Any:
-        """Free text (a model, a program, a reason): printable, at most MAX_TEXT_CHARS."""
+    def read(self, key: str, default: Any = _MISSING) -> Any:
+        """Field ``key`` checked as the typed definition of the object says (type, range,
+        length, characters); ``default`` when absent or ``null``."""
+        assert self.doc is not None
+        spec = field_spec(self.doc, key)
+        if spec.kind == "int":
+            return self.integer(key, default, minimum=int(spec.low), maximum=int(spec.high))
+        if spec.kind == "float":
+            return self.number(
+                key, default, minimum=spec.low, maximum=spec.high, exclusive_min=spec.exclusive
+            )
+        if spec.kind == "id":
+            return self.ident(key, default)
+        if spec.kind == "text":
+            return self.string(key, default, max_chars=int(spec.high))
+        if spec.kind == "devices":
+            return self.device_list(key)
+        if spec.kind == "choice":
+            return self.choice(key, spec.choices, default)
+        raise TypeError(f"{self.doc.__name__}.{key} is read by its own method")
+
+    def string(self, key: str, default: Any = _MISSING, *, max_chars: int = MAX_TEXT_CHARS) -> Any:
+        """Free text (a model, a program, a reason): printable, at most ``max_chars``."""
         value = self._get(key, default)
         if value is default:
             return value
-        problem = text_problem(value, MAX_TEXT_CHARS) if isinstance(value, str) else None
+        problem = text_problem(value, max_chars) if isinstance(value, str) else None
         if not isinstance(value, str) or not value.strip() or problem:
             self._bad(
                 key,
                 value,
-                f"a string of 1..{MAX_TEXT_CHARS} characters, no control characters",
+                f"a string of 1..{max_chars} characters, no control characters",
                 problem or "",
             )
             return default if default is not _MISSING else ""
@@ -282,12 +258,14 @@ class _Fields:
             return choices[0]
         return value
 
-    def cores(self, key: str, default: Any = _MISSING, *, capacity: bool = False) -> Any:
-        """Cores in ``cpu_milli``: a node's capacity rounds down, a job's demand up (so
-        a 3.9995-core node must not take a 4-core job)."""
-        value = self.number(key, default, minimum=0.0, maximum=MAX_CORES, exclusive_min=capacity)
+    def cores(self, key: str, default: Any = _MISSING) -> Any:
+        """Cores in ``cpu_milli``: a node's capacity (``> 0`` in its definition) rounds down,
+        a job's demand up (so a 3.9995-core node must not take a 4-core job)."""
+        value = self.read(key, default)
         if value is default:
             return value
+        assert self.doc is not None
+        capacity = field_spec(self.doc, key).exclusive
         return capacity_cores_to_milli(value) if capacity else cores_to_milli(value)
 
     def device_list(self, key: str) -> tuple[str, ...]:
@@ -358,502 +336,84 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
     Raises:
         SnapshotError: listing every problem, each naming the node or job and the field.
     """
-    problems: list[str] = []
-    top = _Fields(data, "snapshot", problems)
-    if not top.ok:
+    return _checked_snapshot(typed.snapshot_from_data(data), data, source)
+
+
+def _checked_snapshot(typed_snapshot: Snapshot | None, data: object, source: str) -> Snapshot:
+    """The snapshot the typed definitions built when they did, and when it refers only to
+    what it holds; else every problem of ``data``, named by the field checker."""
+    if typed_snapshot is not None and len(typed_snapshot.nodes) <= MAX_SNAPSHOT_NODES:
+        problems: list[str] = []
+        _cross_check(typed_snapshot, problems)
+        if problems:
+            raise SnapshotError(problems, source)
+        return typed_snapshot
+    snapshot, problems = _check_snapshot(data)
+    if problems:
         raise SnapshotError(problems, source)
+    return snapshot
+
+
+def _check_snapshot(data: object) -> tuple[Snapshot, list[str]]:
+    """The snapshot of ``data`` read field by field, and every problem of it: the messages of
+    a document the typed definitions refused."""
+    problems: list[str] = []
+    top = _Fields(data, "snapshot", problems, SnapshotDoc)
+    if not top.ok:
+        return Snapshot(()), problems
     top.unknown(SNAPSHOT_FIELDS)
     nodes = [
-        _fast_node(obj) or _parse_node(obj, i, problems)
+        _parse_node(obj, i, problems)
         for i, obj in enumerate(top.array("nodes", max_items=MAX_SNAPSHOT_NODES))
     ]
     running = [_parse_running(obj, i, problems) for i, obj in enumerate(top.array("running", []))]
-    listed = top.array("pending", [])
-    pending = _fast_pending_all(listed)
-    if pending is None:
-        pending = [
-            _fast_pending(obj) or _parse_pending(obj, i, problems) for i, obj in enumerate(listed)
-        ]
-    now = top.number("now", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S)
-    _cross_check(nodes, running, pending, problems)
-    if problems:
-        raise SnapshotError(problems, source)
-    return Snapshot(tuple(nodes), tuple(running), tuple(pending), now)
-
-
-# The fast paths (100,000 jobs validated in a fraction of a second). A well-formed
-# object of the usual fields is checked here in a few inline comparisons per field and built
-# directly; anything else -- a wrong type, a value out of range, an optional field these paths
-# do not know, a non-ASCII id -- returns None, and the full per-field parser below checks it
-# again and writes its messages. So a fast path only ever accepts what the full one accepts,
-# with the same values (tests/unit/test_schema_fast.py compares them), and every refusal still
-# comes from the full one.
-
-_PENDING_KEYS = frozenset(PENDING_FIELDS)
-_NODE_FAST_KEYS = frozenset(("name", "cores", "memory_mib", "devices"))
-_DEVICE_KEYS = frozenset(DEVICE_FIELDS)
-#: A pending job's optional numbers: (field, minimum, maximum, whether the minimum is excluded),
-#: as :func:`_parse_pending` checks them.
-_PENDING_OPTIONAL = (
-    ("alpha", 0.0, 1.0, True),
-    ("membw_gbps", 0.0, MAX_MEMBW_GBPS, False),
-    ("copy_bw_mbps", 0.0, MAX_COPY_BW_MBPS, False),
-    ("walltime_s", 0.0, MAX_WALLTIME_S, True),
-)
-
-
-def _fast_id(value: object) -> str | None:
-    """``value`` when it is a plain ASCII id :meth:`_Fields.ident` accepts; else None."""
-    if (
-        type(value) is str
-        and 0 < len(value) <= MAX_ID_CHARS
-        and value.isascii()
-        and value.isprintable()
-        and value[0] != " "
-        and value[-1] != " "
-        and "," not in value
-    ):
-        return value
-    return None
-
-
-def _fast_text(value: object) -> bool:
-    """Whether ``value`` is plain ASCII text :meth:`_Fields.string` accepts."""
-    return (
-        type(value) is str
-        and len(value) <= MAX_TEXT_CHARS
-        and value.isascii()
-        and value.isprintable()
-        and not value.isspace()
-        and value != ""
-    )
-
-
-def _fast_number(value: object, low: float, high: float, exclusive_low: bool = False) -> Any:
-    """``value`` as :meth:`_Fields.number` returns it (an int as a float) when it is an int or
-    float in range; ``_MISSING`` otherwise (NaN and the infinities fail the range test)."""
-    kind = type(value)
-    if kind is not int and kind is not float:
-        return _MISSING
-    number = cast(float, value)
-    if (low < number if exclusive_low else low <= number) and number <= high:
-        return float(number) if kind is int else number
-    return _MISSING
-
-
-def _fast_int(value: object, low: int, high: int) -> int | None:
-    """``value`` when it is an int in range (what :meth:`_Fields.integer` keeps); else None."""
-    if type(value) is int and low <= value <= high:
-        return value
-    return None
-
-
-def _fast_pending(obj: object) -> Job | None:
-    """The pending job ``obj`` describes when it is well formed (see above); else None."""
-    if type(obj) is not dict or not obj.keys() <= _PENDING_KEYS:
-        return None
-    get = obj.get
-    ident = _fast_id(get("id"))
-    if ident is None:
-        return None
-    value = get("device_memory_mib")
-    device_memory = 0 if value is None else _fast_int(value, 0, MAX_DEVICE_MEMORY_MIB)
-    value = get("device_threads")
-    device_threads = 0 if value is None else _fast_int(value, 0, MAX_DEVICE_THREADS)
-    if device_memory is None or device_threads is None:
-        return None
-    kind: JobKind | None = get("kind")
-    if kind is None:
-        kind = "device" if (device_memory or device_threads) else "cpu"
-    elif type(kind) is not str or (kind != "device" and kind != "cpu"):
-        return None
-    value = get("device_count")
-    if value is None:
-        device_count: int | None = 1 if kind == "device" else 0
-    else:
-        device_count = _fast_int(value, 0, MAX_DEVICES)
-    if device_count is None:
-        return None
-    if kind == "cpu":
-        if device_memory or device_threads or device_count:
-            return None
-    elif device_count < 1:
-        return None
-    if (
-        get("nodes") is not None
-        or get("nodes_max") is not None
-        or get("processes_per_node") is not None
-    ):
-        return None  # gangs: the full path, with coshare.ledger.gangs' consistency rules
-    value = get("processes")
-    processes = 1 if value is None else _fast_int(value, 1, MAX_PROCESSES)
-    value = get("cores")
-    cores = None if value is None else _fast_number(value, 0.0, MAX_CORES)
-    value = get("memory_mib")
-    memory = 0 if value is None else _fast_int(value, 0, MAX_MEMORY_MIB)
-    value = get("priority")
-    priority = 0 if value is None else _fast_int(value, -MAX_PRIORITY, MAX_PRIORITY)
-    value = get("submit_time")
-    submit = 0.0 if value is None else _fast_number(value, -MAX_TIME_S, MAX_TIME_S)
-    if (
-        processes is None
-        or cores is _MISSING
-        or memory is None
-        or priority is None
-        or submit is _MISSING
-    ):
-        return None
-    program = get("program")
-    if program is not None and not _fast_text(program):
-        return None
-    optional: list[Any] = []
-    for key, low, high, exclusive in _PENDING_OPTIONAL:
-        value = get(key)
-        if value is not None:
-            value = _fast_number(value, low, high, exclusive)
-            if value is _MISSING:
-                return None
-        optional.append(value)
-    alpha, membw, copy_bw, walltime = optional
-    cpu_milli = MILLI if cores is None else cores_to_milli(cores)
-    # positionally, in the model's field order (a third cheaper than by keyword; the test
-    # compares every field with the full path's job): a single-node job, nodes 1
-    return Job(
-        ident,
-        device_memory,
-        device_threads,
-        device_count,
-        cpu_milli,
-        memory,
-        priority,
-        submit,
-        kind,
-        processes,
-        program,
-        alpha,
-        membw,
-        copy_bw,
-        walltime,
-    )
-
-
-def _fast_pending_all(objs: list[Any]) -> list[Job] | None:
-    """Every pending job of ``objs`` at once, a field at a time, when all of them are well
-    formed as :func:`_fast_pending` takes them; else None (then each goes its own way).
-
-    The same tests as :func:`_fast_pending` on whole columns: the types a column holds, its
-    least and largest value, the ids' and programs' characters in one string. It accepts only
-    what the per-job fast path accepts, with the same values (``tests/unit/test_schema_fast.py``
-    compares the two); on the 100,000-job bench snapshot it takes a third of the per-job time.
-    """
-    if not objs:
-        return []
-    if set(map(type, objs)) != {dict}:
-        return None
-    present = set().union(*objs)
-    if not present <= _PENDING_BATCH_KEYS:
-        return None  # gangs and unknown fields: per job
-
-    def column(key: str) -> list[Any] | None:
-        return list(map(dict.get, objs, repeat(key))) if key in present else None
-
-    ids = column("id")
-    if ids is None or not _fast_ids(ids):
-        return None
-    n = len(objs)
-    memory_dev = _int_column(column("device_memory_mib"), n, 0, 0, MAX_DEVICE_MEMORY_MIB)
-    threads = _int_column(column("device_threads"), n, 0, 0, MAX_DEVICE_THREADS)
-    if memory_dev is None or threads is None:
-        return None
-    kinds = _kinds(column("kind"), memory_dev, threads)
-    if kinds is None:
-        return None
-    counts = column("device_count")
-    if counts is not None and None in counts:
-        counts = [
-            (1 if k == "device" else 0) if c is None else c
-            for c, k in zip(counts, kinds, strict=True)
-        ]
-    if counts is None:
-        counts = [1 if k == "device" else 0 for k in kinds]
-    counts = _int_column(counts, n, 0, 0, MAX_DEVICES)
-    if counts is None:
-        return None
-    if "cpu" in kinds or min(counts) < 1:
-        for m, t, c, k in zip(memory_dev, threads, counts, kinds, strict=True):
-            if (k == "cpu" and (m or t or c)) or (k == "device" and c < 1):
-                return None
-    processes = _int_column(column("processes"), n, 1, 1, MAX_PROCESSES)
-    memory = _int_column(column("memory_mib"), n, 0, 0, MAX_MEMORY_MIB)
-    priority = _int_column(column("priority"), n, 0, -MAX_PRIORITY, MAX_PRIORITY)
-    cpu_milli = _cores_column(column("cores"), n)
-    submit = _number_column(column("submit_time"), n, 0.0, -MAX_TIME_S, MAX_TIME_S)
-    if (
-        processes is None
-        or memory is None
-        or priority is None
-        or cpu_milli is None
-        or submit is None
-    ):
-        return None
-    programs = column("program")
-    if programs is not None and not _fast_texts(programs):
-        return None
-    optional: list[Iterable[Any]] = []
-    for key, low, high, exclusive in _PENDING_OPTIONAL:
-        values = _number_column(column(key), n, None, low, high, exclusive)
-        if values is None:
-            return None
-        optional.append(values)
-    return list(
-        map(
-            _new_job,
-            ids,
-            memory_dev,
-            threads,
-            counts,
-            cpu_milli,
-            memory,
-            priority,
-            submit,
-            kinds,
-            processes,
-            programs or repeat(None, n),
-            *optional,
-        )
-    )
-
-
-#: The fields :func:`_fast_pending_all` reads (a gang's go through the full path).
-_PENDING_BATCH_KEYS = _PENDING_KEYS - {"nodes", "nodes_max", "processes_per_node"}
-
-
-def _fast_ids(ids: list[Any]) -> bool:
-    """Whether every value is an id :func:`_fast_id` takes."""
-    if set(map(type, ids)) != {str}:
-        return False
-    joined = "".join(ids)
-    lengths = list(map(len, ids))
-    if (
-        not (joined.isascii() and joined.isprintable())
-        or "," in joined
-        or min(lengths) < 1
-        or max(lengths) > MAX_ID_CHARS
-    ):
-        return False
-    return " " not in joined or not any(i[0] == " " or i[-1] == " " for i in ids)
-
-
-def _fast_texts(values: list[Any]) -> bool:
-    """Whether every value is None or text :func:`_fast_text` takes."""
-    texts = [v for v in values if v is not None]
-    if not texts:
-        return True
-    if set(map(type, texts)) != {str}:
-        return False
-    joined = "".join(texts)
-    lengths = list(map(len, texts))
-    return (
-        joined.isascii()
-        and joined.isprintable()
-        and min(lengths) >= 1
-        and max(lengths) <= MAX_TEXT_CHARS
-        and not any(map(str.isspace, texts))
-    )
-
-
-def _int_column(values: list[Any] | None, n: int, default: int, low: int, high: int) -> Any:
-    """``values`` (None: ``default``) when all are ints in range, as :func:`_fast_int` keeps
-    them; ``n`` defaults for an absent field; else None."""
-    if values is None:
-        return [default] * n
-    if None in values:
-        values = [default if v is None else v for v in values]
-    if set(map(type, values)) != {int} or min(values) < low or max(values) > high:
-        return None
-    return values
-
-
-def _number_column(
-    values: list[Any] | None,
-    n: int,
-    default: float | None,
-    low: float,
-    high: float,
-    exclusive_low: bool = False,
-) -> Any:
-    """``values`` as :func:`_fast_number` returns them (ints as floats; None: ``default``)
-    when all are numbers in range; ``n`` defaults for an absent field; else None."""
-    if values is None:
-        return [default] * n
-    numbers = [v for v in values if v is not None]
-    if not numbers:
-        return [default] * n
-    kinds = set(map(type, numbers))
-    if not kinds <= {int, float}:
-        return None
-    if float in kinds and any(v != v for v in numbers):
-        return None  # NaN: the range test of the per-job path fails it
-    least, most = min(numbers), max(numbers)
-    if not ((low < least if exclusive_low else low <= least) and most <= high):
-        return None
-    if len(numbers) < len(values) or int in kinds:
-        return [default if v is None else float(v) if type(v) is int else v for v in values]
-    return values
-
-
-def _cores_column(values: list[Any] | None, n: int) -> Any:
-    """Each job's ``cpu_milli`` from its ``cores`` (one core when absent) when all are numbers
-    :func:`_fast_pending` takes; else None. Whole cores are exact in milli (no float)."""
-    checked = _number_column(values, n, None, 0.0, MAX_CORES)
-    if checked is None or values is None:
-        return None if checked is None else [MILLI] * n
-    if set(map(type, values)) == {int}:
-        return [c * MILLI for c in values]
-    return [
-        MILLI if c is None else c * MILLI if type(c) is int else cores_to_milli(c) for c in values
+    pending = [_parse_pending(obj, i, problems) for i, obj in enumerate(top.array("pending", []))]
+    now = top.read("now", None)
+    limits = [
+        _parse_limit(obj, i, problems)
+        for i, obj in enumerate(top.array("limits", [], max_items=MAX_LIMITS))
     ]
+    snapshot = Snapshot(tuple(nodes), tuple(running), tuple(pending), now, tuple(limits))
+    _cross_check(snapshot, problems)
+    return snapshot, problems
 
 
-def _kinds(values: list[Any] | None, device_memory: Any, threads: Any) -> list[Any] | None:
-    """Each job's kind: as given (``device`` or ``cpu``), else inferred from its device
-    needs as :func:`_fast_pending` does; None when one is neither."""
-    given = [] if values is None else [v for v in values if v is not None]
-    if given and (set(map(type, given)) != {str} or not set(given) <= {"device", "cpu"}):
-        return None
-    if values is not None and len(given) == len(values):
-        return values
-    return [
-        ("device" if (m or t) else "cpu") if k is None else k
-        for k, m, t in zip(values or [None] * len(threads), device_memory, threads, strict=True)
-    ]
-
-
-_new_object = object.__new__
-(
-    _set_id,
-    _set_device_memory,
-    _set_device_threads,
-    _set_device_count,
-    _set_cpu_milli,
-    _set_memory,
-    _set_priority,
-    _set_submit,
-    _set_kind,
-    _set_processes,
-    _set_program,
-    _set_alpha,
-    _set_membw,
-    _set_copy_bw,
-    _set_walltime,
-    _set_nodes,
-    _set_nodes_max,
-    _set_per_node,
-) = (getattr(Job, f.name).__set__ for f in fields(Job))
-
-
-def _new_job(
-    ident: str,
-    device_memory: int,
-    device_threads: int,
-    device_count: int,
-    cpu_milli: int,
-    memory: int,
-    priority: int,
-    submit: float,
-    kind: JobKind,
-    processes: int,
-    program: str | None,
-    alpha: float | None,
-    membw: float | None,
-    copy_bw: float | None,
-    walltime: float | None,
-) -> Job:
-    """A single-node :class:`Job` of checked values, built slot by slot: the frozen class's
-    ``__init__`` sets each field through ``object.__setattr__`` by name, twice the time for
-    100,000 jobs (the test compares every field with ``Job(...)``'s)."""
-    job: Job = _new_object(Job)
-    _set_id(job, ident)
-    _set_device_memory(job, device_memory)
-    _set_device_threads(job, device_threads)
-    _set_device_count(job, device_count)
-    _set_cpu_milli(job, cpu_milli)
-    _set_memory(job, memory)
-    _set_priority(job, priority)
-    _set_submit(job, submit)
-    _set_kind(job, kind)
-    _set_processes(job, processes)
-    _set_program(job, program)
-    _set_alpha(job, alpha)
-    _set_membw(job, membw)
-    _set_copy_bw(job, copy_bw)
-    _set_walltime(job, walltime)
-    _set_nodes(job, 1)
-    _set_nodes_max(job, None)
-    _set_per_node(job, None)
-    return job
-
-
-def _fast_node(obj: object) -> Node | None:
-    """The node ``obj`` describes when it has only a name, cores, memory and well-formed
-    devices (see above); else None."""
-    if type(obj) is not dict or not obj.keys() <= _NODE_FAST_KEYS:
-        return None
-    name = _fast_id(obj.get("name"))
-    cores = _fast_number(obj.get("cores"), 0.0, MAX_CORES, True)
-    memory = _fast_int(obj.get("memory_mib"), 1, MAX_MEMORY_MIB)
-    listed = obj.get("devices")
-    if (
-        name is None
-        or cores is _MISSING
-        or memory is None
-        or (listed is not None and type(listed) is not list)
-        or (listed is not None and len(listed) > MAX_DEVICES)
-    ):
-        return None  # the full parser says what is wrong (the devices' bound too)
-    devices = []
-    for dev in listed or ():
-        if type(dev) is not dict or not dev.keys() <= _DEVICE_KEYS:
-            return None
-        ident = _fast_id(dev.get("id"))
-        device_memory = _fast_int(dev.get("memory_mib"), 1, MAX_DEVICE_MEMORY_MIB)
-        threads = _fast_int(dev.get("threads"), 1, MAX_DEVICE_THREADS)
-        model = dev.get("model")
-        if (
-            ident is None
-            or device_memory is None
-            or threads is None
-            or (model is not None and not _fast_text(model))
-        ):
-            return None
-        devices.append(Device(ident, device_memory, threads, model or ""))
-    return Node(name, capacity_cores_to_milli(cores), memory, tuple(devices))
+def _parse_limit(obj: object, index: int, problems: list[str]) -> Limit:
+    f = _Fields(obj, _label("limit", obj, index, "id"), problems, LimitDoc)
+    f.unknown(LIMIT_FIELDS)
+    return Limit(
+        id=f.read("id"),
+        name=f.read("name"),
+        holder=f.read("holder"),
+        max=f.read("max"),
+        used=f.read("used"),
+    )
 
 
 def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
-    f = _Fields(obj, _label("node", obj, index, "name"), problems)
+    f = _Fields(obj, _label("node", obj, index, "name"), problems, NodeDoc)
     f.unknown(NODE_FIELDS)
-    name = f.ident("name")
+    name = f.read("name")
     devices = []
     for j, dev in enumerate(f.array("devices", [], max_items=MAX_DEVICES)):
-        d = _Fields(dev, f"{f.what}: {_label('device', dev, j, 'id')}", problems)
+        d = _Fields(dev, f"{f.what}: {_label('device', dev, j, 'id')}", problems, DeviceDoc)
         d.unknown(DEVICE_FIELDS)
         devices.append(
             Device(
-                id=d.ident("id"),
-                memory_mib=d.integer("memory_mib", minimum=1, maximum=MAX_DEVICE_MEMORY_MIB),
-                threads=d.integer("threads", minimum=1, maximum=MAX_DEVICE_THREADS),
-                model=d.string("model", ""),
+                id=d.read("id"),
+                memory_mib=d.read("memory_mib"),
+                threads=d.read("threads"),
+                model=d.read("model", ""),
             )
         )
     return Node(
         name=name,
-        cpu_milli=f.cores("cores", capacity=True),
-        memory_mib=f.integer("memory_mib", minimum=1, maximum=MAX_MEMORY_MIB),
+        cpu_milli=f.cores("cores"),
+        memory_mib=f.read("memory_mib"),
         devices=tuple(devices),
-        membw_gbps=f.number("membw_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS),
-        llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
-        domain=f.string("domain", None),
+        membw_gbps=f.read("membw_gbps", None),
+        llc_ways=f.read("llc_ways", None),
+        domain=f.read("domain", None),
         **_node_facts(f),
     )
 
@@ -861,63 +421,61 @@ def _parse_node(obj: object, index: int, problems: list[str]) -> Node:
 def _node_facts(f: _Fields) -> dict[str, Any]:
     """A node's optional facts fields (coshare.ledger.facts), checked like every other field."""
     return {
-        "membw_avail_gbps": f.number("membw_avail_gbps", None, maximum=MAX_MEMBW_GBPS),
-        "membw_baseline_gbps": f.number(
-            "membw_baseline_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS
-        ),
-        "llc_ways_free": f.integer("llc_ways_free", None, maximum=MAX_LLC_WAYS),
-        "facts_at_s": f.number("facts_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
-        "membw_at_s": f.number("membw_at_s", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
+        "membw_avail_gbps": f.read("membw_avail_gbps", None),
+        "membw_baseline_gbps": f.read("membw_baseline_gbps", None),
+        "llc_ways_free": f.read("llc_ways_free", None),
+        "facts_at_s": f.read("facts_at_s", None),
+        "membw_at_s": f.read("membw_at_s", None),
     }
 
 
 def _load_facts(f: _Fields) -> dict[str, Any]:
     """A running job's optional CPU load fields (coshare.ledger.facts), in cores and seconds."""
     out = {
-        key: f.number(key, None, maximum=MAX_CORES)
+        key: f.read(key, None)
         for key in ("cpu_load_cores", "cpu_load_last_cores", "cpu_load_max_cores")
     }
-    out["cpu_load_window_s"] = f.number("cpu_load_window_s", None, maximum=MAX_TIME_S)
-    held = f.number("cpu_cores_held", None, maximum=MAX_CORES)
+    out["cpu_load_window_s"] = f.read("cpu_load_window_s", None)
+    held = f.read("cpu_cores_held", None)
     out["cpu_cores_held"] = None if held is None else int(held)
     for key in ("cpu_wait_cores", "cpu_wait_last_cores"):
-        out[key] = f.number(key, None, maximum=MAX_CORES)
+        out[key] = f.read(key, None)
     return out
 
 
 def _parse_running(obj: object, index: int, problems: list[str]) -> RunningJob:
-    f = _Fields(obj, _label("running job", obj, index, "id"), problems)
+    f = _Fields(obj, _label("running job", obj, index, "id"), problems, RunningDoc)
     f.unknown(RUNNING_FIELDS)
     device = f.device_list("device")
-    state: PlacementState = f.choice("state", ("running", "planned"), "running")
+    state: PlacementState = f.read("state", "running")
     return RunningJob(
-        id=f.ident("id"),
-        node=f.ident("node"),
+        id=f.read("id"),
+        node=f.read("node"),
         devices=device,
-        device_memory_mib=f.integer("device_memory_mib", 0, maximum=MAX_DEVICE_MEMORY_MIB),
-        device_threads=f.integer("device_threads", 0, maximum=MAX_DEVICE_THREADS),
+        device_memory_mib=f.read("device_memory_mib", 0),
+        device_threads=f.read("device_threads", 0),
         cpu_milli=f.cores("cores", MILLI),
-        memory_mib=f.integer("memory_mib", 0, maximum=MAX_MEMORY_MIB),
+        memory_mib=f.read("memory_mib", 0),
         state=state,
-        membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
-        llc_ways=f.integer("llc_ways", None, maximum=MAX_LLC_WAYS),
-        start_time_s=f.number("start_time", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
-        program=f.string("program", None),
+        membw_gbps=f.read("membw_gbps", None),
+        llc_ways=f.read("llc_ways", None),
+        start_time_s=f.read("start_time", None),
+        program=f.read("program", None),
         **_load_facts(f),
-        walltime_s=f.number("walltime_s", None, exclusive_min=True, maximum=MAX_WALLTIME_S),
-        copy_bw_mbps=f.number("copy_bw_mbps", None, maximum=MAX_COPY_BW_MBPS),
-        harvest_from=f.ident("harvest_from", None),
+        walltime_s=f.read("walltime_s", None),
+        copy_bw_mbps=f.read("copy_bw_mbps", None),
+        harvest_from=f.read("harvest_from", None),
     )
 
 
 def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
-    f = _Fields(obj, _label("pending job", obj, index, "id"), problems)
+    f = _Fields(obj, _label("pending job", obj, index, "id"), problems, PendingDoc)
     f.unknown(PENDING_FIELDS)
-    device_memory = f.integer("device_memory_mib", 0, maximum=MAX_DEVICE_MEMORY_MIB)
-    device_threads = f.integer("device_threads", 0, maximum=MAX_DEVICE_THREADS)
+    device_memory = f.read("device_memory_mib", 0)
+    device_threads = f.read("device_threads", 0)
     inferred: JobKind = "device" if (device_memory or device_threads) else "cpu"
-    kind: JobKind = f.choice("kind", ("device", "cpu"), inferred)
-    device_count = f.integer("device_count", 1 if kind == "device" else 0, maximum=MAX_DEVICES)
+    kind: JobKind = f.read("kind", inferred)
+    device_count = f.read("device_count", 1 if kind == "device" else 0)
     if kind == "cpu" and (device_memory or device_threads or device_count):
         problems.append(
             f"{f.what}: a job of kind 'cpu' cannot declare device_memory_mib, "
@@ -925,46 +483,69 @@ def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
         )
     if kind == "device" and device_count < 1:
         f._bad("device_count", device_count, "an integer >= 1 for a job of kind 'device'")
-    nodes = f.integer("nodes", 1, minimum=1, maximum=MAX_JOB_NODES)
-    nodes_max = f.integer("nodes_max", None, minimum=1, maximum=MAX_JOB_NODES)
-    per_node = f.integer("processes_per_node", None, minimum=1, maximum=MAX_PROCESSES)
+    nodes = f.read("nodes", 1)
+    nodes_max = f.read("nodes_max", None)
+    per_node = f.read("processes_per_node", None)
     # a gang without "processes" runs nodes x processes_per_node (one per node):
     # coshare.ledger.gangs
-    processes = f.integer(
-        "processes", min(nodes * (per_node or 1), MAX_PROCESSES), minimum=1, maximum=MAX_PROCESSES
-    )
+    processes = f.read("processes", min(nodes * (per_node or 1), MAX_PROCESSES))
     gang = Job(
         id="", processes=processes, nodes=nodes, nodes_max=nodes_max, processes_per_node=per_node
     )
     for key, value, allowed in gang_problems(gang):
         f._bad(key, value, allowed)
     return Job(
-        id=f.ident("id"),
+        id=f.read("id"),
         device_memory_mib=device_memory,
         device_threads=device_threads,
         device_count=device_count,
         cpu_milli=f.cores("cores", MILLI),
-        memory_mib=f.integer("memory_mib", 0, maximum=MAX_MEMORY_MIB),
-        priority=f.integer("priority", 0, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY),
-        submit_time_s=f.number("submit_time", 0.0, minimum=-MAX_TIME_S, maximum=MAX_TIME_S),
+        memory_mib=f.read("memory_mib", 0),
+        priority=f.read("priority", 0),
+        submit_time_s=f.read("submit_time", 0.0),
         kind=kind,
         processes=processes,
-        program=f.string("program", None),
-        alpha=f.number("alpha", None, maximum=1.0, exclusive_min=True),
-        membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
-        copy_bw_mbps=f.number("copy_bw_mbps", None, maximum=MAX_COPY_BW_MBPS),
-        walltime_s=f.number("walltime_s", None, exclusive_min=True, maximum=MAX_WALLTIME_S),
+        program=f.read("program", None),
+        alpha=f.read("alpha", None),
+        membw_gbps=f.read("membw_gbps", None),
+        copy_bw_mbps=f.read("copy_bw_mbps", None),
+        walltime_s=f.read("walltime_s", None),
         nodes=nodes,
         nodes_max=nodes_max,
         processes_per_node=per_node,
+        charges=_charges(f),
     )
 
 
-def _cross_check(
-    nodes: list[Node], running: list[RunningJob], pending: list[Job], problems: list[str]
-) -> None:
+def _charges(f: _Fields) -> tuple[tuple[str, float], ...]:
+    """A pending job's ``charges``: an object of limit ids to amounts, or absent."""
+    value = f._get("charges", None)
+    if value is None:
+        return ()
+    allowed = (
+        f"an object of at most {MAX_CHARGES} limit ids ({ALLOWED_ID}, no commas) to numbers "
+        f">= 0 and <= {plain(MAX_LIMIT_VALUE)}"
+    )
+    if not isinstance(value, Mapping) or len(value) > MAX_CHARGES:
+        f._bad("charges", value, allowed)
+        return ()
+    out = []
+    for key, amount in value.items():
+        number = as_float(amount)
+        if id_problem(key) is not None or "," in key:
+            f._bad("charges", value, allowed, f"names the limit {_show(key)}")
+        elif number is None or not math.isfinite(number) or not 0 <= number <= MAX_LIMIT_VALUE:
+            f._bad("charges", value, allowed, f"charges {_show(amount)} to {_show(key)}")
+        else:
+            out.append((key, number))
+    return tuple(out)
+
+
+def _cross_check(snapshot: Snapshot, problems: list[str]) -> None:
+    """What a schema cannot say: names given twice, references to unknown nodes, devices and
+    limits."""
     devices_of: dict[str, set[str]] = {}
-    for node in nodes:
+    for node in snapshot.nodes:
         if node.name and node.name in devices_of:
             problems.append(f'node "{node.name}": name appears more than once')
         if node.llc_ways_free is not None and node.llc_ways_free > (node.llc_ways or 0):
@@ -978,7 +559,7 @@ def _cross_check(
         devices_of[node.name] = set(ids)
     seen_running: set[tuple[str, str]] = set()
     running_ids: set[str] = set()
-    for r in running:
+    for r in snapshot.running:
         what = f'running job "{r.id}"'
         if (r.id, r.node) in seen_running:
             problems.append(f'{what}: appears twice on node "{r.node}"')
@@ -992,8 +573,21 @@ def _cross_check(
                 problems.append(
                     f'{what}: field "device" names unknown device "{dev}" of "{r.node}"'
                 )
+    limit_ids: set[str] = set()
+    for limit in snapshot.limits:
+        if limit.id in limit_ids:
+            problems.append(f'limit "{limit.id}": id appears more than once')
+        limit_ids.add(limit.id)
+    pending_ids = [job.id for job in snapshot.pending]
+    unique = set(pending_ids)
+    if (
+        len(unique) == len(pending_ids)
+        and unique.isdisjoint(running_ids)
+        and not any(job.charges for job in snapshot.pending)
+    ):
+        return  # the usual snapshot, at once
     seen: set[str] = set()
-    for job in pending:
+    for job in snapshot.pending:
         if not isinstance(job.id, str):  # an entry already refused for having no id
             continue
         if job.id in seen:
@@ -1001,6 +595,12 @@ def _cross_check(
         if job.id in running_ids:
             problems.append(f'pending job "{job.id}": also listed as running')
         seen.add(job.id)
+        for limit_id, _ in job.charges:
+            if limit_id not in limit_ids:
+                problems.append(
+                    f'pending job "{job.id}": field \'charges\' names limit "{limit_id}", '
+                    "which the snapshot does not list (allowed: the ids of its limits)"
+                )
 
 
 def _assignment_dict(a: Assignment) -> dict[str, object]:
@@ -1104,6 +704,11 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
     out: dict[str, object] = {"nodes": nodes, "running": running, "pending": pending}
     if snapshot.now_s is not None:
         out["now"] = snapshot.now_s
+    if snapshot.limits:
+        out["limits"] = [
+            {"id": x.id, "name": x.name, "holder": x.holder, "max": x.max, "used": x.used}
+            for x in snapshot.limits
+        ]
     return out
 
 
@@ -1130,6 +735,7 @@ def job_to_dict(j: Job) -> dict[str, object]:
             ("nodes", None if j.nodes == 1 else j.nodes),
             ("nodes_max", j.nodes_max),
             ("processes_per_node", j.processes_per_node),
+            ("charges", dict(j.charges) if j.charges else None),
         ]
     )
 
@@ -1184,71 +790,78 @@ def parse_plan(data: object, source: str = "") -> Plan:
     Raises:
         SnapshotError: listing every problem, each naming the job and the field.
     """
+    plan = typed.plan_from_data(data)
+    return plan if plan is not None else _check_plan(data, source)
+
+
+def _check_plan(data: object, source: str) -> Plan:
+    """The plan of ``data`` read field by field, or every problem of it: the messages of a
+    document the typed definitions refused."""
     problems: list[str] = []
-    top = _Fields(data, "plan", problems)
+    top = _Fields(data, "plan", problems, PlanDoc)
     if not top.ok:
         raise SnapshotError(problems, source)
     top.unknown(PLAN_FIELDS)
-    policy = top.string("policy")
+    policy = top.read("policy")
     assignments = []
     for i, obj in enumerate(top.array("assignments", [])):
-        f = _Fields(obj, _label("assignment of job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("assignment of job", obj, i, "job"), problems, AssignmentDoc)
         f.unknown(ASSIGNMENT_FIELDS)
         assignments.append(
             Assignment(
-                job=f.ident("job"),
-                node=f.ident("node"),
+                job=f.read("job"),
+                node=f.read("node"),
                 devices=f.device_list("device"),
-                processes=f.integer("processes", None, minimum=1, maximum=MAX_PROCESSES),
-                harvest_from=f.ident("harvest_from", None),
-                llc_ways=f.integer("llc_ways", None, minimum=1, maximum=MAX_LLC_WAYS),
-                membw_gbps=f.number("membw_gbps", None, maximum=MAX_MEMBW_GBPS),
-                llc_ways_spare=f.integer("llc_ways_spare", None, maximum=MAX_LLC_WAYS),
+                processes=f.read("processes", None),
+                harvest_from=f.read("harvest_from", None),
+                llc_ways=f.read("llc_ways", None),
+                membw_gbps=f.read("membw_gbps", None),
+                llc_ways_spare=f.read("llc_ways_spare", None),
             )
         )
     unplaced = []
     for i, obj in enumerate(top.array("unplaced", [])):
-        f = _Fields(obj, _label("unplaced job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("unplaced job", obj, i, "job"), problems, UnplacedDoc)
         f.unknown(UNPLACED_FIELDS)
-        code: UnplacedCode = f.choice("code", UNPLACED_CODES, "no_room")
-        unplaced.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
+        code: UnplacedCode = f.read("code", "no_room")
+        unplaced.append(Unplaced(job=f.read("job"), reason=f.read("reason"), code=code))
     trials = []
     for i, obj in enumerate(top.array("trials", [])):
-        f = _Fields(obj, _label("trial of job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("trial of job", obj, i, "job"), problems, TrialDoc)
         f.unknown(TRIAL_FIELDS)
         partners = f.array("partners", [])
         trials.append(
             Trial(
-                job=f.ident("job"),
-                node=f.ident("node"),
+                job=f.read("job"),
+                node=f.read("node"),
                 partners=tuple(_trial_partners(partners, f, problems)),
             )
         )
     spreads = []
     for i, obj in enumerate(top.array("spreads", [])):
-        f = _Fields(obj, _label("spread of job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("spread of job", obj, i, "job"), problems, SpreadDoc)
         f.unknown(SPREAD_FIELDS)
         spreads.append(
             Spread(
-                job=f.ident("job"),
-                scale=f.integer("scale", minimum=1, maximum=MAX_JOB_NODES),
-                nodes=f.integer("nodes", minimum=1, maximum=MAX_JOB_NODES),
-                cores_per_node=f.integer("cores_per_node", minimum=1, maximum=MAX_CORES),
-                ways=f.integer("ways", None, minimum=1, maximum=MAX_LLC_WAYS),
-                note=f.string("note", ""),
-                membw_gbps=f.number("membw_gbps", None, exclusive_min=True, maximum=MAX_MEMBW_GBPS),
+                job=f.read("job"),
+                scale=f.read("scale"),
+                nodes=f.read("nodes"),
+                cores_per_node=f.read("cores_per_node"),
+                ways=f.read("ways", None),
+                note=f.read("note", ""),
+                membw_gbps=f.read("membw_gbps", None),
             )
         )
     requeue = []
     for i, obj in enumerate(top.array("requeue", [])):
-        f = _Fields(obj, _label("requeued job", obj, i, "job"), problems)
+        f = _Fields(obj, _label("requeued job", obj, i, "job"), problems, UnplacedDoc)
         f.unknown(UNPLACED_FIELDS)
-        code = f.choice("code", UNPLACED_CODES, "no_room")
-        requeue.append(Unplaced(job=f.ident("job"), reason=f.string("reason"), code=code))
+        code = f.read("code", "no_room")
+        requeue.append(Unplaced(job=f.read("job"), reason=f.read("reason"), code=code))
     stats = top.obj.get("stats")
     seconds = 0.0
     if isinstance(stats, Mapping):
-        seconds = _Fields(stats, "plan stats", problems).number("seconds", 0.0)
+        seconds = _Fields(stats, "plan stats", problems, StatsDoc).read("seconds", 0.0)
     if problems:
         raise SnapshotError(problems, source)
     return Plan(
@@ -1292,7 +905,19 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def decode_json(text: str, source: str, parse: Callable[[object, str], T]) -> T:
     """Decode JSON text and parse it, turning anything unreadable into a :class:`SnapshotError`:
     a syntax error, ``NaN``, a key given twice, nesting deeper than Python can decode, or an
-    integer longer than Python converts from text."""
+    integer longer than Python converts from text.
+
+    A snapshot or a plan is decoded and checked in one pass through its typed definition
+    (:mod:`coshare.contracts.typed`); where that refuses it, Python's decoder reads it and
+    the field checker names every problem."""
+    if parse is parse_snapshot:
+        snapshot = typed.snapshot_from_text(text)
+        if snapshot is not None and len(snapshot.nodes) <= MAX_SNAPSHOT_NODES:
+            return cast(T, _checked_snapshot(snapshot, None, source))
+    elif parse is parse_plan:
+        plan = typed.plan_from_text(text)
+        if plan is not None:
+            return cast(T, plan)
     try:
         data = json.loads(text, parse_constant=_constant, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
@@ -1308,4 +933,8 @@ def decode_json(text: str, source: str, parse: Callable[[object, str], T]) -> T:
         limit = re.search(r"\((\d+) digits\)", str(exc))
         most = f"more than {limit.group(1)} digits" if limit else "too many digits"
         raise SnapshotError([f"not readable: a number has {most}"], source) from exc
+    if parse is parse_snapshot:  # the typed definitions refused it: the checker says why
+        return cast(T, _checked_snapshot(None, data, source))
+    if parse is parse_plan:
+        return cast(T, _check_plan(data, source))
     return parse(data, source)

@@ -156,3 +156,44 @@ def test_the_schema_bounds_are_coshare_bounds() -> None:
     assert pending["priority"]["maximum"] == bounds.MAX_PRIORITY
     assert pending["device_count"]["maximum"] == bounds.MAX_DEVICES
     assert example_snapshot().nodes
+
+
+@pytest.mark.parametrize("name", ["snapshot", "plan"])
+def test_the_shipped_schemas_are_emitted_from_the_typed_definitions(name: str) -> None:
+    # After changing a contract: python -m coshare.contracts.json_schema common/coshare/schemas
+    from coshare.contracts import json_schema
+
+    assert schema_text(name) == json_schema.schema_text(name)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"nodes": [], "pending": [{"id": "a", "id": "b"}]}',
+        '{"nodes": [], "pending": [{"id": "a", "cores": 1, "cores": 2}]}',
+        # a colon written as an escape must not hide a key given twice
+        '{"nodes": [], "pending": [{"id": "a", "program": "\\u003a", "program": "\\u003a"}]}',
+        '{"policy": "p", "assignments": [], "unplaced": [], "policy": "q"}',
+    ],
+)
+def test_a_key_given_twice_inside_a_job_is_refused(text: str) -> None:
+    parse = parse_plan if text.startswith('{"policy"') else parse_snapshot
+    with pytest.raises(SnapshotError, match="appears twice in one object"):
+        decode_json(text, "<test>", parse)
+
+
+def test_a_colon_escaped_in_text_is_read_as_written() -> None:
+    text = '{"nodes": [], "pending": [{"id": "a\\u003ab", "program": "x\\u003A"}]}'
+    job = decode_json(text, "<test>", parse_snapshot).pending[0]
+    assert (job.id, job.program) == ("a:b", "x:")
+
+
+def test_a_plan_parses_the_same_through_the_typed_definitions_and_the_checker() -> None:
+    from coshare.schema import _check_plan
+
+    path = ROOT / "common/coshare/examples/paper-cluster.json"
+    snap = decode_json(path.read_text(), str(path), parse_snapshot)
+    for name in policy_names():
+        data = json.loads(json.dumps(plan_to_dict(make_policy(name).plan(snap))))
+        assert parse_plan(data) == _check_plan(data, "<test>"), name
+        assert decode_json(json.dumps(data), "<test>", parse_plan) == parse_plan(data)

@@ -1,27 +1,62 @@
-"""The snapshot parser's fast paths against its full per-field path.
+"""The snapshot's typed definitions (coshare.contracts, decoded in C) against the per-field
+checker that writes the messages.
 
-A fast path may decline anything (the full path then checks it), but what it accepts must be
-exactly what the full path builds, with no problem reported: same fields, same types (``1.0``
-and ``1`` are different JSON, and ``submit_time`` becomes a float either way).
+The typed path may decline anything (the checker then reads it), but what it accepts must be
+exactly what the checker builds, with no problem reported: same fields, same types (``1.0``
+and ``1`` are different JSON, and ``submit_time`` becomes a float either way). Both ways in
+are compared: decoded values (``parse_snapshot``) and JSON text (``decode_json``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
 
-from coshare.model import Job, Node
+from coshare.contracts.typed import snapshot_from_data, snapshot_from_text
+from coshare.model import Job, Node, Snapshot
 from coshare.schema import (
-    _fast_node,
-    _fast_pending,
-    _fast_pending_all,
+    _check_snapshot,
     _parse_node,
     _parse_pending,
     parse_snapshot,
+    snapshot_to_dict,
 )
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.strategies import snapshots
+
+
+def _typed(document: dict[str, Any]) -> Snapshot | None:
+    """The typed path's snapshot of ``document``: from its text only what it takes from the
+    decoded values, the same (the text path also declines a ``null``: see no_key_twice)."""
+    snapshot = snapshot_from_data(document)
+    try:
+        text = json.dumps(document, allow_nan=False)
+    except ValueError:  # NaN and the infinities: no JSON text holds them
+        return snapshot
+    from_text = snapshot_from_text(text)
+    if from_text is not None:
+        assert typed(from_text) == typed(snapshot), document
+    return snapshot
+
+
+def _fast_pending(obj: object) -> Job | None:
+    snapshot = _typed({"nodes": [], "pending": [obj]})
+    return None if snapshot is None else snapshot.pending[0]
+
+
+def _fast_pending_all(objs: list[Any]) -> list[Job] | None:
+    snapshot = _typed({"nodes": [], "pending": objs})
+    return None if snapshot is None else list(snapshot.pending)
+
+
+def _fast_node(obj: object) -> Node | None:
+    snapshot = _typed({"nodes": [obj]})
+    return None if snapshot is None else snapshot.nodes[0]
+
 
 #: Values that sit on, inside and outside the bounds the fields have, of every JSON type.
 EDGES: list[object] = [
@@ -124,6 +159,7 @@ PENDING_KEYS = [
     "nodes",
     "nodes_max",
     "processes_per_node",
+    "charges",
     "device_mem_mib",
 ]
 
@@ -146,6 +182,8 @@ def typed(value: object) -> object:
         return tuple((f.name, typed(getattr(value, f.name))) for f in dataclasses.fields(value))
     if isinstance(value, tuple):
         return tuple(typed(v) for v in value)
+    if isinstance(value, float) and math.isnan(value):
+        return ("float", "nan")
     return (type(value).__name__, value)
 
 
@@ -186,8 +224,8 @@ def test_fast_pending_on_every_edge_value_of_every_field() -> None:
 
 
 def test_fast_pending_takes_the_usual_jobs() -> None:
-    """The fast path does fire (else the bench would measure the full path): a typical job,
-    a CPU job, one with every optional number, and the defaults."""
+    """The typed path does fire (else the bench would measure the checker): a typical job,
+    a CPU job, one with every optional number, a gang, and the defaults."""
     usual: list[dict[str, Any]] = [
         TYPICAL,
         {"id": "2", "cores": 0.5, "memory_mib": 10, "kind": "cpu"},
@@ -203,6 +241,8 @@ def test_fast_pending_takes_the_usual_jobs() -> None:
             "kind": "device",
             "submit_time": -5,
         },
+        {**TYPICAL, "nodes": 2, "nodes_max": 4, "processes": 8, "processes_per_node": 4},
+        {**TYPICAL, "nodes": 2},
     ]
     for obj in usual:
         assert isinstance(_fast_pending(obj), Job), obj
@@ -226,6 +266,12 @@ def test_fast_pending_declines_what_the_full_path_refuses() -> None:
         {**TYPICAL, "device_count": 0},
         {**TYPICAL, "program": " "},
         {**TYPICAL, "program": "a\x1b[2J"},
+        {**TYPICAL, "nodes": 2, "processes": 1},
+        {**TYPICAL, "nodes": 3, "nodes_max": 2},
+        {**TYPICAL, "charges": {"a,b": 1}},
+        {**TYPICAL, "charges": {"a": -1}},
+        {**TYPICAL, "charges": {"a": math.nan}},
+        {**TYPICAL, "charges": [1]},
         {key: value for key, value in TYPICAL.items() if key != "id"},
         ["not", "an", "object"],
     ]
@@ -302,8 +348,8 @@ def test_fast_node_takes_the_usual_nodes_and_a_snapshot_parses_the_same() -> Non
 
 
 def assert_same_batch(objs: list[Any]) -> None:
-    """The column-wise path takes a list only when the per-job fast path takes every job of
-    it, and then builds the same jobs (``_new_job``'s slots included: ``typed`` reads every
+    """The typed path takes a list only when it takes every job of it alone, and then builds
+    the same jobs (the slots it sets column by column included: ``typed`` reads every
     field)."""
     batch = _fast_pending_all(objs)
     if batch is None:
@@ -359,7 +405,7 @@ def test_fast_pending_all_takes_the_usual_snapshots() -> None:
 
 
 def test_fast_pending_all_declines_what_the_per_job_path_declines() -> None:
-    """One bad job (or a gang) among good ones: the whole list goes per job."""
+    """One bad job among good ones: the whole list goes to the checker."""
     bad: list[object] = [
         {**TYPICAL, "id": " 1"},
         {**TYPICAL, "id": "1 "},
@@ -371,12 +417,23 @@ def test_fast_pending_all_declines_what_the_per_job_path_declines() -> None:
         {**TYPICAL, "kind": "cpu"},
         {**TYPICAL, "device_count": 0},
         {**TYPICAL, "program": " "},
-        {**TYPICAL, "program": "\u00e9"},
-        {**TYPICAL, "nodes": 2},
-        {**TYPICAL, "nodes": None},
+        {**TYPICAL, "nodes": 2, "processes": 1},
         {**TYPICAL, "device_mem_mib": 5},
         {**TYPICAL, "priority": 2**53 + 1},
         ["not", "an", "object"],
     ]
     for obj in bad:
         assert _fast_pending_all([TYPICAL, obj]) is None, obj
+
+
+@given(snapshots())
+def test_any_snapshot_reads_the_same_through_the_typed_path_and_the_checker(snap: Any) -> None:
+    """Nodes, running jobs and pending jobs of every shape the strategies draw: the typed path
+    takes the snapshot's JSON, and builds what the checker builds (and what was written)."""
+    data = json.loads(json.dumps(snapshot_to_dict(snap)))
+    from_text = snapshot_from_text(json.dumps(data))
+    checked, problems = _check_snapshot(data)
+    assert problems == []
+    assert from_text is not None
+    assert typed(from_text) == typed(checked) == typed(snapshot_from_data(data))
+    assert from_text == snap
