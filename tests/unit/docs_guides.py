@@ -274,4 +274,6 @@ def key(words: Sequence[str]) -> str:
         script = next((w for w in words[1:] if w.startswith("bench/")), None)
         if script is not None:
             return script
+        if len(words) > 2 and words[1] == "-m":
+            return f"python -m {words[2]}"
     return program

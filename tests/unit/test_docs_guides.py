@@ -36,6 +36,14 @@ SLURM = "tests/integration/slurm/conftest.py"
 #: command -> (the test file that runs it, a text that file holds where it does).
 RUN_BY: dict[str, tuple[str, str]] = {
     "coshare": ("tests/unit/test_cli.py", '"--help"'),
+    "python -m coshare.cli.reference": (
+        "tests/unit/test_reference.py",
+        '"-m", "coshare.cli.reference", "man"',
+    ),
+    "python -m coshare.contracts.json_schema": (
+        "tests/unit/test_contracts.py",
+        '"-m", "coshare.contracts.json_schema"',
+    ),
     "coshare condor": ("tests/integration/test_condor_pool.py", '"condor", "cycle"'),
     "coshare condor cycle": ("tests/integration/test_condor_pool.py", '"condor", "cycle"'),
     "coshare condor explain": ("tests/integration/test_condor_pool.py", '"condor", "explain"'),
@@ -135,6 +143,7 @@ NOT_RUN: dict[str, str] = {
     "man": "reads the installed man pages (test_wheel_install checks they are installed)",
     "nvidia-smi": "needs an NVIDIA GPU; the device script's fallback is what the pool runs",
     "bench/startup.py": "a benchmark: it prints figures, no test asserts on them",
+    "bench/snapshot_decode.py": "a benchmark: it prints figures, no test asserts on them",
     "bench/trigger_latency.py": "a benchmark on the real pool and cluster: it prints "
     "latencies, no test asserts on them",
     "scontrol reconfigure": "Slurm's own reload of slurm.conf after installing the plugin",
