@@ -64,6 +64,10 @@ BROADCAST_CELLS = 4096
 #: Identical nodes are grouped (and only the first of each scored) from this many nodes on;
 #: below it scoring every node costs less than grouping them.
 GROUP_FROM_NODES = 256
+#: :meth:`Potential._mark` marks up to this many nodes device by device.
+FEW_NODES = 4
+#: :meth:`Potential.changed` keeps what it computed for up to this many node states.
+KNOWN_STATES = 2048
 
 
 def job_shape(job: Job) -> Shape:
@@ -185,6 +189,7 @@ class Potential:
         # (:meth:`_moves`), kept up to date from then on.
         self.tabled = False
         self.scored = 0
+        self._known: dict[bytes, list[np.ndarray]] = {}
         self.run_w = self.tight_w = self.tight_e = np.zeros((0, m + 1), dtype=np.int64)
         self.run_cpu = self.run_mem = np.zeros(0, dtype=np.int64)
         self._refresh(np.arange(n, dtype=np.int64))
@@ -323,6 +328,28 @@ class Potential:
         ).astype(np.int64)
         return rows
 
+    def _row_key(self, node: int) -> bytes:
+        """``_rows`` of one node as the bytes its group is keyed by (the same bytes, read
+        value by value: a node of a few devices costs less so than by whole-array steps)."""
+        s = self.state
+        devs = s.node_devs[node]
+        pad = [-1] * (self.slot.shape[1] - len(devs))
+        free_mem, free_thr = s.dev_free_mem, s.dev_free_thr
+        row = [
+            int(s.node_free_cpu[node]),
+            int(s.node_free_mem[node]),
+            int(s.node_host_jobs[node] > 0),
+            *(int(free_mem[d]) for d in devs),
+            *pad,
+            *(int(free_thr[d]) for d in devs),
+            *pad,
+            *(int(s.dev_threads[d]) for d in devs),
+            *pad,
+            *(int(s.dev_jobs[d] > 0) for d in devs),
+            *pad,
+        ]
+        return np.array(row, dtype=np.int64).tobytes()
+
     def _group_all(self) -> None:
         n = len(self.state.nodes)
         self.groups: dict[bytes, list[int]] = {}
@@ -356,6 +383,9 @@ class Potential:
         scores the same (ties go to the first). Nodes of more than
         :data:`DISTINCT_FROM_WIDTH` devices leave the latter to :func:`distinct_moves`."""
         s = self.state
+        if len(nodes) <= FEW_NODES:
+            self._mark_few(nodes.tolist())
+            return
         slot = self.slot[nodes]
         present = slot < s.device_count
         if not present.any():
@@ -371,6 +401,31 @@ class Potential:
             earlier = np.tri(slot.shape[1], k=-1, dtype=np.bool_)  # [j, i]: i before j
             keep &= ~(same & earlier[None, :, :] & present[:, None, :]).any(axis=2)
         self.scored_dev[slot[present]] = keep[present]
+
+    def _mark_few(self, nodes: list[int]) -> None:
+        """:meth:`_mark` for a few nodes, device by device (the same marks, without the
+        whole-array steps that cost more than a node of a few devices)."""
+        s = self.state
+        scored = self.scored_dev
+        by_state = self.slot.shape[1] > 1 and self.slot.shape[1] <= DISTINCT_FROM_WIDTH
+        for n in nodes:
+            devs = s.node_devs[n]
+            if not self.first[n]:
+                scored[devs] = False
+                continue
+            if not by_state:
+                scored[devs] = True
+                continue
+            seen: set[tuple[int, int, int, int]] = set()
+            for d in devs:
+                key = (
+                    int(s.dev_free_mem[d]),
+                    int(s.dev_total_mem[d]),
+                    int(s.dev_free_thr[d]),
+                    int(s.dev_threads[d]),
+                )
+                scored[d] = key not in seen
+                seen.add(key)
 
     def _regroup(self, i: int, key: bytes | None = None) -> None:
         """Move node ``i`` to the group of its state now (or of the state :meth:`_rows`
@@ -390,7 +445,7 @@ class Potential:
         else:
             del self.groups[old]
         if key is None:
-            key = self._rows(np.array([i], dtype=np.int64))[0].tobytes()
+            key = self._row_key(i)
         members = self.groups.setdefault(key, [])
         if members and members[0] < i:
             members.append(i)
@@ -431,9 +486,26 @@ class Potential:
         self._group_all()
 
     def changed(self, node: int) -> None:
-        """Bring ``node`` up to date after the ledger changed it."""
-        self._refresh(np.array([node], dtype=np.int64))
-        self._regroup(node)
+        """Bring ``node`` up to date after the ledger changed it.
+
+        What is kept about a node is a function of its state, the key of its group: the
+        rows of a state met before in this cycle (up to :data:`KNOWN_STATES` of them) are
+        copied, not computed again (a job taken out and put back, nodes filled alike)."""
+        if not self.grouped:
+            self._refresh(np.array([node], dtype=np.int64))
+            self._regroup(node)
+            return
+        key = self._row_key(node)
+        kept = self._kept()
+        known = self._known.get(key)
+        if known is not None and len(known) == len(kept):
+            for target, row in zip(kept, known, strict=True):
+                target[node] = row
+        else:
+            self._refresh(np.array([node], dtype=np.int64))
+            if len(self._known) < KNOWN_STATES or key in self._known:
+                self._known[key] = [a[node].copy() for a in kept]
+        self._regroup(node, key)
 
     # -- choosing -----------------------------------------------------------------------------
 
@@ -445,7 +517,7 @@ class Potential:
             return self._best_host(job, ok)
         uniform = self.held is None or not self.held.any()
         if job.device_count == 1:
-            cand = np.flatnonzero(ok & self.scored_dev if uniform else ok)
+            cand = (ok & self.scored_dev if uniform else ok).nonzero()[0]
             return None if len(cand) == 0 else self._best_single(job, cand, uniform)
         if not ok.any():
             return None
@@ -481,7 +553,7 @@ class Potential:
         """
         s = self.state
         g = job.device_memory_mib
-        a = np.clip(s.dev_free_mem[cand], 0, None)
+        a = np.maximum(s.dev_free_mem[cand], 0)
         b = a - g
         cpu, mem = s.node_free_cpu[nodes], s.node_free_mem[nodes]
         strand = self._stranding_rise(job, self.free_total[nodes], cpu, mem)
@@ -491,11 +563,14 @@ class Potential:
                 frag = self._frag_rise(job, cand, nodes)
                 return frag / self.weight + self.stranding * strand, b
             self._make_tables()
-        at = np.searchsorted(self.dev_m, a, side="right")
-        bt = np.searchsorted(self.dev_m, b, side="right")
-        run_a, run_b = self.run_w[nodes, at], self.run_w[nodes, bt]
-        tight = self.tight_w[nodes, at] - self.tight_w[nodes, bt]
-        lost = self.tight_e[nodes, at] - self.tight_e[nodes, bt] - g * tight
+        # flat indices into the (node, shape + 1) sums: one gather each, not two-axis indexing
+        row = nodes * self.run_w.shape[1]
+        at = row + self.dev_m.searchsorted(a, side="right")
+        bt = row + self.dev_m.searchsorted(b, side="right")
+        run_w, tight_w, tight_e = self.run_w.ravel(), self.tight_w.ravel(), self.tight_e.ravel()
+        run_a, run_b = run_w[at], run_w[bt]
+        tight = tight_w[at] - tight_w[bt]
+        lost = tight_e[at] - tight_e[bt] - g * tight
         frag = b * (run_a - run_b - tight) + lost - g * (self.weight - run_a)
         stops = (self.run_cpu[nodes] > cpu - job.total_cpu_milli) | (
             self.run_mem[nodes] > mem - job.total_memory_mib
@@ -631,7 +706,7 @@ def _first_least(rise: Floats, b: Ints, free: Ints) -> int:
     memory ``free`` (equal moves spread over the emptiest nodes: on the Alibaba benchmark,
     3.97% unallocated at 100% over seeds 0-5 where the first node in snapshot order leaves
     4.20%); then the first."""
-    at = np.flatnonzero(rise == rise.min())
+    at = (rise == np.minimum.reduce(rise)).nonzero()[0]
     if len(at) > 1:
         at = at[b[at] == b[at].min()]
     if len(at) > 1:
