@@ -27,7 +27,6 @@ ClusterName             = cosharesl
 PriorityDecayHalfLife   = 7-00:00:00
 PriorityCalcPeriod      = 00:01:00
 PriorityFavorSmall      = No
-PriorityFlags           = 
 PriorityMaxAge          = 1-00:00:00
 PriorityType            = priority/multifactor
 PriorityWeightAge       = 1000
