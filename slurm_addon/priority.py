@@ -259,9 +259,7 @@ def priorities(
     computed would jump ahead of or behind the others for no reason, so the cycle then
     orders every job by submit time (which it does with no priority) and says why once."""
     if not factors.weights.multifactor:
-        return {}, (
-            "Slurm's PriorityType is not priority/multifactor: jobs are planned by submit time",
-        )
+        return {}, ()  # priority/basic: submit time, coshare's order without a priority
     out: dict[str, int] = {}
     problems: list[str] = []
     for job in jobs:

@@ -131,9 +131,7 @@ def _factors(
     try:
         weights = parse_weights(config_text)
         if not weights.multifactor:
-            notes.append(
-                "Slurm's PriorityType is not priority/multifactor: jobs are planned by submit time"
-            )
+            # priority/basic orders by submit time: so does coshare without a priority
             return None
         fairshare = {}
         if weights.weights["PriorityWeightFairShare"]:
