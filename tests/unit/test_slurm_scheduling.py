@@ -5,9 +5,15 @@ submit time with a note instead of failing."""
 
 from __future__ import annotations
 
-import pytest
-from coshare.model import Job, RunningJob, Snapshot
+from collections.abc import Sequence
+from pathlib import Path
 
+import pytest
+from coshare.config import SlurmConfig
+from coshare.model import Job, RunningJob, Snapshot
+from coshare.system.programs import CommandResult
+
+from slurm_addon.client import SlurmClient
 from slurm_addon.jobs import SlurmJob
 from slurm_addon.limits import limits_and_charges, parse_assocs, parse_qos, tres_amounts
 from slurm_addon.priority import (
@@ -19,7 +25,7 @@ from slurm_addon.priority import (
     parse_weights,
     priorities,
 )
-from slurm_addon.scheduling import Scheduling, with_scheduling
+from slurm_addon.scheduling import Scheduling, read_scheduling, with_scheduling
 
 CONFIG = """\
 AccountingStorageEnforce = associations,limits,qos
@@ -197,3 +203,34 @@ def test_with_scheduling_sets_priorities_charges_and_limits_on_the_snapshot() ->
     # policy.order: coshare reads no factors: the priorities stay as they were
     out, _ = with_scheduling(snapshot, jobs, Scheduling(None, tuple(rules)), 1000.0)
     assert [j.priority for j in out.pending] == [0, 0]
+
+
+def client_answering(answers: dict[str, tuple[int, str]]) -> SlurmClient:
+    """A client whose commands print ``answers[program]`` (exit status, output); the
+    controller's own error paths (a failing sshare) that a real daemon does not produce
+    on demand."""
+
+    def runner(argv: Sequence[str], **_: object) -> CommandResult:
+        code, out = answers[Path(argv[0]).name]
+        return CommandResult(tuple(argv), code, out, "error" if code else "")
+
+    return SlurmClient(SlurmConfig(retry_attempts=1), runner=runner)  # type: ignore[arg-type]
+
+
+def test_an_unreadable_sshare_plans_by_submit_time_and_says_so_once() -> None:
+    config = CONFIG + "AccountingStorageType = accounting_storage/slurmdbd\n"
+    client = client_answering({"scontrol": (0, config), "sacctmgr": (0, QOS), "sshare": (1, "")})
+    scheduling = read_scheduling(client, order="scheduler", nodes=4, cpus=32)
+    assert scheduling.factors is None
+    [note] = scheduling.notes
+    assert note.startswith("jobs are planned by submit time this cycle: Slurm's priority")
+    assert "sshare" in note
+    # the limits are still read
+    assert {r.field for r in scheduling.rules} == {"MaxTRESPerUser"}
+
+
+def test_policy_order_coshare_reads_no_priority() -> None:
+    config = CONFIG + "AccountingStorageType = accounting_storage/slurmdbd\n"
+    client = client_answering({"scontrol": (0, config), "sacctmgr": (0, QOS)})
+    scheduling = read_scheduling(client, order="coshare", nodes=4, cpus=32)
+    assert scheduling.factors is None and scheduling.notes == ()
