@@ -49,7 +49,7 @@ from coshare.errors import CoshareError, SchedulerError
 from coshare.ledger.annotations import KEYS
 from coshare.ledger.book import Book, Current, Placed, Queued, Write, settle
 from coshare.ledger.facts import attach
-from coshare.model import MILLI, Job, Node, Plan, RunningJob, Snapshot, Unplaced
+from coshare.model import MILLI, Job, Limit, Node, Plan, RunningJob, Snapshot, Unplaced
 from coshare.ports import (
     ApplyReport,
     Capabilities,
@@ -210,6 +210,9 @@ class MemoryScheduler:
         batch_size: placements per batch (:class:`WriteShape`).
         facts: what the node daemons publish (measured loads: what ``collocate`` lends
             by); ``None``: no node facts.
+        limits: the scheduler's limits (their ``used`` is ignored: what the jobs charged to
+            them hold, running or with an open gate, is counted); a job whose ``charges``
+            would take one past its ``max`` does not start, as a real scheduler's limit.
     """
 
     def __init__(
@@ -220,9 +223,11 @@ class MemoryScheduler:
         faults: Faults | None = None,
         batch_size: int | None = 100,
         facts: FactsModel | None = None,
+        limits: Sequence[Limit] = (),
     ) -> None:
         self.nodes = tuple(nodes)
         self.facts = facts
+        self.limits = tuple(limits)
         self.by_name = {n.name: n for n in self.nodes}
         self.replan_after_s = replan_after_s
         self.faults = faults if faults is not None else Faults()
@@ -417,11 +422,27 @@ class MemoryScheduler:
             return 0
         return max(0, most_lent_milli(held) - sum(self._loans.get((job_id, node), {}).values()))
 
+    def used(self, *, gated: bool) -> dict[str, float]:
+        """What the jobs charged to each limit hold: the running ones (and, with ``gated``,
+        the pending ones whose gate is open: they start as soon as they fit)."""
+        held = {limit.id: 0.0 for limit in self.limits}
+        for r in self.records.values():
+            if r.state == "running" or (gated and r.state == "pending" and r.gate_open):
+                for ident, amount in r.job.charges:
+                    if ident in held:
+                        held[ident] += amount
+        return held
+
     def _fits(self, record: Record) -> bool:
         placed = record.placed
         if placed is None:
             return False
         job = record.job
+        if job.charges:
+            held = self.used(gated=False)
+            maxima = {limit.id: limit.max for limit in self.limits}
+            if any(held.get(i, 0.0) + a > maxima.get(i, float("inf")) for i, a in job.charges):
+                return False
         for part in placed.spots:
             if part.node not in self.by_name:
                 return False
@@ -482,6 +503,7 @@ class MemoryScheduler:
             submit_time_s=job.submit_time_s,
             placed=record.placed,
             gate_open=record.gate_open,
+            charges=job.charges,
         )
 
 
@@ -752,7 +774,11 @@ class MemoryAdapter:
         )
         self.book = book
         running = tuple(h for r in s.running() for h in r.holds)
-        snapshot = Snapshot(s.nodes, running + book.planned, book.pending, now_s=s.now)
+        held = s.used(gated=True)  # a placed job not started yet holds its charges too
+        limits = tuple(replace(limit, used=held[limit.id]) for limit in s.limits)
+        snapshot = Snapshot(
+            s.nodes, running + book.planned, book.pending, now_s=s.now, limits=limits
+        )
         if s.facts is not None:
             snapshot = attach(snapshot, s.facts.facts(s.now, s.nodes, snapshot.running))
         if s.faults.before is not None:
