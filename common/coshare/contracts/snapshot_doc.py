@@ -30,14 +30,15 @@ from coshare.ledger.bounds import (
     MAX_TIME_S,
     MAX_WALLTIME_S,
 )
+from coshare.ledger.limits import MAX_LIMIT_AMOUNT
 
 #: Nodes of one snapshot.
 MAX_SNAPSHOT_NODES = 1_000_000
 #: Limits of one snapshot, and the limits one pending job is charged to.
 MAX_LIMITS = 100_000
 MAX_CHARGES = 64
-#: The largest value of a limit or a charge.
-MAX_LIMIT_VALUE = 1e12
+#: The largest value of a limit or a charge (the limits' own rule reads the same bound).
+MAX_LIMIT_VALUE = MAX_LIMIT_AMOUNT
 #: The longest name or holder of a limit.
 MAX_LIMIT_TEXT = 200
 

@@ -21,21 +21,14 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from coshare.ledger.bounds import plain
-from coshare.ledger.ids import id_problem, text_problem
 from coshare.model import Job, Limit, Plan, Snapshot, Unplaced
 
-#: The largest ``max``, ``used`` or charge accepted (GRES counts, CPU counts, job counts).
+#: The largest ``max``, ``used`` or charge accepted (GRES counts, CPU counts, job counts);
+#: the snapshot's contract refuses larger ones (:mod:`coshare.contracts.snapshot_doc`).
 MAX_LIMIT_AMOUNT = 1e12
-#: The longest limit name or holder accepted.
-MAX_LIMIT_TEXT_CHARS = 200
-#: What a limit's amount may be, for messages.
-ALLOWED_AMOUNT = f"a finite number 0..{plain(MAX_LIMIT_AMOUNT)}"
-#: What a limit's name or holder may be, for messages.
-ALLOWED_TEXT = f"printable text of 1..{MAX_LIMIT_TEXT_CHARS} characters"
 
 #: Slack for amounts summed in floating point (fractional CPUs): 4.000000000001 is still 4.
 _EPSILON = 1e-9
@@ -52,53 +45,6 @@ def amount_problem(value: object) -> str | None:
     if value > MAX_LIMIT_AMOUNT:
         return f"exceeds {plain(MAX_LIMIT_AMOUNT)}"
     return None
-
-
-def label_problem(value: object) -> str | None:
-    """Why ``value`` cannot be a limit's ``name`` or ``holder``; ``None`` when it can."""
-    if not isinstance(value, str) or not value.strip():
-        return "is not a non-empty string"
-    return text_problem(value, MAX_LIMIT_TEXT_CHARS)
-
-
-def limit_problems(limit: Limit) -> list[tuple[str, object, str]]:
-    """The fields of ``limit`` that are unusable: ``(field, value, why)`` each."""
-    out: list[tuple[str, object, str]] = []
-    why = id_problem(limit.id)
-    if why is not None:
-        out.append(("id", limit.id, why))
-    for key in ("name", "holder"):
-        value = getattr(limit, key)
-        why = label_problem(value)
-        if why is not None:
-            out.append((key, value, why))
-    for key in ("max", "used"):
-        value = getattr(limit, key)
-        why = amount_problem(value)
-        if why is not None:
-            out.append((key, value, why))
-    return out
-
-
-def charge_problems(
-    job: Job, limit_ids: Iterable[str] | Mapping[str, Limit]
-) -> list[tuple[str, object, str]]:
-    """The charges of ``job`` that are unusable: ``(field, value, why)`` each; a charge
-    naming no limit of the snapshot is one."""
-    known = set(limit_ids)
-    out: list[tuple[str, object, str]] = []
-    seen: set[str] = set()
-    for ident, amount in job.charges:
-        key = f"charges.{ident}"
-        if ident in seen:
-            out.append((key, amount, "is charged twice"))
-        seen.add(ident)
-        if ident not in known:
-            out.append((key, amount, "names no limit of the snapshot"))
-        why = amount_problem(amount)
-        if why is not None:
-            out.append((key, amount, why))
-    return out
 
 
 def over_limit(limit: Limit, held: float, charge: float) -> str:
