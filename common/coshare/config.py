@@ -20,6 +20,7 @@ Example (also ``coshare config show``)::
       threads: strict       # strict: declared threads per device never exceed T; soft: may
       seed: 0
       age_limit_s: 3600     # jobs older than this are placed first (null: never)
+      order: scheduler      # scheduler: the scheduler's own priority orders jobs; coshare
     knapsack:
       memory_grid_mib: 64
     node:
@@ -59,6 +60,9 @@ from coshare.ledger.ids import ALLOWED_ID, MAX_TEXT_CHARS, id_problem, text_prob
 from coshare.model import DeviceKind as DeviceKind  # moved to the model; this name stays
 from coshare.model import ThreadMode
 from coshare.system.files import MAX_CONFIG_CHARS, TooLarge, read_bounded
+
+PlanOrder = Literal["scheduler", "coshare"]
+"""``policy.order``: whose priority orders the jobs coshare plans (:class:`PolicyConfig`)."""
 
 C = TypeVar("C")
 
@@ -286,6 +290,12 @@ class PolicyConfig:
         max_reserved_devices: at most this many devices are held back per cycle for aged jobs.
         max_reserved_gangs: at most this many aged multi-node jobs hold back nodes per cycle
             (backfill's reservation); 0 disables their reservations.
+        order: whose order the jobs are planned in: ``scheduler``: the scheduler's own
+            priority of each job (Slurm's multifactor priority, HTCondor's negotiator order)
+            is the snapshot's ``priority``, so coshare plans its jobs in the order the
+            scheduler alone would start them; ``coshare``: the adapters report the job's own
+            priority as before (Slurm: none for a held job) and the policies' size and age
+            rules order the rest. Aging (``age_limit_s``) holds under both.
         membw: options of the ``membw`` policy (``policy.membw.max_share`` ...).
         sns: options of the ``sns`` and ``cs`` policies (``policy.sns.profiles_dir`` ...).
     """
@@ -296,6 +306,7 @@ class PolicyConfig:
     age_limit_s: float | None = field(default=3600.0, metadata={"min": 0})
     max_reserved_devices: int = field(default=8, metadata={"min": 0})
     max_reserved_gangs: int = field(default=1, metadata={"min": 0, "max": 1024})
+    order: PlanOrder = "scheduler"
     membw: MembwConfig = field(default_factory=MembwConfig)
     sns: SnsConfig = field(default_factory=SnsConfig)
 

@@ -174,6 +174,27 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class Limit:
+    """A limit the scheduler enforces before it starts a job (a Slurm QOS or association
+    limit, an HTCondor group quota or concurrency limit): jobs charged to it start only while
+    ``used`` plus their charge stays within ``max``.
+
+    Attributes:
+        id: the limit's key in pending jobs' ``charges`` (id characters).
+        name: as the scheduler names it, e.g. ``MaxTRESPerUser gres/gpu=4``.
+        holder: whom it counts, e.g. ``user alice``, ``account physics``, ``group group_a``.
+        max: the most it allows.
+        used: what running jobs hold of it now.
+    """
+
+    id: str
+    name: str
+    holder: str
+    max: float
+    used: float
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A pending job and everything it declared.
 
@@ -203,6 +224,9 @@ class Job:
             ``--ntasks-per-node``); ``None``: no limit. For a gang, ``device_count`` devices
             are needed on *each* node it spans, and ``cpu_milli``/``memory_mib`` stay per
             process (see :mod:`coshare.ledger.gangs`).
+        charges: what the job counts against each scheduler limit it is subject to, as
+            ``(limit id, amount)`` pairs (:class:`Limit`, :mod:`coshare.ledger.limits`);
+            empty: none.
     """
 
     id: str
@@ -223,6 +247,7 @@ class Job:
     nodes: int = 1
     nodes_max: int | None = None
     processes_per_node: int | None = None
+    charges: tuple[tuple[str, float], ...] = ()
 
     @property
     def is_gang(self) -> bool:
@@ -323,12 +348,14 @@ class Snapshot:
         running: placements that hold resources (running or planned-not-started).
         pending: annotated jobs waiting to be placed.
         now_s: the current time on the jobs' clock; ``None`` disables age-based decisions.
+        limits: the scheduler's limits the pending jobs are charged to (``Job.charges``).
     """
 
     nodes: tuple[Node, ...]
     running: tuple[RunningJob, ...] = ()
     pending: tuple[Job, ...] = ()
     now_s: float | None = None
+    limits: tuple[Limit, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,12 +47,19 @@ from coshare.ledger.ids import (
     split_ids,
     text_problem,
 )
+from coshare.ledger.limits import (
+    ALLOWED_AMOUNT,
+    ALLOWED_TEXT,
+    charge_problems,
+    limit_problems,
+)
 from coshare.model import (
     MILLI,
     Assignment,
     Device,
     Job,
     JobKind,
+    Limit,
     Node,
     PlacementState,
     Plan,
@@ -129,8 +136,10 @@ PENDING_FIELDS = (
     "nodes",
     "nodes_max",
     "processes_per_node",
+    "charges",
 )
-SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now")
+SNAPSHOT_FIELDS = ("nodes", "running", "pending", "now", "limits")
+LIMIT_FIELDS = ("id", "name", "holder", "max", "used")
 PLAN_FIELDS = ("policy", "assignments", "unplaced", "stats", "trials", "requeue", "spreads")
 SPREAD_FIELDS = ("job", "scale", "nodes", "cores_per_node", "ways", "note", "membw_gbps")
 TRIAL_FIELDS = ("job", "node", "partners")
@@ -375,10 +384,66 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
             _fast_pending(obj) or _parse_pending(obj, i, problems) for i, obj in enumerate(listed)
         ]
     now = top.number("now", None, minimum=-MAX_TIME_S, maximum=MAX_TIME_S)
+    limits = tuple(_parse_limit(obj, i, problems) for i, obj in enumerate(top.array("limits", [])))
     _cross_check(nodes, running, pending, problems)
+    _check_charges(limits, pending, problems)
     if problems:
         raise SnapshotError(problems, source)
-    return Snapshot(tuple(nodes), tuple(running), tuple(pending), now)
+    return Snapshot(tuple(nodes), tuple(running), tuple(pending), now, limits)
+
+
+def _parse_limit(obj: object, index: int, problems: list[str]) -> Limit:
+    """One scheduler limit (:mod:`coshare.ledger.limits`)."""
+    f = _Fields(obj, _label("limit", obj, index, "id"), problems)
+    f.unknown(LIMIT_FIELDS)
+    limit = Limit(
+        id=f._get("id", _MISSING),
+        name=f._get("name", _MISSING),
+        holder=f._get("holder", _MISSING),
+        max=_as_amount(f._get("max", _MISSING)),
+        used=_as_amount(f._get("used", _MISSING)),
+    )
+    if not f.ok or any(v is _MISSING for v in (limit.id, limit.name, limit.holder)):
+        return limit
+    for key, value, why in limit_problems(limit):
+        if value is not _MISSING:
+            allowed = ALLOWED_ID if key == "id" else ALLOWED_TEXT
+            if key in ("max", "used"):
+                allowed = ALLOWED_AMOUNT
+            f._bad(key, value, allowed, why)
+    return limit
+
+
+def _parse_charges(f: _Fields) -> tuple[tuple[str, float], ...]:
+    """A pending job's ``charges``: ``{"<limit id>": amount}``; checked against the
+    snapshot's limits by :func:`_check_charges`."""
+    value = f._get("charges", None)
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        f._bad("charges", value, 'an object {"<limit id>": amount}')
+        return ()
+    return tuple((str(k), _as_amount(v)) for k, v in value.items())
+
+
+def _as_amount(value: Any) -> Any:
+    """An amount as a float when it is a number (bools stay, to be refused)."""
+    return float(value) if type(value) in (int, float) else value
+
+
+def _check_charges(limits: tuple[Limit, ...], pending: list[Job], problems: list[str]) -> None:
+    ids = [lim.id for lim in limits]
+    for dup in sorted({i for i in ids if isinstance(i, str) and ids.count(i) > 1}):
+        problems.append(f'limit "{dup}": id appears more than once')
+    for job in pending:
+        if not job.charges:
+            continue
+        for key, value, why in charge_problems(job, ids):
+            allowed = ALLOWED_AMOUNT if "limit" not in why else "the id of a listed limit"
+            problems.append(
+                f'pending job "{job.id}": field {key!r} is {_show(value)}: it {why} '
+                f"(allowed: {allowed})"
+            )
 
 
 # The fast paths (100,000 jobs validated in a fraction of a second). A well-formed
@@ -389,7 +454,7 @@ def parse_snapshot(data: object, source: str = "") -> Snapshot:
 # with the same values (tests/unit/test_schema_fast.py compares them), and every refusal still
 # comes from the full one.
 
-_PENDING_KEYS = frozenset(PENDING_FIELDS)
+_PENDING_KEYS = frozenset(PENDING_FIELDS) - {"charges"}  # charges: the full path
 _NODE_FAST_KEYS = frozenset(("name", "cores", "memory_mib", "devices"))
 _DEVICE_KEYS = frozenset(DEVICE_FIELDS)
 #: A pending job's optional numbers: (field, minimum, maximum, whether the minimum is excluded),
@@ -749,6 +814,7 @@ _new_object = object.__new__
     _set_nodes,
     _set_nodes_max,
     _set_per_node,
+    _set_charges,
 ) = (getattr(Job, f.name).__set__ for f in fields(Job))
 
 
@@ -791,6 +857,7 @@ def _new_job(
     _set_nodes(job, 1)
     _set_nodes_max(job, None)
     _set_per_node(job, None)
+    _set_charges(job, ())
     return job
 
 
@@ -957,6 +1024,7 @@ def _parse_pending(obj: object, index: int, problems: list[str]) -> Job:
         nodes=nodes,
         nodes_max=nodes_max,
         processes_per_node=per_node,
+        charges=_parse_charges(f),
     )
 
 
@@ -1104,6 +1172,11 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, object]:
     out: dict[str, object] = {"nodes": nodes, "running": running, "pending": pending}
     if snapshot.now_s is not None:
         out["now"] = snapshot.now_s
+    if snapshot.limits:
+        out["limits"] = [
+            {"id": m.id, "name": m.name, "holder": m.holder, "max": m.max, "used": m.used}
+            for m in snapshot.limits
+        ]
     return out
 
 
@@ -1130,6 +1203,7 @@ def job_to_dict(j: Job) -> dict[str, object]:
             ("nodes", None if j.nodes == 1 else j.nodes),
             ("nodes_max", j.nodes_max),
             ("processes_per_node", j.processes_per_node),
+            ("charges", dict(j.charges) if j.charges else None),
         ]
     )
 

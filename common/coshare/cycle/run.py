@@ -46,6 +46,7 @@ from coshare.errors import (
     PlanInvariantError,
     StoppedBetweenBatches,
 )
+from coshare.ledger.limits import admit, with_waits, withhold
 from coshare.ledger.mig import without_mig_parents
 from coshare.model import Plan, Snapshot, Unplaced
 from coshare.ports import (
@@ -247,7 +248,10 @@ def checked_plan(
 ) -> ContainedPlan:
     """The policy's plan of ``snapshot``, timed and checked as a live cycle checks it, with
     its failures contained (:mod:`coshare.cycle.containment`): a job or node that makes the policy
-    raise, or its plan fail the check, is left out and the rest planned. ``coshare plan``,
+    raise, or its plan fail the check, is left out and the rest planned. The scheduler's
+    limits hold around the policy (:mod:`coshare.ledger.limits`): a job that exceeds one
+    alone is not offered to it, and of its placements only those that fit the limits
+    together are kept, highest priority first. ``coshare plan``,
     ``show`` and every cycle plan through here, so what ``plan`` prints a cycle would write.
 
     Raises:
@@ -256,10 +260,12 @@ def checked_plan(
     """
     start = clock()
     snapshot, mig_notes = without_mig_parents(snapshot)
+    # the scheduler's limits (coshare.ledger.limits): a job it would not start is not planned
+    planned, waits = withhold(snapshot)
     try:
         contained = plan_contained(
             policy.plan,
-            snapshot,
+            planned,
             lambda snap, plan: check_plan(snap, plan, strict_threads=strict_threads),
             policy.name,
         )
@@ -268,7 +274,7 @@ def checked_plan(
             raise failed.raised from None
         # The violations the first check found: the whole snapshot's plan, not planned again.
         raise PlanInvariantError(policy.name, list(failed.problems)) from None
-    plan = contained.plan
+    plan = with_waits(admit(planned, contained.plan), waits)
     return replace(
         contained, plan=replace(plan, seconds=clock() - start, notes=(*mig_notes, *plan.notes))
     )

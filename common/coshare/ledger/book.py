@@ -296,6 +296,8 @@ class Queued:
         shape: its nodes and processes as the scheduler's own request states them, when the
             scheduler has such a request (Slurm); ``None``: from the annotations only. For a
             gang, ``cpu_milli`` and ``memory_mib`` are then the totals of all its processes.
+        charges: what it counts against the scheduler's limits (``Job.charges``,
+            :mod:`coshare.ledger.limits`).
     """
 
     id: str
@@ -307,6 +309,7 @@ class Queued:
     placed: Placed | None = None
     gate_open: bool = False
     shape: Shape | None = None
+    charges: tuple[tuple[str, float], ...] = ()
 
 
 def pending_job(queued: Queued, limits: ClusterLimits | None, *, gangs: bool = False) -> Job:
@@ -357,6 +360,8 @@ def pending_job(queued: Queued, limits: ClusterLimits | None, *, gangs: bool = F
             cpu_milli=per_process(queued.cpu_milli, job.processes),
             memory_mib=per_process(queued.memory_mib, job.processes),
         )
+    if queued.charges:
+        job = replace(job, charges=queued.charges)
     return job
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from coshare.cycle.protocol import write_plan
@@ -37,7 +37,7 @@ from coshare.cycle.queue_writer import Closed, Marked, WriteShape, Written
 from coshare.errors import CoshareError, SchedulerError
 from coshare.ledger.annotations import KEYS
 from coshare.ledger.book import Book, Current, Placed, Queued, Write, settle
-from coshare.model import Job, Node, Plan, RunningJob, Snapshot, Unplaced
+from coshare.model import Job, Limit, Node, Plan, RunningJob, Snapshot, Unplaced
 from coshare.ports import (
     ApplyReport,
     Capabilities,
@@ -194,6 +194,9 @@ class MemoryScheduler:
         replan_after_s: the ledger's placement timeout (``cycle.replan_after_s``).
         faults: what to do wrong (default: nothing).
         batch_size: placements per batch (:class:`WriteShape`).
+        limits: the scheduler's limits (their ``used`` is ignored: what the jobs charged to
+            them hold, running or with an open gate, is counted); a job whose ``charges``
+            would take one past its ``max`` does not start, as a real scheduler's limit.
     """
 
     def __init__(
@@ -203,8 +206,10 @@ class MemoryScheduler:
         replan_after_s: float = 300.0,
         faults: Faults | None = None,
         batch_size: int | None = 100,
+        limits: Sequence[Limit] = (),
     ) -> None:
         self.nodes = tuple(nodes)
+        self.limits = tuple(limits)
         self.by_name = {n.name: n for n in self.nodes}
         self.replan_after_s = replan_after_s
         self.faults = faults if faults is not None else Faults()
@@ -350,11 +355,27 @@ class MemoryScheduler:
                 self._free_dev[(held.node, d)] += held.device_memory_mib
         record.holds = ()
 
+    def used(self, *, gated: bool) -> dict[str, float]:
+        """What the jobs charged to each limit hold: the running ones (and, with ``gated``,
+        the pending ones whose gate is open: they start as soon as they fit)."""
+        held = {limit.id: 0.0 for limit in self.limits}
+        for r in self.records.values():
+            if r.state == "running" or (gated and r.state == "pending" and r.gate_open):
+                for ident, amount in r.job.charges:
+                    if ident in held:
+                        held[ident] += amount
+        return held
+
     def _fits(self, record: Record) -> bool:
         placed = record.placed
         if placed is None:
             return False
         job = record.job
+        if job.charges:
+            held = self.used(gated=False)
+            maxima = {limit.id: limit.max for limit in self.limits}
+            if any(held.get(i, 0.0) + a > maxima.get(i, float("inf")) for i, a in job.charges):
+                return False
         for part in placed.spots:
             if part.node not in self.by_name:
                 return False
@@ -410,6 +431,7 @@ class MemoryScheduler:
             submit_time_s=job.submit_time_s,
             placed=record.placed,
             gate_open=record.gate_open,
+            charges=job.charges,
         )
 
 
@@ -655,7 +677,11 @@ class MemoryAdapter:
         )
         self.book = book
         running = tuple(h for r in s.running() for h in r.holds)
-        snapshot = Snapshot(s.nodes, running + book.planned, book.pending, now_s=s.now)
+        held = s.used(gated=True)  # a placed job not started yet holds its charges too
+        limits = tuple(replace(limit, used=held[limit.id]) for limit in s.limits)
+        snapshot = Snapshot(
+            s.nodes, running + book.planned, book.pending, now_s=s.now, limits=limits
+        )
         if s.faults.before is not None:
             s.faults.before("read", ())
         return SourceResult(snapshot, book.rejected, notes=book.notes)
