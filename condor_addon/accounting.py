@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from coshare.ledger.bounds import as_float, shorten_text
+from coshare.ledger.limits import MAX_LIMIT_AMOUNT
 from coshare.model import Job
 
 #: The group of jobs in no configured group.
@@ -128,7 +129,7 @@ def _quota(name: str, ad: Mapping[str, object], notes: list[str]) -> float | Non
     if ad.get("SurplusPolicy") != "no":
         return None  # it may run beyond its quota when others leave theirs unused
     quota = as_float(ad.get("EffectiveQuota"))
-    if quota is None or not 0 <= quota <= MAX_PRIORITY:
+    if quota is None or not 0 <= quota <= MAX_LIMIT_AMOUNT:
         notes.append(
             f"negotiator: group {shorten_text(name)}: EffectiveQuota="
             f"{ad.get('EffectiveQuota')!r} is not a quota; the group is not limited"
@@ -175,7 +176,9 @@ def negotiator_order(
     """
     group_rank = {
         g.name.lower(): i
-        for i, g in enumerate(sorted(accounting.groups.values(), key=lambda g: (g.sort_key, g.name)))
+        for i, g in enumerate(
+            sorted(accounting.groups.values(), key=lambda g: (g.sort_key, g.name))
+        )
     }
     none_rank = len(group_rank)
     notes: list[str] = []
@@ -187,7 +190,11 @@ def negotiator_order(
         rank = group_rank[group.name.lower()] if group is not None else none_rank
         eup = accounting.priorities.get(submitter) if submitter is not None else None
         if eup is None:
-            who = shorten_text(submitter) if submitter is not None else "(no AccountingGroup or Owner)"
+            who = (
+                shorten_text(submitter)
+                if submitter is not None
+                else "(no AccountingGroup or Owner)"
+            )
             if who not in unknown:
                 unknown.add(who)
                 notes.append(

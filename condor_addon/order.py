@@ -71,8 +71,7 @@ def queue_holders(
 def with_negotiator(
     snapshot: Snapshot,
     jobs: Mapping[str, QueueJob],
-    slots: Iterable[Mapping[str, object]],
-    shown: frozenset[str],
+    slots: Sequence[Mapping[str, object]],
     answer: NegotiatorAnswer,
     *,
     scheduler_order: bool = True,
@@ -85,7 +84,6 @@ def with_negotiator(
             ``JobPrio``).
         jobs: this schedd's managed jobs, by id.
         slots: every slot ad of the pool, projected.
-        shown: GlobalJobIds of the jobs the collector shows in claimed slots.
         answer: the negotiator's answer.
         scheduler_order: order as the negotiator (``policy.order: scheduler``); ``False``
             keeps ``JobPrio``.
@@ -121,6 +119,11 @@ def with_negotiator(
             "concurrency limits are not checked this cycle"
         )
     planned = frozenset(r.id for r in snapshot.running if r.state == "planned")
+    shown = frozenset(
+        str(ad["GlobalJobId"])
+        for ad in slots
+        if ad.get("State") == "Claimed" and isinstance(ad.get("GlobalJobId"), str)
+    )
     holders = claimed_holders(slots) + queue_holders(jobs.values(), shown, planned)
     found = pool_limits(
         pending,

@@ -181,11 +181,16 @@ def pool_limits(
             used.get(key, 0.0),
         )
     for job in pending:
-        holder = pending_holders.get(job.id)
-        if holder is None:
+        record = pending_holders.get(job.id)
+        if record is None:
+            continue
+        try:
+            asked = parse_request(record.concurrency)
+        except BadValue as exc:  # the reader refuses such a job; never placed unchecked
+            notes.append(f"{record.where}: {exc}; not checked")
             continue
         taken: list[tuple[str, float]] = []
-        for name, amount in sorted(parse_request(holder.concurrency).items()):
+        for name, amount in sorted(asked.items()):
             found = maximum(name)
             if found is None or amount <= 0:
                 continue
@@ -201,7 +206,7 @@ def pool_limits(
                 ),
             )
             taken.append((key, amount))
-        group = group_of(holder.submitter, accounting.groups)
+        group = group_of(record.submitter, accounting.groups)
         if group is not None and group.name in groups:
             taken.append((group_id(group.name), job.total_cpu_milli / MILLI))
         if taken:

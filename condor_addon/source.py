@@ -85,7 +85,6 @@ def read_pool(client: CondorClient, config: Config, now_s: float) -> Read:
         snapshot,
         jobs,
         slots,
-        cluster.global_ids,
         ask_negotiator(client),
         scheduler_order=config.policy.order == "scheduler",
     )
