@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coshare.ledger.bounds import as_float, shorten_text
+from coshare.ledger.bounds import as_float, parse_number, shorten_text
 from coshare.ledger.limits import MAX_LIMIT_AMOUNT
 from coshare.model import Job
 
@@ -68,11 +68,17 @@ class Accounting:
         groups: the configured groups, by lower-cased name.
         notes: values that could not be read (each names the submitter or group and the
             field).
+        unreadable: submitters listed with a priority that did not read.
+        new_submitter: the effective priority of a submitter the negotiator does not list
+            yet (none of its jobs was negotiated): HTCondor's least real priority, 0.5, times
+            ``DEFAULT_PRIO_FACTOR``; ``None`` when that setting did not read.
     """
 
     priorities: Mapping[str, float] = field(default_factory=dict)
     groups: Mapping[str, Group] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    unreadable: frozenset[str] = frozenset()
+    new_submitter: float | None = None
 
 
 def _text(value: object) -> str | None:
@@ -85,8 +91,15 @@ def submitter_name(name: str) -> str:
     return name.rpartition("@")[0] or name
 
 
-def parse_priorities(ads: Iterable[Mapping[str, object]]) -> Accounting:
-    """The negotiator's answer to ``getPriorities`` (one mapping per entry) read.
+#: The least real priority HTCondor gives a submitter (a new one starts there).
+MIN_REAL_PRIORITY = 0.5
+
+
+def parse_priorities(
+    ads: Iterable[Mapping[str, object]], default_factor: object = None
+) -> Accounting:
+    """The negotiator's answer to ``getPriorities`` (one mapping per entry) read, with
+    ``DEFAULT_PRIO_FACTOR`` (as configured, text) for submitters it does not list yet.
 
     A submitter whose ``Priority`` is missing, not a positive number or above
     :data:`MAX_PRIORITY` is left out with a note: its jobs keep their place by submit time.
@@ -96,6 +109,7 @@ def parse_priorities(ads: Iterable[Mapping[str, object]]) -> Accounting:
     priorities: dict[str, float] = {}
     groups: dict[str, Group] = {}
     notes: list[str] = []
+    unreadable: set[str] = set()
     for ad in ads:
         name = _text(ad.get("Name"))
         if name is None:
@@ -119,9 +133,12 @@ def parse_priorities(ads: Iterable[Mapping[str, object]]) -> Accounting:
                 f"is not an effective priority (a number 0..{MAX_PRIORITY:g}); its jobs keep "
                 "their place by submit time"
             )
+            unreadable.add(submitter_name(name))
             continue
         priorities[submitter_name(name)] = eup
-    return Accounting(priorities, groups, tuple(notes))
+    factor = parse_number(default_factor) if isinstance(default_factor, str) else None
+    new = MIN_REAL_PRIORITY * factor if factor is not None and 0 < factor <= 1e9 else None
+    return Accounting(priorities, groups, tuple(notes), frozenset(unreadable), new)
 
 
 def _quota(name: str, ad: Mapping[str, object], notes: list[str]) -> float | None:
@@ -165,9 +182,10 @@ def negotiator_order(
     pending jobs, so that jobs of one submitter and one ``JobPrio`` share a number and their
     submit time decides between them (the policies' order).
 
-    A job whose submitter the negotiator does not list (or lists with a priority that did not
-    read) is ordered after its group's known submitters, by submit time only; one note per
-    such submitter.
+    A submitter the negotiator does not list yet has a new submitter's priority
+    (:attr:`Accounting.new_submitter`), as the negotiator gives it. A job whose submitter's
+    priority did not read (or, without ``DEFAULT_PRIO_FACTOR``, is not listed) is ordered
+    after its group's known submitters, by submit time only; one note per such submitter.
 
     Args:
         pending: the jobs, each with its ``JobPrio`` as ``priority``.
@@ -189,6 +207,8 @@ def negotiator_order(
         group = group_of(submitter, accounting.groups)
         rank = group_rank[group.name.lower()] if group is not None else none_rank
         eup = accounting.priorities.get(submitter) if submitter is not None else None
+        if eup is None and submitter is not None and submitter not in accounting.unreadable:
+            eup = accounting.new_submitter  # not negotiated yet: a new submitter's priority
         if eup is None:
             who = (
                 shorten_text(submitter)

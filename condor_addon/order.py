@@ -23,7 +23,7 @@ from coshare.model import MILLI, Snapshot
 
 from condor_addon import attributes as A
 from condor_addon.accounting import Accounting, job_submitter, negotiator_order, parse_priorities
-from condor_addon.concurrency import config_keys
+from condor_addon.concurrency import config_keys, wanted_setting
 from condor_addon.pool_limits import Holder, claimed_holders, job_holder, pool_limits
 from condor_addon.view import HOLDS_SLOT, QueueJob
 
@@ -41,6 +41,16 @@ class NegotiatorAnswer:
     priorities: Sequence[Mapping[str, object]] | None = None
     settings: Mapping[str, object] | None = None
     problem: str = ""
+
+
+#: The negotiator's priority factor of a submitter it does not list yet.
+PRIO_FACTOR = "DEFAULT_PRIO_FACTOR"
+
+
+def negotiator_setting(key: str) -> bool:
+    """Whether the cycle reads the negotiator's setting ``key``: a concurrency limit's
+    maximum, or the priority factor of new submitters."""
+    return wanted_setting(key) or key.upper() == PRIO_FACTOR
 
 
 def _weight(q: QueueJob) -> float:
@@ -98,7 +108,9 @@ def with_negotiator(
         )
         accounting = Accounting()
     else:
-        accounting = parse_priorities(answer.priorities)
+        settings = answer.settings or {}
+        factor = next((v for k, v in settings.items() if k.upper() == PRIO_FACTOR), None)
+        accounting = parse_priorities(answer.priorities, factor)
         notes += accounting.notes
     pending = snapshot.pending
     submitters = {

@@ -200,7 +200,7 @@ def pool_limits(
                 Limit(
                     key,
                     f"concurrency limit {name}={plain(found[1])}",
-                    f"the pool ({found[0]})",
+                    "the pool",
                     found[1],
                     used.get(key, 0.0),
                 ),

@@ -23,8 +23,7 @@ from coshare.ports import SourceResult
 
 from condor_addon import expressions as X
 from condor_addon.client import CondorClient
-from condor_addon.concurrency import wanted_setting
-from condor_addon.order import NegotiatorAnswer, with_negotiator
+from condor_addon.order import NegotiatorAnswer, negotiator_setting, with_negotiator
 from condor_addon.view import (
     QueueJob,
     QueueView,
@@ -111,7 +110,7 @@ def ask_negotiator(client: CondorClient) -> NegotiatorAnswer:
     except SchedulerUnavailable as exc:
         problems.append(str(exc))
     try:
-        settings = client.negotiator_settings(wanted_setting)
+        settings = client.negotiator_settings(negotiator_setting)
     except SchedulerUnavailable as exc:
         if str(exc) not in problems:
             problems.append(str(exc))

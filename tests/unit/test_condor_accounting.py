@@ -199,3 +199,16 @@ def test_a_limits_maximum_comes_from_its_own_setting_then_the_defaults() -> None
     )
     with pytest.raises(BadValue, match="SW_LICENSE_LIMIT"):
         limit_maximum("sw_license", {"SW_LICENSE_LIMIT": "-1"})
+
+
+def test_a_submitter_not_negotiated_yet_has_a_new_submitters_priority() -> None:
+    # HTCondor starts a submitter at real priority 0.5 times DEFAULT_PRIO_FACTOR
+    accounting = parse_priorities(RECORDED["priorities"], "1000")
+    assert accounting.new_submitter == 500.0
+    pending = [Job("bob.0", priority=5, submit_time_s=1), Job("new.0", submit_time_s=2)]
+    ranks, notes = negotiator_order(pending, {"bob.0": "bob", "new.0": "newcomer"}, accounting)
+    assert ranks["new.0"] > ranks["bob.0"] and notes == ()
+    # without the factor it keeps its place by submit time, with a note
+    accounting = parse_priorities(RECORDED["priorities"], "many")
+    ranks, notes = negotiator_order(pending, {"bob.0": "bob", "new.0": "newcomer"}, accounting)
+    assert ranks["new.0"] < ranks["bob.0"] and len(notes) == 1 and "newcomer" in notes[0]
