@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from coshare.cycle.run import run_cycle
+from coshare.policies import make_policy
 
+from condor_addon.adapter import CondorAdapter
 from tests.integration.condor_pool import CLIENT_CONFIG, Pool, pool, wait_for
 from tests.integration.test_condor_pool import COSHARE, annotated
 
@@ -57,12 +61,17 @@ def test_of_two_users_submitting_interleaved_the_negotiators_favourite_is_placed
             **annotated(8192, 60),  # one job per 8 GiB of device: 8 fit the pool
         )
         owner[f"{cluster}.0"] = user
+    # coshare's own order (policy.order: coshare, a dry run): by submit time, a light job waits
+    config = live.config()
+    config = replace(config, policy=replace(config.policy, order="coshare"))
+    adapter = CondorAdapter(live.client, config)
+    own = run_cycle(adapter, make_policy("knapsack"), adapter, dry_run=True)
+    assert "light" in {owner[u.job] for u in own.plan.unplaced}
     report = live.cycle()
     placed = {a.job for a in report.plan.assignments}
     waiting = sorted(set(owner) - placed)
     assert len(placed) == 8, report.plan.unplaced
-    # every light job is placed; the two left waiting are heavy's (by submit time alone the
-    # last two submitted, heavy's and light's, would wait)
+    # in the negotiator's order every light job is placed; the two left waiting are heavy's
     assert [owner[j] for j in waiting] == ["heavy", "heavy"]
     assert {j for j in owner if owner[j] == "light"} <= placed
     assert all(live.jobs()[j].get("CosharePlacedNode") is not None for j in placed)
