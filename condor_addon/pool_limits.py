@@ -139,16 +139,17 @@ def pool_limits(
             maxima[name] = found
         return maxima[name]
 
-    def quota(group: Group | None) -> Group | None:
-        if group is None or group.quota is None:
-            return None
-        if not _ID_SAFE.fullmatch(group.name):
+    groups: dict[str, Group] = {}  # the groups whose quota is checked, by name
+    for configured in accounting.groups.values():
+        if configured.quota is None:
+            continue
+        if not _ID_SAFE.fullmatch(configured.name):
             notes.append(
-                f"group {shorten_text(group.name)}: its name is not id characters; its quota "
-                "is not checked"
+                f"group {shorten_text(configured.name)}: its name is not id characters; its "
+                "quota is not checked"
             )
-            return None
-        return group
+            continue
+        groups[configured.name] = configured
 
     for holder in holders:
         try:
@@ -163,13 +164,12 @@ def pool_limits(
             if holder.group is not None
             else group_of(holder.submitter, accounting.groups)
         )
-        if quota(group) is not None and group is not None:
+        if group is not None and group.name in groups:
             key = group_id(group.name)
             used[key] = used.get(key, 0.0) + holder.weight
 
     limits: dict[str, Limit] = {}
     charges: dict[str, tuple[tuple[str, float], ...]] = {}
-    groups = {g.name: g for g in accounting.groups.values() if quota(g) is not None}
     for group in groups.values():
         key = group_id(group.name)
         assert group.quota is not None
