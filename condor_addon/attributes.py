@@ -162,6 +162,7 @@ SLOT_PROJECTION: tuple[str, ...] = (
     # what a claimed slot's job holds of the pool's limits (condor_addon.pool_limits)
     "ConcurrencyLimits",
     "RemoteNegotiatingGroup",
+    "AccountingGroup",
     "SlotWeight",
 )
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from coshare.ledger.bounds import BadValue, as_float, plain, shorten_text
 from coshare.model import MILLI, Job, Limit
 
-from condor_addon.accounting import Accounting, Group, group_of, job_submitter
+from condor_addon.accounting import Accounting, Group, group_of, job_submitter, submitter_name
 from condor_addon.concurrency import limit_maximum, parse_request
 
 #: A group's or limit's name in a limit's id (the core's ids are id characters).
@@ -63,9 +63,14 @@ def claimed_holders(slots: Iterable[Mapping[str, object]]) -> list[Holder]:
         if weight is None:
             weight = as_float(ad.get("Cpus"))
         group = ad.get("RemoteNegotiatingGroup")
+        submitter = ad.get("AccountingGroup")
         out.append(
             Holder(
                 concurrency=ad.get("ConcurrencyLimits"),
+                # A slot the schedd claimed without the negotiator (a second job on a
+                # partitionable slot's claim) has no RemoteNegotiatingGroup: its job's
+                # AccountingGroup (group.user@domain) names the group then.
+                submitter=submitter_name(submitter) if isinstance(submitter, str) else None,
                 group=group if isinstance(group, str) else None,
                 weight=weight if weight is not None and 0 <= weight < 2**53 else 0.0,
                 where=f"slot {shorten_text(str(ad.get('Name', '?')))}",

@@ -34,6 +34,14 @@ def accounting(live: Pool) -> Iterator[Pool]:
         pool("accounting-off")
 
 
+def physics_quota(live: Pool) -> object:
+    """group_physics's quota as the negotiator reports it now."""
+    entries = live.client.negotiator_priorities()
+    return next(
+        (e.get("EffectiveQuota") for e in entries if e.get("Name") == "group_physics"), None
+    )
+
+
 def waiting_reasons(live: Pool) -> dict[str, str]:
     """Each job's CoshareWaitReason as HTCondor's own condor_q shows it."""
     shown = pool("exec", "condor_q", "-af", "ClusterId", "ProcId", "CoshareWaitReason")
@@ -89,11 +97,20 @@ def test_jobs_over_a_group_quota_or_a_concurrency_limit_are_never_placed_and_say
         **annotated(1024, 10),
     )
     licensed = live.submit(2, sleep_s=120, concurrency_limits="sw_license", **annotated(1024, 10))
+    # the negotiator computes the groups' quotas in its cycles: until one ran with the groups
+    # it reports them as 0 (and starts none of their jobs)
+    wait_for(lambda: physics_quota(live) == 2.0, 60, "the negotiator to report the quota")
     first = live.cycle()
     placed = {a.job for a in first.plan.assignments}
     by_cluster = {c: {j for j in placed if j.startswith(f"{c}.")} for c in (physics, licensed)}
     # group_physics's quota is 2 cores (1 each); sw_license allows one job at a time
-    assert len(by_cluster[physics]) == 2 and len(by_cluster[licensed]) == 1
+    assert len(by_cluster[physics]) == 2 and len(by_cluster[licensed]) == 1, (
+        [a.job for a in first.plan.assignments],
+        [(u.job, u.reason) for u in first.plan.unplaced],
+        first.rejected,
+        first.waiting,
+        [j.id for j in first.snapshot.pending] if first.snapshot else None,
+    )
     over_quota = next(f"{physics}.{p}" for p in range(3) if f"{physics}.{p}" not in placed)
     over_license = next(f"{licensed}.{p}" for p in range(2) if f"{licensed}.{p}" not in placed)
     # the placed ones start; the others stay unplaced cycle after cycle
@@ -118,7 +135,8 @@ def test_jobs_over_a_group_quota_or_a_concurrency_limit_are_never_placed_and_say
         check=True,
     )
     data = json.loads(explained.stdout)
-    assert data["state"] == "waiting" and "GROUP_QUOTA_group_physics=2" in json.dumps(data)
+    assert data["state"] == "waiting", data
+    assert "GROUP_QUOTA_group_physics=2" in json.dumps(data), data
     table = subprocess.run(
         [COSHARE, "--config", str(config), "condor", "explain", over_license],
         capture_output=True,

@@ -212,3 +212,17 @@ def test_a_submitter_not_negotiated_yet_has_a_new_submitters_priority() -> None:
     accounting = parse_priorities(RECORDED["priorities"], "many")
     ranks, notes = negotiator_order(pending, {"bob.0": "bob", "new.0": "newcomer"}, accounting)
     assert ranks["new.0"] < ranks["bob.0"] and len(notes) == 1 and "newcomer" in notes[0]
+
+
+def test_a_slot_claimed_without_the_negotiator_counts_in_its_jobs_group() -> None:
+    # seen live: the schedd started a second job of group_physics on its claim of a
+    # partitionable slot; that slot's ad has no RemoteNegotiatingGroup
+    jobs = recorded_jobs()
+    slots = [dict(s) for s in RECORDED["slots"]]
+    for ad in slots:
+        if ad.get("RemoteNegotiatingGroup") == "group_physics":
+            del ad["RemoteNegotiatingGroup"]
+            assert ad["AccountingGroup"] == "group_physics.alice@vm"
+    snapshot = Snapshot((NODE,), pending=(Job("1.1"),))
+    out, _ = with_negotiator(snapshot, jobs, slots, answer())
+    assert {limit.id: limit.used for limit in out.limits}["group.group_physics"] == 1.0
