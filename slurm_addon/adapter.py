@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from coshare.config import Config
 from coshare.cycle.protocol import write_plan
@@ -24,6 +25,7 @@ from coshare.model import Plan
 from coshare.ports import ApplyReport, Capabilities, Fence, Rejected, SourceResult
 
 from slurm_addon.client import SlurmClient
+from slurm_addon.scheduling import read_scheduling, with_scheduling
 from slurm_addon.trial_verbs import SlurmTrials
 from slurm_addon.view import ClusterView, build_view
 from slurm_addon.writer import SlurmWriter
@@ -90,7 +92,7 @@ class SlurmAdapter(SlurmTrials):
         notes: list[str] = []
         nodes = self.client.read_nodes(notes)
         jobs = self.client.read_jobs(notes)
-        self.view = build_view(
+        view = build_view(
             nodes,
             jobs,
             device_kinds=self.config.device_kinds,
@@ -102,6 +104,18 @@ class SlurmAdapter(SlurmTrials):
             lend_partition=self.config.slurm.lend_partition,
             shared=self.config.coordination.dsn is not None,
         )
+        if view.snapshot.pending:
+            # Slurm's own order and limits (slurm_addon.scheduling): read only when some job
+            # waits for a placement, so an idle cluster costs no more than before.
+            scheduling = read_scheduling(
+                self.client,
+                order=self.config.policy.order,
+                nodes=len(nodes),
+                cpus=sum(n.cpus for n in nodes),
+            )
+            snapshot, found = with_scheduling(view.snapshot, jobs, scheduling, self.clock())
+            view = replace(view, snapshot=snapshot, notes=view.notes + found)
+        self.view = view
         return SourceResult(
             self.view.snapshot,
             self.view.rejected,

@@ -170,6 +170,17 @@ class SlurmClient:
         pairs = (line.split("|", 1) for line in out.splitlines() if "|" in line)
         return {job: user for job, user in pairs if user}
 
+    def read_text(self, program: str, *args: str) -> str:
+        """What one of Slurm's reading commands prints (``scontrol show config``, ``sshare``,
+        ``sacctmgr show qos``): the priority and limits of :mod:`slurm_addon.scheduling`.
+
+        Raises:
+            CommandFailed: it failed (slurmdbd down, no accounting).
+            SlurmControllerDown: the controller did not answer, after the retries.
+        """
+        argv = [self._program(program), *args]
+        return self.retrying(lambda: self._once(argv).stdout)
+
     def read_job_fields(self, job_ids: Sequence[str]) -> dict[str, SlurmJob]:
         """The few fields the Editor compares, of these jobs only (``squeue --Format``: a
         fraction of the cost of ``--json``, which cannot filter in 22.05). Its text is

@@ -112,6 +112,11 @@ class SlurmJob:
         dependency: its dependency expression with Slurm's verdict, empty if none.
         array: whether it is (a task of) a job array.
         user: the owner's name.
+        account: the account it is charged to (fair share, association limits).
+        qos: its quality of service (priority, QOS limits).
+        tres: what it asks for (pending) or holds (started), as Slurm's TRES string
+            (``cpu=1,mem=256M,node=1,billing=1,gres/gpu=1``).
+        nice: its nice value (subtracted from its priority).
         problem: why some of its numbers could not be read (each field with its value and
             range), empty when all could; those fields then hold their defaults. A pending
             annotated job with a problem is refused; a started one holds its whole nodes.
@@ -143,6 +148,10 @@ class SlurmJob:
     dependency: str = ""
     array: bool = False
     user: str = ""
+    account: str = ""
+    qos: str = ""
+    tres: str = ""
+    nice: int = 0
     problem: str = ""
 
 
@@ -312,8 +321,22 @@ def parse_job(record: Mapping[str, object], notes: list[str] | None = None) -> S
         array=read("array_job_id", 0, MAX_JOB_ID) != 0
         or bool(text(record.get("array_task_string"))),
         user=text(record.get("user_name")),
+        account=text(record.get("account")),
+        qos=text(record.get("qos")),
+        tres=text(record.get("tres_req_str" if phase == "pending" else "tres_alloc_str"))
+        or text(record.get("tres_req_str")),
+        nice=_quiet_number(record.get("nice")),
         problem="; ".join(problems),
     )
+
+
+def _quiet_number(value: object) -> int:
+    """A number that only orders jobs (nice): 0 when unreadable, never a problem of the job
+    (the priority it feeds falls back on submit time itself, :mod:`slurm_addon.priority`)."""
+    try:
+        return number(value, 0, field="nice", maximum=2**31, minimum=-(2**31))
+    except BadValue:
+        return 0
 
 
 def parse_records(

@@ -71,10 +71,12 @@ def test_cycle_writes_confirms_then_releases() -> None:
     report = run_cycle(a, make_policy("knapsack"), a)
     assert sorted(report.apply.applied) == ["1", "2"]
     verbs = runner.verbs()
-    # read (sinfo, squeue), re-read, ping, then per batch: write, confirm, release
+    # read (sinfo, squeue, the priority settings), re-read, ping, then per batch: write,
+    # confirm, release
     assert verbs == [
         "sinfo",
         "squeue",
+        "scontrol show",
         "squeue",
         "scontrol ping",
         "scontrol <stdin>",
@@ -120,7 +122,7 @@ def test_dry_run_reads_but_writes_nothing() -> None:
     assert [(w.job, w.detail) for w in report.withdrawn] == [
         ("2", "could start without a placement; not placed this cycle")
     ]
-    assert set(runner.verbs()) == {"sinfo", "squeue"}
+    assert set(runner.verbs()) == {"sinfo", "squeue", "scontrol show"}
 
 
 def test_comment_changed_while_placing_is_not_released() -> None:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from coshare.cli.main import cli
 from coshare.cycle.run import checked_plan, run_cycle
 from coshare.errors import SnapshotError
 from coshare.ledger.limits import admit, withhold
@@ -158,3 +161,22 @@ def test_whole_cycle_on_the_in_memory_scheduler_keeps_a_job_over_a_limit_waiting
     report = run_cycle(adapter, make_policy("exclusive"), adapter)
     assert report.plan.placed_jobs == {"a2"}
     assert s.records["a2"].wait_reason is None
+
+
+def test_plan_explain_names_the_limit(tmp_path: Path) -> None:
+    snap = Snapshot(
+        (node("n1"), node("n2")),
+        pending=(job("1", ("u-alice-gpu", 1)), job("2")),
+        limits=(GPU4,),
+    )
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(snapshot_to_dict(snap)))
+    result = CliRunner().invoke(cli, ["plan", str(path), "--explain", "1"])
+    assert result.exit_code == 0, result.output
+    assert "MaxTRESPerUser gres/gpu=4: user alice holds 4 (max 4)" in " ".join(
+        result.output.split()
+    )
+    result = CliRunner().invoke(cli, ["plan", str(path), "--output", "json"])
+    data = json.loads(result.stdout)
+    assert [a["job"] for a in data["assignments"]] == ["2"]
+    assert data["unplaced"][0]["job"] == "1"
