@@ -122,6 +122,10 @@ JOB_PROJECTION: tuple[str, ...] = (
     "JobCurrentStartDate",
     HARVEST_FROM,
     LENDER,
+    # the negotiator's order and limits (condor_addon.accounting, condor_addon.pool_limits)
+    "AccountingGroup",
+    "Owner",
+    "ConcurrencyLimits",
 )
 
 #: What the Source asks the collector for, per slot.
@@ -155,6 +159,11 @@ SLOT_PROJECTION: tuple[str, ...] = (
     LEND_SLOT,
     "SlotTypeID",
     HARVEST_FROM,
+    # what a claimed slot's job holds of the pool's limits (condor_addon.pool_limits)
+    "ConcurrencyLimits",
+    "RemoteNegotiatingGroup",
+    "AccountingGroup",
+    "SlotWeight",
 )
 
 #: HTCondor's JobUniverse code of the parallel universe (``universe = parallel``): the

@@ -320,6 +320,48 @@ class CondorClient:
         ads = self._read(f"query {self._the_collector}", query)
         return [values_of(ad, projection) for ad in ads]
 
+    def _negotiator_ad(self) -> Any:
+        """The negotiator's ad, which locates it (the first by name when there are several).
+
+        Raises:
+            SchedulerUnavailable: the collector knows no negotiator.
+        """
+        ads = list(self._collector().query(self._htcondor.AdTypes.Negotiator))
+        if not ads:
+            raise SchedulerUnavailable(f"{self._the_collector} knows no negotiator")
+        return min(ads, key=lambda ad: str(ad.get("Name", "")))
+
+    def negotiator_priorities(self) -> list[dict[str, object]]:
+        """The negotiator's accounting, one mapping per submitter and per accounting group
+        (``condor_userprio -l``: ``Priority``, ``AccountingGroup``, ``GroupSortKey``,
+        ``EffectiveQuota``, ``SurplusPolicy``...).
+
+        Raises:
+            SchedulerUnavailable: no negotiator, or it did not answer.
+        """
+
+        def query() -> list[Any]:
+            negotiator = self._htcondor.Negotiator(self._negotiator_ad())
+            return list(negotiator.getPriorities(False))
+
+        ads = self._read("ask the negotiator for its user priorities", query)
+        return [values_of(ad, list(ad.keys())) for ad in ads]
+
+    def negotiator_settings(self, wanted: Callable[[str], bool]) -> dict[str, object]:
+        """The negotiator's own configuration settings whose names ``wanted`` accepts
+        (``condor_config_val -negotiator``), as text.
+
+        Raises:
+            SchedulerUnavailable: no negotiator, or it did not answer.
+        """
+
+        def query() -> dict[str, object]:
+            remote = self._htcondor.RemoteParam(self._negotiator_ad())
+            return {str(k): remote.get(k) for k in list(remote.keys()) if wanted(str(k))}
+
+        settings: dict[str, object] = self._read("read the negotiator's configuration", query)
+        return settings
+
     def param_seconds(self, name: str) -> float | None:
         """A duration from the HTCondor configuration the bindings read (``None`` when it is
         not set or not a number)."""

@@ -7,6 +7,7 @@
                                    build_snapshot --> Snapshot
     (several planners) the other schedds' open placements, held here too
     node facts from the slot ads
+    negotiator: user priorities, group quotas, concurrency limits -> order.with_negotiator
 
 Slots are read before jobs, so a job that starts in between is still counted (from its queue
 entry, as running). :mod:`condor_addon.view` says where each fact comes from.
@@ -17,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from coshare.config import Config
+from coshare.errors import SchedulerUnavailable
 from coshare.ports import SourceResult
 
 from condor_addon import expressions as X
 from condor_addon.client import CondorClient
+from condor_addon.order import NegotiatorAnswer, negotiator_setting, with_negotiator
 from condor_addon.view import (
     QueueJob,
     QueueView,
@@ -56,7 +59,8 @@ def read_pool(client: CondorClient, config: Config, now_s: float) -> Read:
     Raises:
         SchedulerUnavailable: the collector or the schedd cannot be reached.
     """
-    cluster = parse_slots(client.slot_ads(), config.device_kinds)
+    slots = client.slot_ads()
+    cluster = parse_slots(slots, config.device_kinds)
     jobs = managed_jobs(client, X.ACTIVE_MANAGED_JOBS)
     queue = parse_queue(
         jobs.values(),
@@ -76,6 +80,14 @@ def read_pool(client: CondorClient, config: Config, now_s: float) -> Read:
         )
         snapshot = replace(snapshot, running=snapshot.running + foreign)
         others = tuple(notes) + unread
+    snapshot, order_notes = with_negotiator(
+        snapshot,
+        jobs,
+        slots,
+        ask_negotiator(client),
+        scheduler_order=config.policy.order == "scheduler",
+    )
+    others += order_notes
     snapshot, facts_notes = with_node_facts(
         snapshot, cluster, jobs.values(), now_s=now_s, max_age_s=config.cycle.node_facts_max_age_s
     )
@@ -86,3 +98,20 @@ def read_pool(client: CondorClient, config: Config, now_s: float) -> Read:
         unusable=cluster.unusable,
     )
     return Read(result, jobs, queue)
+
+
+def ask_negotiator(client: CondorClient) -> NegotiatorAnswer:
+    """The negotiator's user priorities and group quotas, and its concurrency-limit settings
+    (once per cycle); what could not be read is ``None``, with why."""
+    problems: list[str] = []
+    priorities = settings = None
+    try:
+        priorities = client.negotiator_priorities()
+    except SchedulerUnavailable as exc:
+        problems.append(str(exc))
+    try:
+        settings = client.negotiator_settings(negotiator_setting)
+    except SchedulerUnavailable as exc:
+        if str(exc) not in problems:
+            problems.append(str(exc))
+    return NegotiatorAnswer(priorities, settings, "; ".join(problems))

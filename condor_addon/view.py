@@ -83,6 +83,7 @@ from coshare.model import (
 from coshare.ports import UNWRITABLE, Rejected, Unusable
 
 from condor_addon import attributes as A
+from condor_addon.concurrency import parse_request
 from condor_addon.names import (
     UNWRITABLE_DEVICE,
     UNWRITABLE_NAME,
@@ -492,6 +493,9 @@ class QueueJob:
             (its GlobalJobId as written; :func:`local_lenders` names this schedd's jobs by
             ``cluster.proc``), or ``None``.
         lender: ``CoshareLender``: placed as a GPU job whose idle cores may be lent.
+        accounting_group: ``AccountingGroup`` as evaluated (its submitter, with ``owner``).
+        owner: ``Owner`` as evaluated.
+        concurrency_limits: ``ConcurrencyLimits`` as evaluated (checked by :func:`queued`).
     """
 
     id: str
@@ -515,6 +519,9 @@ class QueueJob:
     start_time_s: float | None = None
     harvest_from: str | None = None
     lender: bool = False
+    accounting_group: object = None
+    owner: object = None
+    concurrency_limits: object = None
 
     @property
     def placed(self) -> Placed | None:
@@ -622,6 +629,9 @@ def read_job(ad: Values) -> QueueJob | None:
         placed_parts=_gang_parts(ad.get(A.PLACED_NODES), ad.get(A.PLACED_NODE_DEVICES)),
         harvest_from=_text(ad.get(A.HARVEST_FROM)),
         lender=ad.get(A.LENDER) is True,
+        accounting_group=ad.get("AccountingGroup"),
+        owner=ad.get("Owner"),
+        concurrency_limits=ad.get("ConcurrencyLimits"),
     )
 
 
@@ -755,11 +765,13 @@ def queued(job: QueueJob, nodes: Sequence[Node] | None = None) -> Queued:
     slot fits twice on one of them is refused (:func:`doubling_problem`).
 
     Raises:
-        BadValue: a host request, ``JobPrio`` or ``QDate`` out of :mod:`coshare.ledger.bounds`.
+        BadValue: a host request, ``JobPrio`` or ``QDate`` out of :mod:`coshare.ledger.bounds`,
+            or a ``ConcurrencyLimits`` that does not read (:mod:`condor_addon.concurrency`).
         AnnotationError: a parallel job's machine count unusable, a parallel job whose slot
             fits twice on a node, or gang keys on a job of another universe.
     """
     annotations = job.annotations
+    parse_request(job.concurrency_limits)  # what it takes of the pool's limits must read
     machines = 1
     if job.is_parallel:
         machines = _machine_count(job)

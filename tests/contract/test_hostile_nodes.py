@@ -52,6 +52,15 @@ class RecordedPool:
     def job_ads(self, constraint: str, projection: Any = None) -> list[dict[str, object]]:
         return self.jobs
 
+    def negotiator_priorities(self) -> list[dict[str, object]]:
+        """The negotiator's answer recorded from the same pool (with accounting groups)."""
+        accounting = json.loads((FIXTURES / "condor/23.9.6/accounting.json").read_text())
+        return list(accounting["priorities"])
+
+    def negotiator_settings(self, wanted: Any) -> dict[str, object]:
+        accounting = json.loads((FIXTURES / "condor/23.9.6/accounting.json").read_text())
+        return {k: v for k, v in accounting["settings"].items() if wanted(k)}
+
 
 def read_condor(slot: str, **changes: object) -> SourceResult:
     now = float((FIXTURES / "condor/23.9.6/recorded_at").read_text())
