@@ -101,6 +101,10 @@ RUN_BY: dict[str, tuple[str, str]] = {
     "deploy/condor/pool exec": ("tests/integration/test_condor_pool.py", 'pool("exec"'),
     "deploy/condor/pool trigger-on": ("tests/integration/test_condor_trigger.py", "trigger-on"),
     "deploy/condor/pool trigger-off": ("tests/integration/test_condor_trigger.py", "trigger-off"),
+    "deploy/condor/pool accounting-on": (
+        "tests/integration/test_condor_priorities.py",
+        'pool("accounting-on")',
+    ),
     "deploy/slurm/local-cluster start": (SLURM, '"start",'),
     "deploy/slurm/local-cluster stop": (SLURM, '"stop"'),
     "condor_chirp": ("tests/unit/test_condor_node_scripts.py", "condor_chirp"),
