@@ -19,6 +19,11 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# pytest-xdist hands each worker the controller's terminal width as COLUMNS, and the tables'
+# width rule reads COLUMNS: a worker would draw them narrower than a plain run does.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+
 
 #: Tests that share one real pool, cluster or engine on fixed ports run in one worker, in
 #: order (``make test`` runs two pytest-xdist workers with ``--dist loadgroup``).
