@@ -34,7 +34,7 @@ unit: $(VENV)/.test
 	$(BIN)/pytest tests/unit tests/contract
 
 test: lint typecheck docs-site
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(VENV)/.base
 	$(BIN)/python bench/plan_scale.py

@@ -11,7 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.integration.condor_pool import CLIENT_CONFIG, POOL_SCRIPT, Pool, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.condor]
 
 COSHARE = str(Path(sys.executable).with_name("coshare"))
 

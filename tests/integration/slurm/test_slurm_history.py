@@ -10,7 +10,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from .cluster import BIN, Cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 #: The unprivileged account of the second user's jobs (nobody).
 USER = 65534
