@@ -28,6 +28,12 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 #: Tests that share one real pool, cluster or engine on fixed ports run in one worker, in
 #: order (``make test`` runs two pytest-xdist workers with ``--dist loadgroup``).
 SHARED_DAEMONS = ("slurm", "condor", "postgres")
+FOLDER_GROUPS = (
+    ("tests/integration/slurm/", "slurm"),
+    ("tests/integration/postgres/", "postgres"),
+    ("tests/integration/test_condor_", "condor"),
+    ("tests/node/", "node"),
+)
 
 
 def worker_group(item: pytest.Item) -> str:
@@ -38,7 +44,11 @@ def worker_group(item: pytest.Item) -> str:
         if item.get_closest_marker(name) is not None:
             return name
     module = item.nodeid.split("::", 1)[0]
-    return "node" if module.startswith("tests/node/") else module
+    # A test module that forgot its marker still shares its folder's daemons.
+    for folder, group in FOLDER_GROUPS:
+        if module.startswith(folder):
+            return group
+    return module
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
