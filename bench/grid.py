@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from coshare.model import Snapshot
 from coshare.policy_names import POLICY_NAMES
 from coshare.schema import snapshot_to_dict
 from coshare.sim.applications import phi_cluster, table1_jobs
@@ -115,8 +116,6 @@ def snapshot_of(mix: str, jobs: int, devices: int, scenario: str) -> dict[str, A
     else:
         nodes = gpu_cluster(devices)
         draw = gpu_jobs
-    from coshare.model import Snapshot
-
     snapshot = (
         Snapshot(nodes, (), draw(jobs, 2))
         if scenario == "idle"

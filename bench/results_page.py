@@ -43,11 +43,11 @@ def _run_line(results: dict[str, Any], section: str) -> str:
     m = results.get("machine", {})
     memory = m.get("memory_mib")
     memory_text = f", {memory / 1024:.0f} GiB" if memory else ""
-    load = "-".join(f"{x:g}" for x in (run["load_before"][0], run["load_after"][0]))
+    load = f"{run['load_before'][0]:g} before, {run['load_after'][0]:g} after"
     return (
         f"Command: `{run['command']}` (commit `{run['commit'][:12]}`, {run['date']}; "
-        f"{m.get('cpu_model', '?')}, {m.get('cores', '?')} cores{memory_text}; load average "
-        f"{load} before / after; the section took {run['wall_s']:g} s)."
+        f"{m.get('cpu_model', '?')}, {m.get('cores', '?')} cores{memory_text}; 1-minute load "
+        f"average {load}; the section took {run['wall_s']:g} s)."
     )
 
 
