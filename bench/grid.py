@@ -263,9 +263,6 @@ def main() -> None:
         parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
 
     results: dict[str, Any] = {}
-    if args.output.exists():
-        results = json.loads(args.output.read_text())
-    results["machine"] = machine()
     command = "python bench/grid.py " + shlex.join(sys.argv[1:])
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -292,6 +289,10 @@ def main() -> None:
                 body = {"error": str(exc)}
             run["wall_s"] = round(time.perf_counter() - start, 1)
             run["load_after"] = load_average()
+            # Read again: another run of other sections may have written the file meanwhile.
+            if args.output.exists():
+                results = json.loads(args.output.read_text())
+            results["machine"] = machine()
             results[section] = {"run": run, **body}
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
