@@ -130,17 +130,23 @@ async def main():
 asyncio.run(main())
 """
 
-#: The floor: asyncio on a Unix socket, a fixed answer to each line (HELLO, ACQUIRE, RELEASE).
+#: The floor: an asyncio protocol on a Unix socket (as the gate's connections are) that
+#: answers each line (HELLO, ACQUIRE, RELEASE) with a fixed reply and decides nothing.
 SERVER_FLOOR = r"""
-import asyncio, os, signal, sys
+import asyncio, signal, sys
 path = sys.argv[1]
-async def answer(reader, writer):
-    while line := await reader.readline():
-        writer.write(b"OK 1\n" if line.startswith(b"ACQUIRE") else b"OK\n")
+class Answer(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+    def data_received(self, data):
+        *lines, self.buffer = (self.buffer + data).split(b"\n")
+        self.transport.write(b"".join(b"OK 1\n" if l.startswith(b"ACQUIRE") else b"OK\n"
+                                      for l in lines))
 async def main():
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    server = await asyncio.start_unix_server(answer, path)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    server = await loop.create_unix_server(Answer, path)
     async with server:
         await stop.wait()
 asyncio.run(main())
