@@ -64,7 +64,8 @@ SCENARIOS = ("idle", "busy")
 #: ``--quick``: the plan grid's smaller half, one policy's Alibaba run, shorter gate loads.
 QUICK_JOBS = (1_000, 10_000)
 QUICK_DEVICES = (1_000,)
-ALIBABA_POLICIES = "sharepack,fgd"
+#: The policies of docs/alibaba.md's cost table.
+ALIBABA_POLICIES = "sharepack,fgd,bestfit,knapsack,random,exclusive"
 QUICK_ALIBABA_POLICIES = "sharepack"
 
 
