@@ -119,7 +119,7 @@ def alibaba_block(results: dict[str, Any]) -> str:
             f"{r['peak_mib']:.0f}",
             f"{r['unallocated']:.2f}",
             "-" if r["bound"] is None else f"{r['bound']:.2f}",
-            f"{r['peer_ratio']:.0f}x",
+            "-" if r["policy"] == "bound" else f"{r['peer_ratio']:.0f}x",
         ]
         for r in results["alibaba"]["rows"]
     ]
