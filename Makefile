@@ -2,6 +2,7 @@
 #   make demo   set up .venv and run the main job on the bundled example (no cluster needed)
 #   make test   install the test dependencies, run ruff, mypy, build the docs site strict, and the
 #               whole suite
+#   make bench  the benchmark grid into bench/results/grid.json and docs/benchmarks.md
 # Integration tests start a real Slurm cluster and HTCondor pool with deploy/ (root, apt).
 
 PYTHON ?= python3
@@ -36,9 +37,12 @@ unit: $(VENV)/.test
 test: lint typecheck docs-site
 	$(BIN)/pytest -n 2 --dist loadgroup
 
-bench: $(VENV)/.base
-	$(BIN)/python bench/plan_scale.py
-	$(BIN)/python bench/sim_scale.py
+# The benchmark grid (bench/grid.py) into bench/results/grid.json, then docs/benchmarks.md's
+# tables from that file. BENCH_ARGS passes options: --quick (a smaller subset), --sections
+# plan,alibaba,gate,slurm, --timeout S (per plan case), --slurm-lock FILE.
+bench: $(VENV)/.test
+	$(BIN)/python bench/grid.py $(BENCH_ARGS)
+	$(BIN)/python bench/results_page.py
 
 # Man pages from the command line's own help and the config, into man/ (committed; the wheel
 # installs them under share/man: MANPATH=man man coshare here).

@@ -6,7 +6,9 @@ unallocated GPU % at 100% arrival beside the lower bound. The peer's own simulat
 (kubernetes-scheduler-simulator) needs about 3,500 CPU seconds and 4 GB for one seed of one
 policy; coshare's target is to stay at least 100 times cheaper.
 
-    python bench/alibaba_cost.py [--seed 0] [--policies a,b] [--data DIR]
+``--json`` prints one JSON object per run instead of the table (``grid.py`` reads them).
+
+    python bench/alibaba_cost.py [--seed 0] [--policies a,b] [--data DIR] [--json]
 """
 
 from __future__ import annotations
@@ -47,12 +49,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policies", default=",".join(policy_names()))
     parser.add_argument("--data", default="", help="trace folder (default: as coshare finds it)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per run")
     args = parser.parse_args()
-    print(
+    say = (lambda *_a, **_k: None) if args.json else print
+    say(
         f"Alibaba fragmentation benchmark, seed {args.seed}: one process per run (trace "
         "reading included); the lower bound is a run of its own (row 'bound')"
     )
-    print(
+    say(
         f"  {'policy':10} {'protocol':8} {'CPU s':>8} {'peak MiB':>9} "
         f"{'unallocated at 100%':>20} {'bound':>6} {'peer / coshare CPU':>19}"
     )
@@ -65,14 +69,18 @@ def main() -> None:
                 raise SystemExit(f"{name} {protocol}: {done.stderr[-2000:]}")
             row = json.loads(done.stdout)
             total += row["cpu_s"]
+            if args.json:
+                row = {"policy": name, "protocol": protocol, **row}
+                row["peer_ratio"] = round(PEER_CPU_S / max(row["cpu_s"], 1e-9), 1)
+                print(json.dumps(row), flush=True)
             bound = "-" if row["bound"] is None else f"{row['bound']:.2f}"
-            print(
+            say(
                 f"  {name:10} {protocol:8} {row['cpu_s']:>8.1f} {row['peak_mib']:>9.0f} "
                 f"{row['unallocated']:>20.2f} {bound:>6} "
                 f"{PEER_CPU_S / max(row['cpu_s'], 1e-9):>18.0f}x",
                 flush=True,
             )
-    print(
+    say(
         f"  all runs: {total:.1f} CPU s (the peer: about {PEER_CPU_S:.0f} CPU s and "
         f"{PEER_MEMORY_GB:g} GB for one policy's seed)"
     )

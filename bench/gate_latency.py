@@ -15,7 +15,12 @@ not contention. Two loads:
 Target: p50 < 200 us, p99 < 1 ms. Needs root (cgroups); ``--no-cgroups`` runs the
 same server with every client treated as one job, for machines without them.
 
+``--floor`` runs the same clients against the floor of any gate: a server on the same event
+loop and socket that answers each request with a fixed reply, deciding nothing (what the
+transport and the loop cost). ``--json`` prints one JSON object per load instead of the table.
+
     python bench/gate_latency.py [--clients 32] [--ops 2000] [--pace-ms 2] [--client python|c]
+                                 [--no-cgroups | --floor] [--json]
 """
 
 from __future__ import annotations
@@ -125,6 +130,28 @@ async def main():
 asyncio.run(main())
 """
 
+#: The floor: an asyncio protocol on a Unix socket (as the gate's connections are) that
+#: answers each line (HELLO, ACQUIRE, RELEASE) with a fixed reply and decides nothing.
+SERVER_FLOOR = r"""
+import asyncio, signal, sys
+path = sys.argv[1]
+class Answer(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+    def data_received(self, data):
+        *lines, self.buffer = (self.buffer + data).split(b"\n")
+        self.transport.write(b"".join(b"OK 1\n" if l.startswith(b"ACQUIRE") else b"OK\n"
+                                      for l in lines))
+async def main():
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    server = await loop.create_unix_server(Answer, path)
+    async with server:
+        await stop.wait()
+asyncio.run(main())
+"""
+
 
 def run_load(
     config: NodeConfig, args: argparse.Namespace, pace_ms: float, spawn: object, workdir: Path
@@ -157,6 +184,8 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=2000, help="round trips per client")
     parser.add_argument("--pace-ms", type=float, default=2.0)
     parser.add_argument("--no-cgroups", action="store_true")
+    parser.add_argument("--floor", action="store_true", help="a server that decides nothing")
+    parser.add_argument("--json", action="store_true", help="one JSON object per load")
     parser.add_argument(
         "--client",
         choices=["python", "c"],
@@ -186,7 +215,9 @@ def main() -> None:
         args.c_binary = workdir / "client"
         subprocess.run(["cc", "-O2", "-o", str(args.c_binary), str(source)], check=True)
     records = []
-    if args.no_cgroups:
+    if args.floor:
+        server = subprocess.Popen([sys.executable, "-c", SERVER_FLOOR, config.gate_socket])
+    elif args.no_cgroups:
         server = subprocess.Popen(
             [
                 sys.executable,
@@ -231,16 +262,31 @@ def main() -> None:
 
     try:
         wait_listening(config.gate_socket, server)
-        print(
+        say = (lambda *_a, **_k: None) if args.json else print
+        say(
             f"gate_latency: {args.clients} concurrent {args.client} clients (processes"
             f"{', in 4 job cgroups' if records else ', no cgroups'}), {args.ops} "
             f"ACQUIRE+RELEASE round trips each, {os.cpu_count()} CPUs"
         )
-        print(f"{'load':<22} {'p50 (us)':>9} {'p99 (us)':>9} {'ops/s':>9}")
+        say(f"{'load':<22} {'p50 (us)':>9} {'p99 (us)':>9} {'ops/s':>9}")
         for label, pace in (("closed loop", 0.0), (f"paced {args.pace_ms:g} ms", args.pace_ms)):
             samples, elapsed = run_load(config, args, pace, spawn, workdir)
             ops = len(samples) / elapsed
-            print(
+            if args.json:
+                print(
+                    json.dumps(
+                        {
+                            "load": label,
+                            "clients": args.clients,
+                            "client": args.client,
+                            "p50_us": round(percentile(samples, 0.5) / 1000, 1),
+                            "p99_us": round(percentile(samples, 0.99) / 1000, 1),
+                            "round_trips_per_s": round(ops),
+                        }
+                    ),
+                    flush=True,
+                )
+            say(
                 f"{label:<22} {percentile(samples, 0.5) / 1000:>9.0f} "
                 f"{percentile(samples, 0.99) / 1000:>9.0f} {ops:>9.0f}"
             )

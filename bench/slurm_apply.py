@@ -15,13 +15,16 @@ The floor beside each apply is one scontrol process reading one update line per 
 (the same placements written again); the target is apply <= 1.5 x floor, and under 5 s for
 1,000 pending jobs (one scontrol call is ~4 ms here).
 
+``--json`` prints one JSON object per setting instead of the table (``grid.py`` reads them).
+
     python bench/slurm_apply.py [--jobs 1000] [--batches 250] [--workers 1,2,4]
-                                [--cluster DIR]
+                                [--cluster DIR] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -82,7 +85,9 @@ def main() -> None:
     parser.add_argument("--batches", default="250")
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--cluster", type=Path, default=None)
+    parser.add_argument("--json", action="store_true", help="one JSON object per setting")
     args = parser.parse_args()
+    say = (lambda *_a, **_k: None) if args.json else print
 
     own = args.cluster is None
     directory = args.cluster or Path(
@@ -115,8 +120,8 @@ def main() -> None:
     fresh_cluster()
     base = load_config(directory / "coshare.yaml", environ={})
     try:
-        print(f"{args.jobs} pending jobs, 8 nodes x 4 devices; seconds per cycle phase")
-        print(
+        say(f"{args.jobs} pending jobs, 8 nodes x 4 devices; seconds per cycle phase")
+        say(
             f"{'batch':>6} {'workers':>8} {'placed':>7} {'read':>7} {'plan':>7} "
             f"{'apply':>7} {'total':>7} {'floor':>7} {'apply/floor':>12}"
         )
@@ -138,7 +143,21 @@ def main() -> None:
                 total = time.perf_counter() - start
                 assert not report.apply.failed, report.apply.failed[:3]
                 floor = write_floor(adapter.client, report.apply.applied)
-                print(
+                if args.json:
+                    row = {
+                        "jobs": args.jobs,
+                        "batch": batch,
+                        "workers": workers,
+                        "placed": len(report.apply.applied),
+                        "read_s": round(report.read_s, 3),
+                        "plan_s": round(report.plan.seconds, 3),
+                        "apply_s": round(report.apply_s, 3),
+                        "total_s": round(total, 3),
+                        "floor_s": round(floor, 3),
+                        "ratio": round(report.apply_s / floor, 2),
+                    }
+                    print(json.dumps(row), flush=True)
+                say(
                     f"{batch:>6} {workers:>8} {len(report.apply.applied):>7} "
                     f"{report.read_s:>7.3f} {report.plan.seconds:>7.3f} "
                     f"{report.apply_s:>7.3f} {total:>7.3f} {floor:>7.3f} "

@@ -12,6 +12,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import tenacity
@@ -217,6 +218,18 @@ class SlurmClient:
         wait ~9 s before failing."""
         result = self._call([self._program("scontrol")], input_text="".join(lines), check=False)
         return errors_by_job(result.stderr)
+
+    def run_scripts(self, scripts: Sequence[Sequence[str]]) -> dict[str, str]:
+        """Several :meth:`run_script` at once, one scontrol process each (their lines never
+        split: each line is one update); the error line of each job that reported one, from
+        all of them. Raises what one of them raises, after all have finished."""
+        if len(scripts) <= 1:
+            return self.run_script(scripts[0]) if scripts else {}
+        found: dict[str, str] = {}
+        with ThreadPoolExecutor(max_workers=len(scripts)) as pool:
+            for errors in list(pool.map(self.run_script, scripts)):
+                found.update(errors)
+        return found
 
     def update(self, argv: Sequence[str]) -> str | None:
         """One ``scontrol update``; returns its error text, or ``None`` on success."""

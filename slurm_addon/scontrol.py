@@ -6,7 +6,9 @@ Two ways of writing, chosen by what is written:
   (``update JobId=7 ReqNodeList=n1 AdminComment=coshare-placement;...``, one per line): one
   process applies hundreds of updates at ~2 ms each, where one process per job costs ~16 ms
   on a 2-core controller. ``ReqNodeList`` takes one job per update (``JobId=a,b`` is refused),
-  so batching by process is the only batching there is. That language splits at white space
+  so batching by process is the only batching there is; a batch's lines are shared among a
+  few processes that run at once (``slurm_addon.writer.shares``), which overlap the time
+  each update waits for its credential and reply. That language splits at white space
   and keeps quotes, so a line is built only from validated tokens (:func:`update_line`
   refuses anything else) and never from text a user wrote.
 - Refusal messages quote the user's annotations; they go as one argument list per job.

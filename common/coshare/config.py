@@ -651,8 +651,9 @@ class SlurmConfig:
         retry_attempts: tries of a command that failed because the controller was
             unreachable (tenacity, exponential wait).
         retry_wait_s: first wait between tries; it doubles up to 8 times this.
-        update_batch: placements written per scontrol process (commands on its stdin).
-        workers: scontrol processes writing at the same time.
+        update_batch: placements per batch: written (commands on the stdin of a few
+            scontrol processes at once), confirmed by one re-read, then released together.
+        workers: batches written at the same time.
         lock_file: a cycle takes this lock so overlapping cycles (cron) never interleave;
             ``null``: no lock.
     """

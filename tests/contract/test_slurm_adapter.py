@@ -11,6 +11,7 @@ from coshare.model import Assignment, Plan, Unplaced
 from coshare.policies import make_policy
 from coshare.ports import capabilities
 
+from slurm_addon import writer
 from slurm_addon.adapter import SlurmAdapter
 from slurm_addon.client import SlurmClient
 from slurm_addon.placement import parse_placement
@@ -308,3 +309,45 @@ def test_borrowers_whose_gpu_job_needs_its_cores_back_are_requeued_first() -> No
         not capabilities(plain).harvest
         and "slurm.lend_partition is not set" in capabilities(plain).why_not["harvest"]
     )
+
+
+def test_a_large_batch_is_written_by_several_scontrol_processes_then_confirmed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(writer, "MIN_LINES_PER_PROCESS", 4)  # the recorded nodes hold few jobs
+    small = "coshare: device-memory=64M device-threads=4"
+    queue = FakeQueue(
+        *(job_record(i, submit_time=NOW - i, comment=small) for i in range(1, 81)),
+        fail_node="csl-n2",
+    )
+    a, runner = adapter(queue, update_batch=250, workers=1)
+    report = run_cycle(a, make_policy("knapsack"), a)
+    scripts = [stdin for argv, stdin in runner.calls if stdin is not None]
+    lines = [line for script in scripts for line in script.splitlines()]
+    written = [line.split()[1].removeprefix("JobId=") for line in lines]
+    assert len(scripts) > 1 and len(lines) >= 2 * writer.MIN_LINES_PER_PROCESS
+    assert sorted(written) == sorted(set(written))  # each job's update once, each line whole
+    assert all(line.startswith("update JobId=") and " AdminComment=" in line for line in lines)
+    # every share written before the one confirming re-read, and only then the release (the
+    # wait reasons of the jobs left out follow)
+    verbs = runner.verbs()
+    last_write = max(i for i, v in enumerate(verbs) if v == "scontrol <stdin>")
+    assert verbs[last_write + 1 : last_write + 3] == ["squeue", "scontrol release"]
+    assert verbs.count("scontrol release") == 1 and verbs.count("squeue") == 3
+    # the jobs of a share that failed on its node are reported, the rest released
+    on_failing = {
+        line.split()[1].removeprefix("JobId=") for line in lines if "ReqNodeList=csl-n2 " in line
+    }
+    assert on_failing and {o.job for o in report.apply.failed} == on_failing
+    assert sorted(report.apply.applied) == sorted(set(written) - on_failing)
+    assert all(queue.jobs[j]["priority"] != 0 for j in report.apply.applied)
+    assert all(queue.jobs[j]["priority"] == 0 for j in on_failing)
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 31, 32, 63, 64, 250, 1000])
+def test_shares_hold_every_line_once_in_order(count: int) -> None:
+    lines = [f"update JobId={i} ReqNodeList=n1 AdminComment=x\n" for i in range(count)]
+    parts = writer.shares(lines)
+    assert [line for part in parts for line in part] == lines
+    assert (1 if lines else 0) <= len(parts) <= writer.PROCESSES_PER_BATCH
+    assert len(parts) == 1 or all(len(p) >= writer.MIN_LINES_PER_PROCESS for p in parts)
