@@ -21,7 +21,7 @@ import pytest
 from coshare.cycle.verify import check_plan
 from coshare.model import MILLI, Device, Job, Node, Plan, RunningJob, Snapshot
 from coshare.policies import fgd
-from coshare.policies.base import ClusterState, explain_waiting, finish, never_fits, priority_key
+from coshare.policies.base import ClusterState, finish, priority_key
 from coshare.policies.fgd import (
     FgdPolicy,
     Shape,
@@ -30,6 +30,7 @@ from coshare.policies.fgd import (
     single_device_moves,
     snapshot_workload,
 )
+from coshare.policies.waiting import explain_waiting, never_fits
 
 Ints = npt.NDArray[np.int64]
 

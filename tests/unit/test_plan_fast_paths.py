@@ -14,18 +14,16 @@ from dataclasses import fields
 import numpy as np
 import pytest
 from coshare.model import MILLI, Assignment, Device, Job, Node, RunningJob, Snapshot
-from coshare.policies.base import (
-    ClusterState,
+from coshare.policies.base import ClusterState, _single_assignment, undominated_rows
+from coshare.policies.knapsack import job_types, tables_affordable, types_affordable
+from coshare.policies.waiting import (
     _explain,
     _explain_many,
     _fits_a_class,
     _never_fits_reason,
     _NodeClass,
-    _single_assignment,
-    _undominated_rows,
     never_fits,
 )
-from coshare.policies.knapsack import job_types, tables_affordable, types_affordable
 from coshare.schema import _assignment_dict, _compact
 
 
@@ -154,7 +152,7 @@ def test_a_single_assignment_built_slot_by_slot_is_the_classes_own() -> None:
 
 
 def test_undominated_rows_are_the_distinct_rows_nothing_else_beats() -> None:
-    """``_undominated_rows`` (strong rows first, then blocks) against the definition: the
+    """``undominated_rows`` (strong rows first, then blocks) against the definition: the
     distinct rows no other distinct row is at least as large as in every column, largest
     first; many rows (the strong rows' pass runs from 64) and few, ties and negatives."""
     rng = np.random.default_rng(15)
@@ -167,7 +165,7 @@ def test_undominated_rows_are_the_distinct_rows_nothing_else_beats() -> None:
             for r in distinct
             if not any(o != r and all(a >= b for a, b in zip(o, r, strict=True)) for o in distinct)
         ]
-        assert _undominated_rows(rows).tolist() == [list(r) for r in expected]
+        assert undominated_rows(rows).tolist() == [list(r) for r in expected]
 
 
 def test_an_assignment_in_the_plans_json_is_the_compact_form_of_its_fields() -> None:

@@ -27,13 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from coshare.model import Job, Plan, Snapshot, ThreadMode
-from coshare.policies.base import (
-    ClusterState,
-    explain_waiting,
-    finish,
-    never_fits,
-    priority_key,
-)
+from coshare.policies.base import ClusterState, finish, priority_key
+from coshare.policies.waiting import explain_waiting, never_fits
 
 Floats = npt.NDArray[np.float64]
 

@@ -54,13 +54,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from coshare.model import MILLI, Assignment, Job, Plan, RunningJob, Snapshot, Unplaced
-from coshare.policies.base import (
-    ClusterState,
-    explain_waiting,
-    finish,
-    never_fits,
-    priority_key,
-)
+from coshare.policies.base import ClusterState, finish, priority_key
+from coshare.policies.waiting import explain_waiting, never_fits
 
 #: The paper's values (section IV-C: "P_B is set to 9 out of 12 cores, and ... P_M to 1/3";
 #: section III-B3: the 300 MB/s threshold).

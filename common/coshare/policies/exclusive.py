@@ -11,14 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coshare.model import Plan, Snapshot
-from coshare.policies.base import (
-    ClusterState,
-    explain_waiting,
-    finish,
-    never_fits,
-    place_in_order,
-    priority_key,
-)
+from coshare.policies.base import ClusterState, finish, place_in_order, priority_key
+from coshare.policies.waiting import explain_waiting, never_fits
 
 
 @dataclass(frozen=True)

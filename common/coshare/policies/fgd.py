@@ -43,14 +43,8 @@ import numpy as np
 import numpy.typing as npt
 
 from coshare.model import Job, Plan, Snapshot, ThreadMode
-from coshare.policies.base import (
-    ClusterState,
-    Mask,
-    explain_waiting,
-    finish,
-    never_fits,
-    priority_key,
-)
+from coshare.policies.base import ClusterState, Mask, finish, priority_key
+from coshare.policies.waiting import explain_waiting, never_fits
 
 Ints = npt.NDArray[np.int64]
 

@@ -34,7 +34,8 @@ import numpy.typing as npt
 from coshare.ledger.gangs import gang_problems, node_counts, split
 from coshare.model import Assignment, Job, Node, Plan, RunningJob, Snapshot, Unplaced
 from coshare.policies.aging import split_aged
-from coshare.policies.base import ClusterState, Ints, Mask, Policy, never_fits, priority_key
+from coshare.policies.base import ClusterState, Ints, Mask, Policy, priority_key
+from coshare.policies.waiting import never_fits
 
 #: A node's capacity when a job asks for no memory or no cores (no limit from that resource).
 _UNLIMITED = np.iinfo(np.int64).max // 4

@@ -51,16 +51,9 @@ import numpy.typing as npt
 
 from coshare.model import Job, Plan, Snapshot, ThreadMode, Unplaced
 from coshare.policies.aging import place_aged, split_aged
-from coshare.policies.base import (
-    ClusterState,
-    explain_waiting,
-    finish,
-    needs_of,
-    never_fits,
-    priority_key,
-    shape_of,
-)
+from coshare.policies.base import ClusterState, finish, needs_of, priority_key, shape_of
 from coshare.policies.knapsack_dp import Ints, solve_within
+from coshare.policies.waiting import explain_waiting, never_fits
 
 #: Job values are ``1 - (t/T)^2`` quantized to this many steps (integers keep the table exact).
 VALUE_STEPS = 10_000

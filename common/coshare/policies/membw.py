@@ -41,7 +41,8 @@ from coshare.ledger.bandwidth import UNKNOWN_SHARE as UNKNOWN_SHARE
 from coshare.ledger.bandwidth import job_share as job_share
 from coshare.ledger.bandwidth import measured_use as measured_use
 from coshare.model import Job, Node, Plan, RunningJob, Snapshot, ThreadMode, Trial, Unplaced
-from coshare.policies.base import ClusterState, explain_waiting, finish, never_fits, priority_key
+from coshare.policies.base import ClusterState, finish, priority_key
+from coshare.policies.waiting import explain_waiting, never_fits
 
 #: Sums are compared with this slack, so that 0.45 + 0.45 is within 0.9 in floating point.
 _EPS = 1e-9

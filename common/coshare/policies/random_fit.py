@@ -13,13 +13,8 @@ import random
 from dataclasses import dataclass
 
 from coshare.model import Plan, Snapshot, ThreadMode
-from coshare.policies.base import (
-    ClusterState,
-    explain_waiting,
-    finish,
-    never_fits,
-    place_in_order,
-)
+from coshare.policies.base import ClusterState, finish, place_in_order
+from coshare.policies.waiting import explain_waiting, never_fits
 
 
 @dataclass(frozen=True)

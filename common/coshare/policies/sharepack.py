@@ -32,15 +32,7 @@ import numpy as np
 
 from coshare.model import Job, Plan, Snapshot
 from coshare.policies.aging import place_aged, split_aged
-from coshare.policies.base import (
-    ClusterState,
-    Mask,
-    explain_waiting,
-    finish,
-    needs_of,
-    priority_key,
-    shape_of,
-)
+from coshare.policies.base import ClusterState, Mask, finish, needs_of, priority_key, shape_of
 from coshare.policies.knapsack import (
     TablePolicy,
     _Filler,
@@ -50,6 +42,7 @@ from coshare.policies.knapsack import (
     types_affordable,
 )
 from coshare.policies.potential import LazyPotential, Shape, snapshot_shapes
+from coshare.policies.waiting import explain_waiting
 
 #: A device filled by the greedy of a large cycle stops looking after this many jobs in a row
 #: that do not fit it.

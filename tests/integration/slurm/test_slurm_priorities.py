@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from slurm_addon.placement import parse_placement
 
 from .cluster import BIN, Cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 DEVICE_JOB = "coshare: device-memory=8000 device-threads=60"
 
