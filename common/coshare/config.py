@@ -21,6 +21,7 @@ Example (also ``coshare config show``)::
       seed: 0
       age_limit_s: 3600     # jobs older than this are placed first (null: never)
       order: scheduler      # scheduler: the scheduler's own priority orders jobs; coshare
+      priority_band: 0      # knapsack: jobs this many priority units apart fill devices apart
     knapsack:
       memory_grid_mib: 64
     node:
@@ -296,6 +297,11 @@ class PolicyConfig:
             scheduler alone would start them; ``coshare``: the adapters report the job's own
             priority as before (Slurm: none for a held job) and the policies' size and age
             rules order the rest. Aging (``age_limit_s``) holds under both.
+        priority_band: the knapsack's (and sharepack's when devices are contended) priority
+            bands: jobs whose priorities fall in one band of this many units
+            (``floor(priority / priority_band)``) share devices by the knapsack's value rule,
+            and a higher band's jobs fill the devices before a lower band's are offered; 0:
+            one band, the value rule decides across priorities (priority breaks its ties).
         membw: options of the ``membw`` policy (``policy.membw.max_share`` ...).
         sns: options of the ``sns`` and ``cs`` policies (``policy.sns.profiles_dir`` ...).
     """
@@ -307,6 +313,7 @@ class PolicyConfig:
     max_reserved_devices: int = field(default=8, metadata={"min": 0})
     max_reserved_gangs: int = field(default=1, metadata={"min": 0, "max": 1024})
     order: PlanOrder = "scheduler"
+    priority_band: float = field(default=0.0, metadata={"min": 0, "max": 1e18})
     membw: MembwConfig = field(default_factory=MembwConfig)
     sns: SnsConfig = field(default_factory=SnsConfig)
 

@@ -68,7 +68,8 @@ def test_file_values_are_loaded_into_frozen_dataclasses(tmp_path: Path) -> None:
         (
             "policy: {nmae: x}\n",
             "policy: unknown key 'nmae' (valid keys: age_limit_s, "
-            "max_reserved_devices, max_reserved_gangs, membw, name, order, seed, sns, threads)",
+            "max_reserved_devices, max_reserved_gangs, membw, name, order, priority_band, "
+            "seed, sns, threads)",
         ),
         ("policy: {threads: lax}\n", "policy.threads: 'lax' is not one of 'strict', 'soft'"),
         ("policy: {seed: one}\n", "policy.seed: expected an integer, got 'one'"),

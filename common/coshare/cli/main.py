@@ -206,6 +206,7 @@ def policy_options(config: Config) -> PolicyOptions:
         age_limit_s=config.policy.age_limit_s,
         max_reserved_devices=config.policy.max_reserved_devices,
         max_reserved_gangs=config.policy.max_reserved_gangs,
+        priority_band=config.policy.priority_band,
         memory_grid_mib=config.knapsack.memory_grid_mib,
         max_thread_cells=config.knapsack.max_thread_cells,
         max_memory_cells=config.knapsack.max_memory_cells,

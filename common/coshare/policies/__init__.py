@@ -69,6 +69,7 @@ class PolicyOptions:
     the profiles learned from normal runs), ``sns_explore`` the programs whose learning runs
     go on (program -> the scale the next run tries alone, :mod:`coshare.profiles.learning`),
     ``sns_default_alpha``, ``sns_ways_weight`` and ``sns_mba`` its ``policy.sns`` settings.
+    ``priority_band`` is the knapsack's band of priorities (``policy.priority_band``).
     """
 
     def __init__(
@@ -98,6 +99,7 @@ class PolicyOptions:
         sns_default_alpha: float = DEFAULT_ALPHA,
         sns_ways_weight: float = DEFAULT_WAYS_WEIGHT,
         sns_mba: bool = False,
+        priority_band: float = 0.0,
     ) -> None:
         self.threads: ThreadMode = threads
         self.seed = seed
@@ -123,6 +125,7 @@ class PolicyOptions:
         self.sns_default_alpha = sns_default_alpha
         self.sns_ways_weight = sns_ways_weight
         self.sns_mba = sns_mba
+        self.priority_band = priority_band
 
 
 def _table_options(o: PolicyOptions) -> dict[str, Any]:
@@ -135,6 +138,7 @@ def _table_options(o: PolicyOptions) -> dict[str, Any]:
         "max_reserved_devices": o.max_reserved_devices,
         "max_memory_cells": o.max_memory_cells,
         "max_dp_cells": o.max_dp_cells,
+        "priority_band": o.priority_band,
     }
 
 

@@ -93,6 +93,7 @@ class TablePolicy:
     max_memory_cells: int = MAX_MEMORY_CELLS
     max_dp_cells: int = MAX_DP_CELLS
     max_exact_work: int = MAX_EXACT_WORK
+    priority_band: float = 0.0
 
     def begin(
         self, snapshot: Snapshot
@@ -134,13 +135,48 @@ class KnapsackPolicy(TablePolicy):
                 waiting.append(job)
 
         singles = [j for j in rest if j.needs_device and j.device_count == 1]
-        filler = _Filler(self, state, reserved, singles)
-        left = filler.run()  # in scheduler order
-        waiting.extend(_sweep(state, left, reserved))
+        left, notes = fill_by_band(self, state, reserved, singles)
+        waiting.extend(left)
 
         waiting.extend(j for j in rest if not j.needs_device and not state.place_host_job(j))
         unplaced.update(explain_waiting(state, waiting, exclude=reserved))
-        return finish(self.name, snapshot, state, unplaced, filler.notes)
+        return finish(self.name, snapshot, state, unplaced, notes)
+
+
+#: Priority bands filled one after another at most; the lower ones share the last band.
+MAX_PRIORITY_BANDS = 16
+
+
+def priority_bands(jobs: list[Job], width: float) -> list[list[Job]]:
+    """``jobs`` (in scheduler order) in bands of ``width`` priority units, the highest band
+    first, each in scheduler order: ``floor(priority / width)`` names a job's band. ``width``
+    0 (or no jobs): one band. Beyond :data:`MAX_PRIORITY_BANDS` the lowest bands are one."""
+    if width <= 0 or not jobs:
+        return [jobs]
+    by_band: dict[int, list[Job]] = {}
+    for job in jobs:
+        by_band.setdefault(math.floor(job.priority / width), []).append(job)
+    keys = sorted(by_band, reverse=True)
+    bands = [by_band[k] for k in keys[: MAX_PRIORITY_BANDS - 1]]
+    lowest = [j for k in keys[MAX_PRIORITY_BANDS - 1 :] for j in by_band[k]]
+    return [*bands, sorted(lowest, key=priority_key)] if lowest else bands
+
+
+def fill_by_band(
+    policy: TablePolicy, state: ClusterState, reserved: np.ndarray, jobs: list[Job]
+) -> tuple[list[Job], list[str]]:
+    """One-device jobs onto devices by knapsack, one priority band after another
+    (``policy.priority_band``): within a band the value rule chooses; a band's left-overs are
+    placed where they still fit before the next band is offered any room. Returns the jobs
+    left waiting (in scheduler order) and the fills' notes."""
+    waiting: list[Job] = []
+    notes: list[str] = []
+    for band in priority_bands(jobs, policy.priority_band):
+        filler = _Filler(policy, state, reserved, band)
+        left = filler.run()  # in scheduler order
+        notes += [n for n in filler.notes if n not in notes]
+        waiting += _sweep(state, left, reserved)
+    return waiting, notes
 
 
 def _sweep(state: ClusterState, jobs: list[Job], reserved: np.ndarray) -> list[Job]:

@@ -35,9 +35,9 @@ from coshare.policies.aging import place_aged, split_aged
 from coshare.policies.base import ClusterState, Mask, finish, needs_of, priority_key, shape_of
 from coshare.policies.knapsack import (
     TablePolicy,
-    _Filler,
     _sweep,
     _values,
+    fill_by_band,
     memory_grid,
     types_affordable,
 )
@@ -257,10 +257,9 @@ class SharePackPolicy(TablePolicy):
             job for job in multi if not potential.place(job, self._where(state, job, reserved))
         ]
         singles = [j for j in jobs if j.needs_device and j.device_count == 1]
-        filler = _Filler(self, state, reserved, singles)
-        left = filler.run()  # in scheduler order
-        notes += filler.notes
-        waiting += _sweep(state, left, reserved)
+        left, fill_notes = fill_by_band(self, state, reserved, singles)
+        notes += fill_notes
+        waiting += left
         potential.reset()
         waiting += self._place_all(
             state,
