@@ -35,7 +35,7 @@ unit: $(VENV)/.test
 	$(BIN)/pytest tests/unit tests/contract
 
 test: lint typecheck docs-site
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/python scripts/run_tests.py
 
 # The benchmark grid (bench/grid.py) into bench/results/grid.json, then docs/benchmarks.md's
 # tables from that file. BENCH_ARGS passes options: --quick (a smaller subset), --sections
