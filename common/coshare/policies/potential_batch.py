@@ -75,7 +75,7 @@ def _chunk(potential: Potential, jobs: Sequence[Job], reserved: Mask, left: list
     if not some.all():
         cand, nodes, cpu, mem, ok = cand[some], nodes[some], cpu[some], mem[some], ok[:, some]
     cols = _Columns(p, jobs, need, cand, nodes, cpu, mem, ok)
-    device = cand.copy()  # the device each column stands for now
+    device = cols.device
     col_node = nodes.copy()
     slot_of = (p.slot[nodes] == cand[:, None]).argmax(axis=1)
     taken: list[int] = []
@@ -178,6 +178,8 @@ class _Columns:
         s = p.state
         self.p, self.jobs, self.need, self.cand, self.nodes = p, jobs, need, cand, nodes
         self.cpu, self.mem = cpu, mem
+        #: the device each column stands for now (one of a node in the same state as its own)
+        self.device = cand.copy()
         g = need[:, 0]
         self.a = np.maximum(s.dev_free_mem[cand], 0)
         self.free_total = p.free_total[nodes]
@@ -276,9 +278,8 @@ class _Columns:
             hit = np.flatnonzero(stops)
             for r in np.unique(rows[hit]).tolist():
                 cells = hit[rows[hit] == r]
-                frag[cells] = p._frag_rise(
-                    self.jobs[r], self.cand[cols[cells]], self.nodes[cols[cells]]
-                )
+                devices = self.device[cols[cells]]
+                frag[cells] = p._frag_rise(self.jobs[r], devices, p.state.dev_node[devices])
         self.rise[rows, cols] = frag / p.weight + p.stranding * self.strand[rows, cols]
         self.scored[rows, cols] = True
 
