@@ -36,22 +36,31 @@ CHUNK = 64
 #: A chunk scores only the moves its bound leaves open where they are at most one in this
 #: many; else every move (the fragmentation part once per device memory size of its jobs).
 FEW_OPEN = 8
+#: After a chunk that scored every move, the next ones do so at once (the bound was far from
+#: the rises there), but one in this many tries the bound again.
+RETRY_BOUND = 4
 
 
 def place_chunked(potential: Potential, jobs: Sequence[Job], reserved: Mask) -> list[Job]:
     """Place the one-device ``jobs``, in order, a chunk at a time (module docstring), on
     devices not in ``reserved``; returns those that fit nowhere, in order."""
     left: list[Job] = []
-    start = 0
+    start = chunks = 0
+    bound = True
     while start < len(jobs):
-        done = _chunk(potential, jobs[start : start + CHUNK], reserved, left)
+        try_bound = bound or chunks % RETRY_BOUND == 0
+        done, bound = _chunk(potential, jobs[start : start + CHUNK], reserved, left, try_bound)
         start += done
+        chunks += 1
     return left
 
 
-def _chunk(potential: Potential, jobs: Sequence[Job], reserved: Mask, left: list[Job]) -> int:
+def _chunk(
+    potential: Potential, jobs: Sequence[Job], reserved: Mask, left: list[Job], bound: bool
+) -> tuple[int, bool]:
     """Place the first jobs of ``jobs`` (appending those that fit nowhere to ``left``); returns
-    how many were dealt with (at least one)."""
+    how many were dealt with (at least one), and whether the bound spared scoring (``bound``:
+    whether to try it)."""
     p, s = potential, potential.state
     if not p.tabled:
         p._make_tables()
@@ -74,7 +83,7 @@ def _chunk(potential: Potential, jobs: Sequence[Job], reserved: Mask, left: list
     some = ok.any(axis=0)
     if not some.all():
         cand, nodes, cpu, mem, ok = cand[some], nodes[some], cpu[some], mem[some], ok[:, some]
-    cols = _Columns(p, jobs, need, cand, nodes, cpu, mem, ok)
+    cols = _Columns(p, jobs, need, cand, nodes, cpu, mem, ok, bound)
     device = cols.device
     col_node = nodes.copy()
     slot_of = (p.slot[nodes] == cand[:, None]).argmax(axis=1)
@@ -104,7 +113,7 @@ def _chunk(potential: Potential, jobs: Sequence[Job], reserved: Mask, left: list
             device[mine] = np.array(s.node_devs[other], dtype=np.int64)[slot_of[mine]]
             col_node[mine] = other
     _bring_up_to_date(p, taken)
-    return dealt
+    return dealt, cols.bounded
 
 
 def _next_member(p: Potential, node: int, taken: set[int]) -> int | None:
@@ -174,6 +183,7 @@ class _Columns:
         cpu: Ints,
         mem: Ints,
         ok: Mask,
+        bound: bool = True,
     ) -> None:
         s = p.state
         self.p, self.jobs, self.need, self.cand, self.nodes = p, jobs, need, cand, nodes
@@ -190,25 +200,32 @@ class _Columns:
         self.lost_a = p.tight_e.ravel()[at]
         self.run_cpu, self.run_mem = p.run_cpu[nodes], p.run_mem[nodes]
         self.strand = _stranding_rises(p, need, self.free_total, cpu, mem)
-        low: Floats = (g[:, None] * (self.run_a - p.weight)[None, :]) / p.weight
-        low += p.stranding * self.strand
-        low[~ok] = np.inf
-        self.low = low
         # the order of ties: least room left, then most free device memory, then first
         order = np.lexsort((cand, -self.free_total, self.a))
         self.rank = np.empty(len(cand), dtype=np.int64)
         self.rank[order] = np.arange(len(cand))
-        self.rise: Floats = np.full(low.shape, np.inf)
-        self.scored: Mask = np.zeros(low.shape, dtype=np.bool_)
+        self.rise: Floats = np.full(ok.shape, np.inf)
+        self.scored: Mask = np.zeros(ok.shape, dtype=np.bool_)
+        self.low = self.rise
         self.open: Mask = np.ones(len(cand), dtype=np.bool_)
         #: each job's column as the chunk began (-1: none); its own while that is open
         self.pick = np.full(len(jobs), -1, dtype=np.int64)
+        #: whether the bound spared scoring every move
+        self.bounded = False
         rows = np.flatnonzero(ok.any(axis=1))
         if not len(rows):
+            self.bounded = bound
             return
-        if not self._score_promising(rows):
+        if bound:
+            low: Floats = (g[:, None] * (self.run_a - p.weight)[None, :]) / p.weight
+            low += p.stranding * self.strand
+            low[~ok] = np.inf
+            self.low = low
+            self.bounded = self._score_promising(rows)
+        if not self.bounded:  # every move scored: none is left for a bound to let in
             sizes, which = np.unique(g, return_inverse=True)
             self._score_all(sizes, which.reshape(-1), ok)
+            self.low = self.rise
         sub = self.rise[rows]
         least = sub == sub.min(axis=1)[:, None]
         self.pick[rows] = np.where(least, self.rank[None, :], len(cand)).argmin(axis=1)
