@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from coshare.model import Job
-from coshare.policies.base import Mask
+from coshare.policies.base import Mask, needs_of
 from coshare.policies.potential import Floats, Ints, Potential
 
 #: One-device jobs scored together in one matrix.
@@ -64,13 +64,7 @@ def _chunk(
     p, s = potential, potential.state
     if not p.tabled:
         p._make_tables()
-    need = np.array(
-        [
-            (j.device_memory_mib, j.device_threads, j.total_cpu_milli, j.total_memory_mib)
-            for j in jobs
-        ],
-        dtype=np.int64,
-    ).reshape(-1, 4)
+    need = needs_of(jobs)
     g, t, c, h = need.T
     cand = np.flatnonzero(p.scored_dev & ~reserved)
     nodes = s.dev_node[cand]
@@ -89,6 +83,7 @@ def _chunk(
     slot_of = (p.slot[nodes] == cand[:, None]).argmax(axis=1)
     taken: list[int] = []
     taken_set: set[int] = set()
+    chosen: list[tuple[Job, int, int]] = []  # placed when the chunk ends (on distinct nodes)
     dealt = 0
     for i, job in enumerate(jobs):
         col = cols.least(i)
@@ -100,7 +95,7 @@ def _chunk(
             continue
         d = int(device[col])
         n = int(s.dev_node[d])
-        s.place(job, n, [d])
+        chosen.append((job, n, d))
         dealt += 1
         taken.append(n)
         taken_set.add(n)
@@ -112,6 +107,7 @@ def _chunk(
         else:
             device[mine] = np.array(s.node_devs[other], dtype=np.int64)[slot_of[mine]]
             col_node[mine] = other
+    s.place_single(chosen)
     _bring_up_to_date(p, taken)
     return dealt, cols.bounded
 
