@@ -114,6 +114,12 @@ class LazyPotential:
     def _make(self) -> Potential:
         return Potential(self._state, self._shapes(), self._stranding, self._held)
 
+    def built(self) -> Potential:
+        """The :class:`Potential`, built now if it was not yet."""
+        if self._built is None:
+            self._built = self._make()
+        return self._built
+
     def place(self, job: Job, ok: Mask) -> bool:
         """:meth:`Potential.place`."""
         if self._built is None:

@@ -1,0 +1,350 @@
+"""Large batches: one-device jobs placed by potential a chunk at a time.
+
+Placing a job by :meth:`Potential.place` costs a fixed amount of array work (the mask of the
+devices that can take it, the scoring of every candidate, bringing its node up to date),
+about 0.2 ms whatever the job; 10,000 jobs cost seconds. :func:`place_chunked` scores
+:data:`CHUNK` jobs at once against every candidate device (a jobs x devices matrix, the very
+numbers :meth:`Potential._moves` gives one job at a time), then assigns them in order, each by
+the same rule (:func:`~coshare.policies.potential._first_least`) among the devices of the
+nodes no earlier job of the chunk has changed. A node a job takes is out for the rest of the
+chunk; its place in the matrix goes to the next node of its group of identical nodes, which
+scores the same. The nodes taken are brought up to date together when the chunk ends, or
+earlier, when a job finds no device left to it (the chunk ends there and the next one starts
+with that job).
+
+Not the plan of one job at a time: there, a later job of the chunk may go to a node an earlier
+one has just changed, when that node in its new state scores best; here it goes to the best
+unchanged node. ``sharepack`` uses this only for cycles of more than
+:data:`~coshare.policies.sharepack.BATCH_FROM_JOBS` jobs (and makes no relocation pass
+after it); a smaller cycle, and the online cycle of one job, keep the one-by-one plan.
+docs/sharepack.md compares the two plans on the large benchmark cases.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import numpy as np
+
+from coshare.model import Job
+from coshare.policies.base import Mask, needs_of
+from coshare.policies.potential import Floats, Ints, Potential
+
+#: One-device jobs scored together in one matrix.
+CHUNK = 64
+#: A chunk scores only the moves its bound leaves open where they are at most one in this
+#: many; else every move (the fragmentation part once per device memory size of its jobs).
+FEW_OPEN = 8
+#: After a chunk that scored every move, the next ones do so at once (the bound was far from
+#: the rises there), but one in this many tries the bound again.
+RETRY_BOUND = 4
+
+
+def place_chunked(potential: Potential, jobs: Sequence[Job], reserved: Mask) -> list[Job]:
+    """Place the one-device ``jobs``, in order, a chunk at a time (module docstring), on
+    devices not in ``reserved``; returns those that fit nowhere, in order."""
+    left: list[Job] = []
+    start = chunks = 0
+    bound = True
+    while start < len(jobs):
+        try_bound = bound or chunks % RETRY_BOUND == 0
+        done, bound = _chunk(potential, jobs[start : start + CHUNK], reserved, left, try_bound)
+        start += done
+        chunks += 1
+    return left
+
+
+def _chunk(
+    potential: Potential, jobs: Sequence[Job], reserved: Mask, left: list[Job], bound: bool
+) -> tuple[int, bool]:
+    """Place the first jobs of ``jobs`` (appending those that fit nowhere to ``left``); returns
+    how many were dealt with (at least one), and whether the bound spared scoring (``bound``:
+    whether to try it)."""
+    p, s = potential, potential.state
+    if not p.tabled:
+        p._make_tables()
+    need = needs_of(jobs)
+    g, t, c, h = need.T
+    cand = np.flatnonzero(p.scored_dev & ~reserved)
+    nodes = s.dev_node[cand]
+    cpu, mem = s.node_free_cpu[nodes], s.node_free_mem[nodes]
+    ok: Mask = s.dev_free_mem[cand][None, :] >= g[:, None]
+    ok &= s.dev_threads[cand][None, :] >= t[:, None]
+    if s.strict:
+        ok &= s.dev_free_thr[cand][None, :] >= t[:, None]
+    ok &= (cpu[None, :] >= c[:, None]) & (mem[None, :] >= h[:, None])
+    some = ok.any(axis=0)
+    if not some.all():
+        cand, nodes, cpu, mem, ok = cand[some], nodes[some], cpu[some], mem[some], ok[:, some]
+    cols = _Columns(p, jobs, need, cand, nodes, cpu, mem, ok, bound)
+    device = cols.device
+    col_node = nodes.copy()
+    slot_of = (p.slot[nodes] == cand[:, None]).argmax(axis=1)
+    taken: list[int] = []
+    taken_set: set[int] = set()
+    chosen: list[tuple[Job, int, int]] = []  # placed when the chunk ends (on distinct nodes)
+    dealt = 0
+    for i, job in enumerate(jobs):
+        col = cols.least(i)
+        if col < 0:
+            if taken:  # a node changed by this chunk may take it: score it afresh
+                break
+            left.append(job)
+            dealt += 1
+            continue
+        d = int(device[col])
+        n = int(s.dev_node[d])
+        chosen.append((job, n, d))
+        dealt += 1
+        taken.append(n)
+        taken_set.add(n)
+        mine = np.flatnonzero(col_node == n)
+        other = _next_member(p, n, taken_set)
+        if other is None:
+            cols.close(mine)
+            col_node[mine] = -1
+        else:
+            device[mine] = np.array(s.node_devs[other], dtype=np.int64)[slot_of[mine]]
+            col_node[mine] = other
+    s.place_single(chosen)
+    _bring_up_to_date(p, taken)
+    return dealt, cols.bounded
+
+
+def _next_member(p: Potential, node: int, taken: set[int]) -> int | None:
+    """The first node of ``node``'s group (of identical nodes) that this chunk has not
+    changed: the columns of ``node`` stand for it now."""
+    if not p.grouped:
+        return None
+    for m in p.groups[p.key_of[node]]:
+        if m not in taken:
+            return m
+    return None
+
+
+def _bring_up_to_date(p: Potential, nodes: list[int]) -> None:
+    """:meth:`Potential.changed` for many nodes at once: their figures, then their groups
+    and the devices scored on the nodes that became or ceased to be the first of theirs."""
+    if not nodes:
+        return
+    rows = np.array(nodes, dtype=np.int64)
+    p._refresh(rows)
+    if not p.grouped:
+        p._mark(rows)
+        return
+    heads = set(nodes)
+    for n in nodes:
+        members = p.groups[p.key_of[n]]
+        members.remove(n)
+        p.first[n] = False
+        if members:
+            p.first[members[0]] = True
+            heads.add(members[0])
+        else:
+            del p.groups[p.key_of[n]]
+    for n, row in zip(nodes, p._rows(rows), strict=True):
+        key = row.tobytes()
+        members = p.groups.setdefault(key, [])
+        at = bisect.bisect(members, n)
+        if at == 0:
+            if members:
+                p.first[members[0]] = False
+                heads.add(members[0])
+            p.first[n] = True
+        members.insert(at, n)
+        p.key_of[n] = key
+    p._mark(np.array(sorted(heads), dtype=np.int64))
+
+
+class _Columns:
+    """The rises of a chunk's jobs (rows) on its candidate devices (columns), scored only
+    where they may be the least.
+
+    A move's rise is at least ``g (run_a - W) / W`` plus its stranding rise: every shape
+    loses at most the job's ``g`` MiB of fragment, and the shapes that ran with device memory
+    up to the device's free ``a`` (weight ``run_a`` of ``W``) lose none. The bound is a
+    product per cell, in the very operations of the rise, so in floating point too no rise is
+    below it. Each job's move of least bound is scored first; then the moves whose bound is
+    not above that move's rise; a job whose least scored move has gone (its node changed)
+    scores the moves whose bound is not above the least rise left (:meth:`least`)."""
+
+    def __init__(
+        self,
+        p: Potential,
+        jobs: Sequence[Job],
+        need: Ints,
+        cand: Ints,
+        nodes: Ints,
+        cpu: Ints,
+        mem: Ints,
+        ok: Mask,
+        bound: bool = True,
+    ) -> None:
+        s = p.state
+        self.p, self.jobs, self.need, self.cand, self.nodes = p, jobs, need, cand, nodes
+        self.cpu, self.mem = cpu, mem
+        #: the device each column stands for now (one of a node in the same state as its own)
+        self.device = cand.copy()
+        g = need[:, 0]
+        self.a = np.maximum(s.dev_free_mem[cand], 0)
+        self.free_total = p.free_total[nodes]
+        self.base = nodes * p.run_w.shape[1]
+        at = self.base + p.dev_m.searchsorted(self.a, side="right")
+        self.run_a = p.run_w.ravel()[at]
+        self.tight_a = p.tight_w.ravel()[at]
+        self.lost_a = p.tight_e.ravel()[at]
+        self.run_cpu, self.run_mem = p.run_cpu[nodes], p.run_mem[nodes]
+        self.strand = _stranding_rises(p, need, self.free_total, cpu, mem)
+        # the order of ties: least room left, then most free device memory, then first
+        order = np.lexsort((cand, -self.free_total, self.a))
+        self.rank = np.empty(len(cand), dtype=np.int64)
+        self.rank[order] = np.arange(len(cand))
+        self.rise: Floats = np.full(ok.shape, np.inf)
+        self.scored: Mask = np.zeros(ok.shape, dtype=np.bool_)
+        self.low = self.rise
+        self.open: Mask = np.ones(len(cand), dtype=np.bool_)
+        #: each job's column as the chunk began (-1: none); its own while that is open
+        self.pick = np.full(len(jobs), -1, dtype=np.int64)
+        #: whether the bound spared scoring every move
+        self.bounded = False
+        rows = np.flatnonzero(ok.any(axis=1))
+        if not len(rows):
+            self.bounded = bound
+            return
+        if bound:
+            low: Floats = (g[:, None] * (self.run_a - p.weight)[None, :]) / p.weight
+            low += p.stranding * self.strand
+            low[~ok] = np.inf
+            self.low = low
+            self.bounded = self._score_promising(rows)
+        if not self.bounded:  # every move scored: none is left for a bound to let in
+            sizes, which = np.unique(g, return_inverse=True)
+            self._score_all(sizes, which.reshape(-1), ok)
+            self.low = self.rise
+        sub = self.rise[rows]
+        least = sub == sub.min(axis=1)[:, None]
+        self.pick[rows] = np.where(least, self.rank[None, :], len(cand)).argmin(axis=1)
+
+    def _score_all(self, sizes: Ints, which: Ints, ok: Mask) -> None:
+        """Score every move: the fragmentation part once per device memory size of the
+        chunk's jobs (``sizes``; ``which``: each job's), the moves that stop a shape for want
+        of cores or host memory job by job."""
+        p = self.p
+        b = self.a[None, :] - sizes[:, None]
+        bt = self.base[None, :] + p.dev_m.searchsorted(b, side="right")
+        tight = self.tight_a[None, :] - p.tight_w.ravel()[bt]
+        lost = self.lost_a[None, :] - p.tight_e.ravel()[bt] - sizes[:, None] * tight
+        frag = (
+            b * (self.run_a[None, :] - p.run_w.ravel()[bt] - tight)
+            + lost
+            - sizes[:, None] * (p.weight - self.run_a)[None, :]
+        )[which]
+        c, h = self.need[:, 2], self.need[:, 3]
+        stops = (self.run_cpu[None, :] > self.cpu[None, :] - c[:, None]) | (
+            self.run_mem[None, :] > self.mem[None, :] - h[:, None]
+        )
+        stops &= ok
+        for i in np.flatnonzero(stops.any(axis=1)).tolist():
+            hit = np.flatnonzero(stops[i])
+            frag[i, hit] = p._frag_rise(self.jobs[i], self.cand[hit], self.nodes[hit])
+        rise: Floats = frag / p.weight + p.stranding * self.strand
+        rise[~ok] = np.inf
+        self.rise = rise
+        self.scored = ok.copy()
+
+    def _score_promising(self, rows: Ints) -> bool:
+        """Score, for each job of ``rows``, its first move of least bound, then the moves that
+        could beat it; ``False`` (and none of the latter scored) where they are more than
+        one cell in :data:`FEW_OPEN` (the bound is far from the rises: all are scored)."""
+        low = self.low
+        least = low[rows] == low[rows].min(axis=1)[:, None]
+        probe = np.where(least, self.rank[None, :], len(self.cand)).argmin(axis=1)
+        self._score(rows, probe)
+        r = self.rise[rows, probe][:, None]
+        ahead = self.rank[None, :] < self.rank[probe][:, None]
+        sub = low[rows]
+        more = ((sub < r) | ((sub == r) & ahead)) & ~self.scored[rows]
+        if int(more.sum()) * FEW_OPEN > more.size:
+            return False
+        at = np.nonzero(more)
+        self._score(rows[at[0]], at[1])
+        return True
+
+    def _score(self, rows: Ints, cols: Ints) -> None:
+        """:meth:`Potential._moves` for the cells (rows, cols)."""
+        if not len(rows):
+            return
+        p = self.p
+        g, c, h = self.need[rows, 0], self.need[rows, 2], self.need[rows, 3]
+        b = self.a[cols] - g
+        bt = self.base[cols] + p.dev_m.searchsorted(b, side="right")
+        run_a = self.run_a[cols]
+        run_b = p.run_w.ravel()[bt]
+        tight = self.tight_a[cols] - p.tight_w.ravel()[bt]
+        lost = self.lost_a[cols] - p.tight_e.ravel()[bt] - g * tight
+        frag = b * (run_a - run_b - tight) + lost - g * (p.weight - run_a)
+        stops = (self.run_cpu[cols] > self.cpu[cols] - c) | (
+            self.run_mem[cols] > self.mem[cols] - h
+        )
+        if stops.any():
+            hit = np.flatnonzero(stops)
+            for r in np.unique(rows[hit]).tolist():
+                cells = hit[rows[hit] == r]
+                devices = self.device[cols[cells]]
+                frag[cells] = p._frag_rise(self.jobs[r], devices, p.state.dev_node[devices])
+        self.rise[rows, cols] = frag / p.weight + p.stranding * self.strand[rows, cols]
+        self.scored[rows, cols] = True
+
+    def least(self, i: int) -> int:
+        """The column job ``i`` goes to among the open ones (-1: none can take it): the least
+        rise, ties in the order of ties. The moves that could beat the least scored one are
+        scored first (all of them were, unless its column has closed since)."""
+        first = int(self.pick[i])
+        if first < 0 or self.open[first]:
+            return first
+        rise, low, scored, rank = self.rise[i], self.low[i], self.scored[i], self.rank
+        while True:
+            best = rise.min()
+            if best == np.inf:  # nothing scored is open: score the first of least bound
+                least = low.min()
+                if least == np.inf:
+                    return -1
+                at = np.flatnonzero(low == least)
+                self._score(np.array([i]), at[[int(rank[at].argmin())]])
+                continue
+            at = np.flatnonzero(rise == best)
+            pick = int(at[rank[at].argmin()])
+            more = np.flatnonzero(((low < best) | ((low == best) & (rank < rank[pick]))) & ~scored)
+            if not len(more):
+                return pick
+            self._score(np.full(len(more), i, dtype=np.int64), more)
+
+    def close(self, cols: Ints) -> None:
+        """The columns ``cols`` can take no more jobs of this chunk."""
+        self.low[:, cols] = np.inf
+        self.rise[:, cols] = np.inf
+        self.open[cols] = False
+
+
+def _stranding_rises(p: Potential, need: Ints, free_total: Ints, cpu: Ints, mem: Ints) -> Floats:
+    """:meth:`Potential._stranding_rise` for every job (a row each) and node (a column)."""
+    free = free_total.astype(np.float64)
+    if p.rho_cpu <= 0:
+        return np.zeros((len(need), len(free)))
+    g, _, c, h = need.T
+    rho_cpu, rho_mem = max(p.rho_cpu, 1e-12), max(p.rho_mem, 1e-12)
+    x = free - cpu / rho_cpu
+    dx = -g + c / rho_cpu
+    if p.rho_mem <= 0:
+        low = np.maximum(x, 0.0)
+        only: Floats = np.maximum(-low[None, :], (x - low)[None, :] + dx[:, None])
+        return only
+    y = free - mem / rho_mem
+    dy = -g + h / rho_mem
+    before = np.maximum(np.maximum(x, y), 0.0)
+    out: Floats = np.maximum(
+        np.maximum(-before[None, :], (x - before)[None, :] + dx[:, None]),
+        (y - before)[None, :] + dy[:, None],
+    )
+    return out
