@@ -275,6 +275,12 @@ class Job:
         return self.kind == "device" and self.device_count > 0
 
 
+def priority_key(job: Job) -> tuple[int, float, str]:
+    """The scheduler's order of pending jobs: higher priority first, then older, then by id
+    (deterministic); the policies plan in it and the limits admit in it."""
+    return (-job.priority, job.submit_time_s, job.id)
+
+
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """What a started or already-planned job holds on one node.

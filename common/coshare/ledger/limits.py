@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 
 from coshare.ledger.bounds import plain
-from coshare.model import Job, Limit, Plan, Snapshot, Unplaced
+from coshare.model import Job, Limit, Plan, Snapshot, Unplaced, priority_key
 
 #: The largest ``max``, ``used`` or charge accepted (GRES counts, CPU counts, job counts);
 #: the snapshot's contract refuses larger ones (:mod:`coshare.contracts.snapshot_doc`).
@@ -117,15 +117,10 @@ def withhold(snapshot: Snapshot) -> tuple[Snapshot, tuple[Unplaced, ...]]:
     return replace(snapshot, pending=tuple(kept)), tuple(waits)
 
 
-def admission_key(job: Job) -> tuple[int, float, str]:
-    """The order placements are admitted in: the scheduler's (higher priority, then older,
-    then by id), so a limit's room goes to the job the scheduler would start first."""
-    return (-job.priority, job.submit_time_s, job.id)
-
-
 def admit(snapshot: Snapshot, plan: Plan) -> Plan:
     """``plan`` with only the placements that fit every limit together: admitted in
-    :func:`admission_key` order; one that would take a limit past its ``max`` is dropped
+    :func:`~coshare.model.priority_key` order (the scheduler's: a limit's room goes to the
+    job it would start first); one that would take a limit past its ``max`` is dropped
     (all its assignments, its trial and its spread) and waits with the limit's numbers."""
     charged = {j.id: j for j in snapshot.pending if j.charges}
     placed = [charged[job] for job in plan.placed_jobs if job in charged]
@@ -133,7 +128,7 @@ def admit(snapshot: Snapshot, plan: Plan) -> Plan:
         return plan
     book = LimitBook.of(snapshot)
     dropped: dict[str, str] = {}
-    for job in sorted(placed, key=admission_key):
+    for job in sorted(placed, key=priority_key):
         why = book.refusal(job)
         if why is None:
             book.admit(job)

@@ -23,16 +23,12 @@ import numpy as np
 import numpy.typing as npt
 
 from coshare.model import Assignment, Job, Node, Plan, Snapshot, Unplaced, milli_to_cores
+from coshare.model import priority_key as priority_key  # the order is the model's
 from coshare.ports import Policy as Policy  # the protocol lives with the cycle's ports
 
 Mask = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
 Ranks = npt.NDArray[np.signedinteger[Any]]
-
-
-def priority_key(job: Job) -> tuple[int, float, str]:
-    """Scheduler order: higher priority first, then older, then by id (deterministic)."""
-    return (-job.priority, job.submit_time_s, job.id)
 
 
 def shape_of(job: Job) -> tuple[int, int, int, int, int, str]:
