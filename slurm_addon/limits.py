@@ -31,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from coshare.ledger.bounds import plain
 from coshare.ledger.limits import amount_problem
 from coshare.model import Limit
 
@@ -239,9 +240,9 @@ def limits_and_charges(
     limits = tuple(
         Limit(
             ident,
-            f"{rule.source} {rule.field} {rule.what}={_plain(rule.max)}"
+            f"{rule.source} {rule.field} {rule.what}={plain(rule.max)}"
             if rule.what != "jobs"
-            else f"{rule.source} {rule.field}={_plain(rule.max)}",
+            else f"{rule.source} {rule.field}={plain(rule.max)}",
             holder,
             rule.max,
             min(used[ident], 1e12),
@@ -249,7 +250,3 @@ def limits_and_charges(
         for ident, (rule, holder) in sorted(found.items())
     )
     return limits, {job: tuple(c) for job, c in charges.items()}
-
-
-def _plain(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
