@@ -1,15 +1,16 @@
-"""Writes the figures of docs/benchmarks.md from the committed results file of ``grid.py``.
+"""Writes the figures of the docs' pages from the committed results file of ``grid.py``.
 
-The page holds each generated block between two markers, ``<!-- bench:NAME -->`` and
+docs/benchmarks.md holds every table; a research page that discusses one of them (the
+Alibaba benchmark's cost on docs/alibaba.md) holds the same block, so no page carries a copy
+typed by hand. A page holds each generated block between two markers, ``<!-- bench:NAME -->`` and
 ``<!-- /bench:NAME -->``; this replaces what lies between them with the tables rendered from
 bench/results/grid.json (with the command, commit, date, machine and load of the run beside
 each), and leaves every other line as it is. No figure on the page is typed by hand: a unit
 test renders the page from the committed file and compares.
 
-    python bench/results_page.py [--results bench/results/grid.json] [--page docs/benchmarks.md]
-                                 [--check]
+    python bench/results_page.py [--results bench/results/grid.json] [--page PAGE ...] [--check]
 
-Pure but for reading and writing the two files (standard library only: the test imports it).
+Pure but for reading and writing the files (standard library only: the test imports it).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "grid.json"
-PAGE = ROOT / "docs" / "benchmarks.md"
+PAGES = (ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "alibaba.md")
 MIX_NAMES = {"phi": "Xeon Phi, Table I mix", "gpu": "80 GB GPUs, modern mix"}
 _BLOCK = re.compile(r"(<!-- bench:([a-z0-9-]+) -->\n)(.*?)(<!-- /bench:\2 -->)", re.DOTALL)
 
@@ -224,18 +225,20 @@ def render(page: str, results: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--page", type=Path, default=PAGE)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
+    parser.add_argument("--page", type=Path, action="append", help="default: every page above")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale")
     args = parser.parse_args(argv)
-    page = args.page.read_text()
-    new = render(page, json.loads(args.results.read_text()))
-    if args.check:
-        if new != page:
-            print(f"{args.page} differs from {args.results}: run bench/results_page.py")
-            return 1
-        return 0
-    args.page.write_text(new)
-    return 0
+    results = json.loads(args.results.read_text())
+    stale = 0
+    for path in args.page or PAGES:
+        page = path.read_text()
+        new = render(page, results)
+        if args.check and new != page:
+            print(f"{path} differs from {args.results}: run bench/results_page.py")
+            stale = 1
+        elif not args.check:
+            path.write_text(new)
+    return stale
 
 
 if __name__ == "__main__":

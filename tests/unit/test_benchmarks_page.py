@@ -44,12 +44,27 @@ def _plan_row(policy: str, **fields: Any) -> dict[str, Any]:
     return {**row, "policy": policy, "timed_out": False, **fields}
 
 
-def test_the_page_is_the_committed_results_file_rendered() -> None:
-    page = (ROOT / "docs" / "benchmarks.md").read_text()
+@pytest.mark.parametrize("page_path", results_page.PAGES, ids=lambda path: path.name)
+def test_each_page_is_the_committed_results_file_rendered(page_path: Path) -> None:
+    page = page_path.read_text()
     results = json.loads((ROOT / "bench" / "results" / "grid.json").read_text())
+    assert "<!-- bench:" in page
     assert results_page.render(page, results) == page, (
-        "docs/benchmarks.md differs from bench/results/grid.json: run bench/results_page.py"
+        f"{page_path.name} differs from bench/results/grid.json: run bench/results_page.py"
     )
+
+
+def test_check_names_a_stale_page_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("<!-- bench:alibaba -->\n| typed by hand |\n<!-- /bench:alibaba -->\n")
+    results = ROOT / "bench" / "results" / "grid.json"
+    assert results_page.main(["--results", str(results), "--page", str(page), "--check"]) == 1
+    assert "page.md differs" in capsys.readouterr().out
+    assert results_page.main(["--results", str(results), "--page", str(page)]) == 0
+    assert "typed by hand" not in page.read_text()
+    assert results_page.main(["--results", str(results), "--page", str(page), "--check"]) == 0
 
 
 def test_every_block_of_the_page_is_known_and_filled() -> None:
