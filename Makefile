@@ -37,7 +37,7 @@ unit: $(VENV)/.test
 test: lint typecheck docs-site
 	$(BIN)/python scripts/run_tests.py
 
-# The benchmark grid (bench/grid.py) into bench/results/grid.json, then docs/benchmarks.md's
+# The benchmark grid (bench/grid.py) into bench/results/grid.json, then the docs pages'
 # tables from that file. BENCH_ARGS passes options: --quick (a smaller subset), --sections
 # plan,alibaba,gate,slurm, --timeout S (per plan case), --slurm-lock FILE.
 bench: $(VENV)/.test
