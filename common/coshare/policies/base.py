@@ -13,7 +13,7 @@ Running and already-planned jobs are subtracted first, so nothing is double-book
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import fields
 from itertools import chain
 from operator import attrgetter
@@ -291,6 +291,22 @@ class ClusterState:
             out[start : start + block] = below.any(axis=1)
         return out
 
+    def may_fit(self, jobs: Sequence[Job]) -> Mask:
+        """For each job, ``False`` where it surely fits nowhere now: a single-device job no
+        device could take (:meth:`fitting`), a CPU job no node has the cores and memory
+        for. Multi-device jobs are ``True`` (not screened: the policy looks)."""
+        out: Mask = np.ones(len(jobs), dtype=np.bool_)
+        single = [i for i, job in enumerate(jobs) if job.needs_device and job.device_count == 1]
+        if single:
+            out[single] = self.fitting([jobs[i] for i in single])
+        host = [i for i, job in enumerate(jobs) if not job.needs_device]
+        if host:
+            need = needs_of([jobs[i] for i in host])
+            room = undominated_rows(np.stack([self.node_free_cpu, self.node_free_mem], axis=1))
+            wants = need[:, 2:4]
+            out[host] = np.all(wants[:, None, :] <= room[None, :, :], axis=2).any(axis=1)
+        return out
+
     def most_free(self, idle_only: bool = False) -> tuple[int, int, int]:
         """Upper bounds for a quick "fits nowhere": the most free device memory (on idle
         devices, with ``idle_only``), host cores and host memory of any node; -1 when none.
@@ -497,6 +513,20 @@ def needs_of(jobs: Sequence[Job]) -> Ints:
 _NEED_FIELDS = attrgetter(
     "device_memory_mib", "device_threads", "cpu_milli", "memory_mib", "processes"
 )
+
+
+def screened(
+    state: ClusterState, jobs: Sequence[Job], block: int = 1024
+) -> Iterator[tuple[Job, bool]]:
+    """Each job of ``jobs`` with whether it may fit, for a policy that only places (never
+    frees room) while it walks them in order: at the start of every ``block`` jobs, those of
+    the block that fit nowhere at that moment are marked with :meth:`ClusterState.may_fit`.
+    Placing only takes room, so a job that fits nowhere then fits nowhere later in the plan,
+    and the policy's own search (an array over every device) runs only for the others: on a
+    full cluster most pending jobs are of that kind."""
+    for start in range(0, len(jobs), block):
+        part = jobs[start : start + block]
+        yield from zip(part, state.may_fit(part).tolist(), strict=True)
 
 
 def undominated_rows(rows: Ints) -> Ints:

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from coshare.model import Job, Plan, Snapshot, ThreadMode
-from coshare.policies.base import ClusterState, finish, priority_key
+from coshare.policies.base import ClusterState, finish, priority_key, screened
 from coshare.policies.waiting import explain_waiting, never_fits
 
 Floats = npt.NDArray[np.float64]
@@ -47,7 +47,7 @@ class BestFitPolicy:
         unplaced = never_fits(snapshot, snapshot.pending)
         jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
         scorer = _Scorer(state, self.scale)
-        waiting = [job for job in jobs if not scorer.place(job)]
+        waiting = [job for job, may in screened(state, jobs) if not (may and scorer.place(job))]
         unplaced.update(explain_waiting(state, waiting))
         return finish(self.name, snapshot, state, unplaced)
 
@@ -65,11 +65,19 @@ class _Scorer:
         self.cpu_norm = float(max(scale[0], 1))
         self.dev_norm = float(max(scale[1], 1))
         self.dev_size = np.maximum(state.dev_total_mem, 1).astype(np.float64)
+        share = np.clip(state.dev_free_mem, 0, None) / self.dev_size
+        self.share: Floats = np.bincount(
+            state.dev_node, weights=share, minlength=len(state.nodes)
+        ).astype(np.float64)
 
-    def _node_share(self) -> Floats:
+    def _placed(self, node: int) -> None:
+        """Bring ``node``'s free device share up to date after a placement on it (summed in
+        device order, as the first sum was, so the figure is the one a new sum would give)."""
         s = self.state
-        share = np.clip(s.dev_free_mem, 0, None) / self.dev_size
-        return np.bincount(s.dev_node, weights=share, minlength=len(s.nodes)).astype(np.float64)
+        total = 0.0
+        for d in s.node_devs[node]:
+            total += max(float(s.dev_free_mem[d]), 0.0) / float(self.dev_size[d])
+        self.share[node] = total
 
     def _score(self, node_cpu_after: Floats, node_share_after: Floats) -> Floats:
         out: Floats = 0.5 * node_cpu_after / self.cpu_norm + 0.5 * node_share_after / self.dev_norm
@@ -83,7 +91,7 @@ class _Scorer:
             if not ok.any():
                 return False
             score = self._score(
-                (s.node_free_cpu - job.total_cpu_milli).astype(np.float64), self._node_share()
+                (s.node_free_cpu - job.total_cpu_milli).astype(np.float64), self.share
             )
             score = np.where(ok, score, np.inf)
             s.place(job, int(np.argmin(score)))
@@ -91,7 +99,7 @@ class _Scorer:
         ok = s.device_ok(job)
         if not ok.any():
             return False
-        share = self._node_share()
+        share = self.share
         cpu_after = (s.node_free_cpu - job.total_cpu_milli).astype(np.float64)
         if job.device_count == 1:
             cand = np.flatnonzero(ok)
@@ -99,9 +107,10 @@ class _Scorer:
             score = self._score(
                 cpu_after[nodes], share[nodes] - job.device_memory_mib / self.dev_size[cand]
             )
-            # least score, then least free memory on the device, then snapshot order
-            best = cand[np.lexsort((cand, s.dev_free_mem[cand], score))[0]]
-            s.place(job, int(s.dev_node[best]), [int(best)])
+            best = least(cand, score, s.dev_free_mem)
+            node = int(s.dev_node[best])
+            s.place(job, node, [best])
+            self._placed(node)
             return True
         choice: tuple[float, int, list[int]] | None = None
         for n in s.nodes_with_devices(job, ok).tolist():
@@ -113,4 +122,17 @@ class _Scorer:
         if choice is None:
             return False
         s.place(job, choice[1], sorted(choice[2]))
+        self._placed(choice[1])
         return True
+
+
+def least(cand: npt.NDArray[np.int64], score: Floats, free: npt.NDArray[np.int64]) -> int:
+    """The candidate device (``cand``, ascending) of least ``score``, then least ``free``
+    memory, then the first: the order a sort by those keys puts first, found by narrowing
+    the ties of each key in turn (a full sort of thousands of candidates per job would
+    cost more than the rest of the placement)."""
+    tied = cand[score == score.min()]
+    if len(tied) > 1:
+        left = free[tied]
+        tied = tied[left == left.min()]
+    return int(tied[0])
