@@ -18,13 +18,14 @@ from coshare.policies import PolicyOptions, make_policy
 from coshare.policies import base as policy_base
 from coshare.policies.base import ClusterState
 from coshare.policies.bestfit import least
+from coshare.policies.membw import least_used_with_room
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.strategies import snapshots
 
 #: policy -> the module whose walk is screened
-SCREENED = {"bestfit": "coshare.policies.bestfit"}
+SCREENED = {"bestfit": "coshare.policies.bestfit", "membw": "coshare.policies.membw"}
 
 
 def fits_somewhere(state: ClusterState, job: Job) -> bool:
@@ -85,3 +86,30 @@ def test_bestfits_tie_rule_is_the_sorts_first(values: list[tuple[float, int]]) -
     free = np.zeros(2 * len(values), dtype=np.int64)
     free[cand] = [f for _, f in values]
     assert least(cand, score, free) == cand[np.lexsort((cand, free[cand], score))[0]]
+
+
+@given(snapshot=snapshots(), data=st.data())
+def test_the_least_used_node_with_room_is_found_for_all_jobs_at_once(
+    snapshot: Snapshot, data: st.DataObject
+) -> None:
+    state = ClusterState(snapshot, strict_threads=data.draw(st.booleans()))
+    used = np.array(
+        data.draw(
+            st.lists(
+                st.sampled_from([0.0, 0.5, 1.0]),
+                min_size=len(state.nodes),
+                max_size=len(state.nodes),
+            )
+        ),
+        dtype=np.float64,
+    )
+    jobs = list(snapshot.pending)
+    found = least_used_with_room(state, jobs, used)
+    for job, node in zip(jobs, found, strict=True):
+        if job.needs_device:
+            counts = np.bincount(state.dev_node[state.device_ok(job)], minlength=len(state.nodes))
+            room = np.flatnonzero(counts >= job.device_count).tolist()
+        else:
+            room = np.flatnonzero(state.host_ok(job)).tolist()
+        expected = min(room, key=lambda k: (used[k], k)) if room else None
+        assert node == expected, job

@@ -41,7 +41,7 @@ from coshare.ledger.bandwidth import UNKNOWN_SHARE as UNKNOWN_SHARE
 from coshare.ledger.bandwidth import job_share as job_share
 from coshare.ledger.bandwidth import measured_use as measured_use
 from coshare.model import Job, Node, Plan, RunningJob, Snapshot, ThreadMode, Trial, Unplaced
-from coshare.policies.base import ClusterState, finish, priority_key
+from coshare.policies.base import ClusterState, finish, needs_of, priority_key, screened
 from coshare.policies.waiting import explain_waiting, never_fits
 
 #: Sums are compared with this slack, so that 0.45 + 0.45 is within 0.9 in floating point.
@@ -122,24 +122,27 @@ class MembwPolicy:
 
     def plan(self, snapshot: Snapshot) -> Plan:
         """Place each job, in scheduler order, on the first node with room whose bandwidth
-        use stays within the limit with it."""
+        use stays within the limit with it.
+
+        A job no node admits waits; why is said once the walk is done, of the cluster as the
+        plan leaves it (as for every policy): bandwidth, with the least used node that has
+        room for it, or, where no node has room any more, the resource it lacks."""
         state = ClusterState(snapshot, strict_threads=self.threads == "strict")
         uses = node_uses(snapshot, self.programs, self.init_s)
+        books = _Books(uses, self)
         unplaced = never_fits(snapshot, snapshot.pending)
         trials: list[Trial] = []
         waiting: list[Job] = []
-        blocked: dict[str, Unplaced] = {}
-        for job in sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key):
-            shares = _Shares(job, snapshot.nodes, self.programs)
-            room = self._room(state, job)
-            # first fit: the nodes with room in order, each job's share computed only for
-            # the nodes looked at (the first that admits it ends the search)
-            fits = (k for k in np.flatnonzero(room).tolist() if self._admits(uses[k], shares[k]))
-            i = next(fits, None)
-            if i is None:
+        turned: list[tuple[Job, _Shares]] = []
+        jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
+        for job, may in screened(state, jobs):
+            if not may:
                 waiting.append(job)
-                if room.any():
-                    blocked[job.id] = self._why(job, snapshot.nodes, uses, shares, room)
+                continue
+            shares = _Shares(job, snapshot.nodes, self.programs)
+            i = self._first_fit(state, books, job, shares)
+            if i is None:
+                turned.append((job, shares))
                 continue
             self._place(state, job, i)
             use = uses[i]
@@ -155,13 +158,34 @@ class MembwPolicy:
                 use.unknown.append(job.id)
             use.used += UNKNOWN_SHARE if share is None else share
             use.jobs.append(job.id)
-        others = [j for j in waiting if j.id not in blocked]
-        unplaced.update(explain_waiting(state, others))
+            books.changed(i)
+        closest = least_used_with_room(state, [job for job, _ in turned], books.used)
+        blocked = {
+            job.id: self._why(job, snapshot.nodes, uses, shares, i)
+            for (job, shares), i in zip(turned, closest, strict=True)
+            if i is not None
+        }
+        waiting += [job for (job, _), i in zip(turned, closest, strict=True) if i is None]
+        unplaced.update(explain_waiting(state, waiting))
         unplaced.update(blocked)
         plan = finish(self.name, snapshot, state, unplaced)
         return Plan(
             plan.policy, plan.assignments, plan.unplaced, notes=plan.notes, trials=tuple(trials)
         )
+
+    def _first_fit(
+        self, state: ClusterState, books: _Books, job: Job, shares: _Shares
+    ) -> int | None:
+        """The first node in snapshot order with room for ``job`` that admits it."""
+        if shares.same:
+            admitted = books.admitting(shares.value)
+            if len(admitted) == 0:
+                return None  # no node admits it: no need to look for room
+            hits = admitted[self._room(state, job)[admitted]]
+            return int(hits[0]) if len(hits) else None
+        # a declared rate: a share of its own on each node, computed for the nodes looked at
+        room = np.flatnonzero(self._room(state, job)).tolist()
+        return next((k for k in room if self._admits(books.uses[k], shares[k])), None)
 
     def _room(self, state: ClusterState, job: Job) -> np.ndarray:
         """Nodes with room for ``job``'s cores, memory and devices (bandwidth aside)."""
@@ -189,17 +213,10 @@ class MembwPolicy:
         return self.trials and not use.unknown and use.used < self.max_share - _EPS
 
     def _why(
-        self,
-        job: Job,
-        nodes: Sequence[Node],
-        uses: Sequence[NodeUse],
-        shares: _Shares,
-        room: np.ndarray,
+        self, job: Job, nodes: Sequence[Node], uses: Sequence[NodeUse], shares: _Shares, i: int
     ) -> Unplaced:
-        """Why ``job`` waits though some node has room for it: bandwidth, with the figures of
-        the node that came closest."""
-        cand = np.flatnonzero(room).tolist()
-        i = min(cand, key=lambda k: (uses[k].used, k))
+        """Why ``job`` waits though node ``i``, the least used with room for it, has room:
+        bandwidth, with that node's figures."""
         use, share = uses[i], shares[i]
         limit = f"policy.membw.max_share {self.max_share:g}"
         if share is None:
@@ -219,6 +236,74 @@ class MembwPolicy:
                 f"{use.used + share:.2f})"
             )
         return Unplaced(job.id, reason, "no_room")
+
+
+class _Books:
+    """The nodes' bandwidth books as arrays, and per share the nodes that admit it (ascending
+    node indices, kept until a node's book changes): most jobs of a cycle share a handful of
+    share values (unknown, or their program's), so the admission of a node is computed once
+    per value and placement, not once per job and node."""
+
+    def __init__(self, uses: Sequence[NodeUse], policy: MembwPolicy) -> None:
+        self.uses = uses
+        self.policy = policy
+        self.used = np.array([u.used for u in uses], dtype=np.float64)
+        self.empty = np.array([not u.jobs for u in uses], dtype=np.bool_)
+        self.open = np.array([not (u.trial or u.closed) for u in uses], dtype=np.bool_)
+        self.known = np.array([not u.unknown for u in uses], dtype=np.bool_)
+        self._admitting: dict[float | None, np.ndarray] = {}
+
+    def changed(self, i: int) -> None:
+        use = self.uses[i]
+        self.used[i] = use.used
+        self.empty[i] = not use.jobs
+        self.open[i] = not (use.trial or use.closed)
+        self.known[i] = not use.unknown
+        self._admitting.clear()
+
+    def admitting(self, share: float | None) -> np.ndarray:
+        """The nodes that :meth:`MembwPolicy._admits` a job of ``share`` to, ascending."""
+        found = self._admitting.get(share)
+        if found is None:
+            limit = self.policy.max_share
+            if share is not None:
+                mask = self.empty | (self.open & (self.used + share <= limit + _EPS))
+            elif self.policy.trials:
+                mask = self.empty | (self.open & self.known & (self.used < limit - _EPS))
+            else:
+                mask = self.empty
+            found = self._admitting[share] = np.flatnonzero(mask)
+        return found
+
+
+def least_used_with_room(
+    state: ClusterState, jobs: Sequence[Job], used: np.ndarray
+) -> list[int | None]:
+    """For each job, the node of least ``used`` (then the first) with room for it now (the
+    cores, memory and devices of :meth:`MembwPolicy._room`), ``None`` where none has: the
+    nodes in that order, each taking at once every job still looking that it has room for."""
+    out: list[int | None] = [None] * len(jobs)
+    if not jobs:
+        return out
+    need = needs_of(jobs)
+    count = np.array([j.device_count if j.needs_device else 0 for j in jobs], dtype=np.int64)
+    left = np.arange(len(jobs))
+    for n in np.lexsort((np.arange(len(used)), used)).tolist():
+        want = need[left]
+        ok = (want[:, 2] <= state.node_free_cpu[n]) & (want[:, 3] <= state.node_free_mem[n])
+        fitting = np.zeros(len(left), dtype=np.int64)
+        for d in state.node_devs[n]:
+            fits = (want[:, 0] <= state.dev_free_mem[d]) & (want[:, 1] <= state.dev_threads[d])
+            if state.strict:
+                fits &= want[:, 1] <= state.dev_free_thr[d]
+            fitting += fits
+        ok &= fitting >= count[left]
+        for k in left[ok].tolist():
+            out[k] = n
+        left = left[~ok]
+        if len(left) == 0:
+            break
+    return out
 
 
 class _Shares:
