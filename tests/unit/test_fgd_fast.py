@@ -328,3 +328,10 @@ def test_the_table_is_used_on_the_benchmark_mix_and_refused_beyond_its_cells() -
     assert _Fragmentation(state, workload, False).table is not None
     wide = tuple(((c, c, 1), 1) for c in range(2100))  # 2 x 2,101 x 2,101 cells
     assert _Fragmentation(state, wide, False).table is None
+
+
+def test_moves_to_nodes_in_the_same_state_are_scored_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every candidate list deduplicated, however short: of moves to equal nodes only the
+    # first is scored, and the plans are the plain computation's
+    monkeypatch.setattr(fgd, "DISTINCT_FROM", 0)
+    assert compare(17, 60) > 1000

@@ -25,7 +25,11 @@ from hypothesis import strategies as st
 from tests.strategies import snapshots
 
 #: policy -> the module whose walk is screened
-SCREENED = {"bestfit": "coshare.policies.bestfit", "membw": "coshare.policies.membw"}
+SCREENED = {
+    "bestfit": "coshare.policies.bestfit",
+    "fgd": "coshare.policies.fgd",
+    "membw": "coshare.policies.membw",
+}
 
 
 def fits_somewhere(state: ClusterState, job: Job) -> bool:

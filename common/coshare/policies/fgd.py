@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from coshare.model import Job, Plan, Snapshot, ThreadMode
-from coshare.policies.base import ClusterState, Mask, finish, priority_key
+from coshare.policies.base import ClusterState, Mask, finish, priority_key, screened
 from coshare.policies.waiting import explain_waiting, never_fits
 
 Ints = npt.NDArray[np.int64]
@@ -113,7 +113,7 @@ class FgdPolicy:
         jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
         workload = self.workload if self.workload is not None else snapshot_workload(snapshot)
         frag = _Fragmentation(state, workload, self.exact)
-        waiting = [job for job in jobs if not frag.place(job)]
+        waiting = [job for job, may in screened(state, jobs) if not (may and frag.place(job))]
         unplaced.update(explain_waiting(state, waiting))
         return finish(self.name, snapshot, state, unplaced)
 
@@ -175,6 +175,20 @@ class _Fragmentation:
         self.dev_free = np.append(np.clip(state.dev_free_mem, 0, None), -1)
         self.frag = self.of(self._free(np.arange(n)), state.node_free_cpu)
         self.fits_nowhere: set[tuple[bool, int, int, int, int, int]] = set()
+        # Nodes in the same state (free amounts and sizes by slot, free cores) score every
+        # move alike: each gets the number of its state, so that of the moves to equal nodes
+        # only the first is scored (an idle cluster of 1,250 equal nodes: one move, not 1,250)
+        self._sizes = np.append(state.dev_total_mem, 0)[self.slot]
+        self._states: dict[tuple[object, ...], int] = {}
+        self.node_state = np.array([self._state_of(i) for i in range(n)], dtype=np.int64)
+
+    def _state_of(self, node: int) -> int:
+        key = (
+            self.dev_free[self.slot[node]].tobytes(),
+            self._sizes[node].tobytes(),
+            int(self.state.node_free_cpu[node]),
+        )
+        return self._states.setdefault(key, len(self._states))
 
     def _free(self, rows: Ints) -> Ints:
         out: Ints = self.dev_free[self.slot[rows]]
@@ -224,6 +238,7 @@ class _Fragmentation:
             part = slice(devs[0], devs[-1] + 1)
             self.dev_free[part] = np.clip(self.state.dev_free_mem[part], 0, None)
         self.frag[node] = frag
+        self.node_state[node] = self._state_of(node)
 
     def place(self, job: Job) -> bool:
         """Place ``job`` where fragmentation grows least; ``False`` when it fits nowhere now.
@@ -276,13 +291,28 @@ class _Fragmentation:
         """The node and device for one-device ``job`` among the devices ``cand``, and the
         node's fragmentation after it."""
         s = self.state
-        cand = distinct_moves(s, cand)
+        cand = self._distinct(distinct_moves(s, cand))
         nodes = s.dev_node[cand]
         free = self._free(nodes)
         free[np.arange(len(cand)), self.dev_slot[cand]] -= job.device_memory_mib
         after = self.of(free, s.node_free_cpu[nodes] - job.total_cpu_milli)
         best = self._best(self.frag[nodes] - after, s.dev_total_mem[cand].astype(np.float64))
         return int(nodes[best]), [int(cand[best])], int(after[best])
+
+    def _distinct(self, cand: Ints) -> Ints:
+        """``cand`` (ascending) less the moves that score as one before them: to a node in
+        the same state, onto a device of the same free and total memory. The first of equal
+        moves is the one :meth:`_best` would choose among them."""
+        if len(cand) < DISTINCT_FROM:
+            return cand
+        states = self.node_state[self.state.dev_node[cand]]
+        total = self.state.dev_total_mem[cand]
+        if int(states.max()) >= 1 << 21 or int(total.max()) >= 1 << 21:
+            return cand  # beyond coshare.ledger.bounds: no key of 63 bits; score them all
+        free = np.clip(self.state.dev_free_mem[cand], -1, 1 << 20) + 1
+        _, first = np.unique((states << 42) | (free << 21) | total, return_index=True)
+        out: Ints = cand[np.sort(first)]
+        return out
 
     def _best(self, decrease: Ints, scale: npt.NDArray[np.float64]) -> int:
         """Index of the best candidate; the first of equals (snapshot, then device order)."""
