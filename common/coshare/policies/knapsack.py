@@ -465,6 +465,7 @@ class _Filler:
             self.pool = _Pool(jobs, self.grid, BUCKET_BITS)
             self.max_dp_cells = min(self.max_dp_cells, BUCKETED_DP_CELLS)
         self.key_of: dict[int, DeviceKey] = {}
+        self.moves: list[int] = [0] * state.device_count  # key changes of each device
         self.groups: dict[DeviceKey, set[int]] = {}
         self.heap: list[DeviceKey] = []
         # A device whose free memory is below the smallest job's would be popped first (its
@@ -553,6 +554,7 @@ class _Filler:
         if old in self.groups:
             self.groups[old].discard(d)
         self.key_of[d] = new
+        self.moves[d] += 1
         if new not in self.groups or not self.groups[new]:
             self.groups[new] = set()
             heapq.heappush(self.heap, new)
@@ -575,14 +577,28 @@ class _Filler:
             members = self.groups.pop(key, None)
             if not members:
                 continue
-            devices = sorted(d for d in members if self.key_of.get(d) == key)
-            while devices:
-                choice = self._choose(key, devices[0])
-                if not choice:
-                    self._close_group(key, devices)
+            # The group's devices in order, each with its count of key changes: one whose
+            # key changes (its node took jobs) leaves the group for good, even if a later
+            # change brings the same key back (it is then a member of the group anew). The
+            # ones that left are skipped as the walk reaches them, not filtered out of the
+            # whole list after every batch (a group of 10,000 devices and 5,000 batches).
+            devices = [(d, self.moves[d]) for d in sorted(members) if self.key_of.get(d) == key]
+            at = 0
+            while True:
+                while at < len(devices) and not self._kept(devices[at], key):
+                    at += 1
+                if at == len(devices):
                     break
-                k = min(len(devices), *(int(self.pool.left[t]) // c for t, c in choice.items()))
-                batch, devices = devices[:k], devices[k:]
+                choice = self._choose(key, devices[at][0])
+                if not choice:
+                    self._close_group(key, [d for d, n in devices[at:] if self._kept((d, n), key)])
+                    break
+                k = min(int(self.pool.left[t]) // c for t, c in choice.items())
+                batch = []
+                while at < len(devices) and len(batch) < k:
+                    if self._kept(devices[at], key):
+                        batch.append(devices[at][0])
+                    at += 1
                 touched = set()
                 for d in batch:
                     node = int(self.state.dev_node[d])
@@ -598,8 +614,12 @@ class _Filler:
                     self._close(d)
                     touched.add(node)
                 self._rekey_nodes(touched)
-                devices = [d for d in devices if self.key_of.get(d) == key]
         return self.pool.remaining()
+
+    def _kept(self, entry: tuple[int, int], key: DeviceKey) -> bool:
+        """Whether a device listed with ``moves`` key changes is still in group ``key``."""
+        d, moves = entry
+        return self.moves[d] == moves and self.key_of.get(d) == key
 
     def _close_group(self, key: DeviceKey, devices: list[int]) -> None:
         """Nothing in the pool fits state ``key``; the pool only shrinks, so it never will.
