@@ -515,6 +515,12 @@ _NEED_FIELDS = attrgetter(
 )
 
 
+def some_names(names: Sequence[str], most: int = 5) -> str:
+    """``a, b, c, d, e and 7 more``: a bounded list for a note or a reason."""
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
+
+
 def screened(
     state: ClusterState, jobs: Sequence[Job], block: int = 1024
 ) -> Iterator[tuple[Job, bool]]:

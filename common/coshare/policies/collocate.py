@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from coshare.model import MILLI, Assignment, Job, Plan, RunningJob, Snapshot, Unplaced
-from coshare.policies.base import ClusterState, finish, priority_key
+from coshare.policies.base import ClusterState, finish, priority_key, some_names
 from coshare.policies.waiting import explain_waiting, never_fits
 
 #: The paper's values (section IV-C: "P_B is set to 9 out of 12 cores, and ... P_M to 1/3";
@@ -222,12 +222,14 @@ class CollocatePolicy:
                 out.append(Donor(r, pool - given, given, pool, demand, full, wait))
             elif reason is not None:
                 why.setdefault(reason, []).append(r.id)
-        notes = [f"GPU jobs {_names(ids)} lend no cores: {reason}" for reason, ids in why.items()]
+        notes = [
+            f"GPU jobs {some_names(ids)} lend no cores: {reason}" for reason, ids in why.items()
+        ]
         small = sorted(n for n, c in cores.items() if 0 < c < self.max_harvest_cores * MILLI)
         if small and any(d.job.node in small for d in out):
             notes.append(
                 f"collocate.max_harvest_cores {self.max_harvest_cores} is above the "
-                f"cores of nodes {_names(small)}: their GPU jobs lend at most what "
+                f"cores of nodes {some_names(small)}: their GPU jobs lend at most what "
                 "their load leaves idle"
             )
         return out, notes
@@ -492,8 +494,3 @@ def _with_harvest(u: Unplaced, job: Job, donors: Sequence[Donor]) -> Unplaced:
             f"{job.total_cpu_milli / MILLI:g}"
         )
     return Unplaced(u.job, f"{u.reason}; {extra}", u.code)
-
-
-def _names(ids: Sequence[str], most: int = 5) -> str:
-    shown = ", ".join(ids[:most])
-    return shown if len(ids) <= most else f"{shown} and {len(ids) - most} more"

@@ -52,7 +52,7 @@ from coshare.ledger.gangs import node_counts, split
 from coshare.ledger.llc import floor_share
 from coshare.model import Assignment, Job, Plan, RunningJob, Snapshot, Spread, Unplaced
 from coshare.policies.aging import split_aged
-from coshare.policies.base import priority_key
+from coshare.policies.base import priority_key, some_names
 from coshare.policies.gang import gang_refusal
 from coshare.profiles.programs import DEFAULT_ALPHA, SCALES, Demand, Profile, demand, nodes_at
 
@@ -245,15 +245,16 @@ class SnsPolicy:
         if self.mode == "sns":
             assignments = _with_spare_shares(assignments, snapshot, nodes)
         ordered = tuple(unplaced[j.id] for j in snapshot.pending if j.id in unplaced)
-        notes = tuple(
-            sorted(
-                {
-                    f"node {n.name} has no resctrl (llc_ways unknown): jobs there run "
-                    "without way allocation"
-                    for n in nodes
-                    if n.ways is None
-                }
+        # one note for all such nodes: a cluster of thousands without resctrl is one fact
+        blind = sorted({n.name for n in nodes if n.ways is None})
+        which = f"node {blind[0]}" if len(blind) == 1 else f"nodes {some_names(blind)}"
+        notes = (
+            (
+                f"{which} {'has' if len(blind) == 1 else 'have'} no resctrl (llc_ways "
+                "unknown): jobs there run without way allocation",
             )
+            if blind
+            else ()
         )
         return Plan(
             self.name,
