@@ -1,10 +1,11 @@
 """Every command the admin and user guides and the hand-written reference pages show is run
 by a test: the table below names, for each (``docs_guides.key``: a coshare command, a deploy/
 script and its subcommand, or a program), the test file that runs it and a text that file
-must hold where it does (checked, so a link cannot silently go stale). The few commands no
-test can run here (the scheduler's own administration, a device this machine lacks, a
-benchmark) are listed apart with why; coshare's own commands and deploy/ scripts may not be
-among them. Shown deploy/ commands name a subcommand and options the script parses, the
+must hold where it does (checked, so a link cannot silently go stale): the schedulers' own
+administration tools on the real pool and cluster, a device this machine lacks against a
+faithful fake of its tool, the Makefile's targets as make runs them. The one command no test
+runs (a benchmark that takes minutes of the daemons' own cycles) is listed apart with why;
+coshare's own commands and deploy/ scripts may never be among such. Shown deploy/ commands name a subcommand and options the script parses, the
 walk-throughs start the local pool and cluster as the integration tests do, and the HTCondor
 walk-through's output is what the code prints. Commands shown with their output are run and
 checked by test_docs_commands. No page for admins or users names issues or test files, and
@@ -126,35 +127,35 @@ RUN_BY: dict[str, tuple[str, str]] = {
     "slurmd": ("tests/unit/test_device_names.py", "slurmd -G"),
     "squeue": ("tests/integration/slurm/cluster.py", '"squeue"'),
     "srun": ("tests/integration/slurm/test_slurm_gangs.py", "srun"),
+    "condor_submit": ("tests/integration/test_condor_admin_tools.py", '"condor_submit"'),
+    "condor_qedit": ("tests/integration/test_condor_admin_tools.py", '"condor_qedit"'),
+    "condor_release": ("tests/integration/test_condor_admin_tools.py", '"condor_release"'),
+    "condor_reconfig": ("tests/integration/test_condor_admin_tools.py", '"condor_reconfig"'),
+    "condor_reschedule": ("tests/integration/test_condor_admin_tools.py", '"condor_reschedule"'),
+    "condor_vacate_job": ("tests/integration/test_condor_admin_tools.py", '"condor_vacate_job"'),
+    "scontrol reconfigure": (
+        "tests/integration/slurm/test_slurm_admin_tools.py",
+        '"scontrol", "reconfigure"',
+    ),
+    "sdiag": ("tests/integration/slurm/test_slurm_admin_tools.py", '"sdiag"'),
+    "sysctl": ("tests/unit/test_guide_tools.py", 'shutil.which("sysctl")'),
+    "nvidia-smi": ("tests/unit/test_guide_tools.py", '"nvidia-smi"'),
+    "man": ("tests/unit/test_guide_tools.py", '["man", "-P", "cat"'),
+    "bench/snapshot_decode.py": ("tests/unit/test_guide_tools.py", '"snapshot_decode.py"'),
+    "bench/startup.py": ("tests/integration/test_wheel_install.py", '"startup.py"'),
+    "make dist": ("tests/integration/test_wheel_install.py", '"dist")'),
+    "make docs": ("tests/unit/test_make_targets.py", 'make(tmp_path, "docs", "man")'),
+    "make man": ("tests/unit/test_make_targets.py", 'make(tmp_path, "docs", "man")'),
+    "make demo": ("tests/unit/test_make_targets.py", 'make(tmp_path, "demo")'),
+    "make test": ("tests/unit/test_make_targets.py", '"make", "-n", f"VENV={fresh}", "test"'),
+    "make .venv/.test": ("tests/unit/test_make_targets.py", "# make .venv/.test"),
 }
 
 #: Commands a guide shows that no test here runs, and why.
 NOT_RUN: dict[str, str] = {
-    "condor_qedit": "HTCondor's own edit of a held job's annotation; the cycle's reading of "
-    "the fixed job is what the tests check",
-    "condor_submit": "the pool's tests submit the same annotated jobs through the bindings "
-    "(Schedd.submit), as condor_submit does",
-    "condor_release": "HTCondor's own release of a held job, after condor_qedit",
-    "condor_reconfig": "HTCondor's own reload of its configuration after installing a snippet",
-    "condor_vacate_job": "what coshare runs to give lent cores back; the tests check that the "
-    "vacate is asked, not the HTCondor tool itself",
-    "make dist": "the repository's build of a release",
-    "make demo": "the repository's demo venv",
-    "make test": "runs this suite",
-    "make docs": "the reference pages' generator, whose output test_reference compares",
-    "make man": "the man pages' generator, whose output test_reference compares",
-    "make .venv/.test": "the venv the integration tests run in",
-    "man": "reads the installed man pages (test_wheel_install checks they are installed)",
-    "nvidia-smi": "needs an NVIDIA GPU; the device script's fallback is what the pool runs",
-    "bench/startup.py": "a benchmark: it prints figures, no test asserts on them",
-    "bench/snapshot_decode.py": "a benchmark: it prints figures, no test asserts on them",
-    "bench/trigger_latency.py": "a benchmark on the real pool and cluster: it prints "
-    "latencies, no test asserts on them",
-    "scontrol reconfigure": "Slurm's own reload of slurm.conf after installing the plugin",
-    "sdiag": "named for what Slurm 22.05 lacks (`sdiag --json`)",
-    "sysctl": "the kernel's ptrace setting, named by the security model",
-    "condor_reschedule": "what condor_submit does after a submission; the trigger asks the "
-    "schedd for the same through the bindings",
+    "bench/trigger_latency.py": "a benchmark that starts a pool and a cluster of its own and "
+    "waits through the negotiator's and the timer's cycles (minutes): it prints latencies, "
+    "no test asserts on them",
 }
 
 
