@@ -3,9 +3,9 @@ by a test: the table below names, for each (``docs_guides.key``: a coshare comma
 script and its subcommand, or a program), the test file that runs it and a text that file
 must hold where it does (checked, so a link cannot silently go stale): the schedulers' own
 administration tools on the real pool and cluster, a device this machine lacks against a
-faithful fake of its tool, the Makefile's targets as make runs them. The one command no test
-runs (a benchmark that takes minutes of the daemons' own cycles) is listed apart with why;
-coshare's own commands and deploy/ scripts may never be among such. Shown deploy/ commands name a subcommand and options the script parses, the
+faithful fake of its tool, the Makefile's targets as make runs them. A command no test could
+run would be listed apart with why (none is); coshare's own commands and deploy/ scripts may
+never be. Shown deploy/ commands name a subcommand and options the script parses, the
 walk-throughs start the local pool and cluster as the integration tests do, and the HTCondor
 walk-through's output is what the code prints. Commands shown with their output are run and
 checked by test_docs_commands. No page for admins or users names issues or test files, and
@@ -152,11 +152,7 @@ RUN_BY: dict[str, tuple[str, str]] = {
 }
 
 #: Commands a guide shows that no test here runs, and why.
-NOT_RUN: dict[str, str] = {
-    "bench/trigger_latency.py": "a benchmark that starts a pool and a cluster of its own and "
-    "waits through the negotiator's and the timer's cycles (minutes): it prints latencies, "
-    "no test asserts on them",
-}
+NOT_RUN: dict[str, str] = {}
 
 
 @functools.cache
