@@ -27,15 +27,18 @@ from tests.strategies import snapshots
 #: policy -> the module whose walk is screened
 SCREENED = {
     "bestfit": "coshare.policies.bestfit",
+    "exclusive": "coshare.policies.base",
     "fgd": "coshare.policies.fgd",
     "membw": "coshare.policies.membw",
+    "random": "coshare.policies.base",
 }
 
 
-def fits_somewhere(state: ClusterState, job: Job) -> bool:
+def fits_somewhere(state: ClusterState, job: Job, idle_only: bool) -> bool:
     if not job.needs_device:
-        return bool(state.host_ok(job).any())
-    return len(state.nodes_with_devices(job, state.device_ok(job))) > 0
+        return bool((state.host_ok(job) & ((state.node_jobs == 0) | (not idle_only))).any())
+    ok = state.device_ok(job, idle_only=idle_only)
+    return len(state.nodes_with_devices(job, ok)) > 0
 
 
 @given(snapshot=snapshots(), data=st.data())
@@ -48,17 +51,18 @@ def test_a_job_screened_out_fits_nowhere(snapshot: Snapshot, data: st.DataObject
             ok = np.flatnonzero(state.device_ok(job))
             if len(ok):
                 state.place(job, int(state.dev_node[ok[0]]), [int(ok[0])])
-    may = state.may_fit(jobs)
-    for job, flag in zip(jobs, may.tolist(), strict=True):
-        if not flag:
-            assert not fits_somewhere(state, job), job
+    for idle_only in (False, True):
+        may = state.may_fit(jobs, idle_only)
+        for job, flag in zip(jobs, may.tolist(), strict=True):
+            if not flag:
+                assert not fits_somewhere(state, job, idle_only), (job, idle_only)
     # the screen does screen: a job larger than every device and node is out
     huge = Job("huge", device_memory_mib=1 << 40, device_threads=1)
     assert not state.may_fit([huge])[0]
 
 
 def every_job_tried(
-    state: ClusterState, jobs: Sequence[Job], block: int = 0
+    state: ClusterState, jobs: Sequence[Job], block: int = 0, idle_only: bool = False
 ) -> Iterator[tuple[Job, bool]]:
     return ((job, True) for job in jobs)
 

@@ -291,20 +291,29 @@ class ClusterState:
             out[start : start + block] = below.any(axis=1)
         return out
 
-    def may_fit(self, jobs: Sequence[Job]) -> Mask:
+    def may_fit(self, jobs: Sequence[Job], idle_only: bool = False) -> Mask:
         """For each job, ``False`` where it surely fits nowhere now: a single-device job no
         device could take (:meth:`fitting`), a CPU job no node has the cores and memory
-        for. Multi-device jobs are ``True`` (not screened: the policy looks)."""
+        for; with ``idle_only``, only devices and nodes nothing uses count. Multi-device
+        jobs are ``True`` (not screened: the policy looks)."""
         out: Mask = np.ones(len(jobs), dtype=np.bool_)
         single = [i for i, job in enumerate(jobs) if job.needs_device and job.device_count == 1]
         if single:
-            out[single] = self.fitting([jobs[i] for i in single])
+            busy = None
+            if idle_only:
+                busy = (self.dev_jobs > 0) | (self.node_host_jobs[self.dev_node] > 0)
+            out[single] = self.fitting([jobs[i] for i in single], busy)
         host = [i for i, job in enumerate(jobs) if not job.needs_device]
         if host:
-            need = needs_of([jobs[i] for i in host])
-            room = undominated_rows(np.stack([self.node_free_cpu, self.node_free_mem], axis=1))
-            wants = need[:, 2:4]
-            out[host] = np.all(wants[:, None, :] <= room[None, :, :], axis=2).any(axis=1)
+            free = np.stack([self.node_free_cpu, self.node_free_mem], axis=1)
+            if idle_only:
+                free = free[self.node_jobs == 0]
+            need = needs_of([jobs[i] for i in host])[:, 2:4]
+            if len(free) == 0:
+                out[host] = False
+            else:
+                room = undominated_rows(free)
+                out[host] = np.all(need[:, None, :] <= room[None, :, :], axis=2).any(axis=1)
         return out
 
     def most_free(self, idle_only: bool = False) -> tuple[int, int, int]:
@@ -522,7 +531,7 @@ def some_names(names: Sequence[str], most: int = 5) -> str:
 
 
 def screened(
-    state: ClusterState, jobs: Sequence[Job], block: int = 1024
+    state: ClusterState, jobs: Sequence[Job], block: int = 1024, idle_only: bool = False
 ) -> Iterator[tuple[Job, bool]]:
     """Each job of ``jobs`` with whether it may fit, for a policy that only places (never
     frees room) while it walks them in order: at the start of every ``block`` jobs, those of
@@ -532,7 +541,7 @@ def screened(
     full cluster most pending jobs are of that kind."""
     for start in range(0, len(jobs), block):
         part = jobs[start : start + block]
-        yield from zip(part, state.may_fit(part).tolist(), strict=True)
+        yield from zip(part, state.may_fit(part, idle_only).tolist(), strict=True)
 
 
 def undominated_rows(rows: Ints) -> Ints:
@@ -610,9 +619,9 @@ def place_in_order(state: ClusterState, jobs: list[Job], idle_only: bool) -> lis
     hints: dict[object, int] = {}
     failed: set[object] = set()
     waiting: list[Job] = []
-    for job in jobs:
+    for job, may in screened(state, jobs, idle_only=idle_only):
         shape = shape_of(job)
-        if shape in failed or not state.place_first_fit(job, idle_only, hints):
+        if not may or shape in failed or not state.place_first_fit(job, idle_only, hints):
             failed.add(shape)
             waiting.append(job)
     return waiting
