@@ -27,6 +27,7 @@ from tests.strategies import snapshots
 #: policy -> the module whose walk is screened
 SCREENED = {
     "bestfit": "coshare.policies.bestfit",
+    "collocate": "coshare.policies.collocate",
     "exclusive": "coshare.policies.base",
     "fgd": "coshare.policies.fgd",
     "membw": "coshare.policies.membw",

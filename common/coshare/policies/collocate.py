@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from coshare.model import MILLI, Assignment, Job, Plan, RunningJob, Snapshot, Unplaced
-from coshare.policies.base import ClusterState, finish, priority_key, some_names
+from coshare.policies.base import ClusterState, finish, priority_key, screened, some_names
 from coshare.policies.waiting import explain_waiting, never_fits
 
 #: The paper's values (section IV-C: "P_B is set to 9 out of 12 cores, and ... P_M to 1/3";
@@ -164,8 +164,8 @@ class CollocatePolicy:
         held = _holds(snapshot)
         reserved: tuple[int, float] | None = None
         waiting: list[Job] = []
-        for job in candidates:
-            if _place(state, job, _banned(job, reserved, snapshot.now_s)):
+        for job, may in screened(state, candidates):
+            if may and _place(state, job, _banned(job, reserved, snapshot.now_s)):
                 a = state.assignments[-1]
                 held.append(
                     _Hold(
