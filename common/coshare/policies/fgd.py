@@ -291,7 +291,7 @@ class _Fragmentation:
         """The node and device for one-device ``job`` among the devices ``cand``, and the
         node's fragmentation after it."""
         s = self.state
-        cand = self._distinct(distinct_moves(s, cand))
+        cand = self._distinct(cand)  # subsumes distinct_moves: a node is in one state
         nodes = s.dev_node[cand]
         free = self._free(nodes)
         free[np.arange(len(cand)), self.dev_slot[cand]] -= job.device_memory_mib
