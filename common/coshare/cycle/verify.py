@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from coshare.ledger.mig import mig_parents
-from coshare.model import Job, Plan, RunningJob, Snapshot
+from coshare.model import Device, Job, Plan, RunningJob, Snapshot
 
 #: A lender whose demand fills this share of the cores its cpuset holds lends no more: the
 #: value of ``coshare.policies.collocate.SATURATED_SHARE``, kept here apart (a test checks).
@@ -89,6 +89,7 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
 
     touched_devices: set[tuple[str, str]] = set()
     touched_nodes: set[str] = set()
+    devices_of: dict[str, tuple[dict[str, Device], frozenset[str]]] = {}
     for a in plan.assignments:
         job = pending.get(a.job)
         node = nodes.get(a.node)
@@ -106,8 +107,9 @@ def check_plan(snapshot: Snapshot, plan: Plan, strict_threads: bool = True) -> l
             problems.append(f"job {a.job} needs {wanted} devices, got {len(a.devices)} on {a.node}")
         if len(set(a.devices)) != len(a.devices):
             problems.append(f"job {a.job} is given the same device twice on {a.node}")
-        ids = {d.id: d for d in node.devices}
-        parents = mig_parents(node)
+        if node.name not in devices_of:  # once per node, not per assignment
+            devices_of[node.name] = ({d.id: d for d in node.devices}, mig_parents(node))
+        ids, parents = devices_of[node.name]
         for dev in a.devices:
             if dev in parents:
                 problems.append(
