@@ -594,7 +594,7 @@ class _Filler:
                     self._close_group(key, [d for d, n in devices[at:] if self._kept((d, n), key)])
                     break
                 k = min(int(self.pool.left[t]) // c for t, c in choice.items())
-                batch = []
+                batch: list[int] = []
                 while at < len(devices) and len(batch) < k:
                     if self._kept(devices[at], key):
                         batch.append(devices[at][0])
