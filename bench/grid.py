@@ -86,13 +86,14 @@ def machine() -> dict[str, Any]:
 
 
 def commit() -> str:
-    """The checkout's commit, ``+dirty`` when it has uncommitted changes to tracked files."""
+    """The checkout's commit, ``+dirty`` when it has uncommitted changes to tracked files
+    (but for the results: a section run after another finds the first one's written)."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"],
             cwd=ROOT,
             capture_output=True,
             text=True,

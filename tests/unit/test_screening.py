@@ -63,7 +63,11 @@ def test_a_job_screened_out_fits_nowhere(snapshot: Snapshot, data: st.DataObject
 
 
 def every_job_tried(
-    state: ClusterState, jobs: Sequence[Job], block: int = 0, idle_only: bool = False
+    state: ClusterState,
+    jobs: Sequence[Job],
+    block: int = 0,
+    idle_only: bool = False,
+    least: int = 0,
 ) -> Iterator[tuple[Job, bool]]:
     return ((job, True) for job in jobs)
 
@@ -75,7 +79,9 @@ def test_screening_changes_no_plan(name: str, threads: str, snapshot: Snapshot) 
     policy = make_policy(name, PolicyOptions(threads=threads))  # type: ignore[arg-type]
     module = SCREENED[name]
     # a block of one screens before every job: the most the screen can skip
-    with mock.patch(f"{module}.screened", functools.partial(policy_base.screened, block=1)):
+    with mock.patch(
+        f"{module}.screened", functools.partial(policy_base.screened, block=1, least=0)
+    ):
         screened = policy.plan(snapshot)
     with mock.patch(f"{module}.screened", every_job_tried):
         tried = policy.plan(snapshot)
@@ -122,3 +128,10 @@ def test_the_least_used_node_with_room_is_found_for_all_jobs_at_once(
             room = np.flatnonzero(state.host_ok(job)).tolist()
         expected = min(room, key=lambda k: (used[k], k)) if room else None
         assert node == expected, job
+
+
+def test_a_short_walk_is_not_screened() -> None:
+    state = ClusterState(Snapshot((), (), ()))
+    huge = Job("huge", device_memory_mib=1 << 40, device_threads=1)
+    assert list(policy_base.screened(state, [huge])) == [(huge, True)]
+    assert list(policy_base.screened(state, [huge], least=0)) == [(huge, False)]

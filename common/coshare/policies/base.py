@@ -530,15 +530,29 @@ def some_names(names: Sequence[str], most: int = 5) -> str:
     return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
+#: Walks of fewer jobs are not screened: a screen compares with every device's free room
+#: (an array over the cluster), which costs more than trying a few jobs (the simulator's
+#: online protocol plans one job at a time, thousands of times).
+SCREEN_FROM = 256
+
+
 def screened(
-    state: ClusterState, jobs: Sequence[Job], block: int = 1024, idle_only: bool = False
+    state: ClusterState,
+    jobs: Sequence[Job],
+    block: int = 1024,
+    idle_only: bool = False,
+    least: int = SCREEN_FROM,
 ) -> Iterator[tuple[Job, bool]]:
     """Each job of ``jobs`` with whether it may fit, for a policy that only places (never
     frees room) while it walks them in order: at the start of every ``block`` jobs, those of
     the block that fit nowhere at that moment are marked with :meth:`ClusterState.may_fit`.
     Placing only takes room, so a job that fits nowhere then fits nowhere later in the plan,
     and the policy's own search (an array over every device) runs only for the others: on a
-    full cluster most pending jobs are of that kind."""
+    full cluster most pending jobs are of that kind. A walk of fewer than ``least`` jobs is
+    not screened (every job may fit)."""
+    if len(jobs) < least:
+        yield from ((job, True) for job in jobs)
+        return
     for start in range(0, len(jobs), block):
         part = jobs[start : start + block]
         yield from zip(part, state.may_fit(part, idle_only).tolist(), strict=True)

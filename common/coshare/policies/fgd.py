@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from coshare.model import Job, Plan, Snapshot, ThreadMode
-from coshare.policies.base import ClusterState, Mask, finish, priority_key, screened
+from coshare.policies.base import SCREEN_FROM, ClusterState, Mask, finish, priority_key, screened
 from coshare.policies.waiting import explain_waiting, never_fits
 
 Ints = npt.NDArray[np.int64]
@@ -112,7 +112,7 @@ class FgdPolicy:
         unplaced = never_fits(snapshot, snapshot.pending)
         jobs = sorted((j for j in snapshot.pending if j.id not in unplaced), key=priority_key)
         workload = self.workload if self.workload is not None else snapshot_workload(snapshot)
-        frag = _Fragmentation(state, workload, self.exact)
+        frag = _Fragmentation(state, workload, self.exact, by_state=len(jobs) >= SCREEN_FROM)
         waiting = [job for job, may in screened(state, jobs) if not (may and frag.place(job))]
         unplaced.update(explain_waiting(state, waiting))
         return finish(self.name, snapshot, state, unplaced)
@@ -147,7 +147,11 @@ class _Fragmentation:
     """
 
     def __init__(
-        self, state: ClusterState, workload: tuple[tuple[Shape, int], ...], exact: bool
+        self,
+        state: ClusterState,
+        workload: tuple[tuple[Shape, int], ...],
+        exact: bool,
+        by_state: bool = True,
     ) -> None:
         self.state = state
         self.exact = exact
@@ -178,9 +182,13 @@ class _Fragmentation:
         # Nodes in the same state (free amounts and sizes by slot, free cores) score every
         # move alike: each gets the number of its state, so that of the moves to equal nodes
         # only the first is scored (an idle cluster of 1,250 equal nodes: one move, not 1,250)
+        # (numbered only for a large cycle: numbering every node costs more than it saves
+        # when a plan places a job or a few, as the online protocol's thousands of plans do)
         self._sizes = np.append(state.dev_total_mem, 0)[self.slot]
         self._states: dict[tuple[object, ...], int] = {}
-        self.node_state = np.array([self._state_of(i) for i in range(n)], dtype=np.int64)
+        self.node_state = (
+            np.array([self._state_of(i) for i in range(n)], dtype=np.int64) if by_state else None
+        )
 
     def _state_of(self, node: int) -> int:
         key = (
@@ -238,7 +246,8 @@ class _Fragmentation:
             part = slice(devs[0], devs[-1] + 1)
             self.dev_free[part] = np.clip(self.state.dev_free_mem[part], 0, None)
         self.frag[node] = frag
-        self.node_state[node] = self._state_of(node)
+        if self.node_state is not None:
+            self.node_state[node] = self._state_of(node)
 
     def place(self, job: Job) -> bool:
         """Place ``job`` where fragmentation grows least; ``False`` when it fits nowhere now.
@@ -303,6 +312,8 @@ class _Fragmentation:
         """``cand`` (ascending) less the moves that score as one before them: to a node in
         the same state, onto a device of the same free and total memory. The first of equal
         moves is the one :meth:`_best` would choose among them."""
+        if self.node_state is None:
+            return distinct_moves(self.state, cand)
         if len(cand) < DISTINCT_FROM:
             return cand
         states = self.node_state[self.state.dev_node[cand]]
