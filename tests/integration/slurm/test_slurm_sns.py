@@ -127,7 +127,9 @@ def test_a_two_node_spread_job_runs_beside_a_compact_one_as_sns_planned(
     said = result.stdout + result.stderr
     assert result.returncode == 0, said
     # the plan says, in one note, which nodes have no resctrl: their jobs run without ways
-    [note] = [line for line in said.splitlines() if "no resctrl" in line]
+    notes = {line for line in said.splitlines() if "no resctrl" in line}
+    assert len(notes) == 1, said  # one note (the plan's, in each stream that shows it)
+    [note] = notes
     assert re.search(r"nodes? \S.* ha(s|ve) no resctrl", note), said
     assert "without way allocation" in note, said
     jobs = sns.jobs()
