@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The whole test suite as two pytest sessions side by side (``make test``).
 
-One session runs the Slurm cluster's tests, the PostgreSQL ones and the node tests (real
-cgroups); the other runs everything else: the HTCondor pool's tests, the unit and contract
+One session runs the Slurm cluster's tests, the PostgreSQL ones, the node tests (real
+cgroups) and the policies' property tests; the other runs everything else: the HTCondor pool's tests, the unit and contract
 tests, the wheel's. The cluster and the pool have their own ports, directories and cgroup
 parents, and each session runs its own tests one after another as a plain pytest run
 does, so the suite takes about as long as the longer session instead of both together.
@@ -23,9 +23,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIRST = ["tests/integration/slurm", "tests/integration/postgres", "tests/node"]
+#: The first session's tests; the policies' property tests (seven minutes of one core) go
+#: with them so that the two sessions take about as long.
+FIRST = [
+    "tests/integration/slurm",
+    "tests/integration/postgres",
+    "tests/node",
+    "tests/unit/test_properties.py",
+]
 SESSIONS = {
-    "Slurm, PostgreSQL and node tests": FIRST,
+    "Slurm, PostgreSQL, node and policy property tests": FIRST,
     "HTCondor, unit, contract and the other tests": [
         *(f"--ignore={path}" for path in FIRST),
         "tests",

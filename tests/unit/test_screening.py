@@ -19,7 +19,7 @@ from coshare.policies import base as policy_base
 from coshare.policies.base import ClusterState
 from coshare.policies.bestfit import least
 from coshare.policies.membw import least_used_with_room
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import snapshots
@@ -42,6 +42,7 @@ def fits_somewhere(state: ClusterState, job: Job, idle_only: bool) -> bool:
     return len(state.nodes_with_devices(job, ok)) > 0
 
 
+@settings(max_examples=300)
 @given(snapshot=snapshots(), data=st.data())
 def test_a_job_screened_out_fits_nowhere(snapshot: Snapshot, data: st.DataObject) -> None:
     state = ClusterState(snapshot)
@@ -74,6 +75,7 @@ def every_job_tried(
 
 @pytest.mark.parametrize("name", sorted(SCREENED))
 @pytest.mark.parametrize("threads", ["strict", "soft"])
+@settings(max_examples=60)  # 12 policies and modes, two plans each: 1,000 examples took 4.5 min
 @given(snapshot=snapshots(max_pending=60))
 def test_screening_changes_no_plan(name: str, threads: str, snapshot: Snapshot) -> None:
     policy = make_policy(name, PolicyOptions(threads=threads))  # type: ignore[arg-type]
@@ -103,6 +105,7 @@ def test_bestfits_tie_rule_is_the_sorts_first(values: list[tuple[float, int]]) -
     assert least(cand, score, free) == cand[np.lexsort((cand, free[cand], score))[0]]
 
 
+@settings(max_examples=300)
 @given(snapshot=snapshots(), data=st.data())
 def test_the_least_used_node_with_room_is_found_for_all_jobs_at_once(
     snapshot: Snapshot, data: st.DataObject
