@@ -2,10 +2,11 @@
 """The whole test suite as two pytest sessions side by side (``make test``).
 
 One session runs the Slurm cluster's tests, the PostgreSQL ones, the node tests (real
-cgroups) and the policies' property tests; the other runs everything else: the HTCondor pool's tests, the unit and contract
-tests, the wheel's. The cluster and the pool have their own ports, directories and cgroup
-parents, and each session runs its own tests one after another as a plain pytest run
-does, so the suite takes about as long as the longer session instead of both together.
+cgroups) and the policies' property tests; the other runs everything else: the HTCondor
+pool's tests, the other unit tests, the contract tests, the wheel's. The cluster and the
+pool have their own ports, directories and cgroup parents, and each session runs its own
+tests one after another as a plain pytest run does, so the suite takes about as long as
+the longer session instead of both together.
 
 Each session's output is written to a file while it runs and printed whole when it ends
 (the first to end first); the exit status is 0 only when both passed. Arguments are passed
