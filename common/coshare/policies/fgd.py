@@ -309,21 +309,12 @@ class _Fragmentation:
         return int(nodes[best]), [int(cand[best])], int(after[best])
 
     def _distinct(self, cand: Ints) -> Ints:
-        """``cand`` (ascending) less the moves that score as one before them: to a node in
-        the same state, onto a device of the same free and total memory. The first of equal
-        moves is the one :meth:`_best` would choose among them."""
+        """``cand`` (ascending) less the moves that score as one before them
+        (:func:`distinct_moves`), with nodes in the same state counted as one node where
+        they are numbered by state (a large cycle)."""
         if self.node_state is None:
             return distinct_moves(self.state, cand)
-        if len(cand) < DISTINCT_FROM:
-            return cand
-        states = self.node_state[self.state.dev_node[cand]]
-        total = self.state.dev_total_mem[cand]
-        if int(states.max()) >= 1 << 21 or int(total.max()) >= 1 << 21:
-            return cand  # beyond coshare.ledger.bounds: no key of 63 bits; score them all
-        free = np.clip(self.state.dev_free_mem[cand], -1, 1 << 20) + 1
-        _, first = np.unique((states << 42) | (free << 21) | total, return_index=True)
-        out: Ints = cand[np.sort(first)]
-        return out
+        return distinct_moves(self.state, cand, self.node_state[self.state.dev_node[cand]])
 
     def _best(self, decrease: Ints, scale: npt.NDArray[np.float64]) -> int:
         """Index of the best candidate; the first of equals (snapshot, then device order)."""
@@ -415,26 +406,30 @@ def _weight_table(cpu_m: Ints, dev_m: Ints, k_m: Ints, w_m: Ints, width: int) ->
 DISTINCT_FROM = 64
 
 
-def distinct_moves(state: ClusterState, cand: Ints) -> Ints:
+def distinct_moves(state: ClusterState, cand: Ints, groups: Ints | None = None) -> Ints:
     """The candidate devices of a one-device job, less those that would score the same as one
     before them: a move is scored by its node and the device's free and total memory alone
     (:func:`single_device_moves`), and ties go to the first device, so of the devices of one
     node with the same free and total memory only the first can be chosen. A node of 1,024
     idle devices is then one candidate, not 1,024 (64 such nodes and 2,000 jobs,
-    a 5 MB snapshot within every bound, planned for minutes). ``cand`` is in ascending order
+    a 5 MB snapshot within every bound, planned for minutes). ``groups``: a number per
+    candidate standing for its node, shared by nodes that score every move alike (fgd's
+    nodes in the same state); by default the node itself. ``cand`` is in ascending order
     and so is the result; in exact arithmetic the choice is the one over all of ``cand``
     (sharepack's potential is a matrix product, whose rounding can differ with a row's place
     in the batch, so two equal moves may tie differently: either is as good)."""
     if len(cand) < DISTINCT_FROM:
         return cand
-    nodes, total = state.dev_node[cand], state.dev_total_mem[cand]
-    if len(cand) < 2 * (np.count_nonzero(np.diff(nodes)) + 1):
-        return cand  # fewer than two candidates a node: little to gain from sorting them
-    if int(nodes[-1]) >= 1 << 21 or int(total.max()) >= 1 << 21:
+    total = state.dev_total_mem[cand]
+    if groups is None:
+        groups = state.dev_node[cand]
+        if len(cand) < 2 * (np.count_nonzero(np.diff(groups)) + 1):
+            return cand  # fewer than two candidates a node: little to gain from sorting them
+    if int(groups.max()) >= 1 << 21 or int(total.max()) >= 1 << 21:
         return cand  # beyond coshare.ledger.bounds: no key of 63 bits; score them all
     # candidates hold the job, so their free memory is >= 0; each field fits in 21 bits
     free = np.clip(state.dev_free_mem[cand], -1, 1 << 20) + 1
-    key = (nodes << 42) | (free << 21) | total
+    key = (groups << 42) | (free << 21) | total
     _, first = np.unique(key, return_index=True)
     out: Ints = cand[np.sort(first)]
     return out
