@@ -247,18 +247,15 @@ class _Books:
     def __init__(self, uses: Sequence[NodeUse], policy: MembwPolicy) -> None:
         self.uses = uses
         self.policy = policy
-        self.used = np.array([u.used for u in uses], dtype=np.float64)
-        self.empty = np.array([not u.jobs for u in uses], dtype=np.bool_)
-        self.open = np.array([not (u.trial or u.closed) for u in uses], dtype=np.bool_)
-        self.known = np.array([not u.unknown for u in uses], dtype=np.bool_)
+        used, empty, open_, known = zip(*map(_book, uses), strict=True) if uses else ((),) * 4
+        self.used = np.array(used, dtype=np.float64)
+        self.empty = np.array(empty, dtype=np.bool_)
+        self.open = np.array(open_, dtype=np.bool_)
+        self.known = np.array(known, dtype=np.bool_)
         self._admitting: dict[float | None, np.ndarray] = {}
 
     def changed(self, i: int) -> None:
-        use = self.uses[i]
-        self.used[i] = use.used
-        self.empty[i] = not use.jobs
-        self.open[i] = not (use.trial or use.closed)
-        self.known[i] = not use.unknown
+        self.used[i], self.empty[i], self.open[i], self.known[i] = _book(self.uses[i])
         self._admitting.clear()
 
     def admitting(self, share: float | None) -> np.ndarray:
@@ -274,6 +271,12 @@ class _Books:
                 mask = self.empty
             found = self._admitting[share] = np.flatnonzero(mask)
         return found
+
+
+def _book(use: NodeUse) -> tuple[float, bool, bool, bool]:
+    """What admission reads of a node's book: its use, whether it has no job, whether it
+    is open (no trial, not closed to others), and whether every use on it is known."""
+    return use.used, not use.jobs, not (use.trial or use.closed), not use.unknown
 
 
 def least_used_with_room(
