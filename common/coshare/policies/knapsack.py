@@ -464,6 +464,7 @@ class _Filler:
         if not tables_affordable(len(self.pool), len(jobs), devices, policy.max_exact_work):
             self.pool = _Pool(jobs, self.grid, BUCKET_BITS)
             self.max_dp_cells = min(self.max_dp_cells, BUCKETED_DP_CELLS)
+        self._values_on: dict[int, Ints] = {}
         self.key_of: dict[int, DeviceKey] = {}
         self.moves: list[int] = [0] * state.device_count  # key changes of each device
         self.groups: dict[DeviceKey, set[int]] = {}
@@ -508,6 +509,14 @@ class _Filler:
             self.groups.setdefault(key, set()).add(d)
         self.heap = list(self.groups)
         heapq.heapify(self.heap)
+
+    def _type_values(self, threads: int) -> Ints:
+        """:func:`_values` of every pool type on a device of ``threads`` hardware threads,
+        worked out once per thread count (the pool's types do not change)."""
+        values = self._values_on.get(threads)
+        if values is None:
+            values = self._values_on[threads] = _values(self.pool.threads, threads)
+        return values
 
     def _grid_of(self, d: int) -> int:
         threads = int(self.state.dev_threads[d])
@@ -656,7 +665,7 @@ class _Filler:
                 break
             t = pool.threads[offered]
             per_count = cells + 1  # value dominates, job count breaks ties
-            values = _values(t, threads) * per_count + 1
+            values = self._type_values(threads)[offered] * per_count + 1
             counts, _ = solve_within(
                 pool.cells[offered],
                 -(-t // grid),
