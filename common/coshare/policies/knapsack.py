@@ -52,7 +52,7 @@ import numpy.typing as npt
 from coshare.model import Job, Plan, Snapshot, ThreadMode, Unplaced
 from coshare.policies.aging import place_aged, split_aged
 from coshare.policies.base import ClusterState, finish, needs_of, priority_key, shape_of
-from coshare.policies.knapsack_dp import Ints, solve_within
+from coshare.policies.knapsack_dp import Ints, SolveKey, solve_within
 from coshare.policies.waiting import explain_waiting, never_fits
 
 #: Job values are ``1 - (t/T)^2`` quantized to this many steps (integers keep the table exact).
@@ -465,6 +465,7 @@ class _Filler:
             self.pool = _Pool(jobs, self.grid, BUCKET_BITS)
             self.max_dp_cells = min(self.max_dp_cells, BUCKETED_DP_CELLS)
         self._values_on: dict[int, Ints] = {}
+        self._solved: dict[SolveKey, tuple[Ints, int]] = {}
         self.key_of: dict[int, DeviceKey] = {}
         self.moves: list[int] = [0] * state.device_count  # key changes of each device
         self.groups: dict[DeviceKey, set[int]] = {}
@@ -674,6 +675,7 @@ class _Filler:
                 cells,
                 thread_cap,
                 self.max_dp_cells,
+                self._solved,
             )
             hit = np.flatnonzero(counts)
             if len(hit) == 0:

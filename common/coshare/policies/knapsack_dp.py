@@ -130,6 +130,8 @@ def solve(items: Sequence[ItemType], capacity: int, thread_capacity: int | None)
 
 
 Ints = npt.NDArray[np.int64]
+#: What :func:`solve_within`'s answer depends on (its ``memo``'s keys).
+SolveKey = tuple[bytes, bytes, bytes, bytes, bytes, int, int, int | None, int]
 
 #: Items are compared for dominance this many at a time (a block x block matrix).
 BLOCK = 256
@@ -237,15 +239,55 @@ def solve_within(
     capacity: int,
     thread_capacity: int | None,
     max_cells: int,
+    memo: dict[SolveKey, tuple[Ints, int]] | None = None,
 ) -> tuple[Ints, int]:
     """:func:`solve` over items given as arrays (in tie-breaking order), with its table kept
     within ``max_cells`` rows x cells (module docstring): dominated items dropped, then the
     memory grid coarsened by a power of two.
 
+    ``memo``: answers already found (a dict the caller keeps for one plan): the answer
+    depends on the counts only through each item's usable copies (:func:`_limits`) and the
+    copies up to :func:`most_items`, so problems equal in those share one table (on a busy
+    cluster of 10,000 devices, about a quarter of the tables).
+
     Returns:
         The copies taken of each item (aligned with the arrays), and the factor the memory
         grid was coarsened by (1: the exact optimum).
     """
+    if memo is None:
+        return _solve_within(weights, units, values, counts, capacity, thread_capacity, max_cells)
+    most = most_items(weights, units, counts, capacity, thread_capacity)
+    key = (
+        weights.tobytes(),
+        units.tobytes(),
+        values.tobytes(),
+        _limits(weights, units, counts, capacity, thread_capacity).tobytes(),
+        np.minimum(counts, most).tobytes(),
+        most,
+        capacity,
+        thread_capacity,
+        max_cells,
+    )
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _solve_within(
+            weights, units, values, counts, capacity, thread_capacity, max_cells, most
+        )
+    return found[0].copy(), found[1]
+
+
+
+def _solve_within(
+    weights: Ints,
+    units: Ints,
+    values: Ints,
+    counts: Ints,
+    capacity: int,
+    thread_capacity: int | None,
+    max_cells: int,
+    most: int | None = None,
+) -> tuple[Ints, int]:
+    """:func:`solve_within` without a memo (``most``: :func:`most_items`, when known)."""
     n = len(weights)
     chosen = np.zeros(n, dtype=np.int64)
     cells = table_cells(capacity, thread_capacity)
@@ -254,7 +296,8 @@ def solve_within(
         items = [ItemType(w, u, v, c) for w, u, v, c in zip(*columns, strict=True)]
         chosen[:] = solve(items, capacity, thread_capacity)
         return chosen, 1
-    most = most_items(weights, units, counts, capacity, thread_capacity)
+    if most is None:
+        most = most_items(weights, units, counts, capacity, thread_capacity)
     keep = undominated(weights, units, values, counts, most)
     factor = 1
     while True:
