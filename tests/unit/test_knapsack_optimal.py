@@ -153,3 +153,33 @@ def test_a_coarser_grid_keeps_its_stated_bound(
     assert value_of(items, chosen) >= brute_force(items, smaller, threads)
     if factor == 1:
         assert value_of(items, chosen) == brute_force(items, capacity, threads)
+
+
+@given(
+    items=item_lists(max_weight=40, max_size=8),
+    other_counts=st.lists(st.integers(0, 40), min_size=8, max_size=8),
+    capacity=st.integers(0, 120),
+    threads=st.one_of(st.none(), st.integers(0, 10)),
+    budget=st.sampled_from((1, 64, 512, 1 << 20)),
+)
+def test_a_shared_table_memo_gives_each_problem_its_own_answer(
+    items: list[ItemType],
+    other_counts: list[int],
+    capacity: int,
+    threads: int | None,
+    budget: int,
+) -> None:
+    # Two problems that differ only in how many copies there are: with one memo, in either
+    # order, each gets the answer it gets alone (the memo's key keeps what the answer reads).
+    import numpy as np
+    from coshare.policies.knapsack_dp import solve_within
+
+    w, u, v, c = arrays(items)
+    c2 = np.array(other_counts[: len(items)], dtype=np.int64)
+    alone = [solve_within(w, u, v, k, capacity, threads, budget) for k in (c, c2)]  # type: ignore[arg-type]
+    for order in ((0, 1), (1, 0)):
+        memo: dict = {}  # type: ignore[type-arg]
+        for i in order:
+            counts, factor = solve_within(w, u, v, (c, c2)[i], capacity, threads, budget, memo)  # type: ignore[arg-type]
+            assert counts.tolist() == alone[i][0].tolist()
+            assert factor == alone[i][1]

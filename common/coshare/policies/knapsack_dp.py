@@ -254,7 +254,8 @@ def solve_within(
         The copies taken of each item (aligned with the arrays), and the factor the memory
         grid was coarsened by (1: the exact optimum).
     """
-    if memo is None:
+    if memo is None or not len(weights) or int(weights.min()) < 1:
+        # a weightless item's copies are bounded by its count alone (not by _limits)
         return _solve_within(weights, units, values, counts, capacity, thread_capacity, max_cells)
     most = most_items(weights, units, counts, capacity, thread_capacity)
     key = (
@@ -274,7 +275,6 @@ def solve_within(
             weights, units, values, counts, capacity, thread_capacity, max_cells, most
         )
     return found[0].copy(), found[1]
-
 
 
 def _solve_within(
