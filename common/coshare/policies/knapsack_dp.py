@@ -246,9 +246,10 @@ def solve_within(
     memory grid coarsened by a power of two.
 
     ``memo``: answers already found (a dict the caller keeps for one plan): the answer
-    depends on the counts only through each item's usable copies (:func:`_limits`) and the
-    copies up to :func:`most_items`, so problems equal in those share one table (on a busy
-    cluster of 10,000 devices, about a quarter of the tables).
+    depends on the counts only through each count up to :func:`most_items` (an item's usable
+    copies, :func:`_limits`, are a feasible choice, so never more than that bound), so
+    problems equal in those share one table (on a busy cluster of 10,000 devices, about a
+    quarter of the tables).
 
     Returns:
         The copies taken of each item (aligned with the arrays), and the factor the memory
@@ -262,7 +263,6 @@ def solve_within(
         weights.tobytes(),
         units.tobytes(),
         values.tobytes(),
-        _limits(weights, units, counts, capacity, thread_capacity).tobytes(),
         np.minimum(counts, most).tobytes(),
         most,
         capacity,
