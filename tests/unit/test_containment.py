@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from coshare.cli.scheduler import scheduler_group
-from coshare.cycle.containment import MAX_ROUNDS, plan_contained
+from coshare.cycle.containment import MAX_ROUNDS, MAX_WORK, plan_contained
 from coshare.cycle.run import run_cycle
 from coshare.cycle.verify import check_plan
 from coshare.errors import PlanInvariantError
@@ -151,6 +151,46 @@ def test_bisection_is_bounded_when_every_job_fails_alone() -> None:
         run_cycle(queue, as_policy(every_job), queue)
     assert queue.written == []
     assert calls < MAX_ROUNDS * 30  # a few runs per round, not one per job and node
+
+
+def test_the_search_plans_a_bounded_amount_when_many_jobs_fail_together() -> None:
+    # No half of the jobs fails alone, only enough of them together: halving alone would
+    # plan large parts of the snapshot again and again. The search stops at its budget and
+    # the failure stands, with nothing written.
+    snap = cluster(jobs=200)
+    planned = 0
+
+    def crowds(snapshot: Snapshot) -> Plan:
+        nonlocal planned
+        planned += len(snapshot.pending) + 1
+        if len(snapshot.pending) >= 60:
+            raise ValueError("too many at once")
+        return KNAPSACK.plan(snapshot)
+
+    queue = MemoryQueue(snap)
+    with pytest.raises(ValueError, match="too many at once"):
+        run_cycle(queue, as_policy(crowds), queue)
+    assert queue.written == []
+    one_run = len(snap.pending) + 1
+    assert planned <= (MAX_WORK + 2) * one_run  # the budget, and the run that crossed it
+
+
+def test_the_budget_leaves_room_for_every_round() -> None:
+    # MAX_ROUNDS jobs that each make the policy fail, among many: each round finds one, and
+    # the search's budget lets every round run.
+    snap = cluster(nodes=8, jobs=400)
+    culprits = {f"{k}.0" for k in range(7, 400, 400 // MAX_ROUNDS)}
+    assert len(culprits) == MAX_ROUNDS
+    policy: object = KNAPSACK
+    for job in sorted(culprits):
+        policy = CrashesOnJob(policy, job)
+    queue = MemoryQueue(snap)
+    report = run_cycle(queue, policy, queue)  # type: ignore[arg-type]
+    assert {j for c in report.contained for j in c.jobs} == culprits
+    (written,) = queue.written
+    failed = {u.job for u in written.unplaced if u.code == "policy_failed"}
+    assert failed == culprits
+    assert written.placed_jobs and not written.placed_jobs & culprits
 
 
 def test_the_usual_path_runs_the_policy_once() -> None:

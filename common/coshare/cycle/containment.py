@@ -16,6 +16,11 @@ plans the rest, and says what it left out::
     leave them (or those nodes) out, plan again; repeat while it still fails,
     at most MAX_ROUNDS times (then the failure stands, and nothing is written)
 
+The search as a whole plans at most :data:`MAX_WORK` times the snapshot's pending jobs,
+summed over its runs: a failure that needs many jobs together (no half fails alone)
+would otherwise have it plan large parts of the snapshot again and again, for minutes, while
+the cycle holds its lock. Past that the failure stands too.
+
 A job left out waits with code ``policy_failed`` and a reason that says so (it reaches
 ``show``, ``explain`` and the job's own wait reason like every other reason); a node left out
 is planned on by no one this cycle and named in a note. Each failure comes back as a
@@ -40,6 +45,10 @@ from coshare.model import Job, Node, Plan, Snapshot, Unplaced
 #: Rounds of bisection at most (each leaves out at least one job or node); past them the
 #: policy is taken to fail on everything, and the failure stands.
 MAX_ROUNDS = 8
+#: The search plans at most this many times the snapshot's pending jobs, summed over its
+#: runs: a round that finds one job costs about four (halving, then the rest without it),
+#: so :data:`MAX_ROUNDS` such rounds fit.
+MAX_WORK = 48
 #: A failure's text in a reason or a note is cut to this many characters.
 MAX_ERROR_CHARS = 200
 
@@ -85,16 +94,25 @@ class ContainedPlan:
 class _Runner:
     """Plans a snapshot and says whether (and how) the plan failed."""
 
-    def __init__(self, plan: Callable[[Snapshot], Plan], check: Check) -> None:
+    def __init__(self, plan: Callable[[Snapshot], Plan], check: Check, budget: int) -> None:
         self._plan = plan
         self._check = check
+        #: pending jobs the runs may still plan (:data:`MAX_WORK`)
+        self.budget = budget
         #: What the policy raised the first time it raised (re-raised when nothing helps).
         self.first_exception: Exception | None = None
         #: The violations of the first plan that failed the check (the whole snapshot's).
         self.first_problems: tuple[str, ...] = ()
 
     def failure(self, snapshot: Snapshot) -> tuple[Plan | None, str | None]:
-        """The plan and ``None``, or ``None`` (when the policy raised) and why it failed."""
+        """The plan and ``None``, or ``None`` (when the policy raised) and why it failed.
+
+        Raises:
+            _OutOfWork: the runs have planned all the budget allows.
+        """
+        if self.budget <= 0:
+            raise _OutOfWork
+        self.budget -= _work(snapshot)
         try:
             plan = self._plan(snapshot)
         except MemoryError:
@@ -132,9 +150,10 @@ def plan_contained(
 
     Raises:
         PolicyFailed: the policy fails even on no pending job and no node, or after
-            :data:`MAX_ROUNDS` rounds of leaving culprits out (it fails on everything).
+            :data:`MAX_ROUNDS` rounds of leaving culprits out (it fails on everything), or
+            the search has planned :data:`MAX_WORK` snapshots' worth.
     """
-    runner = _Runner(policy_plan, check)
+    runner = _Runner(policy_plan, check, (MAX_WORK + 1) * _work(snapshot))
     plan, error = runner.failure(snapshot)
     if error is None:
         assert plan is not None
@@ -143,7 +162,10 @@ def plan_contained(
     current = snapshot
     contained: list[Contained] = []
     for _ in range(MAX_ROUNDS):
-        found = _culprits(runner, current)
+        try:
+            found = _culprits(runner, current)
+        except _OutOfWork:
+            break
         if found is None:
             break
         jobs, nodes, reproduce = found
@@ -156,11 +178,24 @@ def plan_contained(
             )
         )
         current = _without(current, {j.id for j in jobs}, {n.name for n in nodes})
-        plan, error = runner.failure(current)
+        try:
+            plan, error = runner.failure(current)
+        except _OutOfWork:
+            break
         if error is None:
             assert plan is not None
             return ContainedPlan(_with_left_out(plan, contained, policy_name), tuple(contained))
     raise PolicyFailed(policy_name, first_error, runner.first_exception, runner.first_problems)
+
+
+class _OutOfWork(Exception):
+    """The search for culprits has planned all :data:`MAX_WORK` allows."""
+
+
+def _work(snapshot: Snapshot) -> int:
+    """What one run on ``snapshot`` counts against the budget: its pending jobs, and one for
+    the run (the nodes' halving plans few jobs on each part of the cluster)."""
+    return len(snapshot.pending) + 1
 
 
 class PolicyFailed(Exception):
