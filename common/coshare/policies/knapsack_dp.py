@@ -131,7 +131,7 @@ def solve(items: Sequence[ItemType], capacity: int, thread_capacity: int | None)
 
 Ints = npt.NDArray[np.int64]
 #: What :func:`solve_within`'s answer depends on (its ``memo``'s keys).
-SolveKey = tuple[bytes, bytes, bytes, bytes, bytes, int, int, int | None, int]
+SolveKey = tuple[bytes, bytes, bytes, bytes, int, int, int | None, int]
 
 #: Items are compared for dominance this many at a time (a block x block matrix).
 BLOCK = 256
