@@ -14,11 +14,8 @@ compares the two).
 from __future__ import annotations
 
 import gc
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import fields
-from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -251,8 +248,6 @@ def _running(r: RunningDoc, ids: list[str], texts: list[str]) -> RunningJob:
 
 #: A pending job's fields in the struct, in the order :func:`_pending_all` reads them.
 _PENDING_READ = tuple(map(attrgetter, PendingDoc.__struct_fields__))
-_new_object = object.__new__
-_JOB_SETTERS = {f.name: getattr(Job, f.name).__set__ for f in fields(Job)}
 
 
 def _pending_all(
@@ -340,9 +335,8 @@ def _pending_all(
         "processes_per_node": per_node,
         "charges": charges,
     }
-    jobs: list[Job] = list(map(_new_object, repeat(Job, n)))
-    for name, column in columns.items():
-        deque(map(_JOB_SETTERS[name], jobs, column), maxlen=0)
+    assert tuple(columns) == Job.__struct_fields__
+    jobs: list[Job] = list(map(Job, *columns.values()))
     return jobs
 
 
