@@ -141,3 +141,28 @@ def test_a_cycle_up_to_the_batch_size_keeps_the_one_by_one_plan() -> None:
         SharePackPolicy(batch_from_jobs=size - 1).plan(snapshot).assignments
         != SharePackPolicy(batch_from_jobs=10**9).plan(snapshot).assignments
     )
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_a_bound_that_misses_is_tried_again_less_and_less(
+    holds: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each chunk tries the bound while it holds; after a miss, the next try waits
+    RETRY_BOUND chunks, twice as many after each further miss in a row."""
+    tried: list[int] = []
+
+    def chunk(p: object, jobs: list[Job], reserved: object, left: object, bound: bool) -> tuple:
+        if bound:
+            tried.append(len(seen))
+        seen.append(1)
+        return 1, bound and holds
+
+    seen: list[int] = []
+    monkeypatch.setattr(potential_batch, "_chunk", chunk)
+    jobs = [Job(f"{k}.0", 1) for k in range(40)]
+    potential_batch.place_chunked(None, jobs, None)  # type: ignore[arg-type]
+    r = potential_batch.RETRY_BOUND
+    if holds:
+        assert tried == list(range(40))
+    else:
+        assert tried == [0, 1 + r, 2 + 3 * r, 3 + 7 * r]  # waits of r, 2r, 4r; then past 40

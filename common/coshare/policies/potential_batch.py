@@ -37,7 +37,9 @@ CHUNK = 64
 #: many; else every move (the fragmentation part once per device memory size of its jobs).
 FEW_OPEN = 8
 #: After a chunk that scored every move, the next ones do so at once (the bound was far from
-#: the rises there), but one in this many tries the bound again.
+#: the rises there) until one tries the bound again: after this many chunks, twice as many
+#: after each further miss in a row (a cluster where the bound never holds stops paying for
+#: it; one where it holds again finds out soon).
 RETRY_BOUND = 4
 
 
@@ -45,13 +47,19 @@ def place_chunked(potential: Potential, jobs: Sequence[Job], reserved: Mask) -> 
     """Place the one-device ``jobs``, in order, a chunk at a time (module docstring), on
     devices not in ``reserved``; returns those that fit nowhere, in order."""
     left: list[Job] = []
-    start = chunks = 0
-    bound = True
+    start = 0
+    wait = 0  # chunks to go before the bound is tried again
+    misses = 0  # tries in a row where it did not hold
     while start < len(jobs):
-        try_bound = bound or chunks % RETRY_BOUND == 0
-        done, bound = _chunk(potential, jobs[start : start + CHUNK], reserved, left, try_bound)
+        done, bound = _chunk(potential, jobs[start : start + CHUNK], reserved, left, wait == 0)
         start += done
-        chunks += 1
+        if wait:
+            wait -= 1
+        elif bound:
+            misses = 0
+        else:
+            wait = RETRY_BOUND << misses
+            misses += 1
     return left
 
 
