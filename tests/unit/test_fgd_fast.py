@@ -31,6 +31,8 @@ from coshare.policies.fgd import (
     snapshot_workload,
 )
 from coshare.policies.waiting import explain_waiting, never_fits
+from hypothesis import given
+from hypothesis import strategies as st
 
 Ints = npt.NDArray[np.int64]
 
@@ -336,3 +338,10 @@ def test_moves_to_nodes_in_the_same_state_are_scored_once(monkeypatch: pytest.Mo
     monkeypatch.setattr(fgd, "DISTINCT_FROM", 0)
     monkeypatch.setattr(fgd, "SCREEN_FROM", 0)  # nodes numbered by state in every plan
     assert compare(17, 60) > 1000
+
+
+@given(st.lists(st.integers(0, 40), max_size=300))
+def test_first_of_each_is_uniques_first_positions(values: list[int]) -> None:
+    key = np.array(values, dtype=np.int64)
+    want = np.sort(np.unique(key, return_index=True)[1]) if values else []
+    assert fgd.first_of_each(key).tolist() == list(want)

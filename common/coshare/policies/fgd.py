@@ -430,8 +430,21 @@ def distinct_moves(state: ClusterState, cand: Ints, groups: Ints | None = None) 
     # candidates hold the job, so their free memory is >= 0; each field fits in 21 bits
     free = np.clip(state.dev_free_mem[cand], -1, 1 << 20) + 1
     key = (groups << 42) | (free << 21) | total
-    _, first = np.unique(key, return_index=True)
-    out: Ints = cand[np.sort(first)]
+    out: Ints = cand[first_of_each(key)]
+    return out
+
+
+def first_of_each(key: Ints) -> Ints:
+    """The positions (ascending) of the first occurrence of each value of ``key``: what
+    ``np.unique(key, return_index=True)`` gives, sorted, without its stable sort (a
+    third of the time of fgd's large cycles went to it): an unstable sort, then the least
+    position among each run of equal values."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(key)
+    ordered = key[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    out: Ints = np.sort(np.minimum.reduceat(order, starts))
     return out
 
 
