@@ -1,2 +1,2 @@
 """The operating system's edges: external programs (argument lists only), bounded file
-reads and the cycle's lock."""
+reads, the cycle's lock and the command line's process set-up for array work."""
