@@ -161,30 +161,28 @@ def plan_contained(
     first_error = error
     current = snapshot
     contained: list[Contained] = []
-    for _ in range(MAX_ROUNDS):
-        try:
+    try:
+        for _ in range(MAX_ROUNDS):
             found = _culprits(runner, current)
-        except _OutOfWork:
-            break
-        if found is None:
-            break
-        jobs, nodes, reproduce = found
-        contained.append(
-            Contained(
-                error or first_error,
-                tuple(j.id for j in jobs),
-                tuple(n.name for n in nodes),
-                reproduce,
+            if found is None:
+                break
+            jobs, nodes, reproduce = found
+            contained.append(
+                Contained(
+                    error or first_error,
+                    tuple(j.id for j in jobs),
+                    tuple(n.name for n in nodes),
+                    reproduce,
+                )
             )
-        )
-        current = _without(current, {j.id for j in jobs}, {n.name for n in nodes})
-        try:
+            current = _without(current, {j.id for j in jobs}, {n.name for n in nodes})
             plan, error = runner.failure(current)
-        except _OutOfWork:
-            break
-        if error is None:
-            assert plan is not None
-            return ContainedPlan(_with_left_out(plan, contained, policy_name), tuple(contained))
+            if error is None:
+                assert plan is not None
+                left_out = _with_left_out(plan, contained, policy_name)
+                return ContainedPlan(left_out, tuple(contained))
+    except _OutOfWork:
+        pass  # the failure stands, as after the last round
     raise PolicyFailed(policy_name, first_error, runner.first_exception, runner.first_problems)
 
 
