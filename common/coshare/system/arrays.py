@@ -14,7 +14,7 @@ times a cycle. Two process defaults make that cost more than the arithmetic:
   matrix-vector ones; one thread does them.
 
 An admin's own ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
-``OPENBLAS_NUM_THREADS`` is kept. bench/plan_e2e.py and bench/grid.py measure the effect.
+``OPENBLAS_NUM_THREADS`` is kept. The plan figures of bench/grid.py are taken with it.
 """
 
 from __future__ import annotations
