@@ -51,18 +51,16 @@ from coshare.ledger.book import (
     declared_terms,
     find_kind,
     kind_index,
-    placed_elsewhere,
     read_node,
     refuse_on_error,
     settle,
-    whole_devices,
-    whole_node,
 )
-from coshare.ledger.bounds import BadValue, shorten_text
+from coshare.ledger.bounds import BadValue
 from coshare.ledger.facts import with_facts
 from coshare.ledger.gangs import share_of_node_request
+from coshare.ledger.records import Started, foreign_holdings, holdings, unwritable_node
 from coshare.model import MILLI, Device, DeviceKind, Node, RunningJob, Snapshot
-from coshare.ports import UNWRITABLE, Rejected, Unusable, Waiting
+from coshare.ports import Rejected, Unusable, Waiting
 
 from slurm_addon.comment import is_annotated, read_annotations
 from slurm_addon.jobs import SlurmJob, expand_nodes
@@ -130,17 +128,8 @@ def build_nodes(
         if partition is not None and partition not in n.partitions:
             continue
         if not is_safe_token(n.name):
-            # The writer refuses such a name in every placement (the same rule): planning jobs
-            # onto it would fail every write of every cycle while good nodes sit free.
-            notes.append(
-                f"node {shorten_text(n.name)}: its name cannot be written into a "
-                f"placement ({UNWRITABLE_NAME}); node left out of this cycle"
-            )
-            unusable.append(
-                replace(
-                    n, state=UNWRITABLE, flags=(), reason=f"name not writable ({UNWRITABLE_NAME})"
-                )
-            )
+            left = unwritable_node(n.name, "has other characters", UNWRITABLE_NAME, notes)
+            unusable.append(replace(n, state=left.state, flags=(), reason=left.reason))
             continue
         if not n.usable:
             unusable.append(n)
@@ -318,11 +307,9 @@ def build_view(
             except PlacementError as exc:
                 notes.append(f"job {job.id}: unreadable placement ({exc}); planned again")
         if job.phase != "pending":
-            if job.problem:
-                running.extend(_held_whole(job, by_name, notes))
-                continue
-            running.extend(_holding(job, placement, by_name, gres_name, notes, annotated))
-            if annotated and placement is None:
+            record = _started(job, placement, by_name, gres_name, notes, annotated)
+            running.extend(holdings(record, by_name, notes))
+            if annotated and placement is None and not job.problem:
                 notes.append(
                     f"job {job.id} runs without a coshare placement (released by hand?); "
                     "its device use is unknown"
@@ -381,103 +368,63 @@ def _foreign(
     job: SlurmJob, placement: Placement | None, usable: Sequence[Node], notes: list[str]
 ) -> tuple[RunningJob, ...]:
     """What a pending job of another planner's partition holds here: nothing unless it is
-    placed and released (then Slurm may start it on its placement any moment), and then
-    its placement's devices on the nodes this planner shares (expired or not: only its own
-    planner plans it again)."""
-    placed = placed_of(placement, job)
-    if job.held or job.problem or placed is None:
+    placed and released (then Slurm may start it on its placement any moment)
+    (:func:`coshare.ledger.records.foreign_holdings`)."""
+    if job.held or job.problem or placed_of(placement, job) is None:
         return ()
     queued = refuse_on_error(job.id, lambda: _queued(job, placement))
-    # its record never stops this planner's cycle
-    holds = queued if isinstance(queued, Rejected) else placed_elsewhere(queued, usable)
-    if isinstance(holds, Rejected):
-        notes.append(
-            f"job {job.id} of partition {job.partition} is placed but unreadable "
-            f"here ({holds.reason}); its planner's claims count for it"
-        )
-        return ()
-    return holds
+    return foreign_holdings(queued, usable, f"job {job.id} of partition {job.partition}", notes)
 
 
-def _held_whole(job: SlurmJob, nodes: Mapping[str, Node], notes: list[str]) -> list[RunningJob]:
-    """A started job whose record holds a number out of bounds: it holds each of its
-    (managed, usable) nodes whole (:func:`coshare.ledger.book.whole_node`)."""
-    held = [whole_node(job.id, nodes[name]) for name in job.nodes if name in nodes]
-    if held:
-        where = ", ".join(r.node for r in held)
-        notes.append(
-            f"job {job.id} runs on {where} but its record cannot be read "
-            f"({job.problem}): counted as holding the whole node"
-        )
-    return held
-
-
-def _holding(
+def _started(
     job: SlurmJob,
     placement: Placement | None,
     nodes: Mapping[str, Node],
     gres_name: str,
     notes: list[str],
     annotated: bool = False,
-) -> list[RunningJob]:
-    """What a started job holds on each of its (managed, usable) nodes, with what the
-    ``collocate`` policy reads of it (its start, requested time (``CoshareWalltime``, else its
-    time limit), declared copy bandwidth, and the GPU job whose cores it borrows) and what
-    the ``membw`` policy estimates its use by (its declared program and bandwidth)."""
-    held: list[RunningJob] = []
-    annotations = _annotations(job) if annotated else {}
-    terms = declared_terms(job.id, annotations, job.time_limit_s or None)
-    cpu_milli = -(-job.cpus // max(len(job.nodes), 1)) * MILLI
+) -> Started:
+    """A started job's record (:func:`coshare.ledger.records.holdings` reads it): on each
+    node its placement's devices (the TaskProlog exposes them wherever the job landed; a
+    gang's, on each node, that node's part) with the placement's demand, else the GRES
+    devices Slurm gave it, whole; its requested time (``CoshareWalltime``, else its time
+    limit), declared bandwidths and program."""
+    if job.problem:
+        return Started(job.id, dict.fromkeys(job.nodes, ()), problem=job.problem)
+    devices: dict[str, tuple[str, ...]] = {}
+    ways: dict[str, int] = {}
     for index, name in enumerate(job.nodes):
-        node = nodes.get(name)
-        if node is None:
-            continue
-        known = {d.id: d for d in node.devices}
-        ways: int | None = None
+        known = [d.id for d in nodes[name].devices] if name in nodes else []
         if placement is not None:
-            # The TaskProlog exposes the placement's devices wherever the job landed; a
-            # gang's, on each node, that node's part.
             here = placement.on(name)
-            if here is not None:
-                devices = here.devices
-                ways = here.llc_ways  # its resctrl group's ways there (sns)
-            else:
-                devices = placement.devices if len(job.nodes) == 1 else ()
-            missing = [d for d in devices if d not in known]
-            if missing:
-                notes.append(f"job {job.id} uses device(s) {','.join(missing)} unknown on {name}")
-            ids = tuple(d for d in devices if d in known)
-            memory, threads = placement.device_memory_mib, placement.device_threads
-        else:
-            detail = job.gres_detail[index] if index < len(job.gres_detail) else ""
-            try:
-                ids = tuple(d for d in parse_gres_indexes(detail, gres_name) if d in known)
-            except BadValue as exc:
-                # Which devices it holds is unknown: all of them (never under-count).
-                notes.append(f"job {job.id} on {name}: {exc}; counted on every device")
-                ids = tuple(known)
-            # A device Slurm gave to a job outside coshare is that job's alone.
-            memory, threads = whole_devices([known[d] for d in ids])
-        held.append(
-            RunningJob(
-                id=job.id,
-                node=name,
-                devices=ids,
-                device_memory_mib=memory,
-                device_threads=threads,
-                cpu_milli=cpu_milli,
-                memory_mib=job.memory_mib,
-                state="running",
-                llc_ways=ways,
-                start_time_s=job.start_time_s or None,
-                walltime_s=terms.walltime_s,
-                copy_bw_mbps=terms.copy_bw_mbps,
-                harvest_from=placement.harvest_from if placement is not None else None,
-                program=terms.program,
-                membw_gbps=terms.membw_gbps,
-            )
-        )
-    return held
+            if here is not None and here.llc_ways is not None:
+                ways[name] = here.llc_ways  # its resctrl group's ways there (sns)
+            single = placement.devices if len(job.nodes) == 1 else ()
+            devices[name] = here.devices if here is not None else single
+            continue
+        detail = job.gres_detail[index] if index < len(job.gres_detail) else ""
+        try:
+            gres = parse_gres_indexes(detail, gres_name)
+        except BadValue as exc:
+            # Which devices it holds is unknown: all of them (never under-count).
+            notes.append(f"job {job.id} on {name}: {exc}; counted on every device")
+            gres = tuple(known)
+        devices[name] = tuple(d for d in gres if d in known)
+    annotations = _annotations(job) if annotated else {}
+    return Started(
+        id=job.id,
+        devices=devices,
+        cpu_milli=-(-job.cpus // max(len(job.nodes), 1)) * MILLI,
+        memory_mib=job.memory_mib,
+        # A device Slurm gave to a job outside coshare is that job's alone (demand None).
+        demand=(placement.device_memory_mib, placement.device_threads)
+        if placement is not None
+        else None,
+        terms=declared_terms(job.id, annotations, job.time_limit_s or None),
+        start_time_s=job.start_time_s or None,
+        harvest_from=placement.harvest_from if placement is not None else None,
+        llc_ways=ways,
+    )
 
 
 def _annotations(job: SlurmJob) -> Mapping[str, object]:
