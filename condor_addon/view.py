@@ -44,13 +44,11 @@ from coshare.ledger.book import (
     declared_terms,
     find_kind,
     kind_index,
-    placed_elsewhere,
     read_node,
     refuse_on_error,
     settle,
     shown,
     whole_devices,
-    whole_node,
 )
 from coshare.ledger.bounds import (
     MAX_CORES,
@@ -70,6 +68,7 @@ from coshare.ledger.bounds import (
 from coshare.ledger.compute_share import running_demand
 from coshare.ledger.facts import with_facts
 from coshare.ledger.ids import MAX_TEXT_CHARS, checked_id, split_ids, text_problem
+from coshare.ledger.records import Started, foreign_holdings, holdings, unwritable_node
 from coshare.model import (
     MILLI,
     Device,
@@ -80,7 +79,7 @@ from coshare.model import (
     capacity_cores_to_milli,
     cores_to_milli,
 )
-from coshare.ports import UNWRITABLE, Rejected, Unusable
+from coshare.ports import Rejected, Unusable
 
 from condor_addon import attributes as A
 from condor_addon.concurrency import parse_request
@@ -419,12 +418,7 @@ def parse_slots(slots: Iterable[Values], kinds: Mapping[str, DeviceKind]) -> Clu
     left_out: set[str] = set()
     global_ids: set[str] = set()
     for name, problem in sorted(unwritable.items()):
-        warnings.append(
-            f"node {shorten_text(name)}: its name cannot be written into a "
-            f"placement: it {problem} ({UNWRITABLE_NAME}); node left out of this "
-            "cycle"
-        )
-        unusable.append(Unusable(name, UNWRITABLE, f"name not writable ({UNWRITABLE_NAME})"))
+        unusable.append(unwritable_node(name, problem, UNWRITABLE_NAME, warnings))
         left_out.add(name)
     for name in sorted(ads_of):
 
@@ -874,19 +868,12 @@ def parse_queue(
         node = cluster.node_of_machine.get(machine_of(q.remote_host or "")) or q.placed_node
         if node in cluster.left_out:
             continue  # nothing is planned there this cycle; its warning says why
-        host = refuse_on_error(q.id, lambda q=q: (q.cpu_milli, q.memory_mib))  # type: ignore[misc]
-        part = _running_part(
-            q,
-            node,
-            q.remote_host or node or "?",
-            split_ids(q.placed_devices),
-            host,
-            running_demand(q.id, q.annotations, nodes[node].devices if node in nodes else ()),
-            nodes,
-            warnings,
-        )
-        if part is not None:
-            running.append(part)
+        if node is None or node not in nodes:
+            warnings.append(_not_managed(q, q.remote_host or node or "?"))
+            continue
+        demand = running_demand(q.id, q.annotations, nodes[node].devices)
+        started = _started(q, {node: split_ids(q.placed_devices)}, demand)
+        running.extend(holdings(started, nodes, warnings))
     book = settle(idle, cluster.nodes, now_s=now_s, replan_after_s=replan_after_s, gangs=True)
     return QueueView(book, tuple(running), tuple(warnings) + book.notes)
 
@@ -915,52 +902,38 @@ def _gang_running(
     on each planned node its slot (``RequestCpus``, ``RequestMemory``) and that node's
     devices. Its nodes start one by one, so the collector may show some parts already."""
     shown = {r.node for r in cluster.running if r.id == q.global_id}
-    host = refuse_on_error(q.id, lambda: (q.cpu_milli, q.memory_mib))
     demand = running_demand(q.id, q.annotations, (d for n in cluster.nodes for d in n.devices))
-    out: list[RunningJob] = []
+    parts: dict[str, tuple[str, ...]] = {}
     for node, placed in q.placed_parts:
         if node in shown or node in cluster.left_out:
             continue
-        part = _running_part(q, node, node, placed, host, demand, nodes, warnings)
-        if part is not None:
-            out.append(part)
-    return out
+        if node not in nodes:
+            warnings.append(_not_managed(q, node))
+            continue
+        parts[node] = placed
+    return holdings(_started(q, parts, demand), nodes, warnings)
 
 
-def _running_part(
-    q: QueueJob,
-    node: str | None,
-    where: str,
-    placed: Iterable[str],
-    host: tuple[int, int] | Rejected,
-    demand: tuple[int, int] | None,
-    nodes: Mapping[str, Node],
-    warnings: list[str],
-) -> RunningJob | None:
-    """What a running job (or one node's part of a running gang) holds on ``node``: its
-    host request and the placed devices the node has, with its declared demand or, when that
-    cannot be read, those devices whole; the whole node when its host request cannot be read;
-    nothing, with a warning naming ``where``, on a node coshare does not manage."""
-    if node is None or node not in nodes:
-        warnings.append(
-            f"job {q.id} runs on {shorten_text(where)}, which is not a coshare node; not counted"
-        )
-        return None
+def _not_managed(q: QueueJob, where: str) -> str:
+    return f"job {q.id} runs on {shorten_text(where)}, which is not a coshare node; not counted"
+
+
+def _started(
+    q: QueueJob, parts: Mapping[str, tuple[str, ...]], demand: tuple[int, int] | None
+) -> Started:
+    """A running job's record (or its parts the collector does not show yet): its host
+    request on each node with its placed devices and declared demand
+    (:func:`coshare.ledger.records.holdings`)."""
+    host = refuse_on_error(q.id, lambda: (q.cpu_milli, q.memory_mib))
     if isinstance(host, Rejected):
-        warnings.append(f"{host.reason}; it runs on {node}: counted as holding the whole node")
-        return whole_node(q.id, nodes[node])
-    known = {d.id: d for d in nodes[node].devices}
-    devices = tuple(d for d in placed if d in known)
-    used = demand or whole_devices([known[d] for d in devices])
-    return RunningJob(
-        id=q.id,
-        node=node,
-        devices=devices,
-        device_memory_mib=used[0],
-        device_threads=used[1],
-        cpu_milli=host[0],
-        memory_mib=host[1],
-        state="running",
+        where = f"{host.reason}; it runs on {', '.join(parts)}"
+        return Started(q.id, parts, problem=where)
+    return Started(
+        q.id,
+        parts,
+        host[0],
+        host[1],
+        demand=demand,
         start_time_s=q.placed_at,
         harvest_from=q.harvest_from,
     )
@@ -970,21 +943,16 @@ def foreign_planned(
     jobs: Iterable[QueueJob], cluster: ClusterView
 ) -> tuple[tuple[RunningJob, ...], tuple[str, ...]]:
     """What the idle jobs of *other* schedds hold on this pool's nodes (several planners, one
-    per schedd): a job whose placement is open may start there any moment, so it
-    holds its devices (expired or not: only its own planner plans it again), under its
-    GlobalJobId (its ``cluster.proc`` is another schedd's). Notes for those unreadable."""
+    per schedd; :func:`coshare.ledger.records.foreign_holdings`), under their GlobalJobId
+    (their ``cluster.proc`` is another schedd's). Notes for those unreadable."""
     held_parts: list[RunningJob] = []
     notes: list[str] = []
     for q in jobs:
         if q.status != A.IDLE or q.placed_node is None or q.placed is None:
             continue
-        got = placed_elsewhere(queued(q), cluster.nodes)
-        if isinstance(got, Rejected):
-            notes.append(
-                f"another schedd's placed job {q.global_id or q.id} cannot be read "
-                f"({got.reason}); it counts only through its planner's claims"
-            )
-            continue
+        record = refuse_on_error(q.id, lambda q=q: queued(q))  # type: ignore[misc]
+        who = f"another schedd's job {q.global_id or q.id}"
+        got = foreign_holdings(record, cluster.nodes, who, notes)
         held_parts += [replace(r, id=q.global_id or r.id) for r in got]
     return tuple(held_parts), tuple(notes)
 

@@ -390,7 +390,9 @@ def _started(
     devices Slurm gave it, whole; its requested time (``CoshareWalltime``, else its time
     limit), declared bandwidths and program."""
     if job.problem:
-        return Started(job.id, dict.fromkeys(job.nodes, ()), problem=job.problem)
+        where = ", ".join(n for n in job.nodes if n in nodes)
+        problem = f"job {job.id} runs on {where} but its record cannot be read ({job.problem})"
+        return Started(job.id, dict.fromkeys(job.nodes, ()), problem=problem)
     devices: dict[str, tuple[str, ...]] = {}
     ways: dict[str, int] = {}
     for index, name in enumerate(job.nodes):

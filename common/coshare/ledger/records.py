@@ -32,8 +32,8 @@ class Started:
         devices: each node it runs on (in its order), with the device ids it holds there.
         cpu_milli: its cores on each node, in thousandths.
         memory_mib: its host memory on each node.
-        problem: why its own record (cores, memory) cannot be read, or ``None``: then it
-            holds each of its nodes whole.
+        problem: why its own record (cores, memory) cannot be read, naming the job, its
+            nodes and the field; or ``None``. With one, it holds each of its nodes whole.
         demand: its device memory and threads on each device; ``None``: unknown, its
             devices count whole (never under-count).
         terms: what it declared that the policies read (time, bandwidths, program).
@@ -60,10 +60,7 @@ def holdings(job: Started, nodes: Mapping[str, Node], notes: list[str]) -> list[
     here = [name for name in job.devices if name in nodes]
     if job.problem is not None:
         if here:
-            notes.append(
-                f"job {job.id} runs on {', '.join(here)} but its record cannot be read "
-                f"({job.problem}): counted as holding the whole node"
-            )
+            notes.append(f"{job.problem}: counted as holding the whole node")
         return [whole_node(job.id, nodes[name]) for name in here]
     held: list[RunningJob] = []
     for name in here:
