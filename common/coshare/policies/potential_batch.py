@@ -72,8 +72,8 @@ def _chunk(
     p, s = potential, potential.state
     if not p.tabled:
         p._make_tables()
-    need = needs_of(jobs)
-    g, t, c, h = need.T
+    needs = _Needs(jobs)
+    g, t, c, h = needs.distinct.T
     cand = np.flatnonzero(p.scored_dev & ~reserved)
     nodes = s.dev_node[cand]
     cpu, mem = s.node_free_cpu[nodes], s.node_free_mem[nodes]
@@ -85,7 +85,7 @@ def _chunk(
     some = ok.any(axis=0)
     if not some.all():
         cand, nodes, cpu, mem, ok = cand[some], nodes[some], cpu[some], mem[some], ok[:, some]
-    cols = _Columns(p, jobs, need, cand, nodes, cpu, mem, ok, bound)
+    cols = _Columns(p, jobs, needs, cand, nodes, cpu, mem, ok, bound)
     device = cols.device
     col_node = nodes.copy()
     slot_of = (p.slot[nodes] == cand[:, None]).argmax(axis=1)
@@ -118,6 +118,23 @@ def _chunk(
     s.place_single(chosen)
     _bring_up_to_date(p, taken)
     return dealt, cols.bounded
+
+
+class _Needs:
+    """A chunk's needs (device memory, device threads, host cores, host memory: a row per
+    job) and its distinct rows. A move's fit and rise depend on the job only through its
+    row, and a chunk's jobs repeat a few shapes: the chunk x devices matrices are worked out
+    once per distinct row, then copied to the jobs' rows (the very same numbers)."""
+
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        self.rows: Ints = needs_of(jobs)
+        distinct, first, which = np.unique(
+            self.rows, axis=0, return_index=True, return_inverse=True
+        )
+        #: the distinct rows, the first job of each, and each job's distinct row
+        self.distinct: Ints = distinct
+        self.first: Ints = first
+        self.which: Ints = which.reshape(-1)
 
 
 def _next_member(p: Potential, node: int, taken: set[int]) -> int | None:
@@ -181,15 +198,16 @@ class _Columns:
         self,
         p: Potential,
         jobs: Sequence[Job],
-        need: Ints,
+        needs: _Needs,
         cand: Ints,
         nodes: Ints,
         cpu: Ints,
         mem: Ints,
-        ok: Mask,
+        ok_distinct: Mask,
         bound: bool = True,
     ) -> None:
         s = p.state
+        need = needs.rows
         self.p, self.jobs, self.need, self.cand, self.nodes = p, jobs, need, cand, nodes
         self.cpu, self.mem = cpu, mem
         #: the device each column stands for now (one of a node in the same state as its own)
@@ -203,7 +221,9 @@ class _Columns:
         self.tight_a = p.tight_w.ravel()[at]
         self.lost_a = p.tight_e.ravel()[at]
         self.run_cpu, self.run_mem = p.run_cpu[nodes], p.run_mem[nodes]
-        self.strand = _stranding_rises(p, need, self.free_total, cpu, mem)
+        strand = _stranding_rises(p, needs.distinct, self.free_total, cpu, mem)
+        self.strand = strand[needs.which]
+        ok = ok_distinct[needs.which]
         # the order of ties: least room left, then most free device memory, then first
         order = np.lexsort((cand, -self.free_total, self.a))
         self.rank = np.empty(len(cand), dtype=np.int64)
@@ -223,22 +243,24 @@ class _Columns:
         if bound:
             low: Floats = (g[:, None] * (self.run_a - p.weight)[None, :]) / p.weight
             low += p.stranding * self.strand
-            low[~ok] = np.inf
+            np.copyto(low, np.inf, where=~ok)
             self.low = low
             self.bounded = self._score_promising(rows)
         if not self.bounded:  # every move scored: none is left for a bound to let in
-            sizes, which = np.unique(g, return_inverse=True)
-            self._score_all(sizes, which.reshape(-1), ok)
+            self._score_all(needs, strand, ok_distinct)
+            self.scored = ok
             self.low = self.rise
         sub = self.rise[rows]
         least = sub == sub.min(axis=1)[:, None]
         self.pick[rows] = np.where(least, self.rank[None, :], len(cand)).argmin(axis=1)
 
-    def _score_all(self, sizes: Ints, which: Ints, ok: Mask) -> None:
-        """Score every move: the fragmentation part once per device memory size of the
-        chunk's jobs (``sizes``; ``which``: each job's), the moves that stop a shape for want
-        of cores or host memory job by job."""
+    def _score_all(self, needs: _Needs, strand: Floats, ok: Mask) -> None:
+        """Score every move, once per distinct row of needs (``strand`` and ``ok``: theirs):
+        the fragmentation part once per device memory size, the moves that stop a shape for
+        want of cores or host memory row by row; then each job's row is its needs' row."""
         p = self.p
+        sizes, which = np.unique(needs.distinct[:, 0], return_inverse=True)
+        which = which.reshape(-1)
         b = self.a[None, :] - sizes[:, None]
         bt = self.base[None, :] + p.dev_m.searchsorted(b, side="right")
         tight = self.tight_a[None, :] - p.tight_w.ravel()[bt]
@@ -248,18 +270,19 @@ class _Columns:
             + lost
             - sizes[:, None] * (p.weight - self.run_a)[None, :]
         )[which]
-        c, h = self.need[:, 2], self.need[:, 3]
+        c, h = needs.distinct[:, 2], needs.distinct[:, 3]
         stops = (self.run_cpu[None, :] > self.cpu[None, :] - c[:, None]) | (
             self.run_mem[None, :] > self.mem[None, :] - h[:, None]
         )
         stops &= ok
         for i in np.flatnonzero(stops.any(axis=1)).tolist():
             hit = np.flatnonzero(stops[i])
-            frag[i, hit] = p._frag_rise(self.jobs[i], self.cand[hit], self.nodes[hit])
-        rise: Floats = frag / p.weight + p.stranding * self.strand
-        rise[~ok] = np.inf
-        self.rise = rise
-        self.scored = ok.copy()
+            job = self.jobs[int(needs.first[i])]
+            frag[i, hit] = p._frag_rise(job, self.cand[hit], self.nodes[hit])
+        rise: Floats = frag / p.weight
+        rise += p.stranding * strand
+        np.copyto(rise, np.inf, where=~ok)
+        self.rise = rise[needs.which]
 
     def _score_promising(self, rows: Ints) -> bool:
         """Score, for each job of ``rows``, its first move of least bound, then the moves that
@@ -323,6 +346,8 @@ class _Columns:
                 continue
             at = np.flatnonzero(rise == best)
             pick = int(at[rank[at].argmin()])
+            if self.low is self.rise:  # every move was scored: none beats it
+                return pick
             more = np.flatnonzero(((low < best) | ((low == best) & (rank < rank[pick]))) & ~scored)
             if not len(more):
                 return pick
@@ -351,8 +376,7 @@ def _stranding_rises(p: Potential, need: Ints, free_total: Ints, cpu: Ints, mem:
     y = free - mem / rho_mem
     dy = -g + h / rho_mem
     before = np.maximum(np.maximum(x, y), 0.0)
-    out: Floats = np.maximum(
-        np.maximum(-before[None, :], (x - before)[None, :] + dx[:, None]),
-        (y - before)[None, :] + dy[:, None],
-    )
+    out: Floats = (x - before)[None, :] + dx[:, None]
+    np.maximum(-before[None, :], out, out=out)
+    np.maximum(out, (y - before)[None, :] + dy[:, None], out=out)
     return out
