@@ -85,6 +85,10 @@ def _chunk(
     some = ok.any(axis=0)
     if not some.all():
         cand, nodes, cpu, mem, ok = cand[some], nodes[some], cpu[some], mem[some], ok[:, some]
+    # the columns in the order of ties (least room left, then most free device memory, then
+    # first): the move of least rise is then the first of the least (an argmin)
+    order = np.lexsort((cand, -p.free_total[nodes], np.maximum(s.dev_free_mem[cand], 0)))
+    cand, nodes, cpu, mem, ok = cand[order], nodes[order], cpu[order], mem[order], ok[:, order]
     cols = _Columns(p, jobs, needs, cand, nodes, cpu, mem, ok, bound)
     device = cols.device
     col_node = nodes.copy()
@@ -224,10 +228,6 @@ class _Columns:
         strand = _stranding_rises(p, needs.distinct, self.free_total, cpu, mem)
         self.strand = strand[needs.which]
         ok = ok_distinct[needs.which]
-        # the order of ties: least room left, then most free device memory, then first
-        order = np.lexsort((cand, -self.free_total, self.a))
-        self.rank = np.empty(len(cand), dtype=np.int64)
-        self.rank[order] = np.arange(len(cand))
         self.rise: Floats = np.full(ok.shape, np.inf)
         self.scored: Mask = np.zeros(ok.shape, dtype=np.bool_)
         self.low = self.rise
@@ -250,9 +250,7 @@ class _Columns:
             self._score_all(needs, strand, ok_distinct)
             self.scored = ok
             self.low = self.rise
-        sub = self.rise[rows]
-        least = sub == sub.min(axis=1)[:, None]
-        self.pick[rows] = np.where(least, self.rank[None, :], len(cand)).argmin(axis=1)
+        self.pick[rows] = self.rise[rows].argmin(axis=1)
 
     def _score_all(self, needs: _Needs, strand: Floats, ok: Mask) -> None:
         """Score every move, once per distinct row of needs (``strand`` and ``ok``: theirs):
@@ -288,13 +286,11 @@ class _Columns:
         """Score, for each job of ``rows``, its first move of least bound, then the moves that
         could beat it; ``False`` (and none of the latter scored) where they are more than
         one cell in :data:`FEW_OPEN` (the bound is far from the rises: all are scored)."""
-        low = self.low
-        least = low[rows] == low[rows].min(axis=1)[:, None]
-        probe = np.where(least, self.rank[None, :], len(self.cand)).argmin(axis=1)
+        sub = self.low[rows]
+        probe = sub.argmin(axis=1)
         self._score(rows, probe)
         r = self.rise[rows, probe][:, None]
-        ahead = self.rank[None, :] < self.rank[probe][:, None]
-        sub = low[rows]
+        ahead = np.arange(len(self.cand))[None, :] < probe[:, None]
         more = ((sub < r) | ((sub == r) & ahead)) & ~self.scored[rows]
         if int(more.sum()) * FEW_OPEN > more.size:
             return False
@@ -334,21 +330,21 @@ class _Columns:
         first = int(self.pick[i])
         if first < 0 or self.open[first]:
             return first
-        rise, low, scored, rank = self.rise[i], self.low[i], self.scored[i], self.rank
+        rise, low, scored = self.rise[i], self.low[i], self.scored[i]
         while True:
-            best = rise.min()
+            pick = int(rise.argmin())
+            best = rise[pick]
             if best == np.inf:  # nothing scored is open: score the first of least bound
-                least = low.min()
-                if least == np.inf:
+                at = int(low.argmin())
+                if low[at] == np.inf:
                     return -1
-                at = np.flatnonzero(low == least)
-                self._score(np.array([i]), at[[int(rank[at].argmin())]])
+                self._score(np.array([i]), np.array([at]))
                 continue
-            at = np.flatnonzero(rise == best)
-            pick = int(at[rank[at].argmin()])
             if self.low is self.rise:  # every move was scored: none beats it
                 return pick
-            more = np.flatnonzero(((low < best) | ((low == best) & (rank < rank[pick]))) & ~scored)
+            beats = low < best
+            beats[:pick] |= low[:pick] == best  # a tie goes to the first
+            more = np.flatnonzero(beats & ~scored)
             if not len(more):
                 return pick
             self._score(np.full(len(more), i, dtype=np.int64), more)
