@@ -14,7 +14,12 @@ from dataclasses import fields
 import numpy as np
 import pytest
 from coshare.model import MILLI, Assignment, Device, Job, Node, RunningJob, Snapshot
-from coshare.policies.base import ClusterState, _single_assignment, undominated_rows
+from coshare.policies.base import (
+    ClusterState,
+    _single_assignment,
+    undominated_rows,
+    unique_rows,
+)
 from coshare.policies.knapsack import job_types, tables_affordable, types_affordable
 from coshare.policies.waiting import (
     _explain,
@@ -166,6 +171,21 @@ def test_undominated_rows_are_the_distinct_rows_nothing_else_beats() -> None:
             if not any(o != r and all(a >= b for a, b in zip(o, r, strict=True)) for o in distinct)
         ]
         assert undominated_rows(rows).tolist() == [list(r) for r in expected]
+
+
+def test_unique_rows_are_numpys_unique_rows_and_inverse() -> None:
+    """``unique_rows`` against ``np.unique(axis=0, return_inverse=True)``: the same distinct
+    rows in the same order and the same place of each row; ties, negatives, one column and
+    none at all."""
+    rng = np.random.default_rng(16)
+    for _ in range(150):
+        n, k = int(rng.integers(0, 400)), int(rng.integers(1, 6))
+        rows = rng.integers(-5, int(rng.integers(1, 30)), size=(n, k)).astype(np.int64)
+        keys, inverse = unique_rows(rows)
+        want_keys, want_inverse = np.unique(rows, axis=0, return_inverse=True)
+        assert keys.tolist() == want_keys.tolist()
+        assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+        assert (keys[inverse] == rows).all()
 
 
 def test_an_assignment_in_the_plans_json_is_the_compact_form_of_its_fields() -> None:

@@ -51,7 +51,14 @@ import numpy.typing as npt
 
 from coshare.model import Job, Plan, Snapshot, ThreadMode, Unplaced
 from coshare.policies.aging import place_aged, split_aged
-from coshare.policies.base import ClusterState, finish, needs_of, priority_key, shape_of
+from coshare.policies.base import (
+    ClusterState,
+    finish,
+    needs_of,
+    priority_key,
+    shape_of,
+    unique_rows,
+)
 from coshare.policies.knapsack_dp import Ints, SolveKey, solve_within
 from coshare.policies.waiting import explain_waiting, never_fits
 
@@ -343,8 +350,7 @@ class _Pool:
                 _buckets(table[:, 1], bucket_bits),
             )
             table[:, 2:] = 0
-        keys, inverse = np.unique(table, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        keys, inverse = unique_rows(table)
         members = np.argsort(inverse, kind="stable")  # by type, each in scheduler order
         sizes = np.bincount(inverse, minlength=len(keys)).astype(np.int64)
         self.start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -363,10 +369,7 @@ class _Pool:
         np.minimum.at(self.mem, inverse, need[:, 3])
         self.size = sizes
         self.left = sizes.copy()  # jobs of each type not placed yet
-        _, cls = np.unique(
-            np.stack([self.threads, self.cpu, self.mem], axis=1), axis=0, return_inverse=True
-        )
-        self.cls = cls.reshape(-1).astype(np.int64)
+        _, self.cls = unique_rows(np.stack([self.threads, self.cpu, self.mem], axis=1))
         self.order = np.lexsort((self.cells, self.cls))  # by class, memory cells ascending
 
     def __len__(self) -> int:
