@@ -189,6 +189,10 @@ class _Fragmentation:
         self.node_state = (
             np.array([self._state_of(i) for i in range(n)], dtype=np.int64) if by_state else None
         )
+        #: how many nodes are in each state now (numbered nodes only)
+        self._in_state: Counter[int] = Counter(
+            self.node_state.tolist() if self.node_state is not None else ()
+        )
 
     def _state_of(self, node: int) -> int:
         key = (
@@ -247,7 +251,12 @@ class _Fragmentation:
             self.dev_free[part] = np.clip(self.state.dev_free_mem[part], 0, None)
         self.frag[node] = frag
         if self.node_state is not None:
-            self.node_state[node] = self._state_of(node)
+            old, new = int(self.node_state[node]), self._state_of(node)
+            self.node_state[node] = new
+            self._in_state[new] += 1
+            self._in_state[old] -= 1
+            if not self._in_state[old]:
+                del self._in_state[old]
 
     def place(self, job: Job) -> bool:
         """Place ``job`` where fragmentation grows least; ``False`` when it fits nowhere now.
@@ -311,9 +320,17 @@ class _Fragmentation:
     def _distinct(self, cand: Ints) -> Ints:
         """``cand`` (ascending) less the moves that score as one before them
         (:func:`distinct_moves`), with nodes in the same state counted as one node where
-        they are numbered by state (a large cycle)."""
+        they are numbered by state (a large cycle).
+
+        The sort costs about as much as scoring the moves it would drop when most nodes are
+        in a state of their own (a busy cluster): then, with more than
+        :data:`DISTINCT_STATES` of the nodes' states distinct, the moves are scored as they
+        are. Either way the job gets the same move: those dropped score as one before them,
+        and ties go to the first."""
         if self.node_state is None:
             return distinct_moves(self.state, cand)
+        if len(self._in_state) > DISTINCT_STATES * len(self.node_state):
+            return cand
         return distinct_moves(self.state, cand, self.node_state[self.state.dev_node[cand]])
 
     def _best(self, decrease: Ints, scale: npt.NDArray[np.float64]) -> int:
@@ -404,6 +421,8 @@ def _weight_table(cpu_m: Ints, dev_m: Ints, k_m: Ints, w_m: Ints, width: int) ->
 
 #: Fewer candidates than this are scored as they are (sorting them would cost more).
 DISTINCT_FROM = 64
+#: fgd sorts for distinct moves while at most this share of its nodes' states are distinct.
+DISTINCT_STATES = 0.95
 
 
 def distinct_moves(state: ClusterState, cand: Ints, groups: Ints | None = None) -> Ints:
