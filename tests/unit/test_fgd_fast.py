@@ -13,7 +13,6 @@ fast code (a workload too varied for the table) is compared the same way.
 from __future__ import annotations
 
 import random
-from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -352,7 +351,9 @@ def test_moves_are_scored_as_they_are_when_most_states_are_distinct(
     assert compare(18, 60) > 1000
 
 
-def test_the_count_of_nodes_in_each_state_follows_the_placements() -> None:
+def test_the_nodes_of_each_state_and_its_head_follow_the_placements() -> None:
+    # after every placement: each state's members are the nodes numbered with it, in
+    # order, and the devices offered to one-device jobs are those of each state's first
     rng = random.Random(19)
     for _ in range(40):
         snapshot = random_snapshot(rng)
@@ -361,7 +362,14 @@ def test_the_count_of_nodes_in_each_state_follows_the_placements() -> None:
         for job in sorted(snapshot.pending, key=priority_key):
             frag.place(job)
             assert frag.node_state is not None
-            assert frag._in_state == Counter(frag.node_state.tolist())
+            members: dict[int, list[int]] = {}
+            for node, number in enumerate(frag.node_state.tolist()):
+                members.setdefault(number, []).append(node)
+            assert frag._members == members
+            heads = np.zeros(state.device_count, dtype=np.bool_)
+            for nodes in members.values():
+                heads[state.node_devs[nodes[0]]] = True
+            assert frag.head_dev.tolist() == heads.tolist()
 
 
 @given(st.lists(st.integers(0, 40), max_size=300))

@@ -34,6 +34,7 @@ than a pass over every shape; the same integers, so the same plans as the shape-
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -179,9 +180,11 @@ class _Fragmentation:
         self.dev_free = np.append(np.clip(state.dev_free_mem, 0, None), -1)
         self.frag = self.of(self._free(np.arange(n)), state.node_free_cpu)
         self.fits_nowhere: set[tuple[bool, int, int, int, int, int]] = set()
-        # Nodes in the same state (free amounts and sizes by slot, free cores) score every
-        # move alike: each gets the number of its state, so that of the moves to equal nodes
-        # only the first is scored (an idle cluster of 1,250 equal nodes: one move, not 1,250)
+        # Nodes in the same state (by slot: free and total memory, free and hardware threads;
+        # free cores and host memory) take every job alike and score every move alike: each
+        # gets the number of its state, and a one-device job is offered only the devices of
+        # the first node of each state (the head), where ties go anyway (an idle cluster of
+        # 1,250 equal nodes: one node's moves, not 1,250 nodes')
         # (numbered only for a large cycle: numbering every node costs more than it saves
         # when a plan places a job or a few, as the online protocol's thousands of plans do)
         self._sizes = np.append(state.dev_total_mem, 0)[self.slot]
@@ -189,18 +192,48 @@ class _Fragmentation:
         self.node_state = (
             np.array([self._state_of(i) for i in range(n)], dtype=np.int64) if by_state else None
         )
-        #: how many nodes are in each state now (numbered nodes only)
-        self._in_state: Counter[int] = Counter(
-            self.node_state.tolist() if self.node_state is not None else ()
-        )
+        #: the nodes in each state now, ascending (numbered nodes only)
+        self._members: dict[int, list[int]] = {}
+        #: the devices of each state's first node
+        self.head_dev: Mask = np.zeros(state.device_count, dtype=np.bool_)
+        if self.node_state is not None:
+            for i, number in enumerate(self.node_state.tolist()):
+                self._members.setdefault(number, []).append(i)
+            for members in self._members.values():
+                self.head_dev[state.node_devs[members[0]]] = True
 
     def _state_of(self, node: int) -> int:
+        s = self.state
+        devs = s.node_devs[node]
+        part = slice(devs[0], devs[-1] + 1) if devs else slice(0, 0)
         key = (
-            self.dev_free[self.slot[node]].tobytes(),
+            s.dev_free_mem[part].tobytes(),
+            s.dev_free_thr[part].tobytes(),
+            s.dev_threads[part].tobytes(),
             self._sizes[node].tobytes(),
-            int(self.state.node_free_cpu[node]),
+            int(s.node_free_cpu[node]),
+            int(s.node_free_mem[node]),
         )
         return self._states.setdefault(key, len(self._states))
+
+    def _moved(self, node: int, old: int, new: int) -> None:
+        """``node`` went from state ``old`` to ``new``: the heads of both follow."""
+        devs = self.state.node_devs[node]
+        members = self._members[old]
+        if members[0] == node:
+            self.head_dev[devs] = False
+            if len(members) > 1:
+                self.head_dev[self.state.node_devs[members[1]]] = True
+        members.remove(node)
+        if not members:
+            del self._members[old]
+        members = self._members.setdefault(new, [])
+        at = bisect.bisect(members, node)
+        if at == 0:
+            if members:
+                self.head_dev[self.state.node_devs[members[0]]] = False
+            self.head_dev[devs] = True
+        members.insert(at, node)
 
     def _free(self, rows: Ints) -> Ints:
         out: Ints = self.dev_free[self.slot[rows]]
@@ -252,11 +285,9 @@ class _Fragmentation:
         self.frag[node] = frag
         if self.node_state is not None:
             old, new = int(self.node_state[node]), self._state_of(node)
-            self.node_state[node] = new
-            self._in_state[new] += 1
-            self._in_state[old] -= 1
-            if not self._in_state[old]:
-                del self._in_state[old]
+            if new != old:
+                self.node_state[node] = new
+                self._moved(node, old, new)
 
     def place(self, job: Job) -> bool:
         """Place ``job`` where fragmentation grows least; ``False`` when it fits nowhere now.
@@ -295,7 +326,8 @@ class _Fragmentation:
         if not ok.any():
             return False
         if job.device_count == 1:
-            node, devices, frag = self._best_single(job, np.flatnonzero(ok))
+            heads = ok & self.head_dev if self.node_state is not None else ok
+            node, devices, frag = self._best_single(job, np.flatnonzero(heads))
         else:
             chosen = self._best_multi(job, ok)
             if chosen is None:
@@ -329,7 +361,7 @@ class _Fragmentation:
         and ties go to the first."""
         if self.node_state is None:
             return distinct_moves(self.state, cand)
-        if len(self._in_state) > DISTINCT_STATES * len(self.node_state):
+        if len(self._members) > DISTINCT_STATES * len(self.node_state):
             return cand
         return distinct_moves(self.state, cand, self.node_state[self.state.dev_node[cand]])
 
