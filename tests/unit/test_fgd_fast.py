@@ -340,20 +340,47 @@ def test_moves_to_nodes_in_the_same_state_are_scored_once(monkeypatch: pytest.Mo
     assert compare(17, 60) > 1000
 
 
-def test_moves_are_scored_as_they_are_when_most_states_are_distinct(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # nodes numbered by state in every plan, and every candidate list scored without the
-    # sort for distinct moves (as on a busy cluster): the plans are the plain computation's
+def test_repeats_found_by_a_sort_plan_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every candidate list deduplicated by the sort, not by comparing neighbours on a node:
+    # the plans are the plain computation's too
     monkeypatch.setattr(fgd, "DISTINCT_FROM", 0)
-    monkeypatch.setattr(fgd, "SCREEN_FROM", 0)
-    monkeypatch.setattr(fgd, "DISTINCT_STATES", 0.0)
+    monkeypatch.setattr(fgd, "NEAR_RUN", 0)
     assert compare(18, 60) > 1000
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(1, 3)), max_size=80))
+def test_distinct_moves_by_neighbours_are_those_by_a_sort(
+    devices: list[tuple[int, int, int]],
+) -> None:
+    # devices (node, free, total) on nodes of up to 80 devices; every device a candidate
+    devices = sorted(devices, key=lambda d: d[0])
+    nodes = tuple(
+        Node(
+            f"n{n}",
+            MILLI,
+            1,
+            tuple(Device(str(i), total, 1) for i, (m, _, total) in enumerate(devices) if m == n),
+        )
+        for n in sorted({d[0] for d in devices})
+    )
+    state = ClusterState(Snapshot(nodes, (), ()))
+    state.dev_free_mem[:] = [free for _, free, _ in devices]
+    cand = np.arange(state.device_count, dtype=np.int64)
+    shortest, near = fgd.DISTINCT_FROM, fgd.NEAR_RUN
+    try:
+        fgd.DISTINCT_FROM = 0  # every list deduplicated, however short
+        by_neighbours = distinct_moves(state, cand).tolist()
+        fgd.NEAR_RUN = 0
+        by_sort = distinct_moves(state, cand).tolist()
+    finally:
+        fgd.DISTINCT_FROM, fgd.NEAR_RUN = shortest, near
+    assert by_neighbours == by_sort
 
 
 def test_the_nodes_of_each_state_and_its_head_follow_the_placements() -> None:
     # after every placement: each state's members are the nodes numbered with it, in
-    # order, and the devices offered to one-device jobs are those of each state's first
+    # order, the heads are the devices of each state's first node, and the repeats those
+    # in the state of one before them on their node
     rng = random.Random(19)
     for _ in range(40):
         snapshot = random_snapshot(rng)
@@ -370,6 +397,22 @@ def test_the_nodes_of_each_state_and_its_head_follow_the_placements() -> None:
             for nodes in members.values():
                 heads[state.node_devs[nodes[0]]] = True
             assert frag.head_dev.tolist() == heads.tolist()
+            repeats = []
+            for devs in state.node_devs:
+                seen = set()
+                for d in devs:
+                    key = tuple(
+                        int(a[d])
+                        for a in (
+                            state.dev_free_mem,
+                            state.dev_total_mem,
+                            state.dev_free_thr,
+                            state.dev_threads,
+                        )
+                    )
+                    repeats.append(key in seen)
+                    seen.add(key)
+            assert frag.repeat_dev.tolist() == repeats
 
 
 @given(st.lists(st.integers(0, 40), max_size=300))

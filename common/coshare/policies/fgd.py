@@ -196,11 +196,16 @@ class _Fragmentation:
         self._members: dict[int, list[int]] = {}
         #: the devices of each state's first node
         self.head_dev: Mask = np.zeros(state.device_count, dtype=np.bool_)
+        #: the devices in the very state (free and total memory, free and hardware threads)
+        #: of one before them on their node: it takes every job they take, scoring the same
+        self.repeat_dev: Mask = np.zeros(state.device_count, dtype=np.bool_)
         if self.node_state is not None:
             for i, number in enumerate(self.node_state.tolist()):
                 self._members.setdefault(number, []).append(i)
             for members in self._members.values():
                 self.head_dev[state.node_devs[members[0]]] = True
+            for i in range(n):
+                self._mark_repeats(i)
 
     def _state_of(self, node: int) -> int:
         s = self.state
@@ -215,6 +220,27 @@ class _Fragmentation:
             int(s.node_free_mem[node]),
         )
         return self._states.setdefault(key, len(self._states))
+
+    def _mark_repeats(self, node: int) -> None:
+        """:attr:`repeat_dev` for the devices of ``node`` (value by value: a node of a few
+        devices costs less so than in whole-array steps)."""
+        s = self.state
+        devs = s.node_devs[node]
+        if len(devs) < 2:
+            return
+        part = slice(devs[0], devs[-1] + 1)
+        seen: set[tuple[int, int, int, int]] = set()
+        repeat: list[bool] = []
+        for key in zip(
+            s.dev_free_mem[part].tolist(),
+            s.dev_total_mem[part].tolist(),
+            s.dev_free_thr[part].tolist(),
+            s.dev_threads[part].tolist(),
+            strict=True,
+        ):
+            repeat.append(key in seen)
+            seen.add(key)
+        self.repeat_dev[part] = repeat
 
     def _moved(self, node: int, old: int, new: int) -> None:
         """``node`` went from state ``old`` to ``new``: the heads of both follow."""
@@ -288,6 +314,7 @@ class _Fragmentation:
             if new != old:
                 self.node_state[node] = new
                 self._moved(node, old, new)
+                self._mark_repeats(node)
 
     def place(self, job: Job) -> bool:
         """Place ``job`` where fragmentation grows least; ``False`` when it fits nowhere now.
@@ -326,8 +353,11 @@ class _Fragmentation:
         if not ok.any():
             return False
         if job.device_count == 1:
-            heads = ok & self.head_dev if self.node_state is not None else ok
-            node, devices, frag = self._best_single(job, np.flatnonzero(heads))
+            if self.node_state is None:
+                cand = distinct_moves(s, np.flatnonzero(ok))
+            else:  # the devices of a node in its state, and on it, in theirs, first
+                cand = np.flatnonzero(ok & self.head_dev & ~self.repeat_dev)
+            node, devices, frag = self._best_single(job, cand)
         else:
             chosen = self._best_multi(job, ok)
             if chosen is None:
@@ -341,29 +371,12 @@ class _Fragmentation:
         """The node and device for one-device ``job`` among the devices ``cand``, and the
         node's fragmentation after it."""
         s = self.state
-        cand = self._distinct(cand)  # subsumes distinct_moves: a node is in one state
         nodes = s.dev_node[cand]
         free = self._free(nodes)
         free[np.arange(len(cand)), self.dev_slot[cand]] -= job.device_memory_mib
         after = self.of(free, s.node_free_cpu[nodes] - job.total_cpu_milli)
         best = self._best(self.frag[nodes] - after, s.dev_total_mem[cand].astype(np.float64))
         return int(nodes[best]), [int(cand[best])], int(after[best])
-
-    def _distinct(self, cand: Ints) -> Ints:
-        """``cand`` (ascending) less the moves that score as one before them
-        (:func:`distinct_moves`), with nodes in the same state counted as one node where
-        they are numbered by state (a large cycle).
-
-        The sort costs about as much as scoring the moves it would drop when most nodes are
-        in a state of their own (a busy cluster): then, with more than
-        :data:`DISTINCT_STATES` of the nodes' states distinct, the moves are scored as they
-        are. Either way the job gets the same move: those dropped score as one before them,
-        and ties go to the first."""
-        if self.node_state is None:
-            return distinct_moves(self.state, cand)
-        if len(self._members) > DISTINCT_STATES * len(self.node_state):
-            return cand
-        return distinct_moves(self.state, cand, self.node_state[self.state.dev_node[cand]])
 
     def _best(self, decrease: Ints, scale: npt.NDArray[np.float64]) -> int:
         """Index of the best candidate; the first of equals (snapshot, then device order)."""
@@ -453,36 +466,47 @@ def _weight_table(cpu_m: Ints, dev_m: Ints, k_m: Ints, w_m: Ints, width: int) ->
 
 #: Fewer candidates than this are scored as they are (sorting them would cost more).
 DISTINCT_FROM = 64
-#: fgd sorts for distinct moves while at most this share of its nodes' states are distinct.
-DISTINCT_STATES = 0.95
+#: Where no node has more candidates than this, a candidate's repeats are found among the
+#: few before it on its node (a comparison each); else by a sort of all of them.
+NEAR_RUN = 16
 
 
-def distinct_moves(state: ClusterState, cand: Ints, groups: Ints | None = None) -> Ints:
+def distinct_moves(state: ClusterState, cand: Ints) -> Ints:
     """The candidate devices of a one-device job, less those that would score the same as one
     before them: a move is scored by its node and the device's free and total memory alone
     (:func:`single_device_moves`), and ties go to the first device, so of the devices of one
     node with the same free and total memory only the first can be chosen. A node of 1,024
     idle devices is then one candidate, not 1,024 (64 such nodes and 2,000 jobs,
-    a 5 MB snapshot within every bound, planned for minutes). ``groups``: a number per
-    candidate standing for its node, shared by nodes that score every move alike (fgd's
-    nodes in the same state); by default the node itself. ``cand`` is in ascending order
+    a 5 MB snapshot within every bound, planned for minutes). ``cand`` is in ascending order
     and so is the result; in exact arithmetic the choice is the one over all of ``cand``
     (sharepack's potential is a matrix product, whose rounding can differ with a row's place
-    in the batch, so two equal moves may tie differently: either is as good)."""
+    in the batch, so two equal moves may tie differently: either is as good).
+
+    A node's candidates are next to each other in ``cand``: where none has more than
+    :data:`NEAR_RUN`, each is compared with the few before it (a GPU node of 8 devices: 7
+    comparisons over the list, not a sort of it); else the first of each is found by a
+    sort (:func:`first_of_each`)."""
     if len(cand) < DISTINCT_FROM:
         return cand
+    nodes = state.dev_node[cand]
+    starts = np.flatnonzero(np.diff(nodes)) + 1  # where a node's candidates begin
+    if len(cand) < 2 * (len(starts) + 1):
+        return cand  # fewer than two candidates a node: little to gain from comparing them
     total = state.dev_total_mem[cand]
-    if groups is None:
-        groups = state.dev_node[cand]
-        if len(cand) < 2 * (np.count_nonzero(np.diff(groups)) + 1):
-            return cand  # fewer than two candidates a node: little to gain from sorting them
-    if int(groups.max()) >= 1 << 21 or int(total.max()) >= 1 << 21:
+    if int(nodes.max()) >= 1 << 21 or int(total.max()) >= 1 << 21:
         return cand  # beyond coshare.ledger.bounds: no key of 63 bits; score them all
     # candidates hold the job, so their free memory is >= 0; each field fits in 21 bits
     free = np.clip(state.dev_free_mem[cand], -1, 1 << 20) + 1
-    key = (groups << 42) | (free << 21) | total
-    out: Ints = cand[first_of_each(key)]
-    return out
+    key = (nodes << 42) | (free << 21) | total
+    longest = int(np.diff(starts, prepend=0, append=len(cand)).max())
+    if longest > NEAR_RUN:
+        out: Ints = cand[first_of_each(key)]
+        return out
+    first: Mask = np.ones(len(key), dtype=np.bool_)
+    for back in range(1, longest):  # equal keys are on one node: at most longest - 1 apart
+        first[back:] &= key[back:] != key[:-back]
+    kept: Ints = cand[first]
+    return kept
 
 
 def first_of_each(key: Ints) -> Ints:
