@@ -13,14 +13,16 @@ import signal
 import socket
 import subprocess
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from coshare.config import NodeConfig
-from coshare.node.control import launcher
+from coshare.node.control import launcher, service
 from coshare.node.control.service import JobControl
 from coshare.node.jobs import job_of_pid
 from coshare.node.lifecycle import job_start, node_cgroups, node_store, spawn_in_group
+from coshare.node.process import ProcessInfo
 from coshare.node.procfs import read_process
 from coshare.node.spec import parse_cpu_list
 from hypothesis import example, given, settings
@@ -361,12 +363,16 @@ def test_the_job_cannot_trace_its_launcher(gate_daemon: NodeConfig) -> None:
     assert out.split() == ["0", "Operation", "not", "permitted"], out
 
 
+@pytest.mark.parametrize("same_tick", [False, True])
 def test_a_pid_reused_while_joining_is_never_moved_into_the_group(
-    node_config: NodeConfig, monkeypatch: pytest.MonkeyPatch
+    node_config: NodeConfig, monkeypatch: pytest.MonkeyPatch, same_tick: bool
 ) -> None:
     # A task of root-started job 77 asks to JOIN; between the daemon's checks and its write of
     # the pid to cgroup.procs the task dies and a root process takes its pid (forced through
-    # ns_last_pid). The daemon must notice, refuse, and put that process back.
+    # ns_last_pid). The daemon must notice, refuse, and put that process back. ``same_tick``:
+    # the newcomer started in the task's clock tick (/proc counts 10 ms ticks; it happens
+    # here one run in many), so /proc shows it with the task's start time: the pidfd alone
+    # tells them apart.
     config = node_config
     record = job_start(config, "77", uid=USER)
     task = subprocess.Popen(
@@ -395,6 +401,15 @@ def test_a_pid_reused_while_joining_is_never_moved_into_the_group(
             original(group, pid)  # type: ignore[arg-type]
 
         monkeypatch.setattr(group_type, "add", racing_add)
+        if same_tick:
+
+            def read_in_one_tick(pid: int, proc: Path = Path("/proc")) -> ProcessInfo | None:
+                info = read_process(pid, proc)
+                if info is not None and pid == target and victim:
+                    return replace(info, start_ticks=start.start_ticks)
+                return info
+
+            monkeypatch.setattr(service, "read_process", read_in_one_tick)
         reply = JobControl(config).handle(b"JOIN job=77", target, USER, start.start_ticks)
         assert reply == f"ERR gone job 77: process {target} ended while it joined"
         (taken,) = victim

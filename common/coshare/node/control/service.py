@@ -369,19 +369,25 @@ class JobControl:
                     "gone", f"job {job}: process {process.pid} ended before it joined"
                 ) from None
             raise
-        if (pidfd is None or not has_exited(pidfd)) and self._still(process) is not None:
+        exited = pidfd is not None and has_exited(pidfd)
+        if not exited and self._still(process) is not None:
             return
-        self._undo(record, process)
+        self._undo(record, process, exited)
         raise Refused("gone", f"job {job}: process {process.pid} ended while it joined")
 
     def _add(self, record: JobRecord, pid: int) -> None:
         lifecycle.add_process(self.config, record, pid)
 
-    def _undo(self, record: JobRecord, gone: ProcessInfo) -> None:
+    def _undo(self, record: JobRecord, gone: ProcessInfo, exited: bool) -> None:
         """``gone`` exited while it was moved: put back whatever took its pid, if that landed
-        in the job's group without belonging there (its parent is not in the group)."""
+        in the job's group without belonging there (its parent is not in the group).
+
+        ``exited``: its pidfd said so, and then whatever has its pid now is another process,
+        even one that started in the same clock tick (``/proc``'s start time counts ticks of
+        10 ms, and a pid can be freed and taken again within one). Without a pidfd, only a
+        different start time tells another process."""
         other = read_process(gone.pid, self.proc)
-        if other is None or other.start_ticks == gone.start_ticks:
+        if other is None or (not exited and other.start_ticks == gone.start_ticks):
             return
         if self._job_of(other.pid) != record.job or self._job_of(other.ppid) == record.job:
             return
