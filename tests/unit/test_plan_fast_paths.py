@@ -173,17 +173,20 @@ def test_undominated_rows_are_the_distinct_rows_nothing_else_beats() -> None:
         assert undominated_rows(rows).tolist() == [list(r) for r in expected]
 
 
-def test_unique_rows_are_numpys_unique_rows_and_inverse() -> None:
-    """``unique_rows`` against ``np.unique(axis=0, return_inverse=True)``: the same distinct
-    rows in the same order and the same place of each row; ties, negatives, one column and
-    none at all."""
+def test_unique_rows_are_numpys_unique_rows_first_positions_and_inverse() -> None:
+    """``unique_rows`` against ``np.unique(axis=0, return_index=True, return_inverse=True)``:
+    the same distinct rows in the same order, the same first position of each and the same
+    place of each row; ties, negatives, one column and none at all."""
     rng = np.random.default_rng(16)
     for _ in range(150):
         n, k = int(rng.integers(0, 400)), int(rng.integers(1, 6))
         rows = rng.integers(-5, int(rng.integers(1, 30)), size=(n, k)).astype(np.int64)
-        keys, inverse = unique_rows(rows)
-        want_keys, want_inverse = np.unique(rows, axis=0, return_inverse=True)
+        keys, first, inverse = unique_rows(rows)
+        want_keys, want_first, want_inverse = np.unique(
+            rows, axis=0, return_index=True, return_inverse=True
+        )
         assert keys.tolist() == want_keys.tolist()
+        assert first.tolist() == want_first.tolist()
         assert inverse.tolist() == want_inverse.reshape(-1).tolist()
         assert (keys[inverse] == rows).all()
 

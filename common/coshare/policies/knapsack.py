@@ -350,7 +350,7 @@ class _Pool:
                 _buckets(table[:, 1], bucket_bits),
             )
             table[:, 2:] = 0
-        keys, inverse = unique_rows(table)
+        keys, _, inverse = unique_rows(table)
         members = np.argsort(inverse, kind="stable")  # by type, each in scheduler order
         sizes = np.bincount(inverse, minlength=len(keys)).astype(np.int64)
         self.start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -369,7 +369,7 @@ class _Pool:
         np.minimum.at(self.mem, inverse, need[:, 3])
         self.size = sizes
         self.left = sizes.copy()  # jobs of each type not placed yet
-        _, self.cls = unique_rows(np.stack([self.threads, self.cpu, self.mem], axis=1))
+        _, _, self.cls = unique_rows(np.stack([self.threads, self.cpu, self.mem], axis=1))
         self.order = np.lexsort((self.cells, self.cls))  # by class, memory cells ascending
 
     def __len__(self) -> int:

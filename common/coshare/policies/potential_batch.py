@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from coshare.model import Job
-from coshare.policies.base import Mask, needs_of
+from coshare.policies.base import Mask, needs_of, unique_rows
 from coshare.policies.potential import Floats, Ints, Potential
 
 #: One-device jobs scored together in one matrix.
@@ -85,11 +85,8 @@ def _chunk(
     some = ok.any(axis=0)
     if not some.all():
         cand, nodes, cpu, mem, ok = cand[some], nodes[some], cpu[some], mem[some], ok[:, some]
-    # the columns in the order of ties (least room left, then most free device memory, then
-    # first): the move of least rise is then the first of the least (an argmin)
-    order = np.lexsort((cand, -p.free_total[nodes], np.maximum(s.dev_free_mem[cand], 0)))
-    cand, nodes, cpu, mem, ok = cand[order], nodes[order], cpu[order], mem[order], ok[:, order]
     cols = _Columns(p, jobs, needs, cand, nodes, cpu, mem, ok, bound)
+    cand, nodes = cols.cand, cols.nodes  # in the order of ties
     device = cols.device
     col_node = nodes.copy()
     slot_of = (p.slot[nodes] == cand[:, None]).argmax(axis=1)
@@ -132,13 +129,8 @@ class _Needs:
 
     def __init__(self, jobs: Sequence[Job]) -> None:
         self.rows: Ints = needs_of(jobs)
-        distinct, first, which = np.unique(
-            self.rows, axis=0, return_index=True, return_inverse=True
-        )
         #: the distinct rows, the first job of each, and each job's distinct row
-        self.distinct: Ints = distinct
-        self.first: Ints = first
-        self.which: Ints = which.reshape(-1)
+        self.distinct, self.first, self.which = unique_rows(self.rows)
 
 
 def _next_member(p: Potential, node: int, taken: set[int]) -> int | None:
@@ -212,13 +204,19 @@ class _Columns:
     ) -> None:
         s = p.state
         need = needs.rows
+        # the columns in the order of ties (least room left, then most free device memory,
+        # then first): the move of least rise is then the first of the least (an argmin)
+        a = np.maximum(s.dev_free_mem[cand], 0)
+        free_total = p.free_total[nodes]
+        order = np.lexsort((cand, -free_total, a))
+        cand, nodes, cpu, mem = cand[order], nodes[order], cpu[order], mem[order]
+        ok_distinct = ok_distinct[:, order]
+        self.a, self.free_total = a[order], free_total[order]
         self.p, self.jobs, self.need, self.cand, self.nodes = p, jobs, need, cand, nodes
         self.cpu, self.mem = cpu, mem
         #: the device each column stands for now (one of a node in the same state as its own)
         self.device = cand.copy()
         g = need[:, 0]
-        self.a = np.maximum(s.dev_free_mem[cand], 0)
-        self.free_total = p.free_total[nodes]
         self.base = nodes * p.run_w.shape[1]
         at = self.base + p.dev_m.searchsorted(self.a, side="right")
         self.run_a = p.run_w.ravel()[at]
